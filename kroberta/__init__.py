@@ -1,0 +1,33 @@
+"""kroberta: pretrain RoBERTa masked-language models on Keras 3 + JAX.
+
+The import order matters: the backend is fixed before keras is imported and
+TensorFlow is confined to the CPU before it can touch an accelerator.
+"""
+
+from kroberta import _backend
+
+_backend.select_jax_backend()
+_backend.hide_accelerators_from_tensorflow()
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The public API is loaded lazily so `import kroberta` stays cheap for tools
+    # that only need the config or the data pipeline.
+    if name in ("load", "save"):
+        from kroberta import checkpoint_io
+
+        return getattr(checkpoint_io, name)
+    if name in ("predict", "fill_mask"):
+        from kroberta import predict as predict_module
+
+        return getattr(predict_module, name)
+    if name in ("export_hf", "from_hf"):
+        from kroberta import hf
+
+        return getattr(hf, name)
+    raise AttributeError(f"module 'kroberta' has no attribute {name!r}")
+
+
+__all__ = ["load", "predict", "fill_mask", "export_hf", "from_hf"]

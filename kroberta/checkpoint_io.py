@@ -1,0 +1,63 @@
+"""The final model of a run: saved into the run directory, loaded by `kroberta.load`.
+
+A run directory holds `config.toml` (the resolved config), `model.weights.h5`
+(Keras weights of the final model) and, when the data came with one,
+`tokenizer.json`. `load` rebuilds the model from the config and loads the weights.
+"""
+
+import os
+
+from kroberta import config as config_lib
+
+WEIGHTS_FILE = "model.weights.h5"
+CONFIG_FILE = "config.toml"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def save(model, run_dir: str):
+    """Writes the model's weights into `run_dir` atomically (write, then rename)."""
+    os.makedirs(run_dir, exist_ok=True)
+    final = os.path.join(run_dir, WEIGHTS_FILE)
+    tmp = os.path.join(run_dir, f".tmp-{os.getpid()}.{WEIGHTS_FILE}")
+    model.save_weights(tmp)
+    os.replace(tmp, final)
+    return final
+
+
+def load(path: str, mixed_precision: bool | None = None):
+    """Loads the model a training run saved.
+
+    Args:
+        path: a run directory (with `config.toml` and `model.weights.h5`).
+        mixed_precision: override the run's setting (e.g. False for float32
+            inference of a model trained in bf16); None keeps the run's.
+
+    Returns:
+        The Keras model (a keras-hub `RobertaMaskedLM`), with two attributes:
+        `kroberta_config` (the run's `Config`) and `tokenizer` (a
+        `tokenizers.Tokenizer`, or None when the run had none).
+    """
+    from kroberta.model import build_model
+
+    config_path = os.path.join(path, CONFIG_FILE)
+    weights_path = os.path.join(path, WEIGHTS_FILE)
+    for needed in (config_path, weights_path):
+        if not os.path.isfile(needed):
+            raise FileNotFoundError(f"{path}: not a finished kroberta run ({os.path.basename(needed)} is missing)")
+    config = config_lib.load_toml(config_path)
+    if mixed_precision is None:
+        mixed_precision = config.train.mixed_precision
+    model = build_model(config.model, mixed_precision)
+    model.load_weights(weights_path)
+    model.kroberta_config = config
+    model.tokenizer = load_tokenizer(path)
+    return model
+
+
+def load_tokenizer(run_dir: str):
+    tokenizer_path = os.path.join(run_dir, TOKENIZER_FILE)
+    if not os.path.isfile(tokenizer_path):
+        return None
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(tokenizer_path)

@@ -1,0 +1,282 @@
+"""One frozen configuration: TOML files, dotted command-line overrides, validation.
+
+A config has sections `model`, `data`, `train`, `distributed` and a top-level
+`run_dir`. Every field below is documented where it is declared; the defaults are
+the embedded default job (`python -m kroberta.train` with no arguments).
+
+Errors are `ConfigError`s whose message names the key and where its value came
+from (a file, the command line or a manifest), so the CLI can print one line.
+"""
+
+import dataclasses
+import math
+import tomllib
+import typing
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, of the wrong type or impossible."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocabulary_size: int = 4096  # token-embedding rows; must equal the tokenizer's size
+    num_layers: int = 2  # transformer encoder blocks
+    num_heads: int = 4  # attention heads; must divide hidden_dim
+    hidden_dim: int = 128  # width of the residual stream
+    intermediate_dim: int = 512  # width of each feed-forward block
+    max_sequence_length: int = 64  # rows of the position table; the longest sequence
+    dropout: float = 0.1  # dropout in embeddings, attention and feed-forward
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_dim // self.num_heads
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    dir: str = ""  # a directory made by `python -m kroberta.prepare` (reads its manifest.json)
+    train: tuple[str, ...] = ()  # TFRecord file(s) or glob(s); empty with empty dir = embedded corpus
+    validation: tuple[str, ...] = ()  # held-out TFRecords; empty = no evaluation
+    masking: str = "dynamic"  # "dynamic": re-mask on every read; "static": use the file's labels
+    mask_rate: float = 0.15  # fraction of real, non-special tokens chosen for prediction
+    max_predictions: int = 0  # prediction slots per sequence (static shape); 0 = ceil(1.25 * rate * length)
+    shuffle_buffer: int = 10_000  # sequences held by the shuffle buffer
+    pad_token_id: int = 1  # id written where attention_mask is 0
+    mask_token_id: int = 4  # id of <mask>
+    special_token_ids: tuple[int, ...] = (0, 1, 2, 3, 4)  # never chosen for masking
+
+    def prediction_slots(self, sequence_length: int) -> int:
+        """The fixed number of predicted positions per sequence (M)."""
+        if self.max_predictions:
+            return self.max_predictions
+        return max(1, math.ceil(1.25 * self.mask_rate * sequence_length))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    batch_size_per_device: int = 16  # sequences per device per step; global = this x devices
+    steps: int = 1500  # optimizer steps in the whole run
+    learning_rate: float = 1e-3  # peak learning rate, reached after warmup
+    warmup_steps: int = 100  # linear warmup from 0, then linear decay to 0 at `steps`
+    weight_decay: float = 0.01  # AdamW decay; never applied to biases or LayerNorm
+    clip_norm: float = 1.0  # global gradient-norm clip; 0 disables
+    adam_beta_1: float = 0.9
+    adam_beta_2: float = 0.98  # RoBERTa's value
+    adam_epsilon: float = 1e-6  # RoBERTa's value
+    mixed_precision: bool = False  # bf16 compute with float32 weights
+    steps_per_execution: int = 1  # train steps per compiled call (cuts per-step dispatch on TPU)
+    log_every: int = 50  # steps between log lines / metrics.jsonl rows
+    eval_every: int = 500  # steps between evaluations; a multiple of log_every; 0 = only at the end
+    eval_steps: int = 0  # batches per evaluation; 0 = the whole validation set
+    checkpoint_every: int = 500  # steps between checkpoints; a multiple of log_every
+    keep_checkpoints: int = 2  # most recent checkpoints kept on disk
+    seed: int = 0  # initialisation, shuffling and masking
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    strategy: str = "data"  # "data": replicate weights, shard the batch (Keras DataParallel)
+    devices: int = 0  # devices to use; 0 = all that JAX sees
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    run_dir: str = "runs/default"  # checkpoints, logs, the final model and config.toml go here
+
+
+SECTIONS = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "train": TrainConfig,
+    "distributed": DistributedConfig,
+}
+TOP_LEVEL_KEYS = ("run_dir",)
+_STRATEGIES = ("data",)
+_MASKING = ("dynamic", "static")
+
+
+def _field_types(cls) -> dict[str, object]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value, expected, key: str, source: str):
+    """Checks `value` against the annotation `expected`, with the few safe coercions."""
+    where = f"{source}: {key}"
+    if expected is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if expected is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)  # 1e4 written for 10000
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if expected is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if expected is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    if typing.get_origin(expected) is tuple:
+        (item_type,) = {a for a in typing.get_args(expected) if a is not Ellipsis}
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            value = [value]  # one file or one id needs no brackets
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(_coerce(v, item_type, key, source) for v in value)
+    raise AssertionError(f"unsupported annotation {expected} for {key}")
+
+
+def _apply(config: Config, updates: dict, source: str) -> Config:
+    """Returns `config` with a nested dict of updates applied, checking every key."""
+    top = {}
+    sections = {}
+    for name, value in updates.items():
+        if name in TOP_LEVEL_KEYS:
+            top[name] = _coerce(value, str, name, source)
+        elif name in SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: {name}: expected a [{name}] section")
+            cls = SECTIONS[name]
+            types = _field_types(cls)
+            changes = {}
+            for key, item in value.items():
+                dotted = f"{name}.{key}"
+                if key not in types:
+                    known = ", ".join(types)
+                    raise ConfigError(f"{source}: unknown key {dotted!r} (known: {known})")
+                changes[key] = _coerce(item, types[key], dotted, source)
+            sections[name] = dataclasses.replace(getattr(config, name), **changes)
+        else:
+            known = ", ".join([*SECTIONS, *TOP_LEVEL_KEYS])
+            raise ConfigError(f"{source}: unknown key {name!r} (known: {known})")
+    return dataclasses.replace(config, **sections, **top)
+
+
+def load_toml(path: str, base: Config | None = None) -> Config:
+    """Reads a TOML file over `base` (the defaults when None)."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    return _apply(base or Config(), data, path)
+
+
+def _parse_override_value(text: str):
+    # TOML syntax gives numbers, booleans and lists; anything else is a plain
+    # string, so `--data.train=data/*.tfrecords` needs no quotes.
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(config: Config, overrides: list[str]) -> Config:
+    """Applies `section.key=value` strings (the `--` already stripped)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"command line: expected --section.key=value, got --{item}")
+        dotted, text = item.split("=", 1)
+        parts = dotted.split(".")
+        value = _parse_override_value(text)
+        if len(parts) == 1:
+            update = {parts[0]: value}
+        elif len(parts) == 2:
+            update = {parts[0]: {parts[1]: value}}
+        else:
+            raise ConfigError(f"command line: {dotted!r}: expected section.key")
+        config = _apply(config, update, "command line")
+    return config
+
+
+def validate(config: Config, source: str = "config") -> Config:
+    """Rejects impossible settings with a message naming the key."""
+    m, d, t = config.model, config.data, config.train
+
+    def fail(key, problem):
+        raise ConfigError(f"{source}: {key}: {problem}")
+
+    for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim",
+                "intermediate_dim", "max_sequence_length"):
+        if getattr(m, key) < 1:
+            fail(f"model.{key}", f"must be >= 1, got {getattr(m, key)}")
+    if m.hidden_dim % m.num_heads:
+        fail("model.num_heads", f"{m.num_heads} heads do not divide hidden_dim={m.hidden_dim}")
+    if not 0.0 <= m.dropout < 1.0:
+        fail("model.dropout", f"must be in [0, 1), got {m.dropout}")
+    if d.masking not in _MASKING:
+        fail("data.masking", f"must be one of {_MASKING}, got {d.masking!r}")
+    if not 0.0 < d.mask_rate <= 1.0:
+        fail("data.mask_rate", f"must be in (0, 1], got {d.mask_rate}")
+    if not 0 <= d.max_predictions <= m.max_sequence_length:
+        fail("data.max_predictions",
+             f"must be in [0, max_sequence_length={m.max_sequence_length}], got {d.max_predictions}")
+    for key in ("pad_token_id", "mask_token_id"):
+        if not 0 <= getattr(d, key) < m.vocabulary_size:
+            fail(f"data.{key}", f"{getattr(d, key)} is outside the vocabulary [0, {m.vocabulary_size})")
+    if d.shuffle_buffer < 1:
+        fail("data.shuffle_buffer", f"must be >= 1, got {d.shuffle_buffer}")
+    for key in ("batch_size_per_device", "steps", "log_every", "steps_per_execution",
+                "keep_checkpoints"):
+        if getattr(t, key) < 1:
+            fail(f"train.{key}", f"must be >= 1, got {getattr(t, key)}")
+    for key in ("warmup_steps", "eval_every", "eval_steps", "checkpoint_every"):
+        if getattr(t, key) < 0:
+            fail(f"train.{key}", f"must be >= 0, got {getattr(t, key)}")
+    if t.learning_rate <= 0:
+        fail("train.learning_rate", f"must be > 0, got {t.learning_rate}")
+    if t.warmup_steps > t.steps:
+        fail("train.warmup_steps", f"{t.warmup_steps} exceeds train.steps={t.steps}")
+    if t.weight_decay < 0 or t.clip_norm < 0:
+        fail("train.weight_decay" if t.weight_decay < 0 else "train.clip_norm", "must be >= 0")
+    # Evaluations and checkpoints happen at log boundaries, where the metrics of the
+    # interval are complete and the device state is already synced to the host.
+    for key in ("eval_every", "checkpoint_every"):
+        value = getattr(t, key)
+        if value % t.log_every:
+            fail(f"train.{key}", f"{value} is not a multiple of train.log_every={t.log_every}")
+    if t.log_every % t.steps_per_execution:
+        fail("train.log_every",
+             f"{t.log_every} is not a multiple of train.steps_per_execution={t.steps_per_execution}")
+    if config.distributed.strategy not in _STRATEGIES:
+        fail("distributed.strategy",
+             f"must be one of {_STRATEGIES}, got {config.distributed.strategy!r}")
+    if config.distributed.devices < 0:
+        fail("distributed.devices", "must be >= 0")
+    if not config.run_dir:
+        fail("run_dir", "must not be empty")
+    return config
+
+
+def to_dict(config: Config) -> dict:
+    """The config as plain TOML-able data (tuples become lists)."""
+    def plain(v):
+        return list(v) if isinstance(v, tuple) else v
+
+    out = {"run_dir": config.run_dir}
+    for name in SECTIONS:
+        section = getattr(config, name)
+        out[name] = {f.name: plain(getattr(section, f.name)) for f in dataclasses.fields(section)}
+    return out
+
+
+def to_toml(config: Config) -> str:
+    import tomli_w
+
+    return tomli_w.dumps(to_dict(config))
+
+
+def from_dict(data: dict, source: str) -> Config:
+    return _apply(Config(), data, source)

@@ -1,0 +1,138 @@
+"""The Keras callback that logs, evaluates and checkpoints a training run.
+
+`fit` runs one "epoch" per log interval (`train.log_every` steps over the same
+data iterator), so at every epoch end the interval's metrics are complete and the
+device state has just been synced to the host: logging, evaluation and
+checkpoints cost no extra host-device synchronisation.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kroberta import checkpoint
+
+
+class RunLogger(keras.callbacks.Callback):
+    """metrics.jsonl, TensorBoard, a console line per interval, evals and checkpoints."""
+
+    def __init__(self, config, run_dir, start_step, global_batch, sequence_length, evaluate_fn,
+                 stop_step=None, write_files=True):
+        super().__init__()
+        self.config = config
+        self.run_dir = run_dir
+        self.step = start_step
+        self.global_batch = global_batch
+        self.sequence_length = sequence_length
+        self.evaluate_fn = evaluate_fn  # () -> dict of validation metrics, or None
+        self.write_files = write_files
+        # Where this invocation stops: the end of the run, or earlier (--until-step).
+        self.stop_step = min(stop_step or config.train.steps, config.train.steps)
+        self.compile_seconds = None
+        self._compile_reported = False
+        self._interval_start = None
+        self._first_step_start = None
+        self._progbar = keras.utils.Progbar(config.train.steps, stateful_metrics=None) \
+            if sys.stdout.isatty() else None
+        if write_files:
+            self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a")
+            self._tb = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
+
+    def _now_step(self, batch_end_index):
+        return self._epoch_start_step + batch_end_index + 1
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start_step = self.step
+        # The previous epoch end synced with the devices: time from here is this
+        # interval's alone (evaluation and checkpoint time excluded).
+        self._interval_start = time.perf_counter()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._first_step_start is None:
+            self._first_step_start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        if self.compile_seconds is None:
+            # The first call traces and compiles (synchronously); execution is async.
+            self.compile_seconds = now - self._first_step_start
+            self._interval_start = now
+            self._timed_steps_offset = batch + 1
+        if self._now_step(batch) >= self.stop_step:
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        # fit has synced the state: the optimizer's counter is the true step.
+        self.step = int(self.model.optimizer.iterations.numpy())
+        now = time.perf_counter()
+        steps_done = self.step - self._epoch_start_step
+        timed_steps = steps_done - getattr(self, "_timed_steps_offset", 0)
+        self._timed_steps_offset = 0
+        seconds = max(now - self._interval_start, 1e-9)
+        samples_per_second = timed_steps * self.global_batch / seconds if timed_steps > 0 else None
+        self._interval_start = now
+        # The schedule's value at the step the next update will use.
+        learning_rate = float(np.asarray(self.model.optimizer.learning_rate))
+        row = {
+            "step": self.step,
+            "split": "train",
+            "loss": float(logs["loss"]),
+            "masked_accuracy": float(logs["masked_accuracy"]),
+            "perplexity": float(logs["perplexity"]),
+            "learning_rate": learning_rate,
+            "samples_per_second": samples_per_second,
+            "tokens_per_second": samples_per_second * self.sequence_length
+            if samples_per_second else None,
+        }
+        if not self._compile_reported and self.compile_seconds is not None:
+            row["compile_seconds"] = self.compile_seconds  # kept out of samples_per_second
+            self._compile_reported = True
+        self._emit(row)
+        self._check_finite(row)
+        t = self.config.train
+        finished = self.step >= self.stop_step
+        if self.evaluate_fn and ((t.eval_every and self.step % t.eval_every == 0)
+                                 or self.step >= t.steps):
+            self._emit({"step": self.step, "split": "validation", **self.evaluate_fn()})
+        if (t.checkpoint_every and self.step % t.checkpoint_every == 0) or finished:
+            if self.write_files:
+                checkpoint.save(self.model, self.run_dir, self.step, t.keep_checkpoints)
+
+    def _check_finite(self, row):
+        if not math.isfinite(row["loss"]):
+            self.model.stop_training = True
+            raise FloatingPointError(
+                f"the training loss became {row['loss']} by step {row['step']}; the last good "
+                "checkpoint is kept. Lower train.learning_rate or set train.clip_norm, then "
+                "re-run the same command to resume from it."
+            )
+
+    def _emit(self, row):
+        row = {k: v for k, v in row.items() if v is not None}
+        if self.write_files:
+            self._jsonl.write(json.dumps(row) + "\n")
+            self._jsonl.flush()
+            with self._tb.as_default(step=row["step"]):
+                for key, value in row.items():
+                    if isinstance(value, float):
+                        tf.summary.scalar(f"{row['split']}/{key}", value)
+        if self._progbar and row["split"] == "train":
+            self._progbar.update(row["step"], [(k, row[k]) for k in
+                                               ("loss", "masked_accuracy", "samples_per_second")
+                                               if k in row])
+        else:
+            parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                     for k, v in row.items() if k not in ("step", "split")]
+            print(f"step {row['step']}/{self.config.train.steps} [{row['split']}] "
+                  + "  ".join(parts), flush=True)
+
+    def close(self):
+        if self.write_files:
+            self._jsonl.close()
+            self._tb.close()

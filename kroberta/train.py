@@ -1,0 +1,205 @@
+"""Pretrain a RoBERTa MLM: `python -m kroberta.train [--config FILE] [--section.key=value ...]`.
+
+With no arguments it runs the embedded default job: a small model on a corpus made
+from the Python standard library's docstrings, a few minutes on a laptop CPU.
+Re-running the same command resumes from the run directory's latest checkpoint.
+"""
+
+import argparse
+import math
+import os
+import shutil
+import sys
+import time
+
+import kroberta  # noqa: F401  (fixes the backend before keras is imported)
+from kroberta import checkpoint, checkpoint_io, datasource, distribute
+from kroberta import config as config_lib
+from kroberta import data as data_lib
+from kroberta._backend import BackendError
+from kroberta.config import Config, ConfigError
+
+
+def _log(message: str):
+    print(message, flush=True)
+
+
+def _prepare_run_dir(config: Config, force: bool):
+    """Creates the run dir and writes config.toml; refuses a run with another model."""
+    os.makedirs(config.run_dir, exist_ok=True)
+    path = os.path.join(config.run_dir, checkpoint_io.CONFIG_FILE)
+    if os.path.isfile(path) and checkpoint.list_checkpoints(config.run_dir):
+        previous = config_lib.load_toml(path)
+        if previous.model != config.model and not force:
+            changed = [k for k in config_lib.to_dict(config)["model"]
+                       if getattr(previous.model, k) != getattr(config.model, k)]
+            raise ConfigError(
+                f"run_dir: {config.run_dir} holds a run of a different model "
+                f"(changed: {', '.join('model.' + k for k in changed)}); use another "
+                "--run_dir, or --force to start this model there from scratch"
+            )
+        if previous.model != config.model and force:
+            shutil.rmtree(os.path.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
+    tmp = path + f".tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(config_lib.to_toml(config))
+    os.replace(tmp, path)
+
+
+def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):
+    if tokenizer_path:
+        target = os.path.join(run_dir, checkpoint_io.TOKENIZER_FILE)
+        if os.path.abspath(tokenizer_path) != os.path.abspath(target):
+            shutil.copyfile(tokenizer_path, target)
+
+
+def main(config: Config, force: bool = False, until_step: int | None = None) -> dict:
+    """Trains (or resumes) the run described by `config`; returns a summary dict.
+
+    `until_step` stops this invocation after that step (with a checkpoint there) while
+    the schedule still spans `train.steps`; re-running continues the same run.
+
+    Raises ConfigError / DataError for bad settings or data, before any compute.
+    """
+    config_lib.validate(config)
+    config, tokenizer_path = datasource.resolve(config, log=_log)
+    train_spec = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "data.train"),
+                                        "data.train")
+    data_lib.check_against_model(train_spec, config.data, config.model, "data.train")
+    val_spec = None
+    if config.data.validation:
+        val_spec = data_lib.inspect_files(
+            data_lib.resolve_files(config.data.validation, "data.validation"), "data.validation")
+        data_lib.check_against_model(val_spec, config.data, config.model, "data.validation")
+        if val_spec.sequence_length != train_spec.sequence_length:
+            raise data_lib.DataError(
+                f"data.validation: sequences of {val_spec.sequence_length} tokens, but "
+                f"data.train has {train_spec.sequence_length}")
+    _prepare_run_dir(config, force)
+    _keep_tokenizer(tokenizer_path, config.run_dir)
+    checkpoint.clean_temporaries(config.run_dir)
+
+    topology = distribute.setup(config)
+    global_batch = distribute.global_batch_size(config, topology)
+    slots = config.data.prediction_slots(train_spec.sequence_length)
+    from kroberta.model import build_compiled_model, count_parameters
+
+    model = build_compiled_model(config)
+    _log(f"devices: {topology.describe()}")
+    _log(f"model: {count_parameters(model):,} parameters; batch {global_batch} "
+         f"({config.train.batch_size_per_device} per device) x {train_spec.sequence_length} "
+         f"tokens, {slots} prediction slots per sequence; {len(train_spec.files)} training file(s)")
+    if config.data.masking == "static":
+        over, dropped = data_lib.count_labels_beyond_slots(train_spec, slots)
+        if over:
+            _log(f"warning: in a sample of the training data {over} sequence(s) have more than "
+                 f"{slots} labels; {dropped} labels beyond the slots are not predicted. "
+                 "Raise data.max_predictions to keep them.")
+
+    start_step = 0
+    saved = checkpoint.list_checkpoints(config.run_dir)
+    if saved:
+        checkpoint.restore(model, saved[-1][1])
+        start_step = int(model.optimizer.iterations.numpy())
+        _log(f"resuming from {saved[-1][1]} (step {start_step})")
+    summary = {"run_dir": config.run_dir, "start_step": start_step, "steps": config.train.steps,
+               "devices": topology.num_devices, "global_batch": global_batch}
+    stop_step = min(until_step or config.train.steps, config.train.steps)
+    if start_step < stop_step:
+        summary.update(_fit(model, config, train_spec, val_spec, global_batch, start_step,
+                            stop_step))
+    checkpoint_io.save(model, config.run_dir)
+    summary["final_step"] = int(model.optimizer.iterations.numpy())
+    _log(f"model saved in {config.run_dir}")
+    return summary
+
+
+def _fit(model, config, train_spec, val_spec, global_batch, start_step, stop_step) -> dict:
+    from kroberta.run_callbacks import RunLogger
+
+    t = config.train
+    train_ds = data_lib.train_dataset(train_spec, config.data, config.model.vocabulary_size,
+                                      global_batch, t.seed, start_step)
+    evaluate_fn = None
+    if val_spec is not None:
+        eval_ds = data_lib.eval_dataset(val_spec, config.data, config.model.vocabulary_size,
+                                        global_batch, t.seed, t.eval_steps)
+
+        def evaluate_fn():
+            logs = model.evaluate(eval_ds, verbose=0, return_dict=True)
+            # Token-weighted over the whole set (the padding examples weigh nothing).
+            return {"loss": math.log(logs["perplexity"]),
+                    "masked_accuracy": float(logs["masked_accuracy"]),
+                    "perplexity": float(logs["perplexity"])}
+
+    logger = RunLogger(config, config.run_dir, start_step, global_batch,
+                       train_spec.sequence_length, evaluate_fn, stop_step)
+    epochs = math.ceil((stop_step - start_step) / t.log_every)
+    started = time.perf_counter()
+    try:
+        model.fit(train_ds, steps_per_epoch=t.log_every, epochs=epochs, verbose=0,
+                  callbacks=[logger], shuffle=False)
+    except Exception as error:  # tf.data errors surface here, mid-fit
+        explained = data_lib.explain_pipeline_error(error, train_spec.files)
+        if explained is None and val_spec is not None:
+            explained = data_lib.explain_pipeline_error(error, val_spec.files)
+        if explained is not None:
+            raise explained from None
+        raise
+    finally:
+        logger.close()
+    return {"seconds": time.perf_counter() - started, "compile_seconds": logger.compile_seconds}
+
+
+def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
+    parser = argparse.ArgumentParser(
+        prog="python -m kroberta.train",
+        description="Pretrain a RoBERTa masked-language model. Any config key can be "
+        "overridden as --section.key=value (e.g. --train.steps=4114 --run_dir=runs/x).",
+    )
+    parser.add_argument("--config", help="a TOML config file (see configs/)")
+    parser.add_argument("--force", action="store_true",
+                        help="start over in a run_dir that holds a run of a different model")
+    parser.add_argument("--until-step", type=int, default=None, metavar="N",
+                        help="stop after step N with a checkpoint (the learning-rate schedule "
+                        "still spans train.steps); re-run to continue")
+    parser.add_argument("--no-examples", action="store_true",
+                        help="do not print fill-mask examples at the end of the default job")
+    args, rest = parser.parse_known_args(argv)
+    overrides = []
+    for item in rest:
+        if not item.startswith("--"):
+            raise ConfigError(f"command line: unexpected argument {item!r}")
+        overrides.append(item[2:])
+    config = config_lib.load_toml(args.config) if args.config else Config()
+    config = config_lib.apply_overrides(config, overrides)
+    return config, args
+
+
+def _print_examples(run_dir: str):
+    from kroberta.examples import print_fill_mask_examples
+
+    print_fill_mask_examples(run_dir)
+
+
+def cli(argv=None) -> int:
+    try:
+        config, args = parse_args(sys.argv[1:] if argv is None else argv)
+        main(config, force=args.force, until_step=args.until_step)
+        if not config.data.train and not config.data.dir and not args.no_examples:
+            _print_examples(config.run_dir)
+    except (ConfigError, data_lib.DataError, BackendError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except FloatingPointError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("interrupted; re-run the same command to resume from the last checkpoint",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
