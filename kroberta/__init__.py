@@ -4,10 +4,20 @@ The import order matters: the backend is fixed before keras is imported and
 TensorFlow is confined to the CPU before it can touch an accelerator.
 """
 
+import sys
+
 from kroberta import _backend
 
-_backend.select_jax_backend()
-_backend.hide_accelerators_from_tensorflow()
+try:
+    _backend.select_jax_backend()
+    _backend.hide_accelerators_from_tensorflow()
+except _backend.BackendError as _error:
+    if sys.argv and sys.argv[0] == "-m":
+        # `python -m kroberta.<tool>`: Python is importing this package to find the
+        # tool, so there is no caller to hand the exception to; say it in one line.
+        print(f"error: {_error}", file=sys.stderr)
+        sys.exit(2)
+    raise
 
 __version__ = "0.1.0"
 

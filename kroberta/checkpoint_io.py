@@ -7,6 +7,8 @@ A run directory holds `config.toml` (the resolved config), `model.weights.h5`
 
 import os
 
+import keras_hub
+
 from kroberta import config as config_lib
 
 WEIGHTS_FILE = "model.weights.h5"
@@ -15,10 +17,16 @@ TOKENIZER_FILE = "tokenizer.json"
 
 
 def save(model, run_dir: str):
-    """Writes the model's weights into `run_dir` atomically (write, then rename)."""
+    """Writes the model's weights (not the optimizer's) into `run_dir` atomically."""
     os.makedirs(run_dir, exist_ok=True)
     final = os.path.join(run_dir, WEIGHTS_FILE)
     tmp = os.path.join(run_dir, f".tmp-{os.getpid()}.{WEIGHTS_FILE}")
+    if model.optimizer is not None:
+        # Keras would store the optimizer's state too (3x the size); the final model
+        # is for inference and export, so save an uncompiled twin with the same weights.
+        twin = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
+        twin.set_weights(model.get_weights())
+        model = twin
     model.save_weights(tmp)
     os.replace(tmp, final)
     return final

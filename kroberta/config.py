@@ -201,12 +201,17 @@ def apply_overrides(config: Config, overrides: list[str]) -> Config:
     return config
 
 
-def validate(config: Config, source: str = "config") -> Config:
-    """Rejects impossible settings with a message naming the key."""
+def validate(config: Config, source: str | dict = "config") -> Config:
+    """Rejects impossible settings with a message naming the key and its source.
+
+    `source` is one name for every key, or a dict {dotted key: where it was set}
+    (see `sources`); keys missing from the dict were left at their defaults.
+    """
     m, d, t = config.model, config.data, config.train
 
     def fail(key, problem):
-        raise ConfigError(f"{source}: {key}: {problem}")
+        where = source.get(key, "default") if isinstance(source, dict) else source
+        raise ConfigError(f"{where}: {key}: {problem}")
 
     for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim",
                 "intermediate_dim", "max_sequence_length"):
@@ -258,6 +263,22 @@ def validate(config: Config, source: str = "config") -> Config:
     if not config.run_dir:
         fail("run_dir", "must not be empty")
     return config
+
+
+def sources(config_path: str | None, overrides: list[str]) -> dict:
+    """{dotted key: where its value came from}, for error messages."""
+    found = {}
+    if config_path:
+        with open(config_path, "rb") as f:
+            data = tomllib.load(f)
+        for name, value in data.items():
+            if isinstance(value, dict):
+                found.update({f"{name}.{k}": config_path for k in value})
+            else:
+                found[name] = config_path
+    for item in overrides:
+        found[item.split("=", 1)[0]] = "command line"
+    return found
 
 
 def to_dict(config: Config) -> dict:

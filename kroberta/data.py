@@ -16,7 +16,9 @@ TensorFlow here runs on the host CPU only; JAX owns the accelerators.
 """
 
 import dataclasses
+import os
 import re
+import struct
 
 import numpy as np
 import tensorflow as tf
@@ -40,6 +42,7 @@ class DataSpec:
     files: tuple[str, ...]
     sequence_length: int
     has_labels: bool
+    records: int | None = None  # total records, when every file is local (framing walked)
 
 
 def resolve_files(patterns, key: str) -> tuple[str, ...]:
@@ -64,14 +67,42 @@ def _read_first_record(path: str):
     raise DataError(f"{path}: the file holds no records")
 
 
-def inspect_files(files, key: str) -> DataSpec:
-    """Checks the first record of every file before any compute is spent.
+def count_framed_records(path: str) -> int | None:
+    """Walks a local TFRecord file's framing (headers only) and counts its records.
 
-    Catches empty and unreadable files, missing features, wrong dtypes and
-    sequence lengths that differ between files or between features.
+    TFRecord framing is: uint64 length, uint32 crc, data, uint32 crc. TensorFlow
+    silently stops at a file cut inside a record header, so a truncated tail is
+    found here, at start-up. Returns None for remote files (gs://...).
+    """
+    if "://" in path:
+        return None
+    size = os.path.getsize(path)
+    offset = count = 0
+    with open(path, "rb") as f:
+        while offset < size:
+            header = f.read(8)
+            if len(header) < 8 or size - offset < 16:
+                raise DataError(f"{path}: record {count}: truncated (the file ends inside a record "
+                                f"header at byte {size})")
+            (length,) = struct.unpack("<Q", header)
+            end = offset + 8 + 4 + length + 4
+            if end > size:
+                raise DataError(f"{path}: record {count}: truncated (the record needs {length} "
+                                f"bytes; the file ends at byte {size})")
+            f.seek(end)
+            offset, count = end, count + 1
+    return count
+
+
+def inspect_files(files, key: str) -> DataSpec:
+    """Checks every file's framing and first record before any compute is spent.
+
+    Catches empty, truncated and unreadable files, missing features, wrong dtypes
+    and sequence lengths that differ between files or between features.
     """
     lengths = {}
     has_labels = set()
+    counts = [count_framed_records(path) for path in files]
     for path in files:
         example = tf.train.Example.FromString(_read_first_record(path))
         feature_map = example.features.feature
@@ -96,7 +127,8 @@ def inspect_files(files, key: str) -> DataSpec:
         raise DataError(f"{key}: files hold different sequence lengths: {by_length}")
     if len(has_labels) > 1:
         raise DataError(f"{key}: some files have a 'labels' feature and some do not")
-    return DataSpec(tuple(files), distinct[0], has_labels.pop())
+    records = None if None in counts else sum(counts)
+    return DataSpec(tuple(files), distinct[0], has_labels.pop(), records)
 
 
 def check_against_model(spec: DataSpec, data: DataConfig, model: ModelConfig, key: str):
@@ -158,7 +190,9 @@ def _parse_and_check(path, index, record, length: int, vocabulary_size: int, wit
 
 
 def _assert(ok, path, index, feature, what):
-    message = tf.strings.format("<<{}: record {}: feature '{}' {}>>", (path, index, feature, what))
+    # tf.strings.format would quote string tensors; join keeps the path as written.
+    message = tf.strings.join(["<<", path, ": record ", tf.strings.as_string(index),
+                               ": feature '", feature, "' ", what, ">>"])
     return tf.debugging.Assert(ok, [message], summarize=1)
 
 
@@ -219,7 +253,8 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
     filler = padding_example(length, slots, data.pad_token_id)
     ds = ds.concatenate(tf.data.Dataset.from_tensors(filler).repeat(global_batch - 1))
     ds = ds.batch(global_batch, drop_remainder=True)
-    batches = -(-count_records(spec.files) // global_batch)
+    records = spec.records if spec.records is not None else count_records(spec.files)
+    batches = -(-records // global_batch)
     if max_batches:
         batches = min(batches, max_batches)
         ds = ds.take(max_batches)
@@ -265,7 +300,8 @@ def explain_pipeline_error(error: Exception, files) -> DataError | None:
     if isinstance(error, tf.errors.InvalidArgumentError):
         found = _ASSERT_MESSAGE.search(error.message)
         if found:
-            return DataError(found.group(1))
+            # The assertion op escapes quotes when it prints its data.
+            return DataError(found.group(1).replace("\\'", "'").replace('\\"', '"'))
         return DataError(f"malformed record: {error.message.splitlines()[0]}")
     if isinstance(error, tf.errors.DataLossError):
         # TF's message has a byte offset but no file name: find the file.

@@ -53,7 +53,8 @@ def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):
             shutil.copyfile(tokenizer_path, target)
 
 
-def main(config: Config, force: bool = False, until_step: int | None = None) -> dict:
+def main(config: Config, force: bool = False, until_step: int | None = None,
+         sources: dict | None = None) -> dict:
     """Trains (or resumes) the run described by `config`; returns a summary dict.
 
     `until_step` stops this invocation after that step (with a checkpoint there) while
@@ -61,7 +62,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None) -> 
 
     Raises ConfigError / DataError for bad settings or data, before any compute.
     """
-    config_lib.validate(config)
+    config_lib.validate(config, sources or "config")
     config, tokenizer_path = datasource.resolve(config, log=_log)
     train_spec = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "data.train"),
                                         "data.train")
@@ -173,6 +174,7 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
         overrides.append(item[2:])
     config = config_lib.load_toml(args.config) if args.config else Config()
     config = config_lib.apply_overrides(config, overrides)
+    args.sources = config_lib.sources(args.config, overrides)
     return config, args
 
 
@@ -185,7 +187,7 @@ def _print_examples(run_dir: str):
 def cli(argv=None) -> int:
     try:
         config, args = parse_args(sys.argv[1:] if argv is None else argv)
-        main(config, force=args.force, until_step=args.until_step)
+        main(config, force=args.force, until_step=args.until_step, sources=args.sources)
         if not config.data.train and not config.data.dir and not args.no_examples:
             _print_examples(config.run_dir)
     except (ConfigError, data_lib.DataError, BackendError) as error:

@@ -10,3 +10,37 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import kroberta  # noqa: E402,F401  (fixes the backend before any test imports keras)
+
+import dataclasses  # noqa: E402
+
+import pytest  # noqa: E402
+
+from kroberta import config as config_lib  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY_LENGTH = 32
+TINY_VOCAB = 512
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory):
+    """Synthetic seed-format TFRecords for the tiny config: 2 train files + 1 validation."""
+    from kroberta.synthetic import write_seed_format
+
+    root = tmp_path_factory.mktemp("tiny_data")
+    for i in range(2):
+        write_seed_format(str(root / f"train-{i}.tfrecord"), 256, TINY_LENGTH, TINY_VOCAB, seed=i + 1)
+    write_seed_format(str(root / "validation.tfrecord"), 70, TINY_LENGTH, TINY_VOCAB, seed=9)
+    return root
+
+
+def tiny_config(data_dir, run_dir, **train_overrides) -> config_lib.Config:
+    """configs/tiny.toml pointed at `data_dir`, writing to `run_dir`."""
+    config = config_lib.load_toml(os.path.join(REPO, "configs", "tiny.toml"))
+    data = dataclasses.replace(
+        config.data,
+        train=(str(data_dir / "train-*.tfrecord"),),
+        validation=(str(data_dir / "validation.tfrecord"),),
+    )
+    train = dataclasses.replace(config.train, **train_overrides)
+    return dataclasses.replace(config, data=data, train=train, run_dir=str(run_dir))

@@ -1,0 +1,64 @@
+"""Export a finished run as a Hugging Face `RobertaForMaskedLM` directory.
+
+    python -m kroberta.export --run runs/x --out hf_model/ [--overwrite]
+
+The result loads with `transformers.RobertaForMaskedLM.from_pretrained("hf_model/")`
+and, when the run has a tokenizer, `AutoTokenizer.from_pretrained("hf_model/")`.
+Errors are one line on stderr and exit status 2.
+"""
+
+import argparse
+import os
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m kroberta.export", description=__doc__.split("\n")[1])
+    parser.add_argument("--run", required=True, help="a finished run directory (config.toml + model.weights.h5)")
+    parser.add_argument("--out", required=True, help="directory to write the Hugging Face model into")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into a non-empty --out (replacing the files an export writes)")
+    return parser
+
+
+class ExportError(Exception):
+    """A user-facing problem: printed as one line, exit status 2."""
+
+
+def main(run: str, out: str, overwrite: bool = False) -> str:
+    """Exports the run at `run` (with its tokenizer, if any) into `out`; returns `out`."""
+    from kroberta import checkpoint_io, hf
+
+    if not os.path.isdir(run):
+        raise ExportError(f"--run {run}: no such directory")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ExportError(f"--out {out}: exists and is not a directory")
+    if os.path.isdir(out) and os.listdir(out):
+        if not overwrite:
+            raise ExportError(f"--out {out}: directory is not empty (pass --overwrite to replace its export)")
+        # Drop files a previous export wrote, so e.g. a stale tokenizer cannot survive.
+        for name in hf.EXPORT_FILES:
+            path = os.path.join(out, name)
+            if os.path.isfile(path):
+                os.remove(path)
+    try:
+        model = checkpoint_io.load(run, mixed_precision=False)  # float32 weights either way
+    except (FileNotFoundError, ValueError) as e:  # ConfigError is a ValueError
+        raise ExportError(str(e)) from None
+    hf.export_hf(model, out, tokenizer=model.tokenizer)
+    return out
+
+
+def cli(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        out = main(args.run, args.out, args.overwrite)
+    except ExportError as e:
+        print(f"kroberta.export: error: {e}", file=sys.stderr)
+        return 2
+    print(f"exported {args.run} -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

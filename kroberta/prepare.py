@@ -1,0 +1,379 @@
+"""Raw text -> tokenizer -> packed TFRecord shards + manifest.json.
+
+    python -m kroberta.prepare --input 'corpus/*.txt' --out data/mycorpus --vocab-size 10000 --seq-len 64
+    python -m kroberta.prepare --check data/mycorpus
+
+Steps: scan the inputs (skip binary / non-UTF-8 files), train a byte-level BPE
+tokenizer streaming over them (or reuse --tokenizer), encode in parallel batches,
+pack into full sequences, split whole sequences into train/validation by a seeded
+hash, optionally add static labels, write shards atomically, and write the
+manifest last: a directory with a manifest is complete.
+"""
+
+import argparse
+import math
+import os
+import shutil
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from kroberta import manifest as manifest_lib
+from kroberta.encode import blocks, encoded_documents
+from kroberta.packing import pack_documents
+from kroberta.progress import Progress
+from kroberta.records import PAD_ID, encode_examples
+from kroberta.splits import SplitWriter, in_validation
+from kroberta.static_labels import static_mask
+from kroberta.textfiles import InputError, expand_inputs, iter_documents, scan_file
+from kroberta.tokenizer import (
+    MIN_VOCABULARY_SIZE,
+    TokenizerError,
+    VocabularyShortfallWarning,
+    load_tokenizer,
+    special_token_ids,
+    train_tokenizer,
+    vocabulary_size,
+)
+
+MIN_SEQ_LEN = 8
+TARGET_SHARD_BYTES = 200e6  # shards of ~100-200 MB: few files, yet parallel reads
+BLOCK = 1024  # sequences per block: the unit of static masking's RNG and of serialization
+
+
+class PrepareError(ValueError):
+    """prepare cannot proceed; the message says why in one line."""
+
+
+class PrepareWarning(UserWarning):
+    """Something was skipped or adjusted; recorded in the manifest too."""
+
+
+def _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer):
+    if seq_len < MIN_SEQ_LEN:
+        raise PrepareError(f"--seq-len {seq_len} is too short: use at least {MIN_SEQ_LEN}")
+    if tokenizer is None and vocab_size < MIN_VOCABULARY_SIZE:
+        raise PrepareError(
+            f"--vocab-size {vocab_size} is too small: byte-level BPE needs at least {MIN_VOCABULARY_SIZE} "
+            "(5 special tokens + 256 bytes)"
+        )
+    if not 0 <= validation_fraction < 1:
+        raise PrepareError(f"--validation-fraction must be in [0, 1), got {validation_fraction}")
+    if labels not in (None, "static"):
+        raise PrepareError(f"--labels must be 'static' or absent, got {labels!r}")
+    if not 0 < mask_rate < 1:
+        raise PrepareError(f"mask_rate must be in (0, 1), got {mask_rate}")
+    if shards is not None and shards < 1:
+        raise PrepareError(f"--shards must be >= 1, got {shards}")
+
+
+def _refuse_existing(out_dir, overwrite):
+    """Refuse to clobber a prepared directory unless asked (checked before any work)."""
+    path = os.path.join(out_dir, manifest_lib.MANIFEST_NAME)
+    if os.path.exists(path) and not overwrite:
+        raise PrepareError(f"{out_dir} already holds a prepared dataset ({path}); pass --overwrite to replace it")
+
+
+def _clear_previous(out_dir):
+    """Remove a previous prepared dataset's manifest and shards (after --overwrite)."""
+    path = os.path.join(out_dir, manifest_lib.MANIFEST_NAME)
+    if not os.path.exists(path):
+        return
+    try:
+        old = manifest_lib.load_manifest(out_dir)
+        stale = old.files
+    except manifest_lib.ManifestError:
+        stale = ()
+    os.remove(path)  # first: a crash from here on leaves no manifest pointing at mixed files
+    for f in stale:
+        if os.path.exists(f):
+            os.remove(f)
+
+
+def _scan_inputs(files, strict):
+    """Split files into usable text and skipped ones (with reasons)."""
+    good, skipped, total, has_text = [], [], 0, False
+    for path in files:
+        try:
+            size, problem, offset, text = scan_file(path)
+        except OSError as e:
+            size, problem, offset, text = 0, f"unreadable ({e.strerror})", None, False
+        if problem is None:
+            good.append(path)
+            total += size
+            has_text |= text
+            continue
+        where = "" if offset is None else f" at byte {offset}"
+        if strict:
+            raise PrepareError(f"{path}: {problem}{where} (--strict)")
+        warnings.warn(f"skipping {path}: {problem}{where}", PrepareWarning, stacklevel=3)
+        skipped.append({"path": path, "problem": problem, "offset": offset})
+    if not has_text:
+        raise PrepareError(
+            f"no text in the inputs: {len(files)} file(s), {len(skipped)} skipped, the rest empty or whitespace"
+        )
+    return good, skipped, total
+
+
+def _get_tokenizer(tokenizer, files, total_bytes, vocab_size, out_dir, progress):
+    """Train (streaming) or load the tokenizer and save it as out_dir/tokenizer.json."""
+    out_path = os.path.join(out_dir, "tokenizer.json")
+    shortfall = None
+    if tokenizer is None:
+        bar = Progress("tokenizer", total_bytes, enabled=progress)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", VocabularyShortfallWarning)
+            tok = train_tokenizer(iter_documents(files, bar.update), vocab_size, out_path=None)
+        bar.close()
+        for w in caught:
+            if issubclass(w.category, VocabularyShortfallWarning):
+                shortfall = str(w.message)
+                warnings.warn(shortfall, PrepareWarning, stacklevel=3)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        tok.save(out_path + ".tmp")
+        os.replace(out_path + ".tmp", out_path)
+    else:
+        if isinstance(tokenizer, (str, os.PathLike)):
+            tok = load_tokenizer(tokenizer)
+            if os.path.abspath(tokenizer) != os.path.abspath(out_path):
+                shutil.copyfile(tokenizer, out_path + ".tmp")
+                os.replace(out_path + ".tmp", out_path)
+        else:
+            tok = tokenizer
+            special_token_ids(tok)
+            tok.save(out_path)
+    return tok, shortfall
+
+
+def prepare(
+    inputs,
+    out_dir,
+    vocab_size=10000,
+    seq_len=64,
+    validation_fraction=0.01,
+    shards=None,
+    labels=None,
+    mask_rate=0.15,
+    tokenizer=None,
+    seed=0,
+    strict=False,
+    progress=True,
+    overwrite=False,
+):
+    """Turn text files into a prepared directory of TFRecord shards.
+
+    Args:
+        inputs: glob pattern(s) or paths of UTF-8 text files; each file is a stream
+            of documents separated by blank lines.
+        out_dir: output directory (created).
+        vocab_size: requested vocabulary size when training a tokenizer.
+        seq_len: tokens per packed sequence.
+        validation_fraction: share of whole sequences held out, drawn by `seed`.
+        shards: train shard count (None: ~200 MB per shard, at least 1).
+        labels: "static" to write masked inputs with labels, None for none.
+        mask_rate: masking probability for static labels.
+        tokenizer: path to a tokenizer.json (or a `tokenizers.Tokenizer`) to reuse.
+        seed: fixes the validation split and static masks.
+        strict: fail on binary or non-UTF-8 files instead of skipping them.
+        progress: draw progress bars on stderr.
+        overwrite: replace an existing prepared directory.
+
+    Returns:
+        The manifest dict (also written to out_dir/manifest.json). Raises
+        `PrepareError` with a one-line message when the inputs cannot be used.
+    """
+    started = time.perf_counter()
+    _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer)
+    out_dir = os.fspath(out_dir)
+    _refuse_existing(out_dir, overwrite)
+    try:
+        files = expand_inputs(inputs)
+        good, skipped, total_bytes = _scan_inputs(files, strict)
+    except InputError as e:
+        raise PrepareError(str(e)) from None
+    _clear_previous(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    try:
+        tok, shortfall = _get_tokenizer(tokenizer, good, total_bytes, vocab_size, out_dir, progress)
+        specials = special_token_ids(tok)
+    except TokenizerError as e:
+        raise PrepareError(str(e)) from None
+    if specials["pad"] != PAD_ID:
+        raise PrepareError(f"the tokenizer's <pad> id is {specials['pad']}; the record format needs {PAD_ID}")
+    vocab = vocabulary_size(tok)
+    if shards is None:
+        # Bytes per input byte, measured: ~0.8 (ids + mask), ~3 with labels (-100 is a 10-byte varint).
+        estimate = total_bytes * (3.0 if labels else 0.8)
+        shards = max(1, math.ceil(estimate / TARGET_SHARD_BYTES))
+        val_shards = max(1, math.ceil(estimate * validation_fraction / TARGET_SHARD_BYTES))
+    else:
+        val_shards = max(1, math.ceil(shards * validation_fraction))
+    # Never chosen for static masking nor drawn as a random replacement.
+    special_ids = set(specials.values()) | {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
+    previous_flag = tok.encode_special_tokens
+    tok.encode_special_tokens = True  # "<s>" in the text is text, not a control token
+    tok_time = time.perf_counter() - started
+
+    train = SplitWriter(out_dir, "train", shards)
+    validation = SplitWriter(out_dir, "validation", val_shards)
+    bar = Progress("encode+pack+write", total_bytes, enabled=progress)
+    pending = None  # the newest record, held back so both splits can be made non-empty
+    try:
+        docs = encoded_documents(tok, good, bar.update)
+        sequences = pack_documents(docs, seq_len, specials["bos"], specials["eos"], PAD_ID)
+        start = 0
+        for block, (ids, mask) in enumerate(blocks(sequences, BLOCK)):
+            label_block = None
+            if labels == "static":
+                rng = np.random.default_rng([seed, block])
+                ids, label_block = static_mask(ids, mask, rng, mask_rate, specials["mask"], special_ids, vocab)
+            records = encode_examples(ids, mask, label_block)
+            held_out = in_validation(np.arange(start, start + len(ids)), validation_fraction, seed)
+            tokens = mask.sum(axis=1)
+            for record, to_validation, n in zip(records, held_out, tokens):
+                if pending is not None:
+                    (validation if pending[1] else train).write(pending[0], pending[2])
+                pending = (record, bool(to_validation), int(n))
+            start += len(ids)
+        if pending is None:
+            raise PrepareError("no text in the inputs: every document is empty")
+        to_validation = pending[1]
+        if validation_fraction > 0 and validation.sequences == 0 and train.sequences > 0:
+            to_validation = True
+        elif train.sequences == 0:
+            to_validation = False
+        (validation if to_validation else train).write(pending[0], pending[2])
+        train_info, validation_info = train.finish(), validation.finish()
+    except BaseException:
+        train.abort()
+        validation.abort()
+        raise
+    finally:
+        tok.encode_special_tokens = previous_flag
+    encode_time = bar.close()
+    if validation_fraction > 0 and validation.sequences == 0:
+        warnings.warn("only one sequence: nothing left for validation", PrepareWarning, stacklevel=2)
+    manifest = {
+        "format": manifest_lib.FORMAT,
+        "train": train_info,
+        "validation": validation_info,
+        "vocabulary_size": vocab,
+        "requested_vocabulary_size": None if tokenizer is not None else vocab_size,
+        "sequence_length": seq_len,
+        "special_tokens": specials,
+        "tokenizer": "tokenizer.json",
+        "labels": labels,
+        "mask_rate": mask_rate,
+        "seed": seed,
+        "validation_fraction": validation_fraction,
+        "source": {
+            "inputs": [os.fspath(i) for i in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)],
+            "files": [os.path.abspath(f) for f in good],
+            "bytes": total_bytes,
+            "skipped_files": skipped,
+            "vocabulary_note": shortfall,
+        },
+        "timing_s": {"tokenizer": round(tok_time, 3), "encode_pack_write": round(encode_time, 3)},
+    }
+    manifest_lib.write_manifest(out_dir, manifest)
+    return manifest
+
+
+def _summary(manifest, out_dir):
+    src, tr, va = manifest["source"], manifest["train"], manifest["validation"]
+    lines = [
+        f"prepared {out_dir}: {tr['sequences']} train sequences ({tr['tokens']} tokens) in {len(tr['files'])} "
+        f"file(s), {va['sequences']} validation sequences ({va['tokens']} tokens) in {len(va['files'])} file(s)",
+        f"  vocabulary_size={manifest['vocabulary_size']} sequence_length={manifest['sequence_length']} "
+        f"labels={manifest['labels']} from {len(src['files'])} file(s), {src['bytes'] / 1e6:.1f} MB",
+    ]
+    if src["skipped_files"]:
+        lines.append(f"  skipped {len(src['skipped_files'])} file(s) (binary or not UTF-8): see manifest source.skipped_files")
+    if src["vocabulary_note"]:
+        lines.append(f"  note: {src['vocabulary_note']}")
+    return "\n".join(lines)
+
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="python -m kroberta.prepare", description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--input", action="append", help="glob of UTF-8 text files (repeatable; quote it)")
+    p.add_argument("--out", help="output directory")
+    p.add_argument("--vocab-size", type=int, help="tokenizer vocabulary size (default 10000)")
+    p.add_argument("--seq-len", type=int, help="tokens per sequence (default 64)")
+    p.add_argument("--validation-fraction", type=float, default=0.01)
+    p.add_argument("--shards", type=int, help="train shards (default: ~200 MB each)")
+    p.add_argument("--labels", choices=["static"], help="write static masked-LM labels")
+    p.add_argument("--mask-rate", type=float, default=0.15)
+    p.add_argument("--tokenizer", help="reuse this tokenizer.json instead of training one")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--strict", action="store_true", help="fail on binary / non-UTF-8 files")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing prepared directory")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--check", metavar="PATH", help="validate TFRecords: a prepared dir, a file or a glob")
+    p.add_argument("--max-records", type=int, help="with --check: only the first N records per file")
+    return p
+
+
+def _run_check(args):
+    from kroberta.check import check_records
+
+    vocab, length = args.vocab_size, args.seq_len
+    if os.path.isdir(args.check):
+        m = manifest_lib.load_manifest(args.check)
+        paths = list(m.files)
+        vocab = vocab if vocab is not None else m.vocabulary_size
+        length = length if length is not None else m.sequence_length
+    else:
+        paths = expand_inputs(args.check)
+    report = check_records(paths, vocabulary_size=vocab, sequence_length=length, max_records=args.max_records)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+def _run(args):
+    """Dispatch: --check returns an exit code, prepare returns its manifest."""
+    if args.check:
+        if args.input or args.out:
+            raise PrepareError("--check takes only PATH (and --vocab-size/--seq-len), not --input/--out")
+        return _run_check(args)
+    if not args.input or not args.out:
+        raise PrepareError("--input and --out are required (or --check PATH)")
+    if args.tokenizer and args.vocab_size is not None:
+        warnings.warn("--vocab-size is ignored with --tokenizer: the tokenizer's own vocabulary is used", PrepareWarning)
+    return prepare(
+        args.input, args.out,
+        vocab_size=args.vocab_size or 10000, seq_len=args.seq_len or 64,
+        validation_fraction=args.validation_fraction, shards=args.shards, labels=args.labels,
+        mask_rate=args.mask_rate, tokenizer=args.tokenizer, seed=args.seed, strict=args.strict,
+        progress=not args.no_progress, overwrite=args.overwrite,
+    )  # fmt: skip
+
+
+def main(argv=None):
+    """CLI entry point; returns the exit code (0 ok, 1 defects found, 2 usage/input error)."""
+    args = _parser().parse_args(argv)
+    with warnings.catch_warnings():
+        # One line per warning on stderr, no source line: these are messages for users.
+        warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
+        try:
+            manifest = _run(args)
+        except (PrepareError, InputError, manifest_lib.ManifestError, TokenizerError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("interrupted: no manifest written; partial shards were removed", file=sys.stderr)
+            return 130
+    if isinstance(manifest, int):
+        return manifest  # --check's exit code
+    print(_summary(manifest, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

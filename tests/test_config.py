@@ -1,0 +1,122 @@
+import dataclasses
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kroberta import config as config_lib
+from kroberta.config import Config, ConfigError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED = sorted(glob.glob(os.path.join(REPO, "configs", "*.toml")))
+
+
+def test_defaults_are_valid():
+    config_lib.validate(Config())
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=os.path.basename)
+def test_every_shipped_config_loads_and_validates(path):
+    config = config_lib.validate(config_lib.load_toml(path), path)
+    assert config.model.hidden_dim % config.model.num_heads == 0
+    with open(path) as f:
+        first = f.readline()
+    assert first.startswith("#"), "each config opens with a comment giving its command and cost"
+
+
+def test_shipped_configs_exist():
+    names = {os.path.basename(p) for p in SHIPPED}
+    assert {"seed.toml", "tiny.toml", "base.toml"} <= names
+
+
+def test_seed_config_is_the_reports_model():
+    m = config_lib.load_toml(os.path.join(REPO, "configs", "seed.toml")).model
+    assert (m.vocabulary_size, m.max_sequence_length, m.num_layers, m.num_heads, m.hidden_dim,
+            m.intermediate_dim) == (10000, 64, 3, 6, 300, 600)
+
+
+def test_overrides_parse_types():
+    config = config_lib.apply_overrides(Config(), [
+        "train.steps=4114", "train.learning_rate=3e-4", "train.mixed_precision=true",
+        "data.train=data/*.tfrecords", "run_dir=runs/x", "data.special_token_ids=[0, 2]",
+    ])
+    assert config.train.steps == 4114 and isinstance(config.train.steps, int)
+    assert config.train.learning_rate == 3e-4
+    assert config.train.mixed_precision is True
+    assert config.data.train == ("data/*.tfrecords",)
+    assert config.run_dir == "runs/x"
+    assert config.data.special_token_ids == (0, 2)
+
+
+def test_int_accepted_for_float_but_not_string_for_int():
+    assert config_lib.apply_overrides(Config(), ["train.learning_rate=1"]).train.learning_rate == 1.0
+    with pytest.raises(ConfigError, match=r"command line: train.steps: expected an integer"):
+        config_lib.apply_overrides(Config(), ["train.steps=many"])
+
+
+def test_unknown_key_names_key_and_source(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[model]\nhidden_size = 3\n")
+    with pytest.raises(ConfigError, match=r"bad.toml: unknown key 'model.hidden_size'"):
+        config_lib.load_toml(str(path))
+    with pytest.raises(ConfigError, match=r"command line: unknown key 'train.stepz'"):
+        config_lib.apply_overrides(Config(), ["train.stepz=3"])
+    with pytest.raises(ConfigError, match=r"unknown key 'optimizer'"):
+        config_lib.apply_overrides(Config(), ["optimizer.lr=3"])
+
+
+def test_wrong_type_in_file(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[train]\nmixed_precision = "yes"\n')
+    with pytest.raises(ConfigError, match=r"bad.toml: train.mixed_precision: expected true or false"):
+        config_lib.load_toml(str(path))
+
+
+def test_invalid_toml_and_missing_file(tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text("[model\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        config_lib.load_toml(str(path))
+    with pytest.raises(ConfigError, match="no such config file"):
+        config_lib.load_toml(str(tmp_path / "absent.toml"))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model.num_heads=7"], r"model.num_heads: 7 heads do not divide hidden_dim=128"),
+    (["train.eval_every=75"], r"train.eval_every: 75 is not a multiple of train.log_every=50"),
+    (["train.batch_size_per_device=0"], r"train.batch_size_per_device: must be >= 1"),
+    (["data.masking=sometimes"], r"data.masking: must be one of"),
+    (["data.mask_rate=1.5"], r"data.mask_rate: must be in \(0, 1\]"),
+    (["train.warmup_steps=5000"], r"train.warmup_steps: 5000 exceeds train.steps"),
+    (["model.dropout=1.0"], r"model.dropout"),
+    (["data.mask_token_id=99999"], r"data.mask_token_id: 99999 is outside the vocabulary"),
+])
+def test_impossible_values(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        config_lib.validate(config_lib.apply_overrides(Config(), overrides), "command line")
+
+
+def test_toml_round_trip():
+    config = config_lib.apply_overrides(Config(), ["data.train=[\"a\", \"b\"]", "train.steps=7"])
+    text = config_lib.to_toml(config)
+    again = config_lib.from_dict(__import__("tomllib").loads(text), "round trip")
+    assert again == config
+
+
+def test_prediction_slots_auto_and_explicit():
+    assert Config().data.prediction_slots(64) == 12  # ceil(1.25 * 0.15 * 64)
+    assert dataclasses.replace(Config().data, max_predictions=5).prediction_slots(64) == 5
+
+
+def test_cli_config_error_is_one_line_exit_2(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "kroberta.train", "--model.num_heads=7",
+         f"--run_dir={tmp_path / 'run'}"],
+        capture_output=True, text=True, cwd=REPO,
+    )
+    assert result.returncode == 2
+    assert "error: command line: model.num_heads: 7 heads do not divide" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists(), "nothing is written for a rejected config"
