@@ -33,18 +33,19 @@ def main(run: str, out: str, overwrite: bool = False) -> str:
         raise ExportError(f"--run {run}: no such directory")
     if os.path.exists(out) and not os.path.isdir(out):
         raise ExportError(f"--out {out}: exists and is not a directory")
-    if os.path.isdir(out) and os.listdir(out):
-        if not overwrite:
-            raise ExportError(f"--out {out}: directory is not empty (pass --overwrite to replace its export)")
-        # Drop files a previous export wrote, so e.g. a stale tokenizer cannot survive.
-        for name in hf.EXPORT_FILES:
-            path = os.path.join(out, name)
-            if os.path.isfile(path):
-                os.remove(path)
+    non_empty = os.path.isdir(out) and bool(os.listdir(out))
+    if non_empty and not overwrite:
+        raise ExportError(f"--out {out}: directory is not empty (pass --overwrite to replace its export)")
     try:
         model = checkpoint_io.load(run, mixed_precision=False)  # float32 weights either way
     except (FileNotFoundError, ValueError) as e:  # ConfigError is a ValueError
         raise ExportError(str(e)) from None
+    if non_empty:
+        # Drop the files a previous export wrote, so e.g. a stale tokenizer cannot survive.
+        for name in hf.EXPORT_FILES:
+            path = os.path.join(out, name)
+            if os.path.isfile(path):
+                os.remove(path)
     hf.export_hf(model, out, tokenizer=model.tokenizer)
     return out
 

@@ -26,12 +26,12 @@ def randomized_model(model_config=TINY, seed=0):
     model = build_model(model_config, seed=seed)
     rng = np.random.default_rng(seed)
     for v in model.weights:
-        v.assign((v.numpy() + rng.normal(0, 0.02, v.shape)).astype("float32"))
+        v.assign((np.asarray(v.value) + rng.normal(0, 0.02, v.shape)).astype("float32"))
     return model
 
 
 def weights_of(model):
-    return {v.path: v.numpy() for v in model.weights}
+    return {v.path: np.asarray(v.value) for v in model.weights}
 
 
 def assert_same_weights(a, b):
@@ -129,12 +129,12 @@ def test_export_writes_hf_names_shapes_and_config(tiny_export):
     positions = tensors["roberta.embeddings.position_embeddings.weight"]
     np.testing.assert_array_equal(positions[:2], 0.0)  # HF never reads rows 0-1
     np.testing.assert_array_equal(
-        positions[2:], model.backbone.embeddings.position_embedding.position_embeddings.numpy())
+        positions[2:], np.asarray(model.backbone.embeddings.position_embedding.position_embeddings.value))
     np.testing.assert_array_equal(tensors["roberta.embeddings.token_type_embeddings.weight"], 0.0)
     # torch Linear weights are (out, in): the transpose of Keras' (in, out) kernel.
     layer = model.backbone.transformer_layers[1]
     np.testing.assert_array_equal(tensors["roberta.encoder.layer.1.intermediate.dense.weight"],
-                                  layer._feedforward_intermediate_dense.kernel.numpy().T)
+                                  np.asarray(layer._feedforward_intermediate_dense.kernel.value).T)
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)
     assert config["model_type"] == "roberta" and config["architectures"] == ["RobertaForMaskedLM"]
@@ -162,11 +162,14 @@ def test_init_from_hf_loads_into_an_existing_model(tiny_export):
     assert_same_weights(model, other)
 
 
-def test_init_from_hf_refuses_another_shape(tiny_export):
-    _, out = tiny_export
-    wider = build_model(ModelConfig(**{**TINY.__dict__, "hidden_dim": 32}))
-    with pytest.raises(HFConversionError, match="hidden_size=16 .* model has 32"):
-        hf.init_from_hf(wider, out)
+@pytest.mark.parametrize("key, value, message", [
+    ("hidden_size", 32, "hidden_size=32 gives model.hidden_dim=32, but the model has 16"),
+    ("max_position_embeddings", 34, "max_position_embeddings=34 gives model.max_sequence_length=32, but the model has 16"),
+])
+def test_init_from_hf_refuses_another_shape(tiny_export, tmp_path, key, value, message):
+    model, out = tiny_export
+    with pytest.raises(HFConversionError, match=message):
+        hf.init_from_hf(model, rewrite_config(out, str(tmp_path / "other"), **{key: value}))
 
 
 def test_token_type_row_is_folded_into_positions(tiny_export, tmp_path):
@@ -177,9 +180,9 @@ def test_token_type_row_is_folded_into_positions(tiny_export, tmp_path):
         t["roberta.embeddings.token_type_embeddings.weight"] = np.stack([row, row * 7])  # 2 types
 
     loaded = hf.from_hf(rewrite_tensors(out, str(tmp_path / "tt"), add_types))
-    want = model.backbone.embeddings.position_embedding.position_embeddings.numpy() + row
+    want = np.asarray(model.backbone.embeddings.position_embedding.position_embeddings.value) + row
     np.testing.assert_array_equal(
-        loaded.backbone.embeddings.position_embedding.position_embeddings.numpy(), want)
+        np.asarray(loaded.backbone.embeddings.position_embedding.position_embeddings.value), want)
 
 
 def test_tokenizer_is_exported_and_imported(tmp_path):
@@ -288,6 +291,10 @@ def test_export_cli_round_trip(tmp_path, capsys):
     assert export.cli(["--run", str(tmp_path / "run"), "--out", out]) == 2
     assert "not empty" in capsys.readouterr().err
     assert export.cli(["--run", str(tmp_path / "run"), "--out", out, "--overwrite"]) == 0
+    # Overwriting with a run that has no tokenizer leaves no stale tokenizer behind.
+    make_run(tmp_path / "run2")
+    assert export.cli(["--run", str(tmp_path / "run2"), "--out", out, "--overwrite"]) == 0
+    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors"]
 
 
 def test_export_cli_errors_are_one_line_exit_2(tmp_path, capsys):
