@@ -29,10 +29,14 @@ def __getattr__(name):
         from kroberta import checkpoint_io
 
         return getattr(checkpoint_io, name)
-    if name in ("predict", "fill_mask"):
-        from kroberta import predict as predict_module
+    if name in ("predict", "predict_batches"):
+        from kroberta import prediction
 
-        return getattr(predict_module, name)
+        return getattr(prediction, name)
+    if name == "fill_mask":
+        from kroberta.fill_mask import fill_mask
+
+        return fill_mask
     if name in ("export_hf", "from_hf"):
         from kroberta import hf
 
@@ -40,4 +44,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'kroberta' has no attribute {name!r}")
 
 
-__all__ = ["load", "predict", "fill_mask", "export_hf", "from_hf"]
+__all__ = ["load", "predict", "predict_batches", "fill_mask", "export_hf", "from_hf"]

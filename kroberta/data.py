@@ -141,14 +141,15 @@ def check_against_model(spec: DataSpec, data: DataConfig, model: ModelConfig, ke
         raise ConfigError(f"{key}: data.masking='static' needs a 'labels' feature in the files")
 
 
-def _tagged_records(files_ds):
+def _tagged_records(files_ds, cycle_length=4):
     # (file, index within file, serialized record): the tags let a bad record be
-    # reported by name, whichever parallel map step meets it.
+    # reported by name, whichever parallel map step meets it. cycle_length=1 reads
+    # the files one after the other (input order, for prediction).
     def read(path):
         return tf.data.TFRecordDataset(path).enumerate().map(lambda i, r: (path, i, r))
 
-    return files_ds.interleave(read, cycle_length=4, block_length=1, num_parallel_calls=AUTOTUNE,
-                               deterministic=True)
+    return files_ds.interleave(read, cycle_length=cycle_length, block_length=1,
+                               num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
 def _parse_and_check(path, index, record, length: int, vocabulary_size: int, with_labels: bool):
@@ -280,6 +281,17 @@ def _parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int):
         return _to_model_inputs(parsed, element_seed, data, slots, vocabulary_size)
 
     return parse
+
+
+def read_examples(spec: DataSpec, vocabulary_size: int):
+    """Every record of the files once, in order, checked: dicts of int32 (L,) arrays."""
+    ds = _tagged_records(tf.data.Dataset.from_tensor_slices(list(spec.files)), cycle_length=1)
+
+    def parse(path, record_index, record):
+        return _parse_and_check(path, record_index, record, spec.sequence_length,
+                                vocabulary_size, spec.has_labels)
+
+    return ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
 def padding_example(length: int, slots: int, pad_token_id: int):

@@ -1,0 +1,254 @@
+"""Prediction compiled, sharded and reduced on the devices.
+
+Every batch runs as one XLA program over a 1-D device mesh (batch axis): the
+backbone, the sparse head at M slots per sequence and the reduction the caller
+asked for (top-k, log-softmax, per-example loss, mean pooling). The host only
+receives reduced arrays, one batch at a time, while the next batch is already
+on the devices. The model's own variables are never touched: the step runs on a
+replicated copy of the weights, so a failure mid-way leaves the model usable.
+"""
+
+import contextlib
+import dataclasses
+import warnings
+
+import jax
+import jax.numpy as jnp
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kroberta import data as data_lib
+from kroberta import prediction_inputs as inputs_lib
+
+OUTPUTS = ("top_k", "logits", "loss", "embeddings")
+DEFAULT_MAX_OUTPUT_BYTES = 4 * 2**30  # host memory one call may return
+
+
+class PredictionError(ValueError):
+    """Bad arguments or inputs to predict; the message says what to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    output: str
+    k: int
+    slots: int
+    length: int
+    batch_size: int
+    mesh: jax.sharding.Mesh
+
+
+def _mesh(batch_size: int | None, per_device: int):
+    devices = jax.devices()
+    count = len(devices)
+    if batch_size is None:
+        batch_size = per_device * count
+    if batch_size % count:
+        # Every device gets the same share; round up rather than fail.
+        batch_size += count - batch_size % count
+    return jax.sharding.Mesh(np.array(devices), ("batch",)), batch_size
+
+
+def _twin(model):
+    """A functional view of the MLM that also exposes the last hidden layer."""
+    cached = getattr(model, "_kroberta_twin", None)
+    if cached is None:
+        x = model.input
+        hidden = model.backbone({"token_ids": x["token_ids"], "padding_mask": x["padding_mask"]})
+        logits = model.masked_lm_head(hidden, x["mask_positions"])
+        cached = keras.Model(x, {"hidden": hidden, "logits": logits})
+        model._kroberta_twin = cached
+    return cached
+
+
+def _reduce(output, k, hidden, logits, batch):
+    """The on-device reduction. hidden (B, L, H), logits (B, M, V)."""
+    if output == "embeddings":
+        weights = batch["padding_mask"].astype(jnp.float32)[..., None]  # (B, L, 1)
+        pooled = (hidden.astype(jnp.float32) * weights).sum(1) / jnp.maximum(weights.sum(1), 1.0)
+        return {"embeddings": pooled}  # (B, H)
+    logits = logits.astype(jnp.float32)
+    if output == "logits":
+        return {"logits": logits}
+    log_probs = jax.nn.log_softmax(logits, axis=-1)  # (B, M, V)
+    if output == "top_k":
+        values, ids = jax.lax.top_k(log_probs, k)  # (B, M, k), best first
+        return {"token_ids": ids.astype(jnp.int32), "log_probs": values}
+    labels = batch["labels"]  # (B, M), -100 where no label
+    weights = (labels != -100).astype(jnp.float32)
+    targets = jnp.where(labels == -100, 0, labels)
+    token_loss = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+    correct = (jnp.argmax(log_probs, axis=-1) == targets).astype(jnp.float32)
+    count = weights.sum(-1)
+    return {
+        "loss": (token_loss * weights).sum(-1) / jnp.maximum(count, 1.0),
+        "masked_accuracy": (correct * weights).sum(-1) / jnp.maximum(count, 1.0),
+        "num_predictions": count.astype(jnp.int32),
+    }
+
+
+def _compiled_step(model, plan: _Plan):
+    """The jitted step for this model and plan; cached so a second call compiles nothing.
+
+    Weights are arguments, not constants, so one compiled step serves every call.
+    """
+    cache = model.__dict__.setdefault("_kroberta_steps", {})
+    key = (plan.output, plan.k, tuple(d.id for d in plan.mesh.devices.flat))
+    if key in cache:
+        return cache[key]
+    twin = _twin(model)
+    replicated = jax.sharding.NamedSharding(plan.mesh, jax.sharding.PartitionSpec())
+    by_batch = jax.sharding.NamedSharding(plan.mesh, jax.sharding.PartitionSpec("batch"))
+
+    def step(trainable, non_trainable, batch):
+        model.__dict__["_kroberta_traces"] = model.__dict__.get("_kroberta_traces", 0) + 1
+        x = {name: batch[name] for name in ("token_ids", "padding_mask", "mask_positions")}
+        outputs, _ = twin.stateless_call(trainable, non_trainable, x, training=False)
+        return _reduce(plan.output, plan.k, outputs["hidden"], outputs["logits"], batch)
+
+    jitted = jax.jit(step, in_shardings=(replicated, replicated, by_batch), out_shardings=by_batch)
+    cache[key] = (jitted, replicated, by_batch)
+    return cache[key]
+
+
+def _weights_snapshot(model, replicated):
+    """A private, replicated copy of the current weights (taken on every call, so a
+    model trained further since the last call is predicted with its new weights).
+
+    A copy, never an alias: Keras' own fit/predict may donate or purge the
+    variables' buffers, which must not pull arrays from under a cached step."""
+    twin = _twin(model)
+    return (
+        [jax.device_put(v.value, replicated, may_alias=False) for v in twin.trainable_variables],
+        [jax.device_put(v.value, replicated, may_alias=False) for v in twin.non_trainable_variables],
+    )
+
+
+def trace_count(model) -> int:
+    """How many times a predict step of `model` was traced (compiled); for tests and tools."""
+    return model.__dict__.get("_kroberta_traces", 0)
+
+
+def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batch_size=None,
+                    slots=None, max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES):
+    """Yields the prediction in input order, one dict of numpy arrays per batch.
+
+    Same arguments as `predict`; use this to stream results to disk with host
+    memory bounded by one batch.
+    """
+    if output not in OUTPUTS:
+        raise PredictionError(f"output must be one of {OUTPUTS}, got {output!r}")
+    if positions not in ("masked", "all"):
+        raise PredictionError(f"positions must be 'masked' or 'all', got {positions!r}")
+    config = getattr(model, "kroberta_config", None)
+    if config is None:
+        raise PredictionError("model has no kroberta_config: load it with kroberta.load(run_dir)")
+    source = inputs_lib.as_examples(inputs, config)
+    if output == "loss" and not source.has_labels:
+        raise PredictionError("output='loss' needs labels (a 'labels' array or feature, -100 = none)")
+    if output == "top_k" and not 1 <= k <= config.model.vocabulary_size:
+        raise PredictionError(f"k must be in [1, {config.model.vocabulary_size}], got {k}")
+    length = source.sequence_length
+    if positions == "all":
+        plan_slots = length
+    else:
+        plan_slots = slots or config.data.prediction_slots(length)
+    mesh, global_batch = _mesh(batch_size, config.train.batch_size_per_device)
+    plan = _Plan(output, k, plan_slots, length, global_batch, mesh)
+    if output == "logits" and source.examples is not None:
+        size = source.examples * (length if positions == "all" else plan_slots) \
+            * config.model.vocabulary_size * 4
+        if size > max_output_bytes:
+            raise PredictionError(
+                f"output='logits' for {source.examples} examples x {plan_slots} positions x "
+                f"{config.model.vocabulary_size} tokens is {size / 2**30:.1f} GiB of float32, over "
+                f"the {max_output_bytes / 2**30:.1f} GiB budget; use output='top_k' (reduced on the "
+                "device) or raise max_output_bytes")
+    dataset = inputs_lib.batched(source, config, plan_slots, positions, global_batch)
+    jitted, replicated, by_batch = _compiled_step(model, plan)
+    weights = _weights_snapshot(model, replicated)
+
+    dropped = 0
+    in_flight = None
+    with warnings.catch_warnings(), _explained_data_errors(source):
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        for batch in dataset.as_numpy_iterator():
+            real = batch.pop("is_real")
+            dropped += int(batch.pop("dropped").sum())
+            device_batch = jax.device_put(batch, by_batch)
+            result = jitted(*weights, device_batch)  # dispatched asynchronously
+            for value in result.values():
+                value.copy_to_host_async()
+            if in_flight is not None:
+                yield _to_host(*in_flight)
+            in_flight = (result, batch, real)
+        if in_flight is not None:
+            yield _to_host(*in_flight)
+    if dropped and output != "embeddings":
+        warnings.warn(
+            f"{dropped} masked position(s) beyond the {plan_slots} slots per sequence were not "
+            "predicted; pass slots=N (or positions='all') to predict them", stacklevel=2)
+
+
+@contextlib.contextmanager
+def _explained_data_errors(source):
+    try:
+        yield
+    except tf.errors.OpError as error:
+        explained = data_lib.explain_pipeline_error(error, source.files)
+        if explained is None:
+            raise
+        raise explained from None
+
+
+def _to_host(result, batch, real):
+    """Reduced outputs of one batch, padding rows dropped, plus the slot bookkeeping."""
+    out = {name: np.asarray(value)[real] for name, value in result.items()}
+    if "mask_positions" in batch and "embeddings" not in out:
+        out["positions"] = batch["mask_positions"][real].astype(np.int32)
+        out["valid"] = batch["valid"][real].astype(bool)
+    return out
+
+
+def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=None, slots=None,
+            max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES):
+    """Predicts with a kroberta model, reduced on the devices.
+
+    Args:
+        model: a model from `kroberta.load(run_dir)` (or `kroberta.from_hf`).
+        inputs: a TFRecord path, glob or list of them; a `tf.data.Dataset` of
+            dicts (batched or not); or a dict of numpy arrays `input_ids`
+            (N, L), `attention_mask` (N, L) and optionally `labels` (N, L).
+        output: "top_k", "logits", "loss" or "embeddings".
+        k: candidates per position for "top_k".
+        positions: "masked" (where the input holds <mask>, or where labels are
+            not -100 when labels are given; M slots per sequence) or "all" (M = L).
+        batch_size: sequences per step over all devices (rounded up to a
+            multiple of the device count); default: the training batch.
+        slots: M for positions="masked"; default: the training config's.
+        max_output_bytes: refuse "logits" results larger than this.
+
+    Returns:
+        A dict of numpy arrays with one row per input example, in input order:
+        top_k: token_ids int32 [N, M, k] and log_probs float32 [N, M, k], best
+        first; logits: logits float32 [N, M, V]; loss: loss, masked_accuracy
+        float32 [N] and num_predictions int32 [N]; embeddings: embeddings
+        float32 [N, hidden]. Except for embeddings, also positions int32 [N, M]
+        and valid bool [N, M] (which slots hold a real position).
+    """
+    chunks, held = [], 0
+    for chunk in predict_batches(model, inputs, output, k, positions, batch_size, slots,
+                                 max_output_bytes):
+        held += sum(a.nbytes for a in chunk.values())
+        if held > max_output_bytes:
+            # Inputs of unknown length (a dataset) are only measured as they arrive.
+            raise PredictionError(
+                f"the {output!r} result passed the {max_output_bytes / 2**30:.1f} GiB budget after "
+                f"{sum(len(c['valid' if 'valid' in c else output]) for c in chunks)} examples; use "
+                "output='top_k', predict_batches() to stream, or raise max_output_bytes")
+        chunks.append(chunk)
+    if not chunks:
+        raise PredictionError("the inputs hold no examples")
+    return {name: np.concatenate([c[name] for c in chunks]) for name in chunks[0]}
+
