@@ -34,7 +34,7 @@ def __getattr__(name):
 
         return getattr(prediction, name)
     if name == "fill_mask":
-        from kroberta.fill_mask import fill_mask
+        from kroberta.filling import fill_mask
 
         return fill_mask
     if name in ("export_hf", "from_hf"):

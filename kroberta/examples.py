@@ -4,11 +4,11 @@ import kroberta
 
 # Sentences in the register of the standard library's docstrings (the default corpus).
 SENTENCES = (
-    "Return the <mask> of the list.",
-    "If the file does not <mask>, an error is raised.",
-    "This module provides functions for working with <mask> and times.",
-    "Raise a ValueError if the <mask> is negative.",
-    "The default value is <mask>.",
+    "Return the number <mask> items in the list.",
+    "If the file does not exist, an <mask> is raised.",
+    "Return True if the object is an instance <mask> the class.",
+    "The default value <mask> None.",
+    "This method returns a <mask> of strings.",
 )
 
 

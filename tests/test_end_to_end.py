@@ -1,0 +1,84 @@
+"""Raw text -> prepare -> train -> load -> fill_mask, and training from a Hugging Face checkpoint."""
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+import kroberta
+from kroberta import config as config_lib
+from kroberta import prepare, train
+from kroberta.config import ConfigError
+
+WORDS = ["alpha", "beta", "gamma", "delta", "omega", "river", "stone", "cloud", "light", "north"]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    rng = random.Random(0)
+    lines = []
+    for _ in range(400):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(5, 15))]
+        lines.append("The " + " ".join(words) + " ends here.\n\n")
+    (root / "corpus.txt").write_text("".join(lines))
+    prepare.prepare([str(root / "corpus.txt")], str(root / "data"), vocab_size=320, seq_len=32,
+                    validation_fraction=0.05, progress=False)
+    return root
+
+
+def _config(prepared, run_dir, **model):
+    config = config_lib.load_toml("configs/tiny.toml")
+    config = dataclasses.replace(
+        config, run_dir=str(run_dir),
+        data=dataclasses.replace(config.data, dir=str(prepared / "data")),
+        model=dataclasses.replace(config.model, **model),
+        train=dataclasses.replace(config.train, steps=60, eval_every=30, checkpoint_every=30))
+    return config
+
+
+def test_prepare_train_fill_mask(prepared, tmp_path):
+    from kroberta.manifest import load_manifest
+
+    vocabulary = load_manifest(str(prepared / "data")).vocabulary_size
+    run_dir = tmp_path / "run"
+    train.main(_config(prepared, run_dir, vocabulary_size=vocabulary))
+    assert (run_dir / "tokenizer.json").exists(), "the run keeps the data's tokenizer"
+    model = kroberta.load(str(run_dir))
+    results = kroberta.fill_mask(model, ["The alpha <mask> gamma ends here.",
+                                         "The <mask> beta <mask> ends here."], top_k=3)
+    single, double = results
+    assert len(single) == 3 and len(double) == 2 and all(len(c) == 3 for c in double)
+    for candidate in single + double[0] + double[1]:
+        assert set(candidate) == {"token_id", "token_str", "score", "sequence"}
+        assert 0.0 <= candidate["score"] <= 1.0
+        assert 0 <= candidate["token_id"] < vocabulary
+        assert isinstance(candidate["token_str"], str) and "ends here." in candidate["sequence"]
+    scores = [c["score"] for c in single]
+    assert scores == sorted(scores, reverse=True)
+    assert single[0]["sequence"] == "The alpha" + single[0]["token_str"] + " gamma ends here."
+    with pytest.raises(ValueError, match="text 0 has no <mask>"):
+        kroberta.fill_mask(model, ["no mask here"])
+
+
+def test_vocabulary_mismatch_with_the_prepared_data_is_refused(prepared, tmp_path):
+    with pytest.raises(ConfigError, match=r"was prepared with a vocabulary of \d+ tokens but "
+                                          r"model.vocabulary_size=999; set --model.vocabulary_size="):
+        train.main(_config(prepared, tmp_path / "run", vocabulary_size=999))
+
+
+def test_training_can_start_from_a_hugging_face_checkpoint(prepared, tmp_path):
+    from kroberta.manifest import load_manifest
+    from kroberta.model import build_model
+
+    vocabulary = load_manifest(str(prepared / "data")).vocabulary_size
+    config = _config(prepared, tmp_path / "run", vocabulary_size=vocabulary)
+    start = build_model(config.model, seed=42)
+    kroberta.export_hf(start, str(tmp_path / "hf"))
+    config = dataclasses.replace(config, init_from_hf=str(tmp_path / "hf"),
+                                 train=dataclasses.replace(config.train, learning_rate=1e-12))
+    train.main(config, until_step=10)
+    trained = kroberta.load(str(tmp_path / "run"))
+    for a, b in zip(start.weights, trained.weights):
+        np.testing.assert_allclose(np.asarray(a.value), np.asarray(b.value), atol=1e-6)
