@@ -17,17 +17,35 @@ TOKENIZER_FILE = "tokenizer.json"
 
 
 def save(model, run_dir: str):
-    """Writes the model's weights (not the optimizer's) into `run_dir` atomically."""
+    """Writes the model's weights (not the optimizer's) into `run_dir` atomically.
+
+    In a multi-process run every process must call this (weights split across
+    processes are gathered, a collective); only process 0 writes.
+    """
+    import jax
+    import keras
+
+    from kroberta.distribute import to_host
+
+    weights = [to_host(v.value) for v in model.weights]
+    if jax.process_index() != 0:
+        return None
     os.makedirs(run_dir, exist_ok=True)
     final = os.path.join(run_dir, WEIGHTS_FILE)
     tmp = os.path.join(run_dir, f".tmp-{os.getpid()}.{WEIGHTS_FILE}")
-    if model.optimizer is not None:
-        # Keras would store the optimizer's state too (3x the size); the final model
-        # is for inference and export, so save an uncompiled twin with the same weights.
+    # Keras would store the optimizer's state too (3x the size); the final model is for
+    # inference and export, so save an uncompiled twin with the same weights. It is made
+    # and saved outside any distribution: its arrays stay on this host, and nothing in
+    # `save_weights` (which builds a throwaway optimizer) becomes a collective that
+    # the other processes would never join.
+    distribution = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    try:
         twin = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
-        twin.set_weights(model.get_weights())
-        model = twin
-    model.save_weights(tmp)
+        twin.set_weights(weights)
+        twin.save_weights(tmp)
+    finally:
+        keras.distribution.set_distribution(distribution)
     os.replace(tmp, final)
     return final
 

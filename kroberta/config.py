@@ -10,6 +10,7 @@ from (a file, the command line or a manifest), so the CLI can print one line.
 
 import dataclasses
 import math
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -21,13 +22,13 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    vocabulary_size: int = 4096  # token-embedding rows; must equal the tokenizer's size
+    vocabulary_size: int = 2048  # token-embedding rows; must equal the tokenizer's size
     num_layers: int = 2  # transformer encoder blocks
     num_heads: int = 4  # attention heads; must divide hidden_dim
     hidden_dim: int = 128  # width of the residual stream
     intermediate_dim: int = 512  # width of each feed-forward block
     max_sequence_length: int = 64  # rows of the position table; the longest sequence
-    dropout: float = 0.1  # dropout in embeddings, attention and feed-forward
+    dropout: float = 0.0  # dropout in embeddings, attention and feed-forward (RoBERTa: 0.1)
 
     @property
     def head_dim(self) -> int:
@@ -56,9 +57,9 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_size_per_device: int = 16  # sequences per device per step; global = this x devices
-    steps: int = 1500  # optimizer steps in the whole run
-    learning_rate: float = 1e-3  # peak learning rate, reached after warmup
+    batch_size_per_device: int = 32  # sequences per device per step; global = this x devices
+    steps: int = 1000  # optimizer steps in the whole run
+    learning_rate: float = 2e-3  # peak learning rate, reached after warmup
     warmup_steps: int = 100  # linear warmup from 0, then linear decay to 0 at `steps`
     weight_decay: float = 0.01  # AdamW decay; never applied to biases or LayerNorm
     clip_norm: float = 1.0  # global gradient-norm clip; 0 disables
@@ -68,17 +69,27 @@ class TrainConfig:
     mixed_precision: bool = False  # bf16 compute with float32 weights
     steps_per_execution: int = 1  # train steps per compiled call (cuts per-step dispatch on TPU)
     log_every: int = 50  # steps between log lines / metrics.jsonl rows
-    eval_every: int = 500  # steps between evaluations; a multiple of log_every; 0 = only at the end
+    eval_every: int = 250  # steps between evaluations; a multiple of log_every; 0 = only at the end
     eval_steps: int = 0  # batches per evaluation; 0 = the whole validation set
-    checkpoint_every: int = 500  # steps between checkpoints; a multiple of log_every
+    checkpoint_every: int = 250  # steps between checkpoints; a multiple of log_every
     keep_checkpoints: int = 2  # most recent checkpoints kept on disk
     seed: int = 0  # initialisation, shuffling and masking
 
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    strategy: str = "data"  # "data": replicate weights, shard the batch (Keras DataParallel)
-    devices: int = 0  # devices to use; 0 = all that JAX sees
+    # "data": weights replicated, batch split over every device (Keras DataParallel).
+    # "fsdp": batch split over every device, weights and optimizer state sharded over
+    #   the "model" axis and gathered when used (same math as "data", 1/model_parallel memory).
+    # "model": tensor parallelism: heads, MLP and embedding width split over "model";
+    #   the devices of one "model" group work on the same examples.
+    strategy: str = "data"  # "data", "fsdp" or "model" (above)
+    devices: int = 0  # devices to use (one process only); 0 = all that JAX sees
+    model_parallel: int = 0  # size of the "model" mesh axis for fsdp/model; 0 = devices per host
+    coordinator: str = ""  # HOST:PORT of process 0 for multi-host; "" = env vars / Cloud TPU / none
+    num_processes: int = 0  # processes in the job; 0 = from the environment, 1 = never initialize
+    process_id: int = -1  # this process's index in [0, num_processes); -1 = from the environment
+    initialization_timeout: int = 300  # seconds to wait for every process to reach the coordinator
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     run_dir: str = "runs/default"  # checkpoints, logs, the final model and config.toml go here
+    init_from_hf: str = ""  # a Hugging Face RoBERTa directory to start from (continued pretraining)
 
 
 SECTIONS = {
@@ -96,8 +108,8 @@ SECTIONS = {
     "train": TrainConfig,
     "distributed": DistributedConfig,
 }
-TOP_LEVEL_KEYS = ("run_dir",)
-_STRATEGIES = ("data",)
+TOP_LEVEL_KEYS = ("run_dir", "init_from_hf")
+_STRATEGIES = ("data", "fsdp", "model")
 _MASKING = ("dynamic", "static")
 
 
@@ -258,11 +270,35 @@ def validate(config: Config, source: str | dict = "config") -> Config:
     if config.distributed.strategy not in _STRATEGIES:
         fail("distributed.strategy",
              f"must be one of {_STRATEGIES}, got {config.distributed.strategy!r}")
-    if config.distributed.devices < 0:
-        fail("distributed.devices", "must be >= 0")
+    _validate_distributed(config, fail)
     if not config.run_dir:
         fail("run_dir", "must not be empty")
     return config
+
+
+def _validate_distributed(config: Config, fail):
+    """The static checks; those that need the device count are in kroberta.distribute."""
+    dist, m = config.distributed, config.model
+    for key in ("devices", "model_parallel", "num_processes"):
+        if getattr(dist, key) < 0:
+            fail(f"distributed.{key}", f"must be >= 0, got {getattr(dist, key)}")
+    if dist.process_id < -1 or (dist.num_processes and dist.process_id >= dist.num_processes):
+        fail("distributed.process_id", f"must be -1 (auto) or in [0, num_processes="
+             f"{dist.num_processes or 'auto'}), got {dist.process_id}")
+    if dist.initialization_timeout < 1:
+        fail("distributed.initialization_timeout", f"must be >= 1, got {dist.initialization_timeout}")
+    if dist.coordinator and not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", dist.coordinator):
+        fail("distributed.coordinator", f"expected HOST:PORT, got {dist.coordinator!r}")
+    if dist.model_parallel and dist.strategy in ("fsdp", "model"):
+        check_model_parallel(dist.model_parallel, m, lambda problem: fail(
+            "distributed.model_parallel", problem))
+
+
+def check_model_parallel(size: int, m: ModelConfig, fail):
+    """The "model" axis must divide every dimension the layouts shard."""
+    for key in ("num_heads", "hidden_dim", "intermediate_dim"):
+        if getattr(m, key) % size:
+            fail(f"a model axis of {size} does not divide model.{key}={getattr(m, key)}")
 
 
 def sources(config_path: str | None, overrides: list[str]) -> dict:
@@ -286,7 +322,7 @@ def to_dict(config: Config) -> dict:
     def plain(v):
         return list(v) if isinstance(v, tuple) else v
 
-    out = {"run_dir": config.run_dir}
+    out = {key: getattr(config, key) for key in TOP_LEVEL_KEYS}
     for name in SECTIONS:
         section = getattr(config, name)
         out[name] = {f.name: plain(getattr(section, f.name)) for f in dataclasses.fields(section)}

@@ -222,16 +222,38 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
 
     Returns a dataset of (x, y) with x = {token_ids (B, L), padding_mask (B, L),
     mask_positions (B, M)} and y = labels (B, M), all int32.
+
+    With `shard=(count, index)` (one of `count` processes), `global_batch` is this
+    process's share of a step and the process reads only its part of the data:
+    every count-th file of each epoch's shuffled file list (all processes draw the
+    same list), or every count-th record when there are fewer files than processes.
+    Element i of process p stands for element i*count+p of the unsharded stream (its
+    masking seed). With shuffle_buffer = 1, count dividing 4 and files of equal
+    length (record sharding: any files), the processes' batches k together hold
+    exactly the records and masks of the single-process batch k.
     """
-    files = tf.data.Dataset.from_tensor_slices(list(spec.files))
-    if shard is not None:
-        files = files.shard(*shard)
-    files = files.shuffle(len(spec.files), seed=seed, reshuffle_each_iteration=True).repeat()
-    ds = _tagged_records(files)
-    ds = ds.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    count, index = shard or (1, 0)
+    by_file = count > 1 and len(spec.files) >= count
+    # Epoch e reads the files in a stateless permutation of (seed, e), and the record
+    # shuffle is not reseeded per iteration: the stream is a pure function of the seed,
+    # however many times Keras iterates this dataset object (fit peeks at a batch to
+    # build the model, then starts a new iterator).
+    names = tf.constant(list(spec.files))
+    files = tf.data.Dataset.range(2**62).flat_map(
+        lambda epoch: tf.data.Dataset.from_tensor_slices(tf.random.experimental.stateless_shuffle(
+            names, seed=tf.stack([tf.cast(seed, tf.int64), epoch]))))
+    if by_file:
+        files = files.shard(count, index)
+    # The single-process interleave reads 4 files at a time; a file shard reads 4/count.
+    ds = _tagged_records(files, cycle_length=max(1, 4 // count) if by_file else 4)
+    if count > 1 and not by_file:
+        ds = ds.shard(count, index)
+    ds = ds.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
     ds = ds.enumerate()
     # Skipping raw records is cheap: nothing is parsed or masked.
     ds = ds.skip(start_step * global_batch)
+    if count > 1:
+        ds = ds.map(lambda i, tagged: (i * count + index, tagged))
 
     parse = _parser(spec, data, vocabulary_size, seed)
     ds = ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
@@ -239,13 +261,16 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
 
 
 def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
-                 seed: int, max_batches: int = 0):
+                 seed: int, max_batches: int = 0, shard: tuple[int, int] | None = None):
     """Every validation example once, in file order, with the same masks on every call.
 
     The last batch is completed with padding examples whose labels are all -100,
     so no example is dropped and every batch has the shape the devices expect; the
-    masked loss and metrics give the padding no weight.
+    masked loss and metrics give the padding no weight. With `shard=(count, index)`
+    each process yields its 1/count slice of every global batch (it reads all the
+    files: validation sets are small).
     """
+    count, index = shard or (1, 0)
     length, slots = spec.sequence_length, data.prediction_slots(spec.sequence_length)
     ds = _tagged_records(tf.data.Dataset.from_tensor_slices(list(spec.files))).enumerate()
 
@@ -253,14 +278,20 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
                 deterministic=True)
     filler = padding_example(length, slots, data.pad_token_id)
     ds = ds.concatenate(tf.data.Dataset.from_tensors(filler).repeat(global_batch - 1))
-    ds = ds.batch(global_batch, drop_remainder=True)
-    records = spec.records if spec.records is not None else count_records(spec.files)
+    # Global batch k is the slices k*count ... k*count+count-1; process p takes slice p.
+    records = spec_records(spec)
     batches = -(-records // global_batch)
+    ds = ds.batch(global_batch // count, drop_remainder=True)
+    ds = ds.take(batches * count).shard(count, index)
     if max_batches:
         batches = min(batches, max_batches)
         ds = ds.take(max_batches)
     # A known length lets Keras end the evaluation without an "ran out of data" warning.
     return ds.apply(tf.data.experimental.assert_cardinality(batches)).prefetch(AUTOTUNE)
+
+
+def spec_records(spec: DataSpec) -> int:
+    return spec.records if spec.records is not None else count_records(spec.files)
 
 
 def count_records(files) -> int:

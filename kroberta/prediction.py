@@ -88,6 +88,27 @@ def _reduce(output, k, hidden, logits, batch):
     }
 
 
+def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh):
+    """The predict step over `mesh`, not yet jitted: (step, in_shardings, out_shardings).
+
+    `step(trainable, non_trainable, batch)` runs the MLM on a batch sharded along
+    the mesh's "batch" axis, with replicated weights, and reduces on the devices.
+    `_compiled_step` jits it for the local devices; `kroberta.aot` lowers the same
+    function for a TPU topology.
+    """
+    twin = _twin(model)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    by_batch = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
+
+    def step(trainable, non_trainable, batch):
+        model.__dict__["_kroberta_traces"] = model.__dict__.get("_kroberta_traces", 0) + 1
+        x = {name: batch[name] for name in ("token_ids", "padding_mask", "mask_positions")}
+        outputs, _ = twin.stateless_call(trainable, non_trainable, x, training=False)
+        return _reduce(output, k, outputs["hidden"], outputs["logits"], batch)
+
+    return step, (replicated, replicated, by_batch), by_batch
+
+
 def _compiled_step(model, plan: _Plan):
     """The jitted step for this model and plan; cached so a second call compiles nothing.
 
@@ -97,18 +118,9 @@ def _compiled_step(model, plan: _Plan):
     key = (plan.output, plan.k, tuple(d.id for d in plan.mesh.devices.flat))
     if key in cache:
         return cache[key]
-    twin = _twin(model)
-    replicated = jax.sharding.NamedSharding(plan.mesh, jax.sharding.PartitionSpec())
-    by_batch = jax.sharding.NamedSharding(plan.mesh, jax.sharding.PartitionSpec("batch"))
-
-    def step(trainable, non_trainable, batch):
-        model.__dict__["_kroberta_traces"] = model.__dict__.get("_kroberta_traces", 0) + 1
-        x = {name: batch[name] for name in ("token_ids", "padding_mask", "mask_positions")}
-        outputs, _ = twin.stateless_call(trainable, non_trainable, x, training=False)
-        return _reduce(plan.output, plan.k, outputs["hidden"], outputs["logits"], batch)
-
-    jitted = jax.jit(step, in_shardings=(replicated, replicated, by_batch), out_shardings=by_batch)
-    cache[key] = (jitted, replicated, by_batch)
+    step, in_shardings, out_shardings = make_predict_step(model, plan.output, plan.k, plan.mesh)
+    jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
+    cache[key] = (jitted, in_shardings[0], in_shardings[2])
     return cache[key]
 
 

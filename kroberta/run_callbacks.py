@@ -23,7 +23,7 @@ class RunLogger(keras.callbacks.Callback):
     """metrics.jsonl, TensorBoard, a console line per interval, evals and checkpoints."""
 
     def __init__(self, config, run_dir, start_step, global_batch, sequence_length, evaluate_fn,
-                 stop_step=None, write_files=True):
+                 stop_step=None, write_files=True, preemption=None, save_checkpoints=None):
         super().__init__()
         self.config = config
         self.run_dir = run_dir
@@ -31,7 +31,10 @@ class RunLogger(keras.callbacks.Callback):
         self.global_batch = global_batch
         self.sequence_length = sequence_length
         self.evaluate_fn = evaluate_fn  # () -> dict of validation metrics, or None
-        self.write_files = write_files
+        self.write_files = write_files  # False on processes other than 0: no files, no prints
+        # Checkpoints are collectives: in a multi-process run every process saves.
+        self.save_checkpoints = write_files if save_checkpoints is None else save_checkpoints
+        self.preemption = preemption  # a PreemptionFlag: SIGTERM asks for checkpoint + stop
         # Where this invocation stops: the end of the run, or earlier (--until-step).
         self.stop_step = min(stop_step or config.train.steps, config.train.steps)
         self.compile_seconds = None
@@ -64,7 +67,7 @@ class RunLogger(keras.callbacks.Callback):
             self.compile_seconds = now - self._first_step_start
             self._interval_start = now
             self._timed_steps_offset = batch + 1
-        if self._now_step(batch) >= self.stop_step:
+        if self._now_step(batch) >= self.stop_step or (self.preemption and self.preemption.requested):
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
@@ -89,6 +92,7 @@ class RunLogger(keras.callbacks.Callback):
             "samples_per_second": samples_per_second,
             "tokens_per_second": samples_per_second * self.sequence_length
             if samples_per_second else None,
+            **self._speed(samples_per_second),
         }
         if not self._compile_reported and self.compile_seconds is not None:
             row["compile_seconds"] = self.compile_seconds  # kept out of samples_per_second
@@ -96,13 +100,30 @@ class RunLogger(keras.callbacks.Callback):
         self._emit(row)
         self._check_finite(row)
         t = self.config.train
-        finished = self.step >= self.stop_step
-        if self.evaluate_fn and ((t.eval_every and self.step % t.eval_every == 0)
-                                 or self.step >= t.steps):
+        preempted = bool(self.preemption and self.preemption.requested)
+        finished = self.step >= self.stop_step or preempted
+        if not preempted and self.evaluate_fn and ((t.eval_every and self.step % t.eval_every == 0)
+                                                   or self.step >= t.steps):
             self._emit({"step": self.step, "split": "validation", **self.evaluate_fn()})
         if (t.checkpoint_every and self.step % t.checkpoint_every == 0) or finished:
-            if self.write_files:
+            if self.save_checkpoints:
                 checkpoint.save(self.model, self.run_dir, self.step, t.keep_checkpoints)
+
+    def _speed(self, samples_per_second):
+        """step_time (s) and mfu (model FLOP/s over the devices' peak; kroberta.throughput)."""
+        if not samples_per_second:
+            return {}
+        from kroberta import flops, throughput
+
+        if not hasattr(self, "_peak"):
+            import jax
+
+            devices = jax.devices()[: self.global_batch // self.config.train.batch_size_per_device]
+            self._peak = throughput.peak_flops(devices)
+        shape = flops.Shape.from_config(self.config, self.sequence_length)
+        model_flops = samples_per_second * flops.train_flops_per_sequence(shape)
+        return {"step_time": self.global_batch / samples_per_second,
+                "mfu": throughput.mfu(model_flops, self._peak)}
 
     def _check_finite(self, row):
         if not math.isfinite(row["loss"]):
@@ -122,6 +143,8 @@ class RunLogger(keras.callbacks.Callback):
                 for key, value in row.items():
                     if isinstance(value, float):
                         tf.summary.scalar(f"{row['split']}/{key}", value)
+        if not self.write_files:
+            return
         if self._progbar and row["split"] == "train":
             self._progbar.update(row["step"], [(k, row[k]) for k in
                                                ("loss", "masked_accuracy", "samples_per_second")

@@ -14,18 +14,31 @@ import time
 
 import kroberta  # noqa: F401  (fixes the backend before keras is imported)
 from kroberta import checkpoint, checkpoint_io, datasource, distribute
+from kroberta import advisor
+from kroberta import run_dir as run_dir_lib
 from kroberta import config as config_lib
 from kroberta import data as data_lib
 from kroberta._backend import BackendError
 from kroberta.config import Config, ConfigError
+from kroberta.hf_weights import HFConversionError as _HFError
+from kroberta.manifest import ManifestError as _ManifestError
+from kroberta.prepare import PrepareError as _PrepareError
+from kroberta.preemption import PreemptionFlag
+
+
+_QUIET = False  # True on processes other than 0 of a multi-process job
 
 
 def _log(message: str):
-    print(message, flush=True)
+    if not _QUIET:
+        print(message, flush=True)
 
 
-def _prepare_run_dir(config: Config, force: bool):
-    """Creates the run dir and writes config.toml; refuses a run with another model."""
+def _prepare_run_dir(config: Config, force: bool, write: bool = True):
+    """Creates the run dir and writes config.toml; refuses a run with another model.
+
+    Every process checks; only process 0 (`write`) changes the run directory.
+    """
     os.makedirs(config.run_dir, exist_ok=True)
     path = os.path.join(config.run_dir, checkpoint_io.CONFIG_FILE)
     if os.path.isfile(path) and checkpoint.list_checkpoints(config.run_dir):
@@ -38,8 +51,12 @@ def _prepare_run_dir(config: Config, force: bool):
                 f"(changed: {', '.join('model.' + k for k in changed)}); use another "
                 "--run_dir, or --force to start this model there from scratch"
             )
+        if not write:
+            return
         if previous.model != config.model and force:
             shutil.rmtree(os.path.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
+    if not write:
+        return
     tmp = path + f".tmp-{os.getpid()}"
     with open(tmp, "w") as f:
         f.write(config_lib.to_toml(config))
@@ -63,6 +80,12 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     Raises ConfigError / DataError for bad settings or data, before any compute.
     """
     config_lib.validate(config, sources or "config")
+    global _QUIET
+    # Joins a multi-host job (if any) before anything starts a JAX backend.
+    distribute.initialize(config, log=_log)
+    main_process = distribute.process_index() == 0
+    _QUIET = not main_process
+    run_dir_lib.check_writable(config.run_dir)
     config, tokenizer_path = datasource.resolve(config, log=_log)
     train_spec = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "data.train"),
                                         "data.train")
@@ -76,9 +99,11 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
             raise data_lib.DataError(
                 f"data.validation: sequences of {val_spec.sequence_length} tokens, but "
                 f"data.train has {train_spec.sequence_length}")
-    _prepare_run_dir(config, force)
-    _keep_tokenizer(tokenizer_path, config.run_dir)
-    checkpoint.clean_temporaries(config.run_dir)
+    _prepare_run_dir(config, force, write=main_process)
+    if main_process:
+        _keep_tokenizer(tokenizer_path, config.run_dir)
+        checkpoint.clean_temporaries(config.run_dir)
+    distribute.barrier("run_dir ready")  # the others read it (checkpoints) from here on
 
     topology = distribute.setup(config)
     global_batch = distribute.global_batch_size(config, topology)
@@ -87,9 +112,12 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
 
     model = build_compiled_model(config)
     _log(f"devices: {topology.describe()}")
+    _log(distribute.describe_memory(model, topology))
     _log(f"model: {count_parameters(model):,} parameters; batch {global_batch} "
          f"({config.train.batch_size_per_device} per device) x {train_spec.sequence_length} "
          f"tokens, {slots} prediction slots per sequence; {len(train_spec.files)} training file(s)")
+    for line in advisor.warnings_for(config, topology.platform):
+        _log(f"warning: {line}")
     if config.data.masking == "static":
         over, dropped = data_lib.count_labels_beyond_slots(train_spec, slots)
         if over:
@@ -97,34 +125,51 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
                  f"{slots} labels; {dropped} labels beyond the slots are not predicted. "
                  "Raise data.max_predictions to keep them.")
 
+    run_dir_lib.check_free_space(config.run_dir, 2 * checkpoint.estimated_bytes(model),
+                                 "a checkpoint (weights and optimizer state)")
     start_step = 0
     saved = checkpoint.list_checkpoints(config.run_dir)
     if saved:
         checkpoint.restore(model, saved[-1][1])
         start_step = int(model.optimizer.iterations.numpy())
         _log(f"resuming from {saved[-1][1]} (step {start_step})")
+    elif config.init_from_hf:
+        from kroberta.hf import init_from_hf
+
+        init_from_hf(model, config.init_from_hf)
+        _log(f"initialised from the Hugging Face checkpoint in {config.init_from_hf}")
+    dropped = run_dir_lib.truncate_metrics(config.run_dir, start_step) if main_process else 0
+    if dropped:
+        _log(f"metrics.jsonl: dropped {dropped} row(s) logged after step {start_step}, "
+             "the checkpoint this run resumes from")
     summary = {"run_dir": config.run_dir, "start_step": start_step, "steps": config.train.steps,
                "devices": topology.num_devices, "global_batch": global_batch}
     stop_step = min(until_step or config.train.steps, config.train.steps)
     if start_step < stop_step:
-        summary.update(_fit(model, config, train_spec, val_spec, global_batch, start_step,
+        summary.update(_fit(model, config, train_spec, val_spec, topology, start_step,
                             stop_step))
-    checkpoint_io.save(model, config.run_dir)
     summary["final_step"] = int(model.optimizer.iterations.numpy())
+    if summary.get("preempted"):
+        _log(f"stopped by SIGTERM at step {summary['final_step']}: checkpoint written; "
+             "re-run the same command to resume")
+        return summary
+    checkpoint_io.save(model, config.run_dir)
     _log(f"model saved in {config.run_dir}")
     return summary
 
 
-def _fit(model, config, train_spec, val_spec, global_batch, start_step, stop_step) -> dict:
+def _fit(model, config, train_spec, val_spec, topology, start_step, stop_step) -> dict:
     from kroberta.run_callbacks import RunLogger
 
     t = config.train
-    train_ds = data_lib.train_dataset(train_spec, config.data, config.model.vocabulary_size,
-                                      global_batch, t.seed, start_step)
+    global_batch = distribute.global_batch_size(config, topology)
+    # Each process reads its own share; Keras assembles the global batch from them.
+    shard = distribute.data_shard(topology)
+    process_batch = distribute.process_batch_size(config, topology)
     evaluate_fn = None
     if val_spec is not None:
         eval_ds = data_lib.eval_dataset(val_spec, config.data, config.model.vocabulary_size,
-                                        global_batch, t.seed, t.eval_steps)
+                                        global_batch, t.seed, t.eval_steps, shard=shard)
 
         def evaluate_fn():
             logs = model.evaluate(eval_ds, verbose=0, return_dict=True)
@@ -133,13 +178,30 @@ def _fit(model, config, train_spec, val_spec, global_batch, start_step, stop_ste
                     "masked_accuracy": float(logs["masked_accuracy"]),
                     "perplexity": float(logs["perplexity"])}
 
+    preemption = PreemptionFlag()
     logger = RunLogger(config, config.run_dir, start_step, global_batch,
-                       train_spec.sequence_length, evaluate_fn, stop_step)
-    epochs = math.ceil((stop_step - start_step) / t.log_every)
+                       train_spec.sequence_length, evaluate_fn, stop_step, preemption=preemption,
+                       write_files=topology.is_main, save_checkpoints=True)
+    def fit_segment(begin, end, steps_per_epoch):
+        # The data stream restarts exactly after `begin` batches (see data.train_dataset).
+        train_ds = data_lib.train_dataset(train_spec, config.data, config.model.vocabulary_size,
+                                          process_batch, t.seed, begin, shard=shard)
+        model.fit(train_ds, steps_per_epoch=steps_per_epoch,
+                  epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,
+                  callbacks=[logger], shuffle=False)
+
     started = time.perf_counter()
     try:
-        model.fit(train_ds, steps_per_epoch=t.log_every, epochs=epochs, verbose=0,
-                  callbacks=[logger], shuffle=False)
+        with preemption:
+            step = start_step
+            if step % t.log_every:
+                # Resuming from a SIGTERM checkpoint between log boundaries: a short
+                # interval first, so rows, evaluations and checkpoints stay on multiples.
+                boundary = min(stop_step, (step // t.log_every + 1) * t.log_every)
+                fit_segment(step, boundary, boundary - step)
+                step = boundary
+            if step < stop_step and not preemption.requested:
+                fit_segment(step, stop_step, t.log_every)
     except Exception as error:  # tf.data errors surface here, mid-fit
         explained = data_lib.explain_pipeline_error(error, train_spec.files)
         if explained is None and val_spec is not None:
@@ -149,7 +211,8 @@ def _fit(model, config, train_spec, val_spec, global_batch, start_step, stop_ste
         raise
     finally:
         logger.close()
-    return {"seconds": time.perf_counter() - started, "compile_seconds": logger.compile_seconds}
+    return {"seconds": time.perf_counter() - started, "compile_seconds": logger.compile_seconds,
+            "preempted": preemption.requested}
 
 
 def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
@@ -164,6 +227,8 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     parser.add_argument("--until-step", type=int, default=None, metavar="N",
                         help="stop after step N with a checkpoint (the learning-rate schedule "
                         "still spans train.steps); re-run to continue")
+    parser.add_argument("--explain", action="store_true",
+                        help="print parameters, FLOPs, memory and shape advice, then exit")
     parser.add_argument("--no-examples", action="store_true",
                         help="do not print fill-mask examples at the end of the default job")
     args, rest = parser.parse_known_args(argv)
@@ -187,10 +252,18 @@ def _print_examples(run_dir: str):
 def cli(argv=None) -> int:
     try:
         config, args = parse_args(sys.argv[1:] if argv is None else argv)
-        main(config, force=args.force, until_step=args.until_step, sources=args.sources)
+        if args.explain:  # kroberta.advisor: trains nothing, creates no run dir
+            return advisor.explain_cli(config, args.sources)
+        summary = main(config, force=args.force, until_step=args.until_step, sources=args.sources)
+        if summary.get("preempted"):
+            return 143  # 128 + SIGTERM, as if the signal had ended the process
         if not config.data.train and not config.data.dir and not args.no_examples:
             _print_examples(config.run_dir)
-    except (ConfigError, data_lib.DataError, BackendError) as error:
+    except (ConfigError, data_lib.DataError, BackendError, _HFError, _ManifestError,
+            _PrepareError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except checkpoint.CheckpointWriteError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except FloatingPointError as error:

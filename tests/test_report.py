@@ -1,0 +1,66 @@
+import json
+
+import numpy as np
+import pytest
+
+from kroberta import report, throughput, train
+from tests.conftest import tiny_config
+
+
+def _write_rows(run_dir):
+    rows = []
+    for step in range(10, 210, 10):
+        rows.append({"step": step, "split": "train", "loss": 6.0 - step / 50,
+                     "masked_accuracy": step / 400, "learning_rate": 1e-3 * (1 - step / 200),
+                     "samples_per_second": 60.0 + step % 7, "tokens_per_second": 3840.0 + step,
+                     "step_time": 1.0, "mfu": 0.2 + step / 2000,
+                     **({"compile_seconds": 12.5} if step == 10 else {})})
+        if step % 100 == 0:
+            rows.append({"step": step, "split": "validation", "loss": 5.5 - step / 100,
+                         "masked_accuracy": step / 300, "perplexity": 1.0})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _assert_real_png(path):
+    import matplotlib.image
+
+    assert path.stat().st_size > 20_000
+    image = matplotlib.image.imread(str(path))
+    assert image.shape[0] > 600 and image.shape[1] > 500
+    assert image[..., :3].std() > 0.05  # curves, text and axes; not a blank canvas
+
+
+def test_report_draws_a_png_and_summarizes(tmp_path, capsys):
+    _write_rows(tmp_path)
+    summary = report.report(str(tmp_path))
+    _assert_real_png(tmp_path / "report.png")
+    assert summary["steps"] == 200
+    assert summary["best_validation_loss"] == pytest.approx(3.5)
+    assert summary["final_validation_accuracy"] == pytest.approx(200 / 300)
+    assert summary["median_tokens_per_second"] == pytest.approx(3945.0)
+    assert summary["compile_seconds"] == 12.5
+    out = capsys.readouterr().out
+    assert "best loss 3.5" in out and "MFU" in out and "compile 12.5 s" in out
+
+
+def test_report_without_metrics_is_a_clear_error(tmp_path, capsys):
+    assert report.cli([str(tmp_path)]) == 2
+    assert "no metrics.jsonl" in capsys.readouterr().err
+    assert report.cli([str(tmp_path / "missing")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+
+
+def test_a_real_run_logs_step_time_and_mfu_and_reports(tiny_data, tmp_path, monkeypatch):
+    monkeypatch.setattr(throughput, "cpu_peak_flops", lambda refresh=False: 1e11)
+    config = tiny_config(tiny_data, tmp_path, steps=20, log_every=10, eval_every=20,
+                         checkpoint_every=20)
+    train.main(config)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    timed = [r for r in rows if r["split"] == "train" and "samples_per_second" in r]
+    assert timed
+    for r in timed:
+        assert r["step_time"] == pytest.approx(16 / r["samples_per_second"])
+        assert 0 < r["mfu"] < 1  # the tiny model is nowhere near the (mocked) peak
+    summary = report.report(str(tmp_path))
+    _assert_real_png(tmp_path / "report.png")
+    assert summary["steps"] == 20 and "median_mfu" in summary
