@@ -272,14 +272,8 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
                         help="TPU topology (default v2:2x2, a v2-8); e.g. "
                         + ", ".join(KNOWN_TOPOLOGIES))
     args, rest = parser.parse_known_args(argv)
-    overrides = []
-    for item in rest:
-        if not item.startswith("--"):
-            raise ConfigError(f"command line: unexpected argument {item!r}")
-        overrides.append(item[2:])
-    config = config_lib.load_toml(args.config) if args.config else Config()
-    config = config_lib.apply_overrides(config, overrides)
-    config_lib.validate(config, config_lib.sources(args.config, overrides))
+    config, sources = config_lib.from_command_line(args.config, rest)
+    config_lib.validate(config, sources)
     return config, args
 
 

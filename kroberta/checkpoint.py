@@ -62,6 +62,8 @@ def save(model, run_dir: str, step: int, keep: int, extra: dict | None = None) -
     and CheckpointWriteError says so; older checkpoints are never touched before
     the new one is complete.
     """
+    import orbax.checkpoint  # noqa: F401  (a missing install is not a write failure)
+
     root = os.path.join(run_dir, CHECKPOINT_DIR)
     tmp = os.path.join(root, f".tmp-step_{step:08d}-{os.getpid()}")
     try:

@@ -301,6 +301,18 @@ def check_model_parallel(size: int, m: ModelConfig, fail):
             fail(f"a model axis of {size} does not divide model.{key}={getattr(m, key)}")
 
 
+def from_command_line(config_path: str | None, rest: list[str]) -> tuple["Config", dict]:
+    """The config a tool's command line describes: `--config FILE` plus the leftover
+    `--section.key=value` arguments; returns (config, sources for error messages)."""
+    overrides = []
+    for item in rest:
+        if not item.startswith("--"):
+            raise ConfigError(f"command line: unexpected argument {item!r}")
+        overrides.append(item[2:])
+    config = load_toml(config_path) if config_path else Config()
+    return apply_overrides(config, overrides), sources(config_path, overrides)
+
+
 def sources(config_path: str | None, overrides: list[str]) -> dict:
     """{dotted key: where its value came from}, for error messages."""
     found = {}

@@ -47,27 +47,28 @@ class RunLogger(keras.callbacks.Callback):
             self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a")
             self._tb = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
 
-    def _now_step(self, batch_end_index):
-        return self._epoch_start_step + batch_end_index + 1
-
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start_step = self.step
         # The previous epoch end synced with the devices: time from here is this
         # interval's alone (evaluation and checkpoint time excluded).
         self._interval_start = time.perf_counter()
 
+    # Everything per step happens in on_train_batch_begin: a callback that overrides
+    # on_train_batch_end makes Keras convert every step's logs to numpy, a host-device
+    # sync per step. Here nothing waits for the devices between log intervals.
     def on_train_batch_begin(self, batch, logs=None):
-        if self._first_step_start is None:
-            self._first_step_start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
         now = time.perf_counter()
-        if self.compile_seconds is None:
-            # The first call traces and compiles (synchronously); execution is async.
+        if self._first_step_start is None:
+            self._first_step_start = now
+        elif self.compile_seconds is None:
+            # The first call traced and compiled synchronously (its execution is async).
             self.compile_seconds = now - self._first_step_start
             self._interval_start = now
-            self._timed_steps_offset = batch + 1
-        if self._now_step(batch) >= self.stop_step or (self.preemption and self.preemption.requested):
+            self._timed_steps_offset = batch  # the steps before this one include compiling
+        # fit checks stop_training after this step: it is the last one when it reaches
+        # the stop step, or when SIGTERM arrived.
+        last = self._epoch_start_step + batch + self.config.train.steps_per_execution
+        if last >= self.stop_step or (self.preemption and self.preemption.requested):
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
@@ -76,6 +77,10 @@ class RunLogger(keras.callbacks.Callback):
         now = time.perf_counter()
         steps_done = self.step - self._epoch_start_step
         timed_steps = steps_done - getattr(self, "_timed_steps_offset", 0)
+        if self.compile_seconds is None:
+            # A single-step interval: its time was compile time.
+            self.compile_seconds = now - self._first_step_start
+            timed_steps = 0
         self._timed_steps_offset = 0
         seconds = max(now - self._interval_start, 1e-9)
         samples_per_second = timed_steps * self.global_batch / seconds if timed_steps > 0 else None

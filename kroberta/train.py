@@ -232,14 +232,7 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     parser.add_argument("--no-examples", action="store_true",
                         help="do not print fill-mask examples at the end of the default job")
     args, rest = parser.parse_known_args(argv)
-    overrides = []
-    for item in rest:
-        if not item.startswith("--"):
-            raise ConfigError(f"command line: unexpected argument {item!r}")
-        overrides.append(item[2:])
-    config = config_lib.load_toml(args.config) if args.config else Config()
-    config = config_lib.apply_overrides(config, overrides)
-    args.sources = config_lib.sources(args.config, overrides)
+    config, args.sources = config_lib.from_command_line(args.config, rest)
     return config, args
 
 

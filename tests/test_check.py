@@ -1,6 +1,5 @@
 """check_records / `prepare --check`: clean seed-format files pass, each planted defect is caught."""
 
-import numpy as np
 import pytest
 import tensorflow as tf
 

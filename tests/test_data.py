@@ -134,7 +134,7 @@ def test_truncated_file_is_found_at_startup(tmp_path, cut):
         offset += 16 + int.from_bytes(raw[offset:offset + 8], "little")
     bad = str(tmp_path / "cut.tfrecord")
     open(bad, "wb").write(raw[: offset + cut])  # 10 whole records, then a piece
-    with pytest.raises(data_lib.DataError, match=rf"cut.tfrecord: record 10: truncated"):
+    with pytest.raises(data_lib.DataError, match=r"cut.tfrecord: record 10: truncated"):
         _spec([good, bad])
 
 

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta import records
 from kroberta.manifest import ManifestError, load_manifest
 from kroberta.packing import pack_documents
 from kroberta.prepare import PrepareError, PrepareWarning, main, prepare
