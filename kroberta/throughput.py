@@ -45,19 +45,24 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _best_time(fn, a, b, repeats):
+    """(result, best wall time of `repeats` calls) after one compiling call."""
+    fn(a, b).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return out, best
+
+
 def measure_matmul_flops(device=None, size: int = MATMUL_SIZE, repeats: int = 5,
                          dtype=jnp.float32) -> float:
     """Best-of-`repeats` FLOP/s of one jitted (size x size) @ (size x size) matmul."""
     device = device or jax.devices()[0]
     a = jax.device_put(jnp.ones((size, size), dtype), device)
     b = jax.device_put(jnp.ones((size, size), dtype) * 0.5, device)
-    matmul = jax.jit(jnp.matmul)
-    matmul(a, b).block_until_ready()  # compile
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        c = matmul(a, b).block_until_ready()
-        best = min(best, time.perf_counter() - start)
+    c, best = _best_time(jax.jit(jnp.matmul), a, b, repeats)
     if float(c[0, 0]) != 0.5 * size:
         raise RuntimeError(f"matmul peak measurement: wrong result {float(c[0, 0])}")
     return 2 * size**3 / best
@@ -76,13 +81,7 @@ def measure_machine_matmul_flops(devices, size: int = MATMUL_SIZE, repeats: int 
     n = len(devices)
     a = jax.device_put(jnp.ones((n, size, size), jnp.float32), sharding)
     b = jax.device_put(jnp.ones((n, size, size), jnp.float32) * 0.5, sharding)
-    matmul = jax.jit(jnp.matmul, out_shardings=sharding)
-    matmul(a, b).block_until_ready()  # compile
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        c = matmul(a, b).block_until_ready()
-        best = min(best, time.perf_counter() - start)
+    c, best = _best_time(jax.jit(jnp.matmul, out_shardings=sharding), a, b, repeats)
     if float(c[0, 0, 0]) != 0.5 * size:
         raise RuntimeError(f"matmul peak measurement: wrong result {float(c[0, 0, 0])}")
     return n * 2 * size**3 / best
