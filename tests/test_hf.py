@@ -148,18 +148,9 @@ def test_pytorch_bin_is_read_with_torch(tmp_path):
 
 
 def test_auto_tokenizer_encodes_like_tokenizers(tmp_path):
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tests.test_hf_no_torch import tiny_tokenizer
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    specials = [AddedToken(t, lstrip=(t == "<mask>"), rstrip=False, normalized=False, special=True)
-                for t in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")]
-    trainer = trainers.BpeTrainer(vocab_size=300, min_frequency=1, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tokenizer.train_from_iterator(["hello world, the cat sat on the mat.", "hello there, hello again"] * 5,
-                                  trainer=trainer)
+    tokenizer = tiny_tokenizer()
     hf.export_hf(randomized_model(TINY), str(tmp_path), tokenizer=tokenizer)
     auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
     for text in ("hello <mask>", "hello <mask> world", " the cat sat\non the mat"):

@@ -72,19 +72,15 @@ def expected_tensor_shapes(m: ModelConfig):
 
 
 def tiny_tokenizer():
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    """The tokenizer kroberta.prepare trains (byte-level BPE, RoBERTa specials), on a few sentences."""
+    import warnings
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    specials = [AddedToken(t, lstrip=(t == "<mask>"), rstrip=False, normalized=False, special=True)
-                for t in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")]
-    trainer = trainers.BpeTrainer(vocab_size=300, min_frequency=1, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tokenizer.train_from_iterator(["hello world, the cat sat on the mat.", "hello there, hello again"] * 5,
-                                  trainer=trainer)
-    return tokenizer
+    from kroberta.tokenizer import train_tokenizer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a few sentences support fewer than 300 tokens
+        return train_tokenizer(["hello world, the cat sat on the mat.", "hello there, hello again"] * 5,
+                               300, min_frequency=1)
 
 
 @pytest.fixture(scope="module")
