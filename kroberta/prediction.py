@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from kroberta import data as data_lib
 from kroberta import prediction_inputs as inputs_lib
+from kroberta.top_k import exact_top_k
 
 OUTPUTS = ("top_k", "logits", "loss", "embeddings")
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 2**30  # host memory one call may return
@@ -71,15 +72,24 @@ def _reduce(output, k, hidden, logits, batch):
     logits = logits.astype(jnp.float32)
     if output == "logits":
         return {"logits": logits}
-    log_probs = jax.nn.log_softmax(logits, axis=-1)  # (B, M, V)
+    # log_softmax(x) = x - logsumexp(x) is never materialised at (B, M, V): the
+    # top-k, the label's logit and the argmax are taken from the logits and
+    # shifted by the (B, M) log-normaliser, which saves a full pass over V.
+    # Everything reads one (B*M, V) array: mixing (B, M, V) and (B*M, V) views made
+    # XLA write the biased logits twice.
+    batch_size, slots, vocabulary = logits.shape
+    flat = logits.reshape(batch_size * slots, vocabulary)
+    normaliser = jax.nn.logsumexp(flat, axis=-1)  # (B*M,)
     if output == "top_k":
-        values, ids = jax.lax.top_k(log_probs, k)  # (B, M, k), best first
-        return {"token_ids": ids.astype(jnp.int32), "log_probs": values}
+        values, ids = exact_top_k(flat, k)  # (B*M, k), best first
+        return {"token_ids": ids.reshape(batch_size, slots, k),
+                "log_probs": (values - normaliser[:, None]).reshape(batch_size, slots, k)}
+    normaliser = normaliser.reshape(batch_size, slots)
     labels = batch["labels"]  # (B, M), -100 where no label
     weights = (labels != -100).astype(jnp.float32)
     targets = jnp.where(labels == -100, 0, labels)
-    token_loss = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
-    correct = (jnp.argmax(log_probs, axis=-1) == targets).astype(jnp.float32)
+    token_loss = normaliser - jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
     count = weights.sum(-1)
     return {
         "loss": (token_loss * weights).sum(-1) / jnp.maximum(count, 1.0),
@@ -177,7 +187,7 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
                 f"{config.model.vocabulary_size} tokens is {size / 2**30:.1f} GiB of float32, over "
                 f"the {max_output_bytes / 2**30:.1f} GiB budget; use output='top_k' (reduced on the "
                 "device) or raise max_output_bytes")
-    dataset = inputs_lib.batched(source, config, plan_slots, positions, global_batch)
+    batches = inputs_lib.batched(source, config, plan_slots, positions, global_batch)
     jitted, replicated, by_batch = _compiled_step(model, plan)
     weights = _weights_snapshot(model, replicated)
 
@@ -185,7 +195,7 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     in_flight = None
     with warnings.catch_warnings(), _explained_data_errors(source):
         warnings.simplefilter("ignore", category=DeprecationWarning)
-        for batch in dataset.as_numpy_iterator():
+        for batch in batches:
             real = batch.pop("is_real")
             dropped += int(batch.pop("dropped").sum())
             device_batch = jax.device_put(batch, by_batch)

@@ -4,6 +4,11 @@ Accepted: TFRecord path(s)/glob(s) (checked record by record, like training),
 a `tf.data.Dataset` of dicts (batched or not), or a dict of numpy arrays.
 Examples keep their order; the last batch is completed with padding examples
 flagged `is_real = False`, which the caller drops from the result.
+
+Arrays already in memory are batched with numpy, vectorised over the batch: a
+tf.data pipeline mapping one example at a time cost ~10 ms of the two cores per
+batch of 64 (plus its set-up on every call), about 8% of a seed predict step.
+Files and datasets go through tf.data; both paths give the same batches.
 """
 
 import dataclasses
@@ -28,6 +33,7 @@ class Source:
     has_labels: bool
     examples: int | None  # None when unknown without reading everything
     files: tuple[str, ...] = ()  # the TFRecord files read, to name a bad one
+    columns: dict | None = None  # the same examples as numpy arrays (N, L) int32, when given so
 
 
 def as_examples(inputs, config) -> Source:
@@ -69,7 +75,8 @@ def _from_arrays(arrays, config) -> Source:
     if length > config.model.max_sequence_length:
         raise InputError(f"inputs: sequences of {length} tokens, the model takes at most "
                          f"{config.model.max_sequence_length}")
-    return Source(tf.data.Dataset.from_tensor_slices(columns), length, "labels" in columns, n)
+    return Source(tf.data.Dataset.from_tensor_slices(columns), length, "labels" in columns, n,
+                  columns=columns)
 
 
 def _check_values(columns, config, where):
@@ -115,7 +122,82 @@ def _from_dataset(dataset, config) -> Source:
 
 
 def batched(source: Source, config, slots: int, positions: str, global_batch: int):
-    """Batches of model inputs plus `valid`, `labels` (at the slots), `is_real`, `dropped`."""
+    """Yields batches of numpy model inputs plus `valid`, `labels` (at the slots),
+    `is_real` and `dropped`, each with `global_batch` rows."""
+    if source.columns is not None:
+        return _array_batches(source.columns, config, slots, positions, global_batch)
+    return _dataset_batches(source, config, slots, positions, global_batch).as_numpy_iterator()
+
+
+def _filler(config, length: int, width: int, rows: int) -> dict:
+    """`rows` padding examples: no real tokens, no slots; dropped from every result."""
+    return {
+        "token_ids": np.full((rows, length), config.data.pad_token_id, np.int32),
+        "padding_mask": np.zeros((rows, length), np.int32),
+        "mask_positions": np.zeros((rows, width), np.int32),
+        "valid": np.zeros((rows, width), bool),
+        "labels": np.full((rows, width), IGNORE_LABEL, np.int32),
+        "is_real": np.zeros((rows,), bool),
+        "dropped": np.zeros((rows,), np.int32),
+    }
+
+
+def static_slots_numpy(marks: np.ndarray, slots: int):
+    """`masking.static_slots` over a batch: marks (n, L), -100 = not predicted.
+
+    Returns positions (n, M) int32 (the earliest marked positions, 0 in unused
+    slots), slot_marks (n, M) int32 (-100 in unused slots) and dropped (n,) int32.
+    """
+    rows, length = marks.shape
+    marked = marks != IGNORE_LABEL
+    count = marked.sum(1)
+    # Marked positions first, each group in position order.
+    order = np.argsort(~marked, axis=1, kind="stable")  # (n, L)
+    if slots > length:
+        order = np.pad(order, ((0, 0), (0, slots - length)))
+    valid = np.arange(slots) < np.minimum(count, slots)[:, None]  # (n, M)
+    where = np.where(valid, order[:, :slots], 0).astype(np.int32)
+    slot_marks = np.where(valid, np.take_along_axis(marks, where, axis=1), IGNORE_LABEL)
+    return where, slot_marks.astype(np.int32), np.maximum(count - slots, 0).astype(np.int32)
+
+
+def _array_batches(columns, config, slots: int, positions: str, global_batch: int):
+    ids_all, attention_all = columns["input_ids"], columns["attention_mask"]
+    labels_all = columns.get("labels")
+    total, length = ids_all.shape
+    width = length if positions == "all" else slots
+    for start in range(0, total, global_batch):
+        ids = ids_all[start:start + global_batch]
+        attention = attention_all[start:start + global_batch]
+        labels = None if labels_all is None else labels_all[start:start + global_batch]
+        rows = len(ids)
+        if positions == "all":
+            where = np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length))
+            valid = attention > 0
+            slot_labels = labels if labels is not None else np.full((rows, length), IGNORE_LABEL)
+            dropped = np.zeros((rows,), np.int32)
+        else:
+            # Labelled positions when labels are given, else the <mask> tokens.
+            marks = labels if labels is not None else np.where(
+                (ids == config.data.mask_token_id) & (attention > 0), ids, IGNORE_LABEL)
+            where, slot_marks, dropped = static_slots_numpy(marks, slots)
+            valid = slot_marks != IGNORE_LABEL
+            slot_labels = slot_marks if labels is not None else np.full((rows, slots), IGNORE_LABEL)
+        batch = {"token_ids": ids, "padding_mask": attention, "mask_positions": where,
+                 "valid": valid, "labels": slot_labels, "is_real": np.ones((rows,), bool),
+                 "dropped": dropped}
+        batch = {name: np.asarray(value, dtype=_DTYPES[name]) for name, value in batch.items()}
+        if rows < global_batch:
+            filler = _filler(config, length, width, global_batch - rows)
+            batch = {name: np.concatenate([batch[name], filler[name]]) for name in batch}
+        yield batch
+
+
+_DTYPES = {"token_ids": np.int32, "padding_mask": np.int32, "mask_positions": np.int32,
+           "valid": bool, "labels": np.int32, "is_real": bool, "dropped": np.int32}
+
+
+def _dataset_batches(source: Source, config, slots: int, positions: str, global_batch: int):
     length = source.sequence_length
     mask_id = config.data.mask_token_id
     has_labels = source.has_labels

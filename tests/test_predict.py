@@ -190,3 +190,31 @@ def test_importing_the_cli_module_does_not_shadow_the_function(model):
 
     out = kroberta.predict(model, _arrays(3), k=1)
     assert out["token_ids"].shape[0] == 3
+
+
+@pytest.mark.parametrize("positions,slots,labels", [
+    ("masked", 3, True),  # more labelled positions than slots: some dropped
+    ("masked", L + 4, True),  # more slots than positions
+    ("masked", 5, False),  # slots from the <mask> tokens
+    ("all", None, True),
+    ("all", None, False),
+])
+def test_array_batches_equal_the_tf_data_batches(positions, slots, labels):
+    from kroberta import prediction_inputs as inputs_lib
+
+    config = Config(model=TINY)
+    arrays = _arrays(21, seed=9, labels=labels)
+    width = slots or L
+    from_arrays = inputs_lib.as_examples(arrays, config)
+    as_dataset = inputs_lib.as_examples(tf.data.Dataset.from_tensor_slices(arrays), config)
+    assert from_arrays.columns is not None and as_dataset.columns is None
+    ours = list(inputs_lib.batched(from_arrays, config, width, positions, 8))
+    reference = list(inputs_lib.batched(as_dataset, config, width, positions, 8))
+    assert len(ours) == len(reference) == 3  # 21 rows: the last batch holds 3 fillers
+    for mine, theirs in zip(ours, reference):
+        assert mine.keys() == theirs.keys()
+        for key in mine:
+            assert mine[key].dtype == theirs[key].dtype, key
+            np.testing.assert_array_equal(mine[key], theirs[key], err_msg=key)
+    if slots == 3 and labels:
+        assert sum(int(b["dropped"].sum()) for b in ours) > 0
