@@ -11,7 +11,6 @@ from kroberta import _backend
 try:
     _backend.select_jax_backend()
     _backend.hide_accelerators_from_tensorflow()
-    _backend.use_fast_prng()
 except _backend.BackendError as _error:
     if sys.argv and sys.argv[0] == "-m":
         # `python -m kroberta.<tool>`: Python is importing this package to find the

@@ -57,23 +57,3 @@ def hide_accelerators_from_tensorflow():
                     f"{len(visible)} {kind}(s); import kroberta before running any TF op."
                 )
 
-
-# Keras draws every dropout mask from JAX's default generator (its seeds are raw
-# uint32[2] keys). On CPU, JAX's threefry runs as a rolled loop: ~15 ms per
-# (64, 64, 300) mask, 11% of a seed training step. Philox 4x32 (the generator of
-# TF's stateless ops and cuRAND) takes the same uint32[2] key and needs ~2.5 ms.
-FAST_PRNG = "philox4x32"
-
-
-def use_fast_prng():
-    """Make Philox 4x32 JAX's default generator, unless the user chose one.
-
-    A choice is JAX_DEFAULT_PRNG_IMPL in the environment or a
-    `jax.config.update("jax_default_prng_impl", ...)` made before importing kroberta.
-    """
-    if os.environ.get("JAX_DEFAULT_PRNG_IMPL"):
-        return
-    import jax
-
-    if jax.config.jax_default_prng_impl == "threefry2x32":  # JAX's default: no choice made
-        jax.config.update("jax_default_prng_impl", FAST_PRNG)

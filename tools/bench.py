@@ -4,15 +4,17 @@
 
 One process, the same config, data and masked positions for everyone:
   kroberta   the compiled model + tf.data pipeline that `kroberta.train` runs
-             (model.fit with a callback that, like RunLogger, has on_train_batch_end),
+             (model.fit with a callback that, like RunLogger, has on_train_batch_end,
+             and Philox dropout masks as kroberta.train uses on CPU),
              on all --devices simulated CPU devices and on 1 of them; prediction
              through `kroberta.predict` top_k (k=5) at the masked positions.
   HF torch   transformers RobertaForMaskedLM (sdpa attention), AdamW at the same
              batch, torch.set_num_threads(2); prediction = full logits under
              torch.inference_mode(), as users run it.
   keras-hub  stock RobertaMaskedLM with its default compile (Adam, sparse CE,
-             weighted accuracy), fit on the same batches; model.predict -> logits at
-             the masked positions. No distribution (one device).
+             weighted accuracy, JAX's default threefry dropout), fit on the same
+             batches; model.predict -> logits at the masked positions. No
+             distribution (one device).
 Systems run in interleaved rounds; the table gives medians. MFU = each system's
 own model FLOPs (kroberta.flops: HF's dense head counts all L positions) over the
 whole machine's measured f32 matmul peak (kroberta.throughput).
@@ -58,7 +60,7 @@ def main():
 
     from kroberta import config as config_lib
     from kroberta import data as data_lib
-    from kroberta import flops, throughput
+    from kroberta import dropout_rng, flops, throughput
     from kroberta.model import build_compiled_model
     from kroberta.synthetic import write_seed_format
 
@@ -94,7 +96,8 @@ def main():
     def fit_rate(model, dataset, distribution, **kw):
         keras.distribution.set_distribution(distribution)
         timer = Timer()
-        model.fit(dataset, epochs=1, verbose=0, callbacks=[timer], shuffle=False, **kw)
+        with dropout_rng.training_scope():  # as kroberta.train: Philox dropout masks on CPU
+            model.fit(dataset, epochs=1, verbose=0, callbacks=[timer], shuffle=False, **kw)
         return (args.train_steps - 1) * B / timer.seconds
 
     # kroberta on n devices: a model built under DataParallel over the first n.
