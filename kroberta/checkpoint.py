@@ -104,6 +104,19 @@ def _save(model, run_dir, root, tmp, step, keep, extra):
     return final
 
 
+def _stable(path: str) -> str:
+    """A variable path without Keras' process-wide counters.
+
+    Dropout layers own seed generators named `seed_generator_<N>`, N counting every
+    generator the process has made: a model rebuilt in the same process (a
+    resume through the Python API) gets other numbers for the same variables.
+    """
+    return _SEED_GENERATOR.sub("seed_generator", path)
+
+
+_SEED_GENERATOR = re.compile(r"seed_generator_\d+")
+
+
 def restore(model, path: str) -> dict:
     """Loads a checkpoint written by `save` into a built model and optimizer.
 
@@ -125,7 +138,8 @@ def restore(model, path: str) -> dict:
                     f"{path}: holds {len(keys)} {group} variables, the model has {len(variables)}"
                 )
             for key, v in zip(keys, variables):
-                if meta["paths"][key] != v.path or tuple(meta["shapes"][key]) != tuple(v.shape):
+                if _stable(meta["paths"][key]) != _stable(v.path) or \
+                        tuple(meta["shapes"][key]) != tuple(v.shape):
                     raise ValueError(
                         f"{path}: {key} is {meta['paths'][key]} {tuple(meta['shapes'][key])}, "
                         f"the model expects {v.path} {tuple(v.shape)}"

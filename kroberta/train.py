@@ -186,7 +186,7 @@ def _fit(model, config, train_spec, val_spec, topology, start_step, stop_step) -
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
         train_ds = data_lib.train_dataset(train_spec, config.data, config.model.vocabulary_size,
                                           process_batch, t.seed, begin, shard=shard)
-        with dropout_rng.training_scope():
+        with dropout_rng.training_scope(topology.num_devices, topology.platform):
             model.fit(train_ds, steps_per_epoch=steps_per_epoch,
                       epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,
                       callbacks=[logger], shuffle=False)

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 import os
@@ -102,6 +103,25 @@ def test_resumed_run_equals_uninterrupted_run(tiny_data, tmp_path):
         np.testing.assert_array_equal(a[key], b[key])  # bitwise on CPU
     steps = [r["step"] for r in _rows(resumed)]
     assert steps == sorted(set(steps)) == list(range(10, 61, 10))
+
+
+@pytest.mark.parametrize("devices", [4, 1])
+def test_runs_with_dropout_resume_bitwise_on_four_devices_and_on_one(tiny_data, tmp_path, devices):
+    """Dropout on: threefry masks on 4 devices, Philox on 1 (kroberta.dropout_rng)."""
+    def config(run_dir):
+        c = tiny_config(tiny_data, run_dir, steps=20, eval_every=10, checkpoint_every=10)
+        return dataclasses.replace(c, model=dataclasses.replace(c.model, dropout=0.1),
+                                   distributed=dataclasses.replace(c.distributed, devices=devices))
+
+    straight = train.main(config(tmp_path / "straight"))
+    assert straight["devices"] == devices
+    train.main(config(tmp_path / "resumed"), until_step=10)
+    train.main(config(tmp_path / "resumed"))
+    a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "resumed")
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    losses = [r["loss"] for r in _rows(tmp_path / "straight")]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
 
 
 def test_refuses_to_resume_a_different_model(trained_run, tiny_data):

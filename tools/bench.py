@@ -5,7 +5,7 @@
 One process, the same config, data and masked positions for everyone:
   kroberta   the compiled model + tf.data pipeline that `kroberta.train` runs
              (model.fit with a callback that, like RunLogger, has on_train_batch_end,
-             and Philox dropout masks as kroberta.train uses on CPU),
+             and Philox dropout masks on 1 CPU device, as kroberta.train),
              on all --devices simulated CPU devices and on 1 of them; prediction
              through `kroberta.predict` top_k (k=5) at the masked positions.
   HF torch   transformers RobertaForMaskedLM (sdpa attention), AdamW at the same
@@ -96,7 +96,7 @@ def main():
     def fit_rate(model, dataset, distribution, **kw):
         keras.distribution.set_distribution(distribution)
         timer = Timer()
-        with dropout_rng.training_scope():  # as kroberta.train: Philox dropout masks on CPU
+        with dropout_rng.training_scope(len(distribution.device_mesh.devices.flat)):  # as kroberta.train
             model.fit(dataset, epochs=1, verbose=0, callbacks=[timer], shuffle=False, **kw)
         return (args.train_steps - 1) * B / timer.seconds
 

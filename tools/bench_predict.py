@@ -51,7 +51,7 @@ def main():
 
     from kroberta import config as config_lib
     from kroberta import data as data_lib
-    from kroberta import distribute
+    from kroberta import distribute, dropout_rng
     from kroberta.model import build_compiled_model
     from kroberta.synthetic import write_seed_format
 
@@ -96,8 +96,9 @@ def main():
 
     def train():
         timer = Timer()
-        model.fit(train_ds, steps_per_epoch=args.train_steps, epochs=1, verbose=0,
-                  callbacks=[timer], shuffle=False)
+        with dropout_rng.training_scope(topology.num_devices):  # as kroberta.train
+            model.fit(train_ds, steps_per_epoch=args.train_steps, epochs=1, verbose=0,
+                      callbacks=[timer], shuffle=False)
         return (args.train_steps - 1) * batch / timer.seconds
 
     def timed(fn):
