@@ -56,4 +56,3 @@ def hide_accelerators_from_tensorflow():
                     "TensorFlow was initialised before kroberta and holds "
                     f"{len(visible)} {kind}(s); import kroberta before running any TF op."
                 )
-

@@ -66,4 +66,3 @@ def test_runs_without_tensorflow_text():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("ok")
-
