@@ -28,12 +28,13 @@ class InputError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    dataset: tf.data.Dataset  # unbatched dicts: input_ids, attention_mask[, labels] (L,) int32
+    dataset: tf.data.Dataset | None  # unbatched dicts: input_ids, attention_mask[, labels] (L,)
+    # int32; None when the examples are `columns`
     sequence_length: int
     has_labels: bool
     examples: int | None  # None when unknown without reading everything
     files: tuple[str, ...] = ()  # the TFRecord files read, to name a bad one
-    columns: dict | None = None  # the same examples as numpy arrays (N, L) int32, when given so
+    columns: dict | None = None  # the examples as numpy arrays (N, L) int32, when given so
 
 
 def as_examples(inputs, config) -> Source:
@@ -75,8 +76,7 @@ def _from_arrays(arrays, config) -> Source:
     if length > config.model.max_sequence_length:
         raise InputError(f"inputs: sequences of {length} tokens, the model takes at most "
                          f"{config.model.max_sequence_length}")
-    return Source(tf.data.Dataset.from_tensor_slices(columns), length, "labels" in columns, n,
-                  columns=columns)
+    return Source(None, length, "labels" in columns, n, columns=columns)
 
 
 def _check_values(columns, config, where):
