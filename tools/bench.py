@@ -25,9 +25,10 @@ The predict path always uses every device the process has: run once with
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
+
+from bench_common import fit_samples_per_second, fit_timer, simulate_cpu_devices
 
 
 def parse_args():
@@ -46,10 +47,7 @@ def parse_args():
 
 def main():
     args = parse_args()
-    flags = os.environ.get("XLA_FLAGS", "")
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={args.devices}"
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    simulate_cpu_devices(args.devices)
 
     import dataclasses
 
@@ -60,7 +58,7 @@ def main():
 
     from kroberta import config as config_lib
     from kroberta import data as data_lib
-    from kroberta import dropout_rng, flops, throughput
+    from kroberta import flops, throughput
     from kroberta.model import build_compiled_model
     from kroberta.synthetic import write_seed_format
 
@@ -80,25 +78,10 @@ def main():
     spec = data_lib.inspect_files(config.data.train, "data.train")
     all_devices = jax.devices()
 
-    class Timer(keras.callbacks.Callback):
-        def on_train_batch_begin(self, batch, logs=None):
-            # Step 0 (iterator start-up, first-call compile) is left out: with
-            # on_train_batch_end defined, Keras has synced step 0 by now.
-            if batch == 1:
-                self.start = time.perf_counter()
-
-        def on_train_batch_end(self, batch, logs=None):
-            pass  # as RunLogger: makes Keras run the callbacks synchronously
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.seconds = time.perf_counter() - self.start
-
-    def fit_rate(model, dataset, distribution, **kw):
+    def fit_rate(model, dataset, distribution):
         keras.distribution.set_distribution(distribution)
-        timer = Timer()
-        with dropout_rng.training_scope(len(distribution.device_mesh.devices.flat)):  # as kroberta.train
-            model.fit(dataset, epochs=1, verbose=0, callbacks=[timer], shuffle=False, **kw)
-        return (args.train_steps - 1) * B / timer.seconds
+        return fit_samples_per_second(model, dataset, args.train_steps, B,
+                                      len(distribution.device_mesh.devices.flat))
 
     # kroberta on n devices: a model built under DataParallel over the first n.
     kroberta_models = {}
@@ -134,8 +117,7 @@ def main():
     cases = {}
     for n, (model, ds, distribution) in kroberta_models.items():
         cases[f"train kroberta fit, {n} dev"] = (
-            lambda m=model, d=ds, dist=distribution: fit_rate(m, d, dist,
-                                                             steps_per_epoch=args.train_steps),
+            lambda m=model, d=ds, dist=distribution: fit_rate(m, d, dist),
             flops.Shape.from_config(config, L, M), True)
 
     def kroberta_predict():
@@ -211,7 +193,7 @@ def main():
 
         def stock_train():
             keras.distribution.set_distribution(None)
-            timer = Timer()
+            timer = fit_timer()
             stock.fit(kx, ky, sample_weight=kw, batch_size=B, epochs=1, verbose=0,
                       callbacks=[timer], shuffle=False)
             return (len(ky) - B) / timer.seconds

@@ -19,9 +19,10 @@ simulated CPU devices: (b)/(a) >= 2.5, (b)/(d) >= 4, (b) >= (c).
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
+
+from bench_common import fit_samples_per_second, simulate_cpu_devices
 
 
 def parse_args():
@@ -38,20 +39,16 @@ def parse_args():
 
 def main():
     args = parse_args()
-    flags = os.environ.get("XLA_FLAGS", "")
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={args.devices}"
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    simulate_cpu_devices(args.devices)
 
     import dataclasses
 
     import kroberta
-    import keras
     import numpy as np
 
     from kroberta import config as config_lib
     from kroberta import data as data_lib
-    from kroberta import distribute, dropout_rng
+    from kroberta import distribute
     from kroberta.model import build_compiled_model
     from kroberta.synthetic import write_seed_format
 
@@ -78,28 +75,9 @@ def main():
     model.kroberta_config = config
     n = args.examples
 
-    class Timer(keras.callbacks.Callback):
-        """Per-epoch wall time; the epoch end is synced by fit. Defines
-        on_train_batch_end as RunLogger does (Keras then runs callbacks synchronously)."""
-
-        def on_train_batch_begin(self, batch, logs=None):
-            # Step 0 (iterator start-up, first-call compile) is left out: with
-            # on_train_batch_end defined, Keras has synced step 0 by now.
-            if batch == 1:
-                self.start = time.perf_counter()
-
-        def on_train_batch_end(self, batch, logs=None):
-            pass
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.seconds = time.perf_counter() - self.start
-
     def train():
-        timer = Timer()
-        with dropout_rng.training_scope(topology.num_devices):  # as kroberta.train
-            model.fit(train_ds, steps_per_epoch=args.train_steps, epochs=1, verbose=0,
-                      callbacks=[timer], shuffle=False)
-        return (args.train_steps - 1) * batch / timer.seconds
+        return fit_samples_per_second(model, train_ds, args.train_steps, batch,
+                                      topology.num_devices)
 
     def timed(fn):
         start = time.perf_counter()
