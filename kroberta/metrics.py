@@ -22,6 +22,16 @@ from keras import ops
 IGNORE_LABEL = -100
 
 
+def _flat(logits):
+    """(batch, slots, V) logits as one float32 (batch * slots, V) view.
+
+    The loss and the metrics all read this view: the head's matmul makes a 2-D
+    (batch * slots, V) array, and where the loss read a 3-D view of it XLA wrote
+    the biased logits and their gradient once per view (~16 ms of a ~0.9 s seed
+    step on CPU)."""
+    return ops.reshape(ops.cast(logits, "float32"), (-1, logits.shape[-1]))
+
+
 def _weights_and_targets(labels):
     labels = ops.cast(labels, "int32")
     weights = ops.cast(ops.not_equal(labels, IGNORE_LABEL), "float32")  # (batch, slots)
@@ -58,7 +68,8 @@ sparse_cross_entropy.defvjp(_cross_entropy_forward, _cross_entropy_backward)
 def token_cross_entropy(labels, logits):
     """Per-slot cross-entropy (batch, slots) in float32, and the slot weights."""
     weights, targets = _weights_and_targets(labels)
-    ce = sparse_cross_entropy(ops.cast(logits, "float32"), targets)
+    ce = sparse_cross_entropy(_flat(logits), ops.reshape(targets, (-1,)))
+    ce = ops.reshape(ce, targets.shape)
     return ce * weights, weights
 
 
@@ -111,9 +122,10 @@ class MaskedAccuracy(_MaskedMean):
 
     def values(self, y_true, y_pred):
         weights, targets = _weights_and_targets(y_true)
-        logits = ops.cast(y_pred, "float32")
-        best = jnp.max(logits, axis=-1)  # (batch, slots)
-        return ops.cast(_label_logit(logits, targets) >= best, "float32"), weights
+        logits = _flat(y_pred)  # (batch * slots, V), the loss's view
+        best = jnp.max(logits, axis=-1)
+        correct = _label_logit(logits, ops.reshape(targets, (-1,))) >= best
+        return ops.reshape(ops.cast(correct, "float32"), targets.shape), weights
 
 
 @keras.saving.register_keras_serializable(package="kroberta")
