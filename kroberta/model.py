@@ -7,6 +7,8 @@ transposed token embedding, so logits exist only at the predicted slots:
 (batch, slots, vocabulary) instead of (batch, length, vocabulary). We keep its
 layers and weights as they are (so keras-hub and Hugging Face checkpoints map onto
 them) and supply our own loss and metrics, which average over real masked tokens.
+The layer norms compute the same function with a hand-written gradient
+(`kroberta.layer_norm`); the model's config and weights stay keras-hub's.
 
 Model inputs (all int32):
     token_ids       (batch, length)
@@ -19,6 +21,7 @@ import keras
 import keras_hub
 
 from kroberta.config import Config, ModelConfig
+from kroberta.layer_norm import use_fused_layer_norm
 from kroberta.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
 from kroberta.schedules import WarmupLinearDecay
 
@@ -53,7 +56,9 @@ def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: 
     if seed is not None:
         keras.utils.set_random_seed(seed)
     backbone = build_backbone(model_config, mixed_precision)
-    return keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=None)
+    model = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=None)
+    use_fused_layer_norm(model)  # same weights and config, a cheaper gradient
+    return model
 
 
 def build_optimizer(config: Config) -> keras.optimizers.AdamW:
