@@ -21,10 +21,9 @@ import glob
 import math
 import os
 import re
-import sys
 import tempfile
 
-from bench_common import fit_samples_per_second
+from bench_common import fit_samples_per_second, simulate_cpu_devices
 
 
 def parse_args():
@@ -41,11 +40,9 @@ def main():
     args = parse_args()
     work = tempfile.mkdtemp(prefix="profile_step_")
     dump = os.path.join(work, "hlo")
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=1"
-                               f" --xla_cpu_enable_xprof_traceme=true --xla_dump_to={dump}"
-                               " --xla_dump_hlo_as_text")
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true"
+                               f" --xla_dump_to={dump} --xla_dump_hlo_as_text")
+    simulate_cpu_devices(1)
 
     import kroberta  # noqa: F401  (selects the JAX backend before keras loads)
     import jax
