@@ -49,8 +49,7 @@ def _backward(epsilon, residuals, grad):
     return d_x, d_gamma, d_beta
 
 
-layer_norm.defvjp(lambda x, gamma, beta, epsilon: _forward(x, gamma, beta, epsilon),
-                  _backward)
+layer_norm.defvjp(_forward, _backward)
 
 
 class LayerNormalization(keras.layers.LayerNormalization):
