@@ -6,7 +6,10 @@ TensorFlow is confined to the CPU before it can touch an accelerator.
 
 import sys
 
-from kroberta import _backend
+from kroberta import _backend, xla_cpu
+
+# Before anything starts JAX's backends: XLA reads XLA_FLAGS once per process.
+xla_cpu.use_eigen_dots()
 
 try:
     _backend.select_jax_backend()
