@@ -47,23 +47,25 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _best_time(jitted, a, b, repeats):
-    """(results, best wall time of `repeats` calls) of `jitted`, the best over its
-    two compilations: with the process's XLA settings and with YNNPACK matmuls.
-    `results` holds one output per compilation, for the caller to check."""
+def _best_time(jitted, a, b, repeats, expected: float) -> float:
+    """Best wall time of `repeats` calls of `jitted`, over its two compilations:
+    with the process's XLA settings and with YNNPACK matmuls. Each compilation's
+    first output element must equal `expected`."""
     compiled = [jitted.lower(a, b).compile()]
     try:
         compiled.append(jitted.lower(a, b).compile(xla_cpu.YNN_DOTS_COMPILER_OPTIONS))
     except jax.errors.JaxRuntimeError:  # an XLA without that option: the default alone
         pass
-    best, results = float("inf"), []
+    best = float("inf")
     for fn in compiled:
-        results.append(fn(a, b).block_until_ready())
+        first = float(fn(a, b).block_until_ready()[(0,) * a.ndim])
+        if first != expected:
+            raise RuntimeError(f"matmul peak measurement: wrong result {first}")
         for _ in range(repeats):
             start = time.perf_counter()
             fn(a, b).block_until_ready()
             best = min(best, time.perf_counter() - start)
-    return results, best
+    return best
 
 
 def measure_matmul_flops(device=None, size: int = MATMUL_SIZE, repeats: int = 5,
@@ -73,10 +75,7 @@ def measure_matmul_flops(device=None, size: int = MATMUL_SIZE, repeats: int = 5,
     device = device or jax.devices()[0]
     a = jax.device_put(jnp.ones((size, size), dtype), device)
     b = jax.device_put(jnp.ones((size, size), dtype) * 0.5, device)
-    results, best = _best_time(jax.jit(jnp.matmul), a, b, repeats)
-    for c in results:
-        if float(c[0, 0]) != 0.5 * size:
-            raise RuntimeError(f"matmul peak measurement: wrong result {float(c[0, 0])}")
+    best = _best_time(jax.jit(jnp.matmul), a, b, repeats, expected=0.5 * size)
     return 2 * size**3 / best
 
 
@@ -93,10 +92,8 @@ def measure_machine_matmul_flops(devices, size: int = MATMUL_SIZE, repeats: int 
     n = len(devices)
     a = jax.device_put(jnp.ones((n, size, size), jnp.float32), sharding)
     b = jax.device_put(jnp.ones((n, size, size), jnp.float32) * 0.5, sharding)
-    results, best = _best_time(jax.jit(jnp.matmul, out_shardings=sharding), a, b, repeats)
-    for c in results:
-        if float(c[0, 0, 0]) != 0.5 * size:
-            raise RuntimeError(f"matmul peak measurement: wrong result {float(c[0, 0, 0])}")
+    best = _best_time(jax.jit(jnp.matmul, out_shardings=sharding), a, b, repeats,
+                      expected=0.5 * size)
     return n * 2 * size**3 / best
 
 
