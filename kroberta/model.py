@@ -8,8 +8,8 @@ transposed token embedding, so logits exist only at the predicted slots:
 layers and weights as they are (so keras-hub and Hugging Face checkpoints map onto
 them) and supply our own loss and metrics, which average over real masked tokens.
 Three layers compute the same function more cheaply on CPU: layer norms with a
-hand-written gradient (`kroberta.layer_norm`), dropout that stores its mask
-instead of regenerating it in the backward pass (`kroberta.dropout`) and GELU
+hand-written gradient (`kroberta.layer_norm`), dropout with cheaper masks
+(`kroberta.dropout`) and GELU
 through erf (`kroberta.gelu`); the model's config and weights stay keras-hub's.
 
 Model inputs (all int32):
@@ -23,7 +23,7 @@ import keras
 import keras_hub
 
 from kroberta.config import Config, ModelConfig
-from kroberta.dropout import use_stored_dropout_masks
+from kroberta.dropout import use_fast_dropout
 from kroberta.gelu import use_erf_gelu
 from kroberta.layer_norm import use_fused_layer_norm
 from kroberta.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
@@ -62,7 +62,7 @@ def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: 
     backbone = build_backbone(model_config, mixed_precision)
     model = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=None)
     use_fused_layer_norm(model)  # same weights and config, a cheaper gradient
-    use_stored_dropout_masks(model)  # each dropout mask generated once per step
+    use_fast_dropout(model)  # hashed masks on CPU, masks stored once elsewhere
     use_erf_gelu(model)  # the same GELU through erf, not erfc
     return model
 

@@ -14,7 +14,7 @@ import time
 
 import kroberta  # noqa: F401  (fixes the backend before keras is imported)
 from kroberta import checkpoint, checkpoint_io, datasource, distribute
-from kroberta import advisor, dropout_rng
+from kroberta import advisor
 from kroberta import run_dir as run_dir_lib
 from kroberta import config as config_lib
 from kroberta import data as data_lib
@@ -186,10 +186,9 @@ def _fit(model, config, train_spec, val_spec, topology, start_step, stop_step) -
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
         train_ds = data_lib.train_dataset(train_spec, config.data, config.model.vocabulary_size,
                                           process_batch, t.seed, begin, shard=shard)
-        with dropout_rng.training_scope(topology.num_devices, topology.platform):
-            model.fit(train_ds, steps_per_epoch=steps_per_epoch,
-                      epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,
-                      callbacks=[logger], shuffle=False)
+        model.fit(train_ds, steps_per_epoch=steps_per_epoch,
+                  epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,
+                  callbacks=[logger], shuffle=False)
 
     started = time.perf_counter()
     try:

@@ -107,7 +107,7 @@ def test_resumed_run_equals_uninterrupted_run(tiny_data, tmp_path):
 
 @pytest.mark.parametrize("devices", [4, 1])
 def test_runs_with_dropout_resume_bitwise_on_four_devices_and_on_one(tiny_data, tmp_path, devices):
-    """Dropout on: threefry masks on 4 devices, Philox on 1 (kroberta.dropout_rng)."""
+    """Dropout on (hashed masks on CPU, kroberta.dropout): resumes bitwise however split."""
     def config(run_dir):
         c = tiny_config(tiny_data, run_dir, steps=20, eval_every=10, checkpoint_every=10)
         return dataclasses.replace(c, model=dataclasses.replace(c.model, dropout=0.1),

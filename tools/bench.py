@@ -5,7 +5,7 @@
 One process, the same config, data and masked positions for everyone:
   kroberta   the compiled model + tf.data pipeline that `kroberta.train` runs
              (model.fit with a callback that, like RunLogger, has on_train_batch_end,
-             and Philox dropout masks on 1 CPU device, as kroberta.train),
+             and kroberta's hashed CPU dropout masks, as kroberta.train),
              on all --devices simulated CPU devices and on 1 of them; prediction
              through `kroberta.predict` top_k (k=5) at the masked positions.
   HF torch   transformers RobertaForMaskedLM (sdpa attention), AdamW at the same
@@ -84,8 +84,7 @@ def main():
 
     def fit_rate(model, dataset, distribution):
         keras.distribution.set_distribution(distribution)
-        return fit_samples_per_second(model, dataset, args.train_steps, B,
-                                      len(distribution.device_mesh.devices.flat))
+        return fit_samples_per_second(model, dataset, args.train_steps, B)
 
     # kroberta on n devices: a model built under DataParallel over the first n.
     kroberta_models = {}

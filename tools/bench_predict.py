@@ -76,8 +76,7 @@ def main():
     n = args.examples
 
     def train():
-        return fit_samples_per_second(model, train_ds, args.train_steps, batch,
-                                      topology.num_devices)
+        return fit_samples_per_second(model, train_ds, args.train_steps, batch)
 
     def timed(fn):
         start = time.perf_counter()

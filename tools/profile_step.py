@@ -2,10 +2,10 @@
 
     python tools/profile_step.py [--config configs/seed.toml] [--batch 64] [--steps 5] [--top 40]
 
-Runs `model.fit` as `kroberta.train` does (1 simulated CPU device, the dropout
-generator of `kroberta.dropout_rng`) under `jax.profiler.trace` with XLA's
-per-op trace events on, then joins each executed fusion to the optimized HLO's
-`op_name` metadata (dumped next to the trace) and prints, per step:
+Runs `model.fit` as `kroberta.train` does (1 simulated CPU device) under
+`jax.profiler.trace` with XLA's per-op trace events on, then joins each executed
+fusion to the optimized HLO's `op_name` metadata (dumped next to the trace) and
+prints, per step:
   - the split between dot (matmul) fusions and everything else,
   - the top groups: forward or backward, plus the model path of the op
     (`roberta_backbone/layer/self_attention_layer/key`, ...; layer numbers folded),
@@ -63,10 +63,10 @@ def main():
     model = build_compiled_model(config)
     dataset = data_lib.train_dataset(spec, config.data, V, args.batch, config.train.seed)
 
-    fit_samples_per_second(model, dataset, 3, args.batch, 1)  # compile and warm up
+    fit_samples_per_second(model, dataset, 3, args.batch)  # compile and warm up
     trace_dir = os.path.join(work, "trace")
     with jax.profiler.trace(trace_dir):
-        rate = fit_samples_per_second(model, dataset, args.steps + 1, args.batch, 1)
+        rate = fit_samples_per_second(model, dataset, args.steps + 1, args.batch)
 
     op_ns = collections.Counter()
     trace = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True))[-1]
