@@ -31,6 +31,7 @@ in place; like `kroberta.layer_norm` it keeps the variables, config and Keras'
 class name, so saved models and checkpoints are unchanged.
 """
 
+import math
 import os
 
 import jax
@@ -86,11 +87,8 @@ def user_chose_a_generator() -> bool:
 def uses_hash_masks(shape, platform: str | None = None) -> bool:
     """Whether a mask of `shape` is hashed (see the module docstring): on CPU,
     unless the user chose JAX's generator. Decided when the step is traced."""
-    size = 1
-    for d in shape:
-        size *= d
     return (platform or jax.default_backend()) == "cpu" and not user_chose_a_generator() \
-        and size < MAX_HASHED_ELEMENTS
+        and math.prod(shape) < MAX_HASHED_ELEMENTS
 
 
 def dropout(inputs, rate: float, seed_generator):

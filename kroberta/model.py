@@ -9,8 +9,8 @@ layers and weights as they are (so keras-hub and Hugging Face checkpoints map on
 them) and supply our own loss and metrics, which average over real masked tokens.
 Three layers compute the same function more cheaply on CPU: layer norms with a
 hand-written gradient (`kroberta.layer_norm`), dropout with cheaper masks
-(`kroberta.dropout`) and GELU
-through erf (`kroberta.gelu`); the model's config and weights stay keras-hub's.
+(`kroberta.dropout`) and GELU through erf (`kroberta.gelu`); the model's config
+and weights stay keras-hub's.
 
 Model inputs (all int32):
     token_ids       (batch, length)
