@@ -6,33 +6,36 @@ The record format (the seed's, and what `kroberta.prepare` writes): a
     attention_mask  (L,)  1 for real tokens, 0 for padding
     labels          (L,)  optional: -100 where there is no loss, else the original id
 
-Training order: files -> interleave(records tagged with file and index) ->
-shuffle(seeded) -> repeat -> enumerate -> skip(resume) -> map(parse, check,
-mask) -> batch(drop_remainder) -> prefetch. Every element's masking is seeded by
-(run seed, element index), so a resumed run sees exactly the examples and masks
-an uninterrupted one would have.
+Training order: epochs of records tagged with file and index (`epochs`: every
+record once per epoch, shuffled within it) -> enumerate -> skip(resume) ->
+batch the raw strings -> parse, check and mask the whole batch -> prefetch.
+Parsing a batch at a time (one `parse_example`, checks as reductions, masking as
+batched ops) is what lets one host feed an accelerator. Every element's mask is a
+function of (run seed, element index), so a resumed run sees exactly the examples
+and masks an uninterrupted one would have.
 
 TensorFlow here runs on the host CPU only; JAX owns the accelerators.
 """
 
 import dataclasses
 import os
-import re
 import struct
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 
+from kroberta import epochs
+from kroberta.bad_records import DataError, explain_pipeline_error, first_bad_record
+from kroberta.batch_parsing import REQUIRED_FEATURES, parse_checked_batch
 from kroberta.config import ConfigError, DataConfig, ModelConfig
-from kroberta.masking import IGNORE_LABEL, dynamic_mask, static_slots
+from kroberta.masking import IGNORE_LABEL, dynamic_mask_batch, static_slots_batch
+from kroberta.records import FEATURES
 
-FEATURES = ("input_ids", "attention_mask", "labels")
-REQUIRED_FEATURES = ("input_ids", "attention_mask")
 AUTOTUNE = tf.data.AUTOTUNE
-
-
-class DataError(ValueError):
-    """The data is malformed; the message names the file, record and feature."""
+__all__ = ["DataError", "DataSpec", "explain_pipeline_error", "first_bad_record", "FEATURES",
+           "resolve_files", "inspect_files", "check_against_model", "train_dataset",
+           "eval_dataset", "read_batches", "dataset"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +46,7 @@ class DataSpec:
     sequence_length: int
     has_labels: bool
     records: int | None = None  # total records, when every file is local (framing walked)
+    file_records: tuple[int, ...] | None = None  # records per file, likewise
 
 
 def resolve_files(patterns, key: str) -> tuple[str, ...]:
@@ -104,7 +108,12 @@ def inspect_files(files, key: str) -> DataSpec:
     has_labels = set()
     counts = [count_framed_records(path) for path in files]
     for path in files:
-        example = tf.train.Example.FromString(_read_first_record(path))
+        first = _read_first_record(path)
+        try:
+            example = tf.train.Example.FromString(first)
+        except DecodeError:
+            raise DataError(f"{path}: record 0: the payload is not a tf.train.Example "
+                            "(its bytes do not parse)") from None
         feature_map = example.features.feature
         for name in REQUIRED_FEATURES:
             if name not in feature_map:
@@ -127,8 +136,9 @@ def inspect_files(files, key: str) -> DataSpec:
         raise DataError(f"{key}: files hold different sequence lengths: {by_length}")
     if len(has_labels) > 1:
         raise DataError(f"{key}: some files have a 'labels' feature and some do not")
-    records = None if None in counts else sum(counts)
-    return DataSpec(tuple(files), distinct[0], has_labels.pop(), records)
+    known = None not in counts
+    return DataSpec(tuple(files), distinct[0], has_labels.pop(), sum(counts) if known else None,
+                    tuple(counts) if known else None)
 
 
 def check_against_model(spec: DataSpec, data: DataConfig, model: ModelConfig, key: str):
@@ -141,74 +151,23 @@ def check_against_model(spec: DataSpec, data: DataConfig, model: ModelConfig, ke
         raise ConfigError(f"{key}: data.masking='static' needs a 'labels' feature in the files")
 
 
-def _tagged_records(files_ds, cycle_length=4):
-    # (file, index within file, serialized record): the tags let a bad record be
-    # reported by name, whichever parallel map step meets it. cycle_length=1 reads
-    # the files one after the other (input order, for prediction).
-    def read(path):
-        return tf.data.TFRecordDataset(path).enumerate().map(lambda i, r: (path, i, r))
-
-    return files_ds.interleave(read, cycle_length=cycle_length, block_length=1,
-                               num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
-def _parse_and_check(path, index, record, length: int, vocabulary_size: int, with_labels: bool):
-    spec = {name: tf.io.VarLenFeature(tf.int64) for name in FEATURES}
-    parsed = tf.io.parse_single_example(record, spec)
-    out = {}
-    checks = []
-    for name in FEATURES:
-        if name == "labels" and not with_labels:
-            continue
-        values = tf.sparse.to_dense(parsed[name])
-        size = tf.shape(values)[0]
-        checks.append((size == length, name, tf.strings.format(
-            "has {} values, expected {}", (size, length))))
-        out[name] = values
-    # Each check must run only on well-shaped data, so shapes are asserted first.
-    asserts = [_assert(ok, path, index, name, what) for ok, name, what in checks]
-    with tf.control_dependencies(asserts):
-        ids = tf.ensure_shape(tf.identity(out["input_ids"]), [length])
-        mask = tf.ensure_shape(tf.identity(out["attention_mask"]), [length])
-    bad_id = tf.reduce_any((ids < 0) | (ids >= vocabulary_size))
-    bad_mask = tf.reduce_any((mask != 0) & (mask != 1))
-    value_checks = [
-        _assert(~bad_id, path, index, "input_ids", tf.strings.format(
-            "holds id {} outside the vocabulary [0, {})",
-            (tf.reduce_max(tf.where((ids < 0) | (ids >= vocabulary_size), tf.abs(ids), 0)),
-             vocabulary_size))),
-        _assert(~bad_mask, path, index, "attention_mask", "holds values other than 0 and 1"),
-    ]
-    result = {"input_ids": ids, "attention_mask": mask}
-    if with_labels:
-        labels = tf.ensure_shape(out["labels"], [length])
-        bad_label = tf.reduce_any((labels != IGNORE_LABEL) & ((labels < 0) | (labels >= vocabulary_size)))
-        value_checks.append(_assert(~bad_label, path, index, "labels",
-                                    "holds a value that is neither -100 nor a vocabulary id"))
-        result["labels"] = labels
-    with tf.control_dependencies(value_checks):
-        return {k: tf.cast(tf.identity(v), tf.int32) for k, v in result.items()}
+def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabulary_size: int):
+    """(x, y) of a batch: the model's input dict and the labels at the prediction slots.
 
-
-def _assert(ok, path, index, feature, what):
-    # tf.strings.format would quote string tensors; join keeps the path as written.
-    message = tf.strings.join(["<<", path, ": record ", tf.strings.as_string(index),
-                               ": feature '", feature, "' ", what, ">>"])
-    return tf.debugging.Assert(ok, [message], summarize=1)
-
-
-def _to_model_inputs(parsed, seed, data: DataConfig, slots: int, vocabulary_size: int):
-    """(x, y): the model's input dict and the labels at the prediction slots."""
+    parsed: int32 (B, L) features; indices: int64 (B,) element indices (mask seeds).
+    """
     if data.masking == "static":
         ids = parsed["input_ids"]
-        positions, labels, _ = static_slots(parsed["labels"], slots)
+        positions, labels, _ = static_slots_batch(parsed["labels"], slots)
     else:
         originals = parsed["input_ids"]
         if "labels" in parsed:
             # Files masked once (the seed's format): recover the unmasked text.
             originals = tf.where(parsed["labels"] != IGNORE_LABEL, parsed["labels"], originals)
-        ids, positions, labels = dynamic_mask(
-            originals, parsed["attention_mask"], seed,
+        ids, positions, labels = dynamic_mask_batch(
+            originals, parsed["attention_mask"], seed, indices,
             mask_rate=data.mask_rate, slots=slots, mask_token_id=data.mask_token_id,
             special_token_ids=data.special_token_ids, vocabulary_size=vocabulary_size,
         )
@@ -216,48 +175,70 @@ def _to_model_inputs(parsed, seed, data: DataConfig, slots: int, vocabulary_size
     return x, labels
 
 
+def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int):
+    """(element indices (B,), (files, record indices, records) (B,)) -> (x, y)."""
+    length, slots = spec.sequence_length, data.prediction_slots(spec.sequence_length)
+
+    def parse(indices, tagged):
+        paths, record_indices, records = tagged
+        parsed = parse_checked_batch(paths, record_indices, records, length=length,
+                                     vocabulary_size=vocabulary_size, with_labels=spec.has_labels)
+        return _to_model_inputs(parsed, indices, seed, data, slots, vocabulary_size)
+
+    return parse
+
+
+def epoch_plan(spec: DataSpec, data: DataConfig, seed: int,
+               shard: tuple[int, int] | None = None) -> epochs.EpochPlan:
+    """How a process reads the training epochs (see `kroberta.epochs`)."""
+    count, index = shard or (1, 0)
+    if spec.records is not None and count > 1 and len(spec.files) < count and spec.records < count:
+        raise DataError(f"{spec.files[0]}: {spec.records} record(s) cannot be shared by "
+                        f"{count} processes")
+    return epochs.EpochPlan(spec.files, spec.file_records, seed, data.shuffle_buffer, shard)
+
+
 def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
                   seed: int, start_step: int = 0, shard: tuple[int, int] | None = None):
-    """Infinite training batches of `global_batch`, starting after `start_step` batches.
+    """Endless training batches of `global_batch`, starting after `start_step` batches.
 
     Returns a dataset of (x, y) with x = {token_ids (B, L), padding_mask (B, L),
-    mask_positions (B, M)} and y = labels (B, M), all int32.
+    mask_positions (B, M)} and y = labels (B, M), all int32. The records come in
+    epochs, each record once per epoch (see `kroberta.epochs`); a batch may span
+    two epochs.
 
     With `shard=(count, index)` (one of `count` processes), `global_batch` is this
-    process's share of a step and the process reads only its part of the data:
-    every count-th file of each epoch's shuffled file list (all processes draw the
-    same list), or every count-th record when there are fewer files than processes.
-    Element i of process p stands for element i*count+p of the unsharded stream (its
-    masking seed). With shuffle_buffer = 1, count dividing 4 and files of equal
-    length (record sharding: any files), the processes' batches k together hold
-    exactly the records and masks of the single-process batch k.
+    process's share of a step and the process reads only its share of each epoch
+    (by file when there are at least `count` files, else by record). Element i of
+    process p stands for element i*count+p of the unsharded stream (its masking
+    seed). With shuffle_buffer = 1, count dividing 4 and files of equal length
+    (record sharding: any files), the processes' batches k together hold exactly
+    the records and masks of the single-process batch k.
     """
     count, index = shard or (1, 0)
-    by_file = count > 1 and len(spec.files) >= count
-    # Epoch e reads the files in a stateless permutation of (seed, e), and the record
-    # shuffle is not reseeded per iteration: the stream is a pure function of the seed,
-    # however many times Keras iterates this dataset object (fit peeks at a batch to
-    # build the model, then starts a new iterator).
-    names = tf.constant(list(spec.files))
-    files = tf.data.Dataset.range(2**62).flat_map(
-        lambda epoch: tf.data.Dataset.from_tensor_slices(tf.random.experimental.stateless_shuffle(
-            names, seed=tf.stack([tf.cast(seed, tf.int64), epoch]))))
-    if by_file:
-        files = files.shard(count, index)
-    # The single-process interleave reads 4 files at a time; a file shard reads 4/count.
-    ds = _tagged_records(files, cycle_length=max(1, 4 // count) if by_file else 4)
-    if count > 1 and not by_file:
-        ds = ds.shard(count, index)
-    ds = ds.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
-    ds = ds.enumerate()
-    # Skipping raw records is cheap: nothing is parsed or masked.
-    ds = ds.skip(start_step * global_batch)
+    ds = epoch_plan(spec, data, seed, shard).stream(start_step * global_batch)
     if count > 1:
         ds = ds.map(lambda i, tagged: (i * count + index, tagged))
+    ds = ds.batch(global_batch, drop_remainder=True)
+    parse = _batch_parser(spec, data, vocabulary_size, seed)
+    return ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)
 
-    parse = _parser(spec, data, vocabulary_size, seed)
-    ds = ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
-    return ds.batch(global_batch, drop_remainder=True).prefetch(AUTOTUNE)
+
+def replay_train_errors(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int,
+                        start_step: int, steps: int, global_batch: int,
+                        shard: tuple[int, int] | None = None):
+    """A function naming the first bad record among the next `steps` training batches."""
+    def replay():
+        tagged = epoch_plan(spec, data, seed, shard).stream(start_step * global_batch)
+        return first_bad_record(tagged.map(lambda i, t: t), length=spec.sequence_length,
+                                vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
+                                max_records=steps * global_batch)
+
+    return replay
+
+
+def _file_order(spec: DataSpec):
+    return epochs.read_tagged(tf.data.Dataset.from_tensor_slices(list(spec.files)))
 
 
 def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
@@ -272,22 +253,54 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
     """
     count, index = shard or (1, 0)
     length, slots = spec.sequence_length, data.prediction_slots(spec.sequence_length)
-    ds = _tagged_records(tf.data.Dataset.from_tensor_slices(list(spec.files))).enumerate()
+    parse = _batch_parser(spec, data, vocabulary_size, seed)
+    share = global_batch // count
 
-    ds = ds.map(_parser(spec, data, vocabulary_size, seed), num_parallel_calls=AUTOTUNE,
-                deterministic=True)
-    filler = padding_example(length, slots, data.pad_token_id)
-    ds = ds.concatenate(tf.data.Dataset.from_tensors(filler).repeat(global_batch - 1))
-    # Global batch k is the slices k*count ... k*count+count-1; process p takes slice p.
-    records = spec_records(spec)
-    batches = -(-records // global_batch)
-    ds = ds.batch(global_batch // count, drop_remainder=True)
-    ds = ds.take(batches * count).shard(count, index)
+    def parse_and_pad(indices, tagged):
+        x, y = parse(indices, tagged)
+        missing = global_batch - tf.shape(y)[0]
+        x = {
+            "token_ids": _pad_rows(x["token_ids"], missing, data.pad_token_id),
+            "padding_mask": _pad_rows(x["padding_mask"], missing, 0),
+            "mask_positions": _pad_rows(x["mask_positions"], missing, 0),
+        }
+        y = _pad_rows(y, missing, IGNORE_LABEL)
+        # Global batch k: process p takes rows p*share ... (p+1)*share - 1.
+        take = lambda t: tf.ensure_shape(t[index * share:(index + 1) * share], [share, None])
+        return {k: take(v) for k, v in x.items()}, take(y)
+
+    ds = _file_order(spec).enumerate().batch(global_batch)
+    ds = ds.map(parse_and_pad, num_parallel_calls=AUTOTUNE, deterministic=True)
+    batches = -(-spec_records(spec) // global_batch)
     if max_batches:
         batches = min(batches, max_batches)
         ds = ds.take(max_batches)
     # A known length lets Keras end the evaluation without an "ran out of data" warning.
     return ds.apply(tf.data.experimental.assert_cardinality(batches)).prefetch(AUTOTUNE)
+
+
+def replay_file_errors(spec: DataSpec, vocabulary_size: int):
+    """A function naming the first bad record of the files, in file order."""
+    return lambda: first_bad_record(_file_order(spec), length=spec.sequence_length,
+                                    vocabulary_size=vocabulary_size, with_labels=spec.has_labels)
+
+
+def _pad_rows(tensor, rows, value):
+    """Appends `rows` rows of `value` to a (B, W) tensor."""
+    return tf.pad(tensor, [[0, rows], [0, 0]], constant_values=value)
+
+
+def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
+    """Every record of the files once, in order, checked: batches of int32 (b, L) dicts.
+
+    The last batch may be shorter.
+    """
+    def parse(paths, record_indices, records):
+        return parse_checked_batch(paths, record_indices, records, length=spec.sequence_length,
+                                   vocabulary_size=vocabulary_size, with_labels=spec.has_labels)
+
+    ds = _file_order(spec).batch(batch_size)
+    return ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
 def spec_records(spec: DataSpec) -> int:
@@ -300,72 +313,13 @@ def count_records(files) -> int:
                                                            lambda n, _: n + 1))
 
 
-def _parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int):
-    """(element index, (file, record index, record)) -> (x, y), checked and masked."""
-    length, slots = spec.sequence_length, data.prediction_slots(spec.sequence_length)
-
-    def parse(index, tagged):
-        path, record_index, record = tagged
-        parsed = _parse_and_check(path, record_index, record, length, vocabulary_size,
-                                  spec.has_labels)
-        element_seed = tf.stack([tf.cast(seed, tf.int64), index])
-        return _to_model_inputs(parsed, element_seed, data, slots, vocabulary_size)
-
-    return parse
-
-
-def read_examples(spec: DataSpec, vocabulary_size: int):
-    """Every record of the files once, in order, checked: dicts of int32 (L,) arrays."""
-    ds = _tagged_records(tf.data.Dataset.from_tensor_slices(list(spec.files)), cycle_length=1)
-
-    def parse(path, record_index, record):
-        return _parse_and_check(path, record_index, record, spec.sequence_length,
-                                vocabulary_size, spec.has_labels)
-
-    return ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
-
-
-def padding_example(length: int, slots: int, pad_token_id: int):
-    """An all-padding example that carries no loss (labels -100 everywhere)."""
-    x = {
-        "token_ids": tf.fill([length], tf.constant(pad_token_id, tf.int32)),
-        "padding_mask": tf.zeros([length], tf.int32),
-        "mask_positions": tf.zeros([slots], tf.int32),
-    }
-    return x, tf.fill([slots], tf.constant(IGNORE_LABEL, tf.int32))
-
-
-_ASSERT_MESSAGE = re.compile(r"<<(.*?)>>", re.S)
-
-
-def explain_pipeline_error(error: Exception, files) -> DataError | None:
-    """Turns a tf.data failure into a DataError naming file, record and feature."""
-    if isinstance(error, tf.errors.InvalidArgumentError):
-        found = _ASSERT_MESSAGE.search(error.message)
-        if found:
-            # The assertion op escapes quotes when it prints its data.
-            return DataError(found.group(1).replace("\\'", "'").replace('\\"', '"'))
-        return DataError(f"malformed record: {error.message.splitlines()[0]}")
-    if isinstance(error, tf.errors.DataLossError):
-        # TF's message has a byte offset but no file name: find the file.
-        for path in files:
-            count = 0
-            try:
-                for _ in tf.data.TFRecordDataset(path):
-                    count += 1
-            except tf.errors.DataLossError:
-                return DataError(f"{path}: record {count}: corrupt or truncated TFRecord")
-        return DataError(f"corrupt or truncated TFRecord: {error.message.splitlines()[0]}")
-    return None
-
-
 def count_labels_beyond_slots(spec: DataSpec, slots: int, sample: int = 2000) -> tuple[int, int]:
     """(sequences, labelled positions) among the first `sample` that exceed `slots`."""
-    ds = tf.data.TFRecordDataset(list(spec.files)).take(sample)
-    ds = ds.map(lambda r: tf.io.parse_single_example(
+    ds = tf.data.TFRecordDataset(list(spec.files)).take(sample).batch(256)
+    ds = ds.map(lambda r: tf.io.parse_example(
         r, {"labels": tf.io.FixedLenFeature([spec.sequence_length], tf.int64)})["labels"])
     over_sequences = over_labels = 0
-    for labels in ds.batch(256).as_numpy_iterator():
+    for labels in ds.as_numpy_iterator():
         counts = (labels != IGNORE_LABEL).sum(axis=1)
         over_sequences += int((counts > slots).sum())
         over_labels += int(np.maximum(counts - slots, 0).sum())

@@ -1,29 +1,74 @@
 """Choosing the positions to predict: dynamic (RoBERTa) masking and static labels.
 
-Both are pure TensorFlow functions of one sequence, usable eagerly and inside
-`tf.data.Dataset.map`. Each returns a fixed number of prediction slots M so the
-model's head always sees the same static shape:
+Pure TensorFlow functions of a batch, usable eagerly and inside
+`tf.data.Dataset.map` after `batch`. Each returns a fixed number of prediction
+slots M so the model's head always sees the same static shape:
 
-    input_ids  (L,) int32   the tokens the model reads (with <mask> where chosen)
-    positions  (M,) int32   where to predict; unused slots hold 0
-    labels     (M,) int32   the original token there; -100 in unused slots
+    input_ids  (B, L) int32   the tokens the model reads (with <mask> where chosen)
+    positions  (B, M) int32   where to predict; unused slots hold 0
+    labels     (B, M) int32   the original token there; -100 in unused slots
+
+Dynamic masks are a pure function of (run seed, element index, position): the
+random numbers come from a counter-based hash in TF integer ops, not from a
+stateful or per-tensor generator, so an example gets the same mask whether it is
+masked alone, in a batch of 8 or of 64, in one process or in one of several.
 """
 
 import tensorflow as tf
 
 IGNORE_LABEL = -100
 
+# lowbias32 (a uint32 bijection with good avalanche; the dropout hash's mixer).
+_MIX_A, _MIX_B = 0x7FEB352D, 0x846CA68B
+_GOLDEN = 0x9E3779B9  # separates the seed words from the index words
+# Independent streams of uniforms per element: which positions, what to write, random ids.
+_SALT_SCORE, _SALT_ACTION, _SALT_RANDOM_ID = 1, 2, 3
 
-def _sub_seed(seed, salt):
-    # Independent random streams from one (2,) seed, so every draw below is a
-    # pure function of (seed, salt).
-    return tf.random.experimental.stateless_fold_in(seed, salt)
+
+def _u32(value):
+    return tf.constant(value, tf.uint32)
 
 
-def dynamic_mask(
+def _mix(x):
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
+    x = x * _u32(_MIX_A)
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(15)))
+    x = x * _u32(_MIX_B)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
+
+
+def _words(value):
+    """int64 -> (low, high) uint32 words."""
+    value = tf.cast(value, tf.int64)
+    low = tf.cast(tf.bitwise.bitwise_and(value, 0xFFFFFFFF), tf.uint32)
+    high = tf.cast(tf.bitwise.bitwise_and(tf.bitwise.right_shift(value, 32), 0xFFFFFFFF), tf.uint32)
+    return low, high
+
+
+def element_keys(seed, indices):
+    """One uint32 key per element from the run seed (scalar) and element indices (B,)."""
+    seed_low, seed_high = _words(seed)
+    index_low, index_high = _words(indices)
+    key = _mix(tf.bitwise.bitwise_xor(seed_low, _u32(_GOLDEN)))
+    key = _mix(tf.bitwise.bitwise_xor(key, seed_high))
+    key = _mix(tf.bitwise.bitwise_xor(key, index_low))
+    return _mix(tf.bitwise.bitwise_xor(key, index_high))  # (B,)
+
+
+def hash_uniform(keys, salt: int, count: int):
+    """(B, count) float32 uniforms in [0, 1): element key x salt x counter, hashed."""
+    salted = _mix(tf.bitwise.bitwise_xor(keys, _u32(salt * _MIX_B & 0xFFFFFFFF)))  # (B,)
+    counter = tf.cast(tf.range(count), tf.uint32)  # (count,)
+    bits = _mix(salted[:, None] + counter[None, :])  # (B, count)
+    # The top 24 bits: exactly representable in float32, so never rounds up to 1.0.
+    return tf.cast(tf.bitwise.right_shift(bits, _u32(8)), tf.float32) * (1.0 / (1 << 24))
+
+
+def dynamic_mask_batch(
     input_ids,
     attention_mask,
     seed,
+    indices,
     *,
     mask_rate,
     slots,
@@ -33,16 +78,17 @@ def dynamic_mask(
     mask_fraction=0.8,
     random_fraction=0.1,
 ):
-    """RoBERTa masking of one sequence, reproducible from `seed`.
+    """RoBERTa masking of a batch, each row reproducible from (seed, its index).
 
-    Chooses round(mask_rate * n) of the n real, non-special tokens (at least one
-    when n > 0, at most `slots`); of those, `mask_fraction` become <mask>,
+    Chooses round(mask_rate * n) of a row's n real, non-special tokens (at least
+    one when n > 0, at most `slots`); of those, `mask_fraction` become <mask>,
     `random_fraction` a random non-special token, and the rest stay as they are.
 
     Args:
-        input_ids: int (L,) original tokens.
-        attention_mask: int (L,) 1 for real tokens, 0 for padding.
-        seed: int (2,) stateless random seed, e.g. (run seed, example index).
+        input_ids: int (B, L) original tokens.
+        attention_mask: int (B, L) 1 for real tokens, 0 for padding.
+        seed: int scalar, the run's seed.
+        indices: int (B,) each row's element index in its stream.
         mask_rate: fraction of candidate tokens to predict.
         slots: M, the static number of prediction slots.
         mask_token_id: id written at masked positions.
@@ -51,69 +97,86 @@ def dynamic_mask(
             largest special id and below this.
 
     Returns:
-        (masked_ids (L,), positions (M,), labels (M,)), all int32.
+        (masked_ids (B, L), positions (B, M), labels (B, M)), all int32.
     """
     input_ids = tf.cast(input_ids, tf.int32)
-    length = tf.shape(input_ids)[0]
+    length = tf.shape(input_ids)[1]
     special = tf.constant(list(special_token_ids), tf.int32)
-    is_special = tf.reduce_any(input_ids[:, None] == special[None, :], axis=1)
-    candidates = tf.logical_and(tf.cast(attention_mask, tf.bool), tf.logical_not(is_special))
-    num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32))
+    is_special = tf.reduce_any(input_ids[:, :, None] == special[None, None, :], axis=2)  # (B, L)
+    candidates = tf.cast(attention_mask, tf.bool) & ~is_special  # (B, L)
+    num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=1)  # (B,)
     wanted = tf.cast(tf.round(mask_rate * tf.cast(num_candidates, tf.float32)), tf.int32)
-    wanted = tf.where(tf.logical_and(num_candidates > 0, mask_rate > 0), tf.maximum(wanted, 1), 0)
-    count = tf.minimum(tf.minimum(wanted, num_candidates), slots)
+    wanted = tf.where((num_candidates > 0) & (mask_rate > 0), tf.maximum(wanted, 1), 0)
+    count = tf.minimum(tf.minimum(wanted, num_candidates), slots)  # (B,)
 
+    keys = element_keys(seed, indices)
     # A random score per position; non-candidates score -1 so top_k takes them last.
-    scores = tf.random.stateless_uniform([length], _sub_seed(seed, 0))
-    scores = tf.where(candidates, scores, -1.0)
+    scores = tf.where(candidates, hash_uniform(keys, _SALT_SCORE, length), -1.0)  # (B, L)
     # Pad so top_k works when slots > length.
-    scores = tf.pad(scores, [[0, tf.maximum(slots - length, 0)]], constant_values=-2.0)
-    _, chosen = tf.math.top_k(scores, k=slots)  # (M,)
-    valid = tf.range(slots) < count  # (M,)
+    scores = tf.pad(scores, [[0, 0], [0, tf.maximum(slots - length, 0)]], constant_values=-2.0)
+    _, chosen = tf.math.top_k(scores, k=slots)  # (B, M)
+    valid = tf.range(slots)[None, :] < count[:, None]  # (B, M)
     positions = tf.where(valid, chosen, 0)
-    originals = tf.gather(input_ids, positions)
+    originals = tf.gather(input_ids, positions, batch_dims=1)  # (B, M)
     labels = tf.where(valid, originals, IGNORE_LABEL)
 
-    draw = tf.random.stateless_uniform([slots], _sub_seed(seed, 1))
+    draw = hash_uniform(keys, _SALT_ACTION, slots)  # (B, M)
     lowest_regular_id = max(special_token_ids) + 1 if special_token_ids else 0
-    random_ids = tf.random.stateless_uniform(
-        [slots], _sub_seed(seed, 2), minval=lowest_regular_id, maxval=vocabulary_size, dtype=tf.int32
-    )
+    span = vocabulary_size - lowest_regular_id
+    random_ids = lowest_regular_id + tf.minimum(
+        tf.cast(hash_uniform(keys, _SALT_RANDOM_ID, slots) * span, tf.int32), span - 1)
     replacement = tf.where(
         draw < mask_fraction,
         mask_token_id,
         tf.where(draw < mask_fraction + random_fraction, random_ids, originals),
     )
+    rows = tf.broadcast_to(tf.range(tf.shape(input_ids)[0])[:, None], tf.shape(positions))
+    where = tf.stack([rows, positions], axis=-1)  # (B, M, 2)
     masked_ids = tf.tensor_scatter_nd_update(
-        input_ids,
-        tf.boolean_mask(positions, valid)[:, None],
-        tf.boolean_mask(replacement, valid),
-    )
+        input_ids, tf.boolean_mask(where, valid), tf.boolean_mask(replacement, valid))
     return masked_ids, tf.cast(positions, tf.int32), tf.cast(labels, tf.int32)
 
 
-def static_slots(labels, slots):
+def dynamic_mask(input_ids, attention_mask, seed, **kwargs):
+    """`dynamic_mask_batch` of one sequence (L,); `seed` is (run seed, element index).
+
+    Gives exactly the row that sequence gets inside any batch at that index.
+    """
+    seed = tf.cast(seed, tf.int64)
+    masked, positions, labels = dynamic_mask_batch(
+        tf.expand_dims(input_ids, 0), tf.expand_dims(attention_mask, 0), seed[0], seed[1:2], **kwargs)
+    return masked[0], positions[0], labels[0]
+
+
+def static_slots_batch(labels, slots):
     """Prediction slots from a file's labels (-100 = no loss), earliest positions first.
 
     Args:
-        labels: int (L,) the file's labels.
+        labels: int (B, L) the file's labels.
         slots: M.
 
     Returns:
-        (positions (M,), slot_labels (M,), dropped ()) where `dropped` counts the
-        labelled positions beyond the first M (they are not predicted).
+        (positions (B, M), slot_labels (B, M), dropped (B,)) where `dropped` counts
+        the labelled positions beyond the first M (they are not predicted).
     """
     labels = tf.cast(labels, tf.int32)
-    length = tf.shape(labels)[0]
-    labelled = labels != IGNORE_LABEL
-    count = tf.reduce_sum(tf.cast(labelled, tf.int32))
+    length = tf.shape(labels)[1]
+    labelled = labels != IGNORE_LABEL  # (B, L)
+    count = tf.reduce_sum(tf.cast(labelled, tf.int32), axis=1)  # (B,)
     # Earlier positions score higher; unlabelled ones lowest.
-    order = tf.cast(length - tf.range(length), tf.float32)
+    order = tf.cast(length - tf.range(length), tf.float32)[None, :]
     scores = tf.where(labelled, order, -1.0)
-    scores = tf.pad(scores, [[0, tf.maximum(slots - length, 0)]], constant_values=-2.0)
-    _, chosen = tf.math.top_k(scores, k=slots)
-    valid = tf.range(slots) < tf.minimum(count, slots)
+    padding = [[0, 0], [0, tf.maximum(slots - length, 0)]]
+    scores = tf.pad(scores, padding, constant_values=-2.0)
+    _, chosen = tf.math.top_k(scores, k=slots)  # (B, M)
+    valid = tf.range(slots)[None, :] < tf.minimum(count, slots)[:, None]
     positions = tf.where(valid, chosen, 0)
-    padded_labels = tf.pad(labels, [[0, tf.maximum(slots - length, 0)]], constant_values=IGNORE_LABEL)
-    slot_labels = tf.where(valid, tf.gather(padded_labels, positions), IGNORE_LABEL)
+    padded_labels = tf.pad(labels, padding, constant_values=IGNORE_LABEL)
+    slot_labels = tf.where(valid, tf.gather(padded_labels, positions, batch_dims=1), IGNORE_LABEL)
     return tf.cast(positions, tf.int32), slot_labels, tf.maximum(count - slots, 0)
+
+
+def static_slots(labels, slots):
+    """`static_slots_batch` of one sequence: labels (L,) -> (M,), (M,), ()."""
+    positions, slot_labels, dropped = static_slots_batch(tf.expand_dims(labels, 0), slots)
+    return positions[0], slot_labels[0], dropped[0]

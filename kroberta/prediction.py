@@ -218,7 +218,7 @@ def _explained_data_errors(source):
     try:
         yield
     except tf.errors.OpError as error:
-        explained = data_lib.explain_pipeline_error(error, source.files)
+        explained = data_lib.explain_pipeline_error(error, source.files, replay=source.replay)
         if explained is None:
             raise
         raise explained from None

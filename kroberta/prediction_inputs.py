@@ -5,10 +5,10 @@ a `tf.data.Dataset` of dicts (batched or not), or a dict of numpy arrays.
 Examples keep their order; the last batch is completed with padding examples
 flagged `is_real = False`, which the caller drops from the result.
 
-Arrays already in memory are batched with numpy, vectorised over the batch: a
-tf.data pipeline mapping one example at a time cost ~10 ms of the two cores per
-batch of 64 (plus its set-up on every call), about 8% of a seed predict step.
-Files and datasets go through tf.data; both paths give the same batches.
+Every path works on whole batches: arrays already in memory are sliced and
+completed with numpy; files and datasets are batched first in tf.data and then
+checked and given their slots with batched ops (one `parse_example` per batch for
+files). Both paths give the same batches.
 """
 
 import dataclasses
@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from kroberta import data as data_lib
-from kroberta.masking import IGNORE_LABEL, static_slots
+from kroberta.masking import IGNORE_LABEL, static_slots_batch
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -28,13 +28,15 @@ class InputError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    dataset: tf.data.Dataset | None  # unbatched dicts: input_ids, attention_mask[, labels] (L,)
-    # int32; None when the examples are `columns`
+    # global batch -> a dataset of checked dicts input_ids, attention_mask[, labels]:
+    # int32 (b, L), b = the batch except in the last one; None when the examples are `columns`
+    batches: object
     sequence_length: int
     has_labels: bool
     examples: int | None  # None when unknown without reading everything
     files: tuple[str, ...] = ()  # the TFRecord files read, to name a bad one
     columns: dict | None = None  # the examples as numpy arrays (N, L) int32, when given so
+    replay: object = None  # () -> DataError | None: finds a record that failed to parse
 
 
 def as_examples(inputs, config) -> Source:
@@ -46,8 +48,9 @@ def as_examples(inputs, config) -> Source:
         if spec.sequence_length > config.model.max_sequence_length:
             raise InputError(f"inputs: sequences of {spec.sequence_length} tokens, the model "
                              f"takes at most {config.model.max_sequence_length}")
-        return Source(data_lib.read_examples(spec, vocabulary), spec.sequence_length,
-                      spec.has_labels, spec.records, spec.files)
+        return Source(lambda batch: data_lib.read_batches(spec, vocabulary, batch),
+                      spec.sequence_length, spec.has_labels, spec.records, spec.files,
+                      replay=data_lib.replay_file_errors(spec, vocabulary))
     if isinstance(inputs, dict):
         return _from_arrays(inputs, config)
     if isinstance(inputs, tf.data.Dataset):
@@ -97,28 +100,49 @@ def _from_dataset(dataset, config) -> Source:
     if not isinstance(spec, dict) or "input_ids" not in spec or "attention_mask" not in spec:
         raise InputError("inputs: a tf.data.Dataset must yield dicts with 'input_ids' and "
                          f"'attention_mask', got {spec}")
-    if spec["input_ids"].shape.rank == 2:
-        dataset = dataset.unbatch()
-        spec = dataset.element_spec
-    length = spec["input_ids"].shape[0]
+    batched_already = spec["input_ids"].shape.rank == 2
+    length = spec["input_ids"].shape[-1]
     if length is None:
         raise InputError("inputs: the dataset's sequence length must be static")
     names = [n for n in ("input_ids", "attention_mask", "labels") if n in spec]
-    vocabulary = config.model.vocabulary_size
-
-    def select(example):
-        out = {n: tf.cast(example[n], tf.int32) for n in names}
-        checks = [tf.debugging.assert_less(out["input_ids"], vocabulary,
-                                           message="inputs: input_ids outside the vocabulary"),
-                  tf.debugging.assert_non_negative(out["input_ids"],
-                                                   message="inputs: negative input_ids")]
-        with tf.control_dependencies(checks):
-            return {n: tf.identity(v) for n, v in out.items()}
-
     cardinality = int(dataset.cardinality())
-    examples = cardinality if cardinality >= 0 else None
-    return Source(dataset.map(select, num_parallel_calls=AUTOTUNE, deterministic=True), length,
-                  "labels" in names, examples)
+    examples = cardinality if cardinality >= 0 and not batched_already else None
+    vocabulary = config.model.vocabulary_size
+    selected = dataset.map(lambda example: {n: tf.cast(example[n], tf.int32) for n in names})
+
+    def batches(global_batch):
+        # Re-cut into global batches without touching single examples.
+        ds = selected.rebatch(global_batch) if batched_already else selected.batch(global_batch)
+        return ds.enumerate().map(
+            lambda k, columns: _checked_columns(columns, k * global_batch, vocabulary),
+            num_parallel_calls=AUTOTUNE, deterministic=True)
+
+    return Source(batches, length, "labels" in names, examples)
+
+
+def _checked_columns(columns, first_example, vocabulary_size):
+    """The dataset path's version of `_check_values`: a batch (b, L), checked as a whole."""
+    ids, mask = columns["input_ids"], columns["attention_mask"]
+    bad_id = (ids < 0) | (ids >= vocabulary_size)  # (b, L)
+    bad_mask = (mask != 0) & (mask != 1)
+
+    def fail(bad, text):
+        where = tf.argmax(tf.reshape(tf.cast(bad, tf.int32), [-1]), output_type=tf.int32)
+        row, col = where // tf.shape(ids)[1], where % tf.shape(ids)[1]
+        message = tf.strings.join([
+            "<<inputs: example ", tf.strings.as_string(tf.cast(first_example, tf.int32) + row),
+            ": ", text(row, col), ">>"])
+        with tf.control_dependencies([tf.debugging.Assert(False, [message], summarize=1)]):
+            return tf.constant(False)
+
+    ok_ids = tf.cond(tf.reduce_any(bad_id), lambda: fail(bad_id, lambda r, c: tf.strings.join([
+        "input_ids[", tf.strings.as_string(c), "] = ", tf.strings.as_string(ids[r, c]),
+        f" is outside the vocabulary [0, {vocabulary_size})"])), lambda: tf.constant(True))
+    ok_mask = tf.cond(tf.reduce_any(bad_mask), lambda: fail(bad_mask, lambda r, c: tf.strings.join([
+        "attention_mask[", tf.strings.as_string(c), "] = ", tf.strings.as_string(mask[r, c]),
+        " is neither 0 nor 1"])), lambda: tf.constant(True))
+    with tf.control_dependencies([ok_ids, ok_mask]):
+        return {n: tf.identity(v) for n, v in columns.items()}
 
 
 def batched(source: Source, config, slots: int, positions: str, global_batch: int):
@@ -202,34 +226,32 @@ def _dataset_batches(source: Source, config, slots: int, positions: str, global_
     mask_id = config.data.mask_token_id
     has_labels = source.has_labels
 
-    def to_inputs(example):
-        ids, attention = example["input_ids"], example["attention_mask"]
+    def to_inputs(columns):
+        ids, attention = columns["input_ids"], columns["attention_mask"]  # (b, L)
+        rows = tf.shape(ids)[0]
         if positions == "all":
-            where = tf.range(length, dtype=tf.int32)
+            where = tf.broadcast_to(tf.range(length, dtype=tf.int32), [rows, length])
             valid = attention > 0
-            labels = example["labels"] if has_labels else tf.fill([length], IGNORE_LABEL)
-            dropped = tf.constant(0, tf.int32)
+            labels = columns["labels"] if has_labels else tf.fill([rows, length], IGNORE_LABEL)
+            dropped = tf.zeros([rows], tf.int32)
         else:
             # Labelled positions when labels are given, else the <mask> tokens.
-            marks = example["labels"] if has_labels else tf.where(
+            marks = columns["labels"] if has_labels else tf.where(
                 (ids == mask_id) & (attention > 0), ids, IGNORE_LABEL)
-            where, slot_marks, dropped = static_slots(marks, slots)
+            where, slot_marks, dropped = static_slots_batch(marks, slots)
             valid = slot_marks != IGNORE_LABEL
-            labels = slot_marks if has_labels else tf.fill([slots], IGNORE_LABEL)
-        return {"token_ids": ids, "padding_mask": attention, "mask_positions": where,
-                "valid": valid, "labels": tf.cast(labels, tf.int32), "is_real": True,
-                "dropped": tf.cast(dropped, tf.int32)}
+            labels = slot_marks if has_labels else tf.fill([rows, slots], IGNORE_LABEL)
+        batch = {"token_ids": ids, "padding_mask": attention, "mask_positions": where,
+                 "valid": valid, "labels": tf.cast(labels, tf.int32),
+                 "is_real": tf.ones([rows], tf.bool), "dropped": tf.cast(dropped, tf.int32)}
+        # The last batch is completed with padding examples (dropped from every result).
+        missing = global_batch - rows
+        fill = {"token_ids": config.data.pad_token_id, "labels": IGNORE_LABEL}
+        return {name: tf.ensure_shape(
+            tf.pad(value, [[0, missing]] + [[0, 0]] * (value.shape.rank - 1),
+                   constant_values=tf.constant(fill[name], value.dtype) if name in fill
+                   else tf.zeros([], value.dtype)),
+            [global_batch] + value.shape[1:].as_list()) for name, value in batch.items()}
 
-    width = length if positions == "all" else slots
-    filler = {
-        "token_ids": tf.fill([length], tf.constant(config.data.pad_token_id, tf.int32)),
-        "padding_mask": tf.zeros([length], tf.int32),
-        "mask_positions": tf.zeros([width], tf.int32),
-        "valid": tf.zeros([width], tf.bool),
-        "labels": tf.fill([width], tf.constant(IGNORE_LABEL, tf.int32)),
-        "is_real": tf.constant(False),
-        "dropped": tf.constant(0, tf.int32),
-    }
-    ds = source.dataset.map(to_inputs, num_parallel_calls=AUTOTUNE, deterministic=True)
-    ds = ds.concatenate(tf.data.Dataset.from_tensors(filler).repeat(global_batch - 1))
-    return ds.batch(global_batch, drop_remainder=True).prefetch(AUTOTUNE)
+    ds = source.batches(global_batch)
+    return ds.map(to_inputs, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)

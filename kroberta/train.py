@@ -203,16 +203,29 @@ def _fit(model, config, train_spec, val_spec, topology, start_step, stop_step) -
             if step < stop_step and not preemption.requested:
                 fit_segment(step, stop_step, t.log_every)
     except Exception as error:  # tf.data errors surface here, mid-fit
-        explained = data_lib.explain_pipeline_error(error, train_spec.files)
-        if explained is None and val_spec is not None:
-            explained = data_lib.explain_pipeline_error(error, val_spec.files)
-        if explained is not None:
-            raise explained from None
-        raise
+        raise _named_data_error(error, config, train_spec, val_spec, start_step, logger.step,
+                                process_batch, shard) from None
     finally:
         logger.close()
     return {"seconds": time.perf_counter() - started, "compile_seconds": logger.compile_seconds,
             "preempted": preemption.requested}
+
+
+def _named_data_error(error, config, train_spec, val_spec, start_step, step, process_batch, shard):
+    """The error to raise for a failure mid-fit: bad data named by file and record."""
+    V = config.model.vocabulary_size
+    # The batches up to the failing one (logged step, plus what tf.data had prefetched).
+    train_replay = data_lib.replay_train_errors(
+        train_spec, config.data, V, config.train.seed, start_step, step - start_step + 64,
+        process_batch, shard)
+    replays = [train_replay]
+    files = list(train_spec.files)
+    if val_spec is not None:
+        replays.append(data_lib.replay_file_errors(val_spec, V))
+        files += val_spec.files
+    explained = data_lib.explain_pipeline_error(
+        error, files, replay=lambda: next(filter(None, (r() for r in replays)), None))
+    return explained if explained is not None else error
 
 
 def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:

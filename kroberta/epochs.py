@@ -1,0 +1,109 @@
+"""The training stream as a sequence of epochs: every record exactly once per epoch.
+
+Epoch e of the stream:
+  1. the files in a stateless permutation of (seed, e), the same in every process;
+  2. with several processes and at least as many files, process p takes every
+     count-th file of that list (file sharding);
+  3. the files are read side by side, up to 4 at a time, one record from each in
+     turn (`interleave`, block 1); each file is opened once per epoch, so no record
+     is read twice;
+  4. with more processes than files, process p takes every count-th record of that
+     stream instead (record sharding);
+  5. a shuffle buffer, seeded by (seed, e), reorders the epoch's records; it never
+     mixes two epochs.
+So within an epoch each process reads a disjoint share, and the shares together
+hold every record once. Elements are (file, record index in the file, record).
+
+Resuming after n consumed records starts at the epoch that holds record n (when
+the files' record counts are known, i.e. local files) and skips only the rest,
+without parsing anything.
+"""
+
+import tensorflow as tf
+
+AUTOTUNE = tf.data.AUTOTUNE
+MAX_FILES_READ_AT_ONCE = 4
+_ENDLESS = 2**62
+
+
+def read_tagged(files_ds, cycle_length=1):
+    """(file, index within file, serialized record) for each record of the files.
+
+    The tags let a bad record be reported by name, whichever parallel step meets it.
+    `cycle_length=1` reads the files one after the other (input order).
+    """
+    def read(path):
+        return tf.data.TFRecordDataset(path).enumerate().map(lambda i, r: (path, i, r))
+
+    if cycle_length == 1:
+        return files_ds.flat_map(read)
+    return files_ds.interleave(read, cycle_length=cycle_length, block_length=1,
+                               num_parallel_calls=AUTOTUNE, deterministic=True)
+
+
+class EpochPlan:
+    """How one process reads the epochs of `files`: its shard and its record counts."""
+
+    def __init__(self, files, file_records, seed: int, shuffle_buffer: int,
+                 shard: tuple[int, int] | None = None):
+        self.files = tuple(files)
+        self.file_records = file_records  # records per file, or None when unknown (remote)
+        self.seed = int(seed)
+        self.shuffle_buffer = shuffle_buffer
+        self.count, self.index = shard or (1, 0)
+        self.by_file = self.count > 1 and len(self.files) >= self.count
+        cycle = min(MAX_FILES_READ_AT_ONCE, len(self.files))
+        # File shards read cycle/count files at a time, so the processes' streams
+        # interleave into the single-process one (equal-length files).
+        self.cycle_length = max(1, cycle // self.count) if self.by_file else cycle
+
+    def _permuted(self, epoch):
+        return tf.random.experimental.stateless_shuffle(
+            tf.constant(list(self.files)), seed=tf.stack([tf.cast(self.seed, tf.int64), epoch]))
+
+    def epoch(self, epoch):
+        """The records this process reads in `epoch` (an int64 scalar tensor)."""
+        files = tf.data.Dataset.from_tensor_slices(self._permuted(epoch))
+        if self.by_file:
+            files = files.shard(self.count, self.index)
+        records = read_tagged(files, self.cycle_length)
+        if self.count > 1 and not self.by_file:
+            records = records.shard(self.count, self.index)
+        if self.shuffle_buffer > 1:
+            shuffle_seed = tf.random.stateless_uniform(
+                [], seed=tf.stack([tf.cast(self.seed, tf.int64), epoch]), minval=None,
+                maxval=None, dtype=tf.int64)
+            records = records.shuffle(self.shuffle_buffer, seed=shuffle_seed,
+                                      reshuffle_each_iteration=False)
+        return records
+
+    def epoch_size(self, epoch: int) -> int | None:
+        """Records this process reads in `epoch`; None when the counts are unknown."""
+        if self.file_records is None:
+            return None
+        total = sum(self.file_records)
+        if self.count == 1:
+            return total
+        if not self.by_file:
+            return len(range(self.index, total, self.count))
+        per_file = dict(zip(self.files, self.file_records))
+        names = [n.decode() for n in self._permuted(tf.constant(epoch, tf.int64)).numpy()]
+        return sum(per_file[n] for n in names[self.index::self.count])
+
+    def stream(self, consumed: int = 0):
+        """(element index, (file, record index, record)), endless, after `consumed` records.
+
+        The element index counts this process's records from the start of the run.
+        """
+        first_epoch, within = 0, consumed
+        if self.epoch_size(0) is not None:
+            while True:
+                size = self.epoch_size(first_epoch)
+                if within < size:
+                    break
+                within -= size
+                first_epoch += 1
+        ds = tf.data.Dataset.range(first_epoch, _ENDLESS).flat_map(self.epoch)
+        if self.epoch_size(0) is None:
+            return ds.enumerate().skip(consumed)
+        return ds.skip(within).enumerate(start=consumed)
