@@ -40,6 +40,10 @@ def __getattr__(name):
         from kroberta.filling import fill_mask
 
         return fill_mask
+    if name == "dataset":
+        from kroberta.run_data import dataset
+
+        return dataset
     if name in ("export_hf", "from_hf"):
         from kroberta import hf
 
@@ -47,4 +51,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'kroberta' has no attribute {name!r}")
 
 
-__all__ = ["load", "predict", "predict_batches", "fill_mask", "export_hf", "from_hf"]
+__all__ = ["load", "predict", "predict_batches", "fill_mask", "dataset", "export_hf", "from_hf"]

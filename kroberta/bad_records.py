@@ -17,6 +17,9 @@ from kroberta.batch_parsing import parse_checked_batch, parse_spec
 from kroberta.records import FEATURES
 
 _ASSERT_MESSAGE = re.compile(r"<<(.*?)>>", re.S)
+# TF quotes an unparseable payload's bytes in its error message and then fails to
+# decode them: the pipeline raises UnicodeDecodeError instead of its own error.
+PARSE_FAILURES = (tf.errors.InvalidArgumentError, UnicodeDecodeError)
 _REPLAY_BATCH = 1024
 
 
@@ -38,7 +41,7 @@ def payload_problem(serialized: bytes, with_labels: bool) -> str | None:
             return f"feature '{name}' is {kind or 'empty'}, expected int64_list"
     try:
         tf.io.parse_example(tf.constant([serialized]), parse_spec(with_labels))
-    except tf.errors.InvalidArgumentError as error:
+    except PARSE_FAILURES as error:
         return f"the payload does not parse as a tf.train.Example ({_first_line(error)})"
     return None
 
@@ -61,7 +64,7 @@ def first_bad_record(tagged, *, length: int, vocabulary_size: int, with_labels: 
         try:
             check(paths, indices, records)
             continue
-        except tf.errors.InvalidArgumentError as error:
+        except PARSE_FAILURES as error:
             named = _asserted(error)
             if named is not None:
                 return named
@@ -70,8 +73,8 @@ def first_bad_record(tagged, *, length: int, vocabulary_size: int, with_labels: 
             if problem is not None:
                 return DataError(f"{path.decode()}: record {index}: {problem}")
             try:
-                check(path[None], index[None], record[None])
-            except tf.errors.InvalidArgumentError as error:
+                check(tf.constant([path]), tf.constant([index], tf.int64), tf.constant([record]))
+            except PARSE_FAILURES as error:
                 return _asserted(error) or DataError(
                     f"{path.decode()}: record {index}: {_first_line(error)}")
     return None
@@ -86,7 +89,7 @@ def explain_pipeline_error(error: Exception, files, replay=None) -> DataError | 
         replay: a function returning the pipeline's stream's `DataError` or None
             (e.g. `first_bad_record` bound to it), used when the error names no record.
     """
-    if isinstance(error, tf.errors.InvalidArgumentError):
+    if isinstance(error, PARSE_FAILURES):
         named = _asserted(error)
         if named is not None:
             return named
@@ -106,6 +109,8 @@ def explain_pipeline_error(error: Exception, files, replay=None) -> DataError | 
 
 
 def _asserted(error) -> DataError | None:
+    if not isinstance(error, tf.errors.OpError):
+        return None
     found = _ASSERT_MESSAGE.search(error.message)
     if found is None:
         return None
@@ -115,5 +120,6 @@ def _asserted(error) -> DataError | None:
 
 def _first_line(error) -> str:
     # TF's internal op names ({{function_node ...}}, node names) mean nothing to a user.
-    text = error.message.splitlines()[0] if error.message else type(error).__name__
+    message = getattr(error, "message", None) or type(error).__name__
+    text = message.splitlines()[0]
     return re.sub(r"\{\{[^}]*\}\}\s*", "", text).strip()

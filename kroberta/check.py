@@ -94,13 +94,21 @@ class _FileChecker:
         self.report = report
         self.state = state  # {"L": ..., "V": ..., "pad": ..., "errors": ...}
         self.max_errors = max_errors
+        self._batch_defects = None  # the current batch's defects, while one is checked
 
     def defect(self, index, feature, value, problem):
         self.report.problems += 1
         if index is not None:
             self.report.defective_records += 1
+        found = Defect(self.report.path, index, feature, value, problem)
+        if self._batch_defects is not None:
+            self._batch_defects.append(found)  # kept in record order once the batch is done
+        else:
+            self._keep(found)
+
+    def _keep(self, found):
         if self.state["errors"] < self.max_errors:
-            self.report.defects.append(Defect(self.report.path, index, feature, value, problem))
+            self.report.defects.append(found)
         self.state["errors"] += 1
 
     def check_batch(self, serialized, start):
@@ -108,6 +116,17 @@ class _FileChecker:
         import tensorflow as tf
 
         spec = {k: tf.io.VarLenFeature(tf.int64) for k in FEATURES}
+        # Unparseable records are found before the others of their batch: the defects
+        # are kept in file order, so the first one reported is the first in the file.
+        self._batch_defects = []
+        try:
+            self._check_batch(tf, spec, serialized, start)
+        finally:
+            found, self._batch_defects = self._batch_defects, None
+            for defect in sorted(found, key=lambda d: d.index):
+                self._keep(defect)
+
+    def _check_batch(self, tf, spec, serialized, start):
         try:
             parsed = tf.io.parse_example(tf.constant(serialized), spec)
         except (tf.errors.OpError, UnicodeDecodeError):

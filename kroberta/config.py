@@ -43,7 +43,7 @@ class DataConfig:
     masking: str = "dynamic"  # "dynamic": re-mask on every read; "static": use the file's labels
     mask_rate: float = 0.15  # fraction of real, non-special tokens chosen for prediction
     max_predictions: int = 0  # prediction slots per sequence (static shape); 0 = ceil(1.25 * rate * length)
-    shuffle_buffer: int = 10_000  # sequences held by the shuffle buffer
+    shuffle_buffer: int = 10_000  # records shuffled together (blocks of an epoch)
     pad_token_id: int = 1  # id written where attention_mask is 0
     mask_token_id: int = 4  # id of <mask>
     special_token_ids: tuple[int, ...] = (0, 1, 2, 3, 4)  # never chosen for masking

@@ -35,7 +35,7 @@ from kroberta.records import FEATURES
 AUTOTUNE = tf.data.AUTOTUNE
 __all__ = ["DataError", "DataSpec", "explain_pipeline_error", "first_bad_record", "FEATURES",
            "resolve_files", "inspect_files", "check_against_model", "train_dataset",
-           "eval_dataset", "read_batches", "dataset"]
+           "eval_dataset", "read_batches"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +252,6 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
     files: validation sets are small).
     """
     count, index = shard or (1, 0)
-    length, slots = spec.sequence_length, data.prediction_slots(spec.sequence_length)
     parse = _batch_parser(spec, data, vocabulary_size, seed)
     share = global_batch // count
 

@@ -9,8 +9,8 @@ Epoch e of the stream:
      is read twice;
   4. with more processes than files, process p takes every count-th record of that
      stream instead (record sharding);
-  5. a shuffle buffer, seeded by (seed, e), reorders the epoch's records; it never
-     mixes two epochs.
+  5. the epoch's records are shuffled in blocks of `shuffle_buffer`, each block in a
+     stateless permutation of (seed, e, block); no block spans two epochs.
 So within an epoch each process reads a disjoint share, and the shares together
 hold every record once. Elements are (file, record index in the file, record).
 
@@ -70,12 +70,22 @@ class EpochPlan:
         if self.count > 1 and not self.by_file:
             records = records.shard(self.count, self.index)
         if self.shuffle_buffer > 1:
-            shuffle_seed = tf.random.stateless_uniform(
-                [], seed=tf.stack([tf.cast(self.seed, tf.int64), epoch]), minval=None,
-                maxval=None, dtype=tf.int64)
-            records = records.shuffle(self.shuffle_buffer, seed=shuffle_seed,
-                                      reshuffle_each_iteration=False)
+            records = self._shuffled(records, epoch)
         return records
+
+    def _shuffled(self, records, epoch):
+        # Blocks of `shuffle_buffer` records, each in a stateless permutation of
+        # (seed, epoch, block): a pure function of the seed, as a resumed run needs
+        # (tf.data's shuffle cannot take a per-epoch seed tensor once a global seed is set).
+        epoch_seed = tf.stack([tf.cast(self.seed, tf.int64), epoch])
+
+        def permute(block, tagged):
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(tf.shape(tagged[0])[0]),
+                seed=tf.random.experimental.stateless_fold_in(epoch_seed, block))
+            return tuple(tf.gather(t, order) for t in tagged)
+
+        return records.batch(self.shuffle_buffer).enumerate().map(permute).unbatch()
 
     def epoch_size(self, epoch: int) -> int | None:
         """Records this process reads in `epoch`; None when the counts are unknown."""

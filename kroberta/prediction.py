@@ -217,7 +217,7 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
 def _explained_data_errors(source):
     try:
         yield
-    except tf.errors.OpError as error:
+    except (tf.errors.OpError, UnicodeDecodeError) as error:
         explained = data_lib.explain_pipeline_error(error, source.files, replay=source.replay)
         if explained is None:
             raise

@@ -13,11 +13,12 @@ import sys
 import time
 
 import kroberta  # noqa: F401  (fixes the backend before keras is imported)
-from kroberta import checkpoint, checkpoint_io, datasource, distribute
+from kroberta import checkpoint, checkpoint_io, distribute
 from kroberta import advisor
 from kroberta import run_dir as run_dir_lib
 from kroberta import config as config_lib
 from kroberta import data as data_lib
+from kroberta import run_data as run_data_lib
 from kroberta._backend import BackendError
 from kroberta.config import Config, ConfigError
 from kroberta.hf_weights import HFConversionError as _HFError
@@ -86,19 +87,9 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     main_process = distribute.process_index() == 0
     _QUIET = not main_process
     run_dir_lib.check_writable(config.run_dir)
-    config, tokenizer_path = datasource.resolve(config, log=_log)
-    train_spec = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "data.train"),
-                                        "data.train")
-    data_lib.check_against_model(train_spec, config.data, config.model, "data.train")
-    val_spec = None
-    if config.data.validation:
-        val_spec = data_lib.inspect_files(
-            data_lib.resolve_files(config.data.validation, "data.validation"), "data.validation")
-        data_lib.check_against_model(val_spec, config.data, config.model, "data.validation")
-        if val_spec.sequence_length != train_spec.sequence_length:
-            raise data_lib.DataError(
-                f"data.validation: sequences of {val_spec.sequence_length} tokens, but "
-                f"data.train has {train_spec.sequence_length}")
+    run_data = run_data_lib.resolve(config, log=_log)
+    config, tokenizer_path = run_data.config, run_data.tokenizer_path
+    train_spec = run_data.train
     _prepare_run_dir(config, force, write=main_process)
     if main_process:
         _keep_tokenizer(tokenizer_path, config.run_dir)
@@ -146,8 +137,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
                "devices": topology.num_devices, "global_batch": global_batch}
     stop_step = min(until_step or config.train.steps, config.train.steps)
     if start_step < stop_step:
-        summary.update(_fit(model, config, train_spec, val_spec, topology, start_step,
-                            stop_step))
+        summary.update(_fit(model, run_data, topology, start_step, stop_step))
     summary["final_step"] = int(model.optimizer.iterations.numpy())
     if summary.get("preempted"):
         _log(f"stopped by SIGTERM at step {summary['final_step']}: checkpoint written; "
@@ -158,9 +148,10 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     return summary
 
 
-def _fit(model, config, train_spec, val_spec, topology, start_step, stop_step) -> dict:
+def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     from kroberta.run_callbacks import RunLogger
 
+    config, train_spec, val_spec = run_data.config, run_data.train, run_data.validation
     t = config.train
     global_batch = distribute.global_batch_size(config, topology)
     # Each process reads its own share; Keras assembles the global batch from them.
@@ -168,8 +159,7 @@ def _fit(model, config, train_spec, val_spec, topology, start_step, stop_step) -
     process_batch = distribute.process_batch_size(config, topology)
     evaluate_fn = None
     if val_spec is not None:
-        eval_ds = data_lib.eval_dataset(val_spec, config.data, config.model.vocabulary_size,
-                                        global_batch, t.seed, t.eval_steps, shard=shard)
+        eval_ds = run_data_lib.validation_batches(run_data, global_batch, shard=shard)
 
         def evaluate_fn():
             logs = model.evaluate(eval_ds, verbose=0, return_dict=True)
@@ -184,8 +174,7 @@ def _fit(model, config, train_spec, val_spec, topology, start_step, stop_step) -
                        write_files=topology.is_main, save_checkpoints=True)
     def fit_segment(begin, end, steps_per_epoch):
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
-        train_ds = data_lib.train_dataset(train_spec, config.data, config.model.vocabulary_size,
-                                          process_batch, t.seed, begin, shard=shard)
+        train_ds = run_data_lib.train_batches(run_data, process_batch, begin, shard=shard)
         model.fit(train_ds, steps_per_epoch=steps_per_epoch,
                   epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,
                   callbacks=[logger], shuffle=False)
