@@ -64,6 +64,17 @@ def hash_uniform(keys, salt: int, count: int):
     return tf.cast(tf.bitwise.right_shift(bits, _u32(8)), tf.float32) * (1.0 / (1 << 24))
 
 
+def _is_special(ids, special_token_ids):
+    specials = sorted(set(special_token_ids))
+    if not specials:
+        return tf.zeros_like(ids, tf.bool)
+    if specials == list(range(specials[0], specials[-1] + 1)):
+        # The usual case (<s> <pad> </s> <unk> <mask> = 0..4): two comparisons, not one per id.
+        return (ids >= specials[0]) & (ids <= specials[-1])
+    special = tf.constant(specials, ids.dtype)
+    return tf.reduce_any(ids[..., None] == special, axis=-1)
+
+
 def dynamic_mask_batch(
     input_ids,
     attention_mask,
@@ -101,8 +112,7 @@ def dynamic_mask_batch(
     """
     input_ids = tf.cast(input_ids, tf.int32)
     length = tf.shape(input_ids)[1]
-    special = tf.constant(list(special_token_ids), tf.int32)
-    is_special = tf.reduce_any(input_ids[:, :, None] == special[None, None, :], axis=2)  # (B, L)
+    is_special = _is_special(input_ids, special_token_ids)  # (B, L)
     candidates = tf.cast(attention_mask, tf.bool) & ~is_special  # (B, L)
     num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=1)  # (B,)
     wanted = tf.cast(tf.round(mask_rate * tf.cast(num_candidates, tf.float32)), tf.int32)

@@ -108,13 +108,17 @@ def _from_dataset(dataset, config) -> Source:
     cardinality = int(dataset.cardinality())
     examples = cardinality if cardinality >= 0 and not batched_already else None
     vocabulary = config.model.vocabulary_size
-    selected = dataset.map(lambda example: {n: tf.cast(example[n], tf.int32) for n in names})
+    if set(spec) != set(names):
+        # Other keys may not batch (strings, ragged): keep only ours, whole batches at a time
+        # when the dataset is batched already.
+        dataset = dataset.map(lambda example: {n: example[n] for n in names})
 
     def batches(global_batch):
-        # Re-cut into global batches without touching single examples.
-        ds = selected.rebatch(global_batch) if batched_already else selected.batch(global_batch)
+        # Cut into global batches first; every later op sees whole batches.
+        ds = dataset.rebatch(global_batch) if batched_already else dataset.batch(global_batch)
         return ds.enumerate().map(
-            lambda k, columns: _checked_columns(columns, k * global_batch, vocabulary),
+            lambda k, columns: _checked_columns({n: tf.cast(columns[n], tf.int32) for n in names},
+                                                k * global_batch, vocabulary),
             num_parallel_calls=AUTOTUNE, deterministic=True)
 
     return Source(batches, length, "labels" in names, examples)

@@ -228,3 +228,17 @@ def test_masking_statistics_on_a_hundred_thousand_tokens():
     assert candidates > 10**5
     replaced = written[~as_mask & ~unchanged]
     assert (replaced >= 5).all() and (replaced < V).all()
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_bad_value_in_a_dataset_input_names_the_example(batched):
+    config = dataclasses.replace(Config(), model=dataclasses.replace(
+        Config().model, vocabulary_size=V, max_sequence_length=L))
+    ids, mask = make_sequences(30, L, V, seed=2)
+    ids[21, 6] = V + 9
+    dataset = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "attention_mask": mask})
+    source = prediction_inputs.as_examples(dataset.batch(7) if batched else dataset, config)
+    with pytest.raises(tf.errors.OpError) as info:
+        list(prediction_inputs.batched(source, config, 4, "masked", 8))
+    message = str(data_lib.explain_pipeline_error(info.value, ()))
+    assert message == f"inputs: example 21: input_ids[6] = {V + 9} is outside the vocabulary [0, {V})"
