@@ -44,7 +44,18 @@ def __getattr__(name):
         from kroberta import hf
 
         return getattr(hf, name)
+    if name == "load_config":
+        from kroberta.named_configs import load_config
+
+        return load_config
+    if name in ("train", "report"):
+        # The modules themselves (`kroberta.train.main(config)`,
+        # `kroberta.report.report(run_dir)`), without a separate `import kroberta.train`.
+        import importlib
+
+        return importlib.import_module(f"kroberta.{name}")
     raise AttributeError(f"module 'kroberta' has no attribute {name!r}")
 
 
-__all__ = ["load", "predict", "predict_batches", "fill_mask", "export_hf", "from_hf"]
+__all__ = ["load", "load_config", "predict", "predict_batches", "fill_mask", "export_hf",
+           "from_hf", "train", "report"]
