@@ -1,7 +1,8 @@
 """kroberta: pretrain RoBERTa masked-language models on Keras 3 + JAX.
 
-The import order matters: the backend is fixed before keras is imported and
-TensorFlow is confined to the CPU before it can touch an accelerator.
+Importing kroberta puts Keras on JAX (before keras is imported, or by reloading a
+Keras that tensorflow/keras/keras_hub imported first but nothing used yet; see
+`_backend`) and confines TensorFlow to the CPU before it can touch an accelerator.
 """
 
 import sys
