@@ -51,4 +51,5 @@ def test_the_bar_text_at_the_start_and_half_way():
     bar = console._Bar(total_steps=40, start_step=0)
     assert bar.text(width=10) == "step 0/40 [>.........]   0%"
     bar.step, bar.values = 20, {"samples_per_second": 512.25, "perplexity": 9.0}
-    assert bar.text(width=10).startswith("step 20/40 [=====>....]  50%  samples_per_second 512.2  eta ")
+    assert bar.text(width=10).startswith(
+        "step 20/40 [=====>....]  50%  samples_per_second 512.2  eta ")

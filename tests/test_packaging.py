@@ -55,9 +55,11 @@ def test_a_fresh_venv_with_the_wheel_resolves_named_configs(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     # The dependencies (keras, jax, tensorflow, ...) come from this environment, added
     # after the venv's own site-packages as a plain path: its editable kroberta is not.
-    venv_site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    ours = sysconfig.get_path("purelib") if sys.prefix != sys.base_prefix else site.getsitepackages()[0]
+    venv_site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    ours = sysconfig.get_path("purelib") if sys.prefix != sys.base_prefix \
+        else site.getsitepackages()[0]
     with open(os.path.join(venv_site, "dependencies.pth"), "w") as f:
         f.write(ours + "\n")
     work = tmp_path / "elsewhere"  # no configs/ folder and no repository on the path

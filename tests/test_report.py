@@ -75,6 +75,7 @@ def test_report_returns_the_figure_and_leaves_pyplot_alone(tmp_path):
     open_before = plt.get_fignums()
     summary = report.report(str(tmp_path), print_fn=lambda line: None, show=False)
     assert isinstance(summary["figure"], Figure)
-    assert [ax.get_ylabel() for ax in summary["figure"].axes] == [label for _, label in report.PANELS]
+    labels = [ax.get_ylabel() for ax in summary["figure"].axes]
+    assert labels == [label for _, label in report.PANELS]
     assert matplotlib.get_backend() == backend  # a notebook's inline backend stays
     assert plt.get_fignums() == open_before
