@@ -1,7 +1,8 @@
 """kroberta: pretrain RoBERTa masked-language models on Keras 3 + JAX.
 
-The import order matters: the backend is fixed before keras is imported and
-TensorFlow is confined to the CPU before it can touch an accelerator.
+Importing kroberta puts Keras on JAX (before keras is imported, or by reloading a
+Keras that tensorflow/keras/keras_hub imported first but nothing used yet; see
+`_backend`) and confines TensorFlow to the CPU before it can touch an accelerator.
 """
 
 import sys
@@ -48,7 +49,18 @@ def __getattr__(name):
         from kroberta import hf
 
         return getattr(hf, name)
+    if name == "load_config":
+        from kroberta.named_configs import load_config
+
+        return load_config
+    if name in ("train", "report"):
+        # The modules themselves (`kroberta.train.main(config)`,
+        # `kroberta.report.report(run_dir)`), without a separate `import kroberta.train`.
+        import importlib
+
+        return importlib.import_module(f"kroberta.{name}")
     raise AttributeError(f"module 'kroberta' has no attribute {name!r}")
 
 
-__all__ = ["load", "predict", "predict_batches", "fill_mask", "dataset", "export_hf", "from_hf"]
+__all__ = ["load", "load_config", "predict", "predict_batches", "fill_mask", "dataset",
+           "export_hf", "from_hf", "train", "report"]

@@ -1,6 +1,6 @@
 """Compile the train and predict steps for a TPU topology, on a machine without a TPU.
 
-    python -m kroberta.aot --config configs/seed.toml --topology v2:2x2 [--section.key=value ...]
+    python -m kroberta.aot --config seed --topology v2:2x2 [--section.key=value ...]
 
 Needs libtpu (`pip install "jax[tpu]==0.10.2"`, libtpu 0.0.42.*); JAX then compiles
 for abstract TPU devices (`jax.experimental.topologies`) while running on the CPU.
@@ -267,7 +267,8 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
         "(needs libtpu) and report per-device memory, FLOPs and the compute floor. Any "
         "config key can be overridden as --section.key=value, as in kroberta.train.",
     )
-    parser.add_argument("--config", help="a TOML config file (see configs/)")
+    parser.add_argument("--config", help="a shipped config by name (base, seed, tiny: "
+                        "kroberta/configs/) or the path of a TOML file")
     parser.add_argument("--topology", default="v2:2x2",
                         help="TPU topology (default v2:2x2, a v2-8); e.g. "
                         + ", ".join(KNOWN_TOPOLOGIES))

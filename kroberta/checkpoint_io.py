@@ -6,9 +6,11 @@ A run directory holds `config.toml` (the resolved config), `model.weights.h5`
 """
 
 import os
+import sys
 
 import keras_hub
 
+from kroberta import checkpoint
 from kroberta import config as config_lib
 
 WEIGHTS_FILE = "model.weights.h5"
@@ -54,7 +56,9 @@ def load(path: str, mixed_precision: bool | None = None):
     """Loads the model a training run saved.
 
     Args:
-        path: a run directory (with `config.toml` and `model.weights.h5`).
+        path: a run directory (with `config.toml` and `model.weights.h5`); a run
+            that has not finished yet (interrupted, preempted) loads the model of its
+            latest checkpoint instead, and says so on stderr.
         mixed_precision: override the run's setting (e.g. False for float32
             inference of a model trained in bf16); None keeps the run's.
 
@@ -67,17 +71,36 @@ def load(path: str, mixed_precision: bool | None = None):
 
     config_path = os.path.join(path, CONFIG_FILE)
     weights_path = os.path.join(path, WEIGHTS_FILE)
+    # An unfinished run (interrupted, preempted, --until-step) loads its last checkpoint.
+    saved = checkpoint.list_checkpoints(path) if not os.path.isfile(weights_path) else []
     for needed in (config_path, weights_path):
-        if not os.path.isfile(needed):
+        if not os.path.isfile(needed) and not (needed == weights_path and saved):
             raise FileNotFoundError(f"{path}: not a finished kroberta run ({os.path.basename(needed)} is missing)")
     config = config_lib.load_toml(config_path)
     if mixed_precision is None:
         mixed_precision = config.train.mixed_precision
     model = build_model(config.model, mixed_precision)
-    model.load_weights(weights_path)
+    if saved:
+        step, checkpoint_path = saved[-1]
+        print(f"{path}: no final model yet; loading the checkpoint at step {step}",
+              file=sys.stderr, flush=True)
+        model.set_weights(_checkpoint_weights(config, checkpoint_path))
+    else:
+        model.load_weights(weights_path)
     model.kroberta_config = config
     model.tokenizer = load_tokenizer(path)
     return model
+
+
+def _checkpoint_weights(config, path: str) -> list:
+    """The model weights of a training checkpoint (restored with its optimizer state,
+    which is then dropped), as host arrays in `model.weights` order."""
+    from kroberta.distribute import to_host
+    from kroberta.model import build_compiled_model
+
+    trained = build_compiled_model(config)
+    checkpoint.restore(trained, path)
+    return [to_host(v.value) for v in trained.weights]
 
 
 def load_tokenizer(run_dir: str):

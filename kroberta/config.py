@@ -174,6 +174,12 @@ def _apply(config: Config, updates: dict, source: str) -> Config:
     return dataclasses.replace(config, **sections, **top)
 
 
+def apply_dict(config: Config, updates: dict, source: str) -> Config:
+    """Applies nested updates ({"train": {"steps": 100}}), checking every key; errors
+    name the key and `source`."""
+    return _apply(config, updates, source)
+
+
 def load_toml(path: str, base: Config | None = None) -> Config:
     """Reads a TOML file over `base` (the defaults when None)."""
     try:
@@ -302,8 +308,12 @@ def check_model_parallel(size: int, m: ModelConfig, fail):
 
 
 def from_command_line(config_path: str | None, rest: list[str]) -> tuple["Config", dict]:
-    """The config a tool's command line describes: `--config FILE` plus the leftover
-    `--section.key=value` arguments; returns (config, sources for error messages)."""
+    """The config a tool's command line describes: `--config NAME_OR_FILE` (a shipped
+    config's name or a TOML file) plus the leftover `--section.key=value` arguments;
+    returns (config, sources for error messages)."""
+    from kroberta.named_configs import resolve
+
+    config_path = resolve(config_path) if config_path else None
     overrides = []
     for item in rest:
         if not item.startswith("--"):

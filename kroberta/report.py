@@ -77,12 +77,13 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def draw(rows: list[dict], path: str, title: str = ""):
-    import matplotlib
+    """Draws the panels into the PNG `path`; returns the matplotlib Figure."""
+    # A bare Figure, not pyplot: no backend is switched (a notebook's inline plots keep
+    # working) and nothing is left open in pyplot's figure list.
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")  # files only; no display needed
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(PANELS), 1, figsize=(8, 2.3 * len(PANELS)), sharex=True)
+    fig = Figure(figsize=(8, 2.3 * len(PANELS)))
+    axes = fig.subplots(len(PANELS), 1, sharex=True)
     for ax, (key, label) in zip(axes, PANELS):
         for split, style in (("train", "-"), ("validation", "o-")):
             steps, values = _series(rows, split, key)
@@ -100,7 +101,7 @@ def draw(rows: list[dict], path: str, title: str = ""):
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def _format(summary: dict) -> list[str]:
@@ -122,16 +123,34 @@ def _format(summary: dict) -> list[str]:
     return lines
 
 
-def report(run_dir: str, print_fn=print) -> dict:
-    """Draws `run_dir/report.png` and prints the summary; returns the summary dict."""
+def report(run_dir: str, print_fn=print, show: bool | None = None) -> dict:
+    """Draws `run_dir/report.png` and prints the summary; returns the summary dict.
+
+    Args:
+        run_dir: a run directory (holds metrics.jsonl).
+        print_fn: where the summary lines go.
+        show: display the picture inline; None = when running in a Jupyter notebook.
+
+    Returns:
+        The summary (steps, final and best losses, median throughput and MFU, compile
+        time), with `report_png` (the picture's path) and `figure` (the matplotlib
+        Figure, for further use) added.
+    """
+    from kroberta import console
+
     rows = read_metrics(run_dir)
     summary = summarize(rows)
     path = os.path.join(run_dir, REPORT_FILE)
-    draw(rows, path, title=os.path.basename(os.path.abspath(run_dir)))
+    figure = draw(rows, path, title=os.path.basename(os.path.abspath(run_dir)))
     for line in _format(summary):
         print_fn(line)
     print_fn(f"curves: {path}")
+    if console.in_jupyter() if show is None else show:
+        from IPython.display import Image, display
+
+        display(Image(filename=path))
     summary["report_png"] = path
+    summary["figure"] = figure
     return summary
 
 

@@ -9,14 +9,13 @@ checkpoints cost no extra host-device synchronisation.
 import json
 import math
 import os
-import sys
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from kroberta import checkpoint
+from kroberta import checkpoint, console
 
 
 class RunLogger(keras.callbacks.Callback):
@@ -41,8 +40,9 @@ class RunLogger(keras.callbacks.Callback):
         self._compile_reported = False
         self._interval_start = None
         self._first_step_start = None
-        self._progbar = keras.utils.Progbar(config.train.steps, stateful_metrics=None) \
-            if sys.stdout.isatty() else None
+        # A live bar in a terminal or a notebook; plain lines in a log file (None).
+        self._progbar = console.live_progress(config.train.steps, start_step) \
+            if write_files else None
         if write_files:
             self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a")
             self._tb = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
@@ -151,16 +151,19 @@ class RunLogger(keras.callbacks.Callback):
         if not self.write_files:
             return
         if self._progbar and row["split"] == "train":
-            self._progbar.update(row["step"], [(k, row[k]) for k in
-                                               ("loss", "masked_accuracy", "samples_per_second")
-                                               if k in row])
+            self._progbar.update(row["step"], row)
+            return
+        parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                 for k, v in row.items() if k not in ("step", "split")]
+        line = f"step {row['step']}/{self.config.train.steps} [{row['split']}] " + "  ".join(parts)
+        if self._progbar:
+            self._progbar.note(line)
         else:
-            parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                     for k, v in row.items() if k not in ("step", "split")]
-            print(f"step {row['step']}/{self.config.train.steps} [{row['split']}] "
-                  + "  ".join(parts), flush=True)
+            print(line, flush=True)
 
     def close(self):
+        if self._progbar:
+            self._progbar.close()
         if self.write_files:
             self._jsonl.close()
             self._tb.close()

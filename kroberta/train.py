@@ -137,7 +137,13 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
                "devices": topology.num_devices, "global_batch": global_batch}
     stop_step = min(until_step or config.train.steps, config.train.steps)
     if start_step < stop_step:
-        summary.update(_fit(model, run_data, topology, start_step, stop_step))
+        try:
+            summary.update(_fit(model, run_data, topology, start_step, stop_step))
+        except KeyboardInterrupt:
+            # Ctrl-C, or a notebook's interrupt: the checkpoints on disk are complete
+            # (each is renamed into place only once written), so the run resumes.
+            _log_interrupted(config.run_dir)
+            raise
     summary["final_step"] = int(model.optimizer.iterations.numpy())
     if summary.get("preempted"):
         _log(f"stopped by SIGTERM at step {summary['final_step']}: checkpoint written; "
@@ -146,6 +152,14 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     checkpoint_io.save(model, config.run_dir)
     _log(f"model saved in {config.run_dir}")
     return summary
+
+
+def _log_interrupted(run_dir: str):
+    saved = checkpoint.list_checkpoints(run_dir)
+    kept = (f"the checkpoint at step {saved[-1][0]} is kept" if saved
+            else "no checkpoint was written yet, so it starts over")
+    _log(f"interrupted: {kept}; run the same training again (python -m kroberta.train ... or "
+         "kroberta.train.main(config)) to resume, or kroberta.load(run_dir) to use it")
 
 
 def _fit(model, run_data, topology, start_step, stop_step) -> dict:
@@ -223,7 +237,8 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
         description="Pretrain a RoBERTa masked-language model. Any config key can be "
         "overridden as --section.key=value (e.g. --train.steps=4114 --run_dir=runs/x).",
     )
-    parser.add_argument("--config", help="a TOML config file (see configs/)")
+    parser.add_argument("--config", help="a shipped config by name (base, seed, tiny: "
+                        "kroberta/configs/) or the path of a TOML file")
     parser.add_argument("--force", action="store_true",
                         help="start over in a run_dir that holds a run of a different model")
     parser.add_argument("--until-step", type=int, default=None, metavar="N",
@@ -265,8 +280,8 @@ def cli(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
-        print("interrupted; re-run the same command to resume from the last checkpoint",
-              file=sys.stderr)
+        # Mid-fit, main() has said which checkpoint is kept and how to resume.
+        print("interrupted", file=sys.stderr)
         return 130
     return 0
 

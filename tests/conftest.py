@@ -35,8 +35,10 @@ def tiny_data(tmp_path_factory):
 
 
 def tiny_config(data_dir, run_dir, **train_overrides) -> config_lib.Config:
-    """configs/tiny.toml pointed at `data_dir`, writing to `run_dir`."""
-    config = config_lib.load_toml(os.path.join(REPO, "configs", "tiny.toml"))
+    """The shipped tiny config pointed at `data_dir`, writing to `run_dir`."""
+    from kroberta.named_configs import resolve
+
+    config = config_lib.load_toml(resolve("tiny"))
     data = dataclasses.replace(
         config.data,
         train=(str(data_dir / "train-*.tfrecord"),),

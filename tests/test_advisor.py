@@ -1,12 +1,10 @@
-import os
-
 from kroberta import advisor, flops, train
 from kroberta import config as config_lib
-from tests.conftest import REPO
+from kroberta.named_configs import resolve as shipped
 
 
 def _seed():
-    return config_lib.load_toml(os.path.join(REPO, "configs", "seed.toml"))
+    return config_lib.load_toml(shipped("seed"))
 
 
 def test_seed_shape_is_flagged_with_costs():
@@ -35,7 +33,7 @@ def test_suggestion_is_aligned_and_nearby():
 
 def test_explain_exits_0_without_creating_a_run_dir(tmp_path, capsys):
     run_dir = tmp_path / "never"
-    code = train.cli(["--explain", "--config", os.path.join(REPO, "configs", "tiny.toml"),
+    code = train.cli(["--explain", "--config", "tiny",
                       f"--run_dir={run_dir}"])
     out = capsys.readouterr().out
     assert code == 0

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from kroberta import config as config_lib
+from kroberta.named_configs import resolve as shipped
 
 from conftest import REPO
 
@@ -25,7 +26,7 @@ TOPOLOGIES = ("v2:2x2", "v5e:2x2")
 
 
 def _config(name, *overrides):
-    return config_lib.apply_overrides(config_lib.load_toml(os.path.join(REPO, "configs", name)),
+    return config_lib.apply_overrides(config_lib.load_toml(shipped(name)),
                                       list(overrides))
 
 
@@ -34,7 +35,7 @@ def seed_reports():
     """seed.toml compiled once per topology from one model build."""
     from kroberta import aot, aot_programs
 
-    config = _config("seed.toml")
+    config = _config("seed")
     model = aot_programs.build_model(config)
     return config, model, {t: aot.compile_for_topology(config, t, model=model) for t in TOPOLOGIES}
 
@@ -91,7 +92,7 @@ def test_seed_memory_fits_and_is_weights_plus_adamw(seed_reports, topology):
 @needs_libtpu
 def test_too_large_batch_exits_2_with_one_line(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "kroberta.aot", "--config", "configs/base.toml",
+        [sys.executable, "-m", "kroberta.aot", "--config", "base",
          "--topology", "v5e:2x2", "--train.batch_size_per_device=512"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
         env={**os.environ, "XLA_FLAGS": ""})
@@ -106,7 +107,7 @@ def test_too_large_batch_exits_2_with_one_line(tmp_path):
 def test_unknown_topology_lists_the_valid_ones(capsys):
     from kroberta import aot
 
-    assert aot.cli(["--config", os.path.join(REPO, "configs", "seed.toml"),
+    assert aot.cli(["--config", "seed",
                     "--topology", "v9:2x2"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: unknown TPU topology 'v9:2x2'")
@@ -117,7 +118,7 @@ def test_predict_batch_is_what_predict_puts_on_the_devices():
     from kroberta import aot_programs
     from kroberta import prediction_inputs as inputs_lib
 
-    config = _config("tiny.toml")
+    config = _config("tiny")
     L, M, B = config.model.max_sequence_length, 5, 8
     ids = np.full((3, L), 7, np.int32)
     source = inputs_lib.as_examples({"input_ids": ids, "attention_mask": np.ones_like(ids)},
@@ -137,7 +138,7 @@ def test_lowered_train_step_is_the_step_fit_runs():
     from kroberta import aot_programs
     from kroberta.model import build_compiled_model
 
-    config = _config("tiny.toml", "train.mixed_precision=true", "model.dropout=0.1")
+    config = _config("tiny", "train.mixed_precision=true", "model.dropout=0.1")
     devices = jax.devices()
     distribution = keras.distribution.DataParallel(devices=devices)
     with aot_programs.global_distribution(distribution):

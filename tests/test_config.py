@@ -1,24 +1,26 @@
 import dataclasses
-import glob
 import os
 import subprocess
 import sys
 
 import pytest
 
+import kroberta
 from kroberta import config as config_lib
+from kroberta import named_configs
 from kroberta.config import Config, ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHIPPED = sorted(glob.glob(os.path.join(REPO, "configs", "*.toml")))
+SHIPPED = named_configs.names()
 
 
 def test_defaults_are_valid():
     config_lib.validate(Config())
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=os.path.basename)
-def test_every_shipped_config_loads_and_validates(path):
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_config_loads_and_validates(name):
+    path = named_configs.resolve(name)
     config = config_lib.validate(config_lib.load_toml(path), path)
     assert config.model.hidden_dim % config.model.num_heads == 0
     with open(path) as f:
@@ -26,13 +28,15 @@ def test_every_shipped_config_loads_and_validates(path):
     assert first.startswith("#"), "each config opens with a comment giving its command and cost"
 
 
-def test_shipped_configs_exist():
-    names = {os.path.basename(p) for p in SHIPPED}
-    assert {"seed.toml", "tiny.toml", "base.toml"} <= names
+def test_shipped_configs_exist_inside_the_package():
+    assert {"seed", "tiny", "base"} <= set(SHIPPED)
+    package = os.path.dirname(os.path.abspath(kroberta.__file__))
+    for name in SHIPPED:
+        assert named_configs.resolve(name) == os.path.join(package, "configs", f"{name}.toml")
 
 
 def test_seed_config_is_the_reports_model():
-    m = config_lib.load_toml(os.path.join(REPO, "configs", "seed.toml")).model
+    m = config_lib.load_toml(named_configs.resolve("seed")).model
     assert (m.vocabulary_size, m.max_sequence_length, m.num_layers, m.num_heads, m.hidden_dim,
             m.intermediate_dim) == (10000, 64, 3, 6, 300, 600)
 
@@ -120,3 +124,67 @@ def test_cli_config_error_is_one_line_exit_2(tmp_path):
     assert "error: command line: model.num_heads: 7 heads do not divide" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists(), "nothing is written for a rejected config"
+
+
+def test_a_config_is_found_by_name_or_by_path(tmp_path, monkeypatch):
+    by_name, _ = config_lib.from_command_line("seed", [])
+    by_path, _ = config_lib.from_command_line(named_configs.resolve("seed"), [])
+    assert by_name == by_path and by_name.model.hidden_dim == 300
+    own = tmp_path / "mine.toml"
+    own.write_text("[train]\nsteps = 7\n")
+    assert config_lib.from_command_line(str(own), [])[0].train.steps == 7
+    # A file whose name looks like a name still works when no shipped config has it.
+    (tmp_path / "plain").write_text("[train]\nsteps = 9\n")
+    monkeypatch.chdir(tmp_path)
+    assert config_lib.from_command_line("plain", [])[0].train.steps == 9
+
+
+def test_an_unknown_config_lists_the_shipped_names():
+    for value in ("nope", "configs/absent.toml"):
+        with pytest.raises(ConfigError, match=rf"config '{value}': neither a shipped config "
+                           r"\(base, seed, tiny\) nor a file"):
+            config_lib.from_command_line(value, [])
+
+
+def test_load_config_applies_overrides_over_a_named_config():
+    config = kroberta.load_config("seed", {"train.steps": 100, "data.dir": "data/x",
+                                           "data.train": "a/*.tfrecords", "run_dir": "runs/y"})
+    seed = config_lib.load_toml(named_configs.resolve("seed"))
+    assert config.train.steps == 100 and config.data.dir == "data/x"
+    assert config.data.train == ("a/*.tfrecords",) and config.run_dir == "runs/y"
+    assert config.model == seed.model  # untouched keys keep the file's values
+    assert kroberta.load_config() == Config()
+    assert kroberta.load_config("tiny") == config_lib.load_toml(named_configs.resolve("tiny"))
+
+
+def test_load_config_matches_the_command_line():
+    from kroberta import train
+
+    from_python = kroberta.load_config("tiny", {"train.steps": 30, "train.learning_rate": 1e-3,
+                                                "run_dir": "runs/z"})
+    from_cli, _ = train.parse_args(["--config", "tiny", "--train.steps=30",
+                                    "--train.learning_rate=1e-3", "--run_dir=runs/z"])
+    assert from_python == from_cli
+
+
+@pytest.mark.parametrize("name, overrides, message", [
+    ("seed", {"train.stepz": 3}, r"^overrides: unknown key 'train.stepz' \(known: "),
+    ("seed", {"optimizer.lr": 3}, r"^overrides: unknown key 'optimizer'"),
+    ("tiny", {"train.steps": "100"}, r"^overrides: train.steps: expected an integer, got '100'"),
+    ("seed", {"model.num_heads": 7}, r"^overrides: model.num_heads: 7 heads do not divide "
+                                     r"hidden_dim=300"),
+    (None, {"a.b.c": 1}, r"^overrides: 'a.b.c': expected 'section.key'"),
+    (None, ["train.steps=3"], r"^overrides: expected a dict"),
+    ("nope", None, r"^config 'nope': neither a shipped config \(base, seed, tiny\)"),
+])
+def test_load_config_errors_name_the_key(name, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        kroberta.load_config(name, overrides)
+
+
+def test_load_config_names_the_file_for_an_impossible_value_it_holds(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[train]\neval_every = 75\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: train.eval_every: 75 is not a multiple "
+                       r"of train.log_every=50$"):
+        kroberta.load_config(str(path))

@@ -52,7 +52,7 @@ def _config(tiny_data, run_dir, **distributed):
 
 
 def _args(tiny_data, run_dir, *extra):
-    return ["--config", "configs/tiny.toml", f"--data.train={tiny_data}/train-*.tfrecord",
+    return ["--config", "tiny", f"--data.train={tiny_data}/train-*.tfrecord",
             f"--data.validation={tiny_data}/validation.tfrecord", f"--run_dir={run_dir}",
             "--data.shuffle_buffer=1", *(f"--train.{k}={v}" for k, v in RUN.items()), *extra]
 

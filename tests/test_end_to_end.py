@@ -10,6 +10,7 @@ import kroberta
 from kroberta import config as config_lib
 from kroberta import prepare, train
 from kroberta.config import ConfigError
+from kroberta.named_configs import resolve
 
 WORDS = ["alpha", "beta", "gamma", "delta", "omega", "river", "stone", "cloud", "light", "north"]
 
@@ -29,7 +30,7 @@ def prepared(tmp_path_factory):
 
 
 def _config(prepared, run_dir, **model):
-    config = config_lib.load_toml("configs/tiny.toml")
+    config = config_lib.load_toml(resolve("tiny"))
     config = dataclasses.replace(
         config, run_dir=str(run_dir),
         data=dataclasses.replace(config.data, dir=str(prepared / "data")),

@@ -22,7 +22,7 @@ STEPS = 200
 
 
 def _command(data_dir, run_dir, *extra):
-    return [sys.executable, "-m", "kroberta.train", "--config", "configs/tiny.toml",
+    return [sys.executable, "-m", "kroberta.train", "--config", "tiny",
             f"--data.train={data_dir}/train-*.tfrecord", f"--run_dir={run_dir}",
             f"--train.steps={STEPS}", "--train.checkpoint_every=20", "--train.eval_every=0",
             "--train.log_every=10", *extra]

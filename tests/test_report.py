@@ -63,3 +63,19 @@ def test_a_real_run_logs_step_time_and_mfu_and_reports(tiny_data, tmp_path, monk
     summary = report.report(str(tmp_path))
     _assert_real_png(tmp_path / "report.png")
     assert summary["steps"] == 20 and "median_mfu" in summary
+
+
+def test_report_returns_the_figure_and_leaves_pyplot_alone(tmp_path):
+    import matplotlib
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    _write_rows(tmp_path)
+    backend = matplotlib.get_backend()
+    open_before = plt.get_fignums()
+    summary = report.report(str(tmp_path), print_fn=lambda line: None, show=False)
+    assert isinstance(summary["figure"], Figure)
+    labels = [ax.get_ylabel() for ax in summary["figure"].axes]
+    assert labels == [label for _, label in report.PANELS]
+    assert matplotlib.get_backend() == backend  # a notebook's inline backend stays
+    assert plt.get_fignums() == open_before

@@ -145,7 +145,7 @@ def test_vocabulary_smaller_than_the_data_is_a_data_error(tiny_data, tmp_path):
 
 def test_cli_trains_the_seed_format_and_reports_errors(tiny_data, tmp_path):
     run_dir = tmp_path / "cli"
-    base = [sys.executable, "-m", "kroberta.train", "--config", "configs/tiny.toml",
+    base = [sys.executable, "-m", "kroberta.train", "--config", "tiny",
             f"--data.train={tiny_data}/train-*.tfrecord", f"--run_dir={run_dir}"]
     ok = subprocess.run(base + ["--train.steps=20", "--train.checkpoint_every=10",
                                 "--train.eval_every=0"],

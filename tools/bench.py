@@ -1,6 +1,6 @@
 """kroberta vs Hugging Face torch vs stock keras-hub: train and predict samples/s, side by side.
 
-    python tools/bench.py [--devices 4] [--config configs/seed.toml] [--rounds 3]
+    python tools/bench.py [--devices 4] [--config seed] [--rounds 3]
 
 One process, the same config, data and masked positions for everyone:
   kroberta   the compiled model + tf.data pipeline that `kroberta.train` runs
@@ -38,8 +38,7 @@ from bench_common import fit_samples_per_second, fit_timer, simulate_cpu_devices
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--devices", type=int, default=4, help="simulated CPU devices (before jax)")
-    p.add_argument("--config", default=os.path.join(os.path.dirname(__file__), "..", "configs",
-                                                    "seed.toml"))
+    p.add_argument("--config", default="seed", help="a shipped config name or a TOML file")
     p.add_argument("--batch", type=int, default=64, help="global batch")
     p.add_argument("--train-steps", type=int, default=9, help="train steps per round (the first is not timed)")
     p.add_argument("--predict-batches", type=int, default=16, help="batches predicted per round")
@@ -61,13 +60,14 @@ def main():
     import numpy as np
 
     from kroberta import config as config_lib
+    from kroberta.named_configs import resolve
     from kroberta import data as data_lib
     from kroberta import flops, throughput
     from kroberta.model import build_compiled_model
     from kroberta.synthetic import write_seed_format
 
     skip = set(filter(None, args.skip.split(",")))
-    config = config_lib.load_toml(args.config)
+    config = config_lib.load_toml(resolve(args.config))
     L, V = config.model.max_sequence_length, config.model.vocabulary_size
     M = config.data.prediction_slots(L)
     B = args.batch

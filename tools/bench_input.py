@@ -34,8 +34,7 @@ def parse_args():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--batches", type=int, default=150, help="timed batches per round")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--config", default=os.path.join(os.path.dirname(__file__), "..", "configs",
-                                                     "seed.toml"))
+    p.add_argument("--config", default="seed", help="a shipped config name or a TOML file")
     return p.parse_args()
 
 
@@ -103,10 +102,10 @@ def measure(files, length, config, args):
 def main():
     args = parse_args()
     import kroberta  # noqa: F401  (the backend and TF's device set-up)
-    from kroberta import config as config_lib
+    from kroberta.named_configs import load_config
     from kroberta.synthetic import write_seed_format
 
-    config = config_lib.load_toml(args.config)
+    config = load_config(args.config)
     V = config.model.vocabulary_size
     with tempfile.TemporaryDirectory() as tmp:
         for length, records in ((64, args.records), (512, args.long_records)):

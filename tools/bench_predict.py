@@ -28,8 +28,7 @@ from bench_common import fit_samples_per_second, simulate_cpu_devices
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--devices", type=int, default=4, help="simulated CPU devices (set before jax)")
-    p.add_argument("--config", default=os.path.join(os.path.dirname(__file__), "..", "configs",
-                                                    "seed.toml"))
+    p.add_argument("--config", default="seed", help="a shipped config name or a TOML file")
     p.add_argument("--batch", type=int, default=64, help="global batch (all devices)")
     p.add_argument("--examples", type=int, default=1024, help="examples predicted per run")
     p.add_argument("--train-steps", type=int, default=12, help="timed training steps per round")
@@ -47,6 +46,7 @@ def main():
     import numpy as np
 
     from kroberta import config as config_lib
+    from kroberta.named_configs import resolve
     from kroberta import data as data_lib
     from kroberta import distribute
     from kroberta.model import build_compiled_model
@@ -54,7 +54,7 @@ def main():
 
     tmp = tempfile.mkdtemp(prefix="bench_predict_")
     path = os.path.join(tmp, "seed.tfrecord")
-    config = config_lib.load_toml(args.config)
+    config = config_lib.load_toml(resolve(args.config))
     L, V = config.model.max_sequence_length, config.model.vocabulary_size
     write_seed_format(path, max(args.examples, 4 * args.batch), L, V, seed=1)
     predict_path = os.path.join(tmp, "predict.tfrecord")

@@ -1,6 +1,6 @@
 """Where a kroberta training step spends its time on CPU: XLA's per-op profile, grouped by layer.
 
-    python tools/profile_step.py [--config configs/seed.toml] [--batch 64] [--steps 5] [--top 40]
+    python tools/profile_step.py [--config seed] [--batch 64] [--steps 5] [--top 40]
 
 Runs `model.fit` as `kroberta.train` does (1 simulated CPU device) under
 `jax.profiler.trace` with XLA's per-op trace events on, then joins each executed
@@ -28,8 +28,7 @@ from bench_common import fit_samples_per_second, simulate_cpu_devices
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--config", default=os.path.join(os.path.dirname(__file__), "..", "configs",
-                                                    "seed.toml"))
+    p.add_argument("--config", default="seed", help="a shipped config name or a TOML file")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=5, help="profiled steps (after 3 warm-up steps)")
     p.add_argument("--top", type=int, default=40, help="groups and dots printed")
@@ -48,11 +47,12 @@ def main():
     import jax
 
     from kroberta import config as config_lib
+    from kroberta.named_configs import resolve
     from kroberta import data as data_lib
     from kroberta.model import build_compiled_model
     from kroberta.synthetic import write_seed_format
 
-    config = config_lib.load_toml(args.config)
+    config = config_lib.load_toml(resolve(args.config))
     L, V = config.model.max_sequence_length, config.model.vocabulary_size
     path = os.path.join(work, "train.tfrecord")
     write_seed_format(path, max(1024, 4 * args.batch), L, V, seed=1)
