@@ -116,7 +116,8 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     _log(f"model: {count_parameters(model):,} parameters; batch {global_batch} "
          f"({config.train.batch_size_per_device} per device) x {train_spec.sequence_length} "
          f"tokens, {slots} prediction slots per sequence; {len(train_spec.files)} training file(s)")
-    for line in advisor.warnings_for(config, topology.platform):
+    # TPU-alignment advice only where it applies; `--explain` shows it anywhere.
+    for line in advisor.warnings_for(config, topology.platform, shapes=topology.platform == "tpu"):
         _log(f"warning: {line}")
     if config.data.masking == "static":
         over, dropped = data_lib.count_labels_beyond_slots(train_spec, slots)
