@@ -44,7 +44,12 @@ def __getattr__(name):
         from kroberta import hf
 
         return getattr(hf, name)
+    if name in ("export_keras_hub", "from_keras_hub"):
+        from kroberta import keras_hub_preset
+
+        return getattr(keras_hub_preset, name)
     raise AttributeError(f"module 'kroberta' has no attribute {name!r}")
 
 
-__all__ = ["load", "predict", "predict_batches", "fill_mask", "export_hf", "from_hf"]
+__all__ = ["load", "predict", "predict_batches", "fill_mask", "export_hf", "from_hf", "export_keras_hub",
+           "from_keras_hub"]

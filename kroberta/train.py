@@ -139,6 +139,12 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
 
         init_from_hf(model, config.init_from_hf)
         _log(f"initialised from the Hugging Face checkpoint in {config.init_from_hf}")
+    elif config.init_from_keras_hub:
+        from kroberta.keras_hub_preset import init_from_keras_hub
+
+        with_head = init_from_keras_hub(model, config.init_from_keras_hub)
+        _log(f"initialised from the keras-hub preset in {config.init_from_keras_hub}"
+             + ("" if with_head else " (backbone only: the MLM head starts fresh)"))
     dropped = run_dir_lib.truncate_metrics(config.run_dir, start_step) if main_process else 0
     if dropped:
         _log(f"metrics.jsonl: dropped {dropped} row(s) logged after step {start_step}, "
