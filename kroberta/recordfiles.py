@@ -1,6 +1,7 @@
 """Corpora stored as records, one document per record: JSON lines, CSV/TSV, Parquet, `datasets`.
 
-Each reader streams: JSON lines and CSV line by line (gzipped or not), Parquet one
+Each reader streams: JSON lines and CSV line by line (gzipped or not), a JSON
+array (a `.json` file holding `[{...}, ...]`) one object at a time, Parquet one
 batch of a row group at a time, a `datasets` directory (`save_to_disk`) one Arrow
 batch at a time from its memory-mapped files, so memory stays flat however large
 the corpus is. Every reader yields the text field's value of each record, in file
@@ -31,6 +32,7 @@ DATASET_FILES = ("state.json", "dataset_info.json")
 DATASET_DICT_FILE = "dataset_dict.json"
 ARROW_BATCH_ROWS = 1024  # rows per Parquet/Arrow batch: flat memory, few Python calls
 _PROGRESS_EVERY = 1 << 20  # report progress about once per MB
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some tools write first
 
 
 class RecordError(ValueError):
@@ -95,11 +97,102 @@ def _text_value(value, path: str, where: str, field: str):
 # ---------------------------------------------------------------- JSON lines
 
 
+def _first_byte(path):
+    """The first non-whitespace byte of a (possibly gzipped) file, b"" when it has none."""
+    raw, stream = _open_binary(path)
+    with raw, stream:
+        start = True
+        while block := stream.read(4096):
+            if start:
+                block, start = block.removeprefix(_BOM), False
+            if stripped := block.lstrip():
+                return stripped[:1]
+    return b""
+
+
+def _json_values(path, field, on_bytes):
+    """JSON lines, or a JSON array of objects (a `.json` file holding `[{...}, ...]`)."""
+    if _first_byte(path) == b"[":
+        return _json_array_values(path, field, on_bytes)
+    return _jsonl_values(path, field, on_bytes)
+
+
+def _record_text(record, path, where, field):
+    if not isinstance(record, dict):
+        raise RecordError(f"{path}: {where}: a JSON {type(record).__name__}, not an object with a {field!r} field")
+    if field not in record:
+        raise RecordError(f"{path}: {where}: no field {field!r} (fields: {', '.join(record) or 'none'}); "
+                          "pick one with --text-field")
+    return _text_value(record[field], path, where, field)
+
+
+def _json_array_values(path, field, on_bytes):
+    """Stream the objects of a top-level JSON array: at most one read block plus one
+    record is held, however long the array is."""
+    raw, stream = _open_binary(path)
+    progress = _ByteProgress(raw, on_bytes)
+    decoder = json.JSONDecoder()
+    with raw, stream:
+        text = io.TextIOWrapper(stream, encoding="utf-8-sig")
+        buffer, position, number, eof = "", 0, 0, False
+
+        def more():
+            nonlocal buffer, position, eof
+            try:
+                chunk = text.read(_PROGRESS_EVERY)
+            except UnicodeDecodeError as e:
+                raise RecordError(f"{path}: not UTF-8 ({e.reason})") from None
+            buffer, position, eof = buffer[position:] + chunk, 0, not chunk
+
+        def skip_space():
+            nonlocal position
+            while True:
+                while position < len(buffer) and buffer[position].isspace():
+                    position += 1
+                if position < len(buffer) or eof:
+                    return
+                more()
+
+        more()
+        skip_space()
+        position += 1  # the "[" (checked by _json_values)
+        expect_item = True
+        while True:
+            skip_space()
+            if position >= len(buffer):
+                raise RecordError(f"{path}: the JSON array ends early, after {number} record(s)")
+            if buffer[position] == "]":
+                break
+            if not expect_item:
+                if buffer[position] != ",":
+                    raise RecordError(f"{path}: record {number}: expected ',' or ']' after it")
+                position += 1
+                expect_item = True
+                continue
+            try:
+                record, end = decoder.raw_decode(buffer, position)
+            except json.JSONDecodeError as e:
+                if not eof:
+                    more()  # the record may continue in the next block
+                    continue
+                raise RecordError(f"{path}: record {number + 1}: not valid JSON: {e.msg}") from None
+            if end == len(buffer) and not eof:
+                more()  # a number or literal cut at the block's end: decode it whole
+                continue
+            number += 1
+            position, expect_item = end, False
+            yield _record_text(record, path, f"record {number}", field)
+            progress.poll()
+        progress.finish(os.path.getsize(path))
+
+
 def _jsonl_values(path, field, on_bytes):
     raw, stream = _open_binary(path)
     progress = _ByteProgress(raw, on_bytes)
     with raw, stream:
         for number, line in enumerate(stream, start=1):
+            if number == 1:
+                line = line.removeprefix(_BOM)
             if not line.strip():
                 continue
             try:
@@ -107,16 +200,8 @@ def _jsonl_values(path, field, on_bytes):
             except UnicodeDecodeError as e:
                 raise RecordError(f"{path}: line {number}: not UTF-8 ({e.reason})") from None
             except json.JSONDecodeError as e:
-                hint = " (a JSON array? write one object per line)" if number == 1 and line.lstrip()[:1] == b"[" else ""
-                raise RecordError(f"{path}: line {number}: not a JSON object: {e.msg}{hint}") from None
-            if not isinstance(record, dict):
-                hint = " (a JSON array? write one object per line)" if isinstance(record, list) else ""
-                raise RecordError(f"{path}: line {number}: a JSON {type(record).__name__}, not an object "
-                                  f"with a {field!r} field{hint}")
-            if field not in record:
-                raise RecordError(f"{path}: line {number}: no field {field!r} (fields: "
-                                  f"{', '.join(record) or 'none'}); pick one with --text-field")
-            yield _text_value(record[field], path, f"line {number}", field)
+                raise RecordError(f"{path}: line {number}: not a JSON object: {e.msg}") from None
+            yield _record_text(record, path, f"line {number}", field)
             progress.poll()
         progress.finish(os.path.getsize(path))
 
@@ -259,7 +344,7 @@ def check_source(path: str, fmt: str, field: str, split: str):
     Returns the source's size in bytes for the progress bar.
     """
     if fmt == "jsonl":
-        next(_jsonl_values(path, field, None), None)  # the first record has the field
+        next(_json_values(path, field, None), None)  # the first record has the field
     elif fmt in ("csv", "tsv"):
         _column_index(path, _csv_header(path, "\t" if fmt == "tsv" else ","), field)
     elif fmt == "parquet":
@@ -273,7 +358,7 @@ def check_source(path: str, fmt: str, field: str, split: str):
 def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
     """Yield the `field` value (a str or None) of each record of `path`, streaming."""
     if fmt == "jsonl":
-        return _jsonl_values(path, field, on_bytes)
+        return _json_values(path, field, on_bytes)
     if fmt in ("csv", "tsv"):
         return _csv_values(path, field, on_bytes, "\t" if fmt == "tsv" else ",")
     if fmt == "parquet":

@@ -5,6 +5,7 @@ import dataclasses
 import gzip
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -23,6 +24,12 @@ def write_jsonl(path, docs, field="text", opener=open):
     with opener(path, "wt", encoding="utf-8") as f:
         for i, doc in enumerate(docs):
             f.write(json.dumps({"id": i, field: doc}, ensure_ascii=False) + "\n")
+    return str(path)
+
+
+def write_json_array(path, docs):
+    with open(path, "w", encoding="utf-8-sig") as f:  # with a byte-order mark, as some tools write
+        json.dump([{"text": doc, "n": 1.5} for doc in docs], f, indent=1, ensure_ascii=False)
     return str(path)
 
 
@@ -80,6 +87,7 @@ WRITERS = {
     "jsonl": lambda p, d: write_jsonl(p, d),
     "jsonl.gz": lambda p, d: write_jsonl(p, d, opener=gzip.open),
     "json": lambda p, d: write_jsonl(p, d),
+    "array.json": lambda p, d: write_json_array(p, d),
     "csv": lambda p, d: write_csv(p, d),
     "tsv": lambda p, d: write_csv(p, d, delimiter="\t"),
     "parquet": lambda p, d: write_parquet(p, d),
@@ -158,11 +166,14 @@ def test_bad_records_are_named(tmp_path, tokenizer_path, capsys):  # noqa: F811
     assert sorted(os.listdir(tmp_path / "o")) == ["tokenizer.json"], "no shards, no manifest"
     with pytest.raises(PrepareError, match="bad.jsonl: line 2"):  # found while training a tokenizer too
         prepare([str(path)], tmp_path / "o2", vocab_size=300, seq_len=16, progress=False)
-    array = tmp_path / "array.json"
-    array.write_text('[{"text": "a"}]\n')
-    with pytest.raises(RecordError, match=r"array.json: line 1: a JSON list, not an object with a 'text' field "
-                                          r"\(a JSON array\? write one object per line\)"):
-        list(iter_documents([prepare_lib.Source.of(array)]))
+    for content, problem in (('[{"text": "a"}, {"text": "b"} {"text": "c"}]', "record 2: expected ',' or ']'"),
+                             ('[{"text": "a"}, {"text": "b"', "record 2: not valid JSON"),
+                             ('[{"text": "a"}, ', "the JSON array ends early, after 1 record"),
+                             ('[{"text": "a"}, ["b"]]', "record 2: a JSON list, not an object")):
+        array = tmp_path / "array.json"
+        array.write_text(content)
+        with pytest.raises(RecordError, match=f"array.json: {re.escape(problem)}"):
+            list(iter_documents([prepare_lib.Source.of(array)]))
     number = tmp_path / "number.jsonl"
     number.write_text('{"text": "a"}\n{"text": 7}\n')
     with pytest.raises(RecordError, match=r"number.jsonl: line 2: field 'text' holds int '7', not text"):
@@ -271,3 +282,15 @@ def test_records_train_the_same_tokenizer_and_a_model_trains_on_them(tmp_path):
     assert summary["final_step"] == 4
     rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     assert all(np.isfinite(r["loss"]) for r in rows) and {r["split"] for r in rows} == {"train", "validation"}
+
+
+@pytest.mark.parametrize("block", [1, 7, 64])
+def test_json_array_records_across_read_blocks(tmp_path, monkeypatch, block):
+    """Records, numbers and strings cut at any block boundary decode whole."""
+    from kroberta import recordfiles
+
+    monkeypatch.setattr(recordfiles, "_PROGRESS_EVERY", block)
+    path = write_json_array(tmp_path / "c.json", DOCS[:12])
+    seen = []
+    assert list(iter_documents([prepare_lib.Source.of(path)], seen.append)) == [record_document(d) for d in DOCS[:12]]
+    assert sum(seen) == os.path.getsize(path)
