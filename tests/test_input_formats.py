@@ -258,23 +258,27 @@ def test_check_a_plain_directory_with_a_planted_defect(tmp_path, capsys):
     assert "no manifest.json and no TFRecord files" in capsys.readouterr().err
 
 
-def test_records_train_the_same_tokenizer_and_a_model_trains_on_them(tmp_path):
-    """End to end without a given tokenizer: JSON lines (gzipped) -> the .txt's tokenizer and
-    shards -> a short training run from the prepared directory."""
+def test_every_format_end_to_end_trains_the_same_tokenizer_and_a_model(tmp_path):
+    """All formats in one prepare, without a given tokenizer: the tokenizer and token counts of one
+    .txt holding the same documents, then a short training run from the prepared directory."""
     from kroberta import config as config_lib
     from kroberta import train
 
-    text = prepare(write_corpus(tmp_path / "c.txt", DOCS), tmp_path / "from_txt", vocab_size=300,
-                   seq_len=16, progress=False, validation_fraction=0.1)
-    records = prepare(write_jsonl(tmp_path / "c.jsonl.gz", DOCS, opener=gzip.open), tmp_path / "from_jsonl",
-                      vocab_size=300, seq_len=16, progress=False, validation_fraction=0.1)
+    inputs = [WRITERS[suffix](tmp_path / f"corpus.{suffix}", DOCS) for suffix in sorted(WRITERS)]
+    inputs.append(write_datasets(tmp_path / "corpus.datasets", DOCS))
+    text = prepare(write_corpus(tmp_path / "all.txt", DOCS * len(inputs)), tmp_path / "from_txt",
+                   vocab_size=300, seq_len=16, progress=False, validation_fraction=0.1)
+    records = prepare(inputs, tmp_path / "from_all", vocab_size=300, seq_len=16, progress=False,
+                      validation_fraction=0.1)
     assert (tmp_path / "from_txt" / "tokenizer.json").read_text() == \
-        (tmp_path / "from_jsonl" / "tokenizer.json").read_text()
-    assert records["train"]["tokens"] == text["train"]["tokens"]
+        (tmp_path / "from_all" / "tokenizer.json").read_text()
+    for split in ("train", "validation"):
+        assert records[split]["tokens"] == text[split]["tokens"]
+    assert len(records["source"]["files"]) == len(inputs) == 9
     config = config_lib.load_toml("configs/tiny.toml")
     config = dataclasses.replace(
         config, run_dir=str(tmp_path / "run"),
-        data=dataclasses.replace(config.data, dir=str(tmp_path / "from_jsonl")),
+        data=dataclasses.replace(config.data, dir=str(tmp_path / "from_all")),
         model=dataclasses.replace(config.model, vocabulary_size=records["vocabulary_size"], max_sequence_length=16),
         train=dataclasses.replace(config.train, steps=4, warmup_steps=0, log_every=2, eval_every=4,
                                   checkpoint_every=4))

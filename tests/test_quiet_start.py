@@ -91,6 +91,17 @@ def test_filtered_stderr_passes_everything_but_the_noise():
     assert not any("cudart_stub" in line for line in lines)
 
 
+@ON_CPU_ONLY
+def test_jax_is_kept_off_absent_accelerators_unless_the_user_chose():
+    code = "import os, kroberta, jax; print(repr(os.environ.get('JAX_PLATFORMS')), jax.devices()[0].platform)"
+    chosen = {**_newcomer_env(), "JAX_PLATFORMS": ""}
+    for env, expected in ((_newcomer_env(), "'cpu' cpu"), (chosen, "'' cpu")):
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert run.stdout.split("\n")[-2] == expected
+
+
 def test_skip_absent_accelerators_respects_the_users_choice(monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "")
     assert quiet_start.skip_absent_accelerators() is False
