@@ -20,7 +20,9 @@ Where each line came from on a CPU machine, and what stops it:
   `tpu` extra) JAX tries its TPU backend on any machine, libtpu prints these, and
   JAX falls back to the CPU. On a machine with no accelerator JAX can use, kroberta
   sets JAX_PLATFORMS=cpu (`skip_absent_accelerators`): the backend JAX would have
-  ended up with, without the failed attempt.
+  ended up with, without the failed attempt. Where kroberta loads libtpu on purpose
+  on such a machine (ahead-of-time TPU compilation), those lines are filtered out
+  (`quiet_libtpu_probe`).
 """
 
 import contextlib
@@ -65,9 +67,35 @@ def _tf_min_log_level() -> int:
         return 0
 
 
+# libtpu's start on a machine without a TPU (the ahead-of-time compiler loads it on purpose):
+# it cannot find the TPU metadata it looks for and says so, with a source-location trace.
+_LIBTPU_PROBE_NOISE_RE = re.compile(
+    rb"could not determine TPU (accelerator type|worker hostnames)"
+    rb"|^WARNING: Logging before InitGoogle\(\) is written to STDERR"
+    rb"|^=== Source Location Trace: ===\s*$"
+    rb"|^[\w./-]+\.cc:\d+\s*$")  # the trace's bare file:line entries
+
+
+def is_libtpu_probe_noise(line: bytes) -> bool:
+    """Whether a native stderr line is libtpu's complaint about a missing TPU."""
+    return bool(_LIBTPU_PROBE_NOISE_RE.search(line))
+
+
 @contextlib.contextmanager
-def filtered_native_stderr():
-    """Pass file descriptor 2 through `is_noise` while the block runs.
+def quiet_libtpu_probe():
+    """Drop libtpu's missing-TPU lines while the block loads it, where no TPU is present
+    (on a TPU host every line passes: there they would mean something)."""
+    if _accelerator_present():
+        yield
+        return
+    with filtered_native_stderr(is_libtpu_probe_noise):
+        yield
+
+
+@contextlib.contextmanager
+def filtered_native_stderr(noise=None):
+    """Pass file descriptor 2 through `noise` (default: `is_noise` at TF_CPP_MIN_LOG_LEVEL)
+    while the block runs.
 
     Native libraries write to the descriptor, not to `sys.stderr`, so the descriptor
     is pointed at a pipe whose reader thread forwards each line that is not noise
@@ -79,13 +107,18 @@ def filtered_native_stderr():
     except (OSError, ValueError, AttributeError):  # no usable stderr (some embedders)
         yield
         return
-    level = _tf_min_log_level()
+    if noise is None:
+        level = _tf_min_log_level()
+
+        def noise(line):
+            return is_noise(line, level)
+
     read_end, write_end = os.pipe()
 
     def forward():
         with os.fdopen(read_end, "rb") as pipe:
             for line in pipe:
-                if not is_noise(line, level):
+                if not noise(line):
                     os.write(original, line)
 
     reader = threading.Thread(target=forward, name="kroberta-stderr-filter", daemon=True)

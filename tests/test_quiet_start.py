@@ -118,3 +118,19 @@ def test_tpu_shape_warnings_only_when_asked():
     on_tpu = advisor.warnings_for(seed, "tpu", shapes=True)
     assert any("not a multiple of 128" in line for line in on_tpu)
     assert any("mixed_precision" in line for line in advisor.warnings_for(seed, "tpu", shapes=False))
+
+
+def test_libtpu_probe_lines_are_recognised_and_real_errors_are_not():
+    probe = [
+        b"Failed to find host bounds for accelerator type: WARNING: could not determine TPU accelerator type, "
+        b"please set env var `TPU_ACCELERATOR_TYPE` manually, otherwise libtpu.so may not properly initialize.\n",
+        b"WARNING: Logging before InitGoogle() is written to STDERR\n",
+        b"E0000 00:00:1796113652.950134   14603 common_lib.cc:554] INVALID_ARGUMENT: Error: unexpected worker "
+        b"hostname 'WARNING: could not determine TPU worker hostnames or IP addresses' from env var "
+        b"TPU_WORKER_HOSTNAMES.\n",
+        b"=== Source Location Trace: === \n",
+        b"learning/45eac/tfrc/runtime/libtpu_init_utils.cc:327\n",
+    ]
+    assert all(quiet_start.is_libtpu_probe_noise(line) for line in probe)
+    assert not quiet_start.is_libtpu_probe_noise(b"E0000 00:00:1.5    12 tpu_compiler.cc:9] out of memory\n")
+    assert not quiet_start.is_libtpu_probe_noise(b"error: unknown TPU topology 'v9:2x2'\n")
