@@ -19,6 +19,7 @@ import io
 import json
 import os
 import sys
+import zlib
 
 FORMATS = {  # name suffix -> format (the longest matching suffix wins)
     ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".json": "jsonl", ".json.gz": "jsonl",
@@ -342,15 +343,27 @@ def dataset_bytes(path):
 # ---------------------------------------------------------------- entry points
 
 
+def _gzip_errors_named(values, path):
+    """A damaged or truncated .gz surfaces as zlib's or gzip's own error: name the file."""
+    try:
+        yield from values
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise RecordError(f"{path}: not a readable gzip file ({e})") from None
+
+
 def check_source(path: str, fmt: str, field: str, split: str):
     """Fail early (before any work) when the column, the split or the extra is missing.
 
     Returns the source's size in bytes for the progress bar.
     """
     if fmt == "jsonl":
-        next(_json_values(path, field, None), None)  # the first record has the field
+        next(iter_values(path, fmt, field, split), None)  # the first record has the field
     elif fmt in ("csv", "tsv"):
-        _column_index(path, _csv_header(path, "\t" if fmt == "tsv" else ","), field)
+        try:
+            columns = _csv_header(path, "\t" if fmt == "tsv" else ",")
+        except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+            raise RecordError(f"{path}: not a readable gzip file ({e})") from None
+        _column_index(path, columns, field)
     elif fmt == "parquet":
         _check_arrow_column(path, _parquet_file(path).schema_arrow, field)
     elif fmt == DATASETS_FORMAT:
@@ -362,9 +375,9 @@ def check_source(path: str, fmt: str, field: str, split: str):
 def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
     """Yield the `field` value (a str or None) of each record of `path`, streaming."""
     if fmt == "jsonl":
-        return _json_values(path, field, on_bytes)
+        return _gzip_errors_named(_json_values(path, field, on_bytes), path)
     if fmt in ("csv", "tsv"):
-        return _csv_values(path, field, on_bytes, "\t" if fmt == "tsv" else ",")
+        return _gzip_errors_named(_csv_values(path, field, on_bytes, "\t" if fmt == "tsv" else ","), path)
     if fmt == "parquet":
         return _parquet_values(path, field, on_bytes)
     if fmt == DATASETS_FORMAT:

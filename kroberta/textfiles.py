@@ -14,6 +14,7 @@ import dataclasses
 import glob
 import gzip
 import os
+import zlib
 
 from kroberta import recordfiles
 
@@ -102,7 +103,7 @@ def scan_file(path):
         size = os.path.getsize(path)  # progress counts compressed bytes
         try:
             scanned = _scan_stream(gzip.open(path, "rb"), decoder, path)
-        except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
+        except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
             return size, f"not a readable gzip file ({e})", None, False
         return (size, *scanned[1:])
     with open(path, "rb") as f:

@@ -298,3 +298,33 @@ def test_json_array_records_across_read_blocks(tmp_path, monkeypatch, block):
     seen = []
     assert list(iter_documents([prepare_lib.Source.of(path)], seen.append)) == [record_document(d) for d in DOCS[:12]]
     assert sum(seen) == os.path.getsize(path)
+
+
+@pytest.mark.parametrize("suffix", sorted(WRITERS) + ["datasets"])
+def test_progress_adds_up_to_the_scanned_size(tmp_path, suffix):
+    from kroberta.recordfiles import check_source
+    from kroberta.textfiles import scan_file
+
+    path = (write_datasets(tmp_path / "ds", DOCS) if suffix == "datasets"
+            else WRITERS[suffix](tmp_path / f"c.{suffix}", DOCS))
+    source = prepare_lib.Source.of(path)
+    size = scan_file(path)[0] if source.format is None else check_source(path, source.format, "text", "train")
+    seen = []
+    assert len(list(iter_documents([source], seen.append))) == len(DOCS)
+    assert sum(seen) == size > 0
+
+
+def test_a_damaged_gzip_text_file_is_skipped_with_a_warning(tmp_path, tokenizer_path):  # noqa: F811
+    good = write_corpus(tmp_path / "good.txt", DOCS)
+    (tmp_path / "bad.txt.gz").write_bytes(b"\x1f\x8b\x08\x00 this is not deflate data")
+    with pytest.warns(prepare_lib.PrepareWarning, match=r"skipping .*bad.txt.gz: not a readable gzip file"):
+        manifest = _prepare([good, str(tmp_path / "bad.txt.gz")], tmp_path / "o", tokenizer_path)
+    assert manifest["source"]["skipped_files"][0]["problem"].startswith("not a readable gzip file")
+
+
+def test_a_damaged_gzip_record_file_is_named(tmp_path, tokenizer_path):  # noqa: F811
+    whole = gzip.compress("".join(json.dumps({"text": d}) + "\n" for d in DOCS * 20).encode())
+    for name, data in (("cut.jsonl.gz", whole[: len(whole) // 2]), ("junk.csv.gz", b"\x1f\x8b\x08\x00 no data")):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(PrepareError, match=f"{name}: not a readable gzip file"):
+            _prepare(str(tmp_path / name), tmp_path / "o", tokenizer_path, overwrite=True)
