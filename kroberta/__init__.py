@@ -59,8 +59,12 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(f"kroberta.{name}")
+    if name in ("export_keras_hub", "from_keras_hub"):
+        from kroberta import keras_hub_preset
+
+        return getattr(keras_hub_preset, name)
     raise AttributeError(f"module 'kroberta' has no attribute {name!r}")
 
 
 __all__ = ["load", "load_config", "predict", "predict_batches", "fill_mask", "dataset",
-           "export_hf", "from_hf", "train", "report"]
+           "export_hf", "from_hf", "export_keras_hub", "from_keras_hub", "train", "report"]

@@ -134,10 +134,19 @@ def hide_accelerators_from_tensorflow():
     keras-hub pulls in the full `tensorflow` package (through tensorflow-text), which
     would otherwise grab every GPU's memory or try to own a TPU at its first op.
     """
+    from kroberta import quiet_start
+
     # Stops TF's TPU discovery and its GPU memory pre-allocation at the source.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
+    # Before TF imports keras, which imports JAX: JAX reads JAX_PLATFORMS on import.
+    quiet_start.skip_absent_accelerators()
+    with quiet_start.filtered_native_stderr():  # TF's CUDA-stub lines at import and first query
+        import tensorflow as tf
 
+        _hide_from_tensorflow(tf)
+
+
+def _hide_from_tensorflow(tf):
     for kind in ("GPU", "TPU"):
         try:
             tf.config.set_visible_devices([], kind)

@@ -94,10 +94,14 @@ def suggest(model: ModelConfig) -> ModelConfig:
         vocabulary_size=_pad(model.vocabulary_size, LANES))
 
 
-def warnings_for(config: Config, platform: str | None = None) -> list[str]:
-    """One-line warnings about the config's shape (and precision on accelerators)."""
+def warnings_for(config: Config, platform: str | None = None, shapes: bool = True) -> list[str]:
+    """One-line warnings about the config's shape (and precision on accelerators).
+
+    `shapes=False` leaves out the TPU-alignment warnings (training on a CPU or GPU,
+    where they would only be noise); `--explain` always shows them.
+    """
     shape = flops_lib.Shape.from_config(config)
-    found = misalignments(shape)
+    found = misalignments(shape) if shapes else []
     lines = [m.describe() for m in found]
     if found:
         s = suggest(config.model)

@@ -164,10 +164,13 @@ def topology_devices(name: str) -> list:
                        "(the tpu extra; compiles for TPUs on a CPU-only machine)") from None
     from jax.experimental import topologies
 
+    from kroberta.quiet_start import quiet_libtpu_probe
+
     try:
         options = _CHIP_CONFIG.get(name.split(":")[0], {})
-        return list(topologies.get_topology_desc(topology_name=name, platform="tpu",
-                                                 **options).devices)
+        with quiet_libtpu_probe():  # libtpu's missing-TPU complaints on a CPU machine
+            return list(topologies.get_topology_desc(topology_name=name, platform="tpu",
+                                                     **options).devices)
     except Exception as error:  # jax.errors.JaxRuntimeError from libtpu
         message = str(error).splitlines()[0]
         if "INVALID_ARGUMENT" not in message:

@@ -100,6 +100,7 @@ class Config:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     run_dir: str = "runs/default"  # checkpoints, logs, the final model and config.toml go here
     init_from_hf: str = ""  # a Hugging Face RoBERTa directory to start from (continued pretraining)
+    init_from_keras_hub: str = ""  # a keras-hub RoBERTa preset directory to start from
 
 
 SECTIONS = {
@@ -108,7 +109,7 @@ SECTIONS = {
     "train": TrainConfig,
     "distributed": DistributedConfig,
 }
-TOP_LEVEL_KEYS = ("run_dir", "init_from_hf")
+TOP_LEVEL_KEYS = ("run_dir", "init_from_hf", "init_from_keras_hub")
 _STRATEGIES = ("data", "fsdp", "model")
 _MASKING = ("dynamic", "static")
 
@@ -279,6 +280,8 @@ def validate(config: Config, source: str | dict = "config") -> Config:
     _validate_distributed(config, fail)
     if not config.run_dir:
         fail("run_dir", "must not be empty")
+    if config.init_from_hf and config.init_from_keras_hub:
+        fail("init_from_keras_hub", "set init_from_hf or init_from_keras_hub, not both")
     return config
 
 

@@ -1,9 +1,14 @@
 """Raw text -> tokenizer -> packed TFRecord shards + manifest.json.
 
     python -m kroberta.prepare --input 'corpus/*.txt' --out data/mycorpus --vocab-size 10000 --seq-len 64
+    python -m kroberta.prepare --input 'corpus/*.jsonl.gz' --text-field body --out data/mycorpus
     python -m kroberta.prepare --check data/mycorpus
 
-Steps: scan the inputs (skip binary / non-UTF-8 files), train a byte-level BPE
+Inputs: text (.txt, .txt.gz: documents end at blank lines), JSON lines (.jsonl,
+.json, gzipped or not), CSV/TSV, Parquet and `datasets` directories (save_to_disk;
+a DatasetDict's --split): one document per record, its --text-field column.
+
+Steps: scan the inputs (skip binary / non-UTF-8 text files), train a byte-level BPE
 tokenizer streaming over them (or reuse --tokenizer), encode in parallel batches,
 pack into full sequences, split whole sequences into train/validation by a seeded
 hash, optionally add static labels, write shards atomically, and write the
@@ -24,10 +29,11 @@ from kroberta import manifest as manifest_lib
 from kroberta.encode import blocks, encoded_documents
 from kroberta.packing import pack_documents
 from kroberta.progress import Progress
+from kroberta.recordfiles import RecordError, check_source
 from kroberta.records import PAD_ID, encode_examples
 from kroberta.splits import SplitWriter, in_validation
 from kroberta.static_labels import static_mask
-from kroberta.textfiles import InputError, expand_inputs, iter_documents, scan_file
+from kroberta.textfiles import InputError, Source, expand_inputs, iter_documents, scan_file
 from kroberta.tokenizer import (
     MIN_VOCABULARY_SIZE,
     TokenizerError,
@@ -92,16 +98,29 @@ def _clear_previous(out_dir):
             os.remove(f)
 
 
-def _scan_inputs(files, strict):
-    """Split files into usable text and skipped ones (with reasons)."""
+def _scan_inputs(files, strict, text_field="text", split="train"):
+    """Split the inputs into usable `Source`s and skipped text files (with reasons).
+
+    A record file whose column, split or reader is missing is an error, not a skip:
+    its documents cannot be read at all.
+    """
     good, skipped, total, has_text = [], [], 0, False
     for path in files:
+        source = Source.of(path, text_field, split)
+        if source.format is not None:
+            try:
+                total += check_source(source.path, source.format, text_field, split)
+            except OSError as e:
+                raise InputError(f"{path}: unreadable ({e.strerror})") from None
+            good.append(source)
+            has_text = True  # known only once read; an all-empty corpus is refused then
+            continue
         try:
             size, problem, offset, text = scan_file(path)
         except OSError as e:
             size, problem, offset, text = 0, f"unreadable ({e.strerror})", None, False
         if problem is None:
-            good.append(path)
+            good.append(source)
             total += size
             has_text |= text
             continue
@@ -162,12 +181,17 @@ def prepare(
     strict=False,
     progress=True,
     overwrite=False,
+    text_field="text",
+    split="train",
 ):
-    """Turn text files into a prepared directory of TFRecord shards.
+    """Turn a corpus into a prepared directory of TFRecord shards.
 
     Args:
-        inputs: glob pattern(s) or paths of UTF-8 text files; each file is a stream
-            of documents separated by blank lines.
+        inputs: glob pattern(s), paths or directories. UTF-8 text files (.txt, or
+            .txt.gz) are streams of documents separated by blank lines; JSON lines
+            (.jsonl/.json[.gz]), CSV/TSV (.csv/.tsv[.gz], with a header row),
+            Parquet (.parquet) and `datasets` directories (`save_to_disk`) hold one
+            document per record.
         out_dir: output directory (created).
         vocab_size: requested vocabulary size when training a tokenizer.
         seq_len: tokens per packed sequence.
@@ -180,6 +204,8 @@ def prepare(
         strict: fail on binary or non-UTF-8 files instead of skipping them.
         progress: draw progress bars on stderr.
         overwrite: replace an existing prepared directory.
+        text_field: the records' column holding the text (record formats only).
+        split: the split of a `datasets` DatasetDict to read.
 
     Returns:
         The manifest dict (also written to out_dir/manifest.json). Raises
@@ -191,15 +217,15 @@ def prepare(
     _refuse_existing(out_dir, overwrite)
     try:
         files = expand_inputs(inputs)
-        good, skipped, total_bytes = _scan_inputs(files, strict)
-    except InputError as e:
+        good, skipped, total_bytes = _scan_inputs(files, strict, text_field, split)
+    except (InputError, RecordError) as e:
         raise PrepareError(str(e)) from None
     _clear_previous(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     try:
         tok, shortfall = _get_tokenizer(tokenizer, good, total_bytes, vocab_size, out_dir, progress)
         specials = special_token_ids(tok)
-    except TokenizerError as e:
+    except (TokenizerError, RecordError) as e:  # a bad record is found while training
         raise PrepareError(str(e)) from None
     if specials["pad"] != PAD_ID:
         raise PrepareError(f"the tokenizer's <pad> id is {specials['pad']}; the record format needs {PAD_ID}")
@@ -247,9 +273,11 @@ def prepare(
             to_validation = False
         (validation if to_validation else train).write(pending[0], pending[2])
         train_info, validation_info = train.finish(), validation.finish()
-    except BaseException:
+    except BaseException as e:
         train.abort()
         validation.abort()
+        if isinstance(e, RecordError):  # a bad record, named by file and line
+            raise PrepareError(str(e)) from None
         raise
     finally:
         tok.encode_special_tokens = previous_flag
@@ -271,7 +299,9 @@ def prepare(
         "validation_fraction": validation_fraction,
         "source": {
             "inputs": [os.fspath(i) for i in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)],
-            "files": [os.path.abspath(f) for f in good],
+            "files": [os.path.abspath(f.path) for f in good],
+            "text_field": text_field if any(f.format for f in good) else None,
+            "split": split if any(f.format == "datasets" for f in good) else None,
             "bytes": total_bytes,
             "skipped_files": skipped,
             "vocabulary_note": shortfall,
@@ -302,7 +332,11 @@ def _parser():
         prog="python -m kroberta.prepare", description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--input", action="append", help="glob of UTF-8 text files (repeatable; quote it)")
+    p.add_argument("--input", action="append",
+                   help="files, globs or directories: .txt[.gz], .jsonl/.json[.gz], .csv/.tsv[.gz], .parquet, "
+                   "datasets save_to_disk directories (repeatable; quote globs)")
+    p.add_argument("--text-field", default="text", help="the records' text column (default: text)")
+    p.add_argument("--split", default="train", help="the split of a datasets DatasetDict (default: train)")
     p.add_argument("--out", help="output directory")
     p.add_argument("--vocab-size", type=int, help="tokenizer vocabulary size (default 10000)")
     p.add_argument("--seq-len", type=int, help="tokens per sequence (default 64)")
@@ -315,16 +349,41 @@ def _parser():
     p.add_argument("--strict", action="store_true", help="fail on binary / non-UTF-8 files")
     p.add_argument("--overwrite", action="store_true", help="replace an existing prepared directory")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--check", metavar="PATH", help="validate TFRecords: a prepared dir, a file or a glob")
+    p.add_argument("--check", metavar="PATH",
+                   help="validate TFRecords: a prepared dir, any dir of .tfrecord files (with --vocab-size), "
+                   "a file or a glob")
     p.add_argument("--max-records", type=int, help="with --check: only the first N records per file")
     return p
+
+
+TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
+
+
+def _tfrecords_in(directory):
+    """Every TFRecord file under `directory` (by name: *.tfrecord[s], *.tfr, *.tfrecord-00000-of-00004)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(directory):
+        dirnames.sort()
+        for name in sorted(filenames):
+            lower = name.lower()
+            if lower.endswith(TFRECORD_SUFFIXES) or ".tfrecord-" in lower or ".tfrecords-" in lower:
+                found.append(os.path.join(dirpath, name))
+    if not found:
+        raise PrepareError(f"--check {directory}: no {manifest_lib.MANIFEST_NAME} and no TFRecord files "
+                           f"({', '.join('*' + x for x in TFRECORD_SUFFIXES)}) in it; name the files with a glob")
+    return found
 
 
 def _run_check(args):
     from kroberta.check import check_records
 
     vocab, length = args.vocab_size, args.seq_len
-    if os.path.isdir(args.check):
+    if os.path.isdir(args.check) and not os.path.exists(os.path.join(args.check, manifest_lib.MANIFEST_NAME)):
+        paths = _tfrecords_in(args.check)
+        if vocab is None:
+            raise PrepareError(f"--check {args.check}: a directory without {manifest_lib.MANIFEST_NAME} needs "
+                               "--vocab-size (the tokenizer's vocabulary size) to check the ids against")
+    elif os.path.isdir(args.check):
         m = manifest_lib.load_manifest(args.check)
         paths = list(m.files)
         vocab = vocab if vocab is not None else m.vocabulary_size
@@ -351,7 +410,8 @@ def _run(args):
         vocab_size=args.vocab_size or 10000, seq_len=args.seq_len or 64,
         validation_fraction=args.validation_fraction, shards=args.shards, labels=args.labels,
         mask_rate=args.mask_rate, tokenizer=args.tokenizer, seed=args.seed, strict=args.strict,
-        progress=not args.no_progress, overwrite=args.overwrite,
+        progress=not args.no_progress, overwrite=args.overwrite, text_field=args.text_field,
+        split=args.split,
     )  # fmt: skip
 
 
@@ -363,7 +423,7 @@ def main(argv=None):
         warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
         try:
             manifest = _run(args)
-        except (PrepareError, InputError, manifest_lib.ManifestError, TokenizerError) as e:
+        except (PrepareError, InputError, RecordError, manifest_lib.ManifestError, TokenizerError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:

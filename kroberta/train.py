@@ -107,7 +107,8 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     _log(f"model: {count_parameters(model):,} parameters; batch {global_batch} "
          f"({config.train.batch_size_per_device} per device) x {train_spec.sequence_length} "
          f"tokens, {slots} prediction slots per sequence; {len(train_spec.files)} training file(s)")
-    for line in advisor.warnings_for(config, topology.platform):
+    # TPU-alignment advice only where it applies; `--explain` shows it anywhere.
+    for line in advisor.warnings_for(config, topology.platform, shapes=topology.platform == "tpu"):
         _log(f"warning: {line}")
     if config.data.masking == "static":
         over, dropped = data_lib.count_labels_beyond_slots(train_spec, slots)
@@ -129,6 +130,12 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
 
         init_from_hf(model, config.init_from_hf)
         _log(f"initialised from the Hugging Face checkpoint in {config.init_from_hf}")
+    elif config.init_from_keras_hub:
+        from kroberta.keras_hub_preset import init_from_keras_hub
+
+        with_head = init_from_keras_hub(model, config.init_from_keras_hub)
+        _log(f"initialised from the keras-hub preset in {config.init_from_keras_hub}"
+             + ("" if with_head else " (backbone only: the MLM head starts fresh)"))
     dropped = run_dir_lib.truncate_metrics(config.run_dir, start_step) if main_process else 0
     if dropped:
         _log(f"metrics.jsonl: dropped {dropped} row(s) logged after step {start_step}, "

@@ -287,7 +287,7 @@ def test_cli_exit_codes(tmp_path, tokenizer_path, capsys):
     assert "--overwrite" in capsys.readouterr().err
     assert main(["--input", str(tmp_path / "none*.txt"), "--out", out]) == 2
     assert main(["--check", str(tmp_path / "none*.tfrecord")]) == 2
-    assert main(["--check", str(tmp_path)]) == 2  # a directory without manifest.json
+    assert main(["--check", str(tmp_path)]) == 2  # a directory without manifest.json needs --vocab-size
     with pytest.raises(SystemExit) as e:
         main(["--labels", "dynamic"])
     assert e.value.code == 2
