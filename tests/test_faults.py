@@ -78,6 +78,28 @@ def test_kill_9_at_a_random_moment_then_resume(tiny_data, tmp_path, reference, k
     _assert_same_run(run_dir, reference)
 
 
+def test_kill_9_during_an_asynchronous_checkpoint_write_then_resume(tiny_data, tmp_path, reference):
+    run_dir, marker = tmp_path / "run", tmp_path / "holding-the-commit"
+    # The 2nd checkpoint (step 40) is written in the background and never committed.
+    gated = [sys.executable, "tests/checkpoint_gate_worker.py", "2", str(marker),
+             *_command(tiny_data, run_dir)[3:]]
+    process = _start_and_wait_for_step(gated, run_dir, 50)  # trained on during the write
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the step-40 write never reached its commit"
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert [s for s, _ in checkpoint.list_checkpoints(str(run_dir))] == [20]
+    assert [n for n in os.listdir(run_dir / "checkpoints")
+            if n.startswith("step_00000040.orbax-checkpoint-tmp")], "killed mid-write"
+    resumed = subprocess.run(_command(tiny_data, run_dir), cwd=REPO, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "(step 20)" in resumed.stdout
+    _assert_same_run(run_dir, reference)
+
+
 def test_sigterm_writes_a_checkpoint_at_the_current_step_and_resume_matches(
         tiny_data, tmp_path, reference):
     run_dir = tmp_path / "run"
@@ -175,12 +197,53 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_ones(tiny_data, tmp_pa
             os.makedirs(path + ".orbax-checkpoint-tmp-77/state")
             raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(checkpoint, "_checkpointer", lambda: (real()[0], FullDisk(real()[1])))
+        def wait_until_finished(self):
+            pass
+
+        def close(self):
+            self.inner.close()
+
+    monkeypatch.setattr(checkpoint, "_checkpointer",
+                        lambda asynchronous=False: (real()[0], FullDisk(real()[1])))
     with pytest.raises(checkpoint.CheckpointWriteError,
                        match=r"step 40 .*No space left on device; the previous checkpoints are intact"):
         train.main(config)
     assert checkpoint.list_checkpoints(str(run_dir)) == before
     assert not [n for n in os.listdir(run_dir / "checkpoints") if "tmp" in n]
+
+
+def test_disk_full_in_the_background_write_fails_the_run_and_keeps_the_previous_ones(
+        tiny_data, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    config = tiny_config(tiny_data, run_dir, steps=40, checkpoint_every=20, eval_every=0)
+    train.main(config, until_step=20)
+    before = checkpoint.list_checkpoints(str(run_dir))
+    real = checkpoint._checkpointer
+
+    class FullDiskLater:
+        """An asynchronous write that starts fine; the disk fills while it runs."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def save(self, path, **kwargs):
+            os.makedirs(path + ".orbax-checkpoint-tmp-78/state")
+
+        def wait_until_finished(self):
+            raise OSError(28, "No space left on device")
+
+        def close(self):
+            self.inner.close()
+
+    monkeypatch.setattr(checkpoint, "_checkpointer",
+                        lambda asynchronous=False: (real()[0], FullDiskLater(real()[1])))
+    # The step-40 write fails after its save returned: the end of the run waits for it.
+    with pytest.raises(checkpoint.CheckpointWriteError,
+                       match=r"step 40 .*No space left on device; the previous checkpoints are intact"):
+        train.main(config)
+    assert checkpoint.list_checkpoints(str(run_dir)) == before
+    assert not [n for n in os.listdir(run_dir / "checkpoints") if "tmp" in n]
+    assert not (run_dir / "model.weights.h5").exists(), "no final model without its checkpoint"
 
 
 def test_bad_data_from_the_command_line_is_exit_2_with_file_record_feature(tmp_path):
