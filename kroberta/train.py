@@ -150,8 +150,10 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
                             stop_step))
     summary["final_step"] = int(model.optimizer.iterations.numpy())
     if summary.get("preempted"):
-        _log(f"stopped by SIGTERM at step {summary['final_step']}: checkpoint written; "
-             "re-run the same command to resume")
+        # Every process says it: in a job the notice may have reached another host.
+        who = f"process {distribute.process_index()}: " if summary.get("job_wide") else ""
+        print(f"{who}stopped by SIGTERM at step {summary['final_step']}: checkpoint written; "
+              "re-run the same command to resume", flush=True)
         return summary
     checkpoint_io.save(model, config.run_dir)
     _log(f"model saved in {config.run_dir}")
@@ -212,7 +214,7 @@ def _fit(model, config, train_spec, val_spec, topology, start_step, stop_step) -
     finally:
         logger.close()
     return {"seconds": time.perf_counter() - started, "compile_seconds": logger.compile_seconds,
-            "preempted": preemption.requested}
+            "preempted": preemption.requested, "job_wide": preemption.job_wide}
 
 
 def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
