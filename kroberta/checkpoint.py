@@ -94,7 +94,9 @@ class Writer:
         self.keep = keep
         self.asynchronous = asynchronous
         self._root = os.path.join(run_dir, CHECKPOINT_DIR)
-        self._checkpointer = None  # made at the first save: importing Orbax costs ~2 s
+        # Made here, before the step loop: importing Orbax costs 2-10 s, which would
+        # otherwise count as the first checkpoint's blocked time.
+        _, self._checkpointer = _checkpointer(asynchronous=asynchronous)
         self._in_flight = None  # the step being written in the background, or None
 
     def save(self, model, step: int, extra: dict | None = None) -> float:
@@ -104,11 +106,11 @@ class Writer:
         checkpoint's commit, copying the state to host memory and, when
         synchronous, writing it.
         """
+        import orbax.checkpoint as ocp
+
         started = time.perf_counter()
         self.wait()
-        import orbax.checkpoint as ocp  # noqa: F401  (a missing install is not a write failure)
-
-        if self._checkpointer is None:
+        if self._checkpointer is None:  # closed: a new one
             _, self._checkpointer = _checkpointer(asynchronous=self.asynchronous)
         final = os.path.join(self._root, f"step_{step:08d}")
         state, meta = _state_and_meta(model, step, extra)

@@ -2,9 +2,11 @@
 
 Simulated CPU devices (`--xla_force_host_platform_device_count=N`) run each
 device's share of a step on its own thread; an all-reduce is a rendezvous of the N
-threads. XLA aborts the whole process (SIGABRT, nothing saved) when one thread is
-more than `--xla_cpu_collective_call_terminate_timeout_seconds` (default 40 s)
-late, and a machine loaded by other jobs delays a thread that long: the other
+threads. A thread waiting there warns after
+`--xla_cpu_collective_call_warn_stuck_timeout_seconds` (default 20 s), then waits
+`--xla_cpu_collective_call_terminate_timeout_seconds` more (default 40 s) and aborts
+the whole process (SIGABRT, nothing saved): one thread a minute late is fatal, and
+a machine loaded by other jobs delays a thread that long: the other
 threads wait at the rendezvous without using the cores, the late one is simply not
 scheduled. A slow thread is not a deadlock, so kroberta gives the rendezvous an
 hour (`TERMINATE_SECONDS`) and the CPU collectives (gloo between processes,
@@ -12,7 +14,7 @@ hour (`TERMINATE_SECONDS`) and the CPU collectives (gloo between processes,
 seen on a shared machine comes near it, while a true deadlock (a bug, or more
 simulated devices than the runtime can run at once) still ends with XLA's own
 message instead of hanging forever. XLA's warning about a stuck rendezvous
-(after 20 s) is kept: it names the late threads in the log.
+(after 20 s) is kept: it names the waiting threads in the log.
 
 A value the user put in XLA_FLAGS wins. The flags concern only XLA's CPU backend.
 """

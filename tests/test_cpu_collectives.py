@@ -71,15 +71,25 @@ def test_nothing_changes_once_the_backend_started(monkeypatch):
 
 @pytest.mark.slow
 def test_a_short_terminate_timeout_aborts_the_process_as_under_load():
-    # What killed the loaded seed run, in miniature: 3 s allowed, device 3 is 8 s late.
-    result = _late_device(8, f"{cpu_collectives.TERMINATE_FLAG}=3")
+    # What killed the loaded seed run, in miniature: XLA warns after 1 s, aborts 3 s
+    # later; device 3 is 8 s late.
+    result = _late_device(8, f"--xla_cpu_collective_call_warn_stuck_timeout_seconds=1 "
+                             f"{cpu_collectives.TERMINATE_FLAG}=3")
     assert result.returncode == -6, result.stderr[-3000:]  # SIGABRT
     assert "Expected 4 threads to join the rendezvous" in result.stderr
     assert "SUM" not in result.stdout
 
 
 @pytest.mark.slow
-def test_a_thread_later_than_xlas_default_40_seconds_no_longer_aborts():
-    result = _late_device(45)
+def test_xlas_default_timeouts_abort_a_thread_70_seconds_late():
+    result = _late_device(70, f"{cpu_collectives.TERMINATE_FLAG}=40")  # XLA's default value
+    assert result.returncode == -6, result.stderr[-3000:]
+    assert "SUM" not in result.stdout
+
+
+@pytest.mark.slow
+def test_a_thread_later_than_xlas_default_60_seconds_no_longer_aborts():
+    # XLA's defaults abort after 20 + 40 s; the thread sleeps (the cores stay free).
+    result = _late_device(70)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "SUM 4.0" in result.stdout

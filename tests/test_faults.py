@@ -28,7 +28,9 @@ def _command(data_dir, run_dir, *extra):
             "--train.log_every=10", *extra]
 
 
-def _start_and_wait_for_step(command, run_dir, step, timeout=240):
+def _start_and_wait_for_step(command, run_dir, step, timeout=240, committed=False):
+    """Starts `command`; returns once it logged `step` (and, with `committed`, once a
+    checkpoint is committed: asynchronous ones commit some steps after their own)."""
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     metrics = os.path.join(run_dir, "metrics.jsonl")
     deadline = time.time() + timeout
@@ -36,7 +38,8 @@ def _start_and_wait_for_step(command, run_dir, step, timeout=240):
         if os.path.isfile(metrics):
             with open(metrics) as f:
                 steps = [json.loads(line)["step"] for line in f if line.strip().endswith("}")]
-            if steps and steps[-1] >= step:
+            if steps and steps[-1] >= step and (
+                    not committed or checkpoint.list_checkpoints(str(run_dir))):
                 return process
         if process.poll() is not None:
             raise AssertionError(f"training ended early: {process.stderr.read().decode()[-2000:]}")
@@ -67,7 +70,7 @@ def _assert_same_run(run_dir, reference, stopped_at=None):
 def test_kill_9_at_a_random_moment_then_resume(tiny_data, tmp_path, reference, kill_seed):
     run_dir = tmp_path / "run"
     command = _command(tiny_data, run_dir)
-    process = _start_and_wait_for_step(command, run_dir, 30)
+    process = _start_and_wait_for_step(command, run_dir, 30, committed=True)
     time.sleep(random.Random(kill_seed).uniform(0.0, 1.0))  # somewhere in a step or a checkpoint
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)

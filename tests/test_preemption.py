@@ -81,4 +81,6 @@ def test_sigterm_to_one_process_stops_the_whole_job_at_one_step_and_resumes(tiny
     train.main(dataclasses.replace(config, data=dataclasses.replace(
         config.data, validation=(), shuffle_buffer=1)))
     keras.distribution.set_distribution(None)
-    _assert_close_runs(run_dir, reference, steps=[s for s in range(10, STEPS + 1, 10) if s > step])
+    # (The row right after the stop averages a shorter interval: compare the full ones.)
+    _assert_close_runs(run_dir, reference,
+                       steps=[s for s in range(10, STEPS + 1, 10) if s - 10 >= step])
