@@ -12,17 +12,21 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import keras
 import pytest
 
 from kroberta import checkpoint, train
-from tests.conftest import tiny_config
-from tests.test_distributed import SUBPROCESS_TIMEOUT, _assert_close_runs, _finish, _free_port, \
-    _start
+from tests.conftest import REPO, tiny_config
+from tests.test_distributed import _assert_close_runs, _finish, _free_port
 
 STEPS = 200
+# A loaded machine (this test is meant to pass next to other jobs) makes a pair of
+# 200-step runs take minutes; a hung collective still shows its stacks before this.
+SUBPROCESS_TIMEOUT = 1200
 RUN = dict(steps=STEPS, warmup_steps=20, log_every=10, eval_every=0, checkpoint_every=100)
 
 
@@ -33,6 +37,15 @@ def _commands(tiny_data, run_dir, port):
               f"--distributed.coordinator=localhost:{port}", "--distributed.num_processes=2",
               "--distributed.initialization_timeout=120"]
     return [common + [f"--distributed.process_id={i}"] for i in range(2)]
+
+
+def _start(devices, weights, args):
+    """tests/distributed_worker.py, with this test's longer hang limit."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["KROBERTA_TEST_HANG_SECONDS"] = str(SUBPROCESS_TIMEOUT - 60)
+    return subprocess.Popen([sys.executable, "tests/distributed_worker.py", str(devices),
+                             str(weights), *args], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def _last_logged_step(run_dir) -> int:
@@ -55,7 +68,7 @@ def test_sigterm_to_one_process_stops_the_whole_job_at_one_step_and_resumes(tiny
         assert all(p.poll() is None for p in processes), _finish(processes)
         time.sleep(0.1)
     processes[1].send_signal(signal.SIGTERM)  # process 0 gets no signal
-    results = _finish(processes)
+    results = _finish(processes, timeout=SUBPROCESS_TIMEOUT)
     stopped = []
     for i, (rc, out) in enumerate(results):
         assert rc == 143, out[-4000:]
@@ -70,7 +83,8 @@ def test_sigterm_to_one_process_stops_the_whole_job_at_one_step_and_resumes(tiny
 
     # The same two commands again: both resume from that step and finish the run.
     commands = _commands(tiny_data, run_dir, _free_port())
-    results = _finish([_start(2, f"{run_dir}.process{i}.npz", c) for i, c in enumerate(commands)])
+    results = _finish([_start(2, f"{run_dir}.process{i}.npz", c) for i, c in enumerate(commands)],
+                      timeout=SUBPROCESS_TIMEOUT)
     for rc, out in results:
         assert rc == 0, out[-4000:]
     assert "resuming from" in results[0][1] and f"(step {step})" in results[0][1]
