@@ -9,8 +9,8 @@ the whole process (SIGABRT, nothing saved): one thread a minute late is fatal, a
 a machine loaded by other jobs delays a thread that long: the other
 threads wait at the rendezvous without using the cores, the late one is simply not
 scheduled. A slow thread is not a deadlock, so kroberta gives the rendezvous an
-hour (`TERMINATE_SECONDS`) and the CPU collectives (gloo between processes,
-`--xla_cpu_collective_timeout_seconds`, default 30 min) the same hour: no load
+hour (`TERMINATE_SECONDS`), and the CPU collective operations' own timeout
+(`--xla_cpu_collective_timeout_seconds`) the same hour: no load
 seen on a shared machine comes near it, while a true deadlock (a bug, or more
 simulated devices than the runtime can run at once) still ends with XLA's own
 message instead of hanging forever. XLA's warning about a stuck rendezvous
