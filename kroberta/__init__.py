@@ -7,10 +7,11 @@ Keras that tensorflow/keras/keras_hub imported first but nothing used yet; see
 
 import sys
 
-from kroberta import _backend, xla_cpu
+from kroberta import _backend, cpu_collectives, xla_cpu
 
 # Before anything starts JAX's backends: XLA reads XLA_FLAGS once per process.
 xla_cpu.use_eigen_dots()
+cpu_collectives.use_patient_collectives()
 
 try:
     _backend.select_jax_backend()

@@ -8,6 +8,11 @@ process has finished, so a process killed mid-write leaves either the previous
 checkpoints or a stray temporary directory that is ignored (and cleaned) on the next
 start; a half-written checkpoint is never loaded.
 
+Training writes them asynchronously (`Writer`, Orbax's AsyncCheckpointer): the step
+loop is blocked only while the state is copied to host memory; the files are
+written and committed by a background thread, which the next checkpoint, the end of
+the run, a SIGTERM and an exception wait for.
+
 Multi-process and sharded ("fsdp"/"model") runs: every process calls `save` and
 `restore` (they are collectives) and writes or reads only the shards its devices
 hold; the run directory must be shared by all hosts (NFS, a GCS FUSE mount). A
@@ -17,6 +22,7 @@ checkpoint restores into any mesh: the values are resharded to the running layou
 import os
 import re
 import shutil
+import time
 
 import numpy as np
 
@@ -58,50 +64,123 @@ def estimated_bytes(model) -> int:
 def save(model, run_dir: str, step: int, keep: int, extra: dict | None = None) -> str:
     """Writes the model's and optimizer's variables at `step`; keeps the newest `keep`.
 
-    On any write failure (disk full, permissions) the partial checkpoint is removed
-    and CheckpointWriteError says so; older checkpoints are never touched before
-    the new one is complete.
+    Returns once the checkpoint is committed. On any write failure (disk full,
+    permissions) the partial checkpoint is removed and CheckpointWriteError says so;
+    older checkpoints are never touched before the new one is complete.
     """
-    import orbax.checkpoint  # noqa: F401  (a missing install is not a write failure)
-
-    root = os.path.join(run_dir, CHECKPOINT_DIR)
-    tmp = os.path.join(root, f".tmp-step_{step:08d}-{os.getpid()}")
+    writer = Writer(run_dir, keep, asynchronous=False)
     try:
-        return _save(model, run_dir, root, tmp, step, keep, extra)
-    except Exception as error:  # OSError, or Orbax/tensorstore's own wrappers of one
-        shutil.rmtree(tmp, ignore_errors=True)
-        clean_temporaries(run_dir)  # Orbax's step_*.orbax-checkpoint-tmp-* directory
+        writer.save(model, step, extra)
+    finally:
+        writer.close()
+    return os.path.join(run_dir, CHECKPOINT_DIR, f"step_{step:08d}")
+
+
+class Writer:
+    """Writes a run's checkpoints one at a time, in the background when `asynchronous`.
+
+    `save` returns once the state has been copied off the devices (Orbax's blocking
+    phase); the files are written and committed by a background thread while
+    training goes on. The next `save`, `wait` and `close` first wait for that commit,
+    so at most one checkpoint is in flight, and the old checkpoints beyond `keep`
+    are removed only after the new one is committed. A process killed mid-write
+    leaves Orbax's temporary directory, never a loadable checkpoint.
+
+    In a multi-process run every process makes the same calls (they are collectives).
+    """
+
+    def __init__(self, run_dir: str, keep: int, asynchronous: bool = True):
+        self.run_dir = run_dir
+        self.keep = keep
+        self.asynchronous = asynchronous
+        self._root = os.path.join(run_dir, CHECKPOINT_DIR)
+        # Made here, before the step loop: importing Orbax costs 2-10 s, which would
+        # otherwise count as the first checkpoint's blocked time.
+        _, self._checkpointer = _checkpointer(asynchronous=asynchronous)
+        self._in_flight = None  # the step being written in the background, or None
+
+    def save(self, model, step: int, extra: dict | None = None) -> float:
+        """Starts (or, synchronous, completes) the checkpoint at `step`.
+
+        Returns the seconds the caller was blocked: waiting for the previous
+        checkpoint's commit, copying the state to host memory and, when
+        synchronous, writing it.
+        """
+        import orbax.checkpoint as ocp
+
+        started = time.perf_counter()
+        self.wait()
+        if self._checkpointer is None:  # closed: a new one
+            _, self._checkpointer = _checkpointer(asynchronous=self.asynchronous)
+        final = os.path.join(self._root, f"step_{step:08d}")
+        state, meta = _state_and_meta(model, step, extra)
+        try:
+            self._checkpointer.save(os.path.abspath(final), force=True,
+                                    args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                            meta=ocp.args.JsonSave(meta)))
+        except Exception as error:  # OSError, or Orbax/tensorstore's own wrappers of one
+            self._failed(step, error)
+        self._in_flight = step
+        if not self.asynchronous:
+            self.wait()  # committed already: prunes the old ones
+        return time.perf_counter() - started
+
+    def wait(self) -> float:
+        """Waits for the checkpoint in flight to commit; returns the seconds waited.
+
+        Raises CheckpointWriteError when its background write failed.
+        """
+        if self._in_flight is None:
+            return 0.0
+        started = time.perf_counter()
+        step, self._in_flight = self._in_flight, None
+        try:
+            if self.asynchronous:
+                self._checkpointer.wait_until_finished()
+        except Exception as error:
+            self._failed(step, error)
+        self._prune()
+        return time.perf_counter() - started
+
+    def close(self):
+        """Waits for the checkpoint in flight (see `wait`), then releases Orbax's threads."""
+        try:
+            self.wait()
+        finally:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
+
+    def _prune(self):
+        import jax
+
+        if jax.process_index() == 0:  # after the commit's final barrier: the new one is complete
+            for _, old in list_checkpoints(self.run_dir)[:-self.keep]:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def _failed(self, step: int, error: Exception):
+        clean_temporaries(self.run_dir)  # Orbax's step_*.orbax-checkpoint-tmp-* directory
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         raise CheckpointWriteError(
-            f"could not write the checkpoint at step {step} in {root}: {reason}; "
+            f"could not write the checkpoint at step {step} in {self._root}: {reason}; "
             "the previous checkpoints are intact") from error
 
 
-def _checkpointer():
+def _checkpointer(asynchronous: bool = False):
     import orbax.checkpoint as ocp
 
-    return ocp, ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+    handler = ocp.CompositeCheckpointHandler()
+    return ocp, (ocp.AsyncCheckpointer(handler) if asynchronous else ocp.Checkpointer(handler))
 
 
-def _save(model, run_dir, root, tmp, step, keep, extra):
-    import jax
-
-    ocp, checkpointer = _checkpointer()
-    final = os.path.join(root, f"step_{step:08d}")
+def _state_and_meta(model, step, extra):
     state, paths, shapes = {}, {}, {}
     for group, variables in _variables(model).items():
         for i, v in enumerate(variables):
             key = f"{group}/{i:05d}"
             state.setdefault(group, []).append(v.value)  # jax.Arrays, sharded or not
             paths[key], shapes[key] = v.path, list(v.shape)
-    meta = {"step": step, "paths": paths, "shapes": shapes, **(extra or {})}
-    with checkpointer:
-        checkpointer.save(os.path.abspath(final), force=True, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
-    if jax.process_index() == 0:  # after the save's final barrier: the new one is complete
-        for _, old in list_checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-    return final
+    return state, {"step": step, "paths": paths, "shapes": shapes, **(extra or {})}
 
 
 def _stable(path: str) -> str:

@@ -73,6 +73,7 @@ class TrainConfig:
     eval_steps: int = 0  # batches per evaluation; 0 = the whole validation set
     checkpoint_every: int = 250  # steps between checkpoints; a multiple of log_every
     keep_checkpoints: int = 2  # most recent checkpoints kept on disk
+    async_checkpoints: bool = True  # write checkpoints in the background while training goes on
     seed: int = 0  # initialisation, shuffling and masking
 
 

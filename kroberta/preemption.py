@@ -1,30 +1,68 @@
-"""SIGTERM (what a TPU/GCE preemption sends) asks the run to checkpoint and stop.
+"""SIGTERM (what a TPU/GCE preemption or a GPU scheduler sends) asks the run to checkpoint and stop.
 
-The handler only sets a flag; the training callback sees it at the end of the
-current step, stops `fit`, and writes a checkpoint at that step before exiting.
+One process: a Python SIGTERM handler sets a flag; the training callback sees it
+before the next step, lets that step run, stops `fit` and writes a checkpoint there.
+
+Several processes: the notice may reach only one host, and every process must stop
+at the same step (a checkpoint is a collective). JAX's coordination service does
+this: `jax.distributed.initialize` starts a preemption sync manager whose own SIGTERM
+handler tells the coordinator, which tells every process; each then computes the
+same "sync point", one check past the furthest any process had reached, and
+`multihost_utils.reached_preemption_sync_point(n)` turns true at that check on all
+of them. So in a multi-process job no Python handler is installed (it would replace
+JAX's), and every process calls `poll` at the same points of its step loop with a
+counter that is the same on all (the number of earlier polls in this invocation).
 """
 
 import signal
 import threading
 
 
+def _job_preemption_service():
+    """JAX's preemption sync manager when this process is one of a multi-process job."""
+    import jax
+    from jax._src import distributed
+
+    if jax.process_count() <= 1:
+        return None
+    return distributed.global_state.preemption_sync_manager
+
+
 class PreemptionFlag:
-    """Installs a SIGTERM handler for the duration of a `with` block."""
+    """A SIGTERM anywhere in the job, seen at the same step by every process.
+
+    Use as a `with` block around training; call `poll()` once per dispatch of steps
+    (every process at the same points); `requested` stays true once it was.
+    """
 
     def __init__(self):
         self.requested = False
+        self.job_wide = False  # True: JAX's coordination service agrees on the step
+        self._polls = 0
         self._previous = None
 
     def _handle(self, signum, frame):
         self.requested = True
 
     def __enter__(self):
+        self.job_wide = _job_preemption_service() is not None
         # Signal handlers can only be installed from the main thread.
-        if threading.current_thread() is threading.main_thread():
+        if not self.job_wide and threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)
         return self
+
+    def poll(self) -> bool:
+        """True when the run should stop after the steps about to run."""
+        if self.job_wide and not self.requested:
+            from jax.experimental import multihost_utils
+
+            # Blocks only while the processes agree on the sync point (after a notice).
+            self.requested = multihost_utils.reached_preemption_sync_point(self._polls)
+            self._polls += 1
+        return self.requested
 
     def __exit__(self, *exc):
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
         return False

@@ -32,7 +32,10 @@ class RunLogger(keras.callbacks.Callback):
         self.evaluate_fn = evaluate_fn  # () -> dict of validation metrics, or None
         self.write_files = write_files  # False on processes other than 0: no files, no prints
         # Checkpoints are collectives: in a multi-process run every process saves.
-        self.save_checkpoints = write_files if save_checkpoints is None else save_checkpoints
+        save_checkpoints = write_files if save_checkpoints is None else save_checkpoints
+        self.checkpoints = checkpoint.Writer(
+            run_dir, config.train.keep_checkpoints, config.train.async_checkpoints) \
+            if save_checkpoints else None
         self.preemption = preemption  # a PreemptionFlag: SIGTERM asks for checkpoint + stop
         # Where this invocation stops: the end of the run, or earlier (--until-step).
         self.stop_step = min(stop_step or config.train.steps, config.train.steps)
@@ -68,7 +71,8 @@ class RunLogger(keras.callbacks.Callback):
         # fit checks stop_training after this step: it is the last one when it reaches
         # the stop step, or when SIGTERM arrived.
         last = self._epoch_start_step + batch + self.config.train.steps_per_execution
-        if last >= self.stop_step or (self.preemption and self.preemption.requested):
+        preempted = self.preemption.poll() if self.preemption else False  # every dispatch
+        if last >= self.stop_step or preempted:
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
@@ -107,12 +111,16 @@ class RunLogger(keras.callbacks.Callback):
         t = self.config.train
         preempted = bool(self.preemption and self.preemption.requested)
         finished = self.step >= self.stop_step or preempted
+        # The checkpoint before the evaluation: a run that dies in the evaluation (or
+        # right after its last step) still leaves its checkpoint.
+        if (t.checkpoint_every and self.step % t.checkpoint_every == 0) or finished:
+            if self.checkpoints is not None:
+                blocked = self.checkpoints.save(self.model, self.step)
+                self._emit({"step": self.step, "split": "checkpoint",
+                            "checkpoint_blocked_seconds": blocked})
         if not preempted and self.evaluate_fn and ((t.eval_every and self.step % t.eval_every == 0)
                                                    or self.step >= t.steps):
             self._emit({"step": self.step, "split": "validation", **self.evaluate_fn()})
-        if (t.checkpoint_every and self.step % t.checkpoint_every == 0) or finished:
-            if self.save_checkpoints:
-                checkpoint.save(self.model, self.run_dir, self.step, t.keep_checkpoints)
 
     def _speed(self, samples_per_second):
         """step_time (s) and mfu (model FLOP/s over the devices' peak; kroberta.throughput)."""
@@ -162,8 +170,13 @@ class RunLogger(keras.callbacks.Callback):
             print(line, flush=True)
 
     def close(self):
-        if self._progbar:
-            self._progbar.close()
-        if self.write_files:
-            self._jsonl.close()
-            self._tb.close()
+        """Waits for the checkpoint in flight to commit, then closes the bar and the log files."""
+        try:
+            if self.checkpoints is not None:
+                self.checkpoints.close()
+        finally:
+            if self._progbar:
+                self._progbar.close()
+            if self.write_files:
+                self._jsonl.close()
+                self._tb.close()

@@ -153,8 +153,10 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
             raise
     summary["final_step"] = int(model.optimizer.iterations.numpy())
     if summary.get("preempted"):
-        _log(f"stopped by SIGTERM at step {summary['final_step']}: checkpoint written; "
-             "re-run the same command to resume")
+        # Every process says it: in a job the notice may have reached another host.
+        who = f"process {distribute.process_index()}: " if summary.get("job_wide") else ""
+        print(f"{who}stopped by SIGTERM at step {summary['final_step']}: checkpoint written; "
+              "re-run the same command to resume", flush=True)
         return summary
     checkpoint_io.save(model, config.run_dir)
     _log(f"model saved in {config.run_dir}")
@@ -218,7 +220,7 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     finally:
         logger.close()
     return {"seconds": time.perf_counter() - started, "compile_seconds": logger.compile_seconds,
-            "preempted": preemption.requested}
+            "preempted": preemption.requested, "job_wide": preemption.job_wide}
 
 
 def _named_data_error(error, config, train_spec, val_spec, start_step, step, process_batch, shard):

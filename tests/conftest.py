@@ -9,7 +9,10 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import kroberta  # noqa: E402,F401  (fixes the backend before any test imports keras)
+# Fixes the backend before any test imports keras, and adds kroberta's CPU flags to
+# XLA_FLAGS (Eigen matmuls; an hour before a late collective rendezvous aborts:
+# kroberta/cpu_collectives.py), for this process and the subprocesses it starts.
+import kroberta  # noqa: E402,F401
 
 import dataclasses  # noqa: E402
 

@@ -28,7 +28,9 @@ def _command(data_dir, run_dir, *extra):
             "--train.log_every=10", *extra]
 
 
-def _start_and_wait_for_step(command, run_dir, step, timeout=240):
+def _start_and_wait_for_step(command, run_dir, step, timeout=240, committed=False):
+    """Starts `command`; returns once it logged `step` (and, with `committed`, once a
+    checkpoint is committed: asynchronous ones commit some steps after their own)."""
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     metrics = os.path.join(run_dir, "metrics.jsonl")
     deadline = time.time() + timeout
@@ -36,7 +38,8 @@ def _start_and_wait_for_step(command, run_dir, step, timeout=240):
         if os.path.isfile(metrics):
             with open(metrics) as f:
                 steps = [json.loads(line)["step"] for line in f if line.strip().endswith("}")]
-            if steps and steps[-1] >= step:
+            if steps and steps[-1] >= step and (
+                    not committed or checkpoint.list_checkpoints(str(run_dir))):
                 return process
         if process.poll() is not None:
             raise AssertionError(f"training ended early: {process.stderr.read().decode()[-2000:]}")
@@ -67,7 +70,7 @@ def _assert_same_run(run_dir, reference, stopped_at=None):
 def test_kill_9_at_a_random_moment_then_resume(tiny_data, tmp_path, reference, kill_seed):
     run_dir = tmp_path / "run"
     command = _command(tiny_data, run_dir)
-    process = _start_and_wait_for_step(command, run_dir, 30)
+    process = _start_and_wait_for_step(command, run_dir, 30, committed=True)
     time.sleep(random.Random(kill_seed).uniform(0.0, 1.0))  # somewhere in a step or a checkpoint
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
@@ -75,6 +78,28 @@ def test_kill_9_at_a_random_moment_then_resume(tiny_data, tmp_path, reference, k
     resumed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming from" in resumed.stdout
+    _assert_same_run(run_dir, reference)
+
+
+def test_kill_9_during_an_asynchronous_checkpoint_write_then_resume(tiny_data, tmp_path, reference):
+    run_dir, marker = tmp_path / "run", tmp_path / "holding-the-commit"
+    # The 2nd checkpoint (step 40) is written in the background and never committed.
+    gated = [sys.executable, "tests/checkpoint_gate_worker.py", "2", str(marker),
+             *_command(tiny_data, run_dir)[3:]]
+    process = _start_and_wait_for_step(gated, run_dir, 50)  # trained on during the write
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the step-40 write never reached its commit"
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    assert [s for s, _ in checkpoint.list_checkpoints(str(run_dir))] == [20]
+    assert [n for n in os.listdir(run_dir / "checkpoints")
+            if n.startswith("step_00000040.orbax-checkpoint-tmp")], "killed mid-write"
+    resumed = subprocess.run(_command(tiny_data, run_dir), cwd=REPO, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "(step 20)" in resumed.stdout
     _assert_same_run(run_dir, reference)
 
 
@@ -175,12 +200,55 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_ones(tiny_data, tmp_pa
             os.makedirs(path + ".orbax-checkpoint-tmp-77/state")
             raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(checkpoint, "_checkpointer", lambda: (real()[0], FullDisk(real()[1])))
+        def wait_until_finished(self):
+            pass
+
+        def close(self):
+            self.inner.close()
+
+    monkeypatch.setattr(checkpoint, "_checkpointer",
+                        lambda asynchronous=False: (real()[0], FullDisk(real()[1])))
     with pytest.raises(checkpoint.CheckpointWriteError,
                        match=r"step 40 .*No space left on device; the previous checkpoints are intact"):
         train.main(config)
     assert checkpoint.list_checkpoints(str(run_dir)) == before
     assert not [n for n in os.listdir(run_dir / "checkpoints") if "tmp" in n]
+
+
+def test_disk_full_in_the_background_write_fails_the_run_and_keeps_the_previous_ones(
+        tiny_data, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    config = tiny_config(tiny_data, run_dir, steps=40, checkpoint_every=20, eval_every=0)
+    train.main(config, until_step=20)
+    before = checkpoint.list_checkpoints(str(run_dir))
+    model_written = os.path.getmtime(run_dir / "model.weights.h5")  # the step-20 model
+    real = checkpoint._checkpointer
+
+    class FullDiskLater:
+        """An asynchronous write that starts fine; the disk fills while it runs."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def save(self, path, **kwargs):
+            os.makedirs(path + ".orbax-checkpoint-tmp-78/state")
+
+        def wait_until_finished(self):
+            raise OSError(28, "No space left on device")
+
+        def close(self):
+            self.inner.close()
+
+    monkeypatch.setattr(checkpoint, "_checkpointer", lambda asynchronous=False: (
+        (real()[0], FullDiskLater(real(asynchronous)[1])) if asynchronous else real()))
+    # The step-40 write fails after its save returned: the end of the run waits for it.
+    with pytest.raises(checkpoint.CheckpointWriteError,
+                       match=r"step 40 .*No space left on device; the previous checkpoints are intact"):
+        train.main(config)
+    assert checkpoint.list_checkpoints(str(run_dir)) == before
+    assert not [n for n in os.listdir(run_dir / "checkpoints") if "tmp" in n]
+    assert os.path.getmtime(run_dir / "model.weights.h5") == model_written, \
+        "no final model without its checkpoint"
 
 
 def test_bad_data_from_the_command_line_is_exit_2_with_file_record_feature(tmp_path):
