@@ -31,7 +31,7 @@ RUN = dict(steps=STEPS, warmup_steps=20, log_every=10, eval_every=0, checkpoint_
 
 
 def _commands(tiny_data, run_dir, port):
-    common = ["--config", "configs/tiny.toml", f"--data.train={tiny_data}/train-*.tfrecord",
+    common = ["--config", "tiny", f"--data.train={tiny_data}/train-*.tfrecord",
               f"--run_dir={run_dir}", "--data.shuffle_buffer=1",
               *(f"--train.{k}={v}" for k, v in RUN.items()),
               f"--distributed.coordinator=localhost:{port}", "--distributed.num_processes=2",

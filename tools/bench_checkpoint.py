@@ -1,10 +1,10 @@
 """How long a checkpoint blocks the step loop: synchronous against asynchronous writes.
 
     python tools/bench_checkpoint.py                      # roberta-base: ~125M parameters
-    python tools/bench_checkpoint.py --config configs/seed.toml --rounds 5
+    python tools/bench_checkpoint.py --config seed --rounds 5
 
 Builds the config's model with its AdamW state (weights + 2 moments: ~1.5 GB in
-float32 for configs/base.toml), then alternates rounds of kroberta's checkpoint
+float32 for the base config), then alternates rounds of kroberta's checkpoint
 `Writer` with `asynchronous=False` and `True` into a scratch directory. For each
 write it reports the seconds the caller was blocked (what `checkpoint_blocked_seconds`
 logs) and, for the asynchronous one, the seconds until the background write
@@ -45,7 +45,7 @@ def _matmuls_per_second(seconds: float, until=None) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default="configs/base.toml")
+    parser.add_argument("--config", default="base", help="a shipped config name or a TOML file")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", default=None, help="scratch directory (default: a new temp dir)")
     args = parser.parse_args(argv)
@@ -53,8 +53,9 @@ def main(argv=None) -> int:
     from kroberta import checkpoint
     from kroberta import config as config_lib
     from kroberta.model import build_compiled_model
+    from kroberta.named_configs import resolve
 
-    config = config_lib.load_toml(args.config)
+    config = config_lib.load_toml(resolve(args.config))
     model = build_compiled_model(config)
     size = checkpoint.estimated_bytes(model)
     print(f"{args.config}: {size / 2**30:.2f} GiB of weights and optimizer state", flush=True)
