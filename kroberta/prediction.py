@@ -1,10 +1,13 @@
 """Prediction compiled, sharded and reduced on the devices.
 
-Every batch runs as one XLA program over a 1-D device mesh (batch axis): the
+G batches run as one XLA program over a 1-D device mesh (batch axis): the
 backbone, the sparse head at M slots per sequence and the reduction the caller
-asked for (top-k, log-softmax, per-example loss, mean pooling). The host only
-receives reduced arrays, one batch at a time, while the next batch is already
-on the devices. The model's own variables are never touched: the step runs on a
+asked for (top-k, log-softmax, per-example loss, mean pooling), mapped over the
+G batches of a (G, batch, ...) group. G is `train.steps_per_execution` (chosen
+from the forward FLOPs when "auto", `kroberta.dispatch_size`); a last group with
+fewer batches is filled with padding batches, so every call reuses one program.
+The host only receives reduced arrays, one group at a time, while the next group
+is already on the devices. The model's own variables are never touched: the step runs on a
 replicated copy of the weights, so a failure mid-way leaves the model usable.
 """
 
@@ -38,6 +41,29 @@ class _Plan:
     length: int
     batch_size: int
     mesh: jax.sharding.Mesh
+    group: int = 1  # batches per dispatch
+
+
+def batches_per_dispatch_for(config, global_batch: int, slots: int, length: int,
+                         examples: int | None = None) -> int:
+    """G: `train.steps_per_execution`, or for "auto" enough forward FLOPs per dispatch
+    to hide the host; never more than the batches of `examples` (rounded up to a
+    power of two, so inputs of similar sizes share one program)."""
+    from kroberta import dispatch_size, flops, throughput
+    from kroberta.config import AUTO
+
+    group = config.train.steps_per_execution
+    if group == AUTO:
+        shape = flops.Shape(config.model.num_layers, config.model.hidden_dim,
+                            config.model.intermediate_dim, config.model.num_heads,
+                            config.model.vocabulary_size, length, slots)
+        work = flops.forward_flops_per_sequence(shape) * global_batch
+        group, _ = dispatch_size.choose(work, throughput.peak_flops(jax.devices()),
+                                        dispatch_size.MAX_STEPS)
+    if examples is not None:
+        needed = max(1, -(-examples // global_batch))
+        group = min(group, 1 << (needed - 1).bit_length())
+    return group
 
 
 def _mesh(batch_size: int | None, per_device: int):
@@ -98,23 +124,32 @@ def _reduce(output, k, hidden, logits, batch):
     }
 
 
-def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh):
-    """The predict step over `mesh`, not yet jitted: (step, in_shardings, out_shardings).
+def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, group: int = 1):
+    """The predict program over `mesh`, not yet jitted: (step, in_shardings, out_shardings).
 
     `step(trainable, non_trainable, batch)` runs the MLM on a batch sharded along
     the mesh's "batch" axis, with replicated weights, and reduces on the devices.
+    With `group` > 1 every array of `batch` has a leading axis of `group` batches,
+    (group, batch, ...), mapped over inside the program (the outputs too).
     `_compiled_step` jits it for the local devices; `kroberta.aot` lowers the same
     function for a TPU topology.
     """
     twin = _twin(model)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    by_batch = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
+    spec = jax.sharding.PartitionSpec("batch") if group == 1 else \
+        jax.sharding.PartitionSpec(None, "batch")
+    by_batch = jax.sharding.NamedSharding(mesh, spec)
 
-    def step(trainable, non_trainable, batch):
-        model.__dict__["_kroberta_traces"] = model.__dict__.get("_kroberta_traces", 0) + 1
+    def one_batch(trainable, non_trainable, batch):
         x = {name: batch[name] for name in ("token_ids", "padding_mask", "mask_positions")}
         outputs, _ = twin.stateless_call(trainable, non_trainable, x, training=False)
         return _reduce(output, k, outputs["hidden"], outputs["logits"], batch)
+
+    def step(trainable, non_trainable, batch):
+        model.__dict__["_kroberta_traces"] = model.__dict__.get("_kroberta_traces", 0) + 1
+        if group == 1:
+            return one_batch(trainable, non_trainable, batch)
+        return jax.lax.map(lambda b: one_batch(trainable, non_trainable, b), batch)
 
     return step, (replicated, replicated, by_batch), by_batch
 
@@ -125,10 +160,11 @@ def _compiled_step(model, plan: _Plan):
     Weights are arguments, not constants, so one compiled step serves every call.
     """
     cache = model.__dict__.setdefault("_kroberta_steps", {})
-    key = (plan.output, plan.k, tuple(d.id for d in plan.mesh.devices.flat))
+    key = (plan.output, plan.k, plan.group, tuple(d.id for d in plan.mesh.devices.flat))
     if key in cache:
         return cache[key]
-    step, in_shardings, out_shardings = make_predict_step(model, plan.output, plan.k, plan.mesh)
+    step, in_shardings, out_shardings = make_predict_step(model, plan.output, plan.k, plan.mesh,
+                                                          plan.group)
     jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
     cache[key] = (jitted, in_shardings[0], in_shardings[2])
     return cache[key]
@@ -153,11 +189,12 @@ def trace_count(model) -> int:
 
 
 def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batch_size=None,
-                    slots=None, max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES):
+                    slots=None, max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES,
+                    batches_per_dispatch=None):
     """Yields the prediction in input order, one dict of numpy arrays per batch.
 
     Same arguments as `predict`; use this to stream results to disk with host
-    memory bounded by one batch.
+    memory bounded by two groups of `batches_per_dispatch` batches.
     """
     if output not in OUTPUTS:
         raise PredictionError(f"output must be one of {OUTPUTS}, got {output!r}")
@@ -177,7 +214,11 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     else:
         plan_slots = slots or config.data.prediction_slots(length)
     mesh, global_batch = _mesh(batch_size, config.train.batch_size_per_device)
-    plan = _Plan(output, k, plan_slots, length, global_batch, mesh)
+    if batches_per_dispatch is not None and batches_per_dispatch < 1:
+        raise PredictionError(f"batches_per_dispatch must be >= 1, got {batches_per_dispatch}")
+    group = batches_per_dispatch or batches_per_dispatch_for(config, global_batch, plan_slots,
+                                                             length, source.examples)
+    plan = _Plan(output, k, plan_slots, length, global_batch, mesh, group)
     if output == "logits" and source.examples is not None:
         size = source.examples * (length if positions == "all" else plan_slots) \
             * config.model.vocabulary_size * 4
@@ -195,22 +236,53 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     in_flight = None
     with warnings.catch_warnings(), _explained_data_errors(source):
         warnings.simplefilter("ignore", category=DeprecationWarning)
-        for batch in batches:
-            real = batch.pop("is_real")
-            dropped += int(batch.pop("dropped").sum())
-            device_batch = jax.device_put(batch, by_batch)
-            result = jitted(*weights, device_batch)  # dispatched asynchronously
+        for group in _groups(batches, plan.group):
+            hosts = []
+            for batch in group:
+                real = batch.pop("is_real")
+                dropped += int(batch.pop("dropped").sum())
+                hosts.append((batch, real))
+            device_group = jax.device_put(_stacked([b for b, _ in hosts], plan.group), by_batch)
+            result = jitted(*weights, device_group)  # dispatched asynchronously
             for value in result.values():
                 value.copy_to_host_async()
             if in_flight is not None:
-                yield _to_host(*in_flight)
-            in_flight = (result, batch, real)
+                yield from _to_host_group(*in_flight)
+            in_flight = (result, hosts, plan.group > 1)
         if in_flight is not None:
-            yield _to_host(*in_flight)
+            yield from _to_host_group(*in_flight)
     if dropped and output != "embeddings":
         warnings.warn(
             f"{dropped} masked position(s) beyond the {plan_slots} slots per sequence were not "
             "predicted; pass slots=N (or positions='all') to predict them", stacklevel=2)
+
+
+def _groups(batches, size: int):
+    """Lists of `size` consecutive batches (the last one shorter)."""
+    group = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def _stacked(batches: list, size: int) -> dict:
+    """One batch (size 1) or a (size, batch, ...) group; a short last group is filled
+    with copies of its first batch, whose rows `_to_host_group` never returns."""
+    if size == 1:
+        return batches[0]
+    filled = batches + [batches[0]] * (size - len(batches))
+    return {name: np.stack([b[name] for b in filled]) for name in batches[0]}
+
+
+def _to_host_group(result, hosts, grouped):
+    """Per-batch host results of one dispatch, in order."""
+    arrays = {name: np.asarray(value) for name, value in result.items()}
+    for i, (batch, real) in enumerate(hosts):
+        yield _to_host({n: a[i] for n, a in arrays.items()} if grouped else arrays, batch, real)
 
 
 @contextlib.contextmanager
@@ -234,7 +306,7 @@ def _to_host(result, batch, real):
 
 
 def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=None, slots=None,
-            max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES):
+            max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES, batches_per_dispatch=None):
     """Predicts with a kroberta model, reduced on the devices.
 
     Args:
@@ -250,6 +322,9 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
             multiple of the device count); default: the training batch.
         slots: M for positions="masked"; default: the training config's.
         max_output_bytes: refuse "logits" results larger than this.
+        batches_per_dispatch: batches computed by one compiled dispatch; default:
+            the training config's `train.steps_per_execution` ("auto": from the
+            model's forward FLOPs and the devices' peak), at most what the inputs need.
 
     Returns:
         A dict of numpy arrays with one row per input example, in input order:
@@ -261,7 +336,7 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
     """
     chunks, held = [], 0
     for chunk in predict_batches(model, inputs, output, k, positions, batch_size, slots,
-                                 max_output_bytes):
+                                 max_output_bytes, batches_per_dispatch):
         held += sum(a.nbytes for a in chunk.values())
         if held > max_output_bytes:
             # Inputs of unknown length (a dataset) are only measured as they arrive.
