@@ -45,7 +45,7 @@ class _Plan:
 
 
 def batches_per_dispatch_for(config, global_batch: int, slots: int, length: int,
-                         examples: int | None = None) -> int:
+                             examples: int | None = None, devices=None) -> int:
     """G: `train.steps_per_execution`, or for "auto" enough forward FLOPs per dispatch
     to hide the host; never more than the batches of `examples` (rounded up to a
     power of two, so inputs of similar sizes share one program)."""
@@ -58,7 +58,7 @@ def batches_per_dispatch_for(config, global_batch: int, slots: int, length: int,
                             config.model.intermediate_dim, config.model.num_heads,
                             config.model.vocabulary_size, length, slots)
         work = flops.forward_flops_per_sequence(shape) * global_batch
-        group, _ = dispatch_size.choose(work, throughput.peak_flops(jax.devices()),
+        group, _ = dispatch_size.choose(work, throughput.peak_flops(devices or jax.devices()),
                                         dispatch_size.MAX_STEPS)
     if examples is not None:
         needed = max(1, -(-examples // global_batch))
@@ -191,10 +191,11 @@ def trace_count(model) -> int:
 def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batch_size=None,
                     slots=None, max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES,
                     batches_per_dispatch=None):
-    """Yields the prediction in input order, one dict of numpy arrays per batch.
+    """Yields the prediction in input order, one dict of numpy arrays per dispatch
+    (`batches_per_dispatch` batches, padding rows dropped).
 
     Same arguments as `predict`; use this to stream results to disk with host
-    memory bounded by two groups of `batches_per_dispatch` batches.
+    memory bounded by two dispatches' worth of rows.
     """
     if output not in OUTPUTS:
         raise PredictionError(f"output must be one of {OUTPUTS}, got {output!r}")
@@ -228,7 +229,10 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
                 f"{config.model.vocabulary_size} tokens is {size / 2**30:.1f} GiB of float32, over "
                 f"the {max_output_bytes / 2**30:.1f} GiB budget; use output='top_k' (reduced on the "
                 "device) or raise max_output_bytes")
-    batches = inputs_lib.batched(source, config, plan_slots, positions, global_batch)
+    # One host batch per dispatch: G x batch rows, cut into (G, batch, ...) on the way to
+    # the devices (one numpy pass per group, not per batch; a short last group is
+    # filled with padding rows, so the same program serves it).
+    groups = inputs_lib.batched(source, config, plan_slots, positions, global_batch * group)
     jitted, replicated, by_batch = _compiled_step(model, plan)
     weights = _weights_snapshot(model, replicated)
 
@@ -236,53 +240,29 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     in_flight = None
     with warnings.catch_warnings(), _explained_data_errors(source):
         warnings.simplefilter("ignore", category=DeprecationWarning)
-        for group in _groups(batches, plan.group):
-            hosts = []
-            for batch in group:
-                real = batch.pop("is_real")
-                dropped += int(batch.pop("dropped").sum())
-                hosts.append((batch, real))
-            device_group = jax.device_put(_stacked([b for b, _ in hosts], plan.group), by_batch)
+        for rows in groups:
+            real = rows.pop("is_real")
+            dropped += int(rows.pop("dropped").sum())
+            device_group = jax.device_put(_grouped(rows, group, global_batch), by_batch)
             result = jitted(*weights, device_group)  # dispatched asynchronously
             for value in result.values():
                 value.copy_to_host_async()
             if in_flight is not None:
-                yield from _to_host_group(*in_flight)
-            in_flight = (result, hosts, plan.group > 1)
+                yield _to_host(*in_flight)
+            in_flight = (result, rows, real, 2 if group > 1 else 1)
         if in_flight is not None:
-            yield from _to_host_group(*in_flight)
+            yield _to_host(*in_flight)
     if dropped and output != "embeddings":
         warnings.warn(
             f"{dropped} masked position(s) beyond the {plan_slots} slots per sequence were not "
             "predicted; pass slots=N (or positions='all') to predict them", stacklevel=2)
 
 
-def _groups(batches, size: int):
-    """Lists of `size` consecutive batches (the last one shorter)."""
-    group = []
-    for batch in batches:
-        group.append(batch)
-        if len(group) == size:
-            yield group
-            group = []
-    if group:
-        yield group
-
-
-def _stacked(batches: list, size: int) -> dict:
-    """One batch (size 1) or a (size, batch, ...) group; a short last group is filled
-    with copies of its first batch, whose rows `_to_host_group` never returns."""
-    if size == 1:
-        return batches[0]
-    filled = batches + [batches[0]] * (size - len(batches))
-    return {name: np.stack([b[name] for b in filled]) for name in batches[0]}
-
-
-def _to_host_group(result, hosts, grouped):
-    """Per-batch host results of one dispatch, in order."""
-    arrays = {name: np.asarray(value) for name, value in result.items()}
-    for i, (batch, real) in enumerate(hosts):
-        yield _to_host({n: a[i] for n, a in arrays.items()} if grouped else arrays, batch, real)
+def _grouped(rows: dict, group: int, batch: int) -> dict:
+    """(G * batch, ...) host arrays as the program's (G, batch, ...) input (views)."""
+    if group == 1:
+        return rows
+    return {name: value.reshape(group, batch, *value.shape[1:]) for name, value in rows.items()}
 
 
 @contextlib.contextmanager
@@ -296,12 +276,16 @@ def _explained_data_errors(source):
         raise explained from None
 
 
-def _to_host(result, batch, real):
-    """Reduced outputs of one batch, padding rows dropped, plus the slot bookkeeping."""
-    out = {name: np.asarray(value)[real] for name, value in result.items()}
-    if "mask_positions" in batch and "embeddings" not in out:
-        out["positions"] = batch["mask_positions"][real].astype(np.int32)
-        out["valid"] = batch["valid"][real].astype(bool)
+def _to_host(result, rows, real, lead: int):
+    """Reduced outputs of one dispatch, padding rows dropped, plus the slot bookkeeping.
+    `lead`: the leading axes of the outputs that count rows, 2 for (G, batch, ...)."""
+    out = {}
+    for name, value in result.items():
+        array = np.asarray(value)
+        out[name] = array.reshape(len(real), *array.shape[lead:])[real]
+    if "mask_positions" in rows and "embeddings" not in out:
+        out["positions"] = rows["mask_positions"][real].astype(np.int32)
+        out["valid"] = rows["valid"][real].astype(bool)
     return out
 
 
