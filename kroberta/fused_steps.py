@@ -93,15 +93,35 @@ def train_program(model):
                    out_shardings=out_shardings)
 
 
+class SuperBatch:
+    """What the super-batch iterator yields: `data`, every leaf (K, batch, ...), on the
+    devices. Anything else reaching a train/test function (`train_on_batch`'s single
+    batch) runs as one step."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data):
+        self.data = data
+
+
+def _dispatcher(fused, single):
+    def function(state, iterator):
+        data = next(iterator)
+        if isinstance(data, SuperBatch):
+            return fused(state, data.data)  # K steps, one dispatch
+        return single(state, data)
+
+    return function
+
+
 def _make_train_function(self, force=False):
     if self.train_function is not None and not force:
         return
-    program = train_program(self)
-
-    def train_function(state, iterator):
-        return program(state, next(iterator))  # one super-batch, K steps
-
-    self.train_function = train_function
+    out_shardings = None
+    if distribution_lib.distribution() is not None:
+        out_shardings = (None, self._get_state_sharding_spec())
+    single = jax.jit(self.train_step, donate_argnums=0, out_shardings=out_shardings)
+    self.train_function = _dispatcher(train_program(self), single)
 
 
 def _make_test_function(self, force=False):
@@ -111,13 +131,10 @@ def _make_test_function(self, force=False):
     if distribution_lib.distribution() is not None:
         trainable, non_trainable, _, metrics = self._get_state_sharding_spec()
         out_shardings = (None, (trainable, non_trainable, metrics))
-    program = jax.jit(scan_steps(self, self.test_step, "test"), donate_argnums=0,
-                      out_shardings=out_shardings)
-
-    def test_function(state, iterator):
-        return program(state, next(iterator))
-
-    self.test_function = test_function
+    fused = jax.jit(scan_steps(self, self.test_step, "test"), donate_argnums=0,
+                    out_shardings=out_shardings)
+    single = jax.jit(self.test_step, donate_argnums=0, out_shardings=out_shardings)
+    self.test_function = _dispatcher(fused, single)
 
 
 def _fused_call(original, name):
@@ -228,7 +245,8 @@ def super_batch_sharding(distribution, shape):
 
 
 def prefetch_to_devices(batches, distribution, depth: int = PREFETCH_DEPTH):
-    """Yields the numpy super-batches of `batches` as device arrays, `depth - 1` ahead.
+    """Yields the numpy super-batches of `batches` as `SuperBatch`es of device arrays,
+    `depth - 1` ahead.
 
     Each process passes its own rows (its share of every step's batch);
     `jax.make_array_from_process_local_data` assembles the global arrays."""
@@ -248,7 +266,7 @@ def prefetch_to_devices(batches, distribution, depth: int = PREFETCH_DEPTH):
                 lambda leaf: None if leaf is None or distribution is None
                 else super_batch_sharding(distribution, leaf.shape), batch, none_is_leaf=True)
         # device_put returns at once: the transfer runs while the current step computes.
-        queue.append(tree.map_structure(put, batch, shardings, none_is_leaf=True))
+        queue.append(SuperBatch(tree.map_structure(put, batch, shardings, none_is_leaf=True)))
         if len(queue) >= depth:
             yield queue.popleft()
     while queue:

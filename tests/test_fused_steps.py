@@ -82,7 +82,8 @@ def test_logged_interval_is_the_token_weighted_mean_of_its_steps(runs, tiny_data
                                              abs=1e-7), (key, end)
         plain = np.mean([r["loss"] for r in per_step[begin:end]])
         assert abs(row["loss"] - plain) > 1e-6 or end == 20  # the weights made a difference
-        assert row["step_time"] == pytest.approx(16 / row["samples_per_second"])
+        if "step_time" in row:  # not in the first row: its one dispatch compiled
+            assert row["step_time"] == pytest.approx(16 / row["samples_per_second"])
 
 
 def test_resume_inside_a_group_ends_like_the_uninterrupted_runs(runs):
@@ -166,8 +167,9 @@ def test_super_batches_keep_the_k_axis_whole_and_split_the_batch():
     arrays = list(fused_steps.prefetch_to_devices(
         iter([{"a": np.arange(8 * 16).reshape(8, 16) + i} for i in range(3)]), distribution))
     assert len(arrays) == 3
-    assert [s.data.shape for s in arrays[0]["a"].addressable_shards] == [(8, 4)] * 4
-    np.testing.assert_array_equal(np.asarray(arrays[2]["a"]), np.arange(128).reshape(8, 16) + 2)
+    assert [s.data.shape for s in arrays[0].data["a"].addressable_shards] == [(8, 4)] * 4
+    np.testing.assert_array_equal(np.asarray(arrays[2].data["a"]),
+                                  np.arange(128).reshape(8, 16) + 2)
 
 
 def test_log_interval_must_be_a_multiple_of_k(tiny_data, tmp_path):
