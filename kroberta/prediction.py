@@ -27,6 +27,7 @@ from kroberta.top_k import exact_top_k
 
 OUTPUTS = ("top_k", "logits", "loss", "embeddings")
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 2**30  # host memory one call may return
+MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 
 
 class PredictionError(ValueError):
@@ -46,9 +47,11 @@ class _Plan:
 
 def batches_per_dispatch_for(config, global_batch: int, slots: int, length: int,
                              examples: int | None = None, devices=None) -> int:
-    """G: `train.steps_per_execution`, or for "auto" enough forward FLOPs per dispatch
-    to hide the host; never more than the batches of `examples` (rounded up to a
-    power of two, so inputs of similar sizes share one program)."""
+    """G: for "auto", enough forward FLOPs per dispatch to hide the host (then a short
+    last group, filled with padding batches, wastes at most that: ~20 ms at the
+    devices' peak, and every input size shares one program); an integer
+    `train.steps_per_execution`, but never more than the batches of `examples`
+    rounded up to a power of two (a large model's padding batches are not cheap)."""
     from kroberta import dispatch_size, flops, throughput
     from kroberta.config import AUTO
 
@@ -60,6 +63,7 @@ def batches_per_dispatch_for(config, global_batch: int, slots: int, length: int,
         work = flops.forward_flops_per_sequence(shape) * global_batch
         group, _ = dispatch_size.choose(work, throughput.peak_flops(devices or jax.devices()),
                                         dispatch_size.MAX_STEPS)
+        return group
     if examples is not None:
         needed = max(1, -(-examples // global_batch))
         group = min(group, 1 << (needed - 1).bit_length())
@@ -219,6 +223,14 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
         raise PredictionError(f"batches_per_dispatch must be >= 1, got {batches_per_dispatch}")
     group = batches_per_dispatch or batches_per_dispatch_for(config, global_batch, plan_slots,
                                                              length, source.examples)
+    if output == "logits" and not batches_per_dispatch:
+        # Full logits are large: at most MAX_LOGITS_BYTES of them per dispatch, and no
+        # more padding batches than the inputs need (their bytes go to the host too).
+        per_batch = global_batch * plan_slots * config.model.vocabulary_size * 4
+        group = max(1, min(group, MAX_LOGITS_BYTES // per_batch))
+        if source.examples is not None:
+            needed = max(1, -(-source.examples // global_batch))
+            group = min(group, 1 << (needed - 1).bit_length())
     plan = _Plan(output, k, plan_slots, length, global_batch, mesh, group)
     if output == "logits" and source.examples is not None:
         size = source.examples * (length if positions == "all" else plan_slots) \

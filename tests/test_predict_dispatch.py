@@ -69,14 +69,24 @@ def test_predict_batches_yields_one_chunk_per_dispatch(model):
     assert [len(c["loss"]) for c in chunks] == [32, 32, 6]
 
 
-def test_the_default_group_covers_small_inputs_only(model):
+def test_the_default_group_is_the_same_for_every_input_size(model):
     config = model.kroberta_config
     assert config.train.steps_per_execution == "auto"
-    # 5 batches are needed: the default never runs more than the next power of two.
-    assert prediction.batches_per_dispatch_for(config, 16, 4, L, examples=70) == 8
-    assert prediction.batches_per_dispatch_for(config, 16, 4, L, examples=3) == 1
-    fixed = config.__class__(model=config.model, train=TrainConfig(steps_per_execution=3))
-    assert prediction.batches_per_dispatch_for(fixed, 16, 4, L, examples=10_000) == 3
+    # A tiny model: 256 batches hold less than the 20 ms "auto" wants; any N shares them.
+    sizes = {prediction.batches_per_dispatch_for(config, 16, 3, L, examples=n)
+             for n in (3, 70, 10_000)}
+    assert sizes == {256}
+    # An explicit K is capped by what the inputs need (rounded up to a power of two).
+    fixed = config.__class__(model=config.model, train=TrainConfig(steps_per_execution=6))
+    assert prediction.batches_per_dispatch_for(fixed, 16, 3, L, examples=70) == 6
+    assert prediction.batches_per_dispatch_for(fixed, 16, 3, L, examples=40) == 4
+    assert prediction.batches_per_dispatch_for(fixed, 16, 3, L, examples=3) == 1
+
+
+def test_full_logits_are_dispatched_in_bounded_groups(model, monkeypatch):
+    monkeypatch.setattr(prediction, "MAX_LOGITS_BYTES", 2 * 16 * 3 * V * 4)  # two batches
+    chunks = list(prediction.predict_batches(model, _arrays(70), output="logits"))
+    assert [len(c["logits"]) for c in chunks] == [32, 32, 6]
 
 
 def test_a_group_size_below_one_is_a_clear_error(model):
