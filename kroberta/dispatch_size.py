@@ -6,8 +6,10 @@ callbacks), about a millisecond. A small model on a TPU or GPU computes a step i
 well under that, so "auto" makes each dispatch hold at least `TARGET_SECONDS` of
 compute at the devices' peak: K = ceil(TARGET_SECONDS / floor per step), then the
 largest divisor of `train.log_every` not above it (logging, evaluation and
-checkpoints happen between dispatches), at most `MAX_STEPS` (the super-batch lives
-in device memory; K batches of input are small next to the weights, but not free).
+checkpoints happen between dispatches), at most half of `log_every` (so each log
+interval has a timed dispatch after its first) and at most `MAX_STEPS` (the
+super-batch lives in device memory; K batches of input are small next to the
+weights, but not free).
 On a CPU a seed step takes ~1 s, so "auto" is 1 there.
 """
 
@@ -40,9 +42,13 @@ def choose(flops_per_step: float, peak_flops: float | None, log_every: int) -> t
         wanted = max(1, math.ceil(TARGET_SECONDS / floor))
         why = (f"{flops_per_step / 1e9:.3g} GFLOP per step at {peak_flops / 1e12:.3g} TFLOP/s "
                f"is {floor * 1e3:.3g} ms; {wanted} step(s) hold {TARGET_SECONDS * 1e3:g} ms")
-    k = largest_divisor_at_most(log_every, min(wanted, MAX_STEPS))
+    # At most half an interval: the interval's first dispatch holds the compilation,
+    # so every log row keeps a timed dispatch after it (samples/s, step_time).
+    limit = min(wanted, MAX_STEPS, max(1, log_every // 2))
+    k = largest_divisor_at_most(log_every, limit)
     if k < wanted:
-        why += f"; the largest divisor of train.log_every={log_every} up to {MAX_STEPS} is {k}"
+        why += (f"; the largest divisor of train.log_every={log_every} up to "
+                f"{min(MAX_STEPS, max(1, log_every // 2))} is {k}")
     return k, why
 
 
