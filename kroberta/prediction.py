@@ -64,10 +64,16 @@ def batches_per_dispatch_for(config, global_batch: int, slots: int, length: int,
         group, _ = dispatch_size.choose(work, throughput.peak_flops(devices or jax.devices()),
                                         dispatch_size.MAX_STEPS)
         return group
-    if examples is not None:
-        needed = max(1, -(-examples // global_batch))
-        group = min(group, 1 << (needed - 1).bit_length())
-    return group
+    return _at_most_needed(group, examples, global_batch)
+
+
+def _at_most_needed(group: int, examples: int | None, global_batch: int) -> int:
+    """`group`, but no more batches than `examples` fill, rounded up to a power of two
+    (so inputs of similar sizes share one program)."""
+    if examples is None:
+        return group
+    needed = max(1, -(-examples // global_batch))
+    return min(group, 1 << (needed - 1).bit_length())
 
 
 def _mesh(batch_size: int | None, per_device: int):
@@ -227,10 +233,8 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
         # Full logits are large: at most MAX_LOGITS_BYTES of them per dispatch, and no
         # more padding batches than the inputs need (their bytes go to the host too).
         per_batch = global_batch * plan_slots * config.model.vocabulary_size * 4
-        group = max(1, min(group, MAX_LOGITS_BYTES // per_batch))
-        if source.examples is not None:
-            needed = max(1, -(-source.examples // global_batch))
-            group = min(group, 1 << (needed - 1).bit_length())
+        group = _at_most_needed(max(1, min(group, MAX_LOGITS_BYTES // per_batch)),
+                                source.examples, global_batch)
     plan = _Plan(output, k, plan_slots, length, global_batch, mesh, group)
     if output == "logits" and source.examples is not None:
         size = source.examples * (length if positions == "all" else plan_slots) \
