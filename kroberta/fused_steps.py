@@ -196,14 +196,26 @@ class SuperBatchEpochIterator(jax_trainer.JAXEpochIterator):
     def __init__(self, x, y=None, sample_weight=None, batch_size=None, steps_per_epoch=None,
                  shuffle=False, class_weight=None, steps_per_execution=1):
         self._single = None
+        self._flat_batches = None
         self._grouped_in_tf = isinstance(x, tf.data.Dataset) and class_weight is None
         if self._grouped_in_tf:
             self._single = x.element_spec
-            steps_per_epoch = steps_per_epoch or _flat_size(x)
+            self._flat_batches = _flat_size(x)
             x = super_batched(x, steps_per_execution)
         super().__init__(x, y=y, sample_weight=sample_weight, batch_size=batch_size,
                          steps_per_epoch=steps_per_epoch, shuffle=shuffle,
                          class_weight=class_weight, steps_per_execution=steps_per_execution)
+        self._count_single_batches()
+
+    def _count_single_batches(self):
+        # Keras counts an epoch in single batches; the adapter sees super-batches
+        # (and their hidden cardinality), so the count comes from the flat dataset.
+        if self._grouped_in_tf:
+            self._num_batches = self._flat_batches
+
+    def reset(self):
+        super().reset()
+        self._count_single_batches()
 
     def single_batch(self):
         """One step's batch (zeros of the right shapes and dtypes, or the first batch)."""

@@ -143,6 +143,23 @@ def test_evaluate_with_k_groups_equals_one_batch_at_a_time(tiny_data, tmp_path):
         assert results[1][key] == pytest.approx(results[0][key], rel=1e-6)
 
 
+def test_fit_over_a_finite_dataset_reads_it_once_per_epoch(tiny_data, tmp_path):
+    import tensorflow as tf
+
+    from kroberta.model import build_compiled_model
+
+    config = tiny_config(tiny_data, tmp_path, steps_per_execution=4, log_every=4,
+                         eval_every=0, checkpoint_every=0)
+    model = build_compiled_model(config)
+    spec = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "t"), "t")
+    flat = list(data_lib.train_dataset(spec, config.data, config.model.vocabulary_size, 16, 0,
+                                       0).take(6).as_numpy_iterator())
+    dataset = tf.data.Dataset.from_tensor_slices(jax.tree.map(lambda *a: np.stack(a), *flat))
+    history = model.fit(dataset, epochs=3, verbose=0)  # 6 batches: groups of 4 and 2
+    assert int(model.optimizer.iterations.numpy()) == 18
+    assert len(history.history["loss"]) == 3
+
+
 def test_fit_on_numpy_arrays_stacks_groups_on_the_host(tiny_data, tmp_path):
     from kroberta.model import build_compiled_model
 
