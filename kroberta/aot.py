@@ -128,8 +128,8 @@ class Report:
             f"x{self.num_devices} for the whole step); train/predict = {t.flops / p.flops:.2f}.",
             f"train.steps_per_execution={self.steps_per_execution}: "
             f"{self.steps_per_execution_note}.",
-            f"predict step: kroberta.predict's top_k (k=5) step; model built on the host in "
-            f"{self.build_seconds:.1f} s.",
+            f"predict program: kroberta.predict's top_k (k=5) step, {p.steps} batch(es) per "
+            f"dispatch; model built on the host in {self.build_seconds:.1f} s.",
         ]
         return "\n".join(rows)
 
@@ -245,11 +245,17 @@ def compile_for_topology(config: Config, topology_name: str, model=None) -> Repo
     batch = distribute.global_batch_size(config, topology)
     length = config.model.max_sequence_length
     slots = config.data.prediction_slots(length)
+    # The programs that run: K fused training steps, G prediction batches per dispatch.
+    from kroberta import dispatch_size
+    from kroberta.prediction import batches_per_dispatch_for
+
+    steps = dispatch_size.resolve(config, devices, batch, length).train.steps_per_execution
+    group = batches_per_dispatch_for(config, batch, slots, length, devices=devices)
     train = _compile_or_explain(
-        lambda: aot_programs.compile_train(model, distribution, batch, length, slots),
+        lambda: aot_programs.compile_train(model, distribution, batch, length, slots, steps),
         "train", hbm, config, generation)
     predict = _compile_or_explain(
-        lambda: aot_programs.compile_predict(model, devices, batch, length, slots),
+        lambda: aot_programs.compile_predict(model, devices, batch, length, slots, group=group),
         "predict", hbm, config, generation)
     return Report(
         topology=topology_name, device_kind=devices[0].device_kind, num_devices=len(devices),
@@ -258,8 +264,8 @@ def compile_for_topology(config: Config, topology_name: str, model=None) -> Repo
         mixed_precision=config.train.mixed_precision, global_batch=batch,
         sequence_length=length, slots=slots, hbm_bytes=hbm, peak_flops=peak, train=train,
         predict=predict, build_seconds=build_seconds,
-        steps_per_execution=config.train.steps_per_execution,
-        steps_per_execution_note=aot_programs.steps_per_execution_note(),
+        steps_per_execution=steps,
+        steps_per_execution_note=aot_programs.steps_per_execution_note(steps),
     )
 
 

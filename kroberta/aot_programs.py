@@ -4,12 +4,18 @@ Helper of `kroberta.aot`. The model is built on the host exactly as training bui
 it (`build_compiled_model`); only the shapes and dtypes of its variables are used.
 The steps are the ones the runtime runs, not re-implementations:
 
-  train:   `jax.jit(model.train_step, donate_argnums=0, out_shardings=(None, state))`,
-           as `make_train_function` in keras/src/backend/jax/trainer.py builds it under
-           a distribution; state = (trainable, non_trainable, optimizer, metrics
-           variables) as the trainer's `_get_jax_state`; data = (x, labels) as the
-           tf.data pipeline yields it, sharded by the distribution's data layout.
-  predict: `kroberta.prediction.make_predict_step`, the function `kroberta.predict` jits.
+  train:   the K-step program `fit` dispatches (`kroberta.fused_steps.scan_steps` of
+           Keras' `model.train_step`, jitted with donate_argnums=0 and the state's
+           shardings as `fused_steps.train_program` does under a distribution);
+           state = (trainable, non_trainable, optimizer, metrics variables) as the
+           trainer's `_get_jax_state`; data = a (K, batch, ...) super-batch of (x,
+           labels), each step's slice sharded by the distribution's data layout.
+  predict: `kroberta.prediction.make_predict_step`, the function `kroberta.predict` jits
+           (G batches per dispatch).
+
+XLA's cost analysis counts a loop's body once, whatever its trip count (checked on
+this jaxlib: a scan of 4 matmuls reports the FLOPs of one), so the FLOPs of a K-step
+or G-batch program are those of one step or batch.
 """
 
 import contextlib
@@ -36,7 +42,8 @@ class Program:
     alias_bytes: int  # outputs written into donated arguments' buffers
     temp_bytes: int
     code_bytes: int
-    flops: float  # per device: cost_analysis of the SPMD-partitioned (per-device) program
+    flops: float  # per device per step: cost_analysis of the SPMD-partitioned program
+    steps: int  # steps (or batches) the program runs per dispatch; memory is for all of them
     bytes_accessed: float
     compile_seconds: float
 
@@ -107,29 +114,35 @@ def train_state(model, distribution):
     return structs, shardings
 
 
-def train_data(distribution, global_batch: int, length: int, slots: int):
-    """(x, labels) as `kroberta.data.train_dataset` yields them, sharded as Keras shards data."""
+def train_data(distribution, global_batch: int, length: int, slots: int, steps: int = 1):
+    """A (steps, batch, ...) super-batch of (x, labels) as `kroberta.fused_steps` puts it
+    on the devices: each step's (batch, ...) slice sharded by the distribution's layout."""
+    from kroberta.fused_steps import super_batch_sharding
+
     def spec(*shape):
-        sharding = distribution.get_data_layout(shape).backend_layout
-        return jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding)
+        full = (steps, *shape)
+        return jax.ShapeDtypeStruct(full, jnp.int32,
+                                    sharding=super_batch_sharding(distribution, full))
 
-    x = {"token_ids": spec(global_batch, length),  # (B, L)
-         "padding_mask": spec(global_batch, length),  # (B, L)
-         "mask_positions": spec(global_batch, slots)}  # (B, M)
-    return x, spec(global_batch, slots)  # labels (B, M)
+    x = {"token_ids": spec(global_batch, length),  # (K, B, L)
+         "padding_mask": spec(global_batch, length),  # (K, B, L)
+         "mask_positions": spec(global_batch, slots)}  # (K, B, M)
+    return x, spec(global_batch, slots)  # labels (K, B, M)
 
 
-def predict_batch(global_batch: int, length: int, slots: int):
-    """What `kroberta.predict` puts on the devices per batch (`prediction_inputs.batched`
-    minus the host-only `is_real` and `dropped`)."""
+def predict_batch(global_batch: int, length: int, slots: int, group: int = 1):
+    """What `kroberta.predict` puts on the devices per dispatch (`prediction_inputs.batched`
+    minus the host-only `is_real` and `dropped`; a (group, batch, ...) stack if group > 1)."""
+    lead = (group,) if group > 1 else ()
+
     def spec(width, dtype=jnp.int32):
-        return jax.ShapeDtypeStruct((global_batch, width), dtype)
+        return jax.ShapeDtypeStruct((*lead, global_batch, width), dtype)
 
     return {"token_ids": spec(length), "padding_mask": spec(length), "mask_positions": spec(slots),
             "valid": spec(slots, jnp.bool_), "labels": spec(slots)}
 
 
-def _analyse(name: str, lowered) -> Program:
+def _analyse(name: str, lowered, steps: int = 1) -> Program:
     started = time.perf_counter()
     compiled = lowered.compile()
     seconds = time.perf_counter() - started
@@ -144,53 +157,59 @@ def _analyse(name: str, lowered) -> Program:
         alias_bytes=int(memory.alias_size_in_bytes),
         temp_bytes=int(memory.temp_size_in_bytes),
         code_bytes=int(memory.generated_code_size_in_bytes),
-        flops=float(cost.get("flops", 0.0)),
+        flops=float(cost.get("flops", 0.0)),  # the loop body once: one step's
+        steps=steps,
         bytes_accessed=float(cost.get("bytes accessed", 0.0)),
         compile_seconds=seconds,
     )
 
 
-def lower_train(model, distribution, global_batch: int, length: int, slots: int):
-    """Lowers Keras' jitted `train_step` for the distribution's devices (a jax `Lowered`)."""
-    x, y = train_data(distribution, global_batch, length, slots)
+def lower_train(model, distribution, global_batch: int, length: int, slots: int,
+                steps: int = 1):
+    """Lowers the K-step (`steps`) training program `fit` runs, for the distribution's
+    devices (a jax `Lowered`)."""
+    from kroberta.fused_steps import scan_steps
+
+    x, y = train_data(distribution, global_batch, length, slots, steps)
+    single = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), (x, y))
     with global_distribution(None):
         # What `fit` does first: builds the compiled loss and metrics' variables (on the
-        # host; `train_state` gives them the distribution's layout).
-        model._symbolic_build(data_batch=(x, y))
+        # host; `train_state` gives them the distribution's layout) from one step's batch.
+        model._symbolic_build(data_batch=single)
     with global_distribution(distribution):
         state, shardings = train_state(model, distribution)
-        step = jax.jit(model.train_step, donate_argnums=0, out_shardings=(None, shardings))
-        return step.lower(state, (x, y))
+        program = jax.jit(scan_steps(model, model.train_step, "train"), donate_argnums=0,
+                          out_shardings=(None, shardings))
+        return program.lower(state, (x, y))
 
 
-def compile_train(model, distribution, global_batch: int, length: int, slots: int) -> Program:
-    """Lowers and compiles the train step; its per-device memory and FLOPs."""
-    return _analyse("train", lower_train(model, distribution, global_batch, length, slots))
+def compile_train(model, distribution, global_batch: int, length: int, slots: int,
+                  steps: int = 1) -> Program:
+    """Lowers and compiles the K-step train program; its per-device memory and FLOPs."""
+    return _analyse("train", lower_train(model, distribution, global_batch, length, slots,
+                                         steps), steps)
 
 
 def compile_predict(model, devices, global_batch: int, length: int, slots: int,
-                    output: str = "top_k", k: int = 5) -> Program:
-    """Lowers and compiles `kroberta.predict`'s step for a batch-axis mesh of `devices`."""
+                    output: str = "top_k", k: int = 5, group: int = 1) -> Program:
+    """Lowers and compiles `kroberta.predict`'s program (`group` batches per dispatch)
+    for a batch-axis mesh of `devices`."""
     from kroberta.prediction import _twin, make_predict_step
 
     mesh = jax.sharding.Mesh(np.array(list(devices)), ("batch",))
     with global_distribution(None):
-        step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh)
+        step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, group)
         twin = _twin(model)
         weights = [[jax.ShapeDtypeStruct(tuple(v.shape), jnp.dtype(v.dtype)) for v in vs]
                    for vs in (twin.trainable_variables, twin.non_trainable_variables)]
         jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
-        lowered = jitted.lower(*weights, predict_batch(global_batch, length, slots))
-    return _analyse("predict", lowered)
+        lowered = jitted.lower(*weights, predict_batch(global_batch, length, slots, group))
+    return _analyse("predict", lowered, group)
 
 
-def steps_per_execution_note() -> str:
-    """How Keras' JAX trainer runs `steps_per_execution` > 1, read from its source."""
-    from keras.src.backend.jax import trainer
-
-    source = inspect.getsource(trainer.JAXTrainer._make_function)
-    if "for _ in range(self.steps_per_execution - 1)" in source:
-        return ("Keras (JAX) runs train.steps_per_execution=N as N dispatches of this one-step "
-                "program from a Python loop (JAXTrainer._make_function): steps are not fused, "
-                "N only saves host work between dispatches")
-    return "could not verify how this Keras version runs steps_per_execution > 1"
+def steps_per_execution_note(steps: int) -> str:
+    """How `fit` runs train.steps_per_execution = `steps` (`kroberta.fused_steps`)."""
+    if steps == 1:
+        return "one step per dispatch"
+    return (f"{steps} steps fused into one program (a lax.scan over a ({steps}, batch, ...) "
+            "super-batch, one dispatch; memory above is that program's, FLOPs one step's)")

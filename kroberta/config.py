@@ -67,7 +67,9 @@ class TrainConfig:
     adam_beta_2: float = 0.98  # RoBERTa's value
     adam_epsilon: float = 1e-6  # RoBERTa's value
     mixed_precision: bool = False  # bf16 compute with float32 weights
-    steps_per_execution: int = 1  # train steps per compiled call (cuts per-step dispatch on TPU)
+    # Optimizer steps fused into one compiled program per dispatch (also evaluation and
+    # prediction batches); "auto" = enough FLOPs per dispatch to hide the host (logged).
+    steps_per_execution: int | str = "auto"
     log_every: int = 50  # steps between log lines / metrics.jsonl rows
     eval_every: int = 250  # steps between evaluations; a multiple of log_every; 0 = only at the end
     eval_steps: int = 0  # batches per evaluation; 0 = the whole validation set
@@ -112,6 +114,7 @@ SECTIONS = {
 }
 TOP_LEVEL_KEYS = ("run_dir", "init_from_hf", "init_from_keras_hub")
 _STRATEGIES = ("data", "fsdp", "model")
+AUTO = "auto"  # train.steps_per_execution chosen from the model's FLOPs and the devices' peak
 _MASKING = ("dynamic", "static")
 
 
@@ -136,6 +139,12 @@ def _coerce(value, expected, key: str, source: str):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if expected == (int | str):  # a count, or the one word "auto"
+        if isinstance(value, str) and value == AUTO:
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected an integer or \"{AUTO}\", got {value!r}")
     if expected is str:
         if isinstance(value, str):
             return value
@@ -253,8 +262,7 @@ def validate(config: Config, source: str | dict = "config") -> Config:
             fail(f"data.{key}", f"{getattr(d, key)} is outside the vocabulary [0, {m.vocabulary_size})")
     if d.shuffle_buffer < 1:
         fail("data.shuffle_buffer", f"must be >= 1, got {d.shuffle_buffer}")
-    for key in ("batch_size_per_device", "steps", "log_every", "steps_per_execution",
-                "keep_checkpoints"):
+    for key in ("batch_size_per_device", "steps", "log_every", "keep_checkpoints"):
         if getattr(t, key) < 1:
             fail(f"train.{key}", f"must be >= 1, got {getattr(t, key)}")
     for key in ("warmup_steps", "eval_every", "eval_steps", "checkpoint_every"):
@@ -272,9 +280,10 @@ def validate(config: Config, source: str | dict = "config") -> Config:
         value = getattr(t, key)
         if value % t.log_every:
             fail(f"train.{key}", f"{value} is not a multiple of train.log_every={t.log_every}")
-    if t.log_every % t.steps_per_execution:
-        fail("train.log_every",
-             f"{t.log_every} is not a multiple of train.steps_per_execution={t.steps_per_execution}")
+    if t.steps_per_execution != AUTO:
+        if t.steps_per_execution < 1:
+            fail("train.steps_per_execution", f"must be >= 1 or \"{AUTO}\", got {t.steps_per_execution}")
+        check_steps_per_execution(t, t.steps_per_execution, fail)
     if config.distributed.strategy not in _STRATEGIES:
         fail("distributed.strategy",
              f"must be one of {_STRATEGIES}, got {config.distributed.strategy!r}")
@@ -284,6 +293,15 @@ def validate(config: Config, source: str | dict = "config") -> Config:
     if config.init_from_hf and config.init_from_keras_hub:
         fail("init_from_keras_hub", "set init_from_hf or init_from_keras_hub, not both")
     return config
+
+
+def check_steps_per_execution(t: TrainConfig, k: int, fail):
+    """Logs, evaluations and checkpoints happen between dispatches of K fused steps."""
+    for key in ("log_every", "eval_every", "checkpoint_every"):
+        value = getattr(t, key)
+        if value % k:
+            fail(f"train.{key}", f"{value} is not a multiple of train.steps_per_execution={k} "
+                 "(steps fused per dispatch); change one of them")
 
 
 def _validate_distributed(config: Config, fail):

@@ -22,7 +22,7 @@ Targets: labels     (batch, slots)    original token ids, -100 in padded slots
 import keras
 import keras_hub
 
-from kroberta.config import Config, ModelConfig
+from kroberta.config import AUTO, Config, ModelConfig
 from kroberta.dropout import use_fast_dropout
 from kroberta.gelu import use_erf_gelu
 from kroberta.layer_norm import use_fused_layer_norm
@@ -83,7 +83,17 @@ def build_optimizer(config: Config) -> keras.optimizers.AdamW:
 
 
 def compile_model(model, config: Config):
-    """Compiles with AdamW, the masked loss and metrics; every step is XLA-compiled."""
+    """Compiles with AdamW, the masked loss and metrics; every step is XLA-compiled, and
+    `fit`/`evaluate` run train.steps_per_execution steps per dispatch (`kroberta.fused_steps`;
+    "auto" is resolved here for all local devices unless the caller resolved it)."""
+    from kroberta import dispatch_size, fused_steps
+
+    if config.train.steps_per_execution == AUTO:
+        import jax
+
+        devices = jax.devices()
+        config = dispatch_size.resolve(config, devices,
+                                       config.train.batch_size_per_device * len(devices))
     model.compile(
         optimizer=build_optimizer(config),
         loss=MaskedLMLoss(),
@@ -92,6 +102,7 @@ def compile_model(model, config: Config):
         steps_per_execution=config.train.steps_per_execution,
         jit_compile=True,
     )
+    fused_steps.install(model)
     return model
 
 

@@ -3,7 +3,11 @@
 `fit` runs one "epoch" per log interval (`train.log_every` steps over the same
 data iterator), so at every epoch end the interval's metrics are complete and the
 device state has just been synced to the host: logging, evaluation and
-checkpoints cost no extra host-device synchronisation.
+checkpoints cost no extra host-device synchronisation. Steps run K at a time
+(`train.steps_per_execution`, one compiled dispatch each, `kroberta.fused_steps`):
+the callback sees one batch per dispatch, numbered in single steps, and every
+interval is a multiple of K, so its rows, evaluations and checkpoints fall between
+dispatches; `step_time` is the interval's time per optimizer step.
 """
 
 import json
@@ -94,7 +98,10 @@ class RunLogger(keras.callbacks.Callback):
         row = {
             "step": self.step,
             "split": "train",
-            "loss": float(logs["loss"]),
+            # Token-weighted over every step of the interval: the Perplexity metric holds
+            # sum(ce) / sum(masked tokens) since the epoch began (Keras' "loss" is the
+            # unweighted mean of per-step means).
+            "loss": math.log(float(logs["perplexity"])),
             "masked_accuracy": float(logs["masked_accuracy"]),
             "perplexity": float(logs["perplexity"]),
             "learning_rate": learning_rate,

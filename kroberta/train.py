@@ -14,7 +14,7 @@ import time
 
 import kroberta  # noqa: F401  (fixes the backend before keras is imported)
 from kroberta import checkpoint, checkpoint_io, distribute
-from kroberta import advisor
+from kroberta import advisor, dispatch_size
 from kroberta import run_dir as run_dir_lib
 from kroberta import config as config_lib
 from kroberta import data as data_lib
@@ -99,6 +99,8 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     topology = distribute.setup(config)
     global_batch = distribute.global_batch_size(config, topology)
     slots = config.data.prediction_slots(train_spec.sequence_length)
+    config = dispatch_size.resolve(config, topology.devices, global_batch,
+                                   train_spec.sequence_length, log=_log)
     from kroberta.model import build_compiled_model, count_parameters
 
     model = build_compiled_model(config)
@@ -197,8 +199,10 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
                        write_files=topology.is_main, save_checkpoints=True)
     def fit_segment(begin, end, steps_per_epoch):
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
+        # Exactly `end - begin` batches: fused dispatches take K of them at a time
+        # (kroberta.fused_steps), and a last group that ends at `end` takes the rest.
         train_ds = run_data_lib.train_batches(run_data, process_batch, begin, shard=shard)
-        model.fit(train_ds, steps_per_epoch=steps_per_epoch,
+        model.fit(train_ds.take(end - begin), steps_per_epoch=steps_per_epoch,
                   epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,
                   callbacks=[logger], shuffle=False)
 

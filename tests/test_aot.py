@@ -131,29 +131,32 @@ def test_predict_batch_is_what_predict_puts_on_the_devices():
 
 
 def test_lowered_train_step_is_the_step_fit_runs():
-    """On the 4 CPU devices: our lowered step and Keras' `train_on_batch` give the same
-    weights, so the TPU numbers are of the program training runs."""
+    """On the 4 CPU devices: our lowered K-step program and Keras' `fit` (K = 2 steps per
+    dispatch) give the same weights, so the TPU numbers are of the program training runs."""
     import keras
+    import tensorflow as tf
 
     from kroberta import aot_programs
     from kroberta.model import build_compiled_model
 
-    config = _config("tiny", "train.mixed_precision=true", "model.dropout=0.1")
+    config = _config("tiny", "train.mixed_precision=true", "model.dropout=0.1",
+                     "train.steps_per_execution=2")
     devices = jax.devices()
     distribution = keras.distribution.DataParallel(devices=devices)
     with aot_programs.global_distribution(distribution):
         model = build_compiled_model(config)
-    L, B = config.model.max_sequence_length, 2 * len(devices)
+    L, B, K = config.model.max_sequence_length, 2 * len(devices), 2
     M = config.data.prediction_slots(L)
-    lowered = aot_programs.lower_train(model, distribution, B, L, M)
+    lowered = aot_programs.lower_train(model, distribution, B, L, M, steps=K)
     assert "bf16" in lowered.as_text()  # mixed precision: bf16 compute in the program
+    assert "while" in lowered.as_text()  # the K steps are a loop inside one program
     compiled = lowered.compile()
 
     rng = np.random.default_rng(0)
-    x = {"token_ids": rng.integers(5, config.model.vocabulary_size, (B, L)).astype(np.int32),
-         "padding_mask": np.ones((B, L), np.int32),
-         "mask_positions": np.tile(np.arange(M, dtype=np.int32), (B, 1))}
-    y = rng.integers(5, config.model.vocabulary_size, (B, M)).astype(np.int32)
+    x = {"token_ids": rng.integers(5, config.model.vocabulary_size, (K, B, L)).astype(np.int32),
+         "padding_mask": np.ones((K, B, L), np.int32),
+         "mask_positions": np.tile(np.arange(M, dtype=np.int32), (K, B, 1))}
+    y = rng.integers(5, config.model.vocabulary_size, (K, B, M)).astype(np.int32)
     state, _ = aot_programs.train_state(model, distribution)
     variables = (model.trainable_variables, model.non_trainable_variables,
                  model.optimizer.variables, model.metrics_variables)
@@ -161,9 +164,11 @@ def test_lowered_train_step_is_the_step_fit_runs():
     values = tuple([jax.device_put(np.array(v.value), s.sharding) for v, s in zip(vs, ss)]
                    for vs, ss in zip(variables, state))
     data = jax.tree.map(lambda a, s: jax.device_put(a, s.sharding), (x, y),
-                        aot_programs.train_data(distribution, B, L, M))
+                        aot_programs.train_data(distribution, B, L, M, steps=K))
     _, (ours, *_) = compiled(values, data)
+    flat = tf.data.Dataset.from_tensor_slices((x, y))  # K batches of (B, ...)
     with aot_programs.global_distribution(distribution):
-        model.train_on_batch(x, y)
+        model.fit(flat, steps_per_epoch=K, epochs=1, verbose=0, shuffle=False)
+    assert int(model.optimizer.iterations.numpy()) == K
     for mine, variable in zip(ours, model.trainable_variables):
         np.testing.assert_array_equal(np.asarray(mine), np.asarray(variable.value))

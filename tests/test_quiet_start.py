@@ -40,7 +40,7 @@ def test_train_help_starts_quietly():
 @ON_CPU_ONLY
 def test_tiny_training_on_cpu_starts_quietly(tiny_data, tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "kroberta.train", "--config", os.path.join(REPO, "configs", "tiny.toml"),
+        [sys.executable, "-m", "kroberta.train", "--config", "tiny",
          f"--data.train={tiny_data / 'train-0.tfrecord'}", "--train.steps=2", "--train.warmup_steps=0",
          "--train.log_every=2", "--train.eval_every=0", "--train.checkpoint_every=2",
          f"--run_dir={tmp_path / 'run'}"],
