@@ -92,14 +92,14 @@ def test_process_shares_of_an_epoch_are_disjoint_and_complete(tmp_path, files, s
     lengths = [rng.randint(15, 40) for _ in range(files)]
     spec = _spec(_write_files(tmp_path, lengths))
     every = collections.Counter((100 + f, 5 + r) for f, n in enumerate(lengths) for r in range(n))
+    streams, sizes = [], []
+    for p in range(2):
+        plan = data_lib.epoch_plan(spec, _data(shuffle_buffer), 3, shard=(2, p))
+        sizes.append([plan.epoch_size(0), plan.epoch_size(1)])
+        ds = data_lib.train_dataset(spec, _data(shuffle_buffer), V, 8, seed=3, shard=(2, p))
+        streams.append(_records(ds, sum(sizes[p])))
     for epoch in range(2):
-        shares = []
-        for p in range(2):
-            plan = data_lib.epoch_plan(spec, _data(shuffle_buffer), 3, shard=(2, p))
-            before = sum(plan.epoch_size(e) for e in range(epoch))
-            ds = data_lib.train_dataset(spec, _data(shuffle_buffer), V, 1, seed=3, shard=(2, p),
-                                        start_step=before)
-            shares.append(_records(ds, plan.epoch_size(epoch)))
+        shares = [streams[p][sum(sizes[p][:epoch]):sum(sizes[p][:epoch + 1])] for p in range(2)]
         assert not set(shares[0]) & set(shares[1])
         assert collections.Counter(shares[0] + shares[1]) == every
 
@@ -153,13 +153,14 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
     # Every record once per epoch, compared by content (mask rate 0: tokens unchanged).
     records, rows, originals = run.train.records, [], []
     unmasked = dataclasses.replace(run.config.data, mask_rate=0.0)
-    for x, _ in data_lib.train_dataset(run.train, unmasked, 300, 1, seed=0).take(
-            2 * records).as_numpy_iterator():
-        rows.append(tuple(x["token_ids"][0]))
+    for x, _ in data_lib.train_dataset(run.train, unmasked, 300, 8, seed=0).as_numpy_iterator():
+        rows.extend(tuple(r) for r in x["token_ids"])
+        if len(rows) >= 2 * records:
+            break
     for x in data_lib.read_batches(run.train, 300, 64).as_numpy_iterator():
         originals.extend(tuple(r) for r in x["input_ids"])
     assert collections.Counter(rows[:records]) == collections.Counter(originals)
-    assert collections.Counter(rows[records:]) == collections.Counter(originals)
+    assert collections.Counter(rows[records:2 * records]) == collections.Counter(originals)
     validation = list(kroberta.dataset(config, "validation", log=lambda *_: None))
     assert sum(int((y.numpy() != -100).any(axis=1).sum()) for _, y in validation) == \
         run.validation.records

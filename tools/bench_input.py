@@ -94,7 +94,7 @@ def measure(files, length, config, args):
     medians = {name: statistics.median(r) for name, r in rounds.items()}
     base = medians["(a) report's pipeline"]
     print(f"\n{length} tokens, batch {args.batch}, {args.rounds} rounds x {args.batches} batches")
-    print(f"| pipeline | samples/s (median) | best round | x (a) |\n|---|---|---|---|")
+    print("| pipeline | samples/s (median) | best round | x (a) |\n|---|---|---|---|")
     for name, value in medians.items():
         print(f"| {name} | {value:,.0f} | {max(rounds[name]):,.0f} | {value / base:.2f}x |")
 
