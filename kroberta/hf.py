@@ -124,16 +124,21 @@ def export_hf(model, out_dir: str, tokenizer=None) -> str:
 
 
 def read_hf_config(directory: str) -> dict:
-    path = os.path.join(directory, CONFIG_FILE)
+    return read_json_in(directory, CONFIG_FILE, "a Hugging Face model directory")
+
+
+def read_json_in(directory: str, name: str, what: str, error=HFConversionError) -> dict:
+    """`directory/name` parsed as JSON; a missing directory or file, or bad JSON, named."""
+    path = os.path.join(directory, name)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"{directory}: no such directory")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: missing (not a Hugging Face model directory)")
+        raise FileNotFoundError(f"{path}: missing (not {what})")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
-        raise HFConversionError(f"{path}: not valid JSON: {e}") from None
+        raise error(f"{path}: not valid JSON: {e}") from None
 
 
 def model_config_from_hf(hf: dict, source: str):

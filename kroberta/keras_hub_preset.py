@@ -128,16 +128,10 @@ def preset_model_config(directory: str):
     """The kroberta `ModelConfig` of a keras-hub RoBERTa preset's `config.json`."""
     from kroberta.config import ModelConfig
 
+    from kroberta.hf import read_json_in
+
     path = os.path.join(directory, CONFIG_FILE)
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"{directory}: no such directory")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: missing (not a keras-hub preset directory)")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise KerasHubPresetError(f"{path}: not valid JSON: {e}") from None
+    data = read_json_in(directory, CONFIG_FILE, "a keras-hub preset directory", KerasHubPresetError)
     name = str(data.get("registered_name", ""))
     if not name.endswith(BACKBONE_NAME):
         raise KerasHubPresetError(f"{path}: registered_name: kroberta reads {BACKBONE_NAME} presets, got "

@@ -287,9 +287,14 @@ def _check_arrow_column(path, schema, field):
 def _parquet_values(path, field, on_bytes):
     parquet = _parquet_file(path)
     _check_arrow_column(path, parquet.schema_arrow, field)
-    rows = max(parquet.metadata.num_rows, 1)
-    size, reported, done = os.path.getsize(path), 0, 0
-    for batch in parquet.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=[field], use_threads=False):
+    batches = parquet.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=[field], use_threads=False)
+    yield from _column_values(batches, parquet.metadata.num_rows, os.path.getsize(path), on_bytes)
+
+
+def _column_values(batches, rows, size, on_bytes):
+    """The values of one-column Arrow batches; progress in bytes, prorated by rows."""
+    rows, reported, done = max(rows, 1), 0, 0
+    for batch in batches:
         yield from batch.column(0).to_pylist()
         done += batch.num_rows
         if on_bytes is not None:
@@ -321,16 +326,9 @@ def _load_dataset(path, split):
 def _dataset_values(path, field, on_bytes, split):
     dataset = _load_dataset(path, split)
     _check_arrow_column(path, dataset.data.schema, field)
-    rows = max(len(dataset), 1)
-    size, reported, done = dataset_bytes(path), 0, 0
     # The Arrow table is memory-mapped: batches are views of the files, not copies.
-    for batch in dataset.select_columns([field]).with_format("arrow").iter(batch_size=ARROW_BATCH_ROWS):
-        yield from batch.column(0).to_pylist()
-        done += batch.num_rows
-        if on_bytes is not None:
-            position = size * done // rows
-            on_bytes(position - reported)
-            reported = position
+    batches = dataset.select_columns([field]).with_format("arrow").iter(batch_size=ARROW_BATCH_ROWS)
+    yield from _column_values(batches, len(dataset), dataset_bytes(path), on_bytes)
 
 
 def dataset_bytes(path):
