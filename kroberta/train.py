@@ -6,6 +6,7 @@ Re-running the same command resumes from the run directory's latest checkpoint.
 """
 
 import argparse
+import dataclasses
 import math
 import os
 import shutil
@@ -101,6 +102,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     slots = config.data.prediction_slots(train_spec.sequence_length)
     config = dispatch_size.resolve(config, topology.devices, global_batch,
                                    train_spec.sequence_length, log=_log)
+    run_data = dataclasses.replace(run_data, config=config)  # K resolved for the pipelines too
     from kroberta.model import build_compiled_model, count_parameters
 
     model = build_compiled_model(config)
