@@ -38,7 +38,7 @@ def payload_problem(serialized: bytes, with_labels: bool) -> str | None:
             continue  # missing features are reported by the length checks
         kind = example.features.feature[name].WhichOneof("kind")
         if kind != "int64_list":
-            return f"feature '{name}' is {kind or 'empty'}, expected int64_list"
+            return f"feature '{name}' has the wrong dtype: {kind or 'empty'}, expected int64_list"
     try:
         tf.io.parse_example(tf.constant([serialized]), parse_spec(with_labels))
     except PARSE_FAILURES as error:

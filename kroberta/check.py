@@ -142,26 +142,20 @@ class _FileChecker:
         self._check_parsed(parsed, start + rows)
 
     def _examine_one_by_one(self, serialized, start):
-        """Name records that are not Examples or hold non-int64 features; return the rest."""
-        import tensorflow as tf
-        from google.protobuf.message import DecodeError
+        """Name records that do not parse as kroberta Examples; return the indices of the rest."""
+        from kroberta.bad_records import payload_problem
 
         good = []
         for i, record in enumerate(serialized):
-            try:
-                example = tf.train.Example.FromString(record)
-            except DecodeError:
-                self.defect(start + i, None, None, "not a tf.train.Example")
-                continue
-            for name in FEATURES:
-                if name not in example.features.feature:
-                    continue  # missing features are reported by the batch checks
-                kind = example.features.feature[name].WhichOneof("kind")
-                if kind != "int64_list":
-                    self.defect(start + i, name, kind, "wrong dtype, expected int64_list")
-                    break
-            else:
+            # The pipeline's own judgement (protobuf, feature kinds, then TF's parser).
+            problem = payload_problem(record, with_labels=True)
+            if problem is None:
                 good.append(i)
+            elif problem.startswith("feature '"):
+                feature = problem.split("'")[1]
+                self.defect(start + i, feature, None, problem[len(f"feature '{feature}' "):])
+            else:
+                self.defect(start + i, None, None, problem)
         return good
 
     def _check_parsed(self, parsed, indices):

@@ -62,7 +62,7 @@ def _plant(kind, ids, mask, labels, row):
     if kind == "payload":
         return _example(ids, mask, labels)[:-9] + b"\xff\xfe", "the payload is not a tf.train.Example"
     if kind == "dtype":
-        return _example(ids, mask, labels, {"labels": "float"}), "feature 'labels' is float_list"
+        return _example(ids, mask, labels, {"labels": "float"}), "feature 'labels' has the wrong dtype: float_list"
     raise ValueError(kind)
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from kroberta import advisor, quiet_start
-from kroberta import config as config_lib
+from kroberta.named_configs import load_config
 from tests.conftest import REPO
 
 NOISE_MARKERS = ("cuInit", "TPU_", "E0000")
@@ -113,7 +113,7 @@ def test_skip_absent_accelerators_respects_the_users_choice(monkeypatch):
 
 
 def test_tpu_shape_warnings_only_when_asked():
-    seed = config_lib.load_toml(os.path.join(REPO, "configs", "seed.toml"))
+    seed = load_config("seed")
     assert advisor.warnings_for(seed, "cpu", shapes=False) == []
     on_tpu = advisor.warnings_for(seed, "tpu", shapes=True)
     assert any("not a multiple of 128" in line for line in on_tpu)
