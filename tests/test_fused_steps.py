@@ -2,10 +2,7 @@
 time, honest interval metrics, resume inside a group, one compilation per program."""
 
 import dataclasses
-import json
-import os
 
-import h5py
 import jax
 import numpy as np
 import pytest
@@ -14,22 +11,10 @@ from kroberta import data as data_lib
 from kroberta import dispatch_size, fused_steps, train
 from kroberta.config import AUTO, ConfigError, validate
 from tests.conftest import tiny_config
+from tests.test_train import _rows, _weights  # the run-dir readers the training tests use
 
 # 20 steps: two log intervals of 8, then a last one of 4 (a short group for K = 8).
 RUN = dict(steps=20, warmup_steps=4, eval_every=16, checkpoint_every=16)
-
-
-def _rows(run_dir, split="train"):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r["split"] == split]
-
-
-def _weights(run_dir):
-    out = {}
-    with h5py.File(os.path.join(run_dir, "model.weights.h5")) as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, obj[()])
-                     if isinstance(obj, h5py.Dataset) else None)
-    return out
 
 
 def _assert_same_weights(a, b):
