@@ -218,19 +218,11 @@ def test_whole_words_longer_than_the_slots_are_never_split():
 
 
 def _prepared_words(root):
-    import random
+    from tests.conftest import prepare_word_corpus
 
-    from kroberta import prepare
-
-    rng = random.Random(0)
+    # 300 tokens: few merges, so most of these words are several tokens long.
     words = ["alphabetical", "betatron", "gammaray", "deltawing", "omegapoint", "riverstone"]
-    text = "".join("The " + " ".join(rng.choice(words) for _ in range(rng.randint(5, 15)))
-                   + " ends here.\n\n" for _ in range(200))
-    (root / "corpus.txt").write_text(text)
-    # 300 tokens: few merges, so most words are several tokens long.
-    prepare.prepare([str(root / "corpus.txt")], str(root / "data"), vocab_size=300, seq_len=32,
-                    validation_fraction=0.05, progress=False)
-    return root / "data"
+    return prepare_word_corpus(root, words, documents=200)
 
 
 def _split_words(batches, starts):
