@@ -27,8 +27,9 @@ import time  # noqa: E402
 
 import kroberta  # noqa: E402,F401  (fixes the backend before keras is imported)
 from kroberta import config as config_lib  # noqa: E402
-from kroberta import distribute, hardware  # noqa: E402
-from kroberta._backend import BackendError  # noqa: E402
+from kroberta.parallel import distribute  # noqa: E402
+from kroberta.perf import hardware  # noqa: E402
+from kroberta.runtime.backend import BackendError  # noqa: E402
 from kroberta.config import Config, ConfigError  # noqa: E402
 
 # Compiled here with libtpu 0.0.42; libtpu accepts other slices of these generations
@@ -164,7 +165,7 @@ def topology_devices(name: str) -> list:
                        "(the tpu extra; compiles for TPUs on a CPU-only machine)") from None
     from jax.experimental import topologies
 
-    from kroberta.quiet_start import quiet_libtpu_probe
+    from kroberta.runtime.quiet_start import quiet_libtpu_probe
 
     try:
         options = _CHIP_CONFIG.get(name.split(":")[0], {})
@@ -185,7 +186,7 @@ def _per_device_chip(devices) -> tuple[float, float, int]:
     kind = devices[0].device_kind
     chip = hardware.chip_for_device_kind(kind)
     if chip is None:
-        raise AotError(f"no HBM and peak figures for {kind!r} in kroberta.hardware.CHIPS")
+        raise AotError(f"no HBM and peak figures for {kind!r} in kroberta.perf.hardware.CHIPS")
     chips = len({tuple(d.coords) for d in devices})
     share = _RUNTIME_DEVICES_PER_CHIP.get(chip.name, 1) * chips / len(devices)
     return chip.memory_bytes * share, chip.bf16_flops * share, chips
@@ -226,7 +227,7 @@ def compile_for_topology(config: Config, topology_name: str, model=None) -> Repo
     already refuses to compile for lack of HBM (a program that compiles but needs
     more than the HBM is reported: check `report.fits` / `report.does_not_fit()`).
     """
-    from kroberta import aot_programs
+    from kroberta.perf import aot_programs
 
     config_lib.validate(config)
     devices = topology_devices(topology_name)
@@ -246,8 +247,8 @@ def compile_for_topology(config: Config, topology_name: str, model=None) -> Repo
     length = config.model.max_sequence_length
     slots = config.data.prediction_slots(length)
     # The programs that run: K fused training steps, G prediction batches per dispatch.
-    from kroberta import dispatch_size
-    from kroberta.prediction import batches_per_dispatch_for
+    from kroberta.perf import dispatch_size
+    from kroberta.inference.engine import batches_per_dispatch_for
 
     steps = dispatch_size.resolve(config, devices, batch, length).train.steps_per_execution
     group = batches_per_dispatch_for(config, batch, slots, length, devices=devices)

@@ -305,7 +305,7 @@ def check_steps_per_execution(t: TrainConfig, k: int, fail):
 
 
 def _validate_distributed(config: Config, fail):
-    """The static checks; those that need the device count are in kroberta.distribute."""
+    """The static checks; those that need the device count are in kroberta.parallel.distribute."""
     dist, m = config.distributed, config.model
     for key in ("devices", "model_parallel", "num_processes"):
         if getattr(dist, key) < 0:

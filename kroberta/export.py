@@ -36,7 +36,8 @@ class ExportError(Exception):
 def main(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str:
     """Exports the run at `run` (with its tokenizer, if any) into `out` in `format`
     ("hf" or "keras-hub"); returns `out`."""
-    from kroberta import checkpoint_io, hf, keras_hub_preset
+    from kroberta.model import saving as checkpoint_io
+    from kroberta.interop import hf, keras_hub as keras_hub_preset
 
     if format not in FORMATS:
         raise ExportError(f"--format {format!r}: expected one of {', '.join(FORMATS)}")

@@ -6,7 +6,7 @@ Each batch's reduced result is appended to one raw file per output array as soon
 as it arrives; at the end the arrays are packed into the .npz (written under a
 temporary name and renamed, so an interrupted run leaves no partial file).
 
-The Python API is `kroberta.predict(...)` (see kroberta/prediction.py); this
+The Python API is `kroberta.predict(...)` (see kroberta/inference/engine.py); this
 module is also callable as that function, so `import kroberta.predict` cannot
 shadow it.
 """
@@ -23,9 +23,9 @@ import zipfile
 import numpy as np
 
 import kroberta
-from kroberta import prediction
-from kroberta.data import DataError
-from kroberta.prediction_inputs import InputError
+from kroberta.inference import engine as prediction
+from kroberta.data.pipeline import DataError
+from kroberta.inference.inputs import InputError
 
 
 class _Progress:
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
         chunks = prediction.predict_batches(model, args.data, output=args.output, k=args.k,
                                             positions=args.positions, batch_size=args.batch_size,
                                             slots=args.slots)
-        from kroberta.data import inspect_files, resolve_files
+        from kroberta.data.pipeline import inspect_files, resolve_files
 
         total = inspect_files(resolve_files(args.data, "--data"), "--data").records
         shapes = write_npz(chunks, args.out, _Progress(total, not args.no_progress))

@@ -25,16 +25,16 @@ import warnings
 
 import numpy as np
 
-from kroberta import manifest as manifest_lib
-from kroberta.encode import blocks, encoded_documents
-from kroberta.packing import pack_documents
-from kroberta.progress import Progress
-from kroberta.recordfiles import RecordError, check_source
-from kroberta.records import PAD_ID, encode_examples
-from kroberta.splits import SplitWriter, in_validation
-from kroberta.static_labels import static_mask
-from kroberta.textfiles import InputError, Source, expand_inputs, iter_documents, scan_file
-from kroberta.tokenizer import (
+from kroberta.data import manifest as manifest_lib
+from kroberta.text.encode import blocks, encoded_documents
+from kroberta.text.packing import pack_documents
+from kroberta.text.progress import Progress
+from kroberta.text.recordfiles import RecordError, check_source
+from kroberta.data.records import PAD_ID, encode_examples
+from kroberta.text.splits import SplitWriter, in_validation
+from kroberta.data.static_labels import static_mask
+from kroberta.text.textfiles import InputError, Source, expand_inputs, iter_documents, scan_file
+from kroberta.text.tokenizer import (
     MIN_VOCABULARY_SIZE,
     TokenizerError,
     VocabularyShortfallWarning,
@@ -375,7 +375,7 @@ def _tfrecords_in(directory):
 
 
 def _run_check(args):
-    from kroberta.check import check_records
+    from kroberta.data.check import check_records
 
     vocab, length = args.vocab_size, args.seq_len
     if os.path.isdir(args.check) and not os.path.exists(os.path.join(args.check, manifest_lib.MANIFEST_NAME)):

@@ -136,7 +136,7 @@ def report(run_dir: str, print_fn=print, show: bool | None = None) -> dict:
         time), with `report_png` (the picture's path) and `figure` (the matplotlib
         Figure, for further use) added.
     """
-    from kroberta import console
+    from kroberta.training import console
 
     rows = read_metrics(run_dir)
     summary = summarize(rows)

@@ -14,18 +14,20 @@ import sys
 import time
 
 import kroberta  # noqa: F401  (fixes the backend before keras is imported)
-from kroberta import checkpoint, checkpoint_io, distribute
-from kroberta import advisor, dispatch_size
-from kroberta import run_dir as run_dir_lib
+from kroberta.training import checkpoint
+from kroberta.model import saving as checkpoint_io
+from kroberta.parallel import distribute
+from kroberta.perf import advisor, dispatch_size
+from kroberta.training import run_dir as run_dir_lib
 from kroberta import config as config_lib
-from kroberta import data as data_lib
-from kroberta import run_data as run_data_lib
-from kroberta._backend import BackendError
+from kroberta.data import pipeline as data_lib
+from kroberta.training import run_data as run_data_lib
+from kroberta.runtime.backend import BackendError
 from kroberta.config import Config, ConfigError
-from kroberta.hf_weights import HFConversionError as _HFError
-from kroberta.manifest import ManifestError as _ManifestError
+from kroberta.interop.hf_weights import HFConversionError as _HFError
+from kroberta.data.manifest import ManifestError as _ManifestError
 from kroberta.prepare import PrepareError as _PrepareError
-from kroberta.preemption import PreemptionFlag
+from kroberta.training.preemption import PreemptionFlag
 
 
 _QUIET = False  # True on processes other than 0 of a multi-process job
@@ -103,7 +105,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     config = dispatch_size.resolve(config, topology.devices, global_batch,
                                    train_spec.sequence_length, log=_log)
     run_data = dataclasses.replace(run_data, config=config)  # K resolved for the pipelines too
-    from kroberta.model import build_compiled_model, count_parameters
+    from kroberta.model.mlm import build_compiled_model, count_parameters
 
     model = build_compiled_model(config)
     _log(f"devices: {topology.describe()}")
@@ -130,12 +132,12 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
         start_step = int(model.optimizer.iterations.numpy())
         _log(f"resuming from {saved[-1][1]} (step {start_step})")
     elif config.init_from_hf:
-        from kroberta.hf import init_from_hf
+        from kroberta.interop.hf import init_from_hf
 
         init_from_hf(model, config.init_from_hf)
         _log(f"initialised from the Hugging Face checkpoint in {config.init_from_hf}")
     elif config.init_from_keras_hub:
-        from kroberta.keras_hub_preset import init_from_keras_hub
+        from kroberta.interop.keras_hub import init_from_keras_hub
 
         with_head = init_from_keras_hub(model, config.init_from_keras_hub)
         _log(f"initialised from the keras-hub preset in {config.init_from_keras_hub}"
@@ -176,7 +178,7 @@ def _log_interrupted(run_dir: str):
 
 
 def _fit(model, run_data, topology, start_step, stop_step) -> dict:
-    from kroberta.run_callbacks import RunLogger
+    from kroberta.training.run_callbacks import RunLogger
 
     config, train_spec, val_spec = run_data.config, run_data.train, run_data.validation
     t = config.train
@@ -202,7 +204,7 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     def fit_segment(begin, end, steps_per_epoch):
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
         # Exactly `end - begin` batches: fused dispatches take K of them at a time
-        # (kroberta.fused_steps), and a last group that ends at `end` takes the rest.
+        # (kroberta.training.fused_steps), and a last group that ends at `end` takes the rest.
         train_ds = run_data_lib.train_batches(run_data, process_batch, begin, shard=shard)
         model.fit(train_ds.take(end - begin), steps_per_epoch=steps_per_epoch,
                   epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,
@@ -269,7 +271,7 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
 
 
 def _print_examples(run_dir: str):
-    from kroberta.examples import print_fill_mask_examples
+    from kroberta.training.examples import print_fill_mask_examples
 
     print_fill_mask_examples(run_dir)
 
@@ -277,7 +279,7 @@ def _print_examples(run_dir: str):
 def cli(argv=None) -> int:
     try:
         config, args = parse_args(sys.argv[1:] if argv is None else argv)
-        if args.explain:  # kroberta.advisor: trains nothing, creates no run dir
+        if args.explain:  # kroberta.perf.advisor: trains nothing, creates no run dir
             return advisor.explain_cli(config, args.sources)
         summary = main(config, force=args.force, until_step=args.until_step, sources=args.sources)
         if summary.get("preempted"):
