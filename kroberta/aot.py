@@ -26,11 +26,12 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 import kroberta  # noqa: E402,F401  (fixes the backend before keras is imported)
+from kroberta import cli as cli_lib  # noqa: E402
 from kroberta import config as config_lib  # noqa: E402
 from kroberta.parallel import distribute  # noqa: E402
 from kroberta.perf import hardware  # noqa: E402
-from kroberta.runtime.backend import BackendError  # noqa: E402
-from kroberta.config import Config, ConfigError  # noqa: E402
+from kroberta.config import Config  # noqa: E402
+from kroberta.errors import KrobertaError  # noqa: E402
 
 # Compiled here with libtpu 0.0.42; libtpu accepts other slices of these generations
 # too ("v4:2x2x2", "v5e:8x8"): generation, colon, chips along each axis.
@@ -43,7 +44,7 @@ _CHIP_CONFIG = {"v4": {"chip_config_name": "megacore"}}
 GiB = 2**30
 
 
-class AotError(ValueError):
+class AotError(KrobertaError, ValueError):
     """The topology, the installation or the program's size rules out a compile."""
 
 
@@ -288,20 +289,19 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     return config, args
 
 
+def _cli(argv) -> None:
+    config, args = parse_args(sys.argv[1:] if argv is None else argv)
+    report = compile_for_topology(config, args.topology)
+    versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("jax", "libtpu"))
+    print(f"kroberta.aot: {args.config or 'default config'} for {args.topology} ({versions})")
+    print(report.table(), flush=True)
+    problem = report.does_not_fit()
+    if problem:
+        raise AotError(problem)
+
+
 def cli(argv=None) -> int:
-    try:
-        config, args = parse_args(sys.argv[1:] if argv is None else argv)
-        report = compile_for_topology(config, args.topology)
-        versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("jax", "libtpu"))
-        print(f"kroberta.aot: {args.config or 'default config'} for {args.topology} ({versions})")
-        print(report.table(), flush=True)
-        problem = report.does_not_fit()
-        if problem:
-            raise AotError(problem)
-    except (ConfigError, AotError, BackendError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return cli_lib.run(lambda: _cli(argv))
 
 
 if __name__ == "__main__":

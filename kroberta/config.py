@@ -14,9 +14,10 @@ import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
+from kroberta.errors import KrobertaError
 
 
-class ConfigError(ValueError):
+class ConfigError(KrobertaError, ValueError):
     """A configuration value is unknown, of the wrong type or impossible."""
 
 

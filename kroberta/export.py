@@ -14,6 +14,9 @@ import argparse
 import os
 import sys
 
+from kroberta import cli as cli_lib
+from kroberta.errors import KrobertaError
+
 
 FORMATS = ("hf", "keras-hub")
 
@@ -29,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-class ExportError(Exception):
+class ExportError(KrobertaError):
     """A user-facing problem: printed as one line, exit status 2."""
 
 
@@ -71,13 +74,12 @@ def main(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str
 
 def cli(argv=None) -> int:
     args = _parser().parse_args(argv)
-    try:
+
+    def body():
         out = main(args.run, args.out, args.overwrite, args.format)
-    except ExportError as e:
-        print(f"kroberta.export: error: {e}", file=sys.stderr)
-        return 2
-    print(f"exported {args.run} -> {out}")
-    return 0
+        print(f"exported {args.run} -> {out}")
+
+    return cli_lib.run(body, prefix="kroberta.export: error: ")
 
 
 if __name__ == "__main__":

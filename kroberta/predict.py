@@ -23,9 +23,9 @@ import zipfile
 import numpy as np
 
 import kroberta
+from kroberta import cli as cli_lib
 from kroberta.inference import engine as prediction
-from kroberta.data.pipeline import DataError
-from kroberta.inference.inputs import InputError
+from kroberta.inference.inputs import PredictInputError
 
 
 class _Progress:
@@ -95,23 +95,21 @@ def _parser():
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    try:
-        if not args.out.endswith(".npz"):
-            raise InputError(f"--out: {args.out!r} must end with .npz")
-        model = kroberta.load(args.run)
-        chunks = prediction.predict_batches(model, args.data, output=args.output, k=args.k,
-                                            positions=args.positions, batch_size=args.batch_size,
-                                            slots=args.slots)
-        from kroberta.data.pipeline import inspect_files, resolve_files
+    return cli_lib.run(lambda: _main(args), interrupted="interrupted; nothing was written",
+                       also=(FileNotFoundError,))
 
-        total = inspect_files(resolve_files(args.data, "--data"), "--data").records
-        shapes = write_npz(chunks, args.out, _Progress(total, not args.no_progress))
-    except (FileNotFoundError, DataError, InputError, prediction.PredictionError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted; nothing was written", file=sys.stderr)
-        return 130
+
+def _main(args) -> int:
+    if not args.out.endswith(".npz"):
+        raise PredictInputError(f"--out: {args.out!r} must end with .npz")
+    model = kroberta.load(args.run)
+    chunks = prediction.predict_batches(model, args.data, output=args.output, k=args.k,
+                                        positions=args.positions, batch_size=args.batch_size,
+                                        slots=args.slots)
+    from kroberta.data.pipeline import inspect_files, resolve_files
+
+    total = inspect_files(resolve_files(args.data, "--data"), "--data").records
+    shapes = write_npz(chunks, args.out, _Progress(total, not args.no_progress))
     summary = ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
     print(f"wrote {args.out}: {summary}")
     return 0

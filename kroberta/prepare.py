@@ -25,6 +25,7 @@ import warnings
 
 import numpy as np
 
+from kroberta import cli as cli_lib
 from kroberta.data import manifest as manifest_lib
 from kroberta.text.encode import blocks, encoded_documents
 from kroberta.text.packing import pack_documents
@@ -33,7 +34,7 @@ from kroberta.text.recordfiles import RecordError, check_source
 from kroberta.data.records import PAD_ID, encode_examples
 from kroberta.text.splits import SplitWriter, in_validation
 from kroberta.data.static_labels import static_mask
-from kroberta.text.textfiles import InputError, Source, expand_inputs, iter_documents, scan_file
+from kroberta.text.textfiles import TextInputError, Source, expand_inputs, iter_documents, scan_file
 from kroberta.text.tokenizer import (
     MIN_VOCABULARY_SIZE,
     TokenizerError,
@@ -43,13 +44,14 @@ from kroberta.text.tokenizer import (
     train_tokenizer,
     vocabulary_size,
 )
+from kroberta.errors import KrobertaError
 
 MIN_SEQ_LEN = 8
 TARGET_SHARD_BYTES = 200e6  # shards of ~100-200 MB: few files, yet parallel reads
 BLOCK = 1024  # sequences per block: the unit of static masking's RNG and of serialization
 
 
-class PrepareError(ValueError):
+class PrepareError(KrobertaError, ValueError):
     """prepare cannot proceed; the message says why in one line."""
 
 
@@ -111,7 +113,7 @@ def _scan_inputs(files, strict, text_field="text", split="train"):
             try:
                 total += check_source(source.path, source.format, text_field, split)
             except OSError as e:
-                raise InputError(f"{path}: unreadable ({e.strerror})") from None
+                raise TextInputError(f"{path}: unreadable ({e.strerror})") from None
             good.append(source)
             has_text = True  # known only once read; an all-empty corpus is refused then
             continue
@@ -218,7 +220,7 @@ def prepare(
     try:
         files = expand_inputs(inputs)
         good, skipped, total_bytes = _scan_inputs(files, strict, text_field, split)
-    except (InputError, RecordError) as e:
+    except (TextInputError, RecordError) as e:
         raise PrepareError(str(e)) from None
     _clear_previous(out_dir)
     os.makedirs(out_dir, exist_ok=True)
@@ -421,14 +423,11 @@ def main(argv=None):
     with warnings.catch_warnings():
         # One line per warning on stderr, no source line: these are messages for users.
         warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
-        try:
-            manifest = _run(args)
-        except (PrepareError, InputError, RecordError, manifest_lib.ManifestError, TokenizerError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print("interrupted: no manifest written; partial shards were removed", file=sys.stderr)
-            return 130
+        return cli_lib.run(lambda: _finish(_run(args), args),
+                           interrupted="interrupted: no manifest written; partial shards were removed")
+
+
+def _finish(manifest, args) -> int:
     if isinstance(manifest, int):
         return manifest  # --check's exit code
     print(_summary(manifest, args.out))

@@ -14,6 +14,7 @@ import sys
 import time
 
 import kroberta  # noqa: F401  (fixes the backend before keras is imported)
+from kroberta import cli as cli_lib
 from kroberta.training import checkpoint
 from kroberta.model import saving as checkpoint_io
 from kroberta.parallel import distribute
@@ -22,11 +23,7 @@ from kroberta.training import run_dir as run_dir_lib
 from kroberta import config as config_lib
 from kroberta.data import pipeline as data_lib
 from kroberta.training import run_data as run_data_lib
-from kroberta.runtime.backend import BackendError
 from kroberta.config import Config, ConfigError
-from kroberta.interop.hf_weights import HFConversionError as _HFError
-from kroberta.data.manifest import ManifestError as _ManifestError
-from kroberta.prepare import PrepareError as _PrepareError
 from kroberta.training.preemption import PreemptionFlag
 
 
@@ -276,31 +273,21 @@ def _print_examples(run_dir: str):
     print_fill_mask_examples(run_dir)
 
 
-def cli(argv=None) -> int:
-    try:
-        config, args = parse_args(sys.argv[1:] if argv is None else argv)
-        if args.explain:  # kroberta.perf.advisor: trains nothing, creates no run dir
-            return advisor.explain_cli(config, args.sources)
-        summary = main(config, force=args.force, until_step=args.until_step, sources=args.sources)
-        if summary.get("preempted"):
-            return 143  # 128 + SIGTERM, as if the signal had ended the process
-        if not config.data.train and not config.data.dir and not args.no_examples:
-            _print_examples(config.run_dir)
-    except (ConfigError, data_lib.DataError, BackendError, _HFError, _ManifestError,
-            _PrepareError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except checkpoint.CheckpointWriteError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except FloatingPointError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 3
-    except KeyboardInterrupt:
-        # Mid-fit, main() has said which checkpoint is kept and how to resume.
-        print("interrupted", file=sys.stderr)
-        return 130
+def _cli(argv) -> int:
+    config, args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.explain:  # kroberta.perf.advisor: trains nothing, creates no run dir
+        return advisor.explain_cli(config, args.sources)
+    summary = main(config, force=args.force, until_step=args.until_step, sources=args.sources)
+    if summary.get("preempted"):
+        return cli_lib.PREEMPTED
+    if not config.data.train and not config.data.dir and not args.no_examples:
+        _print_examples(config.run_dir)
     return 0
+
+
+def cli(argv=None) -> int:
+    # On KeyboardInterrupt mid-fit, main() has said which checkpoint is kept and how to resume.
+    return cli_lib.run(lambda: _cli(argv))
 
 
 if __name__ == "__main__":

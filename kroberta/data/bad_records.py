@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 
 from kroberta.data.batch_parsing import parse_checked_batch, parse_spec
 from kroberta.data.records import FEATURES
+from kroberta.errors import KrobertaError
 
 _ASSERT_MESSAGE = re.compile(r"<<(.*?)>>", re.S)
 # TF quotes an unparseable payload's bytes in its error message and then fails to
@@ -23,7 +24,7 @@ PARSE_FAILURES = (tf.errors.InvalidArgumentError, UnicodeDecodeError)
 _REPLAY_BATCH = 1024
 
 
-class DataError(ValueError):
+class DataError(KrobertaError, ValueError):
     """The data is malformed; the message names the file, record and feature."""
 
 

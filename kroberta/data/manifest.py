@@ -6,6 +6,7 @@ The manifest is written last, so its presence means the directory is complete.
 import dataclasses
 import json
 import os
+from kroberta.errors import KrobertaError
 
 FORMAT = "kroberta-tfrecord-v1"
 MANIFEST_NAME = "manifest.json"
@@ -13,7 +14,7 @@ _REQUIRED = ("format", "train", "validation", "vocabulary_size", "sequence_lengt
 _SPECIALS = ("bos", "pad", "eos", "unk", "mask")
 
 
-class ManifestError(ValueError):
+class ManifestError(KrobertaError, ValueError):
     """manifest.json is missing, malformed, incomplete, or points at missing files."""
 
 

@@ -24,13 +24,14 @@ import tensorflow as tf
 from kroberta.data import pipeline as data_lib
 from kroberta.inference import inputs as inputs_lib
 from kroberta.inference.top_k import exact_top_k
+from kroberta.errors import KrobertaError
 
 OUTPUTS = ("top_k", "logits", "loss", "embeddings")
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 2**30  # host memory one call may return
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 
 
-class PredictionError(ValueError):
+class PredictionError(KrobertaError, ValueError):
     """Bad arguments or inputs to predict; the message says what to change."""
 
 

@@ -18,11 +18,12 @@ import tensorflow as tf
 
 from kroberta.data import pipeline as data_lib
 from kroberta.data.masking import IGNORE_LABEL, static_slots_batch
+from kroberta.errors import KrobertaError
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-class InputError(ValueError):
+class PredictInputError(KrobertaError, ValueError):
     """The inputs cannot be predicted on; the message says why."""
 
 
@@ -46,7 +47,7 @@ def as_examples(inputs, config) -> Source:
         patterns = [inputs] if isinstance(inputs, str) else list(inputs)
         spec = data_lib.inspect_files(data_lib.resolve_files(patterns, "inputs"), "inputs")
         if spec.sequence_length > config.model.max_sequence_length:
-            raise InputError(f"inputs: sequences of {spec.sequence_length} tokens, the model "
+            raise PredictInputError(f"inputs: sequences of {spec.sequence_length} tokens, the model "
                              f"takes at most {config.model.max_sequence_length}")
         return Source(lambda batch: data_lib.read_batches(spec, vocabulary, batch),
                       spec.sequence_length, spec.has_labels, spec.records, spec.files,
@@ -55,7 +56,7 @@ def as_examples(inputs, config) -> Source:
         return _from_arrays(inputs, config)
     if isinstance(inputs, tf.data.Dataset):
         return _from_dataset(inputs, config)
-    raise InputError(
+    raise PredictInputError(
         "inputs must be TFRecord path(s), a tf.data.Dataset of dicts or a dict of numpy arrays, "
         f"got {type(inputs).__name__}")
 
@@ -63,21 +64,21 @@ def as_examples(inputs, config) -> Source:
 def _from_arrays(arrays, config) -> Source:
     for name in ("input_ids", "attention_mask"):
         if name not in arrays:
-            raise InputError(f"inputs: the dict has no {name!r} array (keys: {sorted(arrays)})")
+            raise PredictInputError(f"inputs: the dict has no {name!r} array (keys: {sorted(arrays)})")
     columns = {}
     for name in ("input_ids", "attention_mask", "labels"):
         if name in arrays:
             value = np.asarray(arrays[name])
             if value.ndim != 2:
-                raise InputError(f"inputs[{name!r}]: expected shape (N, L), got {value.shape}")
+                raise PredictInputError(f"inputs[{name!r}]: expected shape (N, L), got {value.shape}")
             columns[name] = value.astype(np.int32)
     shapes = {n: v.shape for n, v in columns.items()}
     if len(set(shapes.values())) != 1:
-        raise InputError(f"inputs: arrays have different shapes {shapes}")
+        raise PredictInputError(f"inputs: arrays have different shapes {shapes}")
     n, length = columns["input_ids"].shape
     _check_values(columns, config, "inputs")
     if length > config.model.max_sequence_length:
-        raise InputError(f"inputs: sequences of {length} tokens, the model takes at most "
+        raise PredictInputError(f"inputs: sequences of {length} tokens, the model takes at most "
                          f"{config.model.max_sequence_length}")
     return Source(None, length, "labels" in columns, n, columns=columns)
 
@@ -88,22 +89,22 @@ def _check_values(columns, config, where):
     bad = np.argwhere((ids < 0) | (ids >= config.model.vocabulary_size))
     if len(bad):
         row, col = bad[0]
-        raise InputError(f"{where}: input_ids[{row}, {col}] = {ids[row, col]} is outside the "
+        raise PredictInputError(f"{where}: input_ids[{row}, {col}] = {ids[row, col]} is outside the "
                          f"vocabulary [0, {config.model.vocabulary_size})")
     mask = columns["attention_mask"]
     if not np.isin(mask, (0, 1)).all():
-        raise InputError(f"{where}: attention_mask holds values other than 0 and 1")
+        raise PredictInputError(f"{where}: attention_mask holds values other than 0 and 1")
 
 
 def _from_dataset(dataset, config) -> Source:
     spec = dataset.element_spec
     if not isinstance(spec, dict) or "input_ids" not in spec or "attention_mask" not in spec:
-        raise InputError("inputs: a tf.data.Dataset must yield dicts with 'input_ids' and "
+        raise PredictInputError("inputs: a tf.data.Dataset must yield dicts with 'input_ids' and "
                          f"'attention_mask', got {spec}")
     batched_already = spec["input_ids"].shape.rank == 2
     length = spec["input_ids"].shape[-1]
     if length is None:
-        raise InputError("inputs: the dataset's sequence length must be static")
+        raise PredictInputError("inputs: the dataset's sequence length must be static")
     names = [n for n in ("input_ids", "attention_mask", "labels") if n in spec]
     cardinality = int(dataset.cardinality())
     examples = cardinality if cardinality >= 0 and not batched_already else None

@@ -16,6 +16,7 @@ arithmetic up to float rounding), and on export the row is zeros.
 """
 
 import numpy as np
+from kroberta.errors import KrobertaError
 
 # HF RoBERTa position ids are cumsum(non-pad) + padding_idx, padding_idx = 1.
 POSITION_OFFSET = 2
@@ -29,7 +30,7 @@ LM_HEAD_DECODER_BIAS = "lm_head.decoder.bias"
 LM_HEAD_DECODER_WEIGHT = "lm_head.decoder.weight"
 
 
-class HFConversionError(ValueError):
+class HFConversionError(KrobertaError, ValueError):
     """A checkpoint cannot be mapped onto the kroberta model (names the tensor or key)."""
 
 

@@ -13,12 +13,13 @@ import os
 import sys
 import types
 import warnings
+from kroberta.errors import KrobertaError
 
 # set_backend drops every module whose name starts with this (keras, keras_hub, ...).
 _KERAS_PREFIX = "keras"
 
 
-class BackendError(RuntimeError):
+class BackendError(KrobertaError, RuntimeError):
     """Raised when the process is set up for a Keras backend other than JAX."""
 
 

@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import zlib
+from kroberta.errors import KrobertaError
 
 FORMATS = {  # name suffix -> format (the longest matching suffix wins)
     ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".json": "jsonl", ".json.gz": "jsonl",
@@ -36,7 +37,7 @@ _PROGRESS_EVERY = 1 << 20  # report progress about once per MB
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some tools write first
 
 
-class RecordError(ValueError):
+class RecordError(KrobertaError, ValueError):
     """A record file cannot be read as documents; the message names the file and record."""
 
 

@@ -17,11 +17,12 @@ import os
 import zlib
 
 from kroberta.text import recordfiles
+from kroberta.errors import KrobertaError
 
 _SCAN_BLOCK = 1 << 20
 
 
-class InputError(ValueError):
+class TextInputError(KrobertaError, ValueError):
     """The inputs cannot be used (no match, unreadable, not UTF-8 text in strict mode)."""
 
 
@@ -52,12 +53,12 @@ def expand_inputs(inputs):
             `datasets`' `save_to_disk` is one input of its own.
 
     Returns:
-        A list of file paths. Raises `InputError` naming any pattern that matches
+        A list of file paths. Raises `TextInputError` naming any pattern that matches
         no file.
     """
     patterns = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     if not patterns:
-        raise InputError("no input given (pass --input 'corpus/*.txt')")
+        raise TextInputError("no input given (pass --input 'corpus/*.txt')")
     files = []
     for pattern in patterns:
         pattern = os.fspath(pattern)
@@ -76,7 +77,7 @@ def expand_inputs(inputs):
             elif os.path.isfile(match):
                 found.append(match)
         if not found:
-            raise InputError(f"no files match {pattern!r}")
+            raise TextInputError(f"no files match {pattern!r}")
         files.extend(found)
     unique, seen = [], set()
     for f in files:  # a file matched by two patterns is read once

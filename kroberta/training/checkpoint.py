@@ -25,6 +25,7 @@ import shutil
 import time
 
 import numpy as np
+from kroberta.errors import KrobertaError
 
 # Orbax is imported where it is used: it costs ~2 s and runs that never checkpoint
 # (predict, export) do not need it.
@@ -51,7 +52,7 @@ def list_checkpoints(run_dir: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-class CheckpointWriteError(OSError):
+class CheckpointWriteError(KrobertaError, OSError):
     """A checkpoint could not be written; the earlier checkpoints are untouched."""
 
 

@@ -19,6 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kroberta.errors import DivergedError
 from kroberta.training import checkpoint, console
 
 
@@ -148,7 +149,7 @@ class RunLogger(keras.callbacks.Callback):
     def _check_finite(self, row):
         if not math.isfinite(row["loss"]):
             self.model.stop_training = True
-            raise FloatingPointError(
+            raise DivergedError(
                 f"the training loss became {row['loss']} by step {row['step']}; the last good "
                 "checkpoint is kept. Lower train.learning_rate or set train.clip_norm, then "
                 "re-run the same command to resume from it."
