@@ -26,6 +26,7 @@ import kroberta
 from kroberta import cli as cli_lib
 from kroberta.inference import engine as prediction
 from kroberta.inference.inputs import PredictInputError
+from kroberta.atomic import atomic_path
 
 
 class _Progress:
@@ -63,8 +64,7 @@ def write_npz(chunks, out_path: str, progress: _Progress) -> dict:
         progress.update(0, final=True)
         for handle in raw.values():
             handle.close()
-        tmp = os.path.join(work, "out.npz")
-        with zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
+        with atomic_path(out_path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
             for name, (dtype, row_shape, rows) in meta.items():
                 with archive.open(name + ".npy", "w", force_zip64=True) as entry:
                     np.lib.format.write_array_header_2_0(
@@ -72,7 +72,6 @@ def write_npz(chunks, out_path: str, progress: _Progress) -> dict:
                                 "fortran_order": False, "shape": (rows, *row_shape)})
                     with open(os.path.join(work, name + ".raw"), "rb") as source:
                         shutil.copyfileobj(source, entry, 16 * 2**20)
-        os.replace(tmp, out_path)
         return {name: (rows, *row_shape) for name, (_, row_shape, rows) in meta.items()}
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -45,6 +45,7 @@ from kroberta.text.tokenizer import (
     vocabulary_size,
 )
 from kroberta.errors import KrobertaError
+from kroberta.atomic import atomic_path
 
 MIN_SEQ_LEN = 8
 TARGET_SHARD_BYTES = 200e6  # shards of ~100-200 MB: few files, yet parallel reads
@@ -154,14 +155,14 @@ def _get_tokenizer(tokenizer, files, total_bytes, vocab_size, out_dir, progress)
                 warnings.warn(shortfall, PrepareWarning, stacklevel=3)
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        tok.save(out_path + ".tmp")
-        os.replace(out_path + ".tmp", out_path)
+        with atomic_path(out_path) as tmp:
+            tok.save(tmp)
     else:
         if isinstance(tokenizer, (str, os.PathLike)):
             tok = load_tokenizer(tokenizer)
             if os.path.abspath(tokenizer) != os.path.abspath(out_path):
-                shutil.copyfile(tokenizer, out_path + ".tmp")
-                os.replace(out_path + ".tmp", out_path)
+                with atomic_path(out_path) as tmp:
+                    shutil.copyfile(tokenizer, tmp)
         else:
             tok = tokenizer
             special_token_ids(tok)

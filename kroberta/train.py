@@ -25,6 +25,7 @@ from kroberta.data import pipeline as data_lib
 from kroberta.training import run_data as run_data_lib
 from kroberta.config import Config, ConfigError
 from kroberta.training.preemption import PreemptionFlag
+from kroberta.atomic import atomic_write
 
 
 _QUIET = False  # True on processes other than 0 of a multi-process job
@@ -58,10 +59,8 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True):
             shutil.rmtree(os.path.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
     if not write:
         return
-    tmp = path + f".tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
+    with atomic_write(path) as f:
         f.write(config_lib.to_toml(config))
-    os.replace(tmp, path)
 
 
 def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):

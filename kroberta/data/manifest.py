@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 from kroberta.errors import KrobertaError
+from kroberta.atomic import atomic_write
 
 FORMAT = "kroberta-tfrecord-v1"
 MANIFEST_NAME = "manifest.json"
@@ -134,9 +135,7 @@ def load_manifest(directory):
 def write_manifest(directory, data):
     """Write `directory/manifest.json` atomically (a crash leaves no partial manifest)."""
     path = os.path.join(os.fspath(directory), MANIFEST_NAME)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_write(path, encoding="utf-8") as f:
         json.dump(data, f, indent=2)
         f.write("\n")
-    os.replace(tmp, path)
     return path

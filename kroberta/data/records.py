@@ -17,6 +17,7 @@ us per record and produces bytes that `tf.io.parse_example` reads identically
 import os
 
 import numpy as np
+from kroberta.atomic import temporary_name
 
 FEATURES = ("input_ids", "attention_mask", "labels")
 PAD_ID = 1
@@ -128,7 +129,7 @@ def encode_example(input_ids, attention_mask, labels=None):
 
 
 class ShardWriter:
-    """Atomic TFRecord writer: records go to `path.tmp-<pid>`, renamed on success.
+    """Atomic TFRecord writer: records go to a temporary name, renamed on success.
 
     An interrupted or failing run therefore never leaves a half-written shard under
     its final name. `path` may be changed before the writer closes (prepare renames
@@ -140,7 +141,7 @@ class ShardWriter:
         import tensorflow as tf  # deferred: importing this module stays cheap
 
         self.path = os.fspath(path)
-        self.tmp_path = f"{self.path}.tmp-{os.getpid()}"
+        self.tmp_path = temporary_name(self.path)
         self.records = 0
         self._writer = tf.io.TFRecordWriter(self.tmp_path)
 

@@ -14,6 +14,7 @@ import os
 
 from kroberta.interop import hf_weights
 from kroberta.interop.hf_weights import HFConversionError
+from kroberta.atomic import atomic_path
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -111,9 +112,8 @@ def export_hf(model, out_dir: str, tokenizer=None) -> str:
     os.makedirs(out_dir, exist_ok=True)
     tensors = hf_weights.to_hf_tensors(model)
     # transformers refuses safetensors files without this metadata.
-    tmp = os.path.join(out_dir, f".tmp-{os.getpid()}.{SAFETENSORS_FILE}")
-    save_file(tensors, tmp, metadata={"format": "pt"})
-    os.replace(tmp, os.path.join(out_dir, SAFETENSORS_FILE))
+    with atomic_path(os.path.join(out_dir, SAFETENSORS_FILE)) as tmp:
+        save_file(tensors, tmp, metadata={"format": "pt"})
     _write_json(os.path.join(out_dir, CONFIG_FILE), hf_config(model))
     if tokenizer is not None:
         _export_tokenizer(tokenizer, out_dir, model.backbone.max_sequence_length)

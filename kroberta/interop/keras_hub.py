@@ -22,6 +22,7 @@ import json
 import os
 
 from kroberta.interop.hf_weights import HFConversionError
+from kroberta.atomic import atomic_write
 
 KROBERTA_CONFIG_FILE = "kroberta_config.toml"
 CONFIG_FILE = "config.json"
@@ -114,10 +115,8 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     os.makedirs(out_dir, exist_ok=True)
     _stock_twin(model, preprocessor).save_to_preset(out_dir)
     if config is not None:
-        tmp = os.path.join(out_dir, f".tmp-{os.getpid()}.{KROBERTA_CONFIG_FILE}")
-        with open(tmp, "w", encoding="utf-8") as f:
+        with atomic_write(os.path.join(out_dir, KROBERTA_CONFIG_FILE), encoding="utf-8") as f:
             f.write(config_lib.to_toml(config))
-        os.replace(tmp, os.path.join(out_dir, KROBERTA_CONFIG_FILE))
     return out_dir
 
 

@@ -12,6 +12,7 @@ import keras_hub
 
 from kroberta.training import checkpoint
 from kroberta import config as config_lib
+from kroberta.atomic import atomic_path
 
 WEIGHTS_FILE = "model.weights.h5"
 CONFIG_FILE = "config.toml"
@@ -34,7 +35,6 @@ def save(model, run_dir: str):
         return None
     os.makedirs(run_dir, exist_ok=True)
     final = os.path.join(run_dir, WEIGHTS_FILE)
-    tmp = os.path.join(run_dir, f".tmp-{os.getpid()}.{WEIGHTS_FILE}")
     # Keras would store the optimizer's state too (3x the size); the final model is for
     # inference and export, so save an uncompiled twin with the same weights. It is made
     # and saved outside any distribution: its arrays stay on this host, and nothing in
@@ -45,10 +45,10 @@ def save(model, run_dir: str):
     try:
         twin = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
         twin.set_weights(weights)
-        twin.save_weights(tmp)
+        with atomic_path(final) as tmp:
+            twin.save_weights(tmp)
     finally:
         keras.distribution.set_distribution(distribution)
-    os.replace(tmp, final)
     return final
 
 

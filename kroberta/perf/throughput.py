@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from kroberta.perf import hardware
 from kroberta.runtime import xla_cpu
+from kroberta.atomic import atomic_write
 
 MATMUL_SIZE = 2048
 CACHE_FILE = "cpu_peak.json"
@@ -128,10 +129,8 @@ def cpu_peak_flops(refresh: bool = False) -> float | None:
     cache[key] = peak
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
+        with atomic_write(path) as f:
             json.dump(cache, f, indent=1)
-        os.replace(tmp, path)
     except OSError:
         pass  # a read-only home: measure again next time
     return peak

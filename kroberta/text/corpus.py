@@ -9,6 +9,7 @@ import ast
 import os
 import sysconfig
 import warnings
+from kroberta.atomic import atomic_write
 
 # Directories whose files are not library prose: tests, the IDLE GUI, installed packages.
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"}
@@ -76,14 +77,12 @@ def write_stdlib_corpus(path, root=None):
     """
     root = root or sysconfig.get_paths()["stdlib"]
     documents = 0
-    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+    with atomic_write(path, encoding="utf-8", newline="\n") as f:
         for doc in stdlib_docstrings(root):
             text = _as_document(doc)
             if text:
                 f.write(text + "\n\n")
                 documents += 1
-    os.replace(tmp, path)
     return {
         "documents": documents,
         "bytes": os.path.getsize(path),

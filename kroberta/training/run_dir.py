@@ -6,6 +6,7 @@ import os
 import shutil
 
 from kroberta.config import ConfigError
+from kroberta.atomic import atomic_write
 
 
 def check_writable(run_dir: str):
@@ -50,8 +51,6 @@ def truncate_metrics(run_dir: str, last_step: int):
                 kept.append(line if line.endswith("\n") else line + "\n")
             else:
                 dropped += 1
-    tmp = path + f".tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
+    with atomic_write(path) as f:
         f.writelines(kept)
-    os.replace(tmp, path)
     return dropped
