@@ -238,7 +238,7 @@ def compile_for_topology(config: Config, topology_name: str, model=None) -> Repo
     if model is None:
         model = aot_programs.build_model(config)
     build_seconds = time.perf_counter() - started
-    distribution = aot_programs.make_distribution(config, devices)
+    distribution = distribute.make_distribution(config, devices)
     mesh = distribution.device_mesh
     mesh_shape = dict(zip(mesh.axis_names, mesh.shape))
     topology = distribute.Topology(devices=tuple(devices), platform="tpu", mesh_shape=mesh_shape,

@@ -14,6 +14,8 @@ import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
+
+from kroberta import tokens
 from kroberta.errors import KrobertaError
 
 
@@ -45,9 +47,9 @@ class DataConfig:
     mask_rate: float = 0.15  # fraction of real, non-special tokens chosen for prediction
     max_predictions: int = 0  # prediction slots per sequence (static shape); 0 = ceil(1.25 * rate * length)
     shuffle_buffer: int = 10_000  # records shuffled together (blocks of an epoch)
-    pad_token_id: int = 1  # id written where attention_mask is 0
-    mask_token_id: int = 4  # id of <mask>
-    special_token_ids: tuple[int, ...] = (0, 1, 2, 3, 4)  # never chosen for masking
+    pad_token_id: int = tokens.PAD_ID  # id written where attention_mask is 0 (1)
+    mask_token_id: int = tokens.MASK_ID  # id of <mask> (4)
+    special_token_ids: tuple[int, ...] = tokens.SPECIAL_IDS  # never chosen for masking (0-4)
 
     def prediction_slots(self, sequence_length: int) -> int:
         """The fixed number of predicted positions per sequence (M)."""

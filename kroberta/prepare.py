@@ -33,7 +33,7 @@ from kroberta.text.progress import Progress
 from kroberta.text.recordfiles import RecordError, check_source
 from kroberta.data.records import PAD_ID, encode_examples
 from kroberta.text.splits import SplitWriter, in_validation
-from kroberta.data.static_labels import static_mask
+from kroberta.data.masking_numpy import static_mask
 from kroberta.text.textfiles import TextInputError, Source, expand_inputs, iter_documents, scan_file
 from kroberta.text.tokenizer import (
     MIN_VOCABULARY_SIZE,

@@ -14,6 +14,8 @@ import sys
 import time
 
 import kroberta  # noqa: F401  (fixes the backend before keras is imported)
+import jax  # noqa: E402  (after kroberta: the backend first)
+
 from kroberta import cli as cli_lib
 from kroberta.training import checkpoint
 from kroberta.model import saving as checkpoint_io
@@ -83,7 +85,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     global _QUIET
     # Joins a multi-host job (if any) before anything starts a JAX backend.
     distribute.initialize(config, log=_log)
-    main_process = distribute.process_index() == 0
+    main_process = jax.process_index() == 0
     _QUIET = not main_process
     run_dir_lib.check_writable(config.run_dir)
     run_data = run_data_lib.resolve(config, log=_log)
@@ -156,7 +158,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     summary["final_step"] = int(model.optimizer.iterations.numpy())
     if summary.get("preempted"):
         # Every process says it: in a job the notice may have reached another host.
-        who = f"process {distribute.process_index()}: " if summary.get("job_wide") else ""
+        who = f"process {jax.process_index()}: " if summary.get("job_wide") else ""
         print(f"{who}stopped by SIGTERM at step {summary['final_step']}: checkpoint written; "
               "re-run the same command to resume", flush=True)
         return summary

@@ -78,10 +78,11 @@ def _train(config):
 
 def _floors(config, devices, batch):
     """(train, predict) compute floors in seconds per step / batch on `devices`."""
+    from kroberta.parallel import distribute
     from kroberta.perf import aot_programs, throughput
 
     model = aot_programs.build_model(config)
-    distribution = aot_programs.make_distribution(config, devices)
+    distribution = distribute.make_distribution(config, devices)
     length = config.model.max_sequence_length
     slots = config.data.prediction_slots(length)
     train = aot_programs.compile_train(model, distribution, batch, length, slots, steps=1)

@@ -14,9 +14,7 @@ the record by replaying the stream (`data.first_bad_record`).
 
 import tensorflow as tf
 
-from kroberta.data.records import FEATURES, IGNORE_LABEL
-
-REQUIRED_FEATURES = ("input_ids", "attention_mask")
+from kroberta.data.records import FEATURES, IGNORE_LABEL, REQUIRED_FEATURES
 
 
 def parse_spec(with_labels: bool) -> dict:

@@ -11,9 +11,8 @@ import os
 
 import numpy as np
 
-from kroberta.data.records import FEATURES, IGNORE_LABEL, PAD_ID
+from kroberta.data.records import FEATURES, IGNORE_LABEL, PAD_ID, REQUIRED_FEATURES
 
-_REQUIRED = ("input_ids", "attention_mask")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +177,7 @@ class _FileChecker:
                 self.defect(int(indices[r]), feature, value, problem(r) if callable(problem) else problem)
             bad[:] |= mask
 
-        for name in _REQUIRED:
+        for name in REQUIRED_FEATURES:
             length = columns[name][0]
             flag(length == 0, name, None, "missing feature (or empty list)")
             if L is not None:

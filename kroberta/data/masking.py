@@ -16,7 +16,7 @@ masked alone, in a batch of 8 or of 64, in one process or in one of several.
 
 import tensorflow as tf
 
-IGNORE_LABEL = -100
+from kroberta.data.records import IGNORE_LABEL
 
 # lowbias32 (a uint32 bijection with good avalanche; the dropout hash's mixer).
 _MIX_A, _MIX_B = 0x7FEB352D, 0x846CA68B

@@ -29,8 +29,8 @@ from kroberta.data import epochs
 from kroberta.data.bad_records import DataError, explain_pipeline_error, first_bad_record
 from kroberta.data.batch_parsing import REQUIRED_FEATURES, parse_checked_batch
 from kroberta.config import ConfigError, DataConfig, ModelConfig
-from kroberta.data.masking import IGNORE_LABEL, dynamic_mask_batch, static_slots_batch
-from kroberta.data.records import FEATURES
+from kroberta.data.masking import dynamic_mask_batch, static_slots_batch
+from kroberta.data.records import FEATURES, IGNORE_LABEL
 
 AUTOTUNE = tf.data.AUTOTUNE
 __all__ = ["DataError", "DataSpec", "explain_pipeline_error", "first_bad_record", "FEATURES",
@@ -258,12 +258,9 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
     def parse_and_pad(indices, tagged):
         x, y = parse(indices, tagged)
         missing = global_batch - tf.shape(y)[0]
-        x = {
-            "token_ids": _pad_rows(x["token_ids"], missing, data.pad_token_id),
-            "padding_mask": _pad_rows(x["padding_mask"], missing, 0),
-            "mask_positions": _pad_rows(x["mask_positions"], missing, 0),
-        }
-        y = _pad_rows(y, missing, IGNORE_LABEL)
+        x = {name: _pad_rows(x[name], missing, padding_value(name, data.pad_token_id))
+             for name in ("token_ids", "padding_mask", "mask_positions")}
+        y = _pad_rows(y, missing, padding_value("labels", data.pad_token_id))
         # Global batch k: process p takes rows p*share ... (p+1)*share - 1.
         take = lambda t: tf.ensure_shape(t[index * share:(index + 1) * share], [share, None])
         return {k: take(v) for k, v in x.items()}, take(y)
@@ -282,6 +279,15 @@ def replay_file_errors(spec: DataSpec, vocabulary_size: int):
     """A function naming the first bad record of the files, in file order."""
     return lambda: first_bad_record(_file_order(spec), length=spec.sequence_length,
                                     vocabulary_size=vocabulary_size, with_labels=spec.has_labels)
+
+
+def padding_value(name: str, pad_token_id: int) -> int:
+    """What a padding example holds in the model input or result column `name`.
+
+    <pad> tokens, no labels, zeros elsewhere (no real token, no slot, not real, not
+    valid): the masked loss and metrics give it no weight and predict drops it.
+    """
+    return {"token_ids": pad_token_id, "labels": IGNORE_LABEL}.get(name, 0)
 
 
 def _pad_rows(tensor, rows, value):

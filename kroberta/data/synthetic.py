@@ -8,14 +8,10 @@ tokens, 80% <mask> / 10% random / 10% kept, -100 elsewhere).
 """
 
 import numpy as np
-import tensorflow as tf
 
-BOS, PAD, EOS, MASK = 0, 1, 2, 4
-FIRST_REGULAR_ID = 5
-
-
-def _int64_feature(values):
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
+from kroberta.data.masking_numpy import static_mask
+from kroberta.data.records import ShardWriter, encode_examples
+from kroberta.tokens import BOS_ID, EOS_ID, FIRST_REGULAR_ID, MASK_ID, PAD_ID, SPECIAL_IDS
 
 
 def make_sequences(count, length, vocabulary_size, seed=0, min_fill=0.7, motif_length=4,
@@ -27,41 +23,27 @@ def make_sequences(count, length, vocabulary_size, seed=0, min_fill=0.7, motif_l
     """
     rng = np.random.default_rng(seed)
     motifs = np.random.default_rng(motif_seed).integers(FIRST_REGULAR_ID, vocabulary_size, size=(num_motifs, motif_length))
-    ids = np.full((count, length), PAD, np.int64)
+    ids = np.full((count, length), PAD_ID, np.int64)
     mask = np.zeros((count, length), np.int64)
     for row in range(count):
         real = int(rng.integers(int(min_fill * length), length + 1))
         body = motifs[rng.integers(0, num_motifs, size=length)].reshape(-1)[: real - 2]
-        ids[row, :real] = np.concatenate([[BOS], body, [EOS]])
+        ids[row, :real] = np.concatenate([[BOS_ID], body, [EOS_ID]])
         mask[row, :real] = 1
     return ids, mask
 
 
 def mask_once(ids, mask, vocabulary_size, seed=0, rate=0.15):
     """The seed's static masking: (masked input_ids, labels with -100 where unlabelled)."""
-    rng = np.random.default_rng(seed + 1)
-    candidates = (mask == 1) & (ids >= FIRST_REGULAR_ID)
-    chosen = candidates & (rng.random(ids.shape) < rate)
-    labels = np.where(chosen, ids, -100)
-    draw = rng.random(ids.shape)
-    random_ids = rng.integers(FIRST_REGULAR_ID, vocabulary_size, size=ids.shape)
-    masked = np.where(chosen & (draw < 0.8), MASK, ids)
-    masked = np.where(chosen & (draw >= 0.8) & (draw < 0.9), random_ids, masked)
-    return masked, labels
+    return static_mask(ids, mask, np.random.default_rng(seed + 1), rate, MASK_ID, SPECIAL_IDS,
+                       vocabulary_size)
 
 
 def write_tfrecord(path, input_ids, attention_mask, labels=None):
-    """Writes one tf.train.Example per row: int64 input_ids, attention_mask[, labels]."""
-    with tf.io.TFRecordWriter(path) as writer:
-        for i in range(len(input_ids)):
-            feature = {
-                "input_ids": _int64_feature(input_ids[i]),
-                "attention_mask": _int64_feature(attention_mask[i]),
-            }
-            if labels is not None:
-                feature["labels"] = _int64_feature(labels[i])
-            example = tf.train.Example(features=tf.train.Features(feature=feature))
-            writer.write(example.SerializeToString())
+    """Writes one record per row in the record format: input_ids, attention_mask[, labels]."""
+    with ShardWriter(path) as writer:
+        for record in encode_examples(input_ids, attention_mask, labels):
+            writer.write(record)
 
 
 def write_seed_format(path, count, length=64, vocabulary_size=10000, seed=0, **kwargs):

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from kroberta.data import pipeline as data_lib
+from kroberta.data.records import IGNORE_LABEL
 from kroberta.inference import inputs as inputs_lib
 from kroberta.inference.top_k import exact_top_k
 from kroberta.errors import KrobertaError
@@ -123,8 +124,8 @@ def _reduce(output, k, hidden, logits, batch):
                 "log_probs": (values - normaliser[:, None]).reshape(batch_size, slots, k)}
     normaliser = normaliser.reshape(batch_size, slots)
     labels = batch["labels"]  # (B, M), -100 where no label
-    weights = (labels != -100).astype(jnp.float32)
-    targets = jnp.where(labels == -100, 0, labels)
+    weights = (labels != IGNORE_LABEL).astype(jnp.float32)
+    targets = jnp.where(labels == IGNORE_LABEL, 0, labels)
     token_loss = normaliser - jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
     count = weights.sum(-1)

@@ -17,7 +17,9 @@ import numpy as np
 import tensorflow as tf
 
 from kroberta.data import pipeline as data_lib
-from kroberta.data.masking import IGNORE_LABEL, static_slots_batch
+from kroberta.data.masking import static_slots_batch
+from kroberta.data.masking_numpy import static_slots_numpy
+from kroberta.data.records import FEATURES, IGNORE_LABEL, REQUIRED_FEATURES
 from kroberta.errors import KrobertaError
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -62,11 +64,11 @@ def as_examples(inputs, config) -> Source:
 
 
 def _from_arrays(arrays, config) -> Source:
-    for name in ("input_ids", "attention_mask"):
+    for name in REQUIRED_FEATURES:
         if name not in arrays:
             raise PredictInputError(f"inputs: the dict has no {name!r} array (keys: {sorted(arrays)})")
     columns = {}
-    for name in ("input_ids", "attention_mask", "labels"):
+    for name in FEATURES:
         if name in arrays:
             value = np.asarray(arrays[name])
             if value.ndim != 2:
@@ -105,7 +107,7 @@ def _from_dataset(dataset, config) -> Source:
     length = spec["input_ids"].shape[-1]
     if length is None:
         raise PredictInputError("inputs: the dataset's sequence length must be static")
-    names = [n for n in ("input_ids", "attention_mask", "labels") if n in spec]
+    names = [n for n in FEATURES if n in spec]
     cardinality = int(dataset.cardinality())
     examples = cardinality if cardinality >= 0 and not batched_already else None
     vocabulary = config.model.vocabulary_size
@@ -160,34 +162,10 @@ def batched(source: Source, config, slots: int, positions: str, global_batch: in
 
 def _filler(config, length: int, width: int, rows: int) -> dict:
     """`rows` padding examples: no real tokens, no slots; dropped from every result."""
-    return {
-        "token_ids": np.full((rows, length), config.data.pad_token_id, np.int32),
-        "padding_mask": np.zeros((rows, length), np.int32),
-        "mask_positions": np.zeros((rows, width), np.int32),
-        "valid": np.zeros((rows, width), bool),
-        "labels": np.full((rows, width), IGNORE_LABEL, np.int32),
-        "is_real": np.zeros((rows,), bool),
-        "dropped": np.zeros((rows,), np.int32),
-    }
-
-
-def static_slots_numpy(marks: np.ndarray, slots: int):
-    """`masking.static_slots` over a batch: marks (n, L), -100 = not predicted.
-
-    Returns positions (n, M) int32 (the earliest marked positions, 0 in unused
-    slots), slot_marks (n, M) int32 (-100 in unused slots) and dropped (n,) int32.
-    """
-    rows, length = marks.shape
-    marked = marks != IGNORE_LABEL
-    count = marked.sum(1)
-    # Marked positions first, each group in position order.
-    order = np.argsort(~marked, axis=1, kind="stable")  # (n, L)
-    if slots > length:
-        order = np.pad(order, ((0, 0), (0, slots - length)))
-    valid = np.arange(slots) < np.minimum(count, slots)[:, None]  # (n, M)
-    where = np.where(valid, order[:, :slots], 0).astype(np.int32)
-    slot_marks = np.where(valid, np.take_along_axis(marks, where, axis=1), IGNORE_LABEL)
-    return where, slot_marks.astype(np.int32), np.maximum(count - slots, 0).astype(np.int32)
+    shapes = {"token_ids": (length,), "padding_mask": (length,), "mask_positions": (width,),
+              "valid": (width,), "labels": (width,), "is_real": (), "dropped": ()}
+    return {name: np.full((rows, *shape), data_lib.padding_value(name, config.data.pad_token_id),
+                          _DTYPES[name]) for name, shape in shapes.items()}
 
 
 def _array_batches(columns, config, slots: int, positions: str, global_batch: int):
@@ -251,11 +229,10 @@ def _dataset_batches(source: Source, config, slots: int, positions: str, global_
                  "is_real": tf.ones([rows], tf.bool), "dropped": tf.cast(dropped, tf.int32)}
         # The last batch is completed with padding examples (dropped from every result).
         missing = global_batch - rows
-        fill = {"token_ids": config.data.pad_token_id, "labels": IGNORE_LABEL}
         return {name: tf.ensure_shape(
             tf.pad(value, [[0, missing]] + [[0, 0]] * (value.shape.rank - 1),
-                   constant_values=tf.constant(fill[name], value.dtype) if name in fill
-                   else tf.zeros([], value.dtype)),
+                   constant_values=tf.cast(data_lib.padding_value(name, config.data.pad_token_id),
+                                           value.dtype)),
             [global_batch] + value.shape[1:].as_list()) for name, value in batch.items()}
 
     ds = source.batches(global_batch)

@@ -1,8 +1,8 @@
 """Exact top-k over a large last axis, in two cheap passes instead of one sort-like pass.
 
-XLA's CPU TopK custom call costs ~17 ms for (1024, 10000) float32, about as much
-as a transformer layer of the seed model; this gives the same result (values and
-indices, ties to the lower index, as `jax.lax.top_k`) in ~5 ms:
+XLA's CPU TopK custom call over (1024, 10000) float32 costs about as much as a
+transformer layer of the seed model; this gives the same result (values and
+indices, ties to the lower index, as `jax.lax.top_k`) in a fraction of that (README):
 
 1. cut the axis into groups of G and take each group's maximum (one streaming
    reduce, no copy: `reduce_window` pads the ragged last group with -inf);

@@ -1,16 +1,15 @@
 """Dropout for keras-hub's layers: cheap masks on CPU, masks stored once elsewhere.
 
 Keras' dropout draws a Bernoulli mask from JAX's generator (threefry: on CPU a
-rolled loop of integer rounds, ~10 ms per (64, 64, 300) mask and select; Philox
-~6 ms) and selects with it. Two changes, each measured on a seed training step:
+rolled loop of integer rounds; Philox is cheaper but still costly) and selects
+with it. Two changes, each measured on a seed training step (figures in the README):
 
 - **CPU: a counter hash.** Each element's keep bit is `mix(mix(index ^ a) + b) <
   keep_prob * 2**32`, where `index` is the element's flat position, `mix` is a
   low-bias 32-bit integer hash (two multiply/xor-shift rounds, a bijection) and
-  `a`, `b` are mixed from the layer's Keras key. ~2.3 ms per (64, 64, 300) mask
-  and select, cheap enough to regenerate in the backward pass instead of storing
-  the mask: the seed training step 6-11% faster than with stored Philox masks
-  (two A/Bs in one process, alternating rounds). The bits are not JAX's
+  `a`, `b` are mixed from the layer's Keras key. Cheap enough to regenerate in
+  the backward pass instead of storing the mask, which makes the training step
+  faster than stored Philox masks. The bits are not JAX's
   generator's, so this is not bit-for-bit Keras' dropout; the masks pass
   frequency, serial-correlation and key-difference tests (`tests/model/test_dropout.py`).
   Being a function of the global index, a mask is the same however the batch is
@@ -38,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import keras
 from jax import lax
+
+from kroberta.model.swap import swap_layers, to_class
 
 JAX_DEFAULT_GENERATOR = "threefry2x32"
 # The counter is a uint32 flat index; a larger tensor takes Keras' mask instead.
@@ -120,9 +121,4 @@ class Dropout(keras.layers.Dropout):
 def use_fast_dropout(model) -> int:
     """Switches every `keras.layers.Dropout` inside `model` to this module's
     `Dropout`, in place; returns how many."""
-    switched = 0
-    for layer in model._flatten_layers(include_self=False, recursive=True):
-        if type(layer) is keras.layers.Dropout:
-            layer.__class__ = Dropout
-            switched += 1
-    return switched
+    return swap_layers(model, lambda layer: type(layer) is keras.layers.Dropout, to_class(Dropout))

@@ -8,9 +8,8 @@ loss (6.9 instead of ln(10000) = 9.2 at initialisation for the seed model).
 
 The cross-entropy has its own gradient (`sparse_cross_entropy`): Keras' sparse
 cross-entropy multiplies a one-hot (batch, slots, V) array into the log-softmax
-and differentiates through both, three full passes over the logits that cost
-~8% of a seed training step on CPU; here the backward pass is one fused
-`softmax - one_hot`. Accuracy compares the label's logit with the row maximum
+and differentiates through both, three full passes over the logits; here the
+backward pass is one fused `softmax - one_hot` (README, "What the hot path does"). Accuracy compares the label's logit with the row maximum
 (a plain reduction XLA shares with the loss) instead of an arg-max.
 """
 
@@ -19,7 +18,7 @@ import jax.numpy as jnp
 import keras
 from keras import ops
 
-IGNORE_LABEL = -100
+from kroberta.tokens import IGNORE_LABEL
 
 
 def _flat(logits):
@@ -27,8 +26,7 @@ def _flat(logits):
 
     The loss and the metrics all read this view: the head's matmul makes a 2-D
     (batch * slots, V) array, and where the loss read a 3-D view of it XLA wrote
-    the biased logits and their gradient once per view (~16 ms of a ~0.9 s seed
-    step on CPU)."""
+    the biased logits and their gradient once per view."""
     return ops.reshape(ops.cast(logits, "float32"), (-1, logits.shape[-1]))
 
 

@@ -297,10 +297,6 @@ def to_host(value) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(value, tiled=True))
 
 
-def process_index() -> int:
-    return jax.process_index()
-
-
 def barrier(name: str):
     """Waits until every process got here (a no-op in a single process)."""
     if jax.process_count() > 1:

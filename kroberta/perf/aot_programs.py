@@ -20,7 +20,6 @@ or G-batch program are those of one step or batch.
 
 import contextlib
 import dataclasses
-import inspect
 import time
 
 import jax
@@ -28,7 +27,6 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
-from kroberta.parallel import distribute
 from kroberta.config import Config
 
 
@@ -63,11 +61,6 @@ def global_distribution(distribution):
         yield
     finally:
         keras.distribution.set_distribution(previous)
-
-
-def make_distribution(config: Config, devices):
-    """The Keras distribution training installs for `config`, over `devices`."""
-    return distribute.make_distribution(config, devices)
 
 
 def build_model(config: Config):

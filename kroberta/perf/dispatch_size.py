@@ -10,7 +10,7 @@ checkpoints happen between dispatches), at most half of `log_every` (so each log
 interval has a timed dispatch after its first) and at most `MAX_STEPS` (the
 super-batch lives in device memory; K batches of input are small next to the
 weights, but not free).
-On a CPU a seed step takes ~1 s, so "auto" is 1 there.
+On a CPU one seed step takes far longer than the target, so "auto" is 1 there.
 """
 
 import dataclasses

@@ -85,7 +85,7 @@ def measure_machine_matmul_flops(devices, size: int = MATMUL_SIZE, repeats: int 
     """Best-of-`repeats` FLOP/s of one matmul per device, all devices at once.
 
     Simulated CPU devices share the machine's cores: one device alone reaches only
-    its share (measured here: 57 of 157 GFLOP/s with 4 devices), so the machine's
+    its share (about a third with 4 devices on a 2-core machine), so the machine's
     peak is what all of them do together."""
     if len(devices) == 1:
         return measure_matmul_flops(devices[0], size, repeats)

@@ -1,12 +1,10 @@
 """Which library XLA's CPU backend runs matmuls with.
 
 jaxlib 0.10 hands every CPU `dot` to YNNPACK by default (`__ynn_fusion` in the
-optimized HLO). YNNPACK wins on one large matmul (2048^3: ~165 against ~120 GFLOP/s
-with Eigen on a 2-core AVX2 machine), but in a RoBERTa training step, where dozens
-of (4096, 300)-sized matmuls and the batched attention products run next to each
-other on the same cores, Eigen's matmuls made the seed training step 10-18% faster
-and prediction 7-11% (alternating processes on one machine, medians of 3 rounds:
-training 62-67 against 56-57 samples/s). So kroberta asks
+optimized HLO). YNNPACK wins on one large matmul, but in a RoBERTa training step,
+where dozens of (4096, 300)-sized matmuls and the batched attention products run
+next to each other on the same cores, Eigen's matmuls made both the seed training
+step and prediction faster (the README gives the A/B figures). So kroberta asks
 XLA for Eigen matmuls on CPU, unless the user has chosen a value for the flag
 (`XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=individual_dot` restores
 XLA's default). The flag only concerns XLA's CPU backend: GPU and TPU programs, and

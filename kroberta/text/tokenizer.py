@@ -10,9 +10,8 @@ import warnings
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from kroberta.errors import KrobertaError
 
-# Order fixes the ids: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4 (RoBERTa's first four,
-# with <mask> moved from last to 4 so the ids do not depend on the vocabulary size).
-SPECIAL_TOKENS = {"bos": "<s>", "pad": "<pad>", "eos": "</s>", "unk": "<unk>", "mask": "<mask>"}
+from kroberta.tokens import SPECIAL_TOKENS  # in id order: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4
+
 BYTE_ALPHABET_SIZE = 256
 MIN_VOCABULARY_SIZE = len(SPECIAL_TOKENS) + BYTE_ALPHABET_SIZE
 

@@ -1,6 +1,5 @@
 """Checks on the run directory before any compute: writable, enough disk, clean history."""
 
-import errno
 import json
 import os
 import shutil
@@ -27,10 +26,6 @@ def check_free_space(run_dir: str, needed_bytes: int, what: str):
         raise ConfigError(
             f"run_dir: {run_dir} has {free / 2**20:.0f} MiB free but {what} needs about "
             f"{needed_bytes / 2**20:.0f} MiB; free some space or choose another --run_dir")
-
-
-def is_disk_full(error: OSError) -> bool:
-    return getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
 
 
 def truncate_metrics(run_dir: str, last_step: int):

@@ -13,6 +13,7 @@ from kroberta.inference import inputs as prediction_inputs
 from kroberta.data.check import check_records
 from kroberta.config import Config
 from kroberta.data.masking import IGNORE_LABEL, dynamic_mask, dynamic_mask_batch, static_slots_batch
+from kroberta.data.masking_numpy import static_slots_numpy
 from kroberta.data.synthetic import make_sequences
 
 L, V = 32, 512
@@ -195,7 +196,7 @@ def test_static_slots_equal_the_numpy_reference():
     labels[3] = IGNORE_LABEL  # a row without labels
     for slots in (4, 12, 50):  # fewer, about as many, more slots than labels (and > L)
         got = [t.numpy() for t in static_slots_batch(tf.constant(labels), slots)]
-        want = prediction_inputs.static_slots_numpy(labels.astype(np.int32), slots)
+        want = static_slots_numpy(labels.astype(np.int32), slots)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
 

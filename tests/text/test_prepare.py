@@ -15,7 +15,7 @@ from kroberta.data.manifest import ManifestError, load_manifest
 from kroberta.text.packing import pack_documents
 from kroberta.prepare import PrepareError, PrepareWarning, main, prepare
 from kroberta.data.records import ShardWriter, encode_example, encode_examples
-from kroberta.data.static_labels import static_mask
+from kroberta.data.masking_numpy import static_mask
 from kroberta.text.tokenizer import TokenizerError, load_tokenizer, special_token_ids, train_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
