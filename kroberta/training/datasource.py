@@ -27,7 +27,7 @@ def resolve(config: Config, log=print) -> tuple[Config, str | None]:
 
 
 def _prepare_embedded(config: Config, out_dir: str, log):
-    from kroberta import prepare
+    from kroberta.text.build import prepare
     from kroberta.text import corpus
 
     os.makedirs(config.run_dir, exist_ok=True)
@@ -35,7 +35,7 @@ def _prepare_embedded(config: Config, out_dir: str, log):
     log("no data given: building the embedded corpus from the Python standard library's docstrings")
     stats = corpus.write_stdlib_corpus(text_path)
     log(f"  {stats}")
-    prepare.prepare(
+    prepare(
         [text_path], out_dir,
         vocab_size=config.model.vocabulary_size,
         seq_len=config.model.max_sequence_length,

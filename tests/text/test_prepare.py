@@ -269,8 +269,8 @@ def test_interrupted_prepare_leaves_no_shards(tmp_path, tokenizer_path, monkeypa
             raise KeyboardInterrupt
         return encode_examples(*args)
 
-    monkeypatch.setattr("kroberta.prepare.BLOCK", 16)
-    monkeypatch.setattr("kroberta.prepare.encode_examples", failing)
+    monkeypatch.setattr("kroberta.text.build.BLOCK", 16)
+    monkeypatch.setattr("kroberta.text.build.encode_examples", failing)
     with pytest.raises(KeyboardInterrupt):
         prepare(corpus, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
     assert sorted(os.listdir(tmp_path / "o")) == ["tokenizer.json"]
