@@ -10,7 +10,7 @@ where the compiled work per step is so small that what is left is the host's:
          (`kroberta.training.fused_steps.scan_steps` of Keras' train_step) called in a
          Python loop on super-batches already on the device;
   predict `kroberta.predict` top_k (k=5) on numpy arrays, per batch, against the
-         same jitted forward + top_k (`prediction.make_predict_step`, one batch per
+         same jitted forward + top_k (`kroberta.inference.program.make_predict_step`, one batch per
          call) in a Python loop over batches already on the device.
 Rounds interleave the systems; the table gives medians, best rounds and the ratios to the
 bare loops (on a shared machine the best rounds are the least disturbed).
@@ -115,12 +115,12 @@ def bare_predict_batch_seconds(model, config, batches: int, batch: int) -> float
     import jax
     import numpy as np
 
-    from kroberta.inference.engine import _weights_snapshot, make_predict_step
+    from kroberta.inference.program import make_predict_step, weights_snapshot
 
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("batch",))
     step, in_shardings, out_shardings = make_predict_step(model, "top_k", 5, mesh)
     jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
-    weights = _weights_snapshot(model, in_shardings[0])
+    weights = weights_snapshot(model, in_shardings[0])
     length, slots = config.model.max_sequence_length, config.data.prediction_slots(16)
     rng = np.random.default_rng(1)
     one = {"token_ids": rng.integers(5, 500, (batch, length)).astype(np.int32),

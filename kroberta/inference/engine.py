@@ -12,19 +12,15 @@ replicated copy of the weights, so a failure mid-way leaves the model usable.
 """
 
 import contextlib
-import dataclasses
 import warnings
 
 import jax
-import jax.numpy as jnp
-import keras
 import numpy as np
 import tensorflow as tf
 
 from kroberta.data import pipeline as data_lib
-from kroberta.data.records import IGNORE_LABEL
 from kroberta.inference import inputs as inputs_lib
-from kroberta.inference.top_k import exact_top_k
+from kroberta.inference import program
 from kroberta.errors import KrobertaError
 
 OUTPUTS = ("top_k", "logits", "loss", "embeddings")
@@ -34,17 +30,6 @@ MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 
 class PredictionError(KrobertaError, ValueError):
     """Bad arguments or inputs to predict; the message says what to change."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Plan:
-    output: str
-    k: int
-    slots: int
-    length: int
-    batch_size: int
-    mesh: jax.sharding.Mesh
-    group: int = 1  # batches per dispatch
 
 
 def batches_per_dispatch_for(config, global_batch: int, slots: int, length: int,
@@ -89,117 +74,6 @@ def _mesh(batch_size: int | None, per_device: int):
     return jax.sharding.Mesh(np.array(devices), ("batch",)), batch_size
 
 
-def _twin(model):
-    """A functional view of the MLM that also exposes the last hidden layer."""
-    cached = getattr(model, "_kroberta_twin", None)
-    if cached is None:
-        x = model.input
-        hidden = model.backbone({"token_ids": x["token_ids"], "padding_mask": x["padding_mask"]})
-        logits = model.masked_lm_head(hidden, x["mask_positions"])
-        cached = keras.Model(x, {"hidden": hidden, "logits": logits})
-        model._kroberta_twin = cached
-    return cached
-
-
-def _reduce(output, k, hidden, logits, batch):
-    """The on-device reduction. hidden (B, L, H), logits (B, M, V)."""
-    if output == "embeddings":
-        weights = batch["padding_mask"].astype(jnp.float32)[..., None]  # (B, L, 1)
-        pooled = (hidden.astype(jnp.float32) * weights).sum(1) / jnp.maximum(weights.sum(1), 1.0)
-        return {"embeddings": pooled}  # (B, H)
-    logits = logits.astype(jnp.float32)
-    if output == "logits":
-        return {"logits": logits}
-    # log_softmax(x) = x - logsumexp(x) is never materialised at (B, M, V): the
-    # top-k, the label's logit and the argmax are taken from the logits and
-    # shifted by the (B, M) log-normaliser, which saves a full pass over V.
-    # Everything reads one (B*M, V) array: mixing (B, M, V) and (B*M, V) views made
-    # XLA write the biased logits twice.
-    batch_size, slots, vocabulary = logits.shape
-    flat = logits.reshape(batch_size * slots, vocabulary)
-    normaliser = jax.nn.logsumexp(flat, axis=-1)  # (B*M,)
-    if output == "top_k":
-        values, ids = exact_top_k(flat, k)  # (B*M, k), best first
-        return {"token_ids": ids.reshape(batch_size, slots, k),
-                "log_probs": (values - normaliser[:, None]).reshape(batch_size, slots, k)}
-    normaliser = normaliser.reshape(batch_size, slots)
-    labels = batch["labels"]  # (B, M), -100 where no label
-    weights = (labels != IGNORE_LABEL).astype(jnp.float32)
-    targets = jnp.where(labels == IGNORE_LABEL, 0, labels)
-    token_loss = normaliser - jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
-    count = weights.sum(-1)
-    return {
-        "loss": (token_loss * weights).sum(-1) / jnp.maximum(count, 1.0),
-        "masked_accuracy": (correct * weights).sum(-1) / jnp.maximum(count, 1.0),
-        "num_predictions": count.astype(jnp.int32),
-    }
-
-
-def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, group: int = 1):
-    """The predict program over `mesh`, not yet jitted: (step, in_shardings, out_shardings).
-
-    `step(trainable, non_trainable, batch)` runs the MLM on a batch sharded along
-    the mesh's "batch" axis, with replicated weights, and reduces on the devices.
-    With `group` > 1 every array of `batch` has a leading axis of `group` batches,
-    (group, batch, ...), mapped over inside the program (the outputs too).
-    `_compiled_step` jits it for the local devices; `kroberta.aot` lowers the same
-    function for a TPU topology.
-    """
-    twin = _twin(model)
-    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    spec = jax.sharding.PartitionSpec("batch") if group == 1 else \
-        jax.sharding.PartitionSpec(None, "batch")
-    by_batch = jax.sharding.NamedSharding(mesh, spec)
-
-    def one_batch(trainable, non_trainable, batch):
-        x = {name: batch[name] for name in ("token_ids", "padding_mask", "mask_positions")}
-        outputs, _ = twin.stateless_call(trainable, non_trainable, x, training=False)
-        return _reduce(output, k, outputs["hidden"], outputs["logits"], batch)
-
-    def step(trainable, non_trainable, batch):
-        model.__dict__["_kroberta_traces"] = model.__dict__.get("_kroberta_traces", 0) + 1
-        if group == 1:
-            return one_batch(trainable, non_trainable, batch)
-        return jax.lax.map(lambda b: one_batch(trainable, non_trainable, b), batch)
-
-    return step, (replicated, replicated, by_batch), by_batch
-
-
-def _compiled_step(model, plan: _Plan):
-    """The jitted step for this model and plan; cached so a second call compiles nothing.
-
-    Weights are arguments, not constants, so one compiled step serves every call.
-    """
-    cache = model.__dict__.setdefault("_kroberta_steps", {})
-    key = (plan.output, plan.k, plan.group, tuple(d.id for d in plan.mesh.devices.flat))
-    if key in cache:
-        return cache[key]
-    step, in_shardings, out_shardings = make_predict_step(model, plan.output, plan.k, plan.mesh,
-                                                          plan.group)
-    jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
-    cache[key] = (jitted, in_shardings[0], in_shardings[2])
-    return cache[key]
-
-
-def _weights_snapshot(model, replicated):
-    """A private, replicated copy of the current weights (taken on every call, so a
-    model trained further since the last call is predicted with its new weights).
-
-    A copy, never an alias: Keras' own fit/predict may donate or purge the
-    variables' buffers, which must not pull arrays from under a cached step."""
-    twin = _twin(model)
-    return (
-        [jax.device_put(v.value, replicated, may_alias=False) for v in twin.trainable_variables],
-        [jax.device_put(v.value, replicated, may_alias=False) for v in twin.non_trainable_variables],
-    )
-
-
-def trace_count(model) -> int:
-    """How many times a predict step of `model` was traced (compiled); for tests and tools."""
-    return model.__dict__.get("_kroberta_traces", 0)
-
-
 def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batch_size=None,
                     slots=None, max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES,
                     batches_per_dispatch=None):
@@ -237,7 +111,7 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
         per_batch = global_batch * plan_slots * config.model.vocabulary_size * 4
         group = _at_most_needed(max(1, min(group, MAX_LOGITS_BYTES // per_batch)),
                                 source.examples, global_batch)
-    plan = _Plan(output, k, plan_slots, length, global_batch, mesh, group)
+    plan = program.Plan(output, k, plan_slots, length, global_batch, mesh, group)
     if output == "logits" and source.examples is not None:
         size = source.examples * (length if positions == "all" else plan_slots) \
             * config.model.vocabulary_size * 4
@@ -251,8 +125,8 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     # the devices (one numpy pass per group, not per batch; a short last group is
     # filled with padding rows, so the same program serves it).
     groups = inputs_lib.batched(source, config, plan_slots, positions, global_batch * group)
-    jitted, replicated, by_batch = _compiled_step(model, plan)
-    weights = _weights_snapshot(model, replicated)
+    jitted, replicated, by_batch = program.compiled_step(model, plan)
+    weights = program.weights_snapshot(model, replicated)
 
     dropped = 0
     in_flight = None

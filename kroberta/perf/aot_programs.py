@@ -10,7 +10,7 @@ The steps are the ones the runtime runs, not re-implementations:
            state = (trainable, non_trainable, optimizer, metrics variables) as the
            trainer's `_get_jax_state`; data = a (K, batch, ...) super-batch of (x,
            labels), each step's slice sharded by the distribution's data layout.
-  predict: `kroberta.inference.engine.make_predict_step`, the function `kroberta.predict` jits
+  predict: `kroberta.inference.program.make_predict_step`, the function `kroberta.predict` jits
            (G batches per dispatch).
 
 XLA's cost analysis counts a loop's body once, whatever its trip count (checked on
@@ -187,12 +187,12 @@ def compile_predict(model, devices, global_batch: int, length: int, slots: int,
                     output: str = "top_k", k: int = 5, group: int = 1) -> Program:
     """Lowers and compiles `kroberta.predict`'s program (`group` batches per dispatch)
     for a batch-axis mesh of `devices`."""
-    from kroberta.inference.engine import _twin, make_predict_step
+    from kroberta.inference.program import make_predict_step, twin as predict_view
 
     mesh = jax.sharding.Mesh(np.array(list(devices)), ("batch",))
     with global_distribution(None):
         step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, group)
-        twin = _twin(model)
+        twin = predict_view(model)
         weights = [[jax.ShapeDtypeStruct(tuple(v.shape), jnp.dtype(v.dtype)) for v in vs]
                    for vs in (twin.trainable_variables, twin.non_trainable_variables)]
         jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)

@@ -8,7 +8,8 @@ from kroberta import config as config_lib
 from kroberta.config import Config, ModelConfig
 from kroberta.model.metrics import MaskedLMLoss
 from kroberta.model.mlm import build_model
-from kroberta.inference.engine import PredictionError, trace_count
+from kroberta.inference.engine import PredictionError
+from kroberta.inference.program import trace_count
 from kroberta.data.synthetic import make_sequences, mask_once, write_tfrecord
 
 V, L = 300, 16

@@ -11,7 +11,8 @@ from kroberta.inference import engine as prediction
 from kroberta import config as config_lib
 from kroberta.config import Config, ModelConfig, TrainConfig
 from kroberta.model.mlm import build_model
-from kroberta.inference.engine import PredictionError, trace_count
+from kroberta.inference.engine import PredictionError
+from kroberta.inference.program import trace_count
 from kroberta.data.synthetic import make_sequences, mask_once
 
 V, L = 300, 16
