@@ -31,7 +31,7 @@ def __getattr__(name):
     # The public API is loaded lazily so `import kroberta` stays cheap for tools
     # that only need the config or the data pipeline.
     if name in ("load", "save"):
-        from kroberta.model import saving as checkpoint_io
+        from kroberta.training import saving as checkpoint_io
 
         return getattr(checkpoint_io, name)
     if name in ("predict", "predict_batches"):

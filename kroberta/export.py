@@ -39,7 +39,7 @@ class ExportError(KrobertaError):
 def main(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str:
     """Exports the run at `run` (with its tokenizer, if any) into `out` in `format`
     ("hf" or "keras-hub"); returns `out`."""
-    from kroberta.model import saving as checkpoint_io
+    from kroberta.training import saving as checkpoint_io
     from kroberta.interop import hf, keras_hub as keras_hub_preset
 
     if format not in FORMATS:

@@ -7,7 +7,7 @@ where the compiled work per step is so small that what is left is the host's:
   train  `kroberta.train.main` at train.steps_per_execution = K (its step_time in
          metrics.jsonl, the median over the log intervals after the first, which
          holds the compilation), against the same K-step program
-         (`kroberta.training.fused_steps.scan_steps` of Keras' train_step) called in a
+         (`kroberta.model.fused_steps.scan_steps` of Keras' train_step) called in a
          Python loop on super-batches already on the device;
   predict `kroberta.predict` top_k (k=5) on numpy arrays, per batch, against the
          same jitted forward + top_k (`kroberta.inference.program.make_predict_step`, one batch per
@@ -65,7 +65,7 @@ def bare_scan_step_seconds(config, spec) -> float:
     import numpy as np
 
     from kroberta.data import pipeline as data_lib
-    from kroberta.training.fused_steps import scan_steps
+    from kroberta.model.fused_steps import scan_steps
     from kroberta.model.mlm import build_compiled_model
 
     t = config.train

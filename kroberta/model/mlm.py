@@ -84,10 +84,10 @@ def build_optimizer(config: Config) -> keras.optimizers.AdamW:
 
 def compile_model(model, config: Config):
     """Compiles with AdamW, the masked loss and metrics; every step is XLA-compiled, and
-    `fit`/`evaluate` run train.steps_per_execution steps per dispatch (`kroberta.training.fused_steps`;
+    `fit`/`evaluate` run train.steps_per_execution steps per dispatch (`kroberta.model.fused_steps`;
     "auto" is resolved here for all local devices unless the caller resolved it)."""
     from kroberta.perf import dispatch_size
-    from kroberta.training import fused_steps
+    from kroberta.model import fused_steps
 
     if config.train.steps_per_execution == AUTO:
         import jax

@@ -4,7 +4,7 @@ Helper of `kroberta.aot`. The model is built on the host exactly as training bui
 it (`build_compiled_model`); only the shapes and dtypes of its variables are used.
 The steps are the ones the runtime runs, not re-implementations:
 
-  train:   the K-step program `fit` dispatches (`kroberta.training.fused_steps.scan_steps` of
+  train:   the K-step program `fit` dispatches (`kroberta.model.fused_steps.scan_steps` of
            Keras' `model.train_step`, jitted with donate_argnums=0 and the state's
            shardings as `fused_steps.train_program` does under a distribution);
            state = (trainable, non_trainable, optimizer, metrics variables) as the
@@ -108,9 +108,9 @@ def train_state(model, distribution):
 
 
 def train_data(distribution, global_batch: int, length: int, slots: int, steps: int = 1):
-    """A (steps, batch, ...) super-batch of (x, labels) as `kroberta.training.fused_steps` puts it
+    """A (steps, batch, ...) super-batch of (x, labels) as `kroberta.model.fused_steps` puts it
     on the devices: each step's (batch, ...) slice sharded by the distribution's layout."""
-    from kroberta.training.fused_steps import super_batch_sharding
+    from kroberta.model.fused_steps import super_batch_sharding
 
     def spec(*shape):
         full = (steps, *shape)
@@ -161,7 +161,7 @@ def lower_train(model, distribution, global_batch: int, length: int, slots: int,
                 steps: int = 1):
     """Lowers the K-step (`steps`) training program `fit` runs, for the distribution's
     devices (a jax `Lowered`)."""
-    from kroberta.training.fused_steps import scan_steps
+    from kroberta.model.fused_steps import scan_steps
 
     x, y = train_data(distribution, global_batch, length, slots, steps)
     single = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), (x, y))
@@ -201,7 +201,7 @@ def compile_predict(model, devices, global_batch: int, length: int, slots: int,
 
 
 def steps_per_execution_note(steps: int) -> str:
-    """How `fit` runs train.steps_per_execution = `steps` (`kroberta.training.fused_steps`)."""
+    """How `fit` runs train.steps_per_execution = `steps` (`kroberta.model.fused_steps`)."""
     if steps == 1:
         return "one step per dispatch"
     return (f"{steps} steps fused into one program (a lax.scan over a ({steps}, batch, ...) "

@@ -4,7 +4,7 @@
 data iterator), so at every epoch end the interval's metrics are complete and the
 device state has just been synced to the host: logging, evaluation and
 checkpoints cost no extra host-device synchronisation. Steps run K at a time
-(`train.steps_per_execution`, one compiled dispatch each, `kroberta.training.fused_steps`):
+(`train.steps_per_execution`, one compiled dispatch each, `kroberta.model.fused_steps`):
 the callback sees one batch per dispatch, numbered in single steps, and every
 interval is a multiple of K, so its rows, evaluations and checkpoints fall between
 dispatches; `step_time` is the interval's time per optimizer step.

@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 
 import kroberta
-from kroberta.model import saving as checkpoint_io
+from kroberta.training import saving as checkpoint_io
 from kroberta import config as config_lib
 from kroberta.config import Config, ModelConfig
 from kroberta.model.metrics import MaskedLMLoss

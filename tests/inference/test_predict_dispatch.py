@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import kroberta
-from kroberta.model import saving as checkpoint_io
+from kroberta.training import saving as checkpoint_io
 from kroberta.inference import engine as prediction
 from kroberta import config as config_lib
 from kroberta.config import Config, ModelConfig, TrainConfig

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from kroberta.model import saving as checkpoint_io
+from kroberta.training import saving as checkpoint_io
 from kroberta.interop import hf
 from kroberta import config as config_lib
 from kroberta.config import Config, ModelConfig

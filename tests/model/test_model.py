@@ -5,7 +5,7 @@ import keras_hub
 import numpy as np
 import pytest
 
-from kroberta.model import saving as checkpoint_io
+from kroberta.training import saving as checkpoint_io
 from kroberta import config as config_lib
 from kroberta.config import Config, ModelConfig
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity

@@ -1,4 +1,4 @@
-"""K optimizer steps per dispatch (kroberta.training.fused_steps): same results as one step at a
+"""K optimizer steps per dispatch (kroberta.model.fused_steps): same results as one step at a
 time, honest interval metrics, resume inside a group, one compilation per program."""
 
 import dataclasses
@@ -10,7 +10,7 @@ import pytest
 from kroberta.data import pipeline as data_lib
 from kroberta import train
 from kroberta.perf import dispatch_size
-from kroberta.training import fused_steps
+from kroberta.model import fused_steps
 from kroberta.config import AUTO, ConfigError, validate
 from tests.conftest import tiny_config
 from tests.training.test_train import _rows, _weights  # the run-dir readers the training tests use
