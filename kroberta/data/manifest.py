@@ -6,6 +6,7 @@ The manifest is written last, so its presence means the directory is complete.
 import dataclasses
 import json
 import os
+
 from kroberta.errors import KrobertaError
 from kroberta.atomic import atomic_write
 

@@ -50,7 +50,7 @@ def as_examples(inputs, config) -> Source:
         spec = data_lib.inspect_files(data_lib.resolve_files(patterns, "inputs"), "inputs")
         if spec.sequence_length > config.model.max_sequence_length:
             raise PredictInputError(f"inputs: sequences of {spec.sequence_length} tokens, the model "
-                             f"takes at most {config.model.max_sequence_length}")
+                                    f"takes at most {config.model.max_sequence_length}")
         return Source(lambda batch: data_lib.read_batches(spec, vocabulary, batch),
                       spec.sequence_length, spec.has_labels, spec.records, spec.files,
                       replay=data_lib.replay_file_errors(spec, vocabulary))
@@ -81,7 +81,7 @@ def _from_arrays(arrays, config) -> Source:
     _check_values(columns, config, "inputs")
     if length > config.model.max_sequence_length:
         raise PredictInputError(f"inputs: sequences of {length} tokens, the model takes at most "
-                         f"{config.model.max_sequence_length}")
+                                f"{config.model.max_sequence_length}")
     return Source(None, length, "labels" in columns, n, columns=columns)
 
 
@@ -92,7 +92,7 @@ def _check_values(columns, config, where):
     if len(bad):
         row, col = bad[0]
         raise PredictInputError(f"{where}: input_ids[{row}, {col}] = {ids[row, col]} is outside the "
-                         f"vocabulary [0, {config.model.vocabulary_size})")
+                                f"vocabulary [0, {config.model.vocabulary_size})")
     mask = columns["attention_mask"]
     if not np.isin(mask, (0, 1)).all():
         raise PredictInputError(f"{where}: attention_mask holds values other than 0 and 1")
@@ -102,7 +102,7 @@ def _from_dataset(dataset, config) -> Source:
     spec = dataset.element_spec
     if not isinstance(spec, dict) or "input_ids" not in spec or "attention_mask" not in spec:
         raise PredictInputError("inputs: a tf.data.Dataset must yield dicts with 'input_ids' and "
-                         f"'attention_mask', got {spec}")
+                                f"'attention_mask', got {spec}")
     batched_already = spec["input_ids"].shape.rank == 2
     length = spec["input_ids"].shape[-1]
     if length is None:

@@ -16,6 +16,7 @@ arithmetic up to float rounding), and on export the row is zeros.
 """
 
 import numpy as np
+
 from kroberta.errors import KrobertaError
 
 # HF RoBERTa position ids are cumsum(non-pad) + padding_idx, padding_idx = 1.

@@ -13,6 +13,7 @@ import os
 import sys
 import types
 import warnings
+
 from kroberta.errors import KrobertaError
 
 # set_backend drops every module whose name starts with this (keras, keras_hub, ...).

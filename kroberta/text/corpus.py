@@ -9,6 +9,7 @@ import ast
 import os
 import sysconfig
 import warnings
+
 from kroberta.atomic import atomic_write
 
 # Directories whose files are not library prose: tests, the IDLE GUI, installed packages.

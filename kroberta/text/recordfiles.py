@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import zlib
+
 from kroberta.errors import KrobertaError
 
 FORMATS = {  # name suffix -> format (the longest matching suffix wins)

@@ -25,6 +25,7 @@ import shutil
 import time
 
 import numpy as np
+
 from kroberta.errors import KrobertaError
 
 # Orbax is imported where it is used: it costs ~2 s and runs that never checkpoint
