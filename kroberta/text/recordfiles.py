@@ -33,7 +33,6 @@ DATASETS_FORMAT = "datasets"
 # Files `save_to_disk` writes: a Dataset's state, or a DatasetDict's split list.
 DATASET_FILES = ("state.json", "dataset_info.json")
 DATASET_DICT_FILE = "dataset_dict.json"
-ARROW_BATCH_ROWS = 1024  # rows per Parquet/Arrow batch: flat memory, few Python calls
 _PROGRESS_EVERY = 1 << 20  # report progress about once per MB
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some tools write first
 
@@ -237,7 +236,7 @@ def _csv_values(path, field, on_bytes, delimiter):
         text, rows = _csv_rows(stream, delimiter)
         try:
             header = next(rows, [])
-            column = _column_index(path, header, field)
+            column = column_index(path, header, field)
             for number, row in enumerate(rows, start=2):
                 if not row:
                     continue
@@ -253,92 +252,11 @@ def _csv_values(path, field, on_bytes, delimiter):
         progress.finish(os.path.getsize(path))
 
 
-def _column_index(path, columns, field):
+def column_index(path, columns, field):
     if field not in columns:
         raise RecordError(f"{path}: no column {field!r} (columns: {', '.join(columns) or 'none'}); "
                           "pick one with --text-field")
     return list(columns).index(field)
-
-
-# ---------------------------------------------------------------- Parquet
-
-
-def _parquet_file(path):
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise extra_missing(f"{path}: reading Parquet", "parquet", "pyarrow") from None
-    try:
-        # Buffered page reads, no pre-buffering of whole row groups: the reader holds
-        # about one row group's column (measured: ~half the memory of the defaults).
-        return pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
-    except Exception as e:  # pyarrow raises ArrowInvalid / OSError with its own text
-        raise RecordError(f"{path}: not a readable Parquet file: {e}") from None
-
-
-def _check_arrow_column(path, schema, field):
-    import pyarrow as pa
-
-    _column_index(path, schema.names, field)
-    kind = schema.field(field).type
-    is_view = getattr(pa.types, "is_string_view", lambda _: False)  # pyarrow >= 16
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind) or pa.types.is_null(kind)):
-        raise RecordError(f"{path}: column {field!r} holds {kind}, not text; pick another with --text-field")
-
-
-def _parquet_values(path, field, on_bytes):
-    parquet = _parquet_file(path)
-    _check_arrow_column(path, parquet.schema_arrow, field)
-    batches = parquet.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=[field], use_threads=False)
-    yield from _column_values(batches, parquet.metadata.num_rows, os.path.getsize(path), on_bytes)
-
-
-def _column_values(batches, rows, size, on_bytes):
-    """The values of one-column Arrow batches; progress in bytes, prorated by rows."""
-    rows, reported, done = max(rows, 1), 0, 0
-    for batch in batches:
-        yield from batch.column(0).to_pylist()
-        done += batch.num_rows
-        if on_bytes is not None:
-            position = size * done // rows
-            on_bytes(position - reported)
-            reported = position
-
-
-# ---------------------------------------------------------------- datasets (save_to_disk)
-
-
-def _load_dataset(path, split):
-    try:
-        import datasets
-    except ImportError:
-        raise extra_missing(f"{path}: reading a datasets directory", "datasets", "datasets") from None
-    try:
-        loaded = datasets.load_from_disk(path)
-    except Exception as e:  # FileNotFoundError or the library's own errors
-        raise RecordError(f"{path}: not a readable datasets directory: {e}") from None
-    if isinstance(loaded, datasets.DatasetDict):
-        if split not in loaded:
-            raise RecordError(f"{path}: a DatasetDict without a {split!r} split (splits: "
-                              f"{', '.join(loaded)}); pick one with --split")
-        return loaded[split]
-    return loaded
-
-
-def _dataset_values(path, field, on_bytes, split):
-    dataset = _load_dataset(path, split)
-    _check_arrow_column(path, dataset.data.schema, field)
-    # The Arrow table is memory-mapped: batches are views of the files, not copies.
-    batches = dataset.select_columns([field]).with_format("arrow").iter(batch_size=ARROW_BATCH_ROWS)
-    yield from _column_values(batches, len(dataset), dataset_bytes(path), on_bytes)
-
-
-def dataset_bytes(path):
-    """The size of a datasets directory's files (the progress bar's total)."""
-    total = 0
-    for dirpath, _, filenames in os.walk(path):
-        total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in filenames)
-    return total
 
 
 # ---------------------------------------------------------------- entry points
@@ -364,12 +282,11 @@ def check_source(path: str, fmt: str, field: str, split: str):
             columns = _csv_header(path, "\t" if fmt == "tsv" else ",")
         except (gzip.BadGzipFile, EOFError, zlib.error) as e:
             raise RecordError(f"{path}: not a readable gzip file ({e})") from None
-        _column_index(path, columns, field)
-    elif fmt == "parquet":
-        _check_arrow_column(path, _parquet_file(path).schema_arrow, field)
-    elif fmt == DATASETS_FORMAT:
-        _check_arrow_column(path, _load_dataset(path, split).data.schema, field)
-        return dataset_bytes(path)
+        column_index(path, columns, field)
+    elif fmt in ("parquet", DATASETS_FORMAT):
+        from kroberta.text import arrowfiles  # pyarrow and datasets load only when used
+
+        return arrowfiles.check_source(path, fmt, field, split)
     return os.path.getsize(path)
 
 
@@ -379,8 +296,8 @@ def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
         return _gzip_errors_named(_json_values(path, field, on_bytes), path)
     if fmt in ("csv", "tsv"):
         return _gzip_errors_named(_csv_values(path, field, on_bytes, "\t" if fmt == "tsv" else ","), path)
-    if fmt == "parquet":
-        return _parquet_values(path, field, on_bytes)
-    if fmt == DATASETS_FORMAT:
-        return _dataset_values(path, field, on_bytes, split)
+    if fmt in ("parquet", DATASETS_FORMAT):
+        from kroberta.text import arrowfiles
+
+        return arrowfiles.iter_values(path, fmt, field, split, on_bytes)
     raise AssertionError(f"unknown record format {fmt!r}")

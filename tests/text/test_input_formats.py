@@ -204,12 +204,12 @@ def test_record_documents_are_normalised_like_text_files():
 
 def test_parquet_streams_by_batches(tmp_path, monkeypatch):
     """Flat memory: the reader never holds more than one batch of rows."""
-    from kroberta.text import recordfiles
+    from kroberta.text import arrowfiles
 
     path = write_parquet(tmp_path / "c.parquet", DOCS)
-    monkeypatch.setattr(recordfiles, "ARROW_BATCH_ROWS", 5)
+    monkeypatch.setattr(arrowfiles, "ARROW_BATCH_ROWS", 5)
     sizes = []
-    real = recordfiles._parquet_file
+    real = arrowfiles._parquet_file
 
     def spy(p):
         parquet = real(p)
@@ -223,7 +223,7 @@ def test_parquet_streams_by_batches(tmp_path, monkeypatch):
         parquet.iter_batches = iter_batches
         return parquet
 
-    monkeypatch.setattr(recordfiles, "_parquet_file", spy)
+    monkeypatch.setattr(arrowfiles, "_parquet_file", spy)
     seen = []
     docs = list(iter_documents([prepare_lib.Source.of(path)], seen.append))
     assert docs == [record_document(d) for d in DOCS]
