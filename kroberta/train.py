@@ -19,7 +19,7 @@ import jax  # noqa: E402  (after kroberta: the backend first)
 from kroberta import cli as cli_lib
 from kroberta.training import checkpoint
 from kroberta.training import saving as checkpoint_io
-from kroberta.parallel import distribute
+from kroberta.parallel import distribute, startup
 from kroberta.perf import advisor, dispatch_size
 from kroberta.training import run_dir as run_dir_lib
 from kroberta import config as config_lib
@@ -84,7 +84,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     config_lib.validate(config, sources or "config")
     global _QUIET
     # Joins a multi-host job (if any) before anything starts a JAX backend.
-    distribute.initialize(config, log=_log)
+    startup.initialize(config, log=_log)
     main_process = jax.process_index() == 0
     _QUIET = not main_process
     run_dir_lib.check_writable(config.run_dir)
