@@ -14,6 +14,7 @@ the record by replaying the stream (`data.first_bad_record`).
 
 import tensorflow as tf
 
+from kroberta.data import rules
 from kroberta.data.records import FEATURES, IGNORE_LABEL, REQUIRED_FEATURES
 
 
@@ -79,18 +80,17 @@ def _value_problems(row_max, vocabulary_size: int, with_labels: bool):
     def rows_where(name, predicate):
         return row_max(name, lambda v: tf.cast(predicate(v), tf.int64)) > 0
 
-    outside = lambda v: (v < 0) | (v >= vocabulary_size)
     # The largest offending |id| of each row, for the message.
-    worst = row_max("input_ids", lambda v: tf.where(outside(v), tf.abs(v), -1))
+    worst = row_max("input_ids", lambda v: tf.where(rules.bad_id(v, vocabulary_size), tf.abs(v), -1))
     problems = [
         (worst >= 0, lambda r: tf.strings.join([
             "feature 'input_ids' holds id ", tf.strings.as_string(worst[r]),
             f" outside the vocabulary [0, {vocabulary_size})"])),
-        (rows_where("attention_mask", lambda v: (v != 0) & (v != 1)),
+        (rows_where("attention_mask", rules.bad_attention),
          lambda r: tf.constant("feature 'attention_mask' holds values other than 0 and 1")),
     ]
     if with_labels:
-        bad = lambda v: (v != IGNORE_LABEL) & ((v < 0) | (v >= vocabulary_size))
+        bad = lambda v: rules.bad_label(v, vocabulary_size)
         problems.append((rows_where("labels", bad), lambda r: tf.constant(
             f"feature 'labels' holds a value that is neither {IGNORE_LABEL} nor a vocabulary id")))
     return problems

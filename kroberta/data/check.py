@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from kroberta.data import rules
 from kroberta.data.records import FEATURES, IGNORE_LABEL, PAD_ID, REQUIRED_FEATURES
 
 
@@ -216,11 +217,10 @@ class _FileChecker:
 
         rows, ids = dense["input_ids"]
         _, mask = dense["attention_mask"]
-        out_of_range = (ids < 0) if V is None else (ids < 0) | (ids >= V)
-        hit, first, pos = per_record(rows, out_of_range, ids)
+        hit, first, pos = per_record(rows, rules.bad_id(ids, V), ids)
         bound = "negative" if V is None else f"outside [0, {V})"
         flag(hit, "input_ids", first, lambda r: f"id {bound} at position {pos[r]}")
-        hit, first, pos = per_record(rows, (mask != 0) & (mask != 1), mask)
+        hit, first, pos = per_record(rows, rules.bad_attention(mask), mask)
         flag(hit, "attention_mask", first, lambda r: f"not 0/1 at position {pos[r]}")
         # Padding must be a suffix: once 0, never 1 again.
         hit, first, pos = per_record(rows, np.diff(mask, axis=1) > 0, mask[:, 1:])
@@ -231,8 +231,7 @@ class _FileChecker:
         flag(hit, "input_ids", first, lambda r: f"not the pad id {pad} where attention_mask is 0 (position {pos[r]})")
         rows, labels = dense["labels"]
         if len(rows):
-            invalid = (labels != IGNORE_LABEL) & ((labels < 0) if V is None else (labels < 0) | (labels >= V))
-            hit, first, pos = per_record(rows, invalid, labels)
+            hit, first, pos = per_record(rows, rules.bad_label(labels, V), labels)
             flag(hit, "labels", first, lambda r: f"neither {IGNORE_LABEL} nor an id {bound} at position {pos[r]}")
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from kroberta.data import pipeline as data_lib
+from kroberta.data import rules
 from kroberta.data.masking import static_slots_batch
 from kroberta.data.masking_numpy import static_slots_numpy
 from kroberta.data.records import FEATURES, IGNORE_LABEL, REQUIRED_FEATURES
@@ -88,13 +89,13 @@ def _from_arrays(arrays, config) -> Source:
 def _check_values(columns, config, where):
     # JAX clamps out-of-range gathers: an id >= V would silently read another row.
     ids = columns["input_ids"]
-    bad = np.argwhere((ids < 0) | (ids >= config.model.vocabulary_size))
+    bad = np.argwhere(rules.bad_id(ids, config.model.vocabulary_size))
     if len(bad):
         row, col = bad[0]
         raise PredictInputError(f"{where}: input_ids[{row}, {col}] = {ids[row, col]} is outside the "
                                 f"vocabulary [0, {config.model.vocabulary_size})")
     mask = columns["attention_mask"]
-    if not np.isin(mask, (0, 1)).all():
+    if rules.bad_attention(mask).any():
         raise PredictInputError(f"{where}: attention_mask holds values other than 0 and 1")
 
 
