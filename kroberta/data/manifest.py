@@ -69,6 +69,15 @@ def _int(section, key, path, label=None):
     return value
 
 
+def _require(obj, keys, path, not_an_object: str, label):
+    """`obj` is a JSON object holding every key of `keys` (named by `label(key)`)."""
+    if not isinstance(obj, dict):
+        raise ManifestError(f"{path}: {not_an_object}")
+    for key in keys:
+        if key not in obj:
+            raise ManifestError(f"{path}: missing key {label(key)}")
+
+
 def load_manifest(directory):
     """Read and validate `directory/manifest.json`.
 
@@ -88,19 +97,13 @@ def load_manifest(directory):
             data = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ManifestError(f"{path}: malformed JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise ManifestError(f"{path}: expected a JSON object at the top level")
-    for key in _REQUIRED:
-        if key not in data:
-            raise ManifestError(f"{path}: missing key {key!r}")
+    _require(data, _REQUIRED, path, "expected a JSON object at the top level", repr)
     if data["format"] != FORMAT:
         raise ManifestError(f"{path}: format is {data['format']!r}, expected {FORMAT!r}")
     specials = data["special_tokens"]
-    if not isinstance(specials, dict):
-        raise ManifestError(f"{path}: key 'special_tokens' must be an object")
+    _require(specials, _SPECIALS, path, "key 'special_tokens' must be an object",
+             lambda name: f"special_tokens.{name}")
     for name in _SPECIALS:
-        if name not in specials:
-            raise ManifestError(f"{path}: missing key special_tokens.{name}")
         _int(specials, name, path, f"special_tokens.{name}")
     tokenizer_path = os.path.join(base, str(data["tokenizer"]))
     if not os.path.isfile(tokenizer_path):

@@ -87,15 +87,8 @@ def _stock_twin(model, preprocessor):
 def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     """Writes `model` as a keras-hub preset directory (with `save_to_preset`).
 
-    Args:
-        model: a keras-hub `RobertaMaskedLM` (e.g. from `kroberta.load`).
-        out_dir: created if needed; existing files of the same names are replaced.
-        tokenizer: a `tokenizers.Tokenizer` (byte-level BPE) to export as keras-hub's
-            `RobertaTokenizer` with a `RobertaMaskedLMPreprocessor`; None uses
-            `model.tokenizer` when the model has one, else no tokenizer is written.
-
-    Returns:
-        `out_dir`.
+    Args and return value as for `kroberta.export_hf`; the tokenizer (byte-level BPE)
+    becomes keras-hub's `RobertaTokenizer` with a `RobertaMaskedLMPreprocessor`.
     """
     import keras_hub
 
