@@ -50,6 +50,7 @@ class DataConfig:
     pad_token_id: int = tokens.PAD_ID  # id written where attention_mask is 0 (1)
     mask_token_id: int = tokens.MASK_ID  # id of <mask> (4)
     special_token_ids: tuple[int, ...] = tokens.SPECIAL_IDS  # never chosen for masking (0-4)
+    whole_word_masking: bool = False  # dynamic masking chooses whole words (needs the tokenizer)
 
     def prediction_slots(self, sequence_length: int) -> int:
         """The fixed number of predicted positions per sequence (M)."""
@@ -255,6 +256,8 @@ def validate(config: Config, source: str | dict = "config") -> Config:
         fail("model.dropout", f"must be in [0, 1), got {m.dropout}")
     if d.masking not in _MASKING:
         fail("data.masking", f"must be one of {_MASKING}, got {d.masking!r}")
+    if d.whole_word_masking and d.masking != "dynamic":
+        fail("data.whole_word_masking", "needs data.masking='dynamic' (static labels are the file's)")
     if not 0.0 < d.mask_rate <= 1.0:
         fail("data.mask_rate", f"must be in (0, 1], got {d.mask_rate}")
     if not 0 <= d.max_predictions <= m.max_sequence_length:
