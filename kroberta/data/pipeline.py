@@ -1,10 +1,7 @@
 """tf.data input pipelines: TFRecords in the seed's format -> masked, batched model inputs.
 
-The record format (the seed's, and what `kroberta.prepare` writes): a
-`tf.train.Example` with int64 features of one length L per dataset
-    input_ids       (L,)  token ids
-    attention_mask  (L,)  1 for real tokens, 0 for padding
-    labels          (L,)  optional: -100 where there is no loss, else the original id
+The records are in the format of `kroberta.data.records` (the seed's, and what
+`kroberta.prepare` writes); `kroberta.data.files` finds and inspects the files.
 
 Training order: epochs of records tagged with file and index (`epochs`: every
 record once per epoch, shuffled within it) -> enumerate -> skip(resume) ->
@@ -17,18 +14,14 @@ and masks an uninterrupted one would have.
 TensorFlow here runs on the host CPU only; JAX owns the accelerators.
 """
 
-import dataclasses
-import os
-import struct
-
 import numpy as np
 import tensorflow as tf
-from google.protobuf.message import DecodeError
 
 from kroberta.data import epochs
 from kroberta.data.bad_records import DataError, explain_pipeline_error, first_bad_record
-from kroberta.data.batch_parsing import REQUIRED_FEATURES, parse_checked_batch
-from kroberta.config import ConfigError, DataConfig, ModelConfig
+from kroberta.data.batch_parsing import parse_checked_batch
+from kroberta.config import ConfigError, DataConfig
+from kroberta.data.files import DataSpec, check_against_model, inspect_files, resolve_files, spec_records
 from kroberta.data.masking import dynamic_mask_batch, static_slots_batch
 from kroberta.data.records import FEATURES, IGNORE_LABEL
 
@@ -36,121 +29,6 @@ AUTOTUNE = tf.data.AUTOTUNE
 __all__ = ["DataError", "DataSpec", "explain_pipeline_error", "first_bad_record", "FEATURES",
            "resolve_files", "inspect_files", "check_against_model", "train_dataset",
            "eval_dataset", "read_batches"]
-
-
-@dataclasses.dataclass(frozen=True)
-class DataSpec:
-    """What the files hold, learnt from their first records."""
-
-    files: tuple[str, ...]
-    sequence_length: int
-    has_labels: bool
-    records: int | None = None  # total records, when every file is local (framing walked)
-    file_records: tuple[int, ...] | None = None  # records per file, likewise
-
-
-def resolve_files(patterns, key: str) -> tuple[str, ...]:
-    """Expands files and globs in order; an unmatched pattern is an error naming `key`."""
-    files = []
-    for pattern in patterns:
-        matched = sorted(tf.io.gfile.glob(pattern))
-        if not matched:
-            raise DataError(f"{key}: no file matches {pattern!r}")
-        files.extend(m for m in matched if m not in files)
-    return tuple(files)
-
-
-def _read_first_record(path: str):
-    try:
-        for record in tf.data.TFRecordDataset(path).take(1):
-            return record.numpy()
-    except tf.errors.DataLossError:
-        raise DataError(f"{path}: record 0: corrupt or truncated TFRecord") from None
-    except tf.errors.OpError as e:
-        raise DataError(f"{path}: cannot be read: {e.message}") from None
-    raise DataError(f"{path}: the file holds no records")
-
-
-def count_framed_records(path: str) -> int | None:
-    """Walks a local TFRecord file's framing (headers only) and counts its records.
-
-    TFRecord framing is: uint64 length, uint32 crc, data, uint32 crc. TensorFlow
-    silently stops at a file cut inside a record header, so a truncated tail is
-    found here, at start-up. Returns None for remote files (gs://...).
-    """
-    if "://" in path:
-        return None
-    size = os.path.getsize(path)
-    offset = count = 0
-    with open(path, "rb") as f:
-        while offset < size:
-            header = f.read(8)
-            if len(header) < 8 or size - offset < 16:
-                raise DataError(f"{path}: record {count}: truncated (the file ends inside a record "
-                                f"header at byte {size})")
-            (length,) = struct.unpack("<Q", header)
-            end = offset + 8 + 4 + length + 4
-            if end > size:
-                raise DataError(f"{path}: record {count}: truncated (the record needs {length} "
-                                f"bytes; the file ends at byte {size})")
-            f.seek(end)
-            offset, count = end, count + 1
-    return count
-
-
-def inspect_files(files, key: str) -> DataSpec:
-    """Checks every file's framing and first record before any compute is spent.
-
-    Catches empty, truncated and unreadable files, missing features, wrong dtypes
-    and sequence lengths that differ between files or between features.
-    """
-    lengths = {}
-    has_labels = set()
-    counts = [count_framed_records(path) for path in files]
-    for path in files:
-        first = _read_first_record(path)
-        try:
-            example = tf.train.Example.FromString(first)
-        except DecodeError:
-            raise DataError(f"{path}: record 0: the payload is not a tf.train.Example "
-                            "(its bytes do not parse)") from None
-        feature_map = example.features.feature
-        for name in REQUIRED_FEATURES:
-            if name not in feature_map:
-                raise DataError(f"{path}: record 0: feature {name!r} is missing")
-        per_feature = {}
-        for name in FEATURES:
-            if name not in feature_map:
-                continue
-            kind = feature_map[name].WhichOneof("kind")
-            if kind != "int64_list":
-                raise DataError(f"{path}: record 0: feature {name!r} is {kind}, expected int64_list")
-            per_feature[name] = len(feature_map[name].int64_list.value)
-        if len(set(per_feature.values())) != 1:
-            raise DataError(f"{path}: record 0: features have different lengths {per_feature}")
-        lengths[path] = next(iter(per_feature.values()))
-        has_labels.add("labels" in feature_map)
-    distinct = sorted(set(lengths.values()))
-    if len(distinct) > 1:
-        by_length = {n: next(p for p, m in lengths.items() if m == n) for n in distinct}
-        raise DataError(f"{key}: files hold different sequence lengths: {by_length}")
-    if len(has_labels) > 1:
-        raise DataError(f"{key}: some files have a 'labels' feature and some do not")
-    known = None not in counts
-    return DataSpec(tuple(files), distinct[0], has_labels.pop(), sum(counts) if known else None,
-                    tuple(counts) if known else None)
-
-
-def check_against_model(spec: DataSpec, data: DataConfig, model: ModelConfig, key: str):
-    if spec.sequence_length > model.max_sequence_length:
-        raise ConfigError(
-            f"{key}: sequences have length {spec.sequence_length} but "
-            f"model.max_sequence_length={model.max_sequence_length}"
-        )
-    if data.masking == "static" and not spec.has_labels:
-        raise ConfigError(f"{key}: data.masking='static' needs a 'labels' feature in the files")
-
-
 
 
 def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabulary_size: int,
@@ -321,16 +199,6 @@ def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
 
     ds = _file_order(spec).batch(batch_size)
     return ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
-
-
-def spec_records(spec: DataSpec) -> int:
-    return spec.records if spec.records is not None else count_records(spec.files)
-
-
-def count_records(files) -> int:
-    """Reads the files once to count their records (for finite, evaluated data)."""
-    return int(tf.data.TFRecordDataset(list(files)).reduce(tf.constant(0, tf.int64),
-                                                           lambda n, _: n + 1))
 
 
 def count_labels_beyond_slots(spec: DataSpec, slots: int, sample: int = 2000) -> tuple[int, int]:
