@@ -22,8 +22,8 @@ import jax
 import keras
 import numpy as np
 
-from kroberta import config as config_lib
 from kroberta.config import Config, ConfigError
+from kroberta.config_checks import check_model_parallel
 
 MODEL_AXIS = "model"
 BATCH_AXIS = "batch"
@@ -124,7 +124,7 @@ def _model_axis_size(config: Config, num_devices: int, local_devices: int) -> in
     if local_devices % size:
         fail(f"a model axis of {size} does not divide the {local_devices} devices of a process "
              "(a model group must lie within one process)")
-    config_lib.check_model_parallel(size, config.model, fail)
+    check_model_parallel(size, config.model, fail)
     return size
 
 

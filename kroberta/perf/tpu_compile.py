@@ -127,7 +127,7 @@ def _size(n: float) -> str:
 
 def _too_big(needed: float, hbm: float, generation: str, what: str, strategy: str,
              mixed_precision: bool, at_least: bool = False) -> str:
-    if strategy == "data" and "fsdp" in config_lib._STRATEGIES:
+    if strategy == "data" and "fsdp" in config_lib.STRATEGIES:
         tries = ["distributed.strategy=fsdp"]
     elif strategy != "data":
         tries = ["a larger distributed.model_parallel"]
