@@ -10,10 +10,10 @@ rather than a document's end.
 
 import numpy as np
 
-from kroberta.data.records import PAD_ID
+from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
 
 
-def pack_documents(documents, seq_len, bos_id=0, eos_id=2, pad_id=PAD_ID):
+def pack_documents(documents, seq_len, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
     """Pack a stream of token-id lists into fixed-length sequences.
 
     Works as a generator over an internal buffer of at most one sequence plus one
