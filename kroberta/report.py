@@ -162,7 +162,11 @@ def cli(argv=None) -> int:
                                      description="Plot a run's metrics.jsonl into report.png.")
     parser.add_argument("run_dir", help="a run directory (holds metrics.jsonl)")
     args = parser.parse_args(argv)
-    return cli_lib.run(lambda: report(args.run_dir) and None)
+
+    def body():
+        report(args.run_dir)
+
+    return cli_lib.run(body)
 
 
 if __name__ == "__main__":
