@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from kroberta import prepare as prepare_lib
+from kroberta.text import build as prepare_lib
 from kroberta.prepare import PrepareError, main, prepare
 from kroberta.named_configs import load_config
 from kroberta.text.recordfiles import RecordError
