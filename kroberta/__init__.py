@@ -7,7 +7,7 @@ Keras that tensorflow/keras/keras_hub imported first but nothing used yet; see
 
 import sys
 
-from kroberta import _backend, cpu_collectives, xla_cpu
+from kroberta.runtime import backend as _backend, cpu_collectives, xla_cpu
 
 # Before anything starts JAX's backends: XLA reads XLA_FLAGS once per process.
 xla_cpu.use_eigen_dots()
@@ -31,23 +31,23 @@ def __getattr__(name):
     # The public API is loaded lazily so `import kroberta` stays cheap for tools
     # that only need the config or the data pipeline.
     if name in ("load", "save"):
-        from kroberta import checkpoint_io
+        from kroberta.training import saving as checkpoint_io
 
         return getattr(checkpoint_io, name)
     if name in ("predict", "predict_batches"):
-        from kroberta import prediction
+        from kroberta.inference import engine as prediction
 
         return getattr(prediction, name)
     if name == "fill_mask":
-        from kroberta.filling import fill_mask
+        from kroberta.inference.filling import fill_mask
 
         return fill_mask
     if name == "dataset":
-        from kroberta.run_data import dataset
+        from kroberta.training.run_data import dataset
 
         return dataset
     if name in ("export_hf", "from_hf"):
-        from kroberta import hf
+        from kroberta.interop import hf
 
         return getattr(hf, name)
     if name == "load_config":
@@ -61,7 +61,7 @@ def __getattr__(name):
 
         return importlib.import_module(f"kroberta.{name}")
     if name in ("export_keras_hub", "from_keras_hub"):
-        from kroberta import keras_hub_preset
+        from kroberta.interop import keras_hub as keras_hub_preset
 
         return getattr(keras_hub_preset, name)
     raise AttributeError(f"module 'kroberta' has no attribute {name!r}")

@@ -18,255 +18,15 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the model is built on the host CPU
 
 import argparse  # noqa: E402
-import dataclasses  # noqa: E402
 import importlib.metadata  # noqa: E402
-import math  # noqa: E402
-import re  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 
 import kroberta  # noqa: E402,F401  (fixes the backend before keras is imported)
+from kroberta import cli as cli_lib  # noqa: E402
 from kroberta import config as config_lib  # noqa: E402
-from kroberta import distribute, hardware  # noqa: E402
-from kroberta._backend import BackendError  # noqa: E402
-from kroberta.config import Config, ConfigError  # noqa: E402
-
-# Compiled here with libtpu 0.0.42; libtpu accepts other slices of these generations
-# too ("v4:2x2x2", "v5e:8x8"): generation, colon, chips along each axis.
-KNOWN_TOPOLOGIES = ("v2:2x2", "v3:2x2", "v4:2x2x1", "v5e:2x2", "v5e:4x4", "v5p:2x2x1", "v6e:2x2")
-# hardware.CHIPS gives figures per device as the TPU runtime counts them: a v2/v3
-# device is one of a chip's two cores, a v4/v5p device is a whole (megacore) chip.
-# libtpu's compile-only v4 topology has one device per core unless asked for megacore.
-_RUNTIME_DEVICES_PER_CHIP = {"TPU v2": 2, "TPU v3": 2}
-_CHIP_CONFIG = {"v4": {"chip_config_name": "megacore"}}
-GiB = 2**30
-
-
-class AotError(ValueError):
-    """The topology, the installation or the program's size rules out a compile."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Report:
-    """What `compile_for_topology` measured. Bytes and FLOPs are per device."""
-
-    topology: str
-    device_kind: str
-    num_devices: int
-    chips: int
-    mesh_shape: dict
-    strategy: str
-    parameters: int
-    mixed_precision: bool
-    global_batch: int
-    sequence_length: int
-    slots: int
-    hbm_bytes: float  # per device
-    peak_flops: float  # bf16 FLOP/s per device
-    train: object  # aot_programs.Program
-    predict: object
-    build_seconds: float
-    steps_per_execution: int
-    steps_per_execution_note: str
-
-    @property
-    def generation(self) -> str:
-        return self.topology.split(":")[0]
-
-    def floor_seconds(self, program) -> float:
-        """The compute floor: the step's FLOPs at the chip's bf16 peak."""
-        return program.flops / self.peak_flops
-
-    def samples_per_second(self, program) -> float:
-        return self.global_batch / self.floor_seconds(program)
-
-    @property
-    def fits(self) -> bool:
-        return all(p.total_bytes <= self.hbm_bytes for p in (self.train, self.predict))
-
-    def does_not_fit(self) -> str | None:
-        """The one-line error when a program needs more HBM than a device has, else None."""
-        worst = max((self.train, self.predict), key=lambda p: p.total_bytes)
-        if worst.total_bytes <= self.hbm_bytes:
-            return None
-        return _too_big(worst.total_bytes, self.hbm_bytes, self.generation, worst.name,
-                        self.strategy, self.mixed_precision)
-
-    def table(self) -> str:
-        t, p = self.train, self.predict
-        mesh = " x ".join(f"{k}={v}" for k, v in self.mesh_shape.items())
-        precision = "bf16 compute, float32 weights" if self.mixed_precision else "float32"
-        rows = [
-            f"topology      {self.topology}: {self.num_devices} x {self.device_kind} "
-            f"({self.chips} chips); mesh {mesh}; strategy {self.strategy}",
-            f"model         {self.parameters:,} parameters; {precision}",
-            f"batch         {self.global_batch} sequences ({self.global_batch // self.num_devices}"
-            f" per device) x {self.sequence_length} tokens, {self.slots} prediction slots",
-            "",
-            f"{'per device':<30}{'train step':>16}{'predict step':>16}",
-        ]
-
-        def row(label, a, b):
-            rows.append(f"{label:<30}{a:>16}{b:>16}")
-
-        for label, attr in (("arguments", "argument_bytes"), ("outputs", "output_bytes"),
-                            ("  of which donated (aliased)", "alias_bytes"),
-                            ("temporaries", "temp_bytes"), ("generated code", "code_bytes"),
-                            ("total", "total_bytes")):
-            row(label, _size(getattr(t, attr)), _size(getattr(p, attr)))
-        row(f"  of {_size(self.hbm_bytes)} HBM", f"{t.total_bytes / self.hbm_bytes:.1%}",
-            f"{p.total_bytes / self.hbm_bytes:.1%}")
-        row("FLOPs per device per step", f"{t.flops / 1e9:.2f} G", f"{p.flops / 1e9:.2f} G")
-        row(f"compute floor ({self.peak_flops / 1e12:g} TF/s)",
-            f"{self.floor_seconds(t) * 1e3:.3f} ms", f"{self.floor_seconds(p) * 1e3:.3f} ms")
-        row("  = samples/s at most", f"{self.samples_per_second(t):,.0f}",
-            f"{self.samples_per_second(p):,.0f}")
-        row("compile time", f"{t.compile_seconds:.1f} s", f"{p.compile_seconds:.1f} s")
-        rows += [
-            "",
-            f"FLOPs are XLA's cost_analysis of the SPMD program each device runs (per device; "
-            f"x{self.num_devices} for the whole step); train/predict = {t.flops / p.flops:.2f}.",
-            f"train.steps_per_execution={self.steps_per_execution}: "
-            f"{self.steps_per_execution_note}.",
-            f"predict program: kroberta.predict's top_k (k=5) step, {p.steps} batch(es) per "
-            f"dispatch; model built on the host in {self.build_seconds:.1f} s.",
-        ]
-        return "\n".join(rows)
-
-
-def _size(n: float) -> str:
-    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / 2**20:.1f} MiB"
-
-
-def _too_big(needed: float, hbm: float, generation: str, what: str, strategy: str,
-             mixed_precision: bool, at_least: bool = False) -> str:
-    if strategy == "data" and "fsdp" in config_lib._STRATEGIES:
-        tries = ["distributed.strategy=fsdp"]
-    elif strategy != "data":
-        tries = ["a larger distributed.model_parallel"]
-    else:
-        tries = []
-    tries.append("a smaller train.batch_size_per_device")
-    if not mixed_precision:
-        tries.append("train.mixed_precision=true")
-    advice = ", ".join(tries[:-1]) + " or " + tries[-1] if len(tries) > 1 else tries[0]
-    amount = f"{'at least ' if at_least else ''}{needed / GiB:.1f} GiB"
-    return (f"the {what} step needs {amount} of {hbm / GiB:.1f} GiB per device "
-            f"on {generation}: try {advice}")
-
-
-def topology_devices(name: str) -> list:
-    """The abstract TPU devices of a topology such as "v2:2x2" (a v2-8)."""
-    try:
-        import libtpu  # noqa: F401
-    except ImportError:
-        raise AotError('libtpu is not installed: pip install "jax[tpu]==0.10.2" '
-                       "(the tpu extra; compiles for TPUs on a CPU-only machine)") from None
-    from jax.experimental import topologies
-
-    from kroberta.quiet_start import quiet_libtpu_probe
-
-    try:
-        options = _CHIP_CONFIG.get(name.split(":")[0], {})
-        with quiet_libtpu_probe():  # libtpu's missing-TPU complaints on a CPU machine
-            return list(topologies.get_topology_desc(topology_name=name, platform="tpu",
-                                                     **options).devices)
-    except Exception as error:  # jax.errors.JaxRuntimeError from libtpu
-        message = str(error).splitlines()[0]
-        if "INVALID_ARGUMENT" not in message:
-            raise
-        raise AotError(f"unknown TPU topology {name!r} ({message}); valid: "
-                       f"{', '.join(KNOWN_TOPOLOGIES)} (generation:chips per axis; larger "
-                       "slices such as v4:2x2x2 work too)") from None
-
-
-def _per_device_chip(devices) -> tuple[float, float, int]:
-    """(HBM bytes, bf16 FLOP/s, chips) per abstract device of a topology."""
-    kind = devices[0].device_kind
-    chip = hardware.chip_for_device_kind(kind)
-    if chip is None:
-        raise AotError(f"no HBM and peak figures for {kind!r} in kroberta.hardware.CHIPS")
-    chips = len({tuple(d.coords) for d in devices})
-    share = _RUNTIME_DEVICES_PER_CHIP.get(chip.name, 1) * chips / len(devices)
-    return chip.memory_bytes * share, chip.bf16_flops * share, chips
-
-
-# XLA's TPU out-of-memory errors, e.g. "Ran out of memory on HBM, the total memory
-# required for HLO temporaries (70.86G) exceeds available HBM (15.75G)" or "Used 21.3G
-# of 15.75G hbm". The first figure is what the program needs (at least).
-_OOM = re.compile(r"(?:\(|Used )([\d.]+)([KMGT]?)\)? "
-                  r"(?:exceeds available HBM|of [\d.]+[KMGT]? hbm)")
-
-
-def _compile_or_explain(compile_fn, what, hbm, config, generation):
-    """Runs a compile; XLA's out-of-HBM error becomes the one-line AotError."""
-    try:
-        return compile_fn()
-    except Exception as error:
-        text = str(error)
-        if "RESOURCE_EXHAUSTED" not in text and "Ran out of memory" not in text:
-            raise
-        found = _OOM.search(text)
-        if not found:
-            raise AotError(f"the {what} step does not fit in HBM on {generation}: "
-                           f"{text.splitlines()[0]}") from None
-        scale = {"": 1, "K": 2**10, "M": 2**20, "G": GiB, "T": 2**40}
-        needed = float(found.group(1)) * scale[found.group(2)]
-        raise AotError(_too_big(needed, hbm, generation, what, config.distributed.strategy,
-                                config.train.mixed_precision, at_least=True)) from None
-
-
-def compile_for_topology(config: Config, topology_name: str, model=None) -> Report:
-    """Compiles `config`'s train and predict steps for a TPU topology; see `Report`.
-
-    `model`: the compiled model of this config (`aot_programs.build_model(config)`), to
-    reuse one build for several topologies; built here when None.
-
-    Raises AotError for an unknown topology, a missing libtpu or a program that XLA
-    already refuses to compile for lack of HBM (a program that compiles but needs
-    more than the HBM is reported: check `report.fits` / `report.does_not_fit()`).
-    """
-    from kroberta import aot_programs
-
-    config_lib.validate(config)
-    devices = topology_devices(topology_name)
-    hbm, peak, chips = _per_device_chip(devices)
-    generation = topology_name.split(":")[0]
-    started = time.perf_counter()
-    if model is None:
-        model = aot_programs.build_model(config)
-    build_seconds = time.perf_counter() - started
-    distribution = aot_programs.make_distribution(config, devices)
-    mesh = distribution.device_mesh
-    mesh_shape = dict(zip(mesh.axis_names, mesh.shape))
-    topology = distribute.Topology(devices=tuple(devices), platform="tpu", mesh_shape=mesh_shape,
-                                   process_count=1, process_index=0,
-                                   strategy=config.distributed.strategy)
-    batch = distribute.global_batch_size(config, topology)
-    length = config.model.max_sequence_length
-    slots = config.data.prediction_slots(length)
-    # The programs that run: K fused training steps, G prediction batches per dispatch.
-    from kroberta import dispatch_size
-    from kroberta.prediction import batches_per_dispatch_for
-
-    steps = dispatch_size.resolve(config, devices, batch, length).train.steps_per_execution
-    group = batches_per_dispatch_for(config, batch, slots, length, devices=devices)
-    train = _compile_or_explain(
-        lambda: aot_programs.compile_train(model, distribution, batch, length, slots, steps),
-        "train", hbm, config, generation)
-    predict = _compile_or_explain(
-        lambda: aot_programs.compile_predict(model, devices, batch, length, slots, group=group),
-        "predict", hbm, config, generation)
-    return Report(
-        topology=topology_name, device_kind=devices[0].device_kind, num_devices=len(devices),
-        chips=chips, mesh_shape=mesh_shape, strategy=config.distributed.strategy,
-        parameters=int(sum(math.prod(v.shape) for v in model.trainable_variables)),
-        mixed_precision=config.train.mixed_precision, global_batch=batch,
-        sequence_length=length, slots=slots, hbm_bytes=hbm, peak_flops=peak, train=train,
-        predict=predict, build_seconds=build_seconds,
-        steps_per_execution=steps,
-        steps_per_execution_note=aot_programs.steps_per_execution_note(steps),
-    )
+from kroberta.config import Config  # noqa: E402
+# kroberta.aot.compile_for_topology(config, topology) is the command as a function.
+from kroberta.perf.tpu_compile import KNOWN_TOPOLOGIES, AotError, compile_for_topology  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
@@ -287,20 +47,19 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     return config, args
 
 
+def _cli(argv) -> None:
+    config, args = parse_args(sys.argv[1:] if argv is None else argv)
+    report = compile_for_topology(config, args.topology)
+    versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("jax", "libtpu"))
+    print(f"kroberta.aot: {args.config or 'default config'} for {args.topology} ({versions})")
+    print(report.table(), flush=True)
+    problem = report.does_not_fit()
+    if problem:
+        raise AotError(problem)
+
+
 def cli(argv=None) -> int:
-    try:
-        config, args = parse_args(sys.argv[1:] if argv is None else argv)
-        report = compile_for_topology(config, args.topology)
-        versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("jax", "libtpu"))
-        print(f"kroberta.aot: {args.config or 'default config'} for {args.topology} ({versions})")
-        print(report.table(), flush=True)
-        problem = report.does_not_fit()
-        if problem:
-            raise AotError(problem)
-    except (ConfigError, AotError, BackendError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return cli_lib.run(lambda: _cli(argv))
 
 
 if __name__ == "__main__":

@@ -10,13 +10,15 @@ from (a file, the command line or a manifest), so the CLI can print one line.
 
 import dataclasses
 import math
-import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
 
+from kroberta import tokens
+from kroberta.errors import KrobertaError
 
-class ConfigError(ValueError):
+
+class ConfigError(KrobertaError, ValueError):
     """A configuration value is unknown, of the wrong type or impossible."""
 
 
@@ -44,9 +46,9 @@ class DataConfig:
     mask_rate: float = 0.15  # fraction of real, non-special tokens chosen for prediction
     max_predictions: int = 0  # prediction slots per sequence (static shape); 0 = ceil(1.25 * rate * length)
     shuffle_buffer: int = 10_000  # records shuffled together (blocks of an epoch)
-    pad_token_id: int = 1  # id written where attention_mask is 0
-    mask_token_id: int = 4  # id of <mask>
-    special_token_ids: tuple[int, ...] = (0, 1, 2, 3, 4)  # never chosen for masking
+    pad_token_id: int = tokens.PAD_ID  # id written where attention_mask is 0 (1)
+    mask_token_id: int = tokens.MASK_ID  # id of <mask> (4)
+    special_token_ids: tuple[int, ...] = tokens.SPECIAL_IDS  # never chosen for masking (0-4)
     whole_word_masking: bool = False  # dynamic masking chooses whole words (needs the tokenizer)
 
     def prediction_slots(self, sequence_length: int) -> int:
@@ -114,9 +116,9 @@ SECTIONS = {
     "distributed": DistributedConfig,
 }
 TOP_LEVEL_KEYS = ("run_dir", "init_from_hf", "init_from_keras_hub")
-_STRATEGIES = ("data", "fsdp", "model")
+STRATEGIES = ("data", "fsdp", "model")
 AUTO = "auto"  # train.steps_per_execution chosen from the model's FLOPs and the devices' peak
-_MASKING = ("dynamic", "static")
+MASKINGS = ("dynamic", "static")
 
 
 def _field_types(cls) -> dict[str, object]:
@@ -235,101 +237,12 @@ def validate(config: Config, source: str | dict = "config") -> Config:
     """Rejects impossible settings with a message naming the key and its source.
 
     `source` is one name for every key, or a dict {dotted key: where it was set}
-    (see `sources`); keys missing from the dict were left at their defaults.
+    (see `sources`); keys missing from the dict were left at their defaults. The
+    rules are in `kroberta.config_checks`.
     """
-    m, d, t = config.model, config.data, config.train
+    from kroberta.config_checks import validate as check
 
-    def fail(key, problem):
-        where = source.get(key, "default") if isinstance(source, dict) else source
-        raise ConfigError(f"{where}: {key}: {problem}")
-
-    for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim",
-                "intermediate_dim", "max_sequence_length"):
-        if getattr(m, key) < 1:
-            fail(f"model.{key}", f"must be >= 1, got {getattr(m, key)}")
-    if m.hidden_dim % m.num_heads:
-        fail("model.num_heads", f"{m.num_heads} heads do not divide hidden_dim={m.hidden_dim}")
-    if not 0.0 <= m.dropout < 1.0:
-        fail("model.dropout", f"must be in [0, 1), got {m.dropout}")
-    if d.masking not in _MASKING:
-        fail("data.masking", f"must be one of {_MASKING}, got {d.masking!r}")
-    if d.whole_word_masking and d.masking != "dynamic":
-        fail("data.whole_word_masking", "needs data.masking='dynamic' (static labels are the file's)")
-    if not 0.0 < d.mask_rate <= 1.0:
-        fail("data.mask_rate", f"must be in (0, 1], got {d.mask_rate}")
-    if not 0 <= d.max_predictions <= m.max_sequence_length:
-        fail("data.max_predictions",
-             f"must be in [0, max_sequence_length={m.max_sequence_length}], got {d.max_predictions}")
-    for key in ("pad_token_id", "mask_token_id"):
-        if not 0 <= getattr(d, key) < m.vocabulary_size:
-            fail(f"data.{key}", f"{getattr(d, key)} is outside the vocabulary [0, {m.vocabulary_size})")
-    if d.shuffle_buffer < 1:
-        fail("data.shuffle_buffer", f"must be >= 1, got {d.shuffle_buffer}")
-    for key in ("batch_size_per_device", "steps", "log_every", "keep_checkpoints"):
-        if getattr(t, key) < 1:
-            fail(f"train.{key}", f"must be >= 1, got {getattr(t, key)}")
-    for key in ("warmup_steps", "eval_every", "eval_steps", "checkpoint_every"):
-        if getattr(t, key) < 0:
-            fail(f"train.{key}", f"must be >= 0, got {getattr(t, key)}")
-    if t.learning_rate <= 0:
-        fail("train.learning_rate", f"must be > 0, got {t.learning_rate}")
-    if t.warmup_steps > t.steps:
-        fail("train.warmup_steps", f"{t.warmup_steps} exceeds train.steps={t.steps}")
-    if t.weight_decay < 0 or t.clip_norm < 0:
-        fail("train.weight_decay" if t.weight_decay < 0 else "train.clip_norm", "must be >= 0")
-    # Evaluations and checkpoints happen at log boundaries, where the metrics of the
-    # interval are complete and the device state is already synced to the host.
-    for key in ("eval_every", "checkpoint_every"):
-        value = getattr(t, key)
-        if value % t.log_every:
-            fail(f"train.{key}", f"{value} is not a multiple of train.log_every={t.log_every}")
-    if t.steps_per_execution != AUTO:
-        if t.steps_per_execution < 1:
-            fail("train.steps_per_execution", f"must be >= 1 or \"{AUTO}\", got {t.steps_per_execution}")
-        check_steps_per_execution(t, t.steps_per_execution, fail)
-    if config.distributed.strategy not in _STRATEGIES:
-        fail("distributed.strategy",
-             f"must be one of {_STRATEGIES}, got {config.distributed.strategy!r}")
-    _validate_distributed(config, fail)
-    if not config.run_dir:
-        fail("run_dir", "must not be empty")
-    if config.init_from_hf and config.init_from_keras_hub:
-        fail("init_from_keras_hub", "set init_from_hf or init_from_keras_hub, not both")
-    return config
-
-
-def check_steps_per_execution(t: TrainConfig, k: int, fail):
-    """Logs, evaluations and checkpoints happen between dispatches of K fused steps."""
-    for key in ("log_every", "eval_every", "checkpoint_every"):
-        value = getattr(t, key)
-        if value % k:
-            fail(f"train.{key}", f"{value} is not a multiple of train.steps_per_execution={k} "
-                 "(steps fused per dispatch); change one of them")
-
-
-def _validate_distributed(config: Config, fail):
-    """The static checks; those that need the device count are in kroberta.distribute."""
-    dist, m = config.distributed, config.model
-    for key in ("devices", "model_parallel", "num_processes"):
-        if getattr(dist, key) < 0:
-            fail(f"distributed.{key}", f"must be >= 0, got {getattr(dist, key)}")
-    if dist.process_id < -1 or (dist.num_processes and dist.process_id >= dist.num_processes):
-        fail("distributed.process_id", f"must be -1 (auto) or in [0, num_processes="
-             f"{dist.num_processes or 'auto'}), got {dist.process_id}")
-    if dist.initialization_timeout < 1:
-        fail("distributed.initialization_timeout", f"must be >= 1, got {dist.initialization_timeout}")
-    if dist.coordinator and not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", dist.coordinator):
-        fail("distributed.coordinator", f"expected HOST:PORT, got {dist.coordinator!r}")
-    if dist.model_parallel and dist.strategy in ("fsdp", "model"):
-        check_model_parallel(dist.model_parallel, m, lambda problem: fail(
-            "distributed.model_parallel", problem))
-
-
-def check_model_parallel(size: int, m: ModelConfig, fail):
-    """The "model" axis must divide every dimension the layouts shard."""
-    for key in ("num_heads", "hidden_dim", "intermediate_dim"):
-        if getattr(m, key) % size:
-            fail(f"a model axis of {size} does not divide model.{key}={getattr(m, key)}")
+    return check(config, source)
 
 
 def from_command_line(config_path: str | None, rest: list[str]) -> tuple["Config", dict]:

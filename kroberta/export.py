@@ -14,6 +14,9 @@ import argparse
 import os
 import sys
 
+from kroberta import cli as cli_lib
+from kroberta.errors import KrobertaError
+
 
 FORMATS = ("hf", "keras-hub")
 
@@ -29,14 +32,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-class ExportError(Exception):
+class ExportError(KrobertaError):
     """A user-facing problem: printed as one line, exit status 2."""
 
 
 def main(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str:
     """Exports the run at `run` (with its tokenizer, if any) into `out` in `format`
     ("hf" or "keras-hub"); returns `out`."""
-    from kroberta import checkpoint_io, hf, keras_hub_preset
+    from kroberta.training import saving as checkpoint_io
+    from kroberta.interop import hf, keras_hub as keras_hub_preset
 
     if format not in FORMATS:
         raise ExportError(f"--format {format!r}: expected one of {', '.join(FORMATS)}")
@@ -70,13 +74,12 @@ def main(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str
 
 def cli(argv=None) -> int:
     args = _parser().parse_args(argv)
-    try:
+
+    def body():
         out = main(args.run, args.out, args.overwrite, args.format)
-    except ExportError as e:
-        print(f"kroberta.export: error: {e}", file=sys.stderr)
-        return 2
-    print(f"exported {args.run} -> {out}")
-    return 0
+        print(f"exported {args.run} -> {out}")
+
+    return cli_lib.run(body, prefix="kroberta.export: error: ")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ Each batch's reduced result is appended to one raw file per output array as soon
 as it arrives; at the end the arrays are packed into the .npz (written under a
 temporary name and renamed, so an interrupted run leaves no partial file).
 
-The Python API is `kroberta.predict(...)` (see kroberta/prediction.py); this
+The Python API is `kroberta.predict(...)` (see kroberta/inference/engine.py); this
 module is also callable as that function, so `import kroberta.predict` cannot
 shadow it.
 """
@@ -23,9 +23,10 @@ import zipfile
 import numpy as np
 
 import kroberta
-from kroberta import prediction
-from kroberta.data import DataError
-from kroberta.prediction_inputs import InputError
+from kroberta import cli as cli_lib
+from kroberta.inference import engine as prediction
+from kroberta.inference.inputs import PredictInputError
+from kroberta.atomic import atomic_path
 
 
 class _Progress:
@@ -63,8 +64,7 @@ def write_npz(chunks, out_path: str, progress: _Progress) -> dict:
         progress.update(0, final=True)
         for handle in raw.values():
             handle.close()
-        tmp = os.path.join(work, "out.npz")
-        with zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
+        with atomic_path(out_path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
             for name, (dtype, row_shape, rows) in meta.items():
                 with archive.open(name + ".npy", "w", force_zip64=True) as entry:
                     np.lib.format.write_array_header_2_0(
@@ -72,7 +72,6 @@ def write_npz(chunks, out_path: str, progress: _Progress) -> dict:
                                 "fortran_order": False, "shape": (rows, *row_shape)})
                     with open(os.path.join(work, name + ".raw"), "rb") as source:
                         shutil.copyfileobj(source, entry, 16 * 2**20)
-        os.replace(tmp, out_path)
         return {name: (rows, *row_shape) for name, (_, row_shape, rows) in meta.items()}
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -95,23 +94,21 @@ def _parser():
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    try:
-        if not args.out.endswith(".npz"):
-            raise InputError(f"--out: {args.out!r} must end with .npz")
-        model = kroberta.load(args.run)
-        chunks = prediction.predict_batches(model, args.data, output=args.output, k=args.k,
-                                            positions=args.positions, batch_size=args.batch_size,
-                                            slots=args.slots)
-        from kroberta.data import inspect_files, resolve_files
+    return cli_lib.run(lambda: _main(args), interrupted="interrupted; nothing was written",
+                       also=(FileNotFoundError,))
 
-        total = inspect_files(resolve_files(args.data, "--data"), "--data").records
-        shapes = write_npz(chunks, args.out, _Progress(total, not args.no_progress))
-    except (FileNotFoundError, DataError, InputError, prediction.PredictionError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted; nothing was written", file=sys.stderr)
-        return 130
+
+def _main(args) -> int:
+    if not args.out.endswith(".npz"):
+        raise PredictInputError(f"--out: {args.out!r} must end with .npz")
+    model = kroberta.load(args.run)
+    chunks = prediction.predict_batches(model, args.data, output=args.output, k=args.k,
+                                        positions=args.positions, batch_size=args.batch_size,
+                                        slots=args.slots)
+    from kroberta.data.pipeline import inspect_files, resolve_files
+
+    total = inspect_files(resolve_files(args.data, "--data"), "--data").records
+    shapes = write_npz(chunks, args.out, _Progress(total, not args.no_progress))
     summary = ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
     print(f"wrote {args.out}: {summary}")
     return 0

@@ -16,300 +16,14 @@ manifest last: a directory with a manifest is complete.
 """
 
 import argparse
-import math
 import os
-import shutil
 import sys
-import time
 import warnings
 
-import numpy as np
-
-from kroberta import manifest as manifest_lib
-from kroberta.encode import blocks, encoded_documents
-from kroberta.packing import pack_documents
-from kroberta.progress import Progress
-from kroberta.recordfiles import RecordError, check_source
-from kroberta.records import PAD_ID, encode_examples
-from kroberta.splits import SplitWriter, in_validation
-from kroberta.static_labels import static_mask
-from kroberta.textfiles import InputError, Source, expand_inputs, iter_documents, scan_file
-from kroberta.tokenizer import (
-    MIN_VOCABULARY_SIZE,
-    TokenizerError,
-    VocabularyShortfallWarning,
-    load_tokenizer,
-    special_token_ids,
-    train_tokenizer,
-    vocabulary_size,
-)
-
-MIN_SEQ_LEN = 8
-TARGET_SHARD_BYTES = 200e6  # shards of ~100-200 MB: few files, yet parallel reads
-BLOCK = 1024  # sequences per block: the unit of static masking's RNG and of serialization
-
-
-class PrepareError(ValueError):
-    """prepare cannot proceed; the message says why in one line."""
-
-
-class PrepareWarning(UserWarning):
-    """Something was skipped or adjusted; recorded in the manifest too."""
-
-
-def _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer):
-    if seq_len < MIN_SEQ_LEN:
-        raise PrepareError(f"--seq-len {seq_len} is too short: use at least {MIN_SEQ_LEN}")
-    if tokenizer is None and vocab_size < MIN_VOCABULARY_SIZE:
-        raise PrepareError(
-            f"--vocab-size {vocab_size} is too small: byte-level BPE needs at least {MIN_VOCABULARY_SIZE} "
-            "(5 special tokens + 256 bytes)"
-        )
-    if not 0 <= validation_fraction < 1:
-        raise PrepareError(f"--validation-fraction must be in [0, 1), got {validation_fraction}")
-    if labels not in (None, "static"):
-        raise PrepareError(f"--labels must be 'static' or absent, got {labels!r}")
-    if not 0 < mask_rate < 1:
-        raise PrepareError(f"mask_rate must be in (0, 1), got {mask_rate}")
-    if shards is not None and shards < 1:
-        raise PrepareError(f"--shards must be >= 1, got {shards}")
-
-
-def _refuse_existing(out_dir, overwrite):
-    """Refuse to clobber a prepared directory unless asked (checked before any work)."""
-    path = os.path.join(out_dir, manifest_lib.MANIFEST_NAME)
-    if os.path.exists(path) and not overwrite:
-        raise PrepareError(f"{out_dir} already holds a prepared dataset ({path}); pass --overwrite to replace it")
-
-
-def _clear_previous(out_dir):
-    """Remove a previous prepared dataset's manifest and shards (after --overwrite)."""
-    path = os.path.join(out_dir, manifest_lib.MANIFEST_NAME)
-    if not os.path.exists(path):
-        return
-    try:
-        old = manifest_lib.load_manifest(out_dir)
-        stale = old.files
-    except manifest_lib.ManifestError:
-        stale = ()
-    os.remove(path)  # first: a crash from here on leaves no manifest pointing at mixed files
-    for f in stale:
-        if os.path.exists(f):
-            os.remove(f)
-
-
-def _scan_inputs(files, strict, text_field="text", split="train"):
-    """Split the inputs into usable `Source`s and skipped text files (with reasons).
-
-    A record file whose column, split or reader is missing is an error, not a skip:
-    its documents cannot be read at all.
-    """
-    good, skipped, total, has_text = [], [], 0, False
-    for path in files:
-        source = Source.of(path, text_field, split)
-        if source.format is not None:
-            try:
-                total += check_source(source.path, source.format, text_field, split)
-            except OSError as e:
-                raise InputError(f"{path}: unreadable ({e.strerror})") from None
-            good.append(source)
-            has_text = True  # known only once read; an all-empty corpus is refused then
-            continue
-        try:
-            size, problem, offset, text = scan_file(path)
-        except OSError as e:
-            size, problem, offset, text = 0, f"unreadable ({e.strerror})", None, False
-        if problem is None:
-            good.append(source)
-            total += size
-            has_text |= text
-            continue
-        where = "" if offset is None else f" at byte {offset}"
-        if strict:
-            raise PrepareError(f"{path}: {problem}{where} (--strict)")
-        warnings.warn(f"skipping {path}: {problem}{where}", PrepareWarning, stacklevel=3)
-        skipped.append({"path": path, "problem": problem, "offset": offset})
-    if not has_text:
-        raise PrepareError(
-            f"no text in the inputs: {len(files)} file(s), {len(skipped)} skipped, the rest empty or whitespace"
-        )
-    return good, skipped, total
-
-
-def _get_tokenizer(tokenizer, files, total_bytes, vocab_size, out_dir, progress):
-    """Train (streaming) or load the tokenizer and save it as out_dir/tokenizer.json."""
-    out_path = os.path.join(out_dir, "tokenizer.json")
-    shortfall = None
-    if tokenizer is None:
-        bar = Progress("tokenizer", total_bytes, enabled=progress)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", VocabularyShortfallWarning)
-            tok = train_tokenizer(iter_documents(files, bar.update), vocab_size, out_path=None)
-        bar.close()
-        for w in caught:
-            if issubclass(w.category, VocabularyShortfallWarning):
-                shortfall = str(w.message)
-                warnings.warn(shortfall, PrepareWarning, stacklevel=3)
-            else:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        tok.save(out_path + ".tmp")
-        os.replace(out_path + ".tmp", out_path)
-    else:
-        if isinstance(tokenizer, (str, os.PathLike)):
-            tok = load_tokenizer(tokenizer)
-            if os.path.abspath(tokenizer) != os.path.abspath(out_path):
-                shutil.copyfile(tokenizer, out_path + ".tmp")
-                os.replace(out_path + ".tmp", out_path)
-        else:
-            tok = tokenizer
-            special_token_ids(tok)
-            tok.save(out_path)
-    return tok, shortfall
-
-
-def prepare(
-    inputs,
-    out_dir,
-    vocab_size=10000,
-    seq_len=64,
-    validation_fraction=0.01,
-    shards=None,
-    labels=None,
-    mask_rate=0.15,
-    tokenizer=None,
-    seed=0,
-    strict=False,
-    progress=True,
-    overwrite=False,
-    text_field="text",
-    split="train",
-):
-    """Turn a corpus into a prepared directory of TFRecord shards.
-
-    Args:
-        inputs: glob pattern(s), paths or directories. UTF-8 text files (.txt, or
-            .txt.gz) are streams of documents separated by blank lines; JSON lines
-            (.jsonl/.json[.gz]), CSV/TSV (.csv/.tsv[.gz], with a header row),
-            Parquet (.parquet) and `datasets` directories (`save_to_disk`) hold one
-            document per record.
-        out_dir: output directory (created).
-        vocab_size: requested vocabulary size when training a tokenizer.
-        seq_len: tokens per packed sequence.
-        validation_fraction: share of whole sequences held out, drawn by `seed`.
-        shards: train shard count (None: ~200 MB per shard, at least 1).
-        labels: "static" to write masked inputs with labels, None for none.
-        mask_rate: masking probability for static labels.
-        tokenizer: path to a tokenizer.json (or a `tokenizers.Tokenizer`) to reuse.
-        seed: fixes the validation split and static masks.
-        strict: fail on binary or non-UTF-8 files instead of skipping them.
-        progress: draw progress bars on stderr.
-        overwrite: replace an existing prepared directory.
-        text_field: the records' column holding the text (record formats only).
-        split: the split of a `datasets` DatasetDict to read.
-
-    Returns:
-        The manifest dict (also written to out_dir/manifest.json). Raises
-        `PrepareError` with a one-line message when the inputs cannot be used.
-    """
-    started = time.perf_counter()
-    _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer)
-    out_dir = os.fspath(out_dir)
-    _refuse_existing(out_dir, overwrite)
-    try:
-        files = expand_inputs(inputs)
-        good, skipped, total_bytes = _scan_inputs(files, strict, text_field, split)
-    except (InputError, RecordError) as e:
-        raise PrepareError(str(e)) from None
-    _clear_previous(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    try:
-        tok, shortfall = _get_tokenizer(tokenizer, good, total_bytes, vocab_size, out_dir, progress)
-        specials = special_token_ids(tok)
-    except (TokenizerError, RecordError) as e:  # a bad record is found while training
-        raise PrepareError(str(e)) from None
-    if specials["pad"] != PAD_ID:
-        raise PrepareError(f"the tokenizer's <pad> id is {specials['pad']}; the record format needs {PAD_ID}")
-    vocab = vocabulary_size(tok)
-    if shards is None:
-        # Bytes per input byte, measured: ~0.8 (ids + mask), ~3 with labels (-100 is a 10-byte varint).
-        estimate = total_bytes * (3.0 if labels else 0.8)
-        shards = max(1, math.ceil(estimate / TARGET_SHARD_BYTES))
-        val_shards = max(1, math.ceil(estimate * validation_fraction / TARGET_SHARD_BYTES))
-    else:
-        val_shards = max(1, math.ceil(shards * validation_fraction))
-    # Never chosen for static masking nor drawn as a random replacement.
-    special_ids = set(specials.values()) | {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
-    previous_flag = tok.encode_special_tokens
-    tok.encode_special_tokens = True  # "<s>" in the text is text, not a control token
-    tok_time = time.perf_counter() - started
-
-    train = SplitWriter(out_dir, "train", shards)
-    validation = SplitWriter(out_dir, "validation", val_shards)
-    bar = Progress("encode+pack+write", total_bytes, enabled=progress)
-    pending = None  # the newest record, held back so both splits can be made non-empty
-    try:
-        docs = encoded_documents(tok, good, bar.update)
-        sequences = pack_documents(docs, seq_len, specials["bos"], specials["eos"], PAD_ID)
-        start = 0
-        for block, (ids, mask) in enumerate(blocks(sequences, BLOCK)):
-            label_block = None
-            if labels == "static":
-                rng = np.random.default_rng([seed, block])
-                ids, label_block = static_mask(ids, mask, rng, mask_rate, specials["mask"], special_ids, vocab)
-            records = encode_examples(ids, mask, label_block)
-            held_out = in_validation(np.arange(start, start + len(ids)), validation_fraction, seed)
-            tokens = mask.sum(axis=1)
-            for record, to_validation, n in zip(records, held_out, tokens):
-                if pending is not None:
-                    (validation if pending[1] else train).write(pending[0], pending[2])
-                pending = (record, bool(to_validation), int(n))
-            start += len(ids)
-        if pending is None:
-            raise PrepareError("no text in the inputs: every document is empty")
-        to_validation = pending[1]
-        if validation_fraction > 0 and validation.sequences == 0 and train.sequences > 0:
-            to_validation = True
-        elif train.sequences == 0:
-            to_validation = False
-        (validation if to_validation else train).write(pending[0], pending[2])
-        train_info, validation_info = train.finish(), validation.finish()
-    except BaseException as e:
-        train.abort()
-        validation.abort()
-        if isinstance(e, RecordError):  # a bad record, named by file and line
-            raise PrepareError(str(e)) from None
-        raise
-    finally:
-        tok.encode_special_tokens = previous_flag
-    encode_time = bar.close()
-    if validation_fraction > 0 and validation.sequences == 0:
-        warnings.warn("only one sequence: nothing left for validation", PrepareWarning, stacklevel=2)
-    manifest = {
-        "format": manifest_lib.FORMAT,
-        "train": train_info,
-        "validation": validation_info,
-        "vocabulary_size": vocab,
-        "requested_vocabulary_size": None if tokenizer is not None else vocab_size,
-        "sequence_length": seq_len,
-        "special_tokens": specials,
-        "tokenizer": "tokenizer.json",
-        "labels": labels,
-        "mask_rate": mask_rate,
-        "seed": seed,
-        "validation_fraction": validation_fraction,
-        "source": {
-            "inputs": [os.fspath(i) for i in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)],
-            "files": [os.path.abspath(f.path) for f in good],
-            "text_field": text_field if any(f.format for f in good) else None,
-            "split": split if any(f.format == "datasets" for f in good) else None,
-            "bytes": total_bytes,
-            "skipped_files": skipped,
-            "vocabulary_note": shortfall,
-        },
-        "timing_s": {"tokenizer": round(tok_time, 3), "encode_pack_write": round(encode_time, 3)},
-    }
-    manifest_lib.write_manifest(out_dir, manifest)
-    return manifest
+from kroberta import cli as cli_lib
+from kroberta.data import manifest as manifest_lib
+from kroberta.text.build import PrepareError, PrepareWarning, prepare  # noqa: F401  (kroberta.prepare.prepare)
+from kroberta.text.textfiles import expand_inputs
 
 
 def _summary(manifest, out_dir):
@@ -375,7 +89,7 @@ def _tfrecords_in(directory):
 
 
 def _run_check(args):
-    from kroberta.check import check_records
+    from kroberta.data.check import check_records
 
     vocab, length = args.vocab_size, args.seq_len
     if os.path.isdir(args.check) and not os.path.exists(os.path.join(args.check, manifest_lib.MANIFEST_NAME)):
@@ -421,14 +135,11 @@ def main(argv=None):
     with warnings.catch_warnings():
         # One line per warning on stderr, no source line: these are messages for users.
         warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
-        try:
-            manifest = _run(args)
-        except (PrepareError, InputError, RecordError, manifest_lib.ManifestError, TokenizerError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print("interrupted: no manifest written; partial shards were removed", file=sys.stderr)
-            return 130
+        return cli_lib.run(lambda: _finish(_run(args), args),
+                           interrupted="interrupted: no manifest written; partial shards were removed")
+
+
+def _finish(manifest, args) -> int:
     if isinstance(manifest, int):
         return manifest  # --check's exit code
     print(_summary(manifest, args.out))

@@ -12,6 +12,9 @@ import os
 import statistics
 import sys
 
+from kroberta import cli as cli_lib
+from kroberta.errors import KrobertaError
+
 METRICS_FILE = "metrics.jsonl"
 REPORT_FILE = "report.png"
 PANELS = (
@@ -23,7 +26,7 @@ PANELS = (
 )
 
 
-class ReportError(ValueError):
+class ReportError(KrobertaError, ValueError):
     """The run directory has nothing to report; the message says why."""
 
 
@@ -136,7 +139,7 @@ def report(run_dir: str, print_fn=print, show: bool | None = None) -> dict:
         time), with `report_png` (the picture's path) and `figure` (the matplotlib
         Figure, for further use) added.
     """
-    from kroberta import console
+    from kroberta.training import console
 
     rows = read_metrics(run_dir)
     summary = summarize(rows)
@@ -159,12 +162,11 @@ def cli(argv=None) -> int:
                                      description="Plot a run's metrics.jsonl into report.png.")
     parser.add_argument("run_dir", help="a run directory (holds metrics.jsonl)")
     args = parser.parse_args(argv)
-    try:
+
+    def body():
         report(args.run_dir)
-    except ReportError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+
+    return cli_lib.run(body)
 
 
 if __name__ == "__main__":

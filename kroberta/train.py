@@ -14,18 +14,20 @@ import sys
 import time
 
 import kroberta  # noqa: F401  (fixes the backend before keras is imported)
-from kroberta import checkpoint, checkpoint_io, distribute
-from kroberta import advisor, dispatch_size
-from kroberta import run_dir as run_dir_lib
+import jax  # noqa: E402  (after kroberta: the backend first)
+
+from kroberta import cli as cli_lib
+from kroberta.training import checkpoint
+from kroberta.training import saving as checkpoint_io
+from kroberta.parallel import distribute, startup
+from kroberta.perf import advisor, dispatch_size
+from kroberta.training import run_dir as run_dir_lib
 from kroberta import config as config_lib
-from kroberta import data as data_lib
-from kroberta import run_data as run_data_lib
-from kroberta._backend import BackendError
+from kroberta.data import pipeline as data_lib
+from kroberta.training import run_data as run_data_lib
 from kroberta.config import Config, ConfigError
-from kroberta.hf_weights import HFConversionError as _HFError
-from kroberta.manifest import ManifestError as _ManifestError
-from kroberta.prepare import PrepareError as _PrepareError
-from kroberta.preemption import PreemptionFlag
+from kroberta.training.preemption import PreemptionFlag
+from kroberta.atomic import atomic_write
 
 
 _QUIET = False  # True on processes other than 0 of a multi-process job
@@ -59,10 +61,8 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True):
             shutil.rmtree(os.path.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
     if not write:
         return
-    tmp = path + f".tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
+    with atomic_write(path) as f:
         f.write(config_lib.to_toml(config))
-    os.replace(tmp, path)
 
 
 def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):
@@ -84,8 +84,8 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     config_lib.validate(config, sources or "config")
     global _QUIET
     # Joins a multi-host job (if any) before anything starts a JAX backend.
-    distribute.initialize(config, log=_log)
-    main_process = distribute.process_index() == 0
+    startup.initialize(config, log=_log)
+    main_process = jax.process_index() == 0
     _QUIET = not main_process
     run_dir_lib.check_writable(config.run_dir)
     run_data = run_data_lib.resolve(config, log=_log)
@@ -103,7 +103,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     config = dispatch_size.resolve(config, topology.devices, global_batch,
                                    train_spec.sequence_length, log=_log)
     run_data = dataclasses.replace(run_data, config=config)  # K resolved for the pipelines too
-    from kroberta.model import build_compiled_model, count_parameters
+    from kroberta.model.mlm import build_compiled_model, count_parameters
 
     model = build_compiled_model(config)
     _log(f"devices: {topology.describe()}")
@@ -130,12 +130,12 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
         start_step = int(model.optimizer.iterations.numpy())
         _log(f"resuming from {saved[-1][1]} (step {start_step})")
     elif config.init_from_hf:
-        from kroberta.hf import init_from_hf
+        from kroberta.interop.hf import init_from_hf
 
         init_from_hf(model, config.init_from_hf)
         _log(f"initialised from the Hugging Face checkpoint in {config.init_from_hf}")
     elif config.init_from_keras_hub:
-        from kroberta.keras_hub_preset import init_from_keras_hub
+        from kroberta.interop.keras_hub import init_from_keras_hub
 
         with_head = init_from_keras_hub(model, config.init_from_keras_hub)
         _log(f"initialised from the keras-hub preset in {config.init_from_keras_hub}"
@@ -158,7 +158,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     summary["final_step"] = int(model.optimizer.iterations.numpy())
     if summary.get("preempted"):
         # Every process says it: in a job the notice may have reached another host.
-        who = f"process {distribute.process_index()}: " if summary.get("job_wide") else ""
+        who = f"process {jax.process_index()}: " if summary.get("job_wide") else ""
         print(f"{who}stopped by SIGTERM at step {summary['final_step']}: checkpoint written; "
               "re-run the same command to resume", flush=True)
         return summary
@@ -176,7 +176,7 @@ def _log_interrupted(run_dir: str):
 
 
 def _fit(model, run_data, topology, start_step, stop_step) -> dict:
-    from kroberta.run_callbacks import RunLogger
+    from kroberta.training.run_callbacks import RunLogger
 
     config, train_spec, val_spec = run_data.config, run_data.train, run_data.validation
     t = config.train
@@ -202,7 +202,7 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     def fit_segment(begin, end, steps_per_epoch):
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
         # Exactly `end - begin` batches: fused dispatches take K of them at a time
-        # (kroberta.fused_steps), and a last group that ends at `end` takes the rest.
+        # (kroberta.model.fused_steps), and a last group that ends at `end` takes the rest.
         train_ds = run_data_lib.train_batches(run_data, process_batch, begin, shard=shard)
         model.fit(train_ds.take(end - begin), steps_per_epoch=steps_per_epoch,
                   epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,
@@ -269,36 +269,26 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
 
 
 def _print_examples(run_dir: str):
-    from kroberta.examples import print_fill_mask_examples
+    from kroberta.training.examples import print_fill_mask_examples
 
     print_fill_mask_examples(run_dir)
 
 
-def cli(argv=None) -> int:
-    try:
-        config, args = parse_args(sys.argv[1:] if argv is None else argv)
-        if args.explain:  # kroberta.advisor: trains nothing, creates no run dir
-            return advisor.explain_cli(config, args.sources)
-        summary = main(config, force=args.force, until_step=args.until_step, sources=args.sources)
-        if summary.get("preempted"):
-            return 143  # 128 + SIGTERM, as if the signal had ended the process
-        if not config.data.train and not config.data.dir and not args.no_examples:
-            _print_examples(config.run_dir)
-    except (ConfigError, data_lib.DataError, BackendError, _HFError, _ManifestError,
-            _PrepareError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except checkpoint.CheckpointWriteError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except FloatingPointError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 3
-    except KeyboardInterrupt:
-        # Mid-fit, main() has said which checkpoint is kept and how to resume.
-        print("interrupted", file=sys.stderr)
-        return 130
+def _cli(argv) -> int:
+    config, args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.explain:  # kroberta.perf.advisor: trains nothing, creates no run dir
+        return advisor.explain_cli(config, args.sources)
+    summary = main(config, force=args.force, until_step=args.until_step, sources=args.sources)
+    if summary.get("preempted"):
+        return cli_lib.PREEMPTED
+    if not config.data.train and not config.data.dir and not args.no_examples:
+        _print_examples(config.run_dir)
     return 0
+
+
+def cli(argv=None) -> int:
+    # On KeyboardInterrupt mid-fit, main() has said which checkpoint is kept and how to resume.
+    return cli_lib.run(lambda: _cli(argv))
 
 
 if __name__ == "__main__":

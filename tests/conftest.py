@@ -11,7 +11,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # Fixes the backend before any test imports keras, and adds kroberta's CPU flags to
 # XLA_FLAGS (Eigen matmuls; an hour before a late collective rendezvous aborts:
-# kroberta/cpu_collectives.py), for this process and the subprocesses it starts.
+# kroberta/runtime/cpu_collectives.py), for this process and the subprocesses it starts.
 import kroberta  # noqa: E402,F401
 
 import dataclasses  # noqa: E402
@@ -28,7 +28,7 @@ TINY_VOCAB = 512
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
     """Synthetic seed-format TFRecords for the tiny config: 2 train files + 1 validation."""
-    from kroberta.synthetic import write_seed_format
+    from kroberta.data.synthetic import write_seed_format
 
     root = tmp_path_factory.mktemp("tiny_data")
     for i in range(2):

@@ -40,7 +40,7 @@ def _config(prepared, run_dir, **model):
 
 
 def test_prepare_train_fill_mask(prepared, tmp_path):
-    from kroberta.manifest import load_manifest
+    from kroberta.data.manifest import load_manifest
 
     vocabulary = load_manifest(str(prepared / "data")).vocabulary_size
     run_dir = tmp_path / "run"
@@ -70,8 +70,8 @@ def test_vocabulary_mismatch_with_the_prepared_data_is_refused(prepared, tmp_pat
 
 
 def test_training_can_start_from_a_hugging_face_checkpoint(prepared, tmp_path):
-    from kroberta.manifest import load_manifest
-    from kroberta.model import build_model
+    from kroberta.data.manifest import load_manifest
+    from kroberta.model.mlm import build_model
 
     vocabulary = load_manifest(str(prepared / "data")).vocabulary_size
     config = _config(prepared, tmp_path / "run", vocabulary_size=vocabulary)

@@ -21,7 +21,7 @@ CELLS = [
     # 1: data the notebook writes itself, prepared into a tokenizer and TFRecords.
     "import random\n"
     "from kroberta import prepare\n"
-    "from kroberta.manifest import load_manifest\n"
+    "from kroberta.data.manifest import load_manifest\n"
     "rng = random.Random(0)\n"
     "words = ['alpha', 'beta', 'gamma', 'delta', 'omega', 'river', 'stone', 'cloud']\n"
     "with open('corpus.txt', 'w') as f:\n"

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from kroberta import report, throughput, train
+from kroberta import report, train
+from kroberta.perf import throughput
 from tests.conftest import tiny_config
 
 

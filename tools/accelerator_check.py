@@ -9,9 +9,9 @@ for --steps steps and reads step_time, samples/s and MFU from metrics.jsonl (med
 of the log intervals after the first, which holds the compilation), then
 `kroberta.predict` top_k (k=5) over --predict-batches batches at one batch and at the
 default batches per dispatch. "x floor" divides the measured time per step (batch)
-by the compute floor: XLA's FLOPs of the compiled step (`kroberta.aot_programs`, on
-these devices) over the devices' peak (`kroberta.throughput`). The last row is the
-training input pipeline alone (`kroberta.data.train_dataset`, no device).
+by the compute floor: XLA's FLOPs of the compiled step (`kroberta.perf.aot_programs`, on
+these devices) over the devices' peak (`kroberta.perf.throughput`). The last row is the
+training input pipeline alone (`kroberta.data.pipeline.train_dataset`, no device).
 Made to finish in under 6 minutes on one TPU or GPU host with the defaults.
 """
 
@@ -78,10 +78,11 @@ def _train(config):
 
 def _floors(config, devices, batch):
     """(train, predict) compute floors in seconds per step / batch on `devices`."""
-    from kroberta import aot_programs, throughput
+    from kroberta.parallel import distribute
+    from kroberta.perf import aot_programs, throughput
 
     model = aot_programs.build_model(config)
-    distribution = aot_programs.make_distribution(config, devices)
+    distribution = distribute.make_distribution(config, devices)
     length = config.model.max_sequence_length
     slots = config.data.prediction_slots(length)
     train = aot_programs.compile_train(model, distribution, batch, length, slots, steps=1)
@@ -95,8 +96,8 @@ def _floors(config, devices, batch):
 
 def _predict(config, run_dir, batch, batches, group):
     import kroberta
-    from kroberta import prediction
-    from kroberta.synthetic import make_sequences, mask_once
+    from kroberta.inference import engine as prediction
+    from kroberta.data.synthetic import make_sequences, mask_once
 
     model = kroberta.load(run_dir)
     rows = batch * batches
@@ -113,7 +114,7 @@ def _predict(config, run_dir, batch, batches, group):
 
 
 def _pipeline_rate(config, data_file, batch, batches):
-    from kroberta import data as data_lib
+    from kroberta.data import pipeline as data_lib
 
     spec = data_lib.inspect_files((data_file,), "data.train")
     ds = data_lib.train_dataset(spec, config.data, config.model.vocabulary_size, batch,
@@ -132,9 +133,9 @@ def main():
     import kroberta  # noqa: F401  (fixes the backend before keras is imported)
     import jax
 
-    from kroberta import dispatch_size
-    from kroberta.prediction import batches_per_dispatch_for
-    from kroberta.synthetic import write_seed_format
+    from kroberta.perf import dispatch_size
+    from kroberta.inference.engine import batches_per_dispatch_for
+    from kroberta.data.synthetic import write_seed_format
 
     work = tempfile.mkdtemp(prefix="accelerator-check-")
     base = _config(args, "", "", 1)

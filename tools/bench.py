@@ -20,8 +20,8 @@ Hugging Face's best round, not its median: in this one process HF's predict rate
 dropped ~4x in later rounds in all 3 runs with keras-hub on 2026-11-30 (never
 with --skip keras-hub, nor in HF alone; not denormals), and a ratio must never
 gain from the baseline's bad luck. MFU = each system's
-own model FLOPs (kroberta.flops: HF's dense head counts all L positions) over the
-whole machine's measured f32 matmul peak (kroberta.throughput).
+own model FLOPs (kroberta.perf.flops: HF's dense head counts all L positions) over the
+whole machine's measured f32 matmul peak (kroberta.perf.throughput).
 The predict path always uses every device the process has: run once with
 --devices 1 and once with --devices 4 to compare those.
 """
@@ -61,10 +61,10 @@ def main():
 
     from kroberta import config as config_lib
     from kroberta.named_configs import resolve
-    from kroberta import data as data_lib
-    from kroberta import flops, throughput
-    from kroberta.model import build_compiled_model
-    from kroberta.synthetic import write_seed_format
+    from kroberta.data import pipeline as data_lib
+    from kroberta.perf import flops, throughput
+    from kroberta.model.mlm import build_compiled_model
+    from kroberta.data.synthetic import write_seed_format
 
     skip = set(filter(None, args.skip.split(",")))
     config = config_lib.load_toml(resolve(args.config))
@@ -179,7 +179,7 @@ def main():
     if "keras-hub" not in skip:
         import keras_hub
 
-        from kroberta.model import build_backbone
+        from kroberta.model.mlm import build_backbone
 
         keras.distribution.set_distribution(None)
         keras.utils.set_random_seed(0)

@@ -50,9 +50,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dir", default=None, help="scratch directory (default: a new temp dir)")
     args = parser.parse_args(argv)
 
-    from kroberta import checkpoint
+    from kroberta.training import checkpoint
     from kroberta import config as config_lib
-    from kroberta.model import build_compiled_model
+    from kroberta.model.mlm import build_compiled_model
     from kroberta.named_configs import resolve
 
     config = config_lib.load_toml(resolve(args.config))

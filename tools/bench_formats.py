@@ -94,7 +94,7 @@ def _rss():
 
 def read(path, check=None):
     """(seconds, characters read, RSS peak above the start in bytes)."""
-    from kroberta.textfiles import Source, iter_documents
+    from kroberta.text.textfiles import Source, iter_documents
 
     start_rss, peak, done = _rss(), [0], threading.Event()
 
@@ -156,7 +156,7 @@ def run(args, root):
     docs = make_documents(args.mb)
     small = write_all(os.path.join(root, "small"), docs)
     large = write_all(os.path.join(root, "large"), docs * args.scale)
-    from kroberta.textfiles import record_document
+    from kroberta.text.textfiles import record_document
 
     expected = [record_document(d) for d in docs]
     times = {name: [] for name in small}

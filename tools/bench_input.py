@@ -7,11 +7,11 @@ then the same at 512 tokens, no model:
   (a) report     the report's pipeline as written: TFRecordDataset(files)
                  .map(decode_fn).batch(64), one `parse_single_example` per record,
                  no checks, no masking, no prefetch
-  (b) train      kroberta.data.train_dataset (seed.toml's data settings), static labels
+  (b) train      kroberta.data.pipeline.train_dataset (seed.toml's data settings), static labels
   (c) dynamic    the same with dynamic masking
   (d) predict    kroberta.predict's input path for TFRecords (read, check, slots,
                  padding), as numpy batches, without the model
-  (e) eval       kroberta.data.eval_dataset
+  (e) eval       kroberta.data.pipeline.eval_dataset
 Each round reads --batches batches after a warm-up batch; the table gives the median
 round and the ratio to (a)'s median. Rounds alternate between the pipelines, so a
 busy moment of the shared machine hits all of them.
@@ -59,8 +59,8 @@ def report_pipeline(files, length):
 
 
 def kroberta_pipelines(files, config):
-    from kroberta import data as data_lib
-    from kroberta import prediction_inputs
+    from kroberta.data import pipeline as data_lib
+    from kroberta.inference import inputs as prediction_inputs
 
     spec = data_lib.inspect_files(files, "bench")
     V = config.model.vocabulary_size
@@ -125,7 +125,7 @@ def main():
     args = parse_args()
     import kroberta  # noqa: F401  (the backend and TF's device set-up)
     from kroberta.named_configs import load_config
-    from kroberta.synthetic import write_seed_format
+    from kroberta.data.synthetic import write_seed_format
 
     config = load_config(args.config)
     V = config.model.vocabulary_size

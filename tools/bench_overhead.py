@@ -7,10 +7,10 @@ where the compiled work per step is so small that what is left is the host's:
   train  `kroberta.train.main` at train.steps_per_execution = K (its step_time in
          metrics.jsonl, the median over the log intervals after the first, which
          holds the compilation), against the same K-step program
-         (`kroberta.fused_steps.scan_steps` of Keras' train_step) called in a
+         (`kroberta.model.fused_steps.scan_steps` of Keras' train_step) called in a
          Python loop on super-batches already on the device;
   predict `kroberta.predict` top_k (k=5) on numpy arrays, per batch, against the
-         same jitted forward + top_k (`prediction.make_predict_step`, one batch per
+         same jitted forward + top_k (`kroberta.inference.program.make_predict_step`, one batch per
          call) in a Python loop over batches already on the device.
 Rounds interleave the systems; the table gives medians, best rounds and the ratios to the
 bare loops (on a shared machine the best rounds are the least disturbed).
@@ -64,9 +64,9 @@ def bare_scan_step_seconds(config, spec) -> float:
     import jax
     import numpy as np
 
-    from kroberta import data as data_lib
-    from kroberta.fused_steps import scan_steps
-    from kroberta.model import build_compiled_model
+    from kroberta.data import pipeline as data_lib
+    from kroberta.model.fused_steps import scan_steps
+    from kroberta.model.mlm import build_compiled_model
 
     t = config.train
     model = build_compiled_model(config)
@@ -103,7 +103,7 @@ def predict_inputs(config, batches: int, batch: int):
 
 
 def kroberta_predict_batch_seconds(model, inputs, batches: int) -> float:
-    from kroberta import prediction
+    from kroberta.inference import engine as prediction
 
     prediction.predict(model, inputs, output="top_k", k=5)  # compiles (cached after)
     start = time.perf_counter()
@@ -115,12 +115,12 @@ def bare_predict_batch_seconds(model, config, batches: int, batch: int) -> float
     import jax
     import numpy as np
 
-    from kroberta.prediction import _weights_snapshot, make_predict_step
+    from kroberta.inference.program import make_predict_step, weights_snapshot
 
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("batch",))
     step, in_shardings, out_shardings = make_predict_step(model, "top_k", 5, mesh)
     jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
-    weights = _weights_snapshot(model, in_shardings[0])
+    weights = weights_snapshot(model, in_shardings[0])
     length, slots = config.model.max_sequence_length, config.data.prediction_slots(16)
     rng = np.random.default_rng(1)
     one = {"token_ids": rng.integers(5, 500, (batch, length)).astype(np.int32),
@@ -141,9 +141,9 @@ def main():
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import kroberta  # noqa: F401  (fixes the backend before keras is imported)
-    from kroberta import data as data_lib
-    from kroberta.model import build_compiled_model
-    from kroberta.synthetic import write_seed_format
+    from kroberta.data import pipeline as data_lib
+    from kroberta.model.mlm import build_compiled_model
+    from kroberta.data.synthetic import write_seed_format
 
     k = args.steps_per_execution
     work = tempfile.mkdtemp(prefix="bench-overhead-")

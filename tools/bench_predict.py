@@ -47,10 +47,10 @@ def main():
 
     from kroberta import config as config_lib
     from kroberta.named_configs import resolve
-    from kroberta import data as data_lib
-    from kroberta import distribute
-    from kroberta.model import build_compiled_model
-    from kroberta.synthetic import write_seed_format
+    from kroberta.data import pipeline as data_lib
+    from kroberta.parallel import distribute
+    from kroberta.model.mlm import build_compiled_model
+    from kroberta.data.synthetic import write_seed_format
 
     tmp = tempfile.mkdtemp(prefix="bench_predict_")
     path = os.path.join(tmp, "seed.tfrecord")

@@ -48,9 +48,9 @@ def main():
 
     from kroberta import config as config_lib
     from kroberta.named_configs import resolve
-    from kroberta import data as data_lib
-    from kroberta.model import build_compiled_model
-    from kroberta.synthetic import write_seed_format
+    from kroberta.data import pipeline as data_lib
+    from kroberta.model.mlm import build_compiled_model
+    from kroberta.data.synthetic import write_seed_format
 
     config = config_lib.load_toml(resolve(args.config))
     L, V = config.model.max_sequence_length, config.model.vocabulary_size

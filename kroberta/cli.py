@@ -1,0 +1,40 @@
+"""How the `python -m kroberta.X` commands end: one line on stderr and an exit code.
+
+    0    done
+    2    bad input or config (any KrobertaError, and the errors a command adds)
+    3    the training loss diverged
+    130  interrupted (Ctrl-C)
+    143  preempted (SIGTERM), returned by the command itself after its checkpoint
+"""
+
+import sys
+
+from kroberta.errors import DivergedError, KrobertaError
+
+BAD_INPUT = 2
+DIVERGED = 3
+INTERRUPTED = 130
+PREEMPTED = 143  # 128 + SIGTERM, as if the signal had ended the process
+
+
+def run(body, *, prefix: str = "error: ", interrupted: str = "interrupted",
+        also: tuple[type[BaseException], ...] = ()) -> int:
+    """Runs `body()` (which returns an exit code, None meaning 0) and maps its errors.
+
+    Args:
+        body: the command's work, a function of no arguments.
+        prefix: what the error line starts with.
+        interrupted: the line printed on KeyboardInterrupt.
+        also: other exception types that mean bad input to this command.
+    """
+    try:
+        return body() or 0
+    except (DivergedError, FloatingPointError) as error:
+        print(f"{prefix}{error}", file=sys.stderr)
+        return DIVERGED
+    except (KrobertaError, *also) as error:
+        print(f"{prefix}{error}", file=sys.stderr)
+        return BAD_INPUT
+    except KeyboardInterrupt:
+        print(interrupted, file=sys.stderr)
+        return INTERRUPTED

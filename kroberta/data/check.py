@@ -1,0 +1,318 @@
+"""Validate TFRecords of any origin against the kroberta record format.
+
+Records are parsed in batches with `tf.io.parse_example` and `VarLenFeature`s (so a
+wrong length is visible rather than a parse error) and checked with numpy. Only
+when a batch fails to parse (wrong dtype, not an Example) is it re-examined record
+by record in Python, to name the bad one.
+"""
+
+import dataclasses
+import os
+
+import numpy as np
+
+from kroberta.data import rules
+from kroberta.data.records import FEATURES, IGNORE_LABEL, PAD_ID, REQUIRED_FEATURES
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Defect:
+    """One problem: `file:record_index feature=... value=... problem`."""
+
+    path: str
+    index: int | None  # record index in the file; None for file-level problems
+    feature: str | None
+    value: object
+    problem: str
+
+    def __str__(self):
+        where = self.path if self.index is None else f"{self.path}:{self.index}"
+        if self.feature is None:
+            return f"{where} {self.problem}"
+        return f"{where} feature={self.feature} value={self.value} {self.problem}"
+
+
+@dataclasses.dataclass
+class FileReport:
+    """Counts for one file and its first defects."""
+
+    path: str
+    records: int = 0
+    defective_records: int = 0
+    labelled_records: int = 0
+    problems: int = 0  # every defect, file-level ones included; `defects` keeps the first few
+    defects: list = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self):
+        return self.problems == 0
+
+
+@dataclasses.dataclass
+class CheckReport:
+    """The result of `check_records`; `ok` is True only when no defect was found."""
+
+    files: list
+    vocabulary_size: int | None
+    sequence_length: int | None
+    notes: list = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self):
+        return all(f.ok for f in self.files)
+
+    @property
+    def defects(self):
+        return [d for f in self.files for d in f.defects]
+
+    @property
+    def records(self):
+        return sum(f.records for f in self.files)
+
+    def summary(self):
+        """Human-readable lines: one per file, its first defect, then a verdict."""
+        lines = list(self.notes)
+        for f in self.files:
+            status = "ok" if f.ok else f"{f.problems} problem(s), {f.defective_records} defective record(s)"
+            lines.append(f"{f.path}: {f.records} records, {f.labelled_records} with labels, {status}")
+            if f.defects:
+                lines.append(f"  first: {f.defects[0]}")
+        bad = sum(not f.ok for f in self.files)
+        verdict = "clean" if self.ok else f"DEFECTS in {bad} of {len(self.files)} file(s)"
+        lines.append(
+            f"{verdict}: {self.records} records in {len(self.files)} file(s), "
+            f"sequence_length={self.sequence_length}, vocabulary_size={self.vocabulary_size}"
+        )
+        return "\n".join(lines)
+
+
+class _FileChecker:
+    """Checks one file's records batch by batch; shares L (sequence length) across files."""
+
+    def __init__(self, report, state, max_errors):
+        self.report = report
+        self.state = state  # {"L": ..., "V": ..., "pad": ..., "errors": ...}
+        self.max_errors = max_errors
+        self._batch_defects = None  # the current batch's defects, while one is checked
+
+    def defect(self, index, feature, value, problem):
+        self.report.problems += 1
+        if index is not None:
+            self.report.defective_records += 1
+        found = Defect(self.report.path, index, feature, value, problem)
+        if self._batch_defects is not None:
+            self._batch_defects.append(found)  # kept in record order once the batch is done
+        else:
+            self._keep(found)
+
+    def _keep(self, found):
+        if self.state["errors"] < self.max_errors:
+            self.report.defects.append(found)
+        self.state["errors"] += 1
+
+    def check_batch(self, serialized, start):
+        """Check a list of serialized records whose first index in the file is `start`."""
+        import tensorflow as tf
+
+        spec = {k: tf.io.VarLenFeature(tf.int64) for k in FEATURES}
+        # Unparseable records are found before the others of their batch: the defects
+        # are kept in file order, so the first one reported is the first in the file.
+        self._batch_defects = []
+        try:
+            self._check_batch(tf, spec, serialized, start)
+        finally:
+            found, self._batch_defects = self._batch_defects, None
+            for defect in sorted(found, key=lambda d: d.index):
+                self._keep(defect)
+
+    def _check_batch(self, tf, spec, serialized, start):
+        try:
+            parsed = tf.io.parse_example(tf.constant(serialized), spec)
+        except (tf.errors.OpError, UnicodeDecodeError):
+            # UnicodeDecodeError: TF's own error message quotes the bad bytes and
+            # then fails to decode them.
+            good = self._examine_one_by_one(serialized, start)
+            if not good:
+                return
+            parsed = tf.io.parse_example(tf.constant([serialized[i] for i in good]), spec)
+            rows = np.asarray(good)
+        else:
+            rows = np.arange(len(serialized))
+        self._check_parsed(parsed, start + rows)
+
+    def _examine_one_by_one(self, serialized, start):
+        """Name records that do not parse as kroberta Examples; return the indices of the rest."""
+        from kroberta.data.bad_records import payload_problem
+
+        good = []
+        for i, record in enumerate(serialized):
+            # The pipeline's own judgement (protobuf, feature kinds, then TF's parser).
+            problem = payload_problem(record, with_labels=True)
+            if problem is None:
+                good.append(i)
+            elif problem.startswith("feature '"):
+                feature = problem.split("'")[1]
+                self.defect(start + i, feature, None, problem[len(f"feature '{feature}' "):])
+            else:
+                self.defect(start + i, None, None, problem)
+        return good
+
+    def _check_parsed(self, parsed, indices):
+        """Numpy checks over one parsed batch; `indices` are the records' file indices."""
+        n = len(indices)
+        columns = {}
+        for name in FEATURES:
+            sparse = parsed[name]
+            rows = sparse.indices.numpy()[:, 0]
+            columns[name] = (np.bincount(rows, minlength=n), sparse.values.numpy())
+        lengths_ids = columns["input_ids"][0]
+        if self.state["L"] is None and np.any(lengths_ids > 0):
+            self.state["L"] = int(lengths_ids[lengths_ids > 0][0])
+        L = self.state["L"]
+        bad = np.zeros(n, dtype=bool)  # one defect per record: the first found
+
+        def flag(mask, feature, values, problem):
+            for r in np.flatnonzero(mask & ~bad):
+                value = values[r] if values is not None else None
+                self.defect(int(indices[r]), feature, value, problem(r) if callable(problem) else problem)
+            bad[:] |= mask
+
+        for name in REQUIRED_FEATURES:
+            length = columns[name][0]
+            flag(length == 0, name, None, "missing feature (or empty list)")
+            if L is not None:
+                flag(length != L, name, length, f"wrong length, expected {L}")
+        lengths_labels = columns["labels"][0]
+        if L is not None:
+            flag((lengths_labels != 0) & (lengths_labels != L), "labels", lengths_labels, f"wrong length, expected {L}")
+        good = np.flatnonzero(~bad)
+        if not len(good) or L is None:
+            return
+        dense = {}
+        for name in FEATURES:
+            length, values = columns[name]
+            starts = np.concatenate([[0], np.cumsum(length)[:-1]])
+            has = length[good] == L
+            take = starts[good[has]][:, None] + np.arange(L)
+            dense[name] = (good[has], values[take])  # (rows, (rows, L))
+        self.report.labelled_records += len(dense["labels"][0])
+        self._check_values(dense, indices, flag)
+
+    def _check_values(self, dense, indices, flag):
+        n = len(indices)
+        V, pad = self.state["V"], self.state["pad"]
+
+        def per_record(rows, matrix_bad, matrix):
+            """Expand a (rows, L) defect matrix to per-record flags and first values."""
+            hit = np.zeros(n, dtype=bool)
+            first = np.zeros(n, dtype=np.int64)
+            where = np.zeros(n, dtype=np.int64)
+            any_bad = matrix_bad.any(axis=1)
+            pos = matrix_bad.argmax(axis=1)
+            hit[rows] = any_bad
+            first[rows] = matrix[np.arange(len(rows)), pos]
+            where[rows] = pos
+            return hit, first, where
+
+        rows, ids = dense["input_ids"]
+        _, mask = dense["attention_mask"]
+        hit, first, pos = per_record(rows, rules.bad_id(ids, V), ids)
+        bound = "negative" if V is None else f"outside [0, {V})"
+        flag(hit, "input_ids", first, lambda r: f"id {bound} at position {pos[r]}")
+        hit, first, pos = per_record(rows, rules.bad_attention(mask), mask)
+        flag(hit, "attention_mask", first, lambda r: f"not 0/1 at position {pos[r]}")
+        # Padding must be a suffix: once 0, never 1 again.
+        hit, first, pos = per_record(rows, np.diff(mask, axis=1) > 0, mask[:, 1:])
+        flag(hit, "attention_mask", first, lambda r: f"1 after padding at position {pos[r] + 1}")
+        hit, first, pos = per_record(rows, (mask == 0).all(axis=1, keepdims=True), mask[:, :1])
+        flag(hit, "attention_mask", first, "all zeros: no real tokens")
+        hit, first, pos = per_record(rows, (mask == 0) & (ids != pad), ids)
+        flag(hit, "input_ids", first, lambda r: f"not the pad id {pad} where attention_mask is 0 (position {pos[r]})")
+        rows, labels = dense["labels"]
+        if len(rows):
+            hit, first, pos = per_record(rows, rules.bad_label(labels, V), labels)
+            flag(hit, "labels", first, lambda r: f"neither {IGNORE_LABEL} nor an id {bound} at position {pos[r]}")
+
+
+def _read_batches(path, batch_size, max_records):
+    """Yield (start_index, [serialized]) and, at a corrupt record, (index, DataLossError)."""
+    import tensorflow as tf
+
+    dataset = tf.data.TFRecordDataset(path)
+    if max_records is not None:
+        dataset = dataset.take(max_records)
+    start = 0
+    iterator = iter(dataset.batch(batch_size))
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except tf.errors.DataLossError:
+            # The failing batch is lost: re-read its records one by one to keep the
+            # good ones and find the exact index of the bad one.
+            records, error = [], None
+            try:
+                for record in tf.data.TFRecordDataset(path).skip(start).take(batch_size):
+                    records.append(record.numpy())
+            except tf.errors.DataLossError as e:
+                error = e
+            if records:
+                yield start, records
+            yield start + len(records), error or tf.errors.DataLossError(None, None, "corrupt record")
+            return
+        records = list(batch.numpy())
+        yield start, records
+        start += len(records)
+
+
+def check_records(
+    paths, vocabulary_size=None, sequence_length=None, max_errors=20, max_records=None, pad_id=PAD_ID, batch_size=1024
+):
+    """Validate TFRecord files of `tf.train.Example`s in the kroberta format.
+
+    Args:
+        paths: a file path or a list of them.
+        vocabulary_size: ids must lie in [0, vocabulary_size); None skips that check.
+        sequence_length: every feature's length; None takes the first record's.
+        max_errors: how many defects to keep (all are counted).
+        max_records: check only the first records of each file (None: all).
+        pad_id: the id required where attention_mask is 0.
+        batch_size: records parsed per `tf.io.parse_example` call.
+
+    Returns:
+        A `CheckReport`: per-file record counts, defective-record counts and the
+        first defects, each printable as `file:record feature=... value=... problem`.
+    """
+    import tensorflow as tf
+
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    report = CheckReport(files=[], vocabulary_size=vocabulary_size, sequence_length=sequence_length)
+    if vocabulary_size is None:
+        report.notes.append("note: no vocabulary size given: ids not checked against it (pass --vocab-size)")
+    state = {"L": sequence_length, "V": vocabulary_size, "pad": pad_id, "errors": 0}
+    for path in paths:
+        path = os.fspath(path)
+        file_report = FileReport(path)
+        report.files.append(file_report)
+        checker = _FileChecker(file_report, state, max_errors)
+        if not os.path.isfile(path):
+            checker.defect(None, None, None, "file does not exist")
+            continue
+        try:
+            for start, item in _read_batches(path, batch_size, max_records):
+                if isinstance(item, tf.errors.OpError):
+                    checker.defect(start, None, None, f"corrupt or truncated record ({item.message.strip()})")
+                    break
+                file_report.records += len(item)
+                checker.check_batch(item, start)
+        except tf.errors.OpError as e:
+            checker.defect(None, None, None, f"cannot read: {e.message.strip()}")
+            continue
+        if file_report.records == 0 and file_report.ok:
+            checker.defect(None, None, None, "empty file (no records)")
+    report.sequence_length = state["L"]
+    if sequence_length is None and state["L"] is not None:
+        report.notes.append(f"note: sequence length taken from the first record: {state['L']}")
+    return report

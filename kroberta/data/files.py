@@ -1,0 +1,141 @@
+"""Finding and inspecting the TFRecord files of a run or a predict call.
+
+`resolve_files` expands globs in order; `inspect_files` learns the sequence length
+and whether there are labels from the first records, and counts the records of
+local files by walking their framing (no parsing), so the pipelines know their
+sizes before reading.
+"""
+
+import dataclasses
+import os
+import struct
+
+import tensorflow as tf
+from google.protobuf.message import DecodeError
+
+from kroberta.config import ConfigError, DataConfig, ModelConfig
+from kroberta.data.bad_records import DataError
+from kroberta.data.records import FEATURES, REQUIRED_FEATURES
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+    """What the files hold, learnt from their first records."""
+
+    files: tuple[str, ...]
+    sequence_length: int
+    has_labels: bool
+    records: int | None = None  # total records, when every file is local (framing walked)
+    file_records: tuple[int, ...] | None = None  # records per file, likewise
+
+
+def resolve_files(patterns, key: str) -> tuple[str, ...]:
+    """Expands files and globs in order; an unmatched pattern is an error naming `key`."""
+    files = []
+    for pattern in patterns:
+        matched = sorted(tf.io.gfile.glob(pattern))
+        if not matched:
+            raise DataError(f"{key}: no file matches {pattern!r}")
+        files.extend(m for m in matched if m not in files)
+    return tuple(files)
+
+
+def _read_first_record(path: str):
+    try:
+        for record in tf.data.TFRecordDataset(path).take(1):
+            return record.numpy()
+    except tf.errors.DataLossError:
+        raise DataError(f"{path}: record 0: corrupt or truncated TFRecord") from None
+    except tf.errors.OpError as e:
+        raise DataError(f"{path}: cannot be read: {e.message}") from None
+    raise DataError(f"{path}: the file holds no records")
+
+
+def count_framed_records(path: str) -> int | None:
+    """Walks a local TFRecord file's framing (headers only) and counts its records.
+
+    TFRecord framing is: uint64 length, uint32 crc, data, uint32 crc. TensorFlow
+    silently stops at a file cut inside a record header, so a truncated tail is
+    found here, at start-up. Returns None for remote files (gs://...).
+    """
+    if "://" in path:
+        return None
+    size = os.path.getsize(path)
+    offset = count = 0
+    with open(path, "rb") as f:
+        while offset < size:
+            header = f.read(8)
+            if len(header) < 8 or size - offset < 16:
+                raise DataError(f"{path}: record {count}: truncated (the file ends inside a record "
+                                f"header at byte {size})")
+            (length,) = struct.unpack("<Q", header)
+            end = offset + 8 + 4 + length + 4
+            if end > size:
+                raise DataError(f"{path}: record {count}: truncated (the record needs {length} "
+                                f"bytes; the file ends at byte {size})")
+            f.seek(end)
+            offset, count = end, count + 1
+    return count
+
+
+def inspect_files(files, key: str) -> DataSpec:
+    """Checks every file's framing and first record before any compute is spent.
+
+    Catches empty, truncated and unreadable files, missing features, wrong dtypes
+    and sequence lengths that differ between files or between features.
+    """
+    lengths = {}
+    has_labels = set()
+    counts = [count_framed_records(path) for path in files]
+    for path in files:
+        first = _read_first_record(path)
+        try:
+            example = tf.train.Example.FromString(first)
+        except DecodeError:
+            raise DataError(f"{path}: record 0: the payload is not a tf.train.Example "
+                            "(its bytes do not parse)") from None
+        feature_map = example.features.feature
+        for name in REQUIRED_FEATURES:
+            if name not in feature_map:
+                raise DataError(f"{path}: record 0: feature {name!r} is missing")
+        per_feature = {}
+        for name in FEATURES:
+            if name not in feature_map:
+                continue
+            kind = feature_map[name].WhichOneof("kind")
+            if kind != "int64_list":
+                raise DataError(f"{path}: record 0: feature {name!r} is {kind}, expected int64_list")
+            per_feature[name] = len(feature_map[name].int64_list.value)
+        if len(set(per_feature.values())) != 1:
+            raise DataError(f"{path}: record 0: features have different lengths {per_feature}")
+        lengths[path] = next(iter(per_feature.values()))
+        has_labels.add("labels" in feature_map)
+    distinct = sorted(set(lengths.values()))
+    if len(distinct) > 1:
+        by_length = {n: next(p for p, m in lengths.items() if m == n) for n in distinct}
+        raise DataError(f"{key}: files hold different sequence lengths: {by_length}")
+    if len(has_labels) > 1:
+        raise DataError(f"{key}: some files have a 'labels' feature and some do not")
+    known = None not in counts
+    return DataSpec(tuple(files), distinct[0], has_labels.pop(), sum(counts) if known else None,
+                    tuple(counts) if known else None)
+
+
+def check_against_model(spec: DataSpec, data: DataConfig, model: ModelConfig, key: str):
+    if spec.sequence_length > model.max_sequence_length:
+        raise ConfigError(
+            f"{key}: sequences have length {spec.sequence_length} but "
+            f"model.max_sequence_length={model.max_sequence_length}"
+        )
+    if data.masking == "static" and not spec.has_labels:
+        raise ConfigError(f"{key}: data.masking='static' needs a 'labels' feature in the files")
+
+
+def spec_records(spec: DataSpec) -> int:
+    return spec.records if spec.records is not None else count_records(spec.files)
+
+
+def count_records(files) -> int:
+    """Reads the files once to count their records (for finite, evaluated data)."""
+    return int(tf.data.TFRecordDataset(list(files)).reduce(tf.constant(0, tf.int64),
+                                                           lambda n, _: n + 1))

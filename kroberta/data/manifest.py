@@ -1,0 +1,145 @@
+"""`manifest.json`: what `prepare` wrote, read back by training and `--check`.
+
+The manifest is written last, so its presence means the directory is complete.
+"""
+
+import dataclasses
+import json
+import os
+
+from kroberta.errors import KrobertaError
+from kroberta.atomic import atomic_write
+
+FORMAT = "kroberta-tfrecord-v1"
+MANIFEST_NAME = "manifest.json"
+_REQUIRED = ("format", "train", "validation", "vocabulary_size", "sequence_length", "special_tokens", "tokenizer")
+_SPECIALS = ("bos", "pad", "eos", "unk", "mask")
+
+
+class ManifestError(KrobertaError, ValueError):
+    """manifest.json is missing, malformed, incomplete, or points at missing files."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A prepared data directory; file paths are absolute."""
+
+    dir: str
+    train_files: tuple
+    validation_files: tuple
+    train_sequences: int
+    validation_sequences: int
+    train_tokens: int
+    validation_tokens: int
+    vocabulary_size: int
+    sequence_length: int
+    special_tokens: dict  # {"bos": 0, "pad": 1, "eos": 2, "unk": 3, "mask": 4}
+    tokenizer_path: str
+    labels: str | None  # "static" when records carry fixed labels, else None
+    mask_rate: float
+    source: dict
+
+    @property
+    def files(self):
+        """Every record file, train first."""
+        return self.train_files + self.validation_files
+
+
+def _split(data, key, path, base):
+    section = data[key]
+    if not isinstance(section, dict):
+        raise ManifestError(f"{path}: key {key!r} must be an object, got {type(section).__name__}")
+    for sub in ("files", "sequences", "tokens"):
+        if sub not in section:
+            raise ManifestError(f"{path}: missing key {key}.{sub}")
+    files = section["files"]
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise ManifestError(f"{path}: key {key}.files must be a list of file names")
+    resolved = tuple(os.path.abspath(os.path.join(base, f)) for f in files)
+    for name, full in zip(files, resolved):
+        if not os.path.isfile(full):
+            raise ManifestError(f"{path}: {key}.files lists {name}, which does not exist ({full})")
+    return resolved, _int(section, "sequences", path, f"{key}.sequences"), _int(section, "tokens", path, f"{key}.tokens")
+
+
+def _int(section, key, path, label=None):
+    value = section[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ManifestError(f"{path}: key {label or key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _require(obj, keys, path, not_an_object: str, label):
+    """`obj` is a JSON object holding every key of `keys` (named by `label(key)`)."""
+    if not isinstance(obj, dict):
+        raise ManifestError(f"{path}: {not_an_object}")
+    for key in keys:
+        if key not in obj:
+            raise ManifestError(f"{path}: missing key {label(key)}")
+
+
+def load_manifest(directory):
+    """Read and validate `directory/manifest.json`.
+
+    Args:
+        directory: a directory written by `prepare`.
+
+    Returns:
+        A frozen `Manifest` with absolute paths. Raises `ManifestError` naming the
+        file or key on any problem.
+    """
+    base = os.path.abspath(os.fspath(directory))
+    path = os.path.join(base, MANIFEST_NAME)
+    if not os.path.isfile(path):
+        raise ManifestError(f"no {MANIFEST_NAME} in {base} (prepare one with `python -m kroberta.prepare`)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{path}: malformed JSON ({e})") from None
+    _require(data, _REQUIRED, path, "expected a JSON object at the top level", repr)
+    if data["format"] != FORMAT:
+        raise ManifestError(f"{path}: format is {data['format']!r}, expected {FORMAT!r}")
+    specials = data["special_tokens"]
+    _require(specials, _SPECIALS, path, "key 'special_tokens' must be an object",
+             lambda name: f"special_tokens.{name}")
+    for name in _SPECIALS:
+        _int(specials, name, path, f"special_tokens.{name}")
+    tokenizer_path = os.path.join(base, str(data["tokenizer"]))
+    if not os.path.isfile(tokenizer_path):
+        raise ManifestError(f"{path}: tokenizer {data['tokenizer']} does not exist ({tokenizer_path})")
+    train = _split(data, "train", path, base)
+    validation = _split(data, "validation", path, base)
+    if not train[0]:
+        raise ManifestError(f"{path}: key train.files is empty")
+    labels = data.get("labels")
+    if labels not in (None, "static"):
+        raise ManifestError(f"{path}: key 'labels' must be \"static\" or null, got {labels!r}")
+    mask_rate = data.get("mask_rate", 0.15)
+    if isinstance(mask_rate, bool) or not isinstance(mask_rate, (int, float)):
+        raise ManifestError(f"{path}: key 'mask_rate' must be a number, got {mask_rate!r}")
+    return Manifest(
+        dir=base,
+        train_files=train[0],
+        validation_files=validation[0],
+        train_sequences=train[1],
+        validation_sequences=validation[1],
+        train_tokens=train[2],
+        validation_tokens=validation[2],
+        vocabulary_size=_int(data, "vocabulary_size", path),
+        sequence_length=_int(data, "sequence_length", path),
+        special_tokens={name: specials[name] for name in _SPECIALS},
+        tokenizer_path=tokenizer_path,
+        labels=labels,
+        mask_rate=float(mask_rate),
+        source=data.get("source", {}),
+    )
+
+
+def write_manifest(directory, data):
+    """Write `directory/manifest.json` atomically (a crash leaves no partial manifest)."""
+    path = os.path.join(os.fspath(directory), MANIFEST_NAME)
+    with atomic_write(path, encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+    return path

@@ -1,0 +1,259 @@
+"""Choosing the positions to predict: dynamic (RoBERTa) masking and static labels.
+
+Pure TensorFlow functions of a batch, usable eagerly and inside
+`tf.data.Dataset.map` after `batch`. Each returns a fixed number of prediction
+slots M so the model's head always sees the same static shape:
+
+    input_ids  (B, L) int32   the tokens the model reads (with <mask> where chosen)
+    positions  (B, M) int32   where to predict; unused slots hold 0
+    labels     (B, M) int32   the original token there; -100 in unused slots
+
+Dynamic masks are a pure function of (run seed, element index, position): the
+random numbers come from a counter-based hash in TF integer ops, not from a
+stateful or per-tensor generator, so an example gets the same mask whether it is
+masked alone, in a batch of 8 or of 64, in one process or in one of several.
+"""
+
+import typing
+
+import tensorflow as tf
+
+from kroberta.data.records import IGNORE_LABEL
+
+# lowbias32 (a uint32 bijection with good avalanche; the dropout hash's mixer).
+_MIX_A, _MIX_B = 0x7FEB352D, 0x846CA68B
+_GOLDEN = 0x9E3779B9  # separates the seed words from the index words
+# Independent streams of uniforms per element: which positions, what to write, random ids.
+_SALT_SCORE, _SALT_ACTION, _SALT_RANDOM_ID = 1, 2, 3
+
+
+def _u32(value):
+    return tf.constant(value, tf.uint32)
+
+
+def _mix(x):
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
+    x = x * _u32(_MIX_A)
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(15)))
+    x = x * _u32(_MIX_B)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
+
+
+def _words(value):
+    """int64 -> (low, high) uint32 words."""
+    value = tf.cast(value, tf.int64)
+    low = tf.cast(tf.bitwise.bitwise_and(value, 0xFFFFFFFF), tf.uint32)
+    high = tf.cast(tf.bitwise.bitwise_and(tf.bitwise.right_shift(value, 32), 0xFFFFFFFF), tf.uint32)
+    return low, high
+
+
+def element_keys(seed, indices):
+    """One uint32 key per element from the run seed (scalar) and element indices (B,)."""
+    seed_low, seed_high = _words(seed)
+    index_low, index_high = _words(indices)
+    key = _mix(tf.bitwise.bitwise_xor(seed_low, _u32(_GOLDEN)))
+    key = _mix(tf.bitwise.bitwise_xor(key, seed_high))
+    key = _mix(tf.bitwise.bitwise_xor(key, index_low))
+    return _mix(tf.bitwise.bitwise_xor(key, index_high))  # (B,)
+
+
+def hash_uniform(keys, salt: int, count: int):
+    """(B, count) float32 uniforms in [0, 1): element key x salt x counter, hashed."""
+    salted = _mix(tf.bitwise.bitwise_xor(keys, _u32(salt * _MIX_B & 0xFFFFFFFF)))  # (B,)
+    counter = tf.cast(tf.range(count), tf.uint32)  # (count,)
+    bits = _mix(salted[:, None] + counter[None, :])  # (B, count)
+    # The top 24 bits: exactly representable in float32, so never rounds up to 1.0.
+    return tf.cast(tf.bitwise.right_shift(bits, _u32(8)), tf.float32) * (1.0 / (1 << 24))
+
+
+def _is_special(ids, special_token_ids):
+    specials = sorted(set(special_token_ids))
+    if not specials:
+        return tf.zeros_like(ids, tf.bool)
+    if specials == list(range(specials[0], specials[-1] + 1)):
+        # The usual case (<s> <pad> </s> <unk> <mask> = 0..4): two comparisons, not one per id.
+        return (ids >= specials[0]) & (ids <= specials[-1])
+    special = tf.constant(specials, ids.dtype)
+    return tf.reduce_any(ids[..., None] == special, axis=-1)
+
+
+def dynamic_mask_batch(
+    input_ids,
+    attention_mask,
+    seed,
+    indices,
+    *,
+    mask_rate,
+    slots,
+    mask_token_id,
+    special_token_ids,
+    vocabulary_size,
+    mask_fraction=0.8,
+    random_fraction=0.1,
+    word_starts=None,
+):
+    """RoBERTa masking of a batch, each row reproducible from (seed, its index).
+
+    Chooses round(mask_rate * n) of a row's n real, non-special tokens (at least
+    one when n > 0, at most `slots`); of those, `mask_fraction` become <mask>,
+    `random_fraction` a random non-special token, and the rest stay as they are.
+
+    With `word_starts`, whole words are chosen: all the tokens of a word or none
+    (the 80/10/10 split stays per token). Words are taken in a random order while
+    they fit the budget: a word counts when at least half of it lies within
+    round(mask_rate * n) tokens, and the first word always counts, so the rate is
+    kept on average; a word that does not fit the `slots` is never split.
+
+    Args:
+        input_ids: int (B, L) original tokens.
+        attention_mask: int (B, L) 1 for real tokens, 0 for padding.
+        seed: int scalar, the run's seed.
+        indices: int (B,) each row's element index in its stream.
+        mask_rate: fraction of candidate tokens to predict.
+        slots: M, the static number of prediction slots.
+        mask_token_id: id written at masked positions.
+        special_token_ids: ids that are never chosen (<s>, <pad>, </s>, ...).
+        vocabulary_size: random replacements are drawn from the ids above the
+            largest special id and below this.
+        word_starts: None, or a bool (vocabulary_size,) table: True for the ids
+            that begin a word (byte-level BPE: a leading space marker). A token
+            also begins a word after a special token or padding.
+
+    Returns:
+        (masked_ids (B, L), positions (B, M), labels (B, M)), all int32.
+    """
+    input_ids = tf.cast(input_ids, tf.int32)
+    length = tf.shape(input_ids)[1]
+    is_special = _is_special(input_ids, special_token_ids)  # (B, L)
+    candidates = tf.cast(attention_mask, tf.bool) & ~is_special  # (B, L)
+    num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=1)  # (B,)
+    wanted = tf.cast(tf.round(mask_rate * tf.cast(num_candidates, tf.float32)), tf.int32)
+    wanted = tf.where((num_candidates > 0) & (mask_rate > 0), tf.maximum(wanted, 1), 0)
+    count = tf.minimum(tf.minimum(wanted, num_candidates), slots)  # (B,)
+
+    keys = element_keys(seed, indices)
+    uniforms = hash_uniform(keys, _SALT_SCORE, length)  # (B, L)
+    if word_starts is not None:
+        words = _words_of(input_ids, candidates, word_starts)
+        uniforms = tf.gather(uniforms, words.index, batch_dims=1)  # one score per word
+    # A random score per position; non-candidates score -1 so top_k takes them last.
+    scores = tf.where(candidates, uniforms, -1.0)  # (B, L)
+    # Pad so top_k works when slots > length.
+    padding = [[0, 0], [0, tf.maximum(slots - length, 0)]]
+    scores = tf.pad(scores, padding, constant_values=-2.0)
+    # Ties keep position order, so a word's tokens come out together, in order.
+    _, chosen = tf.math.top_k(scores, k=slots)  # (B, M)
+    if word_starts is None:
+        valid = tf.range(slots)[None, :] < count[:, None]  # (B, M)
+    else:
+        valid = _whole_words_within(chosen, words, padding, count, slots)
+    positions = tf.where(valid, chosen, 0)
+    originals = tf.gather(input_ids, positions, batch_dims=1)  # (B, M)
+    labels = tf.where(valid, originals, IGNORE_LABEL)
+
+    draw = hash_uniform(keys, _SALT_ACTION, slots)  # (B, M)
+    lowest_regular_id = max(special_token_ids) + 1 if special_token_ids else 0
+    span = vocabulary_size - lowest_regular_id
+    random_ids = lowest_regular_id + tf.minimum(
+        tf.cast(hash_uniform(keys, _SALT_RANDOM_ID, slots) * span, tf.int32), span - 1)
+    replacement = tf.where(
+        draw < mask_fraction,
+        mask_token_id,
+        tf.where(draw < mask_fraction + random_fraction, random_ids, originals),
+    )
+    rows = tf.broadcast_to(tf.range(tf.shape(input_ids)[0])[:, None], tf.shape(positions))
+    where = tf.stack([rows, positions], axis=-1)  # (B, M, 2)
+    masked_ids = tf.tensor_scatter_nd_update(
+        input_ids, tf.boolean_mask(where, valid), tf.boolean_mask(replacement, valid))
+    return masked_ids, tf.cast(positions, tf.int32), tf.cast(labels, tf.int32)
+
+
+class _Words(typing.NamedTuple):
+    index: tf.Tensor  # (B, L) int32 the word each position belongs to (0 for non-candidates)
+    offset: tf.Tensor  # (B, L) int32 the position's place within its word
+    size: tf.Tensor  # (B, L) int32 its word's number of tokens (0 for non-candidates)
+
+
+def _words_of(input_ids, candidates, word_starts) -> _Words:
+    """Which word each candidate token belongs to: words are runs of candidates
+    that start at a word-start id or after a non-candidate (special, padding)."""
+    rows, length = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+    after_other = ~tf.pad(candidates[:, :-1], [[0, 0], [1, 0]])  # (B, L)
+    starts = candidates & (tf.gather(tf.constant(word_starts, tf.bool), input_ids) | after_other)
+    index = tf.maximum(tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1, 0)  # (B, L)
+    segment = tf.reshape(tf.range(rows)[:, None] * length + index, [-1])  # (B * L,)
+    position = tf.broadcast_to(tf.range(length)[None, :], [rows, length])
+    # Only candidates count; a non-candidate's entries are never used.
+    first = tf.math.unsorted_segment_min(
+        tf.reshape(tf.where(candidates, position, length), [-1]), segment, rows * length)
+    size = tf.math.unsorted_segment_sum(
+        tf.reshape(tf.cast(candidates, tf.int32), [-1]), segment, rows * length)
+    per_position = lambda table: tf.reshape(tf.gather(table, segment), [rows, length])
+    return _Words(index, position - per_position(first),
+                  tf.where(candidates, per_position(size), 0))
+
+
+def _whole_words_within(chosen, words: _Words, padding, count, slots):
+    """(B, M) bool: the slots of the whole words that fit, a prefix of the slots.
+
+    chosen: (B, M) positions in descending word-score order, a word's tokens
+    consecutive. A word spans slots [before, after); it is kept when it fits the
+    slots and its middle lies within `count` tokens, or when it is the first.
+    """
+    slot = tf.range(slots)[None, :]  # (1, M)
+    offset = tf.gather(tf.pad(words.offset, padding), chosen, batch_dims=1)  # (B, M)
+    size = tf.gather(tf.pad(words.size, padding), chosen, batch_dims=1)  # (B, M); 0 = padding
+    before = slot - offset
+    after = before + size
+    fits = (size > 0) & (after <= slots) & ((before == 0) | (before + after <= 2 * count[:, None]))
+    # What fits is a prefix (before and after only grow along the slots); cumprod keeps it one.
+    return tf.cast(tf.math.cumprod(tf.cast(fits, tf.int32), axis=1), tf.bool) & (count[:, None] > 0)
+
+
+def dynamic_mask(input_ids, attention_mask, seed, **kwargs):
+    """`dynamic_mask_batch` of one sequence (L,); `seed` is (run seed, element index).
+
+    Gives exactly the row that sequence gets inside any batch at that index.
+    """
+    seed = tf.cast(seed, tf.int64)
+    masked, positions, labels = dynamic_mask_batch(
+        tf.expand_dims(input_ids, 0), tf.expand_dims(attention_mask, 0), seed[0], seed[1:2], **kwargs)
+    return masked[0], positions[0], labels[0]
+
+
+def static_slots_batch(labels, slots):
+    """Prediction slots from a file's labels (-100 = no loss), earliest positions first.
+
+    Args:
+        labels: int (B, L) the file's labels.
+        slots: M.
+
+    Returns:
+        (positions (B, M), slot_labels (B, M), dropped (B,)) where `dropped` counts
+        the labelled positions beyond the first M (they are not predicted).
+    """
+    labels = tf.cast(labels, tf.int32)
+    rows, length = tf.shape(labels)[0], tf.shape(labels)[1]
+    labelled = labels != IGNORE_LABEL  # (B, L)
+    count = tf.reduce_sum(tf.cast(labelled, tf.int32), axis=1)  # (B,)
+    # A labelled position's slot is its rank among the row's labelled positions; the
+    # first M ranks fill the slots, everything else goes to a discarded slot M. One
+    # pass over (B, L), where sorting scores with top_k costs several.
+    rank = tf.cumsum(tf.cast(labelled, tf.int32), axis=1) - 1  # (B, L)
+    slot = tf.where(labelled & (rank < slots), rank, slots)  # (B, L) in [0, M]
+    segment = tf.range(rows)[:, None] * (slots + 1) + slot  # (B, L)
+    position = tf.broadcast_to(tf.range(length)[None, :], [rows, length])
+    # Each kept slot receives exactly one position; empty slots get int32's lowest.
+    filled = tf.math.unsorted_segment_max(tf.reshape(position, [-1]), tf.reshape(segment, [-1]),
+                                          rows * (slots + 1))
+    filled = tf.reshape(filled, [rows, slots + 1])[:, :slots]  # (B, M)
+    valid = tf.range(slots)[None, :] < tf.minimum(count, slots)[:, None]
+    positions = tf.where(valid, filled, 0)
+    slot_labels = tf.where(valid, tf.gather(labels, positions, batch_dims=1), IGNORE_LABEL)
+    return positions, slot_labels, tf.maximum(count - slots, 0)
+
+
+def static_slots(labels, slots):
+    """`static_slots_batch` of one sequence: labels (L,) -> (M,), (M,), ()."""
+    positions, slot_labels, dropped = static_slots_batch(tf.expand_dims(labels, 0), slots)
+    return positions[0], slot_labels[0], dropped[0]

@@ -1,0 +1,214 @@
+"""tf.data input pipelines: TFRecords in the seed's format -> masked, batched model inputs.
+
+The records are in the format of `kroberta.data.records` (the seed's, and what
+`kroberta.prepare` writes); `kroberta.data.files` finds and inspects the files.
+
+Training order: epochs of records tagged with file and index (`epochs`: every
+record once per epoch, shuffled within it) -> enumerate -> skip(resume) ->
+batch the raw strings -> parse, check and mask the whole batch -> prefetch.
+Parsing a batch at a time (one `parse_example`, checks as reductions, masking as
+batched ops) is what lets one host feed an accelerator. Every element's mask is a
+function of (run seed, element index), so a resumed run sees exactly the examples
+and masks an uninterrupted one would have.
+
+TensorFlow here runs on the host CPU only; JAX owns the accelerators.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from kroberta.data import epochs
+from kroberta.data.bad_records import DataError, explain_pipeline_error, first_bad_record
+from kroberta.data.batch_parsing import parse_checked_batch
+from kroberta.config import ConfigError, DataConfig
+from kroberta.data.files import DataSpec, check_against_model, inspect_files, resolve_files, spec_records
+from kroberta.data.masking import dynamic_mask_batch, static_slots_batch
+from kroberta.data.records import FEATURES, IGNORE_LABEL
+
+AUTOTUNE = tf.data.AUTOTUNE
+__all__ = ["DataError", "DataSpec", "explain_pipeline_error", "first_bad_record", "FEATURES",
+           "resolve_files", "inspect_files", "check_against_model", "train_dataset",
+           "eval_dataset", "read_batches"]
+
+
+def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabulary_size: int,
+                     word_starts=None):
+    """(x, y) of a batch: the model's input dict and the labels at the prediction slots.
+
+    parsed: int32 (B, L) features; indices: int64 (B,) element indices (mask seeds);
+    word_starts: bool (V,) for whole-word masking, else None.
+    """
+    if data.masking == "static":
+        ids = parsed["input_ids"]
+        positions, labels, _ = static_slots_batch(parsed["labels"], slots)
+    else:
+        originals = parsed["input_ids"]
+        if "labels" in parsed:
+            # Files masked once (the seed's format): recover the unmasked text.
+            originals = tf.where(parsed["labels"] != IGNORE_LABEL, parsed["labels"], originals)
+        ids, positions, labels = dynamic_mask_batch(
+            originals, parsed["attention_mask"], seed, indices,
+            mask_rate=data.mask_rate, slots=slots, mask_token_id=data.mask_token_id,
+            special_token_ids=data.special_token_ids, vocabulary_size=vocabulary_size,
+            word_starts=word_starts,
+        )
+    x = {"token_ids": ids, "padding_mask": parsed["attention_mask"], "mask_positions": positions}
+    return x, labels
+
+
+def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int,
+                  word_starts=None):
+    """(element indices (B,), (files, record indices, records) (B,)) -> (x, y)."""
+    length, slots = spec.sequence_length, data.prediction_slots(spec.sequence_length)
+    if data.whole_word_masking and word_starts is None:
+        raise ConfigError("data.whole_word_masking: needs the tokenizer's word starts; give "
+                          "data.dir (a directory made by prepare, with its tokenizer)")
+    word_starts = word_starts if data.whole_word_masking else None
+
+    def parse(indices, tagged):
+        paths, record_indices, records = tagged
+        # The fast parse: a missing feature or wrong length fails unnamed, and the
+        # caller's replay (`replay_train_errors`, `replay_file_errors`) names it.
+        parsed = parse_checked_batch(paths, record_indices, records, length=length,
+                                     vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
+                                     lengths_named=False)
+        return _to_model_inputs(parsed, indices, seed, data, slots, vocabulary_size, word_starts)
+
+    return parse
+
+
+def epoch_plan(spec: DataSpec, data: DataConfig, seed: int,
+               shard: tuple[int, int] | None = None) -> epochs.EpochPlan:
+    """How a process reads the training epochs (see `kroberta.data.epochs`)."""
+    count, index = shard or (1, 0)
+    if spec.records is not None and count > 1 and len(spec.files) < count and spec.records < count:
+        raise DataError(f"{spec.files[0]}: {spec.records} record(s) cannot be shared by "
+                        f"{count} processes")
+    return epochs.EpochPlan(spec.files, spec.file_records, seed, data.shuffle_buffer, shard)
+
+
+def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
+                  seed: int, start_step: int = 0, shard: tuple[int, int] | None = None,
+                  word_starts=None):
+    """Endless training batches of `global_batch`, starting after `start_step` batches.
+
+    Returns a dataset of (x, y) with x = {token_ids (B, L), padding_mask (B, L),
+    mask_positions (B, M)} and y = labels (B, M), all int32. The records come in
+    epochs, each record once per epoch (see `kroberta.data.epochs`); a batch may span
+    two epochs.
+
+    With `shard=(count, index)` (one of `count` processes), `global_batch` is this
+    process's share of a step and the process reads only its share of each epoch
+    (by file when there are at least `count` files, else by record). Element i of
+    process p stands for element i*count+p of the unsharded stream (its masking
+    seed). With shuffle_buffer = 1, count dividing 4 and files of equal length
+    (record sharding: any files), the processes' batches k together hold exactly
+    the records and masks of the single-process batch k. `word_starts`: the
+    tokenizer's (V,) word-start table, for `data.whole_word_masking`.
+    """
+    count, index = shard or (1, 0)
+    ds = epoch_plan(spec, data, seed, shard).stream(start_step * global_batch)
+    if count > 1:
+        ds = ds.map(lambda i, tagged: (i * count + index, tagged))
+    ds = ds.batch(global_batch, drop_remainder=True)
+    parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts)
+    return ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)
+
+
+def replay_train_errors(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int,
+                        start_step: int, steps: int, global_batch: int,
+                        shard: tuple[int, int] | None = None):
+    """A function naming the first bad record among the next `steps` training batches."""
+    def replay():
+        tagged = epoch_plan(spec, data, seed, shard).stream(start_step * global_batch)
+        return first_bad_record(tagged.map(lambda i, t: t), length=spec.sequence_length,
+                                vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
+                                max_records=steps * global_batch)
+
+    return replay
+
+
+def _file_order(spec: DataSpec):
+    return epochs.read_tagged(tf.data.Dataset.from_tensor_slices(list(spec.files)))
+
+
+def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
+                 seed: int, max_batches: int = 0, shard: tuple[int, int] | None = None,
+                 word_starts=None):
+    """Every validation example once, in file order, with the same masks on every call.
+
+    The last batch is completed with padding examples whose labels are all -100,
+    so no example is dropped and every batch has the shape the devices expect; the
+    masked loss and metrics give the padding no weight. With `shard=(count, index)`
+    each process yields its 1/count slice of every global batch (it reads all the
+    files: validation sets are small).
+    """
+    count, index = shard or (1, 0)
+    parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts)
+    share = global_batch // count
+
+    def parse_and_pad(indices, tagged):
+        x, y = parse(indices, tagged)
+        missing = global_batch - tf.shape(y)[0]
+        x = {name: _pad_rows(x[name], missing, padding_value(name, data.pad_token_id))
+             for name in ("token_ids", "padding_mask", "mask_positions")}
+        y = _pad_rows(y, missing, padding_value("labels", data.pad_token_id))
+        # Global batch k: process p takes rows p*share ... (p+1)*share - 1.
+        take = lambda t: tf.ensure_shape(t[index * share:(index + 1) * share], [share, None])
+        return {k: take(v) for k, v in x.items()}, take(y)
+
+    ds = _file_order(spec).enumerate().batch(global_batch)
+    ds = ds.map(parse_and_pad, num_parallel_calls=AUTOTUNE, deterministic=True)
+    batches = -(-spec_records(spec) // global_batch)
+    if max_batches:
+        batches = min(batches, max_batches)
+        ds = ds.take(max_batches)
+    # A known length lets Keras end the evaluation without an "ran out of data" warning.
+    return ds.apply(tf.data.experimental.assert_cardinality(batches)).prefetch(AUTOTUNE)
+
+
+def replay_file_errors(spec: DataSpec, vocabulary_size: int):
+    """A function naming the first bad record of the files, in file order."""
+    return lambda: first_bad_record(_file_order(spec), length=spec.sequence_length,
+                                    vocabulary_size=vocabulary_size, with_labels=spec.has_labels)
+
+
+def padding_value(name: str, pad_token_id: int) -> int:
+    """What a padding example holds in the model input or result column `name`.
+
+    <pad> tokens, no labels, zeros elsewhere (no real token, no slot, not real, not
+    valid): the masked loss and metrics give it no weight and predict drops it.
+    """
+    return {"token_ids": pad_token_id, "labels": IGNORE_LABEL}.get(name, 0)
+
+
+def _pad_rows(tensor, rows, value):
+    """Appends `rows` rows of `value` to a (B, W) tensor."""
+    return tf.pad(tensor, [[0, rows], [0, 0]], constant_values=value)
+
+
+def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
+    """Every record of the files once, in order, checked: batches of int32 (b, L) dicts.
+
+    The last batch may be shorter.
+    """
+    def parse(paths, record_indices, records):
+        return parse_checked_batch(paths, record_indices, records, length=spec.sequence_length,
+                                   vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
+                                   lengths_named=False)  # named by `replay_file_errors`
+
+    ds = _file_order(spec).batch(batch_size)
+    return ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+
+def count_labels_beyond_slots(spec: DataSpec, slots: int, sample: int = 2000) -> tuple[int, int]:
+    """(sequences, labelled positions) among the first `sample` that exceed `slots`."""
+    ds = tf.data.TFRecordDataset(list(spec.files)).take(sample).batch(256)
+    ds = ds.map(lambda r: tf.io.parse_example(
+        r, {"labels": tf.io.FixedLenFeature([spec.sequence_length], tf.int64)})["labels"])
+    over_sequences = over_labels = 0
+    for labels in ds.as_numpy_iterator():
+        counts = (labels != IGNORE_LABEL).sum(axis=1)
+        over_sequences += int((counts > slots).sum())
+        over_labels += int(np.maximum(counts - slots, 0).sum())
+    return over_sequences, over_labels

@@ -1,0 +1,1 @@
+"""Prediction: the compiled engine, its inputs, fill-mask, top-k."""

@@ -1,0 +1,227 @@
+"""Prediction compiled, sharded and reduced on the devices.
+
+G batches run as one XLA program over a 1-D device mesh (batch axis): the
+backbone, the sparse head at M slots per sequence and the reduction the caller
+asked for (top-k, log-softmax, per-example loss, mean pooling), mapped over the
+G batches of a (G, batch, ...) group. G is `train.steps_per_execution` (chosen
+from the forward FLOPs when "auto", `kroberta.perf.dispatch_size`); a last group with
+fewer batches is filled with padding batches, so every call reuses one program.
+The host only receives reduced arrays, one group at a time, while the next group
+is already on the devices. The model's own variables are never touched: the step runs on a
+replicated copy of the weights, so a failure mid-way leaves the model usable.
+"""
+
+import contextlib
+import warnings
+
+import jax
+import numpy as np
+import tensorflow as tf
+
+from kroberta.data import pipeline as data_lib
+from kroberta.inference import inputs as inputs_lib
+from kroberta.inference import program
+from kroberta.errors import KrobertaError
+
+OUTPUTS = ("top_k", "logits", "loss", "embeddings")
+DEFAULT_MAX_OUTPUT_BYTES = 4 * 2**30  # host memory one call may return
+MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
+
+
+class PredictionError(KrobertaError, ValueError):
+    """Bad arguments or inputs to predict; the message says what to change."""
+
+
+def batches_per_dispatch_for(config, global_batch: int, slots: int, length: int,
+                             examples: int | None = None, devices=None) -> int:
+    """G: for "auto", enough forward FLOPs per dispatch to hide the host (then a short
+    last group, filled with padding batches, wastes at most that: ~20 ms at the
+    devices' peak, and every input size shares one program); an integer
+    `train.steps_per_execution`, but never more than the batches of `examples`
+    rounded up to a power of two (a large model's padding batches are not cheap)."""
+    from kroberta.perf import dispatch_size, flops, throughput
+    from kroberta.config import AUTO
+
+    group = config.train.steps_per_execution
+    if group == AUTO:
+        shape = flops.Shape(config.model.num_layers, config.model.hidden_dim,
+                            config.model.intermediate_dim, config.model.num_heads,
+                            config.model.vocabulary_size, length, slots)
+        work = flops.forward_flops_per_sequence(shape) * global_batch
+        group, _ = dispatch_size.choose(work, throughput.peak_flops(devices or jax.devices()),
+                                        dispatch_size.MAX_STEPS)
+        return group
+    return _at_most_needed(group, examples, global_batch)
+
+
+def _at_most_needed(group: int, examples: int | None, global_batch: int) -> int:
+    """`group`, but no more batches than `examples` fill, rounded up to a power of two
+    (so inputs of similar sizes share one program)."""
+    if examples is None:
+        return group
+    needed = max(1, -(-examples // global_batch))
+    return min(group, 1 << (needed - 1).bit_length())
+
+
+def _mesh(batch_size: int | None, per_device: int):
+    devices = jax.devices()
+    count = len(devices)
+    if batch_size is None:
+        batch_size = per_device * count
+    if batch_size % count:
+        # Every device gets the same share; round up rather than fail.
+        batch_size += count - batch_size % count
+    return jax.sharding.Mesh(np.array(devices), ("batch",)), batch_size
+
+
+def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batch_size=None,
+                    slots=None, max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES,
+                    batches_per_dispatch=None):
+    """Yields the prediction in input order, one dict of numpy arrays per dispatch
+    (`batches_per_dispatch` batches, padding rows dropped).
+
+    Same arguments as `predict`; use this to stream results to disk with host
+    memory bounded by two dispatches' worth of rows.
+    """
+    if output not in OUTPUTS:
+        raise PredictionError(f"output must be one of {OUTPUTS}, got {output!r}")
+    if positions not in ("masked", "all"):
+        raise PredictionError(f"positions must be 'masked' or 'all', got {positions!r}")
+    config = getattr(model, "kroberta_config", None)
+    if config is None:
+        raise PredictionError("model has no kroberta_config: load it with kroberta.load(run_dir)")
+    source = inputs_lib.as_examples(inputs, config)
+    if output == "loss" and not source.has_labels:
+        raise PredictionError("output='loss' needs labels (a 'labels' array or feature, -100 = none)")
+    if output == "top_k" and not 1 <= k <= config.model.vocabulary_size:
+        raise PredictionError(f"k must be in [1, {config.model.vocabulary_size}], got {k}")
+    length = source.sequence_length
+    if positions == "all":
+        plan_slots = length
+    else:
+        plan_slots = slots or config.data.prediction_slots(length)
+    mesh, global_batch = _mesh(batch_size, config.train.batch_size_per_device)
+    if batches_per_dispatch is not None and batches_per_dispatch < 1:
+        raise PredictionError(f"batches_per_dispatch must be >= 1, got {batches_per_dispatch}")
+    group = batches_per_dispatch or batches_per_dispatch_for(config, global_batch, plan_slots,
+                                                             length, source.examples)
+    if output == "logits" and not batches_per_dispatch:
+        # Full logits are large: at most MAX_LOGITS_BYTES of them per dispatch, and no
+        # more padding batches than the inputs need (their bytes go to the host too).
+        per_batch = global_batch * plan_slots * config.model.vocabulary_size * 4
+        group = _at_most_needed(max(1, min(group, MAX_LOGITS_BYTES // per_batch)),
+                                source.examples, global_batch)
+    plan = program.Plan(output, k, plan_slots, length, global_batch, mesh, group)
+    if output == "logits" and source.examples is not None:
+        size = source.examples * (length if positions == "all" else plan_slots) \
+            * config.model.vocabulary_size * 4
+        if size > max_output_bytes:
+            raise PredictionError(
+                f"output='logits' for {source.examples} examples x {plan_slots} positions x "
+                f"{config.model.vocabulary_size} tokens is {size / 2**30:.1f} GiB of float32, over "
+                f"the {max_output_bytes / 2**30:.1f} GiB budget; use output='top_k' (reduced on the "
+                "device) or raise max_output_bytes")
+    # One host batch per dispatch: G x batch rows, cut into (G, batch, ...) on the way to
+    # the devices (one numpy pass per group, not per batch; a short last group is
+    # filled with padding rows, so the same program serves it).
+    groups = inputs_lib.batched(source, config, plan_slots, positions, global_batch * group)
+    jitted, replicated, by_batch = program.compiled_step(model, plan)
+    weights = program.weights_snapshot(model, replicated)
+
+    dropped = 0
+    in_flight = None
+    with warnings.catch_warnings(), _explained_data_errors(source):
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        for rows in groups:
+            real = rows.pop("is_real")
+            dropped += int(rows.pop("dropped").sum())
+            device_group = jax.device_put(_grouped(rows, group, global_batch), by_batch)
+            result = jitted(*weights, device_group)  # dispatched asynchronously
+            for value in result.values():
+                value.copy_to_host_async()
+            if in_flight is not None:
+                yield _to_host(*in_flight)
+            in_flight = (result, rows, real, 2 if group > 1 else 1)
+        if in_flight is not None:
+            yield _to_host(*in_flight)
+    if dropped and output != "embeddings":
+        warnings.warn(
+            f"{dropped} masked position(s) beyond the {plan_slots} slots per sequence were not "
+            "predicted; pass slots=N (or positions='all') to predict them", stacklevel=2)
+
+
+def _grouped(rows: dict, group: int, batch: int) -> dict:
+    """(G * batch, ...) host arrays as the program's (G, batch, ...) input (views)."""
+    if group == 1:
+        return rows
+    return {name: value.reshape(group, batch, *value.shape[1:]) for name, value in rows.items()}
+
+
+@contextlib.contextmanager
+def _explained_data_errors(source):
+    try:
+        yield
+    except (tf.errors.OpError, UnicodeDecodeError) as error:
+        explained = data_lib.explain_pipeline_error(error, source.files, replay=source.replay)
+        if explained is None:
+            raise
+        raise explained from None
+
+
+def _to_host(result, rows, real, lead: int):
+    """Reduced outputs of one dispatch, padding rows dropped, plus the slot bookkeeping.
+    `lead`: the leading axes of the outputs that count rows, 2 for (G, batch, ...)."""
+    out = {}
+    for name, value in result.items():
+        array = np.asarray(value)
+        out[name] = array.reshape(len(real), *array.shape[lead:])[real]
+    if "mask_positions" in rows and "embeddings" not in out:
+        out["positions"] = rows["mask_positions"][real].astype(np.int32)
+        out["valid"] = rows["valid"][real].astype(bool)
+    return out
+
+
+def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=None, slots=None,
+            max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES, batches_per_dispatch=None):
+    """Predicts with a kroberta model, reduced on the devices.
+
+    Args:
+        model: a model from `kroberta.load(run_dir)` (or `kroberta.from_hf`).
+        inputs: a TFRecord path, glob or list of them; a `tf.data.Dataset` of
+            dicts (batched or not); or a dict of numpy arrays `input_ids`
+            (N, L), `attention_mask` (N, L) and optionally `labels` (N, L).
+        output: "top_k", "logits", "loss" or "embeddings".
+        k: candidates per position for "top_k".
+        positions: "masked" (where the input holds <mask>, or where labels are
+            not -100 when labels are given; M slots per sequence) or "all" (M = L).
+        batch_size: sequences per step over all devices (rounded up to a
+            multiple of the device count); default: the training batch.
+        slots: M for positions="masked"; default: the training config's.
+        max_output_bytes: refuse "logits" results larger than this.
+        batches_per_dispatch: batches computed by one compiled dispatch; default:
+            the training config's `train.steps_per_execution` ("auto": from the
+            model's forward FLOPs and the devices' peak), at most what the inputs need.
+
+    Returns:
+        A dict of numpy arrays with one row per input example, in input order:
+        top_k: token_ids int32 [N, M, k] and log_probs float32 [N, M, k], best
+        first; logits: logits float32 [N, M, V]; loss: loss, masked_accuracy
+        float32 [N] and num_predictions int32 [N]; embeddings: embeddings
+        float32 [N, hidden]. Except for embeddings, also positions int32 [N, M]
+        and valid bool [N, M] (which slots hold a real position).
+    """
+    chunks, held = [], 0
+    for chunk in predict_batches(model, inputs, output, k, positions, batch_size, slots,
+                                 max_output_bytes, batches_per_dispatch):
+        held += sum(a.nbytes for a in chunk.values())
+        if held > max_output_bytes:
+            # Inputs of unknown length (a dataset) are only measured as they arrive.
+            raise PredictionError(
+                f"the {output!r} result passed the {max_output_bytes / 2**30:.1f} GiB budget after "
+                f"{sum(len(c['valid' if 'valid' in c else output]) for c in chunks)} examples; use "
+                "output='top_k', predict_batches() to stream, or raise max_output_bytes")
+        chunks.append(chunk)
+    if not chunks:
+        raise PredictionError("the inputs hold no examples")
+    return {name: np.concatenate([c[name] for c in chunks]) for name in chunks[0]}
+

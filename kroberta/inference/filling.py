@@ -1,0 +1,72 @@
+"""Text in, the model's guesses for each <mask> out (Hugging Face fill-mask pipeline's shape)."""
+
+import numpy as np
+
+from kroberta.inference.engine import PredictionError, predict
+
+MASK_TOKEN = "<mask>"
+
+
+def fill_mask(model, texts, top_k=5):
+    """Fills every <mask> in each text with the model's `top_k` best tokens.
+
+    Args:
+        model: a model from `kroberta.load` whose run had a tokenizer.
+        texts: one string or a list of strings, each with at least one "<mask>".
+        top_k: candidates per mask.
+
+    Returns:
+        Like Hugging Face's fill-mask pipeline: for a text with one mask, a list of
+        `{"token_id", "token_str", "score", "sequence"}` dicts, best first (score
+        is a probability); for a text with several masks, one such list per mask.
+        A single string gives that text's result; a list gives a list of results.
+    """
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        raise PredictionError("fill_mask needs a tokenizer: this model's run has no "
+                              "tokenizer.json (train with --data.dir from kroberta.prepare)")
+    single = isinstance(texts, str)
+    texts = [texts] if single else list(texts)
+    if not texts:
+        raise PredictionError("fill_mask: no texts given")
+    config = model.kroberta_config
+    length = config.model.max_sequence_length
+    mask_id = tokenizer.token_to_id(MASK_TOKEN)
+    pad_id = tokenizer.token_to_id("<pad>")
+    if mask_id is None or pad_id is None:
+        raise PredictionError("fill_mask: the tokenizer has no <mask> or <pad> token")
+    encodings = tokenizer.encode_batch(texts)  # adds <s> ... </s>
+    ids = np.full((len(texts), length), pad_id, np.int32)
+    attention = np.zeros((len(texts), length), np.int32)
+    for row, (text, encoding) in enumerate(zip(texts, encodings)):
+        if mask_id not in encoding.ids:
+            raise PredictionError(f"fill_mask: text {row} has no {MASK_TOKEN}: {text[:80]!r}")
+        if len(encoding.ids) > length:
+            raise PredictionError(f"fill_mask: text {row} is {len(encoding.ids)} tokens, the "
+                                  f"model takes at most {length}")
+        ids[row, : len(encoding.ids)] = encoding.ids
+        attention[row, : len(encoding.ids)] = 1
+    slots = int((ids == mask_id).sum(axis=1).max())
+    out = predict(model, {"input_ids": ids, "attention_mask": attention}, output="top_k",
+                  k=top_k, positions="masked", slots=slots)
+    results = []
+    for row in range(len(texts)):
+        per_mask = []
+        real = ids[row][attention[row] == 1]
+        for slot in np.flatnonzero(out["valid"][row]):
+            position = int(out["positions"][row, slot])
+            candidates = []
+            for token_id, log_prob in zip(out["token_ids"][row, slot], out["log_probs"][row, slot]):
+                filled = real.copy()
+                filled[position] = token_id
+                candidates.append({
+                    "token_id": int(token_id),
+                    "token_str": tokenizer.decode([int(token_id)]),
+                    "score": float(np.exp(log_prob)),
+                    # Other masks stay as <mask>, as in Hugging Face's pipeline.
+                    "sequence": tokenizer.decode([int(t) for t in filled], skip_special_tokens=False)
+                    .replace("<s>", "").replace("</s>", ""),
+                })
+            per_mask.append(candidates)
+        results.append(per_mask[0] if len(per_mask) == 1 else per_mask)
+    return results[0] if single else results

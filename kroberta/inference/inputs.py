@@ -1,0 +1,240 @@
+"""Turning what a user passes to `predict` into batched, sharded-ready model inputs.
+
+Accepted: TFRecord path(s)/glob(s) (checked record by record, like training),
+a `tf.data.Dataset` of dicts (batched or not), or a dict of numpy arrays.
+Examples keep their order; the last batch is completed with padding examples
+flagged `is_real = False`, which the caller drops from the result.
+
+Every path works on whole batches: arrays already in memory are sliced and
+completed with numpy; files and datasets are batched first in tf.data and then
+checked and given their slots with batched ops (one `parse_example` per batch for
+files). Both paths give the same batches.
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from kroberta.data import pipeline as data_lib
+from kroberta.data import rules
+from kroberta.data.masking import static_slots_batch
+from kroberta.data.masking_numpy import static_slots_numpy
+from kroberta.data.records import FEATURES, IGNORE_LABEL, REQUIRED_FEATURES
+from kroberta.errors import KrobertaError
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+class PredictInputError(KrobertaError, ValueError):
+    """The inputs cannot be predicted on; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    # global batch -> a dataset of checked dicts input_ids, attention_mask[, labels]:
+    # int32 (b, L), b = the batch except in the last one; None when the examples are `columns`
+    batches: object
+    sequence_length: int
+    has_labels: bool
+    examples: int | None  # None when unknown without reading everything
+    files: tuple[str, ...] = ()  # the TFRecord files read, to name a bad one
+    columns: dict | None = None  # the examples as numpy arrays (N, L) int32, when given so
+    replay: object = None  # () -> DataError | None: finds a record that failed to parse
+
+
+def as_examples(inputs, config) -> Source:
+    vocabulary = config.model.vocabulary_size
+    if isinstance(inputs, (str, list, tuple)) and all(isinstance(p, str) for p in
+                                                       ([inputs] if isinstance(inputs, str) else inputs)):
+        patterns = [inputs] if isinstance(inputs, str) else list(inputs)
+        spec = data_lib.inspect_files(data_lib.resolve_files(patterns, "inputs"), "inputs")
+        if spec.sequence_length > config.model.max_sequence_length:
+            raise PredictInputError(f"inputs: sequences of {spec.sequence_length} tokens, the model "
+                                    f"takes at most {config.model.max_sequence_length}")
+        return Source(lambda batch: data_lib.read_batches(spec, vocabulary, batch),
+                      spec.sequence_length, spec.has_labels, spec.records, spec.files,
+                      replay=data_lib.replay_file_errors(spec, vocabulary))
+    if isinstance(inputs, dict):
+        return _from_arrays(inputs, config)
+    if isinstance(inputs, tf.data.Dataset):
+        return _from_dataset(inputs, config)
+    raise PredictInputError(
+        "inputs must be TFRecord path(s), a tf.data.Dataset of dicts or a dict of numpy arrays, "
+        f"got {type(inputs).__name__}")
+
+
+def _from_arrays(arrays, config) -> Source:
+    for name in REQUIRED_FEATURES:
+        if name not in arrays:
+            raise PredictInputError(f"inputs: the dict has no {name!r} array (keys: {sorted(arrays)})")
+    columns = {}
+    for name in FEATURES:
+        if name in arrays:
+            value = np.asarray(arrays[name])
+            if value.ndim != 2:
+                raise PredictInputError(f"inputs[{name!r}]: expected shape (N, L), got {value.shape}")
+            columns[name] = value.astype(np.int32)
+    shapes = {n: v.shape for n, v in columns.items()}
+    if len(set(shapes.values())) != 1:
+        raise PredictInputError(f"inputs: arrays have different shapes {shapes}")
+    n, length = columns["input_ids"].shape
+    _check_values(columns, config, "inputs")
+    if length > config.model.max_sequence_length:
+        raise PredictInputError(f"inputs: sequences of {length} tokens, the model takes at most "
+                                f"{config.model.max_sequence_length}")
+    return Source(None, length, "labels" in columns, n, columns=columns)
+
+
+def _check_values(columns, config, where):
+    # JAX clamps out-of-range gathers: an id >= V would silently read another row.
+    ids = columns["input_ids"]
+    bad = np.argwhere(rules.bad_id(ids, config.model.vocabulary_size))
+    if len(bad):
+        row, col = bad[0]
+        raise PredictInputError(f"{where}: input_ids[{row}, {col}] = {ids[row, col]} is outside the "
+                                f"vocabulary [0, {config.model.vocabulary_size})")
+    mask = columns["attention_mask"]
+    if rules.bad_attention(mask).any():
+        raise PredictInputError(f"{where}: attention_mask holds values other than 0 and 1")
+
+
+def _from_dataset(dataset, config) -> Source:
+    spec = dataset.element_spec
+    if not isinstance(spec, dict) or "input_ids" not in spec or "attention_mask" not in spec:
+        raise PredictInputError("inputs: a tf.data.Dataset must yield dicts with 'input_ids' and "
+                                f"'attention_mask', got {spec}")
+    batched_already = spec["input_ids"].shape.rank == 2
+    length = spec["input_ids"].shape[-1]
+    if length is None:
+        raise PredictInputError("inputs: the dataset's sequence length must be static")
+    names = [n for n in FEATURES if n in spec]
+    cardinality = int(dataset.cardinality())
+    examples = cardinality if cardinality >= 0 and not batched_already else None
+    vocabulary = config.model.vocabulary_size
+    if set(spec) != set(names):
+        # Other keys may not batch (strings, ragged): keep only ours, whole batches at a time
+        # when the dataset is batched already.
+        dataset = dataset.map(lambda example: {n: example[n] for n in names})
+
+    def batches(global_batch):
+        # Cut into global batches first; every later op sees whole batches.
+        ds = dataset.rebatch(global_batch) if batched_already else dataset.batch(global_batch)
+        return ds.enumerate().map(
+            lambda k, columns: _checked_columns({n: tf.cast(columns[n], tf.int32) for n in names},
+                                                k * global_batch, vocabulary),
+            num_parallel_calls=AUTOTUNE, deterministic=True)
+
+    return Source(batches, length, "labels" in names, examples)
+
+
+def _checked_columns(columns, first_example, vocabulary_size):
+    """The dataset path's version of `_check_values`: a batch (b, L), checked as a whole."""
+    ids, mask = columns["input_ids"], columns["attention_mask"]
+    bad_id = (ids < 0) | (ids >= vocabulary_size)  # (b, L)
+    bad_mask = (mask != 0) & (mask != 1)
+
+    def fail(bad, text):
+        where = tf.argmax(tf.reshape(tf.cast(bad, tf.int32), [-1]), output_type=tf.int32)
+        row, col = where // tf.shape(ids)[1], where % tf.shape(ids)[1]
+        message = tf.strings.join([
+            "<<inputs: example ", tf.strings.as_string(tf.cast(first_example, tf.int32) + row),
+            ": ", text(row, col), ">>"])
+        with tf.control_dependencies([tf.debugging.Assert(False, [message], summarize=1)]):
+            return tf.constant(False)
+
+    ok_ids = tf.cond(tf.reduce_any(bad_id), lambda: fail(bad_id, lambda r, c: tf.strings.join([
+        "input_ids[", tf.strings.as_string(c), "] = ", tf.strings.as_string(ids[r, c]),
+        f" is outside the vocabulary [0, {vocabulary_size})"])), lambda: tf.constant(True))
+    ok_mask = tf.cond(tf.reduce_any(bad_mask), lambda: fail(bad_mask, lambda r, c: tf.strings.join([
+        "attention_mask[", tf.strings.as_string(c), "] = ", tf.strings.as_string(mask[r, c]),
+        " is neither 0 nor 1"])), lambda: tf.constant(True))
+    with tf.control_dependencies([ok_ids, ok_mask]):
+        return {n: tf.identity(v) for n, v in columns.items()}
+
+
+def batched(source: Source, config, slots: int, positions: str, global_batch: int):
+    """Yields batches of numpy model inputs plus `valid`, `labels` (at the slots),
+    `is_real` and `dropped`, each with `global_batch` rows."""
+    if source.columns is not None:
+        return _array_batches(source.columns, config, slots, positions, global_batch)
+    return _dataset_batches(source, config, slots, positions, global_batch).as_numpy_iterator()
+
+
+def _filler(config, length: int, width: int, rows: int) -> dict:
+    """`rows` padding examples: no real tokens, no slots; dropped from every result."""
+    shapes = {"token_ids": (length,), "padding_mask": (length,), "mask_positions": (width,),
+              "valid": (width,), "labels": (width,), "is_real": (), "dropped": ()}
+    return {name: np.full((rows, *shape), data_lib.padding_value(name, config.data.pad_token_id),
+                          _DTYPES[name]) for name, shape in shapes.items()}
+
+
+def _array_batches(columns, config, slots: int, positions: str, global_batch: int):
+    ids_all, attention_all = columns["input_ids"], columns["attention_mask"]
+    labels_all = columns.get("labels")
+    total, length = ids_all.shape
+    width = length if positions == "all" else slots
+    for start in range(0, total, global_batch):
+        ids = ids_all[start:start + global_batch]
+        attention = attention_all[start:start + global_batch]
+        labels = None if labels_all is None else labels_all[start:start + global_batch]
+        rows = len(ids)
+        if positions == "all":
+            where = np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length))
+            valid = attention > 0
+            slot_labels = labels if labels is not None else np.full((rows, length), IGNORE_LABEL)
+            dropped = np.zeros((rows,), np.int32)
+        else:
+            # Labelled positions when labels are given, else the <mask> tokens.
+            marks = labels if labels is not None else np.where(
+                (ids == config.data.mask_token_id) & (attention > 0), ids, IGNORE_LABEL)
+            where, slot_marks, dropped = static_slots_numpy(marks, slots)
+            valid = slot_marks != IGNORE_LABEL
+            slot_labels = slot_marks if labels is not None else np.full((rows, slots), IGNORE_LABEL)
+        batch = {"token_ids": ids, "padding_mask": attention, "mask_positions": where,
+                 "valid": valid, "labels": slot_labels, "is_real": np.ones((rows,), bool),
+                 "dropped": dropped}
+        batch = {name: np.asarray(value, dtype=_DTYPES[name]) for name, value in batch.items()}
+        if rows < global_batch:
+            filler = _filler(config, length, width, global_batch - rows)
+            batch = {name: np.concatenate([batch[name], filler[name]]) for name in batch}
+        yield batch
+
+
+_DTYPES = {"token_ids": np.int32, "padding_mask": np.int32, "mask_positions": np.int32,
+           "valid": bool, "labels": np.int32, "is_real": bool, "dropped": np.int32}
+
+
+def _dataset_batches(source: Source, config, slots: int, positions: str, global_batch: int):
+    length = source.sequence_length
+    mask_id = config.data.mask_token_id
+    has_labels = source.has_labels
+
+    def to_inputs(columns):
+        ids, attention = columns["input_ids"], columns["attention_mask"]  # (b, L)
+        rows = tf.shape(ids)[0]
+        if positions == "all":
+            where = tf.broadcast_to(tf.range(length, dtype=tf.int32), [rows, length])
+            valid = attention > 0
+            labels = columns["labels"] if has_labels else tf.fill([rows, length], IGNORE_LABEL)
+            dropped = tf.zeros([rows], tf.int32)
+        else:
+            # Labelled positions when labels are given, else the <mask> tokens.
+            marks = columns["labels"] if has_labels else tf.where(
+                (ids == mask_id) & (attention > 0), ids, IGNORE_LABEL)
+            where, slot_marks, dropped = static_slots_batch(marks, slots)
+            valid = slot_marks != IGNORE_LABEL
+            labels = slot_marks if has_labels else tf.fill([rows, slots], IGNORE_LABEL)
+        batch = {"token_ids": ids, "padding_mask": attention, "mask_positions": where,
+                 "valid": valid, "labels": tf.cast(labels, tf.int32),
+                 "is_real": tf.ones([rows], tf.bool), "dropped": tf.cast(dropped, tf.int32)}
+        # The last batch is completed with padding examples (dropped from every result).
+        missing = global_batch - rows
+        return {name: tf.ensure_shape(
+            tf.pad(value, [[0, missing]] + [[0, 0]] * (value.shape.rank - 1),
+                   constant_values=tf.cast(data_lib.padding_value(name, config.data.pad_token_id),
+                                           value.dtype)),
+            [global_batch] + value.shape[1:].as_list()) for name, value in batch.items()}
+
+    ds = source.batches(global_batch)
+    return ds.map(to_inputs, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)

@@ -1,0 +1,137 @@
+"""The compiled predict program: the MLM and its on-device reduction, sharded and jitted.
+
+`make_predict_step` is the program as a function (also what `kroberta.aot` lowers
+for a TPU topology); `compiled_step` jits it once per model, output and devices;
+`weights_snapshot` is what each call passes it.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import keras
+
+from kroberta.data.records import IGNORE_LABEL
+from kroberta.inference.top_k import exact_top_k
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    output: str
+    k: int
+    slots: int
+    length: int
+    batch_size: int
+    mesh: jax.sharding.Mesh
+    group: int = 1  # batches per dispatch
+
+
+def twin(model):
+    """A functional view of the MLM that also exposes the last hidden layer."""
+    cached = getattr(model, "_kroberta_twin", None)
+    if cached is None:
+        x = model.input
+        hidden = model.backbone({"token_ids": x["token_ids"], "padding_mask": x["padding_mask"]})
+        logits = model.masked_lm_head(hidden, x["mask_positions"])
+        cached = keras.Model(x, {"hidden": hidden, "logits": logits})
+        model._kroberta_twin = cached
+    return cached
+
+
+def _reduce(output, k, hidden, logits, batch):
+    """The on-device reduction. hidden (B, L, H), logits (B, M, V)."""
+    if output == "embeddings":
+        weights = batch["padding_mask"].astype(jnp.float32)[..., None]  # (B, L, 1)
+        pooled = (hidden.astype(jnp.float32) * weights).sum(1) / jnp.maximum(weights.sum(1), 1.0)
+        return {"embeddings": pooled}  # (B, H)
+    logits = logits.astype(jnp.float32)
+    if output == "logits":
+        return {"logits": logits}
+    # log_softmax(x) = x - logsumexp(x) is never materialised at (B, M, V): the
+    # top-k, the label's logit and the argmax are taken from the logits and
+    # shifted by the (B, M) log-normaliser, which saves a full pass over V.
+    # Everything reads one (B*M, V) array: mixing (B, M, V) and (B*M, V) views made
+    # XLA write the biased logits twice.
+    batch_size, slots, vocabulary = logits.shape
+    flat = logits.reshape(batch_size * slots, vocabulary)
+    normaliser = jax.nn.logsumexp(flat, axis=-1)  # (B*M,)
+    if output == "top_k":
+        values, ids = exact_top_k(flat, k)  # (B*M, k), best first
+        return {"token_ids": ids.reshape(batch_size, slots, k),
+                "log_probs": (values - normaliser[:, None]).reshape(batch_size, slots, k)}
+    normaliser = normaliser.reshape(batch_size, slots)
+    labels = batch["labels"]  # (B, M), -100 where no label
+    weights = (labels != IGNORE_LABEL).astype(jnp.float32)
+    targets = jnp.where(labels == IGNORE_LABEL, 0, labels)
+    token_loss = normaliser - jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    count = weights.sum(-1)
+    return {
+        "loss": (token_loss * weights).sum(-1) / jnp.maximum(count, 1.0),
+        "masked_accuracy": (correct * weights).sum(-1) / jnp.maximum(count, 1.0),
+        "num_predictions": count.astype(jnp.int32),
+    }
+
+
+def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, group: int = 1):
+    """The predict program over `mesh`, not yet jitted: (step, in_shardings, out_shardings).
+
+    `step(trainable, non_trainable, batch)` runs the MLM on a batch sharded along
+    the mesh's "batch" axis, with replicated weights, and reduces on the devices.
+    With `group` > 1 every array of `batch` has a leading axis of `group` batches,
+    (group, batch, ...), mapped over inside the program (the outputs too).
+    `compiled_step` jits it for the local devices; `kroberta.aot` lowers the same
+    function for a TPU topology.
+    """
+    view = twin(model)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    spec = jax.sharding.PartitionSpec("batch") if group == 1 else \
+        jax.sharding.PartitionSpec(None, "batch")
+    by_batch = jax.sharding.NamedSharding(mesh, spec)
+
+    def one_batch(trainable, non_trainable, batch):
+        x = {name: batch[name] for name in ("token_ids", "padding_mask", "mask_positions")}
+        outputs, _ = view.stateless_call(trainable, non_trainable, x, training=False)
+        return _reduce(output, k, outputs["hidden"], outputs["logits"], batch)
+
+    def step(trainable, non_trainable, batch):
+        model.__dict__["_kroberta_traces"] = model.__dict__.get("_kroberta_traces", 0) + 1
+        if group == 1:
+            return one_batch(trainable, non_trainable, batch)
+        return jax.lax.map(lambda b: one_batch(trainable, non_trainable, b), batch)
+
+    return step, (replicated, replicated, by_batch), by_batch
+
+
+def compiled_step(model, plan: Plan):
+    """The jitted step for this model and plan; cached so a second call compiles nothing.
+
+    Weights are arguments, not constants, so one compiled step serves every call.
+    """
+    cache = model.__dict__.setdefault("_kroberta_steps", {})
+    key = (plan.output, plan.k, plan.group, tuple(d.id for d in plan.mesh.devices.flat))
+    if key in cache:
+        return cache[key]
+    step, in_shardings, out_shardings = make_predict_step(model, plan.output, plan.k, plan.mesh,
+                                                          plan.group)
+    jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
+    cache[key] = (jitted, in_shardings[0], in_shardings[2])
+    return cache[key]
+
+
+def weights_snapshot(model, replicated):
+    """A private, replicated copy of the current weights (taken on every call, so a
+    model trained further since the last call is predicted with its new weights).
+
+    A copy, never an alias: Keras' own fit/predict may donate or purge the
+    variables' buffers, which must not pull arrays from under a cached step."""
+    view = twin(model)
+    return (
+        [jax.device_put(v.value, replicated, may_alias=False) for v in view.trainable_variables],
+        [jax.device_put(v.value, replicated, may_alias=False) for v in view.non_trainable_variables],
+    )
+
+
+def trace_count(model) -> int:
+    """How many times a predict step of `model` was traced (compiled); for tests and tools."""
+    return model.__dict__.get("_kroberta_traces", 0)

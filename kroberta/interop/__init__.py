@@ -1,0 +1,1 @@
+"""Other formats: Hugging Face transformers and keras-hub presets."""

@@ -1,0 +1,310 @@
+"""Hugging Face interop: export a kroberta model as `RobertaForMaskedLM`, and import one.
+
+An exported directory loads with `transformers.RobertaForMaskedLM.from_pretrained(dir)`
+with no missing or unexpected keys, and `AutoTokenizer.from_pretrained(dir)` when a
+tokenizer was exported; logits match kroberta's to float32 rounding. Importing reads
+`config.json` and `model.safetensors` (or `pytorch_model.bin`, which needs torch),
+including the MLM head. The tensor mapping lives in `hf_weights.py`; nothing here
+needs torch or transformers.
+"""
+
+import json
+import math
+import os
+
+from kroberta.interop import hf_weights
+from kroberta.interop.hf_weights import HFConversionError
+from kroberta.atomic import atomic_path
+
+CONFIG_FILE = "config.json"
+SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_INDEX_FILE = "model.safetensors.index.json"
+TORCH_FILE = "pytorch_model.bin"
+TOKENIZER_FILE = "tokenizer.json"
+# Every file `export_hf` may write (the export CLI clears these before --overwrite).
+EXPORT_FILES = (CONFIG_FILE, SAFETENSORS_FILE, TOKENIZER_FILE, "tokenizer_config.json",
+                "special_tokens_map.json", "vocab.json", "merges.txt")
+# keras-hub's RobertaBackbone and MaskedLMHead hard-code these.
+LAYER_NORM_EPS = 1e-5
+HIDDEN_ACT = "gelu"  # exact (erf) GELU in both keras and transformers
+# RoBERTa's special tokens; HF positions are offset by pad id + 1, so pad must be 1.
+SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+                  "sep_token": "</s>", "cls_token": "<s>", "pad_token": "<pad>",
+                  "mask_token": "<mask>"}
+PAD_TOKEN_ID, BOS_TOKEN_ID, EOS_TOKEN_ID = 1, 0, 2
+
+__all__ = ["export_hf", "from_hf", "init_from_hf", "HFConversionError"]
+
+
+# ---------------------------------------------------------------- export
+
+
+def hf_config(model) -> dict:
+    """The `config.json` of `RobertaForMaskedLM` equivalent to `model`."""
+    b = model.backbone
+    return {
+        "model_type": "roberta",
+        "architectures": ["RobertaForMaskedLM"],
+        "vocab_size": int(b.vocabulary_size),
+        "hidden_size": int(b.hidden_dim),
+        "num_hidden_layers": int(b.num_layers),
+        "num_attention_heads": int(b.num_heads),
+        "intermediate_size": int(b.intermediate_dim),
+        "max_position_embeddings": int(b.max_sequence_length) + hf_weights.POSITION_OFFSET,
+        "type_vocab_size": 1,
+        "layer_norm_eps": LAYER_NORM_EPS,
+        "hidden_act": HIDDEN_ACT,
+        "position_embedding_type": "absolute",
+        "pad_token_id": PAD_TOKEN_ID,
+        "bos_token_id": BOS_TOKEN_ID,
+        "eos_token_id": EOS_TOKEN_ID,
+        "hidden_dropout_prob": float(b.dropout),
+        "attention_probs_dropout_prob": float(b.dropout),
+        "initializer_range": 0.02,
+        "tie_word_embeddings": True,
+        "is_decoder": False,
+    }
+
+
+def _write_json(path: str, data: dict):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def _export_tokenizer(tokenizer, out_dir: str, max_length: int):
+    tokenizer.save(os.path.join(out_dir, TOKENIZER_FILE))
+    _write_json(os.path.join(out_dir, "tokenizer_config.json"), {
+        "tokenizer_class": "RobertaTokenizer",  # the fast one (tokenizer.json) where both exist
+        **SPECIAL_TOKENS,
+        "model_max_length": int(max_length),
+        "add_prefix_space": False,
+        "trim_offsets": True,
+        "errors": "replace",
+    })
+    _write_json(os.path.join(out_dir, "special_tokens_map.json"), dict(SPECIAL_TOKENS))
+    # vocab.json + merges.txt let the slow (pure Python) RobertaTokenizer load it too.
+    model = json.loads(tokenizer.to_str()).get("model", {})
+    if model.get("type") == "BPE":
+        _write_json(os.path.join(out_dir, "vocab.json"), model["vocab"])
+        with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n")
+            for merge in model.get("merges", []):
+                f.write((merge if isinstance(merge, str) else " ".join(merge)) + "\n")
+
+
+def export_hf(model, out_dir: str, tokenizer=None) -> str:
+    """Writes `model` as a Hugging Face `RobertaForMaskedLM` directory.
+
+    Args:
+        model: a keras-hub `RobertaMaskedLM` (e.g. from `kroberta.load`).
+        out_dir: created if needed; existing files of the same names are replaced.
+        tokenizer: a `tokenizers.Tokenizer` to export alongside; None uses
+            `model.tokenizer` when the model has one, else no tokenizer is written.
+
+    Returns:
+        `out_dir`.
+    """
+    from safetensors.numpy import save_file
+
+    if tokenizer is None:
+        tokenizer = getattr(model, "tokenizer", None)
+    os.makedirs(out_dir, exist_ok=True)
+    tensors = hf_weights.to_hf_tensors(model)
+    # transformers refuses safetensors files without this metadata.
+    with atomic_path(os.path.join(out_dir, SAFETENSORS_FILE)) as tmp:
+        save_file(tensors, tmp, metadata={"format": "pt"})
+    _write_json(os.path.join(out_dir, CONFIG_FILE), hf_config(model))
+    if tokenizer is not None:
+        _export_tokenizer(tokenizer, out_dir, model.backbone.max_sequence_length)
+    return out_dir
+
+
+# ---------------------------------------------------------------- import
+
+
+def read_hf_config(directory: str) -> dict:
+    return read_json_in(directory, CONFIG_FILE, "a Hugging Face model directory")
+
+
+def read_json_in(directory: str, name: str, what: str, error=HFConversionError) -> dict:
+    """`directory/name` parsed as JSON; a missing directory or file, or bad JSON, named."""
+    path = os.path.join(directory, name)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"{directory}: no such directory")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: missing (not {what})")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: not valid JSON: {e}") from None
+
+
+def model_config_from_hf(hf: dict, source: str):
+    """The kroberta `ModelConfig` for an HF RoBERTa config; refuses what kroberta cannot represent."""
+    from kroberta.config import ModelConfig
+
+    def fail(key, problem):
+        raise HFConversionError(f"{source}: {key}: {problem}")
+
+    def need(key):
+        if key not in hf:
+            fail(key, "missing")
+        value = hf[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            fail(key, f"expected a positive integer, got {value!r}")
+        return value
+
+    if hf.get("model_type") != "roberta":
+        fail("model_type", f"kroberta imports 'roberta' models only, got {hf.get('model_type')!r}")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        fail("position_embedding_type", f"only 'absolute' is supported, got {hf['position_embedding_type']!r}")
+    if hf.get("hidden_act", HIDDEN_ACT) != HIDDEN_ACT:
+        fail("hidden_act", f"keras-hub's RoBERTa uses {HIDDEN_ACT!r}, got {hf['hidden_act']!r}")
+    eps = hf.get("layer_norm_eps", 1e-12)  # transformers' default when the key is absent
+    if not math.isclose(eps, LAYER_NORM_EPS, rel_tol=1e-6):
+        fail("layer_norm_eps", f"keras-hub hard-codes {LAYER_NORM_EPS}, got {eps}")
+    if hf.get("pad_token_id", PAD_TOKEN_ID) != PAD_TOKEN_ID:
+        fail("pad_token_id", f"HF offsets positions by pad id + 1; kroberta needs {PAD_TOKEN_ID}, "
+                             f"got {hf['pad_token_id']}")
+    if hf.get("is_decoder") or hf.get("add_cross_attention"):
+        fail("is_decoder", "decoder / cross-attention RoBERTa is not a masked LM kroberta can hold")
+    # type_vocab_size > 1 is accepted: MLM inputs use token type 0 only, whose row is
+    # folded into the position table; the other rows are ignored.
+    vocab, layers, heads = need("vocab_size"), need("num_hidden_layers"), need("num_attention_heads")
+    hidden, intermediate = need("hidden_size"), need("intermediate_size")
+    positions = need("max_position_embeddings")
+    if hidden % heads:
+        fail("num_attention_heads", f"{heads} heads do not divide hidden_size={hidden}")
+    if positions <= hf_weights.POSITION_OFFSET:
+        fail("max_position_embeddings", f"must exceed {hf_weights.POSITION_OFFSET}, got {positions}")
+    # kroberta has one dropout rate; inference ignores it, training uses the hidden one.
+    dropout = float(hf.get("hidden_dropout_prob", 0.1))
+    return ModelConfig(vocabulary_size=vocab, num_layers=layers, num_heads=heads,
+                       hidden_dim=hidden, intermediate_dim=intermediate,
+                       max_sequence_length=positions - hf_weights.POSITION_OFFSET, dropout=dropout)
+
+
+def _load_safetensors(path: str) -> dict:
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(path)
+    except (TypeError, ValueError) as e:
+        # numpy has no bfloat16: read such files through torch when it is there.
+        try:
+            from safetensors.torch import load_file as torch_load_file
+        except ImportError:
+            raise HFConversionError(f"{path}: cannot read with numpy ({e}); installing torch "
+                                    f"lets kroberta read it") from None
+        return {k: v.float().numpy() for k, v in torch_load_file(path).items()}
+
+
+def read_hf_tensors(directory: str) -> tuple[dict, str]:
+    """(name -> numpy array, the file read) from model.safetensors, its index, or pytorch_model.bin."""
+    path = os.path.join(directory, SAFETENSORS_FILE)
+    if os.path.isfile(path):
+        return _load_safetensors(path), path
+    index = os.path.join(directory, SAFETENSORS_INDEX_FILE)
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        tensors = {}
+        for shard in shards:
+            tensors.update(_load_safetensors(os.path.join(directory, shard)))
+        return tensors, index
+    path = os.path.join(directory, TORCH_FILE)
+    if os.path.isfile(path):
+        try:
+            import torch
+        except ImportError:
+            raise HFConversionError(f"{path}: reading a PyTorch checkpoint needs torch "
+                                    f"(pip install torch), or convert it to {SAFETENSORS_FILE}") from None
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        return {k: v.float().numpy() for k, v in state.items()}, path
+    raise FileNotFoundError(f"{directory}: no weights ({SAFETENSORS_FILE} or {TORCH_FILE}) found")
+
+
+def _kroberta_config(model_config, tokenizer):
+    """A default `Config` with the imported model section (and the tokenizer's special ids)."""
+    import dataclasses
+
+    from kroberta.config import Config
+
+    config = Config(model=model_config)
+    if tokenizer is not None:
+        ids = [tokenizer.token_to_id(SPECIAL_TOKENS[k]) for k in
+               ("bos_token", "pad_token", "eos_token", "unk_token", "mask_token")]
+        if None not in ids:
+            config = dataclasses.replace(config, data=dataclasses.replace(
+                config.data, pad_token_id=ids[1], mask_token_id=ids[4], special_token_ids=tuple(ids)))
+    return config
+
+
+def from_hf(directory: str, mixed_precision: bool = False):
+    """Builds a kroberta model from a local Hugging Face RoBERTa MLM directory.
+
+    Args:
+        directory: holds `config.json` and `model.safetensors` (or
+            `pytorch_model.bin`, read with torch), and optionally `tokenizer.json`.
+        mixed_precision: build with the bf16 policy (weights stay float32).
+
+    Returns:
+        A keras-hub `RobertaMaskedLM` with attributes `kroberta_config` (a default
+        `Config` whose model section matches the checkpoint, and whose data section
+        has the tokenizer's special ids) and `tokenizer` (a `tokenizers.Tokenizer`,
+        or None when the directory has no tokenizer.json).
+
+    Raises:
+        FileNotFoundError: config or weights are missing.
+        HFConversionError: the config or a tensor cannot be represented (names the key).
+    """
+    from kroberta.model.mlm import build_model
+
+    hf = read_hf_config(directory)
+    model_config = model_config_from_hf(hf, os.path.join(directory, CONFIG_FILE))
+    tensors, source = read_hf_tensors(directory)
+    model = build_model(model_config, mixed_precision)
+    hf_weights.load_hf_tensors(model, tensors, source, tied=hf.get("tie_word_embeddings", True))
+    tokenizer = None
+    tokenizer_path = os.path.join(directory, TOKENIZER_FILE)
+    if os.path.isfile(tokenizer_path):
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(tokenizer_path)
+    model.kroberta_config = _kroberta_config(model_config, tokenizer)
+    model.tokenizer = tokenizer
+    return model
+
+
+def init_from_hf(model, directory: str):
+    """Loads an HF RoBERTa MLM checkpoint's weights into an existing model of the same shape.
+
+    Args:
+        model: a keras-hub `RobertaMaskedLM` (e.g. the training model before `fit`).
+        directory: as for `from_hf`.
+
+    Returns:
+        `model`, with its weights replaced.
+
+    Raises:
+        HFConversionError: a shape key of the checkpoint differs from the model's,
+            or a tensor is missing or has the wrong shape (named).
+    """
+    hf = read_hf_config(directory)
+    source = os.path.join(directory, CONFIG_FILE)
+    theirs = model_config_from_hf(hf, source)
+    b = model.backbone
+    pairs = (("vocab_size", "vocabulary_size"), ("num_hidden_layers", "num_layers"),
+             ("num_attention_heads", "num_heads"), ("hidden_size", "hidden_dim"),
+             ("intermediate_size", "intermediate_dim"), ("max_position_embeddings", "max_sequence_length"))
+    for hf_key, ours in pairs:
+        want, got = getattr(b, ours), getattr(theirs, ours)
+        if want != got:
+            shown = hf[hf_key]
+            raise HFConversionError(
+                f"{source}: {hf_key}={shown} gives model.{ours}={got}, but the model has {want}")
+    tensors, weights_source = read_hf_tensors(directory)
+    hf_weights.load_hf_tensors(model, tensors, weights_source, tied=hf.get("tie_word_embeddings", True))
+    return model

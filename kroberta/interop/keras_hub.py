@@ -1,0 +1,223 @@
+"""keras-hub presets: export a kroberta model as one, and start from one.
+
+A kroberta model *is* a keras-hub `RobertaMaskedLM`, so the export is keras-hub's
+own `save_to_preset` on a stock twin of it (kroberta's faster layers are swapped
+in place at build time and would otherwise not matter, but the twin keeps the
+files free of anything kroberta-specific): `config.json` + `model.weights.h5`
+(the backbone), `task.json` + `task.weights.h5` (the MLM head), `metadata.json`,
+and with a tokenizer `tokenizer.json`, `preprocessor.json` and
+`assets/tokenizer/{vocabulary.json, merges.txt}` (keras-hub's `RobertaTokenizer`
+and `RobertaMaskedLMPreprocessor`). kroberta adds `kroberta_config.toml` (the
+run's config; keras-hub ignores it). The result loads with
+`keras_hub.models.RobertaMaskedLM.from_preset(dir)`, `RobertaBackbone.from_preset`
+and `RobertaTokenizer.from_preset`.
+
+Token ids: keras-hub's byte-level BPE gives the ids of kroberta's tokenizer for
+text; around a literal `<mask>` it keeps the space before it as its own token
+(kroberta's and Hugging Face's `<mask>` absorb it), as keras-hub's own RoBERTa
+presets do.
+"""
+
+import json
+import os
+
+from kroberta.interop.hf_weights import HFConversionError
+from kroberta.atomic import atomic_write
+
+KROBERTA_CONFIG_FILE = "kroberta_config.toml"
+CONFIG_FILE = "config.json"
+TASK_CONFIG_FILE = "task.json"
+TASK_WEIGHTS_FILE = "task.weights.h5"
+ASSETS_DIR = os.path.join("assets", "tokenizer")
+VOCABULARY_FILE = "vocabulary.json"
+MERGES_FILE = "merges.txt"
+# Every file `export_keras_hub` may write (the export CLI clears them before --overwrite).
+EXPORT_FILES = (CONFIG_FILE, "model.weights.h5", "model.weights.json", "metadata.json", TASK_CONFIG_FILE,
+                TASK_WEIGHTS_FILE, "preprocessor.json", "tokenizer.json", KROBERTA_CONFIG_FILE,
+                os.path.join(ASSETS_DIR, VOCABULARY_FILE), os.path.join(ASSETS_DIR, MERGES_FILE))
+BACKBONE_NAME = "RobertaBackbone"
+
+__all__ = ["export_keras_hub", "from_keras_hub", "init_from_keras_hub", "KerasHubPresetError"]
+
+
+class KerasHubPresetError(HFConversionError):
+    """A preset kroberta cannot use (names the file and key); a ValueError."""
+
+
+# ---------------------------------------------------------------- export
+
+
+def _keras_hub_tokenizer(tokenizer, vocabulary_size: int):
+    """keras-hub's `RobertaTokenizer` with the vocabulary and merges of a `tokenizers` BPE."""
+    import keras_hub
+
+    model = json.loads(tokenizer.to_str()).get("model", {})
+    if model.get("type") != "BPE":
+        raise KerasHubPresetError(f"the tokenizer is a {model.get('type')} model; keras-hub's RobertaTokenizer "
+                                  "needs byte-level BPE")
+    vocabulary = dict(model["vocab"])
+    for token_id, added in tokenizer.get_added_tokens_decoder().items():
+        vocabulary.setdefault(added.content, token_id)
+    if max(vocabulary.values()) >= vocabulary_size:
+        raise KerasHubPresetError(f"the tokenizer has ids up to {max(vocabulary.values())}, beyond the model's "
+                                  f"vocabulary_size={vocabulary_size}")
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    return keras_hub.models.RobertaTokenizer(vocabulary=vocabulary, merges=merges)
+
+
+def _stock_twin(model, preprocessor):
+    """A plain keras-hub `RobertaMaskedLM` with `model`'s weights, on this host."""
+    import keras
+    import keras_hub
+
+    from kroberta.parallel.distribute import to_host
+
+    weights = [to_host(v.value) for v in model.weights]
+    distribution = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)  # the twin's arrays live on this host only
+    try:
+        backbone = keras_hub.models.RobertaBackbone.from_config(model.backbone.get_config())
+        twin = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor)
+        twin.set_weights(weights)
+    finally:
+        keras.distribution.set_distribution(distribution)
+    return twin
+
+
+def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
+    """Writes `model` as a keras-hub preset directory (with `save_to_preset`).
+
+    Args and return value as for `kroberta.export_hf`; the tokenizer (byte-level BPE)
+    becomes keras-hub's `RobertaTokenizer` with a `RobertaMaskedLMPreprocessor`.
+    """
+    import keras_hub
+
+    from kroberta import config as config_lib
+
+    if tokenizer is None:
+        tokenizer = getattr(model, "tokenizer", None)
+    config = getattr(model, "kroberta_config", None)
+    preprocessor = None
+    if tokenizer is not None:
+        length = int(model.backbone.max_sequence_length)
+        data = config.data if config is not None else config_lib.DataConfig()
+        preprocessor = keras_hub.models.RobertaMaskedLMPreprocessor(
+            tokenizer=_keras_hub_tokenizer(tokenizer, int(model.backbone.vocabulary_size)),
+            sequence_length=length, mask_selection_rate=data.mask_rate,
+            mask_selection_length=data.prediction_slots(length))
+    os.makedirs(out_dir, exist_ok=True)
+    _stock_twin(model, preprocessor).save_to_preset(out_dir)
+    if config is not None:
+        with atomic_write(os.path.join(out_dir, KROBERTA_CONFIG_FILE), encoding="utf-8") as f:
+            f.write(config_lib.to_toml(config))
+    return out_dir
+
+
+# ---------------------------------------------------------------- import
+
+
+def preset_model_config(directory: str):
+    """The kroberta `ModelConfig` of a keras-hub RoBERTa preset's `config.json`."""
+    from kroberta.config import ModelConfig
+
+    from kroberta.interop.hf import read_json_in
+
+    path = os.path.join(directory, CONFIG_FILE)
+    data = read_json_in(directory, CONFIG_FILE, "a keras-hub preset directory", KerasHubPresetError)
+    name = str(data.get("registered_name", ""))
+    if not name.endswith(BACKBONE_NAME):
+        raise KerasHubPresetError(f"{path}: registered_name: kroberta reads {BACKBONE_NAME} presets, got "
+                                  f"{name or data.get('model_type') or 'none'!r}")
+    values = data.get("config", {})
+    keys = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "max_sequence_length")
+    for key in keys:
+        if not isinstance(values.get(key), int) or isinstance(values.get(key), bool) or values[key] < 1:
+            raise KerasHubPresetError(f"{path}: config.{key}: expected a positive integer, got {values.get(key)!r}")
+    return ModelConfig(**{k: values[k] for k in keys}, dropout=float(values.get("dropout", 0.0)))
+
+
+def preset_tokenizer(directory: str):
+    """A `tokenizers.Tokenizer` rebuilt from the preset's vocabulary.json and merges.txt
+    (kroberta's byte-level BPE layout, specials as kroberta's); None without them."""
+    from tokenizers import Tokenizer, models
+
+    from kroberta.text.tokenizer import SPECIAL_TOKENS, _empty_tokenizer, _special_added_tokens
+
+    vocabulary_path = os.path.join(directory, ASSETS_DIR, VOCABULARY_FILE)
+    merges_path = os.path.join(directory, ASSETS_DIR, MERGES_FILE)
+    if not (os.path.isfile(vocabulary_path) and os.path.isfile(merges_path)):
+        return None
+    with open(vocabulary_path, encoding="utf-8") as f:
+        vocabulary = json.load(f)
+    with open(merges_path, encoding="utf-8") as f:
+        merges = [tuple(line.rstrip("\n").split(" ")) for line in f
+                  if line.strip() and not line.startswith("#version")]
+    template = _empty_tokenizer()
+    tokenizer = Tokenizer(models.BPE(vocab=vocabulary, merges=merges))
+    tokenizer.pre_tokenizer, tokenizer.decoder = template.pre_tokenizer, template.decoder
+    tokenizer.post_processor = template.post_processor
+    present = [t for t in _special_added_tokens() if t.content in vocabulary]
+    tokenizer.add_special_tokens(present)
+    missing = [t for t in SPECIAL_TOKENS.values() if t not in vocabulary]
+    if missing:
+        raise KerasHubPresetError(f"{vocabulary_path}: lacks the special token(s) {', '.join(missing)}")
+    return tokenizer
+
+
+def _load_weights_into(model, directory: str):
+    """Copies the preset's weights into `model` (same shape); returns whether the MLM
+    head came from the preset (a backbone-only preset leaves the head as it was)."""
+    import keras_hub
+
+    if os.path.isfile(os.path.join(directory, TASK_WEIGHTS_FILE)):
+        task = keras_hub.models.RobertaMaskedLM.from_preset(directory, preprocessor=None, dtype="float32")
+        model.set_weights(task.get_weights())
+        return True
+    backbone = keras_hub.models.RobertaBackbone.from_preset(directory, dtype="float32")
+    model.backbone.set_weights(backbone.get_weights())
+    return False
+
+
+def from_keras_hub(directory: str, mixed_precision: bool = False):
+    """Builds a kroberta model from a keras-hub RoBERTa preset directory.
+
+    Args:
+        directory: a preset (from `export_keras_hub` or keras-hub's `save_to_preset`).
+        mixed_precision: build with the bf16 policy (weights stay float32).
+
+    Returns:
+        A keras-hub `RobertaMaskedLM` with kroberta's layers and attributes
+        `kroberta_config` (the exported run's config, else a default one with the
+        preset's model section) and `tokenizer` (a `tokenizers.Tokenizer` rebuilt
+        from the preset's vocabulary and merges, or None).
+    """
+    import dataclasses
+
+    from kroberta import config as config_lib
+    from kroberta.model.mlm import build_model
+
+    model_config = preset_model_config(directory)
+    model = build_model(model_config, mixed_precision, seed=0)
+    _load_weights_into(model, directory)
+    saved = os.path.join(directory, KROBERTA_CONFIG_FILE)
+    config = config_lib.load_toml(saved) if os.path.isfile(saved) else config_lib.Config()
+    model.kroberta_config = dataclasses.replace(config, model=model_config)
+    model.tokenizer = preset_tokenizer(directory)
+    return model
+
+
+def init_from_keras_hub(model, directory: str) -> bool:
+    """Loads a keras-hub RoBERTa preset's weights into an existing model of the same shape.
+
+    Returns whether the MLM head came from the preset too (False for a
+    backbone-only preset: the head keeps its initial weights). Raises
+    `KerasHubPresetError` naming the first shape key that differs.
+    """
+    theirs = preset_model_config(directory)
+    b = model.backbone
+    for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
+                "max_sequence_length"):
+        if getattr(theirs, key) != getattr(b, key):
+            raise KerasHubPresetError(f"{os.path.join(directory, CONFIG_FILE)}: config.{key}="
+                                      f"{getattr(theirs, key)}, but the model has model.{key}={getattr(b, key)}")
+    return _load_weights_into(model, directory)

@@ -1,0 +1,119 @@
+"""The masked-language model: keras-hub's RoBERTa backbone and a tied, sparse MLM head.
+
+`keras_hub.models.RobertaMaskedLM` is exactly the architecture we want: the
+backbone, then a head that first gathers the hidden states at `mask_positions`
+(batch, slots) and only then projects them onto the vocabulary through the
+transposed token embedding, so logits exist only at the predicted slots:
+(batch, slots, vocabulary) instead of (batch, length, vocabulary). We keep its
+layers and weights as they are (so keras-hub and Hugging Face checkpoints map onto
+them) and supply our own loss and metrics, which average over real masked tokens.
+Three layers compute the same function more cheaply on CPU: layer norms with a
+hand-written gradient (`kroberta.model.layer_norm`), dropout with cheaper masks
+(`kroberta.model.dropout`) and GELU through erf (`kroberta.model.gelu`); the model's config
+and weights stay keras-hub's.
+
+Model inputs (all int32):
+    token_ids       (batch, length)
+    padding_mask    (batch, length)   1 for real tokens, 0 for padding
+    mask_positions  (batch, slots)    positions to predict; padded slots point at 0
+Targets: labels     (batch, slots)    original token ids, -100 in padded slots
+"""
+
+import keras
+import keras_hub
+
+from kroberta.config import AUTO, Config, ModelConfig
+from kroberta.model.dropout import use_fast_dropout
+from kroberta.model.gelu import use_erf_gelu
+from kroberta.model.layer_norm import use_fused_layer_norm
+from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
+from kroberta.model.schedules import WarmupLinearDecay
+
+# Names the optimizer's variables are saved under; an unnamed optimizer gets a
+# process-dependent name and restored state could silently fail to match.
+OPTIMIZER_NAME = "adamw"
+# AdamW decays every weight except biases and LayerNorm scales/offsets (as RoBERTa).
+NO_DECAY_NAMES = ["bias", "gamma", "beta"]
+
+
+def dtype_policy(mixed_precision: bool) -> str:
+    # bf16 compute with float32 master weights: what TPUs are built for.
+    return "mixed_bfloat16" if mixed_precision else "float32"
+
+
+def build_backbone(model_config: ModelConfig, mixed_precision: bool = False):
+    """A freshly initialised keras-hub `RobertaBackbone` with the config's shape."""
+    return keras_hub.models.RobertaBackbone(
+        vocabulary_size=model_config.vocabulary_size,
+        num_layers=model_config.num_layers,
+        num_heads=model_config.num_heads,
+        hidden_dim=model_config.hidden_dim,
+        intermediate_dim=model_config.intermediate_dim,
+        dropout=model_config.dropout,
+        max_sequence_length=model_config.max_sequence_length,
+        dtype=dtype_policy(mixed_precision),
+    )
+
+
+def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: int | None = None):
+    """Builds the MLM (uncompiled). `seed` makes the initial weights reproducible."""
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    backbone = build_backbone(model_config, mixed_precision)
+    model = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=None)
+    use_fused_layer_norm(model)  # same weights and config, a cheaper gradient
+    use_fast_dropout(model)  # hashed masks on CPU, masks stored once elsewhere
+    use_erf_gelu(model)  # the same GELU through erf, not erfc
+    return model
+
+
+def build_optimizer(config: Config) -> keras.optimizers.AdamW:
+    t = config.train
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=WarmupLinearDecay(t.learning_rate, t.warmup_steps, t.steps),
+        weight_decay=t.weight_decay,
+        beta_1=t.adam_beta_1,
+        beta_2=t.adam_beta_2,
+        epsilon=t.adam_epsilon,
+        global_clipnorm=t.clip_norm or None,
+        name=OPTIMIZER_NAME,
+    )
+    optimizer.exclude_from_weight_decay(var_names=NO_DECAY_NAMES)
+    return optimizer
+
+
+def compile_model(model, config: Config):
+    """Compiles with AdamW, the masked loss and metrics; every step is XLA-compiled, and
+    `fit`/`evaluate` run train.steps_per_execution steps per dispatch (`kroberta.model.fused_steps`;
+    "auto" is resolved here for all local devices unless the caller resolved it)."""
+    from kroberta.perf import dispatch_size
+    from kroberta.model import fused_steps
+
+    if config.train.steps_per_execution == AUTO:
+        import jax
+
+        devices = jax.devices()
+        config = dispatch_size.resolve(config, devices,
+                                       config.train.batch_size_per_device * len(devices))
+    model.compile(
+        optimizer=build_optimizer(config),
+        loss=MaskedLMLoss(),
+        metrics=[MaskedAccuracy(), Perplexity()],
+        weighted_metrics=None,
+        steps_per_execution=config.train.steps_per_execution,
+        jit_compile=True,
+    )
+    fused_steps.install(model)
+    return model
+
+
+def build_compiled_model(config: Config):
+    """The training model for `config`: built with its seed, compiled, optimizer built."""
+    model = build_model(config.model, config.train.mixed_precision, seed=config.train.seed)
+    compile_model(model, config)
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def count_parameters(model) -> int:
+    return int(sum(v.numpy().size for v in model.trainable_variables))

@@ -1,0 +1,217 @@
+"""The shape advisor: `python -m kroberta.train --explain [--config ...] [overrides]`.
+
+Prints what a config costs before anything is trained: parameters, FLOPs per
+token, memory per device (XLA's memory analysis of the real compiled train step
+when that is cheap, else the analytic estimate of kroberta.perf.flops) and warnings
+about shapes that waste a TPU's matrix units.
+
+Why 128: TPU MXUs are 128x128 systolic arrays (v2-v5e; 256x256 on v6e) and XLA
+tiles the last two dims of every matmul operand in 8x128 blocks, so a hidden size
+of 300 is computed as 384 and the extra rows and columns are pure waste. GPU
+tensor cores want multiples of 8-64 as well. Head size is checked against 64
+(RoBERTa/BERT's size; XLA batches the heads, and 64-wide heads pack two per 128
+lanes), everything else against 128. The waste figures are estimates: the
+model's matmul FLOPs with the flagged dims padded up, compared to the real ones.
+"""
+
+import dataclasses
+
+from kroberta.perf import flops as flops_lib
+from kroberta.config import Config, ModelConfig
+
+LANES = 128
+HEAD_LANES = 64
+# A compiled memory analysis builds and compiles the real train step: a few
+# seconds for small models on a CPU, too slow for large ones.
+COMPILE_PARAMETER_LIMIT = 30_000_000
+
+
+def _pad(value: int, multiple: int) -> int:
+    return flops_lib.round_up(value, multiple)
+
+
+def _padded_forward(shape: flops_lib.Shape, pad_hidden=False, pad_head=False,
+                    pad_intermediate=False, pad_vocabulary=False) -> int:
+    """Forward matmul FLOPs with the chosen dims padded as a TPU computes them."""
+    n, L, M, heads = shape.layers, shape.length, shape.slots, shape.heads
+    h = _pad(shape.hidden, LANES) if pad_hidden else shape.hidden
+    d = _pad(shape.head_dim, HEAD_LANES) if pad_head else shape.head_dim
+    i = _pad(shape.intermediate, LANES) if pad_intermediate else shape.intermediate
+    v = _pad(shape.vocabulary, LANES) if pad_vocabulary else shape.vocabulary
+    projections = heads * d  # Q/K/V outputs and the attention-output input: (heads, head_dim)
+    return (n * (3 * 2 * L * h * projections + 2 * L * projections * h + 2 * 2 * L * h * i
+                 + 2 * 2 * L * L * projections)
+            + 2 * M * h * h + 2 * M * h * v)
+
+
+def _percent(share: float) -> str:
+    return f"{100 * share:.0f}%" if share >= 0.01 else f"{100 * share:.1f}%"
+
+
+@dataclasses.dataclass(frozen=True)
+class Misalignment:
+    key: str
+    value: int
+    multiple: int
+    waste: float  # share of the padded model's FLOPs spent on this dim's padding
+
+    def describe(self) -> str:
+        what = "head size (hidden_dim / num_heads)" if self.key == "head_dim" else f"model.{self.key}"
+        return (f"{what} = {self.value} is not a multiple of {self.multiple}: TPU matrix units "
+                f"pad it to {_pad(self.value, self.multiple)}, ~{_percent(self.waste)} of the "
+                "model's matmul work would be padding")
+
+
+def misalignments(shape: flops_lib.Shape) -> list[Misalignment]:
+    real = _padded_forward(shape)
+    found = []
+    for key, value, multiple, flag in (
+        ("hidden_dim", shape.hidden, LANES, "pad_hidden"),
+        ("head_dim", shape.head_dim, HEAD_LANES, "pad_head"),
+        ("intermediate_dim", shape.intermediate, LANES, "pad_intermediate"),
+        ("vocabulary_size", shape.vocabulary, LANES, "pad_vocabulary"),
+    ):
+        if value % multiple:
+            padded = _padded_forward(shape, **{flag: True})
+            found.append(Misalignment(key, value, multiple, 1 - real / padded))
+    return found
+
+
+def total_waste(shape: flops_lib.Shape) -> float:
+    padded = _padded_forward(shape, True, True, True, True)
+    return 1 - _padded_forward(shape) / padded
+
+
+def suggest(model: ModelConfig) -> ModelConfig:
+    """A nearby aligned shape: hidden and intermediate rounded up to 128, heads of
+    64 (128 when the current heads are wider than 96), vocabulary rounded up to 128
+    (the extra embedding rows are never produced by the tokenizer)."""
+    hidden = _pad(model.hidden_dim, LANES)
+    head = HEAD_LANES if model.head_dim <= 96 else LANES
+    return dataclasses.replace(
+        model, hidden_dim=hidden, num_heads=max(1, hidden // head),
+        intermediate_dim=_pad(model.intermediate_dim, LANES),
+        vocabulary_size=_pad(model.vocabulary_size, LANES))
+
+
+def warnings_for(config: Config, platform: str | None = None, shapes: bool = True) -> list[str]:
+    """One-line warnings about the config's shape (and precision on accelerators).
+
+    `shapes=False` leaves out the TPU-alignment warnings (training on a CPU or GPU,
+    where they would only be noise); `--explain` always shows them.
+    """
+    shape = flops_lib.Shape.from_config(config)
+    found = misalignments(shape) if shapes else []
+    lines = [m.describe() for m in found]
+    if found:
+        s = suggest(config.model)
+        lines.append(
+            f"an aligned shape nearby: --model.hidden_dim={s.hidden_dim} --model.num_heads="
+            f"{s.num_heads} --model.intermediate_dim={s.intermediate_dim} "
+            f"--model.vocabulary_size={s.vocabulary_size} (~{100 * total_waste(shape):.0f}% of "
+            "the current shape's padded work is waste)")
+    if platform in ("tpu", "gpu") and not config.train.mixed_precision:
+        lines.append("train.mixed_precision=false on an accelerator: float32 matmuls run at a "
+                     "fraction of the bf16 peak; set --train.mixed_precision=true")
+    return lines
+
+
+def compiled_memory(config: Config, devices) -> dict | None:
+    """XLA's memory analysis of the real train step for one device's share of the
+    batch (data parallelism replicates the weights, so this is per device)."""
+    import jax
+    import numpy as np
+
+    from kroberta.model.mlm import build_compiled_model
+
+    model = build_compiled_model(config)
+    b = config.train.batch_size_per_device
+    L = config.model.max_sequence_length
+    M = config.data.prediction_slots(L)
+    x = {"token_ids": np.full((b, L), 5, np.int32), "padding_mask": np.ones((b, L), np.int32),
+         "mask_positions": np.tile(np.arange(M, dtype=np.int32), (b, 1))}
+    y = np.full((b, M), 5, np.int32)
+    model._symbolic_build(data_batch=(x, y))
+    state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True,
+                                 optimizer_variables=True, metrics_variables=True)
+    device = devices[0]
+    state, batch = jax.device_put((state, (x, y)), device)
+    compiled = jax.jit(model.train_step, donate_argnums=0).lower(state, batch).compile()
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        return None
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    out = {
+        "arguments": analysis.argument_size_in_bytes,
+        "outputs": analysis.output_size_in_bytes,
+        "aliased": analysis.alias_size_in_bytes,
+        "temporaries": analysis.temp_size_in_bytes,
+        "flops": float(cost.get("flops", 0.0)) if cost else 0.0,
+    }
+    out["total"] = out["arguments"] + out["outputs"] - out["aliased"] + out["temporaries"]
+    return out
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
+
+
+def explain(config: Config, compile_step: bool | None = None, print_fn=print):
+    """Prints the advice for `config` on the current devices. Trains nothing and
+    creates no run directory."""
+    import jax
+
+    from kroberta.perf import hardware
+
+    devices = jax.devices()
+    wanted = config.distributed.devices or len(devices)
+    devices = devices[:wanted]
+    platform = devices[0].platform
+    m, t = config.model, config.train
+    shape = flops_lib.Shape.from_config(config)
+    params = flops_lib.parameter_count(m)
+    batch = t.batch_size_per_device * len(devices)
+    print_fn(f"model: {params:,} parameters ({m.num_layers} layers, hidden {m.hidden_dim}, "
+             f"{m.num_heads} heads of {m.head_dim}, intermediate {m.intermediate_dim}, "
+             f"vocabulary {m.vocabulary_size})")
+    print_fn(f"shape: {shape.length} tokens per sequence, {shape.slots} predicted slots; "
+             f"batch {batch} = {t.batch_size_per_device} x {len(devices)} {platform} device(s)")
+    train_token = flops_lib.flops_per_token(shape, train=True)
+    print_fn(f"FLOPs per token: {train_token / 1e6:.2f} M train, "
+             f"{flops_lib.flops_per_token(shape, train=False) / 1e6:.2f} M forward (matmuls; "
+             f"{flops_lib.train_flops_per_step(shape, batch) / 1e9:.2f} GFLOP per train step)")
+    estimate = flops_lib.memory_estimate(shape, params, t.batch_size_per_device, t.mixed_precision)
+    print_fn(f"memory per device (estimate): {_gib(estimate.total)} = parameters "
+             f"{_gib(estimate.parameters)} + gradients {_gib(estimate.gradients)} + AdamW moments "
+             f"{_gib(estimate.optimizer)} + activations ~{_gib(estimate.activations)}")
+    if compile_step is None:
+        compile_step = params <= COMPILE_PARAMETER_LIMIT
+    if compile_step:
+        measured = compiled_memory(config, devices)
+        if measured:
+            print_fn(f"memory per device (XLA, compiled train step on {devices[0].device_kind}): "
+                     f"{_gib(measured['total'])} = arguments {_gib(measured['arguments'])} + "
+                     f"temporaries {_gib(measured['temporaries'])} + outputs not aliased "
+                     f"{_gib(measured['outputs'] - measured['aliased'])}; XLA counts "
+                     f"{measured['flops'] / 1e9:.2f} GFLOP per device step")
+    chip = hardware.chip_for_device_kind(devices[0].device_kind)
+    if chip:
+        fits = "fits" if estimate.total < 0.9 * chip.memory_bytes else "does NOT fit"
+        floor = flops_lib.train_flops_per_step(shape, batch) / (chip.bf16_flops * len(devices))
+        print_fn(f"{chip.name}: {fits} in {_gib(chip.memory_bytes)} per device; compute floor "
+                 f"{floor * 1e3:.3f} ms per step at peak bf16")
+    lines = warnings_for(config, platform)
+    for line in lines:
+        print_fn(f"warning: {line}")
+    if not lines:
+        print_fn("shape: aligned (hidden, head size, intermediate and vocabulary)")
+
+
+def explain_cli(config: Config, sources=None) -> int:
+    """`python -m kroberta.train --explain`: validates the config, prints the advice."""
+    from kroberta import config as config_lib
+
+    config_lib.validate(config, sources or "config")
+    explain(config)
+    return 0

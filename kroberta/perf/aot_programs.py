@@ -1,0 +1,208 @@
+"""The train and predict steps of a kroberta model, lowered for devices that are not here.
+
+Helper of `kroberta.aot`. The model is built on the host exactly as training builds
+it (`build_compiled_model`); only the shapes and dtypes of its variables are used.
+The steps are the ones the runtime runs, not re-implementations:
+
+  train:   the K-step program `fit` dispatches (`kroberta.model.fused_steps.scan_steps` of
+           Keras' `model.train_step`, jitted with donate_argnums=0 and the state's
+           shardings as `fused_steps.train_program` does under a distribution);
+           state = (trainable, non_trainable, optimizer, metrics variables) as the
+           trainer's `_get_jax_state`; data = a (K, batch, ...) super-batch of (x,
+           labels), each step's slice sharded by the distribution's data layout.
+  predict: `kroberta.inference.program.make_predict_step`, the function `kroberta.predict` jits
+           (G batches per dispatch).
+
+XLA's cost analysis counts a loop's body once, whatever its trip count (checked on
+this jaxlib: a scan of 4 matmuls reports the FLOPs of one), so the FLOPs of a K-step
+or G-batch program are those of one step or batch.
+"""
+
+import contextlib
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import keras
+import numpy as np
+
+from kroberta.config import Config
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """One compiled program's per-device memory and cost, as XLA reports them."""
+
+    name: str
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int  # outputs written into donated arguments' buffers
+    temp_bytes: int
+    code_bytes: int
+    flops: float  # per device per step: cost_analysis of the SPMD-partitioned program
+    steps: int  # steps (or batches) the program runs per dispatch; memory is for all of them
+    bytes_accessed: float
+    compile_seconds: float
+
+    @property
+    def total_bytes(self) -> int:
+        """Peak HBM the program needs on each device."""
+        return (self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+                + self.code_bytes)
+
+
+@contextlib.contextmanager
+def global_distribution(distribution):
+    """Sets Keras' global distribution for the block, then restores the previous one."""
+    previous = keras.distribution.distribution()
+    keras.distribution.set_distribution(distribution)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(previous)
+
+
+def build_model(config: Config):
+    """The training model, built on the host with no distribution (so variables carry no
+    layout of the host's devices); its values are never sent anywhere."""
+    from kroberta.model.mlm import build_compiled_model
+
+    with global_distribution(None):
+        return build_compiled_model(config)
+
+
+def _struct(variable, sharding):
+    return jax.ShapeDtypeStruct(tuple(variable.shape), jnp.dtype(variable.dtype), sharding=sharding)
+
+
+def _optimizer_shardings(model, distribution, trainable_shardings):
+    """Optimizer slots take their model variable's sharding (Keras' `add_variable_from_reference`
+    copies the reference's layout); scalars such as `iterations` use the distribution's."""
+    by_name = {v.path.replace("/", "_"): (tuple(v.shape), s)
+               for v, s in zip(model.trainable_variables, trainable_shardings)}
+    shardings = []
+    for v in model.optimizer.variables:
+        match = [n for n in by_name
+                 if v.name.startswith(n + "_") and by_name[n][0] == tuple(v.shape)]
+        if match:
+            shardings.append(by_name[max(match, key=len)][1])
+        else:
+            shardings.append(distribution.get_variable_layout(v).backend_layout)
+    return shardings
+
+
+def train_state(model, distribution):
+    """(state structs, state shardings) in the trainer's `_get_jax_state` order."""
+    def layouts(variables):
+        return [distribution.get_variable_layout(v).backend_layout for v in variables]
+
+    trainable = layouts(model.trainable_variables)
+    shardings = (trainable, layouts(model.non_trainable_variables),
+                 _optimizer_shardings(model, distribution, trainable),
+                 layouts(model.metrics_variables))
+    variables = (model.trainable_variables, model.non_trainable_variables,
+                 model.optimizer.variables, model.metrics_variables)
+    structs = tuple([_struct(v, s) for v, s in zip(vs, ss)] for vs, ss in zip(variables, shardings))
+    return structs, shardings
+
+
+def train_data(distribution, global_batch: int, length: int, slots: int, steps: int = 1):
+    """A (steps, batch, ...) super-batch of (x, labels) as `kroberta.model.fused_steps` puts it
+    on the devices: each step's (batch, ...) slice sharded by the distribution's layout."""
+    from kroberta.model.fused_steps import super_batch_sharding
+
+    def spec(*shape):
+        full = (steps, *shape)
+        return jax.ShapeDtypeStruct(full, jnp.int32,
+                                    sharding=super_batch_sharding(distribution, full))
+
+    x = {"token_ids": spec(global_batch, length),  # (K, B, L)
+         "padding_mask": spec(global_batch, length),  # (K, B, L)
+         "mask_positions": spec(global_batch, slots)}  # (K, B, M)
+    return x, spec(global_batch, slots)  # labels (K, B, M)
+
+
+def predict_batch(global_batch: int, length: int, slots: int, group: int = 1):
+    """What `kroberta.predict` puts on the devices per dispatch (`prediction_inputs.batched`
+    minus the host-only `is_real` and `dropped`; a (group, batch, ...) stack if group > 1)."""
+    lead = (group,) if group > 1 else ()
+
+    def spec(width, dtype=jnp.int32):
+        return jax.ShapeDtypeStruct((*lead, global_batch, width), dtype)
+
+    return {"token_ids": spec(length), "padding_mask": spec(length), "mask_positions": spec(slots),
+            "valid": spec(slots, jnp.bool_), "labels": spec(slots)}
+
+
+def _analyse(name: str, lowered, steps: int = 1) -> Program:
+    started = time.perf_counter()
+    compiled = lowered.compile()
+    seconds = time.perf_counter() - started
+    memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):  # older JAX: one dict per program
+        cost = cost[0]
+    return Program(
+        name=name,
+        argument_bytes=int(memory.argument_size_in_bytes),
+        output_bytes=int(memory.output_size_in_bytes),
+        alias_bytes=int(memory.alias_size_in_bytes),
+        temp_bytes=int(memory.temp_size_in_bytes),
+        code_bytes=int(memory.generated_code_size_in_bytes),
+        flops=float(cost.get("flops", 0.0)),  # the loop body once: one step's
+        steps=steps,
+        bytes_accessed=float(cost.get("bytes accessed", 0.0)),
+        compile_seconds=seconds,
+    )
+
+
+def lower_train(model, distribution, global_batch: int, length: int, slots: int,
+                steps: int = 1):
+    """Lowers the K-step (`steps`) training program `fit` runs, for the distribution's
+    devices (a jax `Lowered`)."""
+    from kroberta.model.fused_steps import scan_steps
+
+    x, y = train_data(distribution, global_batch, length, slots, steps)
+    single = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), (x, y))
+    with global_distribution(None):
+        # What `fit` does first: builds the compiled loss and metrics' variables (on the
+        # host; `train_state` gives them the distribution's layout) from one step's batch.
+        model._symbolic_build(data_batch=single)
+    with global_distribution(distribution):
+        state, shardings = train_state(model, distribution)
+        program = jax.jit(scan_steps(model, model.train_step, "train"), donate_argnums=0,
+                          out_shardings=(None, shardings))
+        return program.lower(state, (x, y))
+
+
+def compile_train(model, distribution, global_batch: int, length: int, slots: int,
+                  steps: int = 1) -> Program:
+    """Lowers and compiles the K-step train program; its per-device memory and FLOPs."""
+    return _analyse("train", lower_train(model, distribution, global_batch, length, slots,
+                                         steps), steps)
+
+
+def compile_predict(model, devices, global_batch: int, length: int, slots: int,
+                    output: str = "top_k", k: int = 5, group: int = 1) -> Program:
+    """Lowers and compiles `kroberta.predict`'s program (`group` batches per dispatch)
+    for a batch-axis mesh of `devices`."""
+    from kroberta.inference.program import make_predict_step, twin as predict_view
+
+    mesh = jax.sharding.Mesh(np.array(list(devices)), ("batch",))
+    with global_distribution(None):
+        step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, group)
+        twin = predict_view(model)
+        weights = [[jax.ShapeDtypeStruct(tuple(v.shape), jnp.dtype(v.dtype)) for v in vs]
+                   for vs in (twin.trainable_variables, twin.non_trainable_variables)]
+        jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
+        lowered = jitted.lower(*weights, predict_batch(global_batch, length, slots, group))
+    return _analyse("predict", lowered, group)
+
+
+def steps_per_execution_note(steps: int) -> str:
+    """How `fit` runs train.steps_per_execution = `steps` (`kroberta.model.fused_steps`)."""
+    if steps == 1:
+        return "one step per dispatch"
+    return (f"{steps} steps fused into one program (a lax.scan over a ({steps}, batch, ...) "
+            "super-batch, one dispatch; memory above is that program's, FLOPs one step's)")

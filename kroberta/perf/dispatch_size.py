@@ -1,0 +1,68 @@
+"""How many steps one compiled dispatch holds: `train.steps_per_execution = "auto"`.
+
+A dispatch of K fused steps costs the host a roughly fixed amount of work (the
+Python around `fit`'s loop, one super-batch from tf.data, one transfer, the
+callbacks), about a millisecond. A small model on a TPU or GPU computes a step in
+well under that, so "auto" makes each dispatch hold at least `TARGET_SECONDS` of
+compute at the devices' peak: K = ceil(TARGET_SECONDS / floor per step), then the
+largest divisor of `train.log_every` not above it (logging, evaluation and
+checkpoints happen between dispatches), at most half of `log_every` (so each log
+interval has a timed dispatch after its first) and at most `MAX_STEPS` (the
+super-batch lives in device memory; K batches of input are small next to the
+weights, but not free).
+On a CPU one seed step takes far longer than the target, so "auto" is 1 there.
+"""
+
+import dataclasses
+import math
+
+from kroberta.perf import flops
+from kroberta.config import AUTO, Config
+
+TARGET_SECONDS = 0.02  # compute per dispatch: ~1 ms of host work is then <= 5% of it
+MAX_STEPS = 256
+UNKNOWN_PEAK_STEPS = 32  # a device whose peak kroberta does not know: likely fast
+
+
+def largest_divisor_at_most(n: int, limit: int) -> int:
+    """The largest d <= limit with n % d == 0 (1 if limit < 1)."""
+    for d in range(min(n, max(limit, 1)), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def choose(flops_per_step: float, peak_flops: float | None, log_every: int) -> tuple[int, str]:
+    """(K, the reason in words) for a step of `flops_per_step` on devices of `peak_flops`."""
+    if not peak_flops:
+        wanted = UNKNOWN_PEAK_STEPS
+        why = f"the devices' peak FLOP/s is unknown: {wanted} wanted"
+    else:
+        floor = flops_per_step / peak_flops
+        wanted = max(1, math.ceil(TARGET_SECONDS / floor))
+        why = (f"{flops_per_step / 1e9:.3g} GFLOP per step at {peak_flops / 1e12:.3g} TFLOP/s "
+               f"is {floor * 1e3:.3g} ms; {wanted} step(s) hold {TARGET_SECONDS * 1e3:g} ms")
+    # At most half an interval: the interval's first dispatch holds the compilation,
+    # so every log row keeps a timed dispatch after it (samples/s, step_time).
+    limit = min(wanted, MAX_STEPS, max(1, log_every // 2))
+    k = largest_divisor_at_most(log_every, limit)
+    if k < wanted:
+        why += (f"; the largest divisor of train.log_every={log_every} up to "
+                f"{min(MAX_STEPS, max(1, log_every // 2))} is {k}")
+    return k, why
+
+
+def resolve(config: Config, devices, global_batch: int, sequence_length: int | None = None,
+            log=None) -> Config:
+    """`config` with train.steps_per_execution an integer (chosen when it is "auto")."""
+    t = config.train
+    if t.steps_per_execution != AUTO:
+        return config
+    from kroberta.perf import throughput
+
+    shape = flops.Shape.from_config(config, sequence_length)
+    k, why = choose(flops.train_flops_per_step(shape, global_batch),
+                    throughput.peak_flops(devices), t.log_every)
+    if log:
+        log(f"steps per dispatch: {k} (train.steps_per_execution=\"auto\": {why})")
+    return dataclasses.replace(config, train=dataclasses.replace(t, steps_per_execution=k))

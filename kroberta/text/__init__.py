@@ -1,0 +1,1 @@
+"""Prepare's machinery: text and record files, the corpus, the tokenizer, encoding, packing, splits."""

@@ -1,0 +1,111 @@
+"""Corpora in Arrow: Parquet files and `datasets` directories (`save_to_disk`).
+
+Both are read one Arrow batch at a time (a Parquet row group's batch; a memory-mapped
+`datasets` table's batch), so memory stays flat; progress is the files' size in
+proportion to the rows read. Parquet needs `pyarrow` (the `parquet` extra), a
+`datasets` directory `datasets` (the `datasets` extra); without them the error says
+what to install. `kroberta.text.recordfiles` dispatches here.
+"""
+
+import os
+
+from kroberta.text.recordfiles import DATASETS_FORMAT, RecordError, column_index, extra_missing
+
+ARROW_BATCH_ROWS = 1024  # rows per Parquet/Arrow batch: flat memory, few Python calls
+
+
+# ---------------------------------------------------------------- Parquet
+
+
+def _parquet_file(path):
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise extra_missing(f"{path}: reading Parquet", "parquet", "pyarrow") from None
+    try:
+        # Buffered page reads, no pre-buffering of whole row groups: the reader holds
+        # about one row group's column (about half the memory of the defaults).
+        return pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
+    except Exception as e:  # pyarrow raises ArrowInvalid / OSError with its own text
+        raise RecordError(f"{path}: not a readable Parquet file: {e}") from None
+
+
+def _check_arrow_column(path, schema, field):
+    import pyarrow as pa
+
+    column_index(path, schema.names, field)
+    kind = schema.field(field).type
+    is_view = getattr(pa.types, "is_string_view", lambda _: False)  # pyarrow >= 16
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind) or pa.types.is_null(kind)):
+        raise RecordError(f"{path}: column {field!r} holds {kind}, not text; pick another with --text-field")
+
+
+def _parquet_values(path, field, on_bytes):
+    parquet = _parquet_file(path)
+    _check_arrow_column(path, parquet.schema_arrow, field)
+    batches = parquet.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=[field], use_threads=False)
+    yield from _column_values(batches, parquet.metadata.num_rows, os.path.getsize(path), on_bytes)
+
+
+def _column_values(batches, rows, size, on_bytes):
+    """The values of one-column Arrow batches; progress in bytes, prorated by rows."""
+    rows, reported, done = max(rows, 1), 0, 0
+    for batch in batches:
+        yield from batch.column(0).to_pylist()
+        done += batch.num_rows
+        if on_bytes is not None:
+            position = size * done // rows
+            on_bytes(position - reported)
+            reported = position
+
+
+# ---------------------------------------------------------------- datasets (save_to_disk)
+
+
+def _load_dataset(path, split):
+    try:
+        import datasets
+    except ImportError:
+        raise extra_missing(f"{path}: reading a datasets directory", "datasets", "datasets") from None
+    try:
+        loaded = datasets.load_from_disk(path)
+    except Exception as e:  # FileNotFoundError or the library's own errors
+        raise RecordError(f"{path}: not a readable datasets directory: {e}") from None
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise RecordError(f"{path}: a DatasetDict without a {split!r} split (splits: "
+                              f"{', '.join(loaded)}); pick one with --split")
+        return loaded[split]
+    return loaded
+
+
+def _dataset_values(path, field, on_bytes, split):
+    dataset = _load_dataset(path, split)
+    _check_arrow_column(path, dataset.data.schema, field)
+    # The Arrow table is memory-mapped: batches are views of the files, not copies.
+    batches = dataset.select_columns([field]).with_format("arrow").iter(batch_size=ARROW_BATCH_ROWS)
+    yield from _column_values(batches, len(dataset), dataset_bytes(path), on_bytes)
+
+
+def dataset_bytes(path):
+    """The size of a datasets directory's files (the progress bar's total)."""
+    total = 0
+    for dirpath, _, filenames in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in filenames)
+    return total
+
+
+def check_source(path: str, fmt: str, field: str, split: str) -> int:
+    """Fails early on a missing column, split or extra; returns the size in bytes."""
+    if fmt == DATASETS_FORMAT:
+        _check_arrow_column(path, _load_dataset(path, split).data.schema, field)
+        return dataset_bytes(path)
+    _check_arrow_column(path, _parquet_file(path).schema_arrow, field)
+    return os.path.getsize(path)
+
+
+def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
+    """The `field` value of each row of a Parquet file or `datasets` directory."""
+    if fmt == DATASETS_FORMAT:
+        return _dataset_values(path, field, on_bytes, split)
+    return _parquet_values(path, field, on_bytes)

@@ -1,0 +1,92 @@
+"""Text every machine has: the Python standard library's docstrings.
+
+The default training job needs a corpus without downloading anything. Docstrings
+are read with `ast` from the source files, never by importing the modules (some
+have side effects: `antigravity` opens a browser, `this` prints).
+"""
+
+import ast
+import os
+import sysconfig
+import warnings
+
+from kroberta.atomic import atomic_write
+
+# Directories whose files are not library prose: tests, the IDLE GUI, installed packages.
+_SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"}
+
+
+def _stdlib_files(root):
+    """Sorted .py paths under `root`, skipping _SKIP_DIRS (sorted: deterministic order)."""
+    paths = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+        paths.extend(os.path.join(dirpath, f) for f in filenames if f.endswith(".py"))
+    return sorted(paths)
+
+
+def _docstrings(tree):
+    """Docstrings of the module, classes and functions in source order."""
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    for node in ast.walk(tree):
+        if isinstance(node, kinds):
+            doc = ast.get_docstring(node, clean=True)
+            if doc and doc.strip():
+                yield doc
+
+
+def stdlib_docstrings(root=None):
+    """Yield the docstrings of the Python standard library, deterministically.
+
+    Args:
+        root: the stdlib directory (default `sysconfig.get_paths()["stdlib"]`).
+
+    Yields:
+        Each non-empty docstring (cleaned indentation), file by file in sorted path
+        order. Files that cannot be read or parsed are skipped.
+    """
+    root = root or sysconfig.get_paths()["stdlib"]
+    for path in _stdlib_files(root):
+        try:
+            with open(path, "rb") as f:
+                source = f.read()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # invalid escape sequences in old files
+                tree = ast.parse(source, filename=path)
+        except (OSError, SyntaxError, ValueError):
+            continue  # e.g. lib2to3 test data, files in a non-UTF-8 encoding
+        yield from _docstrings(tree)
+
+
+def _as_document(doc):
+    """One docstring as one document: prepare separates documents by blank lines,
+    so blank lines inside a docstring are dropped (its paragraphs stay in order)."""
+    return "\n".join(line for line in doc.splitlines() if line.strip())
+
+
+def write_stdlib_corpus(path, root=None):
+    """Write the stdlib docstrings as a text corpus, one document per docstring.
+
+    Documents are separated by one blank line, the format `prepare` reads.
+
+    Args:
+        path: output text file (UTF-8).
+        root: the stdlib directory (default: this interpreter's).
+
+    Returns:
+        dict(documents=..., bytes=..., files=..., path=...).
+    """
+    root = root or sysconfig.get_paths()["stdlib"]
+    documents = 0
+    with atomic_write(path, encoding="utf-8", newline="\n") as f:
+        for doc in stdlib_docstrings(root):
+            text = _as_document(doc)
+            if text:
+                f.write(text + "\n\n")
+                documents += 1
+    return {
+        "documents": documents,
+        "bytes": os.path.getsize(path),
+        "files": len(_stdlib_files(root)),
+        "path": os.fspath(path),
+    }

@@ -1,0 +1,70 @@
+"""Pack tokenized documents into full sequences of exactly `seq_len` tokens.
+
+Layout (RoBERTa's "full sentences"): `<s> doc1 </s> doc2 </s> ... </s>`. Every
+sequence begins with `<s>` and its real part ends with `</s>`; a document that does
+not fit is cut, closed with `</s>`, and continues right after the next sequence's
+`<s>`. So nearly every position holds a real token and only the last sequence is
+padded. A consequence, as in fairseq: a `</s>` at a sequence's end may mark a cut
+rather than a document's end.
+"""
+
+import numpy as np
+
+from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
+
+
+def pack_documents(documents, seq_len, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
+    """Pack a stream of token-id lists into fixed-length sequences.
+
+    Works as a generator over an internal buffer of at most one sequence plus one
+    document, so memory stays flat however long the stream is.
+
+    Args:
+        documents: iterable of token-id lists (encoded without special tokens);
+            empty documents are skipped.
+        seq_len: tokens per sequence (>= 3: `<s>`, one token, `</s>`).
+        bos_id, eos_id, pad_id: special token ids.
+
+    Yields:
+        (input_ids, attention_mask): two (seq_len,) int32 numpy arrays; only the
+        final sequence may hold padding (pad_id, attention 0) as a suffix.
+    """
+    if seq_len < 3:
+        raise ValueError(f"seq_len must be >= 3, got {seq_len}")
+    body = seq_len - 1  # positions after <s>, the last of which must be </s>
+    full_mask = np.ones(seq_len, dtype=np.int32)
+    eos = np.array([eos_id], dtype=np.int32)
+    # The stream is doc1 </s> doc2 </s> ...; `buffer` holds its unconsumed tail
+    # (fewer than `body` tokens between documents). A numpy array and a moving
+    # start keep a huge document linear in its length.
+    buffer = np.empty(0, dtype=np.int32)
+    for doc in documents:
+        if len(doc) == 0:
+            continue
+        buffer = np.concatenate([buffer, np.asarray(doc, dtype=np.int32), eos])
+        start = 0
+        while len(buffer) - start >= body:
+            if buffer[start + body - 1] == eos_id:
+                # A document ends exactly at the last position.
+                cut = body
+            else:
+                # Cut mid-document: close with an inserted </s>; the rest continues
+                # after the next <s>. (When a document ended one position earlier
+                # this gives `</s></s>`, RoBERTa's own pair separator: rare, harmless.)
+                cut = body - 1
+            row = np.empty(seq_len, dtype=np.int32)
+            row[0] = bos_id
+            row[1 : cut + 1] = buffer[start : start + cut]
+            row[cut + 1 :] = eos_id  # one position, only when cut = body - 1
+            start += cut
+            yield row, full_mask
+        buffer = buffer[start:]
+    if len(buffer):
+        # The last sequence: the rest of the stream (ends with </s>), then padding.
+        # At most `body` tokens remain, so it always fits.
+        row = np.full(seq_len, pad_id, dtype=np.int32)
+        row[0] = bos_id
+        row[1 : len(buffer) + 1] = buffer
+        mask = np.zeros(seq_len, dtype=np.int32)
+        mask[: len(buffer) + 1] = 1
+        yield row, mask

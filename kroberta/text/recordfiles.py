@@ -1,0 +1,303 @@
+"""Corpora stored as records, one document per record: JSON lines, CSV/TSV, Parquet, `datasets`.
+
+Each reader streams: JSON lines and CSV line by line (gzipped or not), a JSON
+array (a `.json` file holding `[{...}, ...]`) one object at a time, Parquet one
+batch of a row group at a time, a `datasets` directory (`save_to_disk`) one Arrow
+batch at a time from its memory-mapped files, so memory stays flat however large
+the corpus is. Every reader yields the text field's value of each record, in file
+order, and reports progress through `on_bytes` in bytes of the file (compressed
+bytes for .gz; for Parquet and `datasets`, the files' size in proportion to the
+rows read).
+
+Parquet needs `pyarrow` (the `parquet` extra), a `datasets` directory needs
+`datasets` (the `datasets` extra); without them the error says what to install.
+"""
+
+import csv
+import gzip
+import io
+import json
+import os
+import sys
+import zlib
+
+from kroberta.errors import KrobertaError
+
+FORMATS = {  # name suffix -> format (the longest matching suffix wins)
+    ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".json": "jsonl", ".json.gz": "jsonl",
+    ".ndjson": "jsonl", ".ndjson.gz": "jsonl",
+    ".csv": "csv", ".csv.gz": "csv", ".tsv": "tsv", ".tsv.gz": "tsv",
+    ".parquet": "parquet",
+}
+DATASETS_FORMAT = "datasets"
+# Files `save_to_disk` writes: a Dataset's state, or a DatasetDict's split list.
+DATASET_FILES = ("state.json", "dataset_info.json")
+DATASET_DICT_FILE = "dataset_dict.json"
+_PROGRESS_EVERY = 1 << 20  # report progress about once per MB
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some tools write first
+
+
+class RecordError(KrobertaError, ValueError):
+    """A record file cannot be read as documents; the message names the file and record."""
+
+
+def extra_missing(what: str, extra: str, module: str) -> RecordError:
+    return RecordError(f"{what} needs the {module!r} package: pip install -e \".[{extra}]\" "
+                       f"(or pip install {module})")
+
+
+def is_dataset_dir(path: str) -> bool:
+    """A directory written by `datasets`' `save_to_disk` (a Dataset or a DatasetDict)."""
+    return os.path.isdir(path) and (
+        os.path.isfile(os.path.join(path, DATASET_DICT_FILE))
+        or all(os.path.isfile(os.path.join(path, f)) for f in DATASET_FILES))
+
+
+def record_format(path: str) -> str | None:
+    """The record format of `path`, or None for a text file."""
+    if is_dataset_dir(path):
+        return DATASETS_FORMAT
+    name = os.path.basename(path).lower()
+    matches = [suffix for suffix in FORMATS if name.endswith(suffix)]
+    return FORMATS[max(matches, key=len)] if matches else None
+
+
+def _open_binary(path: str):
+    """(raw file, binary stream): the raw file's position is the progress in bytes."""
+    raw = open(path, "rb")
+    if path.lower().endswith(".gz"):
+        return raw, gzip.GzipFile(fileobj=raw, mode="rb")
+    return raw, raw
+
+
+class _ByteProgress:
+    """Reports the raw file's position to `on_bytes` about once per MB, and all at the end."""
+
+    def __init__(self, raw, on_bytes):
+        self.raw, self.on_bytes, self.reported, self.calls = raw, on_bytes, 0, 0
+
+    def poll(self):
+        self.calls += 1
+        # The position is asked once every 256 records, not per record: progress needs no more.
+        if self.on_bytes is not None and self.calls % 256 == 0:
+            position = self.raw.tell()
+            if position - self.reported >= _PROGRESS_EVERY:
+                self.on_bytes(position - self.reported)
+                self.reported = position
+
+    def finish(self, size):
+        if self.on_bytes is not None and size > self.reported:
+            self.on_bytes(size - self.reported)
+            self.reported = size
+
+
+def _text_value(value, path: str, where: str, field: str):
+    if value is None or isinstance(value, str):
+        return value
+    raise RecordError(f"{path}: {where}: field {field!r} holds {type(value).__name__} "
+                      f"{str(value)[:40]!r}, not text; pick another with --text-field")
+
+
+# ---------------------------------------------------------------- JSON lines
+
+
+def _first_byte(path):
+    """The first non-whitespace byte of a (possibly gzipped) file, b"" when it has none."""
+    raw, stream = _open_binary(path)
+    with raw, stream:
+        start = True
+        while block := stream.read(4096):
+            if start:
+                block, start = block.removeprefix(_BOM), False
+            if stripped := block.lstrip():
+                return stripped[:1]
+    return b""
+
+
+def _json_values(path, field, on_bytes):
+    """JSON lines, or a JSON array of objects (a `.json` file holding `[{...}, ...]`)."""
+    if _first_byte(path) == b"[":
+        return _json_array_values(path, field, on_bytes)
+    return _jsonl_values(path, field, on_bytes)
+
+
+def _record_text(record, path, where, field):
+    if not isinstance(record, dict):
+        raise RecordError(f"{path}: {where}: a JSON {type(record).__name__}, not an object with a {field!r} field")
+    if field not in record:
+        raise RecordError(f"{path}: {where}: no field {field!r} (fields: {', '.join(record) or 'none'}); "
+                          "pick one with --text-field")
+    return _text_value(record[field], path, where, field)
+
+
+def _json_array_values(path, field, on_bytes):
+    """Stream the objects of a top-level JSON array: at most one read block plus one
+    record is held, however long the array is."""
+    raw, stream = _open_binary(path)
+    progress = _ByteProgress(raw, on_bytes)
+    decoder = json.JSONDecoder()
+    with raw, stream:
+        text = io.TextIOWrapper(stream, encoding="utf-8-sig")
+        buffer, position, number, eof = "", 0, 0, False
+
+        def more():
+            nonlocal buffer, position, eof
+            try:
+                chunk = text.read(_PROGRESS_EVERY)
+            except UnicodeDecodeError as e:
+                raise RecordError(f"{path}: not UTF-8 ({e.reason})") from None
+            buffer, position, eof = buffer[position:] + chunk, 0, not chunk
+
+        def skip_space():
+            nonlocal position
+            while True:
+                while position < len(buffer) and buffer[position].isspace():
+                    position += 1
+                if position < len(buffer) or eof:
+                    return
+                more()
+
+        more()
+        skip_space()
+        position += 1  # the "[" (checked by _json_values)
+        expect_item = True
+        while True:
+            skip_space()
+            if position >= len(buffer):
+                raise RecordError(f"{path}: the JSON array ends early, after {number} record(s)")
+            if buffer[position] == "]":
+                break
+            if not expect_item:
+                if buffer[position] != ",":
+                    raise RecordError(f"{path}: record {number}: expected ',' or ']' after it")
+                position += 1
+                expect_item = True
+                continue
+            try:
+                record, end = decoder.raw_decode(buffer, position)
+            except json.JSONDecodeError as e:
+                if not eof:
+                    more()  # the record may continue in the next block
+                    continue
+                raise RecordError(f"{path}: record {number + 1}: not valid JSON: {e.msg}") from None
+            if end == len(buffer) and not eof:
+                more()  # a number or literal cut at the block's end: decode it whole
+                continue
+            number += 1
+            position, expect_item = end, False
+            yield _record_text(record, path, f"record {number}", field)
+            progress.poll()
+        progress.finish(os.path.getsize(path))
+
+
+def _jsonl_values(path, field, on_bytes):
+    raw, stream = _open_binary(path)
+    progress = _ByteProgress(raw, on_bytes)
+    with raw, stream:
+        for number, line in enumerate(stream, start=1):
+            if number == 1:
+                line = line.removeprefix(_BOM)
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except UnicodeDecodeError as e:
+                raise RecordError(f"{path}: line {number}: not UTF-8 ({e.reason})") from None
+            except json.JSONDecodeError as e:
+                raise RecordError(f"{path}: line {number}: not a JSON object: {e.msg}") from None
+            yield _record_text(record, path, f"line {number}", field)
+            progress.poll()
+        progress.finish(os.path.getsize(path))
+
+
+# ---------------------------------------------------------------- CSV / TSV
+
+
+def _csv_rows(stream, delimiter):
+    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+    csv.field_size_limit(sys.maxsize)  # a document is one field: no 128 KB cap
+    return text, csv.reader(text, delimiter=delimiter)
+
+
+def _csv_header(path, delimiter):
+    raw, stream = _open_binary(path)
+    with raw, stream:
+        text, rows = _csv_rows(stream, delimiter)
+        try:
+            return next(rows, [])
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise RecordError(f"{path}: line 1: cannot read the header: {e}") from None
+
+
+def _csv_values(path, field, on_bytes, delimiter):
+    raw, stream = _open_binary(path)
+    progress = _ByteProgress(raw, on_bytes)
+    with raw, stream:
+        text, rows = _csv_rows(stream, delimiter)
+        try:
+            header = next(rows, [])
+            column = column_index(path, header, field)
+            for number, row in enumerate(rows, start=2):
+                if not row:
+                    continue
+                if column >= len(row):
+                    raise RecordError(f"{path}: record {number - 1}: {len(row)} field(s), no "
+                                      f"{field!r} (column {column + 1})")
+                yield row[column]
+                progress.poll()
+        except UnicodeDecodeError as e:
+            raise RecordError(f"{path}: not UTF-8 ({e.reason})") from None
+        except csv.Error as e:
+            raise RecordError(f"{path}: line {rows.line_num}: {e}") from None
+        progress.finish(os.path.getsize(path))
+
+
+def column_index(path, columns, field):
+    if field not in columns:
+        raise RecordError(f"{path}: no column {field!r} (columns: {', '.join(columns) or 'none'}); "
+                          "pick one with --text-field")
+    return list(columns).index(field)
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def _gzip_errors_named(values, path):
+    """A damaged or truncated .gz surfaces as zlib's or gzip's own error: name the file."""
+    try:
+        yield from values
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise RecordError(f"{path}: not a readable gzip file ({e})") from None
+
+
+def check_source(path: str, fmt: str, field: str, split: str):
+    """Fail early (before any work) when the column, the split or the extra is missing.
+
+    Returns the source's size in bytes for the progress bar.
+    """
+    if fmt == "jsonl":
+        next(iter_values(path, fmt, field, split), None)  # the first record has the field
+    elif fmt in ("csv", "tsv"):
+        try:
+            columns = _csv_header(path, "\t" if fmt == "tsv" else ",")
+        except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+            raise RecordError(f"{path}: not a readable gzip file ({e})") from None
+        column_index(path, columns, field)
+    elif fmt in ("parquet", DATASETS_FORMAT):
+        from kroberta.text import arrowfiles  # pyarrow and datasets load only when used
+
+        return arrowfiles.check_source(path, fmt, field, split)
+    return os.path.getsize(path)
+
+
+def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
+    """Yield the `field` value (a str or None) of each record of `path`, streaming."""
+    if fmt == "jsonl":
+        return _gzip_errors_named(_json_values(path, field, on_bytes), path)
+    if fmt in ("csv", "tsv"):
+        return _gzip_errors_named(_csv_values(path, field, on_bytes, "\t" if fmt == "tsv" else ","), path)
+    if fmt in ("parquet", DATASETS_FORMAT):
+        from kroberta.text import arrowfiles
+
+        return arrowfiles.iter_values(path, fmt, field, split, on_bytes)
+    raise AssertionError(f"unknown record format {fmt!r}")

@@ -1,0 +1,221 @@
+"""Prepare's inputs: glob expansion, a validity scan, and streaming documents.
+
+A text file (`.txt` or any name no other format claims; gzipped when it ends in
+`.gz`) is a stream of documents separated by blank lines (lines holding only
+whitespace); lines inside a document are joined with "\\n". Record files (JSON
+lines, CSV/TSV, Parquet, `datasets` directories: `kroberta.text.recordfiles`) hold one
+document per record, normalised the same way (so the same documents give the same
+tokens in either form). Everything is read streaming, never whole, so memory stays
+flat however large the corpus is.
+"""
+
+import codecs
+import dataclasses
+import glob
+import gzip
+import os
+import zlib
+
+from kroberta.text import recordfiles
+from kroberta.errors import KrobertaError
+
+_SCAN_BLOCK = 1 << 20
+
+
+class TextInputError(KrobertaError, ValueError):
+    """The inputs cannot be used (no match, unreadable, not UTF-8 text in strict mode)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One input: a file (or a `datasets` directory) and how to read documents from it.
+
+    `format` is None for text, else a `recordfiles` format; `text_field` names the
+    records' text column; `split` the DatasetDict split to read.
+    """
+
+    path: str
+    format: str | None = None
+    text_field: str = "text"
+    split: str = "train"
+
+    @classmethod
+    def of(cls, path, text_field="text", split="train"):
+        return cls(os.fspath(path), recordfiles.record_format(os.fspath(path)), text_field, split)
+
+
+def expand_inputs(inputs):
+    """Expand glob patterns (and directories) into a sorted, de-duplicated file list.
+
+    Args:
+        inputs: a pattern/path or a list of them; `**` recurses; a directory
+            stands for every file under it, except that a directory written by
+            `datasets`' `save_to_disk` is one input of its own.
+
+    Returns:
+        A list of file paths. Raises `TextInputError` naming any pattern that matches
+        no file.
+    """
+    patterns = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    if not patterns:
+        raise TextInputError("no input given (pass --input 'corpus/*.txt')")
+    files = []
+    for pattern in patterns:
+        pattern = os.fspath(pattern)
+        matches = sorted(glob.glob(pattern, recursive=True))
+        found = []
+        for match in matches:
+            if recordfiles.is_dataset_dir(match):
+                found.append(match)  # a `datasets` directory is one input
+            elif os.path.isdir(match):
+                for dirpath, dirnames, filenames in os.walk(match):
+                    dirnames.sort()
+                    datasets_dirs = [d for d in dirnames if recordfiles.is_dataset_dir(os.path.join(dirpath, d))]
+                    found.extend(os.path.join(dirpath, d) for d in datasets_dirs)
+                    dirnames[:] = [d for d in dirnames if d not in datasets_dirs]
+                    found.extend(os.path.join(dirpath, f) for f in sorted(filenames))
+            elif os.path.isfile(match):
+                found.append(match)
+        if not found:
+            raise TextInputError(f"no files match {pattern!r}")
+        files.extend(found)
+    unique, seen = [], set()
+    for f in files:  # a file matched by two patterns is read once
+        key = os.path.abspath(f)
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
+
+
+def scan_file(path):
+    """Check that a file is UTF-8 text, reading it in 1 MB blocks.
+
+    Args:
+        path: the file.
+
+    Returns:
+        (size_in_bytes, problem, byte_offset, has_text): problem is None for a good
+        file, else "binary (NUL byte)" or "not UTF-8" with the offset of the first
+        bad byte; has_text is False for an empty or whitespace-only file.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    if _gzipped(path):
+        size = os.path.getsize(path)  # progress counts compressed bytes
+        try:
+            scanned = _scan_stream(gzip.open(path, "rb"), decoder, path)
+        except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+            return size, f"not a readable gzip file ({e})", None, False
+        return (size, *scanned[1:])
+    with open(path, "rb") as f:
+        return _scan_stream(f, decoder, path)
+
+
+def _gzipped(path):
+    return os.fspath(path).lower().endswith(".gz")
+
+
+def _scan_stream(f, decoder, path):
+    offset, has_text = 0, False
+    with f:
+        while block := f.read(_SCAN_BLOCK):
+            nul = block.find(b"\x00")
+            if nul >= 0:
+                return offset + len(block), "binary (NUL byte)", offset + nul, False
+            # e.start counts from the bytes the decoder still holds (a character
+            # split across blocks, < 4 bytes) followed by this block.
+            pending = len(decoder.getstate()[0])
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as e:
+                return offset + len(block), "not UTF-8", offset - pending + e.start, False
+            has_text = has_text or bool(block.strip(b" \t\r\n\v\f\xef\xbb\xbf"))
+            offset += len(block)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return offset, "not UTF-8 (truncated character at the end)", offset - len(decoder.getstate()[0]), False
+    return offset, None, None, has_text
+
+
+def iter_documents(paths, on_bytes=None):
+    """Yield documents (str) from the inputs, streaming.
+
+    Args:
+        paths: text files already accepted by `scan_file`, or `Source`s (record
+            files among them, checked by `recordfiles.check_source`).
+        on_bytes: optional callback, called with the number of bytes read (in
+            chunks of about 1 MB) for progress display; the counts add up to the
+            sizes `scan_file` / `check_source` returned.
+
+    Yields:
+        Each non-empty document: its lines joined with "\\n", line endings
+        normalized (\\r\\n -> \\n), whitespace-only lines dropped, no trailing
+        newline. A record is one document, a text file's documents end at blank lines.
+    """
+    counter = _Counter(on_bytes)
+    for item in paths:
+        source = item if isinstance(item, Source) else Source(os.fspath(item))
+        if source.format is None:
+            yield from _text_documents(source.path, counter)
+            continue
+        counter.flush()
+        for value in recordfiles.iter_values(source.path, source.format, source.text_field,
+                                             source.split, on_bytes):
+            if value and (document := record_document(value)):
+                yield document
+    counter.flush()
+
+
+def record_document(text: str) -> str:
+    """A record's text as the document a text file holding it would give (line by
+    line: "\\r\\n" -> "\\n", whitespace-only lines dropped); "" when it has no text."""
+    lines = (line[:-1] if line.endswith("\r") else line for line in text.split("\n"))
+    return "\n".join(line for line in lines if line.strip())
+
+
+class _Counter:
+    """Batches byte counts into ~1 MB progress updates."""
+
+    def __init__(self, on_bytes):
+        self.on_bytes, self.pending = on_bytes, 0
+
+    def add(self, n):
+        self.pending += n
+        if self.pending >= _SCAN_BLOCK and self.on_bytes is not None:
+            self.flush()
+
+    def flush(self):
+        if self.on_bytes is not None and self.pending:
+            self.on_bytes(self.pending)
+        self.pending = 0
+
+
+def _text_documents(path, counter):
+    lines = []
+    with open(path, "rb") as raw:
+        f = gzip.GzipFile(fileobj=raw, mode="rb") if _gzipped(path) else raw
+        position = 0
+        for number, line_bytes in enumerate(f):
+            if f is raw:
+                counter.add(len(line_bytes))
+            elif number % 1024 == 0:  # compressed bytes: the raw file's position
+                counter.add(raw.tell() - position)
+                position = raw.tell()
+            if line_bytes.endswith(b"\n"):
+                line_bytes = line_bytes[:-1]
+                if line_bytes.endswith(b"\r"):
+                    line_bytes = line_bytes[:-1]
+            line = line_bytes.decode("utf-8")
+            if number == 0 and line.startswith("\ufeff"):
+                line = line[1:]  # a byte-order mark is not text
+            if line.strip():
+                lines.append(line)
+            elif lines:
+                yield "\n".join(lines)
+                lines = []
+        if f is not raw:
+            counter.add(os.path.getsize(path) - position)
+            f.close()
+    if lines:
+        yield "\n".join(lines)

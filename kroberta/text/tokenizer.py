@@ -1,0 +1,152 @@
+"""Byte-level BPE tokenizer, trained and saved like RoBERTa's (a single tokenizer.json).
+
+Byte-level means every string is representable (no `<unk>` in practice) and decoding
+reproduces the input exactly, which `prepare`'s round-trip test relies on.
+"""
+
+import os
+import warnings
+
+import numpy as np
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from kroberta.errors import KrobertaError
+
+from kroberta.tokens import SPECIAL_TOKENS  # in id order: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4
+
+BYTE_ALPHABET_SIZE = 256
+MIN_VOCABULARY_SIZE = len(SPECIAL_TOKENS) + BYTE_ALPHABET_SIZE
+
+
+class TokenizerError(KrobertaError, ValueError):
+    """A tokenizer file is missing, unreadable, or lacks a required special token."""
+
+
+class VocabularyShortfallWarning(UserWarning):
+    """The corpus supported fewer BPE merges than the requested vocabulary size."""
+
+
+def _special_added_tokens():
+    tokens = []
+    for name, text in SPECIAL_TOKENS.items():
+        # RoBERTa's <mask> strips the space before it, so "The <mask> sat" gives
+        # ["The", "<mask>", "Ġsat"] and the model predicts "Ġcat" (with its space).
+        tokens.append(AddedToken(text, lstrip=(name == "mask"), rstrip=False, normalized=False, special=True))
+    return tokens
+
+
+def _empty_tokenizer():
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return tokenizer
+
+
+def train_tokenizer(text_iterator, vocab_size, out_path=None, min_frequency=2):
+    """Train a RoBERTa-style byte-level BPE tokenizer on streamed text.
+
+    Args:
+        text_iterator: iterable of strings (documents); consumed once, streaming.
+        vocab_size: requested vocabulary size, specials and the 256 bytes included.
+        out_path: where to save `tokenizer.json` (None: do not save).
+        min_frequency: merges must occur at least this often (2 avoids learning
+            one-off strings as tokens).
+
+    Returns:
+        The trained `tokenizers.Tokenizer`. When the data supports fewer tokens than
+        requested, a `VocabularyShortfallWarning` says how many were learned; the
+        model's vocabulary_size must equal `tokenizer.get_vocab_size()`.
+    """
+    if vocab_size < MIN_VOCABULARY_SIZE:
+        raise TokenizerError(
+            f"vocab_size={vocab_size} is too small: byte-level BPE needs at least "
+            f"{MIN_VOCABULARY_SIZE} ({len(SPECIAL_TOKENS)} special tokens + {BYTE_ALPHABET_SIZE} bytes)"
+        )
+    tokenizer = _empty_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=_special_added_tokens(),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,  # prepare draws its own progress bar (bytes, MB/s)
+    )
+    tokenizer.train_from_iterator(text_iterator, trainer=trainer)
+    learned = tokenizer.get_vocab_size(with_added_tokens=True)
+    if learned < vocab_size:
+        warnings.warn(
+            f"the data supports only {learned} tokens (requested vocab_size={vocab_size}); "
+            f"using {learned}: the model's vocabulary_size must equal the manifest's ({learned})",
+            VocabularyShortfallWarning,
+            stacklevel=2,
+        )
+    if out_path is not None:
+        tokenizer.save(os.fspath(out_path))
+    return tokenizer
+
+
+def load_tokenizer(path):
+    """Load a `tokenizer.json` and check that it has the five special tokens.
+
+    Args:
+        path: path to a `tokenizers` JSON file.
+
+    Returns:
+        The `tokenizers.Tokenizer`.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise TokenizerError(f"tokenizer file not found: {path}")
+    try:
+        tokenizer = Tokenizer.from_file(path)
+    except Exception as e:  # the library raises a bare Exception on malformed JSON
+        raise TokenizerError(f"cannot read tokenizer {path}: {e}") from None
+    special_token_ids(tokenizer, source=path)
+    return tokenizer
+
+
+def special_token_ids(tokenizer, source=None):
+    """Ids of the special tokens, e.g. {"bos": 0, "pad": 1, "eos": 2, "unk": 3, "mask": 4}.
+
+    Args:
+        tokenizer: a `tokenizers.Tokenizer`.
+        source: the tokenizer's path, named in the error message.
+
+    Returns:
+        A dict from role (bos, pad, eos, unk, mask) to id.
+    """
+    ids = {name: tokenizer.token_to_id(text) for name, text in SPECIAL_TOKENS.items()}
+    missing = [SPECIAL_TOKENS[name] for name, i in ids.items() if i is None]
+    if missing:
+        where = f" {source}" if source else ""
+        raise TokenizerError(
+            f"tokenizer{where} lacks the special token(s) {', '.join(missing)}; kroberta needs "
+            + ", ".join(SPECIAL_TOKENS.values())
+        )
+    return ids
+
+
+# Byte-level BPE writes a space as this character: a token that starts with it
+# begins a word.
+SPACE_MARKER = "\u0120"
+
+
+def word_start_table(tokenizer, vocabulary_size: int):
+    """(vocabulary_size,) bool numpy table: True for the ids whose token begins a word.
+
+    The space-marked tokens (byte-level BPE's "Ġword"); whole-word masking also
+    starts a word after any special token (the first word of a text has no space).
+    """
+    table = np.zeros(vocabulary_size, bool)
+    for token, index in tokenizer.get_vocab(with_added_tokens=False).items():
+        if index < vocabulary_size and token.startswith(SPACE_MARKER):
+            table[index] = True
+    return table
+
+
+def vocabulary_size(tokenizer):
+    """The embedding table size the tokenizer needs: largest id + 1."""
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    # Added tokens can sit above the model vocabulary; the table must cover them.
+    top = max(tokenizer.get_added_tokens_decoder(), default=-1)
+    return max(size, top + 1)

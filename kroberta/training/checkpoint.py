@@ -1,0 +1,244 @@
+"""Training checkpoints: weights, optimizer state and step, written atomically.
+
+Layout: run_dir/checkpoints/step_00001200/{state/, meta/, _CHECKPOINT_METADATA},
+written by Orbax: `state` holds every model and optimizer variable (the step is the
+optimizer's `iteration`), `meta` the variables' paths and shapes. Orbax writes into
+`step_00001200.orbax-checkpoint-tmp-*` and renames it into place only when every
+process has finished, so a process killed mid-write leaves either the previous
+checkpoints or a stray temporary directory that is ignored (and cleaned) on the next
+start; a half-written checkpoint is never loaded.
+
+Training writes them asynchronously (`Writer`, Orbax's AsyncCheckpointer): the step
+loop is blocked only while the state is copied to host memory; the files are
+written and committed by a background thread, which the next checkpoint, the end of
+the run, a SIGTERM and an exception wait for.
+
+Multi-process and sharded ("fsdp"/"model") runs: every process calls `save` and
+`restore` (they are collectives) and writes or reads only the shards its devices
+hold; the run directory must be shared by all hosts (NFS, a GCS FUSE mount). A
+checkpoint restores into any mesh: the values are resharded to the running layout.
+"""
+
+import os
+import re
+import shutil
+import time
+
+import numpy as np
+
+from kroberta.errors import KrobertaError
+
+# Orbax is imported where it is used: it costs ~2 s and runs that never checkpoint
+# (predict, export) do not need it.
+
+CHECKPOINT_DIR = "checkpoints"
+_NAME = re.compile(r"^step_(\d{8})$")
+
+
+def _variables(model):
+    return {"model": list(model.variables), "optimizer": list(model.optimizer.variables)}
+
+
+def list_checkpoints(run_dir: str) -> list[tuple[int, str]]:
+    """Complete checkpoints as (step, path), oldest first."""
+    root = os.path.join(run_dir, CHECKPOINT_DIR)
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for name in os.listdir(root):
+        match = _NAME.match(name)
+        path = os.path.join(root, name)
+        if match and os.path.isfile(os.path.join(path, "_CHECKPOINT_METADATA")):
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+class CheckpointWriteError(KrobertaError, OSError):
+    """A checkpoint could not be written; the earlier checkpoints are untouched."""
+
+
+def estimated_bytes(model) -> int:
+    """Size of one checkpoint: every model and optimizer variable."""
+    return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
+               for group in _variables(model).values() for v in group)
+
+
+def save(model, run_dir: str, step: int, keep: int, extra: dict | None = None) -> str:
+    """Writes the model's and optimizer's variables at `step`; keeps the newest `keep`.
+
+    Returns once the checkpoint is committed. On any write failure (disk full,
+    permissions) the partial checkpoint is removed and CheckpointWriteError says so;
+    older checkpoints are never touched before the new one is complete.
+    """
+    writer = Writer(run_dir, keep, asynchronous=False)
+    try:
+        writer.save(model, step, extra)
+    finally:
+        writer.close()
+    return os.path.join(run_dir, CHECKPOINT_DIR, f"step_{step:08d}")
+
+
+class Writer:
+    """Writes a run's checkpoints one at a time, in the background when `asynchronous`.
+
+    `save` returns once the state has been copied off the devices (Orbax's blocking
+    phase); the files are written and committed by a background thread while
+    training goes on. The next `save`, `wait` and `close` first wait for that commit,
+    so at most one checkpoint is in flight, and the old checkpoints beyond `keep`
+    are removed only after the new one is committed. A process killed mid-write
+    leaves Orbax's temporary directory, never a loadable checkpoint.
+
+    In a multi-process run every process makes the same calls (they are collectives).
+    """
+
+    def __init__(self, run_dir: str, keep: int, asynchronous: bool = True):
+        self.run_dir = run_dir
+        self.keep = keep
+        self.asynchronous = asynchronous
+        self._root = os.path.join(run_dir, CHECKPOINT_DIR)
+        # Made here, before the step loop: importing Orbax costs 2-10 s, which would
+        # otherwise count as the first checkpoint's blocked time.
+        _, self._checkpointer = _checkpointer(asynchronous=asynchronous)
+        self._in_flight = None  # the step being written in the background, or None
+
+    def save(self, model, step: int, extra: dict | None = None) -> float:
+        """Starts (or, synchronous, completes) the checkpoint at `step`.
+
+        Returns the seconds the caller was blocked: waiting for the previous
+        checkpoint's commit, copying the state to host memory and, when
+        synchronous, writing it.
+        """
+        import orbax.checkpoint as ocp
+
+        started = time.perf_counter()
+        self.wait()
+        if self._checkpointer is None:  # closed: a new one
+            _, self._checkpointer = _checkpointer(asynchronous=self.asynchronous)
+        final = os.path.join(self._root, f"step_{step:08d}")
+        state, meta = _state_and_meta(model, step, extra)
+        try:
+            self._checkpointer.save(os.path.abspath(final), force=True,
+                                    args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                            meta=ocp.args.JsonSave(meta)))
+        except Exception as error:  # OSError, or Orbax/tensorstore's own wrappers of one
+            self._failed(step, error)
+        self._in_flight = step
+        if not self.asynchronous:
+            self.wait()  # committed already: prunes the old ones
+        return time.perf_counter() - started
+
+    def wait(self) -> float:
+        """Waits for the checkpoint in flight to commit; returns the seconds waited.
+
+        Raises CheckpointWriteError when its background write failed.
+        """
+        if self._in_flight is None:
+            return 0.0
+        started = time.perf_counter()
+        step, self._in_flight = self._in_flight, None
+        try:
+            if self.asynchronous:
+                self._checkpointer.wait_until_finished()
+        except Exception as error:
+            self._failed(step, error)
+        self._prune()
+        return time.perf_counter() - started
+
+    def close(self):
+        """Waits for the checkpoint in flight (see `wait`), then releases Orbax's threads."""
+        try:
+            self.wait()
+        finally:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
+
+    def _prune(self):
+        import jax
+
+        if jax.process_index() == 0:  # after the commit's final barrier: the new one is complete
+            for _, old in list_checkpoints(self.run_dir)[:-self.keep]:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def _failed(self, step: int, error: Exception):
+        clean_temporaries(self.run_dir)  # Orbax's step_*.orbax-checkpoint-tmp-* directory
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise CheckpointWriteError(
+            f"could not write the checkpoint at step {step} in {self._root}: {reason}; "
+            "the previous checkpoints are intact") from error
+
+
+def _checkpointer(asynchronous: bool = False):
+    import orbax.checkpoint as ocp
+
+    handler = ocp.CompositeCheckpointHandler()
+    return ocp, (ocp.AsyncCheckpointer(handler) if asynchronous else ocp.Checkpointer(handler))
+
+
+def _state_and_meta(model, step, extra):
+    state, paths, shapes = {}, {}, {}
+    for group, variables in _variables(model).items():
+        for i, v in enumerate(variables):
+            key = f"{group}/{i:05d}"
+            state.setdefault(group, []).append(v.value)  # jax.Arrays, sharded or not
+            paths[key], shapes[key] = v.path, list(v.shape)
+    return state, {"step": step, "paths": paths, "shapes": shapes, **(extra or {})}
+
+
+def _stable(path: str) -> str:
+    """A variable path without Keras' process-wide counters.
+
+    Dropout layers own seed generators named `seed_generator_<N>`, N counting every
+    generator the process has made: a model rebuilt in the same process (a
+    resume through the Python API) gets other numbers for the same variables.
+    """
+    return _SEED_GENERATOR.sub("seed_generator", path)
+
+
+_SEED_GENERATOR = re.compile(r"seed_generator_\d+")
+
+
+def restore(model, path: str) -> dict:
+    """Loads a checkpoint written by `save` into a built model and optimizer.
+
+    Each value is restored straight into the sharding of the variable it replaces,
+    so a checkpoint written on one mesh (or by N processes) loads into another.
+    """
+    import jax
+
+    ocp, checkpointer = _checkpointer()
+    path = os.path.abspath(path)
+    with checkpointer:
+        meta = checkpointer.restore(path, args=ocp.args.Composite(
+            meta=ocp.args.JsonRestore()))["meta"]
+        target = {}
+        for group, variables in _variables(model).items():
+            keys = sorted(k for k in meta["paths"] if k.startswith(group + "/"))
+            if len(keys) != len(variables):
+                raise ValueError(
+                    f"{path}: holds {len(keys)} {group} variables, the model has {len(variables)}"
+                )
+            for key, v in zip(keys, variables):
+                if _stable(meta["paths"][key]) != _stable(v.path) or \
+                        tuple(meta["shapes"][key]) != tuple(v.shape):
+                    raise ValueError(
+                        f"{path}: {key} is {meta['paths'][key]} {tuple(meta['shapes'][key])}, "
+                        f"the model expects {v.path} {tuple(v.shape)}"
+                    )
+            target[group] = [jax.ShapeDtypeStruct(v.value.shape, v.value.dtype,
+                                                  sharding=v.value.sharding) for v in variables]
+        state = checkpointer.restore(path, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(target)))["state"]
+    for group, variables in _variables(model).items():
+        for v, value in zip(variables, state[group]):
+            v.assign(value)
+    return meta
+
+
+def clean_temporaries(run_dir: str):
+    """Removes checkpoints left half-written by a killed process."""
+    root = os.path.join(run_dir, CHECKPOINT_DIR)
+    if os.path.isdir(root):
+        for name in os.listdir(root):
+            if name.startswith(".tmp-") or ".orbax-checkpoint-tmp" in name:
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)

@@ -1,0 +1,190 @@
+"""The Keras callback that logs, evaluates and checkpoints a training run.
+
+`fit` runs one "epoch" per log interval (`train.log_every` steps over the same
+data iterator), so at every epoch end the interval's metrics are complete and the
+device state has just been synced to the host: logging, evaluation and
+checkpoints cost no extra host-device synchronisation. Steps run K at a time
+(`train.steps_per_execution`, one compiled dispatch each, `kroberta.model.fused_steps`):
+the callback sees one batch per dispatch, numbered in single steps, and every
+interval is a multiple of K, so its rows, evaluations and checkpoints fall between
+dispatches; `step_time` is the interval's time per optimizer step.
+"""
+
+import json
+import math
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kroberta.errors import DivergedError
+from kroberta.training import checkpoint, console
+
+
+class RunLogger(keras.callbacks.Callback):
+    """metrics.jsonl, TensorBoard, a console line per interval, evals and checkpoints."""
+
+    def __init__(self, config, run_dir, start_step, global_batch, sequence_length, evaluate_fn,
+                 stop_step=None, write_files=True, preemption=None, save_checkpoints=None):
+        super().__init__()
+        self.config = config
+        self.run_dir = run_dir
+        self.step = start_step
+        self.global_batch = global_batch
+        self.sequence_length = sequence_length
+        self.evaluate_fn = evaluate_fn  # () -> dict of validation metrics, or None
+        self.write_files = write_files  # False on processes other than 0: no files, no prints
+        # Checkpoints are collectives: in a multi-process run every process saves.
+        save_checkpoints = write_files if save_checkpoints is None else save_checkpoints
+        self.checkpoints = checkpoint.Writer(
+            run_dir, config.train.keep_checkpoints, config.train.async_checkpoints) \
+            if save_checkpoints else None
+        self.preemption = preemption  # a PreemptionFlag: SIGTERM asks for checkpoint + stop
+        # Where this invocation stops: the end of the run, or earlier (--until-step).
+        self.stop_step = min(stop_step or config.train.steps, config.train.steps)
+        self.compile_seconds = None
+        self._compile_reported = False
+        self._interval_start = None
+        self._first_step_start = None
+        # A live bar in a terminal or a notebook; plain lines in a log file (None).
+        self._progbar = console.live_progress(config.train.steps, start_step) \
+            if write_files else None
+        if write_files:
+            self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a")
+            self._tb = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start_step = self.step
+        # The previous epoch end synced with the devices: time from here is this
+        # interval's alone (evaluation and checkpoint time excluded).
+        self._interval_start = time.perf_counter()
+
+    # Everything per step happens in on_train_batch_begin: a callback that overrides
+    # on_train_batch_end makes Keras convert every step's logs to numpy, a host-device
+    # sync per step. Here nothing waits for the devices between log intervals.
+    def on_train_batch_begin(self, batch, logs=None):
+        now = time.perf_counter()
+        if self._first_step_start is None:
+            self._first_step_start = now
+        elif self.compile_seconds is None:
+            # The first call traced and compiled synchronously (its execution is async).
+            self.compile_seconds = now - self._first_step_start
+            self._interval_start = now
+            self._timed_steps_offset = batch  # the steps before this one include compiling
+        # fit checks stop_training after this step: it is the last one when it reaches
+        # the stop step, or when SIGTERM arrived.
+        last = self._epoch_start_step + batch + self.config.train.steps_per_execution
+        preempted = self.preemption.poll() if self.preemption else False  # every dispatch
+        if last >= self.stop_step or preempted:
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        # fit has synced the state: the optimizer's counter is the true step.
+        self.step = int(self.model.optimizer.iterations.numpy())
+        now = time.perf_counter()
+        steps_done = self.step - self._epoch_start_step
+        timed_steps = steps_done - getattr(self, "_timed_steps_offset", 0)
+        if self.compile_seconds is None:
+            # A single-step interval: its time was compile time.
+            self.compile_seconds = now - self._first_step_start
+            timed_steps = 0
+        self._timed_steps_offset = 0
+        seconds = max(now - self._interval_start, 1e-9)
+        samples_per_second = timed_steps * self.global_batch / seconds if timed_steps > 0 else None
+        self._interval_start = now
+        # The schedule's value at the step the next update will use.
+        learning_rate = float(np.asarray(self.model.optimizer.learning_rate))
+        row = {
+            "step": self.step,
+            "split": "train",
+            # Token-weighted over every step of the interval: the Perplexity metric holds
+            # sum(ce) / sum(masked tokens) since the epoch began (Keras' "loss" is the
+            # unweighted mean of per-step means).
+            "loss": math.log(float(logs["perplexity"])),
+            "masked_accuracy": float(logs["masked_accuracy"]),
+            "perplexity": float(logs["perplexity"]),
+            "learning_rate": learning_rate,
+            "samples_per_second": samples_per_second,
+            "tokens_per_second": samples_per_second * self.sequence_length
+            if samples_per_second else None,
+            **self._speed(samples_per_second),
+        }
+        if not self._compile_reported and self.compile_seconds is not None:
+            row["compile_seconds"] = self.compile_seconds  # kept out of samples_per_second
+            self._compile_reported = True
+        self._emit(row)
+        self._check_finite(row)
+        t = self.config.train
+        preempted = bool(self.preemption and self.preemption.requested)
+        finished = self.step >= self.stop_step or preempted
+        # The checkpoint before the evaluation: a run that dies in the evaluation (or
+        # right after its last step) still leaves its checkpoint.
+        if (t.checkpoint_every and self.step % t.checkpoint_every == 0) or finished:
+            if self.checkpoints is not None:
+                blocked = self.checkpoints.save(self.model, self.step)
+                self._emit({"step": self.step, "split": "checkpoint",
+                            "checkpoint_blocked_seconds": blocked})
+        if not preempted and self.evaluate_fn and ((t.eval_every and self.step % t.eval_every == 0)
+                                                   or self.step >= t.steps):
+            self._emit({"step": self.step, "split": "validation", **self.evaluate_fn()})
+
+    def _speed(self, samples_per_second):
+        """step_time (s) and mfu (model FLOP/s over the devices' peak; kroberta.perf.throughput)."""
+        if not samples_per_second:
+            return {}
+        from kroberta.perf import flops, throughput
+
+        if not hasattr(self, "_peak"):
+            import jax
+
+            devices = jax.devices()[: self.global_batch // self.config.train.batch_size_per_device]
+            self._peak = throughput.peak_flops(devices)
+        shape = flops.Shape.from_config(self.config, self.sequence_length)
+        model_flops = samples_per_second * flops.train_flops_per_sequence(shape)
+        return {"step_time": self.global_batch / samples_per_second,
+                "mfu": throughput.mfu(model_flops, self._peak)}
+
+    def _check_finite(self, row):
+        if not math.isfinite(row["loss"]):
+            self.model.stop_training = True
+            raise DivergedError(
+                f"the training loss became {row['loss']} by step {row['step']}; the last good "
+                "checkpoint is kept. Lower train.learning_rate or set train.clip_norm, then "
+                "re-run the same command to resume from it."
+            )
+
+    def _emit(self, row):
+        row = {k: v for k, v in row.items() if v is not None}
+        if self.write_files:
+            self._jsonl.write(json.dumps(row) + "\n")
+            self._jsonl.flush()
+            with self._tb.as_default(step=row["step"]):
+                for key, value in row.items():
+                    if isinstance(value, float):
+                        tf.summary.scalar(f"{row['split']}/{key}", value)
+        if not self.write_files:
+            return
+        if self._progbar and row["split"] == "train":
+            self._progbar.update(row["step"], row)
+            return
+        parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                 for k, v in row.items() if k not in ("step", "split")]
+        line = f"step {row['step']}/{self.config.train.steps} [{row['split']}] " + "  ".join(parts)
+        if self._progbar:
+            self._progbar.note(line)
+        else:
+            print(line, flush=True)
+
+    def close(self):
+        """Waits for the checkpoint in flight to commit, then closes the bar and the log files."""
+        try:
+            if self.checkpoints is not None:
+                self.checkpoints.close()
+        finally:
+            if self._progbar:
+                self._progbar.close()
+            if self.write_files:
+                self._jsonl.close()
+                self._tb.close()

@@ -1,0 +1,100 @@
+"""The data a training run reads, resolved and checked: `kroberta.dataset(config, split)`.
+
+`train.main` and the public `dataset` build their pipelines here with the same
+arguments, so what a user inspects is exactly the stream the model is fed.
+"""
+
+import dataclasses
+
+import jax
+
+from kroberta.data import pipeline as data_lib
+from kroberta.training import datasource
+from kroberta.config import Config, ConfigError, validate
+
+SPLITS = ("train", "validation")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunData:
+    """A run's config with its data resolved, and what its files hold."""
+
+    config: Config
+    train: data_lib.DataSpec
+    validation: data_lib.DataSpec | None
+    tokenizer_path: str | None
+
+
+def resolve(config: Config, log=print) -> RunData:
+    """Finds the run's files (prepares the embedded corpus if none are given), checks them."""
+    config, tokenizer_path = datasource.resolve(config, log=log)
+    if config.data.whole_word_masking and tokenizer_path is None:
+        raise ConfigError("data.whole_word_masking: needs the run's tokenizer; give data.dir "
+                          "(a directory made by `python -m kroberta.prepare`) instead of data.train")
+    train = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "data.train"),
+                                   "data.train")
+    data_lib.check_against_model(train, config.data, config.model, "data.train")
+    validation = None
+    if config.data.validation:
+        validation = data_lib.inspect_files(
+            data_lib.resolve_files(config.data.validation, "data.validation"), "data.validation")
+        data_lib.check_against_model(validation, config.data, config.model, "data.validation")
+        if validation.sequence_length != train.sequence_length:
+            raise data_lib.DataError(
+                f"data.validation: sequences of {validation.sequence_length} tokens, but "
+                f"data.train has {train.sequence_length}")
+    return RunData(config, train, validation, tokenizer_path)
+
+
+def word_starts(run: RunData):
+    """The tokenizer's word-start table when the run masks whole words, else None."""
+    if not run.config.data.whole_word_masking:
+        return None
+    from kroberta.text.tokenizer import load_tokenizer, word_start_table
+
+    return word_start_table(load_tokenizer(run.tokenizer_path), run.config.model.vocabulary_size)
+
+
+def train_batches(run: RunData, process_batch: int, start_step: int = 0, shard=None):
+    t = run.config.train
+    return data_lib.train_dataset(run.train, run.config.data, run.config.model.vocabulary_size,
+                                  process_batch, t.seed, start_step, shard=shard,
+                                  word_starts=word_starts(run))
+
+
+def validation_batches(run: RunData, global_batch: int, shard=None):
+    t = run.config.train
+    return data_lib.eval_dataset(run.validation, run.config.data,
+                                 run.config.model.vocabulary_size, global_batch, t.seed,
+                                 t.eval_steps, shard=shard, word_starts=word_starts(run))
+
+
+def dataset(config: Config, split: str = "train", start_step: int = 0, log=print):
+    """The exact `tf.data.Dataset` of (x, labels) batches that training feeds the model.
+
+    Args:
+        config: a run's config (e.g. `kroberta.load_config(...)` or `config.load_toml`).
+        split: "train" (endless, in epochs that hold every record once, masked as
+            training masks them; starting after `start_step` batches) or "validation"
+            (every example once, the last batch padded with weightless rows).
+        start_step: for "train", the batches already consumed (as on resume).
+        log: where to report preparing the embedded corpus, when the config names no data.
+
+    Returns:
+        Batches of this process's share: x = {token_ids (B, L), padding_mask (B, L),
+        mask_positions (B, M)}, labels (B, M), int32, with B = batch_size_per_device x
+        this process's devices.
+    """
+    if split not in SPLITS:
+        raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
+    config = validate(config)
+    run = resolve(config, log=log)
+    devices = config.distributed.devices or jax.device_count()
+    processes, index = jax.process_count(), jax.process_index()
+    shard = (processes, index) if processes > 1 else None
+    per_device = config.train.batch_size_per_device
+    if split == "train":
+        return train_batches(run, per_device * devices // processes, start_step, shard)
+    if run.validation is None:
+        raise ConfigError("data.validation: the config has no validation files")
+    return validation_batches(run, per_device * devices, shard)

@@ -1,0 +1,112 @@
+"""The final model of a run: saved into the run directory, loaded by `kroberta.load`.
+
+A run directory holds `config.toml` (the resolved config), `model.weights.h5`
+(Keras weights of the final model) and, when the data came with one,
+`tokenizer.json`. `load` rebuilds the model from the config and loads the weights.
+"""
+
+import os
+import sys
+
+import keras_hub
+
+from kroberta.training import checkpoint
+from kroberta import config as config_lib
+from kroberta.atomic import atomic_path
+
+WEIGHTS_FILE = "model.weights.h5"
+CONFIG_FILE = "config.toml"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def save(model, run_dir: str):
+    """Writes the model's weights (not the optimizer's) into `run_dir` atomically.
+
+    In a multi-process run every process must call this (weights split across
+    processes are gathered, a collective); only process 0 writes.
+    """
+    import jax
+    import keras
+
+    from kroberta.parallel.distribute import to_host
+
+    weights = [to_host(v.value) for v in model.weights]
+    if jax.process_index() != 0:
+        return None
+    os.makedirs(run_dir, exist_ok=True)
+    final = os.path.join(run_dir, WEIGHTS_FILE)
+    # Keras would store the optimizer's state too (3x the size); the final model is for
+    # inference and export, so save an uncompiled twin with the same weights. It is made
+    # and saved outside any distribution: its arrays stay on this host, and nothing in
+    # `save_weights` (which builds a throwaway optimizer) becomes a collective that
+    # the other processes would never join.
+    distribution = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    try:
+        twin = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
+        twin.set_weights(weights)
+        with atomic_path(final) as tmp:
+            twin.save_weights(tmp)
+    finally:
+        keras.distribution.set_distribution(distribution)
+    return final
+
+
+def load(path: str, mixed_precision: bool | None = None):
+    """Loads the model a training run saved.
+
+    Args:
+        path: a run directory (with `config.toml` and `model.weights.h5`); a run
+            that has not finished yet (interrupted, preempted) loads the model of its
+            latest checkpoint instead, and says so on stderr.
+        mixed_precision: override the run's setting (e.g. False for float32
+            inference of a model trained in bf16); None keeps the run's.
+
+    Returns:
+        The Keras model (a keras-hub `RobertaMaskedLM`), with two attributes:
+        `kroberta_config` (the run's `Config`) and `tokenizer` (a
+        `tokenizers.Tokenizer`, or None when the run had none).
+    """
+    from kroberta.model.mlm import build_model
+
+    config_path = os.path.join(path, CONFIG_FILE)
+    weights_path = os.path.join(path, WEIGHTS_FILE)
+    # An unfinished run (interrupted, preempted, --until-step) loads its last checkpoint.
+    saved = checkpoint.list_checkpoints(path) if not os.path.isfile(weights_path) else []
+    for needed in (config_path, weights_path):
+        if not os.path.isfile(needed) and not (needed == weights_path and saved):
+            raise FileNotFoundError(f"{path}: not a finished kroberta run ({os.path.basename(needed)} is missing)")
+    config = config_lib.load_toml(config_path)
+    if mixed_precision is None:
+        mixed_precision = config.train.mixed_precision
+    model = build_model(config.model, mixed_precision)
+    if saved:
+        step, checkpoint_path = saved[-1]
+        print(f"{path}: no final model yet; loading the checkpoint at step {step}",
+              file=sys.stderr, flush=True)
+        model.set_weights(_checkpoint_weights(config, checkpoint_path))
+    else:
+        model.load_weights(weights_path)
+    model.kroberta_config = config
+    model.tokenizer = load_tokenizer(path)
+    return model
+
+
+def _checkpoint_weights(config, path: str) -> list:
+    """The model weights of a training checkpoint (restored with its optimizer state,
+    which is then dropped), as host arrays in `model.weights` order."""
+    from kroberta.parallel.distribute import to_host
+    from kroberta.model.mlm import build_compiled_model
+
+    trained = build_compiled_model(config)
+    checkpoint.restore(trained, path)
+    return [to_host(v.value) for v in trained.weights]
+
+
+def load_tokenizer(run_dir: str):
+    tokenizer_path = os.path.join(run_dir, TOKENIZER_FILE)
+    if not os.path.isfile(tokenizer_path):
+        return None
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(tokenizer_path)

@@ -1,0 +1,162 @@
+"""The training stream is a sequence of epochs, each holding every record exactly once."""
+
+import collections
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+import kroberta
+from kroberta.data import pipeline as data_lib
+from kroberta.config import Config, ConfigError
+from kroberta.data.synthetic import write_tfrecord
+from tests.conftest import prepare_word_corpus
+
+L, V = 16, 512
+
+
+def _write_files(root, lengths):
+    """Files of the given record counts; record r of file f holds (f, r) at positions 1-2."""
+    paths = []
+    for f, count in enumerate(lengths):
+        ids = np.full((count, L), 7, np.int64)
+        ids[:, 0], ids[:, -1] = 0, 2
+        ids[:, 1], ids[:, 2] = 100 + f, 5 + np.arange(count)
+        path = str(root / f"part-{f:03d}.tfrecord")
+        write_tfrecord(path, ids, np.ones_like(ids), np.full_like(ids, -100))
+        paths.append(path)
+    return paths
+
+
+def _data(shuffle_buffer):
+    # Static masking: the token ids stay the files' own, so records compare by content.
+    return dataclasses.replace(Config().data, shuffle_buffer=shuffle_buffer, masking="static")
+
+
+def _records(ds, count):
+    """The (file, record) pairs of the first `count` examples of a batched stream."""
+    out = []
+    for x, _ in ds.as_numpy_iterator():
+        out.extend(zip(x["token_ids"][:, 1].tolist(), x["token_ids"][:, 2].tolist()))
+        if len(out) >= count:
+            return out[:count]
+    return out
+
+
+def _spec(paths):
+    return data_lib.inspect_files(paths, "data.train")
+
+
+@pytest.mark.parametrize("files", [1, 2, 3, 4, 7, 64])
+@pytest.mark.parametrize("shuffle_buffer", [1, 10, 1000])
+def test_each_epoch_holds_every_record_once(tmp_path, files, shuffle_buffer):
+    rng = random.Random(files)
+    lengths = [rng.randint(2, 5) if files == 64 else rng.randint(20, 60) for _ in range(files)]
+    spec = _spec(_write_files(tmp_path, lengths))
+    every = collections.Counter((100 + f, 5 + r) for f, n in enumerate(lengths) for r in range(n))
+    total = sum(lengths)
+    stream = _records(data_lib.train_dataset(spec, _data(shuffle_buffer), V, 8, seed=3), 2 * total)
+    first, second = stream[:total], stream[total:]
+    assert collections.Counter(first) == every
+    assert collections.Counter(second) == every
+    if shuffle_buffer > 1 and total > 20:
+        assert first != second  # each epoch has its own order
+
+
+def test_one_file_is_no_longer_read_four_times_side_by_side(tmp_path):
+    spec = _spec(_write_files(tmp_path, [300]))
+    stream = _records(data_lib.train_dataset(spec, _data(1), V, 32, seed=0), 300)
+    assert stream == [(100, 5 + r) for r in range(300)]  # r0 r1 r2 ..., not r0 r0 r0 r0 r1
+
+
+def test_a_bad_record_late_in_a_single_file_is_reached(tmp_path):
+    ids = np.full((800, L), 7, np.int64)
+    ids[777, 4] = V + 3
+    path = str(tmp_path / "one.tfrecord")
+    write_tfrecord(path, ids, np.ones_like(ids))
+    spec = _spec([path])
+    data = dataclasses.replace(Config().data, shuffle_buffer=1)  # dynamic masking
+    ds = data_lib.train_dataset(spec, data, V, 64, seed=0)
+    with pytest.raises(Exception) as info:
+        for _ in ds.take(13):  # 832 examples: one epoch and a bit
+            pass
+    assert f"{path}: record 777: feature 'input_ids' holds id {V + 3}" in str(
+        data_lib.explain_pipeline_error(info.value, spec.files))
+
+
+@pytest.mark.parametrize("files", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("shuffle_buffer", [1, 1000])
+def test_process_shares_of_an_epoch_are_disjoint_and_complete(tmp_path, files, shuffle_buffer):
+    rng = random.Random(10 + files)
+    lengths = [rng.randint(15, 40) for _ in range(files)]
+    spec = _spec(_write_files(tmp_path, lengths))
+    every = collections.Counter((100 + f, 5 + r) for f, n in enumerate(lengths) for r in range(n))
+    streams, sizes = [], []
+    for p in range(2):
+        plan = data_lib.epoch_plan(spec, _data(shuffle_buffer), 3, shard=(2, p))
+        sizes.append([plan.epoch_size(0), plan.epoch_size(1)])
+        ds = data_lib.train_dataset(spec, _data(shuffle_buffer), V, 8, seed=3, shard=(2, p))
+        streams.append(_records(ds, sum(sizes[p])))
+    for epoch in range(2):
+        shares = [streams[p][sum(sizes[p][:epoch]):sum(sizes[p][:epoch + 1])] for p in range(2)]
+        assert not set(shares[0]) & set(shares[1])
+        assert collections.Counter(shares[0] + shares[1]) == every
+
+
+@pytest.mark.parametrize("files,shard", [(1, None), (3, None), (2, (2, 1)), (1, (2, 0))])
+def test_resume_starts_in_the_right_epoch_and_skips_exactly_the_consumed(tmp_path, files, shard):
+    spec = _spec(_write_files(tmp_path, [37, 23, 51][:files]))
+    data = _data(16)
+    whole = _records(data_lib.train_dataset(spec, data, V, 5, seed=1, shard=shard), 5 * 40)
+    for step in (0, 7, 21, 39):
+        resumed = _records(data_lib.train_dataset(spec, data, V, 5, seed=1, shard=shard,
+                                                  start_step=step), 5)
+        assert resumed == whole[5 * step:5 * step + 5]
+
+
+def test_too_few_records_for_the_processes_is_a_clear_error(tmp_path):
+    spec = _spec(_write_files(tmp_path, [1]))
+    with pytest.raises(data_lib.DataError, match=r"1 record\(s\) cannot be shared by 2 processes"):
+        data_lib.train_dataset(spec, _data(1), V, 1, seed=0, shard=(2, 0))
+
+
+def _prepared(root):
+    words = ["alpha", "beta", "gamma", "delta", "omega", "river", "stone", "cloud"]
+    return prepare_word_corpus(root, words, documents=300)
+
+
+def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tmp_path):
+    # Prepared data as the default job has it: one training shard.
+    directory = _prepared(tmp_path)
+    config = dataclasses.replace(
+        Config(), run_dir=str(tmp_path / "run"),
+        model=dataclasses.replace(Config().model, vocabulary_size=300, max_sequence_length=32),
+        data=dataclasses.replace(Config().data, dir=str(directory), masking="dynamic"),
+        train=dataclasses.replace(Config().train, batch_size_per_device=2))
+    ds = kroberta.dataset(config, log=lambda *_: None)
+    run = kroberta.training.run_data.resolve(config, log=lambda *_: None)
+    assert len(run.train.files) == 1
+    x, y = next(iter(ds))
+    assert x["token_ids"].shape[0] == 2 * 4  # 4 simulated devices
+    # The same batches as the pipeline training builds from the same arguments.
+    direct = data_lib.train_dataset(run.train, run.config.data, 300, 8, config.train.seed)
+    for (xa, ya), (xb, yb) in zip(ds.take(3).as_numpy_iterator(), direct.take(3).as_numpy_iterator()):
+        np.testing.assert_array_equal(xa["token_ids"], xb["token_ids"])
+        np.testing.assert_array_equal(ya, yb)
+    # Every record once per epoch, compared by content (mask rate 0: tokens unchanged).
+    records, rows, originals = run.train.records, [], []
+    unmasked = dataclasses.replace(run.config.data, mask_rate=0.0)
+    for x, _ in data_lib.train_dataset(run.train, unmasked, 300, 8, seed=0).as_numpy_iterator():
+        rows.extend(tuple(r) for r in x["token_ids"])
+        if len(rows) >= 2 * records:
+            break
+    for x in data_lib.read_batches(run.train, 300, 64).as_numpy_iterator():
+        originals.extend(tuple(r) for r in x["input_ids"])
+    assert collections.Counter(rows[:records]) == collections.Counter(originals)
+    assert collections.Counter(rows[records:2 * records]) == collections.Counter(originals)
+    validation = list(kroberta.dataset(config, "validation", log=lambda *_: None))
+    assert sum(int((y.numpy() != -100).any(axis=1).sum()) for _, y in validation) == \
+        run.validation.records
+    with pytest.raises(ConfigError, match="split must be one of"):
+        kroberta.dataset(config, "test")

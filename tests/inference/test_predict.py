@@ -1,0 +1,221 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kroberta
+from kroberta.training import saving as checkpoint_io
+from kroberta import config as config_lib
+from kroberta.config import Config, ModelConfig
+from kroberta.model.metrics import MaskedLMLoss
+from kroberta.model.mlm import build_model
+from kroberta.inference.engine import PredictionError
+from kroberta.inference.program import trace_count
+from kroberta.data.synthetic import make_sequences, mask_once, write_tfrecord
+
+V, L = 300, 16
+TINY = ModelConfig(vocabulary_size=V, num_layers=2, num_heads=2, hidden_dim=16,
+                   intermediate_dim=32, max_sequence_length=L, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("predict_run")
+    config = Config(model=TINY, run_dir=str(run_dir))
+    (run_dir / "config.toml").write_text(config_lib.to_toml(config))
+    checkpoint_io.save(build_model(TINY, seed=1), str(run_dir))
+    return kroberta.load(str(run_dir))
+
+
+def _arrays(n, seed=0, labels=True):
+    ids, mask = make_sequences(n, L, V, seed=seed, min_fill=0.5)
+    masked, lab = mask_once(ids, mask, V, seed=seed, rate=0.2)
+    out = {"input_ids": masked, "attention_mask": mask}
+    if labels:
+        out["labels"] = lab
+    return out
+
+
+def _direct_logits(model, arrays, positions):
+    x = {"token_ids": arrays["input_ids"].astype("int32"),
+         "padding_mask": arrays["attention_mask"].astype("int32"),
+         "mask_positions": positions.astype("int32")}
+    return np.asarray(model.predict_on_batch(x))
+
+
+def test_top_k_equals_argsort_of_the_logits(model):
+    arrays = _arrays(10)
+    out = kroberta.predict(model, arrays, output="top_k", k=4, positions="all")
+    assert out["token_ids"].shape == (10, L, 4) and out["log_probs"].shape == (10, L, 4)
+    logits = _direct_logits(model, arrays, np.tile(np.arange(L), (10, 1)))
+    np.testing.assert_array_equal(out["token_ids"], np.argsort(-logits, axis=-1)[..., :4])
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    np.testing.assert_allclose(out["log_probs"], np.sort(log_probs, -1)[..., ::-1][..., :4], atol=1e-5)
+    assert (np.diff(out["log_probs"], axis=-1) <= 0).all()  # best first
+    np.testing.assert_array_equal(out["valid"], arrays["attention_mask"] == 1)
+
+
+def test_1003_examples_in_batches_of_64_on_4_devices_keep_every_row(model):
+    arrays = _arrays(1003, seed=3)
+    out = kroberta.predict(model, arrays, output="logits", batch_size=64, slots=8)
+    assert out["logits"].shape == (1003, 8, V)
+    expected = _direct_logits(model, arrays, out["positions"])
+    np.testing.assert_allclose(out["logits"], expected, atol=1e-4)
+    # An example predicted alone gives its row of the batched result.
+    for i in (0, 517, 1002):
+        alone = kroberta.predict(model, {k: v[i:i + 1] for k, v in arrays.items()},
+                                 output="logits", batch_size=4, slots=8)
+        np.testing.assert_allclose(alone["logits"][0], out["logits"][i], atol=1e-5)
+
+
+def test_positions_are_the_labelled_or_masked_positions(model):
+    arrays = _arrays(20, seed=4)
+    out = kroberta.predict(model, arrays, output="top_k", k=1, slots=L)
+    for row in range(20):
+        expected = np.flatnonzero(arrays["labels"][row] != -100)
+        assert list(out["positions"][row][out["valid"][row]]) == list(expected)
+    no_labels = {k: v for k, v in arrays.items() if k != "labels"}
+    out = kroberta.predict(model, no_labels, output="top_k", k=1, slots=L)
+    for row in range(20):
+        expected = np.flatnonzero((no_labels["input_ids"][row] == 4) & (arrays["attention_mask"][row] == 1))
+        assert list(out["positions"][row][out["valid"][row]]) == list(expected)
+
+
+def test_arrays_datasets_and_files_give_the_same_result(model, tmp_path):
+    arrays = _arrays(37, seed=5)
+    path = str(tmp_path / "p.tfrecord")
+    write_tfrecord(path, arrays["input_ids"], arrays["attention_mask"], arrays["labels"])
+    results = [
+        kroberta.predict(model, arrays, k=3),
+        kroberta.predict(model, tf.data.Dataset.from_tensor_slices(arrays), k=3),
+        kroberta.predict(model, tf.data.Dataset.from_tensor_slices(arrays).batch(5), k=3),
+        kroberta.predict(model, path, k=3),
+        kroberta.predict(model, [str(tmp_path / "p*.tfrecord")], k=3),
+    ]
+    for other in results[1:]:
+        assert other.keys() == results[0].keys()
+        for key in results[0]:
+            np.testing.assert_allclose(other[key], results[0][key], atol=1e-6)
+
+
+def test_loss_equals_the_training_loss_on_the_same_batch(model):
+    arrays = _arrays(32, seed=6)
+    out = kroberta.predict(model, arrays, output="loss", slots=L)
+    logits = _direct_logits(model, arrays, out["positions"])
+    slot_labels = np.where(out["valid"], np.take_along_axis(arrays["labels"], out["positions"], 1), -100)
+    training_loss = float(MaskedLMLoss()(slot_labels, logits))
+    weights = out["num_predictions"]
+    assert np.sum(out["loss"] * weights) / weights.sum() == pytest.approx(training_loss, rel=1e-5)
+    assert ((out["masked_accuracy"] >= 0) & (out["masked_accuracy"] <= 1)).all()
+
+
+def test_embeddings_are_the_mean_of_real_tokens(model):
+    arrays = _arrays(6, seed=7)
+    out = kroberta.predict(model, arrays, output="embeddings")
+    assert out["embeddings"].shape == (6, 16)
+    hidden = np.asarray(model.backbone.predict_on_batch(
+        {"token_ids": arrays["input_ids"].astype("int32"),
+         "padding_mask": arrays["attention_mask"].astype("int32")}))
+    mask = arrays["attention_mask"][..., None]
+    np.testing.assert_allclose(out["embeddings"], (hidden * mask).sum(1) / mask.sum(1), atol=1e-5)
+
+
+def test_a_second_call_with_the_same_shapes_compiles_nothing(model):
+    arrays = _arrays(40, seed=8)
+    kroberta.predict(model, arrays, output="top_k", k=2, batch_size=8)
+    traces = trace_count(model)
+    kroberta.predict(model, _arrays(23, seed=9), output="top_k", k=2, batch_size=8)
+    assert trace_count(model) == traces
+
+
+def test_logits_over_the_memory_budget_is_a_clear_error(model):
+    with pytest.raises(PredictionError, match=r"GiB of float32, over the .* budget; use output='top_k'"):
+        kroberta.predict(model, _arrays(50), output="logits", positions="all", max_output_bytes=1000)
+
+
+def test_bad_inputs_are_clear_errors(model):
+    with pytest.raises(PredictionError, match="output='loss' needs labels"):
+        kroberta.predict(model, _arrays(4, labels=False), output="loss")
+    with pytest.raises(PredictionError, match="output must be one of"):
+        kroberta.predict(model, _arrays(4), output="probabilities")
+    bad = _arrays(4)
+    bad["input_ids"][2, 3] = V + 5
+    with pytest.raises(ValueError, match=rf"input_ids\[2, 3\] = {V + 5} is outside the vocabulary"):
+        kroberta.predict(model, bad)
+
+
+def test_a_failure_mid_way_leaves_the_model_usable(model, tmp_path):
+    arrays = _arrays(200, seed=10)
+    before = kroberta.predict(model, arrays, k=2, batch_size=8)
+    ids = arrays["input_ids"].copy()
+    ids[150, 4] = V + 1
+    path = str(tmp_path / "bad.tfrecord")
+    write_tfrecord(path, ids, arrays["attention_mask"], arrays["labels"])
+    with pytest.raises(ValueError, match=r"bad.tfrecord: record 150: feature 'input_ids' holds id"):
+        kroberta.predict(model, path, k=2, batch_size=8)
+    after = kroberta.predict(model, arrays, k=2, batch_size=8)
+    np.testing.assert_array_equal(before["token_ids"], after["token_ids"])
+
+
+def test_fill_mask_needs_a_tokenizer(model):
+    with pytest.raises(PredictionError, match="fill_mask needs a tokenizer"):
+        kroberta.fill_mask(model, "The <mask> sat.")
+
+
+def test_cli_streams_to_npz(model, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    arrays = _arrays(45, seed=11)
+    data = str(tmp_path / "d.tfrecord")
+    write_tfrecord(data, arrays["input_ids"], arrays["attention_mask"], arrays["labels"])
+    out = str(tmp_path / "preds.npz")
+    run_dir = str(model.kroberta_config.run_dir)
+    result = subprocess.run([sys.executable, "-m", "kroberta.predict", "--run", run_dir, "--data", data,
+                             "--output", "top_k", "--k", "3", "--slots", str(L), "--out", out],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    saved = np.load(out)
+    expected = kroberta.predict(model, arrays, k=3, slots=L)
+    assert set(saved.files) == set(expected)
+    for key in expected:
+        np.testing.assert_allclose(saved[key], expected[key], atol=1e-6)
+    missing = subprocess.run([sys.executable, "-m", "kroberta.predict", "--run", str(tmp_path / "nope"),
+                              "--data", data, "--out", out], capture_output=True, text=True, cwd=REPO)
+    assert missing.returncode == 2 and "not a finished kroberta run" in missing.stderr
+
+
+def test_importing_the_cli_module_does_not_shadow_the_function(model):
+    import kroberta.predict  # noqa: F401  (binds the module to kroberta.predict)
+
+    out = kroberta.predict(model, _arrays(3), k=1)
+    assert out["token_ids"].shape[0] == 3
+
+
+@pytest.mark.parametrize("positions,slots,labels", [
+    ("masked", 3, True),  # more labelled positions than slots: some dropped
+    ("masked", L + 4, True),  # more slots than positions
+    ("masked", 5, False),  # slots from the <mask> tokens
+    ("all", None, True),
+    ("all", None, False),
+])
+def test_array_batches_equal_the_tf_data_batches(positions, slots, labels):
+    from kroberta.inference import inputs as inputs_lib
+
+    config = Config(model=TINY)
+    arrays = _arrays(21, seed=9, labels=labels)
+    width = slots or L
+    from_arrays = inputs_lib.as_examples(arrays, config)
+    as_dataset = inputs_lib.as_examples(tf.data.Dataset.from_tensor_slices(arrays), config)
+    assert from_arrays.columns is not None and as_dataset.columns is None
+    ours = list(inputs_lib.batched(from_arrays, config, width, positions, 8))
+    reference = list(inputs_lib.batched(as_dataset, config, width, positions, 8))
+    assert len(ours) == len(reference) == 3  # 21 rows: the last batch holds 3 fillers
+    for mine, theirs in zip(ours, reference):
+        assert mine.keys() == theirs.keys()
+        for key in mine:
+            assert mine[key].dtype == theirs[key].dtype, key
+            np.testing.assert_array_equal(mine[key], theirs[key], err_msg=key)
+    if slots == 3 and labels:
+        assert sum(int(b["dropped"].sum()) for b in ours) > 0

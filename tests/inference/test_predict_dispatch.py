@@ -1,0 +1,97 @@
+"""G prediction batches per dispatch: the same results as one batch at a time, for any N,
+with one compiled program per group size."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kroberta
+from kroberta.training import saving as checkpoint_io
+from kroberta.inference import engine as prediction
+from kroberta import config as config_lib
+from kroberta.config import Config, ModelConfig, TrainConfig
+from kroberta.model.mlm import build_model
+from kroberta.inference.engine import PredictionError
+from kroberta.inference.program import trace_count
+from kroberta.data.synthetic import make_sequences, mask_once
+
+V, L = 300, 16
+TINY = ModelConfig(vocabulary_size=V, num_layers=1, num_heads=2, hidden_dim=16,
+                   intermediate_dim=32, max_sequence_length=L, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("dispatch_run")
+    # 4 sequences per device: batches of 16 on the 4 simulated devices.
+    config = Config(model=TINY, train=TrainConfig(batch_size_per_device=4), run_dir=str(run_dir))
+    (run_dir / "config.toml").write_text(config_lib.to_toml(config))
+    checkpoint_io.save(build_model(TINY, seed=2), str(run_dir))
+    return kroberta.load(str(run_dir))
+
+
+def _arrays(n, seed=0):
+    ids, mask = make_sequences(n, L, V, seed=seed, min_fill=0.5)
+    masked, labels = mask_once(ids, mask, V, seed=seed, rate=0.2)
+    return {"input_ids": masked, "attention_mask": mask, "labels": labels}
+
+
+@pytest.mark.parametrize("output", ["top_k", "loss", "embeddings"])
+def test_groups_of_batches_equal_one_batch_at_a_time(model, output):
+    arrays = _arrays(70)  # 5 batches of 16, the last one 6 rows: no multiple of G x 16
+    one = kroberta.predict(model, arrays, output=output, batches_per_dispatch=1)
+    for group in (2, 3, 8, None):
+        grouped = kroberta.predict(model, arrays, output=output, batches_per_dispatch=group)
+        assert grouped.keys() == one.keys()
+        for name in one:
+            np.testing.assert_array_equal(grouped[name], one[name], err_msg=f"{group} {name}")
+    assert len(one["valid" if output != "embeddings" else "embeddings"]) == 70
+
+
+def test_a_dataset_source_gives_the_same_groups(model):
+    arrays = _arrays(37, seed=4)
+    dataset = tf.data.Dataset.from_tensor_slices(arrays)
+    one = kroberta.predict(model, arrays, batches_per_dispatch=1)
+    grouped = kroberta.predict(model, dataset, batches_per_dispatch=2)
+    for name in one:
+        np.testing.assert_array_equal(grouped[name], one[name])
+
+
+def test_a_short_last_group_needs_no_new_program(model):
+    kroberta.predict(model, _arrays(70), batches_per_dispatch=4)  # groups of 4 and 1
+    traces = trace_count(model)
+    kroberta.predict(model, _arrays(40, seed=1), batches_per_dispatch=4)  # one group of 3
+    kroberta.predict(model, _arrays(100, seed=2), batches_per_dispatch=4)  # 4 + 3
+    assert trace_count(model) == traces
+
+
+def test_predict_batches_yields_one_chunk_per_dispatch(model):
+    chunks = list(prediction.predict_batches(model, _arrays(70), output="loss",
+                                             batches_per_dispatch=2))
+    assert [len(c["loss"]) for c in chunks] == [32, 32, 6]
+
+
+def test_the_default_group_is_the_same_for_every_input_size(model):
+    config = model.kroberta_config
+    assert config.train.steps_per_execution == "auto"
+    # A tiny model: 128 batches (the cap: half of 256) hold less than the 20 ms "auto"
+    # wants; any N shares them.
+    sizes = {prediction.batches_per_dispatch_for(config, 16, 3, L, examples=n)
+             for n in (3, 70, 10_000)}
+    assert sizes == {128}
+    # An explicit K is capped by what the inputs need (rounded up to a power of two).
+    fixed = config.__class__(model=config.model, train=TrainConfig(steps_per_execution=6))
+    assert prediction.batches_per_dispatch_for(fixed, 16, 3, L, examples=70) == 6
+    assert prediction.batches_per_dispatch_for(fixed, 16, 3, L, examples=40) == 4
+    assert prediction.batches_per_dispatch_for(fixed, 16, 3, L, examples=3) == 1
+
+
+def test_full_logits_are_dispatched_in_bounded_groups(model, monkeypatch):
+    monkeypatch.setattr(prediction, "MAX_LOGITS_BYTES", 2 * 16 * 3 * V * 4)  # two batches
+    chunks = list(prediction.predict_batches(model, _arrays(70), output="logits"))
+    assert [len(c["logits"]) for c in chunks] == [32, 32, 6]
+
+
+def test_a_group_size_below_one_is_a_clear_error(model):
+    with pytest.raises(PredictionError, match="batches_per_dispatch must be >= 1, got 0"):
+        kroberta.predict(model, _arrays(4), batches_per_dispatch=0)

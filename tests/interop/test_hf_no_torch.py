@@ -1,0 +1,306 @@
+"""Hugging Face export/import without torch or transformers: files, names, shapes, exact round trips."""
+
+import json
+import os
+import sys
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing in these tests may download
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from kroberta.training import saving as checkpoint_io
+from kroberta.interop import hf
+from kroberta import config as config_lib
+from kroberta.config import Config, ModelConfig
+from kroberta.interop.hf import HFConversionError
+from kroberta.model.mlm import build_model
+
+TINY = ModelConfig(vocabulary_size=300, num_layers=2, num_heads=2, hidden_dim=16,
+                   intermediate_dim=32, max_sequence_length=16, dropout=0.0)
+
+
+def randomized_model(model_config=TINY, seed=0):
+    """A model whose every weight (biases and LayerNorms included) is distinct and nonzero."""
+    model = build_model(model_config, seed=seed)
+    rng = np.random.default_rng(seed)
+    for v in model.weights:
+        v.assign((np.asarray(v.value) + rng.normal(0, 0.02, v.shape)).astype("float32"))
+    return model
+
+
+def weights_of(model):
+    return {v.path: np.asarray(v.value) for v in model.weights}
+
+
+def assert_same_weights(a, b):
+    wa, wb = weights_of(a), weights_of(b)
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        np.testing.assert_array_equal(wa[name], wb[name], err_msg=name)
+
+
+def expected_tensor_shapes(m: ModelConfig):
+    h, i, L, V = m.hidden_dim, m.intermediate_dim, m.max_sequence_length, m.vocabulary_size
+    shapes = {
+        "roberta.embeddings.word_embeddings.weight": (V, h),
+        "roberta.embeddings.position_embeddings.weight": (L + 2, h),
+        "roberta.embeddings.token_type_embeddings.weight": (1, h),
+        "roberta.embeddings.LayerNorm.weight": (h,),
+        "roberta.embeddings.LayerNorm.bias": (h,),
+        "lm_head.dense.weight": (h, h),
+        "lm_head.dense.bias": (h,),
+        "lm_head.layer_norm.weight": (h,),
+        "lm_head.layer_norm.bias": (h,),
+        "lm_head.bias": (V,),
+    }
+    for n in range(m.num_layers):
+        p = f"roberta.encoder.layer.{n}"
+        for name in ("attention.self.query", "attention.self.key", "attention.self.value",
+                     "attention.output.dense"):
+            shapes[f"{p}.{name}.weight"] = (h, h)
+            shapes[f"{p}.{name}.bias"] = (h,)
+        for name in ("attention.output.LayerNorm", "output.LayerNorm"):
+            shapes[f"{p}.{name}.weight"] = (h,)
+            shapes[f"{p}.{name}.bias"] = (h,)
+        shapes[f"{p}.intermediate.dense.weight"] = (i, h)
+        shapes[f"{p}.intermediate.dense.bias"] = (i,)
+        shapes[f"{p}.output.dense.weight"] = (h, i)
+        shapes[f"{p}.output.dense.bias"] = (h,)
+    return shapes
+
+
+def tiny_tokenizer():
+    """The tokenizer kroberta.prepare trains (byte-level BPE, RoBERTa specials), on a few sentences."""
+    import warnings
+
+    from kroberta.text.tokenizer import train_tokenizer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a few sentences support fewer than 300 tokens
+        return train_tokenizer(["hello world, the cat sat on the mat.", "hello there, hello again"] * 5,
+                               300, min_frequency=1)
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tmp_path_factory):
+    model = randomized_model()
+    out = str(tmp_path_factory.mktemp("hf_tiny"))
+    hf.export_hf(model, out)
+    return model, out
+
+
+def rewrite_tensors(src, dst, edit):
+    """Copies an export to `dst` with `edit(tensors)` applied to its safetensors."""
+    os.makedirs(dst, exist_ok=True)
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    tensors = load_file(os.path.join(src, "model.safetensors"))
+    edit(tensors)
+    save_file(tensors, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(config, f)
+    return dst
+
+
+def rewrite_config(src, dst, **changes):
+    os.makedirs(dst, exist_ok=True)
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    config.update(changes)
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(config, f)
+    os.link(os.path.join(src, "model.safetensors"), os.path.join(dst, "model.safetensors"))
+    return dst
+
+
+def test_export_writes_hf_names_shapes_and_config(tiny_export):
+    model, out = tiny_export
+    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors"]  # no tokenizer given
+    tensors = load_file(os.path.join(out, "model.safetensors"))
+    expected = expected_tensor_shapes(TINY)
+    assert {k: v.shape for k, v in tensors.items()} == expected
+    assert all(t.dtype == np.float32 for t in tensors.values())
+    positions = tensors["roberta.embeddings.position_embeddings.weight"]
+    np.testing.assert_array_equal(positions[:2], 0.0)  # HF never reads rows 0-1
+    np.testing.assert_array_equal(
+        positions[2:], np.asarray(model.backbone.embeddings.position_embedding.position_embeddings.value))
+    np.testing.assert_array_equal(tensors["roberta.embeddings.token_type_embeddings.weight"], 0.0)
+    # torch Linear weights are (out, in): the transpose of Keras' (in, out) kernel.
+    layer = model.backbone.transformer_layers[1]
+    np.testing.assert_array_equal(tensors["roberta.encoder.layer.1.intermediate.dense.weight"],
+                                  np.asarray(layer._feedforward_intermediate_dense.kernel.value).T)
+    with open(os.path.join(out, "config.json")) as f:
+        config = json.load(f)
+    assert config["model_type"] == "roberta" and config["architectures"] == ["RobertaForMaskedLM"]
+    assert (config["vocab_size"], config["hidden_size"], config["num_hidden_layers"],
+            config["num_attention_heads"], config["intermediate_size"]) == (300, 16, 2, 2, 32)
+    assert config["max_position_embeddings"] == 18 and config["type_vocab_size"] == 1
+    assert config["layer_norm_eps"] == 1e-5 and config["hidden_act"] == "gelu"
+    assert (config["pad_token_id"], config["bos_token_id"], config["eos_token_id"]) == (1, 0, 2)
+    assert config["tie_word_embeddings"] is True
+    assert config["hidden_dropout_prob"] == config["attention_probs_dropout_prob"] == 0.0
+
+
+def test_export_then_from_hf_gives_identical_weights(tiny_export):
+    model, out = tiny_export
+    loaded = hf.from_hf(out)
+    assert_same_weights(model, loaded)
+    assert loaded.kroberta_config.model == TINY
+    assert loaded.tokenizer is None
+
+
+def test_init_from_hf_loads_into_an_existing_model(tiny_export):
+    model, out = tiny_export
+    other = build_model(TINY, seed=5)
+    assert hf.init_from_hf(other, out) is other
+    assert_same_weights(model, other)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("hidden_size", 32, "hidden_size=32 gives model.hidden_dim=32, but the model has 16"),
+    ("max_position_embeddings", 34, "max_position_embeddings=34 gives model.max_sequence_length=32, but the model has 16"),
+])
+def test_init_from_hf_refuses_another_shape(tiny_export, tmp_path, key, value, message):
+    model, out = tiny_export
+    with pytest.raises(HFConversionError, match=message):
+        hf.init_from_hf(model, rewrite_config(out, str(tmp_path / "other"), **{key: value}))
+
+
+def test_token_type_row_is_folded_into_positions(tiny_export, tmp_path):
+    model, out = tiny_export
+    row = np.linspace(-1, 1, 16, dtype=np.float32)
+
+    def add_types(t):
+        t["roberta.embeddings.token_type_embeddings.weight"] = np.stack([row, row * 7])  # 2 types
+
+    loaded = hf.from_hf(rewrite_tensors(out, str(tmp_path / "tt"), add_types))
+    want = np.asarray(model.backbone.embeddings.position_embedding.position_embeddings.value) + row
+    np.testing.assert_array_equal(
+        np.asarray(loaded.backbone.embeddings.position_embedding.position_embeddings.value), want)
+
+
+def test_tokenizer_is_exported_and_imported(tmp_path):
+    tokenizer = tiny_tokenizer()
+    model = randomized_model()
+    model.tokenizer = tokenizer  # as kroberta.load sets it
+    out = hf.export_hf(model, str(tmp_path))
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "vocab.json", "merges.txt"):
+        assert os.path.isfile(os.path.join(out, name)), name
+    with open(os.path.join(out, "tokenizer_config.json")) as f:
+        tok_config = json.load(f)
+    assert tok_config["model_max_length"] == 16 and tok_config["add_prefix_space"] is False
+    assert tok_config["mask_token"] == "<mask>" and tok_config["pad_token"] == "<pad>"
+    loaded = hf.from_hf(out)
+    assert loaded.tokenizer.encode("hello <mask>").ids == tokenizer.encode("hello <mask>").ids
+    assert loaded.kroberta_config.data.mask_token_id == 4
+    assert loaded.kroberta_config.data.special_token_ids == (0, 1, 2, 3, 4)
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def test_missing_directory_and_config(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such directory"):
+        hf.from_hf(str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        hf.from_hf(str(tmp_path))
+
+
+def test_missing_weights_file_is_named(tiny_export, tmp_path):
+    _, out = tiny_export
+    os.link(os.path.join(out, "config.json"), tmp_path / "config.json")
+    with pytest.raises(FileNotFoundError, match="model.safetensors or pytorch_model.bin"):
+        hf.from_hf(str(tmp_path))
+
+
+def test_pytorch_bin_without_torch_is_a_clear_error(tiny_export, tmp_path, monkeypatch):
+    _, out = tiny_export
+    os.link(os.path.join(out, "config.json"), tmp_path / "config.json")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    with pytest.raises(HFConversionError, match="pytorch_model.bin: reading a PyTorch checkpoint needs torch"):
+        hf.from_hf(str(tmp_path))
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("model_type", "bert", "model_type: kroberta imports 'roberta' models only, got 'bert'"),
+    ("position_embedding_type", "relative_key", "position_embedding_type"),
+    ("hidden_act", "relu", "hidden_act"),
+    ("layer_norm_eps", 1e-12, "layer_norm_eps: keras-hub hard-codes 1e-05"),
+    ("pad_token_id", 0, "pad_token_id"),
+    ("num_attention_heads", 3, "num_attention_heads: 3 heads do not divide hidden_size=16"),
+    ("hidden_size", None, "hidden_size: expected a positive integer"),
+])
+def test_unrepresentable_configs_are_refused_by_key(tiny_export, tmp_path, key, value, message):
+    _, out = tiny_export
+    with pytest.raises(HFConversionError, match=message):
+        hf.from_hf(rewrite_config(out, str(tmp_path / "bad"), **{key: value}))
+
+
+def test_missing_tensor_is_named(tiny_export, tmp_path):
+    _, out = tiny_export
+    bad = rewrite_tensors(out, str(tmp_path / "bad"),
+                          lambda t: t.pop("roberta.encoder.layer.1.output.dense.bias"))
+    with pytest.raises(HFConversionError, match=r"missing tensor\(s\): roberta.encoder.layer.1.output.dense.bias"):
+        hf.from_hf(bad)
+
+
+def test_shape_mismatch_names_tensor_expected_and_got(tiny_export, tmp_path):
+    _, out = tiny_export
+
+    def shrink(t):
+        t["lm_head.dense.weight"] = t["lm_head.dense.weight"][:, :8].copy()
+
+    with pytest.raises(HFConversionError,
+                       match=r"tensor lm_head.dense.weight: expected shape \(16, 16\), got \(16, 8\)"):
+        hf.from_hf(rewrite_tensors(out, str(tmp_path / "bad"), shrink))
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def make_run(run_dir, tokenizer=None):
+    model = randomized_model()
+    config = Config(model=TINY, run_dir=str(run_dir))
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, checkpoint_io.CONFIG_FILE), "w") as f:
+        f.write(config_lib.to_toml(config))
+    checkpoint_io.save(model, str(run_dir))
+    if tokenizer is not None:
+        tokenizer.save(os.path.join(run_dir, checkpoint_io.TOKENIZER_FILE))
+    return model
+
+
+def test_export_cli_round_trip(tmp_path, capsys):
+    from kroberta import export
+
+    model = make_run(tmp_path / "run", tokenizer=tiny_tokenizer())
+    out = str(tmp_path / "hf")
+    assert export.cli(["--run", str(tmp_path / "run"), "--out", out]) == 0
+    loaded = hf.from_hf(out)
+    assert_same_weights(model, loaded)
+    assert loaded.tokenizer is not None
+    # A non-empty --out is refused, and accepted with --overwrite.
+    assert export.cli(["--run", str(tmp_path / "run"), "--out", out]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert export.cli(["--run", str(tmp_path / "run"), "--out", out, "--overwrite"]) == 0
+    # Overwriting with a run that has no tokenizer leaves no stale tokenizer behind.
+    make_run(tmp_path / "run2")
+    assert export.cli(["--run", str(tmp_path / "run2"), "--out", out, "--overwrite"]) == 0
+    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors"]
+
+
+def test_export_cli_errors_are_one_line_exit_2(tmp_path, capsys):
+    from kroberta import export
+
+    assert export.cli(["--run", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such directory" in err
+    (tmp_path / "empty_run").mkdir()
+    assert export.cli(["--run", str(tmp_path / "empty_run"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a finished kroberta run" in err

@@ -1,0 +1,41 @@
+"""One way for every `python -m kroberta.X` to end: exit codes and the error line."""
+
+import pytest
+
+from kroberta import cli
+from kroberta.config import ConfigError
+from kroberta.errors import DivergedError, KrobertaError
+from kroberta.training.checkpoint import CheckpointWriteError
+
+
+def _raise(error):
+    def body():
+        raise error
+    return body
+
+
+@pytest.mark.parametrize("error", [ConfigError("bad key"), CheckpointWriteError("disk full")])
+def test_kroberta_errors_are_bad_input(error, capsys):
+    assert isinstance(error, KrobertaError)
+    assert cli.run(_raise(error)) == 2
+    assert capsys.readouterr().err == f"error: {error}\n"
+
+
+def test_divergence_is_3_and_still_a_floating_point_error(capsys):
+    error = DivergedError("loss became nan by step 3")
+    assert isinstance(error, FloatingPointError)
+    assert cli.run(_raise(error), prefix="x: error: ") == 3
+    assert capsys.readouterr().err == "x: error: loss became nan by step 3\n"
+
+
+def test_interrupt_is_130_with_the_command_s_line(capsys):
+    assert cli.run(_raise(KeyboardInterrupt()), interrupted="interrupted; nothing was written") == 130
+    assert capsys.readouterr().err == "interrupted; nothing was written\n"
+
+
+def test_exit_codes_pass_through_and_other_errors_propagate(capsys):
+    assert cli.run(lambda: None) == 0
+    assert cli.run(lambda: cli.PREEMPTED) == 143
+    assert cli.run(_raise(FileNotFoundError("x.npz")), also=(FileNotFoundError,)) == 2
+    with pytest.raises(RuntimeError):
+        cli.run(_raise(RuntimeError("a bug, not bad input")))

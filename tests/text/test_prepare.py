@@ -1,0 +1,321 @@
+"""prepare: text -> tokenizer -> packed TFRecords + manifest. Tiny corpora, property checks."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kroberta.data.manifest import ManifestError, load_manifest
+from kroberta.text.packing import pack_documents
+from kroberta.prepare import PrepareError, PrepareWarning, main, prepare
+from kroberta.data.records import ShardWriter, encode_example, encode_examples
+from kroberta.data.masking_numpy import static_mask
+from kroberta.text.tokenizer import TokenizerError, load_tokenizer, special_token_ids, train_tokenizer
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORDS = "the cat sat on a mat while dogs ran far away über naïve café 日本 résumé <s> </s> <mask>".split()
+
+
+def make_docs(n, seed=0, max_words=40):
+    """Deterministic documents; some span lines, some hold special-token text literally."""
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(n):
+        lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, max_words))) for _ in range(rng.randint(1, 3))]
+        docs.append("\n".join(lines))
+    return docs
+
+
+def write_corpus(path, docs):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n\n".join(docs) + "\n")
+    return str(path)
+
+
+def read_split(directory, split):
+    """(ids, mask, labels|None) arrays of one split, files in manifest order."""
+    data = json.load(open(os.path.join(directory, "manifest.json")))
+    L = data["sequence_length"]
+    spec = {k: tf.io.FixedLenFeature([L], tf.int64) for k in ("input_ids", "attention_mask")}
+    if data["labels"]:
+        spec["labels"] = tf.io.FixedLenFeature([L], tf.int64)
+    out = {k: [] for k in spec}
+    for name in data[split]["files"]:
+        for rec in tf.data.TFRecordDataset(os.path.join(directory, name)):
+            for k, v in tf.io.parse_single_example(rec, spec).items():
+                out[k].append(v.numpy())
+    arrays = {k: np.array(v).reshape(-1, L) for k, v in out.items()}
+    return arrays["input_ids"], arrays["attention_mask"], arrays.get("labels")
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        train_tokenizer(iter(make_docs(300, seed=1)), 400, out_path=path)
+    return str(path)
+
+
+def test_tokenizer_special_ids_and_mask_lstrip(tokenizer_path):
+    tok = load_tokenizer(tokenizer_path)
+    assert special_token_ids(tok) == {"bos": 0, "pad": 1, "eos": 2, "unk": 3, "mask": 4}
+    enc = tok.encode("the <mask> sat")
+    assert enc.ids[0] == 0 and enc.ids[-1] == 2 and 4 in enc.ids
+    after = enc.tokens[enc.ids.index(4) + 1]
+    assert after.startswith("Ġ"), "the space before <mask> is stripped, the next word keeps its own"
+    assert tok.decode(tok.encode("café über 日本").ids) == "café über 日本"
+
+
+def test_tokenizer_without_specials_is_a_clear_error(tmp_path):
+    from tokenizers import Tokenizer, models
+
+    path = tmp_path / "plain.json"
+    Tokenizer(models.BPE()).save(str(path))
+    with pytest.raises(TokenizerError, match=r"plain\.json.*<s>"):
+        load_tokenizer(path)
+
+
+def test_encode_examples_parse_like_tf_train_example():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 70000, (5, 16))
+    mask = np.ones((5, 16), dtype=np.int64)
+    labels = np.where(rng.random((5, 16)) < 0.3, ids, -100)
+    spec = {k: tf.io.FixedLenFeature([16], tf.int64) for k in ("input_ids", "attention_mask", "labels")}
+    parsed = tf.io.parse_example(encode_examples(ids, mask, labels), spec)
+    for k, v in (("input_ids", ids), ("attention_mask", mask), ("labels", labels)):
+        np.testing.assert_array_equal(parsed[k].numpy(), v)
+    ref = tf.train.Example(
+        features=tf.train.Features(
+            feature={k: tf.train.Feature(int64_list=tf.train.Int64List(value=v[0].tolist())) for k, v in
+                     (("input_ids", ids), ("attention_mask", mask))}  # fmt: skip
+        )
+    )
+    assert tf.train.Example.FromString(encode_example(ids[0], mask[0])) == ref
+
+
+def check_packed(ids, mask):
+    """Every sequence: <s> first, real part ends with </s>, padding (id 1) a suffix, only in the last."""
+    assert (ids[:, 0] == 0).all()
+    real = mask.sum(axis=1)
+    assert (ids[np.arange(len(ids)), real - 1] == 2).all()
+    assert (np.diff(mask, axis=1) <= 0).all()
+    assert (ids[mask == 0] == 1).all()
+    assert (real[:-1] == ids.shape[1]).all()
+
+
+def test_packing_fills_sequences_and_splits_long_documents():
+    rng = np.random.default_rng(0)
+    docs = [list(rng.integers(5, 400, rng.integers(1, 200))) for _ in range(2000)]
+    docs[7] = list(rng.integers(5, 400, 1000))  # longer than many sequences: split, not an error
+    rows = list(pack_documents(docs, 64))
+    ids, mask = np.stack([r for r, _ in rows]), np.stack([m for _, m in rows])
+    check_packed(ids, mask)
+    assert (mask == 0).sum() / mask.size < 0.01
+    content = ids[(mask == 1) & (ids > 4)]
+    np.testing.assert_array_equal(content, np.concatenate(docs))
+
+
+def test_round_trip_reproduces_the_text(tmp_path, tokenizer_path):
+    docs = make_docs(60, seed=2)
+    corpus = write_corpus(tmp_path / "c.txt", docs)
+    prepare(corpus, tmp_path / "out", seq_len=16, validation_fraction=0, shards=1, tokenizer=tokenizer_path, progress=False)
+    ids, mask, _ = read_split(tmp_path / "out", "train")
+    check_packed(ids, mask)
+    tok = load_tokenizer(tmp_path / "out" / "tokenizer.json")
+    stream = ids[(mask == 1) & (ids > 4)]  # real, non-special tokens in order
+    # Literal "<s>" in the text was encoded as text, so dropping special ids loses nothing.
+    assert tok.decode(stream.tolist(), skip_special_tokens=False) == "".join(docs)
+    assert (ids == 2).sum() >= len(docs)  # every document is closed by </s>
+
+
+def test_manifest_matches_shards(tmp_path, tokenizer_path):
+    corpus = write_corpus(tmp_path / "c.txt", make_docs(200, seed=3))
+    m = prepare(corpus, tmp_path / "out", seq_len=16, validation_fraction=0.2, shards=3, tokenizer=tokenizer_path,
+                progress=False)  # fmt: skip
+    man = load_manifest(tmp_path / "out")
+    assert len(man.train_files) == 3 and all(os.path.isabs(f) and os.path.isfile(f) for f in man.files)
+    assert [os.path.basename(f) for f in man.train_files] == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
+    for split in ("train", "validation"):
+        ids, mask, _ = read_split(tmp_path / "out", split)
+        assert len(ids) == m[split]["sequences"] > 0
+        assert mask.sum() == m[split]["tokens"]
+    assert man.vocabulary_size == load_tokenizer(tokenizer_path).get_vocab_size()
+    assert man.sequence_length == 16 and man.special_tokens["mask"] == 4
+    assert man.tokenizer_path == os.path.join(man.dir, "tokenizer.json")
+    assert 0.1 < man.validation_sequences / (man.validation_sequences + man.train_sequences) < 0.3
+    assert not [f for f in os.listdir(tmp_path / "out") if ".tmp" in f]
+
+
+def test_manifest_errors_name_the_problem(tmp_path, tokenizer_path):
+    with pytest.raises(ManifestError, match="no manifest.json"):
+        load_manifest(tmp_path)
+    prepare(write_corpus(tmp_path / "c.txt", make_docs(20)), tmp_path / "o", seq_len=16, tokenizer=tokenizer_path,
+            progress=False)  # fmt: skip
+    path = tmp_path / "o" / "manifest.json"
+    data = json.loads(path.read_text())
+    os.remove(tmp_path / "o" / data["train"]["files"][0])
+    with pytest.raises(ManifestError, match="train.files lists train-00000-of-00001.tfrecord"):
+        load_manifest(tmp_path / "o")
+    del data["sequence_length"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ManifestError, match="'sequence_length'"):
+        load_manifest(tmp_path / "o")
+    path.write_text("{not json")
+    with pytest.raises(ManifestError, match="malformed JSON"):
+        load_manifest(tmp_path / "o")
+
+
+def test_static_labels_format(tmp_path, tokenizer_path):
+    corpus = write_corpus(tmp_path / "c.txt", make_docs(100, seed=4))
+    kw = dict(seq_len=32, validation_fraction=0, shards=1, tokenizer=tokenizer_path, progress=False)
+    prepare(corpus, tmp_path / "plain", **kw)
+    m = prepare(corpus, tmp_path / "lab", labels="static", seed=7, **kw)
+    assert m["labels"] == "static"
+    orig, mask, _ = read_split(tmp_path / "plain", "train")
+    ids, mask2, labels = read_split(tmp_path / "lab", "train")
+    np.testing.assert_array_equal(mask, mask2)
+    chosen = labels != -100
+    np.testing.assert_array_equal(labels[chosen], orig[chosen])  # exactly -100 or the original id
+    assert not chosen[(orig <= 4) | (mask == 0)].any()  # specials and padding never labelled
+    np.testing.assert_array_equal(ids[~chosen], orig[~chosen])  # only chosen positions change
+    assert (ids[chosen] == 4).mean() > 0.5
+    prepare(corpus, tmp_path / "again", labels="static", seed=7, **kw)
+    np.testing.assert_array_equal(read_split(tmp_path / "again", "train")[2], labels)  # deterministic by seed
+
+
+def test_static_mask_rates():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 1000, (400, 256))
+    ids[:, 0], ids[:, -1] = 0, 2
+    mask = np.ones_like(ids)
+    corrupted, labels = static_mask(ids, mask, np.random.default_rng(1), 0.15, 4, {0, 1, 2, 3, 4}, 1000)
+    chosen = labels != -100
+    real = ids > 4
+    assert abs(chosen[real].mean() - 0.15) < 0.005
+    assert not chosen[~real].any()
+    assert abs((corrupted[chosen] == 4).mean() - 0.8) < 0.02
+    kept = (corrupted[chosen] == ids[chosen]).mean()
+    assert 0.09 < kept < 0.12  # 10% kept, plus random draws that hit the same id
+    assert (corrupted[chosen] > 4).mean() > 0.18  # random ids are never specials
+
+
+def test_corner_cases(tmp_path, tokenizer_path):
+    good = write_corpus(tmp_path / "good.txt", make_docs(30))
+    with pytest.raises(PrepareError, match=r"no files match '.*nothing\*\.txt'"):
+        prepare(str(tmp_path / "nothing*.txt"), tmp_path / "o", progress=False)
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n  \n\n")
+    with pytest.raises(PrepareError, match="no text"):
+        prepare([str(tmp_path / "empty.txt"), str(tmp_path / "blank.txt")], tmp_path / "o", progress=False)
+    with pytest.raises(PrepareError, match="seq-len 4 is too short"):
+        prepare(good, tmp_path / "o", seq_len=4, progress=False)
+    with pytest.raises(PrepareError, match="at least 261"):
+        prepare(good, tmp_path / "o", vocab_size=100, progress=False)
+
+    (tmp_path / "bin.txt").write_bytes(b"abc\x00\x01\x02")
+    (tmp_path / "latin1.txt").write_bytes("caf\u00e9 ok\n".encode("latin-1"))
+    inputs = [good, str(tmp_path / "bin.txt"), str(tmp_path / "latin1.txt")]
+    with pytest.warns(PrepareWarning) as caught:
+        m = prepare(inputs, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
+    assert [str(w.message).split(":")[1] for w in caught] == [" binary (NUL byte) at byte 3", " not UTF-8 at byte 3"]
+    skipped = {os.path.basename(s["path"]): s for s in m["source"]["skipped_files"]}
+    assert skipped["bin.txt"]["offset"] == 3 and skipped["latin1.txt"] == {
+        "path": str(tmp_path / "latin1.txt"), "problem": "not UTF-8", "offset": 3}  # fmt: skip
+    with pytest.raises(PrepareError, match=r"latin1\.txt: not UTF-8 at byte 3 \(--strict\)"):
+        prepare([good, str(tmp_path / "latin1.txt")], tmp_path / "s", strict=True, progress=False)
+
+    with pytest.raises(PrepareError, match="already holds a prepared dataset.*--overwrite"):
+        prepare(good, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
+    m = prepare(good, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False, overwrite=True)
+    assert m["source"]["skipped_files"] == []
+
+
+def test_vocabulary_larger_than_the_data_is_recorded(tmp_path):
+    corpus = write_corpus(tmp_path / "c.txt", make_docs(20, seed=5))
+    with pytest.warns(PrepareWarning, match=r"supports only \d+ tokens \(requested vocab_size=5000\).*must equal"):
+        m = prepare(corpus, tmp_path / "o", vocab_size=5000, seq_len=16, progress=False)
+    assert 261 <= m["vocabulary_size"] < 5000 and m["requested_vocabulary_size"] == 5000
+    assert load_tokenizer(tmp_path / "o" / "tokenizer.json").get_vocab_size() == m["vocabulary_size"]
+    assert load_manifest(tmp_path / "o").vocabulary_size == m["vocabulary_size"]
+    assert "must equal" in m["source"]["vocabulary_note"]
+
+
+def test_shard_writer_is_atomic(tmp_path):
+    path = tmp_path / "x.tfrecord"
+    with pytest.raises(RuntimeError):
+        with ShardWriter(path) as w:
+            w.write(encode_example([0, 5, 2], [1, 1, 1]))
+            raise RuntimeError("interrupted")
+    assert os.listdir(tmp_path) == []
+    with ShardWriter(path) as w:
+        w.write(encode_example([0, 5, 2], [1, 1, 1]))
+    assert os.listdir(tmp_path) == ["x.tfrecord"]
+
+
+def test_interrupted_prepare_leaves_no_shards(tmp_path, tokenizer_path, monkeypatch):
+    corpus = write_corpus(tmp_path / "c.txt", make_docs(400))
+    calls = []
+
+    def failing(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return encode_examples(*args)
+
+    monkeypatch.setattr("kroberta.text.build.BLOCK", 16)
+    monkeypatch.setattr("kroberta.text.build.encode_examples", failing)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(corpus, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
+    assert sorted(os.listdir(tmp_path / "o")) == ["tokenizer.json"]
+
+
+def test_cli_exit_codes(tmp_path, tokenizer_path, capsys):
+    corpus = write_corpus(tmp_path / "c.txt", make_docs(40))
+    out = str(tmp_path / "o")
+    args = ["--input", corpus, "--out", out, "--seq-len", "16", "--tokenizer", tokenizer_path, "--no-progress"]
+    assert main(args) == 0
+    assert main(["--check", out]) == 0
+    assert "clean" in capsys.readouterr().out
+    assert main(args) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["--input", str(tmp_path / "none*.txt"), "--out", out]) == 2
+    assert main(["--check", str(tmp_path / "none*.tfrecord")]) == 2
+    assert main(["--check", str(tmp_path)]) == 2  # a directory without manifest.json needs --vocab-size
+    with pytest.raises(SystemExit) as e:
+        main(["--labels", "dynamic"])
+    assert e.value.code == 2
+
+
+def test_cli_in_a_subprocess(tmp_path, tokenizer_path):
+    """The real entry point: one-line error and exit code 2, never a traceback."""
+    run = subprocess.run(
+        [sys.executable, "-m", "kroberta.prepare", "--input", str(tmp_path / "missing*.txt"), "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert "Traceback" not in run.stderr
+    assert "error: no files match" in run.stderr and "missing*.txt" in run.stderr
+
+
+def test_stdlib_docstrings_reads_source_without_importing(tmp_path):
+    from kroberta.text.corpus import stdlib_docstrings, write_stdlib_corpus
+
+    root = tmp_path / "lib"
+    for sub in ("pkg", "test", "tests", "idlelib", "site-packages"):
+        (root / sub).mkdir(parents=True)
+        (root / sub / "m.py").write_text(f'"""Doc of {sub}."""\nraise SystemExit("imported!")\n')
+    (root / "a.py").write_text('"""Module a.\n\nSecond paragraph."""\ndef f():\n    """Function f."""\n')
+    (root / "broken.py").write_text('"""Never read."""\ndef (:\n')
+    docs = list(stdlib_docstrings(str(root)))
+    assert docs == ["Module a.\n\nSecond paragraph.", "Function f.", "Doc of pkg."]
+    stats = write_stdlib_corpus(tmp_path / "c.txt", root=str(root))
+    assert stats["documents"] == 3
+    # One document per docstring: blank lines inside a docstring are dropped.
+    assert (tmp_path / "c.txt").read_text() == "Module a.\nSecond paragraph.\n\nFunction f.\n\nDoc of pkg.\n\n"

@@ -1,0 +1,159 @@
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+import kroberta
+from kroberta import train
+from kroberta.config import ConfigError
+from tests.conftest import REPO, TINY_VOCAB, tiny_config
+
+
+def _rows(run_dir, split="train"):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["split"] == split]
+
+
+def _weights(run_dir):
+    out = {}
+    with h5py.File(os.path.join(run_dir, "model.weights.h5")) as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_data, tmp_path_factory):
+    """The tiny config trained for 120 steps on 4 simulated devices."""
+    run_dir = tmp_path_factory.mktemp("run")
+    config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
+    summary = train.main(config)
+    return run_dir, summary
+
+
+def test_fit_on_four_devices_lowers_the_loss(trained_run):
+    run_dir, summary = trained_run
+    assert summary["devices"] == 4 and summary["global_batch"] == 16
+    assert summary["final_step"] == 120
+    rows = _rows(run_dir)
+    assert rows[0]["loss"] > math.log(TINY_VOCAB) - 0.3  # starts near chance
+    assert rows[-1]["loss"] < math.log(TINY_VOCAB) - 1.0  # well below it
+    validation = _rows(run_dir, "validation")
+    assert [r["step"] for r in validation] == [60, 120]
+    assert validation[-1]["loss"] < validation[0]["loss"]
+
+
+def test_metrics_jsonl_has_one_row_per_interval_with_the_documented_keys(trained_run):
+    run_dir, _ = trained_run
+    rows = _rows(run_dir)
+    assert [r["step"] for r in rows] == list(range(10, 121, 10))
+    for row in rows:
+        assert {"step", "split", "loss", "masked_accuracy", "learning_rate",
+                "samples_per_second", "perplexity", "tokens_per_second"} <= set(row)
+        assert row["perplexity"] == pytest.approx(math.exp(row["loss"]), rel=0.05)
+    assert "compile_seconds" in rows[0]
+    assert rows[-1]["learning_rate"] == 0.0  # linear decay reaches zero at train.steps
+    assert max(r["learning_rate"] for r in rows) == pytest.approx(3e-3)  # the peak, after warmup
+
+
+def test_run_dir_holds_config_checkpoints_model_and_tensorboard(trained_run):
+    run_dir, _ = trained_run
+    names = set(os.listdir(run_dir))
+    assert {"config.toml", "model.weights.h5", "metrics.jsonl", "checkpoints", "tensorboard"} <= names
+    assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == ["step_00000060", "step_00000120"]
+    assert os.listdir(os.path.join(run_dir, "tensorboard"))
+
+
+def test_load_returns_the_trained_model(trained_run, tiny_data):
+    run_dir, _ = trained_run
+    model = kroberta.load(str(run_dir))
+    assert model.kroberta_config.train.steps == 120
+    x = {"token_ids": np.full((2, 32), 9, "int32"), "padding_mask": np.ones((2, 32), "int32"),
+         "mask_positions": np.zeros((2, 6), "int32")}
+    assert np.isfinite(np.asarray(model(x))).all()
+
+
+def test_rerun_of_a_finished_run_trains_nothing(trained_run, tiny_data):
+    run_dir, _ = trained_run
+    before = _weights(run_dir)
+    config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
+    summary = train.main(config)
+    assert summary["start_step"] == 120 and summary["final_step"] == 120
+    after = _weights(run_dir)
+    for key in before:
+        np.testing.assert_array_equal(before[key], after[key])
+
+
+def test_resumed_run_equals_uninterrupted_run(tiny_data, tmp_path):
+    kwargs = dict(steps=60, eval_every=30, checkpoint_every=30)
+    straight = tmp_path / "straight"
+    train.main(tiny_config(tiny_data, straight, **kwargs))
+    resumed = tmp_path / "resumed"
+    first = train.main(tiny_config(tiny_data, resumed, **kwargs), until_step=30)
+    assert first["final_step"] == 30
+    second = train.main(tiny_config(tiny_data, resumed, **kwargs))
+    assert second["start_step"] == 30 and second["final_step"] == 60
+    a, b = _weights(straight), _weights(resumed)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])  # bitwise on CPU
+    steps = [r["step"] for r in _rows(resumed)]
+    assert steps == sorted(set(steps)) == list(range(10, 61, 10))
+
+
+@pytest.mark.parametrize("devices", [4, 1])
+def test_runs_with_dropout_resume_bitwise_on_four_devices_and_on_one(tiny_data, tmp_path, devices):
+    """Dropout on (hashed masks on CPU, kroberta.model.dropout): resumes bitwise however split."""
+    def config(run_dir):
+        c = tiny_config(tiny_data, run_dir, steps=20, eval_every=10, checkpoint_every=10)
+        return dataclasses.replace(c, model=dataclasses.replace(c.model, dropout=0.1),
+                                   distributed=dataclasses.replace(c.distributed, devices=devices))
+
+    straight = train.main(config(tmp_path / "straight"))
+    assert straight["devices"] == devices
+    train.main(config(tmp_path / "resumed"), until_step=10)
+    train.main(config(tmp_path / "resumed"))
+    a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "resumed")
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    losses = [r["loss"] for r in _rows(tmp_path / "straight")]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+
+
+def test_refuses_to_resume_a_different_model(trained_run, tiny_data):
+    run_dir, _ = trained_run
+    config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
+    import dataclasses
+
+    other = dataclasses.replace(config, model=dataclasses.replace(config.model, hidden_dim=64))
+    with pytest.raises(ConfigError, match=r"holds a run of a different model \(changed: model.hidden_dim\)"):
+        train.main(other)
+
+
+def test_vocabulary_smaller_than_the_data_is_a_data_error(tiny_data, tmp_path):
+    config = tiny_config(tiny_data, tmp_path / "run", steps=10, warmup_steps=0)
+    import dataclasses
+
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocabulary_size=100))
+    with pytest.raises(Exception, match=r"record \d+: feature 'input_ids' holds id \d+ outside the vocabulary \[0, 100\)"):
+        train.main(config)
+
+
+def test_cli_trains_the_seed_format_and_reports_errors(tiny_data, tmp_path):
+    run_dir = tmp_path / "cli"
+    base = [sys.executable, "-m", "kroberta.train", "--config", "tiny",
+            f"--data.train={tiny_data}/train-*.tfrecord", f"--run_dir={run_dir}"]
+    ok = subprocess.run(base + ["--train.steps=20", "--train.checkpoint_every=10",
+                                "--train.eval_every=0"],
+                        capture_output=True, text=True, cwd=REPO)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert "step 20/20 [train]" in ok.stdout and "4 cpu device(s)" in ok.stdout
+    bad = subprocess.run(base + ["--train.steps=20", f"--data.validation={tmp_path}/none-*"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2
+    assert f"error: data.validation: no file matches '{tmp_path}/none-*'" in bad.stderr
+    assert "Traceback" not in bad.stderr
