@@ -57,7 +57,10 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_size_per_device: int = 32  # sequences per device per step; global = this x devices
+    batch_size_per_device: int = 32  # sequences per device per micro-batch; global = this x devices x accumulation
+    # Micro-batches per optimizer step: one update from a batch N times larger, the loss
+    # normalised by the masked tokens of the whole batch (kroberta.accumulation).
+    gradient_accumulation_steps: int = 1
     steps: int = 1000  # optimizer steps in the whole run
     learning_rate: float = 2e-3  # peak learning rate, reached after warmup
     warmup_steps: int = 100  # linear warmup from 0, then linear decay to 0 at `steps`
@@ -262,7 +265,8 @@ def validate(config: Config, source: str | dict = "config") -> Config:
             fail(f"data.{key}", f"{getattr(d, key)} is outside the vocabulary [0, {m.vocabulary_size})")
     if d.shuffle_buffer < 1:
         fail("data.shuffle_buffer", f"must be >= 1, got {d.shuffle_buffer}")
-    for key in ("batch_size_per_device", "steps", "log_every", "keep_checkpoints"):
+    for key in ("batch_size_per_device", "gradient_accumulation_steps", "steps", "log_every",
+                "keep_checkpoints"):
         if getattr(t, key) < 1:
             fail(f"train.{key}", f"must be >= 1, got {getattr(t, key)}")
     for key in ("warmup_steps", "eval_every", "eval_steps", "checkpoint_every"):

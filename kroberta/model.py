@@ -85,15 +85,17 @@ def build_optimizer(config: Config) -> keras.optimizers.AdamW:
 def compile_model(model, config: Config):
     """Compiles with AdamW, the masked loss and metrics; every step is XLA-compiled, and
     `fit`/`evaluate` run train.steps_per_execution steps per dispatch (`kroberta.fused_steps`;
+    each of train.gradient_accumulation_steps micro-batches, `kroberta.accumulation`;
     "auto" is resolved here for all local devices unless the caller resolved it)."""
-    from kroberta import dispatch_size, fused_steps
+    from kroberta import accumulation, dispatch_size, fused_steps
 
     if config.train.steps_per_execution == AUTO:
         import jax
 
         devices = jax.devices()
-        config = dispatch_size.resolve(config, devices,
-                                       config.train.batch_size_per_device * len(devices))
+        t = config.train
+        config = dispatch_size.resolve(
+            config, devices, t.batch_size_per_device * len(devices) * t.gradient_accumulation_steps)
     model.compile(
         optimizer=build_optimizer(config),
         loss=MaskedLMLoss(),
@@ -102,7 +104,8 @@ def compile_model(model, config: Config):
         steps_per_execution=config.train.steps_per_execution,
         jit_compile=True,
     )
-    fused_steps.install(model)
+    accumulation.install(model, config.train.gradient_accumulation_steps)
+    fused_steps.install(model)  # scans the (accumulating) train step K times per dispatch
     return model
 
 

@@ -108,8 +108,11 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     model = build_compiled_model(config)
     _log(f"devices: {topology.describe()}")
     _log(distribute.describe_memory(model, topology))
+    accumulation = config.train.gradient_accumulation_steps
+    per_device = f"{config.train.batch_size_per_device} per device" + (
+        f" x {accumulation} accumulated micro-batches" if accumulation > 1 else "")
     _log(f"model: {count_parameters(model):,} parameters; batch {global_batch} "
-         f"({config.train.batch_size_per_device} per device) x {train_spec.sequence_length} "
+         f"({per_device}) x {train_spec.sequence_length} "
          f"tokens, {slots} prediction slots per sequence; {len(train_spec.files)} training file(s)")
     # TPU-alignment advice only where it applies; `--explain` shows it anywhere.
     for line in advisor.warnings_for(config, topology.platform, shapes=topology.platform == "tpu"):
@@ -186,7 +189,9 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     process_batch = distribute.process_batch_size(config, topology)
     evaluate_fn = None
     if val_spec is not None:
-        eval_ds = run_data_lib.validation_batches(run_data, global_batch, shard=shard)
+        # Evaluation needs no gradients to accumulate: batches of one micro-batch.
+        eval_ds = run_data_lib.validation_batches(
+            run_data, distribute.micro_batch_size(config, topology), shard=shard)
 
         def evaluate_fn():
             logs = model.evaluate(eval_ds, verbose=0, return_dict=True)
