@@ -63,7 +63,10 @@ class TrainConfig:
     gradient_accumulation_steps: int = 1
     steps: int = 1000  # optimizer steps in the whole run
     learning_rate: float = 2e-3  # peak learning rate, reached after warmup
-    warmup_steps: int = 100  # linear warmup from 0, then linear decay to 0 at `steps`
+    warmup_steps: int = 100  # linear warmup from 0 to learning_rate, then `schedule`
+    # After warmup: "linear" (to 0 at `steps`), "cosine" (to 0 at `steps`), "constant",
+    # "inverse_sqrt" (learning_rate * sqrt(warmup_steps / step)); kroberta.schedules.
+    schedule: str = "linear"
     weight_decay: float = 0.01  # AdamW decay; never applied to biases or LayerNorm
     clip_norm: float = 1.0  # global gradient-norm clip; 0 disables
     adam_beta_1: float = 0.9
@@ -119,6 +122,7 @@ TOP_LEVEL_KEYS = ("run_dir", "init_from_hf", "init_from_keras_hub")
 _STRATEGIES = ("data", "fsdp", "model")
 AUTO = "auto"  # train.steps_per_execution chosen from the model's FLOPs and the devices' peak
 _MASKING = ("dynamic", "static")
+SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt")  # kroberta.schedules
 
 
 def _field_types(cls) -> dict[str, object]:
@@ -274,6 +278,8 @@ def validate(config: Config, source: str | dict = "config") -> Config:
             fail(f"train.{key}", f"must be >= 0, got {getattr(t, key)}")
     if t.learning_rate <= 0:
         fail("train.learning_rate", f"must be > 0, got {t.learning_rate}")
+    if t.schedule not in SCHEDULES:
+        fail("train.schedule", f"must be one of {SCHEDULES}, got {t.schedule!r}")
     if t.warmup_steps > t.steps:
         fail("train.warmup_steps", f"{t.warmup_steps} exceeds train.steps={t.steps}")
     if t.weight_decay < 0 or t.clip_norm < 0:

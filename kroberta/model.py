@@ -27,7 +27,7 @@ from kroberta.dropout import use_fast_dropout
 from kroberta.gelu import use_erf_gelu
 from kroberta.layer_norm import use_fused_layer_norm
 from kroberta.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
-from kroberta.schedules import WarmupLinearDecay
+from kroberta.schedules import WarmupSchedule
 
 # Names the optimizer's variables are saved under; an unnamed optimizer gets a
 # process-dependent name and restored state could silently fail to match.
@@ -70,7 +70,7 @@ def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: 
 def build_optimizer(config: Config) -> keras.optimizers.AdamW:
     t = config.train
     optimizer = keras.optimizers.AdamW(
-        learning_rate=WarmupLinearDecay(t.learning_rate, t.warmup_steps, t.steps),
+        learning_rate=WarmupSchedule(t.learning_rate, t.warmup_steps, t.steps, t.schedule),
         weight_decay=t.weight_decay,
         beta_1=t.adam_beta_1,
         beta_2=t.adam_beta_2,
