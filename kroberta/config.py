@@ -77,6 +77,9 @@ class TrainConfig:
     # prediction batches); "auto" = enough FLOPs per dispatch to hide the host (logged).
     steps_per_execution: int | str = "auto"
     log_every: int = 50  # steps between log lines / metrics.jsonl rows
+    # "START:STOP": a jax.profiler trace of steps START+1..STOP in run_dir/profile/,
+    # widened to steps_per_execution boundaries (kroberta.profiling); "" = none.
+    profile: str = ""
     eval_every: int = 250  # steps between evaluations; a multiple of log_every; 0 = only at the end
     eval_steps: int = 0  # batches per evaluation; 0 = the whole validation set
     checkpoint_every: int = 250  # steps between checkpoints; a multiple of log_every
@@ -278,6 +281,7 @@ def validate(config: Config, source: str | dict = "config") -> Config:
             fail(f"train.{key}", f"must be >= 0, got {getattr(t, key)}")
     if t.learning_rate <= 0:
         fail("train.learning_rate", f"must be > 0, got {t.learning_rate}")
+    _validate_profile(t, fail)
     if t.schedule not in SCHEDULES:
         fail("train.schedule", f"must be one of {SCHEDULES}, got {t.schedule!r}")
     if t.warmup_steps > t.steps:
@@ -303,6 +307,17 @@ def validate(config: Config, source: str | dict = "config") -> Config:
     if config.init_from_hf and config.init_from_keras_hub:
         fail("init_from_keras_hub", "set init_from_hf or init_from_keras_hub, not both")
     return config
+
+
+def _validate_profile(t: TrainConfig, fail):
+    from kroberta.profiling import parse_window
+
+    try:
+        window = parse_window(t.profile)
+    except ValueError as error:
+        fail("train.profile", str(error))
+    if window and window[0] >= t.steps:
+        fail("train.profile", f"starts at step {window[0]}, but the run ends at train.steps={t.steps}")
 
 
 def check_steps_per_execution(t: TrainConfig, k: int, fail):

@@ -204,6 +204,11 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     logger = RunLogger(config, config.run_dir, start_step, global_batch,
                        train_spec.sequence_length, evaluate_fn, stop_step, preemption=preemption,
                        write_files=topology.is_main, save_checkpoints=True)
+    callbacks = [logger]
+    profile = _profile_window(config, start_step, topology.is_main)
+    if profile is not None:
+        callbacks.insert(0, profile)  # its epoch end (a trace's end) before the evaluation
+
     def fit_segment(begin, end, steps_per_epoch):
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
         # Exactly `end - begin` batches: fused dispatches take K of them at a time
@@ -211,7 +216,7 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
         train_ds = run_data_lib.train_batches(run_data, process_batch, begin, shard=shard)
         model.fit(train_ds.take(end - begin), steps_per_epoch=steps_per_epoch,
                   epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,
-                  callbacks=[logger], shuffle=False)
+                  callbacks=callbacks, shuffle=False)
 
     started = time.perf_counter()
     try:
@@ -229,9 +234,26 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
         raise _named_data_error(error, config, train_spec, val_spec, start_step, logger.step,
                                 process_batch, shard) from None
     finally:
+        if profile is not None:
+            profile.close()
         logger.close()
     return {"seconds": time.perf_counter() - started, "compile_seconds": logger.compile_seconds,
             "preempted": preemption.requested, "job_wide": preemption.job_wide}
+
+
+def _profile_window(config, start_step: int, main_process: bool):
+    """The `train.profile` callback (process 0 only), its window on dispatch boundaries."""
+    from kroberta import profiling
+
+    window = profiling.parse_window(config.train.profile)
+    if window is None or not main_process:
+        return None
+    t = config.train
+    aligned = profiling.aligned_window(window, t.steps_per_execution, t.steps)
+    if aligned != window:
+        _log(f"profile: steps {window[0]}:{window[1]} widened to {aligned[0]}:{aligned[1]}, "
+             f"whole dispatches of train.steps_per_execution={t.steps_per_execution} steps")
+    return profiling.ProfileWindow(config.run_dir, aligned, start_step, log=_log)
 
 
 def _named_data_error(error, config, train_spec, val_spec, start_step, step, process_batch, shard):

@@ -72,6 +72,7 @@ def test_run_dir_holds_config_checkpoints_model_and_tensorboard(trained_run):
     assert {"config.toml", "model.weights.h5", "metrics.jsonl", "checkpoints", "tensorboard"} <= names
     assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == ["step_00000060", "step_00000120"]
     assert os.listdir(os.path.join(run_dir, "tensorboard"))
+    assert "profile" not in names  # no train.profile window: no trace
 
 
 def test_load_returns_the_trained_model(trained_run, tiny_data):
