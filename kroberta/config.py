@@ -47,6 +47,7 @@ class DataConfig:
     pad_token_id: int = 1  # id written where attention_mask is 0
     mask_token_id: int = 4  # id of <mask>
     special_token_ids: tuple[int, ...] = (0, 1, 2, 3, 4)  # never chosen for masking
+    whole_word_masking: bool = False  # dynamic masking chooses whole words (needs the tokenizer)
 
     def prediction_slots(self, sequence_length: int) -> int:
         """The fixed number of predicted positions per sequence (M)."""
@@ -262,6 +263,8 @@ def validate(config: Config, source: str | dict = "config") -> Config:
         fail("model.dropout", f"must be in [0, 1), got {m.dropout}")
     if d.masking not in _MASKING:
         fail("data.masking", f"must be one of {_MASKING}, got {d.masking!r}")
+    if d.whole_word_masking and d.masking != "dynamic":
+        fail("data.whole_word_masking", "needs data.masking='dynamic' (static labels are the file's)")
     if not 0.0 < d.mask_rate <= 1.0:
         fail("data.mask_rate", f"must be in (0, 1], got {d.mask_rate}")
     if not 0 <= d.max_predictions <= m.max_sequence_length:

@@ -153,10 +153,12 @@ def check_against_model(spec: DataSpec, data: DataConfig, model: ModelConfig, ke
 
 
 
-def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabulary_size: int):
+def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabulary_size: int,
+                     word_starts=None):
     """(x, y) of a batch: the model's input dict and the labels at the prediction slots.
 
-    parsed: int32 (B, L) features; indices: int64 (B,) element indices (mask seeds).
+    parsed: int32 (B, L) features; indices: int64 (B,) element indices (mask seeds);
+    word_starts: bool (V,) for whole-word masking, else None.
     """
     if data.masking == "static":
         ids = parsed["input_ids"]
@@ -170,20 +172,29 @@ def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabu
             originals, parsed["attention_mask"], seed, indices,
             mask_rate=data.mask_rate, slots=slots, mask_token_id=data.mask_token_id,
             special_token_ids=data.special_token_ids, vocabulary_size=vocabulary_size,
+            word_starts=word_starts,
         )
     x = {"token_ids": ids, "padding_mask": parsed["attention_mask"], "mask_positions": positions}
     return x, labels
 
 
-def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int):
+def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int,
+                  word_starts=None):
     """(element indices (B,), (files, record indices, records) (B,)) -> (x, y)."""
     length, slots = spec.sequence_length, data.prediction_slots(spec.sequence_length)
+    if data.whole_word_masking and word_starts is None:
+        raise ConfigError("data.whole_word_masking: needs the tokenizer's word starts; give "
+                          "data.dir (a directory made by prepare, with its tokenizer)")
+    word_starts = word_starts if data.whole_word_masking else None
 
     def parse(indices, tagged):
         paths, record_indices, records = tagged
+        # The fast parse: a missing feature or wrong length fails unnamed, and the
+        # caller's replay (`replay_train_errors`, `replay_file_errors`) names it.
         parsed = parse_checked_batch(paths, record_indices, records, length=length,
-                                     vocabulary_size=vocabulary_size, with_labels=spec.has_labels)
-        return _to_model_inputs(parsed, indices, seed, data, slots, vocabulary_size)
+                                     vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
+                                     lengths_named=False)
+        return _to_model_inputs(parsed, indices, seed, data, slots, vocabulary_size, word_starts)
 
     return parse
 
@@ -199,7 +210,8 @@ def epoch_plan(spec: DataSpec, data: DataConfig, seed: int,
 
 
 def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
-                  seed: int, start_step: int = 0, shard: tuple[int, int] | None = None):
+                  seed: int, start_step: int = 0, shard: tuple[int, int] | None = None,
+                  word_starts=None):
     """Endless training batches of `global_batch`, starting after `start_step` batches.
 
     Returns a dataset of (x, y) with x = {token_ids (B, L), padding_mask (B, L),
@@ -213,14 +225,15 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     process p stands for element i*count+p of the unsharded stream (its masking
     seed). With shuffle_buffer = 1, count dividing 4 and files of equal length
     (record sharding: any files), the processes' batches k together hold exactly
-    the records and masks of the single-process batch k.
+    the records and masks of the single-process batch k. `word_starts`: the
+    tokenizer's (V,) word-start table, for `data.whole_word_masking`.
     """
     count, index = shard or (1, 0)
     ds = epoch_plan(spec, data, seed, shard).stream(start_step * global_batch)
     if count > 1:
         ds = ds.map(lambda i, tagged: (i * count + index, tagged))
     ds = ds.batch(global_batch, drop_remainder=True)
-    parse = _batch_parser(spec, data, vocabulary_size, seed)
+    parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts)
     return ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)
 
 
@@ -242,7 +255,8 @@ def _file_order(spec: DataSpec):
 
 
 def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
-                 seed: int, max_batches: int = 0, shard: tuple[int, int] | None = None):
+                 seed: int, max_batches: int = 0, shard: tuple[int, int] | None = None,
+                 word_starts=None):
     """Every validation example once, in file order, with the same masks on every call.
 
     The last batch is completed with padding examples whose labels are all -100,
@@ -252,7 +266,7 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
     files: validation sets are small).
     """
     count, index = shard or (1, 0)
-    parse = _batch_parser(spec, data, vocabulary_size, seed)
+    parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts)
     share = global_batch // count
 
     def parse_and_pad(indices, tagged):
@@ -296,7 +310,8 @@ def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
     """
     def parse(paths, record_indices, records):
         return parse_checked_batch(paths, record_indices, records, length=spec.sequence_length,
-                                   vocabulary_size=vocabulary_size, with_labels=spec.has_labels)
+                                   vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
+                                   lengths_named=False)  # named by `replay_file_errors`
 
     ds = _file_order(spec).batch(batch_size)
     return ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)

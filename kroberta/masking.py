@@ -14,6 +14,8 @@ stateful or per-tensor generator, so an example gets the same mask whether it is
 masked alone, in a batch of 8 or of 64, in one process or in one of several.
 """
 
+import typing
+
 import tensorflow as tf
 
 IGNORE_LABEL = -100
@@ -88,12 +90,19 @@ def dynamic_mask_batch(
     vocabulary_size,
     mask_fraction=0.8,
     random_fraction=0.1,
+    word_starts=None,
 ):
     """RoBERTa masking of a batch, each row reproducible from (seed, its index).
 
     Chooses round(mask_rate * n) of a row's n real, non-special tokens (at least
     one when n > 0, at most `slots`); of those, `mask_fraction` become <mask>,
     `random_fraction` a random non-special token, and the rest stay as they are.
+
+    With `word_starts`, whole words are chosen: all the tokens of a word or none
+    (the 80/10/10 split stays per token). Words are taken in a random order while
+    they fit the budget: a word counts when at least half of it lies within
+    round(mask_rate * n) tokens, and the first word always counts, so the rate is
+    kept on average; a word that does not fit the `slots` is never split.
 
     Args:
         input_ids: int (B, L) original tokens.
@@ -106,6 +115,9 @@ def dynamic_mask_batch(
         special_token_ids: ids that are never chosen (<s>, <pad>, </s>, ...).
         vocabulary_size: random replacements are drawn from the ids above the
             largest special id and below this.
+        word_starts: None, or a bool (vocabulary_size,) table: True for the ids
+            that begin a word (byte-level BPE: a leading space marker). A token
+            also begins a word after a special token or padding.
 
     Returns:
         (masked_ids (B, L), positions (B, M), labels (B, M)), all int32.
@@ -120,12 +132,21 @@ def dynamic_mask_batch(
     count = tf.minimum(tf.minimum(wanted, num_candidates), slots)  # (B,)
 
     keys = element_keys(seed, indices)
+    uniforms = hash_uniform(keys, _SALT_SCORE, length)  # (B, L)
+    if word_starts is not None:
+        words = _words_of(input_ids, candidates, word_starts)
+        uniforms = tf.gather(uniforms, words.index, batch_dims=1)  # one score per word
     # A random score per position; non-candidates score -1 so top_k takes them last.
-    scores = tf.where(candidates, hash_uniform(keys, _SALT_SCORE, length), -1.0)  # (B, L)
+    scores = tf.where(candidates, uniforms, -1.0)  # (B, L)
     # Pad so top_k works when slots > length.
-    scores = tf.pad(scores, [[0, 0], [0, tf.maximum(slots - length, 0)]], constant_values=-2.0)
+    padding = [[0, 0], [0, tf.maximum(slots - length, 0)]]
+    scores = tf.pad(scores, padding, constant_values=-2.0)
+    # Ties keep position order, so a word's tokens come out together, in order.
     _, chosen = tf.math.top_k(scores, k=slots)  # (B, M)
-    valid = tf.range(slots)[None, :] < count[:, None]  # (B, M)
+    if word_starts is None:
+        valid = tf.range(slots)[None, :] < count[:, None]  # (B, M)
+    else:
+        valid = _whole_words_within(chosen, words, padding, count, slots)
     positions = tf.where(valid, chosen, 0)
     originals = tf.gather(input_ids, positions, batch_dims=1)  # (B, M)
     labels = tf.where(valid, originals, IGNORE_LABEL)
@@ -145,6 +166,48 @@ def dynamic_mask_batch(
     masked_ids = tf.tensor_scatter_nd_update(
         input_ids, tf.boolean_mask(where, valid), tf.boolean_mask(replacement, valid))
     return masked_ids, tf.cast(positions, tf.int32), tf.cast(labels, tf.int32)
+
+
+class _Words(typing.NamedTuple):
+    index: tf.Tensor  # (B, L) int32 the word each position belongs to (0 for non-candidates)
+    offset: tf.Tensor  # (B, L) int32 the position's place within its word
+    size: tf.Tensor  # (B, L) int32 its word's number of tokens (0 for non-candidates)
+
+
+def _words_of(input_ids, candidates, word_starts) -> _Words:
+    """Which word each candidate token belongs to: words are runs of candidates
+    that start at a word-start id or after a non-candidate (special, padding)."""
+    rows, length = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+    after_other = ~tf.pad(candidates[:, :-1], [[0, 0], [1, 0]])  # (B, L)
+    starts = candidates & (tf.gather(tf.constant(word_starts, tf.bool), input_ids) | after_other)
+    index = tf.maximum(tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1, 0)  # (B, L)
+    segment = tf.reshape(tf.range(rows)[:, None] * length + index, [-1])  # (B * L,)
+    position = tf.broadcast_to(tf.range(length)[None, :], [rows, length])
+    # Only candidates count; a non-candidate's entries are never used.
+    first = tf.math.unsorted_segment_min(
+        tf.reshape(tf.where(candidates, position, length), [-1]), segment, rows * length)
+    size = tf.math.unsorted_segment_sum(
+        tf.reshape(tf.cast(candidates, tf.int32), [-1]), segment, rows * length)
+    per_position = lambda table: tf.reshape(tf.gather(table, segment), [rows, length])
+    return _Words(index, position - per_position(first),
+                  tf.where(candidates, per_position(size), 0))
+
+
+def _whole_words_within(chosen, words: _Words, padding, count, slots):
+    """(B, M) bool: the slots of the whole words that fit, a prefix of the slots.
+
+    chosen: (B, M) positions in descending word-score order, a word's tokens
+    consecutive. A word spans slots [before, after); it is kept when it fits the
+    slots and its middle lies within `count` tokens, or when it is the first.
+    """
+    slot = tf.range(slots)[None, :]  # (1, M)
+    offset = tf.gather(tf.pad(words.offset, padding), chosen, batch_dims=1)  # (B, M)
+    size = tf.gather(tf.pad(words.size, padding), chosen, batch_dims=1)  # (B, M); 0 = padding
+    before = slot - offset
+    after = before + size
+    fits = (size > 0) & (after <= slots) & ((before == 0) | (before + after <= 2 * count[:, None]))
+    # What fits is a prefix (before and after only grow along the slots); cumprod keeps it one.
+    return tf.cast(tf.math.cumprod(tf.cast(fits, tf.int32), axis=1), tf.bool) & (count[:, None] > 0)
 
 
 def dynamic_mask(input_ids, attention_mask, seed, **kwargs):
@@ -170,20 +233,24 @@ def static_slots_batch(labels, slots):
         the labelled positions beyond the first M (they are not predicted).
     """
     labels = tf.cast(labels, tf.int32)
-    length = tf.shape(labels)[1]
+    rows, length = tf.shape(labels)[0], tf.shape(labels)[1]
     labelled = labels != IGNORE_LABEL  # (B, L)
     count = tf.reduce_sum(tf.cast(labelled, tf.int32), axis=1)  # (B,)
-    # Earlier positions score higher; unlabelled ones lowest.
-    order = tf.cast(length - tf.range(length), tf.float32)[None, :]
-    scores = tf.where(labelled, order, -1.0)
-    padding = [[0, 0], [0, tf.maximum(slots - length, 0)]]
-    scores = tf.pad(scores, padding, constant_values=-2.0)
-    _, chosen = tf.math.top_k(scores, k=slots)  # (B, M)
+    # A labelled position's slot is its rank among the row's labelled positions; the
+    # first M ranks fill the slots, everything else goes to a discarded slot M. One
+    # pass over (B, L), where sorting scores with top_k costs several.
+    rank = tf.cumsum(tf.cast(labelled, tf.int32), axis=1) - 1  # (B, L)
+    slot = tf.where(labelled & (rank < slots), rank, slots)  # (B, L) in [0, M]
+    segment = tf.range(rows)[:, None] * (slots + 1) + slot  # (B, L)
+    position = tf.broadcast_to(tf.range(length)[None, :], [rows, length])
+    # Each kept slot receives exactly one position; empty slots get int32's lowest.
+    filled = tf.math.unsorted_segment_max(tf.reshape(position, [-1]), tf.reshape(segment, [-1]),
+                                          rows * (slots + 1))
+    filled = tf.reshape(filled, [rows, slots + 1])[:, :slots]  # (B, M)
     valid = tf.range(slots)[None, :] < tf.minimum(count, slots)[:, None]
-    positions = tf.where(valid, chosen, 0)
-    padded_labels = tf.pad(labels, padding, constant_values=IGNORE_LABEL)
-    slot_labels = tf.where(valid, tf.gather(padded_labels, positions, batch_dims=1), IGNORE_LABEL)
-    return tf.cast(positions, tf.int32), slot_labels, tf.maximum(count - slots, 0)
+    positions = tf.where(valid, filled, 0)
+    slot_labels = tf.where(valid, tf.gather(labels, positions, batch_dims=1), IGNORE_LABEL)
+    return positions, slot_labels, tf.maximum(count - slots, 0)
 
 
 def static_slots(labels, slots):

@@ -28,6 +28,9 @@ class RunData:
 def resolve(config: Config, log=print) -> RunData:
     """Finds the run's files (prepares the embedded corpus if none are given), checks them."""
     config, tokenizer_path = datasource.resolve(config, log=log)
+    if config.data.whole_word_masking and tokenizer_path is None:
+        raise ConfigError("data.whole_word_masking: needs the run's tokenizer; give data.dir "
+                          "(a directory made by `python -m kroberta.prepare`) instead of data.train")
     train = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "data.train"),
                                    "data.train")
     data_lib.check_against_model(train, config.data, config.model, "data.train")
@@ -43,17 +46,27 @@ def resolve(config: Config, log=print) -> RunData:
     return RunData(config, train, validation, tokenizer_path)
 
 
+def word_starts(run: RunData):
+    """The tokenizer's word-start table when the run masks whole words, else None."""
+    if not run.config.data.whole_word_masking:
+        return None
+    from kroberta.tokenizer import load_tokenizer, word_start_table
+
+    return word_start_table(load_tokenizer(run.tokenizer_path), run.config.model.vocabulary_size)
+
+
 def train_batches(run: RunData, process_batch: int, start_step: int = 0, shard=None):
     t = run.config.train
     return data_lib.train_dataset(run.train, run.config.data, run.config.model.vocabulary_size,
-                                  process_batch, t.seed, start_step, shard=shard)
+                                  process_batch, t.seed, start_step, shard=shard,
+                                  word_starts=word_starts(run))
 
 
 def validation_batches(run: RunData, global_batch: int, shard=None):
     t = run.config.train
     return data_lib.eval_dataset(run.validation, run.config.data,
                                  run.config.model.vocabulary_size, global_batch, t.seed,
-                                 t.eval_steps, shard=shard)
+                                 t.eval_steps, shard=shard, word_starts=word_starts(run))
 
 
 def dataset(config: Config, split: str = "train", start_step: int = 0, log=print):

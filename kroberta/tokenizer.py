@@ -7,6 +7,7 @@ reproduces the input exactly, which `prepare`'s round-trip test relies on.
 import os
 import warnings
 
+import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 # Order fixes the ids: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4 (RoBERTa's first four,
@@ -122,6 +123,24 @@ def special_token_ids(tokenizer, source=None):
             + ", ".join(SPECIAL_TOKENS.values())
         )
     return ids
+
+
+# Byte-level BPE writes a space as this character: a token that starts with it
+# begins a word.
+SPACE_MARKER = "\u0120"
+
+
+def word_start_table(tokenizer, vocabulary_size: int):
+    """(vocabulary_size,) bool numpy table: True for the ids whose token begins a word.
+
+    The space-marked tokens (byte-level BPE's "Ġword"); whole-word masking also
+    starts a word after any special token (the first word of a text has no space).
+    """
+    table = np.zeros(vocabulary_size, bool)
+    for token, index in tokenizer.get_vocab(with_added_tokens=False).items():
+        if index < vocabulary_size and token.startswith(SPACE_MARKER):
+            table[index] = True
+    return table
 
 
 def vocabulary_size(tokenizer):

@@ -37,6 +37,21 @@ def tiny_data(tmp_path_factory):
     return root
 
 
+def prepare_word_corpus(root, words, documents: int, vocab_size: int = 300, seq_len: int = 32):
+    """A corpus of random sentences of `words`, prepared under root/data (returns that path)."""
+    import random
+
+    from kroberta import prepare
+
+    rng = random.Random(0)
+    text = "".join("The " + " ".join(rng.choice(words) for _ in range(rng.randint(5, 15)))
+                   + " ends here.\n\n" for _ in range(documents))
+    (root / "corpus.txt").write_text(text)
+    prepare.prepare([str(root / "corpus.txt")], str(root / "data"), vocab_size=vocab_size,
+                    seq_len=seq_len, validation_fraction=0.05, progress=False)
+    return root / "data"
+
+
 def tiny_config(data_dir, run_dir, **train_overrides) -> config_lib.Config:
     """The shipped tiny config pointed at `data_dir`, writing to `run_dir`."""
     from kroberta.named_configs import resolve

@@ -83,7 +83,9 @@ def _first_error(tmp_path, paths, vocabulary_size=V, batches=40):
     with pytest.raises(Exception) as info:
         for _ in ds.take(batches):
             pass
-    explained = data_lib.explain_pipeline_error(info.value, spec.files)
+    # As training does: a failure that names no record is found by replaying the stream.
+    replay = data_lib.replay_train_errors(spec, _data_config(), vocabulary_size, 0, 0, batches, 8)
+    explained = data_lib.explain_pipeline_error(info.value, spec.files, replay=replay)
     assert explained is not None, info.value
     return str(explained)
 

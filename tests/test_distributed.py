@@ -210,6 +210,22 @@ def test_two_processes_train_like_one_and_hand_checkpoints_over(tiny_data, tmp_p
 
 
 @pytest.mark.slow
+def test_two_processes_fusing_two_steps_per_dispatch_train_like_one(tiny_data, tmp_path,
+                                                                     single_run):
+    # K = 2 steps in one program per dispatch on each process (the reference runs K = 1):
+    # the super-batches are assembled across the processes and must give the same run.
+    pair_dir = tmp_path / "pair_k2"
+    weights, results = _pair(tiny_data, pair_dir, "--train.steps_per_execution=2")
+    first, second = (np.load(w) for w in weights)
+    for key in first.files:
+        np.testing.assert_array_equal(first[key], second[key])
+    assert "steps_per_execution = 2" in (pair_dir / "config.toml").read_text()
+    assert "steps_per_execution = 1" in (single_run / "config.toml").read_text()
+    assert "step 8/8 [train]" in results[0][1]
+    _assert_close_runs(pair_dir, single_run)
+
+
+@pytest.mark.slow
 def test_one_process_checkpoint_resumes_in_two(tiny_data, tmp_path, single_run):
     resumed = tmp_path / "single_to_pair"
     _copy_checkpoint(single_run, 4, resumed)

@@ -9,9 +9,9 @@ import pytest
 
 import kroberta
 from kroberta import data as data_lib
-from kroberta import prepare
 from kroberta.config import Config, ConfigError
 from kroberta.synthetic import write_tfrecord
+from tests.conftest import prepare_word_corpus
 
 L, V = 16, 512
 
@@ -122,14 +122,8 @@ def test_too_few_records_for_the_processes_is_a_clear_error(tmp_path):
 
 
 def _prepared(root):
-    rng = random.Random(0)
     words = ["alpha", "beta", "gamma", "delta", "omega", "river", "stone", "cloud"]
-    text = "".join("The " + " ".join(rng.choice(words) for _ in range(rng.randint(5, 15)))
-                   + " ends here.\n\n" for _ in range(300))
-    (root / "corpus.txt").write_text(text)
-    prepare.prepare([str(root / "corpus.txt")], str(root / "data"), vocab_size=300, seq_len=32,
-                    validation_fraction=0.05, progress=False)
-    return root / "data"
+    return prepare_word_corpus(root, words, documents=300)
 
 
 def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tmp_path):

@@ -1,8 +1,10 @@
+import math
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.masking import IGNORE_LABEL, dynamic_mask, static_slots
+from kroberta.masking import IGNORE_LABEL, dynamic_mask, dynamic_mask_batch, static_slots
 
 SPECIAL = (0, 1, 2, 3, 4)
 VOCAB = 100
@@ -117,3 +119,169 @@ def test_static_slots_take_labels_in_position_order_and_count_overflow():
     np.testing.assert_array_equal(positions, [3, 5, 9, 12, 0, 0])
     np.testing.assert_array_equal(slot_labels, [30, 50, 90, 120, IGNORE_LABEL, IGNORE_LABEL])
     assert dropped == 0
+
+
+# Whole-word masking: words are runs of candidates that start at a word-start id or
+# after a special token / padding.
+WORD_VOCAB = 300
+
+
+def _words_reference(ids, mask, starts):
+    """(candidates (L,), word number per position (L,)), the definition spelt out in numpy."""
+    candidates = (mask == 1) & ~np.isin(ids, SPECIAL)
+    begins = candidates & (starts[ids] | ~np.r_[False, candidates[:-1]])
+    return candidates, np.cumsum(begins) - 1
+
+
+def _word_batch(rows, length, seed=0):
+    rng = np.random.default_rng(seed)
+    starts = rng.random(WORD_VOCAB) < 0.5
+    starts[list(SPECIAL)] = False
+    ids = rng.integers(5, WORD_VOCAB, (rows, length))
+    ids[:, 0], ids[:, -1] = 0, 2
+    mask = np.ones_like(ids)
+    mask[::4, length // 2:] = 0  # some padded rows
+    ids[::4, length // 2:] = 1
+    ids[1::5, length // 3] = 2  # a separator inside some rows: it ends a word
+    return ids, mask, starts
+
+
+def _whole_word_mask(ids, mask, starts, indices, **kwargs):
+    params = dict(mask_rate=0.15, slots=12, mask_token_id=4, special_token_ids=SPECIAL,
+                  vocabulary_size=WORD_VOCAB, word_starts=starts)
+    params.update(kwargs)
+    return [t.numpy() for t in dynamic_mask_batch(ids, mask, 11, indices, **params)]
+
+
+def test_whole_word_masks_never_split_a_word_and_keep_the_rate():
+    rows, length, rate = 1700, 64, 0.15
+    ids, mask, starts = _word_batch(rows, length)
+    masked, positions, labels = _whole_word_mask(ids, mask, starts, np.arange(rows), slots=16)
+    chosen_tokens = candidate_tokens = 0
+    for row in range(rows):
+        candidates, word = _words_reference(ids[row], mask[row], starts)
+        valid = labels[row] != IGNORE_LABEL
+        chosen = np.zeros(length, bool)
+        chosen[positions[row][valid]] = True
+        assert chosen[candidates].any() or not candidates.any()  # the first word always counts
+        assert not chosen[~candidates].any()
+        for w in np.unique(word[candidates]):
+            tokens = chosen[candidates & (word == w)]
+            assert tokens.all() or not tokens.any(), (row, w)
+        np.testing.assert_array_equal(labels[row][valid], ids[row][positions[row][valid]])
+        chosen_tokens += chosen.sum()
+        candidate_tokens += candidates.sum()
+    assert candidate_tokens > 8 * 10**4
+    assert abs(chosen_tokens / candidate_tokens - rate) < 0.01
+    written = np.take_along_axis(masked, positions, 1)[labels != IGNORE_LABEL]
+    originals = labels[labels != IGNORE_LABEL]
+    as_mask = (written == 4).mean()
+    n = written.size
+    assert abs(as_mask - 0.8) < 5 * math.sqrt(0.8 * 0.2 / n)
+    # Positions not chosen keep their tokens.
+    chosen_anywhere = np.zeros_like(ids, bool)
+    row_of = np.broadcast_to(np.arange(rows)[:, None], positions.shape)
+    valid = labels != IGNORE_LABEL
+    chosen_anywhere[row_of[valid], positions[valid]] = True
+    np.testing.assert_array_equal(masked[~chosen_anywhere], ids[~chosen_anywhere])
+    assert (written[written != 4] >= 5).all() and (originals >= 5).all()
+
+
+def test_whole_word_masks_depend_only_on_seed_and_index():
+    ids, mask, starts = _word_batch(24, 40, seed=3)
+    indices = np.arange(500, 524)
+    whole = _whole_word_mask(ids, mask, starts, indices)
+    for size in (8, 1):
+        parts = [_whole_word_mask(ids[s:s + size], mask[s:s + size], starts, indices[s:s + size])
+                 for s in range(0, 24, size)]
+        for k in range(3):
+            np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), whole[k])
+    in_graph = tf.function(lambda a, b, i: dynamic_mask_batch(
+        a, b, 11, i, mask_rate=0.15, slots=12, mask_token_id=4, special_token_ids=SPECIAL,
+        vocabulary_size=WORD_VOCAB, word_starts=starts))(ids, mask, indices)
+    for k in range(3):
+        np.testing.assert_array_equal(in_graph[k].numpy(), whole[k])
+
+
+def test_whole_words_longer_than_the_slots_are_never_split():
+    # One long word of 10 tokens and slots for 4: nothing fits, nothing is split.
+    starts = np.zeros(WORD_VOCAB, bool)
+    starts[50] = True
+    ids = np.array([[0, 50] + [60] * 9 + [2]])
+    mask = np.ones_like(ids)
+    _, positions, labels = _whole_word_mask(ids, mask, starts, np.arange(1), mask_rate=1.0, slots=4)
+    assert (labels == IGNORE_LABEL).all()
+    # With every token its own word, rate 1 chooses every candidate.
+    _, positions, labels = _whole_word_mask(ids, mask, np.ones(WORD_VOCAB, bool), np.arange(1),
+                                            mask_rate=1.0, slots=10)
+    assert sorted(positions[0][labels[0] != IGNORE_LABEL]) == list(range(1, 11))
+
+
+def _prepared_words(root):
+    from tests.conftest import prepare_word_corpus
+
+    # 300 tokens: few merges, so most of these words are several tokens long.
+    words = ["alphabetical", "betatron", "gammaray", "deltawing", "omegapoint", "riverstone"]
+    return prepare_word_corpus(root, words, documents=200)
+
+
+def _split_words(batches, starts):
+    """How many chosen words in these batches were chosen only in part."""
+    split = 0
+    for x, labels in batches:
+        ids = x["token_ids"].copy()
+        rows = np.broadcast_to(np.arange(len(ids))[:, None], labels.shape)
+        valid = labels != IGNORE_LABEL
+        ids[rows[valid], x["mask_positions"][valid]] = labels[valid]  # the original text
+        for row in range(len(ids)):
+            candidates, word = _words_reference(ids[row], x["padding_mask"][row], starts)
+            chosen = np.zeros(ids.shape[1], bool)
+            chosen[x["mask_positions"][row][valid[row]]] = True
+            for w in np.unique(word[candidates & chosen]):
+                split += not chosen[candidates & (word == w)].all()
+    return split
+
+
+def test_the_training_pipeline_masks_whole_words_of_the_tokenizer(tmp_path):
+    import dataclasses
+
+    import kroberta
+    from kroberta.config import Config
+    from kroberta.tokenizer import load_tokenizer, word_start_table
+
+    directory = _prepared_words(tmp_path)
+    tokenizer = load_tokenizer(directory / "tokenizer.json")
+    starts = word_start_table(tokenizer, 300)
+    assert starts[tokenizer.token_to_id("\u0120")] and not starts[tokenizer.token_to_id("e")]
+    assert not starts[:5].any()
+
+    def batches(whole_words):
+        config = dataclasses.replace(
+            Config(), run_dir=str(tmp_path / "run"),
+            model=dataclasses.replace(Config().model, vocabulary_size=300, max_sequence_length=32),
+            data=dataclasses.replace(Config().data, dir=str(directory), mask_rate=0.3,
+                                     whole_word_masking=whole_words),
+            train=dataclasses.replace(Config().train, batch_size_per_device=4))
+        return list(kroberta.dataset(config, log=lambda *_: None).take(8).as_numpy_iterator())
+
+    assert _split_words(batches(True), starts) == 0
+    assert _split_words(batches(False), starts) > 0  # token masking does split these words
+
+
+def test_whole_word_masking_needs_dynamic_masking_and_a_tokenizer(tmp_path):
+    import dataclasses
+
+    from kroberta import run_data
+    from kroberta.config import Config, ConfigError, validate
+
+    config = Config()
+    static = dataclasses.replace(config.data, masking="static", whole_word_masking=True)
+    with pytest.raises(ConfigError, match="data.whole_word_masking: needs data.masking='dynamic'"):
+        validate(dataclasses.replace(config, data=static))
+    from kroberta.synthetic import write_seed_format
+
+    path = str(tmp_path / "t.tfrecord")
+    write_seed_format(path, 8, 16, 100, seed=1)
+    files = dataclasses.replace(config.data, train=(path,), whole_word_masking=True)
+    with pytest.raises(ConfigError, match="whole_word_masking: needs the run's tokenizer"):
+        run_data.resolve(dataclasses.replace(config, data=files), log=lambda *_: None)
