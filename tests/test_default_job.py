@@ -29,4 +29,3 @@ def test_default_recipe_falls_well_below_chance_in_a_short_run(tmp_path):
     last = [r for r in rows if r["split"] == "validation"][-1]
     assert first["loss"] > chance - 1.0  # it starts near chance...
     assert last["loss"] < chance - 1.0  # ...and ends well below it on held-out text
-    assert last["masked_accuracy"] > 0.05  # above the most frequent token's share (~4%)
