@@ -41,6 +41,8 @@ def parse_args():
     p.add_argument("--batches", type=int, default=150, help="timed batches per round")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--config", default="seed", help="a shipped config name or a TOML file")
+    p.add_argument("--lengths", type=int, nargs="+", default=[64, 512],
+                   help="sequence lengths to measure (64 uses --records, others --long-records)")
     return p.parse_args()
 
 
@@ -128,7 +130,8 @@ def main():
     config = load_config(args.config)
     V = config.model.vocabulary_size
     with tempfile.TemporaryDirectory() as tmp:
-        for length, records in ((64, args.records), (512, args.long_records)):
+        for length in args.lengths:
+            records = args.records if length <= 64 else args.long_records
             path = os.path.join(tmp, f"seed-{length}.tfrecords")
             write_seed_format(path, records, length, V, seed=1)
             model = dataclasses.replace(config.model, max_sequence_length=length)
