@@ -42,11 +42,11 @@ def test_trace_holds_the_window_and_nothing_outside_it(tiny_data, tmp_path, caps
     train.main(config)
     out = capsys.readouterr().out
     assert "steps 5:7 widened to 4:8" in out and "tracing steps 5-8" in out
-    sessions = list((tmp_path / "run" / "profile" / "plugins" / "profile").iterdir())
-    assert len(sessions) == 1  # one trace
-    files = {p.name for p in sessions[0].iterdir()}
+    traces = list((tmp_path / "run" / "profile" / "plugins" / "profile").iterdir())
+    assert len(traces) == 1  # one trace
+    files = {p.name for p in traces[0].iterdir()}
     assert "perfetto_trace.json.gz" in files and any(f.endswith(".xplane.pb") for f in files)
-    with gzip.open(sessions[0] / "perfetto_trace.json.gz") as f:
+    with gzip.open(traces[0] / "perfetto_trace.json.gz") as f:
         trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     calls = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
