@@ -60,10 +60,16 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_size_per_device: int = 32  # sequences per device per step; global = this x devices
+    batch_size_per_device: int = 32  # sequences per device per micro-batch; global = this x devices x accumulation
+    # Micro-batches per optimizer step: one update from a batch N times larger, the loss
+    # normalised by the masked tokens of the whole batch (kroberta.model.accumulation).
+    gradient_accumulation_steps: int = 1
     steps: int = 1000  # optimizer steps in the whole run
     learning_rate: float = 2e-3  # peak learning rate, reached after warmup
-    warmup_steps: int = 100  # linear warmup from 0, then linear decay to 0 at `steps`
+    warmup_steps: int = 100  # linear warmup from 0 to learning_rate, then `schedule`
+    # After warmup: "linear" (to 0 at `steps`), "cosine" (to 0 at `steps`), "constant",
+    # "inverse_sqrt" (learning_rate * sqrt(warmup_steps / step)); kroberta.model.schedules.
+    schedule: str = "linear"
     weight_decay: float = 0.01  # AdamW decay; never applied to biases or LayerNorm
     clip_norm: float = 1.0  # global gradient-norm clip; 0 disables
     adam_beta_1: float = 0.9
@@ -74,6 +80,9 @@ class TrainConfig:
     # prediction batches); "auto" = enough FLOPs per dispatch to hide the host (logged).
     steps_per_execution: int | str = "auto"
     log_every: int = 50  # steps between log lines / metrics.jsonl rows
+    # "START:STOP": a jax.profiler trace of steps START+1..STOP in run_dir/profile/,
+    # widened to steps_per_execution boundaries (kroberta.training.profiling); "" = none.
+    profile: str = ""
     eval_every: int = 250  # steps between evaluations; a multiple of log_every; 0 = only at the end
     eval_steps: int = 0  # batches per evaluation; 0 = the whole validation set
     checkpoint_every: int = 250  # steps between checkpoints; a multiple of log_every
@@ -119,6 +128,7 @@ TOP_LEVEL_KEYS = ("run_dir", "init_from_hf", "init_from_keras_hub")
 STRATEGIES = ("data", "fsdp", "model")
 AUTO = "auto"  # train.steps_per_execution chosen from the model's FLOPs and the devices' peak
 MASKINGS = ("dynamic", "static")
+SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt")  # kroberta.model.schedules
 
 
 def _field_types(cls) -> dict[str, object]:

@@ -6,7 +6,8 @@ in `kroberta.parallel.distribute` (it calls `check_model_parallel` with it).
 
 import re
 
-from kroberta.config import AUTO, MASKINGS, STRATEGIES, Config, ConfigError, ModelConfig, TrainConfig
+from kroberta.config import (AUTO, MASKINGS, SCHEDULES, STRATEGIES, Config, ConfigError,
+                             ModelConfig, TrainConfig)
 
 
 def validate(config: Config, source: str | dict = "config") -> Config:
@@ -39,7 +40,8 @@ def validate(config: Config, source: str | dict = "config") -> Config:
             fail(f"data.{key}", f"{getattr(d, key)} is outside the vocabulary [0, {m.vocabulary_size})")
     if d.shuffle_buffer < 1:
         fail("data.shuffle_buffer", f"must be >= 1, got {d.shuffle_buffer}")
-    for key in ("batch_size_per_device", "steps", "log_every", "keep_checkpoints"):
+    for key in ("batch_size_per_device", "gradient_accumulation_steps", "steps", "log_every",
+                "keep_checkpoints"):
         if getattr(t, key) < 1:
             fail(f"train.{key}", f"must be >= 1, got {getattr(t, key)}")
     for key in ("warmup_steps", "eval_every", "eval_steps", "checkpoint_every"):
@@ -47,6 +49,9 @@ def validate(config: Config, source: str | dict = "config") -> Config:
             fail(f"train.{key}", f"must be >= 0, got {getattr(t, key)}")
     if t.learning_rate <= 0:
         fail("train.learning_rate", f"must be > 0, got {t.learning_rate}")
+    _validate_profile(t, fail)
+    if t.schedule not in SCHEDULES:
+        fail("train.schedule", f"must be one of {SCHEDULES}, got {t.schedule!r}")
     if t.warmup_steps > t.steps:
         fail("train.warmup_steps", f"{t.warmup_steps} exceeds train.steps={t.steps}")
     if t.weight_decay < 0 or t.clip_norm < 0:
@@ -70,6 +75,28 @@ def validate(config: Config, source: str | dict = "config") -> Config:
     if config.init_from_hf and config.init_from_keras_hub:
         fail("init_from_keras_hub", "set init_from_hf or init_from_keras_hub, not both")
     return config
+
+
+def parse_window(text: str) -> tuple[int, int] | None:
+    """"START:STOP" -> (START, STOP); "" -> None. Raises ValueError saying what is wrong."""
+    if not text:
+        return None
+    parts = text.split(":")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"expected \"START:STOP\" (two step numbers, e.g. \"100:120\"), got {text!r}")
+    start, stop = (int(p) for p in parts)
+    if start >= stop:
+        raise ValueError(f"START must be below STOP, got {text!r}")
+    return start, stop
+
+
+def _validate_profile(t: TrainConfig, fail):
+    try:
+        window = parse_window(t.profile)
+    except ValueError as error:
+        fail("train.profile", str(error))
+    if window and window[0] >= t.steps:
+        fail("train.profile", f"starts at step {window[0]}, but the run ends at train.steps={t.steps}")
 
 
 def check_steps_per_execution(t: TrainConfig, k: int, fail):

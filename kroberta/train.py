@@ -108,8 +108,11 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     model = build_compiled_model(config)
     _log(f"devices: {topology.describe()}")
     _log(distribute.describe_memory(model, topology))
+    accumulation = config.train.gradient_accumulation_steps
+    per_device = f"{config.train.batch_size_per_device} per device" + (
+        f" x {accumulation} accumulated micro-batches" if accumulation > 1 else "")
     _log(f"model: {count_parameters(model):,} parameters; batch {global_batch} "
-         f"({config.train.batch_size_per_device} per device) x {train_spec.sequence_length} "
+         f"({per_device}) x {train_spec.sequence_length} "
          f"tokens, {slots} prediction slots per sequence; {len(train_spec.files)} training file(s)")
     # TPU-alignment advice only where it applies; `--explain` shows it anywhere.
     for line in advisor.warnings_for(config, topology.platform, shapes=topology.platform == "tpu"):
@@ -186,7 +189,9 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     process_batch = distribute.process_batch_size(config, topology)
     evaluate_fn = None
     if val_spec is not None:
-        eval_ds = run_data_lib.validation_batches(run_data, global_batch, shard=shard)
+        # Evaluation needs no gradients to accumulate: batches of one micro-batch.
+        eval_ds = run_data_lib.validation_batches(
+            run_data, distribute.micro_batch_size(config, topology), shard=shard)
 
         def evaluate_fn():
             logs = model.evaluate(eval_ds, verbose=0, return_dict=True)
@@ -199,6 +204,11 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     logger = RunLogger(config, config.run_dir, start_step, global_batch,
                        train_spec.sequence_length, evaluate_fn, stop_step, preemption=preemption,
                        write_files=topology.is_main, save_checkpoints=True)
+    callbacks = [logger]
+    profile = _profile_window(config, start_step, topology.is_main)
+    if profile is not None:
+        callbacks.insert(0, profile)  # its epoch end (a trace's end) before the evaluation
+
     def fit_segment(begin, end, steps_per_epoch):
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
         # Exactly `end - begin` batches: fused dispatches take K of them at a time
@@ -206,7 +216,7 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
         train_ds = run_data_lib.train_batches(run_data, process_batch, begin, shard=shard)
         model.fit(train_ds.take(end - begin), steps_per_epoch=steps_per_epoch,
                   epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,
-                  callbacks=[logger], shuffle=False)
+                  callbacks=callbacks, shuffle=False)
 
     started = time.perf_counter()
     try:
@@ -224,9 +234,26 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
         raise _named_data_error(error, config, train_spec, val_spec, start_step, logger.step,
                                 process_batch, shard) from None
     finally:
+        if profile is not None:
+            profile.close()
         logger.close()
     return {"seconds": time.perf_counter() - started, "compile_seconds": logger.compile_seconds,
             "preempted": preemption.requested, "job_wide": preemption.job_wide}
+
+
+def _profile_window(config, start_step: int, main_process: bool):
+    """The `train.profile` callback (process 0 only), its window on dispatch boundaries."""
+    from kroberta.training import profiling
+
+    window = profiling.parse_window(config.train.profile)
+    if window is None or not main_process:
+        return None
+    t = config.train
+    aligned = profiling.aligned_window(window, t.steps_per_execution, t.steps)
+    if aligned != window:
+        _log(f"profile: steps {window[0]}:{window[1]} widened to {aligned[0]}:{aligned[1]}, "
+             f"whole dispatches of train.steps_per_execution={t.steps_per_execution} steps")
+    return profiling.ProfileWindow(config.run_dir, aligned, start_step, log=_log)
 
 
 def _named_data_error(error, config, train_spec, val_spec, start_step, step, process_batch, shard):

@@ -27,7 +27,7 @@ from kroberta.model.dropout import use_fast_dropout
 from kroberta.model.gelu import use_erf_gelu
 from kroberta.model.layer_norm import use_fused_layer_norm
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
-from kroberta.model.schedules import WarmupLinearDecay
+from kroberta.model.schedules import WarmupSchedule
 
 # Names the optimizer's variables are saved under; an unnamed optimizer gets a
 # process-dependent name and restored state could silently fail to match.
@@ -70,7 +70,7 @@ def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: 
 def build_optimizer(config: Config) -> keras.optimizers.AdamW:
     t = config.train
     optimizer = keras.optimizers.AdamW(
-        learning_rate=WarmupLinearDecay(t.learning_rate, t.warmup_steps, t.steps),
+        learning_rate=WarmupSchedule(t.learning_rate, t.warmup_steps, t.steps, t.schedule),
         weight_decay=t.weight_decay,
         beta_1=t.adam_beta_1,
         beta_2=t.adam_beta_2,
@@ -85,16 +85,18 @@ def build_optimizer(config: Config) -> keras.optimizers.AdamW:
 def compile_model(model, config: Config):
     """Compiles with AdamW, the masked loss and metrics; every step is XLA-compiled, and
     `fit`/`evaluate` run train.steps_per_execution steps per dispatch (`kroberta.model.fused_steps`;
+    each of train.gradient_accumulation_steps micro-batches, `kroberta.model.accumulation`;
     "auto" is resolved here for all local devices unless the caller resolved it)."""
+    from kroberta.model import accumulation, fused_steps
     from kroberta.perf import dispatch_size
-    from kroberta.model import fused_steps
 
     if config.train.steps_per_execution == AUTO:
         import jax
 
         devices = jax.devices()
-        config = dispatch_size.resolve(config, devices,
-                                       config.train.batch_size_per_device * len(devices))
+        t = config.train
+        config = dispatch_size.resolve(
+            config, devices, t.batch_size_per_device * len(devices) * t.gradient_accumulation_steps)
     model.compile(
         optimizer=build_optimizer(config),
         loss=MaskedLMLoss(),
@@ -103,7 +105,8 @@ def compile_model(model, config: Config):
         steps_per_execution=config.train.steps_per_execution,
         jit_compile=True,
     )
-    fused_steps.install(model)
+    accumulation.install(model, config.train.gradient_accumulation_steps)
+    fused_steps.install(model)  # scans the (accumulating) train step K times per dispatch
     return model
 
 

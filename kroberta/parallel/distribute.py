@@ -179,13 +179,20 @@ def setup(config: Config) -> Topology:
 
 
 def global_batch_size(config: Config, topology: Topology) -> int:
-    """Sequences per step over all devices, whatever the strategy."""
+    """Sequences per optimizer step over all devices, whatever the strategy (all the
+    micro-batches of a step when gradients accumulate)."""
+    return micro_batch_size(config, topology) * config.train.gradient_accumulation_steps
+
+
+def micro_batch_size(config: Config, topology: Topology) -> int:
+    """Sequences of one forward/backward pass over all devices (one micro-batch)."""
     return config.train.batch_size_per_device * topology.num_devices
 
 
 def process_batch_size(config: Config, topology: Topology) -> int:
-    """The rows of each global batch that this process reads and feeds."""
-    return config.train.batch_size_per_device * topology.local_device_count
+    """The rows of each global batch (one optimizer step) that this process reads and feeds."""
+    t = config.train
+    return t.batch_size_per_device * topology.local_device_count * t.gradient_accumulation_steps
 
 
 def data_shard(topology: Topology) -> tuple[int, int] | None:

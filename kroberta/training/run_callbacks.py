@@ -139,7 +139,9 @@ class RunLogger(keras.callbacks.Callback):
         if not hasattr(self, "_peak"):
             import jax
 
-            devices = jax.devices()[: self.global_batch // self.config.train.batch_size_per_device]
+            t = self.config.train
+            micro_batch = self.global_batch // t.gradient_accumulation_steps
+            devices = jax.devices()[: micro_batch // t.batch_size_per_device]
             self._peak = throughput.peak_flops(devices)
         shape = flops.Shape.from_config(self.config, self.sequence_length)
         model_flops = samples_per_second * flops.train_flops_per_sequence(shape)

@@ -83,7 +83,8 @@ def dataset(config: Config, split: str = "train", start_step: int = 0, log=print
     Returns:
         Batches of this process's share: x = {token_ids (B, L), padding_mask (B, L),
         mask_positions (B, M)}, labels (B, M), int32, with B = batch_size_per_device x
-        this process's devices.
+        this process's devices (x gradient_accumulation_steps for "train": one
+        optimizer step's micro-batches together).
     """
     if split not in SPLITS:
         raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
@@ -94,7 +95,8 @@ def dataset(config: Config, split: str = "train", start_step: int = 0, log=print
     shard = (processes, index) if processes > 1 else None
     per_device = config.train.batch_size_per_device
     if split == "train":
-        return train_batches(run, per_device * devices // processes, start_step, shard)
+        accumulated = per_device * config.train.gradient_accumulation_steps
+        return train_batches(run, accumulated * devices // processes, start_step, shard)
     if run.validation is None:
         raise ConfigError("data.validation: the config has no validation files")
     return validation_batches(run, per_device * devices, shard)

@@ -12,6 +12,7 @@ import pytest
 import kroberta
 from kroberta import train
 from kroberta.config import ConfigError
+from kroberta.model.schedules import WarmupSchedule
 from tests.conftest import REPO, TINY_VOCAB, tiny_config
 
 
@@ -59,6 +60,10 @@ def test_metrics_jsonl_has_one_row_per_interval_with_the_documented_keys(trained
     assert "compile_seconds" in rows[0]
     assert rows[-1]["learning_rate"] == 0.0  # linear decay reaches zero at train.steps
     assert max(r["learning_rate"] for r in rows) == pytest.approx(3e-3)  # the peak, after warmup
+    # Every row logs the schedule's value at its step (tiny: warmup 20 of 120, linear).
+    schedule = WarmupSchedule(3e-3, 20, 120, "linear")
+    for row in rows:
+        assert row["learning_rate"] == pytest.approx(float(schedule(row["step"])), abs=1e-9)
 
 
 def test_run_dir_holds_config_checkpoints_model_and_tensorboard(trained_run):
@@ -67,6 +72,7 @@ def test_run_dir_holds_config_checkpoints_model_and_tensorboard(trained_run):
     assert {"config.toml", "model.weights.h5", "metrics.jsonl", "checkpoints", "tensorboard"} <= names
     assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == ["step_00000060", "step_00000120"]
     assert os.listdir(os.path.join(run_dir, "tensorboard"))
+    assert "profile" not in names  # no train.profile window: no trace
 
 
 def test_load_returns_the_trained_model(trained_run, tiny_data):

@@ -1,0 +1,59 @@
+"""Learning-rate schedules (kroberta.model.schedules): exact values at chosen steps, the
+config key that picks one, and the rate logged every interval."""
+
+import math
+
+import numpy as np
+import pytest
+
+from kroberta.config import ConfigError, validate
+from kroberta.model import schedules
+from kroberta.model.mlm import build_optimizer
+from tests.conftest import tiny_config
+
+# peak 2, warmup 10, total 110: the decay spans steps 10..110.
+WARMUP = {0: 0.0, 1: 0.2, 5: 1.0, 10: 2.0}
+AFTER = {
+    "linear": {35: 1.5, 60: 1.0, 110: 0.0, 300: 0.0},
+    "cosine": {35: 1 + math.cos(math.pi / 4), 60: 1.0, 85: 1 - math.cos(math.pi / 4),
+               110: 0.0, 300: 0.0},
+    "constant": {35: 2.0, 110: 2.0, 300: 2.0},
+    "inverse_sqrt": {40: 1.0, 90: 2 / 3, 250: 0.4, 1000: 0.2},
+}
+
+
+@pytest.mark.parametrize("decay", schedules.SCHEDULES)
+def test_schedule_values_at_chosen_steps(decay):
+    schedule = schedules.WarmupSchedule(2.0, 10, 110, decay)
+    expected = {**WARMUP, **AFTER[decay]}
+    got = {step: float(np.asarray(schedule(step))) for step in expected}
+    assert got == pytest.approx(expected, abs=1e-6)
+
+
+def test_without_warmup_every_schedule_starts_at_the_peak():
+    for decay in schedules.SCHEDULES:
+        assert float(np.asarray(schedules.WarmupSchedule(3.0, 0, 100, decay)(0))) == 3.0
+
+
+def test_schedule_config_round_trips_and_the_old_name_still_loads():
+    schedule = schedules.WarmupSchedule(1e-3, 5, 50, "cosine")
+    again = schedules.WarmupSchedule.from_config(schedule.get_config())
+    old = schedules.WarmupLinearDecay.from_config(
+        {"peak_learning_rate": 1e-3, "warmup_steps": 5, "total_steps": 50})
+    for step in (0, 3, 20, 50):
+        assert float(np.asarray(again(step))) == float(np.asarray(schedule(step)))
+        assert float(np.asarray(old(step))) == pytest.approx(
+            float(np.asarray(schedules.WarmupSchedule(1e-3, 5, 50)(step))))
+
+
+def test_train_schedule_picks_the_optimizer_schedule(tiny_data, tmp_path):
+    config = tiny_config(tiny_data, tmp_path, schedule="inverse_sqrt", warmup_steps=4,
+                         learning_rate=1e-2)
+    rate = build_optimizer(validate(config))._learning_rate  # the schedule, not its value
+    assert isinstance(rate, schedules.WarmupSchedule) and rate.decay == "inverse_sqrt"
+    assert float(np.asarray(rate(16))) == pytest.approx(5e-3)
+
+
+def test_unknown_schedule_is_a_config_error(tiny_data, tmp_path):
+    with pytest.raises(ConfigError, match=r"train.schedule: must be one of .*'cosine'.*got 'cos'"):
+        validate(tiny_config(tiny_data, tmp_path, schedule="cos"))
