@@ -52,6 +52,42 @@ def prepare_word_corpus(root, words, documents: int, vocab_size: int = 300, seq_
     return root / "data"
 
 
+def serialize_example(features: dict, floats=()) -> bytes:
+    """A record built with TensorFlow's own protos (not kroberta's serializer): int64 lists,
+    float lists for the names in `floats`; a feature whose values are None is left out."""
+    import tensorflow as tf
+
+    feature = {}
+    for name, values in features.items():
+        if values is None:
+            continue
+        if name in floats:
+            feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=list(map(float, values))))
+        else:
+            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def write_records(path, payloads) -> str:
+    """Serialized records, framed as a TFRecord file by TensorFlow's writer."""
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for payload in payloads:
+            writer.write(payload)
+    return str(path)
+
+
+def saved_tiny_model(run_dir, config, seed: int):
+    """`config`'s freshly initialised model saved as a run in `run_dir`, loaded back."""
+    from kroberta.model.mlm import build_model
+    from kroberta.training import saving
+
+    (run_dir / "config.toml").write_text(config_lib.to_toml(config))
+    saving.save(build_model(config.model, seed=seed), str(run_dir))
+    return kroberta.load(str(run_dir))
+
+
 def tiny_config(data_dir, run_dir, **train_overrides) -> config_lib.Config:
     """The shipped tiny config pointed at `data_dir`, writing to `run_dir`."""
     from kroberta.named_configs import resolve

@@ -15,28 +15,17 @@ from kroberta.config import Config
 from kroberta.data.masking import IGNORE_LABEL, dynamic_mask, dynamic_mask_batch, static_slots_batch
 from kroberta.data.masking_numpy import static_slots_numpy
 from kroberta.data.synthetic import make_sequences
+from tests.conftest import serialize_example, write_records
 
 L, V = 32, 512
 
 
 def _example(ids, mask, labels=None, kinds=None):
-    kinds = kinds or {}
-    feature = {}
-    for name, values in (("input_ids", ids), ("attention_mask", mask), ("labels", labels)):
-        if values is None:
-            continue
-        if kinds.get(name) == "float":
-            feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=list(map(float, values))))
-        else:
-            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    floats = [name for name, kind in (kinds or {}).items() if kind == "float"]
+    return serialize_example({"input_ids": ids, "attention_mask": mask, "labels": labels}, floats)
 
 
-def _write(path, payloads):
-    with tf.io.TFRecordWriter(str(path)) as w:
-        for p in payloads:
-            w.write(p)
-    return str(path)
+_write = write_records
 
 
 def _records(count, seed=1):

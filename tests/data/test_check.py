@@ -1,10 +1,10 @@
 """check_records / `prepare --check`: clean seed-format files pass, each planted defect is caught."""
 
 import pytest
-import tensorflow as tf
 
 from kroberta.data.check import check_records
 from kroberta.prepare import main
+from tests.conftest import serialize_example, write_records
 
 L, V = 8, 50
 
@@ -16,22 +16,10 @@ def example(input_ids=None, attention_mask=None, labels=None, drop=(), floats=()
         "attention_mask": [1, 1, 1, 1, 1, 0, 0, 0] if attention_mask is None else attention_mask,
         "labels": [-100, 7, -100, -100, -100, -100, -100, -100] if labels is None else labels,
     }
-    feature = {}
-    for name, values in features.items():
-        if name in drop:
-            continue
-        if name in floats:
-            feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=values))
-        else:
-            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    return serialize_example({k: None if k in drop else v for k, v in features.items()}, floats)
 
 
-def write(path, records):
-    with tf.io.TFRecordWriter(str(path)) as w:
-        for r in records:
-            w.write(r)
-    return str(path)
+write = write_records
 
 
 def clean(n=10):

@@ -3,14 +3,12 @@ import pytest
 import tensorflow as tf
 
 import kroberta
-from kroberta.training import saving as checkpoint_io
-from kroberta import config as config_lib
 from kroberta.config import Config, ModelConfig
 from kroberta.model.metrics import MaskedLMLoss
-from kroberta.model.mlm import build_model
 from kroberta.inference.engine import PredictionError
 from kroberta.inference.program import trace_count
 from kroberta.data.synthetic import make_sequences, mask_once, write_tfrecord
+from tests.conftest import saved_tiny_model
 
 V, L = 300, 16
 TINY = ModelConfig(vocabulary_size=V, num_layers=2, num_heads=2, hidden_dim=16,
@@ -21,9 +19,7 @@ TINY = ModelConfig(vocabulary_size=V, num_layers=2, num_heads=2, hidden_dim=16,
 def model(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("predict_run")
     config = Config(model=TINY, run_dir=str(run_dir))
-    (run_dir / "config.toml").write_text(config_lib.to_toml(config))
-    checkpoint_io.save(build_model(TINY, seed=1), str(run_dir))
-    return kroberta.load(str(run_dir))
+    return saved_tiny_model(run_dir, config, seed=1)
 
 
 def _arrays(n, seed=0, labels=True):

@@ -6,14 +6,12 @@ import pytest
 import tensorflow as tf
 
 import kroberta
-from kroberta.training import saving as checkpoint_io
 from kroberta.inference import engine as prediction
-from kroberta import config as config_lib
 from kroberta.config import Config, ModelConfig, TrainConfig
-from kroberta.model.mlm import build_model
 from kroberta.inference.engine import PredictionError
 from kroberta.inference.program import trace_count
 from kroberta.data.synthetic import make_sequences, mask_once
+from tests.conftest import saved_tiny_model
 
 V, L = 300, 16
 TINY = ModelConfig(vocabulary_size=V, num_layers=1, num_heads=2, hidden_dim=16,
@@ -25,9 +23,7 @@ def model(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("dispatch_run")
     # 4 sequences per device: batches of 16 on the 4 simulated devices.
     config = Config(model=TINY, train=TrainConfig(batch_size_per_device=4), run_dir=str(run_dir))
-    (run_dir / "config.toml").write_text(config_lib.to_toml(config))
-    checkpoint_io.save(build_model(TINY, seed=2), str(run_dir))
-    return kroberta.load(str(run_dir))
+    return saved_tiny_model(run_dir, config, seed=2)
 
 
 def _arrays(n, seed=0):

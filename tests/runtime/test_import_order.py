@@ -35,9 +35,9 @@ def _run(code, timeout=300):
 
 
 @pytest.mark.parametrize("first", [
-    "import tensorflow as tf",
-    "import keras",
-    "import keras_hub",
+    pytest.param("import tensorflow as tf", marks=pytest.mark.slow),
+    "import keras",  # the same switch for the other two: ~20 s each, in the slow suite
+    pytest.param("import keras_hub", marks=pytest.mark.slow),
 ])
 def test_importing_keras_first_switches_it_to_jax_and_trains(first):
     result = _run(

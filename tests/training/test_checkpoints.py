@@ -29,6 +29,7 @@ def _checkpoint_rows(run_dir):
         return [r for r in map(json.loads, f) if r["split"] == "checkpoint"]
 
 
+@pytest.mark.slow  # async saves and their resume are also under kill -9 in the default suite
 def test_async_and_sync_checkpoints_are_bitwise_equal_and_resume_alike(tiny_data, tmp_path):
     runs = {}
     for mode in ("async", "sync"):

@@ -67,7 +67,7 @@ def _assert_same_run(run_dir, reference, stopped_at=None):
     assert steps == expected, "no duplicated or missing steps"
 
 
-@pytest.mark.parametrize("kill_seed", [1, 2])
+@pytest.mark.parametrize("kill_seed", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_kill_9_at_a_random_moment_then_resume(tiny_data, tmp_path, reference, kill_seed):
     run_dir = tmp_path / "run"
     command = _command(tiny_data, run_dir)
@@ -174,6 +174,7 @@ def test_unwritable_run_dir_fails_before_any_work(tiny_data, tmp_path):
         train.main(config)
 
 
+@pytest.mark.slow  # the background-write case stays in the default suite
 def test_disk_full_during_a_checkpoint_keeps_the_previous_ones(tiny_data, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     config = tiny_config(tiny_data, run_dir, steps=40, checkpoint_every=20, eval_every=0)

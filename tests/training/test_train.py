@@ -95,6 +95,7 @@ def test_rerun_of_a_finished_run_trains_nothing(trained_run, tiny_data):
         np.testing.assert_array_equal(before[key], after[key])
 
 
+@pytest.mark.slow  # the dropout case below resumes bitwise too, in the default suite
 def test_resumed_run_equals_uninterrupted_run(tiny_data, tmp_path):
     kwargs = dict(steps=60, eval_every=30, checkpoint_every=30)
     straight = tmp_path / "straight"
@@ -111,7 +112,8 @@ def test_resumed_run_equals_uninterrupted_run(tiny_data, tmp_path):
     assert steps == sorted(set(steps)) == list(range(10, 61, 10))
 
 
-@pytest.mark.parametrize("devices", [4, 1])
+# One device takes ~2 minutes on 2 cores: the 4-device case stays in the default suite.
+@pytest.mark.parametrize("devices", [4, pytest.param(1, marks=pytest.mark.slow)])
 def test_runs_with_dropout_resume_bitwise_on_four_devices_and_on_one(tiny_data, tmp_path, devices):
     """Dropout on (hashed masks on CPU, kroberta.model.dropout): resumes bitwise however split."""
     def config(run_dir):
