@@ -23,6 +23,8 @@ class RunData:
     train: data_lib.DataSpec
     validation: data_lib.DataSpec | None
     tokenizer_path: str | None
+    # (V,) bool from the tokenizer, read once, for data.whole_word_masking; else None.
+    word_starts: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def resolve(config: Config, log=print) -> RunData:
@@ -43,30 +45,30 @@ def resolve(config: Config, log=print) -> RunData:
             raise data_lib.DataError(
                 f"data.validation: sequences of {validation.sequence_length} tokens, but "
                 f"data.train has {train.sequence_length}")
-    return RunData(config, train, validation, tokenizer_path)
+    return RunData(config, train, validation, tokenizer_path, _word_starts(config, tokenizer_path))
 
 
-def word_starts(run: RunData):
+def _word_starts(config: Config, tokenizer_path: str | None):
     """The tokenizer's word-start table when the run masks whole words, else None."""
-    if not run.config.data.whole_word_masking:
+    if not config.data.whole_word_masking:
         return None
     from kroberta.text.tokenizer import load_tokenizer, word_start_table
 
-    return word_start_table(load_tokenizer(run.tokenizer_path), run.config.model.vocabulary_size)
+    return word_start_table(load_tokenizer(tokenizer_path), config.model.vocabulary_size)
 
 
 def train_batches(run: RunData, process_batch: int, start_step: int = 0, shard=None):
     t = run.config.train
     return data_lib.train_dataset(run.train, run.config.data, run.config.model.vocabulary_size,
                                   process_batch, t.seed, start_step, shard=shard,
-                                  word_starts=word_starts(run))
+                                  word_starts=run.word_starts)
 
 
 def validation_batches(run: RunData, global_batch: int, shard=None):
     t = run.config.train
     return data_lib.eval_dataset(run.validation, run.config.data,
                                  run.config.model.vocabulary_size, global_batch, t.seed,
-                                 t.eval_steps, shard=shard, word_starts=word_starts(run))
+                                 t.eval_steps, shard=shard, word_starts=run.word_starts)
 
 
 def dataset(config: Config, split: str = "train", start_step: int = 0, log=print):
