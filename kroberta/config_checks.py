@@ -26,6 +26,8 @@ def validate(config: Config, source: str | dict = "config") -> Config:
         fail("model.num_heads", f"{m.num_heads} heads do not divide hidden_dim={m.hidden_dim}")
     if not 0.0 <= m.dropout < 1.0:
         fail("model.dropout", f"must be in [0, 1), got {m.dropout}")
+    if not 0.0 < m.initializer_range <= 1.0:
+        fail("model.initializer_range", f"must be in (0, 1], got {m.initializer_range}")
     if d.masking not in MASKINGS:
         fail("data.masking", f"must be one of {MASKINGS}, got {d.masking!r}")
     if d.whole_word_masking and d.masking != "dynamic":

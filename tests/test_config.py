@@ -95,6 +95,7 @@ def test_invalid_toml_and_missing_file(tmp_path):
     (["data.mask_rate=1.5"], r"data.mask_rate: must be in \(0, 1\]"),
     (["train.warmup_steps=5000"], r"train.warmup_steps: 5000 exceeds train.steps"),
     (["model.dropout=1.0"], r"model.dropout"),
+    (["model.initializer_range=0"], r"model.initializer_range: must be in \(0, 1\]"),
     (["data.mask_token_id=99999"], r"data.mask_token_id: 99999 is outside the vocabulary"),
 ])
 def test_impossible_values(overrides, message):

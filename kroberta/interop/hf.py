@@ -60,6 +60,8 @@ def hf_config(model) -> dict:
         "eos_token_id": EOS_TOKEN_ID,
         "hidden_dropout_prob": float(b.dropout),
         "attention_probs_dropout_prob": float(b.dropout),
+        # What transformers starts heads added for fine-tuning from; how the pretraining
+        # started (model.initializer_range) is not part of the trained model.
         "initializer_range": 0.02,
         "tie_word_embeddings": True,
         "is_decoder": False,
@@ -183,7 +185,8 @@ def model_config_from_hf(hf: dict, source: str):
     dropout = float(hf.get("hidden_dropout_prob", 0.1))
     return ModelConfig(vocabulary_size=vocab, num_layers=layers, num_heads=heads,
                        hidden_dim=hidden, intermediate_dim=intermediate,
-                       max_sequence_length=positions - hf_weights.POSITION_OFFSET, dropout=dropout)
+                       max_sequence_length=positions - hf_weights.POSITION_OFFSET, dropout=dropout,
+                       initializer_range=float(hf.get("initializer_range", 0.02)))
 
 
 def _load_safetensors(path: str) -> dict:

@@ -133,7 +133,9 @@ def preset_model_config(directory: str):
     for key in keys:
         if not isinstance(values.get(key), int) or isinstance(values.get(key), bool) or values[key] < 1:
             raise KerasHubPresetError(f"{path}: config.{key}: expected a positive integer, got {values.get(key)!r}")
-    return ModelConfig(**{k: values[k] for k in keys}, dropout=float(values.get("dropout", 0.0)))
+    # keras-hub's RoBERTa always starts from TruncatedNormal(0.02).
+    return ModelConfig(**{k: values[k] for k in keys}, dropout=float(values.get("dropout", 0.0)),
+                       initializer_range=0.02)
 
 
 def preset_tokenizer(directory: str):

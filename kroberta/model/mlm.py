@@ -34,6 +34,8 @@ from kroberta.model.schedules import WarmupSchedule
 OPTIMIZER_NAME = "adamw"
 # AdamW decays every weight except biases and LayerNorm scales/offsets (as RoBERTa).
 NO_DECAY_NAMES = ["bias", "gamma", "beta"]
+# keras-hub starts every kernel and embedding from TruncatedNormal(stddev=0.02).
+KERAS_HUB_INITIALIZER_RANGE = 0.02
 
 
 def dtype_policy(mixed_precision: bool) -> str:
@@ -61,10 +63,27 @@ def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: 
         keras.utils.set_random_seed(seed)
     backbone = build_backbone(model_config, mixed_precision)
     model = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=None)
+    _set_initializer_range(model, model_config.initializer_range)
     use_fused_layer_norm(model)  # same weights and config, a cheaper gradient
     use_fast_dropout(model)  # hashed masks on CPU, masks stored once elsewhere
     use_erf_gelu(model)  # the same GELU through erf, not erfc
     return model
+
+
+def _set_initializer_range(model, initializer_range: float):
+    """Starts every kernel and embedding from TruncatedNormal(stddev=initializer_range).
+
+    keras-hub takes no argument for it and draws them from TruncatedNormal(0.02),
+    truncated at two standard deviations; that draw scaled by r / 0.02 is exactly a
+    draw of TruncatedNormal(r), so scaling the built weights is that initialisation
+    (biases stay 0, LayerNorm scales 1).
+    """
+    if initializer_range == KERAS_HUB_INITIALIZER_RANGE:
+        return
+    scale = initializer_range / KERAS_HUB_INITIALIZER_RANGE
+    for variable in model.weights:
+        if variable.path.endswith(("/kernel", "/embeddings")):
+            variable.assign(variable * scale)
 
 
 def build_optimizer(config: Config) -> keras.optimizers.AdamW:

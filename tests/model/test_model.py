@@ -76,6 +76,26 @@ def test_same_seed_same_initial_weights():
         np.testing.assert_array_equal(np.asarray(wa.value), np.asarray(wb.value))
 
 
+def test_initializer_range_scales_every_kernel_and_embedding_and_nothing_else():
+    import dataclasses
+
+    stock = build_model(dataclasses.replace(TINY, initializer_range=0.02), seed=0)
+    wide = build_model(dataclasses.replace(TINY, initializer_range=0.1), seed=0)
+    scaled = 0
+    for a, b in zip(stock.weights, wide.weights):
+        assert a.path == b.path
+        if a.path.endswith(("/kernel", "/embeddings")):
+            # keras-hub's own start (truncated at 2 std: std 0.88 x 0.02; small samples vary)...
+            assert 0.75 * 0.02 < float(np.std(a.numpy())) < 1.0 * 0.02, a.path
+            # ...and the same draw, five times wider.
+            np.testing.assert_allclose(b.numpy(), 5.0 * a.numpy(), rtol=1e-6, err_msg=a.path)
+            scaled += 1
+        else:  # biases 0, LayerNorm scales 1 and offsets 0, as keras-hub starts them
+            np.testing.assert_array_equal(b.numpy(), a.numpy(), err_msg=a.path)
+    # token and position tables, q/k/v/output and two feed-forward kernels per layer, the head's dense
+    assert scaled == 2 + 6 * TINY.num_layers + 1
+
+
 def test_get_config_round_trip():
     model = build_model(TINY, seed=0)
     clone = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
