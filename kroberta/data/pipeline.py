@@ -4,8 +4,8 @@ The records are in the format of `kroberta.data.records` (the seed's, and what
 `kroberta.prepare` writes); `kroberta.data.files` finds and inspects the files.
 
 Training order: epochs of records tagged with file and index (`epochs`: every
-record once per epoch, shuffled within it) -> enumerate -> skip(resume) ->
-batch the raw strings -> parse, check and mask the whole batch -> prefetch.
+record once per epoch, shuffled within it, in blocks) -> skip(resume) -> batches
+of raw strings cut from the blocks -> parse, check and mask the whole batch -> prefetch.
 Parsing a batch at a time (one `parse_example`, checks as reductions, masking as
 batched ops) is what lets one host feed an accelerator. Every element's mask is a
 function of (run seed, element index), so a resumed run sees exactly the examples
@@ -107,11 +107,11 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     tokenizer's (V,) word-start table, for `data.whole_word_masking`.
     """
     count, index = shard or (1, 0)
-    ds = epoch_plan(spec, data, seed, shard).stream(start_step * global_batch)
-    if count > 1:
-        ds = ds.map(lambda i, tagged: (i * count + index, tagged))
-    ds = ds.batch(global_batch, drop_remainder=True)
+    ds = epoch_plan(spec, data, seed, shard).batches(start_step * global_batch, global_batch)
     parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts)
+    if count > 1:
+        parse_local = parse
+        parse = lambda i, tagged: parse_local(i * count + index, tagged)  # noqa: E731
     return ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)
 
 

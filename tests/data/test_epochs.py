@@ -160,3 +160,38 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
         run.validation.records
     with pytest.raises(ConfigError, match="split must be one of"):
         kroberta.dataset(config, "test")
+
+
+@pytest.mark.parametrize("shard", [None, (2, 1), (3, 0)])
+@pytest.mark.parametrize("shuffle_buffer", [1, 7, 50])
+@pytest.mark.parametrize("consumed", [0, 5, 93, 250])
+def test_batches_cut_from_the_blocks_are_the_stream_batched(tmp_path, shard, shuffle_buffer, consumed):
+    # Training reads `EpochPlan.batches`; it must hold exactly the elements, element
+    # indices and order of the record stream, batched (resume offsets inside a block,
+    # across epochs, with both kinds of sharding: 3 files for 2 or 3 processes).
+    from kroberta.data import epochs
+
+    spec = _spec(_write_files(tmp_path, [23, 41, 17]))
+    plan = epochs.EpochPlan(spec.files, spec.file_records, 5, shuffle_buffer, shard)
+    batch = 6
+    cut = list(plan.batches(consumed, batch).take(40).as_numpy_iterator())
+    whole = list(plan.stream(consumed).batch(batch, drop_remainder=True).take(40).as_numpy_iterator())
+    assert len(cut) == len(whole) == 40
+    for (indices, tagged), (indices_ref, tagged_ref) in zip(cut, whole):
+        np.testing.assert_array_equal(indices, indices_ref)
+        for column, column_ref in zip(tagged, tagged_ref):
+            np.testing.assert_array_equal(column, column_ref)
+
+
+def test_batches_skip_by_rows_when_record_counts_are_unknown(tmp_path):
+    from kroberta.data import epochs
+
+    spec = _spec(_write_files(tmp_path, [23, 41]))
+    known = epochs.EpochPlan(spec.files, spec.file_records, 5, 10)
+    unknown = epochs.EpochPlan(spec.files, None, 5, 10)  # remote files: counts not known
+    for consumed in (0, 9, 64, 130):
+        a = list(known.batches(consumed, 8).take(12).as_numpy_iterator())
+        b = list(unknown.batches(consumed, 8).take(12).as_numpy_iterator())
+        for (ia, ta), (ib, tb) in zip(a, b):
+            np.testing.assert_array_equal(ia, ib)
+            np.testing.assert_array_equal(ta[2], tb[2])
