@@ -12,7 +12,7 @@ import dataclasses
 import math
 import tomllib
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kroberta import tokens
 from kroberta.errors import KrobertaError
@@ -35,6 +35,10 @@ class ModelConfig:
     # Hugging Face's `initializer_range`: 0.02). A small model leaves its bag-of-words
     # plateau much sooner from a wider start (README, "The default job").
     initializer_range: float = 0.05
+
+    def trained_model(self) -> "ModelConfig":
+        """What a checkpoint of this config must match: all but the start (initializer_range)."""
+        return replace(self, initializer_range=ModelConfig.initializer_range)
 
     @property
     def head_dim(self) -> int:

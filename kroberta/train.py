@@ -47,9 +47,12 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True):
     path = os.path.join(config.run_dir, checkpoint_io.CONFIG_FILE)
     if os.path.isfile(path) and checkpoint.list_checkpoints(config.run_dir):
         previous = config_lib.load_toml(path)
-        if previous.model != config.model and not force:
+        # A new start (initializer_range) is not a new model: the checkpoint holds its weights.
+        other_model = previous.model.trained_model() != config.model.trained_model()
+        if other_model and not force:
             changed = [k for k in config_lib.to_dict(config)["model"]
-                       if getattr(previous.model, k) != getattr(config.model, k)]
+                       if getattr(previous.model.trained_model(), k)
+                       != getattr(config.model.trained_model(), k)]
             raise ConfigError(
                 f"run_dir: {config.run_dir} holds a run of a different model "
                 f"(changed: {', '.join('model.' + k for k in changed)}); use another "
@@ -57,7 +60,7 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True):
             )
         if not write:
             return
-        if previous.model != config.model and force:
+        if other_model and force:
             shutil.rmtree(os.path.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
     if not write:
         return

@@ -142,6 +142,19 @@ def test_refuses_to_resume_a_different_model(trained_run, tiny_data):
         train.main(other)
 
 
+def test_a_new_start_is_not_a_new_model(trained_run, tiny_data, tmp_path):
+    # model.initializer_range shapes only the first weights; the checkpoint holds them.
+    import dataclasses
+    import shutil
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(trained_run[0], run_dir)
+    config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
+    other = dataclasses.replace(config, model=dataclasses.replace(config.model, initializer_range=0.1))
+    assert other.model != config.model
+    assert train.main(other)["final_step"] == 120  # found the finished run, did not refuse it
+
+
 def test_vocabulary_smaller_than_the_data_is_a_data_error(tiny_data, tmp_path):
     config = tiny_config(tiny_data, tmp_path / "run", steps=10, warmup_steps=0)
     import dataclasses
