@@ -123,7 +123,7 @@ def _from_dataset(dataset, config) -> Source:
         return ds.enumerate().map(
             lambda k, columns: _checked_columns({n: tf.cast(columns[n], tf.int32) for n in names},
                                                 k * global_batch, vocabulary),
-            num_parallel_calls=AUTOTUNE, deterministic=True)
+            num_parallel_calls=data_lib.parallel_batches(), deterministic=True)
 
     return Source(batches, length, "labels" in names, examples)
 
@@ -237,4 +237,5 @@ def _dataset_batches(source: Source, config, slots: int, positions: str, global_
             [global_batch] + value.shape[1:].as_list()) for name, value in batch.items()}
 
     ds = source.batches(global_batch)
-    return ds.map(to_inputs, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)
+    ds = ds.map(to_inputs, num_parallel_calls=data_lib.parallel_batches(), deterministic=True)
+    return ds.prefetch(AUTOTUNE)
