@@ -18,8 +18,9 @@ from kroberta.config import Config, ModelConfig
 from kroberta.interop.hf import HFConversionError
 from kroberta.model.mlm import build_model
 
+# Started at 0.02: what a Hugging Face or keras-hub import records.
 TINY = ModelConfig(vocabulary_size=300, num_layers=2, num_heads=2, hidden_dim=16,
-                   intermediate_dim=32, max_sequence_length=16, dropout=0.0)
+                   intermediate_dim=32, max_sequence_length=16, dropout=0.0, initializer_range=0.02)
 
 
 def randomized_model(model_config=TINY, seed=0):
