@@ -48,11 +48,11 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True):
     if os.path.isfile(path) and checkpoint.list_checkpoints(config.run_dir):
         previous = config_lib.load_toml(path)
         # A new start (initializer_range) is not a new model: the checkpoint holds its weights.
-        other_model = previous.model.trained_model() != config.model.trained_model()
+        before, now = previous.model.trained_model(), config.model.trained_model()
+        other_model = before != now
         if other_model and not force:
             changed = [k for k in config_lib.to_dict(config)["model"]
-                       if getattr(previous.model.trained_model(), k)
-                       != getattr(config.model.trained_model(), k)]
+                       if getattr(before, k) != getattr(now, k)]
             raise ConfigError(
                 f"run_dir: {config.run_dir} holds a run of a different model "
                 f"(changed: {', '.join('model.' + k for k in changed)}); use another "

@@ -29,6 +29,10 @@ from kroberta.data.records import FEATURES, IGNORE_LABEL
 
 AUTOTUNE = tf.data.AUTOTUNE
 
+__all__ = ["DataError", "DataSpec", "explain_pipeline_error", "first_bad_record", "FEATURES",
+           "resolve_files", "inspect_files", "check_against_model", "train_dataset",
+           "eval_dataset", "read_batches"]
+
 
 def parallel_batches() -> int:
     """How many batches a parse-check-mask map works on at once: one per core this
@@ -40,10 +44,6 @@ def parallel_batches() -> int:
     if hasattr(os, "sched_getaffinity"):  # the cores this process may run on (containers)
         return len(os.sched_getaffinity(0)) + 1
     return (os.cpu_count() or 1) + 1
-
-__all__ = ["DataError", "DataSpec", "explain_pipeline_error", "first_bad_record", "FEATURES",
-           "resolve_files", "inspect_files", "check_against_model", "train_dataset",
-           "eval_dataset", "read_batches"]
 
 
 def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabulary_size: int,
@@ -123,10 +123,9 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     """
     count, index = shard or (1, 0)
     ds = epoch_plan(spec, data, seed, shard).batches(start_step * global_batch, global_batch)
-    parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts)
     if count > 1:
-        parse_local = parse
-        parse = lambda i, tagged: parse_local(i * count + index, tagged)  # noqa: E731
+        ds = ds.map(lambda i, tagged: (i * count + index, tagged))  # (B,) indices, once per batch
+    parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts)
     return ds.map(parse, num_parallel_calls=parallel_batches(), deterministic=True).prefetch(AUTOTUNE)
 
 

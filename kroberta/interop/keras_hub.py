@@ -133,9 +133,11 @@ def preset_model_config(directory: str):
     for key in keys:
         if not isinstance(values.get(key), int) or isinstance(values.get(key), bool) or values[key] < 1:
             raise KerasHubPresetError(f"{path}: config.{key}: expected a positive integer, got {values.get(key)!r}")
-    # keras-hub's RoBERTa always starts from TruncatedNormal(0.02).
+    from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE
+
+    # keras-hub's RoBERTa has no setting for it: it always starts from this.
     return ModelConfig(**{k: values[k] for k in keys}, dropout=float(values.get("dropout", 0.0)),
-                       initializer_range=0.02)
+                       initializer_range=KERAS_HUB_INITIALIZER_RANGE)
 
 
 def preset_tokenizer(directory: str):
