@@ -25,6 +25,11 @@ _MIX_A, _MIX_B = 0x7FEB352D, 0x846CA68B
 _GOLDEN = 0x9E3779B9  # separates the seed words from the index words
 # Independent streams of uniforms per element: which positions, what to write, random ids.
 _SALT_SCORE, _SALT_ACTION, _SALT_RANDOM_ID = 1, 2, 3
+_SCORE_BITS = 24  # random scores are integers in [0, 2^24)
+# Choosing a row's highest scores sorts only the scores in one of 2^6 buckets...
+_SELECTION_BUCKET_BITS = 6
+# ... except in rows this short, where top_k of the row is cheaper (fewer, smaller ops).
+_TOP_K_UP_TO = 128
 
 
 def _u32(value):
@@ -57,13 +62,20 @@ def element_keys(seed, indices):
     return _mix(tf.bitwise.bitwise_xor(key, index_high))  # (B,)
 
 
-def hash_uniform(keys, salt: int, count: int):
-    """(B, count) float32 uniforms in [0, 1): element key x salt x counter, hashed."""
+def hash_bits(keys, salt: int, count: int):
+    """(B, count) int32 in [0, 2^24): element key x salt x counter, hashed (the top 24 bits)."""
     salted = _mix(tf.bitwise.bitwise_xor(keys, _u32(salt * _MIX_B & 0xFFFFFFFF)))  # (B,)
     counter = tf.cast(tf.range(count), tf.uint32)  # (count,)
     bits = _mix(salted[:, None] + counter[None, :])  # (B, count)
-    # The top 24 bits: exactly representable in float32, so never rounds up to 1.0.
-    return tf.cast(tf.bitwise.right_shift(bits, _u32(8)), tf.float32) * (1.0 / (1 << 24))
+    return tf.cast(tf.bitwise.right_shift(bits, _u32(32 - _SCORE_BITS)), tf.int32)
+
+
+def hash_uniform(keys, salt: int, count: int):
+    """(B, count) float32 uniforms in [0, 1): `hash_bits` / 2^24.
+
+    24 bits are exactly representable in float32, so a uniform never rounds up to 1.0.
+    """
+    return tf.cast(hash_bits(keys, salt, count), tf.float32) * (1.0 / (1 << _SCORE_BITS))
 
 
 def _is_special(ids, special_token_ids):
@@ -120,7 +132,9 @@ def dynamic_mask_batch(
             also begins a word after a special token or padding.
 
     Returns:
-        (masked_ids (B, L), positions (B, M), labels (B, M)), all int32.
+        (masked_ids (B, L), positions (B, M), labels (B, M)), all int32. The
+        chosen positions fill the first slots in position order (whole words: in
+        the order the words were taken); unused slots hold position 0, label -100.
     """
     input_ids = tf.cast(input_ids, tf.int32)
     length = tf.shape(input_ids)[1]
@@ -132,40 +146,138 @@ def dynamic_mask_batch(
     count = tf.minimum(tf.minimum(wanted, num_candidates), slots)  # (B,)
 
     keys = element_keys(seed, indices)
-    uniforms = hash_uniform(keys, _SALT_SCORE, length)  # (B, L)
-    if word_starts is not None:
-        words = _words_of(input_ids, candidates, word_starts)
-        uniforms = tf.gather(uniforms, words.index, batch_dims=1)  # one score per word
-    # A random score per position; non-candidates score -1 so top_k takes them last.
+    if word_starts is None:
+        # The `count` candidates of highest random score.
+        positions, valid, chosen = _chosen_slots(hash_bits(keys, _SALT_SCORE, length), candidates,
+                                                 count, slots)  # (B, M), (B, M), (B, L)
+    else:
+        positions, valid = _whole_word_slots(input_ids, candidates, count, keys, word_starts, slots)
+        chosen = _scattered(positions, valid, length)
+    labels = tf.where(valid, tf.gather(input_ids, positions, batch_dims=1), IGNORE_LABEL)  # (B, M)
+
+    # What a chosen position becomes is drawn per position, so the batch is rewritten
+    # with whole-batch selects (a scatter into (B, L) costs ~100 ns per slot on a CPU).
+    draw = hash_uniform(keys, _SALT_ACTION, length)  # (B, L)
+    lowest_regular_id = max(special_token_ids) + 1 if special_token_ids else 0
+    span = vocabulary_size - lowest_regular_id
+    random_ids = lowest_regular_id + tf.minimum(
+        tf.cast(hash_uniform(keys, _SALT_RANDOM_ID, length) * span, tf.int32), span - 1)
+    replacement = tf.where(
+        draw < mask_fraction,
+        mask_token_id,
+        tf.where(draw < mask_fraction + random_fraction, random_ids, input_ids),
+    )  # (B, L)
+    masked_ids = tf.where(chosen, replacement, input_ids)
+    return masked_ids, tf.cast(positions, tf.int32), tf.cast(labels, tf.int32)
+
+
+def _scattered(positions, valid, length):
+    """(B, L) bool: True at the valid slots' positions."""
+    rows = tf.broadcast_to(tf.range(tf.shape(positions)[0])[:, None], tf.shape(positions))
+    where = tf.boolean_mask(tf.stack([rows, positions], axis=-1), valid)  # (n, 2)
+    return tf.scatter_nd(where, tf.ones(tf.shape(where)[:1], tf.bool),
+                         tf.stack([tf.shape(positions)[0], length]))
+
+
+def _chosen_slots(scores, candidates, count, slots, by_top_k=None):
+    """(positions (B, M), valid (B, M), chosen (B, L) bool): each row's `count`
+    candidates of highest score, ties to the lower position, in position order;
+    unused slots hold position 0.
+
+    Two ways to the same result: `top_k` of the rows up to `_TOP_K_UP_TO` positions,
+    else `_highest_scoring` (by_top_k: None picks by the static length).
+    scores: (B, L) int32 in [0, 2^24); candidates: (B, L) bool; count: (B,) int32 <= M,
+    at most each row's number of candidates.
+    """
+    if by_top_k is None:
+        by_top_k = scores.shape[1] is not None and scores.shape[1] <= _TOP_K_UP_TO
+    if not by_top_k:
+        chosen = _highest_scoring(scores, candidates, count)
+        return (*_first_slots(chosen, count, slots), chosen)
+    ranked = tf.where(candidates, scores, -1)  # (B, L) non-candidates after every candidate
+    ranked = tf.pad(ranked, [[0, 0], [0, tf.maximum(slots - tf.shape(scores)[1], 0)]],
+                    constant_values=-2)  # so top_k works when M > L
+    _, chosen = tf.math.top_k(ranked, k=slots)  # (B, M) highest score first
+    valid = tf.range(slots)[None, :] < count[:, None]  # (B, M)
+    # Into position order, unused slots last: a top_k of the M slots, not of the L positions.
+    _, order = tf.math.top_k(-tf.where(valid, chosen, tf.shape(ranked)[1]), k=slots)
+    positions = tf.where(valid, tf.gather(chosen, order, batch_dims=1), 0)
+    # (B, L) from the (B, M, L) comparison: cheaper than a scatter in rows this short.
+    at = (positions[:, :, None] == tf.range(tf.shape(scores)[1])) & valid[:, :, None]
+    return positions, valid, tf.reduce_any(at, axis=1)
+
+
+def _highest_scoring(scores, candidates, count):
+    """(B, L) bool: each row's `count` candidates of highest score, ties to the lower position.
+
+    Exactly what `top_k` of the scores would choose, without sorting every row: top_k
+    costs ~50 ns per position on a CPU, most of the masking's time at 512 tokens. A
+    histogram of the scores' top bits finds the bucket where a row's count runs out;
+    the candidates above it are all chosen, and only those inside it (~L/64) are sorted.
+
+    scores: (B, L) int32 in [0, 2^24); candidates: (B, L) bool; count: (B,) int32, at
+    most each row's number of candidates.
+    """
+    rows, buckets = tf.shape(scores)[0], 1 << _SELECTION_BUCKET_BITS
+    # A candidate's bucket: its score's top bits, in [0, K); K for the other positions.
+    bucket = tf.where(candidates, tf.bitwise.right_shift(scores, _SCORE_BITS - _SELECTION_BUCKET_BITS),
+                      buckets)  # (B, L)
+    # One bincount for the batch: row b counts into b * (K + 1) ... b * (K + 1) + K.
+    cells = rows * (buckets + 1)
+    histogram = tf.math.bincount(tf.reshape(bucket + (buckets + 1) * tf.range(rows)[:, None], [-1]),
+                                 minlength=cells, maxlength=cells)
+    histogram = tf.reshape(histogram, [rows, buckets + 1])[:, :buckets]  # (B, K)
+    at_or_above = tf.cumsum(histogram, axis=1, reverse=True)  # (B, K) candidates in buckets >= k
+    # The highest bucket that, with those above it, holds `count`; K - 1 when count = 0.
+    boundary = tf.reduce_sum(tf.cast(at_or_above >= count[:, None], tf.int32), axis=1) - 1  # (B,)
+    need = count - tf.gather(at_or_above - histogram, boundary, batch_dims=1)  # (B,) from inside it
+    sure = candidates & (bucket > boundary[:, None])  # (B, L)
+    # The boundary buckets' candidates (N, 2), row-major, sorted row by row, highest
+    # score first; the sort is stable, so ties keep position order.
+    inside = tf.cast(tf.where(candidates & (bucket == boundary[:, None])), tf.int32)  # (N, 2)
+    row = inside[:, 0]
+    descending = tf.cast((1 << _SCORE_BITS) - 1 - tf.gather_nd(scores, inside), tf.int64)
+    order = tf.argsort(tf.cast(row, tf.int64) * (1 << _SCORE_BITS) + descending, stable=True)
+    sorted_row = tf.gather(row, order)  # (N,)
+    row_start = tf.cumsum(tf.math.bincount(row, minlength=rows, maxlength=rows), exclusive=True)
+    rank = tf.range(tf.size(row)) - tf.gather(row_start, sorted_row)  # (N,) place within its row
+    taken = tf.boolean_mask(tf.gather(inside, order), rank < tf.gather(need, sorted_row))
+    return sure | tf.scatter_nd(taken, tf.ones(tf.shape(taken)[:1], tf.bool), tf.shape(scores))
+
+
+def _first_slots(marked, count, slots):
+    """(positions (B, M), valid (B, M)): each row's first min(count, M) marked positions.
+
+    marked: (B, L) bool; count: (B,) int32, each row's number of marked positions.
+    Unused slots hold position 0. All the batch's marked positions, row after row
+    and in position order within a row, hold row b's at start[b] ... start[b] +
+    count[b] - 1, so the slots are one gather: half the cost of ranking the
+    positions with a cumsum over (B, L).
+    """
+    flat_positions = tf.cast(tf.where(marked)[:, 1], tf.int32)  # (N,)
+    flat_positions = tf.pad(flat_positions, [[0, 1]])  # entry N: 0, for the unused slots
+    start = tf.cumsum(count, exclusive=True)  # (B,)
+    slot = tf.range(slots)[None, :]  # (1, M)
+    valid = slot < tf.minimum(count, slots)[:, None]  # (B, M)
+    positions = tf.gather(flat_positions,
+                          tf.where(valid, start[:, None] + slot, tf.size(flat_positions) - 1))
+    return positions, valid
+
+
+def _whole_word_slots(input_ids, candidates, count, keys, word_starts, slots):
+    """(positions (B, M), valid (B, M)) for whole-word masking: words in random order."""
+    length = tf.shape(input_ids)[1]
+    words = _words_of(input_ids, candidates, word_starts)
+    # One random score per word; non-candidates score -1 so top_k takes them last.
+    uniforms = tf.gather(hash_uniform(keys, _SALT_SCORE, length), words.index, batch_dims=1)
     scores = tf.where(candidates, uniforms, -1.0)  # (B, L)
     # Pad so top_k works when slots > length.
     padding = [[0, 0], [0, tf.maximum(slots - length, 0)]]
     scores = tf.pad(scores, padding, constant_values=-2.0)
     # Ties keep position order, so a word's tokens come out together, in order.
     _, chosen = tf.math.top_k(scores, k=slots)  # (B, M)
-    if word_starts is None:
-        valid = tf.range(slots)[None, :] < count[:, None]  # (B, M)
-    else:
-        valid = _whole_words_within(chosen, words, padding, count, slots)
-    positions = tf.where(valid, chosen, 0)
-    originals = tf.gather(input_ids, positions, batch_dims=1)  # (B, M)
-    labels = tf.where(valid, originals, IGNORE_LABEL)
-
-    draw = hash_uniform(keys, _SALT_ACTION, slots)  # (B, M)
-    lowest_regular_id = max(special_token_ids) + 1 if special_token_ids else 0
-    span = vocabulary_size - lowest_regular_id
-    random_ids = lowest_regular_id + tf.minimum(
-        tf.cast(hash_uniform(keys, _SALT_RANDOM_ID, slots) * span, tf.int32), span - 1)
-    replacement = tf.where(
-        draw < mask_fraction,
-        mask_token_id,
-        tf.where(draw < mask_fraction + random_fraction, random_ids, originals),
-    )
-    rows = tf.broadcast_to(tf.range(tf.shape(input_ids)[0])[:, None], tf.shape(positions))
-    where = tf.stack([rows, positions], axis=-1)  # (B, M, 2)
-    masked_ids = tf.tensor_scatter_nd_update(
-        input_ids, tf.boolean_mask(where, valid), tf.boolean_mask(replacement, valid))
-    return masked_ids, tf.cast(positions, tf.int32), tf.cast(labels, tf.int32)
+    valid = _whole_words_within(chosen, words, padding, count, slots)
+    return tf.where(valid, chosen, 0), valid
 
 
 class _Words(typing.NamedTuple):
@@ -233,22 +345,9 @@ def static_slots_batch(labels, slots):
         the labelled positions beyond the first M (they are not predicted).
     """
     labels = tf.cast(labels, tf.int32)
-    rows, length = tf.shape(labels)[0], tf.shape(labels)[1]
     labelled = labels != IGNORE_LABEL  # (B, L)
     count = tf.reduce_sum(tf.cast(labelled, tf.int32), axis=1)  # (B,)
-    # A labelled position's slot is its rank among the row's labelled positions; the
-    # first M ranks fill the slots, everything else goes to a discarded slot M. One
-    # pass over (B, L), where sorting scores with top_k costs several.
-    rank = tf.cumsum(tf.cast(labelled, tf.int32), axis=1) - 1  # (B, L)
-    slot = tf.where(labelled & (rank < slots), rank, slots)  # (B, L) in [0, M]
-    segment = tf.range(rows)[:, None] * (slots + 1) + slot  # (B, L)
-    position = tf.broadcast_to(tf.range(length)[None, :], [rows, length])
-    # Each kept slot receives exactly one position; empty slots get int32's lowest.
-    filled = tf.math.unsorted_segment_max(tf.reshape(position, [-1]), tf.reshape(segment, [-1]),
-                                          rows * (slots + 1))
-    filled = tf.reshape(filled, [rows, slots + 1])[:, :slots]  # (B, M)
-    valid = tf.range(slots)[None, :] < tf.minimum(count, slots)[:, None]
-    positions = tf.where(valid, filled, 0)
+    positions, valid = _first_slots(labelled, count, slots)
     slot_labels = tf.where(valid, tf.gather(labels, positions, batch_dims=1), IGNORE_LABEL)
     return positions, slot_labels, tf.maximum(count - slots, 0)
 

@@ -188,6 +188,9 @@ def test_static_slots_equal_the_numpy_reference():
         want = static_slots_numpy(labels.astype(np.int32), slots)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
+    nothing = np.full((3, 40), IGNORE_LABEL)  # a batch without a single label
+    for g, w in zip(static_slots_batch(tf.constant(nothing), 4), static_slots_numpy(nothing, 4)):
+        np.testing.assert_array_equal(g.numpy(), w)
 
 
 def test_masking_statistics_on_a_hundred_thousand_tokens():

@@ -64,6 +64,62 @@ def test_random_replacements_are_regular_tokens():
     assert (masked[positions[valid]] >= 5).all() and (masked < VOCAB).all()
 
 
+def _highest_scoring_reference(scores, candidates, count):
+    """What top_k chooses: per row, the `count` candidates of highest score, ties to the
+    lower position (a stable sort of the negated scores)."""
+    chosen = np.zeros_like(candidates)
+    for row in range(len(scores)):
+        where = np.flatnonzero(candidates[row])
+        order = where[np.argsort(-scores[row][where], kind="stable")]
+        chosen[row, order[:count[row]]] = True
+    return chosen
+
+
+@pytest.mark.parametrize("rows,length,score_bits", [
+    (64, 512, 24),  # the 512-token batch the selection was made for
+    (200, 40, 24),  # over 128 rows: the sort key needs its 64 bits
+    (50, 64, 3),  # a handful of distinct scores: ties everywhere, all in one bucket
+    (9, 1, 24),  # one position
+])
+def test_highest_scoring_chooses_what_top_k_chooses(rows, length, score_bits):
+    from kroberta.data.masking import _highest_scoring
+
+    rng = np.random.default_rng(rows * length)
+    scores = (rng.integers(0, 1 << score_bits, (rows, length)) << (24 - score_bits)).astype(np.int32)
+    candidates = rng.random((rows, length)) < 0.9
+    candidates[1] = False  # a row without candidates
+    available = candidates.sum(1)
+    count = np.minimum(rng.integers(0, length + 1, rows), available).astype(np.int32)
+    count[2] = available[2]  # a row that takes every candidate
+    got = _highest_scoring(tf.constant(scores), tf.constant(candidates), tf.constant(count)).numpy()
+    np.testing.assert_array_equal(got, _highest_scoring_reference(scores, candidates, count))
+
+
+@pytest.mark.parametrize("length", [1, 16, 64, 200])
+def test_top_k_and_bucketed_slots_are_the_same(length):
+    from kroberta.data.masking import _chosen_slots
+
+    rng = np.random.default_rng(length)
+    rows, slots = 40, max(1, length // 4)
+    scores = tf.constant(rng.integers(0, 1 << 24, (rows, length)), tf.int32)
+    candidates = rng.random((rows, length)) < 0.8
+    count = np.minimum(rng.integers(0, slots + 1, rows), candidates.sum(1)).astype(np.int32)
+    for extra_slots in (0, length + 3):  # also more slots than positions
+        args = (scores, tf.constant(candidates), tf.constant(count), slots + extra_slots)
+        by_top_k = [t.numpy() for t in _chosen_slots(*args, by_top_k=True)]
+        by_buckets = [t.numpy() for t in _chosen_slots(*args, by_top_k=False)]
+        for a, b in zip(by_top_k, by_buckets):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_chosen_positions_fill_the_slots_in_position_order():
+    ids, mask = _sequence(length=64, real=60)
+    _, positions, labels = _mask(ids, mask, mask_rate=0.3, slots=20)
+    valid = labels != IGNORE_LABEL
+    assert valid.sum() == round(0.3 * 58) and valid[:valid.sum()].all()
+    assert (np.diff(positions[valid]) > 0).all() and (positions[~valid] == 0).all()
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_specials_and_padding_are_never_chosen(seed):
     ids, mask = _sequence(seed=seed)
