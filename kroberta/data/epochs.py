@@ -47,6 +47,21 @@ def read_tagged(files_ds, cycle_length=1):
                                num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
+def read_tagged_blocks(files_ds, block: int):
+    """`read_tagged(files_ds)` (the files one after the other) in blocks of `block`
+    records: (files (n,), indices within files (n,), records (n,)); blocks span files,
+    the last may be shorter. The same records in the same order as
+    `read_tagged(files_ds).batch(block)`, for a third less time: each file is read
+    and tagged a block at a time, not record by record (README, "The input pipeline").
+    """
+    def read(path):
+        return tf.data.TFRecordDataset(path).batch(block).enumerate().map(
+            lambda k, records: (tf.fill(tf.shape(records), path),
+                                k * block + tf.range(tf.size(records, out_type=tf.int64)), records))
+
+    return files_ds.flat_map(read).rebatch(block)
+
+
 class EpochPlan:
     """How one process reads the epochs of `files`: its shard and its record counts."""
 
@@ -76,14 +91,20 @@ class EpochPlan:
         files = tf.data.Dataset.from_tensor_slices(self._permuted(epoch))
         if self.by_file:
             files = files.shard(self.count, self.index)
-        records = read_tagged(files, self.cycle_length)
-        if self.count > 1 and not self.by_file:
-            records = records.shard(self.count, self.index)
+        block = self.shuffle_buffer if self.shuffle_buffer > 1 else UNSHUFFLED_BLOCK
+        by_record = self.count > 1 and not self.by_file
+        if self.cycle_length == 1 and not by_record:
+            blocks = read_tagged_blocks(files, block)
+        else:  # records from several files in turn, or every count-th record
+            records = read_tagged(files, self.cycle_length)
+            if by_record:
+                records = records.shard(self.count, self.index)
+            blocks = records.batch(block)
         if self.shuffle_buffer > 1:
-            return self._shuffled(records, epoch)
-        return records.batch(UNSHUFFLED_BLOCK)
+            return self._shuffled(blocks, epoch)
+        return blocks
 
-    def _shuffled(self, records, epoch):
+    def _shuffled(self, blocks, epoch):
         # Blocks of `shuffle_buffer` records, each in a stateless permutation of
         # (seed, epoch, block): a pure function of the seed, as a resumed run needs
         # (tf.data's shuffle cannot take a per-epoch seed tensor once a global seed is set).
@@ -95,7 +116,7 @@ class EpochPlan:
                 seed=tf.random.experimental.stateless_fold_in(epoch_seed, block))
             return tuple(tf.gather(t, order) for t in tagged)
 
-        return records.batch(self.shuffle_buffer).enumerate().map(permute)
+        return blocks.enumerate().map(permute)
 
     def epoch_size(self, epoch: int) -> int | None:
         """Records this process reads in `epoch`; None when the counts are unknown."""

@@ -146,6 +146,12 @@ def _file_order(spec: DataSpec):
     return epochs.read_tagged(tf.data.Dataset.from_tensor_slices(list(spec.files)))
 
 
+def _file_order_batches(spec: DataSpec, batch_size: int):
+    """`_file_order(spec).batch(batch_size)`, read a batch at a time."""
+    return epochs.read_tagged_blocks(tf.data.Dataset.from_tensor_slices(list(spec.files)),
+                                     batch_size)
+
+
 def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
                  seed: int, max_batches: int = 0, shard: tuple[int, int] | None = None,
                  word_starts=None):
@@ -161,7 +167,9 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
     parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts)
     share = global_batch // count
 
-    def parse_and_pad(indices, tagged):
+    def parse_and_pad(batch_number, tagged):
+        # Element indices (mask seeds): places in file order.
+        indices = batch_number * global_batch + tf.range(tf.size(tagged[0], out_type=tf.int64))
         x, y = parse(indices, tagged)
         missing = global_batch - tf.shape(y)[0]
         x = {name: _pad_rows(x[name], missing, padding_value(name, data.pad_token_id))
@@ -171,7 +179,7 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
         take = lambda t: tf.ensure_shape(t[index * share:(index + 1) * share], [share, None])
         return {k: take(v) for k, v in x.items()}, take(y)
 
-    ds = _file_order(spec).enumerate().batch(global_batch)
+    ds = _file_order_batches(spec, global_batch).enumerate()
     ds = ds.map(parse_and_pad, num_parallel_calls=parallel_batches(), deterministic=True)
     batches = -(-spec_records(spec) // global_batch)
     if max_batches:
@@ -211,7 +219,7 @@ def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
                                    vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
                                    lengths_named=False)  # named by `replay_file_errors`
 
-    ds = _file_order(spec).batch(batch_size)
+    ds = _file_order_batches(spec, batch_size)
     return ds.map(parse, num_parallel_calls=parallel_batches(), deterministic=True)
 
 

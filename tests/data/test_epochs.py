@@ -195,3 +195,20 @@ def test_batches_skip_by_rows_when_record_counts_are_unknown(tmp_path):
         for (ia, ta), (ib, tb) in zip(a, b):
             np.testing.assert_array_equal(ia, ib)
             np.testing.assert_array_equal(ta[2], tb[2])
+
+
+@pytest.mark.parametrize("block", [1, 5, 23, 1000])
+def test_files_read_in_blocks_are_the_records_batched(tmp_path, block):
+    # Reading a block of each file at a time must give the records, their tags and
+    # their order of record-by-record reading, blocks spanning files (one empty).
+    import tensorflow as tf
+
+    from kroberta.data import epochs
+
+    files = tf.data.Dataset.from_tensor_slices(_write_files(tmp_path, [23, 41, 0, 17]))
+    blocks = list(epochs.read_tagged_blocks(files, block).as_numpy_iterator())
+    reference = list(epochs.read_tagged(files).batch(block).as_numpy_iterator())
+    assert len(blocks) == len(reference) == -(-81 // block)
+    for tagged, tagged_ref in zip(blocks, reference):
+        for column, column_ref in zip(tagged, tagged_ref):
+            np.testing.assert_array_equal(column, column_ref)
