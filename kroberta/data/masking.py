@@ -28,8 +28,9 @@ _SALT_SCORE, _SALT_ACTION, _SALT_RANDOM_ID = 1, 2, 3
 _SCORE_BITS = 24  # random scores are integers in [0, 2^24)
 # Choosing a row's highest scores sorts only the scores in one of 2^6 buckets...
 _SELECTION_BUCKET_BITS = 6
-# ... except in rows this short, where top_k of the row is cheaper (fewer, smaller ops).
-_TOP_K_UP_TO = 128
+# ... except where top_k of the row is cheaper: rows this short, or this few slots
+# (top_k's cost grows with both; one thread, batch 64: README, "The input pipeline").
+_TOP_K_UP_TO_POSITIONS, _TOP_K_UP_TO_SLOTS = 128, 24
 
 
 def _u32(value):
@@ -148,52 +149,44 @@ def dynamic_mask_batch(
     keys = element_keys(seed, indices)
     if word_starts is None:
         # The `count` candidates of highest random score.
-        positions, valid, chosen = _chosen_slots(hash_bits(keys, _SALT_SCORE, length), candidates,
-                                                 count, slots)  # (B, M), (B, M), (B, L)
+        positions, valid = _chosen_slots(hash_bits(keys, _SALT_SCORE, length), candidates, count,
+                                         slots)  # (B, M) each
     else:
         positions, valid = _whole_word_slots(input_ids, candidates, count, keys, word_starts, slots)
-        chosen = _scattered(positions, valid, length)
-    labels = tf.where(valid, tf.gather(input_ids, positions, batch_dims=1), IGNORE_LABEL)  # (B, M)
+    originals = tf.gather(input_ids, positions, batch_dims=1)  # (B, M)
+    labels = tf.where(valid, originals, IGNORE_LABEL)
 
-    # What a chosen position becomes is drawn per position, so the batch is rewritten
-    # with whole-batch selects (a scatter into (B, L) costs ~100 ns per slot on a CPU).
-    draw = hash_uniform(keys, _SALT_ACTION, length)  # (B, L)
+    draw = hash_uniform(keys, _SALT_ACTION, slots)  # (B, M)
     lowest_regular_id = max(special_token_ids) + 1 if special_token_ids else 0
     span = vocabulary_size - lowest_regular_id
     random_ids = lowest_regular_id + tf.minimum(
-        tf.cast(hash_uniform(keys, _SALT_RANDOM_ID, length) * span, tf.int32), span - 1)
+        tf.cast(hash_uniform(keys, _SALT_RANDOM_ID, slots) * span, tf.int32), span - 1)
     replacement = tf.where(
         draw < mask_fraction,
         mask_token_id,
-        tf.where(draw < mask_fraction + random_fraction, random_ids, input_ids),
-    )  # (B, L)
-    masked_ids = tf.where(chosen, replacement, input_ids)
+        tf.where(draw < mask_fraction + random_fraction, random_ids, originals),
+    )
+    rows = tf.broadcast_to(tf.range(tf.shape(input_ids)[0])[:, None], tf.shape(positions))
+    where = tf.stack([rows, positions], axis=-1)  # (B, M, 2)
+    masked_ids = tf.tensor_scatter_nd_update(
+        input_ids, tf.boolean_mask(where, valid), tf.boolean_mask(replacement, valid))
     return masked_ids, tf.cast(positions, tf.int32), tf.cast(labels, tf.int32)
 
 
-def _scattered(positions, valid, length):
-    """(B, L) bool: True at the valid slots' positions."""
-    rows = tf.broadcast_to(tf.range(tf.shape(positions)[0])[:, None], tf.shape(positions))
-    where = tf.boolean_mask(tf.stack([rows, positions], axis=-1), valid)  # (n, 2)
-    return tf.scatter_nd(where, tf.ones(tf.shape(where)[:1], tf.bool),
-                         tf.stack([tf.shape(positions)[0], length]))
-
-
 def _chosen_slots(scores, candidates, count, slots, by_top_k=None):
-    """(positions (B, M), valid (B, M), chosen (B, L) bool): each row's `count`
-    candidates of highest score, ties to the lower position, in position order;
-    unused slots hold position 0.
+    """(positions (B, M), valid (B, M)): each row's `count` candidates of highest
+    score, ties to the lower position, in position order; unused slots hold position 0.
 
-    Two ways to the same result: `top_k` of the rows up to `_TOP_K_UP_TO` positions,
-    else `_highest_scoring` (by_top_k: None picks by the static length).
+    Two ways to the same result: `top_k` of the rows when they or the slots are few,
+    else `_highest_scoring` (by_top_k: None picks by the static length and M).
     scores: (B, L) int32 in [0, 2^24); candidates: (B, L) bool; count: (B,) int32 <= M,
     at most each row's number of candidates.
     """
     if by_top_k is None:
-        by_top_k = scores.shape[1] is not None and scores.shape[1] <= _TOP_K_UP_TO
+        by_top_k = slots <= _TOP_K_UP_TO_SLOTS or (
+            scores.shape[1] is not None and scores.shape[1] <= _TOP_K_UP_TO_POSITIONS)
     if not by_top_k:
-        chosen = _highest_scoring(scores, candidates, count)
-        return (*_first_slots(chosen, count, slots), chosen)
+        return _first_slots(_highest_scoring(scores, candidates, count), count, slots)
     ranked = tf.where(candidates, scores, -1)  # (B, L) non-candidates after every candidate
     ranked = tf.pad(ranked, [[0, 0], [0, tf.maximum(slots - tf.shape(scores)[1], 0)]],
                     constant_values=-2)  # so top_k works when M > L
@@ -201,10 +194,7 @@ def _chosen_slots(scores, candidates, count, slots, by_top_k=None):
     valid = tf.range(slots)[None, :] < count[:, None]  # (B, M)
     # Into position order, unused slots last: a top_k of the M slots, not of the L positions.
     _, order = tf.math.top_k(-tf.where(valid, chosen, tf.shape(ranked)[1]), k=slots)
-    positions = tf.where(valid, tf.gather(chosen, order, batch_dims=1), 0)
-    # (B, L) from the (B, M, L) comparison: cheaper than a scatter in rows this short.
-    at = (positions[:, :, None] == tf.range(tf.shape(scores)[1])) & valid[:, :, None]
-    return positions, valid, tf.reduce_any(at, axis=1)
+    return tf.where(valid, tf.gather(chosen, order, batch_dims=1), 0), valid
 
 
 def _highest_scoring(scores, candidates, count):
