@@ -200,8 +200,8 @@ def _chosen_slots(scores, candidates, count, slots, by_top_k=None):
 def _highest_scoring(scores, candidates, count):
     """(B, L) bool: each row's `count` candidates of highest score, ties to the lower position.
 
-    Exactly what `top_k` of the scores would choose, without sorting every row: top_k
-    costs ~50 ns per position on a CPU, most of the masking's time at 512 tokens. A
+    Exactly what `top_k` of the scores would choose, without sorting every row (top_k's
+    CPU cost grows with the row and the slots: README, "The input pipeline"). A
     histogram of the scores' top bits finds the bucket where a row's count runs out;
     the candidates above it are all chosen, and only those inside it (~L/64) are sorted.
 
@@ -241,8 +241,8 @@ def _first_slots(marked, count, slots):
     marked: (B, L) bool; count: (B,) int32, each row's number of marked positions.
     Unused slots hold position 0. All the batch's marked positions, row after row
     and in position order within a row, hold row b's at start[b] ... start[b] +
-    count[b] - 1, so the slots are one gather: half the cost of ranking the
-    positions with a cumsum over (B, L).
+    count[b] - 1, so the slots are one gather, not a rank by cumsum over (B, L)
+    (TF's CPU cumsum is slow).
     """
     flat_positions = tf.cast(tf.where(marked)[:, 1], tf.int32)  # (N,)
     flat_positions = tf.pad(flat_positions, [[0, 1]])  # entry N: 0, for the unused slots
