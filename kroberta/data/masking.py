@@ -187,14 +187,23 @@ def _chosen_slots(scores, candidates, count, slots, by_top_k=None):
             scores.shape[1] is not None and scores.shape[1] <= _TOP_K_UP_TO_POSITIONS)
     if not by_top_k:
         return _first_slots(_highest_scoring(scores, candidates, count), count, slots)
-    ranked = tf.where(candidates, scores, -1)  # (B, L) non-candidates after every candidate
-    ranked = tf.pad(ranked, [[0, 0], [0, tf.maximum(slots - tf.shape(scores)[1], 0)]],
-                    constant_values=-2)  # so top_k works when M > L
-    _, chosen = tf.math.top_k(ranked, k=slots)  # (B, M) highest score first
+    chosen, _ = _top_candidates(scores, candidates, slots)  # (B, M) highest score first
     valid = tf.range(slots)[None, :] < count[:, None]  # (B, M)
     # Into position order, unused slots last: a top_k of the M slots, not of the L positions.
-    _, order = tf.math.top_k(-tf.where(valid, chosen, tf.shape(ranked)[1]), k=slots)
+    unused = tf.shape(scores)[1] + slots  # after every position
+    _, order = tf.math.top_k(-tf.where(valid, chosen, unused), k=slots)
     return tf.where(valid, tf.gather(chosen, order, batch_dims=1), 0), valid
+
+
+def _top_candidates(scores, candidates, slots):
+    """(chosen (B, M), padding): `top_k` positions of the candidates' scores (B, L),
+    the other positions after them, ties in position order; `padding` widens the rows
+    to M when M > L (top_k needs k <= width)."""
+    ranked = tf.where(candidates, scores, tf.cast(-1, scores.dtype))  # (B, L)
+    padding = [[0, 0], [0, tf.maximum(slots - tf.shape(scores)[1], 0)]]
+    ranked = tf.pad(ranked, padding, constant_values=tf.cast(-2, scores.dtype))
+    _, chosen = tf.math.top_k(ranked, k=slots)
+    return chosen, padding
 
 
 def _highest_scoring(scores, candidates, count):
@@ -258,14 +267,10 @@ def _whole_word_slots(input_ids, candidates, count, keys, word_starts, slots):
     """(positions (B, M), valid (B, M)) for whole-word masking: words in random order."""
     length = tf.shape(input_ids)[1]
     words = _words_of(input_ids, candidates, word_starts)
-    # One random score per word; non-candidates score -1 so top_k takes them last.
+    # One random score per word (B, L).
     uniforms = tf.gather(hash_uniform(keys, _SALT_SCORE, length), words.index, batch_dims=1)
-    scores = tf.where(candidates, uniforms, -1.0)  # (B, L)
-    # Pad so top_k works when slots > length.
-    padding = [[0, 0], [0, tf.maximum(slots - length, 0)]]
-    scores = tf.pad(scores, padding, constant_values=-2.0)
     # Ties keep position order, so a word's tokens come out together, in order.
-    _, chosen = tf.math.top_k(scores, k=slots)  # (B, M)
+    chosen, padding = _top_candidates(uniforms, candidates, slots)  # (B, M)
     valid = _whole_words_within(chosen, words, padding, count, slots)
     return tf.where(valid, chosen, 0), valid
 
