@@ -59,6 +59,12 @@ class DataConfig:
     special_token_ids: tuple[int, ...] = tokens.SPECIAL_IDS  # never chosen for masking (0-4)
     whole_word_masking: bool = False  # dynamic masking chooses whole words (needs the tokenizer)
 
+    def masks_drawn_by_step(self) -> bool:
+        """Whether the training step draws the masks on the device from per-sequence keys
+        (`kroberta.model.device_masking`): dynamic masking, not of whole words (those need
+        the tokenizer's word-start table and are drawn in the input pipeline)."""
+        return self.masking == "dynamic" and not self.whole_word_masking
+
     def prediction_slots(self, sequence_length: int) -> int:
         """The fixed number of predicted positions per sequence (M)."""
         if self.max_predictions:

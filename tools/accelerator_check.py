@@ -85,7 +85,8 @@ def _floors(config, devices, batch):
     distribution = distribute.make_distribution(config, devices)
     length = config.model.max_sequence_length
     slots = config.data.prediction_slots(length)
-    train = aot_programs.compile_train(model, distribution, batch, length, slots, steps=1)
+    train = aot_programs.compile_train(model, distribution, batch, length, slots, steps=1,
+                                       masks_on_device=config.data.masks_drawn_by_step())
     predict = aot_programs.compile_predict(model, devices, batch, length, slots, group=1)
     peak = throughput.peak_flops(devices)
     if not peak:
@@ -118,7 +119,7 @@ def _pipeline_rate(config, data_file, batch, batches):
 
     spec = data_lib.inspect_files((data_file,), "data.train")
     ds = data_lib.train_dataset(spec, config.data, config.model.vocabulary_size, batch,
-                                config.train.seed, 0)
+                                config.train.seed, 0, device_masks=True)  # as training reads it
     iterator = iter(ds)
     next(iterator)
     start = time.perf_counter()

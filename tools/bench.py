@@ -96,7 +96,7 @@ def main():
             config.distributed, devices=n))
         model = build_compiled_model(c)
         model.kroberta_config = c
-        ds = data_lib.train_dataset(spec, c.data, V, B, c.train.seed)
+        ds = data_lib.train_dataset(spec, c.data, V, B, c.train.seed, device_masks=True)
         kroberta_models[n] = (model, ds, distribution)
 
     # The same batches (static masks from the file) for HF and keras-hub.

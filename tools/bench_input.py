@@ -8,10 +8,16 @@ then the same at 512 tokens, no model:
                  .map(decode_fn).batch(64), one `parse_single_example` per record,
                  no checks, no masking, no prefetch
   (b) train      kroberta.data.pipeline.train_dataset (seed.toml's data settings), static labels
-  (c) dynamic    the same with dynamic masking
+  (c) dynamic    the same with dynamic masking, as training feeds it: unmasked batches
+                 with mask keys, whose masks the training step draws on the device
+  (c') host      the same dynamic masks drawn here, in the pipeline (what (c) was
+                 before the step drew them; `kroberta.dataset(..., masks_on_host=True)`)
   (d) predict    kroberta.predict's input path for TFRecords (read, check, slots,
                  padding), as numpy batches, without the model
-  (e) eval       kroberta.data.pipeline.eval_dataset
+  (e) eval       kroberta.data.pipeline.eval_dataset, dynamic masking, as training
+                 evaluates (masks drawn by the step); (e') with the masks drawn here
+Below the table: what the masks cost where (c) moved them, the jitted masking of one
+batch (`kroberta.model.device_masking.mask_batch`) on this host's CPU device.
 Each round reads --batches batches after a warm-up batch; the table gives the median
 round and the ratio to (a)'s median. Rounds alternate between the pipelines, so a
 busy moment of the shared machine hits all of them.
@@ -76,10 +82,40 @@ def kroberta_pipelines(files, config):
 
     return {
         "(b) train, static labels": lambda b: data_lib.train_dataset(spec, static, V, b, 0),
-        "(c) train, dynamic masking": lambda b: data_lib.train_dataset(spec, dynamic, V, b, 0),
+        "(c) train, dynamic masking (masks drawn by the step)":
+            lambda b: data_lib.train_dataset(spec, dynamic, V, b, 0, device_masks=True),
+        "(c') train, dynamic masks drawn on the host":
+            lambda b: data_lib.train_dataset(spec, dynamic, V, b, 0),
         "(d) predict inputs": predict,
-        "(e) eval": lambda b: data_lib.eval_dataset(spec, dynamic, V, b, 0).repeat(),
+        "(e) eval (masks drawn by the step)":
+            lambda b: data_lib.eval_dataset(spec, dynamic, V, b, 0, device_masks=True).repeat(),
+        "(e') eval, masks drawn on the host":
+            lambda b: data_lib.eval_dataset(spec, dynamic, V, b, 0).repeat(),
     }
+
+
+def device_masking_seconds(length, config, batch, repeats=50):
+    """Median seconds of the jitted dynamic masking of one (batch, length) batch on this
+    host's first JAX device: the work (c) leaves to the training step."""
+    import jax
+    import numpy as np
+
+    from kroberta.model import device_masking
+
+    rng = np.random.default_rng(0)
+    V = config.model.vocabulary_size
+    x = {"token_ids": rng.integers(5, V, (batch, length)).astype(np.int32),
+         "padding_mask": np.ones((batch, length), np.int32),
+         "mask_keys": rng.integers(0, 2**32, batch, dtype=np.uint32)}
+    x = jax.device_put(x)
+    mask = jax.jit(device_masking.masker(config.data, V))
+    jax.block_until_ready(mask(x))
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        jax.block_until_ready(mask(x))
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def one_thread(dataset):
@@ -119,6 +155,9 @@ def measure(files, length, config, args):
         value, single = medians[name, "all"], medians[name, 1]
         print(f"| {name} | {value:,.0f} | {max(rounds[name, 'all']):,.0f} | "
               f"{value / base['all']:.2f}x | {single:,.0f} | {single / base[1]:.2f}x |")
+    seconds = device_masking_seconds(length, config, args.batch)
+    print(f"\n(c)'s masks in the step, on this host's CPU device: {seconds * 1e3:.2f} ms per "
+          f"batch of {args.batch} ({seconds / args.batch * 1e6:.1f} us per sample)")
 
 
 def main():

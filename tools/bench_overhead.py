@@ -71,7 +71,7 @@ def bare_scan_step_seconds(config, spec) -> float:
     t = config.train
     model = build_compiled_model(config)
     ds = data_lib.train_dataset(spec, config.data, config.model.vocabulary_size,
-                                t.batch_size_per_device, t.seed, 0)
+                                t.batch_size_per_device, t.seed, 0, device_masks=True)
     flat = list(ds.take(t.steps_per_execution).as_numpy_iterator())
     super_batch = jax.tree.map(lambda *a: np.stack(a), *flat)  # (K, B, ...)
     model._symbolic_build(data_batch=flat[0])

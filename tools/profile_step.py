@@ -61,7 +61,8 @@ def main():
         train=dataclasses.replace(config.train, steps=10**6, batch_size_per_device=args.batch))
     spec = data_lib.inspect_files(config.data.train, "data.train")
     model = build_compiled_model(config)
-    dataset = data_lib.train_dataset(spec, config.data, V, args.batch, config.train.seed)
+    dataset = data_lib.train_dataset(spec, config.data, V, args.batch, config.train.seed,
+                                     device_masks=True)  # what training feeds
 
     fit_samples_per_second(model, dataset, 3, args.batch)  # compile and warm up
     trace_dir = os.path.join(work, "trace")

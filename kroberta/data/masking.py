@@ -19,13 +19,9 @@ import typing
 import tensorflow as tf
 
 from kroberta.data.records import IGNORE_LABEL
+from kroberta.mask_hash import (GOLDEN, MIX_A, MIX_B, SALT_ACTION, SALT_RANDOM_ID, SALT_SCORE,
+                                 SCORE_BITS)
 
-# lowbias32 (a uint32 bijection with good avalanche; the dropout hash's mixer).
-_MIX_A, _MIX_B = 0x7FEB352D, 0x846CA68B
-_GOLDEN = 0x9E3779B9  # separates the seed words from the index words
-# Independent streams of uniforms per element: which positions, what to write, random ids.
-_SALT_SCORE, _SALT_ACTION, _SALT_RANDOM_ID = 1, 2, 3
-_SCORE_BITS = 24  # random scores are integers in [0, 2^24)
 # Choosing a row's highest scores sorts only the scores in one of 2^6 buckets...
 _SELECTION_BUCKET_BITS = 6
 # ... except where top_k of the row is cheaper: rows this short, or this few slots
@@ -39,9 +35,9 @@ def _u32(value):
 
 def _mix(x):
     x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
-    x = x * _u32(_MIX_A)
+    x = x * _u32(MIX_A)
     x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(15)))
-    x = x * _u32(_MIX_B)
+    x = x * _u32(MIX_B)
     return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
 
 
@@ -57,7 +53,7 @@ def element_keys(seed, indices):
     """One uint32 key per element from the run seed (scalar) and element indices (B,)."""
     seed_low, seed_high = _words(seed)
     index_low, index_high = _words(indices)
-    key = _mix(tf.bitwise.bitwise_xor(seed_low, _u32(_GOLDEN)))
+    key = _mix(tf.bitwise.bitwise_xor(seed_low, _u32(GOLDEN)))
     key = _mix(tf.bitwise.bitwise_xor(key, seed_high))
     key = _mix(tf.bitwise.bitwise_xor(key, index_low))
     return _mix(tf.bitwise.bitwise_xor(key, index_high))  # (B,)
@@ -65,10 +61,10 @@ def element_keys(seed, indices):
 
 def hash_bits(keys, salt: int, count: int):
     """(B, count) int32 in [0, 2^24): element key x salt x counter, hashed (the top 24 bits)."""
-    salted = _mix(tf.bitwise.bitwise_xor(keys, _u32(salt * _MIX_B & 0xFFFFFFFF)))  # (B,)
+    salted = _mix(tf.bitwise.bitwise_xor(keys, _u32(salt * MIX_B & 0xFFFFFFFF)))  # (B,)
     counter = tf.cast(tf.range(count), tf.uint32)  # (count,)
     bits = _mix(salted[:, None] + counter[None, :])  # (B, count)
-    return tf.cast(tf.bitwise.right_shift(bits, _u32(32 - _SCORE_BITS)), tf.int32)
+    return tf.cast(tf.bitwise.right_shift(bits, _u32(32 - SCORE_BITS)), tf.int32)
 
 
 def hash_uniform(keys, salt: int, count: int):
@@ -76,7 +72,7 @@ def hash_uniform(keys, salt: int, count: int):
 
     24 bits are exactly representable in float32, so a uniform never rounds up to 1.0.
     """
-    return tf.cast(hash_bits(keys, salt, count), tf.float32) * (1.0 / (1 << _SCORE_BITS))
+    return tf.cast(hash_bits(keys, salt, count), tf.float32) * (1.0 / (1 << SCORE_BITS))
 
 
 def _is_special(ids, special_token_ids):
@@ -149,18 +145,18 @@ def dynamic_mask_batch(
     keys = element_keys(seed, indices)
     if word_starts is None:
         # The `count` candidates of highest random score.
-        positions, valid = _chosen_slots(hash_bits(keys, _SALT_SCORE, length), candidates, count,
+        positions, valid = _chosen_slots(hash_bits(keys, SALT_SCORE, length), candidates, count,
                                          slots)  # (B, M) each
     else:
         positions, valid = _whole_word_slots(input_ids, candidates, count, keys, word_starts, slots)
     originals = tf.gather(input_ids, positions, batch_dims=1)  # (B, M)
     labels = tf.where(valid, originals, IGNORE_LABEL)
 
-    draw = hash_uniform(keys, _SALT_ACTION, slots)  # (B, M)
+    draw = hash_uniform(keys, SALT_ACTION, slots)  # (B, M)
     lowest_regular_id = max(special_token_ids) + 1 if special_token_ids else 0
     span = vocabulary_size - lowest_regular_id
     random_ids = lowest_regular_id + tf.minimum(
-        tf.cast(hash_uniform(keys, _SALT_RANDOM_ID, slots) * span, tf.int32), span - 1)
+        tf.cast(hash_uniform(keys, SALT_RANDOM_ID, slots) * span, tf.int32), span - 1)
     replacement = tf.where(
         draw < mask_fraction,
         mask_token_id,
@@ -219,7 +215,7 @@ def _highest_scoring(scores, candidates, count):
     """
     rows, buckets = tf.shape(scores)[0], 1 << _SELECTION_BUCKET_BITS
     # A candidate's bucket: its score's top bits, in [0, K); K for the other positions.
-    bucket = tf.where(candidates, tf.bitwise.right_shift(scores, _SCORE_BITS - _SELECTION_BUCKET_BITS),
+    bucket = tf.where(candidates, tf.bitwise.right_shift(scores, SCORE_BITS - _SELECTION_BUCKET_BITS),
                       buckets)  # (B, L)
     # One bincount for the batch: row b counts into b * (K + 1) ... b * (K + 1) + K.
     cells = rows * (buckets + 1)
@@ -235,8 +231,8 @@ def _highest_scoring(scores, candidates, count):
     # score first; the sort is stable, so ties keep position order.
     inside = tf.cast(tf.where(candidates & (bucket == boundary[:, None])), tf.int32)  # (N, 2)
     row = inside[:, 0]
-    descending = tf.cast((1 << _SCORE_BITS) - 1 - tf.gather_nd(scores, inside), tf.int64)
-    order = tf.argsort(tf.cast(row, tf.int64) * (1 << _SCORE_BITS) + descending, stable=True)
+    descending = tf.cast((1 << SCORE_BITS) - 1 - tf.gather_nd(scores, inside), tf.int64)
+    order = tf.argsort(tf.cast(row, tf.int64) * (1 << SCORE_BITS) + descending, stable=True)
     sorted_row = tf.gather(row, order)  # (N,)
     row_start = tf.cumsum(tf.math.bincount(row, minlength=rows, maxlength=rows), exclusive=True)
     rank = tf.range(tf.size(row)) - tf.gather(row_start, sorted_row)  # (N,) place within its row
@@ -268,7 +264,7 @@ def _whole_word_slots(input_ids, candidates, count, keys, word_starts, slots):
     length = tf.shape(input_ids)[1]
     words = _words_of(input_ids, candidates, word_starts)
     # One random score per word (B, L).
-    uniforms = tf.gather(hash_uniform(keys, _SALT_SCORE, length), words.index, batch_dims=1)
+    uniforms = tf.gather(hash_uniform(keys, SALT_SCORE, length), words.index, batch_dims=1)
     # Ties keep position order, so a word's tokens come out together, in order.
     chosen, padding = _top_candidates(uniforms, candidates, slots)  # (B, M)
     valid = _whole_words_within(chosen, words, padding, count, slots)

@@ -24,7 +24,7 @@ from kroberta.data.bad_records import DataError, explain_pipeline_error, first_b
 from kroberta.data.batch_parsing import parse_checked_batch
 from kroberta.config import ConfigError, DataConfig
 from kroberta.data.files import DataSpec, check_against_model, inspect_files, resolve_files, spec_records
-from kroberta.data.masking import dynamic_mask_batch, static_slots_batch
+from kroberta.data.masking import dynamic_mask_batch, element_keys, static_slots_batch
 from kroberta.data.records import FEATURES, IGNORE_LABEL
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -47,8 +47,10 @@ def parallel_batches() -> int:
 
 
 def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabulary_size: int,
-                     word_starts=None):
-    """(x, y) of a batch: the model's input dict and the labels at the prediction slots.
+                     word_starts=None, device_masks: bool = False):
+    """(x, y) of a batch: the model's input dict and the labels at the prediction slots;
+    or, when the step draws the masks (`device_masks` and `data.masks_drawn_by_step()`), x
+    alone: the unmasked tokens and each row's element key (`kroberta.model.device_masking`).
 
     parsed: int32 (B, L) features; indices: int64 (B,) element indices (mask seeds);
     word_starts: bool (V,) for whole-word masking, else None.
@@ -61,6 +63,9 @@ def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabu
         if "labels" in parsed:
             # Files masked once (the seed's format): recover the unmasked text.
             originals = tf.where(parsed["labels"] != IGNORE_LABEL, parsed["labels"], originals)
+        if device_masks and data.masks_drawn_by_step():
+            return {"token_ids": originals, "padding_mask": parsed["attention_mask"],
+                    "mask_keys": element_keys(seed, indices)}  # (B, L), (B, L), (B,) uint32
         ids, positions, labels = dynamic_mask_batch(
             originals, parsed["attention_mask"], seed, indices,
             mask_rate=data.mask_rate, slots=slots, mask_token_id=data.mask_token_id,
@@ -72,8 +77,9 @@ def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabu
 
 
 def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int,
-                  word_starts=None):
-    """(element indices (B,), (files, record indices, records) (B,)) -> (x, y)."""
+                  word_starts=None, device_masks: bool = False):
+    """(element indices (B,), (files, record indices, records) (B,)) -> (x, y), or x
+    alone when the step draws the masks (see `_to_model_inputs`)."""
     length, slots = spec.sequence_length, data.prediction_slots(spec.sequence_length)
     if data.whole_word_masking and word_starts is None:
         raise ConfigError("data.whole_word_masking: needs the tokenizer's word starts; give "
@@ -87,7 +93,8 @@ def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: 
         parsed = parse_checked_batch(paths, record_indices, records, length=length,
                                      vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
                                      lengths_named=False)
-        return _to_model_inputs(parsed, indices, seed, data, slots, vocabulary_size, word_starts)
+        return _to_model_inputs(parsed, indices, seed, data, slots, vocabulary_size, word_starts,
+                                device_masks)
 
     return parse
 
@@ -104,11 +111,15 @@ def epoch_plan(spec: DataSpec, data: DataConfig, seed: int,
 
 def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
                   seed: int, start_step: int = 0, shard: tuple[int, int] | None = None,
-                  word_starts=None):
+                  word_starts=None, device_masks: bool = False):
     """Endless training batches of `global_batch`, starting after `start_step` batches.
 
     Returns a dataset of (x, y) with x = {token_ids (B, L), padding_mask (B, L),
-    mask_positions (B, M)} and y = labels (B, M), all int32. The records come in
+    mask_positions (B, M)} and y = labels (B, M), all int32. With `device_masks`
+    and dynamic masking not of whole words (`DataConfig.masks_drawn_by_step`), of x alone:
+    {token_ids (B, L) unmasked, padding_mask (B, L), mask_keys (B,) uint32}, whose
+    masks the training step draws (`kroberta.model.device_masking`), exactly those
+    this function makes without `device_masks`. The records come in
     epochs, each record once per epoch (see `kroberta.data.epochs`); a batch may span
     two epochs.
 
@@ -125,7 +136,7 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     ds = epoch_plan(spec, data, seed, shard).batches(start_step * global_batch, global_batch)
     if count > 1:
         ds = ds.map(lambda i, tagged: (i * count + index, tagged))  # (B,) indices, once per batch
-    parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts)
+    parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts, device_masks)
     return ds.map(parse, num_parallel_calls=parallel_batches(), deterministic=True).prefetch(AUTOTUNE)
 
 
@@ -154,30 +165,33 @@ def _file_order_batches(spec: DataSpec, batch_size: int):
 
 def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
                  seed: int, max_batches: int = 0, shard: tuple[int, int] | None = None,
-                 word_starts=None):
+                 word_starts=None, device_masks: bool = False):
     """Every validation example once, in file order, with the same masks on every call.
 
-    The last batch is completed with padding examples whose labels are all -100,
-    so no example is dropped and every batch has the shape the devices expect; the
-    masked loss and metrics give the padding no weight. With `shard=(count, index)`
-    each process yields its 1/count slice of every global batch (it reads all the
-    files: validation sets are small).
+    The last batch is completed with padding examples whose labels are all -100
+    (whose padding_mask is all 0, so the step draws no masks for them), so no example
+    is dropped and every batch has the shape the devices expect; the masked loss and
+    metrics give the padding no weight. With `shard=(count, index)` each process
+    yields its 1/count slice of every global batch (it reads all the files:
+    validation sets are small). `device_masks`: as in `train_dataset`.
     """
     count, index = shard or (1, 0)
-    parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts)
+    parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts, device_masks)
     share = global_batch // count
 
     def parse_and_pad(batch_number, tagged):
         # Element indices (mask seeds): places in file order.
         indices = batch_number * global_batch + tf.range(tf.size(tagged[0], out_type=tf.int64))
-        x, y = parse(indices, tagged)
-        missing = global_batch - tf.shape(y)[0]
-        x = {name: _pad_rows(x[name], missing, padding_value(name, data.pad_token_id))
-             for name in ("token_ids", "padding_mask", "mask_positions")}
-        y = _pad_rows(y, missing, padding_value("labels", data.pad_token_id))
+        batch = parse(indices, tagged)
+        missing = global_batch - tf.size(indices)
+        pad = lambda name, t: _pad_rows(t, missing, padding_value(name, data.pad_token_id))
         # Global batch k: process p takes rows p*share ... (p+1)*share - 1.
-        take = lambda t: tf.ensure_shape(t[index * share:(index + 1) * share], [share, None])
-        return {k: take(v) for k, v in x.items()}, take(y)
+        take = lambda t: tf.ensure_shape(t[index * share:(index + 1) * share],
+                                         [share] + [None] * (t.shape.rank - 1))
+        if isinstance(batch, dict):  # x alone: the step draws the masks
+            return {name: take(pad(name, t)) for name, t in batch.items()}
+        x, y = batch
+        return {name: take(pad(name, t)) for name, t in x.items()}, take(pad("labels", y))
 
     ds = _file_order_batches(spec, global_batch).enumerate()
     ds = ds.map(parse_and_pad, num_parallel_calls=parallel_batches(), deterministic=True)
@@ -199,14 +213,15 @@ def padding_value(name: str, pad_token_id: int) -> int:
     """What a padding example holds in the model input or result column `name`.
 
     <pad> tokens, no labels, zeros elsewhere (no real token, no slot, not real, not
-    valid): the masked loss and metrics give it no weight and predict drops it.
+    valid, mask key 0): the masked loss and metrics give it no weight and predict drops it.
     """
     return {"token_ids": pad_token_id, "labels": IGNORE_LABEL}.get(name, 0)
 
 
 def _pad_rows(tensor, rows, value):
-    """Appends `rows` rows of `value` to a (B, W) tensor."""
-    return tf.pad(tensor, [[0, rows], [0, 0]], constant_values=value)
+    """Appends `rows` rows of `value` to a (B, ...) tensor."""
+    padding = [[0, rows]] + [[0, 0]] * (tensor.shape.rank - 1)
+    return tf.pad(tensor, padding, constant_values=tf.cast(value, tensor.dtype))
 
 
 def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):

@@ -105,8 +105,9 @@ def compile_model(model, config: Config):
     """Compiles with AdamW, the masked loss and metrics; every step is XLA-compiled, and
     `fit`/`evaluate` run train.steps_per_execution steps per dispatch (`kroberta.model.fused_steps`;
     each of train.gradient_accumulation_steps micro-batches, `kroberta.model.accumulation`;
-    "auto" is resolved here for all local devices unless the caller resolved it)."""
-    from kroberta.model import accumulation, fused_steps
+    "auto" is resolved here for all local devices unless the caller resolved it); a batch
+    that carries mask keys gets its dynamic masks in the step (`kroberta.model.device_masking`)."""
+    from kroberta.model import accumulation, device_masking, fused_steps
     from kroberta.perf import dispatch_size
 
     if config.train.steps_per_execution == AUTO:
@@ -125,7 +126,9 @@ def compile_model(model, config: Config):
         jit_compile=True,
     )
     accumulation.install(model, config.train.gradient_accumulation_steps)
-    fused_steps.install(model)  # scans the (accumulating) train step K times per dispatch
+    # Batches with mask keys get their masks inside the step (the whole accumulated batch).
+    device_masking.install(model, config.data, config.model.vocabulary_size)
+    fused_steps.install(model)  # scans the (masking, accumulating) train step K times per dispatch
     return model
 
 

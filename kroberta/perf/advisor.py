@@ -128,14 +128,17 @@ def compiled_memory(config: Config, devices) -> dict | None:
     b = config.train.batch_size_per_device
     L = config.model.max_sequence_length
     M = config.data.prediction_slots(L)
-    x = {"token_ids": np.full((b, L), 5, np.int32), "padding_mask": np.ones((b, L), np.int32),
-         "mask_positions": np.tile(np.arange(M, dtype=np.int32), (b, 1))}
-    y = np.full((b, M), 5, np.int32)
-    model._symbolic_build(data_batch=(x, y))
+    x = {"token_ids": np.full((b, L), 5, np.int32), "padding_mask": np.ones((b, L), np.int32)}
+    if config.data.masks_drawn_by_step():  # what the step receives: keys, not masks
+        data = {**x, "mask_keys": np.arange(b, dtype=np.uint32)}
+    else:
+        data = ({**x, "mask_positions": np.tile(np.arange(M, dtype=np.int32), (b, 1))},
+                np.full((b, M), 5, np.int32))
+    model._symbolic_build(data_batch=data)
     state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True,
                                  optimizer_variables=True, metrics_variables=True)
     device = devices[0]
-    state, batch = jax.device_put((state, (x, y)), device)
+    state, batch = jax.device_put((state, data), device)
     compiled = jax.jit(model.train_step, donate_argnums=0).lower(state, batch).compile()
     analysis = compiled.memory_analysis()
     if analysis is None:

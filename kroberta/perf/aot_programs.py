@@ -9,7 +9,9 @@ The steps are the ones the runtime runs, not re-implementations:
            shardings as `fused_steps.train_program` does under a distribution);
            state = (trainable, non_trainable, optimizer, metrics variables) as the
            trainer's `_get_jax_state`; data = a (K, batch, ...) super-batch of (x,
-           labels), each step's slice sharded by the distribution's data layout.
+           labels), or of unmasked x with mask keys when the step draws dynamic masks
+           (`kroberta.model.device_masking`), each step's slice sharded by the
+           distribution's data layout.
   predict: `kroberta.inference.program.make_predict_step`, the function `kroberta.predict` jits
            (G batches per dispatch).
 
@@ -107,16 +109,22 @@ def train_state(model, distribution):
     return structs, shardings
 
 
-def train_data(distribution, global_batch: int, length: int, slots: int, steps: int = 1):
+def train_data(distribution, global_batch: int, length: int, slots: int, steps: int = 1,
+               masks_on_device: bool = False):
     """A (steps, batch, ...) super-batch of (x, labels) as `kroberta.model.fused_steps` puts it
-    on the devices: each step's (batch, ...) slice sharded by the distribution's layout."""
+    on the devices: each step's (batch, ...) slice sharded by the distribution's layout.
+    `masks_on_device`: x alone, unmasked with mask keys, whose masks the step draws
+    (`kroberta.model.device_masking`; dynamic masking)."""
     from kroberta.model.fused_steps import super_batch_sharding
 
-    def spec(*shape):
+    def spec(*shape, dtype=jnp.int32):
         full = (steps, *shape)
-        return jax.ShapeDtypeStruct(full, jnp.int32,
-                                    sharding=super_batch_sharding(distribution, full))
+        return jax.ShapeDtypeStruct(full, dtype, sharding=super_batch_sharding(distribution, full))
 
+    if masks_on_device:
+        return {"token_ids": spec(global_batch, length),  # (K, B, L)
+                "padding_mask": spec(global_batch, length),  # (K, B, L)
+                "mask_keys": spec(global_batch, dtype=jnp.uint32)}  # (K, B)
     x = {"token_ids": spec(global_batch, length),  # (K, B, L)
          "padding_mask": spec(global_batch, length),  # (K, B, L)
          "mask_positions": spec(global_batch, slots)}  # (K, B, M)
@@ -158,13 +166,13 @@ def _analyse(name: str, lowered, steps: int = 1) -> Program:
 
 
 def lower_train(model, distribution, global_batch: int, length: int, slots: int,
-                steps: int = 1):
+                steps: int = 1, masks_on_device: bool = False):
     """Lowers the K-step (`steps`) training program `fit` runs, for the distribution's
-    devices (a jax `Lowered`)."""
+    devices (a jax `Lowered`); `masks_on_device` as in `train_data`."""
     from kroberta.model.fused_steps import scan_steps
 
-    x, y = train_data(distribution, global_batch, length, slots, steps)
-    single = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), (x, y))
+    data = train_data(distribution, global_batch, length, slots, steps, masks_on_device)
+    single = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), data)
     with global_distribution(None):
         # What `fit` does first: builds the compiled loss and metrics' variables (on the
         # host; `train_state` gives them the distribution's layout) from one step's batch.
@@ -173,14 +181,14 @@ def lower_train(model, distribution, global_batch: int, length: int, slots: int,
         state, shardings = train_state(model, distribution)
         program = jax.jit(scan_steps(model, model.train_step, "train"), donate_argnums=0,
                           out_shardings=(None, shardings))
-        return program.lower(state, (x, y))
+        return program.lower(state, data)
 
 
 def compile_train(model, distribution, global_batch: int, length: int, slots: int,
-                  steps: int = 1) -> Program:
+                  steps: int = 1, masks_on_device: bool = False) -> Program:
     """Lowers and compiles the K-step train program; its per-device memory and FLOPs."""
     return _analyse("train", lower_train(model, distribution, global_batch, length, slots,
-                                         steps), steps)
+                                         steps, masks_on_device), steps)
 
 
 def compile_predict(model, devices, global_batch: int, length: int, slots: int,

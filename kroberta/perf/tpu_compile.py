@@ -239,7 +239,8 @@ def compile_for_topology(config: Config, topology_name: str, model=None) -> Repo
     steps = dispatch_size.resolve(config, devices, batch, length).train.steps_per_execution
     group = batches_per_dispatch_for(config, batch, slots, length, devices=devices)
     train = _compile_or_explain(
-        lambda: aot_programs.compile_train(model, distribution, batch, length, slots, steps),
+        lambda: aot_programs.compile_train(model, distribution, batch, length, slots, steps,
+                                           config.data.masks_drawn_by_step()),
         "train", hbm, config, generation)
     predict = _compile_or_explain(
         lambda: aot_programs.compile_predict(model, devices, batch, length, slots, group=group),

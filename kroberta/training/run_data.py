@@ -57,22 +57,27 @@ def _word_starts(config: Config, tokenizer_path: str | None):
     return word_start_table(load_tokenizer(tokenizer_path), config.model.vocabulary_size)
 
 
-def train_batches(run: RunData, process_batch: int, start_step: int = 0, shard=None):
+def train_batches(run: RunData, process_batch: int, start_step: int = 0, shard=None,
+                  device_masks: bool = True):
+    """The training pipeline of `run` (`device_masks`: the step draws the dynamic masks)."""
     t = run.config.train
     return data_lib.train_dataset(run.train, run.config.data, run.config.model.vocabulary_size,
                                   process_batch, t.seed, start_step, shard=shard,
-                                  word_starts=run.word_starts)
+                                  word_starts=run.word_starts, device_masks=device_masks)
 
 
-def validation_batches(run: RunData, global_batch: int, shard=None):
+def validation_batches(run: RunData, global_batch: int, shard=None, device_masks: bool = True):
+    """The validation pipeline of `run` (`device_masks` as in `train_batches`)."""
     t = run.config.train
     return data_lib.eval_dataset(run.validation, run.config.data,
                                  run.config.model.vocabulary_size, global_batch, t.seed,
-                                 t.eval_steps, shard=shard, word_starts=run.word_starts)
+                                 t.eval_steps, shard=shard, word_starts=run.word_starts,
+                                 device_masks=device_masks)
 
 
-def dataset(config: Config, split: str = "train", start_step: int = 0, log=print):
-    """The exact `tf.data.Dataset` of (x, labels) batches that training feeds the model.
+def dataset(config: Config, split: str = "train", start_step: int = 0, log=print,
+            masks_on_host: bool = False):
+    """The exact `tf.data.Dataset` of batches that training feeds the model.
 
     Args:
         config: a run's config (e.g. `kroberta.load_config(...)` or `config.load_toml`).
@@ -81,12 +86,19 @@ def dataset(config: Config, split: str = "train", start_step: int = 0, log=print
             (every example once, the last batch padded with weightless rows).
         start_step: for "train", the batches already consumed (as on resume).
         log: where to report preparing the embedded corpus, when the config names no data.
+        masks_on_host: draw dynamic masks in the pipeline instead of leaving them to the
+            training step: the (x, labels) batches the model itself sees, bit for bit.
 
     Returns:
-        Batches of this process's share: x = {token_ids (B, L), padding_mask (B, L),
-        mask_positions (B, M)}, labels (B, M), int32, with B = batch_size_per_device x
-        this process's devices (x gradient_accumulation_steps for "train": one
-        optimizer step's micro-batches together).
+        Batches of this process's share, int32, with B = batch_size_per_device x this
+        process's devices (x gradient_accumulation_steps for "train": one optimizer
+        step's micro-batches together): (x, labels) with x = {token_ids (B, L),
+        padding_mask (B, L), mask_positions (B, M)} and labels (B, M); or, with
+        data.masking = "dynamic" (not of whole words) and not `masks_on_host`, x alone:
+        {token_ids (B, L) unmasked, padding_mask (B, L), mask_keys (B,) uint32}, each
+        row's key a hash of the run seed and the row's element index, from which the
+        training step draws exactly the masks `masks_on_host=True` shows
+        (`kroberta.model.device_masking`).
     """
     if split not in SPLITS:
         raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
@@ -98,7 +110,8 @@ def dataset(config: Config, split: str = "train", start_step: int = 0, log=print
     per_device = config.train.batch_size_per_device
     if split == "train":
         accumulated = per_device * config.train.gradient_accumulation_steps
-        return train_batches(run, accumulated * devices // processes, start_step, shard)
+        return train_batches(run, accumulated * devices // processes, start_step, shard,
+                             device_masks=not masks_on_host)
     if run.validation is None:
         raise ConfigError("data.validation: the config has no validation files")
-    return validation_batches(run, per_device * devices, shard)
+    return validation_batches(run, per_device * devices, shard, device_masks=not masks_on_host)

@@ -137,11 +137,21 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
     ds = kroberta.dataset(config, log=lambda *_: None)
     run = kroberta.training.run_data.resolve(config, log=lambda *_: None)
     assert len(run.train.files) == 1
-    x, y = next(iter(ds))
-    assert x["token_ids"].shape[0] == 2 * 4  # 4 simulated devices
+    x = next(iter(ds))  # dynamic masks: x alone, the step draws them from the keys
+    assert sorted(x) == ["mask_keys", "padding_mask", "token_ids"]
+    assert x["token_ids"].shape[0] == x["mask_keys"].shape[0] == 2 * 4  # 4 simulated devices
+    assert x["mask_keys"].numpy().dtype == np.uint32
     # The same batches as the pipeline training builds from the same arguments.
-    direct = data_lib.train_dataset(run.train, run.config.data, 300, 8, config.train.seed)
-    for (xa, ya), (xb, yb) in zip(ds.take(3).as_numpy_iterator(), direct.take(3).as_numpy_iterator()):
+    direct = data_lib.train_dataset(run.train, run.config.data, 300, 8, config.train.seed,
+                                    device_masks=True)
+    for a, b in zip(ds.take(3).as_numpy_iterator(), direct.take(3).as_numpy_iterator()):
+        assert a.keys() == b.keys()
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name])
+    # masks_on_host: the host pipeline's (x, labels), the batches the step's masks make.
+    shown = kroberta.dataset(config, log=lambda *_: None, masks_on_host=True)
+    host = data_lib.train_dataset(run.train, run.config.data, 300, 8, config.train.seed)
+    for (xa, ya), (xb, yb) in zip(shown.take(3).as_numpy_iterator(), host.take(3).as_numpy_iterator()):
         np.testing.assert_array_equal(xa["token_ids"], xb["token_ids"])
         np.testing.assert_array_equal(ya, yb)
     # Every record once per epoch, compared by content (mask rate 0: tokens unchanged).
@@ -155,8 +165,13 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
         originals.extend(tuple(r) for r in x["input_ids"])
     assert collections.Counter(rows[:records]) == collections.Counter(originals)
     assert collections.Counter(rows[records:2 * records]) == collections.Counter(originals)
-    validation = list(kroberta.dataset(config, "validation", log=lambda *_: None))
+    validation = list(kroberta.dataset(config, "validation", log=lambda *_: None,
+                                       masks_on_host=True))
     assert sum(int((y.numpy() != -100).any(axis=1).sum()) for _, y in validation) == \
+        run.validation.records
+    keyed = list(kroberta.dataset(config, "validation", log=lambda *_: None))
+    assert len(keyed) == len(validation)
+    assert sum(int(x["padding_mask"].numpy().any(axis=1).sum()) for x in keyed) == \
         run.validation.records
     with pytest.raises(ConfigError, match="split must be one of"):
         kroberta.dataset(config, "test")

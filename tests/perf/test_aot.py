@@ -91,6 +91,7 @@ def test_seed_memory_fits_and_is_weights_plus_adamw(seed_reports, topology):
 
 
 @needs_libtpu
+@pytest.mark.slow  # the command's other one-line error (an unknown topology) stays in the default suite
 def test_too_large_batch_exits_2_with_one_line(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "kroberta.aot", "--config", "base",
@@ -131,9 +132,11 @@ def test_predict_batch_is_what_predict_puts_on_the_devices():
     assert ours == device_side
 
 
-def test_lowered_train_step_is_the_step_fit_runs():
+@pytest.mark.parametrize("masks_on_device", [False, True])
+def test_lowered_train_step_is_the_step_fit_runs(masks_on_device):
     """On the 4 CPU devices: our lowered K-step program and Keras' `fit` (K = 2 steps per
-    dispatch) give the same weights, so the TPU numbers are of the program training runs."""
+    dispatch) give the same weights, so the TPU numbers are of the program training runs
+    (with the masks drawn in the step too, as dynamic masking's batches have them)."""
     import keras
     import tensorflow as tf
 
@@ -148,7 +151,8 @@ def test_lowered_train_step_is_the_step_fit_runs():
         model = build_compiled_model(config)
     L, B, K = config.model.max_sequence_length, 2 * len(devices), 2
     M = config.data.prediction_slots(L)
-    lowered = aot_programs.lower_train(model, distribution, B, L, M, steps=K)
+    lowered = aot_programs.lower_train(model, distribution, B, L, M, steps=K,
+                                       masks_on_device=masks_on_device)
     assert "bf16" in lowered.as_text()  # mixed precision: bf16 compute in the program
     assert "while" in lowered.as_text()  # the K steps are a loop inside one program
     compiled = lowered.compile()
@@ -158,16 +162,21 @@ def test_lowered_train_step_is_the_step_fit_runs():
          "padding_mask": np.ones((K, B, L), np.int32),
          "mask_positions": np.tile(np.arange(M, dtype=np.int32), (K, B, 1))}
     y = rng.integers(5, config.model.vocabulary_size, (K, B, M)).astype(np.int32)
+    batches = (x, y)
+    if masks_on_device:
+        batches = {"token_ids": x["token_ids"], "padding_mask": x["padding_mask"],
+                   "mask_keys": rng.integers(0, 2**32, (K, B), dtype=np.uint32)}
     state, _ = aot_programs.train_state(model, distribution)
     variables = (model.trainable_variables, model.non_trainable_variables,
                  model.optimizer.variables, model.metrics_variables)
     # Copies: the compiled step donates (consumes) its state arguments.
     values = tuple([jax.device_put(np.array(v.value), s.sharding) for v, s in zip(vs, ss)]
                    for vs, ss in zip(variables, state))
-    data = jax.tree.map(lambda a, s: jax.device_put(a, s.sharding), (x, y),
-                        aot_programs.train_data(distribution, B, L, M, steps=K))
+    data = jax.tree.map(lambda a, s: jax.device_put(a, s.sharding), batches,
+                        aot_programs.train_data(distribution, B, L, M, steps=K,
+                                                masks_on_device=masks_on_device))
     _, (ours, *_) = compiled(values, data)
-    flat = tf.data.Dataset.from_tensor_slices((x, y))  # K batches of (B, ...)
+    flat = tf.data.Dataset.from_tensor_slices(batches)  # K batches of (B, ...)
     with aot_programs.global_distribution(distribution):
         model.fit(flat, steps_per_epoch=K, epochs=1, verbose=0, shuffle=False)
     assert int(model.optimizer.iterations.numpy()) == K

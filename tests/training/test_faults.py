@@ -121,6 +121,7 @@ def test_sigterm_writes_a_checkpoint_at_the_current_step_and_resume_matches(
     _assert_same_run(run_dir, reference, stopped_at=last_step)
 
 
+@pytest.mark.slow  # a real half-written one (kill -9 mid-write, above) stays in the default suite
 def test_half_written_checkpoints_are_never_loaded(tiny_data, tmp_path):
     run_dir = tmp_path / "run"
     config = tiny_config(tiny_data, run_dir, steps=40, checkpoint_every=20, eval_every=0)

@@ -1,0 +1,139 @@
+"""Dynamic masks drawn inside the compiled step (kroberta.model.device_masking): bit for bit the
+host's masks, and training or evaluating on keyed batches is training on host-masked ones."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from kroberta.config import Config
+from kroberta.data import masking
+from kroberta.data import pipeline as data_lib
+from kroberta.model import device_masking
+from tests.conftest import TINY_VOCAB, tiny_config
+
+
+def _batch(rng, rows, length, vocabulary_size, pad_id=1):
+    lengths = rng.integers(0, length + 1, rows)
+    real = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int32)  # (B, L)
+    ids = rng.integers(0, vocabulary_size, (rows, length)).astype(np.int32)
+    return np.where(real == 1, ids, pad_id), real
+
+
+@pytest.mark.parametrize("rows, length, slots, vocabulary_size, rate, specials", [
+    (64, 512, 16, 10_000, 0.15, (0, 1, 2, 3, 4)),  # the seed's slots at 512 tokens
+    (64, 512, 96, 50_000, 0.15, (0, 1, 2, 3, 4)),  # the host chooses by buckets here
+    (16, 64, 12, 300, 0.3, (0, 1, 2, 3, 4)),
+    (5, 10, 24, 50, 0.5, (0, 2, 7)),  # more slots than positions; specials not a range
+    (3, 4, 8, 30, 1.0, ()),
+    (4, 16, 4, 40, 0.0, (0, 1, 2, 3, 4)),  # nothing chosen
+])
+def test_device_masks_are_the_host_masks_bit_for_bit(rows, length, slots, vocabulary_size,
+                                                     rate, specials):
+    rng = np.random.default_rng(rows * length + slots)
+    ids, real = _batch(rng, rows, length, vocabulary_size)
+    indices = rng.integers(0, 2**40, rows).astype(np.int64)  # beyond 32 bits: both key words
+    settings = dict(mask_rate=rate, slots=slots, mask_token_id=4, special_token_ids=specials,
+                    vocabulary_size=vocabulary_size)
+    host = masking.dynamic_mask_batch(ids, real, 11, indices, **settings)
+    keys = masking.element_keys(11, indices).numpy()
+    device = jax.jit(lambda i, r, k: device_masking.mask_batch(i, r, k, **settings))(ids, real, keys)
+    for name, a, b in zip(("ids", "positions", "labels"), host, device):
+        assert b.dtype == np.int32
+        np.testing.assert_array_equal(np.asarray(b), a.numpy(), err_msg=name)
+    if rate > 0:
+        assert (np.asarray(device[2]) != -100).any()
+
+
+@pytest.mark.parametrize("score_bits", [2, 24])
+def test_device_choice_breaks_ties_as_the_host_does(score_bits):
+    rng = np.random.default_rng(score_bits)
+    rows, length, slots = 32, 200, 40
+    scores = rng.integers(0, 2**score_bits, (rows, length)).astype(np.int32)  # 2 bits: ties
+    candidates = rng.random((rows, length)) < 0.7
+    count = np.minimum(rng.integers(0, slots + 1, rows), candidates.sum(1)).astype(np.int32)
+    positions, valid = jax.jit(device_masking.chosen_slots, static_argnums=3)(
+        scores, candidates, count, slots)
+    for by_top_k in (True, False):
+        host_positions, host_valid = masking._chosen_slots(scores, candidates, count, slots,
+                                                           by_top_k=by_top_k)
+        np.testing.assert_array_equal(np.asarray(positions), host_positions.numpy())
+        np.testing.assert_array_equal(np.asarray(valid), host_valid.numpy())
+
+
+def test_keyed_batches_masked_by_the_step_are_the_host_pipelines_batches(tiny_data):
+    config = Config()
+    spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
+    V = TINY_VOCAB
+    keyed = data_lib.train_dataset(spec, config.data, V, 8, seed=3, start_step=2,
+                                   device_masks=True)
+    host = data_lib.train_dataset(spec, config.data, V, 8, seed=3, start_step=2)
+    mask = jax.jit(device_masking.masker(config.data, V))
+    for x, (host_x, host_y) in zip(keyed.take(4).as_numpy_iterator(),
+                                   host.take(4).as_numpy_iterator()):
+        assert x["mask_keys"].dtype == np.uint32 and x["mask_keys"].shape == (8,)
+        masked, labels = mask(x)
+        assert masked.keys() == host_x.keys()
+        for name in host_x:
+            np.testing.assert_array_equal(np.asarray(masked[name]), host_x[name], err_msg=name)
+        np.testing.assert_array_equal(np.asarray(labels), host_y)
+    # Validation: every example once, the padding rows of the last batch draw no masks.
+    val = data_lib.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
+    keyed = list(data_lib.eval_dataset(val, config.data, V, 16, 0, device_masks=True)
+                 .as_numpy_iterator())
+    host = list(data_lib.eval_dataset(val, config.data, V, 16, 0).as_numpy_iterator())
+    assert len(keyed) == len(host) and val.records % 16  # a padded last batch
+    for x, (host_x, host_y) in zip(keyed, host):
+        masked, labels = mask(x)
+        np.testing.assert_array_equal(np.asarray(masked["token_ids"]), host_x["token_ids"])
+        np.testing.assert_array_equal(np.asarray(labels), host_y)
+
+
+def test_static_and_whole_word_batches_keep_their_host_labels(tiny_data):
+    spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
+    static = dataclasses.replace(Config().data, masking="static")
+    x, y = next(iter(data_lib.train_dataset(spec, static, TINY_VOCAB, 8, 0, device_masks=True)))
+    assert "mask_positions" in x and y.shape == (8, static.prediction_slots(spec.sequence_length))
+    assert Config().data.masks_drawn_by_step()
+    assert not dataclasses.replace(Config().data, whole_word_masking=True).masks_drawn_by_step()
+
+
+# Keras' own step masked in the step is also in the AOT test and every dynamic-masking run.
+@pytest.mark.parametrize("accumulation", [pytest.param(1, marks=pytest.mark.slow), 2])
+def test_training_on_keyed_batches_is_training_on_host_masked_batches(tiny_data, tmp_path,
+                                                                      accumulation):
+    from kroberta.model.mlm import build_compiled_model
+
+    config = tiny_config(tiny_data, tmp_path, steps_per_execution=3, log_every=6,
+                         eval_every=0, checkpoint_every=0, gradient_accumulation_steps=accumulation)
+    spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
+    val = data_lib.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
+    V, seed = config.model.vocabulary_size, config.train.seed
+    results = {}
+    for device_masks in (True, False):
+        model = build_compiled_model(config)
+        stream = data_lib.train_dataset(spec, config.data, V, 16, seed, device_masks=device_masks)
+        history = model.fit(stream.take(6), steps_per_epoch=6, epochs=1, verbose=0, shuffle=False)
+        evaluation = model.evaluate(
+            data_lib.eval_dataset(val, config.data, V, 16, seed, device_masks=device_masks),
+            verbose=0, return_dict=True)
+        results[device_masks] = (history.history, evaluation,
+                                 [np.asarray(w) for w in model.trainable_weights])
+    (history, evaluation, weights), (host_history, host_evaluation, host_weights) = (
+        results[True], results[False])
+    assert history["loss"] == pytest.approx(host_history["loss"], rel=1e-6)
+    for key in ("masked_accuracy", "perplexity"):
+        assert evaluation[key] == pytest.approx(host_evaluation[key], rel=1e-6)
+    for a, b in zip(weights, host_weights):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_a_keyed_batch_with_labels_is_refused():
+    mask = device_masking.masker(Config().data, 300)
+    x = {"token_ids": np.zeros((2, 8), np.int32), "padding_mask": np.ones((2, 8), np.int32),
+         "mask_keys": np.zeros((2,), np.uint32)}
+    with pytest.raises(ValueError, match="gets its labels from the masks"):
+        device_masking._masked_data(mask, (x, np.zeros((2, 4), np.int32)))
+    plain = ({"token_ids": x["token_ids"]}, np.zeros((2, 4), np.int32))
+    assert device_masking._masked_data(mask, plain) is plain
