@@ -153,18 +153,23 @@ def single_run(tiny_data, tmp_path_factory):
 
 # ---- the data each process reads --------------------------------------------------
 
-def _batches(spec, data, batch, shard, count=3):
-    ds = data_lib.train_dataset(spec, data, TINY_VOCAB, batch, seed=5, shard=shard)
+def _batches(spec, data, batch, shard, count=3, device_masks=False):
+    ds = data_lib.train_dataset(spec, data, TINY_VOCAB, batch, seed=5, shard=shard,
+                                device_masks=device_masks)
+    if device_masks:  # unmasked ids and the keys the step draws the masks from
+        return [(x["token_ids"], x["padding_mask"], x["mask_keys"][:, None].astype(np.int64))
+                for x in ds.take(count).as_numpy_iterator()]
     return [(x["token_ids"], x["mask_positions"], y) for x, y in ds.take(count).as_numpy_iterator()]
 
 
+@pytest.mark.parametrize("device_masks", [False, True], ids=["host-masks", "step-masks"])
 @pytest.mark.parametrize("files", [2, 1], ids=["file-sharding", "record-sharding"])
-def test_process_shards_compose_the_single_process_batches(tiny_data, files):
+def test_process_shards_compose_the_single_process_batches(tiny_data, files, device_masks):
     pattern = "train-*.tfrecord" if files == 2 else "train-0.tfrecord"
     spec = data_lib.inspect_files(data_lib.resolve_files([str(tiny_data / pattern)], "t"), "t")
     data = dataclasses.replace(config_lib.DataConfig(), shuffle_buffer=1)
-    single = _batches(spec, data, 8, None)
-    shards = [_batches(spec, data, 4, (2, p)) for p in range(2)]
+    single = _batches(spec, data, 8, None, device_masks=device_masks)
+    shards = [_batches(spec, data, 4, (2, p), device_masks=device_masks) for p in range(2)]
     for k, whole in enumerate(single):
         parts = [np.concatenate([shards[p][k][i] for p in range(2)]) for i in range(3)]
         # Same rows, masks and labels; only their order within the batch differs.
