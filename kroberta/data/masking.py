@@ -12,6 +12,9 @@ Dynamic masks are a pure function of (run seed, element index, position): the
 random numbers come from a counter-based hash in TF integer ops, not from a
 stateful or per-tensor generator, so an example gets the same mask whether it is
 masked alone, in a batch of 8 or of 64, in one process or in one of several.
+The training step draws the same bits on the device from `element_keys`
+(`kroberta.model.device_masking`); these functions are the pipeline's masks (whole
+words, `masks_on_host=True`) and the reference the device's are tested against.
 """
 
 import typing

@@ -9,7 +9,10 @@ of raw strings cut from the blocks -> parse, check and mask the whole batch -> p
 Parsing a batch at a time (one `parse_example`, checks as reductions, masking as
 batched ops) is what lets one host feed an accelerator. Every element's mask is a
 function of (run seed, element index), so a resumed run sees exactly the examples
-and masks an uninterrupted one would have.
+and masks an uninterrupted one would have. With `device_masks=True` the pipeline
+sends the unmasked ids and each element's uint32 key (`mask_keys`, (B,)) instead,
+and the training step draws the same masks on the device
+(`kroberta.model.device_masking`).
 
 TensorFlow here runs on the host CPU only; JAX owns the accelerators.
 """
