@@ -198,6 +198,23 @@ def test_batches_cut_from_the_blocks_are_the_stream_batched(tmp_path, shard, shu
             np.testing.assert_array_equal(column, column_ref)
 
 
+@pytest.mark.parametrize("consumed", [0, 37])
+def test_batches_larger_than_the_blocks_carry_rows_across_blocks(tmp_path, consumed):
+    # With blocks of 5 records, no block fills a batch of 16 by itself: every batch
+    # is the rows carried from earlier blocks and the head of the next.
+    from kroberta.data import epochs
+
+    spec = _spec(_write_files(tmp_path, [23, 41, 17]))
+    plan = epochs.EpochPlan(spec.files, spec.file_records, 5, 5)
+    cut = list(plan.batches(consumed, 16).take(12).as_numpy_iterator())
+    whole = list(plan.stream(consumed).batch(16, drop_remainder=True).take(12).as_numpy_iterator())
+    assert len(cut) == len(whole) == 12
+    for (indices, tagged), (indices_ref, tagged_ref) in zip(cut, whole):
+        np.testing.assert_array_equal(indices, indices_ref)
+        for column, column_ref in zip(tagged, tagged_ref):
+            np.testing.assert_array_equal(column, column_ref)
+
+
 def test_batches_skip_by_rows_when_record_counts_are_unknown(tmp_path):
     from kroberta.data import epochs
 
