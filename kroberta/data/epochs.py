@@ -79,6 +79,11 @@ class EpochPlan:
         # interleave into the single-process one (equal-length files).
         self.cycle_length = max(1, cycle // self.count) if self.by_file else cycle
 
+    @property
+    def block_size(self) -> int:
+        """Records per block (an epoch's last may be shorter)."""
+        return self.shuffle_buffer if self.shuffle_buffer > 1 else UNSHUFFLED_BLOCK
+
     def _permuted(self, epoch):
         return tf.random.experimental.stateless_shuffle(
             tf.constant(list(self.files)), seed=tf.stack([tf.cast(self.seed, tf.int64), epoch]))
@@ -98,7 +103,7 @@ class EpochPlan:
         files = tf.data.Dataset.from_tensor_slices(self._permuted(epoch))
         if self.by_file:
             files = files.shard(self.count, self.index)
-        block = self.shuffle_buffer if self.shuffle_buffer > 1 else UNSHUFFLED_BLOCK
+        block = self.block_size
         by_record = self.count > 1 and not self.by_file
         if self.cycle_length == 1 and not by_record:
             blocks = read_tagged_blocks(files, block)
@@ -173,13 +178,19 @@ class EpochPlan:
         # (README, "The input pipeline"); it costs one more block in memory.
         blocks = tf.data.Dataset.range(first_epoch, _ENDLESS).flat_map(self.epoch_orders).prefetch(1)
         blocks = _drop_rows(blocks, within)
+        offsets = tf.range(batch_size, dtype=tf.int64)
+        if self.block_size < batch_size:
+            # Every batch spans blocks: carrying rows from block to block would copy a
+            # batch's rows once per block, so put the blocks in order and cut them instead.
+            ordered = blocks.map(lambda tagged, order: tuple(tf.gather(t, order) for t in tagged))
+            return ordered.rebatch(batch_size, drop_remainder=True).enumerate().map(
+                lambda k, tagged: (consumed + k * batch_size + offsets, tagged))
         # Which batches each block gives: a scan carries the rows of a block that did
         # not fill a batch (< B, already in order) to the next block, and the number of
         # batches so far (for the element indices).
         nothing = (tf.constant([], tf.string), tf.constant([], tf.int64), tf.constant([], tf.string))
         planned = blocks.scan((nothing, tf.constant(0, tf.int64)),
                               lambda state, block: _plan_block(state, block, batch_size))
-        offsets = tf.range(batch_size, dtype=tf.int64)
 
         def block_batches(carried, tagged, order, batches_before, count):
             def batch(j):

@@ -163,18 +163,25 @@ def _zeros_like_masked(data: DataConfig, data_batch):
 
 
 def install(model, data: DataConfig, vocabulary_size: int):
-    """Makes this compiled `model`'s train and test steps draw the masks of batches that
-    carry `mask_keys`. Call after `kroberta.model.accumulation.install` (the masks cover
+    """Makes this compiled `model`'s train, test and predict steps draw the masks of
+    batches that carry `mask_keys` (predict returns the logits at the drawn slots). Call after `kroberta.model.accumulation.install` (the masks cover
     the whole accumulated batch, as the host's would) and before `fused_steps.install`.
     The model's class, config and saved weights are untouched. Returns the model."""
     mask = masker(data, vocabulary_size)
     train_step, test_step, build = model.train_step, model.test_step, model._symbolic_build
+    predict_step = model.predict_step
 
     def masked_train_step(state, batch):
         return train_step(state, _masked_data(mask, batch))
 
     def masked_test_step(state, batch):
         return test_step(state, _masked_data(mask, batch))
+
+    def masked_predict_step(state, batch):
+        x, _, _ = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(batch)
+        if isinstance(x, dict) and KEYS in x:
+            batch = (mask(x)[0],)
+        return predict_step(state, batch)
 
     def masked_build(self, iterator=None, data_batch=None):
         if data_batch is not None:
@@ -183,5 +190,6 @@ def install(model, data: DataConfig, vocabulary_size: int):
 
     object.__setattr__(model, "train_step", masked_train_step)
     object.__setattr__(model, "test_step", masked_test_step)
+    object.__setattr__(model, "predict_step", masked_predict_step)
     object.__setattr__(model, "_symbolic_build", types.MethodType(masked_build, model))
     return model

@@ -199,13 +199,16 @@ def test_batches_cut_from_the_blocks_are_the_stream_batched(tmp_path, shard, shu
 
 
 @pytest.mark.parametrize("consumed", [0, 37])
-def test_batches_larger_than_the_blocks_carry_rows_across_blocks(tmp_path, consumed):
-    # With blocks of 5 records, no block fills a batch of 16 by itself: every batch
-    # is the rows carried from earlier blocks and the head of the next.
+@pytest.mark.parametrize("shuffle_buffer", [5, 16])
+def test_batches_as_large_as_the_blocks_carry_rows_across_blocks(tmp_path, consumed,
+                                                                 shuffle_buffer):
+    # Blocks of 5 never fill a batch of 16 (the blocks are put in order and cut); blocks
+    # of 16 do, and an epoch's last block (81 = 5 x 16 + 1) fills none, its row carried
+    # into the next epoch's first batch.
     from kroberta.data import epochs
 
     spec = _spec(_write_files(tmp_path, [23, 41, 17]))
-    plan = epochs.EpochPlan(spec.files, spec.file_records, 5, 5)
+    plan = epochs.EpochPlan(spec.files, spec.file_records, 5, shuffle_buffer)
     cut = list(plan.batches(consumed, 16).take(12).as_numpy_iterator())
     whole = list(plan.stream(consumed).batch(16, drop_remainder=True).take(12).as_numpy_iterator())
     assert len(cut) == len(whole) == 12

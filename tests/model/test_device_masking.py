@@ -115,13 +115,16 @@ def test_training_on_keyed_batches_is_training_on_host_masked_batches(tiny_data,
         model = build_compiled_model(config)
         stream = data_lib.train_dataset(spec, config.data, V, 16, seed, device_masks=device_masks)
         history = model.fit(stream.take(6), steps_per_epoch=6, epochs=1, verbose=0, shuffle=False)
-        evaluation = model.evaluate(
-            data_lib.eval_dataset(val, config.data, V, 16, seed, device_masks=device_masks),
-            verbose=0, return_dict=True)
+        validation = data_lib.eval_dataset(val, config.data, V, 16, seed, device_masks=device_masks)
+        evaluation = model.evaluate(validation, verbose=0, return_dict=True)
+        # predict on keyed batches: the logits at the slots the step draws.
+        logits = model.predict(validation.take(1).map(
+            lambda *batch: batch[0] if device_masks else (batch[0],)), verbose=0)
         results[device_masks] = (history.history, evaluation,
-                                 [np.asarray(w) for w in model.trainable_weights])
-    (history, evaluation, weights), (host_history, host_evaluation, host_weights) = (
-        results[True], results[False])
+                                 [np.asarray(w) for w in model.trainable_weights], logits)
+    (history, evaluation, weights, logits), (host_history, host_evaluation, host_weights,
+                                             host_logits) = results[True], results[False]
+    np.testing.assert_allclose(logits, host_logits, rtol=1e-4, atol=1e-5)
     assert history["loss"] == pytest.approx(host_history["loss"], rel=1e-6)
     for key in ("masked_accuracy", "perplexity"):
         assert evaluation[key] == pytest.approx(host_evaluation[key], rel=1e-6)
