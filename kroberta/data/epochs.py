@@ -194,15 +194,14 @@ class EpochPlan:
 
         def block_batches(carried, tagged, order, batches_before, count):
             def batch(j):
+                # The static (B,) shapes are set here, not by another map over the batches.
                 rows = _gathered(carried, tagged, order, j, batch_size)
-                return consumed + (batches_before + j) * batch_size + offsets, rows
+                return (consumed + (batches_before + j) * batch_size + offsets,
+                        tuple(tf.ensure_shape(t, [batch_size]) for t in rows))
 
             return tf.data.Dataset.range(count).map(batch)
 
-        rows = tf.TensorShape([batch_size])
-        return planned.flat_map(block_batches).map(
-            lambda indices, tagged: (tf.ensure_shape(indices, rows),
-                                     tuple(tf.ensure_shape(t, rows) for t in tagged)))
+        return planned.flat_map(block_batches)
 
 
 def _plan_block(state, block, batch_size: int):
