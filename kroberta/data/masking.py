@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from kroberta.data.records import IGNORE_LABEL
 from kroberta.mask_hash import (GOLDEN, MIX_A, MIX_B, SALT_ACTION, SALT_RANDOM_ID, SALT_SCORE,
-                                 SCORE_BITS)
+                                 SCORE_BITS, random_id_range)
 
 # Choosing a row's highest scores sorts only the scores in one of 2^6 buckets...
 _SELECTION_BUCKET_BITS = 6
@@ -156,8 +156,7 @@ def dynamic_mask_batch(
     labels = tf.where(valid, originals, IGNORE_LABEL)
 
     draw = hash_uniform(keys, SALT_ACTION, slots)  # (B, M)
-    lowest_regular_id = max(special_token_ids) + 1 if special_token_ids else 0
-    span = vocabulary_size - lowest_regular_id
+    lowest_regular_id, span = random_id_range(special_token_ids, vocabulary_size)
     random_ids = lowest_regular_id + tf.minimum(
         tf.cast(hash_uniform(keys, SALT_RANDOM_ID, slots) * span, tf.int32), span - 1)
     replacement = tf.where(

@@ -17,9 +17,9 @@ choice and the scatter were a fifth of the pipeline's CPU time at 512 tokens
 (README, "The input pipeline"); and masks remain a pure function of (seed, element
 index), so resume and multi-process runs see the masks they saw before.
 
-`install(model, data, vocabulary_size)` wraps a compiled model's `train_step` and
-`test_step` (and the batch Keras builds the model from), on this instance only; a
-batch without `mask_keys` passes through unchanged.
+`install(model, data, vocabulary_size)` wraps a compiled model's `train_step`,
+`test_step` and `predict_step` (and the batch Keras builds the model from), on this
+instance only; a batch without `mask_keys` passes through unchanged.
 """
 
 import types
@@ -30,7 +30,8 @@ import numpy as np
 from keras.src.trainers import data_adapters
 
 from kroberta.config import DataConfig
-from kroberta.mask_hash import MIX_A, MIX_B, SALT_ACTION, SALT_RANDOM_ID, SALT_SCORE, SCORE_BITS
+from kroberta.mask_hash import (MIX_A, MIX_B, SALT_ACTION, SALT_RANDOM_ID, SALT_SCORE, SCORE_BITS,
+                                 random_id_range)
 from kroberta.tokens import IGNORE_LABEL
 
 KEYS = "mask_keys"  # the x entry that marks a batch whose masks the step draws
@@ -110,8 +111,7 @@ def mask_batch(token_ids, padding_mask, keys, *, mask_rate: float, slots: int, m
     labels = jnp.where(valid, originals, IGNORE_LABEL)
 
     draw = hash_uniform(keys, SALT_ACTION, slots)  # (B, M)
-    lowest_regular_id = max(special_token_ids) + 1 if special_token_ids else 0
-    span = vocabulary_size - lowest_regular_id
+    lowest_regular_id, span = random_id_range(special_token_ids, vocabulary_size)
     random_ids = lowest_regular_id + jnp.minimum(
         (hash_uniform(keys, SALT_RANDOM_ID, slots) * np.float32(span)).astype(jnp.int32), span - 1)
     replacement = jnp.where(
@@ -138,9 +138,14 @@ def masker(data: DataConfig, vocabulary_size: int):
     return mask
 
 
+def _keyed(x) -> bool:
+    """Whether a batch's x carries mask keys (the step draws its masks)."""
+    return isinstance(x, dict) and KEYS in x
+
+
 def _masked_data(mask, data):
     x, y, sample_weight = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(data)
-    if not (isinstance(x, dict) and KEYS in x):
+    if not _keyed(x):
         return data
     if y is not None:
         raise ValueError(f"a batch with '{KEYS}' gets its labels from the masks; it also had labels")
@@ -148,25 +153,22 @@ def _masked_data(mask, data):
     return (x, y) if sample_weight is None else (x, y, sample_weight)
 
 
-def _zeros_like_masked(data: DataConfig, data_batch):
-    """The masked batch's shapes and dtypes as zeros (what Keras builds the model from)."""
-    x, y, sample_weight = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(data_batch)
-    if not (isinstance(x, dict) and KEYS in x):
+def _zeros_like_masked(mask, data_batch):
+    """The masked batch's shapes and dtypes as zeros (what Keras builds the model from),
+    as `mask` would make them (traced for shapes only, nothing computed)."""
+    x, _, sample_weight = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(data_batch)
+    if not _keyed(x):
         return data_batch
-    rows, length = x["token_ids"].shape
-    slots = data.prediction_slots(length)
-    zeros = lambda *shape: np.zeros(shape, np.int32)
-    masked = {"token_ids": zeros(rows, length), "padding_mask": zeros(rows, length),
-              "mask_positions": zeros(rows, slots)}
-    return (masked, zeros(rows, slots)) if sample_weight is None else (
-        masked, zeros(rows, slots), sample_weight)
+    masked = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), jax.eval_shape(mask, x))
+    return masked if sample_weight is None else (*masked, sample_weight)
 
 
 def install(model, data: DataConfig, vocabulary_size: int):
     """Makes this compiled `model`'s train, test and predict steps draw the masks of
-    batches that carry `mask_keys` (predict returns the logits at the drawn slots). Call after `kroberta.model.accumulation.install` (the masks cover
-    the whole accumulated batch, as the host's would) and before `fused_steps.install`.
-    The model's class, config and saved weights are untouched. Returns the model."""
+    batches that carry `mask_keys` (predict returns the logits at the drawn slots).
+    Call after `kroberta.model.accumulation.install` (the masks cover the whole
+    accumulated batch, as the host's would) and before `fused_steps.install`. The
+    model's class, config and saved weights are untouched. Returns the model."""
     mask = masker(data, vocabulary_size)
     train_step, test_step, build = model.train_step, model.test_step, model._symbolic_build
     predict_step = model.predict_step
@@ -179,13 +181,13 @@ def install(model, data: DataConfig, vocabulary_size: int):
 
     def masked_predict_step(state, batch):
         x, _, _ = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(batch)
-        if isinstance(x, dict) and KEYS in x:
+        if _keyed(x):
             batch = (mask(x)[0],)
         return predict_step(state, batch)
 
     def masked_build(self, iterator=None, data_batch=None):
         if data_batch is not None:
-            data_batch = _zeros_like_masked(data, data_batch)
+            data_batch = _zeros_like_masked(mask, data_batch)
         return build(iterator=iterator, data_batch=data_batch)
 
     object.__setattr__(model, "train_step", masked_train_step)
