@@ -94,8 +94,7 @@ class EpochPlan:
 
     def epoch_blocks(self, epoch):
         """`epoch` as consecutive blocks: (files (n,), record indices (n,), records (n,))."""
-        return self.epoch_orders(epoch).map(
-            lambda tagged, order: tuple(tf.gather(t, order) for t in tagged))
+        return self.epoch_orders(epoch).map(_in_order)
 
     def epoch_orders(self, epoch):
         """`epoch` as blocks as read, each with the order its records leave in:
@@ -182,13 +181,12 @@ class EpochPlan:
         if self.block_size < batch_size:
             # Every batch spans blocks: carrying rows from block to block would copy a
             # batch's rows once per block, so put the blocks in order and cut them instead.
-            ordered = blocks.map(lambda tagged, order: tuple(tf.gather(t, order) for t in tagged))
-            return ordered.rebatch(batch_size, drop_remainder=True).enumerate().map(
+            return blocks.map(_in_order).rebatch(batch_size, drop_remainder=True).enumerate().map(
                 lambda k, tagged: (consumed + k * batch_size + offsets, tagged))
         # Which batches each block gives: a scan carries the rows of a block that did
         # not fill a batch (< B, already in order) to the next block, and the number of
         # batches so far (for the element indices).
-        nothing = (tf.constant([], tf.string), tf.constant([], tf.int64), tf.constant([], tf.string))
+        nothing = tuple(tf.zeros([0], column.dtype) for column in blocks.element_spec[0])
         planned = blocks.scan((nothing, tf.constant(0, tf.int64)),
                               lambda state, block: _plan_block(state, block, batch_size))
 
@@ -213,10 +211,10 @@ def _plan_block(state, block, batch_size: int):
     count = (carried_rows + tf.size(order)) // batch_size  # batches this block completes
 
     def carry_all():  # no batch completed: the block's rows join the carried ones
-        return tuple(tf.concat([c, tf.gather(t, order)], 0) for c, t in zip(carried, tagged))
+        return _carried_then(carried, tagged, order)
 
     def carry_tail():  # the rows after the block's last full batch
-        return tuple(tf.gather(t, order[count * batch_size - carried_rows:]) for t in tagged)
+        return _in_order(tagged, order[count * batch_size - carried_rows:])
 
     carried_next = tf.cond(count == 0, carry_all, carry_tail)
     count = tf.cast(count, tf.int64)
@@ -230,10 +228,19 @@ def _gathered(carried, tagged, order, j, batch_size: int):
     carried_rows = tf.size(carried[0])
     j = tf.cast(j, tf.int32)
     rows = order[tf.maximum(j * batch_size - carried_rows, 0):(j + 1) * batch_size - carried_rows]
-    return tf.cond(
-        (j == 0) & (carried_rows > 0),
-        lambda: tuple(tf.concat([c, tf.gather(t, rows)], 0) for c, t in zip(carried, tagged)),
-        lambda: tuple(tf.gather(t, rows) for t in tagged))
+    return tf.cond((j == 0) & (carried_rows > 0),
+                   lambda: _carried_then(carried, tagged, rows),
+                   lambda: _in_order(tagged, rows))
+
+
+def _in_order(tagged, order):
+    """The block's columns (n,) each, at the rows `order` lists (one gather per column)."""
+    return tuple(tf.gather(column, order) for column in tagged)
+
+
+def _carried_then(carried, tagged, order):
+    """The carried rows, then the block's rows at `order`."""
+    return tuple(tf.concat([c, t], 0) for c, t in zip(carried, _in_order(tagged, order)))
 
 
 def _drop_rows(blocks, rows: int):

@@ -5,7 +5,7 @@ The records are in the format of `kroberta.data.records` (the seed's, and what
 
 Training order: epochs of records tagged with file and index (`epochs`: every
 record once per epoch, shuffled within it, in blocks) -> skip(resume) -> batches
-of raw strings cut from the blocks -> parse, check and mask the whole batch -> prefetch.
+of raw strings gathered from the blocks -> parse, check and mask the whole batch -> prefetch.
 Parsing a batch at a time (one `parse_example`, checks as reductions, masking as
 batched ops) is what lets one host feed an accelerator. Every element's mask is a
 function of (run seed, element index), so a resumed run sees exactly the examples

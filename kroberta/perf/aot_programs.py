@@ -121,13 +121,11 @@ def train_data(distribution, global_batch: int, length: int, slots: int, steps: 
         full = (steps, *shape)
         return jax.ShapeDtypeStruct(full, dtype, sharding=super_batch_sharding(distribution, full))
 
+    tokens = {"token_ids": spec(global_batch, length),  # (K, B, L)
+              "padding_mask": spec(global_batch, length)}  # (K, B, L)
     if masks_on_device:
-        return {"token_ids": spec(global_batch, length),  # (K, B, L)
-                "padding_mask": spec(global_batch, length),  # (K, B, L)
-                "mask_keys": spec(global_batch, dtype=jnp.uint32)}  # (K, B)
-    x = {"token_ids": spec(global_batch, length),  # (K, B, L)
-         "padding_mask": spec(global_batch, length),  # (K, B, L)
-         "mask_positions": spec(global_batch, slots)}  # (K, B, M)
+        return {**tokens, "mask_keys": spec(global_batch, dtype=jnp.uint32)}  # (K, B)
+    x = {**tokens, "mask_positions": spec(global_batch, slots)}  # (K, B, M)
     return x, spec(global_batch, slots)  # labels (K, B, M)
 
 
