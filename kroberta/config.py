@@ -65,6 +65,15 @@ class DataConfig:
         the tokenizer's word-start table and are drawn in the input pipeline)."""
         return self.masking == "dynamic" and not self.whole_word_masking
 
+    def step_input(self) -> str | None:
+        """The x entry from which the training step finishes each batch on the device
+        (`kroberta.model.device_masking`): "mask_keys" when it draws dynamic masks from
+        per-sequence keys, "token_labels" when it chooses the static slots from the file's
+        labels, None for whole-word masks (finished in the input pipeline)."""
+        if self.masking == "static":
+            return "token_labels"
+        return "mask_keys" if self.masks_drawn_by_step() else None
+
     def prediction_slots(self, sequence_length: int) -> int:
         """The fixed number of predicted positions per sequence (M)."""
         if self.max_predictions:

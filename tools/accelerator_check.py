@@ -86,7 +86,7 @@ def _floors(config, devices, batch):
     length = config.model.max_sequence_length
     slots = config.data.prediction_slots(length)
     train = aot_programs.compile_train(model, distribution, batch, length, slots, steps=1,
-                                       masks_on_device=config.data.masks_drawn_by_step())
+                                       step_input=config.data.step_input())
     predict = aot_programs.compile_predict(model, devices, batch, length, slots, group=1)
     peak = throughput.peak_flops(devices)
     if not peak:

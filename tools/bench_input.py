@@ -7,7 +7,11 @@ then the same at 512 tokens, no model:
   (a) report     the report's pipeline as written: TFRecordDataset(files)
                  .map(decode_fn).batch(64), one `parse_single_example` per record,
                  no checks, no masking, no prefetch
-  (b) train      kroberta.data.pipeline.train_dataset (seed.toml's data settings), static labels
+  (b) train      kroberta.data.pipeline.train_dataset (seed.toml's data settings), static
+                 labels, as training feeds it: the file's labels per position, from which
+                 the training step chooses the slots
+  (b') host      the same with the slots chosen here, in the pipeline (what (b) was before
+                 the step chose them; `kroberta.dataset(..., masks_on_host=True)`)
   (c) dynamic    the same with dynamic masking, as training feeds it: unmasked batches
                  with mask keys, whose masks the training step draws on the device
   (c') host      the same dynamic masks drawn here, in the pipeline (what (c) was
@@ -81,7 +85,10 @@ def kroberta_pipelines(files, config):
                                                   batch).repeat()
 
     return {
-        "(b) train, static labels": lambda b: data_lib.train_dataset(spec, static, V, b, 0),
+        "(b) train, static labels (slots chosen by the step)":
+            lambda b: data_lib.train_dataset(spec, static, V, b, 0, device_masks=True),
+        "(b') train, static slots chosen on the host":
+            lambda b: data_lib.train_dataset(spec, static, V, b, 0),
         "(c) train, dynamic masking (masks drawn by the step)":
             lambda b: data_lib.train_dataset(spec, dynamic, V, b, 0, device_masks=True),
         "(c') train, dynamic masks drawn on the host":

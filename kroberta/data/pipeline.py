@@ -11,7 +11,8 @@ batched ops) is what lets one host feed an accelerator. Every element's mask is 
 function of (run seed, element index), so a resumed run sees exactly the examples
 and masks an uninterrupted one would have. With `device_masks=True` the pipeline
 sends the unmasked ids and each element's uint32 key (`mask_keys`, (B,)) instead,
-and the training step draws the same masks on the device
+and the training step draws the same masks on the device; with static labels it
+sends them per position (`token_labels`, (B, L)) and the step chooses the same slots
 (`kroberta.model.device_masking`).
 
 TensorFlow here runs on the host CPU only; JAX owns the accelerators.
@@ -52,13 +53,17 @@ def parallel_batches() -> int:
 def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabulary_size: int,
                      word_starts=None, device_masks: bool = False):
     """(x, y) of a batch: the model's input dict and the labels at the prediction slots;
-    or, when the step draws the masks (`device_masks` and `data.masks_drawn_by_step()`), x
-    alone: the unmasked tokens and each row's element key (`kroberta.model.device_masking`).
+    or, when the step finishes the batch (`device_masks` and `data.step_input()`), x
+    alone: the unmasked tokens and each row's element key, or for static masking the
+    file's tokens and labels (`kroberta.model.device_masking`).
 
     parsed: int32 (B, L) features; indices: int64 (B,) element indices (mask seeds);
     word_starts: bool (V,) for whole-word masking, else None.
     """
     if data.masking == "static":
+        if device_masks:  # the step chooses the slots
+            return {"token_ids": parsed["input_ids"], "padding_mask": parsed["attention_mask"],
+                    "token_labels": parsed["labels"]}  # (B, L) each
         ids = parsed["input_ids"]
         positions, labels, _ = static_slots_batch(parsed["labels"], slots)
     else:
@@ -122,7 +127,9 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     and dynamic masking not of whole words (`DataConfig.masks_drawn_by_step`), of x alone:
     {token_ids (B, L) unmasked, padding_mask (B, L), mask_keys (B,) uint32}, whose
     masks the training step draws (`kroberta.model.device_masking`), exactly those
-    this function makes without `device_masks`. The records come in
+    this function makes without `device_masks`; with static masking, of x alone:
+    {token_ids (B, L), padding_mask (B, L), token_labels (B, L)}, the file's, from which
+    the step chooses the same slots (`DataConfig.step_input`). The records come in
     epochs, each record once per epoch (see `kroberta.data.epochs`); a batch may span
     two epochs.
 
@@ -218,7 +225,8 @@ def padding_value(name: str, pad_token_id: int) -> int:
     <pad> tokens, no labels, zeros elsewhere (no real token, no slot, not real, not
     valid, mask key 0): the masked loss and metrics give it no weight and predict drops it.
     """
-    return {"token_ids": pad_token_id, "labels": IGNORE_LABEL}.get(name, 0)
+    return {"token_ids": pad_token_id, "labels": IGNORE_LABEL,
+            "token_labels": IGNORE_LABEL}.get(name, 0)
 
 
 def _pad_rows(tensor, rows, value):

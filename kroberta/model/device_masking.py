@@ -1,4 +1,4 @@
-"""Dynamic masking inside the compiled step: the host sends tokens, the device draws the masks.
+"""Masking inside the compiled step: the host sends tokens, the device finishes the batch.
 
 With `data.masking = "dynamic"` (not whole words) the training and validation
 pipelines send each sequence unmasked with one uint32 key (the element key of
@@ -17,9 +17,20 @@ choice and the scatter were a fifth of the pipeline's CPU time at 512 tokens
 (README, "The input pipeline"); and masks remain a pure function of (seed, element
 index), so resume and multi-process runs see the masks they saw before.
 
+With `data.masking = "static"` the pipelines send the file's labels per position
+instead, and the step chooses the prediction slots from them:
+
+    x = {token_ids (B, L) as masked in the file, padding_mask (B, L), token_labels (B, L)}
+      -> x = {token_ids, padding_mask, mask_positions (B, M)}, labels (B, M)
+
+the first M labelled positions of each row, exactly
+`kroberta.data.masking.static_slots_batch` (a sixth of the static pipeline's host
+CPU at 512 tokens).
+
 `install(model, data, vocabulary_size)` wraps a compiled model's `train_step`,
 `test_step` and `predict_step` (and the batch Keras builds the model from), on this
-instance only; a batch without `mask_keys` passes through unchanged.
+instance only; a finished batch (without `mask_keys` or `token_labels`) passes
+through unchanged.
 """
 
 import types
@@ -34,7 +45,9 @@ from kroberta.mask_hash import (MIX_A, MIX_B, SALT_ACTION, SALT_RANDOM_ID, SALT_
                                  random_id_range)
 from kroberta.tokens import IGNORE_LABEL
 
-KEYS = "mask_keys"  # the x entry that marks a batch whose masks the step draws
+KEYS = "mask_keys"  # the x entry of a batch whose masks the step draws
+TOKEN_LABELS = "token_labels"  # the x entry of a batch whose static slots the step chooses
+STEP_INPUTS = (KEYS, TOKEN_LABELS)  # `DataConfig.step_input`'s names
 
 
 def _mix(x):
@@ -124,31 +137,66 @@ def mask_batch(token_ids, padding_mask, keys, *, mask_rate: float, slots: int, m
     return masked, positions, labels.astype(jnp.int32)
 
 
+def first_labelled_slots(token_labels, slots: int):
+    """(positions (B, M), labels (B, M)): each row's first M labelled positions (labels
+    other than -100) in position order and their labels; unused slots hold position 0
+    and label -100. `kroberta.data.masking.static_slots_batch` in JAX.
+
+    token_labels: int (B, L), -100 = no loss.
+    """
+    labels = jnp.asarray(token_labels).astype(jnp.int32)
+    length = labels.shape[1]
+    # Earlier positions rank higher (exact in float32: L < 2^24; XLA's CPU top_k of
+    # float32 is a library call, of int32 a sort); unlabelled positions rank 0.
+    ranked = jnp.where(labels != IGNORE_LABEL, length - jnp.arange(length), 0).astype(jnp.float32)
+    if slots > length:  # top_k needs k <= width; the padding ranks below every position
+        ranked = jnp.pad(ranked, ((0, 0), (0, slots - length)), constant_values=-1.0)
+    rank, chosen = jax.lax.top_k(ranked, slots)  # (B, M) earliest labelled first
+    valid = rank > 0
+    positions = jnp.where(valid, chosen, 0).astype(jnp.int32)
+    slot_labels = jnp.where(valid, jnp.take_along_axis(labels, positions, axis=1), IGNORE_LABEL)
+    return positions, slot_labels.astype(jnp.int32)
+
+
 def masker(data: DataConfig, vocabulary_size: int):
-    """`x -> (x, labels)` for a batch with `mask_keys`: the masks the step draws."""
+    """`x -> (x, labels)` for a batch the step finishes: the masks drawn from `mask_keys`,
+    or the static slots chosen from `token_labels`."""
     def mask(x):
         length = x["token_ids"].shape[1]
-        ids, positions, labels = mask_batch(
-            x["token_ids"], x["padding_mask"], x[KEYS], mask_rate=data.mask_rate,
-            slots=data.prediction_slots(length), mask_token_id=data.mask_token_id,
-            special_token_ids=data.special_token_ids, vocabulary_size=vocabulary_size)
+        slots = data.prediction_slots(length)
+        if TOKEN_LABELS in x:
+            positions, labels = first_labelled_slots(x[TOKEN_LABELS], slots)
+            ids = x["token_ids"]
+        else:
+            ids, positions, labels = mask_batch(
+                x["token_ids"], x["padding_mask"], x[KEYS], mask_rate=data.mask_rate,
+                slots=slots, mask_token_id=data.mask_token_id,
+                special_token_ids=data.special_token_ids, vocabulary_size=vocabulary_size)
         return {"token_ids": ids, "padding_mask": x["padding_mask"],
                 "mask_positions": positions}, labels
 
     return mask
 
 
-def _keyed(x) -> bool:
-    """Whether a batch's x carries mask keys (the step draws its masks)."""
-    return isinstance(x, dict) and KEYS in x
+def _step_input(x) -> str | None:
+    """The entry from which the step finishes this batch (`STEP_INPUTS`), or None."""
+    if isinstance(x, dict):
+        found = [name for name in STEP_INPUTS if name in x]
+        if len(found) > 1:
+            raise ValueError(f"a batch carries both '{KEYS}' and '{TOKEN_LABELS}'; "
+                             "it can be finished from one only")
+        return found[0] if found else None
+    return None
 
 
 def _masked_data(mask, data):
     x, y, sample_weight = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(data)
-    if not _keyed(x):
+    entry = _step_input(x)
+    if entry is None:
         return data
     if y is not None:
-        raise ValueError(f"a batch with '{KEYS}' gets its labels from the masks; it also had labels")
+        raise ValueError(f"a batch with '{entry}' gets its labels from it in the step; "
+                         "it also had labels")
     x, y = mask(x)
     return (x, y) if sample_weight is None else (x, y, sample_weight)
 
@@ -157,15 +205,15 @@ def _zeros_like_masked(mask, data_batch):
     """The masked batch's shapes and dtypes as zeros (what Keras builds the model from),
     as `mask` would make them (traced for shapes only, nothing computed)."""
     x, _, sample_weight = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(data_batch)
-    if not _keyed(x):
+    if _step_input(x) is None:
         return data_batch
     masked = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), jax.eval_shape(mask, x))
     return masked if sample_weight is None else (*masked, sample_weight)
 
 
 def install(model, data: DataConfig, vocabulary_size: int):
-    """Makes this compiled `model`'s train, test and predict steps draw the masks of
-    batches that carry `mask_keys` (predict returns the logits at the drawn slots).
+    """Makes this compiled `model`'s train, test and predict steps finish the batches
+    that carry `mask_keys` or `token_labels` (predict returns the logits at their slots).
     Call after `kroberta.model.accumulation.install` (the masks cover the whole
     accumulated batch, as the host's would) and before `fused_steps.install`. The
     model's class, config and saved weights are untouched. Returns the model."""
@@ -181,7 +229,7 @@ def install(model, data: DataConfig, vocabulary_size: int):
 
     def masked_predict_step(state, batch):
         x, _, _ = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(batch)
-        if _keyed(x):
+        if _step_input(x) is not None:
             batch = (mask(x)[0],)
         return predict_step(state, batch)
 

@@ -129,8 +129,10 @@ def compiled_memory(config: Config, devices) -> dict | None:
     L = config.model.max_sequence_length
     M = config.data.prediction_slots(L)
     x = {"token_ids": np.full((b, L), 5, np.int32), "padding_mask": np.ones((b, L), np.int32)}
-    if config.data.masks_drawn_by_step():  # what the step receives: keys, not masks
+    if config.data.step_input() == "mask_keys":  # what the step receives: keys, not masks
         data = {**x, "mask_keys": np.arange(b, dtype=np.uint32)}
+    elif config.data.step_input() == "token_labels":  # the file's labels, not slots
+        data = {**x, "token_labels": np.full((b, L), 5, np.int32)}
     else:
         data = ({**x, "mask_positions": np.tile(np.arange(M, dtype=np.int32), (b, 1))},
                 np.full((b, M), 5, np.int32))

@@ -110,11 +110,12 @@ def train_state(model, distribution):
 
 
 def train_data(distribution, global_batch: int, length: int, slots: int, steps: int = 1,
-               masks_on_device: bool = False):
+               step_input: str | None = None):
     """A (steps, batch, ...) super-batch of (x, labels) as `kroberta.model.fused_steps` puts it
     on the devices: each step's (batch, ...) slice sharded by the distribution's layout.
-    `masks_on_device`: x alone, unmasked with mask keys, whose masks the step draws
-    (`kroberta.model.device_masking`; dynamic masking)."""
+    `step_input` (`DataConfig.step_input`): x alone, which the step finishes
+    (`kroberta.model.device_masking`): "mask_keys", unmasked with mask keys (dynamic
+    masking); "token_labels", with the files' labels per position (static)."""
     from kroberta.model.fused_steps import super_batch_sharding
 
     def spec(*shape, dtype=jnp.int32):
@@ -123,8 +124,12 @@ def train_data(distribution, global_batch: int, length: int, slots: int, steps: 
 
     tokens = {"token_ids": spec(global_batch, length),  # (K, B, L)
               "padding_mask": spec(global_batch, length)}  # (K, B, L)
-    if masks_on_device:
+    if step_input == "mask_keys":
         return {**tokens, "mask_keys": spec(global_batch, dtype=jnp.uint32)}  # (K, B)
+    if step_input == "token_labels":
+        return {**tokens, "token_labels": spec(global_batch, length)}  # (K, B, L)
+    if step_input is not None:
+        raise ValueError(f"step_input: {step_input!r} is not 'mask_keys', 'token_labels' or None")
     x = {**tokens, "mask_positions": spec(global_batch, slots)}  # (K, B, M)
     return x, spec(global_batch, slots)  # labels (K, B, M)
 
@@ -164,12 +169,12 @@ def _analyse(name: str, lowered, steps: int = 1) -> Program:
 
 
 def lower_train(model, distribution, global_batch: int, length: int, slots: int,
-                steps: int = 1, masks_on_device: bool = False):
+                steps: int = 1, step_input: str | None = None):
     """Lowers the K-step (`steps`) training program `fit` runs, for the distribution's
-    devices (a jax `Lowered`); `masks_on_device` as in `train_data`."""
+    devices (a jax `Lowered`); `step_input` as in `train_data`."""
     from kroberta.model.fused_steps import scan_steps
 
-    data = train_data(distribution, global_batch, length, slots, steps, masks_on_device)
+    data = train_data(distribution, global_batch, length, slots, steps, step_input)
     single = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), data)
     with global_distribution(None):
         # What `fit` does first: builds the compiled loss and metrics' variables (on the
@@ -183,10 +188,10 @@ def lower_train(model, distribution, global_batch: int, length: int, slots: int,
 
 
 def compile_train(model, distribution, global_batch: int, length: int, slots: int,
-                  steps: int = 1, masks_on_device: bool = False) -> Program:
+                  steps: int = 1, step_input: str | None = None) -> Program:
     """Lowers and compiles the K-step train program; its per-device memory and FLOPs."""
     return _analyse("train", lower_train(model, distribution, global_batch, length, slots,
-                                         steps, masks_on_device), steps)
+                                         steps, step_input), steps)
 
 
 def compile_predict(model, devices, global_batch: int, length: int, slots: int,

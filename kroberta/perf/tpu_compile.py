@@ -240,7 +240,7 @@ def compile_for_topology(config: Config, topology_name: str, model=None) -> Repo
     group = batches_per_dispatch_for(config, batch, slots, length, devices=devices)
     train = _compile_or_explain(
         lambda: aot_programs.compile_train(model, distribution, batch, length, slots, steps,
-                                           config.data.masks_drawn_by_step()),
+                                           config.data.step_input()),
         "train", hbm, config, generation)
     predict = _compile_or_explain(
         lambda: aot_programs.compile_predict(model, devices, batch, length, slots, group=group),

@@ -59,7 +59,8 @@ def _word_starts(config: Config, tokenizer_path: str | None):
 
 def train_batches(run: RunData, process_batch: int, start_step: int = 0, shard=None,
                   device_masks: bool = True):
-    """The training pipeline of `run` (`device_masks`: the step draws the dynamic masks)."""
+    """The training pipeline of `run` (`device_masks`: the step draws the dynamic masks
+    or chooses the static slots)."""
     t = run.config.train
     return data_lib.train_dataset(run.train, run.config.data, run.config.model.vocabulary_size,
                                   process_batch, t.seed, start_step, shard=shard,
@@ -86,8 +87,9 @@ def dataset(config: Config, split: str = "train", start_step: int = 0, log=print
             (every example once, the last batch padded with weightless rows).
         start_step: for "train", the batches already consumed (as on resume).
         log: where to report preparing the embedded corpus, when the config names no data.
-        masks_on_host: draw dynamic masks in the pipeline instead of leaving them to the
-            training step: the (x, labels) batches the model itself sees, bit for bit.
+        masks_on_host: draw dynamic masks and choose static slots in the pipeline
+            instead of leaving them to the training step: the (x, labels) batches the
+            model itself sees, bit for bit.
 
     Returns:
         Batches of this process's share, int32, with B = batch_size_per_device x this
@@ -97,8 +99,10 @@ def dataset(config: Config, split: str = "train", start_step: int = 0, log=print
         data.masking = "dynamic" (not of whole words) and not `masks_on_host`, x alone:
         {token_ids (B, L) unmasked, padding_mask (B, L), mask_keys (B,) uint32}, each
         row's key a hash of the run seed and the row's element index, from which the
-        training step draws exactly the masks `masks_on_host=True` shows
-        (`kroberta.model.device_masking`).
+        training step draws exactly the masks `masks_on_host=True` shows; with
+        data.masking = "static" and not `masks_on_host`, x alone: {token_ids (B, L),
+        padding_mask (B, L), token_labels (B, L)} as in the files, from which the step
+        chooses the slots `masks_on_host=True` shows (`kroberta.model.device_masking`).
     """
     if split not in SPLITS:
         raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")

@@ -1,5 +1,6 @@
-"""Dynamic masks drawn inside the compiled step (kroberta.model.device_masking): bit for bit the
-host's masks, and training or evaluating on keyed batches is training on host-masked ones."""
+"""Batches finished inside the compiled step (kroberta.model.device_masking): dynamic masks bit
+for bit the host's, static slots the host's, and training or evaluating on the batches the step
+finishes is training on the host's finished ones."""
 
 import dataclasses
 
@@ -62,6 +63,26 @@ def test_device_choice_breaks_ties_as_the_host_does(score_bits):
         np.testing.assert_array_equal(np.asarray(valid), host_valid.numpy())
 
 
+@pytest.mark.parametrize("rows, length, slots, rate", [
+    (64, 512, 16, 0.15),  # the seed's slots at 512 tokens: most rows have more labels
+    (16, 64, 12, 0.1),  # some rows fewer labels than slots
+    (5, 10, 24, 0.5),  # more slots than positions
+    (4, 16, 4, 0.0),  # nothing labelled
+    (3, 8, 8, 1.0),  # every position labelled
+])
+def test_device_static_slots_are_the_host_slots(rows, length, slots, rate):
+    rng = np.random.default_rng(rows * length + slots)
+    labels = np.where(rng.random((rows, length)) < rate,
+                      rng.integers(0, 300, (rows, length)), -100).astype(np.int32)
+    host_positions, host_labels, _ = masking.static_slots_batch(labels, slots)
+    positions, slot_labels = jax.jit(device_masking.first_labelled_slots, static_argnums=1)(
+        labels, slots)
+    for name, a, b in (("positions", host_positions, positions),
+                       ("labels", host_labels, slot_labels)):
+        assert b.dtype == np.int32 and b.shape == (rows, slots)
+        np.testing.assert_array_equal(np.asarray(b), a.numpy(), err_msg=name)
+
+
 def test_keyed_batches_masked_by_the_step_are_the_host_pipelines_batches(tiny_data):
     config = Config()
     spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
@@ -90,23 +111,54 @@ def test_keyed_batches_masked_by_the_step_are_the_host_pipelines_batches(tiny_da
         np.testing.assert_array_equal(np.asarray(labels), host_y)
 
 
-def test_static_and_whole_word_batches_keep_their_host_labels(tiny_data):
+def test_static_batches_finished_by_the_step_are_the_host_pipelines_batches(tiny_data):
     spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
-    static = dataclasses.replace(Config().data, masking="static")
-    x, y = next(iter(data_lib.train_dataset(spec, static, TINY_VOCAB, 8, 0, device_masks=True)))
-    assert "mask_positions" in x and y.shape == (8, static.prediction_slots(spec.sequence_length))
-    assert Config().data.masks_drawn_by_step()
-    assert not dataclasses.replace(Config().data, whole_word_masking=True).masks_drawn_by_step()
+    static = dataclasses.replace(Config().data, masking="static", max_predictions=5)
+    V = TINY_VOCAB
+    mask = jax.jit(device_masking.masker(static, V))
+    val = data_lib.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
+    pairs = [(data_lib.train_dataset(spec, static, V, 8, 3, start_step=2, device_masks=True).take(4),
+              data_lib.train_dataset(spec, static, V, 8, 3, start_step=2).take(4)),
+             (data_lib.eval_dataset(val, static, V, 16, 0, device_masks=True),
+              data_lib.eval_dataset(val, static, V, 16, 0))]
+    for finished_by_step, host in pairs:
+        finished, host = list(finished_by_step.as_numpy_iterator()), list(host.as_numpy_iterator())
+        assert len(finished) == len(host)
+        for x, (host_x, host_y) in zip(finished, host):
+            assert sorted(x) == ["padding_mask", "token_ids", "token_labels"]
+            assert x["token_labels"].shape == x["token_ids"].shape
+            masked, labels = mask(x)
+            assert masked.keys() == host_x.keys()
+            for name in host_x:
+                np.testing.assert_array_equal(np.asarray(masked[name]), host_x[name], err_msg=name)
+            np.testing.assert_array_equal(np.asarray(labels), host_y)
+    assert (host_y == -100).all(axis=1).any()  # the validation's padding rows: no slots
+
+
+def test_whole_word_batches_keep_their_host_masks_and_each_mode_names_its_step_input(tiny_data):
+    assert {masking: dataclasses.replace(Config().data, masking=masking).step_input()
+            for masking in ("dynamic", "static")} == dict(zip(("dynamic", "static"),
+                                                            device_masking.STEP_INPUTS))
+    whole_words = dataclasses.replace(Config().data, whole_word_masking=True)
+    assert Config().data.masks_drawn_by_step() and not whole_words.masks_drawn_by_step()
+    assert whole_words.step_input() is None
+    spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
+    word_starts = np.ones(TINY_VOCAB, bool)
+    x, y = next(iter(data_lib.train_dataset(spec, whole_words, TINY_VOCAB, 8, 0,
+                                            word_starts=word_starts, device_masks=True)))
+    assert "mask_positions" in x and y.shape == (8, whole_words.prediction_slots(spec.sequence_length))
 
 
 # Keras' own step masked in the step is also in the AOT test and every dynamic-masking run.
-@pytest.mark.parametrize("accumulation", [pytest.param(1, marks=pytest.mark.slow), 2])
+@pytest.mark.parametrize("masking, accumulation", [
+    pytest.param("dynamic", 1, marks=pytest.mark.slow), ("dynamic", 2), ("static", 2)])
 def test_training_on_keyed_batches_is_training_on_host_masked_batches(tiny_data, tmp_path,
-                                                                      accumulation):
+                                                                      masking, accumulation):
     from kroberta.model.mlm import build_compiled_model
 
     config = tiny_config(tiny_data, tmp_path, steps_per_execution=3, log_every=6,
                          eval_every=0, checkpoint_every=0, gradient_accumulation_steps=accumulation)
+    config = dataclasses.replace(config, data=dataclasses.replace(config.data, masking=masking))
     spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
     val = data_lib.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
     V, seed = config.model.vocabulary_size, config.train.seed
@@ -136,7 +188,10 @@ def test_a_keyed_batch_with_labels_is_refused():
     mask = device_masking.masker(Config().data, 300)
     x = {"token_ids": np.zeros((2, 8), np.int32), "padding_mask": np.ones((2, 8), np.int32),
          "mask_keys": np.zeros((2,), np.uint32)}
-    with pytest.raises(ValueError, match="gets its labels from the masks"):
+    with pytest.raises(ValueError, match="with 'mask_keys' gets its labels from it"):
         device_masking._masked_data(mask, (x, np.zeros((2, 4), np.int32)))
+    both = {**x, "token_labels": np.full((2, 8), -100, np.int32)}
+    with pytest.raises(ValueError, match="both 'mask_keys' and 'token_labels'"):
+        device_masking._masked_data(mask, (both,))
     plain = ({"token_ids": x["token_ids"]}, np.zeros((2, 4), np.int32))
     assert device_masking._masked_data(mask, plain) is plain

@@ -132,11 +132,12 @@ def test_predict_batch_is_what_predict_puts_on_the_devices():
     assert ours == device_side
 
 
-@pytest.mark.parametrize("masks_on_device", [False, True])
-def test_lowered_train_step_is_the_step_fit_runs(masks_on_device):
+@pytest.mark.parametrize("step_input", [None, "mask_keys", "token_labels"])
+def test_lowered_train_step_is_the_step_fit_runs(step_input):
     """On the 4 CPU devices: our lowered K-step program and Keras' `fit` (K = 2 steps per
     dispatch) give the same weights, so the TPU numbers are of the program training runs
-    (with the masks drawn in the step too, as dynamic masking's batches have them)."""
+    (with the masks drawn or the static slots chosen in the step too, as the pipelines'
+    batches have them)."""
     import keras
     import tensorflow as tf
 
@@ -152,7 +153,7 @@ def test_lowered_train_step_is_the_step_fit_runs(masks_on_device):
     L, B, K = config.model.max_sequence_length, 2 * len(devices), 2
     M = config.data.prediction_slots(L)
     lowered = aot_programs.lower_train(model, distribution, B, L, M, steps=K,
-                                       masks_on_device=masks_on_device)
+                                       step_input=step_input)
     assert "bf16" in lowered.as_text()  # mixed precision: bf16 compute in the program
     assert "while" in lowered.as_text()  # the K steps are a loop inside one program
     compiled = lowered.compile()
@@ -163,9 +164,13 @@ def test_lowered_train_step_is_the_step_fit_runs(masks_on_device):
          "mask_positions": np.tile(np.arange(M, dtype=np.int32), (K, B, 1))}
     y = rng.integers(5, config.model.vocabulary_size, (K, B, M)).astype(np.int32)
     batches = (x, y)
-    if masks_on_device:
+    if step_input == "mask_keys":
         batches = {"token_ids": x["token_ids"], "padding_mask": x["padding_mask"],
                    "mask_keys": rng.integers(0, 2**32, (K, B), dtype=np.uint32)}
+    if step_input == "token_labels":  # about 15% of the positions labelled
+        labelled = rng.random((K, B, L)) < 0.15
+        batches = {"token_ids": x["token_ids"], "padding_mask": x["padding_mask"],
+                   "token_labels": np.where(labelled, x["token_ids"], -100).astype(np.int32)}
     state, _ = aot_programs.train_state(model, distribution)
     variables = (model.trainable_variables, model.non_trainable_variables,
                  model.optimizer.variables, model.metrics_variables)
@@ -174,7 +179,7 @@ def test_lowered_train_step_is_the_step_fit_runs(masks_on_device):
                    for vs, ss in zip(variables, state))
     data = jax.tree.map(lambda a, s: jax.device_put(a, s.sharding), batches,
                         aot_programs.train_data(distribution, B, L, M, steps=K,
-                                                masks_on_device=masks_on_device))
+                                                step_input=step_input))
     _, (ours, *_) = compiled(values, data)
     flat = tf.data.Dataset.from_tensor_slices(batches)  # K batches of (B, ...)
     with aot_programs.global_distribution(distribution):
