@@ -27,6 +27,7 @@ from kroberta.data import epochs
 from kroberta.data.bad_records import DataError, explain_pipeline_error, first_bad_record
 from kroberta.data.batch_parsing import parse_checked_batch
 from kroberta.config import ConfigError, DataConfig
+from kroberta.data.file_order import FileOrder
 from kroberta.data.files import DataSpec, check_against_model, inspect_files, resolve_files, spec_records
 from kroberta.data.masking import dynamic_mask_batch, element_keys, static_slots_batch
 from kroberta.data.records import FEATURES, IGNORE_LABEL
@@ -167,10 +168,10 @@ def _file_order(spec: DataSpec):
     return epochs.read_tagged(tf.data.Dataset.from_tensor_slices(list(spec.files)))
 
 
-def _file_order_batches(spec: DataSpec, batch_size: int):
-    """`_file_order(spec).batch(batch_size)`, read a batch at a time."""
-    return epochs.read_tagged_blocks(tf.data.Dataset.from_tensor_slices(list(spec.files)),
-                                     batch_size)
+def _file_order_batches(spec: DataSpec, batch_size: int) -> FileOrder:
+    """`_file_order(spec).batch(batch_size)`, read a batch at a time, tagged inside the
+    consumer's map (`FileOrder`)."""
+    return FileOrder(spec.files, spec.file_records, batch_size)
 
 
 def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
@@ -189,7 +190,8 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
     parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts, device_masks)
     share = global_batch // count
 
-    def parse_and_pad(batch_number, tagged):
+    def parse_and_pad(batch_number, block):
+        tagged = order.tagged(batch_number, block)
         # Element indices (mask seeds): places in file order.
         indices = batch_number * global_batch + tf.range(tf.size(tagged[0], out_type=tf.int64))
         batch = parse(indices, tagged)
@@ -203,8 +205,9 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
         x, y = batch
         return {name: take(pad(name, t)) for name, t in x.items()}, take(pad("labels", y))
 
-    ds = _file_order_batches(spec, global_batch).enumerate()
-    ds = ds.map(parse_and_pad, num_parallel_calls=parallel_batches(), deterministic=True)
+    order = _file_order_batches(spec, global_batch)
+    ds = order.blocks().map(parse_and_pad, num_parallel_calls=parallel_batches(),
+                            deterministic=True)
     batches = -(-spec_records(spec) // global_batch)
     if max_batches:
         batches = min(batches, max_batches)
@@ -240,13 +243,15 @@ def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
 
     The last batch may be shorter.
     """
-    def parse(paths, record_indices, records):
+    order = _file_order_batches(spec, batch_size)
+
+    def parse(batch_number, block):
+        paths, record_indices, records = order.tagged(batch_number, block)
         return parse_checked_batch(paths, record_indices, records, length=spec.sequence_length,
                                    vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
                                    lengths_named=False)  # named by `replay_file_errors`
 
-    ds = _file_order_batches(spec, batch_size)
-    return ds.map(parse, num_parallel_calls=parallel_batches(), deterministic=True)
+    return order.blocks().map(parse, num_parallel_calls=parallel_batches(), deterministic=True)
 
 
 def count_labels_beyond_slots(spec: DataSpec, slots: int, sample: int = 2000) -> tuple[int, int]:

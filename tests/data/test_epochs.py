@@ -240,10 +240,19 @@ def test_files_read_in_blocks_are_the_records_batched(tmp_path, block):
 
     from kroberta.data import epochs
 
-    files = tf.data.Dataset.from_tensor_slices(_write_files(tmp_path, [23, 41, 0, 17]))
+    from kroberta.data.file_order import FileOrder
+
+    paths = _write_files(tmp_path, [23, 41, 0, 17])
+    files = tf.data.Dataset.from_tensor_slices(paths)
     blocks = list(epochs.read_tagged_blocks(files, block).as_numpy_iterator())
     reference = list(epochs.read_tagged(files).batch(block).as_numpy_iterator())
+    # Evaluation's and prediction's order: tags computed from the block number when the
+    # counts are known, tagged as read when not (remote files).
+    orders = [FileOrder(paths, counts, block) for counts in ([23, 41, 0, 17], None)]
+    computed = [list(order.blocks().map(order.tagged).as_numpy_iterator()) for order in orders]
     assert len(blocks) == len(reference) == -(-81 // block)
-    for tagged, tagged_ref in zip(blocks, reference):
-        for column, column_ref in zip(tagged, tagged_ref):
-            np.testing.assert_array_equal(column, column_ref)
+    for blocks_read in (blocks, *computed):
+        assert len(blocks_read) == len(reference)
+        for tagged, tagged_ref in zip(blocks_read, reference):
+            for column, column_ref in zip(tagged, tagged_ref):
+                np.testing.assert_array_equal(column, column_ref)
