@@ -238,8 +238,11 @@ def _pad_rows(tensor, rows, value):
     return tf.pad(tensor, padding, constant_values=tf.cast(value, tensor.dtype))
 
 
-def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
-    """Every record of the files once, in order, checked: batches of int32 (b, L) dicts.
+def file_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
+    """Every record of the files once, in order, checked, in two parts: (blocks, parse),
+    a dataset of raw batches and the function that parses and checks one of them (its
+    elements as arguments) into int32 (b, L) dicts, to run inside a map. A consumer
+    with a map of its own calls `parse` in it: one tf.data stage less per batch.
 
     The last batch may be shorter.
     """
@@ -251,7 +254,16 @@ def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
                                    vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
                                    lengths_named=False)  # named by `replay_file_errors`
 
-    return order.blocks().map(parse, num_parallel_calls=parallel_batches(), deterministic=True)
+    return order.blocks(), parse
+
+
+def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
+    """Every record of the files once, in order, checked: batches of int32 (b, L) dicts.
+
+    The last batch may be shorter.
+    """
+    blocks, parse = file_batches(spec, vocabulary_size, batch_size)
+    return blocks.map(parse, num_parallel_calls=parallel_batches(), deterministic=True)
 
 
 def count_labels_beyond_slots(spec: DataSpec, slots: int, sample: int = 2000) -> tuple[int, int]:

@@ -32,8 +32,9 @@ class PredictInputError(KrobertaError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    # global batch -> a dataset of checked dicts input_ids, attention_mask[, labels]:
-    # int32 (b, L), b = the batch except in the last one; None when the examples are `columns`
+    # global batch -> (a dataset of raw batches, the function that checks one of them (its
+    # elements as arguments), inside a map, into a dict input_ids, attention_mask[, labels]:
+    # int32 (b, L), b = the batch except in the last one); None when the examples are `columns`
     batches: object
     sequence_length: int
     has_labels: bool
@@ -52,7 +53,7 @@ def as_examples(inputs, config) -> Source:
         if spec.sequence_length > config.model.max_sequence_length:
             raise PredictInputError(f"inputs: sequences of {spec.sequence_length} tokens, the model "
                                     f"takes at most {config.model.max_sequence_length}")
-        return Source(lambda batch: data_lib.read_batches(spec, vocabulary, batch),
+        return Source(lambda batch: data_lib.file_batches(spec, vocabulary, batch),
                       spec.sequence_length, spec.has_labels, spec.records, spec.files,
                       replay=data_lib.replay_file_errors(spec, vocabulary))
     if isinstance(inputs, dict):
@@ -120,10 +121,8 @@ def _from_dataset(dataset, config) -> Source:
     def batches(global_batch):
         # Cut into global batches first; every later op sees whole batches.
         ds = dataset.rebatch(global_batch) if batched_already else dataset.batch(global_batch)
-        return ds.enumerate().map(
-            lambda k, columns: _checked_columns({n: tf.cast(columns[n], tf.int32) for n in names},
-                                                k * global_batch, vocabulary),
-            num_parallel_calls=data_lib.parallel_batches(), deterministic=True)
+        return ds.enumerate(), lambda k, columns: _checked_columns(
+            {n: tf.cast(columns[n], tf.int32) for n in names}, k * global_batch, vocabulary)
 
     return Source(batches, length, "labels" in names, examples)
 
@@ -236,6 +235,8 @@ def _dataset_batches(source: Source, config, slots: int, positions: str, global_
                                            value.dtype)),
             [global_batch] + value.shape[1:].as_list()) for name, value in batch.items()}
 
-    ds = source.batches(global_batch)
-    ds = ds.map(to_inputs, num_parallel_calls=data_lib.parallel_batches(), deterministic=True)
+    # One map per batch: the source's check and these inputs together.
+    ds, check = source.batches(global_batch)
+    ds = ds.map(lambda *element: to_inputs(check(*element)),
+                num_parallel_calls=data_lib.parallel_batches(), deterministic=True)
     return ds.prefetch(AUTOTUNE)
