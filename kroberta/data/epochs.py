@@ -21,7 +21,10 @@ without parsing anything.
 Training reads the stream as batches (`EpochPlan.batches`): each batch is gathered
 straight from its block through the block's shuffle order, so a record is copied
 once between the file and its batch (not by a shuffle and again by a cut: a copy is
-~2 us for a 512-token record), and no per-record step follows the read.
+~2 us for a 512-token record), and no per-record step follows the read. The
+training pipeline takes the batches as plans (`EpochPlan.batch_plans`: the block
+and the rows to take from it) and gathers them in its parallel parsing map, so the
+stream's single thread only reads and plans.
 """
 
 import tensorflow as tf
@@ -171,6 +174,16 @@ class EpochPlan:
         Yields (element indices (B,) int64, (files (B,), record indices (B,), records (B,))),
         exactly the elements of `stream(consumed).batch(batch_size, drop_remainder=True)`.
         """
+        return self.batch_plans(consumed, batch_size).map(
+            lambda indices, plan: (indices, planned_rows(plan, batch_size)))
+
+    def batch_plans(self, consumed: int, batch_size: int):
+        """`batches(consumed, batch_size)` before the rows are gathered: (element indices
+        (B,) int64, plan), where `planned_rows(plan, batch_size)` is the batch's (files,
+        record indices, records). A consumer with a map of its own gathers the rows in
+        it, in parallel, instead of in this stream's single thread, which then only
+        reads (the ceiling per file on a host with many cores).
+        """
         first_epoch, within = self._start(consumed)
         # The next block is read while this one is cut: a block is read whole before its
         # first batch leaves, and without this the parsing stalled at every block
@@ -178,28 +191,45 @@ class EpochPlan:
         blocks = tf.data.Dataset.range(first_epoch, _ENDLESS).flat_map(self.epoch_orders).prefetch(1)
         blocks = _drop_rows(blocks, within)
         offsets = tf.range(batch_size, dtype=tf.int64)
+        nothing = tuple(tf.zeros([0], column.dtype) for column in blocks.element_spec[0])
         if self.block_size < batch_size:
             # Every batch spans blocks: carrying rows from block to block would copy a
-            # batch's rows once per block, so put the blocks in order and cut them instead.
-            return blocks.map(_in_order).rebatch(batch_size, drop_remainder=True).enumerate().map(
-                lambda k, tagged: (consumed + k * batch_size + offsets, tagged))
+            # batch's rows once per block, so put the blocks in order and cut them instead;
+            # the cut batch is the plan's carried rows, nothing left to gather.
+            cut = blocks.map(_in_order).rebatch(batch_size, drop_remainder=True).enumerate()
+            return cut.map(lambda k, tagged: (consumed + k * batch_size + offsets,
+                                              (tagged, nothing, tf.zeros([0], tf.int32))))
         # Which batches each block gives: a scan carries the rows of a block that did
         # not fill a batch (< B, already in order) to the next block, and the number of
         # batches so far (for the element indices).
-        nothing = tuple(tf.zeros([0], column.dtype) for column in blocks.element_spec[0])
         planned = blocks.scan((nothing, tf.constant(0, tf.int64)),
                               lambda state, block: _plan_block(state, block, batch_size))
 
         def block_batches(carried, tagged, order, batches_before, count):
             def batch(j):
-                # The static (B,) shapes are set here, not by another map over the batches.
-                rows = _gathered(carried, tagged, order, j, batch_size)
+                # Batch j: the carried rows first when j = 0, then its next rows in `order`.
+                carried_rows = tf.size(carried[0])
+                first = tf.cast(j, tf.int32) * batch_size - carried_rows
+                rows = order[tf.maximum(first, 0):first + batch_size]
+                carried_now = tuple(c[:tf.where(j == 0, carried_rows, 0)] for c in carried)
                 return (consumed + (batches_before + j) * batch_size + offsets,
-                        tuple(tf.ensure_shape(t, [batch_size]) for t in rows))
+                        (carried_now, tagged, rows))
 
             return tf.data.Dataset.range(count).map(batch)
 
         return planned.flat_map(block_batches)
+
+
+def planned_rows(plan, batch_size: int):
+    """A batch plan's rows (`EpochPlan.batch_plans`): its carried rows, then its block's
+    rows at its order; (files (B,), record indices (B,), records (B,)) with the static
+    shape (B,). One gather per column (the records copied once), none when the batch
+    is all carried rows."""
+    carried, tagged, order = plan
+    rows = tf.cond(tf.size(order) == 0, lambda: carried,
+                   lambda: tf.cond(tf.size(carried[0]) == 0, lambda: _in_order(tagged, order),
+                                   lambda: _carried_then(carried, tagged, order)))
+    return tuple(tf.ensure_shape(t, [batch_size]) for t in rows)
 
 
 def _plan_block(state, block, batch_size: int):
@@ -220,17 +250,6 @@ def _plan_block(state, block, batch_size: int):
     count = tf.cast(count, tf.int64)
     return ((carried_next, batches_before + count),
             (carried, tagged, order, batches_before, count))
-
-
-def _gathered(carried, tagged, order, j, batch_size: int):
-    """Batch j (int64) of a block: the carried rows first when j = 0, then its next
-    rows in `order`; one gather per column, the records copied once."""
-    carried_rows = tf.size(carried[0])
-    j = tf.cast(j, tf.int32)
-    rows = order[tf.maximum(j * batch_size - carried_rows, 0):(j + 1) * batch_size - carried_rows]
-    return tf.cond((j == 0) & (carried_rows > 0),
-                   lambda: _carried_then(carried, tagged, rows),
-                   lambda: _in_order(tagged, rows))
 
 
 def _in_order(tagged, order):

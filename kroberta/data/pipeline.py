@@ -144,11 +144,15 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     tokenizer's (V,) word-start table, for `data.whole_word_masking`.
     """
     count, index = shard or (1, 0)
-    ds = epoch_plan(spec, data, seed, shard).batches(start_step * global_batch, global_batch)
-    if count > 1:
-        ds = ds.map(lambda i, tagged: (i * count + index, tagged))  # (B,) indices, once per batch
+    plans = epoch_plan(spec, data, seed, shard).batch_plans(start_step * global_batch, global_batch)
     parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts, device_masks)
-    return ds.map(parse, num_parallel_calls=parallel_batches(), deterministic=True).prefetch(AUTOTUNE)
+
+    def gather_and_parse(indices, plan):
+        # The rows are gathered here, in parallel, not in the stream's one thread.
+        return parse(indices * count + index, epochs.planned_rows(plan, global_batch))
+
+    return plans.map(gather_and_parse, num_parallel_calls=parallel_batches(),
+                     deterministic=True).prefetch(AUTOTUNE)
 
 
 def replay_train_errors(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int,
