@@ -177,12 +177,17 @@ class EpochPlan:
         return self.batch_plans(consumed, batch_size).map(
             lambda indices, plan: (indices, planned_rows(plan, batch_size)))
 
-    def batch_plans(self, consumed: int, batch_size: int):
+    def batch_plans(self, consumed: int, batch_size: int, per_element=None):
         """`batches(consumed, batch_size)` before the rows are gathered: (element indices
         (B,) int64, plan), where `planned_rows(plan, batch_size)` is the batch's (files,
         record indices, records). A consumer with a map of its own gathers the rows in
         it, in parallel, instead of in this stream's single thread, which then only
         reads (the ceiling per file on a host with many cores).
+
+        `per_element`: a function of element indices (n,) int64 -> values (n,), computed
+        once per block for all its batches (a few ops on 10^4 rows instead of the same ops
+        on B rows per batch); each plan then comes with its batch's values:
+        (element indices, plan, values (B,)).
         """
         first_epoch, within = self._start(consumed)
         # The next block is read while this one is cut: a block is read whole before its
@@ -197,8 +202,13 @@ class EpochPlan:
             # batch's rows once per block, so put the blocks in order and cut them instead;
             # the cut batch is the plan's carried rows, nothing left to gather.
             cut = blocks.map(_in_order).rebatch(batch_size, drop_remainder=True).enumerate()
-            return cut.map(lambda k, tagged: (consumed + k * batch_size + offsets,
-                                              (tagged, nothing, tf.zeros([0], tf.int32))))
+
+            def cut_batch(k, tagged):
+                indices = consumed + k * batch_size + offsets
+                plan = (indices, (tagged, nothing, tf.zeros([0], tf.int32)))
+                return plan if per_element is None else (*plan, per_element(indices))
+
+            return cut.map(cut_batch)
         # Which batches each block gives: a scan carries the rows of a block that did
         # not fill a batch (< B, already in order) to the next block, and the number of
         # batches so far (for the element indices).
@@ -206,14 +216,20 @@ class EpochPlan:
                               lambda state, block: _plan_block(state, block, batch_size))
 
         def block_batches(carried, tagged, order, batches_before, count):
+            first_element = consumed + batches_before * batch_size
+            if per_element is not None:  # the values of all the block's batches at once
+                values = per_element(first_element + tf.range(count * batch_size))
+
             def batch(j):
                 # Batch j: the carried rows first when j = 0, then its next rows in `order`.
                 carried_rows = tf.size(carried[0])
                 first = tf.cast(j, tf.int32) * batch_size - carried_rows
                 rows = order[tf.maximum(first, 0):first + batch_size]
                 carried_now = tuple(c[:tf.where(j == 0, carried_rows, 0)] for c in carried)
-                return (consumed + (batches_before + j) * batch_size + offsets,
-                        (carried_now, tagged, rows))
+                plan = (first_element + j * batch_size + offsets, (carried_now, tagged, rows))
+                if per_element is None:
+                    return plan
+                return (*plan, values[j * batch_size:(j + 1) * batch_size])
 
             return tf.data.Dataset.range(count).map(batch)
 

@@ -52,14 +52,15 @@ def parallel_batches() -> int:
 
 
 def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabulary_size: int,
-                     word_starts=None, device_masks: bool = False):
+                     word_starts=None, device_masks: bool = False, keys=None):
     """(x, y) of a batch: the model's input dict and the labels at the prediction slots;
     or, when the step finishes the batch (`device_masks` and `data.step_input()`), x
     alone: the unmasked tokens and each row's element key, or for static masking the
     file's tokens and labels (`kroberta.model.device_masking`).
 
     parsed: int32 (B, L) features; indices: int64 (B,) element indices (mask seeds);
-    word_starts: bool (V,) for whole-word masking, else None.
+    word_starts: bool (V,) for whole-word masking, else None; keys: the rows' element
+    keys (B,) uint32 when already computed, else None.
     """
     if data.masking == "static":
         if device_masks:  # the step chooses the slots
@@ -73,8 +74,9 @@ def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabu
             # Files masked once (the seed's format): recover the unmasked text.
             originals = tf.where(parsed["labels"] != IGNORE_LABEL, parsed["labels"], originals)
         if device_masks and data.masks_drawn_by_step():
+            keys = element_keys(seed, indices) if keys is None else keys
             return {"token_ids": originals, "padding_mask": parsed["attention_mask"],
-                    "mask_keys": element_keys(seed, indices)}  # (B, L), (B, L), (B,) uint32
+                    "mask_keys": keys}  # (B, L), (B, L), (B,) uint32
         ids, positions, labels = dynamic_mask_batch(
             originals, parsed["attention_mask"], seed, indices,
             mask_rate=data.mask_rate, slots=slots, mask_token_id=data.mask_token_id,
@@ -95,7 +97,7 @@ def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: 
                           "data.dir (a directory made by prepare, with its tokenizer)")
     word_starts = word_starts if data.whole_word_masking else None
 
-    def parse(indices, tagged):
+    def parse(indices, tagged, keys=None):
         paths, record_indices, records = tagged
         # The fast parse: a missing feature or wrong length fails unnamed, and the
         # caller's replay (`replay_train_errors`, `replay_file_errors`) names it.
@@ -103,7 +105,7 @@ def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: 
                                      vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
                                      lengths_named=False)
         return _to_model_inputs(parsed, indices, seed, data, slots, vocabulary_size, word_starts,
-                                device_masks)
+                                device_masks, keys)
 
     return parse
 
@@ -144,12 +146,19 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     tokenizer's (V,) word-start table, for `data.whole_word_masking`.
     """
     count, index = shard or (1, 0)
-    plans = epoch_plan(spec, data, seed, shard).batch_plans(start_step * global_batch, global_batch)
+    # The step's mask keys are hashed once per block of the stream, not per batch: ~36
+    # small ops a batch cost ~1.4 us per record at batch 64 (README, "The input pipeline").
+    keys = None
+    if device_masks and data.masks_drawn_by_step():
+        def keys(indices):  # (n,) stream positions -> (n,) uint32
+            return element_keys(seed, indices * count + index)
+    plans = epoch_plan(spec, data, seed, shard).batch_plans(start_step * global_batch,
+                                                            global_batch, per_element=keys)
     parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts, device_masks)
 
-    def gather_and_parse(indices, plan):
+    def gather_and_parse(indices, plan, keys=None):
         # The rows are gathered here, in parallel, not in the stream's one thread.
-        return parse(indices * count + index, epochs.planned_rows(plan, global_batch))
+        return parse(indices * count + index, epochs.planned_rows(plan, global_batch), keys)
 
     return plans.map(gather_and_parse, num_parallel_calls=parallel_batches(),
                      deterministic=True).prefetch(AUTOTUNE)

@@ -111,6 +111,23 @@ def test_keyed_batches_masked_by_the_step_are_the_host_pipelines_batches(tiny_da
         np.testing.assert_array_equal(np.asarray(labels), host_y)
 
 
+@pytest.mark.parametrize("shuffle_buffer", [64, 5])  # blocks of several batches; smaller than one
+@pytest.mark.parametrize("shard", [None, (2, 1)])
+def test_mask_keys_hashed_per_block_are_each_elements_key(tiny_data, shuffle_buffer, shard):
+    # The keys of a block's batches are hashed together; each row must still get the key
+    # of its own element index: batch k of process p holds elements (start + k) B + i,
+    # standing for element ((start + k) B + i) * count + p of the unsharded stream.
+    spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
+    data = dataclasses.replace(Config().data, shuffle_buffer=shuffle_buffer)
+    count, index = shard or (1, 0)
+    start, B = 3, 8
+    keyed = data_lib.train_dataset(spec, data, TINY_VOCAB, B, seed=7, start_step=start,
+                                   shard=shard, device_masks=True)
+    for k, x in enumerate(keyed.take(40).as_numpy_iterator()):  # past a block and an epoch
+        elements = ((start + k) * B + np.arange(B)) * count + index
+        np.testing.assert_array_equal(x["mask_keys"], masking.element_keys(7, elements).numpy())
+
+
 def test_static_batches_finished_by_the_step_are_the_host_pipelines_batches(tiny_data):
     spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
     static = dataclasses.replace(Config().data, masking="static", max_predictions=5)
