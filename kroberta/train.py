@@ -262,9 +262,11 @@ def _profile_window(config, start_step: int, main_process: bool):
 def _named_data_error(error, config, train_spec, val_spec, start_step, step, process_batch, shard):
     """The error to raise for a failure mid-fit: bad data named by file and record."""
     V = config.model.vocabulary_size
-    # The batches up to the failing one (logged step, plus what tf.data had prefetched).
+    # The batches up to the failing one (logged step, plus what tf.data had prefetched and
+    # the rest of the group of batches parsed together).
+    ahead = 64 + data_lib.batches_per_call(process_batch)
     train_replay = data_lib.replay_train_errors(
-        train_spec, config.data, V, config.train.seed, start_step, step - start_step + 64,
+        train_spec, config.data, V, config.train.seed, start_step, step - start_step + ahead,
         process_batch, shard)
     replays = [train_replay]
     files = list(train_spec.files)
