@@ -228,15 +228,16 @@ def _dataset_batches(source: Source, config, slots: int, positions: str, global_
                  "valid": valid, "labels": tf.cast(labels, tf.int32),
                  "is_real": tf.ones([rows], tf.bool), "dropped": tf.cast(dropped, tf.int32)}
         # The last batch is completed with padding examples (dropped from every result).
-        missing = global_batch - rows
-        return {name: tf.ensure_shape(
-            tf.pad(value, [[0, missing]] + [[0, 0]] * (value.shape.rank - 1),
-                   constant_values=tf.cast(data_lib.padding_value(name, config.data.pad_token_id),
-                                           value.dtype)),
-            [global_batch] + value.shape[1:].as_list()) for name, value in batch.items()}
+        missing = -rows % global_batch
+        return {name: tf.pad(value, [[0, missing]] + [[0, 0]] * (value.shape.rank - 1),
+                             constant_values=tf.cast(
+                                 data_lib.padding_value(name, config.data.pad_token_id),
+                                 value.dtype)) for name, value in batch.items()}
 
-    # One map per batch: the source's check and these inputs together.
-    ds, check = source.batches(global_batch)
+    # One map call for several batches, the source's check and these inputs together, then
+    # cut into batches (as training: each op's fixed cost paid once for them all; every
+    # part is a whole padded batch, so the cut drops nothing and gives the static shape).
+    ds, check = source.batches(data_lib.batches_per_call(global_batch) * global_batch)
     ds = ds.map(lambda *element: to_inputs(check(*element)),
                 num_parallel_calls=data_lib.parallel_batches(), deterministic=True)
-    return ds.prefetch(AUTOTUNE)
+    return ds.rebatch(global_batch, drop_remainder=True).prefetch(AUTOTUNE)
