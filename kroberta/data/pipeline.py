@@ -220,24 +220,34 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
     parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts, device_masks)
     share = global_batch // count
 
-    def parse_and_pad(batch_number, block):
-        tagged = order.tagged(batch_number, block)
+    # Several global batches per call of the map, then cut, as in `train_dataset`.
+    rows = batches_per_call(global_batch) * global_batch
+
+    def parse_and_pad(block_number, block):
+        tagged = order.tagged(block_number, block)
         # Element indices (mask seeds): places in file order.
-        indices = batch_number * global_batch + tf.range(tf.size(tagged[0], out_type=tf.int64))
+        indices = block_number * rows + tf.range(tf.size(tagged[0], out_type=tf.int64))
         batch = parse(indices, tagged)
-        missing = global_batch - tf.size(indices)
+        missing = -tf.size(indices) % global_batch  # to whole global batches
         pad = lambda name, t: _pad_rows(t, missing, padding_value(name, data.pad_token_id))
-        # Global batch k: process p takes rows p*share ... (p+1)*share - 1.
-        take = lambda t: tf.ensure_shape(t[index * share:(index + 1) * share],
-                                         [share] + [None] * (t.shape.rank - 1))
+
+        def take(t):  # of each global batch, process p takes rows p*share ... (p+1)*share - 1
+            if count == 1:
+                return t
+            trailing = tf.shape(t)[1:]
+            whole = tf.reshape(t, tf.concat([[-1, global_batch], trailing], 0))
+            return tf.reshape(whole[:, index * share:(index + 1) * share],
+                              tf.concat([[-1], trailing], 0))
+
         if isinstance(batch, dict):  # x alone: the step draws the masks
             return {name: take(pad(name, t)) for name, t in batch.items()}
         x, y = batch
         return {name: take(pad(name, t)) for name, t in x.items()}, take(pad("labels", y))
 
-    order = _file_order_batches(spec, global_batch)
+    order = _file_order_batches(spec, rows)
     ds = order.blocks().map(parse_and_pad, num_parallel_calls=parallel_batches(),
                             deterministic=True)
+    ds = ds.rebatch(share, drop_remainder=True)  # whole batches: nothing dropped
     batches = -(-spec_records(spec) // global_batch)
     if max_batches:
         batches = min(batches, max_batches)
