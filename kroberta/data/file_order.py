@@ -28,8 +28,10 @@ class FileOrder:
     def __init__(self, files, file_records, block: int):
         self.files = tuple(files)
         self.block = block
-        # Records per file, or None when unknown (remote): then the reader tags.
+        # Records per file, or None when unknown (remote): then the reader tags. File f
+        # holds places starts[f] ... ends[f] - 1 of the files in order.
         self.ends = None if file_records is None else np.cumsum(file_records, dtype=np.int64)
+        self.starts = None if self.ends is None else np.concatenate([[0], self.ends[:-1]])
 
     def blocks(self):
         """(block number k int64, element) for each block, in file order."""
@@ -43,11 +45,9 @@ class FileOrder:
         if self.ends is None:
             return element
         records = element
-        # Places in file order (n,); file f holds places ends[f-1] ... ends[f] - 1, so
-        # a place's file is the number of files that end at or before it.
+        # Places in file order (n,); a place's file is the number of files that end at
+        # or before it.
         places = block_number * self.block + tf.range(tf.size(records, out_type=tf.int64))
-        ends = tf.constant(self.ends)
-        file = tf.searchsorted(ends, places, side="right")  # (n,)
-        starts = tf.concat([tf.zeros([1], tf.int64), ends], 0)  # (F + 1,)
+        file = tf.searchsorted(tf.constant(self.ends), places, side="right")  # (n,)
         return (tf.gather(tf.constant(list(self.files)), file),
-                places - tf.gather(starts, file), records)
+                places - tf.gather(tf.constant(self.starts), file), records)

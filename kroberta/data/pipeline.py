@@ -58,7 +58,8 @@ RECORDS_PER_CALL = 256
 
 
 def batches_per_call(batch_size: int) -> int:
-    """How many batches of `batch_size` one call of the training parse map works on."""
+    """How many batches of `batch_size` one call of a parsing map works on (training,
+    evaluation and prediction alike)."""
     return max(1, RECORDS_PER_CALL // batch_size)
 
 
@@ -73,10 +74,11 @@ def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabu
     word_starts: bool (V,) for whole-word masking, else None; keys: the rows' element
     keys (B,) uint32 when already computed, else None.
     """
+    step_input = data.step_input() if device_masks else None
+    if step_input == "token_labels":  # the step chooses the slots
+        return {"token_ids": parsed["input_ids"], "padding_mask": parsed["attention_mask"],
+                "token_labels": parsed["labels"]}  # (B, L) each
     if data.masking == "static":
-        if device_masks:  # the step chooses the slots
-            return {"token_ids": parsed["input_ids"], "padding_mask": parsed["attention_mask"],
-                    "token_labels": parsed["labels"]}  # (B, L) each
         ids = parsed["input_ids"]
         positions, labels, _ = static_slots_batch(parsed["labels"], slots)
     else:
@@ -84,7 +86,7 @@ def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabu
         if "labels" in parsed:
             # Files masked once (the seed's format): recover the unmasked text.
             originals = tf.where(parsed["labels"] != IGNORE_LABEL, parsed["labels"], originals)
-        if device_masks and data.masks_drawn_by_step():
+        if step_input == "mask_keys":  # the step draws the masks
             keys = element_keys(seed, indices) if keys is None else keys
             return {"token_ids": originals, "padding_mask": parsed["attention_mask"],
                     "mask_keys": keys}  # (B, L), (B, L), (B,) uint32
@@ -159,16 +161,16 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     count, index = shard or (1, 0)
     # The step's mask keys are hashed once per block of the stream, not per batch: ~36
     # small ops a batch cost ~1.4 us per record at batch 64 (README, "The input pipeline").
-    keys = None
-    if device_masks and data.masks_drawn_by_step():
-        def keys(indices):  # (n,) stream positions -> (n,) uint32
+    block_keys = None
+    if device_masks and data.step_input() == "mask_keys":
+        def block_keys(indices):  # (n,) stream positions -> (n,) uint32
             return element_keys(seed, indices * count + index)
     # Several batches per call of the parsing map, then cut: the stream batched by k B
     # and cut into B is the stream batched by B, and each op's dispatch is paid once
     # for k batches.
     rows = batches_per_call(global_batch) * global_batch
     plans = epoch_plan(spec, data, seed, shard).batch_plans(start_step * global_batch, rows,
-                                                            per_element=keys)
+                                                            per_element=block_keys)
     parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts, device_masks)
 
     def gather_and_parse(indices, plan, keys=None):
