@@ -206,9 +206,9 @@ def test_a_keyed_batch_with_labels_is_refused():
     x = {"token_ids": np.zeros((2, 8), np.int32), "padding_mask": np.ones((2, 8), np.int32),
          "mask_keys": np.zeros((2,), np.uint32)}
     with pytest.raises(ValueError, match="with 'mask_keys' gets its labels from it"):
-        device_masking._masked_data(mask, (x, np.zeros((2, 4), np.int32)))
+        device_masking.finish_batch(mask, (x, np.zeros((2, 4), np.int32)))
     both = {**x, "token_labels": np.full((2, 8), -100, np.int32)}
     with pytest.raises(ValueError, match="both 'mask_keys' and 'token_labels'"):
-        device_masking._masked_data(mask, (both,))
+        device_masking.finish_batch(mask, (both,))
     plain = ({"token_ids": x["token_ids"]}, np.zeros((2, 4), np.int32))
-    assert device_masking._masked_data(mask, plain) is plain
+    assert device_masking.finish_batch(mask, plain) is plain
