@@ -105,6 +105,7 @@ class _KerasFusesSteps:
 
 
 StepsPerDispatch = _KerasFusesSteps if KERAS_FUSES_STEPS else _FusedStepsOnKeras315
+_SUPER_BATCH_ITERATOR = None  # Keras 3.15's epoch iterator yielding super-batches, made once
 
 
 @contextlib.contextmanager
@@ -113,8 +114,13 @@ def _super_batch_epoch_iterator():
     # no public hook chooses the epoch iterator (3.16 needs none: it batches by K itself).
     from keras.src.backend.jax import trainer as jax_trainer
 
+    global _SUPER_BATCH_ITERATOR
     saved = jax_trainer.JAXEpochIterator
-    jax_trainer.JAXEpochIterator = _super_batch_iterator_class(saved)
+    if _SUPER_BATCH_ITERATOR is None:
+        _SUPER_BATCH_ITERATOR = _super_batch_iterator_class(saved)
+    # One class for every (nested: evaluate inside fit's callbacks) use: a batch is
+    # grouped into a super-batch once.
+    jax_trainer.JAXEpochIterator = _SUPER_BATCH_ITERATOR
     try:
         yield
     finally:
