@@ -24,9 +24,11 @@ import numpy as np
 
 import kroberta
 from kroberta import cli as cli_lib
-from kroberta.inference import engine as prediction
-from kroberta.inference.inputs import PredictInputError
+from kroberta.inference import OUTPUTS
 from kroberta.atomic import atomic_path
+
+# The prediction engine (JAX, Keras, TensorFlow) is imported when it is used, so that
+# `--help` and argument errors answer at once.
 
 
 class _Progress:
@@ -82,7 +84,7 @@ def _parser():
     p.add_argument("--run", required=True, help="a training run directory (kroberta.load)")
     p.add_argument("--data", required=True, action="append",
                    help="TFRecord file or glob (repeatable)")
-    p.add_argument("--output", default="top_k", choices=prediction.OUTPUTS)
+    p.add_argument("--output", default="top_k", choices=OUTPUTS)
     p.add_argument("--k", type=int, default=5, help="candidates per position for top_k")
     p.add_argument("--positions", default="masked", choices=("masked", "all"))
     p.add_argument("--batch-size", type=int, default=None, help="sequences per step, all devices")
@@ -99,6 +101,9 @@ def main(argv=None) -> int:
 
 
 def _main(args) -> int:
+    from kroberta.inference import engine as prediction
+    from kroberta.inference.inputs import PredictInputError
+
     if not args.out.endswith(".npz"):
         raise PredictInputError(f"--out: {args.out!r} must end with .npz")
     model = kroberta.load(args.run)
@@ -116,6 +121,8 @@ def _main(args) -> int:
 
 class _CallableModule(types.ModuleType):
     def __call__(self, *args, **kwargs):
+        from kroberta.inference import engine as prediction
+
         return prediction.predict(*args, **kwargs)
 
 

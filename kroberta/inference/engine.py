@@ -20,10 +20,9 @@ import tensorflow as tf
 
 from kroberta.data import pipeline as data_lib
 from kroberta.inference import inputs as inputs_lib
-from kroberta.inference import program
+from kroberta.inference import OUTPUTS, program
 from kroberta.errors import KrobertaError
 
-OUTPUTS = ("top_k", "logits", "loss", "embeddings")
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 2**30  # host memory one call may return
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 
