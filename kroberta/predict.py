@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import types
+import warnings
 import zipfile
 
 import numpy as np
@@ -45,7 +46,9 @@ class _Progress:
             return
         seconds = max(time.perf_counter() - self.start, 1e-9)
         total = f"/{self.total}" if self.total else ""
-        sys.stderr.write(f"\rpredict: {self.done}{total} examples, {self.done / seconds:,.0f}/s, "
+        # Redrawn in place on a terminal; a log file gets the final line alone.
+        sys.stderr.write(("\r" if self.live else "")
+                         + f"predict: {self.done}{total} examples, {self.done / seconds:,.0f}/s, "
                          f"{seconds:.1f}s" + ("\n" if final else ""))
         sys.stderr.flush()
 
@@ -113,7 +116,11 @@ def _main(args) -> int:
     from kroberta.data.pipeline import inspect_files, resolve_files
 
     total = inspect_files(resolve_files(args.data, "--data"), "--data").records
-    shapes = write_npz(chunks, args.out, _Progress(total, not args.no_progress))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        shapes = write_npz(chunks, args.out, _Progress(total, not args.no_progress))
+    for warning in caught:
+        print(f"warning: {warning.message}", file=sys.stderr)
     summary = ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
     print(f"wrote {args.out}: {summary}")
     return 0
