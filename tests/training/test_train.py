@@ -57,13 +57,27 @@ def test_metrics_jsonl_has_one_row_per_interval_with_the_documented_keys(trained
         assert {"step", "split", "loss", "masked_accuracy", "learning_rate",
                 "samples_per_second", "perplexity", "tokens_per_second"} <= set(row)
         assert row["perplexity"] == pytest.approx(math.exp(row["loss"]), rel=0.05)
-    assert "compile_seconds" in rows[0]
+    assert rows[0]["compile_seconds"] > 0  # reported apart, not counted as step time
+    assert rows[0]["step_time"] == pytest.approx(16 / rows[0]["samples_per_second"])
     assert rows[-1]["learning_rate"] == 0.0  # linear decay reaches zero at train.steps
     assert max(r["learning_rate"] for r in rows) == pytest.approx(3e-3)  # the peak, after warmup
     # Every row logs the schedule's value at its step (tiny: warmup 20 of 120, linear).
     schedule = WarmupSchedule(3e-3, 20, 120, "linear")
     for row in rows:
         assert row["learning_rate"] == pytest.approx(float(schedule(row["step"])), abs=1e-9)
+
+
+def test_the_compilation_is_announced_before_the_first_log_line(tiny_data, tmp_path, capsys):
+    config = tiny_config(tiny_data, tmp_path, steps=8, log_every=4, eval_every=8,
+                         checkpoint_every=8, warmup_steps=0, steps_per_execution=2)
+    train.main(config)
+    lines = capsys.readouterr().out.splitlines()
+    compiled = next(i for i, line in enumerate(lines) if line.startswith(
+        "compiled the training step in "))
+    first_row = next(i for i, line in enumerate(lines) if line.startswith("step 4/8 [train]"))
+    assert compiled < first_row and "a log line every 4 steps" in lines[compiled]
+    rows = _rows(tmp_path)
+    assert "compile_seconds" in rows[0] and "compile_seconds" not in rows[1]
 
 
 def test_run_dir_holds_config_checkpoints_model_and_tensorboard(trained_run):
