@@ -32,16 +32,22 @@ def _log(message: str):
         print(message, flush=True)
 
 
-def _prepare_run_dir(config: Config, force: bool, write: bool = True):
-    """Creates the run dir and writes config.toml; refuses a run with another model.
+def _prepare_run_dir(config: Config, force: bool, write: bool = True,
+                     accept_changes: bool = False, log=None):
+    """Creates the run dir and writes config.toml; refuses a run with another model, or
+    with other training settings (`run_dir_lib.TRAINING_KEYS`) unless `accept_changes`;
+    records every change of setting in config_changes.jsonl.
 
     Every process checks; only process 0 (`write`) changes the run directory.
     """
     from kroberta.training import saving as checkpoint_io
 
+    log = log or _log
     os.makedirs(config.run_dir, exist_ok=True)
     path = os.path.join(config.run_dir, checkpoint_io.CONFIG_FILE)
-    if os.path.isfile(path) and checkpoint.list_checkpoints(config.run_dir):
+    saved = checkpoint.list_checkpoints(config.run_dir)
+    changes = {}
+    if os.path.isfile(path) and saved:
         previous = config_lib.load_toml(path)
         # A new start (initializer_range) is not a new model: the checkpoint holds its weights.
         before, now = previous.model.trained_model(), config.model.trained_model()
@@ -54,12 +60,27 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True):
                 f"(changed: {', '.join('model.' + k for k in changed)}); use another "
                 "--run_dir, or --force to start this model there from scratch"
             )
+        training, other = run_dir_lib.changed_settings(config_lib.to_dict(previous),
+                                                       config_lib.to_dict(config))
+        starts_over = force and (other_model or training)
+        if training and not force and not accept_changes:
+            raise ConfigError(
+                f"run_dir: {config.run_dir} holds a run trained with other settings "
+                f"({run_dir_lib.describe_changes(training)}); use another --run_dir, --force "
+                "to start over there, or --accept-changes to continue its checkpoint with "
+                f"these settings (recorded in {run_dir_lib.CHANGES_FILE})")
         if not write:
             return
-        if other_model and force:
+        if starts_over:
             shutil.rmtree(os.path.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
+        else:
+            changes = {**training, **other}
     if not write:
         return
+    if changes:
+        run_dir_lib.record_changes(config.run_dir, saved[-1][0], changes)
+        log(f"run_dir: continuing step {saved[-1][0]} with changed settings: "
+            f"{run_dir_lib.describe_changes(changes)} (recorded in {run_dir_lib.CHANGES_FILE})")
     with atomic_write(path) as f:
         f.write(config_lib.to_toml(config))
 
@@ -74,11 +95,14 @@ def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):
 
 
 def main(config: Config, force: bool = False, until_step: int | None = None,
-         sources: dict | None = None) -> dict:
+         sources: dict | None = None, accept_changes: bool = False) -> dict:
     """Trains (or resumes) the run described by `config`; returns a summary dict.
 
     `until_step` stops this invocation after that step (with a checkpoint there) while
     the schedule still spans `train.steps`; re-running continues the same run.
+    A run directory with checkpoints resumes only with the same model and training
+    settings: `force` starts over there, `accept_changes` continues the checkpoint with
+    changed training settings (recorded in config_changes.jsonl, as every change is).
 
     Raises ConfigError / DataError for bad settings or data, before any compute.
     """
@@ -100,7 +124,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     run_data = run_data_lib.resolve(config, log=_log)
     config, tokenizer_path = run_data.config, run_data.tokenizer_path
     train_spec = run_data.train
-    _prepare_run_dir(config, force, write=main_process)
+    _prepare_run_dir(config, force, write=main_process, accept_changes=accept_changes)
     if main_process:
         _keep_tokenizer(tokenizer_path, config.run_dir)
         checkpoint.clean_temporaries(config.run_dir)
@@ -305,7 +329,11 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     parser.add_argument("--config", help="a shipped config by name (base, seed, tiny: "
                         "kroberta/configs/) or the path of a TOML file")
     parser.add_argument("--force", action="store_true",
-                        help="start over in a run_dir that holds a run of a different model")
+                        help="start over in a run_dir that holds a run of a different model "
+                        "or with other training settings")
+    parser.add_argument("--accept-changes", action="store_true",
+                        help="continue a run_dir's checkpoint with changed training settings "
+                        "(learning rate, steps, data, ...); recorded in config_changes.jsonl")
     parser.add_argument("--until-step", type=int, default=None, metavar="N",
                         help="stop after step N with a checkpoint (the learning-rate schedule "
                         "still spans train.steps); re-run to continue")
@@ -330,7 +358,8 @@ def _cli(argv) -> int:
         from kroberta.perf import advisor
 
         return advisor.explain_cli(config, args.sources)
-    summary = main(config, force=args.force, until_step=args.until_step, sources=args.sources)
+    summary = main(config, force=args.force, until_step=args.until_step, sources=args.sources,
+                   accept_changes=args.accept_changes)
     if summary.get("preempted"):
         return cli_lib.PREEMPTED
     if not config.data.train and not config.data.dir and not args.no_examples:

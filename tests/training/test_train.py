@@ -169,6 +169,35 @@ def test_a_new_start_is_not_a_new_model(trained_run, tiny_data, tmp_path):
     assert train.main(other)["final_step"] == 120  # found the finished run, did not refuse it
 
 
+def test_changed_training_settings_on_a_finished_run_are_refused_or_recorded(
+        trained_run, tiny_data, tmp_path):
+    import dataclasses
+    import shutil
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(trained_run[0], run_dir)
+    config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
+    before = (run_dir / "config.toml").read_text()
+    faster = dataclasses.replace(config, train=dataclasses.replace(config.train,
+                                                                   learning_rate=1e-3))
+    with pytest.raises(ConfigError, match=r"holds a run trained with other settings "
+                                          r"\(train.learning_rate 0.003 -> 0.001\); .*"
+                                          r"--accept-changes"):
+        train.main(faster)
+    assert (run_dir / "config.toml").read_text() == before  # still says how it was trained
+    # Logging and evaluation settings may change: recorded, not refused.
+    quieter = dataclasses.replace(config, train=dataclasses.replace(config.train, log_every=20))
+    assert train.main(quieter)["final_step"] == 120
+    # Asked for: continued and recorded.
+    assert train.main(faster, accept_changes=True)["final_step"] == 120
+    rows = [json.loads(line) for line in (run_dir / "config_changes.jsonl").read_text().splitlines()]
+    assert rows[0]["changed"].pop("run_dir")[1] == str(run_dir)  # copied: another directory
+    assert rows == [{"step": 120, "changed": {"train.log_every": [10, 20]}},
+                    {"step": 120, "changed": {"train.learning_rate": [0.003, 0.001],
+                                              "train.log_every": [20, 10]}}]
+    assert "learning_rate = 0.001" in (run_dir / "config.toml").read_text()
+
+
 def test_vocabulary_smaller_than_the_data_is_a_data_error(tiny_data, tmp_path):
     config = tiny_config(tiny_data, tmp_path / "run", steps=10, warmup_steps=0)
     import dataclasses
