@@ -74,6 +74,8 @@ def load(path: str, mixed_precision: bool | None = None):
 
     config_path = os.path.join(path, CONFIG_FILE)
     weights_path = os.path.join(path, WEIGHTS_FILE)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: not a kroberta run directory (no such directory)")
     # An unfinished run (interrupted, preempted, --until-step) loads its last checkpoint.
     saved = checkpoint.list_checkpoints(path) if not os.path.isfile(weights_path) else []
     for needed in (config_path, weights_path):

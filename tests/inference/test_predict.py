@@ -181,7 +181,12 @@ def test_cli_streams_to_npz(model, tmp_path):
         np.testing.assert_allclose(saved[key], expected[key], atol=1e-6)
     missing = subprocess.run([sys.executable, "-m", "kroberta.predict", "--run", str(tmp_path / "nope"),
                               "--data", data, "--out", out], capture_output=True, text=True, cwd=REPO)
-    assert missing.returncode == 2 and "not a finished kroberta run" in missing.stderr
+    assert missing.returncode == 2
+    assert missing.stderr == f"error: {tmp_path / 'nope'}: not a kroberta run directory (no such directory)\n"
+    # export words the same mistake the same way
+    exported = subprocess.run([sys.executable, "-m", "kroberta.export", "--run", str(tmp_path / "nope"),
+                               "--out", str(tmp_path / "hf")], capture_output=True, text=True, cwd=REPO)
+    assert exported.returncode == 2 and exported.stderr == missing.stderr
 
 
 def test_unmasked_inputs_say_that_nothing_was_predicted_and_what_to_use(model, tmp_path):
