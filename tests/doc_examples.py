@@ -18,7 +18,8 @@ So a page shows the command a user runs, and the test runs that same command, sh
 Each workspace holds a small corpus: `corpus/part0.txt`, `corpus/part1.txt` (text with
 enough distinct words for a 10000-token vocabulary) and `dump/part0.jsonl.gz` (JSON
 lines whose text is in the field "body"). A block may name what it must leave behind in
-a comment line `# writes: PATH, PATH`; the test checks those paths after the block.
+a comment line `# writes: PATH, PATH`, and a text its output must hold in `# prints: TEXT`;
+the test checks those after the block.
 """
 
 import dataclasses
@@ -33,6 +34,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKIP = re.compile(r"<!--\s*example:\s*skip\s*\((?P<reason>.+)\)\s*-->")
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 WRITES = re.compile(r"^\s*#\s*writes:\s*(?P<paths>.+)$")
+PRINTS = re.compile(r"^\s*#\s*prints:\s*(?P<text>.+)$")
 COMMAND = re.compile(r"python -m (?P<module>kroberta(?:\.\w+)+)")
 
 # The one table of small sizes: flags appended to `python -m MODULE` commands.
@@ -80,6 +82,10 @@ class Block:
                 paths += [p.strip() for p in match.group("paths").split(",") if p.strip()]
         return paths
 
+    def prints(self) -> list[str]:
+        """The texts named in `# prints:` comments (each must appear in the block's output)."""
+        return [m.group("text").strip() for m in map(PRINTS.match, self.code.splitlines()) if m]
+
 
 def pages() -> list[str]:
     """README.md and every page under docs/, relative to the repository."""
@@ -104,7 +110,8 @@ def blocks(page: str) -> list[Block]:
             body = []
             i += 1
             while i < len(lines) and not re.match(r"^\s*```\s*$", lines[i]):
-                body.append(lines[i][indent:] if lines[i][:indent].isspace() else lines[i].lstrip())
+                line = lines[i]
+                body.append(line[indent:] if line[:indent].strip() == "" else line.lstrip())
                 i += 1
             found.append(Block(page, start + 1, fence.group("lang"), "\n".join(body) + "\n", skip))
             skip = None

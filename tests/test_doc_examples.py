@@ -37,8 +37,8 @@ def _environment(workspace: str) -> dict:
 
 
 def run_block(block: doc_examples.Block, workspace: str, env: dict) -> subprocess.CompletedProcess:
-    """Runs one example in `workspace`; fails the test with its output unless it exits 0 and
-    leaves the paths its `# writes:` comments name."""
+    """Runs one example in `workspace`; fails the test with its output unless it exits 0,
+    leaves the paths its `# writes:` comments name and prints what its `# prints:` ones quote."""
     if block.lang == "bash":
         argv = ["bash", "-euo", "pipefail", "-c", block.code]
     else:
@@ -51,6 +51,8 @@ def run_block(block: doc_examples.Block, workspace: str, env: dict) -> subproces
     assert result.returncode == 0, f"{block.name} exited {result.returncode}:\n{block.code}\n{output}"
     for path in block.writes():
         assert os.path.exists(os.path.join(workspace, path)), f"{block.name} did not write {path}:\n{output}"
+    for text in block.prints():
+        assert text in result.stdout + result.stderr, f"{block.name} did not print {text!r}:\n{output}"
     return result
 
 
