@@ -7,7 +7,13 @@ checkpoints cost no extra host-device synchronisation. Steps run K at a time
 (`train.steps_per_execution`, one compiled dispatch each, `kroberta.model.fused_steps`):
 the callback sees one batch per dispatch, numbered in single steps, and every
 interval is a multiple of K, so its rows, evaluations and checkpoints fall between
-dispatches; `step_time` is the interval's time per optimizer step.
+dispatches; `step_time` is the interval's time per optimizer step, without the time
+JAX spent compiling in it (`kroberta.training.compile_clock`; a row whose interval
+compiled reports that time as `compile_seconds`).
+
+Between log lines a terminal or notebook bar follows the dispatched steps at most
+every `REDRAW_SECONDS` (host-side counts, no device sync); the first dispatch's
+compilation is announced as soon as it ends.
 """
 
 import json
@@ -21,6 +27,9 @@ import tensorflow as tf
 
 from kroberta.errors import DivergedError
 from kroberta.training import checkpoint, console
+from kroberta.training.compile_clock import CompileClock
+
+REDRAW_SECONDS = 1.0  # a live bar's position between log intervals
 
 
 class RunLogger(keras.callbacks.Callback):
@@ -44,10 +53,12 @@ class RunLogger(keras.callbacks.Callback):
         self.preemption = preemption  # a PreemptionFlag: SIGTERM asks for checkpoint + stop
         # Where this invocation stops: the end of the run, or earlier (--until-step).
         self.stop_step = min(stop_step or config.train.steps, config.train.steps)
-        self.compile_seconds = None
-        self._compile_reported = False
+        self.compile_seconds = None  # the first dispatch's compilation
+        self._compile_clock = CompileClock().__enter__()  # left in `close`
+        self._interval_compile = 0.0
         self._interval_start = None
-        self._first_step_start = None
+        self._first_dispatch = True
+        self._last_redraw = 0.0
         # A live bar in a terminal or a notebook; plain lines in a log file (None).
         self._progbar = console.live_progress(config.train.steps, start_step) \
             if write_files else None
@@ -60,22 +71,26 @@ class RunLogger(keras.callbacks.Callback):
         # The previous epoch end synced with the devices: time from here is this
         # interval's alone (evaluation and checkpoint time excluded).
         self._interval_start = time.perf_counter()
+        self._interval_compile = self._compile_clock.seconds
 
     # Everything per step happens in on_train_batch_begin: a callback that overrides
     # on_train_batch_end makes Keras convert every step's logs to numpy, a host-device
     # sync per step. Here nothing waits for the devices between log intervals.
     def on_train_batch_begin(self, batch, logs=None):
-        now = time.perf_counter()
-        if self._first_step_start is None:
-            self._first_step_start = now
+        if self._first_dispatch:
+            self._first_dispatch = False
         elif self.compile_seconds is None:
-            # The first call traced and compiled synchronously (its execution is async).
-            self.compile_seconds = now - self._first_step_start
-            self._interval_start = now
-            self._timed_steps_offset = batch  # the steps before this one include compiling
+            # The first dispatch traced and compiled synchronously (its execution is async).
+            self.compile_seconds = self._compile_clock.seconds
+            self._say(f"compiled the training step in {self.compile_seconds:.1f} s; a log line "
+                      f"every {self.config.train.log_every} steps")
+        step = self._epoch_start_step + batch
+        if self._progbar and time.perf_counter() - self._last_redraw >= REDRAW_SECONDS:
+            self._last_redraw = time.perf_counter()
+            self._progbar.update(step, self._progbar.values)  # dispatched, not yet synced
         # fit checks stop_training after this step: it is the last one when it reaches
         # the stop step, or when SIGTERM arrived.
-        last = self._epoch_start_step + batch + self.config.train.steps_per_execution
+        last = step + self.config.train.steps_per_execution
         preempted = self.preemption.poll() if self.preemption else False  # every dispatch
         if last >= self.stop_step or preempted:
             self.model.stop_training = True
@@ -85,14 +100,11 @@ class RunLogger(keras.callbacks.Callback):
         self.step = int(self.model.optimizer.iterations.numpy())
         now = time.perf_counter()
         steps_done = self.step - self._epoch_start_step
-        timed_steps = steps_done - getattr(self, "_timed_steps_offset", 0)
-        if self.compile_seconds is None:
-            # A single-step interval: its time was compile time.
-            self.compile_seconds = now - self._first_step_start
-            timed_steps = 0
-        self._timed_steps_offset = 0
-        seconds = max(now - self._interval_start, 1e-9)
-        samples_per_second = timed_steps * self.global_batch / seconds if timed_steps > 0 else None
+        compiled = self._compile_clock.seconds - self._interval_compile
+        if self.compile_seconds is None:  # the interval was a single dispatch
+            self.compile_seconds = self._compile_clock.seconds
+        seconds = max(now - self._interval_start - compiled, 1e-9)
+        samples_per_second = steps_done * self.global_batch / seconds if steps_done > 0 else None
         self._interval_start = now
         # The schedule's value at the step the next update will use.
         learning_rate = float(np.asarray(self.model.optimizer.learning_rate))
@@ -111,9 +123,8 @@ class RunLogger(keras.callbacks.Callback):
             if samples_per_second else None,
             **self._speed(samples_per_second),
         }
-        if not self._compile_reported and self.compile_seconds is not None:
-            row["compile_seconds"] = self.compile_seconds  # kept out of samples_per_second
-            self._compile_reported = True
+        if compiled > 0:
+            row["compile_seconds"] = compiled  # kept out of samples_per_second
         self._emit(row)
         self._check_finite(row)
         t = self.config.train
@@ -173,7 +184,13 @@ class RunLogger(keras.callbacks.Callback):
             return
         parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                  for k, v in row.items() if k not in ("step", "split")]
-        line = f"step {row['step']}/{self.config.train.steps} [{row['split']}] " + "  ".join(parts)
+        self._say(f"step {row['step']}/{self.config.train.steps} [{row['split']}] "
+                  + "  ".join(parts))
+
+    def _say(self, line: str):
+        """A line of its own: above a live bar, or printed."""
+        if not self.write_files:
+            return
         if self._progbar:
             self._progbar.note(line)
         else:
@@ -181,6 +198,7 @@ class RunLogger(keras.callbacks.Callback):
 
     def close(self):
         """Waits for the checkpoint in flight to commit, then closes the bar and the log files."""
+        self._compile_clock.__exit__(None, None, None)
         try:
             if self.checkpoints is not None:
                 self.checkpoints.close()

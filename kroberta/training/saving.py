@@ -63,11 +63,14 @@ def load(path: str, mixed_precision: bool | None = None):
             inference of a model trained in bf16); None keeps the run's.
 
     Returns:
-        The Keras model (a keras-hub `RobertaMaskedLM`), with two attributes:
+        The Keras model (a keras-hub `RobertaMaskedLM` whose `predict` also takes
+        Hugging Face's input names and no mask positions:
+        `kroberta.model.predicting_mlm`), with two attributes:
         `kroberta_config` (the run's `Config`) and `tokenizer` (a
         `tokenizers.Tokenizer`, or None when the run had none).
     """
     from kroberta.model.mlm import build_model
+    from kroberta.model.predicting_mlm import PredictingMaskedLM
 
     config_path = os.path.join(path, CONFIG_FILE)
     weights_path = os.path.join(path, WEIGHTS_FILE)
@@ -79,7 +82,7 @@ def load(path: str, mixed_precision: bool | None = None):
     config = config_lib.load_toml(config_path)
     if mixed_precision is None:
         mixed_precision = config.train.mixed_precision
-    model = build_model(config.model, mixed_precision)
+    model = build_model(config.model, mixed_precision, task_class=PredictingMaskedLM)
     if saved:
         step, checkpoint_path = saved[-1]
         print(f"{path}: no final model yet; loading the checkpoint at step {step}",
