@@ -58,6 +58,12 @@ class DataConfig:
     mask_token_id: int = tokens.MASK_ID  # id of <mask> (4)
     special_token_ids: tuple[int, ...] = tokens.SPECIAL_IDS  # never chosen for masking (0-4)
     whole_word_masking: bool = False  # dynamic masking chooses whole words (needs the tokenizer)
+    eval_mask_rate: float = 0.0
+    """Fraction of tokens masked in evaluation (e.g. 0.15 for a run that trains at 0.3, so runs with different training rates compare on one number); 0 = `mask_rate`. Each validation example's mask is fixed by the run's seed and the example's place in the files: the same at every evaluation and on any number of processes. Dynamic masking only."""
+
+    def evaluation_mask_rate(self) -> float:
+        """The mask rate of evaluations: `eval_mask_rate`, or `mask_rate` when it is 0."""
+        return self.eval_mask_rate or self.mask_rate
 
     def masks_drawn_by_step(self) -> bool:
         """Whether the training step draws the masks on the device from per-sequence keys
@@ -91,7 +97,8 @@ class TrainConfig:
     learning_rate: float = 2e-3  # peak learning rate, reached after warmup
     warmup_steps: int = 100  # linear warmup from 0 to learning_rate, then `schedule`
     # After warmup: "linear" (to 0 at `steps`), "cosine" (to 0 at `steps`), "constant",
-    # "inverse_sqrt" (learning_rate * sqrt(warmup_steps / step)); kroberta.model.schedules.
+    # "inverse_sqrt" (learning_rate * sqrt(warmup_steps / step)), "wsd" (constant, then a
+    # linear decay over the last decay_steps); kroberta.model.schedules.
     schedule: str = "linear"
     weight_decay: float = 0.01  # AdamW decay; never applied to biases or LayerNorm
     clip_norm: float = 1.0  # global gradient-norm clip; 0 disables
@@ -112,6 +119,24 @@ class TrainConfig:
     keep_checkpoints: int = 2  # most recent checkpoints kept on disk
     async_checkpoints: bool = True  # write checkpoints in the background while training goes on
     seed: int = 0  # initialisation, shuffling and masking
+    min_learning_rate: float = 0.0
+    """The floor every decaying schedule ends at ("linear", "cosine" and "wsd" reach it at `steps`; "inverse_sqrt" never goes below it)."""
+    decay_steps: int = 0
+    """For `schedule = "wsd"`: the steps of the final linear decay to `min_learning_rate`; 0 = `decay_fraction` of `steps`."""
+    decay_fraction: float = 0.2
+    """For `schedule = "wsd"` with `decay_steps = 0`: the fraction of `steps` the final decay takes."""
+    keep_best: bool = False
+    """Also keep the checkpoint with the lowest validation loss beside the newest `keep_checkpoints` (needs validation data); `kroberta.load(run_dir, checkpoint="best")` loads it."""
+    early_stop_patience: int = 0
+    """End the run (exit 0, final model saved) after this many evaluations in a row without a new lowest validation loss; 0 = never."""
+    target_eval_loss: float = 0.0
+    """End the run (exit 0, final model saved) at the first evaluation whose validation loss is at or below this; 0 = never."""
+    trackers: tuple[str, ...] = ("tensorboard",)
+    """Where process 0 logs every metrics.jsonl row besides that file: any of "tensorboard" (run_dir/tensorboard), "wandb" (`pip install "kroberta[wandb]"`) and "mlflow" (`pip install "kroberta[mlflow]"`); kroberta.training.trackers."""
+
+    def wsd_decay_steps(self) -> int:
+        """The steps of the "wsd" schedule's final decay."""
+        return self.decay_steps or round(self.decay_fraction * self.steps)
 
 
 @dataclass(frozen=True)
@@ -151,7 +176,8 @@ TOP_LEVEL_KEYS = ("run_dir", "init_from_hf", "init_from_keras_hub")
 STRATEGIES = ("data", "fsdp", "model")
 AUTO = "auto"  # train.steps_per_execution chosen from the model's FLOPs and the devices' peak
 MASKINGS = ("dynamic", "static")
-SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt")  # kroberta.model.schedules
+SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt", "wsd")  # kroberta.model.schedules
+TRACKERS = ("tensorboard", "wandb", "mlflow")  # kroberta.training.trackers
 
 
 def _field_types(cls) -> dict[str, object]:
