@@ -14,6 +14,7 @@ WANDB_DIR: the files default to run_dir/wandb); MLflow reads MLFLOW_TRACKING_URI
 import json
 import os
 import time
+import uuid
 
 from kroberta import config as config_lib
 from kroberta.atomic import atomic_write
@@ -95,7 +96,8 @@ class WandB:
 
     def __init__(self, config, run_dir: str):
         wandb = _import("wandb", "wandb")
-        run_id = read_ids(run_dir).get("wandb") or wandb.util.generate_id()
+        # W&B ids: up to 64 lowercase letters and digits, unique in the project.
+        run_id = read_ids(run_dir).get("wandb") or uuid.uuid4().hex[:16]
         directory = os.environ.get("WANDB_DIR") or run_dir
         self._run = wandb.init(
             project=os.environ.get("WANDB_PROJECT") or EXPERIMENT,
