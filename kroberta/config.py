@@ -50,7 +50,10 @@ class DataConfig:
     dir: str = ""  # a directory made by `python -m kroberta.prepare` (reads its manifest.json)
     train: tuple[str, ...] = ()  # TFRecord file(s) or glob(s); empty with empty dir = embedded corpus
     validation: tuple[str, ...] = ()  # held-out TFRecords; empty = no evaluation
-    masking: str = "dynamic"  # "dynamic": re-mask on every read; "static": use the file's labels
+    # "dynamic": re-mask on every read; "static": use the files' labels; "auto": static
+    # when the files carry labels (the seed's format), dynamic when they do not (what
+    # `python -m kroberta.prepare` writes). A run records what "auto" became.
+    masking: str = "dynamic"
     mask_rate: float = 0.15  # fraction of real, non-special tokens chosen for prediction
     max_predictions: int = 0  # prediction slots per sequence (static shape); 0 = ceil(1.25 * rate * length)
     shuffle_buffer: int = 10_000  # records shuffled together (blocks of an epoch)
@@ -69,13 +72,21 @@ class DataConfig:
         """Whether the training step draws the masks on the device from per-sequence keys
         (`kroberta.model.device_masking`): dynamic masking, not of whole words (those need
         the tokenizer's word-start table and are drawn in the input pipeline)."""
-        return self.masking == "dynamic" and not self.whole_word_masking
+        return self.masking in ("dynamic", AUTO) and not self.whole_word_masking
+
+    def with_masking_for(self, has_labels: bool) -> "DataConfig":
+        """This config with "auto" masking resolved for files that do (not) carry labels."""
+        if self.masking != AUTO:
+            return self
+        return replace(self, masking="static" if has_labels else "dynamic")
 
     def step_input(self) -> str | None:
         """The x entry from which the training step finishes each batch on the device
         (`kroberta.model.device_masking`): "mask_keys" when it draws dynamic masks from
         per-sequence keys, "token_labels" when it chooses the static slots from the file's
-        labels, None for whole-word masks (finished in the input pipeline)."""
+        labels, None for whole-word masks (finished in the input pipeline). Where no
+        files decide "auto" (ahead-of-time compilation, the advisor), it is taken as
+        dynamic: the two programs differ only in one int32 input."""
         if self.masking == "static":
             return "token_labels"
         return "mask_keys" if self.masks_drawn_by_step() else None
@@ -174,8 +185,8 @@ SECTIONS = {
 }
 TOP_LEVEL_KEYS = ("run_dir", "init_from_hf", "init_from_keras_hub")
 STRATEGIES = ("data", "fsdp", "model")
-AUTO = "auto"  # train.steps_per_execution chosen from the model's FLOPs and the devices' peak
-MASKINGS = ("dynamic", "static")
+AUTO = "auto"  # train.steps_per_execution: from the FLOPs and peak; data.masking: from the files
+MASKINGS = ("dynamic", "static", AUTO)  # AUTO: follows the files (DataConfig.masking)
 SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt", "wsd")  # kroberta.model.schedules
 TRACKERS = ("tensorboard", "wandb", "mlflow")  # kroberta.training.trackers
 

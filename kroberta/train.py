@@ -13,23 +13,17 @@ import shutil
 import sys
 import time
 
-import kroberta  # noqa: F401  (fixes the backend before keras is imported)
-import jax  # noqa: E402  (after kroberta: the backend first)
-
 from kroberta import cli as cli_lib
-from kroberta.training import checkpoint
-from kroberta.training import saving as checkpoint_io
-from kroberta.parallel import distribute, startup
-from kroberta.perf import advisor, dispatch_size
-from kroberta.training import run_dir as run_dir_lib
 from kroberta import config as config_lib
-from kroberta.data import pipeline as data_lib
-from kroberta.training import run_data as run_data_lib
 from kroberta.training import signals, trackers
 from kroberta.config import Config, ConfigError
+from kroberta.training import checkpoint
+from kroberta.training import run_dir as run_dir_lib
 from kroberta.training.preemption import PreemptionFlag
 from kroberta.atomic import atomic_write
 
+# JAX, Keras and TensorFlow are imported by the functions that use them, so that
+# `--help`, config errors and `--explain` answer without their seconds of start-up.
 
 _QUIET = False  # True on processes other than 0 of a multi-process job
 
@@ -44,6 +38,8 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True):
 
     Every process checks; only process 0 (`write`) changes the run directory.
     """
+    from kroberta.training import saving as checkpoint_io
+
     os.makedirs(config.run_dir, exist_ok=True)
     path = os.path.join(config.run_dir, checkpoint_io.CONFIG_FILE)
     if os.path.isfile(path) and checkpoint.list_checkpoints(config.run_dir):
@@ -70,6 +66,8 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True):
 
 
 def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):
+    from kroberta.training import saving as checkpoint_io
+
     if tokenizer_path:
         target = os.path.join(run_dir, checkpoint_io.TOKENIZER_FILE)
         if os.path.abspath(tokenizer_path) != os.path.abspath(target):
@@ -86,6 +84,14 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     Raises ConfigError / DataError for bad settings or data, before any compute.
     """
     config_lib.validate(config, sources or "config")
+    import jax
+
+    from kroberta.data import pipeline as data_lib
+    from kroberta.parallel import distribute, startup
+    from kroberta.perf import advisor, dispatch_size
+    from kroberta.training import run_data as run_data_lib
+    from kroberta.training import saving as checkpoint_io
+
     global _QUIET
     # Joins a multi-host job (if any) before anything starts a JAX backend.
     startup.initialize(config, log=_log)
@@ -123,7 +129,8 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     for line in advisor.warnings_for(config, topology.platform, shapes=topology.platform == "tpu"):
         _log(f"warning: {line}")
     if config.data.masking == "static":
-        over, dropped = data_lib.count_labels_beyond_slots(train_spec, slots)
+        over, dropped = data_lib.count_labels_beyond_slots(train_spec, slots,
+                                                             config.model.vocabulary_size)
         if over:
             _log(f"warning: in a sample of the training data {over} sequence(s) have more than "
                  f"{slots} labels; {dropped} labels beyond the slots are not predicted. "
@@ -166,14 +173,20 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
         try:
             summary.update(_fit(model, run_data, topology, start_step, stop_step))
         except KeyboardInterrupt:
-            # Ctrl-C, or a notebook's interrupt: the checkpoints on disk are complete
-            # (each is renamed into place only once written), so the run resumes.
+            # A second Ctrl-C (the first one checkpoints: PreemptionFlag), or a Ctrl-C in a
+            # multi-process job: the checkpoints on disk are complete (each is renamed into
+            # place only once written), so the run resumes.
             _log_interrupted(config.run_dir)
             raise
     summary["final_step"] = int(model.optimizer.iterations.numpy())
     if summary.get("stopped_early") and not ended:
         _log(f"early stop at step {summary['final_step']} of {config.train.steps}: "
              f"{summary['stopped_early']}")
+    if summary.get("interrupted"):
+        _log(f"interrupted at step {summary['final_step']}: checkpoint written; run the same "
+             "training again (python -m kroberta.train ... or kroberta.train.main(config)) to "
+             "resume, or kroberta.load(run_dir) to use it")
+        raise KeyboardInterrupt
     if summary.get("preempted"):
         # Every process says it: in a job the notice may have reached another host.
         who = f"process {jax.process_index()}: " if summary.get("job_wide") else ""
@@ -191,6 +204,10 @@ def _check_signals_and_trackers(config: Config, run_data, main_process: bool):
     t = config.train
     if main_process:
         trackers.check_installed(config)
+    if config.data.eval_mask_rate and config.data.masking == "static":  # "auto" became static
+        raise ConfigError("data.eval_mask_rate: the files carry labels, so data.masking is "
+                          "static and evaluation uses them; set data.masking = \"dynamic\" "
+                          "or leave data.eval_mask_rate at 0")
     if run_data.validation is None:
         for key, on in (("keep_best", t.keep_best), ("early_stop_patience", t.early_stop_patience),
                         ("target_eval_loss", t.target_eval_loss)):
@@ -208,6 +225,8 @@ def _log_interrupted(run_dir: str):
 
 
 def _fit(model, run_data, topology, start_step, stop_step) -> dict:
+    from kroberta.parallel import distribute
+    from kroberta.training import run_data as run_data_lib
     from kroberta.training.run_callbacks import RunLogger
 
     config, train_spec, val_spec = run_data.config, run_data.train, run_data.validation
@@ -269,7 +288,8 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
             profile.close()
         logger.close(failed)
     return {"seconds": time.perf_counter() - started, "compile_seconds": logger.compile_seconds,
-            "preempted": preemption.requested, "job_wide": preemption.job_wide,
+            "preempted": preemption.requested and not preemption.interrupted,
+            "interrupted": preemption.interrupted, "job_wide": preemption.job_wide,
             "stopped_early": logger.stopped_early}
 
 
@@ -290,6 +310,8 @@ def _profile_window(config, start_step: int, main_process: bool):
 
 def _named_data_error(error, config, train_spec, val_spec, start_step, step, process_batch, shard):
     """The error to raise for a failure mid-fit: bad data named by file and record."""
+    from kroberta.data import pipeline as data_lib
+
     V = config.model.vocabulary_size
     # The batches up to the failing one (logged step, plus what tf.data had prefetched and
     # the rest of the group of batches parsed together).
@@ -338,6 +360,8 @@ def _print_examples(run_dir: str):
 def _cli(argv) -> int:
     config, args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.explain:  # kroberta.perf.advisor: trains nothing, creates no run dir
+        from kroberta.perf import advisor
+
         return advisor.explain_cli(config, args.sources)
     summary = main(config, force=args.force, until_step=args.until_step, sources=args.sources)
     if summary.get("preempted"):

@@ -308,14 +308,29 @@ def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
     return blocks.map(parse, num_parallel_calls=parallel_batches(), deterministic=True)
 
 
-def count_labels_beyond_slots(spec: DataSpec, slots: int, sample: int = 2000) -> tuple[int, int]:
-    """(sequences, labelled positions) among the first `sample` that exceed `slots`."""
+def count_labels_beyond_slots(spec: DataSpec, slots: int, vocabulary_size: int,
+                              sample: int = 2000) -> tuple[int, int]:
+    """(sequences, labelled positions) among the first `sample` that exceed `slots`.
+
+    Raises:
+        DataError: a corrupt file or malformed record, named by file and record.
+    """
     ds = tf.data.TFRecordDataset(list(spec.files)).take(sample).batch(256)
     ds = ds.map(lambda r: tf.io.parse_example(
         r, {"labels": tf.io.FixedLenFeature([spec.sequence_length], tf.int64)})["labels"])
     over_sequences = over_labels = 0
-    for labels in ds.as_numpy_iterator():
-        counts = (labels != IGNORE_LABEL).sum(axis=1)
-        over_sequences += int((counts > slots).sum())
-        over_labels += int(np.maximum(counts - slots, 0).sum())
+    try:
+        for labels in ds.as_numpy_iterator():
+            counts = (labels != IGNORE_LABEL).sum(axis=1)
+            over_sequences += int((counts > slots).sum())
+            over_labels += int(np.maximum(counts - slots, 0).sum())
+    except tf.errors.OpError as error:  # a corrupt file or record: named, not TF's op text
+        explained = explain_pipeline_error(error, spec.files,
+                                           replay=lambda: first_bad_record(
+                                               _file_order(spec), length=spec.sequence_length,
+                                               vocabulary_size=vocabulary_size,
+                                               with_labels=True))
+        if explained is None:
+            raise
+        raise explained from None
     return over_sequences, over_labels

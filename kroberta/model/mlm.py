@@ -57,12 +57,15 @@ def build_backbone(model_config: ModelConfig, mixed_precision: bool = False):
     )
 
 
-def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: int | None = None):
-    """Builds the MLM (uncompiled). `seed` makes the initial weights reproducible."""
+def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: int | None = None,
+                task_class=None):
+    """Builds the MLM (uncompiled). `seed` makes the initial weights reproducible;
+    `task_class` is a subclass of keras-hub's `RobertaMaskedLM` to build instead."""
     if seed is not None:
         keras.utils.set_random_seed(seed)
     backbone = build_backbone(model_config, mixed_precision)
-    model = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=None)
+    task_class = task_class or keras_hub.models.RobertaMaskedLM
+    model = task_class(backbone=backbone, preprocessor=None)
     _set_initializer_range(model, model_config.initializer_range)
     use_fused_layer_norm(model)  # same weights and config, a cheaper gradient
     use_fast_dropout(model)  # hashed masks on CPU, masks stored once elsewhere

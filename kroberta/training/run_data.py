@@ -10,7 +10,7 @@ import jax
 
 from kroberta.data import pipeline as data_lib
 from kroberta.training import datasource
-from kroberta.config import Config, ConfigError, validate
+from kroberta.config import AUTO, Config, ConfigError, validate
 
 SPLITS = ("train", "validation")
 
@@ -35,6 +35,11 @@ def resolve(config: Config, log=print) -> RunData:
                           "(a directory made by `python -m kroberta.prepare`) instead of data.train")
     train = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "data.train"),
                                    "data.train")
+    if config.data.masking == AUTO:
+        data = config.data.with_masking_for(train.has_labels)
+        log(f"data.masking: auto -> {data.masking} (the training files "
+            f"{'carry' if train.has_labels else 'have no'} labels)")
+        config = dataclasses.replace(config, data=data)
     data_lib.check_against_model(train, config.data, config.model, "data.train")
     validation = None
     if config.data.validation:

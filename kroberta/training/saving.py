@@ -67,11 +67,14 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
             checkpoint; a step number for the checkpoint of that step.
 
     Returns:
-        The Keras model (a keras-hub `RobertaMaskedLM`), with two attributes:
+        The Keras model (a keras-hub `RobertaMaskedLM` whose `predict` also takes
+        Hugging Face's input names and no mask positions:
+        `kroberta.model.predicting_mlm`), with two attributes:
         `kroberta_config` (the run's `Config`) and `tokenizer` (a
         `tokenizers.Tokenizer`, or None when the run had none).
     """
     from kroberta.model.mlm import build_model
+    from kroberta.model.predicting_mlm import PredictingMaskedLM
 
     config_path = os.path.join(path, CONFIG_FILE)
     weights_path = os.path.join(path, WEIGHTS_FILE)
@@ -85,7 +88,7 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
     config = config_lib.load_toml(config_path)
     if mixed_precision is None:
         mixed_precision = config.train.mixed_precision
-    model = build_model(config.model, mixed_precision)
+    model = build_model(config.model, mixed_precision, task_class=PredictingMaskedLM)
     if saved:
         step, checkpoint_path = saved[-1]
         print(f"{path}: no final model yet; loading the checkpoint at step {step}",
