@@ -59,6 +59,7 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True):
             return
         if other_model and force:
             shutil.rmtree(os.path.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
+            trackers.forget_runs(config.run_dir)  # a new model: new tracker runs
     if not write:
         return
     with atomic_write(path) as f:

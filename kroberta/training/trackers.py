@@ -40,6 +40,13 @@ def read_ids(run_dir: str) -> dict:
         return json.load(f)
 
 
+def forget_runs(run_dir: str):
+    """Makes the next run in `run_dir` start new tracker runs (`--force`: another model)."""
+    path = os.path.join(run_dir, IDS_FILE)
+    if os.path.isfile(path):
+        os.remove(path)
+
+
 def _keep_id(run_dir: str, tracker: str, run_id: str):
     ids = read_ids(run_dir)
     if ids.get(tracker) != run_id:

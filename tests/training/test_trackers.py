@@ -223,3 +223,10 @@ def test_a_missing_tracker_package_is_a_one_line_error(tiny_data, tmp_path, monk
 def test_an_unknown_tracker_is_a_config_error(tiny_data, tmp_path):
     with pytest.raises(ConfigError, match=r"train.trackers: unknown tracker 'neptune'"):
         validate(tiny_config(tiny_data, tmp_path, trackers=("tensorboard", "neptune")))
+
+
+def test_another_model_forced_into_the_run_dir_starts_new_tracker_runs(tmp_path):
+    trackers._keep_id(str(tmp_path), "mlflow", "abc")
+    assert trackers.read_ids(str(tmp_path)) == {"mlflow": "abc"}
+    trackers.forget_runs(str(tmp_path))  # what train --force does for another model
+    assert trackers.read_ids(str(tmp_path)) == {}
