@@ -27,7 +27,7 @@ from kroberta.model.dropout import use_fast_dropout
 from kroberta.model.gelu import use_erf_gelu
 from kroberta.model.layer_norm import use_fused_layer_norm
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
-from kroberta.model.schedules import WarmupSchedule
+from kroberta.model import schedules
 
 # Names the optimizer's variables are saved under; an unnamed optimizer gets a
 # process-dependent name and restored state could silently fail to match.
@@ -92,7 +92,7 @@ def _set_initializer_range(model, initializer_range: float):
 def build_optimizer(config: Config) -> keras.optimizers.AdamW:
     t = config.train
     optimizer = keras.optimizers.AdamW(
-        learning_rate=WarmupSchedule(t.learning_rate, t.warmup_steps, t.steps, t.schedule),
+        learning_rate=schedules.from_train_config(t),
         weight_decay=t.weight_decay,
         beta_1=t.adam_beta_1,
         beta_2=t.adam_beta_2,
