@@ -285,7 +285,7 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     def fit_segment(begin, end, steps_per_epoch):
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
         # Exactly `end - begin` batches: fused dispatches take K of them at a time
-        # (kroberta.model.fused_steps), and a last group that ends at `end` takes the rest.
+        # (kroberta.model.super_batch), and a last group that ends at `end` takes the rest.
         train_ds = run_data_lib.train_batches(run_data, process_batch, begin, shard=shard)
         model.fit(train_ds.take(end - begin), steps_per_epoch=steps_per_epoch,
                   epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,

@@ -4,7 +4,7 @@
 data iterator), so at every epoch end the interval's metrics are complete and the
 device state has just been synced to the host: logging, evaluation and
 checkpoints cost no extra host-device synchronisation. Steps run K at a time
-(`train.steps_per_execution`, one compiled dispatch each, `kroberta.model.fused_steps`):
+(`train.steps_per_execution`, one compiled dispatch each, `kroberta.model.super_batch`):
 the callback sees one batch per dispatch, numbered in single steps, and every
 interval is a multiple of K, so its rows, evaluations and checkpoints fall between
 dispatches; `step_time` is the interval's time per optimizer step, without the time
@@ -128,6 +128,9 @@ class RunLogger(keras.callbacks.Callback):
             "loss": math.log(float(logs["perplexity"])),
             "masked_accuracy": float(logs["masked_accuracy"]),
             "perplexity": float(logs["perplexity"]),
+            # The mean over the interval's optimizer steps of the gradient's global
+            # L2 norm before clipping (kroberta.model.trainer).
+            **({"grad_norm": float(logs["grad_norm"])} if "grad_norm" in logs else {}),
             "learning_rate": learning_rate,
             "samples_per_second": samples_per_second,
             "tokens_per_second": samples_per_second * self.sequence_length

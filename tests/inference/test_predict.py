@@ -38,6 +38,7 @@ def _direct_logits(model, arrays, positions):
     return np.asarray(model.predict_on_batch(x))
 
 
+@pytest.mark.stack
 def test_top_k_equals_argsort_of_the_logits(model):
     arrays = _arrays(10)
     out = kroberta.predict(model, arrays, output="top_k", k=4, positions="all")
@@ -93,6 +94,7 @@ def test_arrays_datasets_and_files_give_the_same_result(model, tmp_path):
             np.testing.assert_allclose(other[key], results[0][key], atol=1e-6)
 
 
+@pytest.mark.stack
 def test_loss_equals_the_training_loss_on_the_same_batch(model):
     arrays = _arrays(32, seed=6)
     out = kroberta.predict(model, arrays, output="loss", slots=L)
