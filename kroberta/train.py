@@ -106,9 +106,16 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     settings: `force` starts over there, `accept_changes` continues the checkpoint with
     changed training settings (recorded in config_changes.jsonl, as every change is).
 
-    Raises ConfigError / DataError for bad settings or data, before any compute.
+    Raises ConfigError / DataError for bad settings or data, before any compute; a run
+    directory this call created is removed again when it fails before its first
+    checkpoint (`run_dir_lib.removed_unless_checkpointed`).
     """
     config_lib.validate(config, sources or "config")
+    with run_dir_lib.removed_unless_checkpointed(config.run_dir):
+        return _train(config, force, until_step, accept_changes)
+
+
+def _train(config: Config, force: bool, until_step: int | None, accept_changes: bool) -> dict:
     import jax
 
     from kroberta.data import pipeline as data_lib
