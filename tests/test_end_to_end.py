@@ -112,7 +112,10 @@ def test_the_seed_config_trains_on_prepared_data(prepared, tmp_path):
 
 
 def test_static_masking_on_unlabelled_data_names_the_flag(prepared, tmp_path):
-    config = _config(prepared, tmp_path / "run")
+    from kroberta.data.manifest import load_manifest
+
+    vocabulary = load_manifest(str(prepared / "data")).vocabulary_size
+    config = _config(prepared, tmp_path / "run", vocabulary_size=vocabulary)
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, masking="static"))
     with pytest.raises(ConfigError, match=r"data.masking='static' needs a 'labels' feature .* "
                                           r"use --data.masking=dynamic"):

@@ -120,12 +120,18 @@ class PredictingMaskedLM(keras_hub.models.RobertaMaskedLM):
             x = np.asarray(x)
         _check_arrays(x, self.backbone.max_sequence_length)
         values = [variable.value for variable in self.variables]  # references, no copies
+        # A loaded model's weights live on one device; a distribution that training left set
+        # in this process would demand batches divisible by its devices.
+        distribution = keras.distribution.distribution()
+        keras.distribution.set_distribution(None)
         try:
             return super().predict(x, batch_size=batch_size, verbose=verbose, steps=steps,
                                    callbacks=callbacks)
         except BaseException:
             self._reattach(values)
             raise
+        finally:
+            keras.distribution.set_distribution(distribution)
 
     def _reattach(self, values):
         # Keras re-attaches the variables only when predict ends normally: what the last

@@ -28,17 +28,24 @@ def _inputs(rows=3, length=TINY_LENGTH):
 
 
 def test_hugging_face_and_keras_hub_names_give_the_same_logits(loaded):
+    import keras
+
     ids, mask = _inputs()
     positions = np.tile(np.arange(TINY_LENGTH, dtype="int32"), (3, 1))
     reference = loaded.predict({"token_ids": ids, "padding_mask": mask,
                                 "mask_positions": positions}, verbose=0)
     assert reference.shape == (3, TINY_LENGTH, TINY_VOCAB)
-    hf = loaded.predict({"input_ids": ids, "attention_mask": mask}, verbose=0)
-    bare = loaded.predict(ids, verbose=0)  # padding from the pad id
+    # As in a notebook after training: the run's distribution is still set (3 rows on 4 devices).
+    keras.distribution.set_distribution(keras.distribution.DataParallel())
+    try:
+        hf = loaded.predict({"input_ids": ids, "attention_mask": mask}, verbose=0)
+        bare = loaded.predict(ids, verbose=0)  # padding from the pad id
+        some = loaded.predict({"input_ids": ids, "attention_mask": mask,
+                               "mask_positions": positions[:, 2:5]}, verbose=0)
+    finally:
+        keras.distribution.set_distribution(None)
     np.testing.assert_allclose(hf, reference, atol=1e-6)
     np.testing.assert_allclose(bare, reference, atol=1e-6)
-    some = loaded.predict({"input_ids": ids, "attention_mask": mask,
-                           "mask_positions": positions[:, 2:5]}, verbose=0)
     np.testing.assert_allclose(some, reference[:, 2:5], atol=1e-6)
 
 
