@@ -114,6 +114,10 @@ def _super_batch_epoch_iterator():
     from keras.src.backend.jax import trainer as jax_trainer
 
     saved = jax_trainer.JAXEpochIterator
+    if getattr(saved, "yields_super_batches", False):
+        # Already in place: an `evaluate` called by a callback inside `fit`.
+        yield
+        return
     jax_trainer.JAXEpochIterator = _super_batch_iterator_class(saved)
     try:
         yield
@@ -141,6 +145,8 @@ def _super_batch_iterator_class(epoch_iterator):
     (K, batch, ...) ahead of use."""
 
     class SuperBatchEpochIterator(epoch_iterator):
+        yields_super_batches = True
+
         def __init__(self, x, y=None, sample_weight=None, batch_size=None,
                      steps_per_epoch=None, shuffle=False, class_weight=None,
                      steps_per_execution=1):
