@@ -14,7 +14,7 @@ bit for bit (the same counter hash in uint32 arithmetic, the same choice with ti
 to the lower position, the same 80/10/10 draw per slot; tested against it). On an
 accelerator this takes microseconds per step, while on the host the hash, the
 choice and the scatter were a fifth of the pipeline's CPU time at 512 tokens
-(README, "The input pipeline"); and masks remain a pure function of (seed, element
+(docs/design.md, "Device masking"); and masks remain a pure function of (seed, element
 index), so resume and multi-process runs see the masks they saw before.
 
 With `data.masking = "static"` the pipelines send the file's labels per position
@@ -87,7 +87,7 @@ def chosen_slots(scores, candidates, count, slots: int):
     """
     length = scores.shape[1]
     # float32 ranks: the 24-bit scores are exact in it, and XLA's CPU top_k of float32 is
-    # a library call ~12x faster than its sort of int32 (README, "The input pipeline").
+    # a library call ~12x faster than its sort of int32 (docs/design.md, "Device masking").
     ranked = jnp.where(candidates, scores, -1).astype(jnp.float32)  # (B, L)
     if slots > length:  # top_k needs k <= width; the padding ranks below every position
         ranked = jnp.pad(ranked, ((0, 0), (0, slots - length)), constant_values=-2.0)

@@ -105,7 +105,6 @@ class _KerasFusesSteps:
 
 
 StepsPerDispatch = _KerasFusesSteps if KERAS_FUSES_STEPS else _FusedStepsOnKeras315
-_SUPER_BATCH_ITERATOR = None  # Keras 3.15's epoch iterator yielding super-batches, made once
 
 
 @contextlib.contextmanager
@@ -114,13 +113,12 @@ def _super_batch_epoch_iterator():
     # no public hook chooses the epoch iterator (3.16 needs none: it batches by K itself).
     from keras.src.backend.jax import trainer as jax_trainer
 
-    global _SUPER_BATCH_ITERATOR
     saved = jax_trainer.JAXEpochIterator
-    if _SUPER_BATCH_ITERATOR is None:
-        _SUPER_BATCH_ITERATOR = _super_batch_iterator_class(saved)
-    # One class for every (nested: evaluate inside fit's callbacks) use: a batch is
-    # grouped into a super-batch once.
-    jax_trainer.JAXEpochIterator = _SUPER_BATCH_ITERATOR
+    if getattr(saved, "yields_super_batches", False):
+        # Already in place: an `evaluate` called by a callback inside `fit`.
+        yield
+        return
+    jax_trainer.JAXEpochIterator = _super_batch_iterator_class(saved)
     try:
         yield
     finally:
@@ -147,6 +145,8 @@ def _super_batch_iterator_class(epoch_iterator):
     (K, batch, ...) ahead of use."""
 
     class SuperBatchEpochIterator(epoch_iterator):
+        yields_super_batches = True
+
         def __init__(self, x, y=None, sample_weight=None, batch_size=None,
                      steps_per_epoch=None, shuffle=False, class_weight=None,
                      steps_per_execution=1):

@@ -27,7 +27,7 @@ from kroberta.model.dropout import use_fast_dropout
 from kroberta.model.gelu import use_erf_gelu
 from kroberta.model.layer_norm import use_fused_layer_norm
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
-from kroberta.model.schedules import WarmupSchedule
+from kroberta.model import schedules
 
 # Names the optimizer's variables are saved under; an unnamed optimizer gets a
 # process-dependent name and restored state could silently fail to match.
@@ -57,12 +57,15 @@ def build_backbone(model_config: ModelConfig, mixed_precision: bool = False):
     )
 
 
-def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: int | None = None):
-    """Builds the MLM (uncompiled). `seed` makes the initial weights reproducible."""
+def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: int | None = None,
+                task_class=None):
+    """Builds the MLM (uncompiled). `seed` makes the initial weights reproducible;
+    `task_class` is a subclass of keras-hub's `RobertaMaskedLM` to build instead."""
     if seed is not None:
         keras.utils.set_random_seed(seed)
     backbone = build_backbone(model_config, mixed_precision)
-    model = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=None)
+    task_class = task_class or keras_hub.models.RobertaMaskedLM
+    model = task_class(backbone=backbone, preprocessor=None)
     _set_initializer_range(model, model_config.initializer_range)
     use_fused_layer_norm(model)  # same weights and config, a cheaper gradient
     use_fast_dropout(model)  # hashed masks on CPU, masks stored once elsewhere
@@ -89,7 +92,7 @@ def _set_initializer_range(model, initializer_range: float):
 def build_optimizer(config: Config) -> keras.optimizers.AdamW:
     t = config.train
     optimizer = keras.optimizers.AdamW(
-        learning_rate=WarmupSchedule(t.learning_rate, t.warmup_steps, t.steps, t.schedule),
+        learning_rate=schedules.from_train_config(t),
         weight_decay=t.weight_decay,
         beta_1=t.adam_beta_1,
         beta_2=t.adam_beta_2,

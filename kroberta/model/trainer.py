@@ -225,8 +225,11 @@ def as_training_model(model) -> TrainingMaskedLM:
 
     The same object with the same layers, weights and config (the class adds steps,
     nothing else); what `kroberta.model.swap` does for the faster layers. Returns it."""
+    from kroberta.model.predicting_mlm import PredictingMaskedLM
+
     if not isinstance(model, TrainingMaskedLM):
-        if type(model) is not keras_hub.models.RobertaMaskedLM:
+        # kroberta.load's class differs from keras-hub's only in `predict`.
+        if type(model) not in (keras_hub.models.RobertaMaskedLM, PredictingMaskedLM):
             raise TypeError(f"expected a keras-hub RobertaMaskedLM, got {type(model).__name__}")
         model.__class__ = TrainingMaskedLM
     return model
