@@ -40,7 +40,6 @@ def runs(tiny_data, tmp_path_factory):
     return root, summaries
 
 
-@pytest.mark.stack
 def test_k1_and_k8_end_with_the_same_weights(runs):
     root, summaries = runs
     assert summaries["k1"]["final_step"] == summaries["k8"]["final_step"] == 20
@@ -74,7 +73,6 @@ def test_logged_interval_is_the_token_weighted_mean_of_its_steps(runs, tiny_data
             assert row["step_time"] == pytest.approx(16 / row["samples_per_second"])
 
 
-@pytest.mark.stack
 def test_resume_inside_a_group_ends_like_the_uninterrupted_runs(runs):
     root, summaries = runs
     assert summaries["k4-first"]["final_step"] == 10
