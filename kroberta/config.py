@@ -35,6 +35,16 @@ class ModelConfig:
     # Hugging Face's `initializer_range`: 0.02). A small model leaves its bag-of-words
     # plateau much sooner from a wider start (README, "The default job").
     initializer_range: float = 0.05
+    attention_dropout: float = -1.0
+    """Dropout on the attention weights (Hugging Face's `attention_probs_dropout_prob`);
+    `dropout` then covers only embeddings and the residual branches (`hidden_dropout_prob`).
+    -1 = follow `dropout` (what one rate meant before). 0 lets attention run through
+    `ops.dot_product_attention` (fused / flash kernels; kroberta.model.attention)."""
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        """The attention dropout in force: `attention_dropout`, or `dropout` when it is -1."""
+        return self.dropout if self.attention_dropout == FOLLOW_DROPOUT else self.attention_dropout
 
     def trained_model(self) -> "ModelConfig":
         """What a checkpoint of this config must match: all but the start (initializer_range)."""
@@ -112,6 +122,11 @@ class TrainConfig:
     keep_checkpoints: int = 2  # most recent checkpoints kept on disk
     async_checkpoints: bool = True  # write checkpoints in the background while training goes on
     seed: int = 0  # initialisation, shuffling and masking
+    remat: str = "none"
+    """Rematerialisation per encoder block (kroberta.model.remat): "none" keeps every
+    activation; "full" recomputes each block in the backward pass (~+33% FLOPs, least
+    memory); "dots" keeps matmul outputs and recomputes the elementwise work;
+    "dots_no_batch" keeps the weight matmuls' outputs and recomputes attention too."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +167,8 @@ STRATEGIES = ("data", "fsdp", "model")
 AUTO = "auto"  # train.steps_per_execution chosen from the model's FLOPs and the devices' peak
 MASKINGS = ("dynamic", "static")
 SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt")  # kroberta.model.schedules
+REMATS = ("none", "full", "dots", "dots_no_batch")  # kroberta.model.remat
+FOLLOW_DROPOUT = -1.0  # model.attention_dropout: the same rate as model.dropout
 
 
 def _field_types(cls) -> dict[str, object]:

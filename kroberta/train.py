@@ -28,6 +28,7 @@ from kroberta.training import run_data as run_data_lib
 from kroberta.config import Config, ConfigError
 from kroberta.training.preemption import PreemptionFlag
 from kroberta.atomic import atomic_write
+from kroberta.model import attention
 
 
 _QUIET = False  # True on processes other than 0 of a multi-process job
@@ -111,6 +112,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     model = build_compiled_model(config)
     _log(f"devices: {topology.describe()}")
     _log(distribute.describe_memory(model, topology))
+    _log(attention.describe(config))
     accumulation = config.train.gradient_accumulation_steps
     per_device = f"{config.train.batch_size_per_device} per device" + (
         f" x {accumulation} accumulated micro-batches" if accumulation > 1 else "")
