@@ -154,7 +154,7 @@ def read_json_in(directory: str, name: str, what: str, error=HFConversionError) 
 
 def model_config_from_hf(hf: dict, source: str):
     """The kroberta `ModelConfig` for an HF RoBERTa config; refuses what kroberta cannot represent."""
-    from kroberta.config import ModelConfig
+    from kroberta.config import FOLLOW_DROPOUT, ModelConfig
 
     def fail(key, problem):
         raise HFConversionError(f"{source}: {key}: {problem}")
@@ -200,7 +200,9 @@ def model_config_from_hf(hf: dict, source: str):
     return ModelConfig(vocabulary_size=vocab, num_layers=layers, num_heads=heads,
                        hidden_dim=hidden, intermediate_dim=intermediate,
                        max_sequence_length=positions - hf_weights.POSITION_OFFSET, dropout=dropout,
-                       attention_dropout=attention_dropout,
+                       # -1 (follow dropout) when HF's two rates are one, as kroberta writes it
+                       attention_dropout=FOLLOW_DROPOUT if attention_dropout == dropout
+                       else attention_dropout,
                        initializer_range=float(hf.get("initializer_range", 0.02)))
 
 

@@ -239,9 +239,10 @@ def from_keras_hub(directory: str, mixed_precision: bool = False):
     model_config = preset_model_config(directory)
     saved = os.path.join(directory, KROBERTA_CONFIG_FILE)
     config = config_lib.load_toml(saved) if os.path.isfile(saved) else config_lib.Config()
-    if os.path.isfile(saved):  # the attention rate keras-hub's config cannot hold
-        model_config = dataclasses.replace(
-            model_config, attention_dropout=config.model.attention_dropout_rate)
+    rate = config.model.attention_dropout_rate
+    if os.path.isfile(saved) and rate != model_config.dropout:
+        # the attention rate keras-hub's config cannot hold (else -1: follow dropout)
+        model_config = dataclasses.replace(model_config, attention_dropout=rate)
     model = build_model(model_config, mixed_precision, seed=0)
     _load_weights_into(model, directory)
     model.kroberta_config = dataclasses.replace(config, model=model_config)
