@@ -26,6 +26,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the model is built on the host 
 
 import argparse  # noqa: E402
 import importlib.metadata  # noqa: E402
+import re  # noqa: E402
 import sys  # noqa: E402
 
 import kroberta  # noqa: E402,F401  (fixes the backend before keras is imported)
@@ -85,13 +86,21 @@ def _max_batch(config: Config, args) -> None:
           f"--train.batch_size_per_device={largest}")
 
 
-def _suggest(config: Config, args, problem: str) -> str:
+# Beyond this many times the budget no single change recovers the memory (full remat
+# and fsdp each save well under half of it): point at --max-batch instead of compiling.
+FAR_BEYOND = 3
+
+
+def _suggest(config: Config, args, problem: str, needed: float | None) -> str:
     """Compiles the changes that could make the training step fit; prints them."""
     from kroberta.perf import memory_plan
     from kroberta.perf.tpu_compile import topology_devices
 
     devices = topology_devices(args.topology)
     budget = _budget(args, devices)
+    if needed is None or needed > FAR_BEYOND * budget:
+        return (f"{problem} (far beyond what one change recovers: python -m kroberta.aot "
+                "--max-batch finds the largest batch per device)")
     print(f"the training step does not fit in {budget / GiB:.2f} GiB per device; compiling "
           "changes that could make it fit, cheapest first:", flush=True)
     found = memory_plan.options(config, devices, budget,
@@ -113,14 +122,16 @@ def _cli(argv) -> None:
     except AotError as error:
         if "the train step needs" not in str(error):
             raise
-        raise AotError(_suggest(config, args, str(error))) from None
+        found = re.search(r"needs (?:at least )?([\d.]+) GiB", str(error))
+        needed = float(found.group(1)) * GiB if found else None
+        raise AotError(_suggest(config, args, str(error), needed)) from None
     versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("jax", "libtpu"))
     print(f"kroberta.aot: {args.config or 'default config'} for {args.topology} ({versions})")
     print(report.table(), flush=True)
     problem = report.does_not_fit()
     if problem:
         if report.train.total_bytes > report.hbm_bytes:
-            problem = _suggest(config, args, problem)
+            problem = _suggest(config, args, problem, report.train.total_bytes)
         raise AotError(problem)
 
 
