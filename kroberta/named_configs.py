@@ -67,7 +67,7 @@ def load_config(name_or_path: str | None = None, overrides: dict | None = None) 
 
     Raises:
         ConfigError: an unknown name, key, type or impossible value; the message
-        names the key and where it was set, as on the command line.
+            names the key and where it was set, as on the command line.
     """
     path = resolve(name_or_path) if name_or_path else None
     config = config_lib.load_toml(path) if path else Config()

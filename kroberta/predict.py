@@ -18,15 +18,18 @@ import sys
 import tempfile
 import time
 import types
+import warnings
 import zipfile
 
 import numpy as np
 
 import kroberta
 from kroberta import cli as cli_lib
-from kroberta.inference import engine as prediction
-from kroberta.inference.inputs import PredictInputError
+from kroberta.inference import OUTPUTS
 from kroberta.atomic import atomic_path
+
+# The prediction engine (JAX, Keras, TensorFlow) is imported when it is used, so that
+# `--help` and argument errors answer at once.
 
 
 class _Progress:
@@ -43,7 +46,9 @@ class _Progress:
             return
         seconds = max(time.perf_counter() - self.start, 1e-9)
         total = f"/{self.total}" if self.total else ""
-        sys.stderr.write(f"\rpredict: {self.done}{total} examples, {self.done / seconds:,.0f}/s, "
+        # Redrawn in place on a terminal; a log file gets the final line alone.
+        sys.stderr.write(("\r" if self.live else "")
+                         + f"predict: {self.done}{total} examples, {self.done / seconds:,.0f}/s, "
                          f"{seconds:.1f}s" + ("\n" if final else ""))
         sys.stderr.flush()
 
@@ -82,7 +87,7 @@ def _parser():
     p.add_argument("--run", required=True, help="a training run directory (kroberta.load)")
     p.add_argument("--data", required=True, action="append",
                    help="TFRecord file or glob (repeatable)")
-    p.add_argument("--output", default="top_k", choices=prediction.OUTPUTS)
+    p.add_argument("--output", default="top_k", choices=OUTPUTS)
     p.add_argument("--k", type=int, default=5, help="candidates per position for top_k")
     p.add_argument("--positions", default="masked", choices=("masked", "all"))
     p.add_argument("--batch-size", type=int, default=None, help="sequences per step, all devices")
@@ -99,6 +104,9 @@ def main(argv=None) -> int:
 
 
 def _main(args) -> int:
+    from kroberta.inference import engine as prediction
+    from kroberta.inference.inputs import PredictInputError
+
     if not args.out.endswith(".npz"):
         raise PredictInputError(f"--out: {args.out!r} must end with .npz")
     model = kroberta.load(args.run)
@@ -108,7 +116,11 @@ def _main(args) -> int:
     from kroberta.data.pipeline import inspect_files, resolve_files
 
     total = inspect_files(resolve_files(args.data, "--data"), "--data").records
-    shapes = write_npz(chunks, args.out, _Progress(total, not args.no_progress))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        shapes = write_npz(chunks, args.out, _Progress(total, not args.no_progress))
+    for warning in caught:
+        print(f"warning: {warning.message}", file=sys.stderr)
     summary = ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
     print(f"wrote {args.out}: {summary}")
     return 0
@@ -116,6 +128,8 @@ def _main(args) -> int:
 
 class _CallableModule(types.ModuleType):
     def __call__(self, *args, **kwargs):
+        from kroberta.inference import engine as prediction
+
         return prediction.predict(*args, **kwargs)
 
 

@@ -13,23 +13,18 @@ import shutil
 import sys
 import time
 
-import kroberta  # noqa: F401  (fixes the backend before keras is imported)
-import jax  # noqa: E402  (after kroberta: the backend first)
-
 from kroberta import cli as cli_lib
-from kroberta.training import checkpoint
-from kroberta.training import saving as checkpoint_io
-from kroberta.parallel import distribute, startup
-from kroberta.perf import advisor, dispatch_size
-from kroberta.training import run_dir as run_dir_lib
 from kroberta import config as config_lib
-from kroberta.data import pipeline as data_lib
-from kroberta.training import run_data as run_data_lib
+from kroberta.training import signals, trackers
 from kroberta.config import Config, ConfigError
+from kroberta.training import checkpoint
+from kroberta.training import run_dir as run_dir_lib
 from kroberta.training.preemption import PreemptionFlag
 from kroberta.atomic import atomic_write
 from kroberta.model import attention
 
+# JAX, Keras and TensorFlow are imported by the functions that use them, so that
+# `--help`, config errors and `--explain` answer without their seconds of start-up.
 
 _QUIET = False  # True on processes other than 0 of a multi-process job
 
@@ -39,14 +34,22 @@ def _log(message: str):
         print(message, flush=True)
 
 
-def _prepare_run_dir(config: Config, force: bool, write: bool = True):
-    """Creates the run dir and writes config.toml; refuses a run with another model.
+def _prepare_run_dir(config: Config, force: bool, write: bool = True,
+                     accept_changes: bool = False, log=None):
+    """Creates the run dir and writes config.toml; refuses a run with another model, or
+    with other training settings (`run_dir_lib.TRAINING_KEYS`) unless `accept_changes`;
+    records every change of setting in config_changes.jsonl.
 
     Every process checks; only process 0 (`write`) changes the run directory.
     """
+    from kroberta.training import saving as checkpoint_io
+
+    log = log or _log
     os.makedirs(config.run_dir, exist_ok=True)
     path = os.path.join(config.run_dir, checkpoint_io.CONFIG_FILE)
-    if os.path.isfile(path) and checkpoint.list_checkpoints(config.run_dir):
+    saved = checkpoint.list_checkpoints(config.run_dir)
+    changes = {}
+    if os.path.isfile(path) and saved:
         previous = config_lib.load_toml(path)
         # A new start (initializer_range) is not a new model: the checkpoint holds its weights.
         before, now = previous.model.trained_model(), config.model.trained_model()
@@ -59,17 +62,35 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True):
                 f"(changed: {', '.join('model.' + k for k in changed)}); use another "
                 "--run_dir, or --force to start this model there from scratch"
             )
+        training, other = run_dir_lib.changed_settings(config_lib.to_dict(previous),
+                                                       config_lib.to_dict(config))
+        starts_over = force and (other_model or training)
+        if training and not force and not accept_changes:
+            raise ConfigError(
+                f"run_dir: {config.run_dir} holds a run trained with other settings "
+                f"({run_dir_lib.describe_changes(training)}); use another --run_dir, --force "
+                "to start over there, or --accept-changes to continue its checkpoint with "
+                f"these settings (recorded in {run_dir_lib.CHANGES_FILE})")
         if not write:
             return
-        if other_model and force:
+        if starts_over:
             shutil.rmtree(os.path.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
+            trackers.forget_runs(config.run_dir)  # a new start: new tracker runs
+        else:
+            changes = {**training, **other}
     if not write:
         return
+    if changes:
+        run_dir_lib.record_changes(config.run_dir, saved[-1][0], changes)
+        log(f"run_dir: continuing step {saved[-1][0]} with changed settings: "
+            f"{run_dir_lib.describe_changes(changes)} (recorded in {run_dir_lib.CHANGES_FILE})")
     with atomic_write(path) as f:
         f.write(config_lib.to_toml(config))
 
 
 def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):
+    from kroberta.training import saving as checkpoint_io
+
     if tokenizer_path:
         target = os.path.join(run_dir, checkpoint_io.TOKENIZER_FILE)
         if os.path.abspath(tokenizer_path) != os.path.abspath(target):
@@ -77,15 +98,33 @@ def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):
 
 
 def main(config: Config, force: bool = False, until_step: int | None = None,
-         sources: dict | None = None) -> dict:
+         sources: dict | None = None, accept_changes: bool = False) -> dict:
     """Trains (or resumes) the run described by `config`; returns a summary dict.
 
     `until_step` stops this invocation after that step (with a checkpoint there) while
     the schedule still spans `train.steps`; re-running continues the same run.
+    A run directory with checkpoints resumes only with the same model and training
+    settings: `force` starts over there, `accept_changes` continues the checkpoint with
+    changed training settings (recorded in config_changes.jsonl, as every change is).
 
-    Raises ConfigError / DataError for bad settings or data, before any compute.
+    Raises ConfigError / DataError for bad settings or data, before any compute; a run
+    directory this call created is removed again when it fails before its first
+    checkpoint (`run_dir_lib.removed_unless_checkpointed`).
     """
     config_lib.validate(config, sources or "config")
+    with run_dir_lib.removed_unless_checkpointed(config.run_dir):
+        return _train(config, force, until_step, accept_changes)
+
+
+def _train(config: Config, force: bool, until_step: int | None, accept_changes: bool) -> dict:
+    import jax
+
+    from kroberta.data import pipeline as data_lib
+    from kroberta.parallel import distribute, startup
+    from kroberta.perf import advisor, dispatch_size
+    from kroberta.training import run_data as run_data_lib
+    from kroberta.training import saving as checkpoint_io
+
     global _QUIET
     # Joins a multi-host job (if any) before anything starts a JAX backend.
     startup.initialize(config, log=_log)
@@ -95,7 +134,8 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     run_data = run_data_lib.resolve(config, log=_log)
     config, tokenizer_path = run_data.config, run_data.tokenizer_path
     train_spec = run_data.train
-    _prepare_run_dir(config, force, write=main_process)
+    _check_signals_and_trackers(config, run_data, main_process)
+    _prepare_run_dir(config, force, write=main_process, accept_changes=accept_changes)
     if main_process:
         _keep_tokenizer(tokenizer_path, config.run_dir)
         checkpoint.clean_temporaries(config.run_dir)
@@ -123,7 +163,8 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     for line in advisor.warnings_for(config, topology.platform, shapes=topology.platform == "tpu"):
         _log(f"warning: {line}")
     if config.data.masking == "static":
-        over, dropped = data_lib.count_labels_beyond_slots(train_spec, slots)
+        over, dropped = data_lib.count_labels_beyond_slots(train_spec, slots,
+                                                             config.model.vocabulary_size)
         if over:
             _log(f"warning: in a sample of the training data {over} sequence(s) have more than "
                  f"{slots} labels; {dropped} labels beyond the slots are not predicted. "
@@ -155,15 +196,31 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     summary = {"run_dir": config.run_dir, "start_step": start_step, "steps": config.train.steps,
                "devices": topology.num_devices, "global_batch": global_batch}
     stop_step = min(until_step or config.train.steps, config.train.steps)
+    ended = signals.ended_early(config.run_dir, start_step, config.train) if saved else None
+    if ended:
+        _log(f"the run ended early at step {start_step} ({ended}); nothing to train. "
+             "Change the setting that ended it (train.early_stop_patience, "
+             "train.target_eval_loss) to train on")
+        summary["stopped_early"] = ended
+        stop_step = start_step
     if start_step < stop_step:
         try:
             summary.update(_fit(model, run_data, topology, start_step, stop_step))
         except KeyboardInterrupt:
-            # Ctrl-C, or a notebook's interrupt: the checkpoints on disk are complete
-            # (each is renamed into place only once written), so the run resumes.
+            # A second Ctrl-C (the first one checkpoints: PreemptionFlag), or a Ctrl-C in a
+            # multi-process job: the checkpoints on disk are complete (each is renamed into
+            # place only once written), so the run resumes.
             _log_interrupted(config.run_dir)
             raise
     summary["final_step"] = int(model.optimizer.iterations.numpy())
+    if summary.get("stopped_early") and not ended:
+        _log(f"early stop at step {summary['final_step']} of {config.train.steps}: "
+             f"{summary['stopped_early']}")
+    if summary.get("interrupted"):
+        _log(f"interrupted at step {summary['final_step']}: checkpoint written; run the same "
+             "training again (python -m kroberta.train ... or kroberta.train.main(config)) to "
+             "resume, or kroberta.load(run_dir) to use it")
+        raise KeyboardInterrupt
     if summary.get("preempted"):
         # Every process says it: in a job the notice may have reached another host.
         who = f"process {jax.process_index()}: " if summary.get("job_wide") else ""
@@ -175,6 +232,24 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     return summary
 
 
+def _check_signals_and_trackers(config: Config, run_data, main_process: bool):
+    """Before any compute: a missing tracker package, and the validation data that
+    keep_best and the early stop need."""
+    t = config.train
+    if main_process:
+        trackers.check_installed(config)
+    if config.data.eval_mask_rate and config.data.masking == "static":  # "auto" became static
+        raise ConfigError("data.eval_mask_rate: the files carry labels, so data.masking is "
+                          "static and evaluation uses them; set data.masking = \"dynamic\" "
+                          "or leave data.eval_mask_rate at 0")
+    if run_data.validation is None:
+        for key, on in (("keep_best", t.keep_best), ("early_stop_patience", t.early_stop_patience),
+                        ("target_eval_loss", t.target_eval_loss)):
+            if on:
+                raise ConfigError(f"train.{key}: needs validation data (data.validation, or "
+                                  "data.dir with a validation split)")
+
+
 def _log_interrupted(run_dir: str):
     saved = checkpoint.list_checkpoints(run_dir)
     kept = (f"the checkpoint at step {saved[-1][0]} is kept" if saved
@@ -184,6 +259,8 @@ def _log_interrupted(run_dir: str):
 
 
 def _fit(model, run_data, topology, start_step, stop_step) -> dict:
+    from kroberta.parallel import distribute
+    from kroberta.training import run_data as run_data_lib
     from kroberta.training.run_callbacks import RunLogger
 
     config, train_spec, val_spec = run_data.config, run_data.train, run_data.validation
@@ -217,13 +294,14 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     def fit_segment(begin, end, steps_per_epoch):
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
         # Exactly `end - begin` batches: fused dispatches take K of them at a time
-        # (kroberta.model.fused_steps), and a last group that ends at `end` takes the rest.
+        # (kroberta.model.super_batch), and a last group that ends at `end` takes the rest.
         train_ds = run_data_lib.train_batches(run_data, process_batch, begin, shard=shard)
         model.fit(train_ds.take(end - begin), steps_per_epoch=steps_per_epoch,
                   epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,
                   callbacks=callbacks, shuffle=False)
 
     started = time.perf_counter()
+    failed = True
     try:
         with preemption:
             step = start_step
@@ -233,17 +311,20 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
                 boundary = min(stop_step, (step // t.log_every + 1) * t.log_every)
                 fit_segment(step, boundary, boundary - step)
                 step = boundary
-            if step < stop_step and not preemption.requested:
+            if step < stop_step and not preemption.requested and not logger.stopped_early:
                 fit_segment(step, stop_step, t.log_every)
+        failed = False
     except Exception as error:  # tf.data errors surface here, mid-fit
         raise _named_data_error(error, config, train_spec, val_spec, start_step, logger.step,
                                 process_batch, shard) from None
     finally:
         if profile is not None:
             profile.close()
-        logger.close()
+        logger.close(failed)
     return {"seconds": time.perf_counter() - started, "compile_seconds": logger.compile_seconds,
-            "preempted": preemption.requested, "job_wide": preemption.job_wide}
+            "preempted": preemption.requested and not preemption.interrupted,
+            "interrupted": preemption.interrupted, "job_wide": preemption.job_wide,
+            "stopped_early": logger.stopped_early}
 
 
 def _profile_window(config, start_step: int, main_process: bool):
@@ -263,6 +344,8 @@ def _profile_window(config, start_step: int, main_process: bool):
 
 def _named_data_error(error, config, train_spec, val_spec, start_step, step, process_batch, shard):
     """The error to raise for a failure mid-fit: bad data named by file and record."""
+    from kroberta.data import pipeline as data_lib
+
     V = config.model.vocabulary_size
     # The batches up to the failing one (logged step, plus what tf.data had prefetched and
     # the rest of the group of batches parsed together).
@@ -289,7 +372,11 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     parser.add_argument("--config", help="a shipped config by name (base, seed, tiny: "
                         "kroberta/configs/) or the path of a TOML file")
     parser.add_argument("--force", action="store_true",
-                        help="start over in a run_dir that holds a run of a different model")
+                        help="start over in a run_dir that holds a run of a different model "
+                        "or with other training settings")
+    parser.add_argument("--accept-changes", action="store_true",
+                        help="continue a run_dir's checkpoint with changed training settings "
+                        "(learning rate, steps, data, ...); recorded in config_changes.jsonl")
     parser.add_argument("--until-step", type=int, default=None, metavar="N",
                         help="stop after step N with a checkpoint (the learning-rate schedule "
                         "still spans train.steps); re-run to continue")
@@ -311,8 +398,11 @@ def _print_examples(run_dir: str):
 def _cli(argv) -> int:
     config, args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.explain:  # kroberta.perf.advisor: trains nothing, creates no run dir
+        from kroberta.perf import advisor
+
         return advisor.explain_cli(config, args.sources)
-    summary = main(config, force=args.force, until_step=args.until_step, sources=args.sources)
+    summary = main(config, force=args.force, until_step=args.until_step, sources=args.sources,
+                   accept_changes=args.accept_changes)
     if summary.get("preempted"):
         return cli_lib.PREEMPTED
     if not config.data.train and not config.data.dir and not args.no_examples:

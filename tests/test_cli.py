@@ -39,3 +39,26 @@ def test_exit_codes_pass_through_and_other_errors_propagate(capsys):
     assert cli.run(_raise(FileNotFoundError("x.npz")), also=(FileNotFoundError,)) == 2
     with pytest.raises(RuntimeError):
         cli.run(_raise(RuntimeError("a bug, not bad input")))
+
+
+@pytest.mark.parametrize("command", ["train", "predict", "prepare", "export", "report"])
+def test_help_answers_without_starting_jax_keras_or_tensorflow(command):
+    """`--help` (and a bad argument) needs none of the seconds those imports take."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['kroberta.{command}', '--help']\n"
+            "try:\n"
+            f"    runpy.run_module('kroberta.{command}', run_name='__main__')\n"
+            "except SystemExit as e:\n"
+            "    assert e.code in (0, None), e.code\n"
+            "print('LOADED', sorted(m for m in ('jax', 'keras', 'tensorflow', 'keras_hub')"
+            " if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "usage: python -m kroberta." in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "LOADED []"

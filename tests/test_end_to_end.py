@@ -67,6 +67,12 @@ def test_vocabulary_mismatch_with_the_prepared_data_is_refused(prepared, tmp_pat
     with pytest.raises(ConfigError, match=r"was prepared with a vocabulary of \d+ tokens but "
                                           r"model.vocabulary_size=999; set --model.vocabulary_size="):
         train.main(_config(prepared, tmp_path / "run", vocabulary_size=999))
+    assert not (tmp_path / "run").exists()  # a run that never started leaves no directory
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError):
+        train.main(_config(prepared, tmp_path / "kept", vocabulary_size=999))
+    assert (tmp_path / "kept" / "notes.txt").read_text() == "mine"  # not created here: kept
 
 
 def test_training_can_start_from_a_hugging_face_checkpoint(prepared, tmp_path):
@@ -83,3 +89,31 @@ def test_training_can_start_from_a_hugging_face_checkpoint(prepared, tmp_path):
     trained = kroberta.load(str(tmp_path / "run"))
     for a, b in zip(start.weights, trained.weights):
         np.testing.assert_allclose(np.asarray(a.value), np.asarray(b.value), atol=1e-6)
+
+
+def test_the_seed_config_trains_on_prepared_data(prepared, tmp_path):
+    """The seed config's masking follows the data: static on the seed's labelled files,
+    dynamic on what `kroberta.prepare` writes (no labels); the run records which."""
+    from kroberta.data.manifest import load_manifest
+
+    vocabulary = load_manifest(str(prepared / "data")).vocabulary_size
+    config = kroberta.load_config("seed", {
+        "data.dir": str(prepared / "data"), "run_dir": str(tmp_path / "run"),
+        "model.vocabulary_size": vocabulary, "model.max_sequence_length": 32,
+        "model.num_layers": 1, "model.hidden_dim": 32, "model.num_heads": 2,
+        "model.intermediate_dim": 64, "data.max_predictions": 8, "train.steps": 4,
+        "train.log_every": 2, "train.eval_every": 4, "train.checkpoint_every": 4,
+        "train.eval_steps": 1})
+    assert config.data.masking == "auto"
+    summary = train.main(config)
+    assert summary["final_step"] == 4
+    recorded = config_lib.load_toml(str(tmp_path / "run" / "config.toml"))
+    assert recorded.data.masking == "dynamic"
+
+
+def test_static_masking_on_unlabelled_data_names_the_flag(prepared, tmp_path):
+    config = _config(prepared, tmp_path / "run")
+    config = dataclasses.replace(config, data=dataclasses.replace(config.data, masking="static"))
+    with pytest.raises(ConfigError, match=r"data.masking='static' needs a 'labels' feature .* "
+                                          r"use --data.masking=dynamic"):
+        train.main(config)

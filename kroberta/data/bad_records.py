@@ -120,7 +120,19 @@ def _asserted(error) -> DataError | None:
 
 
 def _first_line(error) -> str:
-    # TF's internal op names ({{function_node ...}}, node names) mean nothing to a user.
+    # TF's internal op names ({{function_node ...}}, [Op:...], node names) mean nothing to a user.
     message = getattr(error, "message", None) or type(error).__name__
     text = message.splitlines()[0]
-    return re.sub(r"\{\{[^}]*\}\}\s*", "", text).strip()
+    text = re.sub(r"\{\{[^}]*\}\}\s*", "", text)
+    text = re.sub(r"\s*\[Op:[^\]]*\]", "", text)
+    return re.sub(r"\s*name:\s*\S*$", "", text).strip()
+
+
+def describe_read_error(error) -> str:
+    """What a TFRecord read failure means, in words: a corrupt record's byte offset when
+    TensorFlow gives one, never its op names."""
+    text = _first_line(error)
+    offset = re.search(r"corrupted record at (\d+)", text)
+    if offset:
+        return f"bad checksum or length at byte {offset.group(1)}"
+    return text

@@ -287,6 +287,8 @@ def check_records(
     """
     import tensorflow as tf
 
+    from kroberta.data.bad_records import describe_read_error
+
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     report = CheckReport(files=[], vocabulary_size=vocabulary_size, sequence_length=sequence_length)
     if vocabulary_size is None:
@@ -303,12 +305,13 @@ def check_records(
         try:
             for start, item in _read_batches(path, batch_size, max_records):
                 if isinstance(item, tf.errors.OpError):
-                    checker.defect(start, None, None, f"corrupt or truncated record ({item.message.strip()})")
+                    checker.defect(start, None, None,
+                                   f"corrupt or truncated record ({describe_read_error(item)})")
                     break
                 file_report.records += len(item)
                 checker.check_batch(item, start)
         except tf.errors.OpError as e:
-            checker.defect(None, None, None, f"cannot read: {e.message.strip()}")
+            checker.defect(None, None, None, f"cannot read: {describe_read_error(e)}")
             continue
         if file_report.records == 0 and file_report.ok:
             checker.defect(None, None, None, "empty file (no records)")

@@ -192,7 +192,7 @@ class EpochPlan:
         first_epoch, within = self._start(consumed)
         # The next block is read while this one is cut: a block is read whole before its
         # first batch leaves, and without this the parsing stalled at every block
-        # (README, "The input pipeline"); it costs one more block in memory.
+        # (docs/design.md, "The input pipeline"); it costs one more block in memory.
         blocks = tf.data.Dataset.range(first_epoch, _ENDLESS).flat_map(self.epoch_orders).prefetch(1)
         blocks = _drop_rows(blocks, within)
         offsets = tf.range(batch_size, dtype=tf.int64)

@@ -128,7 +128,11 @@ def check_against_model(spec: DataSpec, data: DataConfig, model: ModelConfig, ke
             f"model.max_sequence_length={model.max_sequence_length}"
         )
     if data.masking == "static" and not spec.has_labels:
-        raise ConfigError(f"{key}: data.masking='static' needs a 'labels' feature in the files")
+        raise ConfigError(
+            f"{key}: data.masking='static' needs a 'labels' feature in the files, and these "
+            "have none (`python -m kroberta.prepare` writes unmasked sequences); use "
+            "--data.masking=dynamic (masks drawn as the data is read) or --data.masking=auto "
+            "(static where the files carry labels)")
 
 
 def spec_records(spec: DataSpec) -> int:

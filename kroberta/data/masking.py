@@ -28,7 +28,7 @@ from kroberta.mask_hash import (GOLDEN, MIX_A, MIX_B, SALT_ACTION, SALT_RANDOM_I
 # Choosing a row's highest scores sorts only the scores in one of 2^6 buckets...
 _SELECTION_BUCKET_BITS = 6
 # ... except where top_k of the row is cheaper: rows this short, or this few slots
-# (top_k's cost grows with both; one thread, batch 64: README, "The input pipeline").
+# (top_k's cost grows with both; one thread, batch 64: docs/design.md, "The input pipeline").
 _TOP_K_UP_TO_POSITIONS, _TOP_K_UP_TO_SLOTS = 128, 24
 
 
@@ -208,7 +208,7 @@ def _highest_scoring(scores, candidates, count):
     """(B, L) bool: each row's `count` candidates of highest score, ties to the lower position.
 
     Exactly what `top_k` of the scores would choose, without sorting every row (top_k's
-    CPU cost grows with the row and the slots: README, "The input pipeline"). A
+    CPU cost grows with the row and the slots: docs/design.md, "The input pipeline"). A
     histogram of the scores' top bits finds the bucket where a row's count runs out;
     the candidates above it are all chosen, and only those inside it (~L/64) are sorted.
 

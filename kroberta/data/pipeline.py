@@ -44,7 +44,7 @@ def parallel_batches() -> int:
     process may use, plus one so no core waits for the next hand-off.
 
     tf.data's AUTOTUNE kept these maps at ~1.45 of 2 cores, a quarter slower than this
-    (README, "The input pipeline"); more than cores + 1 gained nothing.
+    (docs/design.md, "The input pipeline"); more than cores + 1 gained nothing.
     """
     if hasattr(os, "sched_getaffinity"):  # the cores this process may run on (containers)
         return len(os.sched_getaffinity(0)) + 1
@@ -53,7 +53,7 @@ def parallel_batches() -> int:
 
 # Records a parsing map's call works on at least (whole batches): a tf.data call and each
 # op in it cost a fixed ~2-100 us, which batches of 64 paid per ~64 records (side by side,
-# 4 batches of 64 per call: 1.76x the samples/s at 64 tokens, README "The input pipeline").
+# 4 batches of 64 per call: 1.76x the samples/s at 64 tokens, docs/design.md, "The input pipeline").
 RECORDS_PER_CALL = 256
 
 
@@ -160,7 +160,7 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     """
     count, index = shard or (1, 0)
     # The step's mask keys are hashed once per block of the stream, not per batch: ~36
-    # small ops a batch cost ~1.4 us per record at batch 64 (README, "The input pipeline").
+    # small ops a batch cost ~1.4 us per record at batch 64 (docs/design.md, "The input pipeline").
     block_keys = None
     if device_masks and data.step_input() == "mask_keys":
         def block_keys(indices):  # (n,) stream positions -> (n,) uint32
@@ -308,14 +308,29 @@ def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
     return blocks.map(parse, num_parallel_calls=parallel_batches(), deterministic=True)
 
 
-def count_labels_beyond_slots(spec: DataSpec, slots: int, sample: int = 2000) -> tuple[int, int]:
-    """(sequences, labelled positions) among the first `sample` that exceed `slots`."""
+def count_labels_beyond_slots(spec: DataSpec, slots: int, vocabulary_size: int,
+                              sample: int = 2000) -> tuple[int, int]:
+    """(sequences, labelled positions) among the first `sample` that exceed `slots`.
+
+    Raises:
+        DataError: a corrupt file or malformed record, named by file and record.
+    """
     ds = tf.data.TFRecordDataset(list(spec.files)).take(sample).batch(256)
     ds = ds.map(lambda r: tf.io.parse_example(
         r, {"labels": tf.io.FixedLenFeature([spec.sequence_length], tf.int64)})["labels"])
     over_sequences = over_labels = 0
-    for labels in ds.as_numpy_iterator():
-        counts = (labels != IGNORE_LABEL).sum(axis=1)
-        over_sequences += int((counts > slots).sum())
-        over_labels += int(np.maximum(counts - slots, 0).sum())
+    try:
+        for labels in ds.as_numpy_iterator():
+            counts = (labels != IGNORE_LABEL).sum(axis=1)
+            over_sequences += int((counts > slots).sum())
+            over_labels += int(np.maximum(counts - slots, 0).sum())
+    except tf.errors.OpError as error:  # a corrupt file or record: named, not TF's op text
+        explained = explain_pipeline_error(error, spec.files,
+                                           replay=lambda: first_bad_record(
+                                               _file_order(spec), length=spec.sequence_length,
+                                               vocabulary_size=vocabulary_size,
+                                               with_labels=True))
+        if explained is None:
+            raise
+        raise explained from None
     return over_sequences, over_labels

@@ -20,10 +20,9 @@ import tensorflow as tf
 
 from kroberta.data import pipeline as data_lib
 from kroberta.inference import inputs as inputs_lib
-from kroberta.inference import program
+from kroberta.inference import OUTPUTS, program
 from kroberta.errors import KrobertaError
 
-OUTPUTS = ("top_k", "logits", "loss", "embeddings")
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 2**30  # host memory one call may return
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 
@@ -128,13 +127,16 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     jitted, replicated, by_batch = program.compiled_step(model, plan)
     weights = program.weights_snapshot(model, replicated)
 
-    dropped = 0
+    dropped = predicted = examples = 0
     in_flight = None
     with warnings.catch_warnings(), _explained_data_errors(source):
         warnings.simplefilter("ignore", category=DeprecationWarning)
         for rows in groups:
             real = rows.pop("is_real")
             dropped += int(rows.pop("dropped").sum())
+            examples += int(real.sum())
+            if "valid" in rows:
+                predicted += int(rows["valid"][real].sum())
             device_group = jax.device_put(_grouped(rows, group, global_batch), by_batch)
             result = jitted(*weights, device_group)  # dispatched asynchronously
             for value in result.values():
@@ -144,6 +146,13 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
             in_flight = (result, rows, real, 2 if group > 1 else 1)
         if in_flight is not None:
             yield _to_host(*in_flight)
+    if positions == "masked" and output != "embeddings" and examples and not predicted:
+        warnings.warn(
+            f"nothing was predicted: no position of the {examples} sequence(s) holds <mask> "
+            f"(id {config.data.mask_token_id})" + (" or a label" if source.has_labels else "")
+            + ", so every 'valid' is False. Unmasked sequences (what `kroberta.prepare` "
+            "writes) need positions='all' (--positions all) to predict every position, or "
+            "<mask> where a prediction is wanted", stacklevel=2)
     if dropped and output != "embeddings":
         warnings.warn(
             f"{dropped} masked position(s) beyond the {plan_slots} slots per sequence were not "

@@ -65,7 +65,12 @@ def as_examples(inputs, config) -> Source:
         f"got {type(inputs).__name__}")
 
 
+# keras-hub's names for the model inputs, accepted for Hugging Face's.
+KERAS_HUB_NAMES = {"token_ids": "input_ids", "padding_mask": "attention_mask"}
+
+
 def _from_arrays(arrays, config) -> Source:
+    arrays = {KERAS_HUB_NAMES.get(name, name): value for name, value in arrays.items()}
     for name in REQUIRED_FEATURES:
         if name not in arrays:
             raise PredictInputError(f"inputs: the dict has no {name!r} array (keys: {sorted(arrays)})")

@@ -2,7 +2,7 @@
 
 XLA's CPU TopK custom call over (1024, 10000) float32 costs about as much as a
 transformer layer of the seed model; this gives the same result (values and
-indices, ties to the lower index, as `jax.lax.top_k`) in a fraction of that (README):
+indices, ties to the lower index, as `jax.lax.top_k`) in a fraction of that (docs/design.md, "The hot path"):
 
 1. cut the axis into groups of G and take each group's maximum (one streaming
    reduce, no copy: `reduce_window` pads the ragged last group with -inf);

@@ -2,7 +2,7 @@
 
 Keras' dropout draws a Bernoulli mask from JAX's generator (threefry: on CPU a
 rolled loop of integer rounds; Philox is cheaper but still costly) and selects
-with it. Two changes, each measured on a seed training step (figures in the README):
+with it. Two changes, each measured on a seed training step (figures in docs/design.md, "The hot path"):
 
 - **CPU: a counter hash.** Each element's keep bit is `mix(mix(index ^ a) + b) <
   keep_prob * 2**32`, where `index` is the element's flat position, `mix` is a

@@ -4,7 +4,7 @@ RoBERTa's activation is the exact GELU, x * Phi(x). Keras' "gelu" (JAX's
 `jax.nn.gelu(approximate=False)`) writes it as x/2 * erfc(-x/sqrt(2)), and XLA's
 CPU `erfc` is a two-branch rational approximation with an `exp`, several times
 the cost of x/2 * (1 + erf(x/sqrt(2))), the same function (the form torch and
-Hugging Face use; the README gives the figures). The two differ by float rounding only: where x < -4 both are ~0 and
+Hugging Face use; docs/design.md, "The hot path", gives the figures). The two differ by float rounding only: where x < -4 both are ~0 and
 1 + erf(x/sqrt(2)) loses digits, up to ~7e-7 absolute (as torch's GELU);
 elsewhere they agree to 1e-6 relative (tested).
 

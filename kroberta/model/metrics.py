@@ -9,7 +9,7 @@ loss (6.9 instead of ln(10000) = 9.2 at initialisation for the seed model).
 The cross-entropy has its own gradient (`sparse_cross_entropy`): Keras' sparse
 cross-entropy multiplies a one-hot (batch, slots, V) array into the log-softmax
 and differentiates through both, three full passes over the logits; here the
-backward pass is one fused `softmax - one_hot` (README, "What the hot path does"). Accuracy compares the label's logit with the row maximum
+backward pass is one fused `softmax - one_hot` (docs/design.md, "The hot path"). Accuracy compares the label's logit with the row maximum
 (a plain reduction XLA shares with the loss) instead of an arg-max.
 """
 

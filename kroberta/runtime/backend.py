@@ -9,6 +9,8 @@ kroberta switches Keras to JAX the supported way (`keras.config.set_backend`).
 
 import gc
 import importlib
+import importlib.abc
+import importlib.util
 import os
 import sys
 import types
@@ -135,6 +137,10 @@ def hide_accelerators_from_tensorflow():
 
     keras-hub pulls in the full `tensorflow` package (through tensorflow-text), which
     would otherwise grab every GPU's memory or try to own a TPU at its first op.
+    Importing TensorFlow costs seconds, and `--help`, the config tools and a notebook
+    that only reads a config need none of it: when TensorFlow is not imported yet,
+    its devices are hidden the moment something imports it (`_HideWhenImported`),
+    before any of its ops can run.
     """
     from kroberta.runtime import quiet_start
 
@@ -142,10 +148,42 @@ def hide_accelerators_from_tensorflow():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # Before TF imports keras, which imports JAX: JAX reads JAX_PLATFORMS on import.
     quiet_start.skip_absent_accelerators()
-    with quiet_start.filtered_native_stderr():  # TF's CUDA-stub lines at import and first query
-        import tensorflow as tf
-
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
         _hide_from_tensorflow(tf)
+    elif not any(isinstance(finder, _HideWhenImported) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _HideWhenImported())
+
+
+class _HideWhenImported(importlib.abc.MetaPathFinder):
+    """Finds `tensorflow` through the other finders and hides its accelerators right
+    after its module has run, inside the filter of its start-up noise."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)  # once: the real finders take it from here
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _HidingLoader(spec.loader)
+        return spec
+
+
+class _HidingLoader(importlib.abc.Loader):
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        from kroberta.runtime import quiet_start
+
+        # TF's CUDA-stub lines at import and first query.
+        with quiet_start.filtered_native_stderr():
+            self._loader.exec_module(module)
+            _hide_from_tensorflow(module)
 
 
 def _hide_from_tensorflow(tf):

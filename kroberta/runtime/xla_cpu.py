@@ -4,7 +4,7 @@ jaxlib 0.10 hands every CPU `dot` to YNNPACK by default (`__ynn_fusion` in the
 optimized HLO). YNNPACK wins on one large matmul, but in a RoBERTa training step,
 where dozens of (4096, 300)-sized matmuls and the batched attention products run
 next to each other on the same cores, Eigen's matmuls made both the seed training
-step and prediction faster (the README gives the A/B figures). So kroberta asks
+step and prediction faster (docs/design.md, "The hot path", gives the A/B figures). So kroberta asks
 XLA for Eigen matmuls on CPU, unless the user has chosen a value for the flag
 (`XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=individual_dot` restores
 XLA's default). The flag only concerns XLA's CPU backend: GPU and TPU programs, and

@@ -1,4 +1,5 @@
-"""SIGTERM (what a TPU/GCE preemption or a GPU scheduler sends) asks the run to checkpoint and stop.
+"""SIGTERM (what a TPU/GCE preemption or a GPU scheduler sends) asks the run to checkpoint and stop;
+so does a first Ctrl-C in a single-process run.
 
 One process: a Python SIGTERM handler sets a flag; the training callback sees it
 before the next step, lets that step run, stops `fit` and writes a checkpoint there.
@@ -15,6 +16,7 @@ counter that is the same on all (the number of earlier polls in this invocation)
 """
 
 import signal
+import sys
 import threading
 
 
@@ -28,27 +30,46 @@ def _job_preemption_service():
     return distributed.global_state.preemption_sync_manager
 
 
+INTERRUPT_NOTICE = ("interrupt: finishing the steps in flight and writing a checkpoint; "
+                    "press Ctrl-C again to stop at once")
+
+
 class PreemptionFlag:
-    """A SIGTERM anywhere in the job, seen at the same step by every process.
+    """A SIGTERM anywhere in the job, seen at the same step by every process; in a
+    single-process run also Ctrl-C (SIGINT, a notebook's interrupt).
 
     Use as a `with` block around training; call `poll()` once per dispatch of steps
     (every process at the same points); `requested` stays true once it was.
+    `interrupted` says the request was a Ctrl-C: the caller checkpoints as for SIGTERM,
+    then raises KeyboardInterrupt. A second Ctrl-C raises KeyboardInterrupt at once.
+    A SIGINT handler the user installed is left in place.
     """
 
     def __init__(self):
         self.requested = False
+        self.interrupted = False
         self.job_wide = False  # True: JAX's coordination service agrees on the step
         self._polls = 0
         self._previous = None
+        self._previous_interrupt = None
 
     def _handle(self, signum, frame):
         self.requested = True
 
+    def _handle_interrupt(self, signum, frame):
+        if self.interrupted:
+            raise KeyboardInterrupt
+        self.interrupted = self.requested = True
+        print(INTERRUPT_NOTICE, file=sys.stderr, flush=True)
+
     def __enter__(self):
         self.job_wide = _job_preemption_service() is not None
-        # Signal handlers can only be installed from the main thread.
+        # Signal handlers can only be installed from the main thread. In a job a Ctrl-C
+        # reaches one process, and only SIGTERM has a job-wide agreement on the step.
         if not self.job_wide and threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                self._previous_interrupt = signal.signal(signal.SIGINT, self._handle_interrupt)
         return self
 
     def poll(self) -> bool:
@@ -65,4 +86,7 @@ class PreemptionFlag:
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
             self._previous = None
+        if self._previous_interrupt is not None:
+            signal.signal(signal.SIGINT, self._previous_interrupt)
+            self._previous_interrupt = None
         return False

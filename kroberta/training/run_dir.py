@@ -1,11 +1,37 @@
-"""Checks on the run directory before any compute: writable, enough disk, clean history."""
+"""Checks on the run directory before any compute: writable, enough disk, clean history,
+and what a resumed run may change."""
 
+import contextlib
 import json
 import os
 import shutil
 
 from kroberta.config import ConfigError
 from kroberta.atomic import atomic_write
+
+
+@contextlib.contextmanager
+def removed_unless_checkpointed(run_dir: str):
+    """Removes `run_dir` when the block fails and the directory did not exist before it and
+    holds no checkpoint: a run that never started leaves nothing half-made behind.
+    Local directories of a single-process run only (in a job another process may be
+    writing there)."""
+    created = "://" not in run_dir and not os.path.exists(run_dir)
+    try:
+        yield
+    except BaseException:
+        if created and os.path.isdir(run_dir) and _single_process():
+            from kroberta.training import checkpoint
+
+            if not checkpoint.list_checkpoints(run_dir):
+                shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _single_process() -> bool:
+    import jax
+
+    return jax.process_count() == 1
 
 
 def check_writable(run_dir: str):
@@ -49,3 +75,59 @@ def truncate_metrics(run_dir: str, last_step: int):
     with atomic_write(path) as f:
         f.writelines(kept)
     return dropped
+
+
+# The settings that decide, with the checkpoint, which weights a run ends with. Changing
+# one on a resumed or finished run would leave its config.toml describing a model it did
+# not train, so it is refused unless asked for (then recorded). Every other setting
+# (logging, evaluation, checkpoints, devices and layout, run_dir, init sources) may change
+# on resume and is recorded. The model's shape has its own check (a different model).
+TRAINING_KEYS = {
+    "data": ("dir", "train", "masking", "mask_rate", "max_predictions", "shuffle_buffer",
+             "pad_token_id", "mask_token_id", "special_token_ids", "whole_word_masking"),
+    "train": ("batch_size_per_device", "gradient_accumulation_steps", "steps",
+              "learning_rate", "warmup_steps", "schedule", "weight_decay", "clip_norm",
+              "adam_beta_1", "adam_beta_2", "adam_epsilon", "mixed_precision", "seed",
+              "min_learning_rate", "decay_steps", "decay_fraction"),
+}
+CHANGES_FILE = "config_changes.jsonl"
+
+
+def _comparable(section: str, key: str, value):
+    if section == "data" and key in ("dir", "train", "validation"):
+        # The same files named from another working directory are the same data.
+        paths = [value] if isinstance(value, str) else list(value)
+        return [os.path.abspath(p) if p else p for p in paths]
+    return list(value) if isinstance(value, tuple) else value
+
+
+def changed_settings(previous: dict, current: dict) -> tuple[dict, dict]:
+    """(training settings, other settings) that differ between two configs as dicts
+    (`config.to_dict`), each {"section.key": [before, now]}; model keys are not compared."""
+    training, other = {}, {}
+    for section, values in current.items():
+        if section == "model":
+            continue
+        if not isinstance(values, dict):  # a top-level key (run_dir, init_from_*)
+            if _comparable("", section, previous.get(section)) != _comparable("", section, values):
+                other[section] = [previous.get(section), values]
+            continue
+        before = previous.get(section, {})
+        for key, value in values.items():
+            old = before.get(key)
+            if _comparable(section, key, old) == _comparable(section, key, value):
+                continue
+            target = training if key in TRAINING_KEYS.get(section, ()) else other
+            target[f"{section}.{key}"] = [_comparable(section, key, old),
+                                          _comparable(section, key, value)]
+    return training, other
+
+
+def describe_changes(changes: dict) -> str:
+    return ", ".join(f"{key} {before!r} -> {now!r}" for key, (before, now) in changes.items())
+
+
+def record_changes(run_dir: str, step: int, changes: dict):
+    """Appends one row to the run's config_changes.jsonl: the step from which `changes` apply."""
+    with open(os.path.join(run_dir, CHANGES_FILE), "a") as f:
+        f.write(json.dumps({"step": step, "changed": changes}) + "\n")

@@ -98,3 +98,16 @@ def test_check_cli_exit_codes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"{tmp_path / 'bad.tfrecord'}:2 feature=input_ids value=99" in out
     assert main(["--check", good, "--out", str(tmp_path)]) == 2
+
+
+def test_a_corrupt_record_is_described_without_tensorflow_op_names(tmp_path):
+    good = write(tmp_path / "good.tfrecord", clean(20))
+    data = bytearray(open(good, "rb").read())
+    data[len(data) // 2] ^= 0xFF  # inside a record: its checksum fails
+    flipped = tmp_path / "flipped.tfrecord"
+    flipped.write_bytes(bytes(data))
+    (report,) = check_records([str(flipped)], V, L).files
+    message = str(report.defects[0])
+    assert "corrupt or truncated record (bad checksum or length at byte" in message
+    for internal in ("function_node", "Op:", "IteratorGetNext"):
+        assert internal not in message

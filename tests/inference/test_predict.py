@@ -38,6 +38,7 @@ def _direct_logits(model, arrays, positions):
     return np.asarray(model.predict_on_batch(x))
 
 
+@pytest.mark.stack
 def test_top_k_equals_argsort_of_the_logits(model):
     arrays = _arrays(10)
     out = kroberta.predict(model, arrays, output="top_k", k=4, positions="all")
@@ -93,6 +94,7 @@ def test_arrays_datasets_and_files_give_the_same_result(model, tmp_path):
             np.testing.assert_allclose(other[key], results[0][key], atol=1e-6)
 
 
+@pytest.mark.stack
 def test_loss_equals_the_training_loss_on_the_same_batch(model):
     arrays = _arrays(32, seed=6)
     out = kroberta.predict(model, arrays, output="loss", slots=L)
@@ -172,6 +174,8 @@ def test_cli_streams_to_npz(model, tmp_path):
                              "--output", "top_k", "--k", "3", "--slots", str(L), "--out", out],
                             capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr[-2000:]
+    assert "\r" not in result.stderr  # not a terminal: no redrawn progress line
+    assert "predict: 45/45 examples" in result.stderr
     saved = np.load(out)
     expected = kroberta.predict(model, arrays, k=3, slots=L)
     assert set(saved.files) == set(expected)
@@ -179,7 +183,35 @@ def test_cli_streams_to_npz(model, tmp_path):
         np.testing.assert_allclose(saved[key], expected[key], atol=1e-6)
     missing = subprocess.run([sys.executable, "-m", "kroberta.predict", "--run", str(tmp_path / "nope"),
                               "--data", data, "--out", out], capture_output=True, text=True, cwd=REPO)
-    assert missing.returncode == 2 and "not a finished kroberta run" in missing.stderr
+    assert missing.returncode == 2
+    assert missing.stderr == f"error: {tmp_path / 'nope'}: not a kroberta run directory (no such directory)\n"
+    # export words the same mistake the same way
+    exported = subprocess.run([sys.executable, "-m", "kroberta.export", "--run", str(tmp_path / "nope"),
+                               "--out", str(tmp_path / "hf")], capture_output=True, text=True, cwd=REPO)
+    assert exported.returncode == 2 and exported.stderr == missing.stderr
+
+
+def test_unmasked_inputs_say_that_nothing_was_predicted_and_what_to_use(model, tmp_path):
+    """Sequences without <mask> and labels (what prepare writes) at positions='masked'."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    ids, mask = make_sequences(6, L, V, seed=3, min_fill=0.5)
+    ids = np.where(ids == 4, 5, ids)  # no <mask> anywhere
+    with pytest.warns(UserWarning, match=r"nothing was predicted: no position of the 6 "
+                                         r"sequence\(s\) holds <mask>.*positions='all'"):
+        out = kroberta.predict(model, {"input_ids": ids, "attention_mask": mask}, k=2)
+    assert not out["valid"].any()
+    data = str(tmp_path / "unmasked.tfrecord")
+    write_tfrecord(data, ids, mask)
+    result = subprocess.run([sys.executable, "-m", "kroberta.predict", "--run",
+                             str(model.kroberta_config.run_dir), "--data", data,
+                             "--out", str(tmp_path / "p.npz")],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "warning: nothing was predicted" in result.stderr and "--positions all" in result.stderr
 
 
 def test_importing_the_cli_module_does_not_shadow_the_function(model):

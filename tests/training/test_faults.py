@@ -264,3 +264,21 @@ def test_bad_data_from_the_command_line_is_exit_2_with_file_record_feature(tmp_p
     assert "train-0.tfrecord: record 27: feature 'input_ids' holds id 600 outside the vocabulary" \
         in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_corrupt_record_under_static_masking_is_named_before_training(tiny_data, tmp_path):
+    """Static masking samples the labels before training starts: a byte flipped inside a
+    record is named by file and record there too, not raised as TensorFlow's DataLossError."""
+    from kroberta.data.bad_records import DataError
+    from kroberta.data.synthetic import write_seed_format
+
+    path = tmp_path / "train-0.tfrecord"
+    write_seed_format(str(path), 64, 32, 512, seed=3)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    config = tiny_config(tmp_path, tmp_path / "run", steps=2, warmup_steps=0)
+    config = dataclasses.replace(
+        config, data=dataclasses.replace(config.data, masking="static", validation=()))
+    with pytest.raises(DataError, match=r"train-0.tfrecord: record \d+: corrupt or truncated"):
+        train.main(config)

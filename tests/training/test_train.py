@@ -57,13 +57,27 @@ def test_metrics_jsonl_has_one_row_per_interval_with_the_documented_keys(trained
         assert {"step", "split", "loss", "masked_accuracy", "learning_rate",
                 "samples_per_second", "perplexity", "tokens_per_second"} <= set(row)
         assert row["perplexity"] == pytest.approx(math.exp(row["loss"]), rel=0.05)
-    assert "compile_seconds" in rows[0]
+    assert rows[0]["compile_seconds"] > 0  # reported apart, not counted as step time
+    assert rows[0]["step_time"] == pytest.approx(16 / rows[0]["samples_per_second"])
     assert rows[-1]["learning_rate"] == 0.0  # linear decay reaches zero at train.steps
     assert max(r["learning_rate"] for r in rows) == pytest.approx(3e-3)  # the peak, after warmup
     # Every row logs the schedule's value at its step (tiny: warmup 20 of 120, linear).
     schedule = WarmupSchedule(3e-3, 20, 120, "linear")
     for row in rows:
         assert row["learning_rate"] == pytest.approx(float(schedule(row["step"])), abs=1e-9)
+
+
+def test_the_compilation_is_announced_before_the_first_log_line(tiny_data, tmp_path, capsys):
+    config = tiny_config(tiny_data, tmp_path, steps=8, log_every=4, eval_every=8,
+                         checkpoint_every=8, warmup_steps=0, steps_per_execution=2)
+    train.main(config)
+    lines = capsys.readouterr().out.splitlines()
+    compiled = next(i for i, line in enumerate(lines) if line.startswith(
+        "compiled the training step in "))
+    first_row = next(i for i, line in enumerate(lines) if line.startswith("step 4/8 [train]"))
+    assert compiled < first_row and "a log line every 4 steps" in lines[compiled]
+    rows = _rows(tmp_path)
+    assert "compile_seconds" in rows[0] and "compile_seconds" not in rows[1]
 
 
 def test_run_dir_holds_config_checkpoints_model_and_tensorboard(trained_run):
@@ -113,7 +127,8 @@ def test_resumed_run_equals_uninterrupted_run(tiny_data, tmp_path):
 
 
 # One device takes ~2 minutes on 2 cores: the 4-device case stays in the default suite.
-@pytest.mark.parametrize("devices", [4, pytest.param(1, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("devices", [pytest.param(4, marks=pytest.mark.stack),
+                                     pytest.param(1, marks=pytest.mark.slow)])
 def test_runs_with_dropout_resume_bitwise_on_four_devices_and_on_one(tiny_data, tmp_path, devices):
     """Dropout on (hashed masks on CPU, kroberta.model.dropout): resumes bitwise however split."""
     def config(run_dir):
@@ -153,6 +168,35 @@ def test_a_new_start_is_not_a_new_model(trained_run, tiny_data, tmp_path):
     other = dataclasses.replace(config, model=dataclasses.replace(config.model, initializer_range=0.1))
     assert other.model != config.model
     assert train.main(other)["final_step"] == 120  # found the finished run, did not refuse it
+
+
+def test_changed_training_settings_on_a_finished_run_are_refused_or_recorded(
+        trained_run, tiny_data, tmp_path):
+    import dataclasses
+    import shutil
+
+    run_dir = tmp_path / "copy"
+    shutil.copytree(trained_run[0], run_dir)
+    config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
+    before = (run_dir / "config.toml").read_text()
+    faster = dataclasses.replace(config, train=dataclasses.replace(config.train,
+                                                                   learning_rate=1e-3))
+    with pytest.raises(ConfigError, match=r"holds a run trained with other settings "
+                                          r"\(train.learning_rate 0.003 -> 0.001\); .*"
+                                          r"--accept-changes"):
+        train.main(faster)
+    assert (run_dir / "config.toml").read_text() == before  # still says how it was trained
+    # Logging and evaluation settings may change: recorded, not refused.
+    quieter = dataclasses.replace(config, train=dataclasses.replace(config.train, log_every=20))
+    assert train.main(quieter)["final_step"] == 120
+    # Asked for: continued and recorded.
+    assert train.main(faster, accept_changes=True)["final_step"] == 120
+    rows = [json.loads(line) for line in (run_dir / "config_changes.jsonl").read_text().splitlines()]
+    assert rows[0]["changed"].pop("run_dir")[1] == str(run_dir)  # copied: another directory
+    assert rows == [{"step": 120, "changed": {"train.log_every": [10, 20]}},
+                    {"step": 120, "changed": {"train.learning_rate": [0.003, 0.001],
+                                              "train.log_every": [20, 10]}}]
+    assert "learning_rate = 0.001" in (run_dir / "config.toml").read_text()
 
 
 def test_vocabulary_smaller_than_the_data_is_a_data_error(tiny_data, tmp_path):

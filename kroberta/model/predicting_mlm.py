@@ -1,0 +1,137 @@
+"""The model `kroberta.load` returns: keras-hub's `RobertaMaskedLM`, whose Keras `predict`
+takes the inputs people pass and never leaves the model unusable.
+
+A Keras or Hugging Face user's first call is `model.predict({"input_ids": ...,
+"attention_mask": ...})`. keras-hub's functional model knows only `token_ids`,
+`padding_mask` and `mask_positions`, and Keras on JAX detaches the model's variables
+for the duration of `predict` (`_purge_model_variables`) and re-attaches them only when
+it ends normally: an error while the step is traced leaves every variable empty, and
+each later call fails with `'NoneType' object is not callable`.
+
+Here `predict`:
+- checks array and dict inputs before Keras sees them and names what to pass;
+- accepts Hugging Face's names (`input_ids`, `attention_mask`) as well as keras-hub's,
+  a bare (batch, length) array of token ids, and no `mask_positions` (then every
+  position is predicted: logits (batch, length, vocabulary), as Hugging Face's
+  `RobertaForMaskedLM` returns; `kroberta.predict` reduces on the device instead);
+- puts the variables back if Keras fails half way, so the model stays usable.
+
+The class, config and weights are keras-hub's: a run directory holds weights only, and
+`kroberta.export_keras_hub` writes the stock class.
+"""
+
+import keras
+import keras_hub
+import numpy as np
+
+from kroberta.errors import KrobertaError
+from kroberta.tokens import PAD_ID
+
+# Hugging Face's input names -> keras-hub's.
+HF_NAMES = {"input_ids": "token_ids", "attention_mask": "padding_mask"}
+MODEL_INPUTS = ("token_ids", "padding_mask", "mask_positions")
+WHAT_TO_PASS = (
+    "pass a (batch, length) array of token ids, or a dict with 'token_ids' (or "
+    "'input_ids'), optionally 'padding_mask' (or 'attention_mask') and 'mask_positions' "
+    "(batch, slots); or use kroberta.predict(model, ...) for top-k, loss or embeddings "
+    "reduced on the device")
+
+
+class PredictInputError(KrobertaError, ValueError):
+    """Inputs to `model.predict` that the model cannot take."""
+
+
+def model_inputs(x, pad_token_id: int = PAD_ID) -> dict:
+    """The three model inputs from what a user passed (tensors or tf.data elements too).
+
+    Args:
+        x: token ids (batch, length), or a dict with keras-hub's or Hugging Face's names.
+        pad_token_id: the id whose positions are padding when no mask is given.
+
+    Returns:
+        {"token_ids" (B, L), "padding_mask" (B, L), "mask_positions" (B, M)}, int32;
+        mask_positions defaults to every position (M = L).
+    """
+    if not isinstance(x, dict):
+        x = {"token_ids": x}
+    unknown = sorted(set(x) - set(MODEL_INPUTS) - set(HF_NAMES))
+    if unknown:
+        raise PredictInputError(f"model.predict: unknown input(s) {unknown}; {WHAT_TO_PASS}")
+    renamed = {}
+    for name, value in x.items():
+        key = HF_NAMES.get(name, name)
+        if key in renamed:
+            raise PredictInputError(f"model.predict: {key!r} given twice (as {name!r} too)")
+        renamed[key] = value
+    if "token_ids" not in renamed:
+        raise PredictInputError(f"model.predict: no token ids; {WHAT_TO_PASS}")
+    token_ids = keras.ops.cast(renamed["token_ids"], "int32")
+    if len(token_ids.shape) != 2:
+        raise PredictInputError(
+            f"model.predict: token ids must be (batch, length), got shape {tuple(token_ids.shape)}")
+    padding_mask = renamed.get("padding_mask")
+    padding_mask = (keras.ops.not_equal(token_ids, pad_token_id) if padding_mask is None
+                    else padding_mask)
+    positions = renamed.get("mask_positions")
+    if positions is None:
+        length = token_ids.shape[1]
+        positions = keras.ops.broadcast_to(
+            keras.ops.arange(length, dtype="int32")[None, :], keras.ops.shape(token_ids))
+    return {"token_ids": token_ids, "padding_mask": keras.ops.cast(padding_mask, "int32"),
+            "mask_positions": keras.ops.cast(positions, "int32")}
+
+
+def _check_arrays(x, sequence_length: int):
+    """Eager checks of in-memory inputs (numpy or lists), before Keras starts."""
+    if isinstance(x, (list, tuple, np.ndarray)):
+        x = {"token_ids": x}
+    if not isinstance(x, dict):
+        return  # a tf.data.Dataset or a generator: checked as its batches are traced
+    model_inputs({k: np.asarray(v) if isinstance(v, (list, tuple)) else v
+                  for k, v in x.items()})
+    for name, value in x.items():
+        shape = np.shape(value)
+        if len(shape) != 2:
+            raise PredictInputError(f"model.predict: {name!r} must be 2-D (batch, ...), "
+                                    f"got shape {shape}")
+        if HF_NAMES.get(name, name) != "mask_positions" and shape[1] > sequence_length:
+            raise PredictInputError(
+                f"model.predict: {name!r} holds {shape[1]} positions but the model reads at "
+                f"most {sequence_length} (model.max_sequence_length)")
+
+
+@keras.saving.register_keras_serializable(package="kroberta")
+class PredictingMaskedLM(keras_hub.models.RobertaMaskedLM):
+    """keras-hub's `RobertaMaskedLM` with a `predict` that takes the inputs users pass."""
+
+    def predict_step(self, state, data):
+        # Keras' JAX trainer: predict_step(state, data) -> (outputs, non_trainable_variables).
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+        return super().predict_step(state, (model_inputs(x),))
+
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        """Keras `predict`: logits (batch, slots, vocabulary) at `mask_positions`, or
+        (batch, length, vocabulary) at every position when none are given.
+
+        Raises:
+            PredictInputError: inputs the model cannot take (says what to pass).
+        """
+        if isinstance(x, (list, tuple)) and x and not isinstance(x[0], (int, np.integer)):
+            x = np.asarray(x)
+        _check_arrays(x, self.backbone.max_sequence_length)
+        values = [variable.value for variable in self.variables]  # references, no copies
+        try:
+            return super().predict(x, batch_size=batch_size, verbose=verbose, steps=steps,
+                                   callbacks=callbacks)
+        except BaseException:
+            self._reattach(values)
+            raise
+
+    def _reattach(self, values):
+        # Keras re-attaches the variables only when predict ends normally: what the last
+        # completed step left (its state may have been donated), else the values from before.
+        self.jax_state_sync()
+        self._jax_state = None
+        for variable, value in zip(self.variables, values):
+            if variable._value is None:  # noqa: SLF001  (detached by Keras' predict)
+                variable._value = value

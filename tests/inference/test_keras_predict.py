@@ -1,0 +1,61 @@
+"""`model.predict` on a loaded model: the inputs Keras and Hugging Face users pass work,
+wrong ones are refused with what to pass, and no failure leaves the model unusable."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import kroberta
+from kroberta.model.predicting_mlm import PredictInputError
+from tests.conftest import TINY_LENGTH, TINY_VOCAB
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    from kroberta import config as config_lib
+    from kroberta.named_configs import resolve
+    from tests.conftest import saved_tiny_model
+
+    config = config_lib.load_toml(resolve("tiny"))
+    return saved_tiny_model(tmp_path_factory.mktemp("keras_predict"), config, seed=0)
+
+
+def _inputs(rows=3, length=TINY_LENGTH):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, TINY_VOCAB, (rows, length)).astype("int32")
+    ids[:, -4:] = 1  # padding
+    return ids, (ids != 1).astype("int32")
+
+
+def test_hugging_face_and_keras_hub_names_give_the_same_logits(loaded):
+    ids, mask = _inputs()
+    positions = np.tile(np.arange(TINY_LENGTH, dtype="int32"), (3, 1))
+    reference = loaded.predict({"token_ids": ids, "padding_mask": mask,
+                                "mask_positions": positions}, verbose=0)
+    assert reference.shape == (3, TINY_LENGTH, TINY_VOCAB)
+    hf = loaded.predict({"input_ids": ids, "attention_mask": mask}, verbose=0)
+    bare = loaded.predict(ids, verbose=0)  # padding from the pad id
+    np.testing.assert_allclose(hf, reference, atol=1e-6)
+    np.testing.assert_allclose(bare, reference, atol=1e-6)
+    some = loaded.predict({"input_ids": ids, "attention_mask": mask,
+                           "mask_positions": positions[:, 2:5]}, verbose=0)
+    np.testing.assert_allclose(some, reference[:, 2:5], atol=1e-6)
+
+
+def test_wrong_inputs_are_refused_and_the_model_stays_usable(loaded):
+    ids, mask = _inputs()
+    with pytest.raises(PredictInputError, match="unknown input.*'inputs'.*pass a"):
+        loaded.predict({"inputs": ids}, verbose=0)
+    with pytest.raises(PredictInputError, match="reads at most 32"):
+        loaded.predict(np.ones((2, TINY_LENGTH + 8), "int32"), verbose=0)
+    # A failure Keras meets only while tracing its step (a dataset's element): after
+    # Keras has detached the model's variables.
+    bad = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "oops": mask}).batch(3)
+    with pytest.raises(PredictInputError, match="unknown input"):
+        loaded.predict(bad, verbose=0)
+    assert all(v.value is not None for v in loaded.variables)
+    out = loaded.predict({"input_ids": ids, "attention_mask": mask}, verbose=0)
+    assert out.shape == (3, TINY_LENGTH, TINY_VOCAB) and np.isfinite(out).all()
+    result = kroberta.predict(loaded, {"token_ids": ids, "padding_mask": mask},
+                              output="embeddings")
+    assert np.isfinite(result["embeddings"]).all()
