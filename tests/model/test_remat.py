@@ -81,6 +81,7 @@ RUN = dict(steps=4, warmup_steps=1, log_every=2, eval_every=4, checkpoint_every=
            steps_per_execution=2)
 
 
+@pytest.mark.slow  # 6 short training runs (their twins above: loss, gradients, dropout draws)
 @pytest.mark.parametrize("strategy", ["data", "fsdp"])
 def test_remat_trains_to_the_same_weights(tiny_data, tmp_path, strategy):
     """4 steps (2 per dispatch) with hidden and attention dropout on, 4 devices."""
