@@ -38,12 +38,23 @@ class ModelConfig:
     """Rows of the position table: the longest sequence (Hugging Face's `max_position_embeddings` =
     this + 2)."""
     dropout: float = 0.0
-    """Dropout in embeddings, attention and feed-forward (RoBERTa: 0.1)."""
+    """Dropout in embeddings and the residual branches (RoBERTa: 0.1), and on the attention
+    weights unless `attention_dropout` is set."""
     initializer_range: float = 0.05
     """Std of the truncated-normal start of every kernel and embedding (Hugging Face's
     `initializer_range`; RoBERTa's and the shipped configs' 0.02). A small model leaves its
     bag-of-words plateau much sooner from a wider start (docs/design.md, "The default job").
     Only the start: changing it on resume changes nothing."""
+    attention_dropout: float = -1.0
+    """Dropout on the attention weights (Hugging Face's `attention_probs_dropout_prob`);
+    `dropout` then covers only embeddings and the residual branches (`hidden_dropout_prob`).
+    -1 = follow `dropout` (what one rate meant before). 0 lets attention run through
+    `ops.dot_product_attention` (fused / flash kernels; `kroberta.model.attention`)."""
+
+    @property
+    def attention_dropout_rate(self) -> float:
+        """The attention dropout in force: `attention_dropout`, or `dropout` when it is -1."""
+        return self.dropout if self.attention_dropout == FOLLOW_DROPOUT else self.attention_dropout
 
     def trained_model(self) -> "ModelConfig":
         """What a checkpoint of this config must match: all but the start (initializer_range)."""
@@ -191,6 +202,11 @@ class TrainConfig:
     """End the run (exit 0, final model saved) at the first evaluation whose validation loss is at or below this; 0 = never."""
     trackers: tuple[str, ...] = ("tensorboard",)
     """Where process 0 logs every metrics.jsonl row besides that file: any of "tensorboard" (run_dir/tensorboard), "wandb" (`pip install "kroberta[wandb]"`) and "mlflow" (`pip install "kroberta[mlflow]"`); kroberta.training.trackers."""
+    remat: str = "none"
+    """Rematerialisation per encoder block (`kroberta.model.remat`): "none" keeps every
+    activation; "full" recomputes each block in the backward pass (~+25-33% FLOPs, least
+    memory); "dots" keeps matmul outputs and recomputes the elementwise work;
+    "dots_no_batch" keeps the weight matmuls' outputs and recomputes attention too."""
 
     def wsd_decay_steps(self) -> int:
         """The steps of the "wsd" schedule's final decay."""
@@ -253,6 +269,8 @@ STRATEGIES = ("data", "fsdp", "model")
 AUTO = "auto"  # train.steps_per_execution: from the FLOPs and peak; data.masking: from the files
 MASKINGS = ("dynamic", "static", AUTO)  # AUTO: follows the files (DataConfig.masking)
 SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt", "wsd")  # kroberta.model.schedules
+REMATS = ("none", "full", "dots", "dots_no_batch")  # kroberta.model.remat
+FOLLOW_DROPOUT = -1.0  # model.attention_dropout: the same rate as model.dropout
 TRACKERS = ("tensorboard", "wandb", "mlflow")  # kroberta.training.trackers
 
 

@@ -6,8 +6,8 @@ in `kroberta.parallel.distribute` (it calls `check_model_parallel` with it).
 
 import re
 
-from kroberta.config import (AUTO, MASKINGS, SCHEDULES, STRATEGIES, TRACKERS, Config,
-                             ConfigError, ModelConfig, TrainConfig)
+from kroberta.config import (AUTO, FOLLOW_DROPOUT, MASKINGS, REMATS, SCHEDULES, STRATEGIES,
+                             TRACKERS, Config, ConfigError, ModelConfig, TrainConfig)
 
 
 def validate(config: Config, source: str | dict = "config") -> Config:
@@ -26,6 +26,9 @@ def validate(config: Config, source: str | dict = "config") -> Config:
         fail("model.num_heads", f"{m.num_heads} heads do not divide hidden_dim={m.hidden_dim}")
     if not 0.0 <= m.dropout < 1.0:
         fail("model.dropout", f"must be in [0, 1), got {m.dropout}")
+    if m.attention_dropout != FOLLOW_DROPOUT and not 0.0 <= m.attention_dropout < 1.0:
+        fail("model.attention_dropout",
+             f"must be in [0, 1) or -1 (follow model.dropout), got {m.attention_dropout}")
     if not 0.0 < m.initializer_range <= 1.0:
         fail("model.initializer_range", f"must be in (0, 1], got {m.initializer_range}")
     if d.masking not in MASKINGS:
@@ -52,6 +55,8 @@ def validate(config: Config, source: str | dict = "config") -> Config:
     if t.learning_rate <= 0:
         fail("train.learning_rate", f"must be > 0, got {t.learning_rate}")
     _validate_profile(t, fail)
+    if t.remat not in REMATS:
+        fail("train.remat", f"must be one of {REMATS}, got {t.remat!r}")
     if t.schedule not in SCHEDULES:
         fail("train.schedule", f"must be one of {SCHEDULES}, got {t.schedule!r}")
     if t.warmup_steps > t.steps:

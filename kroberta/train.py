@@ -21,6 +21,7 @@ from kroberta.training import checkpoint
 from kroberta.training import run_dir as run_dir_lib
 from kroberta.training.preemption import PreemptionFlag
 from kroberta.atomic import atomic_write
+from kroberta.model import attention
 
 # JAX, Keras and TensorFlow are imported by the functions that use them, so that
 # `--help`, config errors and `--explain` answer without their seconds of start-up.
@@ -151,6 +152,7 @@ def _train(config: Config, force: bool, until_step: int | None, accept_changes: 
     model = build_compiled_model(config)
     _log(f"devices: {topology.describe()}")
     _log(distribute.describe_memory(model, topology))
+    _log(attention.describe(config))
     accumulation = config.train.gradient_accumulation_steps
     per_device = f"{config.train.batch_size_per_device} per device" + (
         f" x {accumulation} accumulated micro-batches" if accumulation > 1 else "")

@@ -39,6 +39,15 @@ __all__ = ["export_hf", "from_hf", "init_from_hf", "HFConversionError"]
 # ---------------------------------------------------------------- export
 
 
+def attention_dropout_of(model) -> float:
+    """The dropout on `model`'s attention weights (`model.attention_dropout`; keras-hub's
+    config records only the hidden rate, `backbone.dropout`)."""
+    from kroberta.model.attention import attention_layers
+
+    layers = attention_layers(model)
+    return float(layers[0].dropout) if layers else float(model.backbone.dropout)
+
+
 def hf_config(model) -> dict:
     """The `config.json` of `RobertaForMaskedLM` equivalent to `model`."""
     b = model.backbone
@@ -59,7 +68,7 @@ def hf_config(model) -> dict:
         "bos_token_id": BOS_TOKEN_ID,
         "eos_token_id": EOS_TOKEN_ID,
         "hidden_dropout_prob": float(b.dropout),
-        "attention_probs_dropout_prob": float(b.dropout),
+        "attention_probs_dropout_prob": attention_dropout_of(model),
         # What transformers starts heads added for fine-tuning from; how the pretraining
         # started (model.initializer_range) is not part of the trained model.
         "initializer_range": 0.02,
@@ -145,7 +154,7 @@ def read_json_in(directory: str, name: str, what: str, error=HFConversionError) 
 
 def model_config_from_hf(hf: dict, source: str):
     """The kroberta `ModelConfig` for an HF RoBERTa config; refuses what kroberta cannot represent."""
-    from kroberta.config import ModelConfig
+    from kroberta.config import FOLLOW_DROPOUT, ModelConfig
 
     def fail(key, problem):
         raise HFConversionError(f"{source}: {key}: {problem}")
@@ -181,11 +190,19 @@ def model_config_from_hf(hf: dict, source: str):
         fail("num_attention_heads", f"{heads} heads do not divide hidden_size={hidden}")
     if positions <= hf_weights.POSITION_OFFSET:
         fail("max_position_embeddings", f"must exceed {hf_weights.POSITION_OFFSET}, got {positions}")
-    # kroberta has one dropout rate; inference ignores it, training uses the hidden one.
+    # Inference ignores both; training (continued pretraining) uses them as HF would.
     dropout = float(hf.get("hidden_dropout_prob", 0.1))
+    attention_dropout = float(hf.get("attention_probs_dropout_prob", dropout))
+    for key, rate in (("hidden_dropout_prob", dropout),
+                      ("attention_probs_dropout_prob", attention_dropout)):
+        if not 0.0 <= rate < 1.0:
+            fail(key, f"must be in [0, 1), got {rate}")
     return ModelConfig(vocabulary_size=vocab, num_layers=layers, num_heads=heads,
                        hidden_dim=hidden, intermediate_dim=intermediate,
                        max_sequence_length=positions - hf_weights.POSITION_OFFSET, dropout=dropout,
+                       # -1 (follow dropout) when HF's two rates are one, as kroberta writes it
+                       attention_dropout=FOLLOW_DROPOUT if attention_dropout == dropout
+                       else attention_dropout,
                        initializer_range=float(hf.get("initializer_range", 0.02)))
 
 

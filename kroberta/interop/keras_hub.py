@@ -8,7 +8,11 @@ files free of anything kroberta-specific): `config.json` + `model.weights.h5`
 and with a tokenizer `tokenizer.json`, `preprocessor.json` and
 `assets/tokenizer/{vocabulary.json, merges.txt}` (keras-hub's `RobertaTokenizer`
 and `RobertaMaskedLMPreprocessor`). kroberta adds `kroberta_config.toml` (the
-run's config; keras-hub ignores it). The result loads with
+run's config; keras-hub ignores it). keras-hub's backbone config has one `dropout`:
+kroberta writes the hidden rate (`model.dropout`) there, so a stock keras-hub load
+applies it to the attention weights too, and the attention rate
+(`model.attention_dropout`) travels in `kroberta_config.toml`, which `from_keras_hub`
+reads back. The result loads with
 `keras_hub.models.RobertaMaskedLM.from_preset(dir)`, `RobertaBackbone.from_preset`
 and `RobertaTokenizer.from_preset`.
 
@@ -84,6 +88,37 @@ def _stock_twin(model, preprocessor):
     return twin
 
 
+def _with_attention_dropout(config, model):
+    """The config `kroberta_config.toml` records: `config` (a default one with the model's
+    shape when None and the attention rate differs from the hidden one, else None) with
+    the model's attention dropout."""
+    import dataclasses
+
+    from kroberta import config as config_lib
+    from kroberta.interop.hf import attention_dropout_of
+
+    rate = attention_dropout_of(model)
+    if config is None:
+        if rate == float(model.backbone.dropout):
+            return None  # keras-hub's one dropout says it all
+        config = config_lib.Config(model=preset_model_config_of(model.backbone))
+    if config.model.attention_dropout_rate == rate:
+        return config
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, attention_dropout=rate))
+
+
+def preset_model_config_of(backbone):
+    """The kroberta `ModelConfig` of a keras-hub `RobertaBackbone`'s shape and dropout."""
+    from kroberta.config import ModelConfig
+
+    return ModelConfig(vocabulary_size=int(backbone.vocabulary_size),
+                       num_layers=int(backbone.num_layers), num_heads=int(backbone.num_heads),
+                       hidden_dim=int(backbone.hidden_dim),
+                       intermediate_dim=int(backbone.intermediate_dim),
+                       max_sequence_length=int(backbone.max_sequence_length),
+                       dropout=float(backbone.dropout))
+
+
 def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     """Writes `model` as a keras-hub preset directory (with `save_to_preset`).
 
@@ -97,6 +132,7 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
     config = getattr(model, "kroberta_config", None)
+    config = _with_attention_dropout(config, model)
     preprocessor = None
     if tokenizer is not None:
         length = int(model.backbone.max_sequence_length)
@@ -201,10 +237,14 @@ def from_keras_hub(directory: str, mixed_precision: bool = False):
     from kroberta.model.mlm import build_model
 
     model_config = preset_model_config(directory)
-    model = build_model(model_config, mixed_precision, seed=0)
-    _load_weights_into(model, directory)
     saved = os.path.join(directory, KROBERTA_CONFIG_FILE)
     config = config_lib.load_toml(saved) if os.path.isfile(saved) else config_lib.Config()
+    rate = config.model.attention_dropout_rate
+    if os.path.isfile(saved) and rate != model_config.dropout:
+        # the attention rate keras-hub's config cannot hold (else -1: follow dropout)
+        model_config = dataclasses.replace(model_config, attention_dropout=rate)
+    model = build_model(model_config, mixed_precision, seed=0)
+    _load_weights_into(model, directory)
     model.kroberta_config = dataclasses.replace(config, model=model_config)
     model.tokenizer = preset_tokenizer(directory)
     return model

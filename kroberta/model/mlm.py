@@ -23,10 +23,12 @@ import keras
 import keras_hub
 
 from kroberta.config import AUTO, Config, ModelConfig
+from kroberta.model.attention import use_attention_dropout
 from kroberta.model.dropout import use_fast_dropout
 from kroberta.model.gelu import use_erf_gelu
 from kroberta.model.layer_norm import use_fused_layer_norm
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
+from kroberta.model.remat import use_remat
 from kroberta.model import schedules
 
 # Names the optimizer's variables are saved under; an unnamed optimizer gets a
@@ -58,9 +60,11 @@ def build_backbone(model_config: ModelConfig, mixed_precision: bool = False):
 
 
 def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: int | None = None,
-                task_class=None):
+                task_class=None, remat: str = "none"):
     """Builds the MLM (uncompiled). `seed` makes the initial weights reproducible;
-    `task_class` is a subclass of keras-hub's `RobertaMaskedLM` to build instead."""
+    `task_class` is a subclass of keras-hub's `RobertaMaskedLM` to build instead;
+    `remat` (`TrainConfig.remat`) checkpoints each encoder block in the backward pass
+    (`kroberta.model.remat`)."""
     if seed is not None:
         keras.utils.set_random_seed(seed)
     backbone = build_backbone(model_config, mixed_precision)
@@ -70,6 +74,9 @@ def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: 
     use_fused_layer_norm(model)  # same weights and config, a cheaper gradient
     use_fast_dropout(model)  # hashed masks on CPU, masks stored once elsewhere
     use_erf_gelu(model)  # the same GELU through erf, not erfc
+    # keras-hub has one dropout; the attention weights get their own rate (HF's split).
+    use_attention_dropout(model, model_config.attention_dropout_rate)
+    use_remat(model, remat)  # jax.checkpoint per encoder block, inside any compiled step
     return model
 
 
@@ -139,7 +146,8 @@ def compile_model(model, config: Config):
 
 def build_compiled_model(config: Config):
     """The training model for `config`: built with its seed, compiled, optimizer built."""
-    model = build_model(config.model, config.train.mixed_precision, seed=config.train.seed)
+    model = build_model(config.model, config.train.mixed_precision, seed=config.train.seed,
+                        remat=config.train.remat)
     compile_model(model, config)
     model.optimizer.build(model.trainable_variables)
     return model

@@ -18,6 +18,7 @@ import dataclasses
 
 from kroberta.perf import flops as flops_lib
 from kroberta.config import Config, ModelConfig
+from kroberta.model import attention
 
 LANES = 128
 HEAD_LANES = 64
@@ -191,6 +192,7 @@ def explain(config: Config, compile_step: bool | None = None, print_fn=print):
              f"{_gib(estimate.optimizer)} + activations ~{_gib(estimate.activations)}")
     if compile_step is None:
         compile_step = params <= COMPILE_PARAMETER_LIMIT
+    measured = None
     if compile_step:
         measured = compiled_memory(config, devices)
         if measured:
@@ -199,17 +201,36 @@ def explain(config: Config, compile_step: bool | None = None, print_fn=print):
                      f"temporaries {_gib(measured['temporaries'])} + outputs not aliased "
                      f"{_gib(measured['outputs'] - measured['aliased'])}; XLA counts "
                      f"{measured['flops'] / 1e9:.2f} GFLOP per device step")
+    print_fn(attention.describe(config))
     chip = hardware.chip_for_device_kind(devices[0].device_kind)
     if chip:
-        fits = "fits" if estimate.total < 0.9 * chip.memory_bytes else "does NOT fit"
+        needed = measured["total"] if compile_step and measured else estimate.total
+        fits = needed < 0.9 * chip.memory_bytes
         floor = flops_lib.train_flops_per_step(shape, batch) / (chip.bf16_flops * len(devices))
-        print_fn(f"{chip.name}: {fits} in {_gib(chip.memory_bytes)} per device; compute floor "
+        print_fn(f"{chip.name}: {'fits' if fits else 'does NOT fit'} in "
+                 f"{_gib(chip.memory_bytes)} per device; compute floor "
                  f"{floor * 1e3:.3f} ms per step at peak bf16")
+        if not fits:
+            _print_options(config, devices, 0.9 * chip.memory_bytes, print_fn)
     lines = warnings_for(config, platform)
     for line in lines:
         print_fn(f"warning: {line}")
     if not lines:
         print_fn("shape: aligned (hidden, head size, intermediate and vocabulary)")
+
+
+def _print_options(config: Config, devices, budget: float, print_fn):
+    """Compiles the changes that could make the training step fit (kroberta.perf.memory_plan)."""
+    from kroberta.perf import memory_plan
+
+    print_fn(f"compiling changes that could make it fit in {_gib(budget)} (90% of the device), "
+             "cheapest first:")
+    found = memory_plan.options(config, devices, budget, log=print_fn)
+    if found and found[-1].measured.fits(budget):
+        print_fn(f"cheapest change that fits: {found[-1].describe} ({found[-1].why})")
+    else:
+        print_fn("none of them fits alone; python -m kroberta.aot --max-batch finds the "
+                 "largest batch per device")
 
 
 def explain_cli(config: Config, sources=None) -> int:

@@ -15,6 +15,7 @@ import time
 from kroberta import config as config_lib
 from kroberta.config import Config
 from kroberta.errors import KrobertaError
+from kroberta.model import attention
 from kroberta.parallel import distribute
 from kroberta.perf import hardware
 
@@ -55,6 +56,8 @@ class Report:
     build_seconds: float
     steps_per_execution: int
     steps_per_execution_note: str
+    remat: str = "none"  # train.remat
+    attention: str = ""  # kroberta.model.attention.attention_path on the TPU
 
     @property
     def generation(self) -> str:
@@ -87,6 +90,7 @@ class Report:
             f"topology      {self.topology}: {self.num_devices} x {self.device_kind} "
             f"({self.chips} chips); mesh {mesh}; strategy {self.strategy}",
             f"model         {self.parameters:,} parameters; {precision}",
+            f"memory        train.remat={self.remat}; {self.attention}",
             f"batch         {self.global_batch} sequences ({self.global_batch // self.num_devices}"
             f" per device) x {self.sequence_length} tokens, {self.slots} prediction slots",
             "",
@@ -203,11 +207,13 @@ def _compile_or_explain(compile_fn, what, hbm, config, generation):
                                 config.train.mixed_precision, at_least=True)) from None
 
 
-def compile_for_topology(config: Config, topology_name: str, model=None) -> Report:
+def compile_for_topology(config: Config, topology_name: str, model=None,
+                         hbm_bytes: float | None = None) -> Report:
     """Compiles `config`'s train and predict steps for a TPU topology; see `Report`.
 
     `model`: the compiled model of this config (`aot_programs.build_model(config)`), to
-    reuse one build for several topologies; built here when None.
+    reuse one build for several topologies; built here when None. `hbm_bytes`: plan
+    for this much memory per device instead of the chip's (e.g. to leave headroom).
 
     Raises AotError for an unknown topology, a missing libtpu or a program that XLA
     already refuses to compile for lack of HBM (a program that compiles but needs
@@ -218,6 +224,7 @@ def compile_for_topology(config: Config, topology_name: str, model=None) -> Repo
     config_lib.validate(config)
     devices = topology_devices(topology_name)
     hbm, peak, chips = _per_device_chip(devices)
+    hbm = hbm_bytes or hbm
     generation = topology_name.split(":")[0]
     started = time.perf_counter()
     if model is None:
@@ -254,4 +261,8 @@ def compile_for_topology(config: Config, topology_name: str, model=None) -> Repo
         predict=predict, build_seconds=build_seconds,
         steps_per_execution=steps,
         steps_per_execution_note=aot_programs.steps_per_execution_note(steps),
+        remat=config.train.remat,
+        attention=attention.attention_path(
+            config.model.attention_dropout_rate, length, config.model.num_heads,
+            config.model.head_dim, config.train.mixed_precision, platform="tpu"),
     )

@@ -1,0 +1,107 @@
+"""Rematerialisation (gradient checkpointing) per encoder block: `train.remat`.
+
+Without it, the backward pass reads every activation the forward pass kept: per
+block about a dozen (batch, length, hidden)-sized tensors plus, with attention
+dropout, the (batch, heads, length, length) weights and mask. With it each
+keras-hub `TransformerEncoder` call runs under `jax.checkpoint`, so the backward
+pass recomputes the block from its input and keeps only what the policy saves:
+
+    "none"           keep everything (no recompute; the default)
+    "full"           keep only each block's input; recompute the whole block
+                     (about one more forward pass: ~+33% FLOPs per step)
+    "dots"           keep every matmul output (`jax.checkpoint_policies.dots_saveable`),
+                     recompute the cheap elementwise work (softmax, GELU, norms, dropout)
+    "dots_no_batch"  keep the weight matmuls' outputs (projections, feed-forward;
+                     `dots_with_no_batch_dims_saveable`), recompute attention's batched
+                     matmuls and everything elementwise: drops the (batch, heads,
+                     length, length) tensors, MaxText's "minimal"
+
+Why wrap the layer's call, not `keras.RematScope`: the scope must be open when the
+layers are created (keras-hub creates them inside `RobertaBackbone`), offers no JAX
+policy, and checkpoints a call that updates the dropout layers' seed state, which
+would leak the checkpoint's tracers. Here the block's call becomes a pure function of
+(variable values, inputs): it runs in its own `keras.StatelessScope` and returns the
+new seed states, which are assigned outside the checkpoint. The model, its config
+and weights stay keras-hub's; only the compiled step changes, so it composes with any
+training step (K steps per dispatch, accumulation, masking) and distribution.
+"""
+
+import jax
+import keras
+import keras_hub
+
+from kroberta.config import REMATS
+
+REMAT_POLICIES = {
+    "full": None,  # jax.checkpoint's default: save nothing but the inputs
+    "dots": jax.checkpoint_policies.dots_saveable,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+assert set(REMATS) == {"none", *REMAT_POLICIES}
+
+
+def _outer_value(variable):
+    """The variable's value in the enclosing stateless scope, not autocast (the block
+    casts as it would without remat). Keras 3.15 has no public getter for it."""
+    from keras.src.backend.common.stateless_scope import get_stateless_scope
+
+    value = get_stateless_scope().get_current_value(variable)
+    return variable._value if value is None else value
+
+
+def _checkpointed_call(layer, policy):
+    """`layer.call`, run under jax.checkpoint with `policy` when inside a stateless
+    (traced) call such as the training step; unchanged otherwise."""
+    original = layer.call
+
+    def call(inputs, padding_mask=None, attention_mask=None, training=None,
+             return_attention_scores=False):
+        if return_attention_scores or not _in_stateless_scope():
+            return original(inputs, padding_mask=padding_mask, attention_mask=attention_mask,
+                            training=training, return_attention_scores=return_attention_scores)
+        variables = list(layer.variables)
+        changing = [v for v in variables if not v.trainable]  # seed states (dropout)
+
+        def block(values, x, padding, attention):
+            mapping = list(zip(variables, values))
+            with keras.StatelessScope(state_mapping=mapping) as scope:
+                y = original(x, padding_mask=padding, attention_mask=attention,
+                             training=training)
+                # (batch, length, hidden), then the seed states after this call
+                return y, [scope.get_current_value(v) for v in changing]
+
+        values = [_outer_value(v) for v in variables]
+        outputs, new_states = jax.checkpoint(block, policy=policy)(
+            values, inputs, padding_mask, attention_mask)
+        for variable, value in zip(changing, new_states):
+            variable.assign(value)
+        return outputs
+
+    return call
+
+
+def _in_stateless_scope() -> bool:
+    from keras.src.backend.common.stateless_scope import in_stateless_scope
+
+    return in_stateless_scope()
+
+
+def encoder_blocks(model) -> list:
+    """Every keras-hub `TransformerEncoder` inside `model`."""
+    return [layer for layer in model._flatten_layers(include_self=False, recursive=True)
+            if isinstance(layer, keras_hub.layers.TransformerEncoder)]
+
+
+def use_remat(model, remat: str) -> int:
+    """Runs every encoder block of `model` under `jax.checkpoint` with the policy
+    named `remat` (module docstring), in place; "none" changes nothing. Returns how
+    many blocks."""
+    if remat not in REMATS:
+        raise ValueError(f"remat: {remat!r} is not one of {REMATS}")
+    if remat == "none":
+        return 0
+    blocks = encoder_blocks(model)
+    for block in blocks:
+        # An instance attribute: Keras' Layer.__call__ looks `call` up on the instance.
+        block.call = _checkpointed_call(block, REMAT_POLICIES[remat])
+    return len(blocks)

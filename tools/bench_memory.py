@@ -1,0 +1,134 @@
+"""Per-device memory, the largest batch that fits and XLA FLOPs of a config's training
+step on TPU topologies, for remat policies x attention dropout, compiled ahead of time.
+
+    nice python tools/bench_memory.py --config base --lengths 128 512 \\
+        --topologies v3:2x2 v2:2x2 v4:2x2x1 v5e:2x2 --remats none dots full \\
+        --attention-dropouts 0.1 0 --max-batch --out memory.jsonl
+    python tools/bench_memory.py --table memory.jsonl   # the markdown table
+
+Needs libtpu (the `tpu` extra). One JSON line per cell is appended to --out as soon as
+it is measured, and cells already in the file are skipped, so an interrupted run
+resumes where it stopped. Cells run cheapest first (short sequences first); each
+model is built once per (length, attention dropout, remat) and compiled for every
+topology. Compiling a 125M model takes minutes per compile on a small machine.
+"""
+
+import os
+
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+GiB = 2**30
+
+
+def _cell_key(row) -> tuple:
+    return (row["length"], row["topology"], row["remat"], row["attention_dropout"])
+
+
+def _done(path) -> set:
+    if not path or not os.path.exists(path):
+        return set()
+    with open(path) as f:
+        return {_cell_key(json.loads(line)) for line in f if line.strip()}
+
+
+def measure_cells(args):
+    import kroberta  # noqa: F401
+    from kroberta import config as config_lib
+    from kroberta.named_configs import resolve
+    from kroberta.perf import aot_programs, memory_plan, tpu_compile
+
+    done = _done(args.out)
+    for length in args.lengths:
+        for attention_dropout in args.attention_dropouts:
+            for remat in args.remats:
+                todo = [t for t in args.topologies
+                        if (length, t, remat, attention_dropout) not in done]
+                if not todo:
+                    continue
+                overrides = [f"model.max_sequence_length={length}",
+                             f"model.attention_dropout={attention_dropout}",
+                             f"train.remat={remat}", "train.mixed_precision=true",
+                             *args.set]
+                config = config_lib.apply_overrides(config_lib.load_toml(resolve(args.config)),
+                                                    overrides)
+                config_lib.validate(config)
+                started = time.perf_counter()
+                model = aot_programs.build_model(config)
+                built = time.perf_counter() - started
+                for topology in todo:
+                    devices = tpu_compile.topology_devices(topology)
+                    hbm = tpu_compile._per_device_chip(devices)[0]
+                    started = time.perf_counter()
+                    at_batch = memory_plan.measure(config, devices, model)
+                    row = {"config": args.config, "length": length, "topology": topology,
+                           "remat": remat, "attention_dropout": attention_dropout,
+                           "batch_size_per_device": config.train.batch_size_per_device,
+                           "hbm_gib": hbm / GiB, "gib": at_batch.total_bytes / GiB,
+                           "refused": at_batch.refused, "gflops": (at_batch.flops or 0) / 1e9,
+                           "build_seconds": built}
+                    if args.max_batch:
+                        largest, measured, compiles = memory_plan.max_batch(
+                            config, devices, hbm, model,
+                            log=lambda line: print(line, file=sys.stderr, flush=True))
+                        row.update(max_batch=largest, compiles=compiles,
+                                   gib_at_max=measured.total_bytes / GiB if measured else None,
+                                   gflops_at_max=(measured.flops or 0) / 1e9 if measured else None)
+                    row["seconds"] = time.perf_counter() - started
+                    print(json.dumps(row), flush=True)
+                    if args.out:
+                        with open(args.out, "a") as f:
+                            f.write(json.dumps(row) + "\n")
+
+
+def table(path) -> str:
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    base = {(r["length"], r["topology"], r["attention_dropout"]): r["gflops"]
+            for r in rows if r["remat"] == "none"}
+    lines = ["| tokens | topology | attention dropout | remat | GiB per device at batch "
+             "| of HBM | largest batch per device | GFLOP per device step | recompute |",
+             "|---:|---|---:|---|---:|---:|---:|---:|---:|"]
+    order = {"none": 0, "dots_no_batch": 1, "dots": 2, "full": 3}
+    for r in sorted(rows, key=lambda r: (r["length"], r["topology"], -r["attention_dropout"],
+                                         order.get(r["remat"], 9))):
+        none = base.get((r["length"], r["topology"], r["attention_dropout"]))
+        extra = f"+{100 * (r['gflops'] / none - 1):.0f}%" if none and r["gflops"] else ""
+        gib = (f">= {r['gib']:.1f} (refused)" if r["refused"] else f"{r['gib']:.2f}")
+        largest = r.get("max_batch", "")
+        lines.append(f"| {r['length']} | {r['topology']} | {r['attention_dropout']:g} | "
+                     f"{r['remat']} | {gib} at {r['batch_size_per_device']} | "
+                     f"{r['hbm_gib']:.0f} GiB | {largest} | "
+                     f"{r['gflops']:.0f} | {extra} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="base")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512])
+    parser.add_argument("--topologies", nargs="+",
+                        default=["v3:2x2", "v2:2x2", "v4:2x2x1", "v5e:2x2"])
+    parser.add_argument("--remats", nargs="+", default=["none", "dots", "full"])
+    parser.add_argument("--attention-dropouts", type=float, nargs="+", default=[0.1, 0.0])
+    parser.add_argument("--max-batch", action="store_true",
+                        help="also search the largest per-device batch that fits (more compiles)")
+    parser.add_argument("--set", nargs="*", default=[],
+                        help="more config overrides, section.key=value")
+    parser.add_argument("--out", help="JSON lines file: appended to, and cells in it skipped")
+    parser.add_argument("--table", metavar="JSONL", help="print the markdown table of a results file")
+    args = parser.parse_args(argv)
+    if args.table:
+        print(table(args.table))
+        return 0
+    measure_cells(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
