@@ -7,11 +7,13 @@ Keras that tensorflow/keras/keras_hub imported first but nothing used yet; see
 
 import sys
 
-from kroberta.runtime import backend as _backend, cpu_collectives, xla_cpu
+from kroberta.runtime import backend as _backend, cpu_collectives, quiet_start, xla_cpu
 
 # Before anything starts JAX's backends: XLA reads XLA_FLAGS once per process.
 xla_cpu.use_eigen_dots()
 cpu_collectives.use_patient_collectives()
+
+quiet_start.ignore_tqdm_notebook_notice()
 
 try:
     _backend.select_jax_backend()

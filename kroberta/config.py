@@ -86,6 +86,12 @@ class DataConfig:
     """Dynamic masking chooses whole words: all tokens of a word or none (a word starts at a
     space-marked byte-level BPE token or after a special token); needs the run's tokenizer
     (`data.dir` or the embedded corpus)."""
+    eval_mask_rate: float = 0.0
+    """Fraction of tokens masked in evaluation (e.g. 0.15 for a run that trains at 0.3, so runs with different training rates compare on one number); 0 = `mask_rate`. Each validation example's mask is fixed by the run's seed and the example's place in the files: the same at every evaluation and on any number of processes. Dynamic masking only."""
+
+    def evaluation_mask_rate(self) -> float:
+        """The mask rate of evaluations: `eval_mask_rate`, or `mask_rate` when it is 0."""
+        return self.eval_mask_rate or self.mask_rate
 
     def masks_drawn_by_step(self) -> bool:
         """Whether the training step draws the masks on the device from per-sequence keys
@@ -132,9 +138,10 @@ class TrainConfig:
     warmup_steps: int = 100
     """Linear warmup from 0 to `learning_rate`, then `schedule`."""
     schedule: str = "linear"
-    """After warmup: "linear" (to 0 at `steps`), "cosine" (half a cosine to 0 at `steps`),
-    "constant", "inverse_sqrt" (learning_rate * sqrt(warmup_steps / step), fairseq's);
-    `kroberta.model.schedules`."""
+    """After warmup: "linear" (to `min_learning_rate` at `steps`), "cosine" (half a cosine to
+    `min_learning_rate` at `steps`), "constant", "inverse_sqrt" (learning_rate *
+    sqrt(warmup_steps / step), fairseq's), "wsd" (warmup-stable-decay: constant, then a linear
+    decay over the last `decay_steps`); `kroberta.model.schedules`."""
     weight_decay: float = 0.01
     """AdamW weight decay; never applied to biases or LayerNorm."""
     clip_norm: float = 1.0
@@ -170,6 +177,24 @@ class TrainConfig:
     every write."""
     seed: int = 0
     """Seed of the initialisation, the shuffling and the masking."""
+    min_learning_rate: float = 0.0
+    """The floor every decaying schedule ends at ("linear", "cosine" and "wsd" reach it at `steps`; "inverse_sqrt" never goes below it)."""
+    decay_steps: int = 0
+    """For `schedule = "wsd"`: the steps of the final linear decay to `min_learning_rate`; 0 = `decay_fraction` of `steps`."""
+    decay_fraction: float = 0.2
+    """For `schedule = "wsd"` with `decay_steps = 0`: the fraction of `steps` the final decay takes."""
+    keep_best: bool = False
+    """Also keep the checkpoint with the lowest validation loss beside the newest `keep_checkpoints` (needs validation data); `kroberta.load(run_dir, checkpoint="best")` loads it."""
+    early_stop_patience: int = 0
+    """End the run (exit 0, final model saved) after this many evaluations in a row without a new lowest validation loss; 0 = never."""
+    target_eval_loss: float = 0.0
+    """End the run (exit 0, final model saved) at the first evaluation whose validation loss is at or below this; 0 = never."""
+    trackers: tuple[str, ...] = ("tensorboard",)
+    """Where process 0 logs every metrics.jsonl row besides that file: any of "tensorboard" (run_dir/tensorboard), "wandb" (`pip install "kroberta[wandb]"`) and "mlflow" (`pip install "kroberta[mlflow]"`); kroberta.training.trackers."""
+
+    def wsd_decay_steps(self) -> int:
+        """The steps of the "wsd" schedule's final decay."""
+        return self.decay_steps or round(self.decay_fraction * self.steps)
 
 
 @dataclass(frozen=True)
@@ -227,7 +252,8 @@ TOP_LEVEL_KEYS = ("run_dir", "init_from_hf", "init_from_keras_hub")
 STRATEGIES = ("data", "fsdp", "model")
 AUTO = "auto"  # train.steps_per_execution: from the FLOPs and peak; data.masking: from the files
 MASKINGS = ("dynamic", "static", AUTO)  # AUTO: follows the files (DataConfig.masking)
-SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt")  # kroberta.model.schedules
+SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt", "wsd")  # kroberta.model.schedules
+TRACKERS = ("tensorboard", "wandb", "mlflow")  # kroberta.training.trackers
 
 
 def _field_types(cls) -> dict[str, object]:

@@ -6,8 +6,8 @@ in `kroberta.parallel.distribute` (it calls `check_model_parallel` with it).
 
 import re
 
-from kroberta.config import (AUTO, MASKINGS, SCHEDULES, STRATEGIES, Config, ConfigError,
-                             ModelConfig, TrainConfig)
+from kroberta.config import (AUTO, MASKINGS, SCHEDULES, STRATEGIES, TRACKERS, Config,
+                             ConfigError, ModelConfig, TrainConfig)
 
 
 def validate(config: Config, source: str | dict = "config") -> Config:
@@ -68,6 +68,7 @@ def validate(config: Config, source: str | dict = "config") -> Config:
         if t.steps_per_execution < 1:
             fail("train.steps_per_execution", f"must be >= 1 or \"{AUTO}\", got {t.steps_per_execution}")
         check_steps_per_execution(t, t.steps_per_execution, fail)
+    _validate_signals(config, fail)
     if config.distributed.strategy not in STRATEGIES:
         fail("distributed.strategy",
              f"must be one of {STRATEGIES}, got {config.distributed.strategy!r}")
@@ -77,6 +78,33 @@ def validate(config: Config, source: str | dict = "config") -> Config:
     if config.init_from_hf and config.init_from_keras_hub:
         fail("init_from_keras_hub", "set init_from_hf or init_from_keras_hub, not both")
     return config
+
+
+def _validate_signals(config: Config, fail):
+    """The evaluation mask rate, the schedule's floor and decay, keep_best, early stop, trackers."""
+    d, t = config.data, config.train
+    if not 0.0 <= d.eval_mask_rate <= 1.0:
+        fail("data.eval_mask_rate", f"must be in [0, 1] (0 = data.mask_rate), got {d.eval_mask_rate}")
+    if d.eval_mask_rate and d.masking == "static":
+        fail("data.eval_mask_rate", "static masking evaluates the files' own labels; "
+             "set data.masking = \"dynamic\" or leave data.eval_mask_rate at 0")
+    if not 0.0 <= t.min_learning_rate <= t.learning_rate:
+        fail("train.min_learning_rate",
+             f"must be in [0, train.learning_rate={t.learning_rate}], got {t.min_learning_rate}")
+    if not 0 <= t.decay_steps <= t.steps - t.warmup_steps:
+        fail("train.decay_steps", f"must be in [0, train.steps - train.warmup_steps = "
+             f"{t.steps - t.warmup_steps}], got {t.decay_steps}")
+    if not 0.0 < t.decay_fraction <= 1.0:
+        fail("train.decay_fraction", f"must be in (0, 1], got {t.decay_fraction}")
+    if t.early_stop_patience < 0:
+        fail("train.early_stop_patience", f"must be >= 0 (0 = never), got {t.early_stop_patience}")
+    if t.target_eval_loss < 0:
+        fail("train.target_eval_loss", f"must be >= 0 (0 = never), got {t.target_eval_loss}")
+    for name in t.trackers:
+        if name not in TRACKERS:
+            fail("train.trackers", f"unknown tracker {name!r}; choose from {TRACKERS}")
+    if len(set(t.trackers)) != len(t.trackers):
+        fail("train.trackers", f"names a tracker twice: {list(t.trackers)}")
 
 
 def parse_window(text: str) -> tuple[int, int] | None:

@@ -46,7 +46,7 @@ def main(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str
         raise ExportError(f"--format {format!r}: expected one of {', '.join(FORMATS)}")
 
     if not os.path.isdir(run):
-        raise ExportError(f"--run {run}: no such directory")
+        raise ExportError(f"{run}: not a kroberta run directory (no such directory)")
     if os.path.exists(out) and not os.path.isdir(out):
         raise ExportError(f"--out {out}: exists and is not a directory")
     non_empty = os.path.isdir(out) and bool(os.listdir(out))
@@ -79,7 +79,7 @@ def cli(argv=None) -> int:
         out = main(args.run, args.out, args.overwrite, args.format)
         print(f"exported {args.run} -> {out}")
 
-    return cli_lib.run(body, prefix="kroberta.export: error: ")
+    return cli_lib.run(body)
 
 
 if __name__ == "__main__":

@@ -54,15 +54,18 @@ def _parser():
     p.add_argument("--out", help="output directory")
     p.add_argument("--vocab-size", type=int, help="tokenizer vocabulary size (default 10000)")
     p.add_argument("--seq-len", type=int, help="tokens per sequence (default 64)")
-    p.add_argument("--validation-fraction", type=float, default=0.01)
+    p.add_argument("--validation-fraction", type=float, default=0.01,
+                   help="share of the documents held out for validation (default 0.01)")
     p.add_argument("--shards", type=int, help="train shards (default: ~200 MB each)")
     p.add_argument("--labels", choices=["static"], help="write static masked-LM labels")
-    p.add_argument("--mask-rate", type=float, default=0.15)
+    p.add_argument("--mask-rate", type=float, default=0.15,
+                   help="with --labels static: share of the tokens masked once (default 0.15)")
     p.add_argument("--tokenizer", help="reuse this tokenizer.json instead of training one")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the validation split, the shard order and static masks (default 0)")
     p.add_argument("--strict", action="store_true", help="fail on binary / non-UTF-8 files")
     p.add_argument("--overwrite", action="store_true", help="replace an existing prepared directory")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--check", metavar="PATH",
                    help="validate TFRecords: a prepared dir, any dir of .tfrecord files (with --vocab-size), "
                    "a file or a glob")

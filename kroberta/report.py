@@ -2,7 +2,9 @@
 
 Reads `runs/x/metrics.jsonl` (written by training: one train row per log interval,
 one validation row per evaluation), draws loss, masked accuracy, learning rate,
-tokens/s and MFU into `runs/x/report.png` and prints a short summary.
+tokens/s, MFU and (when the step logs it) the gradient norm into `runs/x/report.png`
+and prints a short summary, which names the best checkpoint (the kept checkpoint with
+the lowest validation loss, `kroberta.load(run_dir, checkpoint="best")`).
 """
 
 import argparse
@@ -24,6 +26,7 @@ PANELS = (
     ("tokens_per_second", "tokens / s"),
     ("mfu", "MFU (model FLOPs utilisation)"),
 )
+GRAD_NORM_PANEL = ("grad_norm", "gradient norm (before clipping)")  # drawn when logged
 
 
 class ReportError(KrobertaError, ValueError):
@@ -76,22 +79,38 @@ def summarize(rows: list[dict]) -> dict:
     compile_times = [r["compile_seconds"] for r in train if "compile_seconds" in r]
     if compile_times:
         out["compile_seconds"] = sum(compile_times)  # one per (re)start of the run
+    norms = [r["grad_norm"] for r in train if isinstance(r.get("grad_norm"), (int, float))]
+    if norms:
+        out.update(final_grad_norm=norms[-1], median_grad_norm=statistics.median(norms),
+                   max_grad_norm=max(norms))
     return out
 
 
-def draw(rows: list[dict], path: str, title: str = ""):
-    """Draws the panels into the PNG `path`; returns the matplotlib Figure."""
+def _panels(rows):
+    logged = any("grad_norm" in r for r in rows if r.get("split") == "train")
+    return PANELS + ((GRAD_NORM_PANEL,) if logged else ())
+
+
+def draw(rows: list[dict], path: str, title: str = "", best_step: int | None = None):
+    """Draws the panels into the PNG `path`; returns the matplotlib Figure.
+
+    `best_step`: the best checkpoint's step, marked on the loss panel.
+    """
     # A bare Figure, not pyplot: no backend is switched (a notebook's inline plots keep
     # working) and nothing is left open in pyplot's figure list.
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8, 2.3 * len(PANELS)))
-    axes = fig.subplots(len(PANELS), 1, sharex=True)
-    for ax, (key, label) in zip(axes, PANELS):
+    panels = _panels(rows)
+    fig = Figure(figsize=(8, 2.3 * len(panels)))
+    axes = fig.subplots(len(panels), 1, sharex=True)
+    for ax, (key, label) in zip(axes, panels):
         for split, style in (("train", "-"), ("validation", "o-")):
             steps, values = _series(rows, split, key)
             if steps:
                 ax.plot(steps, values, style, label=split, markersize=4)
+        if key == "loss" and best_step is not None:
+            ax.axvline(best_step, color="green", alpha=0.5, linestyle="--",
+                       label=f"best checkpoint (step {best_step})")
         ax.set_ylabel(label, fontsize=8)
         ax.grid(alpha=0.3)
         if ax.lines:
@@ -118,6 +137,13 @@ def _format(summary: dict) -> list[str]:
                      f"{g('final_validation_accuracy')}; best loss {g('best_validation_loss')} "
                      f"(step {summary['best_validation_step']}), best accuracy "
                      f"{g('best_validation_accuracy')}")
+    if "best_checkpoint_step" in summary:
+        lines.append(f"best checkpoint: step {summary['best_checkpoint_step']} (validation loss "
+                     f"{g('best_checkpoint_loss')}), {summary['best_checkpoint']}: "
+                     "kroberta.load(run_dir, checkpoint=\"best\")")
+    if "final_grad_norm" in summary:
+        lines.append(f"grad_norm: final {g('final_grad_norm')}, median "
+                     f"{g('median_grad_norm')}, max {g('max_grad_norm')}")
     lines.append(f"median: {g('median_tokens_per_second', '{:,.0f}')} tokens/s, "
                  f"{g('median_samples_per_second', '{:.1f}')} samples/s, step "
                  f"{g('median_step_time', '{:.4f}')} s, MFU "
@@ -136,15 +162,22 @@ def report(run_dir: str, print_fn=print, show: bool | None = None) -> dict:
 
     Returns:
         The summary (steps, final and best losses, median throughput and MFU, compile
-        time), with `report_png` (the picture's path) and `figure` (the matplotlib
+        time, grad_norm when logged, the best kept checkpoint), with `report_png` (the picture's path) and `figure` (the matplotlib
         Figure, for further use) added.
     """
     from kroberta.training import console
 
+    from kroberta.training import signals
+
     rows = read_metrics(run_dir)
     summary = summarize(rows)
+    best = signals.best_checkpoint(run_dir)
+    if best is not None:
+        summary.update(best_checkpoint_step=best[0], best_checkpoint=best[1],
+                       best_checkpoint_loss=best[2])
     path = os.path.join(run_dir, REPORT_FILE)
-    figure = draw(rows, path, title=os.path.basename(os.path.abspath(run_dir)))
+    figure = draw(rows, path, title=os.path.basename(os.path.abspath(run_dir)),
+                  best_step=best[0] if best else None)
     for line in _format(summary):
         print_fn(line)
     print_fn(f"curves: {path}")

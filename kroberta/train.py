@@ -15,6 +15,7 @@ import time
 
 from kroberta import cli as cli_lib
 from kroberta import config as config_lib
+from kroberta.training import signals, trackers
 from kroberta.config import Config, ConfigError
 from kroberta.training import checkpoint
 from kroberta.training import run_dir as run_dir_lib
@@ -73,6 +74,7 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True,
             return
         if starts_over:
             shutil.rmtree(os.path.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
+            trackers.forget_runs(config.run_dir)  # a new start: new tracker runs
         else:
             changes = {**training, **other}
     if not write:
@@ -104,9 +106,16 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     settings: `force` starts over there, `accept_changes` continues the checkpoint with
     changed training settings (recorded in config_changes.jsonl, as every change is).
 
-    Raises ConfigError / DataError for bad settings or data, before any compute.
+    Raises ConfigError / DataError for bad settings or data, before any compute; a run
+    directory this call created is removed again when it fails before its first
+    checkpoint (`run_dir_lib.removed_unless_checkpointed`).
     """
     config_lib.validate(config, sources or "config")
+    with run_dir_lib.removed_unless_checkpointed(config.run_dir):
+        return _train(config, force, until_step, accept_changes)
+
+
+def _train(config: Config, force: bool, until_step: int | None, accept_changes: bool) -> dict:
     import jax
 
     from kroberta.data import pipeline as data_lib
@@ -124,6 +133,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     run_data = run_data_lib.resolve(config, log=_log)
     config, tokenizer_path = run_data.config, run_data.tokenizer_path
     train_spec = run_data.train
+    _check_signals_and_trackers(config, run_data, main_process)
     _prepare_run_dir(config, force, write=main_process, accept_changes=accept_changes)
     if main_process:
         _keep_tokenizer(tokenizer_path, config.run_dir)
@@ -184,6 +194,13 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     summary = {"run_dir": config.run_dir, "start_step": start_step, "steps": config.train.steps,
                "devices": topology.num_devices, "global_batch": global_batch}
     stop_step = min(until_step or config.train.steps, config.train.steps)
+    ended = signals.ended_early(config.run_dir, start_step, config.train) if saved else None
+    if ended:
+        _log(f"the run ended early at step {start_step} ({ended}); nothing to train. "
+             "Change the setting that ended it (train.early_stop_patience, "
+             "train.target_eval_loss) to train on")
+        summary["stopped_early"] = ended
+        stop_step = start_step
     if start_step < stop_step:
         try:
             summary.update(_fit(model, run_data, topology, start_step, stop_step))
@@ -194,6 +211,9 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
             _log_interrupted(config.run_dir)
             raise
     summary["final_step"] = int(model.optimizer.iterations.numpy())
+    if summary.get("stopped_early") and not ended:
+        _log(f"early stop at step {summary['final_step']} of {config.train.steps}: "
+             f"{summary['stopped_early']}")
     if summary.get("interrupted"):
         _log(f"interrupted at step {summary['final_step']}: checkpoint written; run the same "
              "training again (python -m kroberta.train ... or kroberta.train.main(config)) to "
@@ -208,6 +228,24 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     checkpoint_io.save(model, config.run_dir)
     _log(f"model saved in {config.run_dir}")
     return summary
+
+
+def _check_signals_and_trackers(config: Config, run_data, main_process: bool):
+    """Before any compute: a missing tracker package, and the validation data that
+    keep_best and the early stop need."""
+    t = config.train
+    if main_process:
+        trackers.check_installed(config)
+    if config.data.eval_mask_rate and config.data.masking == "static":  # "auto" became static
+        raise ConfigError("data.eval_mask_rate: the files carry labels, so data.masking is "
+                          "static and evaluation uses them; set data.masking = \"dynamic\" "
+                          "or leave data.eval_mask_rate at 0")
+    if run_data.validation is None:
+        for key, on in (("keep_best", t.keep_best), ("early_stop_patience", t.early_stop_patience),
+                        ("target_eval_loss", t.target_eval_loss)):
+            if on:
+                raise ConfigError(f"train.{key}: needs validation data (data.validation, or "
+                                  "data.dir with a validation split)")
 
 
 def _log_interrupted(run_dir: str):
@@ -254,13 +292,14 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     def fit_segment(begin, end, steps_per_epoch):
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
         # Exactly `end - begin` batches: fused dispatches take K of them at a time
-        # (kroberta.model.fused_steps), and a last group that ends at `end` takes the rest.
+        # (kroberta.model.super_batch), and a last group that ends at `end` takes the rest.
         train_ds = run_data_lib.train_batches(run_data, process_batch, begin, shard=shard)
         model.fit(train_ds.take(end - begin), steps_per_epoch=steps_per_epoch,
                   epochs=math.ceil((end - begin) / steps_per_epoch), verbose=0,
                   callbacks=callbacks, shuffle=False)
 
     started = time.perf_counter()
+    failed = True
     try:
         with preemption:
             step = start_step
@@ -270,18 +309,20 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
                 boundary = min(stop_step, (step // t.log_every + 1) * t.log_every)
                 fit_segment(step, boundary, boundary - step)
                 step = boundary
-            if step < stop_step and not preemption.requested:
+            if step < stop_step and not preemption.requested and not logger.stopped_early:
                 fit_segment(step, stop_step, t.log_every)
+        failed = False
     except Exception as error:  # tf.data errors surface here, mid-fit
         raise _named_data_error(error, config, train_spec, val_spec, start_step, logger.step,
                                 process_batch, shard) from None
     finally:
         if profile is not None:
             profile.close()
-        logger.close()
+        logger.close(failed)
     return {"seconds": time.perf_counter() - started, "compile_seconds": logger.compile_seconds,
             "preempted": preemption.requested and not preemption.interrupted,
-            "interrupted": preemption.interrupted, "job_wide": preemption.job_wide}
+            "interrupted": preemption.interrupted, "job_wide": preemption.job_wide,
+            "stopped_early": logger.stopped_early}
 
 
 def _profile_window(config, start_step: int, main_process: bool):

@@ -67,6 +67,12 @@ def test_vocabulary_mismatch_with_the_prepared_data_is_refused(prepared, tmp_pat
     with pytest.raises(ConfigError, match=r"was prepared with a vocabulary of \d+ tokens but "
                                           r"model.vocabulary_size=999; set --model.vocabulary_size="):
         train.main(_config(prepared, tmp_path / "run", vocabulary_size=999))
+    assert not (tmp_path / "run").exists()  # a run that never started leaves no directory
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError):
+        train.main(_config(prepared, tmp_path / "kept", vocabulary_size=999))
+    assert (tmp_path / "kept" / "notes.txt").read_text() == "mine"  # not created here: kept
 
 
 def test_training_can_start_from_a_hugging_face_checkpoint(prepared, tmp_path):

@@ -73,6 +73,12 @@ def test_a_notebook_trains_predicts_and_reports(tmp_path):
 
     assert "backend jax\n" in stdout[0]
     assert "vocabulary " in stdout[1]
+    # No start-up noise from the libraries underneath (TensorFlow's absl, oneDNN and CUDA
+    # lines are native stderr, which the kernel does not capture; Python warnings are).
+    stderr = "".join(o["text"] for cell in outputs for o in cell
+                     if o["output_type"] == "stream" and o["name"] == "stderr")
+    for noise in ("TqdmWarning", "IProgress", "oneDNN", "cudart", "absl::InitializeLog"):
+        assert noise not in stderr, stderr[-2000:]
 
     # Training: one progress display updated in place, not a line per interval.
     displays = [o for o in outputs[2] if o["output_type"] == "display_data"]

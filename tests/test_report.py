@@ -80,3 +80,23 @@ def test_report_returns_the_figure_and_leaves_pyplot_alone(tmp_path):
     assert labels == [label for _, label in report.PANELS]
     assert matplotlib.get_backend() == backend  # a notebook's inline backend stays
     assert plt.get_fignums() == open_before
+
+
+def test_report_shows_grad_norm_and_marks_the_best_checkpoint(tmp_path, capsys):
+    _write_rows(tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["split"] == "train":
+            row["grad_norm"] = 0.5 + row["step"] / 100
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # Kept checkpoints at 100 (validation loss 4.5) and 200 (3.5, the best).
+    for step in (100, 200):
+        path = tmp_path / "checkpoints" / f"step_{step:08d}"
+        path.mkdir(parents=True)
+        (path / "_CHECKPOINT_METADATA").write_text("{}")
+    summary = report.report(str(tmp_path))
+    assert summary["best_checkpoint_step"] == 200 and summary["max_grad_norm"] == 2.5
+    assert len(summary["figure"].axes) == len(report.PANELS) + 1  # the grad_norm panel
+    out = capsys.readouterr().out
+    assert "best checkpoint: step 200 (validation loss 3.5)" in out
+    assert "grad_norm: final 2.5, median 1.55, max 2.5" in out

@@ -7,7 +7,7 @@ where the compiled work per step is so small that what is left is the host's:
   train  `kroberta.train.main` at train.steps_per_execution = K (its step_time in
          metrics.jsonl, the median over the log intervals after the first, which
          holds the compilation), against the same K-step program
-         (`kroberta.model.fused_steps.scan_steps` of Keras' train_step) called in a
+         (`kroberta.model.super_batch.scan_steps` of the training model's train_step) called in a
          Python loop on super-batches already on the device;
   predict `kroberta.predict` top_k (k=5) on numpy arrays, per batch, against the
          same jitted forward + top_k (`kroberta.inference.program.make_predict_step`, one batch per
@@ -65,7 +65,8 @@ def bare_scan_step_seconds(config, spec) -> float:
     import numpy as np
 
     from kroberta.data import pipeline as data_lib
-    from kroberta.model.fused_steps import scan_steps
+    from kroberta.model import trainer
+    from kroberta.model.super_batch import scan_steps
     from kroberta.model.mlm import build_compiled_model
 
     t = config.train
@@ -74,10 +75,8 @@ def bare_scan_step_seconds(config, spec) -> float:
                                 t.batch_size_per_device, t.seed, 0, device_masks=True)
     flat = list(ds.take(t.steps_per_execution).as_numpy_iterator())
     super_batch = jax.tree.map(lambda *a: np.stack(a), *flat)  # (K, B, ...)
-    model._symbolic_build(data_batch=flat[0])
-    state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True,
-                                 optimizer_variables=True, metrics_variables=True)
-    program = jax.jit(scan_steps(model, model.train_step, "train"), donate_argnums=0)
+    state = trainer.training_state(model)
+    program = jax.jit(scan_steps(model.train_step), donate_argnums=0)
     on_device = jax.device_put(super_batch)
     logs, state = program(state, on_device)  # compiles
     jax.block_until_ready(state)

@@ -27,18 +27,15 @@ the first M labelled positions of each row, exactly
 `kroberta.data.masking.static_slots_batch` (a sixth of the static pipeline's host
 CPU at 512 tokens).
 
-`install(model, data, vocabulary_size)` wraps a compiled model's `train_step`,
-`test_step` and `predict_step` (and the batch Keras builds the model from), on this
-instance only; a finished batch (without `mask_keys` or `token_labels`) passes
-through unchanged.
+The training model's steps (`kroberta.model.trainer.TrainingMaskedLM`) call
+`finish_batch` / `finish_inputs` with the `masker` of the run's data config first; a
+finished batch (without `mask_keys` or `token_labels`) passes through unchanged.
 """
-
-import types
 
 import jax
 import jax.numpy as jnp
+import keras
 import numpy as np
-from keras.src.trainers import data_adapters
 
 from kroberta.config import DataConfig
 from kroberta.mask_hash import (MIX_A, MIX_B, SALT_ACTION, SALT_RANDOM_ID, SALT_SCORE, SCORE_BITS,
@@ -189,8 +186,11 @@ def _step_input(x) -> str | None:
     return None
 
 
-def _masked_data(mask, data):
-    x, y, sample_weight = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(data)
+def finish_batch(mask, data):
+    """`data` = (x, [y, [sample_weight]]) as the step receives it, finished: when x
+    carries `mask_keys` or `token_labels`, (masked x, labels[, sample_weight]);
+    otherwise `data` itself."""
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     entry = _step_input(x)
     if entry is None:
         return data
@@ -201,45 +201,6 @@ def _masked_data(mask, data):
     return (x, y) if sample_weight is None else (x, y, sample_weight)
 
 
-def _zeros_like_masked(mask, data_batch):
-    """The masked batch's shapes and dtypes as zeros (what Keras builds the model from),
-    as `mask` would make them (traced for shapes only, nothing computed)."""
-    x, _, sample_weight = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(data_batch)
-    if _step_input(x) is None:
-        return data_batch
-    masked = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), jax.eval_shape(mask, x))
-    return masked if sample_weight is None else (*masked, sample_weight)
-
-
-def install(model, data: DataConfig, vocabulary_size: int):
-    """Makes this compiled `model`'s train, test and predict steps finish the batches
-    that carry `mask_keys` or `token_labels` (predict returns the logits at their slots).
-    Call after `kroberta.model.accumulation.install` (the masks cover the whole
-    accumulated batch, as the host's would) and before `fused_steps.install`. The
-    model's class, config and saved weights are untouched. Returns the model."""
-    mask = masker(data, vocabulary_size)
-    train_step, test_step, build = model.train_step, model.test_step, model._symbolic_build
-    predict_step = model.predict_step
-
-    def masked_train_step(state, batch):
-        return train_step(state, _masked_data(mask, batch))
-
-    def masked_test_step(state, batch):
-        return test_step(state, _masked_data(mask, batch))
-
-    def masked_predict_step(state, batch):
-        x, _, _ = data_adapters.data_adapter_utils.unpack_x_y_sample_weight(batch)
-        if _step_input(x) is not None:
-            batch = (mask(x)[0],)
-        return predict_step(state, batch)
-
-    def masked_build(self, iterator=None, data_batch=None):
-        if data_batch is not None:
-            data_batch = _zeros_like_masked(mask, data_batch)
-        return build(iterator=iterator, data_batch=data_batch)
-
-    object.__setattr__(model, "train_step", masked_train_step)
-    object.__setattr__(model, "test_step", masked_test_step)
-    object.__setattr__(model, "predict_step", masked_predict_step)
-    object.__setattr__(model, "_symbolic_build", types.MethodType(masked_build, model))
-    return model
+def finish_inputs(mask, x):
+    """The model inputs of a prediction batch `x`: masked from its step input, if any."""
+    return mask(x)[0] if _step_input(x) is not None else x

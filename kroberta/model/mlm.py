@@ -27,7 +27,7 @@ from kroberta.model.dropout import use_fast_dropout
 from kroberta.model.gelu import use_erf_gelu
 from kroberta.model.layer_norm import use_fused_layer_norm
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
-from kroberta.model.schedules import WarmupSchedule
+from kroberta.model import schedules
 
 # Names the optimizer's variables are saved under; an unnamed optimizer gets a
 # process-dependent name and restored state could silently fail to match.
@@ -92,7 +92,7 @@ def _set_initializer_range(model, initializer_range: float):
 def build_optimizer(config: Config) -> keras.optimizers.AdamW:
     t = config.train
     optimizer = keras.optimizers.AdamW(
-        learning_rate=WarmupSchedule(t.learning_rate, t.warmup_steps, t.steps, t.schedule),
+        learning_rate=schedules.from_train_config(t),
         weight_decay=t.weight_decay,
         beta_1=t.adam_beta_1,
         beta_2=t.adam_beta_2,
@@ -105,12 +105,15 @@ def build_optimizer(config: Config) -> keras.optimizers.AdamW:
 
 
 def compile_model(model, config: Config):
-    """Compiles with AdamW, the masked loss and metrics; every step is XLA-compiled, and
-    `fit`/`evaluate` run train.steps_per_execution steps per dispatch (`kroberta.model.fused_steps`;
-    each of train.gradient_accumulation_steps micro-batches, `kroberta.model.accumulation`;
-    "auto" is resolved here for all local devices unless the caller resolved it); a batch
-    that carries mask keys gets its dynamic masks in the step (`kroberta.model.device_masking`)."""
-    from kroberta.model import accumulation, device_masking, fused_steps
+    """Makes `model` (a built `RobertaMaskedLM`) the training model and compiles it.
+
+    The training model (`kroberta.model.trainer.TrainingMaskedLM`, the same object,
+    layers and weights) gets AdamW, the masked loss and metrics, XLA-compiled steps
+    that finish batches carrying mask keys or file labels on the device
+    (`kroberta.model.device_masking`), train.gradient_accumulation_steps micro-batches
+    per optimizer step and train.steps_per_execution steps per dispatch ("auto" is
+    resolved here for all local devices unless the caller resolved it). Returns it."""
+    from kroberta.model import device_masking, trainer
     from kroberta.perf import dispatch_size
 
     if config.train.steps_per_execution == AUTO:
@@ -120,6 +123,7 @@ def compile_model(model, config: Config):
         t = config.train
         config = dispatch_size.resolve(
             config, devices, t.batch_size_per_device * len(devices) * t.gradient_accumulation_steps)
+    model = trainer.as_training_model(model)
     model.compile(
         optimizer=build_optimizer(config),
         loss=MaskedLMLoss(),
@@ -127,11 +131,9 @@ def compile_model(model, config: Config):
         weighted_metrics=None,
         steps_per_execution=config.train.steps_per_execution,
         jit_compile=True,
+        masker=device_masking.masker(config.data, config.model.vocabulary_size),
+        gradient_accumulation_steps=config.train.gradient_accumulation_steps,
     )
-    accumulation.install(model, config.train.gradient_accumulation_steps)
-    # Batches with mask keys get their masks inside the step (the whole accumulated batch).
-    device_masking.install(model, config.data, config.model.vocabulary_size)
-    fused_steps.install(model)  # scans the (masking, accumulating) train step K times per dispatch
     return model
 
 

@@ -1,13 +1,16 @@
 """Learning-rate schedules: linear warmup to the peak, then "linear", "cosine",
-"constant" or "inverse_sqrt" (`train.schedule`).
+"constant", "inverse_sqrt" or "wsd" (`train.schedule`).
 
-With w = warmup_steps, T = total_steps and p = (step - w) / (T - w) the fraction
-of the decay done, for step >= w:
+With w = warmup_steps, T = total_steps, p = (step - w) / (T - w) the fraction of
+the decay done, m = min_learning_rate (the floor) and, for "wsd", D = decay_steps
+and q = (step - (T - D)) / D, for step >= w:
 
-    linear        peak * (1 - p)                    0 at T (BERT, RoBERTa)
-    cosine        peak * (1 + cos(pi * p)) / 2      0 at T
+    linear        m + (peak - m) * (1 - p)                    m at T (BERT, RoBERTa: m = 0)
+    cosine        m + (peak - m) * (1 + cos(pi * p)) / 2      m at T
     constant      peak
-    inverse_sqrt  peak * sqrt(w / step)             (fairseq; never reaches 0)
+    inverse_sqrt  max(m, peak * sqrt(w / step))               (fairseq; never reaches 0)
+    wsd           peak until T - D, then m + (peak - m) * (1 - q)   m at T
+                  (warmup-stable-decay: the run's length can grow without a new warmup)
 
 and peak * step / w before. Steps are optimizer steps (accumulated micro-batches
 count once).
@@ -27,34 +30,52 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     A pure function of the optimizer's step counter, so a resumed run continues the
     schedule exactly where the checkpoint left it.
+
+    Args:
+        peak_learning_rate: the rate reached at the end of the warmup.
+        warmup_steps: steps of the linear warmup from 0.
+        total_steps: the run's length (T above).
+        decay: one of `SCHEDULES`.
+        min_learning_rate: the floor every decaying schedule ends at (m above).
+        decay_steps: for "wsd", the steps of the final decay (D above).
     """
 
-    def __init__(self, peak_learning_rate, warmup_steps, total_steps, decay="linear"):
+    def __init__(self, peak_learning_rate, warmup_steps, total_steps, decay="linear",
+                 min_learning_rate=0.0, decay_steps=0):
         if decay not in SCHEDULES:
             raise ValueError(f"decay must be one of {SCHEDULES}, got {decay!r}")
         self.peak_learning_rate = float(peak_learning_rate)
         self.warmup_steps = int(warmup_steps)
         self.total_steps = int(total_steps)
         self.decay = decay
+        self.min_learning_rate = float(min_learning_rate)
+        self.decay_steps = int(decay_steps)
 
     def __call__(self, step):
         step = ops.cast(step, "float32")
         warmup = float(max(self.warmup_steps, 1))
-        rising = step / warmup
-        factor = ops.where(step < self.warmup_steps, rising, self._after_warmup(step))
-        return self.peak_learning_rate * factor
+        rising = self.peak_learning_rate * step / warmup
+        return ops.where(step < self.warmup_steps, rising, self._after_warmup(step))
 
     def _after_warmup(self, step):
-        """The factor (of the peak) from warmup_steps on."""
+        """The rate from warmup_steps on."""
+        peak, floor = self.peak_learning_rate, self.min_learning_rate
         if self.decay == "constant":
-            return ops.ones_like(step)
+            return peak * ops.ones_like(step)
         if self.decay == "inverse_sqrt":
-            return ops.sqrt(float(max(self.warmup_steps, 1)) / ops.maximum(step, 1.0))
-        span = float(max(self.total_steps - self.warmup_steps, 1))
-        done = ops.clip((step - self.warmup_steps) / span, 0.0, 1.0)  # p
+            return ops.maximum(
+                peak * ops.sqrt(float(max(self.warmup_steps, 1)) / ops.maximum(step, 1.0)), floor)
+        if self.decay == "wsd":
+            begin = max(self.total_steps - self.decay_steps, self.warmup_steps)
+        else:
+            begin = self.warmup_steps
+        span = float(max(self.total_steps - begin, 1))
+        done = ops.clip((step - begin) / span, 0.0, 1.0)  # p (q for wsd)
         if self.decay == "cosine":
-            return 0.5 * (1.0 + ops.cos(math.pi * done))
-        return 1.0 - done
+            factor = 0.5 * (1.0 + ops.cos(math.pi * done))
+        else:
+            factor = 1.0 - done
+        return floor + (peak - floor) * factor
 
     def get_config(self):
         return {
@@ -62,7 +83,15 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "warmup_steps": self.warmup_steps,
             "total_steps": self.total_steps,
             "decay": self.decay,
+            "min_learning_rate": self.min_learning_rate,
+            "decay_steps": self.decay_steps,
         }
+
+
+def from_train_config(t) -> WarmupSchedule:
+    """The schedule `train.*` describes (a `TrainConfig`)."""
+    return WarmupSchedule(t.learning_rate, t.warmup_steps, t.steps, t.schedule,
+                          min_learning_rate=t.min_learning_rate, decay_steps=t.wsd_decay_steps())
 
 
 @keras.saving.register_keras_serializable(package="kroberta")
@@ -74,5 +103,6 @@ class WarmupLinearDecay(WarmupSchedule):
 
     def get_config(self):
         config = super().get_config()
-        del config["decay"]
+        for key in ("decay", "min_learning_rate", "decay_steps"):
+            del config[key]
         return config

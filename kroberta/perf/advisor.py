@@ -122,6 +122,7 @@ def compiled_memory(config: Config, devices) -> dict | None:
     import jax
     import numpy as np
 
+    from kroberta.model import trainer
     from kroberta.model.mlm import build_compiled_model
 
     model = build_compiled_model(config)
@@ -136,9 +137,7 @@ def compiled_memory(config: Config, devices) -> dict | None:
     else:
         data = ({**x, "mask_positions": np.tile(np.arange(M, dtype=np.int32), (b, 1))},
                 np.full((b, M), 5, np.int32))
-    model._symbolic_build(data_batch=data)
-    state = model._get_jax_state(trainable_variables=True, non_trainable_variables=True,
-                                 optimizer_variables=True, metrics_variables=True)
+    state = trainer.training_state(model)
     device = devices[0]
     state, batch = jax.device_put((state, data), device)
     compiled = jax.jit(model.train_step, donate_argnums=0).lower(state, batch).compile()

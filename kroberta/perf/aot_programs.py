@@ -4,9 +4,9 @@ Helper of `kroberta.aot`. The model is built on the host exactly as training bui
 it (`build_compiled_model`); only the shapes and dtypes of its variables are used.
 The steps are the ones the runtime runs, not re-implementations:
 
-  train:   the K-step program `fit` dispatches (`kroberta.model.fused_steps.scan_steps` of
-           Keras' `model.train_step`, jitted with donate_argnums=0 and the state's
-           shardings as `fused_steps.train_program` does under a distribution);
+  train:   the K-step program `fit` dispatches (`kroberta.model.super_batch.scan_steps` of
+           the training model's `train_step`, jitted with donate_argnums=0 and the
+           state's shardings, as Keras' trainer does under a distribution);
            state = (trainable, non_trainable, optimizer, metrics variables) as the
            trainer's `_get_jax_state`; data = a (K, batch, ...) super-batch of (x,
            labels), or of unmasked x with mask keys when the step draws dynamic masks
@@ -111,12 +111,12 @@ def train_state(model, distribution):
 
 def train_data(distribution, global_batch: int, length: int, slots: int, steps: int = 1,
                step_input: str | None = None):
-    """A (steps, batch, ...) super-batch of (x, labels) as `kroberta.model.fused_steps` puts it
+    """A (steps, batch, ...) super-batch of (x, labels) as `fit` puts it
     on the devices: each step's (batch, ...) slice sharded by the distribution's layout.
     `step_input` (`DataConfig.step_input`): x alone, which the step finishes
     (`kroberta.model.device_masking`): "mask_keys", unmasked with mask keys (dynamic
     masking); "token_labels", with the files' labels per position (static)."""
-    from kroberta.model.fused_steps import super_batch_sharding
+    from kroberta.model.super_batch import super_batch_sharding
 
     def spec(*shape, dtype=jnp.int32):
         full = (steps, *shape)
@@ -172,17 +172,14 @@ def lower_train(model, distribution, global_batch: int, length: int, slots: int,
                 steps: int = 1, step_input: str | None = None):
     """Lowers the K-step (`steps`) training program `fit` runs, for the distribution's
     devices (a jax `Lowered`); `step_input` as in `train_data`."""
-    from kroberta.model.fused_steps import scan_steps
+    from kroberta.model.super_batch import scan_steps
 
+    # The compiled loss and metrics were built by `compile_model` (on the host;
+    # `train_state` gives their variables the distribution's layout).
     data = train_data(distribution, global_batch, length, slots, steps, step_input)
-    single = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), data)
-    with global_distribution(None):
-        # What `fit` does first: builds the compiled loss and metrics' variables (on the
-        # host; `train_state` gives them the distribution's layout) from one step's batch.
-        model._symbolic_build(data_batch=single)
     with global_distribution(distribution):
         state, shardings = train_state(model, distribution)
-        program = jax.jit(scan_steps(model, model.train_step, "train"), donate_argnums=0,
+        program = jax.jit(scan_steps(model.train_step), donate_argnums=0,
                           out_shardings=(None, shardings))
         return program.lower(state, data)
 
@@ -212,7 +209,7 @@ def compile_predict(model, devices, global_batch: int, length: int, slots: int,
 
 
 def steps_per_execution_note(steps: int) -> str:
-    """How `fit` runs train.steps_per_execution = `steps` (`kroberta.model.fused_steps`)."""
+    """How `fit` runs train.steps_per_execution = `steps` (`kroberta.model.super_batch`)."""
     if steps == 1:
         return "one step per dispatch"
     return (f"{steps} steps fused into one program (a lax.scan over a ({steps}, batch, ...) "

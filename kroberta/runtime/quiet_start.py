@@ -184,3 +184,16 @@ def skip_absent_accelerators() -> bool:
         return True
     os.environ["JAX_PLATFORMS"] = "cpu"
     return True
+
+
+# kagglehub (imported by keras-hub) imports `tqdm.auto`, which in a Jupyter kernel without
+# ipywidgets warns once at import that it cannot draw notebook bars. kroberta draws its own
+# bars; the notice is about a library the user never called.
+TQDM_NOTEBOOK_NOTICE = r"IProgress not found"
+
+
+def ignore_tqdm_notebook_notice():
+    """Drop tqdm's import-time ipywidgets notice (only that message)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=TQDM_NOTEBOOK_NOTICE)

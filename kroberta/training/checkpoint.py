@@ -100,6 +100,8 @@ class Writer:
         # otherwise count as the first checkpoint's blocked time.
         _, self._checkpointer = _checkpointer(asynchronous=asynchronous)
         self._in_flight = None  # the step being written in the background, or None
+        # A step never pruned, whatever its age (train.keep_best: the best checkpoint).
+        self.protected_step = None
 
     def save(self, model, step: int, extra: dict | None = None) -> float:
         """Starts (or, synchronous, completes) the checkpoint at `step`.
@@ -157,8 +159,9 @@ class Writer:
         import jax
 
         if jax.process_index() == 0:  # after the commit's final barrier: the new one is complete
-            for _, old in list_checkpoints(self.run_dir)[:-self.keep]:
-                shutil.rmtree(old, ignore_errors=True)
+            for step, old in list_checkpoints(self.run_dir)[:-self.keep]:
+                if step != self.protected_step:
+                    shutil.rmtree(old, ignore_errors=True)
 
     def _failed(self, step: int, error: Exception):
         clean_temporaries(self.run_dir)  # Orbax's step_*.orbax-checkpoint-tmp-* directory

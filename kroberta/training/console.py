@@ -10,7 +10,7 @@ import html
 import sys
 import time
 
-_SHOWN = ("loss", "masked_accuracy", "samples_per_second")
+_SHOWN = ("loss", "masked_accuracy", "grad_norm", "samples_per_second")  # those present
 
 
 def in_jupyter() -> bool:

@@ -4,7 +4,7 @@
 data iterator), so at every epoch end the interval's metrics are complete and the
 device state has just been synced to the host: logging, evaluation and
 checkpoints cost no extra host-device synchronisation. Steps run K at a time
-(`train.steps_per_execution`, one compiled dispatch each, `kroberta.model.fused_steps`):
+(`train.steps_per_execution`, one compiled dispatch each, `kroberta.model.super_batch`):
 the callback sees one batch per dispatch, numbered in single steps, and every
 interval is a multiple of K, so its rows, evaluations and checkpoints fall between
 dispatches; `step_time` is the interval's time per optimizer step, without the time
@@ -23,17 +23,21 @@ import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from kroberta.errors import DivergedError
-from kroberta.training import checkpoint, console
+from kroberta.training import checkpoint, console, signals, trackers
 from kroberta.training.compile_clock import CompileClock
 
 REDRAW_SECONDS = 1.0  # a live bar's position between log intervals
 
 
 class RunLogger(keras.callbacks.Callback):
-    """metrics.jsonl, TensorBoard, a console line per interval, evals and checkpoints."""
+    """metrics.jsonl, the trackers, a console line per interval, evals and checkpoints.
+
+    Every row also goes to the trackers of `train.trackers` (process 0). After each
+    evaluation `signals.EvalWatch` decides the best checkpoint (kept beside the newest
+    ones with `train.keep_best`) and whether the run ends early (`stopped_early`).
+    """
 
     def __init__(self, config, run_dir, start_step, global_batch, sequence_length, evaluate_fn,
                  stop_step=None, write_files=True, preemption=None, save_checkpoints=None):
@@ -62,9 +66,16 @@ class RunLogger(keras.callbacks.Callback):
         # A live bar in a terminal or a notebook; plain lines in a log file (None).
         self._progbar = console.live_progress(config.train.steps, start_step) \
             if write_files else None
+        # The evaluations so far (rows after the resumed checkpoint are being dropped).
+        self.watch = signals.EvalWatch(config.train, signals.validation_losses(
+            signals.read_rows(run_dir, start_step)))
+        self.stopped_early = None  # why the run ended before stop_step, or None
+        if self.checkpoints is not None and config.train.keep_best:
+            self.checkpoints.protected_step = self.watch.best_step
+        self._trackers = []
         if write_files:
             self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a")
-            self._tb = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
+            self._trackers = trackers.open_trackers(config, run_dir)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start_step = self.step
@@ -117,12 +128,18 @@ class RunLogger(keras.callbacks.Callback):
             "loss": math.log(float(logs["perplexity"])),
             "masked_accuracy": float(logs["masked_accuracy"]),
             "perplexity": float(logs["perplexity"]),
+            # The mean over the interval's optimizer steps of the gradient's global
+            # L2 norm before clipping (kroberta.model.trainer).
+            **({"grad_norm": float(logs["grad_norm"])} if "grad_norm" in logs else {}),
             "learning_rate": learning_rate,
             "samples_per_second": samples_per_second,
             "tokens_per_second": samples_per_second * self.sequence_length
             if samples_per_second else None,
             **self._speed(samples_per_second),
         }
+        # Whatever else the step logs (e.g. grad_norm) flows through as it is.
+        row.update({key: float(value) for key, value in (logs or {}).items()
+                    if key not in row and key != "loss" and _is_number(value)})
         if compiled > 0:
             row["compile_seconds"] = compiled  # kept out of samples_per_second
         self._emit(row)
@@ -130,16 +147,38 @@ class RunLogger(keras.callbacks.Callback):
         t = self.config.train
         preempted = bool(self.preemption and self.preemption.requested)
         finished = self.step >= self.stop_step or preempted
+        evaluate = not preempted and self.evaluate_fn and (
+            (t.eval_every and self.step % t.eval_every == 0) or self.step >= t.steps)
         # The checkpoint before the evaluation: a run that dies in the evaluation (or
-        # right after its last step) still leaves its checkpoint.
-        if (t.checkpoint_every and self.step % t.checkpoint_every == 0) or finished:
-            if self.checkpoints is not None:
-                blocked = self.checkpoints.save(self.model, self.step)
-                self._emit({"step": self.step, "split": "checkpoint",
-                            "checkpoint_blocked_seconds": blocked})
-        if not preempted and self.evaluate_fn and ((t.eval_every and self.step % t.eval_every == 0)
-                                                   or self.step >= t.steps):
-            self._emit({"step": self.step, "split": "validation", **self.evaluate_fn()})
+        # right after its last step) still leaves its checkpoint. With keep_best every
+        # evaluated step has one: it may be the best.
+        saved = ((t.checkpoint_every and self.step % t.checkpoint_every == 0) or finished
+                 or (evaluate and t.keep_best))
+        if saved:
+            self._save_checkpoint()
+        if evaluate:
+            metrics = self.evaluate_fn()
+            self._emit({"step": self.step, "split": "validation", **metrics})
+            self._judge(metrics["loss"], saved)
+
+    def _save_checkpoint(self):
+        if self.checkpoints is not None:
+            blocked = self.checkpoints.save(self.model, self.step)
+            self._emit({"step": self.step, "split": "checkpoint",
+                        "checkpoint_blocked_seconds": blocked})
+
+    def _judge(self, loss: float, saved: bool):
+        """The best checkpoint and the early stop, after the evaluation at this step."""
+        reason = self.watch.record(self.step, loss)
+        if self.checkpoints is not None and self.config.train.keep_best:
+            self.checkpoints.protected_step = self.watch.best_step
+        if reason is None or self.step >= self.stop_step:
+            return
+        self.stopped_early = reason
+        self.model.stop_training = True
+        if not saved:  # a re-run must find the run ended here, not resume before it
+            self._save_checkpoint()
+        self._emit({"step": self.step, "split": signals.EARLY_STOP, "reason": reason})
 
     def _speed(self, samples_per_second):
         """step_time (s) and mfu (model FLOP/s over the devices' peak; kroberta.perf.throughput)."""
@@ -173,17 +212,15 @@ class RunLogger(keras.callbacks.Callback):
         if self.write_files:
             self._jsonl.write(json.dumps(row) + "\n")
             self._jsonl.flush()
-            with self._tb.as_default(step=row["step"]):
-                for key, value in row.items():
-                    if isinstance(value, float):
-                        tf.summary.scalar(f"{row['split']}/{key}", value)
+            if any(True for _ in trackers.numeric_items(row)):
+                for tracker in self._trackers:
+                    tracker.log(row)
         if not self.write_files:
             return
         if self._progbar and row["split"] == "train":
             self._progbar.update(row["step"], row)
             return
-        parts = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                 for k, v in row.items() if k not in ("step", "split")]
+        parts = [_shown(k, v) for k, v in row.items() if k not in ("step", "split")]
         self._say(f"step {row['step']}/{self.config.train.steps} [{row['split']}] "
                   + "  ".join(parts))
 
@@ -196,8 +233,9 @@ class RunLogger(keras.callbacks.Callback):
         else:
             print(line, flush=True)
 
-    def close(self):
-        """Waits for the checkpoint in flight to commit, then closes the bar and the log files."""
+    def close(self, failed: bool = False):
+        """Waits for the checkpoint in flight to commit, then closes the bar, the log
+        files and the trackers (their runs marked failed when `failed`)."""
         self._compile_clock.__exit__(None, None, None)
         try:
             if self.checkpoints is not None:
@@ -207,4 +245,23 @@ class RunLogger(keras.callbacks.Callback):
                 self._progbar.close()
             if self.write_files:
                 self._jsonl.close()
-                self._tb.close()
+                for tracker in self._trackers:
+                    tracker.close(failed)
+
+
+def _is_number(value) -> bool:
+    """A scalar metric value (Python or NumPy/JAX 0-d), not a bool."""
+    if isinstance(value, bool):
+        return False
+    try:
+        return np.ndim(value) == 0 and np.issubdtype(np.asarray(value).dtype, np.number)
+    except (TypeError, ValueError):
+        return False
+
+
+def _shown(key: str, value) -> str:
+    """A metric as a log line shows it: MFU in percent, as `kroberta.report` prints it
+    (metrics.jsonl keeps the fraction)."""
+    if key == "mfu":
+        return f"mfu {100 * value:.1f}%"
+    return f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"

@@ -73,12 +73,19 @@ def train_batches(run: RunData, process_batch: int, start_step: int = 0, shard=N
 
 
 def validation_batches(run: RunData, global_batch: int, shard=None, device_masks: bool = True):
-    """The validation pipeline of `run` (`device_masks` as in `train_batches`)."""
-    t = run.config.train
-    return data_lib.eval_dataset(run.validation, run.config.data,
-                                 run.config.model.vocabulary_size, global_batch, t.seed,
-                                 t.eval_steps, shard=shard, word_starts=run.word_starts,
-                                 device_masks=device_masks)
+    """The validation pipeline of `run` (`device_masks` as in `train_batches`).
+
+    Masked at `data.eval_mask_rate`: when it differs from the training rate, the
+    pipeline draws the masks (the training step draws them at the training rate), each
+    example's from the run seed and its place in the files, as the step would.
+    """
+    t, data = run.config.train, run.config.data
+    if data.evaluation_mask_rate() != data.mask_rate:
+        data = dataclasses.replace(data, mask_rate=data.evaluation_mask_rate())
+        device_masks = False
+    return data_lib.eval_dataset(run.validation, data, run.config.model.vocabulary_size,
+                                 global_batch, t.seed, t.eval_steps, shard=shard,
+                                 word_starts=run.word_starts, device_masks=device_masks)
 
 
 def dataset(config: Config, split: str = "train", start_step: int = 0, log=print,

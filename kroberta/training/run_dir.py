@@ -1,12 +1,37 @@
 """Checks on the run directory before any compute: writable, enough disk, clean history,
 and what a resumed run may change."""
 
+import contextlib
 import json
 import os
 import shutil
 
 from kroberta.config import ConfigError
 from kroberta.atomic import atomic_write
+
+
+@contextlib.contextmanager
+def removed_unless_checkpointed(run_dir: str):
+    """Removes `run_dir` when the block fails and the directory did not exist before it and
+    holds no checkpoint: a run that never started leaves nothing half-made behind.
+    Local directories of a single-process run only (in a job another process may be
+    writing there)."""
+    created = "://" not in run_dir and not os.path.exists(run_dir)
+    try:
+        yield
+    except BaseException:
+        if created and os.path.isdir(run_dir) and _single_process():
+            from kroberta.training import checkpoint
+
+            if not checkpoint.list_checkpoints(run_dir):
+                shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _single_process() -> bool:
+    import jax
+
+    return jax.process_count() == 1
 
 
 def check_writable(run_dir: str):
@@ -62,7 +87,8 @@ TRAINING_KEYS = {
              "pad_token_id", "mask_token_id", "special_token_ids", "whole_word_masking"),
     "train": ("batch_size_per_device", "gradient_accumulation_steps", "steps",
               "learning_rate", "warmup_steps", "schedule", "weight_decay", "clip_norm",
-              "adam_beta_1", "adam_beta_2", "adam_epsilon", "mixed_precision", "seed"),
+              "adam_beta_1", "adam_beta_2", "adam_epsilon", "mixed_precision", "seed",
+              "min_learning_rate", "decay_steps", "decay_fraction"),
 }
 CHANGES_FILE = "config_changes.jsonl"
 

@@ -11,6 +11,7 @@ import sys
 import keras_hub
 
 from kroberta.training import checkpoint
+from kroberta.training.checkpoint import list_checkpoints  # `load`'s argument is named checkpoint
 from kroberta import config as config_lib
 from kroberta.atomic import atomic_path
 
@@ -52,7 +53,7 @@ def save(model, run_dir: str):
     return final
 
 
-def load(path: str, mixed_precision: bool | None = None):
+def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int | None = None):
     """Loads the model a training run saved.
 
     Args:
@@ -61,6 +62,9 @@ def load(path: str, mixed_precision: bool | None = None):
             latest checkpoint instead, and says so on stderr.
         mixed_precision: override the run's setting (e.g. False for float32
             inference of a model trained in bf16); None keeps the run's.
+        checkpoint: None for the final model; "best" for the kept checkpoint with the
+            lowest validation loss (`train.keep_best` keeps it); "last" for the newest
+            checkpoint; a step number for the checkpoint of that step.
 
     Returns:
         The Keras model (a keras-hub `RobertaMaskedLM` whose `predict` also takes
@@ -74,8 +78,12 @@ def load(path: str, mixed_precision: bool | None = None):
 
     config_path = os.path.join(path, CONFIG_FILE)
     weights_path = os.path.join(path, WEIGHTS_FILE)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: not a kroberta run directory (no such directory)")
+    if checkpoint is not None:
+        return _load_checkpoint(path, mixed_precision, checkpoint)
     # An unfinished run (interrupted, preempted, --until-step) loads its last checkpoint.
-    saved = checkpoint.list_checkpoints(path) if not os.path.isfile(weights_path) else []
+    saved = list_checkpoints(path) if not os.path.isfile(weights_path) else []
     for needed in (config_path, weights_path):
         if not os.path.isfile(needed) and not (needed == weights_path and saved):
             raise FileNotFoundError(f"{path}: not a finished kroberta run ({os.path.basename(needed)} is missing)")
@@ -91,6 +99,45 @@ def load(path: str, mixed_precision: bool | None = None):
     else:
         model.load_weights(weights_path)
     model.kroberta_config = config
+    model.tokenizer = load_tokenizer(path)
+    return model
+
+
+def _load_checkpoint(path: str, mixed_precision: bool | None, which: str | int):
+    """`load(path, checkpoint=which)`: the model of one training checkpoint."""
+    from kroberta.model.mlm import build_model
+    from kroberta.training import signals
+
+    config_path = os.path.join(path, CONFIG_FILE)
+    if not os.path.isfile(config_path):
+        raise FileNotFoundError(f"{path}: not a kroberta run ({CONFIG_FILE} is missing)")
+    saved = list_checkpoints(path)
+    if which == "best":
+        best = signals.best_checkpoint(path)
+        if best is None:
+            raise FileNotFoundError(f"{path}: no kept checkpoint was evaluated; train with "
+                                    "validation data and train.keep_best = true")
+        step, checkpoint_path = best[:2]
+    elif which == "last":
+        if not saved:
+            raise FileNotFoundError(f"{path}: holds no checkpoint")
+        step, checkpoint_path = saved[-1]
+    elif isinstance(which, int) and not isinstance(which, bool):
+        found = dict(saved)
+        if which not in found:
+            raise FileNotFoundError(f"{path}: no checkpoint at step {which} (kept: "
+                                    f"{', '.join(str(s) for s, _ in saved) or 'none'})")
+        step, checkpoint_path = which, found[which]
+    else:
+        raise ValueError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
+                         f"got {which!r}")
+    config = config_lib.load_toml(config_path)
+    if mixed_precision is None:
+        mixed_precision = config.train.mixed_precision
+    model = build_model(config.model, mixed_precision)
+    model.set_weights(_checkpoint_weights(config, checkpoint_path))
+    model.kroberta_config = config
+    model.kroberta_step = step
     model.tokenizer = load_tokenizer(path)
     return model
 

@@ -38,6 +38,7 @@ def _direct_logits(model, arrays, positions):
     return np.asarray(model.predict_on_batch(x))
 
 
+@pytest.mark.stack
 def test_top_k_equals_argsort_of_the_logits(model):
     arrays = _arrays(10)
     out = kroberta.predict(model, arrays, output="top_k", k=4, positions="all")
@@ -93,6 +94,7 @@ def test_arrays_datasets_and_files_give_the_same_result(model, tmp_path):
             np.testing.assert_allclose(other[key], results[0][key], atol=1e-6)
 
 
+@pytest.mark.stack
 def test_loss_equals_the_training_loss_on_the_same_batch(model):
     arrays = _arrays(32, seed=6)
     out = kroberta.predict(model, arrays, output="loss", slots=L)
@@ -181,7 +183,12 @@ def test_cli_streams_to_npz(model, tmp_path):
         np.testing.assert_allclose(saved[key], expected[key], atol=1e-6)
     missing = subprocess.run([sys.executable, "-m", "kroberta.predict", "--run", str(tmp_path / "nope"),
                               "--data", data, "--out", out], capture_output=True, text=True, cwd=REPO)
-    assert missing.returncode == 2 and "not a finished kroberta run" in missing.stderr
+    assert missing.returncode == 2
+    assert missing.stderr == f"error: {tmp_path / 'nope'}: not a kroberta run directory (no such directory)\n"
+    # export words the same mistake the same way
+    exported = subprocess.run([sys.executable, "-m", "kroberta.export", "--run", str(tmp_path / "nope"),
+                               "--out", str(tmp_path / "hf")], capture_output=True, text=True, cwd=REPO)
+    assert exported.returncode == 2 and exported.stderr == missing.stderr
 
 
 def test_unmasked_inputs_say_that_nothing_was_predicted_and_what_to_use(model, tmp_path):

@@ -145,6 +145,7 @@ def test_export_writes_hf_names_shapes_and_config(tiny_export):
     assert config["hidden_dropout_prob"] == config["attention_probs_dropout_prob"] == 0.0
 
 
+@pytest.mark.stack
 def test_export_then_from_hf_gives_identical_weights(tiny_export):
     model, out = tiny_export
     loaded = hf.from_hf(out)

@@ -64,6 +64,7 @@ def test_preset_files_are_keras_hubs(exported):
     assert "kroberta" not in open(os.path.join(out, "task.json")).read()  # a stock model, no kroberta layers
 
 
+@pytest.mark.stack
 def test_keras_hub_from_preset_gives_equal_logits_and_token_ids(exported, tokenizer):
     model, out = exported
     batch = _batch(model)

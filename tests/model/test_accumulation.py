@@ -46,6 +46,7 @@ def _assert_same_weights(a, b):
         np.testing.assert_allclose(wb[name], wa[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.stack
 def test_two_micro_batches_of_4_equal_one_batch_of_8(runs):
     root, summaries, _ = runs
     for name in ("a2x4", "a2x4-k5"):

@@ -22,6 +22,7 @@ def _batch(rng, rows, length, vocabulary_size, pad_id=1):
     return np.where(real == 1, ids, pad_id), real
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("rows, length, slots, vocabulary_size, rate, specials", [
     (64, 512, 16, 10_000, 0.15, (0, 1, 2, 3, 4)),  # the seed's slots at 512 tokens
     (64, 512, 96, 50_000, 0.15, (0, 1, 2, 3, 4)),  # the host chooses by buckets here
@@ -168,7 +169,8 @@ def test_whole_word_batches_keep_their_host_masks_and_each_mode_names_its_step_i
 
 # Keras' own step masked in the step is also in the AOT test and every dynamic-masking run.
 @pytest.mark.parametrize("masking, accumulation", [
-    pytest.param("dynamic", 1, marks=pytest.mark.slow), ("dynamic", 2), ("static", 2)])
+    pytest.param("dynamic", 1, marks=pytest.mark.slow),
+    pytest.param("dynamic", 2, marks=pytest.mark.stack), ("static", 2)])
 def test_training_on_keyed_batches_is_training_on_host_masked_batches(tiny_data, tmp_path,
                                                                       masking, accumulation):
     from kroberta.model.mlm import build_compiled_model
@@ -206,9 +208,9 @@ def test_a_keyed_batch_with_labels_is_refused():
     x = {"token_ids": np.zeros((2, 8), np.int32), "padding_mask": np.ones((2, 8), np.int32),
          "mask_keys": np.zeros((2,), np.uint32)}
     with pytest.raises(ValueError, match="with 'mask_keys' gets its labels from it"):
-        device_masking._masked_data(mask, (x, np.zeros((2, 4), np.int32)))
+        device_masking.finish_batch(mask, (x, np.zeros((2, 4), np.int32)))
     both = {**x, "token_labels": np.full((2, 8), -100, np.int32)}
     with pytest.raises(ValueError, match="both 'mask_keys' and 'token_labels'"):
-        device_masking._masked_data(mask, (both,))
+        device_masking.finish_batch(mask, (both,))
     plain = ({"token_ids": x["token_ids"]}, np.zeros((2, 4), np.int32))
-    assert device_masking._masked_data(mask, plain) is plain
+    assert device_masking.finish_batch(mask, plain) is plain

@@ -10,7 +10,7 @@ import pytest
 from kroberta.data import pipeline as data_lib
 from kroberta import train
 from kroberta.perf import dispatch_size
-from kroberta.model import fused_steps
+from kroberta.model import fused_steps, trainer
 from kroberta.config import AUTO, ConfigError, validate
 from tests.conftest import tiny_config
 from tests.training.test_train import _rows, _weights  # the run-dir readers the training tests use
@@ -40,6 +40,7 @@ def runs(tiny_data, tmp_path_factory):
     return root, summaries
 
 
+@pytest.mark.stack
 def test_k1_and_k8_end_with_the_same_weights(runs):
     root, summaries = runs
     assert summaries["k1"]["final_step"] == summaries["k8"]["final_step"] == 20
@@ -73,6 +74,7 @@ def test_logged_interval_is_the_token_weighted_mean_of_its_steps(runs, tiny_data
             assert row["step_time"] == pytest.approx(16 / row["samples_per_second"])
 
 
+@pytest.mark.stack
 def test_resume_inside_a_group_ends_like_the_uninterrupted_runs(runs):
     root, summaries = runs
     assert summaries["k4-first"]["final_step"] == 10
@@ -85,7 +87,12 @@ def test_resume_inside_a_group_ends_like_the_uninterrupted_runs(runs):
 
 
 def test_fused_programs_compile_once_per_group_length(tiny_data, tmp_path):
+    """Stack-specific in its trace counts: Keras 3.15 (kroberta's override) scans a short
+    last group at its own length, one more trace; Keras >= 3.16 runs it step by step
+    through the one-step program its scan already traced, so no new trace."""
     from kroberta.model.mlm import build_compiled_model
+
+    short_group_traces = 1 if fused_steps.KERAS_FUSES_STEPS else 2
 
     config = tiny_config(tiny_data, tmp_path, steps_per_execution=4, log_every=8, **RUN)
     spec = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "t"), "t")
@@ -96,19 +103,19 @@ def test_fused_programs_compile_once_per_group_length(tiny_data, tmp_path):
                                       begin)
 
     model.fit(stream(0).take(16), steps_per_epoch=8, epochs=2, verbose=0)
-    assert fused_steps.trace_count(model, "train") == 1
+    assert trainer.trace_count(model, "train") == 1
     assert int(model.optimizer.iterations.numpy()) == 16
     model.fit(stream(16).take(8), steps_per_epoch=8, epochs=1, verbose=0)
-    assert fused_steps.trace_count(model, "train") == 1  # the same program again
+    assert trainer.trace_count(model, "train") == 1  # the same program again
     model.fit(stream(24).take(6), steps_per_epoch=6, epochs=1, verbose=0)  # groups of 4, 2
-    assert fused_steps.trace_count(model, "train") == 2  # the short group: its own length
+    assert trainer.trace_count(model, "train") == short_group_traces  # the short group
     assert int(model.optimizer.iterations.numpy()) == 30
     val = data_lib.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
     eval_ds = data_lib.eval_dataset(val, config.data, config.model.vocabulary_size, 16, 0, 0)
     first = model.evaluate(eval_ds, verbose=0, return_dict=True)
     second = model.evaluate(eval_ds, verbose=0, return_dict=True)
     # 70 records in batches of 16: 5 batches = a group of 4 and a group of 1.
-    assert fused_steps.trace_count(model, "test") == 2
+    assert trainer.trace_count(model, "test") == short_group_traces
     assert first == second
     with pytest.raises(ValueError, match="steps_per_epoch=6 is not a multiple of "
                                          "steps_per_execution=4"):
@@ -158,7 +165,7 @@ def test_fit_on_numpy_arrays_stacks_groups_on_the_host(tiny_data, tmp_path):
                                        0).as_numpy_iterator())
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)  # 4 batches, 2 groups
     assert int(model.optimizer.iterations.numpy()) == 4
-    assert fused_steps.trace_count(model, "train") == 1
+    assert trainer.trace_count(model, "train") == 1
 
 
 def test_super_batches_keep_the_k_axis_whole_and_split_the_batch():

@@ -1,6 +1,7 @@
 """Learning-rate schedules (kroberta.model.schedules): exact values at chosen steps, the
 config key that picks one, and the rate logged every interval."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -19,15 +20,58 @@ AFTER = {
                110: 0.0, 300: 0.0},
     "constant": {35: 2.0, 110: 2.0, 300: 2.0},
     "inverse_sqrt": {40: 1.0, 90: 2 / 3, 250: 0.4, 1000: 0.2},
+    # decay_steps 40: stable at the peak until step 70, then linear to 0 at 110.
+    "wsd": {35: 2.0, 70: 2.0, 80: 1.5, 100: 0.5, 110: 0.0, 300: 0.0},
 }
+# The same schedules with a floor of 0.4: linear, cosine and wsd end there, inverse_sqrt
+# is cut there, constant never decays.
+FLOORED = {
+    "linear": {35: 0.4 + 1.6 * 0.75, 60: 1.2, 110: 0.4, 300: 0.4},
+    "cosine": {60: 1.2, 85: 0.4 + 0.8 * (1 - math.cos(math.pi / 4)), 110: 0.4, 300: 0.4},
+    "constant": {35: 2.0, 300: 2.0},
+    "inverse_sqrt": {40: 1.0, 250: 0.4, 1000: 0.4, 10_000: 0.4},
+    "wsd": {70: 2.0, 90: 1.2, 110: 0.4, 300: 0.4},
+}
+
+
+def _values(schedule, steps):
+    return {step: float(np.asarray(schedule(step))) for step in steps}
 
 
 @pytest.mark.parametrize("decay", schedules.SCHEDULES)
 def test_schedule_values_at_chosen_steps(decay):
-    schedule = schedules.WarmupSchedule(2.0, 10, 110, decay)
+    schedule = schedules.WarmupSchedule(2.0, 10, 110, decay, decay_steps=40)
     expected = {**WARMUP, **AFTER[decay]}
     got = {step: float(np.asarray(schedule(step))) for step in expected}
     assert got == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("decay", schedules.SCHEDULES)
+def test_min_learning_rate_is_every_decaying_schedules_floor(decay):
+    schedule = schedules.WarmupSchedule(2.0, 10, 110, decay, min_learning_rate=0.4, decay_steps=40)
+    expected = {**WARMUP, **FLOORED[decay]}  # the warmup still rises from 0
+    assert _values(schedule, expected) == pytest.approx(expected, abs=1e-6)
+
+
+def test_wsd_decay_spans_decay_steps_or_a_fraction_of_the_run(tiny_data, tmp_path):
+    by_fraction = tiny_config(tiny_data, tmp_path, schedule="wsd", steps=200, warmup_steps=10,
+                              learning_rate=1.0, decay_fraction=0.25)
+    rate = build_optimizer(validate(by_fraction))._learning_rate
+    assert _values(rate, [150, 175, 200]) == pytest.approx({150: 1.0, 175: 0.5, 200: 0.0})
+    by_steps = dataclasses.replace(by_fraction, train=dataclasses.replace(
+        by_fraction.train, decay_steps=20, min_learning_rate=0.2))
+    rate = build_optimizer(validate(by_steps))._learning_rate
+    assert _values(rate, [180, 190, 200]) == pytest.approx({180: 1.0, 190: 0.6, 200: 0.2})
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("min_learning_rate", 5.0, r"train.min_learning_rate: must be in \[0, train.learning_rate"),
+    ("decay_steps", 500, r"train.decay_steps: must be in \[0, train.steps - train.warmup_steps"),
+    ("decay_fraction", 0.0, r"train.decay_fraction: must be in \(0, 1\]"),
+])
+def test_impossible_floor_or_decay_is_a_config_error(tiny_data, tmp_path, key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(tiny_config(tiny_data, tmp_path, **{key: value}))
 
 
 def test_without_warmup_every_schedule_starts_at_the_peak():
@@ -36,7 +80,7 @@ def test_without_warmup_every_schedule_starts_at_the_peak():
 
 
 def test_schedule_config_round_trips_and_the_old_name_still_loads():
-    schedule = schedules.WarmupSchedule(1e-3, 5, 50, "cosine")
+    schedule = schedules.WarmupSchedule(1e-3, 5, 50, "wsd", min_learning_rate=1e-4, decay_steps=20)
     again = schedules.WarmupSchedule.from_config(schedule.get_config())
     old = schedules.WarmupLinearDecay.from_config(
         {"peak_learning_rate": 1e-3, "warmup_steps": 5, "total_steps": 50})

@@ -216,6 +216,7 @@ def test_two_processes_train_like_one_and_hand_checkpoints_over(tiny_data, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.stack  # the stack job runs it (it selects by marker, slow or not)
 def test_two_processes_fusing_two_steps_per_dispatch_train_like_one(tiny_data, tmp_path,
                                                                      single_run):
     # K = 2 steps in one program per dispatch on each process (the reference runs K = 1):

@@ -124,3 +124,18 @@ def test_a_sync_writer_has_committed_when_save_returns(model, tmp_path):
         assert checkpoint.list_checkpoints(run_dir)[-1][0] == step
     writer.close()
     assert [s for s, _ in checkpoint.list_checkpoints(run_dir)] == [2, 3]
+
+
+def test_the_protected_step_outlives_newer_checkpoints(model, tmp_path):
+    # train.keep_best: the best checkpoint is protected beside the newest `keep`.
+    run_dir = str(tmp_path / "run")
+    writer = checkpoint.Writer(run_dir, keep=1, asynchronous=False)
+    writer.save(model, 1)
+    writer.protected_step = 1
+    for step in (2, 3):
+        writer.save(model, step)
+    assert [s for s, _ in checkpoint.list_checkpoints(run_dir)] == [1, 3]
+    writer.protected_step = 3
+    writer.save(model, 4)
+    writer.close()
+    assert [s for s, _ in checkpoint.list_checkpoints(run_dir)] == [3, 4]

@@ -127,7 +127,8 @@ def test_resumed_run_equals_uninterrupted_run(tiny_data, tmp_path):
 
 
 # One device takes ~2 minutes on 2 cores: the 4-device case stays in the default suite.
-@pytest.mark.parametrize("devices", [4, pytest.param(1, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("devices", [pytest.param(4, marks=pytest.mark.stack),
+                                     pytest.param(1, marks=pytest.mark.slow)])
 def test_runs_with_dropout_resume_bitwise_on_four_devices_and_on_one(tiny_data, tmp_path, devices):
     """Dropout on (hashed masks on CPU, kroberta.model.dropout): resumes bitwise however split."""
     def config(run_dir):

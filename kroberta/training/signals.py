@@ -1,0 +1,98 @@
+"""What a run decides from its validation losses: the best checkpoint (`train.keep_best`)
+and when to end early (`train.early_stop_patience`, `train.target_eval_loss`).
+
+Every decision is a function of the validation rows in metrics.jsonl, so a resumed
+run (whose rows after its checkpoint were dropped) decides exactly as an
+uninterrupted one, and every process of a job (which all see the same evaluation)
+decides alike.
+"""
+
+import json
+import os
+
+from kroberta.training import checkpoint
+
+METRICS_FILE = "metrics.jsonl"
+EARLY_STOP = "early_stop"  # the split of the row that records an early stop
+
+
+def read_rows(run_dir: str, last_step: int | None = None) -> list[dict]:
+    """metrics.jsonl's rows (up to `last_step`), skipping a line cut short by a kill."""
+    path = os.path.join(run_dir, METRICS_FILE)
+    if not os.path.isfile(path):
+        return []
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if last_step is None or row.get("step", 0) <= last_step:
+                rows.append(row)
+    return rows
+
+
+def validation_losses(rows: list[dict]) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in rows
+            if r.get("split") == "validation" and isinstance(r.get("loss"), (int, float))]
+
+
+class EvalWatch:
+    """Follows the validation losses: the best so far, and whether the run should end.
+
+    Args:
+        train: the run's `TrainConfig` (keep_best, early_stop_patience, target_eval_loss).
+        history: the (step, loss) evaluations before this invocation, oldest first.
+    """
+
+    def __init__(self, train, history=()):
+        self.train = train
+        self.best = None  # (step, loss) of the lowest validation loss so far
+        self.since_best = 0  # evaluations since the best one
+        for step, loss in history:
+            self.record(step, loss)
+
+    def record(self, step: int, loss: float) -> str | None:
+        """Takes the evaluation at `step`; returns why the run ends here, or None."""
+        if self.best is None or loss < self.best[1]:
+            self.best, self.since_best = (step, loss), 0
+        else:
+            self.since_best += 1
+        t = self.train
+        if t.target_eval_loss and loss <= t.target_eval_loss:
+            return (f"validation loss {loss:.4g} reached train.target_eval_loss="
+                    f"{t.target_eval_loss:g}")
+        if t.early_stop_patience and self.since_best >= t.early_stop_patience:
+            return (f"validation loss has not improved on {self.best[1]:.4g} (step "
+                    f"{self.best[0]}) for {self.since_best} evaluation(s) "
+                    f"(train.early_stop_patience={t.early_stop_patience})")
+        return None
+
+    @property
+    def best_step(self) -> int | None:
+        return self.best[0] if self.best else None
+
+
+def ended_early(run_dir: str, step: int, train) -> str | None:
+    """Why the run in `run_dir`, resumed at `step`, ends there under the settings of
+    `train` (its evaluations replayed), or None when it trains on."""
+    history = validation_losses(read_rows(run_dir, step))
+    if not history or history[-1][0] != step or step >= train.steps:
+        return None
+    watch, reason = EvalWatch(train), None
+    for evaluated, loss in history:
+        reason = watch.record(evaluated, loss)
+    return reason
+
+
+def best_checkpoint(run_dir: str) -> tuple[int, str, float] | None:
+    """(step, path, validation loss) of the kept checkpoint with the lowest validation
+    loss, or None when no kept checkpoint was evaluated."""
+    kept = dict(checkpoint.list_checkpoints(run_dir))
+    evaluated = [(loss, step) for step, loss in validation_losses(read_rows(run_dir))
+                 if step in kept]
+    if not evaluated:
+        return None
+    loss, step = min(evaluated)
+    return step, kept[step], loss

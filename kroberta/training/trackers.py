@@ -1,0 +1,176 @@
+"""Where a run's metrics go besides metrics.jsonl (`train.trackers`).
+
+"tensorboard" (run_dir/tensorboard), "wandb" (Weights & Biases) and "mlflow". Only
+process 0 opens trackers. Each receives every metrics.jsonl row (train, validation
+and checkpoint rows) with its step; W&B and MLflow also receive the resolved config
+as the run's parameters. A resumed run continues the same tracker run: the W&B and
+MLflow run ids are kept in run_dir/trackers.json.
+
+W&B reads its usual environment (WANDB_PROJECT, WANDB_ENTITY, WANDB_MODE=offline,
+WANDB_DIR: the files default to run_dir/wandb); MLflow reads MLFLOW_TRACKING_URI
+(default: its own, ./mlruns) and MLFLOW_EXPERIMENT_NAME (default "kroberta").
+"""
+
+import json
+import os
+import time
+import uuid
+
+from kroberta import config as config_lib
+from kroberta.atomic import atomic_write
+from kroberta.config import ConfigError
+
+IDS_FILE = "trackers.json"
+EXPERIMENT = "kroberta"  # W&B project and MLflow experiment when the environment names none
+
+
+def numeric_items(row: dict):
+    """(key, float) for the row's numbers (not its step, split, or flags)."""
+    for key, value in row.items():
+        if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield key, float(value)
+
+
+def read_ids(run_dir: str) -> dict:
+    """{tracker: run id} of the trackers this run directory's run has used."""
+    path = os.path.join(run_dir, IDS_FILE)
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def forget_runs(run_dir: str):
+    """Makes the next run in `run_dir` start new tracker runs (`--force`: another model)."""
+    path = os.path.join(run_dir, IDS_FILE)
+    if os.path.isfile(path):
+        os.remove(path)
+
+
+def _keep_id(run_dir: str, tracker: str, run_id: str):
+    ids = read_ids(run_dir)
+    if ids.get(tracker) != run_id:
+        ids[tracker] = run_id
+        with atomic_write(os.path.join(run_dir, IDS_FILE)) as f:
+            json.dump(ids, f, indent=1)
+
+
+def _import(module: str, tracker: str):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(f'train.trackers: "{tracker}" needs the {tracker} package: '
+                          f'pip install "kroberta[{tracker}]"') from None
+
+
+def _flat_params(config) -> dict:
+    """The resolved config as {"section.key": value}, values as strings."""
+    flat = {}
+    for name, value in config_lib.to_dict(config).items():
+        if isinstance(value, dict):
+            flat.update({f"{name}.{k}": v for k, v in value.items()})
+        else:
+            flat[name] = value
+    return {k: json.dumps(v) if isinstance(v, (list, tuple)) else str(v) for k, v in flat.items()}
+
+
+class TensorBoard:
+    """Scalars under "<split>/<key>" in run_dir/tensorboard."""
+
+    def __init__(self, config, run_dir: str):
+        import tensorflow as tf
+
+        self._tf = tf
+        self._writer = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
+
+    def log(self, row: dict):
+        with self._writer.as_default(step=row["step"]):
+            for key, value in numeric_items(row):
+                self._tf.summary.scalar(f"{row['split']}/{key}", value)
+
+    def close(self, failed: bool = False):
+        self._writer.close()
+
+
+class WandB:
+    """One W&B run per run directory: "<split>/<key>" against the run's own "step".
+
+    The step is a logged metric (W&B's `define_metric`), not W&B's internal step
+    counter, which only grows: a resumed run logs again from its checkpoint's step.
+    """
+
+    def __init__(self, config, run_dir: str):
+        wandb = _import("wandb", "wandb")
+        # W&B ids: up to 64 lowercase letters and digits, unique in the project.
+        run_id = read_ids(run_dir).get("wandb") or uuid.uuid4().hex[:16]
+        directory = os.environ.get("WANDB_DIR") or run_dir
+        self._run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT") or EXPERIMENT,
+            name=os.path.basename(os.path.abspath(run_dir)), id=run_id, resume="allow",
+            dir=directory, config=_flat_params(config), reinit="create_new")
+        self._run.define_metric("step")
+        self._run.define_metric("*", step_metric="step")
+        _keep_id(run_dir, "wandb", run_id)
+
+    def log(self, row: dict):
+        self._run.log({"step": row["step"],
+                       **{f"{row['split']}/{k}": v for k, v in numeric_items(row)}})
+
+    def close(self, failed: bool = False):
+        self._run.finish(exit_code=1 if failed else 0)
+
+
+class MLflow:
+    """One MLflow run per run directory, in the experiment MLFLOW_EXPERIMENT_NAME."""
+
+    def __init__(self, config, run_dir: str):
+        _import("mlflow", "mlflow")
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        self._client = MlflowClient()
+        run_id = read_ids(run_dir).get("mlflow")
+        if run_id:
+            self._client.update_run(run_id, status="RUNNING")
+        else:
+            name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT
+            experiment = self._client.get_experiment_by_name(name)
+            experiment_id = (experiment.experiment_id if experiment
+                             else self._client.create_experiment(name))
+            run_id = self._client.create_run(
+                experiment_id, run_name=os.path.basename(os.path.abspath(run_dir))).info.run_id
+            # Parameters once: MLflow refuses a parameter logged again with another value.
+            params = [Param(k, v) for k, v in _flat_params(config).items()]
+            for i in range(0, len(params), 100):  # MLflow's batch limit
+                self._client.log_batch(run_id, params=params[i:i + 100])
+            _keep_id(run_dir, "mlflow", run_id)
+        self._run_id = run_id
+
+    def log(self, row: dict):
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._client.log_batch(self._run_id, metrics=[
+            Metric(f"{row['split']}/{k}", v, now, row["step"]) for k, v in numeric_items(row)])
+
+    def close(self, failed: bool = False):
+        self._client.set_terminated(self._run_id, status="FAILED" if failed else "FINISHED")
+
+
+_KINDS = {"tensorboard": TensorBoard, "wandb": WandB, "mlflow": MLflow}
+
+
+def check_installed(config):
+    """Raises the one-line ConfigError of a tracker whose package is missing."""
+    for name in config.train.trackers:
+        if name != "tensorboard":
+            _import(name, name)
+
+
+def open_trackers(config, run_dir: str, main_process: bool = True) -> list:
+    """The trackers `train.trackers` names, opened (resuming their runs); none off process 0."""
+    if not main_process:
+        return []
+    return [_KINDS[name](config, run_dir) for name in config.train.trackers]
