@@ -1,8 +1,9 @@
 """Every example in README.md and docs/ runs as written, with small sizes (tests/doc_examples.py).
 
-The blocks of a page run in order in one workspace (slow: a page prepares, trains and
-predicts); the default suite checks every command's module and flags instead
-(tests/test_docs.py) and lists the skipped blocks here.
+The blocks of a page run in order in one workspace (a page prepares, trains and predicts:
+the README's in the default suite, the other pages' in the slow one); the default suite
+also checks every command's module and flags (tests/test_docs.py) and lists the skipped
+blocks here.
 """
 
 import os
@@ -53,8 +54,14 @@ def run_block(block: doc_examples.Block, workspace: str, env: dict) -> subproces
     return result
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("page", RUNNABLE)
+# The README's examples (prepare, train the seed config, predict, export: what a new user
+# runs first) in the default suite; the other pages in the slow one.
+DEFAULT_SUITE_PAGES = ("README.md",)
+
+
+@pytest.mark.parametrize("page", [
+    page if page in DEFAULT_SUITE_PAGES else pytest.param(page, marks=pytest.mark.slow)
+    for page in RUNNABLE])
 def test_the_examples_of_a_page_run_in_order(page, tmp_path, request):
     if page in EXPECTED_TO_FAIL:
         request.applymarker(pytest.mark.xfail(strict=False, reason=EXPECTED_TO_FAIL[page]))
