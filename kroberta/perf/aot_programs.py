@@ -22,6 +22,7 @@ or G-batch program are those of one step or batch.
 
 import contextlib
 import dataclasses
+import re
 import time
 
 import jax
@@ -214,3 +215,52 @@ def steps_per_execution_note(steps: int) -> str:
         return "one step per dispatch"
     return (f"{steps} steps fused into one program (a lax.scan over a ({steps}, batch, ...) "
             "super-batch, one dispatch; memory above is that program's, FLOPs one step's)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramShape:
+    """What `config`'s compiled programs are for `devices`: the Keras distribution, the
+    global batch, sequence length, prediction slots and fused steps per dispatch."""
+
+    distribution: object
+    mesh_shape: dict
+    global_batch: int
+    length: int
+    slots: int
+    steps: int
+
+
+def program_shape(config: Config, devices) -> ProgramShape:
+    """The distribution and shapes `config` compiles to on `devices` (one process)."""
+    from kroberta.parallel import distribute
+    from kroberta.perf import dispatch_size
+
+    distribution = distribute.make_distribution(config, devices)
+    mesh = distribution.device_mesh
+    mesh_shape = dict(zip(mesh.axis_names, mesh.shape))
+    topology = distribute.Topology(devices=tuple(devices), platform=devices[0].platform,
+                                   mesh_shape=mesh_shape, process_count=1, process_index=0,
+                                   strategy=config.distributed.strategy)
+    batch = distribute.global_batch_size(config, topology)
+    length = config.model.max_sequence_length
+    slots = config.data.prediction_slots(length)
+    steps = dispatch_size.resolve(config, devices, batch, length).train.steps_per_execution
+    return ProgramShape(distribution, mesh_shape, batch, length, slots, steps)
+
+
+# XLA's out-of-memory errors, e.g. "Ran out of memory on HBM, the total memory required for
+# HLO temporaries (70.86G) exceeds available HBM (15.75G)" or "Used 21.3G of 15.75G hbm".
+# The first figure is what the program needs (at least).
+_OUT_OF_MEMORY = re.compile(r"(?:\(|Used )([\d.]+)([KMGT]?)\)? "
+                            r"(?:exceeds available HBM|of [\d.]+[KMGT]? hbm)")
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def out_of_memory(error: Exception) -> tuple[bool, float | None]:
+    """(whether `error` is XLA running out of device memory, the bytes it says the program
+    needs at least, or None when it names no figure)."""
+    text = str(error)
+    if "RESOURCE_EXHAUSTED" not in text and "Ran out of memory" not in text:
+        return False, None
+    found = _OUT_OF_MEMORY.search(text)
+    return True, (float(found.group(1)) * _UNITS[found.group(2)] if found else None)

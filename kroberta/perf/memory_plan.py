@@ -10,15 +10,10 @@ mixed precision and the distribution's sharding are all counted as they will run
 """
 
 import dataclasses
-import re
 
 from kroberta.config import Config
 
 GiB = 2**30
-# XLA's TPU out-of-memory errors name what the program needs (at least), e.g.
-# "the total memory required for HLO temporaries (70.86G) exceeds available HBM".
-_OOM = re.compile(r"(?:\(|Used )([\d.]+)([KMGT]?)\)? (?:exceeds available HBM|of [\d.]+[KMGT]? hbm)")
-_SCALE = {"": 1, "K": 2**10, "M": 2**20, "G": GiB, "T": 2**40}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,32 +38,22 @@ def measure(config: Config, devices, model=None) -> Measured:
         model: the built training model of `config` (`aot_programs.build_model`), to
             reuse one build for several batches; built here when None.
     """
-    from kroberta.parallel import distribute
-    from kroberta.perf import aot_programs, dispatch_size
+    from kroberta.perf import aot_programs
 
     if model is None:
         model = aot_programs.build_model(config)
-    distribution = distribute.make_distribution(config, devices)
-    mesh = distribution.device_mesh
-    topology = distribute.Topology(devices=tuple(devices), platform=devices[0].platform,
-                                   mesh_shape=dict(zip(mesh.axis_names, mesh.shape)),
-                                   process_count=1, process_index=0,
-                                   strategy=config.distributed.strategy)
-    batch = distribute.global_batch_size(config, topology)
-    length = config.model.max_sequence_length
-    slots = config.data.prediction_slots(length)
-    steps = dispatch_size.resolve(config, devices, batch, length).train.steps_per_execution
+    shape = aot_programs.program_shape(config, devices)
     per_device = config.train.batch_size_per_device
     try:
-        program = aot_programs.compile_train(model, distribution, batch, length, slots, steps,
+        program = aot_programs.compile_train(model, shape.distribution, shape.global_batch,
+                                             shape.length, shape.slots, shape.steps,
                                              config.data.step_input())
     except Exception as error:
-        text = str(error)
-        found = _OOM.search(text)
-        if "RESOURCE_EXHAUSTED" not in text and "Ran out of memory" not in text:
+        exhausted, needed = aot_programs.out_of_memory(error)
+        if not exhausted:
             raise
-        needed = float(found.group(1)) * _SCALE[found.group(2)] if found else float("inf")
-        return Measured(per_device, needed, None, refused=True)
+        return Measured(per_device, float("inf") if needed is None else needed, None,
+                        refused=True)
     return Measured(per_device, float(program.total_bytes), program.flops)
 
 

@@ -9,14 +9,12 @@ prints it.
 
 import dataclasses
 import math
-import re
 import time
 
 from kroberta import config as config_lib
 from kroberta.config import Config
 from kroberta.errors import KrobertaError
 from kroberta.model import attention
-from kroberta.parallel import distribute
 from kroberta.perf import hardware
 
 # Compiled here with libtpu 0.0.42; libtpu accepts other slices of these generations
@@ -182,27 +180,19 @@ def _per_device_chip(devices) -> tuple[float, float, int]:
     return chip.memory_bytes * share, chip.bf16_flops * share, chips
 
 
-# XLA's TPU out-of-memory errors, e.g. "Ran out of memory on HBM, the total memory
-# required for HLO temporaries (70.86G) exceeds available HBM (15.75G)" or "Used 21.3G
-# of 15.75G hbm". The first figure is what the program needs (at least).
-_OOM = re.compile(r"(?:\(|Used )([\d.]+)([KMGT]?)\)? "
-                  r"(?:exceeds available HBM|of [\d.]+[KMGT]? hbm)")
-
-
 def _compile_or_explain(compile_fn, what, hbm, config, generation):
     """Runs a compile; XLA's out-of-HBM error becomes the one-line AotError."""
+    from kroberta.perf import aot_programs
+
     try:
         return compile_fn()
     except Exception as error:
-        text = str(error)
-        if "RESOURCE_EXHAUSTED" not in text and "Ran out of memory" not in text:
+        exhausted, needed = aot_programs.out_of_memory(error)
+        if not exhausted:
             raise
-        found = _OOM.search(text)
-        if not found:
+        if needed is None:
             raise AotError(f"the {what} step does not fit in HBM on {generation}: "
-                           f"{text.splitlines()[0]}") from None
-        scale = {"": 1, "K": 2**10, "M": 2**20, "G": GiB, "T": 2**40}
-        needed = float(found.group(1)) * scale[found.group(2)]
+                           f"{str(error).splitlines()[0]}") from None
         raise AotError(_too_big(needed, hbm, generation, what, config.distributed.strategy,
                                 config.train.mixed_precision, at_least=True)) from None
 
@@ -230,20 +220,12 @@ def compile_for_topology(config: Config, topology_name: str, model=None,
     if model is None:
         model = aot_programs.build_model(config)
     build_seconds = time.perf_counter() - started
-    distribution = distribute.make_distribution(config, devices)
-    mesh = distribution.device_mesh
-    mesh_shape = dict(zip(mesh.axis_names, mesh.shape))
-    topology = distribute.Topology(devices=tuple(devices), platform="tpu", mesh_shape=mesh_shape,
-                                   process_count=1, process_index=0,
-                                   strategy=config.distributed.strategy)
-    batch = distribute.global_batch_size(config, topology)
-    length = config.model.max_sequence_length
-    slots = config.data.prediction_slots(length)
+    shape = aot_programs.program_shape(config, devices)
+    distribution, mesh_shape, batch = shape.distribution, shape.mesh_shape, shape.global_batch
+    length, slots, steps = shape.length, shape.slots, shape.steps
     # The programs that run: K fused training steps, G prediction batches per dispatch.
-    from kroberta.perf import dispatch_size
     from kroberta.inference.engine import batches_per_dispatch_for
 
-    steps = dispatch_size.resolve(config, devices, batch, length).train.steps_per_execution
     group = batches_per_dispatch_for(config, batch, slots, length, devices=devices)
     train = _compile_or_explain(
         lambda: aot_programs.compile_train(model, distribution, batch, length, slots, steps,
