@@ -93,6 +93,10 @@ PRIVATE_API_USERS = {
     "runtime.quiet_start": "jax._src.xla_bridge.backends_are_initialized, jax._src.config",
     # The coordination service's preemption notice: no public API through JAX 0.12.
     "training.preemption": "jax._src.distributed.global_state.preemption_sync_manager",
+    # Remat inside the step: the enclosing stateless scope and whether one is open (the
+    # traced step); Keras exports StatelessScope but no getter for the current one
+    # (none in 3.16 either).
+    "model.remat": "keras.src.backend.common.stateless_scope get_stateless_scope / in_stateless_scope",
     # Whether libtpu found a Cloud TPU VM without starting a backend: no public API.
     "parallel.startup": "jax._src.cloud_tpu_init.running_in_cloud_tpu_vm",
 }
