@@ -23,10 +23,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import numpy as np  # noqa: E402
 
 from kroberta import train  # noqa: E402
+from kroberta.training import saving  # noqa: E402
 
 
 def main() -> int:
-    save = train.checkpoint_io.save
+    save = saving.save
 
     def save_and_dump(model, run_dir):
         # This process's own copy: the first addressable shard of each (replicated) weight.
@@ -34,7 +35,7 @@ def main() -> int:
                                  for v in model.weights])
         return save(model, run_dir)
 
-    train.checkpoint_io.save = save_and_dump
+    saving.save = save_and_dump  # train looks it up when it saves the final model
     return train.cli(argv)
 
 
