@@ -21,7 +21,6 @@ from kroberta.training import checkpoint
 from kroberta.training import run_dir as run_dir_lib
 from kroberta.training.preemption import PreemptionFlag
 from kroberta.atomic import atomic_write
-from kroberta.model import attention
 
 # JAX, Keras and TensorFlow are imported by the functions that use them, so that
 # `--help`, config errors and `--explain` answer without their seconds of start-up.
