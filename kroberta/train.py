@@ -151,6 +151,8 @@ def _train(config: Config, force: bool, until_step: int | None, accept_changes: 
     model = build_compiled_model(config)
     _log(f"devices: {topology.describe()}")
     _log(distribute.describe_memory(model, topology))
+    from kroberta.model import attention
+
     _log(attention.describe(config))
     accumulation = config.train.gradient_accumulation_steps
     per_device = f"{config.train.batch_size_per_device} per device" + (
