@@ -13,7 +13,8 @@ from kroberta.atomic import atomic_write
 @contextlib.contextmanager
 def removed_unless_checkpointed(run_dir: str):
     """Removes `run_dir` when the block fails and the directory did not exist before it and
-    holds no checkpoint: a run that never started leaves nothing half-made behind.
+    holds no checkpoint and no logged step: a run that never started leaves nothing
+    half-made behind.
     Local directories of a single-process run only (in a job another process may be
     writing there)."""
     created = "://" not in run_dir and not os.path.exists(run_dir)
@@ -23,9 +24,15 @@ def removed_unless_checkpointed(run_dir: str):
         if created and os.path.isdir(run_dir) and _single_process():
             from kroberta.training import checkpoint
 
-            if not checkpoint.list_checkpoints(run_dir):
+            # A run that logged a step (then diverged, say) keeps what it wrote.
+            if not checkpoint.list_checkpoints(run_dir) and not _logged(run_dir):
                 shutil.rmtree(run_dir, ignore_errors=True)
         raise
+
+
+def _logged(run_dir: str) -> bool:
+    path = os.path.join(run_dir, "metrics.jsonl")
+    return os.path.isfile(path) and os.path.getsize(path) > 0
 
 
 def _single_process() -> bool:
