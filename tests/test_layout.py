@@ -30,12 +30,16 @@ FORBIDDEN = {
 FOUNDATIONS = {"config", "config_checks", "named_configs", "tokens", "mask_hash", "errors", "atomic"}
 
 
+def _nodes(path):
+    """Every node of the module at `path`'s syntax tree."""
+    with open(path, encoding="utf-8") as f:
+        return ast.walk(ast.parse(f.read(), path))
+
+
 def _kroberta_imports(path):
     """Every kroberta module `path` imports, as dotted names below `kroberta.`."""
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
     found = set()
-    for node in ast.walk(tree):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -105,10 +109,8 @@ PRIVATE_PREFIXES = ("jax._src", "keras.src", "keras_hub.src")
 
 def _private_names(path):
     """The private JAX / Keras modules `path` imports or names in a string."""
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
     found = set()
-    for node in ast.walk(tree):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
