@@ -63,7 +63,7 @@ def load_config(name_or_path: str | None = None, overrides: dict | None = None) 
             one string.
 
     Returns:
-        A validated `kroberta.config.Config`, ready for `kroberta.train.main(config)`.
+        A validated `kroberta.config.Config`, ready for `kroberta.train(config)`.
 
     Raises:
         ConfigError: an unknown name, key, type or impossible value; the message
