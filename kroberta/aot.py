@@ -1,15 +1,5 @@
-"""`python -m kroberta.aot`.
+"""`python -m kroberta.aot`: runs `kroberta.cli.aot` (see `kroberta.cli.run_command`)."""
 
-The command lives in `kroberta.cli.aot`; this file keeps `python -m kroberta.aot`
-working, and is not a module to import.
-"""
+from kroberta.cli import run_command
 
-import sys
-
-if __name__ != "__main__":
-    raise ImportError("kroberta.aot is run as `python -m kroberta.aot`; the command's module is "
-                      "kroberta.cli.aot")
-
-from kroberta.cli.aot import main  # noqa: E402
-
-sys.exit(main())
+run_command(__name__, "aot")

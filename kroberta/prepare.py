@@ -1,17 +1,5 @@
-"""`python -m kroberta.prepare`.
+"""`python -m kroberta.prepare`: runs `kroberta.cli.prepare` (see `kroberta.cli.run_command`)."""
 
-The command lives in `kroberta.cli.prepare`; this file keeps `python -m
-kroberta.prepare` working. It is not a module to import: `kroberta.prepare` is the
-Python API, `kroberta.prepare(inputs, out_dir, ...)`, and importing this file would put
-the module in its place.
-"""
+from kroberta.cli import run_command
 
-import sys
-
-if __name__ != "__main__":
-    raise ImportError("kroberta.prepare is run as `python -m kroberta.prepare`; the command's module is "
-                      "kroberta.cli.prepare; the Python API is kroberta.prepare(inputs, out_dir, ...)")
-
-from kroberta.cli.prepare import main  # noqa: E402
-
-sys.exit(main())
+run_command(__name__, "prepare")
