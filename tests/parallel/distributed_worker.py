@@ -36,7 +36,7 @@ def main() -> int:
         return save(model, run_dir)
 
     final_model.save = save_and_dump  # train looks it up when it saves the final model
-    return kroberta.cli.train(argv)
+    return kroberta.cli.train.main(argv)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def test_suggestion_is_aligned_and_nearby():
 
 def test_explain_exits_0_without_creating_a_run_dir(tmp_path, capsys):
     run_dir = tmp_path / "never"
-    code = kroberta.cli.train(["--explain", "--config", "tiny",
+    code = kroberta.cli.train.main(["--explain", "--config", "tiny",
                       f"--run_dir={run_dir}"])
     out = capsys.readouterr().out
     assert code == 0
@@ -46,6 +46,6 @@ def test_explain_exits_0_without_creating_a_run_dir(tmp_path, capsys):
 
 
 def test_explain_reports_bad_config_as_error(capsys):
-    code = kroberta.cli.train(["--explain", "--model.num_heads=7"])
+    code = kroberta.cli.train.main(["--explain", "--model.num_heads=7"])
     assert code == 2
     assert "model.num_heads" in capsys.readouterr().err

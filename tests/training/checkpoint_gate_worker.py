@@ -38,7 +38,7 @@ def main() -> int:
         return ocp, ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler(), async_options=options)
 
     checkpoint._checkpointer = gated_checkpointer
-    return kroberta.cli.train(argv)
+    return kroberta.cli.train.main(argv)
 
 
 if __name__ == "__main__":

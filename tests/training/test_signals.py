@@ -134,7 +134,7 @@ def _eval_batches(tiny_data, tmp_path, shard=None, batch=8):
     config = tiny_config(tiny_data, tmp_path)
     config = dataclasses.replace(config, data=dataclasses.replace(
         config.data, mask_rate=0.3, eval_mask_rate=0.15))
-    run = run_data.resolve(validate(config), log=lambda _: None)
+    run = run_data.run_data_for(validate(config), log=lambda _: None)
     return [(x["token_ids"].numpy(), x["mask_positions"].numpy(), y.numpy())
             for x, y in run_data.validation_batches(run, batch, shard=shard)]
 
