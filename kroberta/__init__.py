@@ -53,7 +53,7 @@ def __getattr__(name):
 
         return getattr(hf, name)
     if name == "load_config":
-        from kroberta.named_configs import load_config
+        from kroberta.config import load_config
 
         return load_config
     if name in ("train", "report"):

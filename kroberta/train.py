@@ -14,9 +14,9 @@ import sys
 import time
 
 from kroberta import cli as cli_lib
-from kroberta import config as config_lib
 from kroberta.training import signals, trackers
-from kroberta.config import Config, ConfigError
+from kroberta.config import (Config, ConfigError, from_command_line, load_toml, to_dict,
+                             to_toml, validate)
 from kroberta.training import checkpoint
 from kroberta.training import run_dir as run_dir_lib
 from kroberta.training.preemption import PreemptionFlag
@@ -49,20 +49,19 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True,
     saved = checkpoint.list_checkpoints(config.run_dir)
     changes = {}
     if os.path.isfile(path) and saved:
-        previous = config_lib.load_toml(path)
+        previous = load_toml(path)
         # A new start (initializer_range) is not a new model: the checkpoint holds its weights.
         before, now = previous.model.trained_model(), config.model.trained_model()
         other_model = before != now
         if other_model and not force:
-            changed = [k for k in config_lib.to_dict(config)["model"]
+            changed = [k for k in to_dict(config)["model"]
                        if getattr(before, k) != getattr(now, k)]
             raise ConfigError(
                 f"run_dir: {config.run_dir} holds a run of a different model "
                 f"(changed: {', '.join('model.' + k for k in changed)}); use another "
                 "--run_dir, or --force to start this model there from scratch"
             )
-        training, other = run_dir_lib.changed_settings(config_lib.to_dict(previous),
-                                                       config_lib.to_dict(config))
+        training, other = run_dir_lib.changed_settings(to_dict(previous), to_dict(config))
         starts_over = force and (other_model or training)
         if training and not force and not accept_changes:
             raise ConfigError(
@@ -84,7 +83,7 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True,
         log(f"run_dir: continuing step {saved[-1][0]} with changed settings: "
             f"{run_dir_lib.describe_changes(changes)} (recorded in {run_dir_lib.CHANGES_FILE})")
     with atomic_write(path) as f:
-        f.write(config_lib.to_toml(config))
+        f.write(to_toml(config))
 
 
 def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):
@@ -110,7 +109,7 @@ def main(config: Config, force: bool = False, until_step: int | None = None,
     directory this call created is removed again when it fails before its first
     checkpoint (`run_dir_lib.removed_unless_checkpointed`).
     """
-    config_lib.validate(config, sources or "config")
+    validate(config, sources or "config")
     with run_dir_lib.removed_unless_checkpointed(config.run_dir):
         return _train(config, force, until_step, accept_changes)
 
@@ -386,7 +385,7 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     parser.add_argument("--no-examples", action="store_true",
                         help="do not print fill-mask examples at the end of the default job")
     args, rest = parser.parse_known_args(argv)
-    config, args.sources = config_lib.from_command_line(args.config, rest)
+    config, args.sources = from_command_line(args.config, rest)
     return config, args
 
 
