@@ -2,23 +2,23 @@
 
 Importing kroberta puts Keras on JAX (before keras is imported, or by reloading a
 Keras that tensorflow/keras/keras_hub imported first but nothing used yet; see
-`_backend`) and confines TensorFlow to the CPU before it can touch an accelerator.
+`kroberta.runtime.backend`) and confines TensorFlow to the CPU before it can touch an accelerator.
 """
 
 import sys
 
-from kroberta.runtime import backend as _backend, cpu_collectives, quiet_start, xla_cpu
+from kroberta.runtime import backend, quiet_start, xla_cpu
 
 # Before anything starts JAX's backends: XLA reads XLA_FLAGS once per process.
 xla_cpu.use_eigen_dots()
-cpu_collectives.use_patient_collectives()
+xla_cpu.use_patient_collectives()
 
 quiet_start.ignore_tqdm_notebook_notice()
 
 try:
-    _backend.select_jax_backend()
-    _backend.hide_accelerators_from_tensorflow()
-except _backend.BackendError as _error:
+    backend.select_jax_backend()
+    backend.hide_accelerators_from_tensorflow()
+except backend.BackendError as _error:
     if sys.argv and sys.argv[0] == "-m":
         # `python -m kroberta.<tool>`: Python is importing this package to find the
         # tool, so there is no caller to hand the exception to; say it in one line.
@@ -29,45 +29,39 @@ except _backend.BackendError as _error:
 __version__ = "0.1.0"
 
 
+# The public API, loaded lazily so `import kroberta` stays cheap for tools that only
+# need the config or the data pipeline: name -> the module that defines it.
+_API = {
+    "load": "kroberta.training.final_model",
+    "save": "kroberta.training.final_model",
+    "predict": "kroberta.inference.prediction",
+    "predict_batches": "kroberta.inference.prediction",
+    "fill_mask": "kroberta.inference.filling",
+    "dataset": "kroberta.training.run_data",
+    "export_hf": "kroberta.interop.hf",
+    "from_hf": "kroberta.interop.hf",
+    "export_keras_hub": "kroberta.interop.keras_hub_presets",
+    "from_keras_hub": "kroberta.interop.keras_hub_presets",
+    "load_config": "kroberta.config",
+    "prepare": "kroberta.text.build",
+    "train": "kroberta.training.train",
+    "report": "kroberta.training.report",
+}
+# Until 0.2 `kroberta.train`, `kroberta.report` and `kroberta.prepare` were the command
+# modules, called as `kroberta.train.main(config)`, `kroberta.report.report(run_dir)`
+# and `kroberta.prepare.prepare(...)`: those spellings keep working (CHANGELOG.md).
+_FORMER_SPELLINGS = {"train": "main", "report": "report", "prepare": "prepare"}
+
+
 def __getattr__(name):
-    # The public API is loaded lazily so `import kroberta` stays cheap for tools
-    # that only need the config or the data pipeline.
-    if name in ("load", "save"):
-        from kroberta.training import saving as checkpoint_io
+    if name not in _API:
+        raise AttributeError(f"module 'kroberta' has no attribute {name!r}")
+    import importlib
 
-        return getattr(checkpoint_io, name)
-    if name in ("predict", "predict_batches"):
-        from kroberta.inference import engine as prediction
-
-        return getattr(prediction, name)
-    if name == "fill_mask":
-        from kroberta.inference.filling import fill_mask
-
-        return fill_mask
-    if name == "dataset":
-        from kroberta.training.run_data import dataset
-
-        return dataset
-    if name in ("export_hf", "from_hf"):
-        from kroberta.interop import hf
-
-        return getattr(hf, name)
-    if name == "load_config":
-        from kroberta.config import load_config
-
-        return load_config
-    if name in ("train", "report"):
-        # The modules themselves (`kroberta.train.main(config)`,
-        # `kroberta.report.report(run_dir)`), without a separate `import kroberta.train`.
-        import importlib
-
-        return importlib.import_module(f"kroberta.{name}")
-    if name in ("export_keras_hub", "from_keras_hub"):
-        from kroberta.interop import keras_hub as keras_hub_preset
-
-        return getattr(keras_hub_preset, name)
-    raise AttributeError(f"module 'kroberta' has no attribute {name!r}")
+    function = getattr(importlib.import_module(_API[name]), name)
+    if name in _FORMER_SPELLINGS:
+        setattr(function, _FORMER_SPELLINGS[name], function)
+    return function
 
 
-__all__ = ["load", "load_config", "predict", "predict_batches", "fill_mask", "dataset",
-           "export_hf", "from_hf", "export_keras_hub", "from_keras_hub", "train", "report"]
+__all__ = list(_API)

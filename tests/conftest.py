@@ -11,7 +11,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # Fixes the backend before any test imports keras, and adds kroberta's CPU flags to
 # XLA_FLAGS (Eigen matmuls; an hour before a late collective rendezvous aborts:
-# kroberta/runtime/cpu_collectives.py), for this process and the subprocesses it starts.
+# kroberta/runtime/xla_cpu.py), for this process and the subprocesses it starts.
 import kroberta  # noqa: E402,F401
 
 import dataclasses  # noqa: E402
@@ -47,7 +47,7 @@ def prepare_word_corpus(root, words, documents: int, vocab_size: int = 300, seq_
     text = "".join("The " + " ".join(rng.choice(words) for _ in range(rng.randint(5, 15)))
                    + " ends here.\n\n" for _ in range(documents))
     (root / "corpus.txt").write_text(text)
-    prepare.prepare([str(root / "corpus.txt")], str(root / "data"), vocab_size=vocab_size,
+    prepare([str(root / "corpus.txt")], str(root / "data"), vocab_size=vocab_size,
                     seq_len=seq_len, validation_fraction=0.05, progress=False)
     return root / "data"
 
@@ -81,10 +81,10 @@ def write_records(path, payloads) -> str:
 def saved_tiny_model(run_dir, config, seed: int):
     """`config`'s freshly initialised model saved as a run in `run_dir`, loaded back."""
     from kroberta.model.mlm import build_model
-    from kroberta.training import saving
+    from kroberta.training import final_model
 
     (run_dir / "config.toml").write_text(to_toml(config))
-    saving.save(build_model(config.model, seed=seed), str(run_dir))
+    final_model.save(build_model(config.model, seed=seed), str(run_dir))
     return kroberta.load(str(run_dir))
 
 

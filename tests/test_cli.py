@@ -62,3 +62,35 @@ def test_help_answers_without_starting_jax_keras_or_tensorflow(command):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "usage: python -m kroberta." in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "LOADED []"
+
+
+COMMANDS = ("train", "predict", "prepare", "export", "aot", "report")
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_is_main_of_argv_returning_its_exit_code(name, capsys):
+    import importlib
+    import inspect
+
+    command = importlib.import_module(f"kroberta.cli.{name}")
+    assert list(inspect.signature(command.main).parameters) == ["argv"]
+    with pytest.raises(SystemExit) as exited:  # argparse's own exit after the help text
+        command.main(["--help"])
+    assert exited.value.code == 0 and f"python -m kroberta.{name}" in capsys.readouterr().out
+
+
+def test_the_python_api_is_functions_and_the_former_spellings_still_work():
+    import importlib
+    import inspect
+
+    import kroberta
+
+    for name in ("train", "predict", "prepare", "report"):
+        # The file that keeps `python -m kroberta.X` refuses to replace the function.
+        with pytest.raises(ImportError, match=f"kroberta.cli.{name}"):
+            importlib.import_module(f"kroberta.{name}")
+        assert inspect.isfunction(getattr(kroberta, name))
+    assert kroberta.train.main is kroberta.train
+    assert kroberta.report.report is kroberta.report
+    assert kroberta.prepare.prepare is kroberta.prepare
+

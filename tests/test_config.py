@@ -8,6 +8,7 @@ import pytest
 import kroberta
 from kroberta.config import (Config, ConfigError, apply_dict, apply_overrides, config_path,
                              from_command_line, load_toml, shipped_names, to_toml, validate)
+import kroberta.cli.train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = shipped_names()
@@ -158,11 +159,10 @@ def test_load_config_applies_overrides_over_a_named_config():
 
 
 def test_load_config_matches_the_command_line():
-    from kroberta import train
 
     from_python = kroberta.load_config("tiny", {"train.steps": 30, "train.learning_rate": 1e-3,
                                                 "run_dir": "runs/z"})
-    from_cli, _ = train.parse_args(["--config", "tiny", "--train.steps=30",
+    from_cli, _ = kroberta.cli.train.parse_args(["--config", "tiny", "--train.steps=30",
                                     "--train.learning_rate=1e-3", "--run_dir=runs/z"])
     assert from_python == from_cli
 

@@ -22,7 +22,7 @@ def prepared(tmp_path_factory):
         words = [rng.choice(WORDS) for _ in range(rng.randint(5, 15))]
         lines.append("The " + " ".join(words) + " ends here.\n\n")
     (root / "corpus.txt").write_text("".join(lines))
-    prepare.prepare([str(root / "corpus.txt")], str(root / "data"), vocab_size=320, seq_len=32,
+    prepare([str(root / "corpus.txt")], str(root / "data"), vocab_size=320, seq_len=32,
                     validation_fraction=0.05, progress=False)
     return root
 
@@ -42,7 +42,7 @@ def test_prepare_train_fill_mask(prepared, tmp_path):
 
     vocabulary = load_manifest(str(prepared / "data")).vocabulary_size
     run_dir = tmp_path / "run"
-    train.main(_config(prepared, run_dir, vocabulary_size=vocabulary))
+    train(_config(prepared, run_dir, vocabulary_size=vocabulary))
     assert (run_dir / "tokenizer.json").exists(), "the run keeps the data's tokenizer"
     model = kroberta.load(str(run_dir))
     results = kroberta.fill_mask(model, ["The alpha <mask> gamma ends here.",
@@ -64,12 +64,12 @@ def test_prepare_train_fill_mask(prepared, tmp_path):
 def test_vocabulary_mismatch_with_the_prepared_data_is_refused(prepared, tmp_path):
     with pytest.raises(ConfigError, match=r"was prepared with a vocabulary of \d+ tokens but "
                                           r"model.vocabulary_size=999; set --model.vocabulary_size="):
-        train.main(_config(prepared, tmp_path / "run", vocabulary_size=999))
+        train(_config(prepared, tmp_path / "run", vocabulary_size=999))
     assert not (tmp_path / "run").exists()  # a run that never started leaves no directory
     (tmp_path / "kept").mkdir()
     (tmp_path / "kept" / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError):
-        train.main(_config(prepared, tmp_path / "kept", vocabulary_size=999))
+        train(_config(prepared, tmp_path / "kept", vocabulary_size=999))
     assert (tmp_path / "kept" / "notes.txt").read_text() == "mine"  # not created here: kept
 
 
@@ -83,7 +83,7 @@ def test_training_can_start_from_a_hugging_face_checkpoint(prepared, tmp_path):
     kroberta.export_hf(start, str(tmp_path / "hf"))
     config = dataclasses.replace(config, init_from_hf=str(tmp_path / "hf"),
                                  train=dataclasses.replace(config.train, learning_rate=1e-12))
-    train.main(config, until_step=10)
+    train(config, until_step=10)
     trained = kroberta.load(str(tmp_path / "run"))
     for a, b in zip(start.weights, trained.weights):
         np.testing.assert_allclose(np.asarray(a.value), np.asarray(b.value), atol=1e-6)
@@ -103,7 +103,7 @@ def test_the_seed_config_trains_on_prepared_data(prepared, tmp_path):
         "train.log_every": 2, "train.eval_every": 4, "train.checkpoint_every": 4,
         "train.eval_steps": 1})
     assert config.data.masking == "auto"
-    summary = train.main(config)
+    summary = train(config)
     assert summary["final_step"] == 4
     recorded = load_toml(str(tmp_path / "run" / "config.toml"))
     assert recorded.data.masking == "dynamic"
@@ -117,4 +117,4 @@ def test_static_masking_on_unlabelled_data_names_the_flag(prepared, tmp_path):
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, masking="static"))
     with pytest.raises(ConfigError, match=r"data.masking='static' needs a 'labels' feature .* "
                                           r"use --data.masking=dynamic"):
-        train.main(config)
+        train(config)

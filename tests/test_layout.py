@@ -60,12 +60,14 @@ def _modules():
 
 def test_the_walk_sees_the_package():
     modules = dict(_modules())
-    assert {"train", "data.pipeline", "model.mlm", "training.run_callbacks"} <= set(modules)
-    assert "data.pipeline" in _kroberta_imports(modules["train"])
+    assert {"train", "cli.train", "data.pipeline", "model.mlm", "training.run_callbacks"} <= set(modules)
+    assert "data.pipeline" in _kroberta_imports(modules["training.train"])
 
 
 def test_no_subpackage_imports_a_command_line_module():
-    offences = [(module, target) for module, path in _modules() if "." in module
+    # The commands themselves (kroberta/cli/) import each other's package, nothing else does.
+    offences = [(module, target) for module, path in _modules()
+                if "." in module and module.split(".")[0] != "cli"
                 for target in _kroberta_imports(path) if target.split(".")[0] in CLIS]
     assert offences == []
 
@@ -127,3 +129,29 @@ def test_private_apis_stay_in_the_named_modules():
     users |= {f"tools.{name[:-3]}" for name in os.listdir(tools)
               if name.endswith(".py") and _private_names(os.path.join(tools, name))}
     assert users == set(PRIVATE_API_USERS)
+
+
+def _renaming_imports(path):
+    """`import kroberta.x as y` and `from kroberta[.x] import z as y` in `path`."""
+    found = []
+    for node in _nodes(path):
+        if isinstance(node, ast.Import):
+            found += [(a.name, a.asname) for a in node.names
+                      if a.asname and a.name.split(".")[0] == "kroberta"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] in ("kroberta", "tests"):
+            found += [(f"{node.module}.{a.name}", a.asname) for a in node.names if a.asname]
+    return found
+
+
+def test_nothing_of_kroberta_is_renamed_on_import():
+    # A module or function is called by its own name everywhere (`np`, `tf`, `jnp` are
+    # the ecosystem's, not ours): an alias hides a bad name instead of fixing it.
+    root = os.path.dirname(PACKAGE)
+    paths = [path for _, path in _modules()]
+    for folder in ("tests", "tools"):
+        for directory, _, files in os.walk(os.path.join(root, folder)):
+            paths += [os.path.join(directory, name) for name in files if name.endswith(".py")]
+    offences = [(os.path.relpath(path, root), name, alias)
+                for path in paths for name, alias in _renaming_imports(path)]
+    assert offences == []

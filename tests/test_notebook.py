@@ -28,7 +28,7 @@ CELLS = [
     "    for _ in range(300):\n"
     "        words_8 = ' '.join(rng.choice(words) for _ in range(8))\n"
     "        f.write('The ' + words_8 + ' ends here.\\n\\n')\n"
-    "prepare.prepare(['corpus.txt'], 'data', vocab_size=300, seq_len=32,\n"
+    "prepare(['corpus.txt'], 'data', vocab_size=300, seq_len=32,\n"
     "                validation_fraction=0.1, progress=False)\n"
     "manifest = load_manifest('data')\n"
     "print('vocabulary', manifest.vocabulary_size)",
@@ -37,7 +37,7 @@ CELLS = [
     "    'model.vocabulary_size': manifest.vocabulary_size, 'model.num_layers': 1,\n"
     "    'train.steps': 20, 'train.warmup_steps': 5, 'train.log_every': 5,\n"
     "    'train.eval_every': 10, 'train.checkpoint_every': 10})\n"
-    "summary = kroberta.train.main(config)\n"
+    "summary = kroberta.train(config)\n"
     "print('final_step', summary['final_step'])",
     # 3: predict and fill_mask with the trained model.
     "model = kroberta.load('run')\n"
@@ -47,7 +47,7 @@ CELLS = [
     "filled = kroberta.fill_mask(model, ['The alpha <mask> gamma ends here.'], top_k=3)\n"
     "print('fill_mask', len(filled[0]), sorted(filled[0][0]))",
     # 4: the report, inline.
-    "report = kroberta.report.report('run')\n"
+    "report = kroberta.report('run')\n"
     "print('figure', type(report['figure']).__name__)",
 ]
 

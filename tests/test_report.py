@@ -3,8 +3,10 @@ import json
 import pytest
 
 from kroberta import report, train
+from kroberta.training.report import PANELS
 from kroberta.perf import throughput
 from tests.conftest import tiny_config
+import kroberta.cli.report
 
 
 def _write_rows(run_dir):
@@ -32,7 +34,7 @@ def _assert_real_png(path):
 
 def test_report_draws_a_png_and_summarizes(tmp_path, capsys):
     _write_rows(tmp_path)
-    summary = report.report(str(tmp_path))
+    summary = report(str(tmp_path))
     _assert_real_png(tmp_path / "report.png")
     assert summary["steps"] == 200
     assert summary["best_validation_loss"] == pytest.approx(3.5)
@@ -44,9 +46,9 @@ def test_report_draws_a_png_and_summarizes(tmp_path, capsys):
 
 
 def test_report_without_metrics_is_a_clear_error(tmp_path, capsys):
-    assert report.cli([str(tmp_path)]) == 2
+    assert kroberta.cli.report.main([str(tmp_path)]) == 2
     assert "no metrics.jsonl" in capsys.readouterr().err
-    assert report.cli([str(tmp_path / "missing")]) == 2
+    assert kroberta.cli.report.main([str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err
 
 
@@ -54,14 +56,14 @@ def test_a_real_run_logs_step_time_and_mfu_and_reports(tiny_data, tmp_path, monk
     monkeypatch.setattr(throughput, "cpu_peak_flops", lambda refresh=False: 1e11)
     config = tiny_config(tiny_data, tmp_path, steps=20, log_every=10, eval_every=20,
                          checkpoint_every=20)
-    train.main(config)
+    train(config)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     timed = [r for r in rows if r["split"] == "train" and "samples_per_second" in r]
     assert timed
     for r in timed:
         assert r["step_time"] == pytest.approx(16 / r["samples_per_second"])
         assert 0 < r["mfu"] < 1  # the tiny model is nowhere near the (mocked) peak
-    summary = report.report(str(tmp_path))
+    summary = report(str(tmp_path))
     _assert_real_png(tmp_path / "report.png")
     assert summary["steps"] == 20 and "median_mfu" in summary
 
@@ -74,10 +76,10 @@ def test_report_returns_the_figure_and_leaves_pyplot_alone(tmp_path):
     _write_rows(tmp_path)
     backend = matplotlib.get_backend()
     open_before = plt.get_fignums()
-    summary = report.report(str(tmp_path), print_fn=lambda line: None, show=False)
+    summary = report(str(tmp_path), print_fn=lambda line: None, show=False)
     assert isinstance(summary["figure"], Figure)
     labels = [ax.get_ylabel() for ax in summary["figure"].axes]
-    assert labels == [label for _, label in report.PANELS]
+    assert labels == [label for _, label in PANELS]
     assert matplotlib.get_backend() == backend  # a notebook's inline backend stays
     assert plt.get_fignums() == open_before
 
@@ -94,9 +96,9 @@ def test_report_shows_grad_norm_and_marks_the_best_checkpoint(tmp_path, capsys):
         path = tmp_path / "checkpoints" / f"step_{step:08d}"
         path.mkdir(parents=True)
         (path / "_CHECKPOINT_METADATA").write_text("{}")
-    summary = report.report(str(tmp_path))
+    summary = report(str(tmp_path))
     assert summary["best_checkpoint_step"] == 200 and summary["max_grad_norm"] == 2.5
-    assert len(summary["figure"].axes) == len(report.PANELS) + 1  # the grad_norm panel
+    assert len(summary["figure"].axes) == len(PANELS) + 1  # the grad_norm panel
     out = capsys.readouterr().out
     assert "best checkpoint: step 200 (validation loss 3.5)" in out
     assert "grad_norm: final 2.5, median 1.55, max 2.5" in out

@@ -4,7 +4,7 @@
     python tools/accelerator_check.py --quick     # a few steps, any machine (CPU included)
 
 One process, every local device, synthetic seed-format TFRecords. For each K
-(train.steps_per_execution = 1 and the "auto" choice) it runs `kroberta.train.main`
+(train.steps_per_execution = 1 and the "auto" choice) it runs `kroberta.train`
 for --steps steps and reads step_time, samples/s and MFU from metrics.jsonl (median
 of the log intervals after the first, which holds the compilation), then
 `kroberta.predict` top_k (k=5) over --predict-batches batches at one batch and at the
@@ -63,7 +63,7 @@ def _config(args, data_file, run_dir, k):
 def _train(config):
     from kroberta import train
 
-    summary = train.main(config)
+    summary = train(config)
     with open(os.path.join(config.run_dir, "metrics.jsonl")) as f:
         rows = [r for r in map(json.loads, f) if r["split"] == "train" and "step_time" in r]
     timed = rows[1:] or rows  # the first interval holds the compilation
@@ -96,7 +96,7 @@ def _floors(config, devices, batch):
 
 def _predict(config, run_dir, batch, batches, group):
     import kroberta
-    from kroberta.inference import engine as prediction
+    from kroberta.inference import prediction
     from kroberta.data.synthetic import make_sequences, mask_once
 
     model = kroberta.load(run_dir)
@@ -114,10 +114,10 @@ def _predict(config, run_dir, batch, batches, group):
 
 
 def _pipeline_rate(config, data_file, batch, batches):
-    from kroberta.data import pipeline as data_lib
+    from kroberta.data import pipeline
 
-    spec = data_lib.inspect_files((data_file,), "data.train")
-    ds = data_lib.train_dataset(spec, config.data, config.model.vocabulary_size, batch,
+    spec = pipeline.inspect_files((data_file,), "data.train")
+    ds = pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, batch,
                                 config.train.seed, 0, device_masks=True)  # as training reads it
     iterator = iter(ds)
     next(iterator)
@@ -134,7 +134,7 @@ def main():
     import jax
 
     from kroberta.perf import dispatch_size
-    from kroberta.inference.engine import batches_per_dispatch_for
+    from kroberta.inference.prediction import batches_per_dispatch_for
     from kroberta.data.synthetic import write_seed_format
 
     work = tempfile.mkdtemp(prefix="accelerator-check-")
@@ -151,7 +151,7 @@ def main():
     for k in (1, "auto"):
         config = _config(args, data_file, os.path.join(work, f"run-k{k}"), k)
         batch = config.train.batch_size_per_device * len(devices)
-        resolved = dispatch_size.resolve(config, devices, batch)
+        resolved = dispatch_size.with_steps_per_execution(config, devices, batch)
         results[k] = _train(config)
         results[k]["k"] = resolved.train.steps_per_execution
     config = _config(args, data_file, os.path.join(work, "run-k1"), 1)
@@ -163,7 +163,7 @@ def main():
     predicted = {g: _predict(config, os.path.join(work, "run-k1"), batch,
                              args.predict_batches, g) for g in (1, auto_group)}
     train_floor, predict_floor = _floors(config, devices, batch)
-    pipeline = _pipeline_rate(config, data_file, batch, max(8, args.steps // 4))
+    pipeline_rate = _pipeline_rate(config, data_file, batch, max(8, args.steps // 4))
 
     def ratio(seconds, floor):
         return f"{seconds / floor:.1f}" if floor else "n/a"
@@ -178,8 +178,8 @@ def main():
     for g, r in predicted.items():
         print(f"| predict top_k, batches_per_dispatch={g} | {g} | {r['batch_time'] * 1e3:.3f} | "
               f"{r['samples_per_second']:,.0f} | | {ratio(r['batch_time'], predict_floor)} |")
-    print(f"| input pipeline alone (train_dataset) | | {batch / pipeline * 1e3:.3f} | "
-          f"{pipeline:,.0f} | | |")
+    print(f"| input pipeline alone (train_dataset) | | {batch / pipeline_rate * 1e3:.3f} | "
+          f"{pipeline_rate:,.0f} | | |")
     if train_floor:
         print(f"\nfloor: {train_floor * 1e3:.4f} ms per training step, {predict_floor * 1e3:.4f} "
               f"ms per prediction batch (batch {batch}); "

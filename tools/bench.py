@@ -60,7 +60,7 @@ def main():
     import numpy as np
 
     from kroberta.config import config_path, load_toml
-    from kroberta.data import pipeline as data_lib
+    from kroberta.data import pipeline
     from kroberta.perf import flops, throughput
     from kroberta.model.mlm import build_compiled_model
     from kroberta.data.synthetic import write_seed_format
@@ -78,7 +78,7 @@ def main():
     config = dataclasses.replace(config, run_dir=tmp,
                                  data=dataclasses.replace(config.data, train=(path,)),
                                  train=dataclasses.replace(config.train, steps=10**6))
-    spec = data_lib.inspect_files(config.data.train, "data.train")
+    spec = pipeline.inspect_files(config.data.train, "data.train")
     all_devices = jax.devices()
 
     def fit_rate(model, dataset, distribution):
@@ -95,11 +95,11 @@ def main():
             config.distributed, devices=n))
         model = build_compiled_model(c)
         model.kroberta_config = c
-        ds = data_lib.train_dataset(spec, c.data, V, B, c.train.seed, device_masks=True)
+        ds = pipeline.train_dataset(spec, c.data, V, B, c.train.seed, device_masks=True)
         kroberta_models[n] = (model, ds, distribution)
 
     # The same batches (static masks from the file) for HF and keras-hub.
-    batches = list(data_lib.train_dataset(spec, config.data, V, B, config.train.seed)
+    batches = list(pipeline.train_dataset(spec, config.data, V, B, config.train.seed)
                    .take(args.train_steps).as_numpy_iterator())
 
     def dense_labels(x, y):  # (B, M) labels at slots -> (B, L) with -100 elsewhere

@@ -69,35 +69,35 @@ def report_pipeline(files, length):
 
 
 def kroberta_pipelines(files, config):
-    from kroberta.data import pipeline as data_lib
-    from kroberta.inference import inputs as prediction_inputs
+    from kroberta.data import pipeline
+    from kroberta.inference import inputs
 
-    spec = data_lib.inspect_files(files, "bench")
+    spec = pipeline.inspect_files(files, "bench")
     V = config.model.vocabulary_size
     static = dataclasses.replace(config.data, masking="static")
     dynamic = dataclasses.replace(config.data, masking="dynamic")
     predict_config = dataclasses.replace(config, data=static)
 
     def predict(batch):
-        source = prediction_inputs.as_examples(list(files), predict_config)
+        source = inputs.as_examples(list(files), predict_config)
         slots = config.data.prediction_slots(spec.sequence_length)
-        return prediction_inputs._dataset_batches(source, predict_config, slots, "masked",
+        return inputs._dataset_batches(source, predict_config, slots, "masked",
                                                   batch).repeat()
 
     return {
         "(b) train, static labels (slots chosen by the step)":
-            lambda b: data_lib.train_dataset(spec, static, V, b, 0, device_masks=True),
+            lambda b: pipeline.train_dataset(spec, static, V, b, 0, device_masks=True),
         "(b') train, static slots chosen on the host":
-            lambda b: data_lib.train_dataset(spec, static, V, b, 0),
+            lambda b: pipeline.train_dataset(spec, static, V, b, 0),
         "(c) train, dynamic masking (masks drawn by the step)":
-            lambda b: data_lib.train_dataset(spec, dynamic, V, b, 0, device_masks=True),
+            lambda b: pipeline.train_dataset(spec, dynamic, V, b, 0, device_masks=True),
         "(c') train, dynamic masks drawn on the host":
-            lambda b: data_lib.train_dataset(spec, dynamic, V, b, 0),
+            lambda b: pipeline.train_dataset(spec, dynamic, V, b, 0),
         "(d) predict inputs": predict,
         "(e) eval (masks drawn by the step)":
-            lambda b: data_lib.eval_dataset(spec, dynamic, V, b, 0, device_masks=True).repeat(),
+            lambda b: pipeline.eval_dataset(spec, dynamic, V, b, 0, device_masks=True).repeat(),
         "(e') eval, masks drawn on the host":
-            lambda b: data_lib.eval_dataset(spec, dynamic, V, b, 0).repeat(),
+            lambda b: pipeline.eval_dataset(spec, dynamic, V, b, 0).repeat(),
     }
 
 

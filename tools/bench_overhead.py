@@ -4,7 +4,7 @@
 
 One process, one CPU device, a micro model (1 layer, hidden 16, 16 tokens, batch 8),
 where the compiled work per step is so small that what is left is the host's:
-  train  `kroberta.train.main` at train.steps_per_execution = K (its step_time in
+  train  `kroberta.train` at train.steps_per_execution = K (its step_time in
          metrics.jsonl, the median over the log intervals after the first, which
          holds the compilation), against the same K-step program
          (`kroberta.model.super_batch.scan_steps` of the training model's train_step) called in a
@@ -52,7 +52,7 @@ def micro_config(data_file: str, run_dir: str, k: int, dispatches: int):
 def kroberta_train_step_seconds(config) -> float:
     from kroberta import train
 
-    train.main(config)
+    train(config)
     with open(os.path.join(config.run_dir, "metrics.jsonl")) as f:
         rows = [r for r in map(json.loads, f) if r["split"] == "train" and "step_time" in r]
     # The first row's interval holds the first dispatch (compiling); it is left out.
@@ -64,14 +64,14 @@ def bare_scan_step_seconds(config, spec) -> float:
     import jax
     import numpy as np
 
-    from kroberta.data import pipeline as data_lib
+    from kroberta.data import pipeline
     from kroberta.model import trainer
     from kroberta.model.super_batch import scan_steps
     from kroberta.model.mlm import build_compiled_model
 
     t = config.train
     model = build_compiled_model(config)
-    ds = data_lib.train_dataset(spec, config.data, config.model.vocabulary_size,
+    ds = pipeline.train_dataset(spec, config.data, config.model.vocabulary_size,
                                 t.batch_size_per_device, t.seed, 0, device_masks=True)
     flat = list(ds.take(t.steps_per_execution).as_numpy_iterator())
     super_batch = jax.tree.map(lambda *a: np.stack(a), *flat)  # (K, B, ...)
@@ -102,7 +102,7 @@ def predict_inputs(config, batches: int, batch: int):
 
 
 def kroberta_predict_batch_seconds(model, inputs, batches: int) -> float:
-    from kroberta.inference import engine as prediction
+    from kroberta.inference import prediction
 
     prediction.predict(model, inputs, output="top_k", k=5)  # compiles (cached after)
     start = time.perf_counter()
@@ -140,7 +140,7 @@ def main():
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import kroberta  # noqa: F401  (fixes the backend before keras is imported)
-    from kroberta.data import pipeline as data_lib
+    from kroberta.data import pipeline
     from kroberta.model.mlm import build_compiled_model
     from kroberta.data.synthetic import write_seed_format
 
@@ -149,7 +149,7 @@ def main():
     data_file = os.path.join(work, "train.tfrecord")
     write_seed_format(data_file, 4096, 16, 512, seed=1)
     config = micro_config(data_file, os.path.join(work, "run"), k, args.dispatches)
-    spec = data_lib.inspect_files((data_file,), "data.train")
+    spec = pipeline.inspect_files((data_file,), "data.train")
     batch = config.train.batch_size_per_device
     predict_model = build_compiled_model(config)
     predict_model.kroberta_config = config

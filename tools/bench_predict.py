@@ -46,7 +46,7 @@ def main():
     import numpy as np
 
     from kroberta.config import config_path, load_toml
-    from kroberta.data import pipeline as data_lib
+    from kroberta.data import pipeline
     from kroberta.parallel import distribute
     from kroberta.model.mlm import build_compiled_model
     from kroberta.data.synthetic import write_seed_format
@@ -65,10 +65,10 @@ def main():
                                   steps=10**6))
     topology = distribute.setup(config)
     batch = distribute.global_batch_size(config, topology)
-    spec = data_lib.inspect_files(config.data.train, "data.train")
-    train_ds = data_lib.train_dataset(spec, config.data, V, batch, config.train.seed)
-    predict_spec = data_lib.inspect_files((predict_path,), "predict")
-    eval_ds = data_lib.eval_dataset(predict_spec, config.data, V, batch, 0)
+    spec = pipeline.inspect_files(config.data.train, "data.train")
+    train_ds = pipeline.train_dataset(spec, config.data, V, batch, config.train.seed)
+    predict_spec = pipeline.inspect_files((predict_path,), "predict")
+    eval_ds = pipeline.eval_dataset(predict_spec, config.data, V, batch, 0)
     x_ds = eval_ds.map(lambda x, y: x)
     model = build_compiled_model(config)
     model.kroberta_config = config

@@ -71,7 +71,7 @@ def main():
 
     # Run from a checkout without installing: the repository root holds kroberta/.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from kroberta.prepare import prepare  # after argparse: --help stays fast
+    from kroberta.text.build import prepare  # after argparse: --help stays fast
 
     root = args.keep or tempfile.mkdtemp(prefix="bench_prepare_")
     os.makedirs(os.path.join(root, "corpus"), exist_ok=True)

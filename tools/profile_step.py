@@ -47,7 +47,7 @@ def main():
     import jax
 
     from kroberta.config import config_path, load_toml
-    from kroberta.data import pipeline as data_lib
+    from kroberta.data import pipeline
     from kroberta.model.mlm import build_compiled_model
     from kroberta.data.synthetic import write_seed_format
 
@@ -58,9 +58,9 @@ def main():
     config = dataclasses.replace(
         config, run_dir=work, data=dataclasses.replace(config.data, train=(path,)),
         train=dataclasses.replace(config.train, steps=10**6, batch_size_per_device=args.batch))
-    spec = data_lib.inspect_files(config.data.train, "data.train")
+    spec = pipeline.inspect_files(config.data.train, "data.train")
     model = build_compiled_model(config)
-    dataset = data_lib.train_dataset(spec, config.data, V, args.batch, config.train.seed,
+    dataset = pipeline.train_dataset(spec, config.data, V, args.batch, config.train.seed,
                                      device_masks=True)  # what training feeds
 
     fit_samples_per_second(model, dataset, 3, args.batch)  # compile and warm up

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from kroberta.inference.engine import PredictionError, predict
+from kroberta.inference.prediction import PredictionError, predict
 
 MASK_TOKEN = "<mask>"
 

@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from kroberta.data import pipeline as data_lib
+from kroberta.data import pipeline
 from kroberta.data import rules
 from kroberta.data.masking import static_slots_batch
 from kroberta.data.masking_numpy import static_slots_numpy
@@ -49,13 +49,13 @@ def as_examples(inputs, config) -> Source:
     if isinstance(inputs, (str, list, tuple)) and all(isinstance(p, str) for p in
                                                        ([inputs] if isinstance(inputs, str) else inputs)):
         patterns = [inputs] if isinstance(inputs, str) else list(inputs)
-        spec = data_lib.inspect_files(data_lib.resolve_files(patterns, "inputs"), "inputs")
+        spec = pipeline.inspect_files(pipeline.resolve_files(patterns, "inputs"), "inputs")
         if spec.sequence_length > config.model.max_sequence_length:
             raise PredictInputError(f"inputs: sequences of {spec.sequence_length} tokens, the model "
                                     f"takes at most {config.model.max_sequence_length}")
-        return Source(lambda batch: data_lib.file_batches(spec, vocabulary, batch),
+        return Source(lambda batch: pipeline.file_batches(spec, vocabulary, batch),
                       spec.sequence_length, spec.has_labels, spec.records, spec.files,
-                      replay=data_lib.replay_file_errors(spec, vocabulary))
+                      replay=pipeline.replay_file_errors(spec, vocabulary))
     if isinstance(inputs, dict):
         return _from_arrays(inputs, config)
     if isinstance(inputs, tf.data.Dataset):
@@ -169,7 +169,7 @@ def _filler(config, length: int, width: int, rows: int) -> dict:
     """`rows` padding examples: no real tokens, no slots; dropped from every result."""
     shapes = {"token_ids": (length,), "padding_mask": (length,), "mask_positions": (width,),
               "valid": (width,), "labels": (width,), "is_real": (), "dropped": ()}
-    return {name: np.full((rows, *shape), data_lib.padding_value(name, config.data.pad_token_id),
+    return {name: np.full((rows, *shape), pipeline.padding_value(name, config.data.pad_token_id),
                           _DTYPES[name]) for name, shape in shapes.items()}
 
 
@@ -236,13 +236,13 @@ def _dataset_batches(source: Source, config, slots: int, positions: str, global_
         missing = -rows % global_batch
         return {name: tf.pad(value, [[0, missing]] + [[0, 0]] * (value.shape.rank - 1),
                              constant_values=tf.cast(
-                                 data_lib.padding_value(name, config.data.pad_token_id),
+                                 pipeline.padding_value(name, config.data.pad_token_id),
                                  value.dtype)) for name, value in batch.items()}
 
     # One map call for several batches, the source's check and these inputs together, then
     # cut into batches (as training: each op's fixed cost paid once for them all; every
     # part is a whole padded batch, so the cut drops nothing and gives the static shape).
-    ds, check = source.batches(data_lib.batches_per_call(global_batch) * global_batch)
+    ds, check = source.batches(pipeline.batches_per_call(global_batch) * global_batch)
     ds = ds.map(lambda *element: to_inputs(check(*element)),
-                num_parallel_calls=data_lib.parallel_batches(), deterministic=True)
+                num_parallel_calls=pipeline.parallel_batches(), deterministic=True)
     return ds.rebatch(global_batch, drop_remainder=True).prefetch(AUTOTUNE)

@@ -128,7 +128,7 @@ def compile_model(model, config: Config):
 
         devices = jax.devices()
         t = config.train
-        config = dispatch_size.resolve(
+        config = dispatch_size.with_steps_per_execution(
             config, devices, t.batch_size_per_device * len(devices) * t.gradient_accumulation_steps)
     model = trainer.as_training_model(model)
     model.compile(

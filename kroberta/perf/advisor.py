@@ -16,7 +16,7 @@ model's matmul FLOPs with the flagged dims padded up, compared to the real ones.
 
 import dataclasses
 
-from kroberta.perf import flops as flops_lib
+from kroberta.perf import flops
 from kroberta.config import Config, ModelConfig
 from kroberta.model import attention
 
@@ -28,10 +28,10 @@ COMPILE_PARAMETER_LIMIT = 30_000_000
 
 
 def _pad(value: int, multiple: int) -> int:
-    return flops_lib.round_up(value, multiple)
+    return flops.round_up(value, multiple)
 
 
-def _padded_forward(shape: flops_lib.Shape, pad_hidden=False, pad_head=False,
+def _padded_forward(shape: flops.Shape, pad_hidden=False, pad_head=False,
                     pad_intermediate=False, pad_vocabulary=False) -> int:
     """Forward matmul FLOPs with the chosen dims padded as a TPU computes them."""
     n, L, M, heads = shape.layers, shape.length, shape.slots, shape.heads
@@ -63,7 +63,7 @@ class Misalignment:
                 "model's matmul work would be padding")
 
 
-def misalignments(shape: flops_lib.Shape) -> list[Misalignment]:
+def misalignments(shape: flops.Shape) -> list[Misalignment]:
     real = _padded_forward(shape)
     found = []
     for key, value, multiple, flag in (
@@ -78,7 +78,7 @@ def misalignments(shape: flops_lib.Shape) -> list[Misalignment]:
     return found
 
 
-def total_waste(shape: flops_lib.Shape) -> float:
+def total_waste(shape: flops.Shape) -> float:
     padded = _padded_forward(shape, True, True, True, True)
     return 1 - _padded_forward(shape) / padded
 
@@ -101,7 +101,7 @@ def warnings_for(config: Config, platform: str | None = None, shapes: bool = Tru
     `shapes=False` leaves out the TPU-alignment warnings (training on a CPU or GPU,
     where they would only be noise); `--explain` always shows them.
     """
-    shape = flops_lib.Shape.from_config(config)
+    shape = flops.Shape.from_config(config)
     found = misalignments(shape) if shapes else []
     lines = [m.describe() for m in found]
     if found:
@@ -174,19 +174,19 @@ def explain(config: Config, compile_step: bool | None = None, print_fn=print):
     devices = devices[:wanted]
     platform = devices[0].platform
     m, t = config.model, config.train
-    shape = flops_lib.Shape.from_config(config)
-    params = flops_lib.parameter_count(m)
+    shape = flops.Shape.from_config(config)
+    params = flops.parameter_count(m)
     batch = t.batch_size_per_device * len(devices)
     print_fn(f"model: {params:,} parameters ({m.num_layers} layers, hidden {m.hidden_dim}, "
              f"{m.num_heads} heads of {m.head_dim}, intermediate {m.intermediate_dim}, "
              f"vocabulary {m.vocabulary_size})")
     print_fn(f"shape: {shape.length} tokens per sequence, {shape.slots} predicted slots; "
              f"batch {batch} = {t.batch_size_per_device} x {len(devices)} {platform} device(s)")
-    train_token = flops_lib.flops_per_token(shape, train=True)
+    train_token = flops.flops_per_token(shape, train=True)
     print_fn(f"FLOPs per token: {train_token / 1e6:.2f} M train, "
-             f"{flops_lib.flops_per_token(shape, train=False) / 1e6:.2f} M forward (matmuls; "
-             f"{flops_lib.train_flops_per_step(shape, batch) / 1e9:.2f} GFLOP per train step)")
-    estimate = flops_lib.memory_estimate(shape, params, t.batch_size_per_device, t.mixed_precision)
+             f"{flops.flops_per_token(shape, train=False) / 1e6:.2f} M forward (matmuls; "
+             f"{flops.train_flops_per_step(shape, batch) / 1e9:.2f} GFLOP per train step)")
+    estimate = flops.memory_estimate(shape, params, t.batch_size_per_device, t.mixed_precision)
     print_fn(f"memory per device (estimate): {_gib(estimate.total)} = parameters "
              f"{_gib(estimate.parameters)} + gradients {_gib(estimate.gradients)} + AdamW moments "
              f"{_gib(estimate.optimizer)} + activations ~{_gib(estimate.activations)}")
@@ -206,7 +206,7 @@ def explain(config: Config, compile_step: bool | None = None, print_fn=print):
     if chip:
         needed = measured["total"] if compile_step and measured else estimate.total
         fits = needed < 0.9 * chip.memory_bytes
-        floor = flops_lib.train_flops_per_step(shape, batch) / (chip.bf16_flops * len(devices))
+        floor = flops.train_flops_per_step(shape, batch) / (chip.bf16_flops * len(devices))
         print_fn(f"{chip.name}: {'fits' if fits else 'does NOT fit'} in "
                  f"{_gib(chip.memory_bytes)} per device; compute floor "
                  f"{floor * 1e3:.3f} ms per step at peak bf16")

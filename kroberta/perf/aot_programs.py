@@ -136,7 +136,7 @@ def train_data(distribution, global_batch: int, length: int, slots: int, steps: 
 
 
 def predict_batch(global_batch: int, length: int, slots: int, group: int = 1):
-    """What `kroberta.predict` puts on the devices per dispatch (`prediction_inputs.batched`
+    """What `kroberta.predict` puts on the devices per dispatch (`inputs.batched`
     minus the host-only `is_real` and `dropped`; a (group, batch, ...) stack if group > 1)."""
     lead = (group,) if group > 1 else ()
 
@@ -196,14 +196,14 @@ def compile_predict(model, devices, global_batch: int, length: int, slots: int,
                     output: str = "top_k", k: int = 5, group: int = 1) -> Program:
     """Lowers and compiles `kroberta.predict`'s program (`group` batches per dispatch)
     for a batch-axis mesh of `devices`."""
-    from kroberta.inference.program import make_predict_step, twin as predict_view
+    from kroberta.inference.program import make_predict_step, twin
 
     mesh = jax.sharding.Mesh(np.array(list(devices)), ("batch",))
     with global_distribution(None):
         step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, group)
-        twin = predict_view(model)
+        predicting = twin(model)
         weights = [[jax.ShapeDtypeStruct(tuple(v.shape), jnp.dtype(v.dtype)) for v in vs]
-                   for vs in (twin.trainable_variables, twin.non_trainable_variables)]
+                   for vs in (predicting.trainable_variables, predicting.non_trainable_variables)]
         jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
         lowered = jitted.lower(*weights, predict_batch(global_batch, length, slots, group))
     return _analyse("predict", lowered, group)
@@ -244,7 +244,7 @@ def program_shape(config: Config, devices) -> ProgramShape:
     batch = distribute.global_batch_size(config, topology)
     length = config.model.max_sequence_length
     slots = config.data.prediction_slots(length)
-    steps = dispatch_size.resolve(config, devices, batch, length).train.steps_per_execution
+    steps = dispatch_size.with_steps_per_execution(config, devices, batch, length).train.steps_per_execution
     return ProgramShape(distribution, mesh_shape, batch, length, slots, steps)
 
 

@@ -52,8 +52,9 @@ def choose(flops_per_step: float, peak_flops: float | None, log_every: int) -> t
     return k, why
 
 
-def resolve(config: Config, devices, global_batch: int, sequence_length: int | None = None,
-            log=None) -> Config:
+def with_steps_per_execution(config: Config, devices, global_batch: int,
+                             sequence_length: int | None = None,
+                             log=None) -> Config:
     """`config` with train.steps_per_execution an integer (chosen when it is "auto")."""
     t = config.train
     if t.steps_per_execution != AUTO:

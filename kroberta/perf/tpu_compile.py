@@ -223,7 +223,7 @@ def compile_for_topology(config: Config, topology_name: str, model=None,
     distribution, mesh_shape, batch = shape.distribution, shape.mesh_shape, shape.global_batch
     length, slots, steps = shape.length, shape.slots, shape.steps
     # The programs that run: K fused training steps, G prediction batches per dispatch.
-    from kroberta.inference.engine import batches_per_dispatch_for
+    from kroberta.inference.prediction import batches_per_dispatch_for
 
     group = batches_per_dispatch_for(config, batch, slots, length, devices=devices)
     train = _compile_or_explain(

@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 from kroberta.atomic import atomic_path
-from kroberta.data import manifest as manifest_lib
+from kroberta.data.manifest import FORMAT, MANIFEST_NAME, ManifestError, load_manifest, write_manifest
 from kroberta.data.masking_numpy import static_mask
 from kroberta.data.records import PAD_ID, encode_examples
 from kroberta.errors import KrobertaError
@@ -71,20 +71,20 @@ def _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate
 
 def _refuse_existing(out_dir, overwrite):
     """Refuse to clobber a prepared directory unless asked (checked before any work)."""
-    path = os.path.join(out_dir, manifest_lib.MANIFEST_NAME)
+    path = os.path.join(out_dir, MANIFEST_NAME)
     if os.path.exists(path) and not overwrite:
         raise PrepareError(f"{out_dir} already holds a prepared dataset ({path}); pass --overwrite to replace it")
 
 
 def _clear_previous(out_dir):
     """Remove a previous prepared dataset's manifest and shards (after --overwrite)."""
-    path = os.path.join(out_dir, manifest_lib.MANIFEST_NAME)
+    path = os.path.join(out_dir, MANIFEST_NAME)
     if not os.path.exists(path):
         return
     try:
-        old = manifest_lib.load_manifest(out_dir)
+        old = load_manifest(out_dir)
         stale = old.files
-    except manifest_lib.ManifestError:
+    except ManifestError:
         stale = ()
     os.remove(path)  # first: a crash from here on leaves no manifest pointing at mixed files
     for f in stale:
@@ -279,7 +279,7 @@ def prepare(
     if validation_fraction > 0 and validation.sequences == 0:
         warnings.warn("only one sequence: nothing left for validation", PrepareWarning, stacklevel=2)
     manifest = {
-        "format": manifest_lib.FORMAT,
+        "format": FORMAT,
         "train": train_info,
         "validation": validation_info,
         "vocabulary_size": vocab,
@@ -302,5 +302,5 @@ def prepare(
         },
         "timing_s": {"tokenizer": round(tok_time, 3), "encode_pack_write": round(encode_time, 3)},
     }
-    manifest_lib.write_manifest(out_dir, manifest)
+    write_manifest(out_dir, manifest)
     return manifest

@@ -38,12 +38,12 @@ class ProfileWindow(keras.callbacks.Callback):
         self.directory = os.path.join(run_dir, PROFILE_DIR)
         self.start, self.stop = window
         self.log = log
-        self.step = start_step  # optimizer steps done before the current epoch
+        self.step = start_step  # optimizer steps done before the current log interval
         self.active = False
         self.done = start_step >= self.stop
 
     def on_epoch_begin(self, epoch, logs=None):
-        # fit synced the state at the last epoch end: the counter is exact and cheap.
+        # fit synced the state at the last interval's end: the counter is exact and cheap.
         self.step = int(self.model.optimizer.iterations.numpy())
 
     def on_train_batch_begin(self, batch, logs=None):

@@ -1,7 +1,8 @@
 """The Keras callback that logs, evaluates and checkpoints a training run.
 
-`fit` runs one "epoch" per log interval (`train.log_every` steps over the same
-data iterator), so at every epoch end the interval's metrics are complete and the
+`fit` runs one Keras epoch per log interval (`train.log_every` steps over the same
+data iterator; kroberta's own word "epoch" means a pass over the training data), so
+at the end of each (Keras' `on_epoch_end`) the interval's metrics are complete and the
 device state has just been synced to the host: logging, evaluation and
 checkpoints cost no extra host-device synchronisation. Steps run K at a time
 (`train.steps_per_execution`, one compiled dispatch each, `kroberta.model.super_batch`):
@@ -78,8 +79,8 @@ class RunLogger(keras.callbacks.Callback):
             self._trackers = trackers.open_trackers(config, run_dir)
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start_step = self.step
-        # The previous epoch end synced with the devices: time from here is this
+        self._interval_start_step = self.step
+        # The previous interval's end synced with the devices: time from here is this
         # interval's alone (evaluation and checkpoint time excluded).
         self._interval_start = time.perf_counter()
         self._interval_compile = self._compile_clock.seconds
@@ -95,7 +96,7 @@ class RunLogger(keras.callbacks.Callback):
             self.compile_seconds = self._compile_clock.seconds
             self._say(f"compiled the training step in {self.compile_seconds:.1f} s; a log line "
                       f"every {self.config.train.log_every} steps")
-        step = self._epoch_start_step + batch
+        step = self._interval_start_step + batch
         if self._progbar and time.perf_counter() - self._last_redraw >= REDRAW_SECONDS:
             self._last_redraw = time.perf_counter()
             self._progbar.update(step, self._progbar.values)  # dispatched, not yet synced
@@ -110,7 +111,7 @@ class RunLogger(keras.callbacks.Callback):
         # fit has synced the state: the optimizer's counter is the true step.
         self.step = int(self.model.optimizer.iterations.numpy())
         now = time.perf_counter()
-        steps_done = self.step - self._epoch_start_step
+        steps_done = self.step - self._interval_start_step
         compiled = self._compile_clock.seconds - self._interval_compile
         if self.compile_seconds is None:  # the interval was a single dispatch
             self.compile_seconds = self._compile_clock.seconds
@@ -123,7 +124,7 @@ class RunLogger(keras.callbacks.Callback):
             "step": self.step,
             "split": "train",
             # Token-weighted over every step of the interval: the Perplexity metric holds
-            # sum(ce) / sum(masked tokens) since the epoch began (Keras' "loss" is the
+            # sum(ce) / sum(masked tokens) since the interval began (Keras' "loss" is the
             # unweighted mean of per-step means).
             "loss": math.log(float(logs["perplexity"])),
             "masked_accuracy": float(logs["masked_accuracy"]),

@@ -1,6 +1,6 @@
 """The data a training run reads, resolved and checked: `kroberta.dataset(config, split)`.
 
-`train.main` and the public `dataset` build their pipelines here with the same
+`kroberta.train` and the public `dataset` build their pipelines here with the same
 arguments, so what a user inspects is exactly the stream the model is fed.
 """
 
@@ -8,7 +8,7 @@ import dataclasses
 
 import jax
 
-from kroberta.data import pipeline as data_lib
+from kroberta.data import pipeline
 from kroberta.training import datasource
 from kroberta.config import AUTO, Config, ConfigError, validate
 
@@ -20,34 +20,34 @@ class RunData:
     """A run's config with its data resolved, and what its files hold."""
 
     config: Config
-    train: data_lib.DataSpec
-    validation: data_lib.DataSpec | None
+    train: pipeline.DataSpec
+    validation: pipeline.DataSpec | None
     tokenizer_path: str | None
     # (V,) bool from the tokenizer, read once, for data.whole_word_masking; else None.
     word_starts: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
-def resolve(config: Config, log=print) -> RunData:
+def run_data_for(config: Config, log=print) -> RunData:
     """Finds the run's files (prepares the embedded corpus if none are given), checks them."""
     config, tokenizer_path = datasource.resolve(config, log=log)
     if config.data.whole_word_masking and tokenizer_path is None:
         raise ConfigError("data.whole_word_masking: needs the run's tokenizer; give data.dir "
                           "(a directory made by `python -m kroberta.prepare`) instead of data.train")
-    train = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "data.train"),
+    train = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "data.train"),
                                    "data.train")
     if config.data.masking == AUTO:
         data = config.data.with_masking_for(train.has_labels)
         log(f"data.masking: auto -> {data.masking} (the training files "
             f"{'carry' if train.has_labels else 'have no'} labels)")
         config = dataclasses.replace(config, data=data)
-    data_lib.check_against_model(train, config.data, config.model, "data.train")
+    pipeline.check_against_model(train, config.data, config.model, "data.train")
     validation = None
     if config.data.validation:
-        validation = data_lib.inspect_files(
-            data_lib.resolve_files(config.data.validation, "data.validation"), "data.validation")
-        data_lib.check_against_model(validation, config.data, config.model, "data.validation")
+        validation = pipeline.inspect_files(
+            pipeline.resolve_files(config.data.validation, "data.validation"), "data.validation")
+        pipeline.check_against_model(validation, config.data, config.model, "data.validation")
         if validation.sequence_length != train.sequence_length:
-            raise data_lib.DataError(
+            raise pipeline.DataError(
                 f"data.validation: sequences of {validation.sequence_length} tokens, but "
                 f"data.train has {train.sequence_length}")
     return RunData(config, train, validation, tokenizer_path, _word_starts(config, tokenizer_path))
@@ -67,7 +67,7 @@ def train_batches(run: RunData, process_batch: int, start_step: int = 0, shard=N
     """The training pipeline of `run` (`device_masks`: the step draws the dynamic masks
     or chooses the static slots)."""
     t = run.config.train
-    return data_lib.train_dataset(run.train, run.config.data, run.config.model.vocabulary_size,
+    return pipeline.train_dataset(run.train, run.config.data, run.config.model.vocabulary_size,
                                   process_batch, t.seed, start_step, shard=shard,
                                   word_starts=run.word_starts, device_masks=device_masks)
 
@@ -83,7 +83,7 @@ def validation_batches(run: RunData, global_batch: int, shard=None, device_masks
     if data.evaluation_mask_rate() != data.mask_rate:
         data = dataclasses.replace(data, mask_rate=data.evaluation_mask_rate())
         device_masks = False
-    return data_lib.eval_dataset(run.validation, data, run.config.model.vocabulary_size,
+    return pipeline.eval_dataset(run.validation, data, run.config.model.vocabulary_size,
                                  global_batch, t.seed, t.eval_steps, shard=shard,
                                  word_starts=run.word_starts, device_masks=device_masks)
 
@@ -119,7 +119,7 @@ def dataset(config: Config, split: str = "train", start_step: int = 0, log=print
     if split not in SPLITS:
         raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
     config = validate(config)
-    run = resolve(config, log=log)
+    run = run_data_for(config, log=log)
     devices = config.distributed.devices or jax.device_count()
     processes, index = jax.process_count(), jax.process_index()
     shard = (processes, index) if processes > 1 else None

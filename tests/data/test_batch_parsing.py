@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.data import pipeline as data_lib
-from kroberta.inference import inputs as prediction_inputs
+from kroberta.data import pipeline
+from kroberta.inference import inputs
 from kroberta.data.check import check_records
 from kroberta.config import Config
 from kroberta.data.masking import IGNORE_LABEL, dynamic_mask, dynamic_mask_batch, static_slots_batch
@@ -58,12 +58,12 @@ def _plant(kind, ids, mask, labels, row):
 
 def _first_error(spec, data=None, batch=64):
     data = data or dataclasses.replace(Config().data, shuffle_buffer=1)
-    ds = data_lib.train_dataset(spec, data, V, batch, seed=0)
+    ds = pipeline.train_dataset(spec, data, V, batch, seed=0)
     with pytest.raises((tf.errors.OpError, UnicodeDecodeError)) as info:
         for _ in ds.take(4):
             pass
-    replay = data_lib.replay_train_errors(spec, data, V, 0, 0, 4, batch)
-    return str(data_lib.explain_pipeline_error(info.value, spec.files, replay=replay))
+    replay = pipeline.replay_train_errors(spec, data, V, 0, 0, 4, batch)
+    return str(pipeline.explain_pipeline_error(info.value, spec.files, replay=replay))
 
 
 @pytest.mark.parametrize("kind", ["id", "length", "mask", "label", "missing", "payload", "dtype"])
@@ -73,7 +73,7 @@ def test_a_planted_defect_names_its_file_record_and_feature(tmp_path, kind, row)
     payloads = [_example(ids[i], mask[i], labels[i]) for i in range(192)]
     payloads[row], words = _plant(kind, ids, mask, labels, row)
     path = _write(tmp_path / "planted.tfrecord", payloads)
-    message = _first_error(data_lib.inspect_files([path], "data.train"))
+    message = _first_error(pipeline.inspect_files([path], "data.train"))
     assert message.startswith(f"{path}: record {row}: "), message
     assert words in message
     assert "{{" not in message and "node" not in message
@@ -87,7 +87,7 @@ def test_two_bad_records_in_one_batch_name_the_first(tmp_path, kinds):
     payloads[70], words = _plant(kinds[0], ids, mask, labels, 70)
     payloads[90], _ = _plant(kinds[1], ids, mask, labels, 90)
     path = _write(tmp_path / "two.tfrecord", payloads)
-    message = _first_error(data_lib.inspect_files([path], "data.train"))
+    message = _first_error(pipeline.inspect_files([path], "data.train"))
     assert message.startswith(f"{path}: record 70: ") and words in message, message
 
 
@@ -127,24 +127,24 @@ def test_fuzzed_payloads_name_the_first_damaged_record(tmp_path, seed):
         payloads[row] = bytes(raw)
     first = next(i for i, p in enumerate(payloads) if _reference_problem(p))
     path = _write(tmp_path / "fuzzed.tfrecord", payloads)
-    spec = data_lib.inspect_files([path], "data.train")
+    spec = pipeline.inspect_files([path], "data.train")
     expected = f"{path}: record {first}: "
     # Training (one file, no shuffle: the stream is the file's order).
     assert _first_error(spec).startswith(expected)
     # Evaluation.
-    ds = data_lib.eval_dataset(spec, Config().data, V, 64, 0)
+    ds = pipeline.eval_dataset(spec, Config().data, V, 64, 0)
     with pytest.raises((tf.errors.OpError, UnicodeDecodeError)) as info:
         list(ds)
-    explained = data_lib.explain_pipeline_error(info.value, spec.files,
-                                                replay=data_lib.replay_file_errors(spec, V))
+    explained = pipeline.explain_pipeline_error(info.value, spec.files,
+                                                replay=pipeline.replay_file_errors(spec, V))
     assert str(explained).startswith(expected), explained
     # Prediction's input path.
     config = dataclasses.replace(Config(), model=dataclasses.replace(
         Config().model, vocabulary_size=V, max_sequence_length=L))
-    source = prediction_inputs.as_examples(path, config)
+    source = inputs.as_examples(path, config)
     with pytest.raises((tf.errors.OpError, UnicodeDecodeError)) as info:
-        list(prediction_inputs.batched(source, config, 8, "masked", 64))
-    assert str(data_lib.explain_pipeline_error(info.value, source.files, replay=source.replay)
+        list(inputs.batched(source, config, 8, "masked", 64))
+    assert str(pipeline.explain_pipeline_error(info.value, source.files, replay=source.replay)
                ).startswith(expected)
     # --check names the same record first.
     report = check_records([path], vocabulary_size=V, sequence_length=L)
@@ -171,9 +171,9 @@ def test_dynamic_masks_do_not_depend_on_the_batch(tmp_path):
     from kroberta.data.synthetic import write_tfrecord
 
     write_tfrecord(path, ids, mask)
-    spec = data_lib.inspect_files([path], "t")
+    spec = pipeline.inspect_files([path], "t")
     data = dataclasses.replace(Config().data, shuffle_buffer=1)
-    by_batch = {b: next(iter(data_lib.train_dataset(spec, data, V, b, seed=7).unbatch().batch(64)))
+    by_batch = {b: next(iter(pipeline.train_dataset(spec, data, V, b, seed=7).unbatch().batch(64)))
                 for b in (8, 64)}
     np.testing.assert_array_equal(by_batch[8][1], by_batch[64][1])
     np.testing.assert_array_equal(by_batch[8][0]["token_ids"], by_batch[64][0]["token_ids"])
@@ -230,8 +230,8 @@ def test_a_bad_value_in_a_dataset_input_names_the_example(batched):
     ids, mask = make_sequences(30, L, V, seed=2)
     ids[21, 6] = V + 9
     dataset = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "attention_mask": mask})
-    source = prediction_inputs.as_examples(dataset.batch(7) if batched else dataset, config)
+    source = inputs.as_examples(dataset.batch(7) if batched else dataset, config)
     with pytest.raises(tf.errors.OpError) as info:
-        list(prediction_inputs.batched(source, config, 4, "masked", 8))
-    message = str(data_lib.explain_pipeline_error(info.value, ()))
+        list(inputs.batched(source, config, 4, "masked", 8))
+    message = str(pipeline.explain_pipeline_error(info.value, ()))
     assert message == f"inputs: example 21: input_ids[6] = {V + 9} is outside the vocabulary [0, {V})"

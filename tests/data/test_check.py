@@ -3,7 +3,7 @@
 import pytest
 
 from kroberta.data.check import check_records
-from kroberta.prepare import main
+from kroberta.cli.prepare import main
 from tests.conftest import serialize_example, write_records
 
 L, V = 8, 50

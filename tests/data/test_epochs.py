@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kroberta
-from kroberta.data import pipeline as data_lib
+from kroberta.data import pipeline
 from kroberta.config import Config, ConfigError
 from kroberta.data.synthetic import write_tfrecord
 from tests.conftest import prepare_word_corpus
@@ -45,7 +45,7 @@ def _records(ds, count):
 
 
 def _spec(paths):
-    return data_lib.inspect_files(paths, "data.train")
+    return pipeline.inspect_files(paths, "data.train")
 
 
 @pytest.mark.parametrize("files", [1, 2, 3, 4, 7, 64])
@@ -56,7 +56,7 @@ def test_each_epoch_holds_every_record_once(tmp_path, files, shuffle_buffer):
     spec = _spec(_write_files(tmp_path, lengths))
     every = collections.Counter((100 + f, 5 + r) for f, n in enumerate(lengths) for r in range(n))
     total = sum(lengths)
-    stream = _records(data_lib.train_dataset(spec, _data(shuffle_buffer), V, 8, seed=3), 2 * total)
+    stream = _records(pipeline.train_dataset(spec, _data(shuffle_buffer), V, 8, seed=3), 2 * total)
     first, second = stream[:total], stream[total:]
     assert collections.Counter(first) == every
     assert collections.Counter(second) == every
@@ -66,7 +66,7 @@ def test_each_epoch_holds_every_record_once(tmp_path, files, shuffle_buffer):
 
 def test_one_file_is_no_longer_read_four_times_side_by_side(tmp_path):
     spec = _spec(_write_files(tmp_path, [300]))
-    stream = _records(data_lib.train_dataset(spec, _data(1), V, 32, seed=0), 300)
+    stream = _records(pipeline.train_dataset(spec, _data(1), V, 32, seed=0), 300)
     assert stream == [(100, 5 + r) for r in range(300)]  # r0 r1 r2 ..., not r0 r0 r0 r0 r1
 
 
@@ -77,12 +77,12 @@ def test_a_bad_record_late_in_a_single_file_is_reached(tmp_path):
     write_tfrecord(path, ids, np.ones_like(ids))
     spec = _spec([path])
     data = dataclasses.replace(Config().data, shuffle_buffer=1)  # dynamic masking
-    ds = data_lib.train_dataset(spec, data, V, 64, seed=0)
+    ds = pipeline.train_dataset(spec, data, V, 64, seed=0)
     with pytest.raises(Exception) as info:
         for _ in ds.take(13):  # 832 examples: one epoch and a bit
             pass
     assert f"{path}: record 777: feature 'input_ids' holds id {V + 3}" in str(
-        data_lib.explain_pipeline_error(info.value, spec.files))
+        pipeline.explain_pipeline_error(info.value, spec.files))
 
 
 @pytest.mark.parametrize("files", [1, 2, 3, 4, 7])
@@ -94,9 +94,9 @@ def test_process_shares_of_an_epoch_are_disjoint_and_complete(tmp_path, files, s
     every = collections.Counter((100 + f, 5 + r) for f, n in enumerate(lengths) for r in range(n))
     streams, sizes = [], []
     for p in range(2):
-        plan = data_lib.epoch_plan(spec, _data(shuffle_buffer), 3, shard=(2, p))
+        plan = pipeline.epoch_plan(spec, _data(shuffle_buffer), 3, shard=(2, p))
         sizes.append([plan.epoch_size(0), plan.epoch_size(1)])
-        ds = data_lib.train_dataset(spec, _data(shuffle_buffer), V, 8, seed=3, shard=(2, p))
+        ds = pipeline.train_dataset(spec, _data(shuffle_buffer), V, 8, seed=3, shard=(2, p))
         streams.append(_records(ds, sum(sizes[p])))
     for epoch in range(2):
         shares = [streams[p][sum(sizes[p][:epoch]):sum(sizes[p][:epoch + 1])] for p in range(2)]
@@ -108,17 +108,17 @@ def test_process_shares_of_an_epoch_are_disjoint_and_complete(tmp_path, files, s
 def test_resume_starts_in_the_right_epoch_and_skips_exactly_the_consumed(tmp_path, files, shard):
     spec = _spec(_write_files(tmp_path, [37, 23, 51][:files]))
     data = _data(16)
-    whole = _records(data_lib.train_dataset(spec, data, V, 5, seed=1, shard=shard), 5 * 40)
+    whole = _records(pipeline.train_dataset(spec, data, V, 5, seed=1, shard=shard), 5 * 40)
     for step in (0, 7, 21, 39):
-        resumed = _records(data_lib.train_dataset(spec, data, V, 5, seed=1, shard=shard,
+        resumed = _records(pipeline.train_dataset(spec, data, V, 5, seed=1, shard=shard,
                                                   start_step=step), 5)
         assert resumed == whole[5 * step:5 * step + 5]
 
 
 def test_too_few_records_for_the_processes_is_a_clear_error(tmp_path):
     spec = _spec(_write_files(tmp_path, [1]))
-    with pytest.raises(data_lib.DataError, match=r"1 record\(s\) cannot be shared by 2 processes"):
-        data_lib.train_dataset(spec, _data(1), V, 1, seed=0, shard=(2, 0))
+    with pytest.raises(pipeline.DataError, match=r"1 record\(s\) cannot be shared by 2 processes"):
+        pipeline.train_dataset(spec, _data(1), V, 1, seed=0, shard=(2, 0))
 
 
 def _prepared(root):
@@ -135,14 +135,14 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
         data=dataclasses.replace(Config().data, dir=str(directory), masking="dynamic"),
         train=dataclasses.replace(Config().train, batch_size_per_device=2))
     ds = kroberta.dataset(config, log=lambda *_: None)
-    run = kroberta.training.run_data.resolve(config, log=lambda *_: None)
+    run = kroberta.training.run_data.run_data_for(config, log=lambda *_: None)
     assert len(run.train.files) == 1
     x = next(iter(ds))  # dynamic masks: x alone, the step draws them from the keys
     assert sorted(x) == ["mask_keys", "padding_mask", "token_ids"]
     assert x["token_ids"].shape[0] == x["mask_keys"].shape[0] == 2 * 4  # 4 simulated devices
     assert x["mask_keys"].numpy().dtype == np.uint32
     # The same batches as the pipeline training builds from the same arguments.
-    direct = data_lib.train_dataset(run.train, run.config.data, 300, 8, config.train.seed,
+    direct = pipeline.train_dataset(run.train, run.config.data, 300, 8, config.train.seed,
                                     device_masks=True)
     for a, b in zip(ds.take(3).as_numpy_iterator(), direct.take(3).as_numpy_iterator()):
         assert a.keys() == b.keys()
@@ -150,18 +150,18 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
             np.testing.assert_array_equal(a[name], b[name])
     # masks_on_host: the host pipeline's (x, labels), the batches the step's masks make.
     shown = kroberta.dataset(config, log=lambda *_: None, masks_on_host=True)
-    host = data_lib.train_dataset(run.train, run.config.data, 300, 8, config.train.seed)
+    host = pipeline.train_dataset(run.train, run.config.data, 300, 8, config.train.seed)
     for (xa, ya), (xb, yb) in zip(shown.take(3).as_numpy_iterator(), host.take(3).as_numpy_iterator()):
         np.testing.assert_array_equal(xa["token_ids"], xb["token_ids"])
         np.testing.assert_array_equal(ya, yb)
     # Every record once per epoch, compared by content (mask rate 0: tokens unchanged).
     records, rows, originals = run.train.records, [], []
     unmasked = dataclasses.replace(run.config.data, mask_rate=0.0)
-    for x, _ in data_lib.train_dataset(run.train, unmasked, 300, 8, seed=0).as_numpy_iterator():
+    for x, _ in pipeline.train_dataset(run.train, unmasked, 300, 8, seed=0).as_numpy_iterator():
         rows.extend(tuple(r) for r in x["token_ids"])
         if len(rows) >= 2 * records:
             break
-    for x in data_lib.read_batches(run.train, 300, 64).as_numpy_iterator():
+    for x in pipeline.read_batches(run.train, 300, 64).as_numpy_iterator():
         originals.extend(tuple(r) for r in x["input_ids"])
     assert collections.Counter(rows[:records]) == collections.Counter(originals)
     assert collections.Counter(rows[records:2 * records]) == collections.Counter(originals)

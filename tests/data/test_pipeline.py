@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.data import pipeline as data_lib
+from kroberta.data import pipeline
 from kroberta.config import Config, ConfigError
 from kroberta.data.synthetic import make_sequences, write_seed_format, write_tfrecord
 
@@ -12,7 +12,7 @@ L, V = 32, 512
 
 
 def _spec(paths):
-    return data_lib.inspect_files(data_lib.resolve_files(paths, "data.train"), "data.train")
+    return pipeline.inspect_files(pipeline.resolve_files(paths, "data.train"), "data.train")
 
 
 def _data_config(**kw):
@@ -22,7 +22,7 @@ def _data_config(**kw):
 def test_train_batches_have_static_shapes(tiny_data):
     spec = _spec([str(tiny_data / "train-*.tfrecord")])
     assert spec.sequence_length == L and spec.has_labels and len(spec.files) == 2
-    ds = data_lib.train_dataset(spec, _data_config(), V, global_batch=8, seed=0)
+    ds = pipeline.train_dataset(spec, _data_config(), V, global_batch=8, seed=0)
     x, y = next(iter(ds))
     slots = Config().data.prediction_slots(L)
     assert x["token_ids"].shape == (8, L) and x["padding_mask"].shape == (8, L)
@@ -33,7 +33,7 @@ def test_train_batches_have_static_shapes(tiny_data):
 def test_dynamic_masking_recovers_originals_from_seed_labels(tmp_path):
     arrays = write_seed_format(str(tmp_path / "a.tfrecord"), 16, L, V, seed=3)
     spec = _spec([str(tmp_path / "a.tfrecord")])
-    ds = data_lib.eval_dataset(spec, _data_config(mask_rate=0.3), V, global_batch=16, seed=0)
+    ds = pipeline.eval_dataset(spec, _data_config(mask_rate=0.3), V, global_batch=16, seed=0)
     x, y = next(iter(ds))
     y, positions = y.numpy(), x["mask_positions"].numpy()
     for row in range(16):
@@ -45,7 +45,7 @@ def test_dynamic_masking_recovers_originals_from_seed_labels(tmp_path):
 def test_static_masking_uses_the_files_labels(tmp_path):
     arrays = write_seed_format(str(tmp_path / "a.tfrecord"), 8, L, V, seed=4)
     spec = _spec([str(tmp_path / "a.tfrecord")])
-    ds = data_lib.eval_dataset(spec, _data_config(masking="static", max_predictions=L), V, 8, 0)
+    ds = pipeline.eval_dataset(spec, _data_config(masking="static", max_predictions=L), V, 8, 0)
     x, y = next(iter(ds))
     np.testing.assert_array_equal(x["token_ids"].numpy(), arrays["input_ids"])
     for row in range(8):
@@ -56,20 +56,20 @@ def test_static_masking_uses_the_files_labels(tmp_path):
 
 def test_eval_dataset_keeps_every_example_and_pads_with_weightless_rows(tiny_data):
     spec = _spec([str(tiny_data / "validation.tfrecord")])  # 70 examples
-    batches = list(data_lib.eval_dataset(spec, _data_config(), V, global_batch=16, seed=0))
+    batches = list(pipeline.eval_dataset(spec, _data_config(), V, global_batch=16, seed=0))
     assert len(batches) == 5  # ceil(70 / 16)
     padding = batches[-1][0]["padding_mask"].numpy().sum(axis=1) == 0
     assert padding.sum() == 5 * 16 - 70
     assert (batches[-1][1].numpy()[padding] == -100).all()
     # Same masks on every pass: evaluation is comparable across steps.
-    again = list(data_lib.eval_dataset(spec, _data_config(), V, global_batch=16, seed=0))
+    again = list(pipeline.eval_dataset(spec, _data_config(), V, global_batch=16, seed=0))
     np.testing.assert_array_equal(batches[0][1].numpy(), again[0][1].numpy())
 
 
 def test_resume_skips_exactly_the_consumed_batches(tiny_data):
     spec = _spec([str(tiny_data / "train-*.tfrecord")])
-    full = data_lib.train_dataset(spec, _data_config(), V, 8, seed=5)
-    resumed = data_lib.train_dataset(spec, _data_config(), V, 8, seed=5, start_step=3)
+    full = pipeline.train_dataset(spec, _data_config(), V, 8, seed=5)
+    resumed = pipeline.train_dataset(spec, _data_config(), V, 8, seed=5, start_step=3)
     expected = list(full.take(5))[3:]
     got = list(resumed.take(2))
     for (xa, ya), (xb, yb) in zip(expected, got):
@@ -79,13 +79,13 @@ def test_resume_skips_exactly_the_consumed_batches(tiny_data):
 
 def _first_error(tmp_path, paths, vocabulary_size=V, batches=40):
     spec = _spec(paths)
-    ds = data_lib.train_dataset(spec, _data_config(), vocabulary_size, 8, seed=0)
+    ds = pipeline.train_dataset(spec, _data_config(), vocabulary_size, 8, seed=0)
     with pytest.raises(Exception) as info:
         for _ in ds.take(batches):
             pass
     # As training does: a failure that names no record is found by replaying the stream.
-    replay = data_lib.replay_train_errors(spec, _data_config(), vocabulary_size, 0, 0, batches, 8)
-    explained = data_lib.explain_pipeline_error(info.value, spec.files, replay=replay)
+    replay = pipeline.replay_train_errors(spec, _data_config(), vocabulary_size, 0, 0, batches, 8)
+    explained = pipeline.explain_pipeline_error(info.value, spec.files, replay=replay)
     assert explained is not None, info.value
     return str(explained)
 
@@ -136,7 +136,7 @@ def test_truncated_file_is_found_at_startup(tmp_path, cut):
         offset += 16 + int.from_bytes(raw[offset:offset + 8], "little")
     bad = str(tmp_path / "cut.tfrecord")
     open(bad, "wb").write(raw[: offset + cut])  # 10 whole records, then a piece
-    with pytest.raises(data_lib.DataError, match=r"cut.tfrecord: record 10: truncated"):
+    with pytest.raises(pipeline.DataError, match=r"cut.tfrecord: record 10: truncated"):
         _spec([good, bad])
 
 
@@ -152,22 +152,22 @@ def test_corrupt_record_in_the_stream_is_named(tmp_path):
 
 
 def test_startup_checks(tmp_path):
-    with pytest.raises(data_lib.DataError, match=r"data.train: no file matches '.*nothing-\*'"):
-        data_lib.resolve_files([str(tmp_path / "nothing-*")], "data.train")
+    with pytest.raises(pipeline.DataError, match=r"data.train: no file matches '.*nothing-\*'"):
+        pipeline.resolve_files([str(tmp_path / "nothing-*")], "data.train")
     empty = tmp_path / "empty.tfrecord"
     empty.write_bytes(b"")
-    with pytest.raises(data_lib.DataError, match=r"empty.tfrecord: the file holds no records"):
+    with pytest.raises(pipeline.DataError, match=r"empty.tfrecord: the file holds no records"):
         _spec([str(empty)])
     write_seed_format(str(tmp_path / "a.tfrecord"), 4, 32, V)
     write_seed_format(str(tmp_path / "b.tfrecord"), 4, 16, V)
-    with pytest.raises(data_lib.DataError, match=r"files hold different sequence lengths"):
+    with pytest.raises(pipeline.DataError, match=r"files hold different sequence lengths"):
         _spec([str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")])
     ids, mask = make_sequences(2, L, V)
     path = tmp_path / "no_mask.tfrecord"
     with tf.io.TFRecordWriter(str(path)) as w:
         feature = {"input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=ids[0]))}
         w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
-    with pytest.raises(data_lib.DataError, match=r"no_mask.tfrecord: record 0: feature 'attention_mask' is missing"):
+    with pytest.raises(pipeline.DataError, match=r"no_mask.tfrecord: record 0: feature 'attention_mask' is missing"):
         _spec([str(path)])
 
 
@@ -175,4 +175,4 @@ def test_sequences_longer_than_the_model_are_refused(tiny_data):
     spec = _spec([str(tiny_data / "train-*.tfrecord")])
     model = dataclasses.replace(Config().model, max_sequence_length=16)
     with pytest.raises(ConfigError, match=r"sequences have length 32 but model.max_sequence_length=16"):
-        data_lib.check_against_model(spec, Config().data, model, "data.train")
+        pipeline.check_against_model(spec, Config().data, model, "data.train")

@@ -5,7 +5,7 @@ import tensorflow as tf
 import kroberta
 from kroberta.config import Config, ModelConfig
 from kroberta.model.metrics import MaskedLMLoss
-from kroberta.inference.engine import PredictionError
+from kroberta.inference.prediction import PredictionError
 from kroberta.inference.program import trace_count
 from kroberta.data.synthetic import make_sequences, mask_once, write_tfrecord
 from tests.conftest import saved_tiny_model
@@ -214,9 +214,11 @@ def test_unmasked_inputs_say_that_nothing_was_predicted_and_what_to_use(model, t
     assert "warning: nothing was predicted" in result.stderr and "--positions all" in result.stderr
 
 
-def test_importing_the_cli_module_does_not_shadow_the_function(model):
-    import kroberta.predict  # noqa: F401  (binds the module to kroberta.predict)
-
+def test_kroberta_predict_stays_the_function(model):
+    # `python -m kroberta.predict` runs a file that refuses to be imported: the import
+    # would bind the module to the name `kroberta.predict`.
+    with pytest.raises(ImportError, match="kroberta.cli.predict"):
+        import kroberta.predict  # noqa: F401
     out = kroberta.predict(model, _arrays(3), k=1)
     assert out["token_ids"].shape[0] == 3
 
@@ -229,16 +231,16 @@ def test_importing_the_cli_module_does_not_shadow_the_function(model):
     ("all", None, False),
 ])
 def test_array_batches_equal_the_tf_data_batches(positions, slots, labels):
-    from kroberta.inference import inputs as inputs_lib
+    from kroberta.inference import inputs
 
     config = Config(model=TINY)
     arrays = _arrays(21, seed=9, labels=labels)
     width = slots or L
-    from_arrays = inputs_lib.as_examples(arrays, config)
-    as_dataset = inputs_lib.as_examples(tf.data.Dataset.from_tensor_slices(arrays), config)
+    from_arrays = inputs.as_examples(arrays, config)
+    as_dataset = inputs.as_examples(tf.data.Dataset.from_tensor_slices(arrays), config)
     assert from_arrays.columns is not None and as_dataset.columns is None
-    ours = list(inputs_lib.batched(from_arrays, config, width, positions, 8))
-    reference = list(inputs_lib.batched(as_dataset, config, width, positions, 8))
+    ours = list(inputs.batched(from_arrays, config, width, positions, 8))
+    reference = list(inputs.batched(as_dataset, config, width, positions, 8))
     assert len(ours) == len(reference) == 3  # 21 rows: the last batch holds 3 fillers
     for mine, theirs in zip(ours, reference):
         assert mine.keys() == theirs.keys()

@@ -6,9 +6,9 @@ import pytest
 import tensorflow as tf
 
 import kroberta
-from kroberta.inference import engine as prediction
+from kroberta.inference import prediction
 from kroberta.config import Config, ModelConfig, TrainConfig
-from kroberta.inference.engine import PredictionError
+from kroberta.inference.prediction import PredictionError
 from kroberta.inference.program import trace_count
 from kroberta.data.synthetic import make_sequences, mask_once
 from tests.conftest import saved_tiny_model

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from kroberta.training import saving as checkpoint_io
+from kroberta.training import final_model
 from kroberta.interop import hf
 from kroberta.config import Config, ModelConfig, to_toml
 from kroberta.interop.hf import HFConversionError
 from kroberta.model.mlm import build_model
+import kroberta.cli.export
 
 # Started at 0.02: what a Hugging Face or keras-hub import records.
 TINY = ModelConfig(vocabulary_size=300, num_layers=2, num_heads=2, hidden_dim=16,
@@ -268,40 +269,38 @@ def make_run(run_dir, tokenizer=None):
     model = randomized_model()
     config = Config(model=TINY, run_dir=str(run_dir))
     os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, checkpoint_io.CONFIG_FILE), "w") as f:
+    with open(os.path.join(run_dir, final_model.CONFIG_FILE), "w") as f:
         f.write(to_toml(config))
-    checkpoint_io.save(model, str(run_dir))
+    final_model.save(model, str(run_dir))
     if tokenizer is not None:
-        tokenizer.save(os.path.join(run_dir, checkpoint_io.TOKENIZER_FILE))
+        tokenizer.save(os.path.join(run_dir, final_model.TOKENIZER_FILE))
     return model
 
 
 def test_export_cli_round_trip(tmp_path, capsys):
-    from kroberta import export
 
     model = make_run(tmp_path / "run", tokenizer=tiny_tokenizer())
     out = str(tmp_path / "hf")
-    assert export.cli(["--run", str(tmp_path / "run"), "--out", out]) == 0
+    assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out", out]) == 0
     loaded = hf.from_hf(out)
     assert_same_weights(model, loaded)
     assert loaded.tokenizer is not None
     # A non-empty --out is refused, and accepted with --overwrite.
-    assert export.cli(["--run", str(tmp_path / "run"), "--out", out]) == 2
+    assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out", out]) == 2
     assert "not empty" in capsys.readouterr().err
-    assert export.cli(["--run", str(tmp_path / "run"), "--out", out, "--overwrite"]) == 0
+    assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out", out, "--overwrite"]) == 0
     # Overwriting with a run that has no tokenizer leaves no stale tokenizer behind.
     make_run(tmp_path / "run2")
-    assert export.cli(["--run", str(tmp_path / "run2"), "--out", out, "--overwrite"]) == 0
+    assert kroberta.cli.export.main(["--run", str(tmp_path / "run2"), "--out", out, "--overwrite"]) == 0
     assert sorted(os.listdir(out)) == ["config.json", "model.safetensors"]
 
 
 def test_export_cli_errors_are_one_line_exit_2(tmp_path, capsys):
-    from kroberta import export
 
-    assert export.cli(["--run", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert kroberta.cli.export.main(["--run", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such directory" in err
     (tmp_path / "empty_run").mkdir()
-    assert export.cli(["--run", str(tmp_path / "empty_run"), "--out", str(tmp_path / "o")]) == 2
+    assert kroberta.cli.export.main(["--run", str(tmp_path / "empty_run"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a finished kroberta run" in err

@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 
 import kroberta
-from kroberta import export, train
-from kroberta.interop import keras_hub as keras_hub_preset
+from kroberta import train
+from kroberta.interop import keras_hub_presets
 from kroberta.config import ConfigError
-from kroberta.interop.keras_hub import KerasHubPresetError
+from kroberta.interop.keras_hub_presets import KerasHubPresetError
 from kroberta.text.tokenizer import train_tokenizer
 from tests.conftest import TINY_LENGTH, TINY_VOCAB, tiny_config
 from tests.interop.test_hf_no_torch import TINY, assert_same_weights, make_run, randomized_model
 from tests.text.test_prepare import make_docs
+import kroberta.cli.export
 
 TEXTS = ["the cat sat on a mat while dogs ran far away", "über naïve café 日本 résumé",
          "two  spaces\nand a new line", "The cat, the mat; dogs!"]
@@ -93,15 +94,15 @@ def test_from_keras_hub_round_trip(exported, tokenizer):
 def test_export_cli_and_overwrite(tmp_path, tokenizer, capsys):
     model = make_run(tmp_path / "run", tokenizer=tokenizer)
     out = str(tmp_path / "preset")
-    assert export.cli(["--run", str(tmp_path / "run"), "--format", "keras-hub", "--out", out]) == 0
+    assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--format", "keras-hub", "--out", out]) == 0
     assert f"exported {tmp_path / 'run'} -> {out}" in capsys.readouterr().out
     assert PRESET_FILES | {"kroberta_config.toml"} <= _files(out)
     assert_same_weights(model, kroberta.from_keras_hub(out))
-    assert export.cli(["--run", str(tmp_path / "run"), "--format", "keras-hub", "--out", out]) == 2
+    assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--format", "keras-hub", "--out", out]) == 2
     assert "not empty" in capsys.readouterr().err
     # A run without a tokenizer overwrites without leaving the old tokenizer behind.
     make_run(tmp_path / "run2")
-    assert export.cli(["--run", str(tmp_path / "run2"), "--format", "keras-hub", "--out", out,
+    assert kroberta.cli.export.main(["--run", str(tmp_path / "run2"), "--format", "keras-hub", "--out", out,
                        "--overwrite"]) == 0
     assert not {"tokenizer.json", "preprocessor.json", "assets/tokenizer/vocabulary.json"} & _files(out)
     assert keras_hub.models.RobertaMaskedLM.from_preset(out).preprocessor is None
@@ -128,15 +129,15 @@ def test_training_can_start_from_a_preset(tiny_data, tmp_path):
     assert (config.model.vocabulary_size, config.model.max_sequence_length) == (TINY_VOCAB, TINY_LENGTH)
     start = build_model(config.model, seed=42)
     kroberta.export_keras_hub(start, str(tmp_path / "preset"))
-    train.main(dataclasses.replace(config, init_from_keras_hub=str(tmp_path / "preset")), until_step=2)
+    train(dataclasses.replace(config, init_from_keras_hub=str(tmp_path / "preset")), until_step=2)
     trained = kroberta.load(str(tmp_path / "run"))
     for a, b in zip(start.weights, trained.weights):
         np.testing.assert_allclose(np.asarray(a.value), np.asarray(b.value), atol=1e-6)
     # Another shape is refused by key; both inits at once are a config error.
     other = build_model(dataclasses.replace(config.model, hidden_dim=16, num_heads=2), seed=0)
     with pytest.raises(KerasHubPresetError, match=r"config.hidden_dim=32, but the model has model.hidden_dim=16"):
-        keras_hub_preset.init_from_keras_hub(other, str(tmp_path / "preset"))
+        keras_hub_presets.init_from_keras_hub(other, str(tmp_path / "preset"))
     both = dataclasses.replace(config, init_from_keras_hub=str(tmp_path / "preset"), init_from_hf="x",
                                run_dir=str(tmp_path / "run2"))
     with pytest.raises(ConfigError, match="init_from_keras_hub: set init_from_hf or init_from_keras_hub, not both"):
-        train.main(both)
+        train(both)

@@ -9,7 +9,7 @@ import pytest
 
 from kroberta import train
 from kroberta.config import ConfigError, validate
-from kroberta.data import pipeline as data_lib
+from kroberta.data import pipeline
 from kroberta.model import accumulation
 from tests.conftest import tiny_config
 from tests.training.test_train import _rows, _weights
@@ -35,7 +35,7 @@ def runs(tiny_data, tmp_path_factory):
                "a2x4-k5": _one_device(base, 4, 2, 5)}
     summaries = {}
     for name, config in configs.items():
-        summaries[name] = train.main(dataclasses.replace(config, run_dir=str(root / name)))
+        summaries[name] = train(dataclasses.replace(config, run_dir=str(root / name)))
     return root, summaries, configs
 
 
@@ -66,8 +66,8 @@ def test_micro_batches_hold_unequal_masked_counts(runs, tiny_data):
     weigh these tokens unequally and give another update."""
     _, _, configs = runs
     config = configs["a2x4"]
-    spec = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "t"), "t")
-    batches = data_lib.train_dataset(spec, config.data, config.model.vocabulary_size, 8,
+    spec = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "t"), "t")
+    batches = pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 8,
                                      config.train.seed, 0).take(20).as_numpy_iterator()
     unequal = 0
     for _, y in batches:

@@ -15,7 +15,7 @@ import kroberta
 from kroberta.config import (Config, ConfigError, ModelConfig, apply_dict, apply_overrides, to_dict,
                              validate)
 from kroberta.interop import hf
-from kroberta.interop import keras_hub as keras_hub_preset
+from kroberta.interop import keras_hub_presets
 from kroberta.model import attention
 from kroberta.model.mlm import build_model
 
@@ -111,7 +111,7 @@ def test_keras_hub_preset_carries_both_rates(tmp_path):
     # A stock keras-hub load reads its one dropout: the hidden rate.
     stock = keras_hub.models.RobertaBackbone.from_preset(out)
     assert stock.dropout == 0.1
-    loaded = keras_hub_preset.from_keras_hub(out)
+    loaded = keras_hub_presets.from_keras_hub(out)
     assert loaded.kroberta_config.model.dropout == 0.1
     assert loaded.kroberta_config.model.attention_dropout_rate == 0.0
     assert attention.attention_layers(loaded)[0].dropout == 0.0

@@ -10,7 +10,7 @@ import pytest
 
 from kroberta.config import Config
 from kroberta.data import masking
-from kroberta.data import pipeline as data_lib
+from kroberta.data import pipeline
 from kroberta.model import device_masking
 from tests.conftest import TINY_VOCAB, tiny_config
 
@@ -86,11 +86,11 @@ def test_device_static_slots_are_the_host_slots(rows, length, slots, rate):
 
 def test_keyed_batches_masked_by_the_step_are_the_host_pipelines_batches(tiny_data):
     config = Config()
-    spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
+    spec = pipeline.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
     V = TINY_VOCAB
-    keyed = data_lib.train_dataset(spec, config.data, V, 8, seed=3, start_step=2,
+    keyed = pipeline.train_dataset(spec, config.data, V, 8, seed=3, start_step=2,
                                    device_masks=True)
-    host = data_lib.train_dataset(spec, config.data, V, 8, seed=3, start_step=2)
+    host = pipeline.train_dataset(spec, config.data, V, 8, seed=3, start_step=2)
     mask = jax.jit(device_masking.masker(config.data, V))
     for x, (host_x, host_y) in zip(keyed.take(4).as_numpy_iterator(),
                                    host.take(4).as_numpy_iterator()):
@@ -101,10 +101,10 @@ def test_keyed_batches_masked_by_the_step_are_the_host_pipelines_batches(tiny_da
             np.testing.assert_array_equal(np.asarray(masked[name]), host_x[name], err_msg=name)
         np.testing.assert_array_equal(np.asarray(labels), host_y)
     # Validation: every example once, the padding rows of the last batch draw no masks.
-    val = data_lib.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
-    keyed = list(data_lib.eval_dataset(val, config.data, V, 16, 0, device_masks=True)
+    val = pipeline.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
+    keyed = list(pipeline.eval_dataset(val, config.data, V, 16, 0, device_masks=True)
                  .as_numpy_iterator())
-    host = list(data_lib.eval_dataset(val, config.data, V, 16, 0).as_numpy_iterator())
+    host = list(pipeline.eval_dataset(val, config.data, V, 16, 0).as_numpy_iterator())
     assert len(keyed) == len(host) and val.records % 16  # a padded last batch
     for x, (host_x, host_y) in zip(keyed, host):
         masked, labels = mask(x)
@@ -118,11 +118,11 @@ def test_mask_keys_hashed_per_block_are_each_elements_key(tiny_data, shuffle_buf
     # The keys of a block's batches are hashed together; each row must still get the key
     # of its own element index: batch k of process p holds elements (start + k) B + i,
     # standing for element ((start + k) B + i) * count + p of the unsharded stream.
-    spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
+    spec = pipeline.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
     data = dataclasses.replace(Config().data, shuffle_buffer=shuffle_buffer)
     count, index = shard or (1, 0)
     start, B = 3, 8
-    keyed = data_lib.train_dataset(spec, data, TINY_VOCAB, B, seed=7, start_step=start,
+    keyed = pipeline.train_dataset(spec, data, TINY_VOCAB, B, seed=7, start_step=start,
                                    shard=shard, device_masks=True)
     for k, x in enumerate(keyed.take(40).as_numpy_iterator()):  # past a block and an epoch
         elements = ((start + k) * B + np.arange(B)) * count + index
@@ -130,15 +130,15 @@ def test_mask_keys_hashed_per_block_are_each_elements_key(tiny_data, shuffle_buf
 
 
 def test_static_batches_finished_by_the_step_are_the_host_pipelines_batches(tiny_data):
-    spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
+    spec = pipeline.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
     static = dataclasses.replace(Config().data, masking="static", max_predictions=5)
     V = TINY_VOCAB
     mask = jax.jit(device_masking.masker(static, V))
-    val = data_lib.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
-    pairs = [(data_lib.train_dataset(spec, static, V, 8, 3, start_step=2, device_masks=True).take(4),
-              data_lib.train_dataset(spec, static, V, 8, 3, start_step=2).take(4)),
-             (data_lib.eval_dataset(val, static, V, 16, 0, device_masks=True),
-              data_lib.eval_dataset(val, static, V, 16, 0))]
+    val = pipeline.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
+    pairs = [(pipeline.train_dataset(spec, static, V, 8, 3, start_step=2, device_masks=True).take(4),
+              pipeline.train_dataset(spec, static, V, 8, 3, start_step=2).take(4)),
+             (pipeline.eval_dataset(val, static, V, 16, 0, device_masks=True),
+              pipeline.eval_dataset(val, static, V, 16, 0))]
     for finished_by_step, host in pairs:
         finished, host = list(finished_by_step.as_numpy_iterator()), list(host.as_numpy_iterator())
         assert len(finished) == len(host)
@@ -160,9 +160,9 @@ def test_whole_word_batches_keep_their_host_masks_and_each_mode_names_its_step_i
     whole_words = dataclasses.replace(Config().data, whole_word_masking=True)
     assert Config().data.masks_drawn_by_step() and not whole_words.masks_drawn_by_step()
     assert whole_words.step_input() is None
-    spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
+    spec = pipeline.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
     word_starts = np.ones(TINY_VOCAB, bool)
-    x, y = next(iter(data_lib.train_dataset(spec, whole_words, TINY_VOCAB, 8, 0,
+    x, y = next(iter(pipeline.train_dataset(spec, whole_words, TINY_VOCAB, 8, 0,
                                             word_starts=word_starts, device_masks=True)))
     assert "mask_positions" in x and y.shape == (8, whole_words.prediction_slots(spec.sequence_length))
 
@@ -178,15 +178,15 @@ def test_training_on_keyed_batches_is_training_on_host_masked_batches(tiny_data,
     config = tiny_config(tiny_data, tmp_path, steps_per_execution=3, log_every=6,
                          eval_every=0, checkpoint_every=0, gradient_accumulation_steps=accumulation)
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, masking=masking))
-    spec = data_lib.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
-    val = data_lib.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
+    spec = pipeline.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
+    val = pipeline.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
     V, seed = config.model.vocabulary_size, config.train.seed
     results = {}
     for device_masks in (True, False):
         model = build_compiled_model(config)
-        stream = data_lib.train_dataset(spec, config.data, V, 16, seed, device_masks=device_masks)
+        stream = pipeline.train_dataset(spec, config.data, V, 16, seed, device_masks=device_masks)
         history = model.fit(stream.take(6), steps_per_epoch=6, epochs=1, verbose=0, shuffle=False)
-        validation = data_lib.eval_dataset(val, config.data, V, 16, seed, device_masks=device_masks)
+        validation = pipeline.eval_dataset(val, config.data, V, 16, seed, device_masks=device_masks)
         evaluation = model.evaluate(validation, verbose=0, return_dict=True)
         # predict on keyed batches: the logits at the slots the step draws.
         logits = model.predict(validation.take(1).map(

@@ -8,7 +8,7 @@ import keras_hub
 import numpy as np
 import pytest
 
-from kroberta.model import dropout as dropout_lib
+from kroberta.model import dropout
 from kroberta.config import ModelConfig
 from kroberta.model.mlm import build_model
 
@@ -18,7 +18,7 @@ TINY = ModelConfig(vocabulary_size=120, num_layers=2, num_heads=2, hidden_dim=16
 
 
 def _keep(key, shape, keep_prob=0.9):
-    return np.asarray(dropout_lib.hash_keep_mask(np.array(key, "uint32"), shape, keep_prob))
+    return np.asarray(dropout.hash_keep_mask(np.array(key, "uint32"), shape, keep_prob))
 
 
 @pytest.mark.parametrize("keep_prob", [0.9, 0.5])
@@ -34,7 +34,7 @@ def test_hash_masks_keep_at_the_rate_with_no_serial_correlation(keep_prob):
 
 
 def test_every_bit_of_the_hash_is_fair():
-    raw = np.asarray(dropout_lib.hash_bits(np.array([3, 9], "uint32"), (1 << 18,)))
+    raw = np.asarray(dropout.hash_bits(np.array([3, 9], "uint32"), (1 << 18,)))
     n = raw.size
     for bit in range(32):
         assert abs(((raw >> bit) & 1).mean() - 0.5) < 5 * 0.5 / np.sqrt(n), bit
@@ -52,9 +52,9 @@ def test_masks_of_neighbouring_keys_are_unrelated(other):
 
 
 def test_cpu_layer_drops_with_the_hash_of_the_key_keras_would_draw():
-    assert dropout_lib.uses_hash_masks((4, 6, 10))  # tests run on CPU, default generator
+    assert dropout.uses_hash_masks((4, 6, 10))  # tests run on CPU, default generator
     x = np.random.default_rng(0).normal(size=(4, 6, 10)).astype("float32") + 10.0  # no zeros
-    ours, theirs = dropout_lib.Dropout(0.25, seed=7), keras.layers.Dropout(0.25, seed=7)
+    ours, theirs = dropout.Dropout(0.25, seed=7), keras.layers.Dropout(0.25, seed=7)
     for _ in range(2):  # the seed generators advance alike
         key = np.asarray(ours.seed_generator.state.value)
         np.testing.assert_array_equal(key, np.asarray(theirs.seed_generator.state.value))
@@ -67,20 +67,20 @@ def test_cpu_layer_drops_with_the_hash_of_the_key_keras_would_draw():
 
 def test_keras_bits_off_cpu_bit_for_bit_keras_dropout(monkeypatch):
     # TPU/GPU (or a user-chosen JAX generator): Keras' own mask, stored once.
-    monkeypatch.setattr(dropout_lib, "uses_hash_masks", lambda shape: False)
+    monkeypatch.setattr(dropout, "uses_hash_masks", lambda shape: False)
     x = np.random.default_rng(0).normal(size=(4, 6, 10)).astype("float32")
     for rate in (0.1, 0.5):
-        ours, theirs = dropout_lib.Dropout(rate, seed=7), keras.layers.Dropout(rate, seed=7)
+        ours, theirs = dropout.Dropout(rate, seed=7), keras.layers.Dropout(rate, seed=7)
         for _ in range(2):
             np.testing.assert_array_equal(np.asarray(ours(x, training=True)),
                                           np.asarray(theirs(x, training=True)))
 
 
 def test_hash_masks_only_on_cpu_and_never_for_a_chosen_generator():
-    assert not dropout_lib.uses_hash_masks((4, 4), platform="tpu")
-    assert not dropout_lib.uses_hash_masks((4, 4), platform="gpu")
+    assert not dropout.uses_hash_masks((4, 4), platform="tpu")
+    assert not dropout.uses_hash_masks((4, 4), platform="gpu")
     with jax.default_prng_impl("rbg"):
-        assert not dropout_lib.uses_hash_masks((4, 4))
+        assert not dropout.uses_hash_masks((4, 4))
     code = "import kroberta\nfrom kroberta.model import dropout\nprint(dropout.uses_hash_masks((4, 4)))\n"
     env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
     env["JAX_DEFAULT_PRNG_IMPL"] = "rbg"
@@ -96,7 +96,7 @@ def test_mask_is_the_same_however_the_batch_is_split_over_devices():
     sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
     x = np.ones((8, 16, 32), "float32")
     key = np.array([11, 3], "uint32")
-    layer_call = jax.jit(lambda x, key: dropout_lib.dropout(x, 0.1, _FixedSeed(key)))
+    layer_call = jax.jit(lambda x, key: dropout.dropout(x, 0.1, _FixedSeed(key)))
     whole = np.asarray(layer_call(x, key))
     split = layer_call(jax.device_put(x, sharded), key)
     assert len(split.sharding.device_set) == 4
@@ -109,18 +109,18 @@ def test_gradient_is_the_mask_over_keep_prob():
     x = np.ones((8, 32), "float32")
 
     def f(x):
-        return dropout_lib.dropout(x, 0.25, _FixedSeed(key)).sum()
+        return dropout.dropout(x, 0.25, _FixedSeed(key)).sum()
 
     grad = np.asarray(jax.jit(jax.grad(f))(x))
-    out = np.asarray(dropout_lib.dropout(x, 0.25, _FixedSeed(key)))
+    out = np.asarray(dropout.dropout(x, 0.25, _FixedSeed(key)))
     np.testing.assert_array_equal(grad, out)  # x = 1: output = mask / keep_prob
     assert set(np.unique(grad)) == {0.0, np.float32(1 / 0.75)}
 
 
 def test_inference_and_zero_rate_are_the_identity():
     x = np.arange(12, dtype="float32").reshape(3, 4)
-    np.testing.assert_array_equal(dropout_lib.Dropout(0.5)(x, training=False), x)
-    np.testing.assert_array_equal(dropout_lib.Dropout(0.0)(x, training=True), x)
+    np.testing.assert_array_equal(dropout.Dropout(0.5)(x, training=False), x)
+    np.testing.assert_array_equal(dropout.Dropout(0.0)(x, training=True), x)
 
 
 def test_model_switches_every_dropout_and_keeps_keras_hubs_weights():
@@ -130,7 +130,7 @@ def test_model_switches_every_dropout_and_keeps_keras_hubs_weights():
     # The embeddings', and per encoder layer: attention probabilities, attention
     # output, feed-forward output.
     assert len(dropouts) == 1 + 3 * TINY.num_layers
-    assert all(type(l) is dropout_lib.Dropout for l in dropouts)
+    assert all(type(l) is dropout.Dropout for l in dropouts)
     stock = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
     assert [v.path for v in stock.weights] == [v.path for v in model.weights]
 

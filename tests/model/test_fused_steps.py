@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from kroberta.data import pipeline as data_lib
+from kroberta.data import pipeline
 from kroberta import train
 from kroberta.perf import dispatch_size
 from kroberta.model import fused_steps, trainer
@@ -34,9 +34,9 @@ def runs(tiny_data, tmp_path_factory):
     one = tiny_config(tiny_data, root / "k1", steps_per_execution=1, log_every=1, **RUN)
     eight = tiny_config(tiny_data, root / "k8", steps_per_execution=8, log_every=8, **RUN)
     four = tiny_config(tiny_data, root / "k4", steps_per_execution=4, log_every=8, **RUN)
-    summaries = {"k1": train.main(one), "k8": train.main(eight)}
-    summaries["k4-first"] = train.main(four, until_step=10)
-    summaries["k4"] = train.main(four)
+    summaries = {"k1": train(one), "k8": train(eight)}
+    summaries["k4-first"] = train(four, until_step=10)
+    summaries["k4"] = train(four)
     return root, summaries
 
 
@@ -54,8 +54,8 @@ def test_k1_and_k8_end_with_the_same_weights(runs):
 def test_logged_interval_is_the_token_weighted_mean_of_its_steps(runs, tiny_data):
     root, _ = runs
     config = tiny_config(tiny_data, root / "k1", **RUN)
-    spec = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "t"), "t")
-    batches = data_lib.train_dataset(spec, config.data, config.model.vocabulary_size, 16,
+    spec = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "t"), "t")
+    batches = pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 16,
                                      config.train.seed, 0).take(20).as_numpy_iterator()
     tokens = [int((y != -100).sum()) for _, y in batches]  # masked tokens of each step
     per_step = _rows(root / "k1")
@@ -93,11 +93,11 @@ def test_fused_programs_compile_once_per_group_length(tiny_data, tmp_path):
     short_group_traces = 1 if fused_steps.KERAS_FUSES_STEPS else 2
 
     config = tiny_config(tiny_data, tmp_path, steps_per_execution=4, log_every=8, **RUN)
-    spec = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "t"), "t")
+    spec = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "t"), "t")
     model = build_compiled_model(config)
 
     def stream(begin):
-        return data_lib.train_dataset(spec, config.data, config.model.vocabulary_size, 16, 0,
+        return pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 16, 0,
                                       begin)
 
     model.fit(stream(0).take(16), steps_per_epoch=8, epochs=2, verbose=0)
@@ -108,8 +108,8 @@ def test_fused_programs_compile_once_per_group_length(tiny_data, tmp_path):
     model.fit(stream(24).take(6), steps_per_epoch=6, epochs=1, verbose=0)  # groups of 4, 2
     assert trainer.trace_count(model, "train") == short_group_traces  # the short group
     assert int(model.optimizer.iterations.numpy()) == 30
-    val = data_lib.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
-    eval_ds = data_lib.eval_dataset(val, config.data, config.model.vocabulary_size, 16, 0, 0)
+    val = pipeline.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
+    eval_ds = pipeline.eval_dataset(val, config.data, config.model.vocabulary_size, 16, 0, 0)
     first = model.evaluate(eval_ds, verbose=0, return_dict=True)
     second = model.evaluate(eval_ds, verbose=0, return_dict=True)
     # 70 records in batches of 16: 5 batches = a group of 4 and a group of 1.
@@ -123,13 +123,13 @@ def test_fused_programs_compile_once_per_group_length(tiny_data, tmp_path):
 def test_evaluate_with_k_groups_equals_one_batch_at_a_time(tiny_data, tmp_path):
     from kroberta.model.mlm import build_compiled_model
 
-    val = data_lib.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
+    val = pipeline.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
     results = []
     for k in (1, 3):
         config = tiny_config(tiny_data, tmp_path, steps_per_execution=k, log_every=6,
                              eval_every=0, checkpoint_every=0)
         model = build_compiled_model(config)
-        eval_ds = data_lib.eval_dataset(val, config.data, config.model.vocabulary_size, 16, 0, 0)
+        eval_ds = pipeline.eval_dataset(val, config.data, config.model.vocabulary_size, 16, 0, 0)
         results.append(model.evaluate(eval_ds, verbose=0, return_dict=True))
     for key in ("masked_accuracy", "perplexity"):
         assert results[1][key] == pytest.approx(results[0][key], rel=1e-6)
@@ -143,8 +143,8 @@ def test_fit_over_a_finite_dataset_reads_it_once_per_epoch(tiny_data, tmp_path):
     config = tiny_config(tiny_data, tmp_path, steps_per_execution=4, log_every=4,
                          eval_every=0, checkpoint_every=0)
     model = build_compiled_model(config)
-    spec = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "t"), "t")
-    flat = list(data_lib.train_dataset(spec, config.data, config.model.vocabulary_size, 16, 0,
+    spec = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "t"), "t")
+    flat = list(pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 16, 0,
                                        0).take(6).as_numpy_iterator())
     dataset = tf.data.Dataset.from_tensor_slices(jax.tree.map(lambda *a: np.stack(a), *flat))
     history = model.fit(dataset, epochs=3, verbose=0)  # 6 batches: groups of 4 and 2
@@ -158,8 +158,8 @@ def test_fit_on_numpy_arrays_stacks_groups_on_the_host(tiny_data, tmp_path):
     config = tiny_config(tiny_data, tmp_path, steps_per_execution=2, log_every=2,
                          eval_every=0, checkpoint_every=0)
     model = build_compiled_model(config)
-    spec = data_lib.inspect_files(data_lib.resolve_files(config.data.train, "t"), "t")
-    x, y = next(data_lib.train_dataset(spec, config.data, config.model.vocabulary_size, 64, 0,
+    spec = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "t"), "t")
+    x, y = next(pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 64, 0,
                                        0).as_numpy_iterator())
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)  # 4 batches, 2 groups
     assert int(model.optimizer.iterations.numpy()) == 4
@@ -217,7 +217,7 @@ def test_train_logs_the_automatic_choice(tiny_data, tmp_path, capsys):
                          checkpoint_every=0, warmup_steps=0)
     assert config.train.steps_per_execution == AUTO
     devices = jax.devices()
-    resolved = dispatch_size.resolve(config, devices, 16, 32, log=print)
+    resolved = dispatch_size.with_steps_per_execution(config, devices, 16, 32, log=print)
     k = resolved.train.steps_per_execution
     assert k in (1, 2)
     assert f"steps per dispatch: {k} (train.steps_per_execution=\"auto\"" in capsys.readouterr().out

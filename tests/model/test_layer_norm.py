@@ -4,8 +4,7 @@ import keras_hub
 import numpy as np
 
 from kroberta.config import ModelConfig
-from kroberta.model import layer_norm as layer_norm_lib
-from kroberta.model.layer_norm import layer_norm, use_fused_layer_norm
+from kroberta.model.layer_norm import LayerNormalization, layer_norm, use_fused_layer_norm
 from kroberta.model.metrics import MaskedLMLoss
 from kroberta.model.mlm import build_model
 
@@ -49,11 +48,11 @@ def test_model_switches_every_norm_and_keeps_keras_hubs_config_and_weights():
              if isinstance(l, keras.layers.LayerNormalization)]
     # The embeddings' norm, two per encoder layer and the MLM head's.
     assert len(norms) == 1 + 2 * TINY.num_layers + 1
-    assert all(type(l) is layer_norm_lib.LayerNormalization for l in norms)
+    assert all(type(l) is LayerNormalization for l in norms)
     # The saved description is a plain keras-hub model: rebuilding it gives Keras' norms.
     stock = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
     assert [v.path for v in stock.weights] == [v.path for v in model.weights]
-    assert not any(type(l) is layer_norm_lib.LayerNormalization
+    assert not any(type(l) is LayerNormalization
                    for l in stock._flatten_layers(recursive=True))
 
 

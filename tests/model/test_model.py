@@ -5,7 +5,7 @@ import keras_hub
 import numpy as np
 import pytest
 
-from kroberta.training import saving as checkpoint_io
+from kroberta.training import final_model
 from kroberta.config import Config, ModelConfig, to_toml
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
 from kroberta.model.mlm import build_compiled_model, build_model
@@ -106,8 +106,8 @@ def test_save_and_load_give_identical_predictions(tmp_path):
     config = Config(model=TINY, run_dir=str(tmp_path))
     model = build_compiled_model(config)
     (tmp_path / "config.toml").write_text(to_toml(config))
-    checkpoint_io.save(model, str(tmp_path))
-    loaded = checkpoint_io.load(str(tmp_path))
+    final_model.save(model, str(tmp_path))
+    loaded = final_model.load(str(tmp_path))
     x, _ = _batch()
     np.testing.assert_allclose(np.asarray(loaded(x)), np.asarray(model(x)), atol=1e-6)
     assert loaded.kroberta_config.model == TINY and loaded.tokenizer is None
@@ -115,7 +115,7 @@ def test_save_and_load_give_identical_predictions(tmp_path):
 
 def test_load_of_an_unfinished_run_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a finished kroberta run"):
-        checkpoint_io.load(str(tmp_path))
+        final_model.load(str(tmp_path))
 
 
 def test_mixed_precision_keeps_float32_weights_and_bf16_compute():

@@ -93,7 +93,7 @@ def test_remat_trains_to_the_same_weights(tiny_data, tmp_path, strategy):
             data=dataclasses.replace(config.data, shuffle_buffer=1),
             distributed=dataclasses.replace(config.distributed, strategy=strategy,
                                             model_parallel=2 if strategy == "fsdp" else 0))
-        train.main(config)
+        train(config)
         weights[remat] = _weights(tmp_path / remat)
         losses[remat] = [row["loss"] for row in _rows(tmp_path / remat)]
     for remat in weights:

@@ -22,12 +22,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import numpy as np  # noqa: E402
 
-from kroberta import train  # noqa: E402
-from kroberta.training import saving  # noqa: E402
+from kroberta.training import final_model  # noqa: E402
+import kroberta.cli.train
 
 
 def main() -> int:
-    save = saving.save
+    save = final_model.save
 
     def save_and_dump(model, run_dir):
         # This process's own copy: the first addressable shard of each (replicated) weight.
@@ -35,8 +35,8 @@ def main() -> int:
                                  for v in model.weights])
         return save(model, run_dir)
 
-    saving.save = save_and_dump  # train looks it up when it saves the final model
-    return train.cli(argv)
+    final_model.save = save_and_dump  # train looks it up when it saves the final model
+    return kroberta.cli.train(argv)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 import pytest
 
-from kroberta.data import pipeline as data_lib
+from kroberta.data import pipeline
 from kroberta import train
 from kroberta.parallel import distribute
 from kroberta.config import ConfigError, DataConfig, validate
@@ -145,7 +145,7 @@ def _no_leftover_distribution():
 def single_run(tiny_data, tmp_path_factory):
     """The reference: one process, 4 devices, DataParallel, 8 steps (checkpoints at 4, 8)."""
     run_dir = tmp_path_factory.mktemp("single")
-    train.main(_config(tiny_data, run_dir))
+    train(_config(tiny_data, run_dir))
     keras.distribution.set_distribution(None)
     return run_dir
 
@@ -153,7 +153,7 @@ def single_run(tiny_data, tmp_path_factory):
 # ---- the data each process reads --------------------------------------------------
 
 def _batches(spec, data, batch, shard, count=3, device_masks=False):
-    ds = data_lib.train_dataset(spec, data, TINY_VOCAB, batch, seed=5, shard=shard,
+    ds = pipeline.train_dataset(spec, data, TINY_VOCAB, batch, seed=5, shard=shard,
                                 device_masks=device_masks)
     if device_masks:  # unmasked ids and the keys the step draws the masks from
         return [(x["token_ids"], x["padding_mask"], x["mask_keys"][:, None].astype(np.int64))
@@ -165,7 +165,7 @@ def _batches(spec, data, batch, shard, count=3, device_masks=False):
 @pytest.mark.parametrize("files", [2, 1], ids=["file-sharding", "record-sharding"])
 def test_process_shards_compose_the_single_process_batches(tiny_data, files, device_masks):
     pattern = "train-*.tfrecord" if files == 2 else "train-0.tfrecord"
-    spec = data_lib.inspect_files(data_lib.resolve_files([str(tiny_data / pattern)], "t"), "t")
+    spec = pipeline.inspect_files(pipeline.resolve_files([str(tiny_data / pattern)], "t"), "t")
     data = dataclasses.replace(DataConfig(), shuffle_buffer=1)
     single = _batches(spec, data, 8, None, device_masks=device_masks)
     shards = [_batches(spec, data, 4, (2, p), device_masks=device_masks) for p in range(2)]
@@ -178,10 +178,10 @@ def test_process_shards_compose_the_single_process_batches(tiny_data, files, dev
 
 
 def test_eval_shards_compose_the_single_process_batches(tiny_data):
-    spec = data_lib.inspect_files([str(tiny_data / "validation.tfrecord")], "v")
+    spec = pipeline.inspect_files([str(tiny_data / "validation.tfrecord")], "v")
     data = DataConfig()
-    whole = list(data_lib.eval_dataset(spec, data, TINY_VOCAB, 16, 0).as_numpy_iterator())
-    parts = [list(data_lib.eval_dataset(spec, data, TINY_VOCAB, 16, 0, shard=(2, p))
+    whole = list(pipeline.eval_dataset(spec, data, TINY_VOCAB, 16, 0).as_numpy_iterator())
+    parts = [list(pipeline.eval_dataset(spec, data, TINY_VOCAB, 16, 0, shard=(2, p))
                   .as_numpy_iterator()) for p in range(2)]
     assert len(whole) == len(parts[0]) == len(parts[1]) == 5  # ceil(70 / 16)
     for k, (x, y) in enumerate(whole):
@@ -209,7 +209,7 @@ def test_two_processes_train_like_one_and_hand_checkpoints_over(tiny_data, tmp_p
     # The pair's step-4 checkpoint, resumed by one process, ends where the single run did.
     resumed = tmp_path / "pair_to_single"
     _copy_checkpoint(pair_dir, 4, resumed)
-    summary = train.main(_config(tiny_data, resumed))
+    summary = train(_config(tiny_data, resumed))
     assert summary["start_step"] == 4 and summary["final_step"] == 8
     _assert_close_runs(resumed, single_run, steps=[6, 8])
 
@@ -272,7 +272,7 @@ def test_sharded_layouts_split_the_weights(tiny_data, tmp_path, strategy):
 
 def test_model_parallel_matches_data_parallel(tiny_data, tmp_path, single_run, capsys):
     run_dir = tmp_path / "model"
-    train.main(_config(tiny_data, run_dir, strategy="model", model_parallel=2))
+    train(_config(tiny_data, run_dir, strategy="model", model_parallel=2))
     out = capsys.readouterr().out
     assert "mesh batch=2 x model=2; ModelParallel (tensor)" in out
     assert "MiB per device (sharded over model=2)" in out
@@ -282,7 +282,7 @@ def test_model_parallel_matches_data_parallel(tiny_data, tmp_path, single_run, c
 def test_fsdp_resumes_a_data_parallel_checkpoint(tiny_data, tmp_path, single_run):
     run_dir = tmp_path / "fsdp"
     _copy_checkpoint(single_run, 4, run_dir)
-    summary = train.main(_config(tiny_data, run_dir, strategy="fsdp", model_parallel=2))
+    summary = train(_config(tiny_data, run_dir, strategy="fsdp", model_parallel=2))
     assert summary["start_step"] == 4
     _assert_close_runs(run_dir, single_run, steps=[6, 8])
 
@@ -309,10 +309,10 @@ def test_coordinator_needs_the_process_count_and_id(tiny_data, tmp_path):
     config = _config(tiny_data, tmp_path, coordinator="localhost:1234")
     with pytest.raises(ConfigError, match="distributed.num_processes: needed with distributed."
                                           "coordinator='localhost:1234'"):
-        train.main(config)
+        train(config)
     config = _config(tiny_data, tmp_path, num_processes=2, process_id=1)
     with pytest.raises(ConfigError, match=r"distributed.coordinator: needed \(HOST:PORT"):
-        train.main(config)
+        train(config)
 
 
 def test_unreachable_coordinator_and_mismatched_processes_fail_fast(tiny_data, tmp_path):

@@ -2,7 +2,7 @@
 
 Under load a device thread can reach an all-reduce's rendezvous long after the
 others; XLA's default 40 s termination timeout then aborted whole runs
-(kroberta.runtime.cpu_collectives sets it to an hour). This runs the tests whose steps hold
+(kroberta.runtime.xla_cpu sets it to an hour). This runs the tests whose steps hold
 all-reduce, all-gather and reduce-scatter collectives over 4 simulated devices
 (DataParallel, fsdp and tensor-parallel training on a 2 x 2 mesh, with their
 evaluations and checkpoints) in a fresh pytest process, next to two processes that

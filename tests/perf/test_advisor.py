@@ -1,6 +1,6 @@
-from kroberta import train
 from kroberta.perf import advisor, flops
 from kroberta.config import apply_overrides, config_path, load_toml, validate
+import kroberta.cli.train
 
 
 def _seed():
@@ -33,7 +33,7 @@ def test_suggestion_is_aligned_and_nearby():
 
 def test_explain_exits_0_without_creating_a_run_dir(tmp_path, capsys):
     run_dir = tmp_path / "never"
-    code = train.cli(["--explain", "--config", "tiny",
+    code = kroberta.cli.train(["--explain", "--config", "tiny",
                       f"--run_dir={run_dir}"])
     out = capsys.readouterr().out
     assert code == 0
@@ -45,6 +45,6 @@ def test_explain_exits_0_without_creating_a_run_dir(tmp_path, capsys):
 
 
 def test_explain_reports_bad_config_as_error(capsys):
-    code = train.cli(["--explain", "--model.num_heads=7"])
+    code = kroberta.cli.train(["--explain", "--model.num_heads=7"])
     assert code == 2
     assert "model.num_heads" in capsys.readouterr().err

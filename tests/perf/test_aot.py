@@ -31,12 +31,12 @@ def _config(name, *overrides):
 @pytest.fixture(scope="module")
 def seed_reports():
     """seed.toml compiled once per topology from one model build."""
-    from kroberta import aot
     from kroberta.perf import aot_programs
+    from kroberta.perf.tpu_compile import compile_for_topology
 
     config = _config("seed")
     model = aot_programs.build_model(config)
-    return config, model, {t: aot.compile_for_topology(config, t, model=model) for t in TOPOLOGIES}
+    return config, model, {t: compile_for_topology(config, t, model=model) for t in TOPOLOGIES}
 
 
 def _matmul_flops_per_sequence(config) -> float:
@@ -105,25 +105,24 @@ def test_too_large_batch_exits_2_with_one_line(tmp_path):
 
 @needs_libtpu
 def test_unknown_topology_lists_the_valid_ones(capsys):
-    from kroberta import aot
+    import kroberta.cli.aot
 
-    assert aot.cli(["--config", "seed",
-                    "--topology", "v9:2x2"]) == 2
+    assert kroberta.cli.aot.main(["--config", "seed", "--topology", "v9:2x2"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: unknown TPU topology 'v9:2x2'")
-    assert all(name in err for name in aot.KNOWN_TOPOLOGIES)
+    assert all(name in err for name in kroberta.cli.aot.KNOWN_TOPOLOGIES)
 
 
 def test_predict_batch_is_what_predict_puts_on_the_devices():
     from kroberta.perf import aot_programs
-    from kroberta.inference import inputs as inputs_lib
+    from kroberta.inference import inputs
 
     config = _config("tiny")
     L, M, B = config.model.max_sequence_length, 5, 8
     ids = np.full((3, L), 7, np.int32)
-    source = inputs_lib.as_examples({"input_ids": ids, "attention_mask": np.ones_like(ids)},
+    source = inputs.as_examples({"input_ids": ids, "attention_mask": np.ones_like(ids)},
                                     config)
-    batch = next(iter(inputs_lib.batched(source, config, M, "masked", B)))
+    batch = next(iter(inputs.batched(source, config, M, "masked", B)))
     device_side = {k: (v.shape, v.dtype.type) for k, v in batch.items()
                    if k not in ("is_real", "dropped")}
     ours = {k: (s.shape, s.dtype.type) for k, s in aot_programs.predict_batch(B, L, M).items()}

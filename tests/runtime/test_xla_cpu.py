@@ -43,7 +43,7 @@ def test_importing_kroberta_gives_cpu_matmuls_to_eigen():
 
 def test_the_users_own_choice_wins():
     flags, ynn = run_probe(f"{xla_cpu.YNN_FUSION_FLAG}=individual_dot")
-    # The user's value stays the only one (kroberta.runtime.cpu_collectives adds its own flags).
+    # The user's value stays the only one (kroberta.runtime.xla_cpu adds its own flags).
     ynn_flags = [f for f in eval(flags).split() if f.startswith(xla_cpu.YNN_FUSION_FLAG)]
     assert ynn_flags == [f"{xla_cpu.YNN_FUSION_FLAG}=individual_dot"]
     assert ynn

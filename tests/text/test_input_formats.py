@@ -11,8 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from kroberta.text import build as prepare_lib
-from kroberta.prepare import PrepareError, main, prepare
+from kroberta.text import build
+from kroberta.cli.prepare import main
+from kroberta.text.build import PrepareError, prepare
 from kroberta.config import load_config
 from kroberta.text.recordfiles import RecordError
 from kroberta.text.textfiles import iter_documents, record_document
@@ -174,11 +175,11 @@ def test_bad_records_are_named(tmp_path, tokenizer_path, capsys):  # noqa: F811
         array = tmp_path / "array.json"
         array.write_text(content)
         with pytest.raises(RecordError, match=f"array.json: {re.escape(problem)}"):
-            list(iter_documents([prepare_lib.Source.of(array)]))
+            list(iter_documents([build.Source.of(array)]))
     number = tmp_path / "number.jsonl"
     number.write_text('{"text": "a"}\n{"text": 7}\n')
     with pytest.raises(RecordError, match=r"number.jsonl: line 2: field 'text' holds int '7', not text"):
-        list(iter_documents([prepare_lib.Source.of(number)]))
+        list(iter_documents([build.Source.of(number)]))
 
 
 def test_missing_extra_says_what_to_install(tmp_path, tokenizer_path, monkeypatch, capsys):  # noqa: F811
@@ -225,7 +226,7 @@ def test_parquet_streams_by_batches(tmp_path, monkeypatch):
 
     monkeypatch.setattr(arrowfiles, "_parquet_file", spy)
     seen = []
-    docs = list(iter_documents([prepare_lib.Source.of(path)], seen.append))
+    docs = list(iter_documents([build.Source.of(path)], seen.append))
     assert docs == [record_document(d) for d in DOCS]
     assert max(sizes) <= 5 and sum(sizes) == len(DOCS)
     assert sum(seen) == os.path.getsize(path)  # progress adds up to the file's size
@@ -282,7 +283,7 @@ def test_every_format_end_to_end_trains_the_same_tokenizer_and_a_model(tmp_path)
         model=dataclasses.replace(config.model, vocabulary_size=records["vocabulary_size"], max_sequence_length=16),
         train=dataclasses.replace(config.train, steps=4, warmup_steps=0, log_every=2, eval_every=4,
                                   checkpoint_every=4))
-    summary = train.main(config)
+    summary = train(config)
     assert summary["final_step"] == 4
     rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     rows = [r for r in rows if r["split"] != "checkpoint"]  # checkpoint rows carry blocked time only
@@ -297,7 +298,7 @@ def test_json_array_records_across_read_blocks(tmp_path, monkeypatch, block):
     monkeypatch.setattr(recordfiles, "_PROGRESS_EVERY", block)
     path = write_json_array(tmp_path / "c.json", DOCS[:12])
     seen = []
-    assert list(iter_documents([prepare_lib.Source.of(path)], seen.append)) == [record_document(d) for d in DOCS[:12]]
+    assert list(iter_documents([build.Source.of(path)], seen.append)) == [record_document(d) for d in DOCS[:12]]
     assert sum(seen) == os.path.getsize(path)
 
 
@@ -308,7 +309,7 @@ def test_progress_adds_up_to_the_scanned_size(tmp_path, suffix):
 
     path = (write_datasets(tmp_path / "ds", DOCS) if suffix == "datasets"
             else WRITERS[suffix](tmp_path / f"c.{suffix}", DOCS))
-    source = prepare_lib.Source.of(path)
+    source = build.Source.of(path)
     size = scan_file(path)[0] if source.format is None else check_source(path, source.format, "text", "train")
     seen = []
     assert len(list(iter_documents([source], seen.append))) == len(DOCS)
@@ -318,7 +319,7 @@ def test_progress_adds_up_to_the_scanned_size(tmp_path, suffix):
 def test_a_damaged_gzip_text_file_is_skipped_with_a_warning(tmp_path, tokenizer_path):  # noqa: F811
     good = write_corpus(tmp_path / "good.txt", DOCS)
     (tmp_path / "bad.txt.gz").write_bytes(b"\x1f\x8b\x08\x00 this is not deflate data")
-    with pytest.warns(prepare_lib.PrepareWarning, match=r"skipping .*bad.txt.gz: not a readable gzip file"):
+    with pytest.warns(build.PrepareWarning, match=r"skipping .*bad.txt.gz: not a readable gzip file"):
         manifest = _prepare([good, str(tmp_path / "bad.txt.gz")], tmp_path / "o", tokenizer_path)
     assert manifest["source"]["skipped_files"][0]["problem"].startswith("not a readable gzip file")
 

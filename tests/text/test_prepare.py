@@ -13,7 +13,8 @@ import tensorflow as tf
 
 from kroberta.data.manifest import ManifestError, load_manifest
 from kroberta.text.packing import pack_documents
-from kroberta.prepare import PrepareError, PrepareWarning, main, prepare
+from kroberta.cli.prepare import main
+from kroberta.text.build import PrepareError, PrepareWarning, prepare
 from kroberta.data.records import ShardWriter, encode_example, encode_examples
 from kroberta.data.masking_numpy import static_mask
 from kroberta.text.tokenizer import TokenizerError, load_tokenizer, special_token_ids, train_tokenizer

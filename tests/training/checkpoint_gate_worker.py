@@ -14,8 +14,8 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from kroberta import train  # noqa: E402
 from kroberta.training import checkpoint  # noqa: E402
+import kroberta.cli.train
 
 
 def main() -> int:
@@ -38,7 +38,7 @@ def main() -> int:
         return ocp, ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler(), async_options=options)
 
     checkpoint._checkpointer = gated_checkpointer
-    return train.cli(argv)
+    return kroberta.cli.train(argv)
 
 
 if __name__ == "__main__":

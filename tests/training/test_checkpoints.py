@@ -37,8 +37,8 @@ def test_async_and_sync_checkpoints_are_bitwise_equal_and_resume_alike(tiny_data
         config = tiny_config(tiny_data, runs[mode], steps=40, checkpoint_every=10, eval_every=20,
                              keep_checkpoints=4, async_checkpoints=(mode == "async"))
         if mode == "async":  # stopped and resumed: the resume reads an async checkpoint
-            train.main(config, until_step=20)
-        train.main(config)
+            train(config, until_step=20)
+        train(config)
     saved = {mode: dict(checkpoint.list_checkpoints(str(d))) for mode, d in runs.items()}
     assert sorted(saved["async"]) == sorted(saved["sync"]) == [10, 20, 30, 40]
     for step in (10, 20, 30, 40):

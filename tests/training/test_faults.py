@@ -53,7 +53,7 @@ def _start_and_wait_for_step(command, run_dir, step, timeout=240, committed=Fals
 def reference(tiny_data, tmp_path_factory):
     """The uninterrupted run every interrupted one must reproduce."""
     run_dir = tmp_path_factory.mktemp("reference")
-    train.main(tiny_config(tiny_data, run_dir, steps=STEPS, checkpoint_every=20, eval_every=0))
+    train(tiny_config(tiny_data, run_dir, steps=STEPS, checkpoint_every=20, eval_every=0))
     return _weights(run_dir)
 
 
@@ -125,7 +125,7 @@ def test_sigterm_writes_a_checkpoint_at_the_current_step_and_resume_matches(
 def test_half_written_checkpoints_are_never_loaded(tiny_data, tmp_path):
     run_dir = tmp_path / "run"
     config = tiny_config(tiny_data, run_dir, steps=40, checkpoint_every=20, eval_every=0)
-    train.main(config, until_step=20)
+    train(config, until_step=20)
     root = run_dir / "checkpoints"
     # What a kill during a checkpoint write leaves: Orbax's temporary directory, or a
     # directory whose completion marker (written last) is missing.
@@ -135,14 +135,14 @@ def test_half_written_checkpoints_are_never_loaded(tiny_data, tmp_path):
     (root / "step_00000030").mkdir()
     (root / "step_00000030" / "state").mkdir()
     assert [s for s, _ in checkpoint.list_checkpoints(str(run_dir))] == [20]
-    summary = train.main(config)
+    summary = train(config)
     assert summary["start_step"] == 20 and summary["final_step"] == 40
     assert not partial.exists()
 
 
 def test_keeps_only_the_last_checkpoints(tiny_data, tmp_path):
     run_dir = tmp_path / "run"
-    train.main(tiny_config(tiny_data, run_dir, steps=60, checkpoint_every=10, eval_every=0,
+    train(tiny_config(tiny_data, run_dir, steps=60, checkpoint_every=10, eval_every=0,
                            keep_checkpoints=3))
     assert [s for s, _ in checkpoint.list_checkpoints(str(run_dir))] == [40, 50, 60]
 
@@ -154,14 +154,14 @@ def test_nan_loss_stops_with_the_step_and_the_run_resumes_from_the_last_good_che
                          learning_rate=1e9, clip_norm=0.0, warmup_steps=0)
     with pytest.raises(FloatingPointError, match=r"loss became (nan|inf) by step (\d+).*"
                                                  r"train.learning_rate.*train.clip_norm"):
-        train.main(config)
+        train(config)
     saved = [s for s, _ in checkpoint.list_checkpoints(str(run_dir))]
     rows = _rows(run_dir)
     bad_step = next(r["step"] for r in rows if not np.isfinite(r["loss"]))
     assert all(s < bad_step for s in saved), "no checkpoint at or after the step that diverged"
     # The fix the message points at: a sane learning rate; the run resumes and trains.
     sane = tiny_config(tiny_data, run_dir, steps=200, checkpoint_every=10, eval_every=0)
-    summary = train.main(dataclasses.replace(sane, train=dataclasses.replace(sane.train, steps=200)),
+    summary = train(dataclasses.replace(sane, train=dataclasses.replace(sane.train, steps=200)),
                          until_step=(saved[-1] if saved else 0) + 10)
     assert summary["start_step"] == (saved[-1] if saved else 0)
     assert np.isfinite(_rows(run_dir)[-1]["loss"])
@@ -172,14 +172,14 @@ def test_unwritable_run_dir_fails_before_any_work(tiny_data, tmp_path):
     blocker.write_text("not a directory")
     config = tiny_config(tiny_data, blocker / "run", steps=10, warmup_steps=0)
     with pytest.raises(ConfigError, match=r"run_dir: cannot write to .*a_file/run"):
-        train.main(config)
+        train(config)
 
 
 @pytest.mark.slow  # the background-write case stays in the default suite
 def test_disk_full_during_a_checkpoint_keeps_the_previous_ones(tiny_data, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     config = tiny_config(tiny_data, run_dir, steps=40, checkpoint_every=20, eval_every=0)
-    train.main(config, until_step=20)
+    train(config, until_step=20)
     before = checkpoint.list_checkpoints(str(run_dir))
     real = checkpoint._checkpointer
 
@@ -213,7 +213,7 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_ones(tiny_data, tmp_pa
                         lambda asynchronous=False: (real()[0], FullDisk(real()[1])))
     with pytest.raises(checkpoint.CheckpointWriteError,
                        match=r"step 40 .*No space left on device; the previous checkpoints are intact"):
-        train.main(config)
+        train(config)
     assert checkpoint.list_checkpoints(str(run_dir)) == before
     assert not [n for n in os.listdir(run_dir / "checkpoints") if "tmp" in n]
 
@@ -222,7 +222,7 @@ def test_disk_full_in_the_background_write_fails_the_run_and_keeps_the_previous_
         tiny_data, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     config = tiny_config(tiny_data, run_dir, steps=40, checkpoint_every=20, eval_every=0)
-    train.main(config, until_step=20)
+    train(config, until_step=20)
     before = checkpoint.list_checkpoints(str(run_dir))
     model_written = os.path.getmtime(run_dir / "model.weights.h5")  # the step-20 model
     real = checkpoint._checkpointer
@@ -247,7 +247,7 @@ def test_disk_full_in_the_background_write_fails_the_run_and_keeps_the_previous_
     # The step-40 write fails after its save returned: the end of the run waits for it.
     with pytest.raises(checkpoint.CheckpointWriteError,
                        match=r"step 40 .*No space left on device; the previous checkpoints are intact"):
-        train.main(config)
+        train(config)
     assert checkpoint.list_checkpoints(str(run_dir)) == before
     assert not [n for n in os.listdir(run_dir / "checkpoints") if "tmp" in n]
     assert os.path.getmtime(run_dir / "model.weights.h5") == model_written, \
@@ -281,4 +281,4 @@ def test_a_corrupt_record_under_static_masking_is_named_before_training(tiny_dat
     config = dataclasses.replace(
         config, data=dataclasses.replace(config.data, masking="static", validation=()))
     with pytest.raises(DataError, match=r"train-0.tfrecord: record \d+: corrupt or truncated"):
-        train.main(config)
+        train(config)

@@ -44,7 +44,7 @@ def test_interrupt_mid_fit_then_predict_and_train_again(tiny_data, tmp_path, mon
         _interrupt_at(25, patch)
         patch.setattr(sys, "stdout", terminal)
         with pytest.raises(KeyboardInterrupt):
-            train.main(config)
+            train(config)
     screen = [line.split("\r")[-1].rstrip() for line in terminal.getvalue().split("\n")]
     assert any(line.startswith("step 20/40 [") and "loss" in line for line in screen)
     assert any(line.startswith("step 20/40 [validation]") for line in screen)
@@ -65,7 +65,7 @@ def test_interrupt_mid_fit_then_predict_and_train_again(tiny_data, tmp_path, mon
     assert out["loss"].shape == (70,) and np.isfinite(out["loss"]).all()
 
     # And train again: it resumes at step 20 and finishes.
-    summary = train.main(config)
+    summary = train(config)
     assert (summary["start_step"], summary["final_step"]) == (26, 40)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["split"] == "train"] == [10, 20, 26, 30, 40]
@@ -79,9 +79,9 @@ def test_interrupt_before_the_first_checkpoint_keeps_the_run(tiny_data, tmp_path
     with monkeypatch.context() as patch:
         _interrupt_at(3, patch)
         with pytest.raises(KeyboardInterrupt):
-            train.main(config)
+            train(config)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000004"]
-    summary = train.main(config)
+    summary = train(config)
     assert (summary["start_step"], summary["final_step"]) == (4, 40)
 
 
@@ -91,7 +91,7 @@ def test_a_second_interrupt_stops_at_once(tiny_data, tmp_path, monkeypatch, caps
     with monkeypatch.context() as patch:
         _interrupt_at(25, patch, times=2)
         with pytest.raises(KeyboardInterrupt):
-            train.main(config)
+            train(config)
     assert "interrupted: the checkpoint at step 20 is kept" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000020"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

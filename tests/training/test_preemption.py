@@ -93,7 +93,7 @@ def test_sigterm_to_one_process_stops_the_whole_job_at_one_step_and_resumes(tiny
     # ... and end where one uninterrupted process of 4 devices ends.
     reference = tmp_path / "single"
     config = tiny_config(tiny_data, reference, **RUN)
-    train.main(dataclasses.replace(config, data=dataclasses.replace(
+    train(dataclasses.replace(config, data=dataclasses.replace(
         config.data, validation=(), shuffle_buffer=1)))
     keras.distribution.set_distribution(None)
     # (The row right after the stop averages a shorter interval: compare the full ones.)

@@ -40,7 +40,7 @@ def test_trace_holds_the_window_and_nothing_outside_it(tiny_data, tmp_path, caps
                          profile="5:7")
     config = dataclasses.replace(config, distributed=dataclasses.replace(
         config.distributed, devices=1))
-    train.main(config)
+    train(config)
     out = capsys.readouterr().out
     assert "steps 5:7 widened to 4:8" in out and "tracing steps 5-8" in out
     traces = list((tmp_path / "run" / "profile" / "plugins" / "profile").iterdir())

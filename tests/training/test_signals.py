@@ -16,7 +16,7 @@ import pytest
 import kroberta
 from kroberta import train
 from kroberta.config import ConfigError, validate
-from kroberta.training import run_data as run_data_lib
+from kroberta.training import run_data
 from kroberta.training import signals
 from tests.conftest import REPO, tiny_config
 
@@ -49,10 +49,10 @@ def stopped_run(tiny_data, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(keras_hub.models.RobertaMaskedLM, "evaluate", evaluate)
         patch.setattr(train, "_log", lines.append)
-        first = train.main(config, until_step=20)
-        second = train.main(config)
+        first = train(config, until_step=20)
+        second = train(config)
         kept_after_second = signals.best_checkpoint(str(run_dir))
-        third = train.main(config)  # ended early: nothing to train
+        third = train(config)  # ended early: nothing to train
     return run_dir, (first, second, third), lines, kept_after_second
 
 
@@ -119,7 +119,7 @@ def test_signals_need_validation_data(tiny_data, tmp_path):
     config = tiny_config(tiny_data, tmp_path, keep_best=True)
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, validation=()))
     with pytest.raises(ConfigError, match=r"train.keep_best: needs validation data"):
-        train.main(config)
+        train(config)
 
 
 def test_eval_mask_rate_needs_dynamic_masking(tiny_data, tmp_path):
@@ -134,9 +134,9 @@ def _eval_batches(tiny_data, tmp_path, shard=None, batch=8):
     config = tiny_config(tiny_data, tmp_path)
     config = dataclasses.replace(config, data=dataclasses.replace(
         config.data, mask_rate=0.3, eval_mask_rate=0.15))
-    run = run_data_lib.resolve(validate(config), log=lambda _: None)
+    run = run_data.resolve(validate(config), log=lambda _: None)
     return [(x["token_ids"].numpy(), x["mask_positions"].numpy(), y.numpy())
-            for x, y in run_data_lib.validation_batches(run, batch, shard=shard)]
+            for x, y in run_data.validation_batches(run, batch, shard=shard)]
 
 
 def test_eval_masks_are_fixed_per_example_at_the_eval_rate(tiny_data, tmp_path):

@@ -49,9 +49,9 @@ def tracked_run(tiny_data, tmp_path_factory):
         patch.setenv("WANDB_MODE", "offline")
         patch.setenv("WANDB_SILENT", "true")
         patch.setenv("MLFLOW_TRACKING_URI", uri)
-        train.main(config, until_step=20)
+        train(config, until_step=20)
         ids_after_first = trackers.read_ids(str(run_dir))
-        train.main(config)
+        train(config)
     return run_dir, uri, ids_after_first
 
 

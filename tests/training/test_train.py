@@ -33,7 +33,7 @@ def trained_run(tiny_data, tmp_path_factory):
     """The tiny config trained for 120 steps on 4 simulated devices."""
     run_dir = tmp_path_factory.mktemp("run")
     config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
-    summary = train.main(config)
+    summary = train(config)
     return run_dir, summary
 
 
@@ -70,7 +70,7 @@ def test_metrics_jsonl_has_one_row_per_interval_with_the_documented_keys(trained
 def test_the_compilation_is_announced_before_the_first_log_line(tiny_data, tmp_path, capsys):
     config = tiny_config(tiny_data, tmp_path, steps=8, log_every=4, eval_every=8,
                          checkpoint_every=8, warmup_steps=0, steps_per_execution=2)
-    train.main(config)
+    train(config)
     lines = capsys.readouterr().out.splitlines()
     compiled = next(i for i, line in enumerate(lines) if line.startswith(
         "compiled the training step in "))
@@ -102,7 +102,7 @@ def test_rerun_of_a_finished_run_trains_nothing(trained_run, tiny_data):
     run_dir, _ = trained_run
     before = _weights(run_dir)
     config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
-    summary = train.main(config)
+    summary = train(config)
     assert summary["start_step"] == 120 and summary["final_step"] == 120
     after = _weights(run_dir)
     for key in before:
@@ -113,11 +113,11 @@ def test_rerun_of_a_finished_run_trains_nothing(trained_run, tiny_data):
 def test_resumed_run_equals_uninterrupted_run(tiny_data, tmp_path):
     kwargs = dict(steps=60, eval_every=30, checkpoint_every=30)
     straight = tmp_path / "straight"
-    train.main(tiny_config(tiny_data, straight, **kwargs))
+    train(tiny_config(tiny_data, straight, **kwargs))
     resumed = tmp_path / "resumed"
-    first = train.main(tiny_config(tiny_data, resumed, **kwargs), until_step=30)
+    first = train(tiny_config(tiny_data, resumed, **kwargs), until_step=30)
     assert first["final_step"] == 30
-    second = train.main(tiny_config(tiny_data, resumed, **kwargs))
+    second = train(tiny_config(tiny_data, resumed, **kwargs))
     assert second["start_step"] == 30 and second["final_step"] == 60
     a, b = _weights(straight), _weights(resumed)
     for key in a:
@@ -136,10 +136,10 @@ def test_runs_with_dropout_resume_bitwise_on_four_devices_and_on_one(tiny_data, 
         return dataclasses.replace(c, model=dataclasses.replace(c.model, dropout=0.1),
                                    distributed=dataclasses.replace(c.distributed, devices=devices))
 
-    straight = train.main(config(tmp_path / "straight"))
+    straight = train(config(tmp_path / "straight"))
     assert straight["devices"] == devices
-    train.main(config(tmp_path / "resumed"), until_step=10)
-    train.main(config(tmp_path / "resumed"))
+    train(config(tmp_path / "resumed"), until_step=10)
+    train(config(tmp_path / "resumed"))
     a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "resumed")
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
@@ -154,7 +154,7 @@ def test_refuses_to_resume_a_different_model(trained_run, tiny_data):
 
     other = dataclasses.replace(config, model=dataclasses.replace(config.model, hidden_dim=64))
     with pytest.raises(ConfigError, match=r"holds a run of a different model \(changed: model.hidden_dim\)"):
-        train.main(other)
+        train(other)
 
 
 def test_a_new_start_is_not_a_new_model(trained_run, tiny_data, tmp_path):
@@ -167,7 +167,7 @@ def test_a_new_start_is_not_a_new_model(trained_run, tiny_data, tmp_path):
     config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
     other = dataclasses.replace(config, model=dataclasses.replace(config.model, initializer_range=0.1))
     assert other.model != config.model
-    assert train.main(other)["final_step"] == 120  # found the finished run, did not refuse it
+    assert train(other)["final_step"] == 120  # found the finished run, did not refuse it
 
 
 def test_changed_training_settings_on_a_finished_run_are_refused_or_recorded(
@@ -184,13 +184,13 @@ def test_changed_training_settings_on_a_finished_run_are_refused_or_recorded(
     with pytest.raises(ConfigError, match=r"holds a run trained with other settings "
                                           r"\(train.learning_rate 0.003 -> 0.001\); .*"
                                           r"--accept-changes"):
-        train.main(faster)
+        train(faster)
     assert (run_dir / "config.toml").read_text() == before  # still says how it was trained
     # Logging and evaluation settings may change: recorded, not refused.
     quieter = dataclasses.replace(config, train=dataclasses.replace(config.train, log_every=20))
-    assert train.main(quieter)["final_step"] == 120
+    assert train(quieter)["final_step"] == 120
     # Asked for: continued and recorded.
-    assert train.main(faster, accept_changes=True)["final_step"] == 120
+    assert train(faster, accept_changes=True)["final_step"] == 120
     rows = [json.loads(line) for line in (run_dir / "config_changes.jsonl").read_text().splitlines()]
     assert rows[0]["changed"].pop("run_dir")[1] == str(run_dir)  # copied: another directory
     assert rows == [{"step": 120, "changed": {"train.log_every": [10, 20]}},
@@ -205,7 +205,7 @@ def test_vocabulary_smaller_than_the_data_is_a_data_error(tiny_data, tmp_path):
 
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocabulary_size=100))
     with pytest.raises(Exception, match=r"record \d+: feature 'input_ids' holds id \d+ outside the vocabulary \[0, 100\)"):
-        train.main(config)
+        train(config)
 
 
 def test_cli_trains_the_seed_format_and_reports_errors(tiny_data, tmp_path):

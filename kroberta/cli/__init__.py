@@ -7,6 +7,7 @@
     143  preempted (SIGTERM), returned by the command itself after its checkpoint
 """
 
+import importlib
 import sys
 
 from kroberta.errors import DivergedError, KrobertaError
@@ -38,3 +39,16 @@ def run(body, *, prefix: str = "error: ", interrupted: str = "interrupted",
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         return INTERRUPTED
+
+
+def run_command(module_name: str, command: str):
+    """What `kroberta/<command>.py` does: under `python -m kroberta.<command>`, runs
+    `kroberta.cli.<command>.main()` and exits with its code; imported as a module, it
+    raises ImportError, since the module would take the place of the Python API's
+    function of the same name on the package (`kroberta.predict`, `kroberta.train`, ...).
+    """
+    if module_name != "__main__":
+        raise ImportError(f"kroberta.{command} is run as `python -m kroberta.{command}`; the "
+                          f"command's module is kroberta.cli.{command}, the Python API "
+                          "is the package's functions (kroberta.train, kroberta.predict, ...)")
+    sys.exit(importlib.import_module(f"kroberta.cli.{command}").main())

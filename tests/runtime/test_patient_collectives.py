@@ -1,4 +1,4 @@
-"""kroberta.runtime.cpu_collectives: simulated-device collectives that survive a late thread and a loaded machine."""
+"""kroberta.runtime.xla_cpu: simulated-device collectives that survive a late thread and a loaded machine."""
 
 import os
 import subprocess
@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from kroberta.runtime import cpu_collectives
+from kroberta.runtime import xla_cpu
 from tests.conftest import REPO
 
 # An all-reduce over 4 simulated devices in which device 3 arrives LATE seconds after
@@ -47,25 +47,25 @@ def _late_device(late_seconds: float, extra_flags: str = ""):
 def test_this_process_runs_with_the_long_timeouts():
     # conftest imported kroberta before JAX started: its values are in XLA_FLAGS.
     flags = os.environ["XLA_FLAGS"].split()
-    for name in (cpu_collectives.TERMINATE_FLAG, cpu_collectives.COLLECTIVE_FLAG):
-        assert f"{name}={cpu_collectives.TERMINATE_SECONDS}" in flags
+    for name in (xla_cpu.TERMINATE_FLAG, xla_cpu.COLLECTIVE_FLAG):
+        assert f"{name}={xla_cpu.TERMINATE_SECONDS}" in flags
 
 
 def test_the_users_own_timeouts_win_and_other_flags_stay(monkeypatch):
-    monkeypatch.setattr(cpu_collectives.xla_cpu, "_backend_started", lambda: False)
+    monkeypatch.setattr(xla_cpu, "_backend_started", lambda: False)
     monkeypatch.setenv("XLA_FLAGS", f"--xla_force_host_platform_device_count=2 "
-                                    f"{cpu_collectives.TERMINATE_FLAG}=7")
-    assert cpu_collectives.use_patient_collectives()
-    assert cpu_collectives.use_patient_collectives()  # twice: one copy of each flag
+                                    f"{xla_cpu.TERMINATE_FLAG}=7")
+    assert xla_cpu.use_patient_collectives()
+    assert xla_cpu.use_patient_collectives()  # twice: one copy of each flag
     assert os.environ["XLA_FLAGS"].split() == [
-        "--xla_force_host_platform_device_count=2", f"{cpu_collectives.TERMINATE_FLAG}=7",
-        f"{cpu_collectives.COLLECTIVE_FLAG}={cpu_collectives.TERMINATE_SECONDS}"]
+        "--xla_force_host_platform_device_count=2", f"{xla_cpu.TERMINATE_FLAG}=7",
+        f"{xla_cpu.COLLECTIVE_FLAG}={xla_cpu.TERMINATE_SECONDS}"]
 
 
 def test_nothing_changes_once_the_backend_started(monkeypatch):
-    monkeypatch.setattr(cpu_collectives.xla_cpu, "_backend_started", lambda: True)
+    monkeypatch.setattr(xla_cpu, "_backend_started", lambda: True)
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
-    assert not cpu_collectives.use_patient_collectives()
+    assert not xla_cpu.use_patient_collectives()
     assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"
 
 
@@ -74,7 +74,7 @@ def test_a_short_terminate_timeout_aborts_the_process_as_under_load():
     # What killed the loaded seed run, in miniature: XLA warns after 1 s, aborts 3 s
     # later; device 3 is 8 s late.
     result = _late_device(8, f"--xla_cpu_collective_call_warn_stuck_timeout_seconds=1 "
-                             f"{cpu_collectives.TERMINATE_FLAG}=3")
+                             f"{xla_cpu.TERMINATE_FLAG}=3")
     assert result.returncode == -6, result.stderr[-3000:]  # SIGABRT
     assert "Expected 4 threads to join the rendezvous" in result.stderr
     assert "SUM" not in result.stdout
@@ -82,7 +82,7 @@ def test_a_short_terminate_timeout_aborts_the_process_as_under_load():
 
 @pytest.mark.slow
 def test_xlas_default_timeouts_abort_a_thread_70_seconds_late():
-    result = _late_device(70, f"{cpu_collectives.TERMINATE_FLAG}=40")  # XLA's default value
+    result = _late_device(70, f"{xla_cpu.TERMINATE_FLAG}=40")  # XLA's default value
     assert result.returncode == -6, result.stderr[-3000:]
     assert "SUM" not in result.stdout
 

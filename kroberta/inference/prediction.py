@@ -18,8 +18,8 @@ import jax
 import numpy as np
 import tensorflow as tf
 
-from kroberta.data import pipeline as data_lib
-from kroberta.inference import inputs as inputs_lib
+from kroberta.data import pipeline
+from kroberta.inference.inputs import as_examples, batched
 from kroberta.inference import OUTPUTS, program
 from kroberta.errors import KrobertaError
 
@@ -89,7 +89,7 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     config = getattr(model, "kroberta_config", None)
     if config is None:
         raise PredictionError("model has no kroberta_config: load it with kroberta.load(run_dir)")
-    source = inputs_lib.as_examples(inputs, config)
+    source = as_examples(inputs, config)
     if output == "loss" and not source.has_labels:
         raise PredictionError("output='loss' needs labels (a 'labels' array or feature, -100 = none)")
     if output == "top_k" and not 1 <= k <= config.model.vocabulary_size:
@@ -123,7 +123,7 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     # One host batch per dispatch: G x batch rows, cut into (G, batch, ...) on the way to
     # the devices (one numpy pass per group, not per batch; a short last group is
     # filled with padding rows, so the same program serves it).
-    groups = inputs_lib.batched(source, config, plan_slots, positions, global_batch * group)
+    groups = batched(source, config, plan_slots, positions, global_batch * group)
     jitted, replicated, by_batch = program.compiled_step(model, plan)
     weights = program.weights_snapshot(model, replicated)
 
@@ -171,7 +171,7 @@ def _explained_data_errors(source):
     try:
         yield
     except (tf.errors.OpError, UnicodeDecodeError) as error:
-        explained = data_lib.explain_pipeline_error(error, source.files, replay=source.replay)
+        explained = pipeline.explain_pipeline_error(error, source.files, replay=source.replay)
         if explained is None:
             raise
         raise explained from None

@@ -1,4 +1,5 @@
-"""The final model of a run: saved into the run directory, loaded by `kroberta.load`.
+"""The final model of a run: saved into the run directory, loaded by `kroberta.load`,
+exported by `export` (`python -m kroberta.export`).
 
 A run directory holds `config.toml` (the resolved config), `model.weights.h5`
 (Keras weights of the final model) and, when the data came with one,
@@ -14,6 +15,8 @@ from kroberta.training import checkpoint
 from kroberta.training.checkpoint import list_checkpoints  # `load`'s argument is named checkpoint
 from kroberta.config import load_toml
 from kroberta.atomic import atomic_path
+from kroberta.errors import KrobertaError
+from kroberta.interop import EXPORT_FORMATS
 
 WEIGHTS_FILE = "model.weights.h5"
 CONFIG_FILE = "config.toml"
@@ -160,3 +163,42 @@ def load_tokenizer(run_dir: str):
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(tokenizer_path)
+
+
+class ExportError(KrobertaError):
+    """A user-facing problem: printed as one line, exit status 2."""
+
+
+def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str:
+    """Exports the run at `run` (with its tokenizer, if any) into `out` in `format`
+    ("hf" or "keras-hub"); returns `out`."""
+    from kroberta.interop import hf, keras_hub_presets
+
+    if format not in EXPORT_FORMATS:
+        raise ExportError(f"--format {format!r}: expected one of {', '.join(EXPORT_FORMATS)}")
+
+    if not os.path.isdir(run):
+        raise ExportError(f"{run}: not a kroberta run directory (no such directory)")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ExportError(f"--out {out}: exists and is not a directory")
+    non_empty = os.path.isdir(out) and bool(os.listdir(out))
+    if non_empty and not overwrite:
+        raise ExportError(f"--out {out}: directory is not empty (pass --overwrite to replace its export)")
+    try:
+        model = load(run, mixed_precision=False)  # float32 weights either way
+    except (FileNotFoundError, ValueError) as e:  # ConfigError is a ValueError
+        raise ExportError(str(e)) from None
+    if non_empty:
+        # Drop the files a previous export wrote, so e.g. a stale tokenizer cannot survive.
+        for name in (hf.EXPORT_FILES if format == "hf" else keras_hub_presets.EXPORT_FILES):
+            path = os.path.join(out, name)
+            if os.path.isfile(path):
+                os.remove(path)
+    if format == "hf":
+        hf.export_hf(model, out, tokenizer=model.tokenizer)
+    else:
+        try:
+            keras_hub_presets.export_keras_hub(model, out, tokenizer=model.tokenizer)
+        except keras_hub_presets.KerasHubPresetError as e:
+            raise ExportError(str(e)) from None
+    return out

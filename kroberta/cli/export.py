@@ -1,0 +1,43 @@
+"""Export a finished run as a Hugging Face `RobertaForMaskedLM` directory or a keras-hub preset.
+
+    python -m kroberta.export --run runs/x --out hf_model/ [--overwrite]
+    python -m kroberta.export --run runs/x --format keras-hub --out preset/
+
+The first loads with `transformers.RobertaForMaskedLM.from_pretrained("hf_model/")`
+and, when the run has a tokenizer, `AutoTokenizer.from_pretrained("hf_model/")`; the
+second with `keras_hub.models.RobertaMaskedLM.from_preset("preset/")` (and
+`RobertaBackbone` / `RobertaTokenizer.from_preset`).
+Errors are one line on stderr and exit status 2.
+"""
+
+import argparse
+import sys
+
+from kroberta import cli
+from kroberta.interop import EXPORT_FORMATS
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m kroberta.export", description=__doc__.split("\n")[1])
+    parser.add_argument("--run", required=True, help="a finished run directory (config.toml + model.weights.h5)")
+    parser.add_argument("--out", required=True, help="directory to write the model into")
+    parser.add_argument("--format", choices=EXPORT_FORMATS, default="hf",
+                        help="hf: Hugging Face transformers (default); keras-hub: a keras-hub preset")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into a non-empty --out (replacing the files an export writes)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+
+    def body():
+        from kroberta.training.final_model import export
+
+        out = export(args.run, args.out, args.overwrite, args.format)
+        print(f"exported {args.run} -> {out}")
+
+    return cli.run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Predict from the command line, streaming to an .npz file with bounded host memory.
+
+    python -m kroberta.predict --run runs/seed --data 'x/*.tfrecords' --output top_k --k 5 --out preds.npz
+
+Each batch's reduced result is appended to one raw file per output array as soon
+as it arrives; at the end the arrays are packed into the .npz (written under a
+temporary name and renamed, so an interrupted run leaves no partial file).
+
+The Python API is `kroberta.predict(...)` (kroberta/inference/prediction.py).
+"""
+
+import argparse
+import sys
+import warnings
+
+import kroberta
+from kroberta import cli
+from kroberta.inference import OUTPUTS
+from kroberta.inference.npz_file import Progress, write_npz
+
+# The prediction engine (JAX, Keras, TensorFlow) is imported when it is used, so that
+# `--help` and argument errors answer at once.
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="python -m kroberta.predict", description=__doc__.split("\n")[0])
+    p.add_argument("--run", required=True, help="a training run directory (kroberta.load)")
+    p.add_argument("--data", required=True, action="append",
+                   help="TFRecord file or glob (repeatable)")
+    p.add_argument("--output", default="top_k", choices=OUTPUTS)
+    p.add_argument("--k", type=int, default=5, help="candidates per position for top_k")
+    p.add_argument("--positions", default="masked", choices=("masked", "all"))
+    p.add_argument("--batch-size", type=int, default=None, help="sequences per step, all devices")
+    p.add_argument("--slots", type=int, default=None, help="prediction slots per sequence")
+    p.add_argument("--out", required=True, help="the .npz file to write")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    return cli.run(lambda: _main(args), interrupted="interrupted; nothing was written",
+                       also=(FileNotFoundError,))
+
+
+def _main(args) -> int:
+    from kroberta.inference import prediction
+    from kroberta.inference.inputs import PredictInputError
+
+    if not args.out.endswith(".npz"):
+        raise PredictInputError(f"--out: {args.out!r} must end with .npz")
+    model = kroberta.load(args.run)
+    chunks = prediction.predict_batches(model, args.data, output=args.output, k=args.k,
+                                        positions=args.positions, batch_size=args.batch_size,
+                                        slots=args.slots)
+    from kroberta.data.pipeline import inspect_files, resolve_files
+
+    total = inspect_files(resolve_files(args.data, "--data"), "--data").records
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        shapes = write_npz(chunks, args.out, Progress(total, not args.no_progress))
+    for warning in caught:
+        print(f"warning: {warning.message}", file=sys.stderr)
+    summary = ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
+    print(f"wrote {args.out}: {summary}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Raw text -> tokenizer -> packed TFRecord shards + manifest.json.
+
+    python -m kroberta.prepare --input 'corpus/*.txt' --out data/mycorpus --vocab-size 10000 --seq-len 64
+    python -m kroberta.prepare --input 'corpus/*.jsonl.gz' --text-field body --out data/mycorpus
+    python -m kroberta.prepare --check data/mycorpus
+
+Inputs: text (.txt, .txt.gz: documents end at blank lines), JSON lines (.jsonl,
+.json, gzipped or not), CSV/TSV, Parquet and `datasets` directories (save_to_disk;
+a DatasetDict's --split): one document per record, its --text-field column.
+
+Steps: scan the inputs (skip binary / non-UTF-8 text files), train a byte-level BPE
+tokenizer streaming over them (or reuse --tokenizer), encode in parallel batches,
+pack into full sequences, split whole sequences into train/validation by a seeded
+hash, optionally add static labels, write shards atomically, and write the
+manifest last: a directory with a manifest is complete.
+"""
+
+import argparse
+import os
+import sys
+import warnings
+
+from kroberta import cli
+from kroberta.data.manifest import MANIFEST_NAME, load_manifest
+from kroberta.text.build import PrepareError, PrepareWarning, prepare
+from kroberta.text.textfiles import expand_inputs
+
+
+def _summary(manifest, out_dir):
+    src, tr, va = manifest["source"], manifest["train"], manifest["validation"]
+    lines = [
+        f"prepared {out_dir}: {tr['sequences']} train sequences ({tr['tokens']} tokens) in {len(tr['files'])} "
+        f"file(s), {va['sequences']} validation sequences ({va['tokens']} tokens) in {len(va['files'])} file(s)",
+        f"  vocabulary_size={manifest['vocabulary_size']} sequence_length={manifest['sequence_length']} "
+        f"labels={manifest['labels']} from {len(src['files'])} file(s), {src['bytes'] / 1e6:.1f} MB",
+    ]
+    if src["skipped_files"]:
+        lines.append(f"  skipped {len(src['skipped_files'])} file(s) (binary or not UTF-8): see manifest source.skipped_files")
+    if src["vocabulary_note"]:
+        lines.append(f"  note: {src['vocabulary_note']}")
+    return "\n".join(lines)
+
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="python -m kroberta.prepare", description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--input", action="append",
+                   help="files, globs or directories: .txt[.gz], .jsonl/.json[.gz], .csv/.tsv[.gz], .parquet, "
+                   "datasets save_to_disk directories (repeatable; quote globs)")
+    p.add_argument("--text-field", default="text", help="the records' text column (default: text)")
+    p.add_argument("--split", default="train", help="the split of a datasets DatasetDict (default: train)")
+    p.add_argument("--out", help="output directory")
+    p.add_argument("--vocab-size", type=int, help="tokenizer vocabulary size (default 10000)")
+    p.add_argument("--seq-len", type=int, help="tokens per sequence (default 64)")
+    p.add_argument("--validation-fraction", type=float, default=0.01,
+                   help="share of the documents held out for validation (default 0.01)")
+    p.add_argument("--shards", type=int, help="train shards (default: ~200 MB each)")
+    p.add_argument("--labels", choices=["static"], help="write static masked-LM labels")
+    p.add_argument("--mask-rate", type=float, default=0.15,
+                   help="with --labels static: share of the tokens masked once (default 0.15)")
+    p.add_argument("--tokenizer", help="reuse this tokenizer.json instead of training one")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the validation split, the shard order and static masks (default 0)")
+    p.add_argument("--strict", action="store_true", help="fail on binary / non-UTF-8 files")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing prepared directory")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--check", metavar="PATH",
+                   help="validate TFRecords: a prepared dir, any dir of .tfrecord files (with --vocab-size), "
+                   "a file or a glob")
+    p.add_argument("--max-records", type=int, help="with --check: only the first N records per file")
+    return p
+
+
+TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
+
+
+def _tfrecords_in(directory):
+    """Every TFRecord file under `directory` (by name: *.tfrecord[s], *.tfr, *.tfrecord-00000-of-00004)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(directory):
+        dirnames.sort()
+        for name in sorted(filenames):
+            lower = name.lower()
+            if lower.endswith(TFRECORD_SUFFIXES) or ".tfrecord-" in lower or ".tfrecords-" in lower:
+                found.append(os.path.join(dirpath, name))
+    if not found:
+        raise PrepareError(f"--check {directory}: no {MANIFEST_NAME} and no TFRecord files "
+                           f"({', '.join('*' + x for x in TFRECORD_SUFFIXES)}) in it; name the files with a glob")
+    return found
+
+
+def _run_check(args):
+    from kroberta.data.check import check_records
+
+    vocab, length = args.vocab_size, args.seq_len
+    if os.path.isdir(args.check) and not os.path.exists(os.path.join(args.check, MANIFEST_NAME)):
+        paths = _tfrecords_in(args.check)
+        if vocab is None:
+            raise PrepareError(f"--check {args.check}: a directory without {MANIFEST_NAME} needs "
+                               "--vocab-size (the tokenizer's vocabulary size) to check the ids against")
+    elif os.path.isdir(args.check):
+        m = load_manifest(args.check)
+        paths = list(m.files)
+        vocab = vocab if vocab is not None else m.vocabulary_size
+        length = length if length is not None else m.sequence_length
+    else:
+        paths = expand_inputs(args.check)
+    report = check_records(paths, vocabulary_size=vocab, sequence_length=length, max_records=args.max_records)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+def _run(args):
+    """Dispatch: --check returns an exit code, prepare returns its manifest."""
+    if args.check:
+        if args.input or args.out:
+            raise PrepareError("--check takes only PATH (and --vocab-size/--seq-len), not --input/--out")
+        return _run_check(args)
+    if not args.input or not args.out:
+        raise PrepareError("--input and --out are required (or --check PATH)")
+    if args.tokenizer and args.vocab_size is not None:
+        warnings.warn("--vocab-size is ignored with --tokenizer: the tokenizer's own vocabulary is used", PrepareWarning)
+    return prepare(
+        args.input, args.out,
+        vocab_size=args.vocab_size or 10000, seq_len=args.seq_len or 64,
+        validation_fraction=args.validation_fraction, shards=args.shards, labels=args.labels,
+        mask_rate=args.mask_rate, tokenizer=args.tokenizer, seed=args.seed, strict=args.strict,
+        progress=not args.no_progress, overwrite=args.overwrite, text_field=args.text_field,
+        split=args.split,
+    )  # fmt: skip
+
+
+def main(argv=None) -> int:
+    """CLI entry point; returns the exit code (0 ok, 1 defects found, 2 usage/input error)."""
+    args = _parser().parse_args(argv)
+    with warnings.catch_warnings():
+        # One line per warning on stderr, no source line: these are messages for users.
+        warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
+        return cli.run(lambda: _finish(_run(args), args),
+                           interrupted="interrupted: no manifest written; partial shards were removed")
+
+
+def _finish(manifest, args) -> int:
+    if isinstance(manifest, int):
+        return manifest  # --check's exit code
+    print(_summary(manifest, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

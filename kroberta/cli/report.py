@@ -1,0 +1,26 @@
+"""Plot a run's metrics.jsonl into report.png and print its summary.
+
+    python -m kroberta.report runs/x
+"""
+
+import argparse
+import sys
+
+from kroberta import cli
+from kroberta.training.report import report
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kroberta.report",
+                                     description="Plot a run's metrics.jsonl into report.png.")
+    parser.add_argument("run_dir", help="a run directory (holds metrics.jsonl)")
+    args = parser.parse_args(argv)
+
+    def body():
+        report(args.run_dir)
+
+    return cli.run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Streaming prediction results into one .npz file with bounded host memory.
+
+Each chunk's arrays are appended to one raw file per output array as soon as they
+arrive; at the end the arrays are packed into the .npz (written under a temporary
+name and renamed, so an interrupted run leaves no partial file).
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import zipfile
+
+import numpy as np
+
+from kroberta.atomic import atomic_path
+
+
+class Progress:
+    """examples done / total and examples per second, on stderr."""
+
+    def __init__(self, total, enabled):
+        self.total, self.enabled, self.done = total, enabled, 0
+        self.live = enabled and sys.stderr.isatty()
+        self.start = time.perf_counter()
+
+    def update(self, count, final=False):
+        self.done += count
+        if not self.enabled or not (self.live or final):
+            return
+        seconds = max(time.perf_counter() - self.start, 1e-9)
+        total = f"/{self.total}" if self.total else ""
+        # Redrawn in place on a terminal; a log file gets the final line alone.
+        sys.stderr.write(("\r" if self.live else "")
+                         + f"predict: {self.done}{total} examples, {self.done / seconds:,.0f}/s, "
+                         f"{seconds:.1f}s" + ("\n" if final else ""))
+        sys.stderr.flush()
+
+
+def write_npz(chunks, out_path: str, progress: Progress) -> dict:
+    """Streams chunks (dicts of arrays, rows first) into `out_path` (.npz); returns shapes."""
+    work = tempfile.mkdtemp(prefix=".kroberta-predict-", dir=os.path.dirname(os.path.abspath(out_path)))
+    try:
+        raw, meta = {}, {}
+        for chunk in chunks:
+            for name, array in chunk.items():
+                if name not in raw:
+                    raw[name] = open(os.path.join(work, name + ".raw"), "wb")
+                    meta[name] = [array.dtype, array.shape[1:], 0]
+                raw[name].write(np.ascontiguousarray(array).tobytes())
+                meta[name][2] += len(array)
+            progress.update(len(next(iter(chunk.values()))))
+        progress.update(0, final=True)
+        for handle in raw.values():
+            handle.close()
+        with atomic_path(out_path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
+            for name, (dtype, row_shape, rows) in meta.items():
+                with archive.open(name + ".npy", "w", force_zip64=True) as entry:
+                    np.lib.format.write_array_header_2_0(
+                        entry, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                "fortran_order": False, "shape": (rows, *row_shape)})
+                    with open(os.path.join(work, name + ".raw"), "rb") as source:
+                        shutil.copyfileobj(source, entry, 16 * 2**20)
+        return {name: (rows, *row_shape) for name, (_, row_shape, rows) in meta.items()}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,186 @@
+"""A run's curves in one picture: `kroberta.report(run_dir)`, `python -m kroberta.report runs/x`.
+
+Reads `runs/x/metrics.jsonl` (written by training: one train row per log interval,
+one validation row per evaluation), draws loss, masked accuracy, learning rate,
+tokens/s, MFU and (when the step logs it) the gradient norm into `runs/x/report.png`
+and prints a short summary, which names the best checkpoint (the kept checkpoint with
+the lowest validation loss, `kroberta.load(run_dir, checkpoint="best")`).
+"""
+
+import json
+import math
+import os
+import statistics
+import sys
+
+from kroberta.errors import KrobertaError
+
+METRICS_FILE = "metrics.jsonl"
+REPORT_FILE = "report.png"
+PANELS = (
+    ("loss", "loss (masked tokens)"),
+    ("masked_accuracy", "masked accuracy"),
+    ("learning_rate", "learning rate"),
+    ("tokens_per_second", "tokens / s"),
+    ("mfu", "MFU (model FLOPs utilisation)"),
+)
+GRAD_NORM_PANEL = ("grad_norm", "gradient norm (before clipping)")  # drawn when logged
+
+
+class ReportError(KrobertaError, ValueError):
+    """The run directory has nothing to report; the message says why."""
+
+
+def read_metrics(run_dir: str) -> list[dict]:
+    path = os.path.join(run_dir, METRICS_FILE)
+    if not os.path.isfile(path):
+        what = "no such directory" if not os.path.isdir(run_dir) else f"no {METRICS_FILE} in it"
+        raise ReportError(f"{run_dir}: {what}; train a run there first "
+                          "(python -m kroberta.train --run_dir=...)")
+    rows = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                # A run killed mid-write leaves a partial last line: skip it, say so.
+                print(f"warning: {path}:{number}: not JSON, skipped", file=sys.stderr)
+    if not rows:
+        raise ReportError(f"{path}: holds no rows yet")
+    return rows
+
+
+def _series(rows, split, key):
+    points = [(r["step"], r[key]) for r in rows if r.get("split") == split and
+              isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def summarize(rows: list[dict]) -> dict:
+    train = [r for r in rows if r.get("split") == "train"]
+    validation = [r for r in rows if r.get("split") == "validation" and "loss" in r]
+    out = {"steps": max((r["step"] for r in rows), default=0)}
+    if train:
+        out["final_train_loss"] = train[-1].get("loss")
+    if validation:
+        best = min(validation, key=lambda r: r["loss"])
+        out.update(final_validation_loss=validation[-1]["loss"],
+                   final_validation_accuracy=validation[-1].get("masked_accuracy"),
+                   best_validation_loss=best["loss"], best_validation_step=best["step"],
+                   best_validation_accuracy=max(r.get("masked_accuracy", 0.0) for r in validation))
+    for key in ("tokens_per_second", "samples_per_second", "mfu", "step_time"):
+        values = [r[key] for r in train if isinstance(r.get(key), (int, float))]
+        if values:
+            out[f"median_{key}"] = statistics.median(values)
+    compile_times = [r["compile_seconds"] for r in train if "compile_seconds" in r]
+    if compile_times:
+        out["compile_seconds"] = sum(compile_times)  # one per (re)start of the run
+    norms = [r["grad_norm"] for r in train if isinstance(r.get("grad_norm"), (int, float))]
+    if norms:
+        out.update(final_grad_norm=norms[-1], median_grad_norm=statistics.median(norms),
+                   max_grad_norm=max(norms))
+    return out
+
+
+def _panels(rows):
+    logged = any("grad_norm" in r for r in rows if r.get("split") == "train")
+    return PANELS + ((GRAD_NORM_PANEL,) if logged else ())
+
+
+def draw(rows: list[dict], path: str, title: str = "", best_step: int | None = None):
+    """Draws the panels into the PNG `path`; returns the matplotlib Figure.
+
+    `best_step`: the best checkpoint's step, marked on the loss panel.
+    """
+    # A bare Figure, not pyplot: no backend is switched (a notebook's inline plots keep
+    # working) and nothing is left open in pyplot's figure list.
+    from matplotlib.figure import Figure
+
+    panels = _panels(rows)
+    fig = Figure(figsize=(8, 2.3 * len(panels)))
+    axes = fig.subplots(len(panels), 1, sharex=True)
+    for ax, (key, label) in zip(axes, panels):
+        for split, style in (("train", "-"), ("validation", "o-")):
+            steps, values = _series(rows, split, key)
+            if steps:
+                ax.plot(steps, values, style, label=split, markersize=4)
+        if key == "loss" and best_step is not None:
+            ax.axvline(best_step, color="green", alpha=0.5, linestyle="--",
+                       label=f"best checkpoint (step {best_step})")
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7, loc="best")
+        else:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes,
+                    color="grey")
+    axes[-1].set_xlabel("step")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return fig
+
+
+def _format(summary: dict) -> list[str]:
+    def g(key, fmt="{:.4g}"):
+        value = summary.get(key)
+        return fmt.format(value) if isinstance(value, (int, float)) else "-"
+
+    lines = [f"steps: {summary['steps']}   final train loss: {g('final_train_loss')}"]
+    if "final_validation_loss" in summary:
+        lines.append(f"validation: final loss {g('final_validation_loss')}, accuracy "
+                     f"{g('final_validation_accuracy')}; best loss {g('best_validation_loss')} "
+                     f"(step {summary['best_validation_step']}), best accuracy "
+                     f"{g('best_validation_accuracy')}")
+    if "best_checkpoint_step" in summary:
+        lines.append(f"best checkpoint: step {summary['best_checkpoint_step']} (validation loss "
+                     f"{g('best_checkpoint_loss')}), {summary['best_checkpoint']}: "
+                     "kroberta.load(run_dir, checkpoint=\"best\")")
+    if "final_grad_norm" in summary:
+        lines.append(f"grad_norm: final {g('final_grad_norm')}, median "
+                     f"{g('median_grad_norm')}, max {g('max_grad_norm')}")
+    lines.append(f"median: {g('median_tokens_per_second', '{:,.0f}')} tokens/s, "
+                 f"{g('median_samples_per_second', '{:.1f}')} samples/s, step "
+                 f"{g('median_step_time', '{:.4f}')} s, MFU "
+                 + (f"{100 * summary['median_mfu']:.1f}%" if "median_mfu" in summary else "-")
+                 + f"; compile {g('compile_seconds', '{:.1f}')} s")
+    return lines
+
+
+def report(run_dir: str, print_fn=print, show: bool | None = None) -> dict:
+    """Draws `run_dir/report.png` and prints the summary; returns the summary dict.
+
+    Args:
+        run_dir: a run directory (holds metrics.jsonl).
+        print_fn: where the summary lines go.
+        show: display the picture inline; None = when running in a Jupyter notebook.
+
+    Returns:
+        The summary (steps, final and best losses, median throughput and MFU, compile
+        time, grad_norm when logged, the best kept checkpoint), with `report_png` (the picture's path) and `figure` (the matplotlib
+        Figure, for further use) added.
+    """
+    from kroberta.training import console, signals
+
+    rows = read_metrics(run_dir)
+    summary = summarize(rows)
+    best = signals.best_checkpoint(run_dir)
+    if best is not None:
+        summary.update(best_checkpoint_step=best[0], best_checkpoint=best[1],
+                       best_checkpoint_loss=best[2])
+    path = os.path.join(run_dir, REPORT_FILE)
+    figure = draw(rows, path, title=os.path.basename(os.path.abspath(run_dir)),
+                  best_step=best[0] if best else None)
+    for line in _format(summary):
+        print_fn(line)
+    print_fn(f"curves: {path}")
+    if console.in_jupyter() if show is None else show:
+        from IPython.display import Image, display
+
+        display(Image(filename=path))
+    summary["report_png"] = path
+    summary["figure"] = figure
+    return summary
