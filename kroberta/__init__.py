@@ -42,7 +42,7 @@ _API = {
     "from_hf": "kroberta.interop.hf",
     "export_keras_hub": "kroberta.interop.keras_hub_presets",
     "from_keras_hub": "kroberta.interop.keras_hub_presets",
-    "load_config": "kroberta.named_configs",
+    "load_config": "kroberta.config",
     "prepare": "kroberta.text.build",
     "train": "kroberta.training.train",
     "report": "kroberta.training.report",

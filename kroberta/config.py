@@ -1,15 +1,24 @@
-"""One frozen configuration: TOML files, dotted command-line overrides, validation.
+"""One frozen configuration: its sections and their checks, TOML files, shipped names, overrides.
 
-A config has sections `model`, `data`, `train`, `distributed` and a top-level
-`run_dir`. Every field below is documented where it is declared; the defaults are
-the embedded default job (`python -m kroberta.train` with no arguments).
+A config has sections `model`, `data`, `train`, `distributed` and top-level keys. Every
+field is documented where it is declared (the single source of docs/reference/config.md,
+written by `tools/gen_config_reference.py`); the defaults are the embedded default job
+(`python -m kroberta.train` with no arguments). Each section's `check` rejects its own
+impossible values and `Config.check` the impossible combinations of sections; the checks
+that need the device count are in `kroberta.parallel.distribute`.
+
+The shipped configs live in `kroberta/configs/*.toml` (package data, so any install has
+them): `--config seed`, `load_config("seed")`; any other value is the path of a TOML file.
 
 Errors are `ConfigError`s whose message names the key and where its value came
-from (a file, the command line or a manifest), so the CLI can print one line.
+from (a file, the command line, `overrides` or a manifest), so the CLI can print one line.
 """
 
 import dataclasses
+import importlib.resources
 import math
+import os
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field, replace
@@ -20,6 +29,23 @@ from kroberta.errors import KrobertaError
 
 class ConfigError(KrobertaError, ValueError):
     """A configuration value is unknown, of the wrong type or impossible."""
+
+
+# The words some fields accept.
+AUTO = "auto"  # train.steps_per_execution: from the FLOPs and peak; data.masking: from the files
+FOLLOW_DROPOUT = -1.0  # model.attention_dropout: the same rate as model.dropout
+MASKINGS = ("dynamic", "static", AUTO)  # AUTO: follows the files (DataConfig.masking)
+SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt", "wsd")  # kroberta.model.schedules
+REMATS = ("none", "full", "dots", "dots_no_batch")  # kroberta.model.remat
+TRACKERS = ("tensorboard", "wandb", "mlflow")  # kroberta.training.trackers
+STRATEGIES = ("data", "fsdp", "model")
+
+
+def _at_least(section, low: int, keys: str, fail):
+    """The `check` of integer fields (space-separated `keys`) that must be >= `low`."""
+    for key in keys.split():
+        if getattr(section, key) < low:
+            fail(key, f"must be >= {low}, got {getattr(section, key)}")
 
 
 @dataclass(frozen=True)
@@ -63,6 +89,27 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_dim // self.num_heads
+
+    def check(self, fail):
+        """Rejects an impossible shape or rate: `fail(key, problem)` raises."""
+        _at_least(self, 1, "vocabulary_size num_layers num_heads hidden_dim intermediate_dim "
+                           "max_sequence_length", fail)
+        if self.hidden_dim % self.num_heads:
+            fail("num_heads", f"{self.num_heads} heads do not divide hidden_dim={self.hidden_dim}")
+        if not 0.0 <= self.dropout < 1.0:
+            fail("dropout", f"must be in [0, 1), got {self.dropout}")
+        if self.attention_dropout != FOLLOW_DROPOUT and not 0.0 <= self.attention_dropout < 1.0:
+            fail("attention_dropout",
+                 f"must be in [0, 1) or -1 (follow model.dropout), got {self.attention_dropout}")
+        if not 0.0 < self.initializer_range <= 1.0:
+            fail("initializer_range", f"must be in (0, 1], got {self.initializer_range}")
+
+    def check_model_axis(self, size: int, fail):
+        """A "model" mesh axis of `size` must divide every dimension the layouts shard;
+        `fail(problem)` raises."""
+        for key in ("num_heads", "hidden_dim", "intermediate_dim"):
+            if getattr(self, key) % size:
+                fail(f"a model axis of {size} does not divide model.{key}={getattr(self, key)}")
 
 
 @dataclass(frozen=True)
@@ -132,6 +179,22 @@ class DataConfig:
         if self.max_predictions:
             return self.max_predictions
         return max(1, math.ceil(1.25 * self.mask_rate * sequence_length))
+
+    def check(self, fail):
+        """Rejects an impossible masking setting: `fail(key, problem)` raises. The ids and
+        `max_predictions` depend on the model (`Config.check`)."""
+        if self.masking not in MASKINGS:
+            fail("masking", f"must be one of {MASKINGS}, got {self.masking!r}")
+        if self.whole_word_masking and self.masking != "dynamic":
+            fail("whole_word_masking", "needs data.masking='dynamic' (static labels are the file's)")
+        if not 0.0 < self.mask_rate <= 1.0:
+            fail("mask_rate", f"must be in (0, 1], got {self.mask_rate}")
+        _at_least(self, 1, "shuffle_buffer", fail)
+        if not 0.0 <= self.eval_mask_rate <= 1.0:
+            fail("eval_mask_rate", f"must be in [0, 1] (0 = data.mask_rate), got {self.eval_mask_rate}")
+        if self.eval_mask_rate and self.masking == "static":
+            fail("eval_mask_rate", "static masking evaluates the files' own labels; "
+                 "set data.masking = \"dynamic\" or leave data.eval_mask_rate at 0")
 
 
 @dataclass(frozen=True)
@@ -212,6 +275,73 @@ class TrainConfig:
         """The steps of the "wsd" schedule's final decay."""
         return self.decay_steps or round(self.decay_fraction * self.steps)
 
+    def check(self, fail):
+        """Rejects an impossible schedule, interval or signal: `fail(key, problem)` raises."""
+        _at_least(self, 1, "batch_size_per_device gradient_accumulation_steps steps log_every "
+                           "keep_checkpoints", fail)
+        _at_least(self, 0, "warmup_steps eval_every eval_steps checkpoint_every", fail)
+        if self.learning_rate <= 0:
+            fail("learning_rate", f"must be > 0, got {self.learning_rate}")
+        try:
+            window = parse_window(self.profile)
+        except ValueError as error:
+            fail("profile", str(error))
+        if window and window[0] >= self.steps:
+            fail("profile", f"starts at step {window[0]}, but the run ends at train.steps={self.steps}")
+        if self.remat not in REMATS:
+            fail("remat", f"must be one of {REMATS}, got {self.remat!r}")
+        if self.schedule not in SCHEDULES:
+            fail("schedule", f"must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.warmup_steps > self.steps:
+            fail("warmup_steps", f"{self.warmup_steps} exceeds train.steps={self.steps}")
+        if self.weight_decay < 0 or self.clip_norm < 0:
+            fail("weight_decay" if self.weight_decay < 0 else "clip_norm", "must be >= 0")
+        # Evaluations and checkpoints happen at log boundaries, where the metrics of the
+        # interval are complete and the device state is already synced to the host.
+        for key in ("eval_every", "checkpoint_every"):
+            if getattr(self, key) % self.log_every:
+                fail(key, f"{getattr(self, key)} is not a multiple of train.log_every={self.log_every}")
+        k = self.steps_per_execution
+        if k != AUTO:
+            if k < 1:
+                fail("steps_per_execution", f"must be >= 1 or \"{AUTO}\", got {k}")
+            # Logs, evaluations and checkpoints happen between dispatches of K fused steps.
+            for key in ("log_every", "eval_every", "checkpoint_every"):
+                if getattr(self, key) % k:
+                    fail(key, f"{getattr(self, key)} is not a multiple of train.steps_per_execution="
+                         f"{k} (steps fused per dispatch); change one of them")
+        if not 0.0 <= self.min_learning_rate <= self.learning_rate:
+            fail("min_learning_rate",
+                 f"must be in [0, train.learning_rate={self.learning_rate}], got {self.min_learning_rate}")
+        if not 0 <= self.decay_steps <= self.steps - self.warmup_steps:
+            fail("decay_steps", f"must be in [0, train.steps - train.warmup_steps = "
+                 f"{self.steps - self.warmup_steps}], got {self.decay_steps}")
+        if not 0.0 < self.decay_fraction <= 1.0:
+            fail("decay_fraction", f"must be in (0, 1], got {self.decay_fraction}")
+        if self.early_stop_patience < 0:
+            fail("early_stop_patience", f"must be >= 0 (0 = never), got {self.early_stop_patience}")
+        if self.target_eval_loss < 0:
+            fail("target_eval_loss", f"must be >= 0 (0 = never), got {self.target_eval_loss}")
+        for name in self.trackers:
+            if name not in TRACKERS:
+                fail("trackers", f"unknown tracker {name!r}; choose from {TRACKERS}")
+        if len(set(self.trackers)) != len(self.trackers):
+            fail("trackers", f"names a tracker twice: {list(self.trackers)}")
+
+
+def parse_window(text: str) -> tuple[int, int] | None:
+    """`train.profile`'s "START:STOP" -> (START, STOP); "" -> None. Raises ValueError
+    saying what is wrong."""
+    if not text:
+        return None
+    parts = text.split(":")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"expected \"START:STOP\" (two step numbers, e.g. \"100:120\"), got {text!r}")
+    start, stop = (int(p) for p in parts)
+    if start >= stop:
+        raise ValueError(f"START must be below STOP, got {text!r}")
+    return start, stop
+
 
 @dataclass(frozen=True)
 class DistributedConfig:
@@ -236,6 +366,18 @@ class DistributedConfig:
     """Seconds to wait for every process to reach the coordinator; then an error naming the
     problem."""
 
+    def check(self, fail):
+        """Rejects an impossible strategy or process setting: `fail(key, problem)` raises."""
+        if self.strategy not in STRATEGIES:
+            fail("strategy", f"must be one of {STRATEGIES}, got {self.strategy!r}")
+        _at_least(self, 0, "devices model_parallel num_processes", fail)
+        if self.process_id < -1 or (self.num_processes and self.process_id >= self.num_processes):
+            fail("process_id", f"must be -1 (auto) or in [0, num_processes="
+                 f"{self.num_processes or 'auto'}), got {self.process_id}")
+        _at_least(self, 1, "initialization_timeout", fail)
+        if self.coordinator and not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", self.coordinator):
+            fail("coordinator", f"expected HOST:PORT, got {self.coordinator!r}")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -257,177 +399,216 @@ class Config:
     keras-hub's `save_to_preset`); a backbone-only preset leaves the MLM head at its
     initialisation. At most one of the two inits."""
 
+    def check(self, fail):
+        """Each section's check, then the combinations of sections: `fail(dotted key,
+        problem)` raises."""
+        for name in SECTIONS:
+            getattr(self, name).check(lambda key, problem, name=name: fail(f"{name}.{key}", problem))
+        m, d, dist = self.model, self.data, self.distributed
+        if not 0 <= d.max_predictions <= m.max_sequence_length:
+            fail("data.max_predictions",
+                 f"must be in [0, max_sequence_length={m.max_sequence_length}], got {d.max_predictions}")
+        for key in ("pad_token_id", "mask_token_id"):
+            if not 0 <= getattr(d, key) < m.vocabulary_size:
+                fail(f"data.{key}", f"{getattr(d, key)} is outside the vocabulary [0, {m.vocabulary_size})")
+        if dist.model_parallel and dist.strategy in ("fsdp", "model"):
+            m.check_model_axis(dist.model_parallel,
+                               lambda problem: fail("distributed.model_parallel", problem))
+        if not self.run_dir:
+            fail("run_dir", "must not be empty")
+        if self.init_from_hf and self.init_from_keras_hub:
+            fail("init_from_keras_hub", "set init_from_hf or init_from_keras_hub, not both")
 
-SECTIONS = {
-    "model": ModelConfig,
-    "data": DataConfig,
-    "train": TrainConfig,
-    "distributed": DistributedConfig,
-}
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
+            "distributed": DistributedConfig}
 TOP_LEVEL_KEYS = ("run_dir", "init_from_hf", "init_from_keras_hub")
-STRATEGIES = ("data", "fsdp", "model")
-AUTO = "auto"  # train.steps_per_execution: from the FLOPs and peak; data.masking: from the files
-MASKINGS = ("dynamic", "static", AUTO)  # AUTO: follows the files (DataConfig.masking)
-SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt", "wsd")  # kroberta.model.schedules
-REMATS = ("none", "full", "dots", "dots_no_batch")  # kroberta.model.remat
-FOLLOW_DROPOUT = -1.0  # model.attention_dropout: the same rate as model.dropout
-TRACKERS = ("tensorboard", "wandb", "mlflow")  # kroberta.training.trackers
 
 
-def _field_types(cls) -> dict[str, object]:
-    return typing.get_type_hints(cls)
+def validate(config: Config, source: str | dict = "config") -> Config:
+    """Returns `config`, or raises ConfigError naming an impossible setting's key and source.
+
+    `source` is one name for every key, or a dict {dotted key: where it was set}
+    (`from_command_line` returns one); keys missing from it were left at their defaults.
+    """
+    def fail(key, problem):
+        where = source.get(key, "default") if isinstance(source, dict) else source
+        raise ConfigError(f"{where}: {key}: {problem}")
+
+    config.check(fail)
+    return config
+
 
 
 def _coerce(value, expected, key: str, source: str):
-    """Checks `value` against the annotation `expected`, with the few safe coercions."""
-    where = f"{source}: {key}"
-    if expected is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
-    if expected is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)  # 1e4 written for 10000
-        raise ConfigError(f"{where}: expected an integer, got {value!r}")
-    if expected is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{where}: expected a number, got {value!r}")
-    if expected == (int | str):  # a count, or the one word "auto"
-        if isinstance(value, str) and value == AUTO:
-            return value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}: expected an integer or \"{AUTO}\", got {value!r}")
-    if expected is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    """`value` as the annotation `expected` takes it, with the few safe coercions."""
     if typing.get_origin(expected) is tuple:
         (item_type,) = {a for a in typing.get_args(expected) if a is not Ellipsis}
         if isinstance(value, (str, int)) and not isinstance(value, bool):
             value = [value]  # one file or one id needs no brackets
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{source}: {key}: expected a list, got {value!r}")
         return tuple(_coerce(v, item_type, key, source) for v in value)
-    raise AssertionError(f"unsupported annotation {expected} for {key}")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if (expected is bool and isinstance(value, bool)) or (expected is str and isinstance(value, str)):
+        return value
+    if expected is int and number and (isinstance(value, int) or value.is_integer()):
+        return int(value)  # 1e4 written for 10000
+    if expected is float and number:
+        return float(value)
+    if expected == (int | str) and (value == AUTO or (number and isinstance(value, int))):
+        return value  # a count, or the one word "auto"
+    wanted = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+              int | str: f"an integer or \"{AUTO}\""}[expected]
+    raise ConfigError(f"{source}: {key}: expected {wanted}, got {value!r}")
 
 
-def _apply(config: Config, updates: dict, source: str) -> Config:
-    """Returns `config` with a nested dict of updates applied, checking every key."""
-    top = {}
-    sections = {}
+def apply_dict(config: Config, updates: dict, source: str) -> Config:
+    """`config` with `updates` applied, checking every key and type; errors name the key
+    and `source`.
+
+    Keys are a section with a dict ({"train": {"steps": 100}}, as a TOML file reads),
+    a dotted "section.key" ({"train.steps": 100}, as overrides are given) or a top-level key.
+    """
+    top, sections = {}, {}
     for name, value in updates.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"{source}: keys are 'section.key' strings, got {name!r}")
+        if "." in name:
+            section, key = name.split(".", 1)
+            if "." in key:
+                raise ConfigError(f"{source}: {name!r}: expected 'section.key' or a top-level key")
+            name, value = section, {key: value}
         if name in TOP_LEVEL_KEYS:
             top[name] = _coerce(value, str, name, source)
         elif name in SECTIONS:
             if not isinstance(value, dict):
                 raise ConfigError(f"{source}: {name}: expected a [{name}] section")
-            cls = SECTIONS[name]
-            types = _field_types(cls)
+            types = typing.get_type_hints(SECTIONS[name])
             changes = {}
             for key, item in value.items():
-                dotted = f"{name}.{key}"
                 if key not in types:
-                    known = ", ".join(types)
-                    raise ConfigError(f"{source}: unknown key {dotted!r} (known: {known})")
-                changes[key] = _coerce(item, types[key], dotted, source)
-            sections[name] = dataclasses.replace(getattr(config, name), **changes)
+                    raise ConfigError(f"{source}: unknown key {f'{name}.{key}'!r} "
+                                      f"(known: {', '.join(types)})")
+                changes[key] = _coerce(item, types[key], f"{name}.{key}", source)
+            sections[name] = replace(sections.get(name, getattr(config, name)), **changes)
         else:
             known = ", ".join([*SECTIONS, *TOP_LEVEL_KEYS])
             raise ConfigError(f"{source}: unknown key {name!r} (known: {known})")
-    return dataclasses.replace(config, **sections, **top)
+    return replace(config, **sections, **top)
 
 
-def apply_dict(config: Config, updates: dict, source: str) -> Config:
-    """Applies nested updates ({"train": {"steps": 100}}), checking every key; errors
-    name the key and `source`."""
-    return _apply(config, updates, source)
-
-
-def load_toml(path: str, base: Config | None = None) -> Config:
-    """Reads a TOML file over `base` (the defaults when None)."""
+def _read_toml(path: str) -> dict:
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            return tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    return _apply(base or Config(), data, path)
 
 
-def _parse_override_value(text: str):
-    # TOML syntax gives numbers, booleans and lists; anything else is a plain
-    # string, so `--data.train=data/*.tfrecords` needs no quotes.
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
+def load_toml(path: str) -> Config:
+    """The defaults with a TOML file's values (not validated)."""
+    return apply_dict(Config(), _read_toml(path), path)
+
+
+def _parse_overrides(items: list[str]) -> dict:
+    """`section.key=value` strings (the `--` stripped) -> {"section.key": value}."""
+    values = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"command line: expected --section.key=value, got --{item}")
+        dotted, text = item.split("=", 1)
+        # TOML syntax gives numbers, booleans and lists; anything else is a plain
+        # string, so `--data.train=data/*.tfrecords` needs no quotes.
+        try:
+            values[dotted] = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            values[dotted] = text
+    return values
 
 
 def apply_overrides(config: Config, overrides: list[str]) -> Config:
     """Applies `section.key=value` strings (the `--` already stripped)."""
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"command line: expected --section.key=value, got --{item}")
-        dotted, text = item.split("=", 1)
-        parts = dotted.split(".")
-        value = _parse_override_value(text)
-        if len(parts) == 1:
-            update = {parts[0]: value}
-        elif len(parts) == 2:
-            update = {parts[0]: {parts[1]: value}}
-        else:
-            raise ConfigError(f"command line: {dotted!r}: expected section.key")
-        config = _apply(config, update, "command line")
-    return config
+    return apply_dict(config, _parse_overrides(overrides), "command line")
 
 
-def validate(config: Config, source: str | dict = "config") -> Config:
-    """Rejects impossible settings with a message naming the key and its source.
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")  # no "/" and no ".": cannot be meant as a path
+OVERRIDES = "overrides"  # how errors name the values given to load_config
 
-    `source` is one name for every key, or a dict {dotted key: where it was set}
-    (see `sources`); keys missing from the dict were left at their defaults. The
-    rules are in `kroberta.config_checks`.
+
+def _shipped_dir():
+    return importlib.resources.files("kroberta") / "configs"
+
+
+def shipped_names() -> list[str]:
+    """The shipped configs' names, sorted: ["base", "seed", "tiny"]."""
+    return sorted(entry.name[: -len(".toml")] for entry in _shipped_dir().iterdir()
+                  if entry.name.endswith(".toml"))
+
+
+def config_path(name_or_path: str) -> str:
+    """The TOML file a `--config` value means: a shipped config's name, else a path.
+
+    Raises ConfigError naming the value and listing the shipped names when neither
+    a shipped config nor a file of that name exists.
     """
-    from kroberta.config_checks import validate as check
+    if _NAME.match(name_or_path):
+        shipped = _shipped_dir() / f"{name_or_path}.toml"
+        if shipped.is_file():
+            return str(shipped)
+    if os.path.isfile(name_or_path):
+        return name_or_path
+    raise ConfigError(
+        f"config {name_or_path!r}: neither a shipped config ({', '.join(shipped_names())}) nor "
+        "a file; give one of those names or the path of a TOML file")
 
-    return check(config, source)
+
+def _load(name_or_path: str | None, values: dict, source: str) -> tuple[Config, dict]:
+    """The config of a shipped name or TOML file (None: the defaults) with `values` from
+    `source` applied, and {dotted key: where its value came from} for error messages."""
+    path = config_path(name_or_path) if name_or_path else None
+    data = _read_toml(path) if path else {}
+    found = {}
+    for name, value in data.items():
+        found.update(dict.fromkeys([f"{name}.{k}" for k in value] if isinstance(value, dict)
+                                   else [name], path))
+    found.update(dict.fromkeys(values, source))
+    return apply_dict(apply_dict(Config(), data, path), values, source), found
 
 
-def from_command_line(config_path: str | None, rest: list[str]) -> tuple["Config", dict]:
+def load_config(name_or_path: str | None = None, overrides: dict | None = None) -> Config:
+    """The config of a shipped name or TOML file, with overrides, validated.
+
+    Args:
+        name_or_path: "seed", "tiny", "base" (the shipped configs), the path of a TOML
+            file, or None for the defaults (the embedded default job).
+        overrides: {"section.key": value} with Python values, e.g.
+            {"train.steps": 100, "data.dir": "data/x"}; a list field takes a list or
+            one string.
+
+    Returns:
+        A validated `kroberta.config.Config`, ready for `kroberta.train.main(config)`.
+
+    Raises:
+        ConfigError: an unknown name, key, type or impossible value; the message
+            names the key and where it was set, as on the command line.
+    """
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ConfigError(f"{OVERRIDES}: expected a dict like {{'train.steps': 100}}, "
+                          f"got {type(overrides).__name__}")
+    return validate(*_load(name_or_path, overrides or {}, OVERRIDES))
+
+
+def from_command_line(name_or_path: str | None, rest: list[str]) -> tuple[Config, dict]:
     """The config a tool's command line describes: `--config NAME_OR_FILE` (a shipped
     config's name or a TOML file) plus the leftover `--section.key=value` arguments;
-    returns (config, sources for error messages)."""
-    from kroberta.named_configs import resolve
-
-    config_path = resolve(config_path) if config_path else None
-    overrides = []
+    returns (config, sources for error messages), not validated."""
     for item in rest:
         if not item.startswith("--"):
             raise ConfigError(f"command line: unexpected argument {item!r}")
-        overrides.append(item[2:])
-    config = load_toml(config_path) if config_path else Config()
-    return apply_overrides(config, overrides), sources(config_path, overrides)
-
-
-def sources(config_path: str | None, overrides: list[str]) -> dict:
-    """{dotted key: where its value came from}, for error messages."""
-    found = {}
-    if config_path:
-        with open(config_path, "rb") as f:
-            data = tomllib.load(f)
-        for name, value in data.items():
-            if isinstance(value, dict):
-                found.update({f"{name}.{k}": config_path for k in value})
-            else:
-                found[name] = config_path
-    for item in overrides:
-        found[item.split("=", 1)[0]] = "command line"
-    return found
+    return _load(name_or_path, _parse_overrides([item[2:] for item in rest]), "command line")
 
 
 def to_dict(config: Config) -> dict:
@@ -446,7 +627,3 @@ def to_toml(config: Config) -> str:
     import tomli_w
 
     return tomli_w.dumps(to_dict(config))
-
-
-def from_dict(data: dict, source: str) -> Config:
-    return _apply(Config(), data, source)

@@ -18,7 +18,7 @@ import dataclasses  # noqa: E402
 
 import pytest  # noqa: E402
 
-from kroberta import config as config_lib  # noqa: E402
+from kroberta.config import Config, config_path, load_toml, to_toml  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_LENGTH = 32
@@ -83,16 +83,14 @@ def saved_tiny_model(run_dir, config, seed: int):
     from kroberta.model.mlm import build_model
     from kroberta.training import final_model
 
-    (run_dir / "config.toml").write_text(config_lib.to_toml(config))
+    (run_dir / "config.toml").write_text(to_toml(config))
     final_model.save(build_model(config.model, seed=seed), str(run_dir))
     return kroberta.load(str(run_dir))
 
 
-def tiny_config(data_dir, run_dir, **train_overrides) -> config_lib.Config:
+def tiny_config(data_dir, run_dir, **train_overrides) -> Config:
     """The shipped tiny config pointed at `data_dir`, writing to `run_dir`."""
-    from kroberta.named_configs import resolve
-
-    config = config_lib.load_toml(resolve("tiny"))
+    config = load_toml(config_path("tiny"))
     data = dataclasses.replace(
         config.data,
         train=(str(data_dir / "train-*.tfrecord"),),

@@ -185,7 +185,7 @@ def write_python_shim(root: str, python: str) -> str:
 
 PYTHON_PRELUDE = f"""\
 # tests/doc_examples.py: kroberta.load_config applies SMALL's sizes after the block's own.
-import kroberta.named_configs
+import kroberta.config
 
 
 def _small(load_config):
@@ -194,6 +194,6 @@ def _small(load_config):
     return load_small
 
 
-kroberta.named_configs.load_config = _small(kroberta.named_configs.load_config)
+kroberta.config.load_config = _small(kroberta.config.load_config)
 del _small
 """

@@ -6,23 +6,22 @@ import sys
 import pytest
 
 import kroberta
-from kroberta import config as config_lib
-from kroberta import named_configs
-from kroberta.config import Config, ConfigError
+from kroberta.config import (Config, ConfigError, apply_dict, apply_overrides, config_path,
+                             from_command_line, load_toml, shipped_names, to_toml, validate)
 import kroberta.cli.train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHIPPED = named_configs.names()
+SHIPPED = shipped_names()
 
 
 def test_defaults_are_valid():
-    config_lib.validate(Config())
+    validate(Config())
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_config_loads_and_validates(name):
-    path = named_configs.resolve(name)
-    config = config_lib.validate(config_lib.load_toml(path), path)
+    path = config_path(name)
+    config = validate(load_toml(path), path)
     assert config.model.hidden_dim % config.model.num_heads == 0
     with open(path) as f:
         first = f.readline()
@@ -33,17 +32,17 @@ def test_shipped_configs_exist_inside_the_package():
     assert {"seed", "tiny", "base"} <= set(SHIPPED)
     package = os.path.dirname(os.path.abspath(kroberta.__file__))
     for name in SHIPPED:
-        assert named_configs.resolve(name) == os.path.join(package, "configs", f"{name}.toml")
+        assert config_path(name) == os.path.join(package, "configs", f"{name}.toml")
 
 
 def test_seed_config_is_the_reports_model():
-    m = config_lib.load_toml(named_configs.resolve("seed")).model
+    m = load_toml(config_path("seed")).model
     assert (m.vocabulary_size, m.max_sequence_length, m.num_layers, m.num_heads, m.hidden_dim,
             m.intermediate_dim) == (10000, 64, 3, 6, 300, 600)
 
 
 def test_overrides_parse_types():
-    config = config_lib.apply_overrides(Config(), [
+    config = apply_overrides(Config(), [
         "train.steps=4114", "train.learning_rate=3e-4", "train.mixed_precision=true",
         "data.train=data/*.tfrecords", "run_dir=runs/x", "data.special_token_ids=[0, 2]",
     ])
@@ -56,36 +55,36 @@ def test_overrides_parse_types():
 
 
 def test_int_accepted_for_float_but_not_string_for_int():
-    assert config_lib.apply_overrides(Config(), ["train.learning_rate=1"]).train.learning_rate == 1.0
+    assert apply_overrides(Config(), ["train.learning_rate=1"]).train.learning_rate == 1.0
     with pytest.raises(ConfigError, match=r"command line: train.steps: expected an integer"):
-        config_lib.apply_overrides(Config(), ["train.steps=many"])
+        apply_overrides(Config(), ["train.steps=many"])
 
 
 def test_unknown_key_names_key_and_source(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("[model]\nhidden_size = 3\n")
     with pytest.raises(ConfigError, match=r"bad.toml: unknown key 'model.hidden_size'"):
-        config_lib.load_toml(str(path))
+        load_toml(str(path))
     with pytest.raises(ConfigError, match=r"command line: unknown key 'train.stepz'"):
-        config_lib.apply_overrides(Config(), ["train.stepz=3"])
+        apply_overrides(Config(), ["train.stepz=3"])
     with pytest.raises(ConfigError, match=r"unknown key 'optimizer'"):
-        config_lib.apply_overrides(Config(), ["optimizer.lr=3"])
+        apply_overrides(Config(), ["optimizer.lr=3"])
 
 
 def test_wrong_type_in_file(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[train]\nmixed_precision = "yes"\n')
     with pytest.raises(ConfigError, match=r"bad.toml: train.mixed_precision: expected true or false"):
-        config_lib.load_toml(str(path))
+        load_toml(str(path))
 
 
 def test_invalid_toml_and_missing_file(tmp_path):
     path = tmp_path / "broken.toml"
     path.write_text("[model\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
-        config_lib.load_toml(str(path))
+        load_toml(str(path))
     with pytest.raises(ConfigError, match="no such config file"):
-        config_lib.load_toml(str(tmp_path / "absent.toml"))
+        load_toml(str(tmp_path / "absent.toml"))
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -101,13 +100,13 @@ def test_invalid_toml_and_missing_file(tmp_path):
 ])
 def test_impossible_values(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        config_lib.validate(config_lib.apply_overrides(Config(), overrides), "command line")
+        validate(apply_overrides(Config(), overrides), "command line")
 
 
 def test_toml_round_trip():
-    config = config_lib.apply_overrides(Config(), ["data.train=[\"a\", \"b\"]", "train.steps=7"])
-    text = config_lib.to_toml(config)
-    again = config_lib.from_dict(__import__("tomllib").loads(text), "round trip")
+    config = apply_overrides(Config(), ["data.train=[\"a\", \"b\"]", "train.steps=7"])
+    text = to_toml(config)
+    again = apply_dict(Config(), __import__("tomllib").loads(text), "round trip")
     assert again == config
 
 
@@ -129,34 +128,34 @@ def test_cli_config_error_is_one_line_exit_2(tmp_path):
 
 
 def test_a_config_is_found_by_name_or_by_path(tmp_path, monkeypatch):
-    by_name, _ = config_lib.from_command_line("seed", [])
-    by_path, _ = config_lib.from_command_line(named_configs.resolve("seed"), [])
+    by_name, _ = from_command_line("seed", [])
+    by_path, _ = from_command_line(config_path("seed"), [])
     assert by_name == by_path and by_name.model.hidden_dim == 300
     own = tmp_path / "mine.toml"
     own.write_text("[train]\nsteps = 7\n")
-    assert config_lib.from_command_line(str(own), [])[0].train.steps == 7
+    assert from_command_line(str(own), [])[0].train.steps == 7
     # A file whose name looks like a name still works when no shipped config has it.
     (tmp_path / "plain").write_text("[train]\nsteps = 9\n")
     monkeypatch.chdir(tmp_path)
-    assert config_lib.from_command_line("plain", [])[0].train.steps == 9
+    assert from_command_line("plain", [])[0].train.steps == 9
 
 
 def test_an_unknown_config_lists_the_shipped_names():
     for value in ("nope", "configs/absent.toml"):
         with pytest.raises(ConfigError, match=rf"config '{value}': neither a shipped config "
                            r"\(base, seed, tiny\) nor a file"):
-            config_lib.from_command_line(value, [])
+            from_command_line(value, [])
 
 
 def test_load_config_applies_overrides_over_a_named_config():
     config = kroberta.load_config("seed", {"train.steps": 100, "data.dir": "data/x",
                                            "data.train": "a/*.tfrecords", "run_dir": "runs/y"})
-    seed = config_lib.load_toml(named_configs.resolve("seed"))
+    seed = load_toml(config_path("seed"))
     assert config.train.steps == 100 and config.data.dir == "data/x"
     assert config.data.train == ("a/*.tfrecords",) and config.run_dir == "runs/y"
     assert config.model == seed.model  # untouched keys keep the file's values
     assert kroberta.load_config() == Config()
-    assert kroberta.load_config("tiny") == config_lib.load_toml(named_configs.resolve("tiny"))
+    assert kroberta.load_config("tiny") == load_toml(config_path("tiny"))
 
 
 def test_load_config_matches_the_command_line():

@@ -103,13 +103,13 @@ def test_the_python_shim_appends_the_small_sizes(tmp_path):
 
 def test_the_python_prelude_applies_the_small_sizes():
     import kroberta
-    from kroberta import named_configs
+    import kroberta.config
 
-    original = named_configs.load_config
+    original = kroberta.config.load_config
     try:
         exec(doc_examples.PYTHON_PRELUDE, {})
         config = kroberta.load_config("seed", {"train.steps": 500, "data.masking": "dynamic"})
         assert config.train.steps == 2 and config.model.hidden_dim == 32
         assert config.data.masking == "dynamic"  # the block's own keys are kept
     finally:
-        named_configs.load_config = original
+        kroberta.config.load_config = original

@@ -16,7 +16,7 @@ import warnings
 
 import pytest
 
-from kroberta import config as config_lib
+from kroberta.config import SECTIONS, TOP_LEVEL_KEYS, Config, apply_overrides, shipped_names
 from tests import doc_examples
 
 REPO = doc_examples.REPO
@@ -48,7 +48,7 @@ def test_the_configuration_reference_is_fresh():
 
 def test_the_reference_lists_every_key_with_its_default():
     text = _generator().render()
-    for name, cls in config_lib.SECTIONS.items():
+    for name, cls in SECTIONS.items():
         for f in dataclasses.fields(cls):
             assert f"| `{name}.{f.name}` |" in text
     assert '| `train.steps_per_execution` | integer or "auto" | `"auto"` |' in text
@@ -101,8 +101,8 @@ def _help_texts() -> dict:
 
 
 def _config_keys() -> set:
-    keys = set(config_lib.TOP_LEVEL_KEYS)
-    for name, cls in config_lib.SECTIONS.items():
+    keys = set(TOP_LEVEL_KEYS)
+    for name, cls in SECTIONS.items():
         keys |= {f"{name}.{f.name}" for f in dataclasses.fields(cls)}
     return keys
 
@@ -133,12 +133,10 @@ def test_every_command_in_the_docs_names_a_real_module_and_real_flags():
                     assert module in TAKES_OVERRIDES and flag[2:] in keys, (
                         f"{where}: {flag} is neither an option of {module} nor a config key")
                     overrides.append(word[2:])
-                config_lib.apply_overrides(config_lib.Config(), overrides)  # types, as the CLI does
+                apply_overrides(Config(), overrides)  # types, as the CLI does
                 if "--config" in argv:
                     name = argv[argv.index("--config") + 1]
-                    from kroberta import named_configs
-
-                    assert name in named_configs.names(), f"{where}: no shipped config {name!r}"
+                    assert name in shipped_names(), f"{where}: no shipped config {name!r}"
                 checked += 1
     assert checked >= 10
 

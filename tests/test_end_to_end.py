@@ -7,10 +7,8 @@ import numpy as np
 import pytest
 
 import kroberta
-from kroberta import config as config_lib
 from kroberta import prepare, train
-from kroberta.config import ConfigError
-from kroberta.named_configs import resolve
+from kroberta.config import ConfigError, config_path, load_toml
 
 WORDS = ["alpha", "beta", "gamma", "delta", "omega", "river", "stone", "cloud", "light", "north"]
 
@@ -30,7 +28,7 @@ def prepared(tmp_path_factory):
 
 
 def _config(prepared, run_dir, **model):
-    config = config_lib.load_toml(resolve("tiny"))
+    config = load_toml(config_path("tiny"))
     config = dataclasses.replace(
         config, run_dir=str(run_dir),
         data=dataclasses.replace(config.data, dir=str(prepared / "data")),
@@ -107,7 +105,7 @@ def test_the_seed_config_trains_on_prepared_data(prepared, tmp_path):
     assert config.data.masking == "auto"
     summary = train(config)
     assert summary["final_step"] == 4
-    recorded = config_lib.load_toml(str(tmp_path / "run" / "config.toml"))
+    recorded = load_toml(str(tmp_path / "run" / "config.toml"))
     assert recorded.data.masking == "dynamic"
 
 

@@ -41,7 +41,7 @@ def test_the_wheel_ships_the_configs(tmp_path):
         for name in shipped:
             with open(os.path.join(REPO, name), "rb") as f:
                 assert archive.read(name) == f.read()
-    assert "kroberta/named_configs.py" in names
+    assert "kroberta/config.py" in names
 
 
 @pytest.mark.slow

@@ -44,10 +44,9 @@ def parse_args():
 
 
 def _config(args, data_file, run_dir, k):
-    from kroberta import config as config_lib
-    from kroberta.named_configs import resolve
+    from kroberta.config import config_path, load_toml
 
-    config = config_lib.load_toml(resolve(args.config))
+    config = load_toml(config_path(args.config))
     interval = max(1, args.steps // 4)  # four log intervals; "auto" divides it
     if k != "auto":
         interval = max(k, interval - interval % k)

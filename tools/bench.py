@@ -59,15 +59,14 @@ def main():
     import keras
     import numpy as np
 
-    from kroberta import config as config_lib
-    from kroberta.named_configs import resolve
+    from kroberta.config import config_path, load_toml
     from kroberta.data import pipeline
     from kroberta.perf import flops, throughput
     from kroberta.model.mlm import build_compiled_model
     from kroberta.data.synthetic import write_seed_format
 
     skip = set(filter(None, args.skip.split(",")))
-    config = config_lib.load_toml(resolve(args.config))
+    config = load_toml(config_path(args.config))
     L, V = config.model.max_sequence_length, config.model.vocabulary_size
     M = config.data.prediction_slots(L)
     B = args.batch

@@ -51,11 +51,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from kroberta.training import checkpoint
-    from kroberta import config as config_lib
+    from kroberta.config import config_path, load_toml
     from kroberta.model.mlm import build_compiled_model
-    from kroberta.named_configs import resolve
 
-    config = config_lib.load_toml(resolve(args.config))
+    config = load_toml(config_path(args.config))
     model = build_compiled_model(config)
     size = checkpoint.estimated_bytes(model)
     print(f"{args.config}: {size / 2**30:.2f} GiB of weights and optimizer state", flush=True)

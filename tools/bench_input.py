@@ -170,7 +170,7 @@ def measure(files, length, config, args):
 def main():
     args = parse_args()
     import kroberta  # noqa: F401  (the backend and TF's device set-up)
-    from kroberta.named_configs import load_config
+    from kroberta.config import load_config
     from kroberta.data.synthetic import write_seed_format
 
     config = load_config(args.config)

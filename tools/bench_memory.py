@@ -39,8 +39,7 @@ def _done(path) -> set:
 
 def measure_cells(args):
     import kroberta  # noqa: F401
-    from kroberta import config as config_lib
-    from kroberta.named_configs import resolve
+    from kroberta.config import apply_overrides, config_path, load_toml, validate
     from kroberta.perf import aot_programs, memory_plan, tpu_compile
 
     done = _done(args.out)
@@ -55,9 +54,8 @@ def measure_cells(args):
                              f"model.attention_dropout={attention_dropout}",
                              f"train.remat={remat}", "train.mixed_precision=true",
                              *args.set]
-                config = config_lib.apply_overrides(config_lib.load_toml(resolve(args.config)),
-                                                    overrides)
-                config_lib.validate(config)
+                config = apply_overrides(load_toml(config_path(args.config)), overrides)
+                validate(config)
                 started = time.perf_counter()
                 model = aot_programs.build_model(config)
                 built = time.perf_counter() - started

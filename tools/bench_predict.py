@@ -45,8 +45,7 @@ def main():
     import kroberta
     import numpy as np
 
-    from kroberta import config as config_lib
-    from kroberta.named_configs import resolve
+    from kroberta.config import config_path, load_toml
     from kroberta.data import pipeline
     from kroberta.parallel import distribute
     from kroberta.model.mlm import build_compiled_model
@@ -54,7 +53,7 @@ def main():
 
     tmp = tempfile.mkdtemp(prefix="bench_predict_")
     path = os.path.join(tmp, "seed.tfrecord")
-    config = config_lib.load_toml(resolve(args.config))
+    config = load_toml(config_path(args.config))
     L, V = config.model.max_sequence_length, config.model.vocabulary_size
     write_seed_format(path, max(args.examples, 4 * args.batch), L, V, seed=1)
     predict_path = os.path.join(tmp, "predict.tfrecord")

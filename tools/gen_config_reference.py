@@ -16,6 +16,7 @@ tests/test_docs.py runs `render()` and compares it with the checked-in page.
 import argparse
 import ast
 import dataclasses
+import inspect
 import os
 import sys
 import typing
@@ -91,11 +92,9 @@ def cell(text: str) -> str:
 
 def undocumented() -> list[str]:
     """Dotted keys of the config fields that have no docstring."""
-    from kroberta import config as config_lib
-
     docs = field_docs(_source())
     missing = []
-    for prefix, cls in _sections(config_lib):
+    for prefix, cls in _sections():
         for f in dataclasses.fields(cls):
             if not docs.get(cls.__name__, {}).get(f.name):
                 missing.append(prefix + f.name)
@@ -104,11 +103,11 @@ def undocumented() -> list[str]:
 
 def render() -> str:
     """The page's text."""
-    from kroberta import config as config_lib
+    from kroberta.config import SECTIONS
 
     docs = field_docs(_source())
     parts = [INTRO]
-    for prefix, cls in _sections(config_lib):
+    for prefix, cls in _sections():
         hints = typing.get_type_hints(cls)
         title = f"`[{prefix[:-1]}]`" if prefix else "Top level"
         parts.append(f"\n## {title}\n")
@@ -119,7 +118,7 @@ def render() -> str:
             parts.append(f"\n{section_doc}\n")
         parts.append("\n| key | type | default | meaning |\n|---|---|---|---|\n")
         for f in dataclasses.fields(cls):
-            if prefix == "" and f.name in config_lib.SECTIONS:
+            if prefix == "" and f.name in SECTIONS:
                 continue
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             doc = docs.get(cls.__name__, {}).get(f.name, "")
@@ -129,15 +128,17 @@ def render() -> str:
 
 
 def _source() -> str:
-    from kroberta import config as config_lib
+    from kroberta.config import Config
 
-    with open(config_lib.__file__, encoding="utf-8") as f:
+    with open(inspect.getsourcefile(Config), encoding="utf-8") as f:
         return f.read()
 
 
-def _sections(config_lib):
-    yield "", config_lib.Config
-    for name, cls in config_lib.SECTIONS.items():
+def _sections():
+    from kroberta.config import SECTIONS, Config
+
+    yield "", Config
+    for name, cls in SECTIONS.items():
         yield f"{name}.", cls
 
 

@@ -46,13 +46,12 @@ def main():
     import kroberta  # noqa: F401  (selects the JAX backend before keras loads)
     import jax
 
-    from kroberta import config as config_lib
-    from kroberta.named_configs import resolve
+    from kroberta.config import config_path, load_toml
     from kroberta.data import pipeline
     from kroberta.model.mlm import build_compiled_model
     from kroberta.data.synthetic import write_seed_format
 
-    config = config_lib.load_toml(resolve(args.config))
+    config = load_toml(config_path(args.config))
     L, V = config.model.max_sequence_length, config.model.vocabulary_size
     path = os.path.join(work, "train.tfrecord")
     write_seed_format(path, max(1024, 4 * args.batch), L, V, seed=1)

@@ -31,8 +31,7 @@ import sys  # noqa: E402
 
 import kroberta  # noqa: E402,F401  (fixes the backend before keras is imported)
 from kroberta import cli  # noqa: E402
-from kroberta import config as config_lib  # noqa: E402
-from kroberta.config import Config  # noqa: E402
+from kroberta.config import Config, from_command_line, validate  # noqa: E402
 # kroberta.perf.tpu_compile.compile_for_topology(config, topology) is the command as a function.
 from kroberta.perf.tpu_compile import (KNOWN_TOPOLOGIES, AotError, GiB,  # noqa: E402
                                        compile_for_topology)
@@ -56,8 +55,8 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     parser.add_argument("--device-memory", type=float, metavar="GIB",
                         help="plan for this much memory per device instead of the chip's HBM")
     args, rest = parser.parse_known_args(argv)
-    config, sources = config_lib.from_command_line(args.config, rest)
-    config_lib.validate(config, sources)
+    config, sources = from_command_line(args.config, rest)
+    validate(config, sources)
     return config, args
 
 

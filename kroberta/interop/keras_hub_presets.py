@@ -94,14 +94,14 @@ def _with_attention_dropout(config, model):
     the model's attention dropout."""
     import dataclasses
 
-    from kroberta import config as config_lib
+    from kroberta.config import Config
     from kroberta.interop.hf import attention_dropout_of
 
     rate = attention_dropout_of(model)
     if config is None:
         if rate == float(model.backbone.dropout):
             return None  # keras-hub's one dropout says it all
-        config = config_lib.Config(model=preset_model_config_of(model.backbone))
+        config = Config(model=preset_model_config_of(model.backbone))
     if config.model.attention_dropout_rate == rate:
         return config
     return dataclasses.replace(config, model=dataclasses.replace(config.model, attention_dropout=rate))
@@ -127,7 +127,7 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     """
     import keras_hub
 
-    from kroberta import config as config_lib
+    from kroberta.config import DataConfig, to_toml
 
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
@@ -136,7 +136,7 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     preprocessor = None
     if tokenizer is not None:
         length = int(model.backbone.max_sequence_length)
-        data = config.data if config is not None else config_lib.DataConfig()
+        data = config.data if config is not None else DataConfig()
         preprocessor = keras_hub.models.RobertaMaskedLMPreprocessor(
             tokenizer=_keras_hub_tokenizer(tokenizer, int(model.backbone.vocabulary_size)),
             sequence_length=length, mask_selection_rate=data.mask_rate,
@@ -145,7 +145,7 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     _stock_twin(model, preprocessor).save_to_preset(out_dir)
     if config is not None:
         with atomic_write(os.path.join(out_dir, KROBERTA_CONFIG_FILE), encoding="utf-8") as f:
-            f.write(config_lib.to_toml(config))
+            f.write(to_toml(config))
     return out_dir
 
 
@@ -233,12 +233,12 @@ def from_keras_hub(directory: str, mixed_precision: bool = False):
     """
     import dataclasses
 
-    from kroberta import config as config_lib
+    from kroberta.config import Config, load_toml
     from kroberta.model.mlm import build_model
 
     model_config = preset_model_config(directory)
     saved = os.path.join(directory, KROBERTA_CONFIG_FILE)
-    config = config_lib.load_toml(saved) if os.path.isfile(saved) else config_lib.Config()
+    config = load_toml(saved) if os.path.isfile(saved) else Config()
     rate = config.model.attention_dropout_rate
     if os.path.isfile(saved) and rate != model_config.dropout:
         # the attention rate keras-hub's config cannot hold (else -1: follow dropout)

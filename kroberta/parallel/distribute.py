@@ -23,7 +23,6 @@ import keras
 import numpy as np
 
 from kroberta.config import Config, ConfigError
-from kroberta.config_checks import check_model_parallel
 
 MODEL_AXIS = "model"
 BATCH_AXIS = "batch"
@@ -124,7 +123,7 @@ def _model_axis_size(config: Config, num_devices: int, local_devices: int) -> in
     if local_devices % size:
         fail(f"a model axis of {size} does not divide the {local_devices} devices of a process "
              "(a model group must lie within one process)")
-    check_model_parallel(size, config.model, fail)
+    config.model.check_model_axis(size, fail)
     return size
 
 

@@ -235,8 +235,8 @@ def _print_options(config: Config, devices, budget: float, print_fn):
 
 def explain_cli(config: Config, sources=None) -> int:
     """`python -m kroberta.train --explain`: validates the config, prints the advice."""
-    from kroberta import config as config_lib
+    from kroberta.config import validate
 
-    config_lib.validate(config, sources or "config")
+    validate(config, sources or "config")
     explain(config)
     return 0

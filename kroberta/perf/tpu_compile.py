@@ -11,8 +11,7 @@ import dataclasses
 import math
 import time
 
-from kroberta import config as config_lib
-from kroberta.config import Config
+from kroberta.config import STRATEGIES, Config, validate
 from kroberta.errors import KrobertaError
 from kroberta.model import attention
 from kroberta.perf import hardware
@@ -129,7 +128,7 @@ def _size(n: float) -> str:
 
 def _too_big(needed: float, hbm: float, generation: str, what: str, strategy: str,
              mixed_precision: bool, at_least: bool = False) -> str:
-    if strategy == "data" and "fsdp" in config_lib.STRATEGIES:
+    if strategy == "data" and "fsdp" in STRATEGIES:
         tries = ["distributed.strategy=fsdp"]
     elif strategy != "data":
         tries = ["a larger distributed.model_parallel"]
@@ -211,7 +210,7 @@ def compile_for_topology(config: Config, topology_name: str, model=None,
     """
     from kroberta.perf import aot_programs
 
-    config_lib.validate(config)
+    validate(config)
     devices = topology_devices(topology_name)
     hbm, peak, chips = _per_device_chip(devices)
     hbm = hbm_bytes or hbm

@@ -13,7 +13,7 @@ import keras_hub
 
 from kroberta.training import checkpoint
 from kroberta.training.checkpoint import list_checkpoints  # `load`'s argument is named checkpoint
-from kroberta import config as config_lib
+from kroberta.config import load_toml
 from kroberta.atomic import atomic_path
 from kroberta.errors import KrobertaError
 from kroberta.interop import EXPORT_FORMATS
@@ -90,7 +90,7 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
     for needed in (config_path, weights_path):
         if not os.path.isfile(needed) and not (needed == weights_path and saved):
             raise FileNotFoundError(f"{path}: not a finished kroberta run ({os.path.basename(needed)} is missing)")
-    config = config_lib.load_toml(config_path)
+    config = load_toml(config_path)
     if mixed_precision is None:
         mixed_precision = config.train.mixed_precision
     model = build_model(config.model, mixed_precision, task_class=PredictingMaskedLM)
@@ -134,7 +134,7 @@ def _load_checkpoint(path: str, mixed_precision: bool | None, which: str | int):
     else:
         raise ValueError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
                          f"got {which!r}")
-    config = config_lib.load_toml(config_path)
+    config = load_toml(config_path)
     if mixed_precision is None:
         mixed_precision = config.train.mixed_precision
     model = build_model(config.model, mixed_precision)

@@ -16,7 +16,7 @@ import os
 
 import keras
 
-from kroberta.config_checks import parse_window  # noqa: F401  (the window's syntax)
+from kroberta.config import parse_window  # noqa: F401  (the window's syntax)
 
 PROFILE_DIR = "profile"  # under the run directory
 

@@ -16,9 +16,8 @@ import os
 import time
 import uuid
 
-from kroberta import config as config_lib
 from kroberta.atomic import atomic_write
-from kroberta.config import ConfigError
+from kroberta.config import ConfigError, to_dict
 
 IDS_FILE = "trackers.json"
 EXPERIMENT = "kroberta"  # W&B project and MLflow experiment when the environment names none
@@ -68,7 +67,7 @@ def _import(module: str, tracker: str):
 def _flat_params(config) -> dict:
     """The resolved config as {"section.key": value}, values as strings."""
     flat = {}
-    for name, value in config_lib.to_dict(config).items():
+    for name, value in to_dict(config).items():
         if isinstance(value, dict):
             flat.update({f"{name}.{k}": v for k, v in value.items()})
         else:

@@ -12,11 +12,10 @@ from tests.conftest import TINY_LENGTH, TINY_VOCAB
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
-    from kroberta import config as config_lib
-    from kroberta.named_configs import resolve
+    from kroberta.config import config_path, load_toml
     from tests.conftest import saved_tiny_model
 
-    config = config_lib.load_toml(resolve("tiny"))
+    config = load_toml(config_path("tiny"))
     return saved_tiny_model(tmp_path_factory.mktemp("keras_predict"), config, seed=0)
 
 

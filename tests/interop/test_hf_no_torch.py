@@ -13,8 +13,7 @@ from safetensors.numpy import load_file, save_file
 
 from kroberta.training import final_model
 from kroberta.interop import hf
-from kroberta import config as config_lib
-from kroberta.config import Config, ModelConfig
+from kroberta.config import Config, ModelConfig, to_toml
 from kroberta.interop.hf import HFConversionError
 from kroberta.model.mlm import build_model
 import kroberta.cli.export
@@ -271,7 +270,7 @@ def make_run(run_dir, tokenizer=None):
     config = Config(model=TINY, run_dir=str(run_dir))
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, final_model.CONFIG_FILE), "w") as f:
-        f.write(config_lib.to_toml(config))
+        f.write(to_toml(config))
     final_model.save(model, str(run_dir))
     if tokenizer is not None:
         tokenizer.save(os.path.join(run_dir, final_model.TOKENIZER_FILE))

@@ -12,8 +12,8 @@ import pytest
 from keras.src import ops as keras_src_ops  # the module MultiHeadAttention calls through
 
 import kroberta
-from kroberta import config as config_lib
-from kroberta.config import ConfigError, ModelConfig
+from kroberta.config import (Config, ConfigError, ModelConfig, apply_dict, apply_overrides, to_dict,
+                             validate)
 from kroberta.interop import hf
 from kroberta.interop import keras_hub_presets
 from kroberta.model import attention
@@ -86,12 +86,12 @@ def test_attention_dropout_drops_attention_weights_and_hidden_dropout_stays():
 
 
 def test_config_round_trip_and_check(tmp_path):
-    config = config_lib.Config(model=dataclasses.replace(MODEL, attention_dropout=0.0))
-    again = config_lib.from_dict(config_lib.to_dict(config), "round trip")
+    config = Config(model=dataclasses.replace(MODEL, attention_dropout=0.0))
+    again = apply_dict(Config(), to_dict(config), "round trip")
     assert again.model == config.model and again.model.attention_dropout_rate == 0.0
-    bad = config_lib.apply_overrides(config_lib.Config(), ["model.attention_dropout=1.5"])
+    bad = apply_overrides(Config(), ["model.attention_dropout=1.5"])
     with pytest.raises(ConfigError, match=r"model.attention_dropout: must be in \[0, 1\) or -1"):
-        config_lib.validate(bad)
+        validate(bad)
 
 
 def test_hugging_face_export_carries_both_rates(tmp_path):

@@ -191,13 +191,13 @@ def test_log_interval_must_be_a_multiple_of_k(tiny_data, tmp_path):
 
 
 def test_steps_per_execution_takes_a_count_or_auto(tiny_data, tmp_path):
-    from kroberta import config as config_lib
+    from kroberta.config import Config, apply_overrides
 
-    config = config_lib.apply_overrides(config_lib.Config(), ["train.steps_per_execution=auto"])
-    assert config.train.steps_per_execution == AUTO == config_lib.Config().train.steps_per_execution
+    config = apply_overrides(Config(), ["train.steps_per_execution=auto"])
+    assert config.train.steps_per_execution == AUTO == Config().train.steps_per_execution
     with pytest.raises(ConfigError, match=r"train\.steps_per_execution: expected an integer or "
                                           r"\"auto\", got 'often'"):
-        config_lib.apply_overrides(config, ["train.steps_per_execution=often"])
+        apply_overrides(config, ["train.steps_per_execution=often"])
     with pytest.raises(ConfigError, match=r"train\.steps_per_execution: must be >= 1"):
         validate(tiny_config(tiny_data, tmp_path, steps_per_execution=0))
 

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from kroberta.training import final_model
-from kroberta import config as config_lib
-from kroberta.config import Config, ModelConfig
+from kroberta.config import Config, ModelConfig, to_toml
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
 from kroberta.model.mlm import build_compiled_model, build_model
 
@@ -106,7 +105,7 @@ def test_get_config_round_trip():
 def test_save_and_load_give_identical_predictions(tmp_path):
     config = Config(model=TINY, run_dir=str(tmp_path))
     model = build_compiled_model(config)
-    (tmp_path / "config.toml").write_text(config_lib.to_toml(config))
+    (tmp_path / "config.toml").write_text(to_toml(config))
     final_model.save(model, str(tmp_path))
     loaded = final_model.load(str(tmp_path))
     x, _ = _batch()

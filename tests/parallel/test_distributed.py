@@ -24,11 +24,10 @@ import keras
 import numpy as np
 import pytest
 
-from kroberta import config as config_lib
 from kroberta.data import pipeline
 from kroberta import train
 from kroberta.parallel import distribute
-from kroberta.config import ConfigError
+from kroberta.config import ConfigError, DataConfig, validate
 from tests.conftest import REPO, TINY_VOCAB, tiny_config
 
 # Losses of the pair / the sharded layouts vs one DataParallel process. Measured:
@@ -167,7 +166,7 @@ def _batches(spec, data, batch, shard, count=3, device_masks=False):
 def test_process_shards_compose_the_single_process_batches(tiny_data, files, device_masks):
     pattern = "train-*.tfrecord" if files == 2 else "train-0.tfrecord"
     spec = pipeline.inspect_files(pipeline.resolve_files([str(tiny_data / pattern)], "t"), "t")
-    data = dataclasses.replace(config_lib.DataConfig(), shuffle_buffer=1)
+    data = dataclasses.replace(DataConfig(), shuffle_buffer=1)
     single = _batches(spec, data, 8, None, device_masks=device_masks)
     shards = [_batches(spec, data, 4, (2, p), device_masks=device_masks) for p in range(2)]
     for k, whole in enumerate(single):
@@ -180,7 +179,7 @@ def test_process_shards_compose_the_single_process_batches(tiny_data, files, dev
 
 def test_eval_shards_compose_the_single_process_batches(tiny_data):
     spec = pipeline.inspect_files([str(tiny_data / "validation.tfrecord")], "v")
-    data = config_lib.DataConfig()
+    data = DataConfig()
     whole = list(pipeline.eval_dataset(spec, data, TINY_VOCAB, 16, 0).as_numpy_iterator())
     parts = [list(pipeline.eval_dataset(spec, data, TINY_VOCAB, 16, 0, shard=(2, p))
                   .as_numpy_iterator()) for p in range(2)]
@@ -294,7 +293,7 @@ def test_model_axis_must_divide_heads_devices_and_the_batch(tiny_data, tmp_path)
     config = _config(tiny_data, tmp_path, strategy="model", model_parallel=3)
     with pytest.raises(ConfigError, match=r"distributed.model_parallel: a model axis of 3 does "
                                           r"not divide model.num_heads=2"):
-        config_lib.validate(config)
+        validate(config)
     config = _config(tiny_data, tmp_path, strategy="fsdp", model_parallel=2, devices=3)
     with pytest.raises(ConfigError, match=r"model axis of 2 does not divide the 3 devices, so the "
                                           r"batch axis would not be whole"):

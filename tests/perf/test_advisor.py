@@ -1,11 +1,10 @@
 from kroberta.perf import advisor, flops
-from kroberta import config as config_lib
-from kroberta.named_configs import resolve as shipped
+from kroberta.config import apply_overrides, config_path, load_toml, validate
 import kroberta.cli.train
 
 
 def _seed():
-    return config_lib.load_toml(shipped("seed"))
+    return load_toml(config_path("seed"))
 
 
 def test_seed_shape_is_flagged_with_costs():
@@ -23,7 +22,7 @@ def test_suggestion_is_aligned_and_nearby():
     s = advisor.suggest(seed.model)
     assert (s.hidden_dim, s.num_heads, s.head_dim, s.intermediate_dim, s.vocabulary_size) == \
         (384, 6, 64, 640, 10112)
-    suggested = config_lib.validate(config_lib.apply_overrides(seed, [
+    suggested = validate(apply_overrides(seed, [
         f"model.hidden_dim={s.hidden_dim}", f"model.num_heads={s.num_heads}",
         f"model.intermediate_dim={s.intermediate_dim}", f"model.vocabulary_size={s.vocabulary_size}"]))
     assert advisor.misalignments(flops.Shape.from_config(suggested)) == []

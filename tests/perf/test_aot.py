@@ -14,8 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from kroberta import config as config_lib
-from kroberta.named_configs import resolve as shipped
+from kroberta.config import apply_overrides, config_path, load_toml
 
 from conftest import REPO
 
@@ -26,8 +25,7 @@ TOPOLOGIES = ("v2:2x2", "v5e:2x2")
 
 
 def _config(name, *overrides):
-    return config_lib.apply_overrides(config_lib.load_toml(shipped(name)),
-                                      list(overrides))
+    return apply_overrides(load_toml(config_path(name)), list(overrides))
 
 
 @pytest.fixture(scope="module")

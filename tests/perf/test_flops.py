@@ -2,10 +2,8 @@ import json
 
 import pytest
 
-from kroberta import config as config_lib
 from kroberta.perf import flops, throughput
-from kroberta.config import ModelConfig
-from kroberta.named_configs import resolve as shipped
+from kroberta.config import ModelConfig, config_path, load_toml
 
 # 1 layer, hidden 2 (1 head of 2), intermediate 4, vocabulary 3, 2 tokens, 1 slot.
 DEGENERATE = flops.Shape(layers=1, hidden=2, intermediate=4, heads=1, vocabulary=3, length=2,
@@ -31,7 +29,7 @@ def test_degenerate_forward_flops_by_hand():
 
 def test_train_is_three_forwards_for_every_shipped_config():
     for name in ("tiny", "seed", "base"):
-        shape = flops.Shape.from_config(config_lib.load_toml(shipped(name)))
+        shape = flops.Shape.from_config(load_toml(config_path(name)))
         assert flops.train_flops_per_sequence(shape) == 3 * flops.forward_flops_per_sequence(shape)
 
 
@@ -41,7 +39,7 @@ def test_seed_step_flops_near_xla_measurement():
     # The analytic count has matmuls only; XLA also counts softmax, layer norms, GELU,
     # dropout, the loss and the AdamW update (~5.3M parameters x ~15 FLOPs each), so
     # it must be a bit lower: between 75% and 100% of XLA's figure.
-    seed = config_lib.load_toml(shipped("seed"))
+    seed = load_toml(config_path("seed"))
     shape = flops.Shape.from_config(seed, length=64, slots=12)
     per_core_step = flops.train_flops_per_step(shape, global_batch=8)
     assert per_core_step == pytest.approx(8.769e9, rel=1e-3)
@@ -57,7 +55,7 @@ def test_parameter_count_matches_the_built_model():
     model = ModelConfig(vocabulary_size=300, num_layers=2, num_heads=2, hidden_dim=16,
                         intermediate_dim=24, max_sequence_length=12)
     assert flops.parameter_count(model) == count_parameters(build_model(model))
-    seed = config_lib.load_toml(shipped("seed"))
+    seed = load_toml(config_path("seed"))
     assert flops.parameter_count(seed.model) == 5_290_600  # count_parameters of the built model
 
 

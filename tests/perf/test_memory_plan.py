@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from kroberta import config as config_lib
+from kroberta.config import Config, apply_overrides, validate
 
 needs_libtpu = pytest.mark.skipif(
     importlib.util.find_spec("libtpu") is None,
@@ -24,8 +24,8 @@ SMALL = ["model.vocabulary_size=256", "model.num_layers=2", "model.num_heads=4",
 def small():
     from kroberta.perf import tpu_compile
 
-    config = config_lib.apply_overrides(config_lib.Config(), SMALL)
-    return config_lib.validate(config), tpu_compile.topology_devices(TOPOLOGY)
+    config = apply_overrides(Config(), SMALL)
+    return validate(config), tpu_compile.topology_devices(TOPOLOGY)
 
 
 @needs_libtpu
@@ -41,7 +41,7 @@ def test_the_cheapest_change_that_fits_fits_when_applied(small):
     best = found[-1]
     assert best.measured.fits(budget), [(o.describe, o.measured) for o in found]
     assert all(not o.measured.fits(budget) for o in found[:-1])  # cheaper ones were tried
-    applied = config_lib.apply_overrides(config, [o[2:] for o in best.describe.split()])
+    applied = apply_overrides(config, [o[2:] for o in best.describe.split()])
     assert applied != config
     assert memory_plan.measure(applied, devices).fits(budget)
 

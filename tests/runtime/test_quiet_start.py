@@ -8,7 +8,7 @@ import pytest
 
 from kroberta.perf import advisor
 from kroberta.runtime import quiet_start
-from kroberta.named_configs import load_config
+from kroberta.config import load_config
 from tests.conftest import REPO
 
 NOISE_MARKERS = ("cuInit", "TPU_", "E0000")

@@ -14,7 +14,7 @@ import pytest
 from kroberta.text import build
 from kroberta.cli.prepare import main
 from kroberta.text.build import PrepareError, prepare
-from kroberta.named_configs import load_config
+from kroberta.config import load_config
 from kroberta.text.recordfiles import RecordError
 from kroberta.text.textfiles import iter_documents, record_document
 from tests.text.test_prepare import make_docs, read_split, tokenizer_path, write_corpus  # noqa: F401
