@@ -27,7 +27,7 @@ FORBIDDEN = {
     "interop": {"data", "training", "inference"},
 }
 # The top of the flow: the config and the conventions every layer shares.
-FOUNDATIONS = {"config", "config_checks", "named_configs", "tokens", "mask_hash", "errors", "atomic"}
+FOUNDATIONS = {"config", "config_checks", "named_configs", "tokens", "mask_hash", "errors", "atomic", "storage"}
 
 
 def _nodes(path):
