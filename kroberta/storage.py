@@ -98,9 +98,9 @@ def isdir(path) -> bool:
 
 
 def listdir(path) -> list[str]:
-    """The names in a directory; [] when it does not exist."""
+    """The names in a directory, sorted; [] when it does not exist."""
     if not is_url(path):
-        return os.listdir(path) if os.path.isdir(path) else []
+        return sorted(os.listdir(path)) if os.path.isdir(path) else []
     fs, p = _fs(path)
     fs.invalidate_cache(p)  # another process (a killed run) may have written there
     try:
