@@ -91,7 +91,14 @@ def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):
 
     if tokenizer_path:
         target = storage.join(run_dir, final_model.TOKENIZER_FILE)
-        if storage.absolute(tokenizer_path) != storage.absolute(target):
+        if storage.absolute(tokenizer_path) == storage.absolute(target):
+            return
+        if storage.is_url(tokenizer_path):  # data on a URL is TensorFlow's to read
+            import tensorflow as tf
+
+            with tf.io.gfile.GFile(tokenizer_path, "rb") as f:
+                storage.write_bytes(target, f.read())
+        else:
             storage.copy_file(tokenizer_path, target)
 
 
