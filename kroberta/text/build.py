@@ -25,6 +25,7 @@ from kroberta.data.manifest import FORMAT, MANIFEST_NAME, ManifestError, load_ma
 from kroberta.data.masking_numpy import static_mask
 from kroberta.data.records import PAD_ID, encode_examples
 from kroberta.errors import KrobertaError
+from kroberta.text import locations
 from kroberta.text.encode import blocks, encoded_documents
 from kroberta.text.packing import pack_documents
 from kroberta.text.progress import Progress
@@ -154,9 +155,10 @@ def _get_tokenizer(tokenizer, files, total_bytes, vocab_size, out_dir, progress)
     else:
         if isinstance(tokenizer, (str, os.PathLike)):
             tok = load_tokenizer(tokenizer)
-            if os.path.abspath(tokenizer) != os.path.abspath(out_path):
-                with atomic_path(out_path) as tmp:
-                    shutil.copyfile(tokenizer, tmp)
+            if locations.absolute(os.fspath(tokenizer)) != os.path.abspath(out_path):
+                with atomic_path(out_path) as tmp, locations.open_binary(os.fspath(tokenizer)) as f:
+                    with open(tmp, "wb") as copy:
+                        shutil.copyfileobj(f, copy)
         else:
             tok = tokenizer
             special_token_ids(tok)
@@ -299,7 +301,7 @@ def prepare(
         "validation_fraction": validation_fraction,
         "source": {
             "inputs": [os.fspath(i) for i in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)],
-            "files": [os.path.abspath(f.path) for f in good],
+            "files": [locations.absolute(f.path) for f in good],
             "text_field": text_field if any(f.format for f in good) else None,
             "split": split if any(f.format == "datasets" for f in good) else None,
             "bytes": total_bytes,
