@@ -261,6 +261,8 @@ def local_copy(path):
     if not is_url(path):
         yield path
         return
+    if not exists(path):
+        raise FileNotFoundError(f"{path}: no such file or directory")
     with tempfile.TemporaryDirectory(prefix="kroberta-") as tmp:
         target = os.path.join(tmp, basename(path) or "copy")
         if isdir(path):
