@@ -103,7 +103,7 @@ def check_source(path: str, fmt: str, field: str, split: str) -> int:
         _check_arrow_column(path, _load_dataset(path, split).data.schema, field)
         return dataset_bytes(path)
     _check_arrow_column(path, _parquet_file(path).schema_arrow, field)
-    return os.path.getsize(path)
+    return locations.size(path)
 
 
 def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):

@@ -6,6 +6,7 @@ paths go through the standard library exactly as before.
 """
 
 import glob as globbing
+import io
 import os
 
 
@@ -50,7 +51,40 @@ def size(path: str) -> int:
 
 def open_binary(path: str):
     """A binary file object to read `path` from (seek and tell work on both kinds)."""
-    return _gfile().GFile(path, "rb") if is_url(path) else open(path, "rb")
+    if not is_url(path):
+        return open(path, "rb")
+    return io.BufferedReader(_GFileReader(_gfile().GFile(path, "rb")), 1 << 20)
+
+
+class _GFileReader(io.RawIOBase):
+    """A `tf.io.gfile.GFile` as a standard raw stream (pyarrow and gzip want `closed`,
+    `readinto`, `seekable`, which GFile lacks or answers its own way)."""
+
+    def __init__(self, gfile):
+        self._file = gfile
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def readinto(self, buffer):
+        data = self._file.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        self._file.seek(offset, whence)
+        return self._file.tell()
+
+    def tell(self):
+        return self._file.tell()
+
+    def close(self):
+        if not self.closed:
+            self._file.close()
+        super().close()
 
 
 def absolute(path: str) -> str:

@@ -3,6 +3,7 @@ filesystem stands in for gs://), the output uploaded through fsspec (memory://);
 result is byte for byte the local one's."""
 
 import gzip
+import io
 import json
 import uuid
 
@@ -15,12 +16,18 @@ from kroberta.text.build import PrepareError
 
 
 def _corpus(root):
-    """The same documents as .txt, .txt.gz and .jsonl files under `root`."""
-    documents = [f"Document {i} says the river {'runs ' * (i % 7)}to the sea." for i in range(300)]
+    """The same documents as .txt, .txt.gz, .jsonl and .parquet files under `root`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    documents = [f"Document {i} says the river {'runs ' * (i % 7)}to the sea." for i in range(400)]
+    parquet = io.BytesIO()
+    pq.write_table(pa.table({"text": documents[300:]}), parquet)
     files = {
         "a.txt": "\n\n".join(documents[:100]).encode(),
         "b.txt.gz": gzip.compress("\n\n".join(documents[100:200]).encode()),
-        "c.jsonl": "".join(json.dumps({"text": d}) + "\n" for d in documents[200:]).encode(),
+        "c.jsonl": "".join(json.dumps({"text": d}) + "\n" for d in documents[200:300]).encode(),
+        "d.parquet": parquet.getvalue(),
     }
     for name, data in files.items():
         with tf.io.gfile.GFile(f"{root}/{name}", "wb") as f:
@@ -38,7 +45,7 @@ def test_prepare_reads_url_inputs_and_writes_a_url_like_local_paths(tmp_path, ca
 
     local = prepare([str(tmp_path / "corpus" / "*")], str(tmp_path / "data"), **settings)
     remote = prepare([f"{ram}/*"], out, **settings)
-    assert remote["source"]["files"] == [f"{ram}/{n}" for n in ("a.txt", "b.txt.gz", "c.jsonl")]
+    assert remote["source"]["files"] == [f"{ram}/{n}" for n in ("a.txt", "b.txt.gz", "c.jsonl", "d.parquet")]
     assert remote["train"] == local["train"] and remote["validation"] == local["validation"]
     for name in [*local["train"]["files"], *local["validation"]["files"], "tokenizer.json"]:
         assert storage.read_bytes(f"{out}/{name}") == (tmp_path / "data" / name).read_bytes(), name
