@@ -24,6 +24,8 @@ from kroberta.errors import KrobertaError
 
 # The extra that installs each protocol's fsspec implementation, for the error that names it.
 EXTRAS = {"gs": ("gcs", "gcsfs"), "gcs": ("gcs", "gcsfs")}
+# Object stores: no directories to make (gcsfs's makedirs would even create a missing bucket).
+OBJECT_STORES = {"gs", "gcs", "s3", "s3a", "az", "abfs", "abfss"}
 
 
 class StorageError(KrobertaError, OSError):
@@ -51,48 +53,56 @@ def absolute(path) -> str:
     return path if is_url(path) else os.path.abspath(path)
 
 
-def filesystem(url: str, key: str = "run_dir"):
-    """(fsspec filesystem, path inside it) for `url`; a one-line StorageError naming `key`,
-    the URL and what to install when its implementation is missing."""
+def filesystem(url: str):
+    """(fsspec filesystem, path inside it) for `url`; a one-line StorageError naming the
+    URL and what to install when its implementation is missing."""
     protocol = url.split("://", 1)[0]
     extra, package = EXTRAS.get(protocol, (None, None))
     install = f'pip install "kroberta[{extra}]"' if extra else "pip install fsspec"
     try:
         import fsspec
     except ImportError:
-        raise StorageError(f"{key}: {url} is a URL, which needs fsspec; {install}") from None
+        raise StorageError(f"{url} is a URL, which needs fsspec; {install}") from None
     try:
         fs, path = fsspec.core.url_to_fs(url)
     except ImportError:
         package = package or f"the fsspec implementation of {protocol}://"
-        raise StorageError(f"{key}: {url} needs {package}; {install}") from None
+        raise StorageError(f"{url} needs {package}; {install}") from None
     except ValueError as error:  # an unknown protocol
-        raise StorageError(f"{key}: {url}: {error}") from None
+        raise StorageError(f"{url}: {error}") from None
     return fs, path
 
 
-def _fs(path, key="run_dir"):
-    return filesystem(os.fspath(path), key)
+def _fs(path):
+    return filesystem(os.fspath(path))
+
+
+def _fresh(path):
+    """(filesystem, path) with its cached listings of `path` dropped: another process (a
+    killed run, a resumed one) may have written there since."""
+    fs, p = _fs(path)
+    fs.invalidate_cache(p)
+    return fs, p
 
 
 def exists(path) -> bool:
     if not is_url(path):
         return os.path.exists(path)
-    fs, p = _fs(path)
+    fs, p = _fresh(path)
     return fs.exists(p)
 
 
 def isfile(path) -> bool:
     if not is_url(path):
         return os.path.isfile(path)
-    fs, p = _fs(path)
+    fs, p = _fresh(path)
     return fs.isfile(p)
 
 
 def isdir(path) -> bool:
     if not is_url(path):
         return os.path.isdir(path)
-    fs, p = _fs(path)
+    fs, p = _fresh(path)
     # An object store has no directories: one exists when objects lie under it.
     return fs.isdir(p)
 
@@ -101,8 +111,7 @@ def listdir(path) -> list[str]:
     """The names in a directory, sorted; [] when it does not exist."""
     if not is_url(path):
         return sorted(os.listdir(path)) if os.path.isdir(path) else []
-    fs, p = _fs(path)
-    fs.invalidate_cache(p)  # another process (a killed run) may have written there
+    fs, p = _fresh(path)
     try:
         entries = fs.ls(p, detail=False)
     except FileNotFoundError:
@@ -118,12 +127,17 @@ def getsize(path) -> int:
 
 
 def makedirs(path):
-    """Creates a local directory; a URL needs none (objects make their prefixes)."""
+    """Creates a directory (with its parents) where the filesystem has directories; an
+    object store has none (objects make their prefixes)."""
+    path = os.fspath(path)
     if not is_url(path):
         os.makedirs(path, exist_ok=True)
         return
+    if path.split("://", 1)[0] in OBJECT_STORES:
+        _fs(path)  # a missing package is still named here, before any work
+        return
     fs, p = _fs(path)
-    fs.makedirs(p, exist_ok=True)  # a no-op on object stores; memory:// keeps a directory
+    fs.makedirs(p, exist_ok=True)
 
 
 def remove(path):
@@ -244,8 +258,7 @@ def put_tree(local_dir, url: str, last: str | None = None):
 
 def get_tree(url: str, local_dir):
     """Downloads every file under `url` into `local_dir`."""
-    fs, root = _fs(url)
-    fs.invalidate_cache(root)
+    fs, root = _fresh(url)
     root = root.rstrip("/")
     for remote in fs.find(root):
         relative = remote[len(root):].lstrip("/")

@@ -82,12 +82,17 @@ def test_a_missing_filesystem_package_is_one_line_naming_the_extra():
     # gcsfs hidden from the import system: fsspec knows gs:// but cannot load it.
     code = ("import sys; sys.modules['gcsfs'] = None\n"
             "from kroberta import storage\n"
-            "try:\n    storage.isdir('gs://bucket/run')\n"
-            "except storage.StorageError as e:\n    print(e)\n")
+            "from kroberta.training.run_dir import check_writable\n"
+            "for call in (storage.isdir, check_writable):\n"
+            "    try:\n        call('gs://bucket/run')\n"
+            "    except Exception as e:\n        print(type(e).__name__, e)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=120)
-    assert out.stdout.strip() == ('run_dir: gs://bucket/run needs gcsfs; '
-                                  'pip install "kroberta[gcs]"'), out.stderr[-2000:]
+    assert out.stdout.splitlines() == [
+        'StorageError gs://bucket/run needs gcsfs; pip install "kroberta[gcs]"',
+        # What training says before any compute (exit status 2 from the command).
+        'ConfigError run_dir: gs://bucket/run needs gcsfs; pip install "kroberta[gcs]"',
+    ], out.stderr[-2000:]
 
 
 def test_local_paths_keep_their_meaning():

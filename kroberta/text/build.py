@@ -328,5 +328,5 @@ def _prepare_to_url(url: str, overwrite: bool, arguments: dict) -> dict:
                 storage.remove(manifest_url)
             storage.put_tree(local, url, last=MANIFEST_NAME)
     except storage.StorageError as error:
-        raise PrepareError(str(error).replace("run_dir:", "--out:", 1)) from None
+        raise PrepareError(f"--out: {error}") from None
     return manifest

@@ -55,8 +55,8 @@ def check_writable(run_dir: str):
         probe = storage.join(run_dir, f".write-test-{os.getpid()}")
         storage.write_text(probe, "ok")
         storage.remove(probe)
-    except storage.StorageError:
-        raise
+    except storage.StorageError as error:  # the URL's package is missing
+        raise ConfigError(f"run_dir: {error}") from None
     except OSError as error:
         reason = error.strerror or str(error)
         raise ConfigError(f"run_dir: cannot write to {run_dir}: {reason}") from None

@@ -27,7 +27,8 @@ def _rows(run_dir, split="train"):
 
 def test_a_run_on_a_url_checkpoints_resumes_loads_and_reports(tiny_data, url, tmp_path):
     config = tiny_config(tiny_data, url, steps=20, log_every=5, eval_every=10,
-                         checkpoint_every=10, keep_checkpoints=1, keep_best=True)
+                         checkpoint_every=10, keep_checkpoints=1, keep_best=True,
+                         profile="10:15")
     kroberta.train(config, until_step=10)
     assert [s for s, _ in checkpoint.list_checkpoints(url)] == [10]
     summary = kroberta.train(config)  # a new invocation: resumes from the URL's checkpoint
@@ -38,6 +39,7 @@ def test_a_run_on_a_url_checkpoints_resumes_loads_and_reports(tiny_data, url, tm
     assert {"config.toml", "model.weights.h5", "metrics.jsonl", "checkpoints",
             "tensorboard"} <= set(names)
     assert storage.listdir(storage.join(url, "tensorboard"))
+    assert storage.listdir(storage.join(url, "profile"))  # traced locally, then uploaded
     # keep_best keeps the best one beside the newest; the first upload was pruned whole.
     kept = [s for s, _ in checkpoint.list_checkpoints(url)]
     assert kept[-1] == 20 and set(kept) <= {10, 20}
