@@ -129,6 +129,8 @@ class Writer:
         self.wait()
         if self._checkpointer is None:  # closed: a new one
             _, self._checkpointer = _checkpointer(asynchronous=self.asynchronous)
+        if self._staging is not None:
+            os.makedirs(self._staging, exist_ok=True)  # `close` removed it
         state, meta = _state_and_meta(model, step, extra)
         try:
             self._checkpointer.save(os.path.abspath(self._written(step)), force=True,
