@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from kroberta import prepare, storage
-from kroberta.cli import prepare as prepare_cli
+import kroberta.cli.prepare
 from kroberta.text.build import PrepareError
 
 
@@ -53,7 +53,7 @@ def test_prepare_reads_url_inputs_and_writes_a_url_like_local_paths(tmp_path, ca
 
     with pytest.raises(PrepareError, match="already holds a prepared dataset"):
         prepare([f"{ram}/*"], out, **settings)
-    assert prepare_cli.main(["--input", f"{ram}/*.txt", "--out", out, "--overwrite",
+    assert kroberta.cli.prepare.main(["--input", f"{ram}/*.txt", "--out", out, "--overwrite",
                              "--vocab-size", "300", "--seq-len", "32", "--no-progress"]) == 0
     manifest = json.loads(storage.read_text(f"{out}/manifest.json"))
     assert manifest["source"]["files"] == [f"{ram}/a.txt"]
@@ -65,4 +65,4 @@ def test_prepare_reads_url_inputs_and_writes_a_url_like_local_paths(tmp_path, ca
         with tf.io.gfile.GFile(f"{ram_data}/{name}", "wb") as f:
             f.write(storage.read_bytes(f"{out}/{name}"))
     capsys.readouterr()
-    assert prepare_cli.main(["--check", ram_data]) == 0, capsys.readouterr()
+    assert kroberta.cli.prepare.main(["--check", ram_data]) == 0, capsys.readouterr()

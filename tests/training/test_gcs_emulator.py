@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from kroberta import storage
-from kroberta.cli import predict as predict_cli
-from kroberta.cli import report as report_cli
+import kroberta.cli.predict
+import kroberta.cli.report
 from kroberta.training import checkpoint
 from tests.conftest import REPO
 
@@ -135,11 +135,11 @@ def test_prepare_train_kill_resume_report_and_predict_on_a_bucket(emulator, tmp_
     timings["resume"] = time.perf_counter() - resumed_at
 
     after = time.perf_counter()
-    assert report_cli.main([run_dir]) == 0
+    assert kroberta.cli.report.main([run_dir]) == 0
     assert storage.read_bytes(storage.join(run_dir, "report.png")).startswith(b"\x89PNG")
     predictions = storage.join(emulator, "predictions.npz")
     validation = manifest["validation"]["files"][0]
-    assert predict_cli.main(["--run", run_dir, "--data", str(local_data / validation),
+    assert kroberta.cli.predict.main(["--run", run_dir, "--data", str(local_data / validation),
                              "--out", predictions, "--positions", "all", "--no-progress"]) == 0
     with storage.local_copy(predictions) as local, np.load(local) as arrays:
         assert len(arrays["token_ids"]) == manifest["validation"]["sequences"]

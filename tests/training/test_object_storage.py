@@ -9,7 +9,7 @@ import pytest
 
 import kroberta
 from kroberta import storage
-from kroberta.cli import predict as predict_cli
+import kroberta.cli.predict
 from kroberta.training import checkpoint
 from tests.conftest import tiny_config
 
@@ -56,7 +56,7 @@ def test_a_run_on_a_url_checkpoints_resumes_loads_and_reports(tiny_data, url, tm
     assert storage.read_bytes(report["report_png"]).startswith(b"\x89PNG")
 
     out = storage.join(url, "predictions.npz")
-    assert predict_cli.main(["--run", url, "--data", str(tiny_data / "validation.tfrecord"),
+    assert kroberta.cli.predict.main(["--run", url, "--data", str(tiny_data / "validation.tfrecord"),
                              "--output", "top_k", "--k", "3", "--out", out,
                              "--no-progress"]) == 0
     with storage.local_copy(out) as local, np.load(local) as arrays:
