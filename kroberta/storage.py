@@ -10,7 +10,7 @@ file last (`put_tree`).
 
 Files that only a local path can hold for their writer or reader (Keras' .h5
 weights, Orbax's checkpoints, a picture) go through a local temporary copy:
-`local_copy` to read, `staged_file` / `staged_dir` to write.
+`local_copy` to read, `staged_file` to write.
 """
 
 import contextlib
@@ -300,19 +300,6 @@ def staged_file(path):
         yield local
         fs, p = _fs(path)
         fs.put_file(local, p)
-
-
-@contextlib.contextmanager
-def staged_dir(path, last: str | None = None):
-    """Yields a local directory to fill; its files go to `path` when the block succeeds
-    (`last` uploaded last). A local `path` is yielded as it is."""
-    if not is_url(path):
-        os.makedirs(path, exist_ok=True)
-        yield path
-        return
-    with tempfile.TemporaryDirectory(prefix="kroberta-") as tmp:
-        yield tmp
-        put_tree(tmp, path, last=last)
 
 
 def free_bytes(path) -> int:

@@ -72,3 +72,26 @@ def test_a_checkpoint_whose_upload_was_cut_short_is_ignored_then_cleaned(url):
     assert checkpoint.list_checkpoints(url) == [(10, complete)]
     checkpoint.clean_temporaries(url)
     assert storage.listdir(storage.join(url, "checkpoints")) == ["step_00000010"]
+
+
+def test_synchronous_checkpoints_on_a_url_restore_exactly_and_prune_marker_first(
+        tiny_data, url, tmp_path, monkeypatch):
+    import dataclasses
+
+    from kroberta.model.mlm import build_compiled_model
+
+    config = tiny_config(tiny_data, tmp_path)
+    model = build_compiled_model(config)
+    for step in (1, 2):
+        checkpoint.save(model, url, step, keep=2)
+    assert [s for s, _ in checkpoint.list_checkpoints(url)] == [1, 2]
+    other = build_compiled_model(dataclasses.replace(
+        config, train=dataclasses.replace(config.train, seed=7)))
+    assert checkpoint.restore(other, storage.join(url, "checkpoints", "step_00000002"))["step"] == 2
+    for a, b in zip(model.variables, other.variables):
+        np.testing.assert_array_equal(np.asarray(a.value), np.asarray(b.value))
+    # A removal cut short after its marker went leaves nothing that looks complete.
+    monkeypatch.setattr(storage, "rmtree", lambda path: (_ for _ in ()).throw(OSError("cut")))
+    with pytest.raises(OSError):
+        checkpoint.remove(storage.join(url, "checkpoints", "step_00000001"))
+    assert [s for s, _ in checkpoint.list_checkpoints(url)] == [2]
