@@ -24,6 +24,7 @@ from kroberta import cli
 from kroberta.data.manifest import MANIFEST_NAME, load_manifest
 from kroberta.text.build import PrepareError, PrepareWarning, prepare
 from kroberta.text.textfiles import expand_inputs
+from kroberta.text import locations
 
 
 def _summary(manifest, out_dir):
@@ -78,13 +79,18 @@ TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
 
 def _tfrecords_in(directory):
     """Every TFRecord file under `directory` (by name: *.tfrecord[s], *.tfr, *.tfrecord-00000-of-00004)."""
+    if locations.is_url(directory):
+        every = locations.files_under(directory)
+    else:
+        every = []
+        for dirpath, dirnames, filenames in os.walk(directory):
+            dirnames.sort()
+            every.extend(os.path.join(dirpath, name) for name in sorted(filenames))
     found = []
-    for dirpath, dirnames, filenames in os.walk(directory):
-        dirnames.sort()
-        for name in sorted(filenames):
-            lower = name.lower()
-            if lower.endswith(TFRECORD_SUFFIXES) or ".tfrecord-" in lower or ".tfrecords-" in lower:
-                found.append(os.path.join(dirpath, name))
+    for path in every:
+        lower = os.path.basename(path).lower()
+        if lower.endswith(TFRECORD_SUFFIXES) or ".tfrecord-" in lower or ".tfrecords-" in lower:
+            found.append(path)
     if not found:
         raise PrepareError(f"--check {directory}: no {MANIFEST_NAME} and no TFRecord files "
                            f"({', '.join('*' + x for x in TFRECORD_SUFFIXES)}) in it; name the files with a glob")
@@ -95,12 +101,15 @@ def _run_check(args):
     from kroberta.data.check import check_records
 
     vocab, length = args.vocab_size, args.seq_len
-    if os.path.isdir(args.check) and not os.path.exists(os.path.join(args.check, MANIFEST_NAME)):
+    # A URL (gs://...) is read through tf.io.gfile (kroberta.text.locations).
+    manifest = f"{args.check.rstrip('/')}/{MANIFEST_NAME}" if locations.is_url(args.check) \
+        else os.path.join(args.check, MANIFEST_NAME)
+    if locations.isdir(args.check) and not locations.isfile(manifest):
         paths = _tfrecords_in(args.check)
         if vocab is None:
             raise PrepareError(f"--check {args.check}: a directory without {MANIFEST_NAME} needs "
                                "--vocab-size (the tokenizer's vocabulary size) to check the ids against")
-    elif os.path.isdir(args.check):
+    elif locations.isdir(args.check):
         m = load_manifest(args.check)
         paths = list(m.files)
         vocab = vocab if vocab is not None else m.vocabulary_size

@@ -299,7 +299,7 @@ def check_records(
         file_report = FileReport(path)
         report.files.append(file_report)
         checker = _FileChecker(file_report, state, max_errors)
-        if not os.path.isfile(path):
+        if not (tf.io.gfile.exists(path) if "://" in path else os.path.isfile(path)):
             checker.defect(None, None, None, "file does not exist")
             continue
         try:

@@ -1,6 +1,8 @@
 """`manifest.json`: what `prepare` wrote, read back by training and `--check`.
 
 The manifest is written last, so its presence means the directory is complete.
+A directory on a URL (gs://, or any filesystem TensorFlow knows) is read through
+`tf.io.gfile`, as the record files themselves are by tf.data.
 """
 
 import dataclasses
@@ -45,6 +47,32 @@ class Manifest:
         return self.train_files + self.validation_files
 
 
+def _is_url(path: str) -> bool:
+    return "://" in path
+
+
+def _join(base: str, name: str) -> str:
+    return f"{base.rstrip('/')}/{name}" if _is_url(base) else os.path.abspath(os.path.join(base, name))
+
+
+def _isfile(path: str) -> bool:
+    if not _is_url(path):
+        return os.path.isfile(path)
+    import tensorflow as tf
+
+    return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+
+
+def _read_text(path: str) -> str:
+    if not _is_url(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return f.read().decode("utf-8")
+
+
 def _split(data, key, path, base):
     section = data[key]
     if not isinstance(section, dict):
@@ -55,9 +83,9 @@ def _split(data, key, path, base):
     files = section["files"]
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         raise ManifestError(f"{path}: key {key}.files must be a list of file names")
-    resolved = tuple(os.path.abspath(os.path.join(base, f)) for f in files)
+    resolved = tuple(_join(base, f) for f in files)
     for name, full in zip(files, resolved):
-        if not os.path.isfile(full):
+        if not _isfile(full):
             raise ManifestError(f"{path}: {key}.files lists {name}, which does not exist ({full})")
     return resolved, _int(section, "sequences", path, f"{key}.sequences"), _int(section, "tokens", path, f"{key}.tokens")
 
@@ -88,13 +116,13 @@ def load_manifest(directory):
         A frozen `Manifest` with absolute paths. Raises `ManifestError` naming the
         file or key on any problem.
     """
-    base = os.path.abspath(os.fspath(directory))
-    path = os.path.join(base, MANIFEST_NAME)
-    if not os.path.isfile(path):
+    directory = os.fspath(directory)
+    base = directory.rstrip("/") if _is_url(directory) else os.path.abspath(directory)
+    path = _join(base, MANIFEST_NAME)
+    if not _isfile(path):
         raise ManifestError(f"no {MANIFEST_NAME} in {base} (prepare one with `python -m kroberta.prepare`)")
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(_read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ManifestError(f"{path}: malformed JSON ({e})") from None
     _require(data, _REQUIRED, path, "expected a JSON object at the top level", repr)
@@ -105,8 +133,8 @@ def load_manifest(directory):
              lambda name: f"special_tokens.{name}")
     for name in _SPECIALS:
         _int(specials, name, path, f"special_tokens.{name}")
-    tokenizer_path = os.path.join(base, str(data["tokenizer"]))
-    if not os.path.isfile(tokenizer_path):
+    tokenizer_path = _join(base, str(data["tokenizer"]))
+    if not _isfile(tokenizer_path):
         raise ManifestError(f"{path}: tokenizer {data['tokenizer']} does not exist ({tokenizer_path})")
     train = _split(data, "train", path, base)
     validation = _split(data, "validation", path, base)

@@ -2,7 +2,9 @@
 
 Each chunk's arrays are appended to one raw file per output array as soon as they
 arrive; at the end the arrays are packed into the .npz (written under a temporary
-name and renamed, so an interrupted run leaves no partial file).
+name and renamed, so an interrupted run leaves no partial file). An `out_path` on a
+URL (gs://, any fsspec filesystem: `kroberta.storage`) is packed locally, then
+uploaded as one object.
 """
 
 import os
@@ -14,7 +16,7 @@ import zipfile
 
 import numpy as np
 
-from kroberta.atomic import atomic_path
+from kroberta import storage
 
 
 class Progress:
@@ -40,7 +42,10 @@ class Progress:
 
 def write_npz(chunks, out_path: str, progress: Progress) -> dict:
     """Streams chunks (dicts of arrays, rows first) into `out_path` (.npz); returns shapes."""
-    work = tempfile.mkdtemp(prefix=".kroberta-predict-", dir=os.path.dirname(os.path.abspath(out_path)))
+    # Beside the output (one filesystem for the raw files and the archive), or for a
+    # URL in the local temporary directory.
+    beside = None if storage.is_url(out_path) else os.path.dirname(os.path.abspath(out_path))
+    work = tempfile.mkdtemp(prefix=".kroberta-predict-", dir=beside)
     try:
         raw, meta = {}, {}
         for chunk in chunks:
@@ -54,7 +59,7 @@ def write_npz(chunks, out_path: str, progress: Progress) -> dict:
         progress.update(0, final=True)
         for handle in raw.values():
             handle.close()
-        with atomic_path(out_path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
+        with storage.staged_file(out_path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
             for name, (dtype, row_shape, rows) in meta.items():
                 with archive.open(name + ".npy", "w", force_zip64=True) as entry:
                     np.lib.format.write_array_header_2_0(

@@ -14,6 +14,7 @@ import os
 
 from kroberta.interop import hf_weights
 from kroberta.interop.hf_weights import HFConversionError
+from kroberta import storage
 from kroberta.atomic import atomic_path
 
 CONFIG_FILE = "config.json"
@@ -282,6 +283,9 @@ def from_hf(directory: str, mixed_precision: bool = False):
     """
     from kroberta.model.mlm import build_model
 
+    if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
+        with storage.local_copy(directory) as local:
+            return from_hf(local, mixed_precision)
     hf = read_hf_config(directory)
     model_config = model_config_from_hf(hf, os.path.join(directory, CONFIG_FILE))
     tensors, source = read_hf_tensors(directory)
@@ -312,6 +316,9 @@ def init_from_hf(model, directory: str):
         HFConversionError: a shape key of the checkpoint differs from the model's,
             or a tensor is missing or has the wrong shape (named).
     """
+    if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
+        with storage.local_copy(directory) as local:
+            return init_from_hf(model, local)
     hf = read_hf_config(directory)
     source = os.path.join(directory, CONFIG_FILE)
     theirs = model_config_from_hf(hf, source)

@@ -26,6 +26,7 @@ import json
 import os
 
 from kroberta.interop.hf_weights import HFConversionError
+from kroberta import storage
 from kroberta.atomic import atomic_write
 
 KROBERTA_CONFIG_FILE = "kroberta_config.toml"
@@ -236,6 +237,9 @@ def from_keras_hub(directory: str, mixed_precision: bool = False):
     from kroberta.config import Config, load_toml
     from kroberta.model.mlm import build_model
 
+    if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
+        with storage.local_copy(directory) as local:
+            return from_keras_hub(local, mixed_precision)
     model_config = preset_model_config(directory)
     saved = os.path.join(directory, KROBERTA_CONFIG_FILE)
     config = load_toml(saved) if os.path.isfile(saved) else Config()
@@ -257,6 +261,9 @@ def init_from_keras_hub(model, directory: str) -> bool:
     backbone-only preset: the head keeps its initial weights). Raises
     `KerasHubPresetError` naming the first shape key that differs.
     """
+    if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
+        with storage.local_copy(directory) as local:
+            return init_from_keras_hub(model, local)
     theirs = preset_model_config(directory)
     b = model.backbone
     for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",

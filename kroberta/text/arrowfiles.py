@@ -9,6 +9,7 @@ what to install. `kroberta.text.recordfiles` dispatches here.
 
 import os
 
+from kroberta.text import locations
 from kroberta.text.recordfiles import DATASETS_FORMAT, RecordError, column_index, extra_missing
 
 ARROW_BATCH_ROWS = 1024  # rows per Parquet/Arrow batch: flat memory, few Python calls
@@ -25,7 +26,8 @@ def _parquet_file(path):
     try:
         # Buffered page reads, no pre-buffering of whole row groups: the reader holds
         # about one row group's column (about half the memory of the defaults).
-        return pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
+        source = locations.open_binary(path) if locations.is_url(path) else path
+        return pq.ParquetFile(source, buffer_size=1 << 20, pre_buffer=False)
     except Exception as e:  # pyarrow raises ArrowInvalid / OSError with its own text
         raise RecordError(f"{path}: not a readable Parquet file: {e}") from None
 
@@ -44,7 +46,7 @@ def _parquet_values(path, field, on_bytes):
     parquet = _parquet_file(path)
     _check_arrow_column(path, parquet.schema_arrow, field)
     batches = parquet.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=[field], use_threads=False)
-    yield from _column_values(batches, parquet.metadata.num_rows, os.path.getsize(path), on_bytes)
+    yield from _column_values(batches, parquet.metadata.num_rows, locations.size(path), on_bytes)
 
 
 def _column_values(batches, rows, size, on_bytes):
@@ -101,7 +103,7 @@ def check_source(path: str, fmt: str, field: str, split: str) -> int:
         _check_arrow_column(path, _load_dataset(path, split).data.schema, field)
         return dataset_bytes(path)
     _check_arrow_column(path, _parquet_file(path).schema_arrow, field)
-    return os.path.getsize(path)
+    return locations.size(path)
 
 
 def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):

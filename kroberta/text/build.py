@@ -6,22 +6,26 @@ non-UTF-8 text files), train a byte-level BPE tokenizer streaming over them (or
 reuse one), encode in parallel batches, pack into full sequences, split whole
 sequences into train/validation by a seeded hash, optionally add static labels,
 write shards atomically, and write the manifest last: a directory with a manifest
-is complete.
+is complete. An `out_dir` on a URL (gs://, any fsspec filesystem: `kroberta.storage`)
+is prepared in a local temporary directory, then uploaded with the manifest last.
 """
 
 import math
 import os
 import shutil
+import tempfile
 import time
 import warnings
 
 import numpy as np
 
+from kroberta import storage
 from kroberta.atomic import atomic_path
 from kroberta.data.manifest import FORMAT, MANIFEST_NAME, ManifestError, load_manifest, write_manifest
 from kroberta.data.masking_numpy import static_mask
 from kroberta.data.records import PAD_ID, encode_examples
 from kroberta.errors import KrobertaError
+from kroberta.text import locations
 from kroberta.text.encode import blocks, encoded_documents
 from kroberta.text.packing import pack_documents
 from kroberta.text.progress import Progress
@@ -151,9 +155,10 @@ def _get_tokenizer(tokenizer, files, total_bytes, vocab_size, out_dir, progress)
     else:
         if isinstance(tokenizer, (str, os.PathLike)):
             tok = load_tokenizer(tokenizer)
-            if os.path.abspath(tokenizer) != os.path.abspath(out_path):
-                with atomic_path(out_path) as tmp:
-                    shutil.copyfile(tokenizer, tmp)
+            if locations.absolute(os.fspath(tokenizer)) != os.path.abspath(out_path):
+                with atomic_path(out_path) as tmp, locations.open_binary(os.fspath(tokenizer)) as f:
+                    with open(tmp, "wb") as copy:
+                        shutil.copyfileobj(f, copy)
         else:
             tok = tokenizer
             special_token_ids(tok)
@@ -205,6 +210,9 @@ def prepare(
         The manifest dict (also written to out_dir/manifest.json). Raises
         `PrepareError` with a one-line message when the inputs cannot be used.
     """
+    if storage.is_url(out_dir):
+        arguments = {k: v for k, v in locals().items() if k not in ("out_dir", "overwrite")}
+        return _prepare_to_url(out_dir, overwrite, arguments)
     started = time.perf_counter()
     _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer)
     out_dir = os.fspath(out_dir)
@@ -293,7 +301,7 @@ def prepare(
         "validation_fraction": validation_fraction,
         "source": {
             "inputs": [os.fspath(i) for i in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)],
-            "files": [os.path.abspath(f.path) for f in good],
+            "files": [locations.absolute(f.path) for f in good],
             "text_field": text_field if any(f.format for f in good) else None,
             "split": split if any(f.format == "datasets" for f in good) else None,
             "bytes": total_bytes,
@@ -303,4 +311,22 @@ def prepare(
         "timing_s": {"tokenizer": round(tok_time, 3), "encode_pack_write": round(encode_time, 3)},
     }
     write_manifest(out_dir, manifest)
+    return manifest
+
+
+def _prepare_to_url(url: str, overwrite: bool, arguments: dict) -> dict:
+    """`prepare` into a URL: built locally, then uploaded, the manifest last (an upload
+    cut short leaves no manifest, so no dataset that looks complete)."""
+    manifest_url = storage.join(url, MANIFEST_NAME)
+    try:
+        if storage.exists(manifest_url) and not overwrite:
+            raise PrepareError(f"{url} already holds a prepared dataset ({manifest_url}); "
+                               "pass --overwrite to replace it")
+        with tempfile.TemporaryDirectory(prefix="kroberta-prepare-") as local:
+            manifest = prepare(out_dir=local, overwrite=False, **arguments)
+            if storage.exists(manifest_url):  # --overwrite: the old manifest goes first
+                storage.remove(manifest_url)
+            storage.put_tree(local, url, last=MANIFEST_NAME)
+    except storage.StorageError as error:
+        raise PrepareError(f"--out: {error}") from None
     return manifest

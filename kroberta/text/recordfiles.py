@@ -22,6 +22,7 @@ import sys
 import zlib
 
 from kroberta.errors import KrobertaError
+from kroberta.text import locations
 
 FORMATS = {  # name suffix -> format (the longest matching suffix wins)
     ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".json": "jsonl", ".json.gz": "jsonl",
@@ -64,7 +65,7 @@ def record_format(path: str) -> str | None:
 
 def _open_binary(path: str):
     """(raw file, binary stream): the raw file's position is the progress in bytes."""
-    raw = open(path, "rb")
+    raw = locations.open_binary(path)
     if path.lower().endswith(".gz"):
         return raw, gzip.GzipFile(fileobj=raw, mode="rb")
     return raw, raw
@@ -187,7 +188,7 @@ def _json_array_values(path, field, on_bytes):
             position, expect_item = end, False
             yield _record_text(record, path, f"record {number}", field)
             progress.poll()
-        progress.finish(os.path.getsize(path))
+        progress.finish(locations.size(path))
 
 
 def _jsonl_values(path, field, on_bytes):
@@ -207,7 +208,7 @@ def _jsonl_values(path, field, on_bytes):
                 raise RecordError(f"{path}: line {number}: not a JSON object: {e.msg}") from None
             yield _record_text(record, path, f"line {number}", field)
             progress.poll()
-        progress.finish(os.path.getsize(path))
+        progress.finish(locations.size(path))
 
 
 # ---------------------------------------------------------------- CSV / TSV
@@ -249,7 +250,7 @@ def _csv_values(path, field, on_bytes, delimiter):
             raise RecordError(f"{path}: not UTF-8 ({e.reason})") from None
         except csv.Error as e:
             raise RecordError(f"{path}: line {rows.line_num}: {e}") from None
-        progress.finish(os.path.getsize(path))
+        progress.finish(locations.size(path))
 
 
 def column_index(path, columns, field):
@@ -287,7 +288,7 @@ def check_source(path: str, fmt: str, field: str, split: str):
         from kroberta.text import arrowfiles  # pyarrow and datasets load only when used
 
         return arrowfiles.check_source(path, fmt, field, split)
-    return os.path.getsize(path)
+    return locations.size(path)
 
 
 def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):

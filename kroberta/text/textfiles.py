@@ -11,12 +11,11 @@ flat however large the corpus is.
 
 import codecs
 import dataclasses
-import glob
 import gzip
 import os
 import zlib
 
-from kroberta.text import recordfiles
+from kroberta.text import locations, recordfiles
 from kroberta.errors import KrobertaError
 
 _SCAN_BLOCK = 1 << 20
@@ -62,10 +61,12 @@ def expand_inputs(inputs):
     files = []
     for pattern in patterns:
         pattern = os.fspath(pattern)
-        matches = sorted(glob.glob(pattern, recursive=True))
+        matches = locations.glob(pattern)
         found = []
         for match in matches:
-            if recordfiles.is_dataset_dir(match):
+            if locations.is_url(match):  # gs://...: through tf.io.gfile (kroberta.text.locations)
+                found.extend(locations.files_under(match) if locations.isdir(match) else [match])
+            elif recordfiles.is_dataset_dir(match):
                 found.append(match)  # a `datasets` directory is one input
             elif os.path.isdir(match):
                 for dirpath, dirnames, filenames in os.walk(match):
@@ -81,7 +82,7 @@ def expand_inputs(inputs):
         files.extend(found)
     unique, seen = [], set()
     for f in files:  # a file matched by two patterns is read once
-        key = os.path.abspath(f)
+        key = locations.absolute(f)
         if key not in seen:
             seen.add(key)
             unique.append(f)
@@ -101,13 +102,14 @@ def scan_file(path):
     """
     decoder = codecs.getincrementaldecoder("utf-8")()
     if _gzipped(path):
-        size = os.path.getsize(path)  # progress counts compressed bytes
+        size = locations.size(path)  # progress counts compressed bytes
         try:
-            scanned = _scan_stream(gzip.open(path, "rb"), decoder, path)
+            scanned = _scan_stream(gzip.GzipFile(fileobj=locations.open_binary(path), mode="rb"),
+                                   decoder, path)
         except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
             return size, f"not a readable gzip file ({e})", None, False
         return (size, *scanned[1:])
-    with open(path, "rb") as f:
+    with locations.open_binary(path) as f:
         return _scan_stream(f, decoder, path)
 
 
@@ -193,7 +195,7 @@ class _Counter:
 
 def _text_documents(path, counter):
     lines = []
-    with open(path, "rb") as raw:
+    with locations.open_binary(path) as raw:
         f = gzip.GzipFile(fileobj=raw, mode="rb") if _gzipped(path) else raw
         position = 0
         for number, line_bytes in enumerate(f):
@@ -215,7 +217,7 @@ def _text_documents(path, counter):
                 yield "\n".join(lines)
                 lines = []
         if f is not raw:
-            counter.add(os.path.getsize(path) - position)
+            counter.add(locations.size(path) - position)
             f.close()
     if lines:
         yield "\n".join(lines)

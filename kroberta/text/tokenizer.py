@@ -95,10 +95,17 @@ def load_tokenizer(path):
         The `tokenizers.Tokenizer`.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if "://" in path:  # a prepared directory on a URL: read as its records are (tf.io.gfile)
+        import tensorflow as tf
+
+        if not tf.io.gfile.exists(path):
+            raise TokenizerError(f"tokenizer file not found: {path}")
+        with tf.io.gfile.GFile(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    elif not os.path.isfile(path):
         raise TokenizerError(f"tokenizer file not found: {path}")
     try:
-        tokenizer = Tokenizer.from_file(path)
+        tokenizer = Tokenizer.from_str(text) if "://" in path else Tokenizer.from_file(path)
     except Exception as e:  # the library raises a bare Exception on malformed JSON
         raise TokenizerError(f"cannot read tokenizer {path}: {e}") from None
     special_token_ids(tokenizer, source=path)

@@ -13,25 +13,36 @@ loop is blocked only while the state is copied to host memory; the files are
 written and committed by a background thread, which the next checkpoint, the end of
 the run, a SIGTERM and an exception wait for.
 
+A run directory on a URL (gs://, any fsspec filesystem; `kroberta.storage`): Orbax
+writes each checkpoint into a local temporary directory as above, then its files are
+uploaded to run_dir/checkpoints/step_N/ with `_CHECKPOINT_METADATA` last (object
+stores have no rename: that marker's presence is what makes a checkpoint complete);
+restoring downloads one. Pruning removes the marker first. An upload killed midway
+leaves a step directory without the marker, ignored and cleaned on the next start.
+
 Multi-process and sharded ("fsdp"/"model") runs: every process calls `save` and
 `restore` (they are collectives) and writes or reads only the shards its devices
 hold; the run directory must be shared by all hosts (NFS, a GCS FUSE mount). A
 checkpoint restores into any mesh: the values are resharded to the running layout.
 """
 
+import concurrent.futures
 import os
 import re
 import shutil
+import tempfile
 import time
 
 import numpy as np
 
+from kroberta import storage
 from kroberta.errors import KrobertaError
 
 # Orbax is imported where it is used: it costs ~2 s and runs that never checkpoint
 # (predict, export) do not need it.
 
 CHECKPOINT_DIR = "checkpoints"
+COMMIT_FILE = "_CHECKPOINT_METADATA"  # Orbax's; written last, so it marks a complete checkpoint
 _NAME = re.compile(r"^step_(\d{8})$")
 
 
@@ -41,14 +52,12 @@ def _variables(model):
 
 def list_checkpoints(run_dir: str) -> list[tuple[int, str]]:
     """Complete checkpoints as (step, path), oldest first."""
-    root = os.path.join(run_dir, CHECKPOINT_DIR)
-    if not os.path.isdir(root):
-        return []
+    root = storage.join(run_dir, CHECKPOINT_DIR)
     found = []
-    for name in os.listdir(root):
+    for name in storage.listdir(root):
         match = _NAME.match(name)
-        path = os.path.join(root, name)
-        if match and os.path.isfile(os.path.join(path, "_CHECKPOINT_METADATA")):
+        path = storage.join(root, name)
+        if match and storage.isfile(storage.join(path, COMMIT_FILE)):
             found.append((int(match.group(1)), path))
     return sorted(found)
 
@@ -75,7 +84,7 @@ def save(model, run_dir: str, step: int, keep: int, extra: dict | None = None) -
         writer.save(model, step, extra)
     finally:
         writer.close()
-    return os.path.join(run_dir, CHECKPOINT_DIR, f"step_{step:08d}")
+    return storage.join(run_dir, CHECKPOINT_DIR, f"step_{step:08d}")
 
 
 class Writer:
@@ -95,7 +104,11 @@ class Writer:
         self.run_dir = run_dir
         self.keep = keep
         self.asynchronous = asynchronous
-        self._root = os.path.join(run_dir, CHECKPOINT_DIR)
+        self._root = storage.join(run_dir, CHECKPOINT_DIR)
+        # A URL's checkpoints are written here first, then uploaded (module docstring).
+        self._staging = tempfile.mkdtemp(prefix="kroberta-checkpoint-") \
+            if storage.is_url(run_dir) else None
+        self._upload = None  # asynchronous, on a URL: the future that commits and uploads
         # Made here, before the step loop: importing Orbax costs 2-10 s, which would
         # otherwise count as the first checkpoint's blocked time.
         _, self._checkpointer = _checkpointer(asynchronous=asynchronous)
@@ -116,15 +129,19 @@ class Writer:
         self.wait()
         if self._checkpointer is None:  # closed: a new one
             _, self._checkpointer = _checkpointer(asynchronous=self.asynchronous)
-        final = os.path.join(self._root, f"step_{step:08d}")
+        if self._staging is not None:
+            os.makedirs(self._staging, exist_ok=True)  # `close` removed it
         state, meta = _state_and_meta(model, step, extra)
         try:
-            self._checkpointer.save(os.path.abspath(final), force=True,
+            self._checkpointer.save(os.path.abspath(self._written(step)), force=True,
                                     args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                             meta=ocp.args.JsonSave(meta)))
         except Exception as error:  # OSError, or Orbax/tensorstore's own wrappers of one
             self._failed(step, error)
         self._in_flight = step
+        if self.asynchronous and self._staging is not None:
+            # The upload follows the commit in the background too: the step loop goes on.
+            self._upload = _background().submit(self._commit, step)
         if not self.asynchronous:
             self.wait()  # committed already: prunes the old ones
         return time.perf_counter() - started
@@ -138,13 +155,32 @@ class Writer:
             return 0.0
         started = time.perf_counter()
         step, self._in_flight = self._in_flight, None
+        upload, self._upload = self._upload, None
         try:
-            if self.asynchronous:
-                self._checkpointer.wait_until_finished()
+            if upload is not None:
+                upload.result()
+            else:
+                self._commit(step)
         except Exception as error:
             self._failed(step, error)
         self._prune()
         return time.perf_counter() - started
+
+    def _written(self, step: int) -> str:
+        """Where Orbax writes the checkpoint of `step`: its place, or the local staging one."""
+        name = f"step_{step:08d}"
+        return os.path.join(self._staging, name) if self._staging else \
+            os.path.join(self._root, name)
+
+    def _commit(self, step: int):
+        """Waits for Orbax's commit; on a URL, then uploads the checkpoint, marker last."""
+        if self.asynchronous:
+            self._checkpointer.wait_until_finished()
+        if self._staging is not None:
+            local = self._written(step)
+            storage.put_tree(local, storage.join(self._root, os.path.basename(local)),
+                             last=COMMIT_FILE)
+            shutil.rmtree(local, ignore_errors=True)
 
     def close(self):
         """Waits for the checkpoint in flight (see `wait`), then releases Orbax's threads."""
@@ -154,6 +190,8 @@ class Writer:
             if self._checkpointer is not None:
                 self._checkpointer.close()
                 self._checkpointer = None
+            if self._staging is not None:
+                shutil.rmtree(self._staging, ignore_errors=True)
 
     def _prune(self):
         import jax
@@ -161,14 +199,33 @@ class Writer:
         if jax.process_index() == 0:  # after the commit's final barrier: the new one is complete
             for step, old in list_checkpoints(self.run_dir)[:-self.keep]:
                 if step != self.protected_step:
-                    shutil.rmtree(old, ignore_errors=True)
+                    remove(old)
 
     def _failed(self, step: int, error: Exception):
         clean_temporaries(self.run_dir)  # Orbax's step_*.orbax-checkpoint-tmp-* directory
+        if self._staging is not None:
+            shutil.rmtree(self._written(step), ignore_errors=True)
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         raise CheckpointWriteError(
             f"could not write the checkpoint at step {step} in {self._root}: {reason}; "
             "the previous checkpoints are intact") from error
+
+
+def remove(path: str):
+    """Removes a checkpoint: its marker first, so one removed halfway is never listed."""
+    storage.remove(storage.join(path, COMMIT_FILE))
+    storage.rmtree(path)
+
+
+_POOL = None
+
+
+def _background():
+    """One thread for the uploads of URL checkpoints (one in flight at a time)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kroberta-upload")
+    return _POOL
 
 
 def _checkpointer(asynchronous: bool = False):
@@ -207,10 +264,15 @@ def restore(model, path: str) -> dict:
     Each value is restored straight into the sharding of the variable it replaces,
     so a checkpoint written on one mesh (or by N processes) loads into another.
     """
+    with storage.local_copy(path) as local:
+        return _restore(model, os.path.abspath(local), path)
+
+
+def _restore(model, path: str, named: str) -> dict:
+    """`restore` from the local directory `path` (`named` in errors)."""
     import jax
 
     ocp, checkpointer = _checkpointer()
-    path = os.path.abspath(path)
     with checkpointer:
         meta = checkpointer.restore(path, args=ocp.args.Composite(
             meta=ocp.args.JsonRestore()))["meta"]
@@ -219,13 +281,13 @@ def restore(model, path: str) -> dict:
             keys = sorted(k for k in meta["paths"] if k.startswith(group + "/"))
             if len(keys) != len(variables):
                 raise ValueError(
-                    f"{path}: holds {len(keys)} {group} variables, the model has {len(variables)}"
+                    f"{named}: holds {len(keys)} {group} variables, the model has {len(variables)}"
                 )
             for key, v in zip(keys, variables):
                 if _stable(meta["paths"][key]) != _stable(v.path) or \
                         tuple(meta["shapes"][key]) != tuple(v.shape):
                     raise ValueError(
-                        f"{path}: {key} is {meta['paths'][key]} {tuple(meta['shapes'][key])}, "
+                        f"{named}: {key} is {meta['paths'][key]} {tuple(meta['shapes'][key])}, "
                         f"the model expects {v.path} {tuple(v.shape)}"
                     )
             target[group] = [jax.ShapeDtypeStruct(v.value.shape, v.value.dtype,
@@ -239,9 +301,12 @@ def restore(model, path: str) -> dict:
 
 
 def clean_temporaries(run_dir: str):
-    """Removes checkpoints left half-written by a killed process."""
-    root = os.path.join(run_dir, CHECKPOINT_DIR)
-    if os.path.isdir(root):
-        for name in os.listdir(root):
-            if name.startswith(".tmp-") or ".orbax-checkpoint-tmp" in name:
-                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    """Removes checkpoints left half-written by a killed process (on a URL: step
+    directories whose upload never reached the marker)."""
+    root = storage.join(run_dir, CHECKPOINT_DIR)
+    url = storage.is_url(run_dir)
+    for name in storage.listdir(root):
+        path = storage.join(root, name)
+        if name.startswith(".tmp-") or ".orbax-checkpoint-tmp" in name or (
+                url and _NAME.match(name) and not storage.isfile(storage.join(path, COMMIT_FILE))):
+            storage.rmtree(path)

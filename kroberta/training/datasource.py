@@ -20,7 +20,7 @@ def resolve(config: Config, log=print) -> tuple[Config, str | None]:
         return _from_manifest(config, data.dir, "data.dir")
     if data.train:
         return config, None
-    prepared = os.path.join(config.run_dir, EMBEDDED_DIR)
+    prepared = os.path.join(_local_home(config.run_dir), EMBEDDED_DIR)
     if not os.path.isfile(os.path.join(prepared, "manifest.json")):
         _prepare_embedded(config, prepared, log)
     return _from_manifest(config, prepared, "embedded corpus")
@@ -30,8 +30,9 @@ def _prepare_embedded(config: Config, out_dir: str, log):
     from kroberta.text.build import prepare
     from kroberta.text import corpus
 
-    os.makedirs(config.run_dir, exist_ok=True)
-    text_path = os.path.join(config.run_dir, "embedded-corpus.txt")
+    home = _local_home(config.run_dir)
+    os.makedirs(home, exist_ok=True)
+    text_path = os.path.join(home, "embedded-corpus.txt")
     log("no data given: building the embedded corpus from the Python standard library's docstrings")
     stats = corpus.write_stdlib_corpus(text_path)
     log(f"  {stats}")
@@ -43,6 +44,19 @@ def _prepare_embedded(config: Config, out_dir: str, log):
         seed=config.train.seed,
         progress=False,
     )
+
+
+def _local_home(run_dir: str) -> str:
+    """Where the embedded corpus is prepared: the run directory, or for a URL one (whose
+    files tf.data may not read) a local directory of its own, rebuilt when missing (it is
+    the same corpus every time)."""
+    if "://" not in run_dir:
+        return run_dir
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"kroberta-embedded-{digest}")
 
 
 def _from_manifest(config: Config, directory: str, key: str) -> tuple[Config, str]:

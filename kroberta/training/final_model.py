@@ -14,7 +14,7 @@ import keras_hub
 from kroberta.training import checkpoint
 from kroberta.training.checkpoint import list_checkpoints  # `load`'s argument is named checkpoint
 from kroberta.config import load_toml
-from kroberta.atomic import atomic_path
+from kroberta import storage
 from kroberta.errors import KrobertaError
 from kroberta.interop import EXPORT_FORMATS
 
@@ -37,8 +37,8 @@ def save(model, run_dir: str):
     weights = [to_host(v.value) for v in model.weights]
     if jax.process_index() != 0:
         return None
-    os.makedirs(run_dir, exist_ok=True)
-    final = os.path.join(run_dir, WEIGHTS_FILE)
+    storage.makedirs(run_dir)
+    final = storage.join(run_dir, WEIGHTS_FILE)
     # Keras would store the optimizer's state too (3x the size); the final model is for
     # inference and export, so save an uncompiled twin with the same weights. It is made
     # and saved outside any distribution: its arrays stay on this host, and nothing in
@@ -49,7 +49,7 @@ def save(model, run_dir: str):
     try:
         twin = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
         twin.set_weights(weights)
-        with atomic_path(final) as tmp:
+        with storage.staged_file(final) as tmp:  # a rename, or one upload (a URL)
             twin.save_weights(tmp)
     finally:
         keras.distribution.set_distribution(distribution)
@@ -79,18 +79,18 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
     from kroberta.model.mlm import build_model
     from kroberta.model.predicting_mlm import PredictingMaskedLM
 
-    config_path = os.path.join(path, CONFIG_FILE)
-    weights_path = os.path.join(path, WEIGHTS_FILE)
-    if not os.path.isdir(path):
+    config_path = storage.join(path, CONFIG_FILE)
+    weights_path = storage.join(path, WEIGHTS_FILE)
+    if not storage.isdir(path):
         raise FileNotFoundError(f"{path}: not a kroberta run directory (no such directory)")
     if checkpoint is not None:
         return _load_checkpoint(path, mixed_precision, checkpoint)
     # An unfinished run (interrupted, preempted, --until-step) loads its last checkpoint.
-    saved = list_checkpoints(path) if not os.path.isfile(weights_path) else []
+    saved = list_checkpoints(path) if not storage.isfile(weights_path) else []
     for needed in (config_path, weights_path):
-        if not os.path.isfile(needed) and not (needed == weights_path and saved):
-            raise FileNotFoundError(f"{path}: not a finished kroberta run ({os.path.basename(needed)} is missing)")
-    config = load_toml(config_path)
+        if not storage.isfile(needed) and not (needed == weights_path and saved):
+            raise FileNotFoundError(f"{path}: not a finished kroberta run ({storage.basename(needed)} is missing)")
+    config = load_run_config(path)
     if mixed_precision is None:
         mixed_precision = config.train.mixed_precision
     model = build_model(config.model, mixed_precision, task_class=PredictingMaskedLM)
@@ -100,7 +100,8 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
               file=sys.stderr, flush=True)
         model.set_weights(_checkpoint_weights(config, checkpoint_path))
     else:
-        model.load_weights(weights_path)
+        with storage.local_copy(weights_path) as local:  # h5 is read from a local file
+            model.load_weights(local)
     model.kroberta_config = config
     model.tokenizer = load_tokenizer(path)
     return model
@@ -111,8 +112,7 @@ def _load_checkpoint(path: str, mixed_precision: bool | None, which: str | int):
     from kroberta.model.mlm import build_model
     from kroberta.training import signals
 
-    config_path = os.path.join(path, CONFIG_FILE)
-    if not os.path.isfile(config_path):
+    if not storage.isfile(storage.join(path, CONFIG_FILE)):
         raise FileNotFoundError(f"{path}: not a kroberta run ({CONFIG_FILE} is missing)")
     saved = list_checkpoints(path)
     if which == "best":
@@ -134,7 +134,7 @@ def _load_checkpoint(path: str, mixed_precision: bool | None, which: str | int):
     else:
         raise ValueError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
                          f"got {which!r}")
-    config = load_toml(config_path)
+    config = load_run_config(path)
     if mixed_precision is None:
         mixed_precision = config.train.mixed_precision
     model = build_model(config.model, mixed_precision)
@@ -156,13 +156,20 @@ def _checkpoint_weights(config, path: str) -> list:
     return [to_host(v.value) for v in trained.weights]
 
 
+def load_run_config(run_dir: str):
+    """The run's resolved config (its config.toml)."""
+    path = storage.join(run_dir, CONFIG_FILE)
+    with storage.local_copy(path) as local:
+        return load_toml(local)
+
+
 def load_tokenizer(run_dir: str):
-    tokenizer_path = os.path.join(run_dir, TOKENIZER_FILE)
-    if not os.path.isfile(tokenizer_path):
+    tokenizer_path = storage.join(run_dir, TOKENIZER_FILE)
+    if not storage.isfile(tokenizer_path):
         return None
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(tokenizer_path)
+    return Tokenizer.from_str(storage.read_text(tokenizer_path))
 
 
 class ExportError(KrobertaError):
@@ -177,7 +184,7 @@ def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> s
     if format not in EXPORT_FORMATS:
         raise ExportError(f"--format {format!r}: expected one of {', '.join(EXPORT_FORMATS)}")
 
-    if not os.path.isdir(run):
+    if not storage.isdir(run):
         raise ExportError(f"{run}: not a kroberta run directory (no such directory)")
     if os.path.exists(out) and not os.path.isdir(out):
         raise ExportError(f"--out {out}: exists and is not a directory")

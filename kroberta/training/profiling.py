@@ -13,9 +13,12 @@ integers per dispatch.
 """
 
 import os
+import shutil
+import tempfile
 
 import keras
 
+from kroberta import storage
 from kroberta.config import parse_window  # noqa: F401  (the window's syntax)
 
 PROFILE_DIR = "profile"  # under the run directory
@@ -35,7 +38,10 @@ class ProfileWindow(keras.callbacks.Callback):
 
     def __init__(self, run_dir: str, window: tuple[int, int], start_step: int, log=print):
         super().__init__()
-        self.directory = os.path.join(run_dir, PROFILE_DIR)
+        self.directory = storage.join(run_dir, PROFILE_DIR)
+        # A URL run dir: traced into a local directory, uploaded when the trace ends.
+        self._local = tempfile.mkdtemp(prefix="kroberta-profile-") \
+            if storage.is_url(run_dir) else self.directory
         self.start, self.stop = window
         self.log = log
         self.step = start_step  # optimizer steps done before the current log interval
@@ -54,8 +60,8 @@ class ProfileWindow(keras.callbacks.Callback):
             self._wait_for_devices()
             import jax
 
-            os.makedirs(self.directory, exist_ok=True)
-            jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
+            os.makedirs(self._local, exist_ok=True)
+            jax.profiler.start_trace(self._local, create_perfetto_trace=True)
             self.active = True
             self.log(f"profile: tracing steps {step + 1}-{self.stop} into {self.directory}")
         elif self.active and step >= self.stop:
@@ -89,5 +95,8 @@ class ProfileWindow(keras.callbacks.Callback):
         jax.profiler.stop_trace()
         self.active = False
         self.done = True
+        if self._local != self.directory:
+            storage.put_tree(self._local, self.directory)
+            shutil.rmtree(self._local, ignore_errors=True)
         self.log(f"profile: trace written to {self.directory} (tensorboard --logdir "
                  f"{self.directory}, or perfetto_trace.json.gz in https://ui.perfetto.dev)")

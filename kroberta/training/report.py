@@ -9,10 +9,10 @@ the lowest validation loss, `kroberta.load(run_dir, checkpoint="best")`).
 
 import json
 import math
-import os
 import statistics
 import sys
 
+from kroberta import storage
 from kroberta.errors import KrobertaError
 
 METRICS_FILE = "metrics.jsonl"
@@ -32,21 +32,20 @@ class ReportError(KrobertaError, ValueError):
 
 
 def read_metrics(run_dir: str) -> list[dict]:
-    path = os.path.join(run_dir, METRICS_FILE)
-    if not os.path.isfile(path):
-        what = "no such directory" if not os.path.isdir(run_dir) else f"no {METRICS_FILE} in it"
+    path = storage.join(run_dir, METRICS_FILE)
+    if not storage.isfile(path):
+        what = "no such directory" if not storage.isdir(run_dir) else f"no {METRICS_FILE} in it"
         raise ReportError(f"{run_dir}: {what}; train a run there first "
                           "(python -m kroberta.train --run_dir=...)")
     rows = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                # A run killed mid-write leaves a partial last line: skip it, say so.
-                print(f"warning: {path}:{number}: not JSON, skipped", file=sys.stderr)
+    for number, line in enumerate(storage.read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            # A run killed mid-write leaves a partial last line: skip it, say so.
+            print(f"warning: {path}:{number}: not JSON, skipped", file=sys.stderr)
     if not rows:
         raise ReportError(f"{path}: holds no rows yet")
     return rows
@@ -171,16 +170,17 @@ def report(run_dir: str, print_fn=print, show: bool | None = None) -> dict:
     if best is not None:
         summary.update(best_checkpoint_step=best[0], best_checkpoint=best[1],
                        best_checkpoint_loss=best[2])
-    path = os.path.join(run_dir, REPORT_FILE)
-    figure = draw(rows, path, title=os.path.basename(os.path.abspath(run_dir)),
-                  best_step=best[0] if best else None)
+    path = storage.join(run_dir, REPORT_FILE)
+    with storage.staged_file(path) as local:  # matplotlib writes a local file; a URL gets a copy
+        figure = draw(rows, local, title=storage.basename(storage.absolute(run_dir)),
+                      best_step=best[0] if best else None)
     for line in _format(summary):
         print_fn(line)
     print_fn(f"curves: {path}")
     if console.in_jupyter() if show is None else show:
         from IPython.display import Image, display
 
-        display(Image(filename=path))
+        display(Image(data=storage.read_bytes(path)))
     summary["report_png"] = path
     summary["figure"] = figure
     return summary

@@ -19,12 +19,12 @@ compilation is announced as soon as it ends.
 
 import json
 import math
-import os
 import time
 
 import keras
 import numpy as np
 
+from kroberta import storage
 from kroberta.errors import DivergedError
 from kroberta.training import checkpoint, console, signals, trackers
 from kroberta.training.compile_clock import CompileClock
@@ -75,7 +75,8 @@ class RunLogger(keras.callbacks.Callback):
             self.checkpoints.protected_step = self.watch.best_step
         self._trackers = []
         if write_files:
-            self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a")
+            # Appended per row; on a URL (no append) rewritten whole per row.
+            self._jsonl = storage.Appender(storage.join(run_dir, "metrics.jsonl"))
             self._trackers = trackers.open_trackers(config, run_dir)
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -212,7 +213,6 @@ class RunLogger(keras.callbacks.Callback):
         row = {k: v for k, v in row.items() if v is not None}
         if self.write_files:
             self._jsonl.write(json.dumps(row) + "\n")
-            self._jsonl.flush()
             if any(True for _ in trackers.numeric_items(row)):
                 for tracker in self._trackers:
                     tracker.log(row)

@@ -5,9 +5,10 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 
+from kroberta import storage
 from kroberta.config import ConfigError
-from kroberta.atomic import atomic_write
 
 
 @contextlib.contextmanager
@@ -42,45 +43,53 @@ def _single_process() -> bool:
 
 
 def check_writable(run_dir: str):
-    """Fails clearly when the run directory cannot be created or written to."""
+    """Fails clearly when the run directory cannot be created or written to (a URL: when
+    its filesystem package is missing, or an object cannot be written there)."""
+    if storage.is_url(run_dir) and not _single_process():
+        # Each process would stage its own shards of a checkpoint locally; only a
+        # directory every host shares can hold them.
+        raise ConfigError(f"run_dir: {run_dir} is a URL, which a multi-process run cannot "
+                          "use yet; mount the bucket on every host (GCS FUSE) and give its path")
     try:
-        os.makedirs(run_dir, exist_ok=True)
-        probe = os.path.join(run_dir, f".write-test-{os.getpid()}")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
+        storage.makedirs(run_dir)
+        probe = storage.join(run_dir, f".write-test-{os.getpid()}")
+        storage.write_text(probe, "ok")
+        storage.remove(probe)
+    except storage.StorageError as error:  # the URL's package is missing
+        raise ConfigError(f"run_dir: {error}") from None
     except OSError as error:
-        raise ConfigError(f"run_dir: cannot write to {run_dir}: {error.strerror}") from None
+        reason = error.strerror or str(error)
+        raise ConfigError(f"run_dir: cannot write to {run_dir}: {reason}") from None
 
 
 def check_free_space(run_dir: str, needed_bytes: int, what: str):
-    free = shutil.disk_usage(run_dir).free
+    free = storage.free_bytes(run_dir)
     if free < needed_bytes:
+        where = (f"the temporary directory that stages its files ({tempfile.gettempdir()}; "
+                 "set TMPDIR)" if storage.is_url(run_dir) else run_dir)
         raise ConfigError(
-            f"run_dir: {run_dir} has {free / 2**20:.0f} MiB free but {what} needs about "
+            f"run_dir: {where} has {free / 2**20:.0f} MiB free but {what} needs about "
             f"{needed_bytes / 2**20:.0f} MiB; free some space or choose another --run_dir")
 
 
 def truncate_metrics(run_dir: str, last_step: int):
     """Drops metrics.jsonl rows logged after `last_step` (by a run killed after its
     last checkpoint), so the resumed run's rows neither repeat nor leave gaps."""
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.isfile(path):
+    path = storage.join(run_dir, "metrics.jsonl")
+    if not storage.isfile(path):
         return 0
     kept, dropped = [], 0
-    with open(path) as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                dropped += 1  # a line cut short by the kill
-                continue
-            if row.get("step", 0) <= last_step:
-                kept.append(line if line.endswith("\n") else line + "\n")
-            else:
-                dropped += 1
-    with atomic_write(path) as f:
-        f.writelines(kept)
+    for line in storage.read_text(path).splitlines(keepends=True):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            dropped += 1  # a line cut short by the kill
+            continue
+        if row.get("step", 0) <= last_step:
+            kept.append(line if line.endswith("\n") else line + "\n")
+        else:
+            dropped += 1
+    storage.write_text(path, "".join(kept))
     return dropped
 
 
@@ -104,7 +113,7 @@ def _comparable(section: str, key: str, value):
     if section == "data" and key in ("dir", "train", "validation"):
         # The same files named from another working directory are the same data.
         paths = [value] if isinstance(value, str) else list(value)
-        return [os.path.abspath(p) if p else p for p in paths]
+        return [storage.absolute(p) if p else p for p in paths]
     return list(value) if isinstance(value, tuple) else value
 
 
@@ -136,5 +145,5 @@ def describe_changes(changes: dict) -> str:
 
 def record_changes(run_dir: str, step: int, changes: dict):
     """Appends one row to the run's config_changes.jsonl: the step from which `changes` apply."""
-    with open(os.path.join(run_dir, CHANGES_FILE), "a") as f:
-        f.write(json.dumps({"step": step, "changed": changes}) + "\n")
+    storage.append_text(storage.join(run_dir, CHANGES_FILE),
+                        json.dumps({"step": step, "changed": changes}) + "\n")

@@ -8,8 +8,8 @@ decides alike.
 """
 
 import json
-import os
 
+from kroberta import storage
 from kroberta.training import checkpoint
 
 METRICS_FILE = "metrics.jsonl"
@@ -18,18 +18,17 @@ EARLY_STOP = "early_stop"  # the split of the row that records an early stop
 
 def read_rows(run_dir: str, last_step: int | None = None) -> list[dict]:
     """metrics.jsonl's rows (up to `last_step`), skipping a line cut short by a kill."""
-    path = os.path.join(run_dir, METRICS_FILE)
-    if not os.path.isfile(path):
+    path = storage.join(run_dir, METRICS_FILE)
+    if not storage.isfile(path):
         return []
     rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if last_step is None or row.get("step", 0) <= last_step:
-                rows.append(row)
+    for line in storage.read_text(path).splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if last_step is None or row.get("step", 0) <= last_step:
+            rows.append(row)
     return rows
 
 

@@ -16,7 +16,7 @@ import os
 import time
 import uuid
 
-from kroberta.atomic import atomic_write
+from kroberta import storage
 from kroberta.config import ConfigError, to_dict
 
 IDS_FILE = "trackers.json"
@@ -32,26 +32,22 @@ def numeric_items(row: dict):
 
 def read_ids(run_dir: str) -> dict:
     """{tracker: run id} of the trackers this run directory's run has used."""
-    path = os.path.join(run_dir, IDS_FILE)
-    if not os.path.isfile(path):
+    path = storage.join(run_dir, IDS_FILE)
+    if not storage.isfile(path):
         return {}
-    with open(path) as f:
-        return json.load(f)
+    return json.loads(storage.read_text(path))
 
 
 def forget_runs(run_dir: str):
     """Makes the next run in `run_dir` start new tracker runs (`--force`: another model)."""
-    path = os.path.join(run_dir, IDS_FILE)
-    if os.path.isfile(path):
-        os.remove(path)
+    storage.remove(storage.join(run_dir, IDS_FILE))
 
 
 def _keep_id(run_dir: str, tracker: str, run_id: str):
     ids = read_ids(run_dir)
     if ids.get(tracker) != run_id:
         ids[tracker] = run_id
-        with atomic_write(os.path.join(run_dir, IDS_FILE)) as f:
-            json.dump(ids, f, indent=1)
+        storage.write_text(storage.join(run_dir, IDS_FILE), json.dumps(ids, indent=1))
 
 
 def _import(module: str, tracker: str):
@@ -76,21 +72,39 @@ def _flat_params(config) -> dict:
 
 
 class TensorBoard:
-    """Scalars under "<split>/<key>" in run_dir/tensorboard."""
+    """Scalars under "<split>/<key>" in run_dir/tensorboard.
+
+    On a URL run dir the event files are written in a local temporary directory and
+    uploaded (whole: object stores have no append) after every row, through the same
+    filesystem as the run's other files (TensorFlow's own knows gs:// only).
+    """
 
     def __init__(self, config, run_dir: str):
+        import tempfile
+
         import tensorflow as tf
 
         self._tf = tf
-        self._writer = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
+        self._target = storage.join(run_dir, "tensorboard")
+        self._staging = tempfile.mkdtemp(prefix="kroberta-tensorboard-") \
+            if storage.is_url(run_dir) else None
+        self._writer = tf.summary.create_file_writer(self._staging or self._target)
 
     def log(self, row: dict):
         with self._writer.as_default(step=row["step"]):
             for key, value in numeric_items(row):
                 self._tf.summary.scalar(f"{row['split']}/{key}", value)
+        if self._staging is not None:
+            self._writer.flush()
+            storage.put_tree(self._staging, self._target)
 
     def close(self, failed: bool = False):
         self._writer.close()
+        if self._staging is not None:
+            import shutil
+
+            storage.put_tree(self._staging, self._target)
+            shutil.rmtree(self._staging, ignore_errors=True)
 
 
 class WandB:
@@ -104,10 +118,11 @@ class WandB:
         wandb = _import("wandb", "wandb")
         # W&B ids: up to 64 lowercase letters and digits, unique in the project.
         run_id = read_ids(run_dir).get("wandb") or uuid.uuid4().hex[:16]
-        directory = os.environ.get("WANDB_DIR") or run_dir
+        # W&B keeps its local files in a directory: a URL run dir leaves them to W&B's default.
+        directory = os.environ.get("WANDB_DIR") or (None if storage.is_url(run_dir) else run_dir)
         self._run = wandb.init(
             project=os.environ.get("WANDB_PROJECT") or EXPERIMENT,
-            name=os.path.basename(os.path.abspath(run_dir)), id=run_id, resume="allow",
+            name=storage.basename(storage.absolute(run_dir)), id=run_id, resume="allow",
             dir=directory, config=_flat_params(config), reinit="create_new")
         self._run.define_metric("step")
         self._run.define_metric("*", step_metric="step")
@@ -139,7 +154,7 @@ class MLflow:
             experiment_id = (experiment.experiment_id if experiment
                              else self._client.create_experiment(name))
             run_id = self._client.create_run(
-                experiment_id, run_name=os.path.basename(os.path.abspath(run_dir))).info.run_id
+                experiment_id, run_name=storage.basename(storage.absolute(run_dir))).info.run_id
             # Parameters once: MLflow refuses a parameter logged again with another value.
             params = [Param(k, v) for k, v in _flat_params(config).items()]
             for i in range(0, len(params), 100):  # MLflow's batch limit

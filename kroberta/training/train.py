@@ -10,11 +10,10 @@ Re-running the same command resumes from the run directory's latest checkpoint.
 
 import dataclasses
 import math
-import os
-import shutil
 import time
 
-from kroberta.config import load_toml, to_dict, to_toml, validate
+from kroberta import storage
+from kroberta.config import to_dict, to_toml, validate
 from kroberta.training import signals, trackers
 from kroberta.config import Config, ConfigError
 from kroberta.training import checkpoint
@@ -22,7 +21,6 @@ from kroberta.training.run_dir import (CHANGES_FILE, changed_settings, check_fre
                                        check_writable, describe_changes, record_changes,
                                        removed_unless_checkpointed, truncate_metrics)
 from kroberta.training.preemption import PreemptionFlag
-from kroberta.atomic import atomic_write
 
 # JAX, Keras and TensorFlow are imported by the functions that use them, so that
 # `--help`, config errors and `--explain` answer without their seconds of start-up.
@@ -46,12 +44,12 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True,
     from kroberta.training import final_model
 
     log = log or _log
-    os.makedirs(config.run_dir, exist_ok=True)
-    path = os.path.join(config.run_dir, final_model.CONFIG_FILE)
+    storage.makedirs(config.run_dir)
+    path = storage.join(config.run_dir, final_model.CONFIG_FILE)
     saved = checkpoint.list_checkpoints(config.run_dir)
     changes = {}
-    if os.path.isfile(path) and saved:
-        previous = load_toml(path)
+    if storage.isfile(path) and saved:
+        previous = final_model.load_run_config(config.run_dir)
         # A new start (initializer_range) is not a new model: the checkpoint holds its weights.
         before, now = previous.model.trained_model(), config.model.trained_model()
         other_model = before != now
@@ -75,7 +73,7 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True,
         if not write:
             return
         if starts_over:
-            shutil.rmtree(os.path.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
+            storage.rmtree(storage.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
             trackers.forget_runs(config.run_dir)  # a new start: new tracker runs
         else:
             changes = {**training, **other}
@@ -85,17 +83,23 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True,
         record_changes(config.run_dir, saved[-1][0], changes)
         log(f"run_dir: continuing step {saved[-1][0]} with changed settings: "
             f"{describe_changes(changes)} (recorded in {CHANGES_FILE})")
-    with atomic_write(path) as f:
-        f.write(to_toml(config))
+    storage.write_text(path, to_toml(config))
 
 
 def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):
     from kroberta.training import final_model
 
     if tokenizer_path:
-        target = os.path.join(run_dir, final_model.TOKENIZER_FILE)
-        if os.path.abspath(tokenizer_path) != os.path.abspath(target):
-            shutil.copyfile(tokenizer_path, target)
+        target = storage.join(run_dir, final_model.TOKENIZER_FILE)
+        if storage.absolute(tokenizer_path) == storage.absolute(target):
+            return
+        if storage.is_url(tokenizer_path):  # data on a URL is TensorFlow's to read
+            import tensorflow as tf
+
+            with tf.io.gfile.GFile(tokenizer_path, "rb") as f:
+                storage.write_bytes(target, f.read())
+        else:
+            storage.copy_file(tokenizer_path, target)
 
 
 def train(config: Config, force: bool = False, until_step: int | None = None,

@@ -3,6 +3,7 @@
 import json
 import os
 import sys
+import uuid
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing in these tests may download
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -159,6 +160,20 @@ def test_init_from_hf_loads_into_an_existing_model(tiny_export):
     other = build_model(TINY, seed=5)
     assert hf.init_from_hf(other, out) is other
     assert_same_weights(model, other)
+
+
+def test_from_hf_and_init_from_hf_read_a_url(tiny_export):
+    from kroberta import storage
+
+    model, out = tiny_export
+    url = f"memory://kroberta-{uuid.uuid4().hex[:8]}/hf"
+    storage.put_tree(out, url)
+    assert_same_weights(model, hf.from_hf(url))
+    other = build_model(TINY, seed=5)
+    hf.init_from_hf(other, url)
+    assert_same_weights(model, other)
+    with pytest.raises(FileNotFoundError, match=f"{url}/none: no such file or directory"):
+        hf.from_hf(f"{url}/none")
 
 
 @pytest.mark.parametrize("key, value, message", [

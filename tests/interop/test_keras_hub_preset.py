@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import uuid
 import warnings
 
 import keras_hub
@@ -89,6 +90,19 @@ def test_from_keras_hub_round_trip(exported, tokenizer):
     for text in TEXTS + ["The <mask> sat."]:
         assert loaded.tokenizer.encode(text).ids == tokenizer.encode(text).ids, text
     assert loaded.tokenizer.get_vocab() == tokenizer.get_vocab()
+
+
+def test_from_keras_hub_and_init_from_keras_hub_read_a_url(exported):
+    from kroberta import storage
+    from kroberta.interop.keras_hub_presets import init_from_keras_hub
+
+    model, out = exported
+    url = f"memory://kroberta-{uuid.uuid4().hex[:8]}/preset"
+    storage.put_tree(out, url)
+    assert_same_weights(model, kroberta.from_keras_hub(url))
+    other = randomized_model(seed=5)
+    assert init_from_keras_hub(other, url) is True
+    assert_same_weights(model, other)
 
 
 def test_export_cli_and_overwrite(tmp_path, tokenizer, capsys):

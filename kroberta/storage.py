@@ -1,0 +1,308 @@
+"""The run directory's files on a local path or on any fsspec URL (gs://, s3://, memory://).
+
+A local path goes through os, open and shutil, exactly as before URLs were allowed
+(whole-file writes through `kroberta.atomic`'s rename). A URL goes through fsspec,
+imported only then. Object stores have neither append nor rename, so on a URL a
+file is always written whole at its final name: an object write is atomic (the
+object appears whole or not at all), an append rewrites the whole (small) file, and
+a directory that must appear complete (a checkpoint) is uploaded with its marker
+file last (`put_tree`).
+
+Files that only a local path can hold for their writer or reader (Keras' .h5
+weights, Orbax's checkpoints, a picture) go through a local temporary copy:
+`local_copy` to read, `staged_file` to write.
+"""
+
+import contextlib
+import os
+import posixpath
+import shutil
+import tempfile
+
+from kroberta.atomic import atomic_path, atomic_write
+from kroberta.errors import KrobertaError
+
+# The extra that installs each protocol's fsspec implementation, for the error that names it.
+EXTRAS = {"gs": ("gcs", "gcsfs"), "gcs": ("gcs", "gcsfs")}
+# Object stores: no directories to make (gcsfs's makedirs would even create a missing bucket).
+OBJECT_STORES = {"gs", "gcs", "s3", "s3a", "az", "abfs", "abfss"}
+
+
+class StorageError(KrobertaError, OSError):
+    """A URL whose filesystem cannot be used here (its package is missing, or it is unknown)."""
+
+
+def is_url(path) -> bool:
+    return "://" in os.fspath(path)
+
+
+def join(base, *parts) -> str:
+    base = os.fspath(base)
+    if is_url(base):
+        return posixpath.join(base, *parts)
+    return os.path.join(base, *parts)
+
+
+def basename(path) -> str:
+    path = os.fspath(path)
+    return posixpath.basename(path.rstrip("/")) if is_url(path) else os.path.basename(path)
+
+
+def absolute(path) -> str:
+    """A local path made absolute; a URL as it is (it has no working directory)."""
+    return path if is_url(path) else os.path.abspath(path)
+
+
+def filesystem(url: str):
+    """(fsspec filesystem, path inside it) for `url`; a one-line StorageError naming the
+    URL and what to install when its implementation is missing."""
+    protocol = url.split("://", 1)[0]
+    extra, package = EXTRAS.get(protocol, (None, None))
+    install = f'pip install "kroberta[{extra}]"' if extra else "pip install fsspec"
+    try:
+        import fsspec
+    except ImportError:
+        raise StorageError(f"{url} is a URL, which needs fsspec; {install}") from None
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except ImportError:
+        package = package or f"the fsspec implementation of {protocol}://"
+        raise StorageError(f"{url} needs {package}; {install}") from None
+    except ValueError as error:  # an unknown protocol
+        raise StorageError(f"{url}: {error}") from None
+    return fs, path
+
+
+def _fs(path):
+    return filesystem(os.fspath(path))
+
+
+def _fresh(path):
+    """(filesystem, path) with its cached listings of `path` dropped: another process (a
+    killed run, a resumed one) may have written there since."""
+    fs, p = _fs(path)
+    fs.invalidate_cache(p)
+    return fs, p
+
+
+def exists(path) -> bool:
+    if not is_url(path):
+        return os.path.exists(path)
+    fs, p = _fresh(path)
+    return fs.exists(p)
+
+
+def isfile(path) -> bool:
+    if not is_url(path):
+        return os.path.isfile(path)
+    fs, p = _fresh(path)
+    return fs.isfile(p)
+
+
+def isdir(path) -> bool:
+    if not is_url(path):
+        return os.path.isdir(path)
+    fs, p = _fresh(path)
+    # An object store has no directories: one exists when objects lie under it.
+    return fs.isdir(p)
+
+
+def listdir(path) -> list[str]:
+    """The names in a directory, sorted; [] when it does not exist."""
+    if not is_url(path):
+        return sorted(os.listdir(path)) if os.path.isdir(path) else []
+    fs, p = _fresh(path)
+    try:
+        entries = fs.ls(p, detail=False)
+    except FileNotFoundError:
+        return []
+    return sorted({posixpath.basename(e.rstrip("/")) for e in entries} - {""})
+
+
+def getsize(path) -> int:
+    if not is_url(path):
+        return os.path.getsize(path)
+    fs, p = _fs(path)
+    return fs.size(p)
+
+
+def makedirs(path):
+    """Creates a directory (with its parents) where the filesystem has directories; an
+    object store has none (objects make their prefixes)."""
+    path = os.fspath(path)
+    if not is_url(path):
+        os.makedirs(path, exist_ok=True)
+        return
+    if path.split("://", 1)[0] in OBJECT_STORES:
+        _fs(path)  # a missing package is still named here, before any work
+        return
+    fs, p = _fs(path)
+    fs.makedirs(p, exist_ok=True)
+
+
+def remove(path):
+    """Removes a file if it exists."""
+    if not is_url(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        return
+    fs, p = _fs(path)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm_file(p)
+
+
+def rmtree(path):
+    """Removes a directory and everything in it, if it exists."""
+    if not is_url(path):
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    fs, p = _fs(path)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm(p, recursive=True)
+
+
+def open_file(path, mode: str = "r", **kwargs):
+    """`open` for a path or a URL (for a URL, writing creates the object on close)."""
+    if not is_url(path):
+        return open(path, mode, **kwargs)
+    fs, p = _fs(path)
+    return fs.open(p, mode, **kwargs)
+
+
+def read_text(path) -> str:
+    with open_file(path, "r", encoding="utf-8") as f:
+        return f.read()
+
+
+def read_bytes(path) -> bytes:
+    with open_file(path, "rb") as f:
+        return f.read()
+
+
+def write_bytes(path, data: bytes):
+    """Writes a whole file that appears complete or not at all (local: a rename; URL:
+    one object write)."""
+    if not is_url(path):
+        with atomic_write(path, "wb") as f:
+            f.write(data)
+        return
+    fs, p = _fs(path)
+    fs.pipe_file(p, data)
+
+
+def write_text(path, text: str):
+    write_bytes(path, text.encode("utf-8"))
+
+
+def copy_file(source, target):
+    """Copies one file between any two of local paths and URLs."""
+    if not is_url(source) and not is_url(target):
+        with atomic_path(target) as tmp:
+            shutil.copyfile(source, tmp)
+        return
+    write_bytes(target, read_bytes(source))
+
+
+class Appender:
+    """A file written line by line that survives a kill with the lines written so far.
+
+    Local: opened for appending and flushed per line. URL (no append on object
+    stores): the whole file is rewritten per line; a kill leaves the previous whole
+    version. For small files only (metrics.jsonl: a row per log interval).
+    """
+
+    def __init__(self, path):
+        self.path = path
+        self._url = is_url(path)
+        if self._url:
+            self._text = read_text(path) if isfile(path) else ""
+            if self._text and not self._text.endswith("\n"):
+                self._text += "\n"
+        else:
+            self._file = open(path, "a")
+
+    def write(self, line: str):
+        if self._url:
+            self._text += line
+            write_text(self.path, self._text)
+        else:
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self):
+        if not self._url:
+            self._file.close()
+
+
+def append_text(path, text: str):
+    """Appends `text` to a (small) file; on a URL the file is rewritten whole."""
+    appender = Appender(path)
+    try:
+        appender.write(text)
+    finally:
+        appender.close()
+
+
+def put_tree(local_dir, url: str, last: str | None = None):
+    """Uploads a local directory's files under `url`; the file named `last` (relative to
+    `local_dir`) goes up after all the others, so its presence marks the copy complete."""
+    fs, root = _fs(url)
+    files = []
+    for dirpath, _, filenames in os.walk(local_dir):
+        files.extend(os.path.relpath(os.path.join(dirpath, f), local_dir) for f in filenames)
+    files.sort(key=lambda f: (f == last, f))
+    for relative in files:
+        fs.put_file(os.path.join(local_dir, relative),
+                    posixpath.join(root, *relative.split(os.sep)))
+
+
+def get_tree(url: str, local_dir):
+    """Downloads every file under `url` into `local_dir`."""
+    fs, root = _fresh(url)
+    root = root.rstrip("/")
+    for remote in fs.find(root):
+        relative = remote[len(root):].lstrip("/")
+        target = os.path.join(local_dir, *relative.split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        fs.get_file(remote, target)
+
+
+@contextlib.contextmanager
+def local_copy(path):
+    """Yields a local path holding `path`'s file or directory: `path` itself when local,
+    else a temporary download removed after the block."""
+    if not is_url(path):
+        yield path
+        return
+    if not exists(path):
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    with tempfile.TemporaryDirectory(prefix="kroberta-") as tmp:
+        target = os.path.join(tmp, basename(path) or "copy")
+        if isdir(path):
+            get_tree(path, target)
+        else:
+            fs, p = _fs(path)
+            fs.get_file(p, target)
+        yield target
+
+
+@contextlib.contextmanager
+def staged_file(path):
+    """Yields a local path to write; it becomes `path` when the block succeeds (local: a
+    rename, `kroberta.atomic`; URL: one upload of the finished file)."""
+    if not is_url(path):
+        with atomic_path(path) as tmp:
+            yield tmp
+        return
+    with tempfile.TemporaryDirectory(prefix="kroberta-") as tmp:
+        # The final name's ending, for writers that insist on one (Keras' .weights.h5).
+        local = os.path.join(tmp, basename(path))
+        yield local
+        fs, p = _fs(path)
+        fs.put_file(local, p)
+
+
+def free_bytes(path) -> int:
+    """Free space where `path`'s files are written first: the disk holding `path`, or for a
+    URL the local temporary directory that stages its checkpoints and weights."""
+    return shutil.disk_usage(tempfile.gettempdir() if is_url(path) else path).free

@@ -1,0 +1,91 @@
+"""Where prepare's inputs live: local paths, or URLs (gs://, any filesystem TensorFlow
+knows) read through `tf.io.gfile`, as training reads its records.
+
+A URL input is streamed, never copied whole: globbed, sized and opened here. Local
+paths go through the standard library exactly as before.
+"""
+
+import glob as globbing
+import io
+import os
+
+
+def is_url(path) -> bool:
+    return "://" in os.fspath(path)
+
+
+def _gfile():
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def glob(pattern: str) -> list[str]:
+    """Sorted matches; `**` recurses for local patterns."""
+    if is_url(pattern):
+        return sorted(_gfile().glob(pattern))
+    return sorted(globbing.glob(pattern, recursive=True))
+
+
+def isdir(path: str) -> bool:
+    return _gfile().isdir(path) if is_url(path) else os.path.isdir(path)
+
+
+def isfile(path: str) -> bool:
+    if is_url(path):
+        return _gfile().exists(path) and not _gfile().isdir(path)
+    return os.path.isfile(path)
+
+
+def files_under(directory: str) -> list[str]:
+    """Every file under a URL directory, sorted."""
+    found = []
+    for dirpath, _, filenames in _gfile().walk(directory):
+        found.extend(f"{dirpath.rstrip('/')}/{name}" for name in filenames)
+    return sorted(found)
+
+
+def size(path: str) -> int:
+    return _gfile().stat(path).length if is_url(path) else os.path.getsize(path)
+
+
+def open_binary(path: str):
+    """A binary file object to read `path` from (seek and tell work on both kinds)."""
+    if not is_url(path):
+        return open(path, "rb")
+    return io.BufferedReader(_GFileReader(_gfile().GFile(path, "rb")), 1 << 20)
+
+
+class _GFileReader(io.RawIOBase):
+    """A `tf.io.gfile.GFile` as a standard raw stream (pyarrow and gzip want `closed`,
+    `readinto`, `seekable`, which GFile lacks or answers its own way)."""
+
+    def __init__(self, gfile):
+        self._file = gfile
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def readinto(self, buffer):
+        data = self._file.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        self._file.seek(offset, whence)
+        return self._file.tell()
+
+    def tell(self):
+        return self._file.tell()
+
+    def close(self):
+        if not self.closed:
+            self._file.close()
+        super().close()
+
+
+def absolute(path: str) -> str:
+    return path if is_url(path) else os.path.abspath(path)

@@ -1,0 +1,44 @@
+"""Data on URLs goes through tf.io.gfile: a prepared directory on TensorFlow's in-process
+ram:// filesystem (the code path gs:// takes, which no local emulator can serve to
+TensorFlow) resolves, and its batches equal those of the same files on disk."""
+
+import dataclasses
+import os
+import uuid
+
+import numpy as np
+import tensorflow as tf
+
+import kroberta
+from kroberta.data.manifest import load_manifest
+from kroberta.text.tokenizer import load_tokenizer
+from tests.conftest import prepare_word_corpus
+
+
+def _copy_to_ram(local_dir) -> str:
+    url = f"ram://kroberta-{uuid.uuid4().hex[:8]}/data"
+    tf.io.gfile.makedirs(url)
+    for name in os.listdir(local_dir):
+        tf.io.gfile.copy(os.path.join(local_dir, name), f"{url}/{name}")
+    return url
+
+
+def test_a_prepared_directory_on_a_url_reads_like_the_local_one(tmp_path):
+    local = prepare_word_corpus(tmp_path, ["red", "green", "blue", "sky", "sea"], 200)
+    url = _copy_to_ram(local)
+    on_disk, remote = load_manifest(local), load_manifest(url)
+    assert remote.train_files == tuple(f"{url}/{os.path.basename(f)}" for f in on_disk.train_files)
+    assert remote.tokenizer_path == f"{url}/tokenizer.json"
+    assert load_tokenizer(remote.tokenizer_path).to_str() == load_tokenizer(
+        on_disk.tokenizer_path).to_str()
+
+    config = kroberta.load_config("tiny")
+    config = dataclasses.replace(
+        config, model=dataclasses.replace(config.model, vocabulary_size=on_disk.vocabulary_size),
+        run_dir=str(tmp_path / "run"))
+    batches = {}
+    for where, directory in (("local", str(local)), ("url", url)):
+        with_dir = dataclasses.replace(config, data=dataclasses.replace(config.data, dir=directory))
+        batch = next(iter(kroberta.dataset(with_dir, masks_on_host=True)))
+        batches[where] = tf.nest.map_structure(np.asarray, batch)
+    tf.nest.map_structure(np.testing.assert_array_equal, batches["local"], batches["url"])

@@ -1,0 +1,68 @@
+"""prepare on URLs: inputs globbed and streamed through tf.io.gfile (TensorFlow's ram://
+filesystem stands in for gs://), the output uploaded through fsspec (memory://); the
+result is byte for byte the local one's."""
+
+import gzip
+import io
+import json
+import uuid
+
+import pytest
+import tensorflow as tf
+
+from kroberta import prepare, storage
+import kroberta.cli.prepare
+from kroberta.text.build import PrepareError
+
+
+def _corpus(root):
+    """The same documents as .txt, .txt.gz, .jsonl and .parquet files under `root`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    documents = [f"Document {i} says the river {'runs ' * (i % 7)}to the sea." for i in range(400)]
+    parquet = io.BytesIO()
+    pq.write_table(pa.table({"text": documents[300:]}), parquet)
+    files = {
+        "a.txt": "\n\n".join(documents[:100]).encode(),
+        "b.txt.gz": gzip.compress("\n\n".join(documents[100:200]).encode()),
+        "c.jsonl": "".join(json.dumps({"text": d}) + "\n" for d in documents[200:300]).encode(),
+        "d.parquet": parquet.getvalue(),
+    }
+    for name, data in files.items():
+        with tf.io.gfile.GFile(f"{root}/{name}", "wb") as f:
+            f.write(data)
+
+
+def test_prepare_reads_url_inputs_and_writes_a_url_like_local_paths(tmp_path, capsys):
+    ram = f"ram://kroberta-{uuid.uuid4().hex[:8]}/corpus"
+    tf.io.gfile.makedirs(ram)
+    _corpus(ram)
+    (tmp_path / "corpus").mkdir()
+    _corpus(str(tmp_path / "corpus"))
+    out = f"memory://kroberta-{uuid.uuid4().hex[:8]}/data"
+    settings = dict(vocab_size=300, seq_len=32, validation_fraction=0.1, progress=False)
+
+    local = prepare([str(tmp_path / "corpus" / "*")], str(tmp_path / "data"), **settings)
+    remote = prepare([f"{ram}/*"], out, **settings)
+    assert remote["source"]["files"] == [f"{ram}/{n}" for n in ("a.txt", "b.txt.gz", "c.jsonl", "d.parquet")]
+    assert remote["train"] == local["train"] and remote["validation"] == local["validation"]
+    for name in [*local["train"]["files"], *local["validation"]["files"], "tokenizer.json"]:
+        assert storage.read_bytes(f"{out}/{name}") == (tmp_path / "data" / name).read_bytes(), name
+    assert storage.isfile(f"{out}/manifest.json")
+
+    with pytest.raises(PrepareError, match="already holds a prepared dataset"):
+        prepare([f"{ram}/*"], out, **settings)
+    assert kroberta.cli.prepare.main(["--input", f"{ram}/*.txt", "--out", out, "--overwrite",
+                             "--vocab-size", "300", "--seq-len", "32", "--no-progress"]) == 0
+    manifest = json.loads(storage.read_text(f"{out}/manifest.json"))
+    assert manifest["source"]["files"] == [f"{ram}/a.txt"]
+
+    # --check on a prepared directory at a URL (its records read through tf.io.gfile).
+    ram_data = f"ram://kroberta-{uuid.uuid4().hex[:8]}/data"
+    tf.io.gfile.makedirs(ram_data)
+    for name in storage.listdir(out):
+        with tf.io.gfile.GFile(f"{ram_data}/{name}", "wb") as f:
+            f.write(storage.read_bytes(f"{out}/{name}"))
+    capsys.readouterr()
+    assert kroberta.cli.prepare.main(["--check", ram_data]) == 0, capsys.readouterr()
