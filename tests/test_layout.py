@@ -27,7 +27,8 @@ FORBIDDEN = {
     "interop": {"data", "training", "inference"},
 }
 # The top of the flow: the config and the conventions every layer shares.
-FOUNDATIONS = {"config", "config_checks", "named_configs", "tokens", "mask_hash", "errors", "atomic"}
+FOUNDATIONS = {"config", "config_checks", "named_configs", "tokens", "counter_hash", "masking",
+               "errors", "atomic"}
 
 
 def _nodes(path):
