@@ -137,11 +137,10 @@ def test_jitted_equals_eager_and_the_host_ops_inside_a_dataset_map():
     from kroberta.data import host_masking
 
     data = DataConfig(mask_rate=0.3, max_predictions=9, special_token_ids=SPECIAL)
-    mask_fn = masking.masker(data, VOCAB)
     ds = tf.data.Dataset.from_tensors((ids[None], mask[None])).map(
         lambda i, m: host_masking.finished(
             {"token_ids": i, "padding_mask": m,
-             "mask_keys": host_masking.element_keys(3, tf.constant([4], tf.int64))}, mask_fn, 9))
+             "mask_keys": host_masking.element_keys(3, tf.constant([4], tf.int64))}, data, VOCAB))
     x, labels = next(iter(ds))
     assert x["mask_positions"].shape == labels.shape == (1, 9)
     for got, want in zip((x["token_ids"], x["mask_positions"], labels), jitted):

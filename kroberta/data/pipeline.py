@@ -23,7 +23,6 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from kroberta import masking
 from kroberta.data import epochs, host_masking
 from kroberta.data.bad_records import DataError, explain_pipeline_error, first_bad_record
 from kroberta.data.batch_parsing import parse_checked_batch
@@ -63,13 +62,13 @@ def batches_per_call(batch_size: int) -> int:
     return max(1, RECORDS_PER_CALL // batch_size)
 
 
-def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, mask=None,
-                     device_masks: bool = False, keys=None):
+def _to_model_inputs(parsed, indices, seed, data: DataConfig, vocabulary_size: int,
+                     word_starts=None, device_masks: bool = False, keys=None):
     """(x, y) of a batch: the model's input dict and the labels at the prediction slots;
     or, when the step finishes the batch (`device_masks`), x alone: the unmasked tokens
     and each row's element key, or for static masking the file's tokens and labels
-    (`kroberta.masking`). Both are the same step inputs, finished here by `mask`
-    (`masking.masker`) or on the device by the training step.
+    (`kroberta.masking`). Both are the same step inputs, finished here (on the host
+    CPU, `host_masking.finished`) or on the device by the training step.
 
     parsed: int32 (B, L) features; indices: int64 (B,) element indices (mask seeds);
     keys: the rows' element keys (B,) uint32 when already computed, else None.
@@ -85,18 +84,18 @@ def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, mask=N
         keys = host_masking.element_keys(seed, indices) if keys is None else keys
         x = {"token_ids": originals, "padding_mask": parsed["attention_mask"],
              "mask_keys": keys}  # (B, L), (B, L), (B,) uint32
-    return x if device_masks else host_masking.finished(x, mask, slots)
+    return x if device_masks else host_masking.finished(x, data, vocabulary_size, word_starts)
 
 
 def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int,
                   word_starts=None, device_masks: bool = False):
     """(element indices (B,), (files, record indices, records) (B,)) -> (x, y), or x
     alone when the step draws the masks (see `_to_model_inputs`)."""
-    length, slots = spec.sequence_length, data.prediction_slots(spec.sequence_length)
+    length = spec.sequence_length
     if data.whole_word_masking and word_starts is None and not device_masks:
         raise ConfigError("data.whole_word_masking: needs the tokenizer's word starts; give "
                           "data.dir (a directory made by prepare, with its tokenizer)")
-    mask = None if device_masks else masking.masker(data, vocabulary_size, word_starts)
+    word_starts = word_starts if data.whole_word_masking else None
 
     def parse(indices, tagged, keys=None):
         paths, record_indices, records = tagged
@@ -105,7 +104,8 @@ def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: 
         parsed = parse_checked_batch(paths, record_indices, records, length=length,
                                      vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
                                      lengths_named=False)
-        return _to_model_inputs(parsed, indices, seed, data, slots, mask, device_masks, keys)
+        return _to_model_inputs(parsed, indices, seed, data, vocabulary_size, word_starts,
+                                device_masks, keys)
 
     return parse
 

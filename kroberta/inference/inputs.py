@@ -13,12 +13,10 @@ same batches.
 """
 
 import dataclasses
-import functools
 
 import numpy as np
 import tensorflow as tf
 
-from kroberta import masking
 from kroberta.data import host_masking
 from kroberta.data import pipeline as data_lib
 from kroberta.data import rules
@@ -194,7 +192,7 @@ def _array_batches(columns, config, slots: int, positions: str, global_batch: in
             # Labelled positions when labels are given, else the <mask> tokens.
             marks = labels if labels is not None else np.where(
                 (ids == config.data.mask_token_id) & (attention > 0), ids, IGNORE_LABEL)
-            where, slot_marks = _first_marked_slots(slots)(marks)
+            where, slot_marks = host_masking.first_marked_slots(slots)(marks)
             dropped = np.maximum((marks != IGNORE_LABEL).sum(1) - slots, 0)
             valid = slot_marks != IGNORE_LABEL
             slot_labels = slot_marks if labels is not None else np.full((rows, slots), IGNORE_LABEL)
@@ -206,13 +204,6 @@ def _array_batches(columns, config, slots: int, positions: str, global_batch: in
             filler = _filler(config, length, width, global_batch - rows)
             batch = {name: np.concatenate([batch[name], filler[name]]) for name in batch}
         yield batch
-
-
-@functools.cache
-def _first_marked_slots(slots: int):
-    """marks (n, L) -> (positions (n, M), slot_marks (n, M)) numpy: `first_labelled_slots`
-    on the host CPU."""
-    return masking.host_function(lambda marks: masking.first_labelled_slots(marks, slots))
 
 
 _DTYPES = {"token_ids": np.int32, "padding_mask": np.int32, "mask_positions": np.int32,
