@@ -123,7 +123,7 @@ class DataConfig:
     """Held-out TFRecord file(s) or glob(s); empty = no evaluation."""
     masking: str = "dynamic"
     """"dynamic": re-mask on every read (the training step draws the masks on the device from a key
-    per sequence; whole-word masks are drawn in the input pipeline); "static": use the files'
+    per sequence, whole words included); "static": use the files'
     labels (the step chooses the slots from them); "auto": static when the files carry labels
     (the seed's format), dynamic when they do not (what `python -m kroberta.prepare` writes). A
     run records what "auto" became."""
@@ -153,9 +153,9 @@ class DataConfig:
 
     def masks_drawn_by_step(self) -> bool:
         """Whether the training step draws the masks on the device from per-sequence keys
-        (`kroberta.model.device_masking`): dynamic masking, not of whole words (those need
-        the tokenizer's word-start table and are drawn in the input pipeline)."""
-        return self.masking in ("dynamic", AUTO) and not self.whole_word_masking
+        (`kroberta.masking`): dynamic masking, whole words included (the step holds the
+        tokenizer's word-start table)."""
+        return self.masking in ("dynamic", AUTO)
 
     def with_masking_for(self, has_labels: bool) -> "DataConfig":
         """This config with "auto" masking resolved for files that do (not) carry labels."""
@@ -165,9 +165,8 @@ class DataConfig:
 
     def step_input(self) -> str | None:
         """The x entry from which the training step finishes each batch on the device
-        (`kroberta.model.device_masking`): "mask_keys" when it draws dynamic masks from
-        per-sequence keys, "token_labels" when it chooses the static slots from the file's
-        labels, None for whole-word masks (finished in the input pipeline). Where no
+        (`kroberta.masking`): "mask_keys" when it draws dynamic masks from per-sequence
+        keys, "token_labels" when it chooses the static slots from the file's labels. Where no
         files decide "auto" (ahead-of-time compilation, the advisor), it is taken as
         dynamic: the two programs differ only in one int32 input."""
         if self.masking == "static":

@@ -27,7 +27,7 @@ FORBIDDEN = {
     "interop": {"data", "training", "inference"},
 }
 # The top of the flow: the config and the conventions every layer shares.
-FOUNDATIONS = {"config", "tokens", "mask_hash", "errors", "atomic", "storage"}
+FOUNDATIONS = {"config", "tokens", "counter_hash", "masking", "errors", "atomic", "storage"}
 
 
 def _nodes(path):

@@ -10,18 +10,18 @@ then the same at 512 tokens, no model:
   (b) train      kroberta.data.pipeline.train_dataset (seed.toml's data settings), static
                  labels, as training feeds it: the file's labels per position, from which
                  the training step chooses the slots
-  (b') host      the same with the slots chosen here, in the pipeline (what (b) was before
-                 the step chose them; `kroberta.dataset(..., masks_on_host=True)`)
+  (b') host      the same with the slots chosen here, in the pipeline (the step's JAX
+                 function on the host CPU; `kroberta.dataset(..., masks_on_host=True)`)
   (c) dynamic    the same with dynamic masking, as training feeds it: unmasked batches
                  with mask keys, whose masks the training step draws on the device
-  (c') host      the same dynamic masks drawn here, in the pipeline (what (c) was
-                 before the step drew them; `kroberta.dataset(..., masks_on_host=True)`)
+  (c') host      the same dynamic masks drawn here, in the pipeline (the step's JAX
+                 function on the host CPU; `kroberta.dataset(..., masks_on_host=True)`)
   (d) predict    kroberta.predict's input path for TFRecords (read, check, slots,
                  padding), as numpy batches, without the model
   (e) eval       kroberta.data.pipeline.eval_dataset, dynamic masking, as training
                  evaluates (masks drawn by the step); (e') with the masks drawn here
 Below the table: what the masks cost where (c) moved them, the jitted masking of one
-batch (`kroberta.model.device_masking.mask_batch`) on this host's CPU device.
+batch (`kroberta.masking.masker`) on this host's first JAX device.
 Each round reads --batches batches after a warm-up batch; the table gives the median
 round and the ratio to (a)'s median. Rounds alternate between the pipelines, so a
 busy moment of the shared machine hits all of them.
@@ -107,7 +107,7 @@ def device_masking_seconds(length, config, batch, repeats=50):
     import jax
     import numpy as np
 
-    from kroberta.model import device_masking
+    from kroberta import masking
 
     rng = np.random.default_rng(0)
     V = config.model.vocabulary_size
@@ -115,7 +115,7 @@ def device_masking_seconds(length, config, batch, repeats=50):
          "padding_mask": np.ones((batch, length), np.int32),
          "mask_keys": rng.integers(0, 2**32, batch, dtype=np.uint32)}
     x = jax.device_put(x)
-    mask = jax.jit(device_masking.masker(config.data, V))
+    mask = jax.jit(masking.masker(config.data, V))
     jax.block_until_ready(mask(x))
     times = []
     for _ in range(repeats):

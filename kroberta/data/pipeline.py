@@ -6,14 +6,14 @@ The records are in the format of `kroberta.data.records` (the seed's, and what
 Training order: epochs of records tagged with file and index (`epochs`: every
 record once per epoch, shuffled within it, in blocks) -> skip(resume) -> batches
 of raw strings gathered from the blocks -> parse, check and mask the whole batch -> prefetch.
-Parsing a batch at a time (one `parse_example`, checks as reductions, masking as
-batched ops) is what lets one host feed an accelerator. Every element's mask is a
-function of (run seed, element index), so a resumed run sees exactly the examples
-and masks an uninterrupted one would have. With `device_masks=True` the pipeline
-sends the unmasked ids and each element's uint32 key (`mask_keys`, (B,)) instead,
-and the training step draws the same masks on the device; with static labels it
-sends them per position (`token_labels`, (B, L)) and the step chooses the same slots
-(`kroberta.model.device_masking`).
+Parsing a batch at a time (one `parse_example`, checks as reductions) is what lets
+one host feed an accelerator. Every element's mask is a function of (run seed, element
+index), so a resumed run sees exactly the examples and masks an uninterrupted one
+would have. With `device_masks=True` the pipeline sends the unmasked ids and each
+element's uint32 key (`mask_keys`, (B,)), and the training step draws the masks on the
+device; with static labels it sends them per position (`token_labels`, (B, L)) and the
+step chooses the slots. Without it, the same JAX functions finish the batches here, on
+the host CPU (`kroberta.masking`, `kroberta.data.host_masking`).
 
 TensorFlow here runs on the host CPU only; JAX owns the accelerators.
 """
@@ -23,13 +23,12 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from kroberta.data import epochs
+from kroberta.data import epochs, host_masking
 from kroberta.data.bad_records import DataError, explain_pipeline_error, first_bad_record
 from kroberta.data.batch_parsing import parse_checked_batch
 from kroberta.config import ConfigError, DataConfig
 from kroberta.data.file_order import FileOrder
 from kroberta.data.files import DataSpec, check_against_model, inspect_files, resolve_files, spec_records
-from kroberta.data.masking import dynamic_mask_batch, element_keys, static_slots_batch
 from kroberta.data.records import FEATURES, IGNORE_LABEL
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -63,49 +62,37 @@ def batches_per_call(batch_size: int) -> int:
     return max(1, RECORDS_PER_CALL // batch_size)
 
 
-def _to_model_inputs(parsed, indices, seed, data: DataConfig, slots: int, vocabulary_size: int,
+def _to_model_inputs(parsed, indices, seed, data: DataConfig, vocabulary_size: int,
                      word_starts=None, device_masks: bool = False, keys=None):
     """(x, y) of a batch: the model's input dict and the labels at the prediction slots;
-    or, when the step finishes the batch (`device_masks` and `data.step_input()`), x
-    alone: the unmasked tokens and each row's element key, or for static masking the
-    file's tokens and labels (`kroberta.model.device_masking`).
+    or, when the step finishes the batch (`device_masks`), x alone: the unmasked tokens
+    and each row's element key, or for static masking the file's tokens and labels
+    (`kroberta.masking`). Both are the same step inputs, finished here (on the host
+    CPU, `host_masking.finished`) or on the device by the training step.
 
     parsed: int32 (B, L) features; indices: int64 (B,) element indices (mask seeds);
-    word_starts: bool (V,) for whole-word masking, else None; keys: the rows' element
-    keys (B,) uint32 when already computed, else None.
+    keys: the rows' element keys (B,) uint32 when already computed, else None.
     """
-    step_input = data.step_input() if device_masks else None
-    if step_input == "token_labels":  # the step chooses the slots
-        return {"token_ids": parsed["input_ids"], "padding_mask": parsed["attention_mask"],
-                "token_labels": parsed["labels"]}  # (B, L) each
-    if data.masking == "static":
-        ids = parsed["input_ids"]
-        positions, labels, _ = static_slots_batch(parsed["labels"], slots)
+    if data.masking == "static":  # the slots come from the file's labels
+        x = {"token_ids": parsed["input_ids"], "padding_mask": parsed["attention_mask"],
+             "token_labels": parsed["labels"]}  # (B, L) each
     else:
         originals = parsed["input_ids"]
         if "labels" in parsed:
             # Files masked once (the seed's format): recover the unmasked text.
             originals = tf.where(parsed["labels"] != IGNORE_LABEL, parsed["labels"], originals)
-        if step_input == "mask_keys":  # the step draws the masks
-            keys = element_keys(seed, indices) if keys is None else keys
-            return {"token_ids": originals, "padding_mask": parsed["attention_mask"],
-                    "mask_keys": keys}  # (B, L), (B, L), (B,) uint32
-        ids, positions, labels = dynamic_mask_batch(
-            originals, parsed["attention_mask"], seed, indices,
-            mask_rate=data.mask_rate, slots=slots, mask_token_id=data.mask_token_id,
-            special_token_ids=data.special_token_ids, vocabulary_size=vocabulary_size,
-            word_starts=word_starts,
-        )
-    x = {"token_ids": ids, "padding_mask": parsed["attention_mask"], "mask_positions": positions}
-    return x, labels
+        keys = host_masking.element_keys(seed, indices) if keys is None else keys
+        x = {"token_ids": originals, "padding_mask": parsed["attention_mask"],
+             "mask_keys": keys}  # (B, L), (B, L), (B,) uint32
+    return x if device_masks else host_masking.finished(x, data, vocabulary_size, word_starts)
 
 
 def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int,
                   word_starts=None, device_masks: bool = False):
     """(element indices (B,), (files, record indices, records) (B,)) -> (x, y), or x
     alone when the step draws the masks (see `_to_model_inputs`)."""
-    length, slots = spec.sequence_length, data.prediction_slots(spec.sequence_length)
-    if data.whole_word_masking and word_starts is None:
+    length = spec.sequence_length
+    if data.whole_word_masking and word_starts is None and not device_masks:
         raise ConfigError("data.whole_word_masking: needs the tokenizer's word starts; give "
                           "data.dir (a directory made by prepare, with its tokenizer)")
     word_starts = word_starts if data.whole_word_masking else None
@@ -117,7 +104,7 @@ def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: 
         parsed = parse_checked_batch(paths, record_indices, records, length=length,
                                      vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
                                      lengths_named=False)
-        return _to_model_inputs(parsed, indices, seed, data, slots, vocabulary_size, word_starts,
+        return _to_model_inputs(parsed, indices, seed, data, vocabulary_size, word_starts,
                                 device_masks, keys)
 
     return parse
@@ -140,9 +127,9 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
 
     Returns a dataset of (x, y) with x = {token_ids (B, L), padding_mask (B, L),
     mask_positions (B, M)} and y = labels (B, M), all int32. With `device_masks`
-    and dynamic masking not of whole words (`DataConfig.masks_drawn_by_step`), of x alone:
+    and dynamic masking, of x alone:
     {token_ids (B, L) unmasked, padding_mask (B, L), mask_keys (B,) uint32}, whose
-    masks the training step draws (`kroberta.model.device_masking`), exactly those
+    masks the training step draws (`kroberta.masking.masker`), exactly those
     this function makes without `device_masks`; with static masking, of x alone:
     {token_ids (B, L), padding_mask (B, L), token_labels (B, L)}, the file's, from which
     the step chooses the same slots (`DataConfig.step_input`). The records come in
@@ -156,15 +143,16 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     seed). With shuffle_buffer = 1, count dividing 4 and files of equal length
     (record sharding: any files), the processes' batches k together hold exactly
     the records and masks of the single-process batch k. `word_starts`: the
-    tokenizer's (V,) word-start table, for `data.whole_word_masking`.
+    tokenizer's (V,) word-start table, for `data.whole_word_masking` (the pipeline needs
+    it only without `device_masks`).
     """
     count, index = shard or (1, 0)
     # The step's mask keys are hashed once per block of the stream, not per batch: ~36
     # small ops a batch cost ~1.4 us per record at batch 64 (docs/design.md, "The input pipeline").
     block_keys = None
-    if device_masks and data.step_input() == "mask_keys":
+    if data.step_input() == "mask_keys":
         def block_keys(indices):  # (n,) stream positions -> (n,) uint32
-            return element_keys(seed, indices * count + index)
+            return host_masking.element_keys(seed, indices * count + index)
     # Several batches per call of the parsing map, then cut: the stream batched by k B
     # and cut into B is the stream batched by B, and each op's dispatch is paid once
     # for k batches.

@@ -4,12 +4,12 @@ Each sequence is `<s>` + a run of a few random "motifs" (short fixed token
 patterns drawn from a motif table) + `</s>` + padding, so a masked token is
 predictable from its neighbours: a model that learns the context beats the
 unigram baseline. Labels are masked once like the seed's data (15% of real
-tokens, 80% <mask> / 10% random / 10% kept, -100 elsewhere).
+tokens, 80% <mask> / 10% random / 10% kept, -100 elsewhere; `kroberta.masking`).
 """
 
 import numpy as np
 
-from kroberta.data.masking_numpy import static_mask
+from kroberta.masking import static_labels
 from kroberta.data.records import ShardWriter, encode_examples
 from kroberta.tokens import BOS_ID, EOS_ID, FIRST_REGULAR_ID, MASK_ID, PAD_ID, SPECIAL_IDS
 
@@ -34,9 +34,11 @@ def make_sequences(count, length, vocabulary_size, seed=0, min_fill=0.7, motif_l
 
 
 def mask_once(ids, mask, vocabulary_size, seed=0, rate=0.15):
-    """The seed's static masking: (masked input_ids, labels with -100 where unlabelled)."""
-    return static_mask(ids, mask, np.random.default_rng(seed + 1), rate, MASK_ID, SPECIAL_IDS,
-                       vocabulary_size)
+    """The seed's static masking: (masked input_ids, labels with -100 where unlabelled),
+    each row's mask a function of (seed + 1, its index)."""
+    return static_labels(ids, mask, seed + 1, np.arange(len(ids)), mask_rate=rate,
+                         mask_token_id=MASK_ID, special_token_ids=SPECIAL_IDS,
+                         vocabulary_size=vocabulary_size)
 
 
 def write_tfrecord(path, input_ids, attention_mask, labels=None):

@@ -7,8 +7,9 @@ flagged `is_real = False`, which the caller drops from the result.
 
 Every path works on whole batches: arrays already in memory are sliced and
 completed with numpy; files and datasets are batched first in tf.data and then
-checked and given their slots with batched ops (one `parse_example` per batch for
-files). Both paths give the same batches.
+checked with batched ops (one `parse_example` per batch for files). Both paths choose
+the slots with `kroberta.masking.first_labelled_slots` on the host CPU and give the
+same batches.
 """
 
 import dataclasses
@@ -16,10 +17,9 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from kroberta.data import host_masking
 from kroberta.data import pipeline
 from kroberta.data import rules
-from kroberta.data.masking import static_slots_batch
-from kroberta.data.masking_numpy import static_slots_numpy
 from kroberta.data.records import FEATURES, IGNORE_LABEL, REQUIRED_FEATURES
 from kroberta.errors import KrobertaError
 
@@ -192,7 +192,8 @@ def _array_batches(columns, config, slots: int, positions: str, global_batch: in
             # Labelled positions when labels are given, else the <mask> tokens.
             marks = labels if labels is not None else np.where(
                 (ids == config.data.mask_token_id) & (attention > 0), ids, IGNORE_LABEL)
-            where, slot_marks, dropped = static_slots_numpy(marks, slots)
+            where, slot_marks = host_masking.first_marked_slots(slots)(marks)
+            dropped = np.maximum((marks != IGNORE_LABEL).sum(1) - slots, 0)
             valid = slot_marks != IGNORE_LABEL
             slot_labels = slot_marks if labels is not None else np.full((rows, slots), IGNORE_LABEL)
         batch = {"token_ids": ids, "padding_mask": attention, "mask_positions": where,
@@ -226,7 +227,7 @@ def _dataset_batches(source: Source, config, slots: int, positions: str, global_
             # Labelled positions when labels are given, else the <mask> tokens.
             marks = columns["labels"] if has_labels else tf.where(
                 (ids == mask_id) & (attention > 0), ids, IGNORE_LABEL)
-            where, slot_marks, dropped = static_slots_batch(marks, slots)
+            where, slot_marks, dropped = host_masking.static_slots(marks, slots)
             valid = slot_marks != IGNORE_LABEL
             labels = slot_marks if has_labels else tf.fill([rows, slots], IGNORE_LABEL)
         batch = {"token_ids": ids, "padding_mask": attention, "mask_positions": where,

@@ -7,7 +7,8 @@ with it. Two changes, each measured on a seed training step (figures in docs/des
 - **CPU: a counter hash.** Each element's keep bit is `mix(mix(index ^ a) + b) <
   keep_prob * 2**32`, where `index` is the element's flat position, `mix` is a
   low-bias 32-bit integer hash (two multiply/xor-shift rounds, a bijection) and
-  `a`, `b` are mixed from the layer's Keras key. Cheap enough to regenerate in
+  `a`, `b` are mixed from the layer's Keras key (`kroberta.counter_hash`, the hash
+  dynamic masks are drawn from too). Cheap enough to regenerate in
   the backward pass instead of storing the mask, which makes the training step
   faster than stored Philox masks. The bits are not JAX's
   generator's, so this is not bit-for-bit Keras' dropout; the masks pass
@@ -38,21 +39,12 @@ import jax.numpy as jnp
 import keras
 from jax import lax
 
+from kroberta.counter_hash import GOLDEN, mix
 from kroberta.model.swap import swap_layers, to_class
 
 JAX_DEFAULT_GENERATOR = "threefry2x32"
 # The counter is a uint32 flat index; a larger tensor takes Keras' mask instead.
 MAX_HASHED_ELEMENTS = 2**32
-
-
-def _mix(v):
-    """lowbias32 (C. Wellons' hash-prospector): a bijection of uint32 with
-    near-ideal avalanche (each input bit flips each output bit with p ~ 0.5)."""
-    v = v ^ (v >> 16)
-    v = v * jnp.uint32(0x7FEB352D)
-    v = v ^ (v >> 15)
-    v = v * jnp.uint32(0x846CA68B)
-    return v ^ (v >> 16)
 
 
 def hash_bits(key, shape):
@@ -61,8 +53,8 @@ def hash_bits(key, shape):
     key: uint32[2] (a Keras/JAX raw key). Consecutive Keras keys differ by 1 in
     key[1]; mixing both words into `a` and `b` makes their masks unrelated."""
     key = jnp.asarray(key).astype(jnp.uint32)
-    a = _mix(key[0] ^ _mix(key[1] ^ jnp.uint32(0x9E3779B9)))
-    b = _mix(key[1] + _mix(a ^ jnp.uint32(0x85EBCA6B)))
+    a = mix(key[0] ^ mix(key[1] ^ jnp.uint32(GOLDEN)))
+    b = mix(key[1] + mix(a ^ jnp.uint32(0x85EBCA6B)))  # murmur3's constant: b's own stream
     # Flat index from one iota per axis: under a sharded jit each device builds
     # its own slice of it (a reshaped 1-D iota would need a resharding).
     index = jnp.zeros(shape, jnp.uint32)
@@ -70,7 +62,7 @@ def hash_bits(key, shape):
     for axis in reversed(range(len(shape))):
         index = index + lax.broadcasted_iota(jnp.uint32, shape, axis) * jnp.uint32(stride)
         stride *= shape[axis]
-    return _mix(_mix(index ^ a) + b)
+    return mix(mix(index ^ a) + b)
 
 
 def hash_keep_mask(key, shape, keep_prob: float):

@@ -111,16 +111,18 @@ def build_optimizer(config: Config) -> keras.optimizers.AdamW:
     return optimizer
 
 
-def compile_model(model, config: Config):
+def compile_model(model, config: Config, word_starts=None):
     """Makes `model` (a built `RobertaMaskedLM`) the training model and compiles it.
 
     The training model (`kroberta.model.trainer.TrainingMaskedLM`, the same object,
     layers and weights) gets AdamW, the masked loss and metrics, XLA-compiled steps
     that finish batches carrying mask keys or file labels on the device
-    (`kroberta.model.device_masking`), train.gradient_accumulation_steps micro-batches
-    per optimizer step and train.steps_per_execution steps per dispatch ("auto" is
-    resolved here for all local devices unless the caller resolved it). Returns it."""
-    from kroberta.model import device_masking, trainer
+    (`kroberta.masking`; `word_starts`: the tokenizer's (V,) table, for whole-word
+    masking), train.gradient_accumulation_steps micro-batches per optimizer step and
+    train.steps_per_execution steps per dispatch ("auto" is resolved here for all local
+    devices unless the caller resolved it). Returns it."""
+    from kroberta import masking
+    from kroberta.model import trainer
     from kroberta.perf import dispatch_size
 
     if config.train.steps_per_execution == AUTO:
@@ -138,17 +140,18 @@ def compile_model(model, config: Config):
         weighted_metrics=None,
         steps_per_execution=config.train.steps_per_execution,
         jit_compile=True,
-        masker=device_masking.masker(config.data, config.model.vocabulary_size),
+        masker=masking.masker(config.data, config.model.vocabulary_size, word_starts),
         gradient_accumulation_steps=config.train.gradient_accumulation_steps,
     )
     return model
 
 
-def build_compiled_model(config: Config):
-    """The training model for `config`: built with its seed, compiled, optimizer built."""
+def build_compiled_model(config: Config, word_starts=None):
+    """The training model for `config`: built with its seed, compiled (`word_starts` as
+    in `compile_model`), optimizer built."""
     model = build_model(config.model, config.train.mixed_precision, seed=config.train.seed,
                         remat=config.train.remat)
-    compile_model(model, config)
+    compile_model(model, config, word_starts)
     model.optimizer.build(model.trainable_variables)
     return model
 

@@ -6,7 +6,7 @@ through `compute_loss_and_updates`, `optimizer.stateless_apply`, each metric's
 `stateless_update_state`):
 
     1. finish the batch on the device: masks drawn from `mask_keys`, or static slots
-       chosen from `token_labels` (`kroberta.model.device_masking`); a batch masked on
+       chosen from `token_labels` (`kroberta.model.step_inputs`); a batch masked on
        the host passes through;
     2. the gradient of the whole batch: in N micro-batches scanned one after another
        and weighted by their masked tokens (`kroberta.model.accumulation`), or at
@@ -34,7 +34,7 @@ import keras_hub
 import numpy as np
 
 from kroberta.model.accumulation import masked_tokens, micro_batches
-from kroberta.model.device_masking import finish_batch, finish_inputs
+from kroberta.model.step_inputs import finish_batch, finish_inputs
 from kroberta.model.fused_steps import StepsPerDispatch
 
 LOSS = "loss"  # Keras' loss tracker
@@ -51,7 +51,7 @@ class TrainingMaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         """Keras' `compile`, plus:
 
         Args:
-            masker: `kroberta.model.device_masking.masker(data_config, vocabulary)`, for
+            masker: `kroberta.masking.masker(data_config, vocabulary, word_starts)`, for
                 batches that carry `mask_keys` or `token_labels`; None: batches come
                 masked from the host.
             gradient_accumulation_steps: N micro-batches per optimizer step.

@@ -126,7 +126,9 @@ def compiled_memory(config: Config, devices) -> dict | None:
     from kroberta.model import trainer
     from kroberta.model.mlm import build_compiled_model
 
-    model = build_compiled_model(config)
+    from kroberta.perf.aot_programs import placeholder_word_starts
+
+    model = build_compiled_model(config, placeholder_word_starts(config))
     b = config.train.batch_size_per_device
     L = config.model.max_sequence_length
     M = config.data.prediction_slots(L)

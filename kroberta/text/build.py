@@ -22,7 +22,7 @@ import numpy as np
 from kroberta import storage
 from kroberta.atomic import atomic_path
 from kroberta.data.manifest import FORMAT, MANIFEST_NAME, ManifestError, load_manifest, write_manifest
-from kroberta.data.masking_numpy import static_mask
+from kroberta.masking import static_labels
 from kroberta.data.records import PAD_ID, encode_examples
 from kroberta.errors import KrobertaError
 from kroberta.text import locations
@@ -44,7 +44,7 @@ from kroberta.text.tokenizer import (
 
 MIN_SEQ_LEN = 8
 TARGET_SHARD_BYTES = 200e6  # shards of ~100-200 MB: few files, yet parallel reads
-BLOCK = 1024  # sequences per block: the unit of static masking's RNG and of serialization
+BLOCK = 1024  # sequences per block: the unit of static masking and of serialization
 
 
 class PrepareError(KrobertaError, ValueError):
@@ -197,7 +197,7 @@ def prepare(
         validation_fraction: share of whole sequences held out, drawn by `seed`.
         shards: train shard count (None: ~200 MB per shard, at least 1).
         labels: "static" to write masked inputs with labels, None for none.
-        mask_rate: masking probability for static labels.
+        mask_rate: fraction of each sequence's tokens labelled (static labels).
         tokenizer: path to a tokenizer.json (or a `tokenizers.Tokenizer`) to reuse.
         seed: fixes the validation split and static masks.
         strict: fail on binary or non-UTF-8 files instead of skipping them.
@@ -255,9 +255,11 @@ def prepare(
         start = 0
         for block, (ids, mask) in enumerate(blocks(sequences, BLOCK)):
             label_block = None
-            if labels == "static":
-                rng = np.random.default_rng([seed, block])
-                ids, label_block = static_mask(ids, mask, rng, mask_rate, specials["mask"], special_ids, vocab)
+            if labels == "static":  # each sequence's mask: a function of (seed, its index)
+                ids, label_block = static_labels(
+                    ids, mask, seed, np.arange(start, start + len(ids)), mask_rate=mask_rate,
+                    mask_token_id=specials["mask"], special_token_ids=special_ids,
+                    vocabulary_size=vocab)
             records = encode_examples(ids, mask, label_block)
             held_out = in_validation(np.arange(start, start + len(ids)), validation_fraction, seed)
             tokens = mask.sum(axis=1)

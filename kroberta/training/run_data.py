@@ -100,21 +100,22 @@ def dataset(config: Config, split: str = "train", start_step: int = 0, log=print
         start_step: for "train", the batches already consumed (as on resume).
         log: where to report preparing the embedded corpus, when the config names no data.
         masks_on_host: draw dynamic masks and choose static slots in the pipeline
-            instead of leaving them to the training step: the (x, labels) batches the
-            model itself sees, bit for bit.
+            (the training step's JAX masking, run on the host CPU) instead of leaving
+            them to the training step: the (x, labels) batches the model itself sees,
+            bit for bit.
 
     Returns:
         Batches of this process's share, int32, with B = batch_size_per_device x this
         process's devices (x gradient_accumulation_steps for "train": one optimizer
         step's micro-batches together): (x, labels) with x = {token_ids (B, L),
         padding_mask (B, L), mask_positions (B, M)} and labels (B, M); or, with
-        data.masking = "dynamic" (not of whole words) and not `masks_on_host`, x alone:
+        data.masking = "dynamic" and not `masks_on_host`, x alone:
         {token_ids (B, L) unmasked, padding_mask (B, L), mask_keys (B,) uint32}, each
         row's key a hash of the run seed and the row's element index, from which the
         training step draws exactly the masks `masks_on_host=True` shows; with
         data.masking = "static" and not `masks_on_host`, x alone: {token_ids (B, L),
         padding_mask (B, L), token_labels (B, L)} as in the files, from which the step
-        chooses the slots `masks_on_host=True` shows (`kroberta.model.device_masking`).
+        chooses the slots `masks_on_host=True` shows (`kroberta.masking`).
     """
     if split not in SPLITS:
         raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")

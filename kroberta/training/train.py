@@ -154,7 +154,7 @@ def _train_run(config: Config, force: bool, until_step: int | None, accept_chang
     run_data = dataclasses.replace(run_data, config=config)  # K resolved for the pipelines too
     from kroberta.model.mlm import build_compiled_model, count_parameters
 
-    model = build_compiled_model(config)
+    model = build_compiled_model(config, run_data.word_starts)
     _log(f"devices: {topology.describe()}")
     _log(distribute.describe_memory(model, topology))
     from kroberta.model import attention

@@ -12,8 +12,10 @@ from kroberta.data import pipeline
 from kroberta.inference import inputs
 from kroberta.data.check import check_records
 from kroberta.config import Config
-from kroberta.data.masking import IGNORE_LABEL, dynamic_mask, dynamic_mask_batch, static_slots_batch
-from kroberta.data.masking_numpy import static_slots_numpy
+from kroberta.data import host_masking
+from kroberta.tokens import IGNORE_LABEL
+from tests import masking_reference as reference
+from tests.test_masking import dynamic_mask_batch
 from kroberta.data.synthetic import make_sequences
 from tests.conftest import serialize_example, write_records
 
@@ -155,17 +157,13 @@ def test_dynamic_masks_do_not_depend_on_the_batch(tmp_path):
     ids, mask = make_sequences(64, L, V, seed=5)
     params = dict(mask_rate=0.3, slots=10, mask_token_id=4, special_token_ids=(0, 1, 2, 3, 4),
                   vocabulary_size=V)
-    indices = tf.range(1000, 1064, dtype=tf.int64)
-    whole = [t.numpy() for t in dynamic_mask_batch(ids, mask, 7, indices, **params)]
+    indices = np.arange(1000, 1064)
+    whole = dynamic_mask_batch(ids, mask, 7, indices, **params)
     for size in (8, 1):
         parts = [dynamic_mask_batch(ids[s:s + size], mask[s:s + size], 7, indices[s:s + size],
                                     **params) for s in range(0, 64, size)]
         for k in range(3):
-            np.testing.assert_array_equal(np.concatenate([p[k].numpy() for p in parts]), whole[k])
-    alone = [t.numpy() for t in dynamic_mask(ids[13], mask[13], tf.constant([7, 1013], tf.int64),
-                                             **params)]
-    for k in range(3):
-        np.testing.assert_array_equal(alone[k], whole[k][13])
+            np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), whole[k])
     # And the training pipeline gives element i the same mask whatever its batch size.
     path = str(tmp_path / "m.tfrecord")
     from kroberta.data.synthetic import write_tfrecord
@@ -179,17 +177,18 @@ def test_dynamic_masks_do_not_depend_on_the_batch(tmp_path):
     np.testing.assert_array_equal(by_batch[8][0]["token_ids"], by_batch[64][0]["token_ids"])
 
 
-def test_static_slots_equal_the_numpy_reference():
+def test_static_slots_in_the_pipeline_equal_the_numpy_reference():
     rng = np.random.default_rng(0)
     labels = np.where(rng.random((200, 40)) < 0.2, rng.integers(5, V, (200, 40)), IGNORE_LABEL)
     labels[3] = IGNORE_LABEL  # a row without labels
     for slots in (4, 12, 50):  # fewer, about as many, more slots than labels (and > L)
-        got = [t.numpy() for t in static_slots_batch(tf.constant(labels), slots)]
-        want = static_slots_numpy(labels.astype(np.int32), slots)
+        got = [t.numpy() for t in host_masking.static_slots(tf.constant(labels), slots)]
+        want = reference.static_slots(labels, slots)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
     nothing = np.full((3, 40), IGNORE_LABEL)  # a batch without a single label
-    for g, w in zip(static_slots_batch(tf.constant(nothing), 4), static_slots_numpy(nothing, 4)):
+    for g, w in zip(host_masking.static_slots(tf.constant(nothing), 4),
+                    reference.static_slots(nothing, 4)):
         np.testing.assert_array_equal(g.numpy(), w)
 
 
@@ -199,9 +198,9 @@ def test_masking_statistics_on_a_hundred_thousand_tokens():
     ids = rng.integers(5, V, (rows, length))
     ids[:, 0], ids[:, -1] = 0, 2  # <s> ... </s>
     mask = np.ones_like(ids)
-    masked, positions, labels = [t.numpy() for t in dynamic_mask_batch(
-        ids, mask, 3, tf.range(rows, dtype=tf.int64), mask_rate=rate, slots=length,
-        mask_token_id=4, special_token_ids=(0, 1, 2, 3, 4), vocabulary_size=V)]
+    masked, positions, labels = dynamic_mask_batch(
+        ids, mask, 3, np.arange(rows), mask_rate=rate, slots=length,
+        mask_token_id=4, special_token_ids=(0, 1, 2, 3, 4), vocabulary_size=V)
     valid = labels != IGNORE_LABEL
     chosen = int(valid.sum())
     candidates = rows * (length - 2)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kroberta.config import Config, DataConfig, ModelConfig, TrainConfig
-from kroberta.data import masking
+from kroberta import masking
 from kroberta.model import trainer
 from kroberta.model.metrics import MaskedLMLoss
 from kroberta.model.mlm import build_compiled_model
@@ -45,15 +45,15 @@ def _batches():
     ids[:, 0] = 0
     ids = ids.astype(np.int32)
     indices = np.arange(n, dtype=np.int64)
-    masked, positions, labels = (a.numpy() for a in masking.dynamic_mask_batch(
-        ids, real, SEED, indices, mask_rate=DATA.mask_rate, slots=SLOTS,
+    keys = masking.element_keys(SEED, indices)
+    masked, positions, labels = (np.asarray(a) for a in masking.dynamic_mask_batch(
+        ids, real, keys, mask_rate=DATA.mask_rate, slots=SLOTS,
         mask_token_id=DATA.mask_token_id, special_token_ids=DATA.special_token_ids,
         vocabulary_size=MODEL.vocabulary_size))
     token_labels = np.full_like(ids, -100)  # a static file: labels where the host masked
     rows = np.broadcast_to(np.arange(n)[:, None], positions.shape)
     valid = labels != -100
     token_labels[rows[valid], positions[valid]] = labels[valid]
-    keys = masking.element_keys(SEED, indices).numpy()
     return {"keys": ({"token_ids": ids, "padding_mask": real, "mask_keys": keys},),
             "labels": ({"token_ids": masked, "padding_mask": real, "token_labels": token_labels},),
             "host": ({"token_ids": masked, "padding_mask": real, "mask_positions": positions},

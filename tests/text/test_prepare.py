@@ -16,7 +16,7 @@ from kroberta.text.packing import pack_documents
 from kroberta.cli.prepare import main
 from kroberta.text.build import PrepareError, PrepareWarning, prepare
 from kroberta.data.records import ShardWriter, encode_example, encode_examples
-from kroberta.data.masking_numpy import static_mask
+from kroberta.masking import static_labels
 from kroberta.text.tokenizer import TokenizerError, load_tokenizer, special_token_ids, train_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -187,6 +187,9 @@ def test_static_labels_format(tmp_path, tokenizer_path):
     assert not chosen[(orig <= 4) | (mask == 0)].any()  # specials and padding never labelled
     np.testing.assert_array_equal(ids[~chosen], orig[~chosen])  # only chosen positions change
     assert (ids[chosen] == 4).mean() > 0.5
+    candidates = ((orig > 4) & (mask == 1)).sum(1).astype(np.float32)  # each row's: exactly
+    expected = np.where(candidates > 0, np.maximum(np.round(np.float32(0.15) * candidates), 1), 0)
+    np.testing.assert_array_equal(chosen.sum(1), expected)  # round(rate x candidates), at least 1
     prepare(corpus, tmp_path / "again", labels="static", seed=7, **kw)
     np.testing.assert_array_equal(read_split(tmp_path / "again", "train")[2], labels)  # deterministic by seed
 
@@ -196,10 +199,11 @@ def test_static_mask_rates():
     ids = rng.integers(5, 1000, (400, 256))
     ids[:, 0], ids[:, -1] = 0, 2
     mask = np.ones_like(ids)
-    corrupted, labels = static_mask(ids, mask, np.random.default_rng(1), 0.15, 4, {0, 1, 2, 3, 4}, 1000)
+    corrupted, labels = static_labels(ids, mask, 1, np.arange(400), mask_rate=0.15, mask_token_id=4,
+                                      special_token_ids={0, 1, 2, 3, 4}, vocabulary_size=1000)
     chosen = labels != -100
     real = ids > 4
-    assert abs(chosen[real].mean() - 0.15) < 0.005
+    assert (chosen.sum(1) == round(0.15 * 254)).all()  # exactly round(rate x candidates) per row
     assert not chosen[~real].any()
     assert abs((corrupted[chosen] == 4).mean() - 0.8) < 0.02
     kept = (corrupted[chosen] == ids[chosen]).mean()

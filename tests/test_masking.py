@@ -1,10 +1,16 @@
+"""Masking (kroberta.masking): properties of the masks, and the one implementation equal to the
+numpy reference (tests/masking_reference.py) bit for bit."""
+
+import functools
 import math
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.data.masking import IGNORE_LABEL, dynamic_mask, dynamic_mask_batch, static_slots
+from kroberta import masking
+from kroberta.tokens import IGNORE_LABEL
+from tests import masking_reference as reference
 
 SPECIAL = (0, 1, 2, 3, 4)
 VOCAB = 100
@@ -20,12 +26,31 @@ def _sequence(length=20, real=16, seed=0):
     return ids, mask
 
 
+@functools.cache
+def _masker(settings):
+    """The jitted `dynamic_mask_batch` of ((name, value), ...) settings (numpy out)."""
+    settings = dict(settings)
+    return masking.host_function(
+        lambda ids, mask, keys: masking.dynamic_mask_batch(ids, mask, keys, **settings))
+
+
+def dynamic_mask_batch(ids, mask, seed, indices, word_starts=None, **settings):
+    """The masks of rows `indices` under `seed`, as numpy arrays."""
+    keys = masking.element_keys(seed, np.asarray(indices, np.int64))
+    if word_starts is not None:
+        settings["word_starts"] = tuple(np.asarray(word_starts, bool))
+    run = _masker(tuple(sorted(settings.items())))
+    return list(run(np.asarray(ids, np.int32), np.asarray(mask, np.int32), keys))
+
+
 def _mask(ids, mask, seed=(7, 3), **kwargs):
+    """The masks of one sequence (L,) at element seed[1] under seed[0]."""
     params = dict(mask_rate=0.15, slots=6, mask_token_id=4, special_token_ids=SPECIAL,
                   vocabulary_size=VOCAB)
     params.update(kwargs)
-    out = dynamic_mask(tf.constant(ids), tf.constant(mask), tf.constant(seed, tf.int64), **params)
-    return [t.numpy() for t in out]
+    out = dynamic_mask_batch(np.asarray(ids)[None], np.asarray(mask)[None], seed[0], [seed[1]],
+                             **params)
+    return [t[0] for t in out]
 
 
 def test_rate_one_with_all_mask_selects_every_candidate():
@@ -64,54 +89,6 @@ def test_random_replacements_are_regular_tokens():
     assert (masked[positions[valid]] >= 5).all() and (masked < VOCAB).all()
 
 
-def _highest_scoring_reference(scores, candidates, count):
-    """What top_k chooses: per row, the `count` candidates of highest score, ties to the
-    lower position (a stable sort of the negated scores)."""
-    chosen = np.zeros_like(candidates)
-    for row in range(len(scores)):
-        where = np.flatnonzero(candidates[row])
-        order = where[np.argsort(-scores[row][where], kind="stable")]
-        chosen[row, order[:count[row]]] = True
-    return chosen
-
-
-@pytest.mark.parametrize("rows,length,score_bits", [
-    (64, 512, 24),  # the 512-token batch the selection was made for
-    (200, 40, 24),  # over 128 rows: the sort key needs its 64 bits
-    (50, 64, 3),  # a handful of distinct scores: ties everywhere, all in one bucket
-    (9, 1, 24),  # one position
-])
-def test_highest_scoring_chooses_what_top_k_chooses(rows, length, score_bits):
-    from kroberta.data.masking import _highest_scoring
-
-    rng = np.random.default_rng(rows * length)
-    scores = (rng.integers(0, 1 << score_bits, (rows, length)) << (24 - score_bits)).astype(np.int32)
-    candidates = rng.random((rows, length)) < 0.9
-    candidates[1] = False  # a row without candidates
-    available = candidates.sum(1)
-    count = np.minimum(rng.integers(0, length + 1, rows), available).astype(np.int32)
-    count[2] = available[2]  # a row that takes every candidate
-    got = _highest_scoring(tf.constant(scores), tf.constant(candidates), tf.constant(count)).numpy()
-    np.testing.assert_array_equal(got, _highest_scoring_reference(scores, candidates, count))
-
-
-@pytest.mark.parametrize("length", [1, 16, 64, 200])
-def test_top_k_and_bucketed_slots_are_the_same(length):
-    from kroberta.data.masking import _chosen_slots
-
-    rng = np.random.default_rng(length)
-    rows, slots = 40, max(1, length // 4)
-    scores = tf.constant(rng.integers(0, 1 << 24, (rows, length)), tf.int32)
-    candidates = rng.random((rows, length)) < 0.8
-    count = np.minimum(rng.integers(0, slots + 1, rows), candidates.sum(1)).astype(np.int32)
-    for extra_slots in (0, length + 3):  # also more slots than positions
-        args = (scores, tf.constant(candidates), tf.constant(count), slots + extra_slots)
-        by_top_k = [t.numpy() for t in _chosen_slots(*args, by_top_k=True)]
-        by_buckets = [t.numpy() for t in _chosen_slots(*args, by_top_k=False)]
-        for a, b in zip(by_top_k, by_buckets):
-            np.testing.assert_array_equal(a, b)
-
-
 def test_chosen_positions_fill_the_slots_in_position_order():
     ids, mask = _sequence(length=64, real=60)
     _, positions, labels = _mask(ids, mask, mask_rate=0.3, slots=20)
@@ -147,15 +124,27 @@ def test_same_seed_same_mask_other_seed_other_mask():
     assert not np.array_equal(a[1], c[1])
 
 
-def test_eager_equals_inside_dataset_map():
+def test_jitted_equals_eager_and_the_host_ops_inside_a_dataset_map():
     ids, mask = _sequence(length=32, real=28)
-    eager = _mask(ids, mask, seed=(3, 4), mask_rate=0.3, slots=9)
-    ds = tf.data.Dataset.from_tensors((ids, mask)).map(
-        lambda i, m: dynamic_mask(i, m, tf.constant((3, 4), tf.int64), mask_rate=0.3, slots=9,
-                                  mask_token_id=4, special_token_ids=SPECIAL, vocabulary_size=VOCAB))
-    mapped = [t.numpy() for t in next(iter(ds))]
-    for x, y in zip(eager, mapped):
-        np.testing.assert_array_equal(x, y)
+    jitted = _mask(ids, mask, seed=(3, 4), mask_rate=0.3, slots=9)
+    keys = masking.element_keys(3, np.array([4]))
+    eager = masking.dynamic_mask_batch(ids[None], mask[None], keys, mask_rate=0.3, slots=9,
+                                       mask_token_id=4, special_token_ids=SPECIAL,
+                                       vocabulary_size=VOCAB)
+    for x, y in zip(jitted, eager):
+        np.testing.assert_array_equal(x, np.asarray(y)[0])
+    from kroberta.config import DataConfig
+    from kroberta.data import host_masking
+
+    data = DataConfig(mask_rate=0.3, max_predictions=9, special_token_ids=SPECIAL)
+    ds = tf.data.Dataset.from_tensors((ids[None], mask[None])).map(
+        lambda i, m: host_masking.finished(
+            {"token_ids": i, "padding_mask": m,
+             "mask_keys": host_masking.element_keys(3, tf.constant([4], tf.int64))}, data, VOCAB))
+    x, labels = next(iter(ds))
+    assert x["mask_positions"].shape == labels.shape == (1, 9)
+    for got, want in zip((x["token_ids"], x["mask_positions"], labels), jitted):
+        np.testing.assert_array_equal(got.numpy()[0], want)
 
 
 def test_more_slots_than_positions():
@@ -167,14 +156,17 @@ def test_more_slots_than_positions():
 def test_static_slots_take_labels_in_position_order_and_count_overflow():
     labels = np.full(16, IGNORE_LABEL, np.int32)
     labels[[3, 5, 9, 12]] = [30, 50, 90, 120]
-    positions, slot_labels, dropped = [t.numpy() for t in static_slots(tf.constant(labels), 3)]
+    from kroberta.data import host_masking
+
+    positions, slot_labels, dropped = [t.numpy()[0] for t in host_masking.static_slots(
+        tf.constant(labels[None]), 3)]
     np.testing.assert_array_equal(positions, [3, 5, 9])
     np.testing.assert_array_equal(slot_labels, [30, 50, 90])
     assert dropped == 1
-    positions, slot_labels, dropped = [t.numpy() for t in static_slots(tf.constant(labels), 6)]
-    np.testing.assert_array_equal(positions, [3, 5, 9, 12, 0, 0])
-    np.testing.assert_array_equal(slot_labels, [30, 50, 90, 120, IGNORE_LABEL, IGNORE_LABEL])
-    assert dropped == 0
+    positions, slot_labels = masking.host_function(
+        lambda t: masking.first_labelled_slots(t, 6))(labels[None])
+    np.testing.assert_array_equal(positions[0], [3, 5, 9, 12, 0, 0])
+    np.testing.assert_array_equal(slot_labels[0], [30, 50, 90, 120, IGNORE_LABEL, IGNORE_LABEL])
 
 
 # Whole-word masking: words are runs of candidates that start at a word-start id or
@@ -206,7 +198,7 @@ def _whole_word_mask(ids, mask, starts, indices, **kwargs):
     params = dict(mask_rate=0.15, slots=12, mask_token_id=4, special_token_ids=SPECIAL,
                   vocabulary_size=WORD_VOCAB, word_starts=starts)
     params.update(kwargs)
-    return [t.numpy() for t in dynamic_mask_batch(ids, mask, 11, indices, **params)]
+    return dynamic_mask_batch(ids, mask, 11, indices, **params)
 
 
 def test_whole_word_masks_never_split_a_word_and_keep_the_rate():
@@ -252,11 +244,11 @@ def test_whole_word_masks_depend_only_on_seed_and_index():
                  for s in range(0, 24, size)]
         for k in range(3):
             np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), whole[k])
-    in_graph = tf.function(lambda a, b, i: dynamic_mask_batch(
-        a, b, 11, i, mask_rate=0.15, slots=12, mask_token_id=4, special_token_ids=SPECIAL,
-        vocabulary_size=WORD_VOCAB, word_starts=starts))(ids, mask, indices)
+    eager = masking.dynamic_mask_batch(
+        ids, mask, masking.element_keys(11, indices), mask_rate=0.15, slots=12, mask_token_id=4,
+        special_token_ids=SPECIAL, vocabulary_size=WORD_VOCAB, word_starts=starts)
     for k in range(3):
-        np.testing.assert_array_equal(in_graph[k].numpy(), whole[k])
+        np.testing.assert_array_equal(np.asarray(eager[k]), whole[k])
 
 
 def test_whole_words_longer_than_the_slots_are_never_split():
@@ -342,3 +334,68 @@ def test_whole_word_masking_needs_dynamic_masking_and_a_tokenizer(tmp_path):
     files = dataclasses.replace(config.data, train=(path,), whole_word_masking=True)
     with pytest.raises(ConfigError, match="whole_word_masking: needs the run's tokenizer"):
         run_data.resolve(dataclasses.replace(config, data=files), log=lambda *_: None)
+
+
+def test_element_keys_are_the_references():
+    rng = np.random.default_rng(0)
+    for seed in (0, 7, 2**33 + 5, -3):
+        indices = np.concatenate([np.arange(5), rng.integers(0, 2**40, 60)])
+        got = masking.element_keys(seed, indices)
+        assert got.dtype == np.uint32
+        np.testing.assert_array_equal(got, reference.element_keys(seed, indices))
+
+
+@pytest.mark.parametrize("length,slots,rate,whole_words", [
+    (1, 1, 0.15, False), (9, 24, 1.0, False), (64, 10, 0.15, False), (130, 40, 0.4, False),
+    (64, 80, 0.15, False), (9, 12, 1.0, True), (48, 12, 0.15, True), (40, 3, 0.5, True),
+    (130, 40, 0.3, True), (64, 6, 0.0, True),
+])
+def test_dynamic_masks_are_the_references(length, slots, rate, whole_words):
+    rng = np.random.default_rng(length * slots)
+    rows = 12
+    ids = rng.integers(0, WORD_VOCAB, (rows, length))
+    mask = (np.arange(length)[None, :] < rng.integers(0, length + 1, (rows, 1))).astype(np.int32)
+    starts = rng.random(WORD_VOCAB) < 0.4 if whole_words else None
+    indices = rng.integers(0, 2**36, rows)
+    settings = dict(mask_rate=rate, slots=slots, mask_token_id=4, special_token_ids=SPECIAL,
+                    vocabulary_size=WORD_VOCAB, word_starts=starts)
+    got = dynamic_mask_batch(ids, mask, 99, indices, **settings)
+    want = reference.dynamic_mask(ids, mask, 99, indices, **settings)
+    for name, g, w in zip(("ids", "positions", "labels"), got, want):
+        np.testing.assert_array_equal(g, w, err_msg=name)
+
+
+@pytest.mark.parametrize("length,slots,share", [(1, 1, 0.5), (16, 4, 0.15), (40, 60, 0.6),
+                                                 (64, 10, 0.0), (64, 10, 1.0)])
+def test_static_slots_are_the_references(length, slots, share):
+    from kroberta.data import host_masking
+
+    rng = np.random.default_rng(length + slots)
+    labels = np.where(rng.random((9, length)) < share, rng.integers(5, VOCAB, (9, length)),
+                      IGNORE_LABEL).astype(np.int32)
+    want = reference.static_slots(labels, slots)
+    got = masking.host_function(lambda t: masking.first_labelled_slots(t, slots))(labels)
+    in_pipeline = [t.numpy() for t in host_masking.static_slots(tf.constant(labels), slots)]
+    for g, p, w in zip(got, in_pipeline, want):
+        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(p, w)
+    np.testing.assert_array_equal(in_pipeline[2], want[2])  # the dropped counts
+
+
+def test_static_labels_are_the_dynamic_masks_written_per_position():
+    rng = np.random.default_rng(5)
+    ids = rng.integers(5, VOCAB, (6, 20))
+    mask = np.ones_like(ids)
+    masked, labels = masking.static_labels(ids, mask, 4, np.arange(10, 16), mask_rate=0.3,
+                                           mask_token_id=4, special_token_ids=SPECIAL,
+                                           vocabulary_size=VOCAB)
+    want_ids, positions, slot_labels = reference.dynamic_mask(
+        ids, mask, 4, np.arange(10, 16), mask_rate=0.3, slots=20, mask_token_id=4,
+        special_token_ids=SPECIAL, vocabulary_size=VOCAB)
+    np.testing.assert_array_equal(masked, want_ids)
+    want = np.full_like(ids, IGNORE_LABEL)
+    for row in range(6):
+        valid = slot_labels[row] != IGNORE_LABEL
+        want[row, positions[row][valid]] = slot_labels[row][valid]
+    np.testing.assert_array_equal(labels, want)
+    assert ((labels != IGNORE_LABEL).sum(1) == 6).all()  # round(0.3 * 20), exactly

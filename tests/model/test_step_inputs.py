@@ -1,6 +1,6 @@
-"""Batches finished inside the compiled step (kroberta.model.device_masking): dynamic masks bit
-for bit the host's, static slots the host's, and training or evaluating on the batches the step
-finishes is training on the host's finished ones."""
+"""Batches finished inside the compiled step (kroberta.model.step_inputs, kroberta.masking):
+dynamic masks and static slots bit for bit the numpy reference's and the host pipeline's, and
+training or evaluating on the batches the step finishes is training on the host's finished ones."""
 
 import dataclasses
 
@@ -8,10 +8,11 @@ import jax
 import numpy as np
 import pytest
 
+from kroberta import masking
 from kroberta.config import Config
-from kroberta.data import masking
 from kroberta.data import pipeline
-from kroberta.model import device_masking
+from kroberta.model import step_inputs
+from tests import masking_reference as reference
 from tests.conftest import TINY_VOCAB, tiny_config
 
 
@@ -25,43 +26,44 @@ def _batch(rng, rows, length, vocabulary_size, pad_id=1):
 @pytest.mark.stack
 @pytest.mark.parametrize("rows, length, slots, vocabulary_size, rate, specials", [
     (64, 512, 16, 10_000, 0.15, (0, 1, 2, 3, 4)),  # the seed's slots at 512 tokens
-    (64, 512, 96, 50_000, 0.15, (0, 1, 2, 3, 4)),  # the host chooses by buckets here
+    (64, 512, 96, 50_000, 0.15, (0, 1, 2, 3, 4)),
     (16, 64, 12, 300, 0.3, (0, 1, 2, 3, 4)),
     (5, 10, 24, 50, 0.5, (0, 2, 7)),  # more slots than positions; specials not a range
     (3, 4, 8, 30, 1.0, ()),
     (4, 16, 4, 40, 0.0, (0, 1, 2, 3, 4)),  # nothing chosen
 ])
-def test_device_masks_are_the_host_masks_bit_for_bit(rows, length, slots, vocabulary_size,
-                                                     rate, specials):
+def test_device_masks_are_the_reference_masks_bit_for_bit(rows, length, slots, vocabulary_size,
+                                                          rate, specials):
     rng = np.random.default_rng(rows * length + slots)
     ids, real = _batch(rng, rows, length, vocabulary_size)
     indices = rng.integers(0, 2**40, rows).astype(np.int64)  # beyond 32 bits: both key words
     settings = dict(mask_rate=rate, slots=slots, mask_token_id=4, special_token_ids=specials,
                     vocabulary_size=vocabulary_size)
-    host = masking.dynamic_mask_batch(ids, real, 11, indices, **settings)
-    keys = masking.element_keys(11, indices).numpy()
-    device = jax.jit(lambda i, r, k: device_masking.mask_batch(i, r, k, **settings))(ids, real, keys)
-    for name, a, b in zip(("ids", "positions", "labels"), host, device):
+    want = reference.dynamic_mask(ids, real, 11, indices, **settings)
+    keys = masking.element_keys(11, indices)
+    device = jax.jit(lambda i, r, k: masking.dynamic_mask_batch(i, r, k, **settings))(ids, real, keys)
+    for name, a, b in zip(("ids", "positions", "labels"), want, device):
         assert b.dtype == np.int32
-        np.testing.assert_array_equal(np.asarray(b), a.numpy(), err_msg=name)
+        np.testing.assert_array_equal(np.asarray(b), a, err_msg=name)
     if rate > 0:
         assert (np.asarray(device[2]) != -100).any()
 
 
 @pytest.mark.parametrize("score_bits", [2, 24])
-def test_device_choice_breaks_ties_as_the_host_does(score_bits):
+def test_device_choice_breaks_ties_to_the_lower_position(score_bits):
     rng = np.random.default_rng(score_bits)
     rows, length, slots = 32, 200, 40
     scores = rng.integers(0, 2**score_bits, (rows, length)).astype(np.int32)  # 2 bits: ties
     candidates = rng.random((rows, length)) < 0.7
     count = np.minimum(rng.integers(0, slots + 1, rows), candidates.sum(1)).astype(np.int32)
-    positions, valid = jax.jit(device_masking.chosen_slots, static_argnums=3)(
+    positions, valid = jax.jit(masking.chosen_slots, static_argnums=3)(
         scores, candidates, count, slots)
-    for by_top_k in (True, False):
-        host_positions, host_valid = masking._chosen_slots(scores, candidates, count, slots,
-                                                           by_top_k=by_top_k)
-        np.testing.assert_array_equal(np.asarray(positions), host_positions.numpy())
-        np.testing.assert_array_equal(np.asarray(valid), host_valid.numpy())
+    for row in range(rows):  # a stable sort of the negated scores, then position order
+        where = np.flatnonzero(candidates[row])
+        chosen = np.sort(where[np.argsort(-scores[row][where], kind="stable")][:count[row]])
+        np.testing.assert_array_equal(np.asarray(positions[row][:count[row]]), chosen)
+        assert np.asarray(valid[row]).sum() == count[row]
+        assert (np.asarray(positions[row][count[row]:]) == 0).all()
 
 
 @pytest.mark.parametrize("rows, length, slots, rate", [
@@ -71,17 +73,17 @@ def test_device_choice_breaks_ties_as_the_host_does(score_bits):
     (4, 16, 4, 0.0),  # nothing labelled
     (3, 8, 8, 1.0),  # every position labelled
 ])
-def test_device_static_slots_are_the_host_slots(rows, length, slots, rate):
+def test_device_static_slots_are_the_reference_slots(rows, length, slots, rate):
     rng = np.random.default_rng(rows * length + slots)
     labels = np.where(rng.random((rows, length)) < rate,
                       rng.integers(0, 300, (rows, length)), -100).astype(np.int32)
-    host_positions, host_labels, _ = masking.static_slots_batch(labels, slots)
-    positions, slot_labels = jax.jit(device_masking.first_labelled_slots, static_argnums=1)(
+    host_positions, host_labels, _ = reference.static_slots(labels, slots)
+    positions, slot_labels = jax.jit(masking.first_labelled_slots, static_argnums=1)(
         labels, slots)
     for name, a, b in (("positions", host_positions, positions),
                        ("labels", host_labels, slot_labels)):
         assert b.dtype == np.int32 and b.shape == (rows, slots)
-        np.testing.assert_array_equal(np.asarray(b), a.numpy(), err_msg=name)
+        np.testing.assert_array_equal(np.asarray(b), a, err_msg=name)
 
 
 def test_keyed_batches_masked_by_the_step_are_the_host_pipelines_batches(tiny_data):
@@ -91,7 +93,7 @@ def test_keyed_batches_masked_by_the_step_are_the_host_pipelines_batches(tiny_da
     keyed = pipeline.train_dataset(spec, config.data, V, 8, seed=3, start_step=2,
                                    device_masks=True)
     host = pipeline.train_dataset(spec, config.data, V, 8, seed=3, start_step=2)
-    mask = jax.jit(device_masking.masker(config.data, V))
+    mask = jax.jit(masking.masker(config.data, V))
     for x, (host_x, host_y) in zip(keyed.take(4).as_numpy_iterator(),
                                    host.take(4).as_numpy_iterator()):
         assert x["mask_keys"].dtype == np.uint32 and x["mask_keys"].shape == (8,)
@@ -126,14 +128,14 @@ def test_mask_keys_hashed_per_block_are_each_elements_key(tiny_data, shuffle_buf
                                    shard=shard, device_masks=True)
     for k, x in enumerate(keyed.take(40).as_numpy_iterator()):  # past a block and an epoch
         elements = ((start + k) * B + np.arange(B)) * count + index
-        np.testing.assert_array_equal(x["mask_keys"], masking.element_keys(7, elements).numpy())
+        np.testing.assert_array_equal(x["mask_keys"], reference.element_keys(7, elements))
 
 
 def test_static_batches_finished_by_the_step_are_the_host_pipelines_batches(tiny_data):
     spec = pipeline.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
     static = dataclasses.replace(Config().data, masking="static", max_predictions=5)
     V = TINY_VOCAB
-    mask = jax.jit(device_masking.masker(static, V))
+    mask = jax.jit(masking.masker(static, V))
     val = pipeline.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
     pairs = [(pipeline.train_dataset(spec, static, V, 8, 3, start_step=2, device_masks=True).take(4),
               pipeline.train_dataset(spec, static, V, 8, 3, start_step=2).take(4)),
@@ -153,18 +155,27 @@ def test_static_batches_finished_by_the_step_are_the_host_pipelines_batches(tiny
     assert (host_y == -100).all(axis=1).any()  # the validation's padding rows: no slots
 
 
-def test_whole_word_batches_keep_their_host_masks_and_each_mode_names_its_step_input(tiny_data):
-    assert {masking: dataclasses.replace(Config().data, masking=masking).step_input()
-            for masking in ("dynamic", "static")} == dict(zip(("dynamic", "static"),
-                                                            device_masking.STEP_INPUTS))
+def test_whole_word_batches_are_finished_by_the_step_and_each_mode_names_its_step_input(
+        tiny_data):
+    assert {mode: dataclasses.replace(Config().data, masking=mode).step_input()
+            for mode in ("dynamic", "static")} == dict(zip(("dynamic", "static"),
+                                                         masking.STEP_INPUTS))
     whole_words = dataclasses.replace(Config().data, whole_word_masking=True)
-    assert Config().data.masks_drawn_by_step() and not whole_words.masks_drawn_by_step()
-    assert whole_words.step_input() is None
+    assert whole_words.masks_drawn_by_step() and whole_words.step_input() == "mask_keys"
     spec = pipeline.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
-    word_starts = np.ones(TINY_VOCAB, bool)
-    x, y = next(iter(pipeline.train_dataset(spec, whole_words, TINY_VOCAB, 8, 0,
-                                            word_starts=word_starts, device_masks=True)))
-    assert "mask_positions" in x and y.shape == (8, whole_words.prediction_slots(spec.sequence_length))
+    word_starts = np.random.default_rng(0).random(TINY_VOCAB) < 0.3
+    keyed = pipeline.train_dataset(spec, whole_words, TINY_VOCAB, 8, 0, device_masks=True)
+    host = pipeline.train_dataset(spec, whole_words, TINY_VOCAB, 8, 0, word_starts=word_starts)
+    mask = jax.jit(masking.masker(whole_words, TINY_VOCAB, word_starts))
+    for x, (host_x, host_y) in zip(keyed.take(3).as_numpy_iterator(),
+                                   host.take(3).as_numpy_iterator()):
+        assert sorted(x) == ["mask_keys", "padding_mask", "token_ids"]
+        masked, labels = mask(x)
+        for name in host_x:
+            np.testing.assert_array_equal(np.asarray(masked[name]), host_x[name], err_msg=name)
+        np.testing.assert_array_equal(np.asarray(labels), host_y)
+    with pytest.raises(ValueError, match="word-start table"):
+        masking.masker(whole_words, TINY_VOCAB)(x)
 
 
 # Keras' own step masked in the step is also in the AOT test and every dynamic-masking run.
@@ -204,13 +215,13 @@ def test_training_on_keyed_batches_is_training_on_host_masked_batches(tiny_data,
 
 
 def test_a_keyed_batch_with_labels_is_refused():
-    mask = device_masking.masker(Config().data, 300)
+    mask = masking.masker(Config().data, 300)
     x = {"token_ids": np.zeros((2, 8), np.int32), "padding_mask": np.ones((2, 8), np.int32),
          "mask_keys": np.zeros((2,), np.uint32)}
     with pytest.raises(ValueError, match="with 'mask_keys' gets its labels from it"):
-        device_masking.finish_batch(mask, (x, np.zeros((2, 4), np.int32)))
+        step_inputs.finish_batch(mask, (x, np.zeros((2, 4), np.int32)))
     both = {**x, "token_labels": np.full((2, 8), -100, np.int32)}
     with pytest.raises(ValueError, match="both 'mask_keys' and 'token_labels'"):
-        device_masking.finish_batch(mask, (both,))
+        step_inputs.finish_batch(mask, (both,))
     plain = ({"token_ids": x["token_ids"]}, np.zeros((2, 4), np.int32))
-    assert device_masking.finish_batch(mask, plain) is plain
+    assert step_inputs.finish_batch(mask, plain) is plain

@@ -1,0 +1,116 @@
+"""`kroberta.masking` inside tf.data: the JAX masking run on the host CPU from a map.
+
+The training step finishes most batches on the device; these ops finish them in the
+input pipeline instead, with the same functions (`tf.numpy_function` into a jitted
+CPU program): `kroberta.dataset(..., masks_on_host=True)`, evaluation at its own mask
+rate, the element keys the step's masks are drawn from, and prediction's slots.
+
+The jitted programs are kept for the process (a new dataset reuses them), and rows are
+padded to a power of two, so a pipeline compiles a handful of shapes, once.
+"""
+
+import atexit
+import functools
+
+import numpy as np
+import tensorflow as tf
+
+from kroberta import masking
+from kroberta.data.records import IGNORE_LABEL
+
+
+class _Exiting:
+    """Set at interpreter exit before JAX shuts its backends down (atexit runs in reverse
+    order, and this module registers after JAX's): a map still running then must not call
+    JAX, or the thread that tears the pipeline down waits for it forever."""
+
+    now = False
+
+
+atexit.register(lambda: setattr(_Exiting, "now", True))
+
+
+def _padded_rows(rows: int) -> int:
+    return max(8, 1 << (rows - 1).bit_length())
+
+
+def _pad(value: np.ndarray, rows: int) -> np.ndarray:
+    """`value` (n, ...) with rows of zeros appended to `rows`; a zero row is an element
+    without real tokens or labels (its outputs are cut off)."""
+    return np.pad(value, [(0, rows - len(value))] + [(0, 0)] * (value.ndim - 1))
+
+
+def _on_padded_rows(run, *values):
+    """`run(*values)` on rows padded to a power of two, its outputs cut back to n rows."""
+    if _Exiting.now:
+        raise RuntimeError("the interpreter is exiting")
+    n = len(values[0])
+    rows = _padded_rows(n)
+    out = run(*(_pad(v, rows) for v in values))
+    return tuple(o[:n] for o in out) if isinstance(out, (tuple, list)) else out[:n]
+
+
+@functools.cache
+def _keys(seed: int):
+    return lambda indices: _on_padded_rows(functools.partial(masking.element_keys, seed), indices)
+
+
+def element_keys(seed: int, indices):
+    """(B,) uint32 keys of the elements at `indices` (B,) int64 (`masking.element_keys`)."""
+    keys = tf.numpy_function(_keys(int(seed)), [indices], tf.uint32, stateful=False)
+    keys.set_shape(indices.shape)
+    return keys
+
+
+@functools.cache
+def _finisher(data, vocabulary_size: int, word_starts, names: tuple):
+    """The host function of `finished` for one run's settings (word_starts: bytes or None)."""
+    if word_starts is not None:
+        word_starts = np.frombuffer(word_starts, bool)
+    mask = masking.masker(data, vocabulary_size, word_starts)
+
+    def finish(*values):
+        out, labels = mask(dict(zip(names, values)))
+        return out["token_ids"], out["padding_mask"], out["mask_positions"], labels
+
+    run = masking.host_function(finish)
+    return lambda *values: _on_padded_rows(run, *values)
+
+
+def finished(x, data, vocabulary_size: int, word_starts=None):
+    """(x, labels) of a batch of step inputs `x` (a dict of (B, ...) tensors) finished on
+    the host by `masking.masker(data, vocabulary_size, word_starts)`: {token_ids (B, L),
+    padding_mask (B, L), mask_positions (B, M)} and labels (B, M), int32."""
+    names = tuple(sorted(x))
+    table = None if word_starts is None else np.asarray(word_starts, bool).tobytes()
+    run = _finisher(data, int(vocabulary_size), table, names)
+    ids, padding, positions, labels = tf.numpy_function(
+        run, [x[n] for n in names], [tf.int32, x["padding_mask"].dtype, tf.int32, tf.int32],
+        stateful=False)
+    rows, length = x["token_ids"].shape
+    slots = None if length is None else data.prediction_slots(length)
+    ids.set_shape(x["token_ids"].shape)
+    padding.set_shape(x["padding_mask"].shape)
+    positions.set_shape([rows, slots])
+    labels.set_shape([rows, slots])
+    return {"token_ids": ids, "padding_mask": padding, "mask_positions": positions}, labels
+
+
+@functools.cache
+def first_marked_slots(slots: int):
+    """marks (n, L) numpy -> (positions (n, M), slot_marks (n, M)) numpy:
+    `masking.first_labelled_slots` on the host CPU."""
+    run = masking.host_function(lambda marks: masking.first_labelled_slots(marks, slots))
+    return lambda marks: _on_padded_rows(run, np.asarray(marks, np.int32))
+
+
+def static_slots(marks, slots: int):
+    """(positions (B, M), slot_marks (B, M), dropped (B,)) int32 from marks (B, L) (-100 =
+    not predicted): `masking.first_labelled_slots`, and how many marked positions did not
+    fit the M slots (they are not predicted)."""
+    positions, slot_marks = tf.numpy_function(first_marked_slots(slots), [tf.cast(marks, tf.int32)],
+                                              [tf.int32, tf.int32], stateful=False)
+    positions.set_shape([marks.shape[0], slots])
+    slot_marks.set_shape([marks.shape[0], slots])
+    count = tf.reduce_sum(tf.cast(marks != IGNORE_LABEL, tf.int32), axis=1)  # (B,)
+    return positions, slot_marks, tf.maximum(count - slots, 0)
