@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kroberta.counter_hash import GOLDEN, MIX_B, mix
+from kroberta.counter_hash import MIX_B, keys_of_words, mix
 from kroberta.tokens import IGNORE_LABEL
 
 KEYS = "mask_keys"  # the x entry of a batch whose masks are drawn from element keys
@@ -51,12 +51,7 @@ def _words(value):
             ((value >> 32) & 0xFFFFFFFF).astype(np.uint32))
 
 
-@jax.jit
-def _keys_of_words(seed_low, seed_high, index_low, index_high):
-    key = mix(seed_low ^ jnp.uint32(GOLDEN))  # ()
-    key = mix(key ^ seed_high)
-    key = mix(key ^ index_low)  # (B,)
-    return mix(key ^ index_high)
+_keys_of_words = jax.jit(keys_of_words)
 
 
 def element_keys(seed, indices) -> np.ndarray:

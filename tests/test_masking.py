@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from kroberta import masking
 from kroberta.tokens import IGNORE_LABEL
-from tests import masking_reference as reference
+from tests import masking_reference
 
 SPECIAL = (0, 1, 2, 3, 4)
 VOCAB = 100
@@ -333,7 +333,7 @@ def test_whole_word_masking_needs_dynamic_masking_and_a_tokenizer(tmp_path):
     write_seed_format(path, 8, 16, 100, seed=1)
     files = dataclasses.replace(config.data, train=(path,), whole_word_masking=True)
     with pytest.raises(ConfigError, match="whole_word_masking: needs the run's tokenizer"):
-        run_data.resolve(dataclasses.replace(config, data=files), log=lambda *_: None)
+        run_data.run_data_for(dataclasses.replace(config, data=files), log=lambda *_: None)
 
 
 def test_element_keys_are_the_references():
@@ -342,7 +342,7 @@ def test_element_keys_are_the_references():
         indices = np.concatenate([np.arange(5), rng.integers(0, 2**40, 60)])
         got = masking.element_keys(seed, indices)
         assert got.dtype == np.uint32
-        np.testing.assert_array_equal(got, reference.element_keys(seed, indices))
+        np.testing.assert_array_equal(got, masking_reference.element_keys(seed, indices))
 
 
 @pytest.mark.parametrize("length,slots,rate,whole_words", [
@@ -360,7 +360,7 @@ def test_dynamic_masks_are_the_references(length, slots, rate, whole_words):
     settings = dict(mask_rate=rate, slots=slots, mask_token_id=4, special_token_ids=SPECIAL,
                     vocabulary_size=WORD_VOCAB, word_starts=starts)
     got = dynamic_mask_batch(ids, mask, 99, indices, **settings)
-    want = reference.dynamic_mask(ids, mask, 99, indices, **settings)
+    want = masking_reference.dynamic_mask(ids, mask, 99, indices, **settings)
     for name, g, w in zip(("ids", "positions", "labels"), got, want):
         np.testing.assert_array_equal(g, w, err_msg=name)
 
@@ -373,7 +373,7 @@ def test_static_slots_are_the_references(length, slots, share):
     rng = np.random.default_rng(length + slots)
     labels = np.where(rng.random((9, length)) < share, rng.integers(5, VOCAB, (9, length)),
                       IGNORE_LABEL).astype(np.int32)
-    want = reference.static_slots(labels, slots)
+    want = masking_reference.static_slots(labels, slots)
     got = masking.host_function(lambda t: masking.first_labelled_slots(t, slots))(labels)
     in_pipeline = [t.numpy() for t in host_masking.static_slots(tf.constant(labels), slots)]
     for g, p, w in zip(got, in_pipeline, want):
@@ -389,7 +389,7 @@ def test_static_labels_are_the_dynamic_masks_written_per_position():
     masked, labels = masking.static_labels(ids, mask, 4, np.arange(10, 16), mask_rate=0.3,
                                            mask_token_id=4, special_token_ids=SPECIAL,
                                            vocabulary_size=VOCAB)
-    want_ids, positions, slot_labels = reference.dynamic_mask(
+    want_ids, positions, slot_labels = masking_reference.dynamic_mask(
         ids, mask, 4, np.arange(10, 16), mask_rate=0.3, slots=20, mask_token_id=4,
         special_token_ids=SPECIAL, vocabulary_size=VOCAB)
     np.testing.assert_array_equal(masked, want_ids)

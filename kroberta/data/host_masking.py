@@ -3,7 +3,8 @@
 The training step finishes most batches on the device; these ops finish them in the
 input pipeline instead, with the same functions (`tf.numpy_function` into a jitted
 CPU program): `kroberta.dataset(..., masks_on_host=True)`, evaluation at its own mask
-rate, the element keys the step's masks are drawn from, and prediction's slots.
+rate and prediction's slots. The element keys the step's masks are drawn from are
+hashed here with TF's own integer ops (`element_keys`: the same hash function).
 
 The jitted programs are kept for the process (a new dataset reuses them), and rows are
 padded to a power of two, so a pipeline compiles a handful of shapes, once.
@@ -15,7 +16,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from kroberta import masking
+from kroberta import counter_hash, masking
 from kroberta.data.records import IGNORE_LABEL
 
 
@@ -50,16 +51,22 @@ def _on_padded_rows(run, *values):
     return tuple(o[:n] for o in out) if isinstance(out, (tuple, list)) else out[:n]
 
 
-@functools.cache
-def _keys(seed: int):
-    return lambda indices: _on_padded_rows(functools.partial(masking.element_keys, seed), indices)
+def _words(value):
+    """int64 -> (low, high) uint32 words."""
+    value = tf.cast(value, tf.int64)
+    low = tf.cast(tf.bitwise.bitwise_and(value, 0xFFFFFFFF), tf.uint32)
+    high = tf.cast(tf.bitwise.bitwise_and(tf.bitwise.right_shift(value, 32), 0xFFFFFFFF), tf.uint32)
+    return low, high
 
 
 def element_keys(seed: int, indices):
-    """(B,) uint32 keys of the elements at `indices` (B,) int64 (`masking.element_keys`)."""
-    keys = tf.numpy_function(_keys(int(seed)), [indices], tf.uint32, stateful=False)
-    keys.set_shape(indices.shape)
-    return keys
+    """(B,) uint32 keys of the elements at `indices` (B,) int64: `masking.element_keys`,
+    the same hash (`counter_hash.keys_of_words`) in TF's integer ops, so the training
+    pipeline runs no JAX in its threads."""
+    return counter_hash.keys_of_words(*_words(seed), *_words(indices),
+                                      xor=tf.bitwise.bitwise_xor,
+                                      shift_right=tf.bitwise.right_shift,
+                                      uint32=lambda value: tf.constant(value, tf.uint32))
 
 
 @functools.cache

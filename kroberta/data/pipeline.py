@@ -27,7 +27,7 @@ from kroberta.data import epochs, host_masking
 from kroberta.data.bad_records import DataError, explain_pipeline_error, first_bad_record
 from kroberta.data.batch_parsing import parse_checked_batch
 from kroberta.config import ConfigError, DataConfig
-from kroberta.data.file_order import FileOrder
+from kroberta.data.epochs import FileOrder
 from kroberta.data.files import DataSpec, check_against_model, inspect_files, resolve_files, spec_records
 from kroberta.data.records import FEATURES, IGNORE_LABEL
 

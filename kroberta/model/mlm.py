@@ -19,6 +19,8 @@ Model inputs (all int32):
 Targets: labels     (batch, slots)    original token ids, -100 in padded slots
 """
 
+import dataclasses
+
 import keras
 import keras_hub
 
@@ -141,6 +143,10 @@ def compile_model(model, config: Config, word_starts=None):
         steps_per_execution=config.train.steps_per_execution,
         jit_compile=True,
         masker=masking.masker(config.data, config.model.vocabulary_size, word_starts),
+        # Validation masks at data.eval_mask_rate, from the same per-example keys.
+        evaluation_masker=masking.masker(
+            dataclasses.replace(config.data, mask_rate=config.data.evaluation_mask_rate()),
+            config.model.vocabulary_size, word_starts),
         gradient_accumulation_steps=config.train.gradient_accumulation_steps,
     )
     return model

@@ -47,17 +47,21 @@ class TrainingMaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
     and log the gradient norm (see the module). Compile it with `compile`'s two extra
     arguments; `kroberta.model.mlm.compile_model` does."""
 
-    def compile(self, *args, masker=None, gradient_accumulation_steps: int = 1, **kwargs):
+    def compile(self, *args, masker=None, evaluation_masker=None,
+                gradient_accumulation_steps: int = 1, **kwargs):
         """Keras' `compile`, plus:
 
         Args:
             masker: `kroberta.masking.masker(data_config, vocabulary, word_starts)`, for
                 batches that carry `mask_keys` or `token_labels`; None: batches come
                 masked from the host.
+            evaluation_masker: the same for `evaluate` (e.g. at `data.eval_mask_rate`);
+                None: `masker`.
             gradient_accumulation_steps: N micro-batches per optimizer step.
         """
         super().compile(*args, **kwargs)
         self.masker = masker
+        self.evaluation_masker = evaluation_masker or masker
         self.gradient_accumulation_steps = int(gradient_accumulation_steps)
         if getattr(self, "grad_norm_tracker", None) is None:
             self.grad_norm_tracker = keras.metrics.Mean(name=GRAD_NORM)
@@ -155,7 +159,7 @@ class TrainingMaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         _count_trace(self, "test")
         trainable, non_trainable, metrics_vars = state
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(
-            finish_batch(self.masker, data) if self.masker else data)
+            finish_batch(self.evaluation_masker, data) if self.evaluation_masker else data)
         _, (loss, y_pred, non_trainable, metrics_vars) = self.compute_loss_and_updates(
             trainable, non_trainable, metrics_vars, x, y, sample_weight, training=False)
         metrics_vars = self._update_metrics(metrics_vars, {

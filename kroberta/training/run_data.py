@@ -1,15 +1,17 @@
-"""The data a training run reads, resolved and checked: `kroberta.dataset(config, split)`.
+"""The data a training run reads, found and checked: `kroberta.dataset(config, split)`.
+
+A run's data comes from explicit files, a prepared directory, or the embedded corpus.
 
 `kroberta.train` and the public `dataset` build their pipelines here with the same
 arguments, so what a user inspects is exactly the stream the model is fed.
 """
 
 import dataclasses
+import os
 
 import jax
 
 from kroberta.data import pipeline
-from kroberta.training import datasource
 from kroberta.config import AUTO, Config, ConfigError, validate
 
 SPLITS = ("train", "validation")
@@ -29,7 +31,7 @@ class RunData:
 
 def run_data_for(config: Config, log=print) -> RunData:
     """Finds the run's files (prepares the embedded corpus if none are given), checks them."""
-    config, tokenizer_path = datasource.resolve(config, log=log)
+    config, tokenizer_path = _data_sources(config, log=log)
     if config.data.whole_word_masking and tokenizer_path is None:
         raise ConfigError("data.whole_word_masking: needs the run's tokenizer; give data.dir "
                           "(a directory made by `python -m kroberta.prepare`) instead of data.train")
@@ -51,6 +53,86 @@ def run_data_for(config: Config, log=print) -> RunData:
                 f"data.validation: sequences of {validation.sequence_length} tokens, but "
                 f"data.train has {train.sequence_length}")
     return RunData(config, train, validation, tokenizer_path, _word_starts(config, tokenizer_path))
+
+
+# The embedded default job's corpus: the standard library's docstrings, which every
+# Python installation has, prepared once per run directory.
+EMBEDDED_DIR = "embedded-data"
+
+
+def _data_sources(config: Config, log=print) -> tuple[Config, str | None]:
+    """The config with `data.train` / `data.validation` filled in from explicit files, a
+    prepared directory or the embedded corpus, and the tokenizer file to keep with the
+    run (or None)."""
+    data = config.data
+    if data.dir:
+        return _from_manifest(config, data.dir, "data.dir")
+    if data.train:
+        return config, None
+    prepared = os.path.join(_local_home(config.run_dir), EMBEDDED_DIR)
+    if not os.path.isfile(os.path.join(prepared, "manifest.json")):
+        _prepare_embedded(config, prepared, log)
+    return _from_manifest(config, prepared, "embedded corpus")
+
+
+def _prepare_embedded(config: Config, out_dir: str, log):
+    from kroberta.text.build import prepare
+    from kroberta.text import corpus
+
+    home = _local_home(config.run_dir)
+    os.makedirs(home, exist_ok=True)
+    text_path = os.path.join(home, "embedded-corpus.txt")
+    log("no data given: building the embedded corpus from the Python standard library's docstrings")
+    stats = corpus.write_stdlib_corpus(text_path)
+    log(f"  {stats}")
+    prepare(
+        [text_path], out_dir,
+        vocab_size=config.model.vocabulary_size,
+        seq_len=config.model.max_sequence_length,
+        validation_fraction=0.02,
+        seed=config.train.seed,
+        progress=False,
+    )
+
+
+def _local_home(run_dir: str) -> str:
+    """Where the embedded corpus is prepared: the run directory, or for a URL one (whose
+    files tf.data may not read) a local directory of its own, rebuilt when missing (it is
+    the same corpus every time)."""
+    if "://" not in run_dir:
+        return run_dir
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"kroberta-embedded-{digest}")
+
+
+def _from_manifest(config: Config, directory: str, key: str) -> tuple[Config, str]:
+    from kroberta.data.manifest import load_manifest
+
+    manifest = load_manifest(directory)
+    if manifest.vocabulary_size != config.model.vocabulary_size:
+        raise ConfigError(
+            f"{key}: {directory} was prepared with a vocabulary of {manifest.vocabulary_size} "
+            f"tokens but model.vocabulary_size={config.model.vocabulary_size}; set "
+            f"--model.vocabulary_size={manifest.vocabulary_size}"
+        )
+    if manifest.sequence_length > config.model.max_sequence_length:
+        raise ConfigError(
+            f"{key}: {directory} holds sequences of {manifest.sequence_length} tokens but "
+            f"model.max_sequence_length={config.model.max_sequence_length}"
+        )
+    special = manifest.special_tokens
+    data = dataclasses.replace(
+        config.data,
+        train=tuple(manifest.train_files),
+        validation=tuple(manifest.validation_files) or config.data.validation,
+        pad_token_id=special.get("pad", config.data.pad_token_id),
+        mask_token_id=special.get("mask", config.data.mask_token_id),
+        special_token_ids=tuple(sorted(set(special.values()))) or config.data.special_token_ids,
+    )
+    return dataclasses.replace(config, data=data), manifest.tokenizer_path
 
 
 def _word_starts(config: Config, tokenizer_path: str | None):
@@ -75,14 +157,13 @@ def train_batches(run: RunData, process_batch: int, start_step: int = 0, shard=N
 def validation_batches(run: RunData, global_batch: int, shard=None, device_masks: bool = True):
     """The validation pipeline of `run` (`device_masks` as in `train_batches`).
 
-    Masked at `data.eval_mask_rate`: when it differs from the training rate, the
-    pipeline draws the masks (the training step draws them at the training rate), each
-    example's from the run seed and its place in the files, as the step would.
+    Masked at `data.eval_mask_rate`: the evaluation step draws each example's masks at
+    that rate from the run seed and its place in the files (`device_masks`), or, with
+    `device_masks=False`, the pipeline draws the same ones.
     """
     t, data = run.config.train, run.config.data
-    if data.evaluation_mask_rate() != data.mask_rate:
+    if not device_masks and data.evaluation_mask_rate() != data.mask_rate:
         data = dataclasses.replace(data, mask_rate=data.evaluation_mask_rate())
-        device_masks = False
     return pipeline.eval_dataset(run.validation, data, run.config.model.vocabulary_size,
                                  global_batch, t.seed, t.eval_steps, shard=shard,
                                  word_starts=run.word_starts, device_masks=device_masks)

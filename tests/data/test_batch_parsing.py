@@ -14,7 +14,7 @@ from kroberta.data.check import check_records
 from kroberta.config import Config
 from kroberta.data import host_masking
 from kroberta.tokens import IGNORE_LABEL
-from tests import masking_reference as reference
+from tests import masking_reference
 from tests.test_masking import dynamic_mask_batch
 from kroberta.data.synthetic import make_sequences
 from tests.conftest import serialize_example, write_records
@@ -183,12 +183,12 @@ def test_static_slots_in_the_pipeline_equal_the_numpy_reference():
     labels[3] = IGNORE_LABEL  # a row without labels
     for slots in (4, 12, 50):  # fewer, about as many, more slots than labels (and > L)
         got = [t.numpy() for t in host_masking.static_slots(tf.constant(labels), slots)]
-        want = reference.static_slots(labels, slots)
+        want = masking_reference.static_slots(labels, slots)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
     nothing = np.full((3, 40), IGNORE_LABEL)  # a batch without a single label
     for g, w in zip(host_masking.static_slots(tf.constant(nothing), 4),
-                    reference.static_slots(nothing, 4)):
+                    masking_reference.static_slots(nothing, 4)):
         np.testing.assert_array_equal(g.numpy(), w)
 
 

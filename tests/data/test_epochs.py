@@ -240,7 +240,7 @@ def test_files_read_in_blocks_are_the_records_batched(tmp_path, block):
 
     from kroberta.data import epochs
 
-    from kroberta.data.file_order import FileOrder
+    from kroberta.data.epochs import FileOrder
 
     paths = _write_files(tmp_path, [23, 41, 0, 17])
     files = tf.data.Dataset.from_tensor_slices(paths)

@@ -12,7 +12,7 @@ from kroberta import masking
 from kroberta.config import Config
 from kroberta.data import pipeline
 from kroberta.model import step_inputs
-from tests import masking_reference as reference
+from tests import masking_reference
 from tests.conftest import TINY_VOCAB, tiny_config
 
 
@@ -39,7 +39,7 @@ def test_device_masks_are_the_reference_masks_bit_for_bit(rows, length, slots, v
     indices = rng.integers(0, 2**40, rows).astype(np.int64)  # beyond 32 bits: both key words
     settings = dict(mask_rate=rate, slots=slots, mask_token_id=4, special_token_ids=specials,
                     vocabulary_size=vocabulary_size)
-    want = reference.dynamic_mask(ids, real, 11, indices, **settings)
+    want = masking_reference.dynamic_mask(ids, real, 11, indices, **settings)
     keys = masking.element_keys(11, indices)
     device = jax.jit(lambda i, r, k: masking.dynamic_mask_batch(i, r, k, **settings))(ids, real, keys)
     for name, a, b in zip(("ids", "positions", "labels"), want, device):
@@ -77,7 +77,7 @@ def test_device_static_slots_are_the_reference_slots(rows, length, slots, rate):
     rng = np.random.default_rng(rows * length + slots)
     labels = np.where(rng.random((rows, length)) < rate,
                       rng.integers(0, 300, (rows, length)), -100).astype(np.int32)
-    host_positions, host_labels, _ = reference.static_slots(labels, slots)
+    host_positions, host_labels, _ = masking_reference.static_slots(labels, slots)
     positions, slot_labels = jax.jit(masking.first_labelled_slots, static_argnums=1)(
         labels, slots)
     for name, a, b in (("positions", host_positions, positions),
@@ -128,7 +128,7 @@ def test_mask_keys_hashed_per_block_are_each_elements_key(tiny_data, shuffle_buf
                                    shard=shard, device_masks=True)
     for k, x in enumerate(keyed.take(40).as_numpy_iterator()):  # past a block and an epoch
         elements = ((start + k) * B + np.arange(B)) * count + index
-        np.testing.assert_array_equal(x["mask_keys"], reference.element_keys(7, elements))
+        np.testing.assert_array_equal(x["mask_keys"], masking_reference.element_keys(7, elements))
 
 
 def test_static_batches_finished_by_the_step_are_the_host_pipelines_batches(tiny_data):
