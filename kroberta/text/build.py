@@ -22,7 +22,6 @@ import numpy as np
 from kroberta import storage
 from kroberta.atomic import atomic_path
 from kroberta.data.manifest import FORMAT, MANIFEST_NAME, ManifestError, load_manifest, write_manifest
-from kroberta.masking import static_labels
 from kroberta.data.records import PAD_ID, encode_examples
 from kroberta.errors import KrobertaError
 from kroberta.text import locations
@@ -256,6 +255,8 @@ def prepare(
         for block, (ids, mask) in enumerate(blocks(sequences, BLOCK)):
             label_block = None
             if labels == "static":  # each sequence's mask: a function of (seed, its index)
+                from kroberta.masking import static_labels  # JAX: only for static labels
+
                 ids, label_block = static_labels(
                     ids, mask, seed, np.arange(start, start + len(ids)), mask_rate=mask_rate,
                     mask_token_id=specials["mask"], special_token_ids=special_ids,

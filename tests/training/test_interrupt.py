@@ -26,7 +26,7 @@ def _interrupt_at(step, monkeypatch, times=1):
     real = RunLogger.on_train_batch_begin
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self._epoch_start_step + batch == step:
+        if self._interval_start_step + batch == step:
             for _ in range(times):
                 signal.raise_signal(signal.SIGINT)
         return real(self, batch, logs)

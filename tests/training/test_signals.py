@@ -9,12 +9,13 @@ import os
 import subprocess
 import sys
 
+import jax
 import keras_hub
 import numpy as np
 import pytest
 
 import kroberta
-from kroberta import train
+from kroberta import masking, train
 from kroberta.config import ConfigError, validate
 from kroberta.training import run_data
 from kroberta.training import signals
@@ -135,8 +136,20 @@ def _eval_batches(tiny_data, tmp_path, shard=None, batch=8):
     config = dataclasses.replace(config, data=dataclasses.replace(
         config.data, mask_rate=0.3, eval_mask_rate=0.15))
     run = run_data.run_data_for(validate(config), log=lambda _: None)
-    return [(x["token_ids"].numpy(), x["mask_positions"].numpy(), y.numpy())
-            for x, y in run_data.validation_batches(run, batch, shard=shard)]
+    host = [(x["token_ids"].numpy(), x["mask_positions"].numpy(), y.numpy())
+            for x, y in run_data.validation_batches(run, batch, shard=shard, device_masks=False)]
+    # What the evaluation step draws from the keyed batches (compile_model's
+    # evaluation masker): the same masks.
+    data = run.config.data
+    mask = jax.jit(masking.masker(dataclasses.replace(data, mask_rate=data.evaluation_mask_rate()),
+                                  run.config.model.vocabulary_size))
+    for x, (ids, positions, labels) in zip(run_data.validation_batches(run, batch, shard=shard),
+                                           host, strict=True):
+        step_x, step_labels = mask({k: v.numpy() for k, v in x.items()})
+        np.testing.assert_array_equal(np.asarray(step_x["token_ids"]), ids)
+        np.testing.assert_array_equal(np.asarray(step_x["mask_positions"]), positions)
+        np.testing.assert_array_equal(np.asarray(step_labels), labels)
+    return host
 
 
 def test_eval_masks_are_fixed_per_example_at_the_eval_rate(tiny_data, tmp_path):
