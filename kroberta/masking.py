@@ -37,11 +37,27 @@ SALT_SCORE, SALT_ACTION, SALT_RANDOM_ID = 1, 2, 3
 SCORE_BITS = 24  # random scores are integers in [0, 2^24): exact in float32
 
 
-def random_id_range(special_token_ids, vocabulary_size: int) -> tuple[int, int]:
-    """(lowest, span): the ids the "random token" replacement draws from, lowest ...
-    lowest + span - 1, every id above the special tokens."""
-    lowest = max(special_token_ids) + 1 if special_token_ids else 0
-    return lowest, vocabulary_size - lowest
+def regular_ids(special_token_ids, vocabulary_size: int) -> np.ndarray:
+    """The ids the "random token" replacement draws from, ascending: every id below
+    `vocabulary_size` that is not special (e.g. 5 ... V-1 after <s> <pad> </s> <unk>
+    <mask> = 0 ... 4; without 50264 when a reused tokenizer puts <mask> last)."""
+    ids = np.setdiff1d(np.arange(vocabulary_size), np.asarray(list(special_token_ids), np.int64))
+    if ids.size == 0:
+        raise ValueError(f"every id below the vocabulary size {vocabulary_size} is a special "
+                         "token: no id to draw random replacements from")
+    return ids.astype(np.int32)
+
+
+def _random_ids(uniforms, special_token_ids, vocabulary_size: int):
+    """(B, M) int32 regular ids from uniforms (B, M) in [0, 1): the i-th regular id for
+    i = floor(u * count). Where the regular ids are one run (the specials all below
+    them), that is lowest + i, computed without a table."""
+    regular = regular_ids(special_token_ids, vocabulary_size)
+    count = len(regular)
+    index = jnp.minimum((uniforms * np.float32(count)).astype(jnp.int32), count - 1)
+    if regular[-1] - regular[0] + 1 == count:
+        return int(regular[0]) + index
+    return jnp.asarray(regular)[index]
 
 
 def _words(value):
@@ -227,9 +243,8 @@ def dynamic_mask_batch(token_ids, padding_mask, keys, *, mask_rate: float, slots
     labels = jnp.where(valid, originals, IGNORE_LABEL)
 
     draw = hash_uniform(keys, SALT_ACTION, slots)  # (B, M)
-    lowest_regular_id, span = random_id_range(special_token_ids, vocabulary_size)
-    random_ids = lowest_regular_id + jnp.minimum(
-        (hash_uniform(keys, SALT_RANDOM_ID, slots) * np.float32(span)).astype(jnp.int32), span - 1)
+    random_ids = _random_ids(hash_uniform(keys, SALT_RANDOM_ID, slots), special_token_ids,
+                             vocabulary_size)  # (B, M)
     replacement = jnp.where(
         draw < np.float32(mask_fraction), mask_token_id,
         jnp.where(draw < np.float32(mask_fraction + random_fraction), random_ids, originals))

@@ -90,8 +90,7 @@ def dynamic_mask(ids, real, seed, indices, *, mask_rate, slots, mask_token_id,
     masked = ids.copy()
     positions = np.zeros((rows, slots), np.int64)
     labels = np.full((rows, slots), IGNORE, np.int64)
-    lowest = max(special_token_ids, default=-1) + 1  # random ids: every id above the specials
-    span = vocabulary_size - lowest
+    regular = [i for i in range(vocabulary_size) if i not in special_token_ids]  # random ids
     for r in range(rows):
         key = element_key(seed, int(indices[r]))
         candidates = [bool(real[r, i]) and int(ids[r, i]) not in special_token_ids
@@ -107,7 +106,8 @@ def dynamic_mask(ids, real, seed, indices, *, mask_rate, slots, mask_token_id,
             if draws[j] < np.float32(0.8):
                 masked[r, p] = mask_token_id
             elif draws[j] < np.float32(0.9):
-                masked[r, p] = lowest + min(int(randoms[j] * np.float32(span)), span - 1)
+                masked[r, p] = regular[min(int(randoms[j] * np.float32(len(regular))),
+                                           len(regular) - 1)]
     return masked.astype(np.int32), positions.astype(np.int32), labels.astype(np.int32)
 
 

@@ -89,6 +89,26 @@ def test_random_replacements_are_regular_tokens():
     assert (masked[positions[valid]] >= 5).all() and (masked < VOCAB).all()
 
 
+def test_random_replacements_skip_special_ids_above_the_regular_ones():
+    # A reused tokenizer may put <mask> last (roberta-base: 50264 of 50265): random
+    # replacements come from every other non-special id, as the reference draws them.
+    vocabulary, specials = 40, (0, 1, 2, 3, 39)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(4, 39, (8, 64))  # no special among them: every position is a candidate
+    mask = np.ones_like(ids)
+    settings = dict(mask_rate=1.0, slots=64, mask_token_id=39, special_token_ids=specials,
+                    vocabulary_size=vocabulary)
+    got = dynamic_mask_batch(ids, mask, 5, np.arange(8), **settings)
+    want = masking_reference.dynamic_mask(ids, mask, 5, np.arange(8), **settings)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    masked = got[0]
+    # 80% <mask>, 10% random, 10% kept, of 512 positions: <mask> only where drawn as such.
+    assert 0.72 < (masked == 39).mean() < 0.88
+    replaced = masked[(masked != ids) & (masked != 39)]
+    assert len(replaced) > 20 and not np.isin(replaced, specials).any()
+
+
 def test_chosen_positions_fill_the_slots_in_position_order():
     ids, mask = _sequence(length=64, real=60)
     _, positions, labels = _mask(ids, mask, mask_rate=0.3, slots=20)
