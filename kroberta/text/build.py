@@ -249,14 +249,14 @@ def prepare(
     bar = Progress("encode+pack+write", total_bytes, enabled=progress)
     pending = None  # the newest record, held back so both splits can be made non-empty
     try:
+        if labels == "static":
+            from kroberta.masking import static_labels  # JAX, imported only to make static labels
         docs = encoded_documents(tok, good, bar.update)
         sequences = pack_documents(docs, seq_len, specials["bos"], specials["eos"], PAD_ID)
         start = 0
         for block, (ids, mask) in enumerate(blocks(sequences, BLOCK)):
             label_block = None
             if labels == "static":  # each sequence's mask: a function of (seed, its index)
-                from kroberta.masking import static_labels  # JAX: only for static labels
-
                 ids, label_block = static_labels(
                     ids, mask, seed, np.arange(start, start + len(ids)), mask_rate=mask_rate,
                     mask_token_id=specials["mask"], special_token_ids=special_ids,
