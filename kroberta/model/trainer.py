@@ -78,6 +78,24 @@ class TrainingMaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         self.compute_metrics(None, labels, logits)
         self.reset_metrics()
 
+    # The state's arrays on the shardings the compiled steps return them on. On a mesh of
+    # one device Keras leaves a new value (a fresh weight, a metric reset to zeros) on
+    # the device's own sharding, which XLA treats as the same placement but JAX's
+    # compilation cache does not: the step's first dispatch, its second (fed the first's
+    # outputs) and each interval's first after `reset_metrics` would compile three
+    # programs. Placed here, every dispatch finds the one program.
+    def make_train_function(self, force=False):
+        _on_their_layouts(self.variables + self.optimizer.variables + self.metrics_variables)
+        return super().make_train_function(force)
+
+    def make_test_function(self, force=False):
+        _on_their_layouts(self.variables + self.metrics_variables)
+        return super().make_test_function(force)
+
+    def reset_metrics(self):
+        super().reset_metrics()
+        _on_their_layouts(self.metrics_variables)
+
     def fit(self, *args, **kwargs):
         k, steps = self.steps_per_execution, kwargs.get("steps_per_epoch")
         if steps and steps % k and kwargs.get("epochs", 1) > 1:
@@ -200,6 +218,22 @@ class TrainingMaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
             result = metric.stateless_result(values)
             logs.update(result if isinstance(result, dict) else {metric.name: result})
         return logs
+
+
+def _on_their_layouts(variables):
+    """Puts each variable's value on the sharding of its layout under the current
+    distribution (a no-op for values already there, e.g. on every multi-device mesh)."""
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return
+    seen = set()
+    for v in variables:
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        sharding = distribution.get_variable_layout(v).backend_layout
+        if v.value.sharding != sharding:
+            v.assign(jax.device_put(v.value, sharding))
 
 
 def _rows(x) -> int:

@@ -120,6 +120,40 @@ def test_fused_programs_compile_once_per_group_length(tiny_data, tmp_path):
         model.fit(stream(0), steps_per_epoch=6, epochs=2, verbose=0)
 
 
+def test_a_one_device_mesh_compiles_each_step_once(tiny_data, tmp_path):
+    """On a mesh of one device Keras leaves a fresh value (the first weights, a metric
+    reset at each interval) on the device's own sharding, which JAX's compilation cache
+    tells apart from the compiled step's outputs: without the training model's placement
+    the first dispatch, the second and each interval's first would compile three programs."""
+    import keras
+
+    from kroberta.model.mlm import build_compiled_model
+    from kroberta.parallel import distribute
+
+    config = tiny_config(tiny_data, tmp_path, steps_per_execution=4, log_every=8, **RUN)
+    config = dataclasses.replace(config, distributed=dataclasses.replace(config.distributed,
+                                                                         devices=1))
+    spec = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "t"), "t")
+    val = pipeline.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
+    previous = keras.distribution.distribution()
+    try:
+        topology = distribute.setup(config)
+        assert len(topology.devices) == 1
+        model = build_compiled_model(config)
+        train_ds = pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 16, 0)
+        model.fit(train_ds.take(24), steps_per_epoch=8, epochs=3, verbose=0)
+        assert int(model.optimizer.iterations.numpy()) == 24
+        assert trainer.trace_count(model, "train") == 1
+        eval_ds = pipeline.eval_dataset(val, config.data, config.model.vocabulary_size, 16, 0,
+                                        max_batches=4)  # one group of K = 4
+        first = model.evaluate(eval_ds, verbose=0, return_dict=True)
+        second = model.evaluate(eval_ds, verbose=0, return_dict=True)
+        assert trainer.trace_count(model, "test") == 1
+        assert first == second
+    finally:
+        keras.distribution.set_distribution(previous)
+
+
 def test_evaluate_with_k_groups_equals_one_batch_at_a_time(tiny_data, tmp_path):
     from kroberta.model.mlm import build_compiled_model
 
