@@ -78,7 +78,10 @@ def bare_scan_step_seconds(config, spec) -> float:
     state = trainer.training_state(model)
     program = jax.jit(scan_steps(model.train_step), donate_argnums=0)
     on_device = jax.device_put(super_batch)
-    logs, state = program(state, on_device)  # compiles
+    # Compiles; twice where the first call's outputs come back on other shardings than
+    # its inputs (a weight left on its device's own sharding): the timed loop compiles nothing.
+    for _ in range(2):
+        logs, state = program(state, on_device)
     jax.block_until_ready(state)
     dispatches = t.steps // t.steps_per_execution
     start = time.perf_counter()
