@@ -4,6 +4,7 @@ numpy reference (tests/masking_reference.py) bit for bit."""
 import functools
 import math
 
+import jax
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -176,13 +177,13 @@ def test_more_slots_than_positions():
 def test_static_slots_take_labels_in_position_order_and_count_overflow():
     labels = np.full(16, IGNORE_LABEL, np.int32)
     labels[[3, 5, 9, 12]] = [30, 50, 90, 120]
-    from kroberta.data import host_masking
+    from kroberta.inference.program import choose_slots
 
-    positions, slot_labels, dropped = [t.numpy()[0] for t in host_masking.static_slots(
-        tf.constant(labels[None]), 3)]
+    positions, valid, slot_labels, dropped = [np.asarray(a)[0] for a in choose_slots(
+        labels[None], np.ones((1, 16), np.int32), 3, "masked")]
     np.testing.assert_array_equal(positions, [3, 5, 9])
     np.testing.assert_array_equal(slot_labels, [30, 50, 90])
-    assert dropped == 1
+    assert valid.all() and dropped == 1
     positions, slot_labels = masking.host_function(
         lambda t: masking.first_labelled_slots(t, 6))(labels[None])
     np.testing.assert_array_equal(positions[0], [3, 5, 9, 12, 0, 0])
@@ -388,18 +389,23 @@ def test_dynamic_masks_are_the_references(length, slots, rate, whole_words):
 @pytest.mark.parametrize("length,slots,share", [(1, 1, 0.5), (16, 4, 0.15), (40, 60, 0.6),
                                                  (64, 10, 0.0), (64, 10, 1.0)])
 def test_static_slots_are_the_references(length, slots, share):
-    from kroberta.data import host_masking
+    """Training's static slots and prediction's (chosen in the predict program from the
+    labels or <mask> marks) against the numpy reference, with the overflow counts."""
+    from kroberta.inference.program import choose_slots
 
     rng = np.random.default_rng(length + slots)
     labels = np.where(rng.random((9, length)) < share, rng.integers(5, VOCAB, (9, length)),
                       IGNORE_LABEL).astype(np.int32)
     want = masking_reference.static_slots(labels, slots)
     got = masking.host_function(lambda t: masking.first_labelled_slots(t, slots))(labels)
-    in_pipeline = [t.numpy() for t in host_masking.static_slots(tf.constant(labels), slots)]
-    for g, p, w in zip(got, in_pipeline, want):
+    where, valid, in_predict, dropped = jax.jit(choose_slots, static_argnums=(2, 3))(
+        labels, np.ones_like(labels), slots, "masked")
+    for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
-        np.testing.assert_array_equal(p, w)
-    np.testing.assert_array_equal(in_pipeline[2], want[2])  # the dropped counts
+    np.testing.assert_array_equal(where, want[0])
+    np.testing.assert_array_equal(in_predict, want[1])
+    np.testing.assert_array_equal(valid, want[1] != IGNORE_LABEL)
+    np.testing.assert_array_equal(dropped, want[2])
 
 
 def test_static_labels_are_the_dynamic_masks_written_per_position():

@@ -12,8 +12,8 @@ where the compiled work per step is so small that what is left is the host's:
          each super-batch from kroberta's tf.data pipeline (what the input costs when it
          shares the CPU with the compute, as on this benchmark's CPU device);
   predict `kroberta.predict` top_k (k=5) on numpy arrays, per batch, against the
-         same jitted forward + top_k (`kroberta.inference.program.make_predict_step`, one batch per
-         call) in a Python loop over batches already on the device.
+         same jitted program (`kroberta.inference.program.make_predict_step`: slots, forward,
+         top_k; one batch per call) in a Python loop over batches already on the device.
 Rounds interleave the systems; the table gives medians, best rounds and the ratios to the
 bare loops (on a shared machine the best rounds are the least disturbed).
 """
@@ -127,16 +127,15 @@ def bare_predict_batch_seconds(model, config, batches: int, batch: int) -> float
     from kroberta.inference.program import make_predict_step, weights_snapshot
 
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("batch",))
-    step, in_shardings, out_shardings = make_predict_step(model, "top_k", 5, mesh)
+    length, slots = config.model.max_sequence_length, config.data.prediction_slots(16)
+    step, in_shardings, out_shardings = make_predict_step(model, "top_k", 5, mesh, slots)
     jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
     weights = weights_snapshot(model, in_shardings[0])
-    length, slots = config.model.max_sequence_length, config.data.prediction_slots(16)
     rng = np.random.default_rng(1)
-    one = {"token_ids": rng.integers(5, 500, (batch, length)).astype(np.int32),
-           "padding_mask": np.ones((batch, length), np.int32),
-           "mask_positions": rng.integers(1, length - 1, (batch, slots)).astype(np.int32),
-           "valid": np.ones((batch, slots), bool),
-           "labels": np.full((batch, slots), -100, np.int32)}
+    ids = rng.integers(5, 500, (batch, length)).astype(np.int32)
+    masked = rng.random((batch, length)) < 0.15
+    one = {"token_ids": ids, "padding_mask": np.ones((batch, length), np.int32),
+           "marks": np.where(masked, config.data.mask_token_id, -100).astype(np.int32)}
     on_device = jax.device_put(one, in_shardings[2])
     jax.block_until_ready(jitted(*weights, on_device))
     start = time.perf_counter()

@@ -2,8 +2,9 @@
 
 The training step finishes most batches on the device; these ops finish them in the
 input pipeline instead, with the same functions (`tf.numpy_function` into a jitted
-CPU program): `kroberta.dataset(..., masks_on_host=True)`, evaluation at its own mask
-rate and prediction's slots. The element keys the step's masks are drawn from are
+CPU program): `kroberta.dataset(..., masks_on_host=True)` and the training and
+evaluation pipelines built without device masks. (Prediction chooses its slots in its
+own program, `kroberta.inference.program`.) The element keys the step's masks are drawn from are
 hashed here with TF's own integer ops (`element_keys`: the same hash function).
 
 The jitted programs are kept for the process (a new dataset reuses them), and rows are
@@ -17,7 +18,6 @@ import numpy as np
 import tensorflow as tf
 
 from kroberta import counter_hash, masking
-from kroberta.data.records import IGNORE_LABEL
 
 
 class _Exiting:
@@ -101,23 +101,3 @@ def finished(x, data, vocabulary_size: int, word_starts=None):
     positions.set_shape([rows, slots])
     labels.set_shape([rows, slots])
     return {"token_ids": ids, "padding_mask": padding, "mask_positions": positions}, labels
-
-
-@functools.cache
-def first_marked_slots(slots: int):
-    """marks (n, L) numpy -> (positions (n, M), slot_marks (n, M)) numpy:
-    `masking.first_labelled_slots` on the host CPU."""
-    run = masking.host_function(lambda marks: masking.first_labelled_slots(marks, slots))
-    return lambda marks: _on_padded_rows(run, np.asarray(marks, np.int32))
-
-
-def static_slots(marks, slots: int):
-    """(positions (B, M), slot_marks (B, M), dropped (B,)) int32 from marks (B, L) (-100 =
-    not predicted): `masking.first_labelled_slots`, and how many marked positions did not
-    fit the M slots (they are not predicted)."""
-    positions, slot_marks = tf.numpy_function(first_marked_slots(slots), [tf.cast(marks, tf.int32)],
-                                              [tf.int32, tf.int32], stateful=False)
-    positions.set_shape([marks.shape[0], slots])
-    slot_marks.set_shape([marks.shape[0], slots])
-    count = tf.reduce_sum(tf.cast(marks != IGNORE_LABEL, tf.int32), axis=1)  # (B,)
-    return positions, slot_marks, tf.maximum(count - slots, 0)

@@ -258,8 +258,8 @@ def padding_value(name: str, pad_token_id: int) -> int:
     <pad> tokens, no labels, zeros elsewhere (no real token, no slot, not real, not
     valid, mask key 0): the masked loss and metrics give it no weight and predict drops it.
     """
-    return {"token_ids": pad_token_id, "labels": IGNORE_LABEL,
-            "token_labels": IGNORE_LABEL}.get(name, 0)
+    return {"token_ids": pad_token_id, "labels": IGNORE_LABEL, "token_labels": IGNORE_LABEL,
+            "marks": IGNORE_LABEL}.get(name, 0)
 
 
 def _pad_rows(tensor, rows, value):

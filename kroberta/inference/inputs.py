@@ -7,9 +7,9 @@ flagged `is_real = False`, which the caller drops from the result.
 
 Every path works on whole batches: arrays already in memory are sliced and
 completed with numpy; files and datasets are batched first in tf.data and then
-checked with batched ops (one `parse_example` per batch for files). Both paths choose
-the slots with `kroberta.masking.first_labelled_slots` on the host CPU and give the
-same batches.
+checked with batched ops (one `parse_example` per batch for files). Both give the
+same batches: the tokens and the `marks` from which the predict program chooses the
+slots on the devices (`kroberta.inference.program`).
 """
 
 import dataclasses
@@ -17,7 +17,6 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from kroberta.data import host_masking
 from kroberta.data import pipeline
 from kroberta.data import rules
 from kroberta.data.records import FEATURES, IGNORE_LABEL, REQUIRED_FEATURES
@@ -157,84 +156,68 @@ def _checked_columns(columns, first_example, vocabulary_size):
         return {n: tf.identity(v) for n, v in columns.items()}
 
 
-def batched(source: Source, config, slots: int, positions: str, global_batch: int):
-    """Yields batches of numpy model inputs plus `valid`, `labels` (at the slots),
-    `is_real` and `dropped`, each with `global_batch` rows."""
+def batched(source: Source, config, positions: str, global_batch: int):
+    """Yields batches of numpy model inputs, each with `global_batch` rows: token_ids,
+    padding_mask and marks, int32 (B, L), and the host's `is_real` bool (B,).
+
+    `marks` are the positions to predict: the labels when the inputs carry them (-100 =
+    none), else the <mask> tokens for positions="masked" and nothing for "all" (whose
+    slots are every position)."""
     if source.columns is not None:
-        return _array_batches(source.columns, config, slots, positions, global_batch)
-    return _dataset_batches(source, config, slots, positions, global_batch).as_numpy_iterator()
+        return _array_batches(source.columns, config, positions, global_batch)
+    return _dataset_batches(source, config, positions, global_batch).as_numpy_iterator()
 
 
-def _filler(config, length: int, width: int, rows: int) -> dict:
-    """`rows` padding examples: no real tokens, no slots; dropped from every result."""
-    shapes = {"token_ids": (length,), "padding_mask": (length,), "mask_positions": (width,),
-              "valid": (width,), "labels": (width,), "is_real": (), "dropped": ()}
+def _filler(config, length: int, rows: int) -> dict:
+    """`rows` padding examples: no real tokens, no marks; dropped from every result."""
+    shapes = {"token_ids": (length,), "padding_mask": (length,), "marks": (length,), "is_real": ()}
     return {name: np.full((rows, *shape), pipeline.padding_value(name, config.data.pad_token_id),
                           _DTYPES[name]) for name, shape in shapes.items()}
 
 
-def _array_batches(columns, config, slots: int, positions: str, global_batch: int):
+def _array_batches(columns, config, positions: str, global_batch: int):
     ids_all, attention_all = columns["input_ids"], columns["attention_mask"]
     labels_all = columns.get("labels")
-    total, length = ids_all.shape
-    width = length if positions == "all" else slots
-    for start in range(0, total, global_batch):
+    length = ids_all.shape[1]
+    for start in range(0, len(ids_all), global_batch):
         ids = ids_all[start:start + global_batch]
         attention = attention_all[start:start + global_batch]
-        labels = None if labels_all is None else labels_all[start:start + global_batch]
-        rows = len(ids)
-        if positions == "all":
-            where = np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length))
-            valid = attention > 0
-            slot_labels = labels if labels is not None else np.full((rows, length), IGNORE_LABEL)
-            dropped = np.zeros((rows,), np.int32)
+        if labels_all is not None:
+            marks = labels_all[start:start + global_batch]
+        elif positions == "all":
+            marks = np.full(ids.shape, IGNORE_LABEL)
         else:
-            # Labelled positions when labels are given, else the <mask> tokens.
-            marks = labels if labels is not None else np.where(
-                (ids == config.data.mask_token_id) & (attention > 0), ids, IGNORE_LABEL)
-            where, slot_marks = host_masking.first_marked_slots(slots)(marks)
-            dropped = np.maximum((marks != IGNORE_LABEL).sum(1) - slots, 0)
-            valid = slot_marks != IGNORE_LABEL
-            slot_labels = slot_marks if labels is not None else np.full((rows, slots), IGNORE_LABEL)
-        batch = {"token_ids": ids, "padding_mask": attention, "mask_positions": where,
-                 "valid": valid, "labels": slot_labels, "is_real": np.ones((rows,), bool),
-                 "dropped": dropped}
+            marks = np.where((ids == config.data.mask_token_id) & (attention > 0), ids,
+                             IGNORE_LABEL)
+        rows = len(ids)
+        batch = {"token_ids": ids, "padding_mask": attention, "marks": marks,
+                 "is_real": np.ones((rows,), bool)}
         batch = {name: np.asarray(value, dtype=_DTYPES[name]) for name, value in batch.items()}
         if rows < global_batch:
-            filler = _filler(config, length, width, global_batch - rows)
+            filler = _filler(config, length, global_batch - rows)
             batch = {name: np.concatenate([batch[name], filler[name]]) for name in batch}
         yield batch
 
 
-_DTYPES = {"token_ids": np.int32, "padding_mask": np.int32, "mask_positions": np.int32,
-           "valid": bool, "labels": np.int32, "is_real": bool, "dropped": np.int32}
+_DTYPES = {"token_ids": np.int32, "padding_mask": np.int32, "marks": np.int32, "is_real": bool}
 
 
-def _dataset_batches(source: Source, config, slots: int, positions: str, global_batch: int):
-    length = source.sequence_length
+def _dataset_batches(source: Source, config, positions: str, global_batch: int):
     mask_id = config.data.mask_token_id
     has_labels = source.has_labels
 
     def to_inputs(columns):
         ids, attention = columns["input_ids"], columns["attention_mask"]  # (b, L)
-        rows = tf.shape(ids)[0]
-        if positions == "all":
-            where = tf.broadcast_to(tf.range(length, dtype=tf.int32), [rows, length])
-            valid = attention > 0
-            labels = columns["labels"] if has_labels else tf.fill([rows, length], IGNORE_LABEL)
-            dropped = tf.zeros([rows], tf.int32)
+        if has_labels:
+            marks = tf.cast(columns["labels"], tf.int32)
+        elif positions == "all":
+            marks = tf.fill(tf.shape(ids), IGNORE_LABEL)
         else:
-            # Labelled positions when labels are given, else the <mask> tokens.
-            marks = columns["labels"] if has_labels else tf.where(
-                (ids == mask_id) & (attention > 0), ids, IGNORE_LABEL)
-            where, slot_marks, dropped = host_masking.static_slots(marks, slots)
-            valid = slot_marks != IGNORE_LABEL
-            labels = slot_marks if has_labels else tf.fill([rows, slots], IGNORE_LABEL)
-        batch = {"token_ids": ids, "padding_mask": attention, "mask_positions": where,
-                 "valid": valid, "labels": tf.cast(labels, tf.int32),
-                 "is_real": tf.ones([rows], tf.bool), "dropped": tf.cast(dropped, tf.int32)}
+            marks = tf.where((ids == mask_id) & (attention > 0), ids, IGNORE_LABEL)
+        batch = {"token_ids": ids, "padding_mask": attention, "marks": marks,
+                 "is_real": tf.ones([tf.shape(ids)[0]], tf.bool)}
         # The last batch is completed with padding examples (dropped from every result).
-        missing = -rows % global_batch
+        missing = -tf.shape(ids)[0] % global_batch
         return {name: tf.pad(value, [[0, missing]] + [[0, 0]] * (value.shape.rank - 1),
                              constant_values=tf.cast(
                                  pipeline.padding_value(name, config.data.pad_token_id),

@@ -110,7 +110,7 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
         per_batch = global_batch * plan_slots * config.model.vocabulary_size * 4
         group = _at_most_needed(max(1, min(group, MAX_LOGITS_BYTES // per_batch)),
                                 source.examples, global_batch)
-    plan = program.Plan(output, k, plan_slots, length, global_batch, mesh, group)
+    plan = program.Plan(output, k, plan_slots, length, global_batch, mesh, group, positions)
     if output == "logits" and source.examples is not None:
         size = source.examples * (length if positions == "all" else plan_slots) \
             * config.model.vocabulary_size * 4
@@ -123,29 +123,35 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     # One host batch per dispatch: G x batch rows, cut into (G, batch, ...) on the way to
     # the devices (one numpy pass per group, not per batch; a short last group is
     # filled with padding rows, so the same program serves it).
-    groups = batched(source, config, plan_slots, positions, global_batch * group)
+    groups = batched(source, config, positions, global_batch * group)
     jitted, replicated, by_batch = program.compiled_step(model, plan)
     weights = program.weights_snapshot(model, replicated)
 
     dropped = predicted = examples = 0
     in_flight = None
+
+    def received(dispatch):
+        # One dispatch's reduced rows on the host; the slots' counts kept for the warnings.
+        nonlocal dropped, predicted
+        chunk = _to_host(*dispatch)
+        dropped += int(chunk.pop("dropped", np.zeros(0)).sum())
+        predicted += int(chunk["valid"].sum()) if "valid" in chunk else 0
+        return chunk
+
     with warnings.catch_warnings(), _explained_data_errors(source):
         warnings.simplefilter("ignore", category=DeprecationWarning)
         for rows in groups:
             real = rows.pop("is_real")
-            dropped += int(rows.pop("dropped").sum())
             examples += int(real.sum())
-            if "valid" in rows:
-                predicted += int(rows["valid"][real].sum())
             device_group = jax.device_put(_grouped(rows, group, global_batch), by_batch)
             result = jitted(*weights, device_group)  # dispatched asynchronously
             for value in result.values():
                 value.copy_to_host_async()
             if in_flight is not None:
-                yield _to_host(*in_flight)
-            in_flight = (result, rows, real, 2 if group > 1 else 1)
+                yield received(in_flight)
+            in_flight = (result, real, 2 if group > 1 else 1)
         if in_flight is not None:
-            yield _to_host(*in_flight)
+            yield received(in_flight)
     if positions == "masked" and output != "embeddings" and examples and not predicted:
         warnings.warn(
             f"nothing was predicted: no position of the {examples} sequence(s) holds <mask> "
@@ -177,16 +183,14 @@ def _explained_data_errors(source):
         raise explained from None
 
 
-def _to_host(result, rows, real, lead: int):
-    """Reduced outputs of one dispatch, padding rows dropped, plus the slot bookkeeping.
-    `lead`: the leading axes of the outputs that count rows, 2 for (G, batch, ...)."""
+def _to_host(result, real, lead: int):
+    """Reduced outputs of one dispatch (with the slots' `positions`, `valid` and
+    `dropped`), padding rows dropped. `lead`: the leading axes of the outputs that count
+    rows, 2 for (G, batch, ...)."""
     out = {}
     for name, value in result.items():
         array = np.asarray(value)
         out[name] = array.reshape(len(real), *array.shape[lead:])[real]
-    if "mask_positions" in rows and "embeddings" not in out:
-        out["positions"] = rows["mask_positions"][real].astype(np.int32)
-        out["valid"] = rows["valid"][real].astype(bool)
     return out
 
 

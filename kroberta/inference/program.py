@@ -1,8 +1,13 @@
-"""The compiled predict program: the MLM and its on-device reduction, sharded and jitted.
+"""The compiled predict program: the slots, the MLM and its on-device reduction, sharded
+and jitted.
 
-`make_predict_step` is the program as a function (also what `kroberta.aot` lowers
-for a TPU topology); `compiled_step` jits it once per model, output and devices;
-`weights_snapshot` is what each call passes it.
+The host sends each batch's tokens and `marks` (B, L): the labels when the inputs carry
+them, else the <mask> tokens (-100 elsewhere). The program chooses each row's M slots
+from them with `kroberta.masking.first_labelled_slots`, the function training's
+static slots use, so no masking runs on the host. `make_predict_step` is the program
+as a function (also what `kroberta.aot` lowers for a TPU topology); `compiled_step`
+jits it once per model, output, slots and devices; `weights_snapshot` is what each
+call passes it.
 """
 
 import dataclasses
@@ -11,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import keras
 
+from kroberta import masking
 from kroberta.data.records import IGNORE_LABEL
 from kroberta.inference.top_k import exact_top_k
 
@@ -24,6 +30,7 @@ class Plan:
     batch_size: int
     mesh: jax.sharding.Mesh
     group: int = 1  # batches per dispatch
+    positions: str = "masked"  # or "all": every position is a slot (slots = length)
 
 
 def twin(model):
@@ -38,10 +45,26 @@ def twin(model):
     return cached
 
 
-def _reduce(output, k, hidden, logits, batch):
-    """The on-device reduction. hidden (B, L, H), logits (B, M, V)."""
+def choose_slots(marks, padding_mask, slots: int, positions: str):
+    """(positions (B, M), valid (B, M), labels (B, M), dropped (B,)) from marks (B, L).
+
+    "masked": each row's first M marked positions (`masking.first_labelled_slots`),
+    `dropped` counting the marked ones beyond M; "all": every position (M = L), valid
+    where the padding mask is set, labelled with the marks."""
+    if positions == "all":
+        rows, length = marks.shape
+        where = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (rows, length))
+        return where, padding_mask > 0, marks, jnp.zeros((rows,), jnp.int32)
+    where, labels = masking.first_labelled_slots(marks, slots)
+    dropped = jnp.maximum((marks != IGNORE_LABEL).sum(1) - slots, 0).astype(jnp.int32)
+    return where, labels != IGNORE_LABEL, labels, dropped
+
+
+def _reduce(output, k, hidden, logits, padding_mask, labels):
+    """The on-device reduction. hidden (B, L, H), logits (B, M, V), padding_mask (B, L),
+    labels (B, M) (-100 where none)."""
     if output == "embeddings":
-        weights = batch["padding_mask"].astype(jnp.float32)[..., None]  # (B, L, 1)
+        weights = padding_mask.astype(jnp.float32)[..., None]  # (B, L, 1)
         pooled = (hidden.astype(jnp.float32) * weights).sum(1) / jnp.maximum(weights.sum(1), 1.0)
         return {"embeddings": pooled}  # (B, H)
     logits = logits.astype(jnp.float32)
@@ -60,7 +83,6 @@ def _reduce(output, k, hidden, logits, batch):
         return {"token_ids": ids.reshape(batch_size, slots, k),
                 "log_probs": (values - normaliser[:, None]).reshape(batch_size, slots, k)}
     normaliser = normaliser.reshape(batch_size, slots)
-    labels = batch["labels"]  # (B, M), -100 where no label
     weights = (labels != IGNORE_LABEL).astype(jnp.float32)
     targets = jnp.where(labels == IGNORE_LABEL, 0, labels)
     token_loss = normaliser - jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
@@ -73,12 +95,16 @@ def _reduce(output, k, hidden, logits, batch):
     }
 
 
-def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, group: int = 1):
+def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots: int,
+                      group: int = 1, positions: str = "masked"):
     """The predict program over `mesh`, not yet jitted: (step, in_shardings, out_shardings).
 
-    `step(trainable, non_trainable, batch)` runs the MLM on a batch sharded along
-    the mesh's "batch" axis, with replicated weights, and reduces on the devices.
-    With `group` > 1 every array of `batch` has a leading axis of `group` batches,
+    `step(trainable, non_trainable, batch)` takes batch = {token_ids, padding_mask,
+    marks}, each int32 (B, L) and sharded along the mesh's "batch" axis, with
+    replicated weights; it chooses M = `slots` slots per row (`choose_slots`), runs the
+    MLM and reduces on the devices. Besides the reduction's arrays it returns, except
+    for "embeddings", `positions` int32 (B, M), `valid` bool (B, M) and `dropped`
+    int32 (B,). With `group` > 1 every array has a leading axis of `group` batches,
     (group, batch, ...), mapped over inside the program (the outputs too).
     `compiled_step` jits it for the local devices; `kroberta.aot` lowers the same
     function for a TPU topology.
@@ -90,9 +116,16 @@ def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, group
     by_batch = jax.sharding.NamedSharding(mesh, spec)
 
     def one_batch(trainable, non_trainable, batch):
-        x = {name: batch[name] for name in ("token_ids", "padding_mask", "mask_positions")}
+        where, valid, labels, dropped = choose_slots(batch["marks"], batch["padding_mask"],
+                                                     slots, positions)
+        x = {"token_ids": batch["token_ids"], "padding_mask": batch["padding_mask"],
+             "mask_positions": where}
         outputs, _ = view.stateless_call(trainable, non_trainable, x, training=False)
-        return _reduce(output, k, outputs["hidden"], outputs["logits"], batch)
+        result = _reduce(output, k, outputs["hidden"], outputs["logits"], batch["padding_mask"],
+                         labels)
+        if output != "embeddings":
+            result.update(positions=where, valid=valid, dropped=dropped)
+        return result
 
     def step(trainable, non_trainable, batch):
         model.__dict__["_kroberta_traces"] = model.__dict__.get("_kroberta_traces", 0) + 1
@@ -109,11 +142,12 @@ def compiled_step(model, plan: Plan):
     Weights are arguments, not constants, so one compiled step serves every call.
     """
     cache = model.__dict__.setdefault("_kroberta_steps", {})
-    key = (plan.output, plan.k, plan.group, tuple(d.id for d in plan.mesh.devices.flat))
+    key = (plan.output, plan.k, plan.slots, plan.positions, plan.group,
+           tuple(d.id for d in plan.mesh.devices.flat))
     if key in cache:
         return cache[key]
     step, in_shardings, out_shardings = make_predict_step(model, plan.output, plan.k, plan.mesh,
-                                                          plan.group)
+                                                          plan.slots, plan.group, plan.positions)
     jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
     cache[key] = (jitted, in_shardings[0], in_shardings[2])
     return cache[key]

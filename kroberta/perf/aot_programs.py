@@ -143,16 +143,12 @@ def train_data(distribution, global_batch: int, length: int, slots: int, steps: 
     return x, spec(global_batch, slots)  # labels (K, B, M)
 
 
-def predict_batch(global_batch: int, length: int, slots: int, group: int = 1):
+def predict_batch(global_batch: int, length: int, group: int = 1):
     """What `kroberta.predict` puts on the devices per dispatch (`inputs.batched`
-    minus the host-only `is_real` and `dropped`; a (group, batch, ...) stack if group > 1)."""
-    lead = (group,) if group > 1 else ()
-
-    def spec(width, dtype=jnp.int32):
-        return jax.ShapeDtypeStruct((*lead, global_batch, width), dtype)
-
-    return {"token_ids": spec(length), "padding_mask": spec(length), "mask_positions": spec(slots),
-            "valid": spec(slots, jnp.bool_), "labels": spec(slots)}
+    minus the host-only `is_real`; a (group, batch, ...) stack if group > 1)."""
+    spec = jax.ShapeDtypeStruct((*((group,) if group > 1 else ()), global_batch, length),
+                                jnp.int32)
+    return {"token_ids": spec, "padding_mask": spec, "marks": spec}
 
 
 def _analyse(name: str, lowered, steps: int = 1) -> Program:
@@ -208,12 +204,12 @@ def compile_predict(model, devices, global_batch: int, length: int, slots: int,
 
     mesh = jax.sharding.Mesh(np.array(list(devices)), ("batch",))
     with global_distribution(None):
-        step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, group)
+        step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, slots, group)
         predicting = twin(model)
         weights = [[jax.ShapeDtypeStruct(tuple(v.shape), jnp.dtype(v.dtype)) for v in vs]
                    for vs in (predicting.trainable_variables, predicting.non_trainable_variables)]
         jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
-        lowered = jitted.lower(*weights, predict_batch(global_batch, length, slots, group))
+        lowered = jitted.lower(*weights, predict_batch(global_batch, length, group))
     return _analyse("predict", lowered, group)
 
 

@@ -12,9 +12,7 @@ from kroberta.data import pipeline
 from kroberta.inference import inputs
 from kroberta.data.check import check_records
 from kroberta.config import Config
-from kroberta.data import host_masking
 from kroberta.tokens import IGNORE_LABEL
-from tests import masking_reference
 from tests.test_masking import dynamic_mask_batch
 from kroberta.data.synthetic import make_sequences
 from tests.conftest import serialize_example, write_records
@@ -145,7 +143,7 @@ def test_fuzzed_payloads_name_the_first_damaged_record(tmp_path, seed):
         Config().model, vocabulary_size=V, max_sequence_length=L))
     source = inputs.as_examples(path, config)
     with pytest.raises((tf.errors.OpError, UnicodeDecodeError)) as info:
-        list(inputs.batched(source, config, 8, "masked", 64))
+        list(inputs.batched(source, config, "masked", 64))
     assert str(pipeline.explain_pipeline_error(info.value, source.files, replay=source.replay)
                ).startswith(expected)
     # --check names the same record first.
@@ -175,21 +173,6 @@ def test_dynamic_masks_do_not_depend_on_the_batch(tmp_path):
                 for b in (8, 64)}
     np.testing.assert_array_equal(by_batch[8][1], by_batch[64][1])
     np.testing.assert_array_equal(by_batch[8][0]["token_ids"], by_batch[64][0]["token_ids"])
-
-
-def test_static_slots_in_the_pipeline_equal_the_numpy_reference():
-    rng = np.random.default_rng(0)
-    labels = np.where(rng.random((200, 40)) < 0.2, rng.integers(5, V, (200, 40)), IGNORE_LABEL)
-    labels[3] = IGNORE_LABEL  # a row without labels
-    for slots in (4, 12, 50):  # fewer, about as many, more slots than labels (and > L)
-        got = [t.numpy() for t in host_masking.static_slots(tf.constant(labels), slots)]
-        want = masking_reference.static_slots(labels, slots)
-        for g, w in zip(got, want):
-            np.testing.assert_array_equal(g, w)
-    nothing = np.full((3, 40), IGNORE_LABEL)  # a batch without a single label
-    for g, w in zip(host_masking.static_slots(tf.constant(nothing), 4),
-                    masking_reference.static_slots(nothing, 4)):
-        np.testing.assert_array_equal(g.numpy(), w)
 
 
 def test_masking_statistics_on_a_hundred_thousand_tokens():
@@ -231,6 +214,6 @@ def test_a_bad_value_in_a_dataset_input_names_the_example(batched):
     dataset = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "attention_mask": mask})
     source = inputs.as_examples(dataset.batch(7) if batched else dataset, config)
     with pytest.raises(tf.errors.OpError) as info:
-        list(inputs.batched(source, config, 4, "masked", 8))
+        list(inputs.batched(source, config, "masked", 8))
     message = str(pipeline.explain_pipeline_error(info.value, ()))
     assert message == f"inputs: example 21: input_ids[6] = {V + 9} is outside the vocabulary [0, {V})"

@@ -79,6 +79,20 @@ def test_positions_are_the_labelled_or_masked_positions(model):
         assert list(out["positions"][row][out["valid"][row]]) == list(expected)
 
 
+@pytest.mark.parametrize("labels", [True, False])
+def test_positions_beyond_the_slots_are_counted_in_a_warning(model, labels):
+    """The program keeps each row's first M marked positions and counts the rest."""
+    arrays = _arrays(20, seed=4, labels=labels, rate=0.4)
+    marked = arrays["labels"] != -100 if labels else \
+        (arrays["input_ids"] == 4) & (arrays["attention_mask"] == 1)
+    dropped = int(np.maximum(marked.sum(1) - 3, 0).sum())
+    assert dropped > 0
+    with pytest.warns(UserWarning, match=rf"^{dropped} masked position\(s\) beyond the 3 slots"):
+        out = kroberta.predict(model, arrays, output="top_k", k=1, slots=3, batch_size=8)
+    for row in range(20):
+        assert list(out["positions"][row][out["valid"][row]]) == list(np.flatnonzero(marked[row])[:3])
+
+
 def test_arrays_datasets_and_files_give_the_same_result(model, tmp_path):
     arrays = _arrays(37, seed=5)
     path = str(tmp_path / "p.tfrecord")
@@ -225,29 +239,25 @@ def test_kroberta_predict_stays_the_function(model):
     assert out["token_ids"].shape[0] == 3
 
 
-@pytest.mark.parametrize("positions,slots,labels", [
-    ("masked", 3, True),  # more labelled positions than slots: some dropped
-    ("masked", L + 4, True),  # more slots than positions
-    ("masked", 5, False),  # slots from the <mask> tokens
-    ("all", None, True),
-    ("all", None, False),
+@pytest.mark.parametrize("positions,labels", [
+    ("masked", True),  # the labelled positions
+    ("masked", False),  # the <mask> tokens
+    ("all", True),
+    ("all", False),
 ])
-def test_array_batches_equal_the_tf_data_batches(positions, slots, labels):
+def test_array_batches_equal_the_tf_data_batches(positions, labels):
     from kroberta.inference import inputs
 
     config = Config(model=TINY)
-    arrays = _arrays(21, seed=9, labels=labels, rate=0.4)  # some rows over 3 labels
-    width = slots or L
+    arrays = _arrays(21, seed=9, labels=labels, rate=0.4)
     from_arrays = inputs.as_examples(arrays, config)
     as_dataset = inputs.as_examples(tf.data.Dataset.from_tensor_slices(arrays), config)
     assert from_arrays.columns is not None and as_dataset.columns is None
-    ours = list(inputs.batched(from_arrays, config, width, positions, 8))
-    reference = list(inputs.batched(as_dataset, config, width, positions, 8))
+    ours = list(inputs.batched(from_arrays, config, positions, 8))
+    reference = list(inputs.batched(as_dataset, config, positions, 8))
     assert len(ours) == len(reference) == 3  # 21 rows: the last batch holds 3 fillers
     for mine, theirs in zip(ours, reference):
         assert mine.keys() == theirs.keys()
         for key in mine:
             assert mine[key].dtype == theirs[key].dtype, key
             np.testing.assert_array_equal(mine[key], theirs[key], err_msg=key)
-    if slots == 3 and labels:
-        assert sum(int(b["dropped"].sum()) for b in ours) > 0
