@@ -16,7 +16,7 @@ then the same at 512 tokens, no model:
                  with mask keys, whose masks the training step draws on the device
   (c') host      the same dynamic masks drawn here, in the pipeline (the step's JAX
                  function on the host CPU; `kroberta.dataset(..., masks_on_host=True)`)
-  (d) predict    kroberta.predict's input path for TFRecords (read, check, slots,
+  (d) predict    kroberta.predict's input path for TFRecords (read, check, marks,
                  padding), as numpy batches, without the model
   (e) eval       kroberta.data.pipeline.eval_dataset, dynamic masking, as training
                  evaluates (masks drawn by the step); (e') with the masks drawn here
@@ -80,9 +80,7 @@ def kroberta_pipelines(files, config):
 
     def predict(batch):
         source = inputs.as_examples(list(files), predict_config)
-        slots = config.data.prediction_slots(spec.sequence_length)
-        return inputs._dataset_batches(source, predict_config, slots, "masked",
-                                                  batch).repeat()
+        return inputs._dataset_batches(source, predict_config, "masked", batch).repeat()
 
     return {
         "(b) train, static labels (slots chosen by the step)":
