@@ -64,7 +64,9 @@ def filesystem(url: str):
     except ImportError:
         raise StorageError(f"{url} is a URL, which needs fsspec; {install}") from None
     try:
-        fs, path = fsspec.core.url_to_fs(url)
+        # A local file:// tree needs its directories made, as an object store does not.
+        options = {"auto_mkdir": True} if protocol in ("file", "local") else {}
+        fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError:
         package = package or f"the fsspec implementation of {protocol}://"
         raise StorageError(f"{url} needs {package}; {install}") from None

@@ -21,12 +21,18 @@ restoring downloads one. Pruning removes the marker first. An upload killed midw
 leaves a step directory without the marker, ignored and cleaned on the next start.
 
 Multi-process and sharded ("fsdp"/"model") runs: every process calls `save` and
-`restore` (they are collectives) and writes or reads only the shards its devices
-hold; the run directory must be shared by all hosts (NFS, a GCS FUSE mount). A
-checkpoint restores into any mesh: the values are resharded to the running layout.
+`restore` (they are collectives). On a shared directory (NFS, a GCS FUSE mount) each
+process writes and reads only the shards its devices hold. On a URL no directory is
+shared for Orbax's per-process writes: the state is gathered into every host's memory
+(one copy of the weights and optimizer state, as numpy arrays, which Orbax writes from
+its primary process only), so process 0's staging directory holds the whole
+checkpoint; it uploads it as above while the others wait. Restoring, each process
+downloads the checkpoint and reads the shards it holds. A checkpoint restores into any mesh and
+any number of processes: the values are resharded to the running layout.
 """
 
 import concurrent.futures
+import hashlib
 import os
 import re
 import shutil
@@ -105,9 +111,17 @@ class Writer:
         self.keep = keep
         self.asynchronous = asynchronous
         self._root = storage.join(run_dir, CHECKPOINT_DIR)
+        # A URL in a multi-process job: the state gathered, uploaded by process 0 alone.
+        self._gathered = storage.is_url(run_dir) and _process_count() > 1
+        self._uploads = not self._gathered or _process_index() == 0
         # A URL's checkpoints are written here first, then uploaded (module docstring).
-        self._staging = tempfile.mkdtemp(prefix="kroberta-checkpoint-") \
-            if storage.is_url(run_dir) else None
+        self._staging = None
+        if self._gathered:
+            # Orbax's barriers compare the path across processes: the same one on every host.
+            name = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
+            self._staging = os.path.join(tempfile.gettempdir(), f"kroberta-checkpoint-{name}")
+        elif storage.is_url(run_dir):
+            self._staging = tempfile.mkdtemp(prefix="kroberta-checkpoint-")
         self._upload = None  # asynchronous, on a URL: the future that commits and uploads
         # Made here, before the step loop: importing Orbax costs 2-10 s, which would
         # otherwise count as the first checkpoint's blocked time.
@@ -132,6 +146,11 @@ class Writer:
         if self._staging is not None:
             os.makedirs(self._staging, exist_ok=True)  # `close` removed it
         state, meta = _state_and_meta(model, step, extra)
+        if self._gathered:
+            from kroberta.parallel.distribute import to_host
+
+            state = {group: [to_host(value) for value in values]  # a collective
+                     for group, values in state.items()}
         try:
             self._checkpointer.save(os.path.abspath(self._written(step)), force=True,
                                     args=ocp.args.Composite(state=ocp.args.StandardSave(state),
@@ -139,7 +158,7 @@ class Writer:
         except Exception as error:  # OSError, or Orbax/tensorstore's own wrappers of one
             self._failed(step, error)
         self._in_flight = step
-        if self.asynchronous and self._staging is not None:
+        if self.asynchronous and self._staging is not None and self._uploads:
             # The upload follows the commit in the background too: the step loop goes on.
             self._upload = _background().submit(self._commit, step)
         if not self.asynchronous:
@@ -157,12 +176,18 @@ class Writer:
         step, self._in_flight = self._in_flight, None
         upload, self._upload = self._upload, None
         try:
-            if upload is not None:
-                upload.result()
-            else:
-                self._commit(step)
-        except Exception as error:
-            self._failed(step, error)
+            try:
+                if upload is not None:
+                    upload.result()
+                else:
+                    self._commit(step)
+            except Exception as error:
+                self._failed(step, error)
+        finally:
+            if self._gathered:
+                from kroberta.parallel.distribute import barrier
+
+                barrier(f"kroberta checkpoint {step} uploaded")
         self._prune()
         return time.perf_counter() - started
 
@@ -176,7 +201,7 @@ class Writer:
         """Waits for Orbax's commit; on a URL, then uploads the checkpoint, marker last."""
         if self.asynchronous:
             self._checkpointer.wait_until_finished()
-        if self._staging is not None:
+        if self._staging is not None and self._uploads:
             local = self._written(step)
             storage.put_tree(local, storage.join(self._root, os.path.basename(local)),
                              last=COMMIT_FILE)
@@ -233,6 +258,18 @@ def _checkpointer(asynchronous: bool = False):
 
     handler = ocp.CompositeCheckpointHandler()
     return ocp, (ocp.AsyncCheckpointer(handler) if asynchronous else ocp.Checkpointer(handler))
+
+
+def _process_count() -> int:
+    import jax
+
+    return jax.process_count()
+
+
+def _process_index() -> int:
+    import jax
+
+    return jax.process_index()
 
 
 def _state_and_meta(model, step, extra):

@@ -45,11 +45,6 @@ def _single_process() -> bool:
 def check_writable(run_dir: str):
     """Fails clearly when the run directory cannot be created or written to (a URL: when
     its filesystem package is missing, or an object cannot be written there)."""
-    if storage.is_url(run_dir) and not _single_process():
-        # Each process would stage its own shards of a checkpoint locally; only a
-        # directory every host shares can hold them.
-        raise ConfigError(f"run_dir: {run_dir} is a URL, which a multi-process run cannot "
-                          "use yet; mount the bucket on every host (GCS FUSE) and give its path")
     try:
         storage.makedirs(run_dir)
         probe = storage.join(run_dir, f".write-test-{os.getpid()}")

@@ -85,7 +85,8 @@ def _pair(tiny_data, run_dir, *extra, timeout_s=60, via_env=False):
     `keras.distribution.initialize` reads.
     """
     port = _free_port()
-    weights = [f"{run_dir}.process{i}.npz" for i in range(2)]
+    # Beside the run directory (a file:// URL's local path).
+    weights = [f"{str(run_dir).removeprefix('file://')}.process{i}.npz" for i in range(2)]
     common = _args(tiny_data, run_dir, f"--distributed.initialization_timeout={timeout_s}", *extra)
     processes = []
     for i in range(2):
@@ -230,6 +231,27 @@ def test_two_processes_fusing_two_steps_per_dispatch_train_like_one(tiny_data, t
     assert 'steps_per_execution = "auto"' in (single_run / "config.toml").read_text()
     assert "step 8/8 [train]" in results[0][1]
     _assert_close_runs(pair_dir, single_run)
+
+
+@pytest.mark.slow
+def test_two_processes_checkpoint_to_a_url_and_resume_from_it(tiny_data, tmp_path, single_run):
+    """A run directory on a URL (file://: the object-storage paths, no shared directory for
+    Orbax's per-process writes) in a job of two processes: the state is gathered, process 0
+    uploads each checkpoint marker last, and a second job resumes from the URL and ends where
+    the single process did."""
+    local = tmp_path / "pair_url"
+    url = f"file://{local}"
+    _, first = _pair(tiny_data, url, "--until-step=4")
+    assert "step 4/8 [checkpoint]" in first[0][1]
+    assert sorted(os.listdir(local / "checkpoints")) == ["step_00000004"]
+    assert os.path.isfile(local / "checkpoints" / "step_00000004" / "_CHECKPOINT_METADATA")
+    weights, second = _pair(tiny_data, url)
+    assert "resuming from" in second[0][1] and "(step 4)" in second[0][1]
+    a, b = (np.load(w) for w in weights)
+    for key in a.files:
+        np.testing.assert_array_equal(a[key], b[key])
+    assert sorted(os.listdir(local / "checkpoints")) == ["step_00000004", "step_00000008"]
+    _assert_close_runs(local, single_run)
 
 
 @pytest.mark.slow
