@@ -231,8 +231,10 @@ def _on_their_layouts(variables):
         if id(v) in seen:
             continue
         seen.add(id(v))
-        sharding = distribution.get_variable_layout(v).backend_layout
-        if v.value.sharding != sharding:
+        layout = distribution.get_variable_layout(v)  # a TensorLayout, or a jax Sharding
+        sharding = layout.backend_layout if isinstance(layout, keras.distribution.TensorLayout) \
+            else layout
+        if isinstance(sharding, jax.sharding.Sharding) and v.value.sharding != sharding:
             v.assign(jax.device_put(v.value, sharding))
 
 
