@@ -27,8 +27,8 @@ shared for Orbax's per-process writes: the state is gathered into every host's m
 (one copy of the weights and optimizer state, as numpy arrays, which Orbax writes from
 its primary process only), so process 0's staging directory holds the whole
 checkpoint; it uploads it as above while the others wait. Restoring, each process
-downloads the checkpoint and reads the shards it holds. A checkpoint restores into any mesh and
-any number of processes: the values are resharded to the running layout.
+downloads the checkpoint and reads the shards it holds. A checkpoint restores into any
+mesh and any number of processes: the values are resharded to the running layout.
 """
 
 import concurrent.futures
@@ -107,13 +107,15 @@ class Writer:
     """
 
     def __init__(self, run_dir: str, keep: int, asynchronous: bool = True):
+        import jax
+
         self.run_dir = run_dir
         self.keep = keep
         self.asynchronous = asynchronous
         self._root = storage.join(run_dir, CHECKPOINT_DIR)
         # A URL in a multi-process job: the state gathered, uploaded by process 0 alone.
-        self._gathered = storage.is_url(run_dir) and _process_count() > 1
-        self._uploads = not self._gathered or _process_index() == 0
+        self._gathered = storage.is_url(run_dir) and jax.process_count() > 1
+        self._uploads = not self._gathered or jax.process_index() == 0
         # A URL's checkpoints are written here first, then uploaded (module docstring).
         self._staging = None
         if self._gathered:
@@ -258,18 +260,6 @@ def _checkpointer(asynchronous: bool = False):
 
     handler = ocp.CompositeCheckpointHandler()
     return ocp, (ocp.AsyncCheckpointer(handler) if asynchronous else ocp.Checkpointer(handler))
-
-
-def _process_count() -> int:
-    import jax
-
-    return jax.process_count()
-
-
-def _process_index() -> int:
-    import jax
-
-    return jax.process_index()
 
 
 def _state_and_meta(model, step, extra):
