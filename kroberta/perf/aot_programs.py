@@ -254,17 +254,21 @@ def program_shape(config: Config, devices) -> ProgramShape:
 
 # XLA's out-of-memory errors, e.g. "Ran out of memory on HBM, the total memory required for
 # HLO temporaries (70.86G) exceeds available HBM (15.75G)" or "Used 21.3G of 15.75G hbm".
-# The first figure is what the program needs (at least).
+# The first figure is what the program needs (at least), the second what the device offers
+# programs (its memory less XLA's reserve).
 _OUT_OF_MEMORY = re.compile(r"(?:\(|Used )([\d.]+)([KMGT]?)\)? "
-                            r"(?:exceeds available HBM|of [\d.]+[KMGT]? hbm)")
+                            r"(?:exceeds available HBM \(|of )([\d.]+)([KMGT]?)\)?(?: hbm)?")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
-def out_of_memory(error: Exception) -> tuple[bool, float | None]:
+def out_of_memory(error: Exception) -> tuple[bool, float | None, float | None]:
     """(whether `error` is XLA running out of device memory, the bytes it says the program
-    needs at least, or None when it names no figure)."""
+    needs at least, the bytes it says are available), the figures None when it names none."""
     text = str(error)
     if "RESOURCE_EXHAUSTED" not in text and "Ran out of memory" not in text:
-        return False, None
+        return False, None, None
     found = _OUT_OF_MEMORY.search(text)
-    return True, (float(found.group(1)) * _UNITS[found.group(2)] if found else None)
+    if not found:
+        return True, None, None
+    return (True, float(found.group(1)) * _UNITS[found.group(2)],
+            float(found.group(3)) * _UNITS[found.group(4)])

@@ -24,6 +24,7 @@ class Measured:
     total_bytes: float  # from the memory analysis, or XLA's "at least" when it refused
     flops: float | None  # per device per step; None when XLA refused to compile
     refused: bool = False
+    available: float | None = None  # what XLA said the device offers, when it refused
 
     def fits(self, budget: float) -> bool:
         return not self.refused and self.total_bytes <= budget
@@ -49,11 +50,11 @@ def measure(config: Config, devices, model=None) -> Measured:
                                              shape.length, shape.slots, shape.steps,
                                              config.data.step_input())
     except Exception as error:
-        exhausted, needed = aot_programs.out_of_memory(error)
+        exhausted, needed, available = aot_programs.out_of_memory(error)
         if not exhausted:
             raise
         return Measured(per_device, float("inf") if needed is None else needed, None,
-                        refused=True)
+                        refused=True, available=available)
     return Measured(per_device, float(program.total_bytes), program.flops)
 
 
@@ -64,66 +65,96 @@ def with_train(config: Config, **changes) -> Config:
 def max_batch(config: Config, devices, budget: float, model=None, multiple: int = 8,
               log=None) -> tuple[int, Measured | None, int]:
     """The largest per-device batch (a multiple of `multiple`, or below it any size) whose
-    training program fits in `budget` bytes per device.
-
-    Memory is close to affine in the batch, so two compiles (the config's batch and
-    twice it) give a first guess; compiles around it bracket the answer and a bisection
-    settles it: usually 4-6 compiles. Returns (batch, its measurement, compiles); batch
-    0 when not even one sequence fits.
-    """
+    training program fits in `budget` bytes per device, found by compiling
+    (`largest_fitting`). Returns (batch, its measurement, compiles); batch 0 when not even
+    one sequence fits."""
     from kroberta.perf import aot_programs
 
     if model is None:
         model = aot_programs.build_model(config)
-    seen: dict[int, Measured] = {}
 
     def at(b: int) -> Measured:
-        if b not in seen:
-            seen[b] = measure(with_train(config, batch_size_per_device=b), devices, model)
-            if log:
-                m = seen[b]
-                log(f"  batch {b} per device: {'refused by XLA, ' if m.refused else ''}"
-                    f"{m.total_bytes / GiB:.2f} GiB{' (fits)' if m.fits(budget) else ''}")
-        return seen[b]
+        m = measure(with_train(config, batch_size_per_device=b), devices, model)
+        if log:
+            log(f"  batch {b} per device: {'refused by XLA, ' if m.refused else ''}"
+                f"{m.total_bytes / GiB:.2f} GiB{' (fits)' if m.fits(budget) else ''}")
+        return m
+
+    return largest_fitting(at, max(1, config.train.batch_size_per_device), budget, multiple)
+
+
+# No per-device batch beyond this is searched for (a device that holds it holds any).
+LARGEST = 2**16
+
+
+def largest_fitting(at, first: int, budget: float, multiple: int = 8
+                    ) -> tuple[int, Measured | None, int]:
+    """The largest batch b (a multiple of `multiple`, or below it any size) with
+    `at(b).fits(budget)`, calling `at` (one compile each) as few times as it can.
+
+    Memory grows with the batch close to affinely, a little below a line (XLA reuses
+    buffers), so each next batch is where the line through two measurements meets the
+    budget: first the config's batch and twice it, then the largest fitting batch and one
+    below (at most 4x the largest fitting: a step up), or the two batches that bracket the
+    edge. XLA's refusals name what the device really offers (its memory less a reserve):
+    from the first one on that is the target. When guesses keep landing on one side of the
+    edge the next ones move towards the other (the Illinois rule of false position), so an
+    awkward curve still costs few compiles. Returns (batch, its measurement, compiles); batch 0
+    when not even one sequence fits.
+    """
+    seen: dict[int, Measured] = {}
+    sides: list[bool] = []  # whether each guess between two measurements fitted
 
     def snap(b: float) -> int:
         b = int(b)
         return max(1, b - b % multiple) if b >= multiple else max(1, b)
 
-    def granularity(b: int) -> int:
+    def step(b: int) -> int:
         return multiple if b >= multiple else 1
 
-    first = max(1, config.train.batch_size_per_device)
-    a, b = at(first), at(2 * first)
-    # An XLA refusal still names what the program needs (at least): good for a slope.
-    if b.total_bytes > a.total_bytes and b.total_bytes != float("inf") and not a.refused:
-        slope = (b.total_bytes - a.total_bytes) / first
-        guess = snap(first + (budget - a.total_bytes) / slope)
-    else:
-        guess = first if a.fits(budget) else snap(first / 2)
+    def crossing(low: int, high: int, target: float, m_high: float | None = None) -> float:
+        """Where the line through the measurements at `low` and `high` (or `m_high` bytes
+        there) reaches `target`."""
+        m_low = seen[low].total_bytes
+        m_high = seen[high].total_bytes if m_high is None else m_high
+        if not m_low < m_high < float("inf"):
+            return (low + high) / 2
+        return low + (target - m_low) * (high - low) / (m_high - m_low)
 
-    def bounds():
-        fitting = [k for k, m in seen.items() if m.fits(budget)]
-        failing = [k for k, m in seen.items() if not m.fits(budget)]
-        return max(fitting, default=0), min(failing, default=None)
-
-    lo, hi = bounds()
-    if (hi is None or guess < hi) and guess > lo:
-        at(guess)
-        lo, hi = bounds()
-    while hi is None:  # everything tried fits: step up, doubling the step
-        at(lo + granularity(lo) * (1 + len(seen) - 2))
-        lo, hi = bounds()
-    while lo == 0 and hi > 1:  # nothing tried fits: halve
-        at(snap(hi / 2))
-        lo, hi = bounds()
-    while hi - lo > granularity(lo):  # bisect
-        middle = snap((lo + hi) / 2)
-        if middle <= lo:
-            break
-        at(middle)
-        lo, hi = bounds()
-    return lo, seen.get(lo), len(seen)
+    seen[first] = at(first)
+    seen[2 * first] = at(2 * first)
+    while True:
+        fitting = sorted(b for b, m in seen.items() if m.fits(budget))
+        lo = fitting[-1] if fitting else 0
+        hi = min((b for b, m in seen.items() if b > lo and not m.fits(budget)), default=None)
+        if (hi is not None and hi - lo <= step(lo)) or (hi is None and lo >= LARGEST):
+            return lo, seen.get(lo), len(seen)
+        offered = [m.available for m in seen.values() if m.available]
+        target = min([budget, *offered])
+        if hi is None:  # everything tried fits: step up along the line through two of them
+            below = [b for b in fitting[:-1] if seen[b].total_bytes < seen[lo].total_bytes]
+            guess = crossing(below[0], lo, target) if below else 2 * lo
+            guess = min(max(guess, lo + step(lo)), 4 * lo)
+        elif lo == 0:  # nothing tried fits: halve
+            guess = hi / 2
+        else:
+            # the Illinois rule: while guesses keep landing on one side, halve the far
+            # measurement's distance from the target for each repeat (then its line
+            # crosses nearer to it), or, below it, bisect
+            repeats = next((i for i, side in enumerate(reversed(sides)) if side != sides[-1]),
+                           len(sides)) if sides else 0
+            if repeats >= 2 and not sides[-1]:
+                guess = (lo + hi) / 2
+            else:
+                far = seen[hi].total_bytes
+                guess = crossing(lo, hi, target, target + (far - target) / 2 ** max(0, repeats - 1))
+        guess = snap(guess)
+        if hi is not None:
+            guess = min(max(guess, lo + step(lo)), hi - step(lo))
+            guess = snap(guess) if snap(guess) > lo else lo + step(lo)
+        seen[guess] = at(guess)
+        if hi is not None and lo:
+            sides.append(seen[guess].fits(budget))
 
 
 @dataclasses.dataclass(frozen=True)

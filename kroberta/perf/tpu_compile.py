@@ -186,7 +186,7 @@ def _compile_or_explain(compile_fn, what, hbm, config, generation):
     try:
         return compile_fn()
     except Exception as error:
-        exhausted, needed = aot_programs.out_of_memory(error)
+        exhausted, needed, _ = aot_programs.out_of_memory(error)
         if not exhausted:
             raise
         if needed is None:

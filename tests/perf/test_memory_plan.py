@@ -61,3 +61,59 @@ def test_max_batch_is_the_edge(small):
     bigger = memory_plan.with_train(config, batch_size_per_device=largest + 8)
     assert not memory_plan.measure(bigger, devices).fits(budget)
     assert compiles <= 7
+
+
+def _device(needs, offered):
+    """A stand-in for compiling: `needs(b)` bytes at batch b; XLA refuses beyond `offered`
+    (naming it, as its out-of-memory errors do). Records the batches compiled."""
+    from kroberta.perf.memory_plan import Measured
+
+    compiled = []
+
+    def at(b):
+        compiled.append(b)
+        if needs(b) > offered:
+            return Measured(b, needs(b), None, refused=True, available=offered)
+        return Measured(b, needs(b), 1.0)
+    return at, compiled
+
+
+GIB = 2**30
+# bytes per device of base at 128 tokens on v2:2x2 (docs/benchmarks/base-memory.md), joined
+# by straight lines: flat stretches and a jump, as XLA's buffer assignment gives.
+V2_BASE_128 = [(1, 2.3), (32, 3.08), (64, 3.77), (256, 6.84), (272, 6.83), (296, 6.90),
+               (328, 6.93), (344, 7.26), (352, 7.33), (360, 7.53), (368, 8.01), (4096, 90.0)]
+
+
+def _joined(points):
+    def needs(b):
+        for (b0, g0), (b1, g1) in zip(points, points[1:]):
+            if b0 <= b <= b1:
+                return (g0 + (g1 - g0) * (b - b0) / (b1 - b0)) * GIB
+        raise AssertionError(b)
+    return needs
+
+
+@pytest.mark.parametrize("needs, offered, budget, most_compiles", [
+    (lambda b: 2 * GIB + b * 2**24, 7.48 * GIB, 8 * GIB, 6),  # affine
+    (lambda b: 2.3 * GIB + 0.06 * GIB * b**0.85, 7.48 * GIB, 8 * GIB, 6),  # below a line
+    (_joined(V2_BASE_128), 7.48 * GIB, 8 * GIB, 8),
+    (lambda b: 3.09 * GIB if b == 32 else 1.6 * GIB + b * 0.0095 * GIB, 7.48 * GIB, 8 * GIB, 7),
+    (lambda b: 2 * GIB + b * 2**24, 15.7 * GIB, 6 * GIB, 5),  # the budget below the device
+    (lambda b: 7 * GIB + b * 0.1 * GIB, 7.48 * GIB, 8 * GIB, 7),  # only a few sequences
+    (lambda b: 9 * GIB + b, 7.48 * GIB, 8 * GIB, 8),  # not even one
+], ids=["affine", "concave", "v2-base-128", "non-monotone", "budget", "few", "none"])
+def test_the_search_finds_the_largest_fitting_batch_in_few_compiles(needs, offered, budget,
+                                                                    most_compiles):
+    from kroberta.perf.memory_plan import largest_fitting
+
+    at, compiled = _device(needs, offered)
+    largest, measured, compiles = largest_fitting(at, 32, budget)
+    every = [b for b in range(1, 2000) if (b < 8 or b % 8 == 0)
+             and needs(b) <= min(offered, budget)]
+    assert largest == max(every, default=0)
+    assert compiles == len(compiled) == len(set(compiled)) <= most_compiles, compiled
+    if largest:
+        assert measured.batch_size_per_device == largest and measured.fits(budget)
+    else:
+        assert measured is None
