@@ -72,7 +72,7 @@ def measure_cells(args):
                            "build_seconds": built}
                     if args.max_batch:
                         largest, measured, compiles = memory_plan.max_batch(
-                            config, devices, hbm, model,
+                            config, devices, hbm, model, known=at_batch,
                             log=lambda line: print(line, file=sys.stderr, flush=True))
                         row.update(max_batch=largest, compiles=compiles,
                                    gib_at_max=measured.total_bytes / GiB if measured else None,

@@ -63,17 +63,20 @@ def with_train(config: Config, **changes) -> Config:
 
 
 def max_batch(config: Config, devices, budget: float, model=None, multiple: int = 8,
-              log=None) -> tuple[int, Measured | None, int]:
+              log=None, known: Measured | None = None) -> tuple[int, Measured | None, int]:
     """The largest per-device batch (a multiple of `multiple`, or below it any size) whose
     training program fits in `budget` bytes per device, found by compiling
-    (`largest_fitting`). Returns (batch, its measurement, compiles); batch 0 when not even
-    one sequence fits."""
+    (`largest_fitting`); `known` is a measurement already made (not compiled again).
+    Returns (batch, its measurement, measurements); batch 0 when not even one sequence
+    fits."""
     from kroberta.perf import aot_programs
 
     if model is None:
         model = aot_programs.build_model(config)
 
     def at(b: int) -> Measured:
+        if known is not None and known.batch_size_per_device == b:
+            return known
         m = measure(with_train(config, batch_size_per_device=b), devices, model)
         if log:
             log(f"  batch {b} per device: {'refused by XLA, ' if m.refused else ''}"
