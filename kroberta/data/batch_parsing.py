@@ -21,7 +21,8 @@ the record by replaying the stream (`data.first_bad_record`).
 import tensorflow as tf
 
 from kroberta.data import rules
-from kroberta.data.records import FEATURES, IGNORE_LABEL, REQUIRED_FEATURES
+from kroberta.data.records import FEATURES, REQUIRED_FEATURES
+from kroberta.tokens import IGNORE_LABEL
 
 
 def parse_spec(with_labels: bool) -> dict:

@@ -12,7 +12,8 @@ import os
 import numpy as np
 
 from kroberta.data import rules
-from kroberta.data.records import FEATURES, IGNORE_LABEL, PAD_ID, REQUIRED_FEATURES
+from kroberta.data.records import FEATURES, REQUIRED_FEATURES
+from kroberta.tokens import IGNORE_LABEL, PAD_ID
 
 
 

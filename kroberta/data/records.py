@@ -18,7 +18,6 @@ import os
 import numpy as np
 
 from kroberta.atomic import temporary_name
-from kroberta.tokens import IGNORE_LABEL, PAD_ID  # noqa: F401  (the format names them too)
 
 FEATURES = ("input_ids", "attention_mask", "labels")
 REQUIRED_FEATURES = FEATURES[:2]  # labels are optional

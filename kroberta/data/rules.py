@@ -6,7 +6,7 @@ TF tensors, so the tf.data pipeline (`batch_parsing`), `prepare --check`
 value the same way. Each returns True where a value breaks the rule.
 """
 
-from kroberta.data.records import IGNORE_LABEL
+from kroberta.tokens import IGNORE_LABEL
 
 
 def bad_id(ids, vocabulary_size=None):

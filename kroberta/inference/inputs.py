@@ -19,7 +19,8 @@ import tensorflow as tf
 
 from kroberta.data import pipeline
 from kroberta.data import rules
-from kroberta.data.records import FEATURES, IGNORE_LABEL, REQUIRED_FEATURES
+from kroberta.data.records import FEATURES, REQUIRED_FEATURES
+from kroberta.tokens import IGNORE_LABEL
 from kroberta.errors import KrobertaError
 
 AUTOTUNE = tf.data.AUTOTUNE

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import keras
 
 from kroberta import masking
-from kroberta.data.records import IGNORE_LABEL
+from kroberta.tokens import IGNORE_LABEL
 from kroberta.inference.top_k import exact_top_k
 
 

@@ -22,7 +22,8 @@ import numpy as np
 from kroberta import storage
 from kroberta.atomic import atomic_path
 from kroberta.data.manifest import FORMAT, MANIFEST_NAME, ManifestError, load_manifest, write_manifest
-from kroberta.data.records import PAD_ID, encode_examples
+from kroberta.data.records import encode_examples
+from kroberta.tokens import PAD_ID
 from kroberta.errors import KrobertaError
 from kroberta.text import locations
 from kroberta.text.encode import blocks, encoded_documents

@@ -19,7 +19,6 @@ import tempfile
 import keras
 
 from kroberta import storage
-from kroberta.config import parse_window  # noqa: F401  (the window's syntax)
 
 PROFILE_DIR = "profile"  # under the run directory
 

@@ -13,10 +13,8 @@ import math
 import time
 
 from kroberta import storage
-from kroberta.config import to_dict, to_toml, validate
-from kroberta.training import signals, trackers
-from kroberta.config import Config, ConfigError
-from kroberta.training import checkpoint
+from kroberta.config import Config, ConfigError, parse_window, to_dict, to_toml, validate
+from kroberta.training import checkpoint, signals, trackers
 from kroberta.training.run_dir import (CHANGES_FILE, changed_settings, check_free_space,
                                        check_writable, describe_changes, record_changes,
                                        removed_unless_checkpointed, truncate_metrics)
@@ -339,7 +337,7 @@ def _profile_window(config, start_step: int, main_process: bool):
     """The `train.profile` callback (process 0 only), its window on dispatch boundaries."""
     from kroberta.training import profiling
 
-    window = profiling.parse_window(config.train.profile)
+    window = parse_window(config.train.profile)
     if window is None or not main_process:
         return None
     t = config.train

@@ -8,14 +8,14 @@ import json
 import pytest
 
 from kroberta import train
-from kroberta.config import ConfigError, validate
+from kroberta.config import ConfigError, parse_window, validate
 from kroberta.training import profiling
 from tests.conftest import tiny_config
 
 
 def test_window_parses_and_widens_to_dispatch_boundaries():
-    assert profiling.parse_window("") is None
-    assert profiling.parse_window("100:120") == (100, 120)
+    assert parse_window("") is None
+    assert parse_window("100:120") == (100, 120)
     assert profiling.aligned_window((100, 120), 1, 1000) == (100, 120)
     assert profiling.aligned_window((5, 7), 2, 1000) == (4, 8)
     assert profiling.aligned_window((33, 70), 32, 1000) == (32, 96)
