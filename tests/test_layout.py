@@ -69,7 +69,7 @@ def test_no_subpackage_imports_a_command_line_module():
     offences = [(module, target) for module, path in _modules()
                 if "." in module and module.split(".")[0] != "cli"
                 for target in _kroberta_imports(path) if target.split(".")[0] in CLIS]
-    assert offences == []
+    assert offences == [], "\n".join(map(str, offences))
 
 
 def test_data_flows_one_way():
@@ -80,7 +80,7 @@ def test_data_flows_one_way():
         for target in _kroberta_imports(path):
             if target.split(".")[0] in forbidden:
                 offences.append((module, target))
-    assert offences == []
+    assert offences == [], "\n".join(map(str, offences))
 
 
 # The only modules that reach into JAX's or Keras' private modules (`jax._src`,
@@ -154,4 +154,40 @@ def test_nothing_of_kroberta_is_renamed_on_import():
             paths += [os.path.join(directory, name) for name in files if name.endswith(".py")]
     offences = [(os.path.relpath(path, root), name, alias)
                 for path in paths for name, alias in _renaming_imports(path)]
-    assert offences == []
+    assert offences == [], "\n".join(map(str, offences))
+
+
+def _imported_names(path):
+    """{name: module} of every name the module at `path` imports with `from ... import`,
+    less those it hands on on purpose (listed in its `__all__`)."""
+    found, public = {}, set()
+    for node in _nodes(path):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.update({a.asname or a.name: node.module for a in node.names})
+        elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__"
+                                                  for t in node.targets):
+            public |= set(ast.literal_eval(node.value))
+    return {name: module for name, module in found.items() if name not in public}
+
+
+def test_a_name_of_kroberta_is_imported_from_the_module_that_defines_it():
+    # One name per thing, one place it comes from: `from kroberta.x import NAME` where
+    # x only imported NAME itself hides NAME's home (and keeps a dead import alive in x).
+    # The package's own __init__ and a module's `__all__` hand names on on purpose.
+    root = os.path.dirname(PACKAGE)
+    paths = {f"kroberta.{name}".removesuffix(".__init__"): path for name, path in _modules()}
+    passed_on = {module: _imported_names(path) for module, path in paths.items()
+                 if module != "kroberta"}
+    users = list(paths.values())
+    for folder in ("tests", "tools"):
+        for directory, _, files in os.walk(os.path.join(root, folder)):
+            users += [os.path.join(directory, name) for name in files if name.endswith(".py")]
+    offences = []
+    for path in users:
+        for node in _nodes(path):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in passed_on:
+                offences += [(os.path.relpath(path, root), node.module, a.name,
+                              passed_on[node.module][a.name])
+                             for a in node.names if a.name in passed_on[node.module]
+                             and f"{node.module}.{a.name}" not in paths]
+    assert offences == [], "\n".join(map(str, offences))

@@ -182,7 +182,8 @@ def preset_tokenizer(directory: str):
     (kroberta's byte-level BPE layout, specials as kroberta's); None without them."""
     from tokenizers import Tokenizer, models
 
-    from kroberta.text.tokenizer import SPECIAL_TOKENS, _empty_tokenizer, _special_added_tokens
+    from kroberta.text.tokenizer import _empty_tokenizer, _special_added_tokens
+    from kroberta.tokens import SPECIAL_TOKENS
 
     vocabulary_path = os.path.join(directory, ASSETS_DIR, VOCABULARY_FILE)
     merges_path = os.path.join(directory, ASSETS_DIR, MERGES_FILE)
