@@ -72,20 +72,15 @@ def _keras_hub_tokenizer(tokenizer, vocabulary_size: int):
 
 def _stock_twin(model, preprocessor):
     """A plain keras-hub `RobertaMaskedLM` with `model`'s weights, on this host."""
-    import keras
     import keras_hub
 
-    from kroberta.parallel.distribute import to_host
+    from kroberta.parallel.distribute import global_distribution, to_host
 
     weights = [to_host(v.value) for v in model.weights]
-    distribution = keras.distribution.distribution()
-    keras.distribution.set_distribution(None)  # the twin's arrays live on this host only
-    try:
+    with global_distribution(None):  # the twin's arrays live on this host only
         backbone = keras_hub.models.RobertaBackbone.from_config(model.backbone.get_config())
         twin = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor)
         twin.set_weights(weights)
-    finally:
-        keras.distribution.set_distribution(distribution)
     return twin
 
 

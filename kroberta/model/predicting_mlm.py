@@ -25,6 +25,7 @@ import keras_hub
 import numpy as np
 
 from kroberta.errors import KrobertaError
+from kroberta.parallel.distribute import global_distribution
 from kroberta.tokens import PAD_ID
 
 # Hugging Face's input names -> keras-hub's.
@@ -122,16 +123,13 @@ class PredictingMaskedLM(keras_hub.models.RobertaMaskedLM):
         values = [variable.value for variable in self.variables]  # references, no copies
         # A loaded model's weights live on one device; a distribution that training left set
         # in this process would demand batches divisible by its devices.
-        distribution = keras.distribution.distribution()
-        keras.distribution.set_distribution(None)
-        try:
-            return super().predict(x, batch_size=batch_size, verbose=verbose, steps=steps,
-                                   callbacks=callbacks)
-        except BaseException:
-            self._reattach(values)
-            raise
-        finally:
-            keras.distribution.set_distribution(distribution)
+        with global_distribution(None):
+            try:
+                return super().predict(x, batch_size=batch_size, verbose=verbose, steps=steps,
+                                       callbacks=callbacks)
+            except BaseException:
+                self._reattach(values)
+                raise
 
     def _reattach(self, values):
         # Keras re-attaches the variables only when predict ends normally: what the last

@@ -16,6 +16,7 @@ assembles the global batch with `jax.make_array_from_process_local_data`. The
 devices are ordered by process, so process p's rows are the p-th block of a batch.
 """
 
+import contextlib
 import dataclasses
 
 import jax
@@ -243,3 +244,15 @@ def barrier(name: str):
         from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices(name)
+
+
+@contextlib.contextmanager
+def global_distribution(distribution):
+    """Sets Keras' global distribution for the block (None: none), then restores the
+    previous one."""
+    previous = keras.distribution.distribution()
+    keras.distribution.set_distribution(distribution)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(previous)

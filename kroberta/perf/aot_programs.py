@@ -20,17 +20,16 @@ this jaxlib: a scan of 4 matmuls reports the FLOPs of one), so the FLOPs of a K-
 or G-batch program are those of one step or batch.
 """
 
-import contextlib
 import dataclasses
 import re
 import time
 
 import jax
 import jax.numpy as jnp
-import keras
 import numpy as np
 
 from kroberta.config import Config
+from kroberta.parallel import distribute
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,23 +54,12 @@ class Program:
                 + self.code_bytes)
 
 
-@contextlib.contextmanager
-def global_distribution(distribution):
-    """Sets Keras' global distribution for the block, then restores the previous one."""
-    previous = keras.distribution.distribution()
-    keras.distribution.set_distribution(distribution)
-    try:
-        yield
-    finally:
-        keras.distribution.set_distribution(previous)
-
-
 def build_model(config: Config):
     """The training model, built on the host with no distribution (so variables carry no
     layout of the host's devices); its values are never sent anywhere."""
     from kroberta.model.mlm import build_compiled_model
 
-    with global_distribution(None):
+    with distribute.global_distribution(None):
         return build_compiled_model(config, placeholder_word_starts(config))
 
 
@@ -182,7 +170,7 @@ def lower_train(model, distribution, global_batch: int, length: int, slots: int,
     # The compiled loss and metrics were built by `compile_model` (on the host;
     # `train_state` gives their variables the distribution's layout).
     data = train_data(distribution, global_batch, length, slots, steps, step_input)
-    with global_distribution(distribution):
+    with distribute.global_distribution(distribution):
         state, shardings = train_state(model, distribution)
         program = jax.jit(scan_steps(model.train_step), donate_argnums=0,
                           out_shardings=(None, shardings))
@@ -203,7 +191,7 @@ def compile_predict(model, devices, global_batch: int, length: int, slots: int,
     from kroberta.inference.program import make_predict_step, twin
 
     mesh = jax.sharding.Mesh(np.array(list(devices)), ("batch",))
-    with global_distribution(None):
+    with distribute.global_distribution(None):
         step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, slots, group)
         predicting = twin(model)
         weights = [[jax.ShapeDtypeStruct(tuple(v.shape), jnp.dtype(v.dtype)) for v in vs]
@@ -236,7 +224,6 @@ class ProgramShape:
 
 def program_shape(config: Config, devices) -> ProgramShape:
     """The distribution and shapes `config` compiles to on `devices` (one process)."""
-    from kroberta.parallel import distribute
     from kroberta.perf import dispatch_size
 
     distribution = distribute.make_distribution(config, devices)

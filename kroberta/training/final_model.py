@@ -30,9 +30,8 @@ def save(model, run_dir: str):
     processes are gathered, a collective); only process 0 writes.
     """
     import jax
-    import keras
 
-    from kroberta.parallel.distribute import to_host
+    from kroberta.parallel.distribute import global_distribution, to_host
 
     weights = [to_host(v.value) for v in model.weights]
     if jax.process_index() != 0:
@@ -44,15 +43,11 @@ def save(model, run_dir: str):
     # and saved outside any distribution: its arrays stay on this host, and nothing in
     # `save_weights` (which builds a throwaway optimizer) becomes a collective that
     # the other processes would never join.
-    distribution = keras.distribution.distribution()
-    keras.distribution.set_distribution(None)
-    try:
+    with global_distribution(None):
         twin = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
         twin.set_weights(weights)
         with storage.staged_file(final) as tmp:  # a rename, or one upload (a URL)
             twin.save_weights(tmp)
-    finally:
-        keras.distribution.set_distribution(distribution)
     return final
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from kroberta.config import apply_overrides, config_path, load_toml
+from kroberta.parallel import distribute
 
 from conftest import REPO
 
@@ -144,7 +145,7 @@ def test_lowered_train_step_is_the_step_fit_runs(step_input):
                      "train.steps_per_execution=2")
     devices = jax.devices()
     distribution = keras.distribution.DataParallel(devices=devices)
-    with aot_programs.global_distribution(distribution):
+    with distribute.global_distribution(distribution):
         model = build_compiled_model(config)
     L, B, K = config.model.max_sequence_length, 2 * len(devices), 2
     M = config.data.prediction_slots(L)
@@ -178,7 +179,7 @@ def test_lowered_train_step_is_the_step_fit_runs(step_input):
                                                 step_input=step_input))
     _, (ours, *_) = compiled(values, data)
     flat = tf.data.Dataset.from_tensor_slices(batches)  # K batches of (B, ...)
-    with aot_programs.global_distribution(distribution):
+    with distribute.global_distribution(distribution):
         model.fit(flat, steps_per_epoch=K, epochs=1, verbose=0, shuffle=False)
     assert int(model.optimizer.iterations.numpy()) == K
     for mine, variable in zip(ours, model.trainable_variables):
