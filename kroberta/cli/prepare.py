@@ -20,7 +20,7 @@ import os
 import sys
 import warnings
 
-from kroberta import cli
+from kroberta import cli, storage
 from kroberta.data.manifest import MANIFEST_NAME, load_manifest
 from kroberta.text.build import PrepareError, PrepareWarning, prepare
 from kroberta.text.textfiles import expand_inputs
@@ -79,7 +79,7 @@ TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
 
 def _tfrecords_in(directory):
     """Every TFRecord file under `directory` (by name: *.tfrecord[s], *.tfr, *.tfrecord-00000-of-00004)."""
-    if locations.is_url(directory):
+    if storage.is_url(directory):
         every = locations.files_under(directory)
     else:
         every = []
@@ -102,8 +102,7 @@ def _run_check(args):
 
     vocab, length = args.vocab_size, args.seq_len
     # A URL (gs://...) is read through tf.io.gfile (kroberta.text.locations).
-    manifest = f"{args.check.rstrip('/')}/{MANIFEST_NAME}" if locations.is_url(args.check) \
-        else os.path.join(args.check, MANIFEST_NAME)
+    manifest = storage.join(args.check, MANIFEST_NAME)
     if locations.isdir(args.check) and not locations.isfile(manifest):
         paths = _tfrecords_in(args.check)
         if vocab is None:

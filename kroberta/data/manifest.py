@@ -11,6 +11,7 @@ import os
 
 from kroberta.errors import KrobertaError
 from kroberta.atomic import atomic_write
+from kroberta.storage import is_url
 
 FORMAT = "kroberta-tfrecord-v1"
 MANIFEST_NAME = "manifest.json"
@@ -47,16 +48,12 @@ class Manifest:
         return self.train_files + self.validation_files
 
 
-def _is_url(path: str) -> bool:
-    return "://" in path
-
-
 def _join(base: str, name: str) -> str:
-    return f"{base.rstrip('/')}/{name}" if _is_url(base) else os.path.abspath(os.path.join(base, name))
+    return f"{base.rstrip('/')}/{name}" if is_url(base) else os.path.abspath(os.path.join(base, name))
 
 
 def _isfile(path: str) -> bool:
-    if not _is_url(path):
+    if not is_url(path):
         return os.path.isfile(path)
     import tensorflow as tf
 
@@ -64,7 +61,7 @@ def _isfile(path: str) -> bool:
 
 
 def _read_text(path: str) -> str:
-    if not _is_url(path):
+    if not is_url(path):
         with open(path, encoding="utf-8") as f:
             return f.read()
     import tensorflow as tf
@@ -117,7 +114,7 @@ def load_manifest(directory):
         file or key on any problem.
     """
     directory = os.fspath(directory)
-    base = directory.rstrip("/") if _is_url(directory) else os.path.abspath(directory)
+    base = directory.rstrip("/") if is_url(directory) else os.path.abspath(directory)
     path = _join(base, MANIFEST_NAME)
     if not _isfile(path):
         raise ManifestError(f"no {MANIFEST_NAME} in {base} (prepare one with `python -m kroberta.prepare`)")

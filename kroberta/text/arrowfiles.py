@@ -9,6 +9,7 @@ what to install. `kroberta.text.recordfiles` dispatches here.
 
 import os
 
+from kroberta import storage
 from kroberta.text import locations
 from kroberta.text.recordfiles import DATASETS_FORMAT, RecordError, column_index, extra_missing
 
@@ -26,7 +27,7 @@ def _parquet_file(path):
     try:
         # Buffered page reads, no pre-buffering of whole row groups: the reader holds
         # about one row group's column (about half the memory of the defaults).
-        source = locations.open_binary(path) if locations.is_url(path) else path
+        source = locations.open_binary(path) if storage.is_url(path) else path
         return pq.ParquetFile(source, buffer_size=1 << 20, pre_buffer=False)
     except Exception as e:  # pyarrow raises ArrowInvalid / OSError with its own text
         raise RecordError(f"{path}: not a readable Parquet file: {e}") from None

@@ -155,7 +155,7 @@ def _get_tokenizer(tokenizer, files, total_bytes, vocab_size, out_dir, progress)
     else:
         if isinstance(tokenizer, (str, os.PathLike)):
             tok = load_tokenizer(tokenizer)
-            if locations.absolute(os.fspath(tokenizer)) != os.path.abspath(out_path):
+            if storage.absolute(os.fspath(tokenizer)) != os.path.abspath(out_path):
                 with atomic_path(out_path) as tmp, locations.open_binary(os.fspath(tokenizer)) as f:
                     with open(tmp, "wb") as copy:
                         shutil.copyfileobj(f, copy)
@@ -305,7 +305,7 @@ def prepare(
         "validation_fraction": validation_fraction,
         "source": {
             "inputs": [os.fspath(i) for i in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)],
-            "files": [locations.absolute(f.path) for f in good],
+            "files": [storage.absolute(f.path) for f in good],
             "text_field": text_field if any(f.format for f in good) else None,
             "split": split if any(f.format == "datasets" for f in good) else None,
             "bytes": total_bytes,

@@ -9,9 +9,7 @@ import glob as globbing
 import io
 import os
 
-
-def is_url(path) -> bool:
-    return "://" in os.fspath(path)
+from kroberta.storage import is_url
 
 
 def _gfile():
@@ -85,7 +83,3 @@ class _GFileReader(io.RawIOBase):
         if not self.closed:
             self._file.close()
         super().close()
-
-
-def absolute(path: str) -> str:
-    return path if is_url(path) else os.path.abspath(path)

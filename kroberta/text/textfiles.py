@@ -15,6 +15,7 @@ import gzip
 import os
 import zlib
 
+from kroberta import storage
 from kroberta.text import locations, recordfiles
 from kroberta.errors import KrobertaError
 
@@ -64,7 +65,7 @@ def expand_inputs(inputs):
         matches = locations.glob(pattern)
         found = []
         for match in matches:
-            if locations.is_url(match):  # gs://...: through tf.io.gfile (kroberta.text.locations)
+            if storage.is_url(match):  # gs://...: through tf.io.gfile (kroberta.text.locations)
                 found.extend(locations.files_under(match) if locations.isdir(match) else [match])
             elif recordfiles.is_dataset_dir(match):
                 found.append(match)  # a `datasets` directory is one input
@@ -82,7 +83,7 @@ def expand_inputs(inputs):
         files.extend(found)
     unique, seen = [], set()
     for f in files:  # a file matched by two patterns is read once
-        key = locations.absolute(f)
+        key = storage.absolute(f)
         if key not in seen:
             seen.add(key)
             unique.append(f)
