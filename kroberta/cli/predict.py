@@ -45,7 +45,7 @@ def main(argv=None) -> int:
 
 def _main(args) -> int:
     from kroberta.inference import prediction
-    from kroberta.inference.inputs import PredictInputError
+    from kroberta.model.predicting_mlm import PredictInputError
 
     if not args.out.endswith(".npz"):
         raise PredictInputError(f"--out: {args.out!r} must end with .npz")

@@ -21,13 +21,9 @@ from kroberta.data import pipeline
 from kroberta.data import rules
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.tokens import IGNORE_LABEL
-from kroberta.errors import KrobertaError
+from kroberta.model.predicting_mlm import PredictInputError
 
 AUTOTUNE = tf.data.AUTOTUNE
-
-
-class PredictInputError(KrobertaError, ValueError):
-    """The inputs cannot be predicted on; the message says why."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,8 +131,8 @@ def _from_dataset(dataset, config) -> Source:
 def _checked_columns(columns, first_example, vocabulary_size):
     """The dataset path's version of `_check_values`: a batch (b, L), checked as a whole."""
     ids, mask = columns["input_ids"], columns["attention_mask"]
-    bad_id = (ids < 0) | (ids >= vocabulary_size)  # (b, L)
-    bad_mask = (mask != 0) & (mask != 1)
+    bad_id = rules.bad_id(ids, vocabulary_size)  # (b, L)
+    bad_mask = rules.bad_attention(mask)
 
     def fail(bad, text):
         where = tf.argmax(tf.reshape(tf.cast(bad, tf.int32), [-1]), output_type=tf.int32)

@@ -16,6 +16,7 @@ from kroberta.interop import hf_weights
 from kroberta.interop.hf_weights import HFConversionError
 from kroberta import storage
 from kroberta.atomic import atomic_path
+from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -32,7 +33,6 @@ HIDDEN_ACT = "gelu"  # exact (erf) GELU in both keras and transformers
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
                   "sep_token": "</s>", "cls_token": "<s>", "pad_token": "<pad>",
                   "mask_token": "<mask>"}
-PAD_TOKEN_ID, BOS_TOKEN_ID, EOS_TOKEN_ID = 1, 0, 2
 
 __all__ = ["export_hf", "from_hf", "init_from_hf", "HFConversionError"]
 
@@ -65,9 +65,9 @@ def hf_config(model) -> dict:
         "layer_norm_eps": LAYER_NORM_EPS,
         "hidden_act": HIDDEN_ACT,
         "position_embedding_type": "absolute",
-        "pad_token_id": PAD_TOKEN_ID,
-        "bos_token_id": BOS_TOKEN_ID,
-        "eos_token_id": EOS_TOKEN_ID,
+        "pad_token_id": PAD_ID,
+        "bos_token_id": BOS_ID,
+        "eos_token_id": EOS_ID,
         "hidden_dropout_prob": float(b.dropout),
         "attention_probs_dropout_prob": attention_dropout_of(model),
         # What transformers starts heads added for fine-tuning from; how the pretraining
@@ -177,8 +177,8 @@ def model_config_from_hf(hf: dict, source: str):
     eps = hf.get("layer_norm_eps", 1e-12)  # transformers' default when the key is absent
     if not math.isclose(eps, LAYER_NORM_EPS, rel_tol=1e-6):
         fail("layer_norm_eps", f"keras-hub hard-codes {LAYER_NORM_EPS}, got {eps}")
-    if hf.get("pad_token_id", PAD_TOKEN_ID) != PAD_TOKEN_ID:
-        fail("pad_token_id", f"HF offsets positions by pad id + 1; kroberta needs {PAD_TOKEN_ID}, "
+    if hf.get("pad_token_id", PAD_ID) != PAD_ID:
+        fail("pad_token_id", f"HF offsets positions by pad id + 1; kroberta needs {PAD_ID}, "
                              f"got {hf['pad_token_id']}")
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
         fail("is_decoder", "decoder / cross-attention RoBERTa is not a masked LM kroberta can hold")

@@ -39,7 +39,8 @@ WHAT_TO_PASS = (
 
 
 class PredictInputError(KrobertaError, ValueError):
-    """Inputs to `model.predict` that the model cannot take."""
+    """Inputs that cannot be predicted on (by `model.predict` or `kroberta.predict`); the
+    message says why and what to pass."""
 
 
 def model_inputs(x, pad_token_id: int = PAD_ID) -> dict:

@@ -7,15 +7,14 @@ and prints a short summary, which names the best checkpoint (the kept checkpoint
 the lowest validation loss, `kroberta.load(run_dir, checkpoint="best")`).
 """
 
-import json
 import math
 import statistics
 import sys
 
 from kroberta import storage
 from kroberta.errors import KrobertaError
+from kroberta.training.run_dir import METRICS_FILE, metrics_rows
 
-METRICS_FILE = "metrics.jsonl"
 REPORT_FILE = "report.png"
 PANELS = (
     ("loss", "loss (masked tokens)"),
@@ -37,15 +36,9 @@ def read_metrics(run_dir: str) -> list[dict]:
         what = "no such directory" if not storage.isdir(run_dir) else f"no {METRICS_FILE} in it"
         raise ReportError(f"{run_dir}: {what}; train a run there first "
                           "(python -m kroberta.train --run_dir=...)")
-    rows = []
-    for number, line in enumerate(storage.read_text(path).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            # A run killed mid-write leaves a partial last line: skip it, say so.
-            print(f"warning: {path}:{number}: not JSON, skipped", file=sys.stderr)
+    # A run killed mid-write leaves a partial last line: skipped, and said so.
+    rows = metrics_rows(run_dir, on_bad_line=lambda path, number: print(
+        f"warning: {path}:{number}: not JSON, skipped", file=sys.stderr))
     if not rows:
         raise ReportError(f"{path}: holds no rows yet")
     return rows

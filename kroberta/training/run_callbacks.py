@@ -28,6 +28,7 @@ from kroberta import storage
 from kroberta.errors import DivergedError
 from kroberta.training import checkpoint, console, signals, trackers
 from kroberta.training.compile_clock import CompileClock
+from kroberta.training.run_dir import METRICS_FILE, metrics_rows
 
 REDRAW_SECONDS = 1.0  # a live bar's position between log intervals
 
@@ -69,14 +70,14 @@ class RunLogger(keras.callbacks.Callback):
             if write_files else None
         # The evaluations so far (rows after the resumed checkpoint are being dropped).
         self.watch = signals.EvalWatch(config.train, signals.validation_losses(
-            signals.read_rows(run_dir, start_step)))
+            metrics_rows(run_dir, start_step)))
         self.stopped_early = None  # why the run ended before stop_step, or None
         if self.checkpoints is not None and config.train.keep_best:
             self.checkpoints.protected_step = self.watch.best_step
         self._trackers = []
         if write_files:
             # Appended per row; on a URL (no append) rewritten whole per row.
-            self._jsonl = storage.Appender(storage.join(run_dir, "metrics.jsonl"))
+            self._jsonl = storage.Appender(storage.join(run_dir, METRICS_FILE))
             self._trackers = trackers.open_trackers(config, run_dir)
 
     def on_epoch_begin(self, epoch, logs=None):

@@ -10,6 +10,29 @@ import tempfile
 from kroberta import storage
 from kroberta.config import ConfigError
 
+METRICS_FILE = "metrics.jsonl"  # a JSON row per log interval and evaluation
+
+
+def metrics_rows(run_dir: str, last_step: int | None = None, on_bad_line=None) -> list[dict]:
+    """metrics.jsonl's rows (up to `last_step`; none when there is no file), skipping a
+    line a kill cut short (`on_bad_line(path, number)` is told of it)."""
+    path = storage.join(run_dir, METRICS_FILE)
+    if not storage.isfile(path):
+        return []
+    rows = []
+    for number, line in enumerate(storage.read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if on_bad_line:
+                on_bad_line(path, number)
+            continue
+        if last_step is None or row.get("step", 0) <= last_step:
+            rows.append(row)
+    return rows
+
 
 @contextlib.contextmanager
 def removed_unless_checkpointed(run_dir: str):
@@ -32,7 +55,7 @@ def removed_unless_checkpointed(run_dir: str):
 
 
 def _logged(run_dir: str) -> bool:
-    path = os.path.join(run_dir, "metrics.jsonl")
+    path = os.path.join(run_dir, METRICS_FILE)
     return os.path.isfile(path) and os.path.getsize(path) > 0
 
 
@@ -70,7 +93,7 @@ def check_free_space(run_dir: str, needed_bytes: int, what: str):
 def truncate_metrics(run_dir: str, last_step: int):
     """Drops metrics.jsonl rows logged after `last_step` (by a run killed after its
     last checkpoint), so the resumed run's rows neither repeat nor leave gaps."""
-    path = storage.join(run_dir, "metrics.jsonl")
+    path = storage.join(run_dir, METRICS_FILE)
     if not storage.isfile(path):
         return 0
     kept, dropped = [], 0

@@ -7,29 +7,10 @@ uninterrupted one, and every process of a job (which all see the same evaluation
 decides alike.
 """
 
-import json
-
-from kroberta import storage
 from kroberta.training import checkpoint
+from kroberta.training.run_dir import metrics_rows
 
-METRICS_FILE = "metrics.jsonl"
 EARLY_STOP = "early_stop"  # the split of the row that records an early stop
-
-
-def read_rows(run_dir: str, last_step: int | None = None) -> list[dict]:
-    """metrics.jsonl's rows (up to `last_step`), skipping a line cut short by a kill."""
-    path = storage.join(run_dir, METRICS_FILE)
-    if not storage.isfile(path):
-        return []
-    rows = []
-    for line in storage.read_text(path).splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if last_step is None or row.get("step", 0) <= last_step:
-            rows.append(row)
-    return rows
 
 
 def validation_losses(rows: list[dict]) -> list[tuple[int, float]]:
@@ -76,7 +57,7 @@ class EvalWatch:
 def ended_early(run_dir: str, step: int, train) -> str | None:
     """Why the run in `run_dir`, resumed at `step`, ends there under the settings of
     `train` (its evaluations replayed), or None when it trains on."""
-    history = validation_losses(read_rows(run_dir, step))
+    history = validation_losses(metrics_rows(run_dir, step))
     if not history or history[-1][0] != step or step >= train.steps:
         return None
     watch, reason = EvalWatch(train), None
@@ -89,7 +70,7 @@ def best_checkpoint(run_dir: str) -> tuple[int, str, float] | None:
     """(step, path, validation loss) of the kept checkpoint with the lowest validation
     loss, or None when no kept checkpoint was evaluated."""
     kept = dict(checkpoint.list_checkpoints(run_dir))
-    evaluated = [(loss, step) for step, loss in validation_losses(read_rows(run_dir))
+    evaluated = [(loss, step) for step, loss in validation_losses(metrics_rows(run_dir))
                  if step in kept]
     if not evaluated:
         return None
