@@ -32,9 +32,9 @@ import sys  # noqa: E402
 import kroberta  # noqa: E402,F401  (fixes the backend before keras is imported)
 from kroberta import cli  # noqa: E402
 from kroberta.config import Config, from_command_line, validate  # noqa: E402
+from kroberta.perf.hardware import GiB  # noqa: E402
 # kroberta.perf.tpu_compile.compile_for_topology(config, topology) is the command as a function.
-from kroberta.perf.tpu_compile import (KNOWN_TOPOLOGIES, AotError, GiB,  # noqa: E402
-                                       compile_for_topology)
+from kroberta.perf.tpu_compile import KNOWN_TOPOLOGIES, AotError, compile_for_topology  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:

@@ -11,9 +11,9 @@ mixed precision and the distribution's sharding are all counted as they will run
 
 import dataclasses
 
-from kroberta.config import Config
+from kroberta.config import Config, ConfigError
+from kroberta.perf.hardware import GiB
 
-GiB = 2**30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,17 +176,14 @@ def options(config: Config, devices, budget: float, log=None) -> list[Option]:
     half the micro-batch with twice the accumulation (same global batch, smaller
     matmuls), full remat (~+33% FLOPs). Stops at the first that fits, so the cheapest
     fitting change comes last in the list; the others show what they would need."""
-    from kroberta.config import STRATEGIES
-
     t, d = config.train, config.distributed
     candidates = []
-    order = ("dots", "dots_no_batch")
-    for remat in order:
-        if t.remat == "none":
-            candidates.append((with_train(config, remat=remat), f"--train.remat={remat}",
-                               "recomputes the elementwise work" if remat == "dots" else
-                               "recomputes attention and the elementwise work"))
-    if d.strategy == "data" and "fsdp" in STRATEGIES:
+    if t.remat == "none":
+        candidates += [(with_train(config, remat="dots"), "--train.remat=dots",
+                        "recomputes the elementwise work"),
+                       (with_train(config, remat="dots_no_batch"), "--train.remat=dots_no_batch",
+                        "recomputes attention and the elementwise work")]
+    if d.strategy == "data":
         fsdp = dataclasses.replace(config, distributed=dataclasses.replace(d, strategy="fsdp"))
         candidates.append((fsdp, "--distributed.strategy=fsdp",
                            "shards weights and AdamW state; gathers weights every step"))
@@ -200,8 +197,6 @@ def options(config: Config, devices, budget: float, log=None) -> list[Option]:
         candidates.append((with_train(config, remat="full"), "--train.remat=full",
                            "recomputes each block: ~+33% FLOPs"))
     found = []
-    from kroberta.config import ConfigError
-
     for candidate, overrides, why in candidates:
         try:
             measured = measure(candidate, devices)

@@ -11,10 +11,11 @@ import dataclasses
 import math
 import time
 
-from kroberta.config import STRATEGIES, Config, validate
+from kroberta.config import Config, validate
 from kroberta.errors import KrobertaError
 from kroberta.model import attention
 from kroberta.perf import hardware
+from kroberta.perf.hardware import GiB
 
 # Compiled here with libtpu 0.0.42; libtpu accepts other slices of these generations
 # too ("v4:2x2x2", "v5e:8x8"): generation, colon, chips along each axis.
@@ -24,7 +25,6 @@ KNOWN_TOPOLOGIES = ("v2:2x2", "v3:2x2", "v4:2x2x1", "v5e:2x2", "v5e:4x4", "v5p:2
 # libtpu's compile-only v4 topology has one device per core unless asked for megacore.
 _RUNTIME_DEVICES_PER_CHIP = {"TPU v2": 2, "TPU v3": 2}
 _CHIP_CONFIG = {"v4": {"chip_config_name": "megacore"}}
-GiB = 2**30
 
 
 class AotError(KrobertaError, ValueError):
@@ -128,13 +128,8 @@ def _size(n: float) -> str:
 
 def _too_big(needed: float, hbm: float, generation: str, what: str, strategy: str,
              mixed_precision: bool, at_least: bool = False) -> str:
-    if strategy == "data" and "fsdp" in STRATEGIES:
-        tries = ["distributed.strategy=fsdp"]
-    elif strategy != "data":
-        tries = ["a larger distributed.model_parallel"]
-    else:
-        tries = []
-    tries.append("a smaller train.batch_size_per_device")
+    tries = ["distributed.strategy=fsdp" if strategy == "data"
+             else "a larger distributed.model_parallel", "a smaller train.batch_size_per_device"]
     if not mixed_precision:
         tries.append("train.mixed_precision=true")
     advice = ", ".join(tries[:-1]) + " or " + tries[-1] if len(tries) > 1 else tries[0]
