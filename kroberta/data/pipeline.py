@@ -185,16 +185,6 @@ def replay_train_errors(spec: DataSpec, data: DataConfig, vocabulary_size: int, 
     return replay
 
 
-def _file_order(spec: DataSpec):
-    return epochs.read_tagged(tf.data.Dataset.from_tensor_slices(list(spec.files)))
-
-
-def _file_order_batches(spec: DataSpec, batch_size: int) -> FileOrder:
-    """`_file_order(spec).batch(batch_size)`, read a batch at a time, tagged inside the
-    consumer's map (`FileOrder`)."""
-    return FileOrder(spec.files, spec.file_records, batch_size)
-
-
 def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
                  seed: int, max_batches: int = 0, shard: tuple[int, int] | None = None,
                  word_starts=None, device_masks: bool = False):
@@ -235,7 +225,7 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
         x, y = batch
         return {name: take(pad(name, t)) for name, t in x.items()}, take(pad("labels", y))
 
-    order = _file_order_batches(spec, rows)
+    order = FileOrder(spec.files, spec.file_records, rows)
     ds = order.blocks().map(parse_and_pad, num_parallel_calls=parallel_batches(),
                             deterministic=True)
     ds = ds.rebatch(share, drop_remainder=True)  # whole batches: nothing dropped
@@ -249,8 +239,9 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
 
 def replay_file_errors(spec: DataSpec, vocabulary_size: int):
     """A function naming the first bad record of the files, in file order."""
-    return lambda: first_bad_record(_file_order(spec), length=spec.sequence_length,
-                                    vocabulary_size=vocabulary_size, with_labels=spec.has_labels)
+    return lambda: first_bad_record(
+        epochs.read_tagged(tf.data.Dataset.from_tensor_slices(list(spec.files))),
+        length=spec.sequence_length, vocabulary_size=vocabulary_size, with_labels=spec.has_labels)
 
 
 def padding_value(name: str, pad_token_id: int) -> int:
@@ -277,7 +268,7 @@ def file_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
 
     The last batch may be shorter.
     """
-    order = _file_order_batches(spec, batch_size)
+    order = FileOrder(spec.files, spec.file_records, batch_size)
 
     def parse(batch_number, block):
         paths, record_indices, records = order.tagged(batch_number, block)
@@ -315,10 +306,7 @@ def count_labels_beyond_slots(spec: DataSpec, slots: int, vocabulary_size: int,
             over_labels += int(np.maximum(counts - slots, 0).sum())
     except tf.errors.OpError as error:  # a corrupt file or record: named, not TF's op text
         explained = explain_pipeline_error(error, spec.files,
-                                           replay=lambda: first_bad_record(
-                                               _file_order(spec), length=spec.sequence_length,
-                                               vocabulary_size=vocabulary_size,
-                                               with_labels=True))
+                                           replay=replay_file_errors(spec, vocabulary_size))
         if explained is None:
             raise
         raise explained from None

@@ -35,28 +35,16 @@ class HFConversionError(KrobertaError, ValueError):
     """A checkpoint cannot be mapped onto the kroberta model (names the tensor or key)."""
 
 
-def _to_hf_shape(kind: str, shape: tuple) -> tuple:
-    if kind == "linear":  # (in, out) -> (out, in)
-        return (shape[1], shape[0])
-    if kind == "qkv":  # (hidden, heads, head) -> (heads * head, hidden)
-        return (shape[1] * shape[2], shape[0])
-    if kind == "qkv_bias":  # (heads, head) -> (heads * head,)
-        return (shape[0] * shape[1],)
-    if kind == "attn_out":  # (heads, head, hidden) -> (hidden, heads * head)
-        return (shape[2], shape[0] * shape[1])
-    return tuple(shape)  # "copy"
-
-
 def _to_hf(kind: str, x: np.ndarray) -> np.ndarray:
-    if kind == "linear":
+    if kind == "linear":  # (in, out) -> (out, in)
         return x.T
-    if kind == "qkv":
+    if kind == "qkv":  # (hidden, heads, head) -> (heads * head, hidden)
         return x.reshape(x.shape[0], -1).T
-    if kind == "qkv_bias":
+    if kind == "qkv_bias":  # (heads, head) -> (heads * head,)
         return x.reshape(-1)
-    if kind == "attn_out":
+    if kind == "attn_out":  # (heads, head, hidden) -> (hidden, heads * head)
         return x.reshape(-1, x.shape[2]).T
-    return x
+    return x  # "copy"
 
 
 def _from_hf(kind: str, t: np.ndarray, shape: tuple) -> np.ndarray:
@@ -132,7 +120,9 @@ def to_hf_tensors(model) -> dict[str, np.ndarray]:
 
 
 def expected_hf_shapes(model) -> dict[str, tuple]:
-    shapes = {name: _to_hf_shape(kind, tuple(var.shape)) for name, var, kind in weight_specs(model)}
+    # The layouts' shapes, from `_to_hf` itself on a zero-stride array (no memory).
+    shapes = {name: _to_hf(kind, np.broadcast_to(np.float32(0), tuple(var.shape))).shape
+              for name, var, kind in weight_specs(model)}
     length, hidden = tuple(_position_variable(model).shape)
     shapes[POSITION_EMBEDDINGS] = (length + POSITION_OFFSET, hidden)
     return shapes
