@@ -24,12 +24,12 @@ Which kernel runs with rate 0 is Keras' choice (`keras.ops.dot_product_attention
 import jax
 import keras
 
+from kroberta.model.swap import inner_layers
 
 
 def attention_layers(model) -> list:
     """Every `keras.layers.MultiHeadAttention` inside `model`."""
-    return [layer for layer in model._flatten_layers(include_self=False, recursive=True)
-            if isinstance(layer, keras.layers.MultiHeadAttention)]
+    return inner_layers(model, lambda layer: isinstance(layer, keras.layers.MultiHeadAttention))
 
 
 def use_attention_dropout(model, rate: float) -> int:

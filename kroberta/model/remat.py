@@ -31,6 +31,7 @@ import keras
 import keras_hub
 
 from kroberta.config import REMATS
+from kroberta.model.swap import swap_layers
 
 REMAT_POLICIES = {
     "full": None,  # jax.checkpoint's default: save nothing but the inputs
@@ -86,12 +87,6 @@ def _in_stateless_scope() -> bool:
     return in_stateless_scope()
 
 
-def encoder_blocks(model) -> list:
-    """Every keras-hub `TransformerEncoder` inside `model`."""
-    return [layer for layer in model._flatten_layers(include_self=False, recursive=True)
-            if isinstance(layer, keras_hub.layers.TransformerEncoder)]
-
-
 def use_remat(model, remat: str) -> int:
     """Runs every encoder block of `model` under `jax.checkpoint` with the policy
     named `remat` (module docstring), in place; "none" changes nothing. Returns how
@@ -100,8 +95,9 @@ def use_remat(model, remat: str) -> int:
         raise ValueError(f"remat: {remat!r} is not one of {REMATS}")
     if remat == "none":
         return 0
-    blocks = encoder_blocks(model)
-    for block in blocks:
+    def checkpointed(block):
         # An instance attribute: Keras' Layer.__call__ looks `call` up on the instance.
         block.call = _checkpointed_call(block, REMAT_POLICIES[remat])
-    return len(blocks)
+
+    return swap_layers(model, lambda layer: isinstance(layer, keras_hub.layers.TransformerEncoder),
+                       checkpointed)

@@ -6,15 +6,19 @@ model instead of building a different one: saved files stay stock keras-hub.
 """
 
 
+def inner_layers(model, matches) -> list:
+    """Every layer inside `model` (not `model` itself) for which `matches(layer)`."""
+    return [layer for layer in model._flatten_layers(include_self=False, recursive=True)
+            if matches(layer)]
+
+
 def swap_layers(model, matches, swap) -> int:
     """Calls `swap(layer)` for every layer inside `model` (not `model` itself) for
     which `matches(layer)`; returns how many."""
-    switched = 0
-    for layer in model._flatten_layers(include_self=False, recursive=True):
-        if matches(layer):
-            swap(layer)
-            switched += 1
-    return switched
+    layers = inner_layers(model, matches)
+    for layer in layers:
+        swap(layer)
+    return len(layers)
 
 
 def to_class(cls):
