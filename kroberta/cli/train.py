@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from kroberta import cli
-from kroberta.config import Config, from_command_line
+from kroberta.config import Config, from_command_line, validate
 
 # JAX, Keras and TensorFlow are imported by the functions that use them, so that
 # `--help`, config errors and `--explain` answer without their seconds of start-up.
@@ -71,7 +71,9 @@ def _train(argv) -> int:
     if args.explain:  # kroberta.perf.advisor: trains nothing, creates no run dir
         from kroberta.perf import advisor
 
-        return advisor.explain_cli(config, args.sources)
+        validate(config, args.sources or "config")
+        advisor.explain(config)
+        return 0
     summary = train(config, force=args.force, until_step=args.until_step, sources=args.sources,
                    accept_changes=args.accept_changes)
     if summary.get("preempted"):

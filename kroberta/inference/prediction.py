@@ -43,9 +43,7 @@ def batches_per_dispatch_for(config, global_batch: int, slots: int, length: int,
 
     group = config.train.steps_per_execution
     if group == AUTO:
-        shape = flops.Shape(config.model.num_layers, config.model.hidden_dim,
-                            config.model.intermediate_dim, config.model.num_heads,
-                            config.model.vocabulary_size, length, slots)
+        shape = flops.Shape.from_config(config, length, slots)
         work = flops.forward_flops_per_sequence(shape) * global_batch
         group, _ = dispatch_size.choose(work, throughput.peak_flops(devices or jax.devices()),
                                         dispatch_size.MAX_STEPS)

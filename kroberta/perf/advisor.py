@@ -28,7 +28,7 @@ COMPILE_PARAMETER_LIMIT = 30_000_000
 
 
 def _pad(value: int, multiple: int) -> int:
-    return flops.round_up(value, multiple)
+    return -(-value // multiple) * multiple  # rounded up to a multiple
 
 
 def _padded_forward(shape: flops.Shape, pad_hidden=False, pad_head=False,
@@ -233,12 +233,3 @@ def _print_options(config: Config, devices, budget: float, print_fn):
     else:
         print_fn("none of them fits alone; python -m kroberta.aot --max-batch finds the "
                  "largest batch per device")
-
-
-def explain_cli(config: Config, sources=None) -> int:
-    """`python -m kroberta.train --explain`: validates the config, prints the advice."""
-    from kroberta.config import validate
-
-    validate(config, sources or "config")
-    explain(config)
-    return 0

@@ -21,7 +21,6 @@ gradients with respect to both the inputs and the weights of every matmul.
 """
 
 import dataclasses
-import math
 
 from kroberta.config import Config, ModelConfig
 
@@ -128,7 +127,3 @@ def memory_estimate(shape: Shape, parameters: int, batch_per_device: int,
     per_sequence += 3 * shape.slots * shape.vocabulary * 4 + L * h * act_bytes * 2
     return Memory(parameters=4 * parameters, gradients=4 * parameters,
                   optimizer=2 * 4 * parameters, activations=batch_per_device * per_sequence)
-
-
-def round_up(value: int, multiple: int) -> int:
-    return int(math.ceil(value / multiple) * multiple)

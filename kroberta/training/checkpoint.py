@@ -32,6 +32,7 @@ mesh and any number of processes: the values are resharded to the running layout
 """
 
 import concurrent.futures
+import functools
 import hashlib
 import os
 import re
@@ -244,15 +245,10 @@ def remove(path: str):
     storage.rmtree(path)
 
 
-_POOL = None
-
-
+@functools.cache
 def _background():
     """One thread for the uploads of URL checkpoints (one in flight at a time)."""
-    global _POOL
-    if _POOL is None:
-        _POOL = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kroberta-upload")
-    return _POOL
+    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kroberta-upload")
 
 
 def _checkpointer(asynchronous: bool = False):

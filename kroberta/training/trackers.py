@@ -183,8 +183,6 @@ def check_installed(config):
             _import(name, name)
 
 
-def open_trackers(config, run_dir: str, main_process: bool = True) -> list:
-    """The trackers `train.trackers` names, opened (resuming their runs); none off process 0."""
-    if not main_process:
-        return []
+def open_trackers(config, run_dir: str) -> list:
+    """The trackers `train.trackers` names, opened (resuming their runs); process 0 only."""
     return [_KINDS[name](config, run_dir) for name in config.train.trackers]
