@@ -71,9 +71,6 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
         `kroberta_config` (the run's `Config`) and `tokenizer` (a
         `tokenizers.Tokenizer`, or None when the run had none).
     """
-    from kroberta.model.mlm import build_model
-    from kroberta.model.predicting_mlm import PredictingMaskedLM
-
     config_path = storage.join(path, CONFIG_FILE)
     weights_path = storage.join(path, WEIGHTS_FILE)
     if not storage.isdir(path):
@@ -85,17 +82,27 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
     for needed in (config_path, weights_path):
         if not storage.isfile(needed) and not (needed == weights_path and saved):
             raise FileNotFoundError(f"{path}: not a finished kroberta run ({storage.basename(needed)} is missing)")
-    config = load_run_config(path)
-    if mixed_precision is None:
-        mixed_precision = config.train.mixed_precision
-    model = build_model(config.model, mixed_precision, task_class=PredictingMaskedLM)
     if saved:
         step, checkpoint_path = saved[-1]
         print(f"{path}: no final model yet; loading the checkpoint at step {step}",
               file=sys.stderr, flush=True)
+        return _model(path, mixed_precision, checkpoint_path)
+    return _model(path, mixed_precision)
+
+
+def _model(path: str, mixed_precision: bool | None, checkpoint_path: str | None = None):
+    """The run's model (`load`'s return value) with the final weights, or a checkpoint's."""
+    from kroberta.model.mlm import build_model
+    from kroberta.model.predicting_mlm import PredictingMaskedLM
+
+    config = load_run_config(path)
+    if mixed_precision is None:
+        mixed_precision = config.train.mixed_precision
+    model = build_model(config.model, mixed_precision, task_class=PredictingMaskedLM)
+    if checkpoint_path:
         model.set_weights(_checkpoint_weights(config, checkpoint_path))
     else:
-        with storage.local_copy(weights_path) as local:  # h5 is read from a local file
+        with storage.local_copy(storage.join(path, WEIGHTS_FILE)) as local:  # h5: a local file
             model.load_weights(local)
     model.kroberta_config = config
     model.tokenizer = load_tokenizer(path)
@@ -104,7 +111,6 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
 
 def _load_checkpoint(path: str, mixed_precision: bool | None, which: str | int):
     """`load(path, checkpoint=which)`: the model of one training checkpoint."""
-    from kroberta.model.mlm import build_model
     from kroberta.training import signals
 
     if not storage.isfile(storage.join(path, CONFIG_FILE)):
@@ -129,14 +135,8 @@ def _load_checkpoint(path: str, mixed_precision: bool | None, which: str | int):
     else:
         raise ValueError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
                          f"got {which!r}")
-    config = load_run_config(path)
-    if mixed_precision is None:
-        mixed_precision = config.train.mixed_precision
-    model = build_model(config.model, mixed_precision)
-    model.set_weights(_checkpoint_weights(config, checkpoint_path))
-    model.kroberta_config = config
+    model = _model(path, mixed_precision, checkpoint_path)
     model.kroberta_step = step
-    model.tokenizer = load_tokenizer(path)
     return model
 
 

@@ -49,6 +49,10 @@ def test_a_run_on_a_url_checkpoints_resumes_loads_and_reports(tiny_data, url, tm
     last = kroberta.load(url, checkpoint="last")
     for a, b in zip(final.get_weights(), last.get_weights()):
         np.testing.assert_array_equal(a, b)  # the final model is the step-20 checkpoint's
+    # A checkpoint loads as the same model class: Hugging Face's input names work too.
+    ids = np.full((2, 16), 5, "int32")
+    np.testing.assert_array_equal(last.predict({"input_ids": ids}, verbose=0),
+                                  final.predict(ids, verbose=0))
     assert kroberta.load(url, checkpoint="best").kroberta_step in kept
 
     report = kroberta.report(url, print_fn=lambda line: None, show=False)
