@@ -117,47 +117,15 @@ def warnings_for(config: Config, platform: str | None = None, shapes: bool = Tru
     return lines
 
 
-def compiled_memory(config: Config, devices) -> dict | None:
-    """XLA's memory analysis of the real train step for one device's share of the
-    batch (data parallelism replicates the weights, so this is per device)."""
-    import jax
-    import numpy as np
+def compiled_memory(config: Config, devices):
+    """The training program `fit` runs (K steps per dispatch) compiled for `devices`: an
+    `aot_programs.Program`, its memory per device; None where XLA reports none."""
+    from kroberta.perf import aot_programs
 
-    from kroberta.model import trainer
-    from kroberta.model.mlm import build_compiled_model
-
-    from kroberta.perf.aot_programs import placeholder_word_starts
-
-    model = build_compiled_model(config, placeholder_word_starts(config))
-    b = config.train.batch_size_per_device
-    L = config.model.max_sequence_length
-    M = config.data.prediction_slots(L)
-    x = {"token_ids": np.full((b, L), 5, np.int32), "padding_mask": np.ones((b, L), np.int32)}
-    if config.data.step_input() == "mask_keys":  # what the step receives: keys, not masks
-        data = {**x, "mask_keys": np.arange(b, dtype=np.uint32)}
-    elif config.data.step_input() == "token_labels":  # the file's labels, not slots
-        data = {**x, "token_labels": np.full((b, L), 5, np.int32)}
-    else:
-        data = ({**x, "mask_positions": np.tile(np.arange(M, dtype=np.int32), (b, 1))},
-                np.full((b, M), 5, np.int32))
-    state = trainer.training_state(model)
-    device = devices[0]
-    state, batch = jax.device_put((state, data), device)
-    compiled = jax.jit(model.train_step, donate_argnums=0).lower(state, batch).compile()
-    analysis = compiled.memory_analysis()
-    if analysis is None:
-        return None
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
-    out = {
-        "arguments": analysis.argument_size_in_bytes,
-        "outputs": analysis.output_size_in_bytes,
-        "aliased": analysis.alias_size_in_bytes,
-        "temporaries": analysis.temp_size_in_bytes,
-        "flops": float(cost.get("flops", 0.0)) if cost else 0.0,
-    }
-    out["total"] = out["arguments"] + out["outputs"] - out["aliased"] + out["temporaries"]
-    return out
+    shape = aot_programs.program_shape(config, devices)
+    return aot_programs.compile_train(aot_programs.build_model(config), shape.distribution,
+                                      shape.global_batch, shape.length, shape.slots,
+                                      shape.steps, config.data.step_input())
 
 
 def _gib(n: float) -> str:
@@ -198,15 +166,17 @@ def explain(config: Config, compile_step: bool | None = None, print_fn=print):
     if compile_step:
         measured = compiled_memory(config, devices)
         if measured:
-            print_fn(f"memory per device (XLA, compiled train step on {devices[0].device_kind}): "
-                     f"{_gib(measured['total'])} = arguments {_gib(measured['arguments'])} + "
-                     f"temporaries {_gib(measured['temporaries'])} + outputs not aliased "
-                     f"{_gib(measured['outputs'] - measured['aliased'])}; XLA counts "
-                     f"{measured['flops'] / 1e9:.2f} GFLOP per device step")
+            print_fn(f"memory per device (XLA, the compiled {measured.steps}-step training "
+                     f"program on {devices[0].device_kind}): {_gib(measured.total_bytes)} = "
+                     f"arguments {_gib(measured.argument_bytes)} + temporaries "
+                     f"{_gib(measured.temp_bytes)} + outputs not aliased "
+                     f"{_gib(measured.output_bytes - measured.alias_bytes)} + code "
+                     f"{_gib(measured.code_bytes)}; XLA counts {measured.flops / 1e9:.2f} "
+                     "GFLOP per device step")
     print_fn(attention.describe(config))
     chip = hardware.chip_for_device_kind(devices[0].device_kind)
     if chip:
-        needed = measured["total"] if compile_step and measured else estimate.total
+        needed = measured.total_bytes if compile_step and measured else estimate.total
         fits = needed < 0.9 * chip.memory_bytes
         floor = flops.train_flops_per_step(shape, batch) / (chip.bf16_flops * len(devices))
         print_fn(f"{chip.name}: {'fits' if fits else 'does NOT fit'} in "

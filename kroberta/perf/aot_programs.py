@@ -139,11 +139,14 @@ def predict_batch(global_batch: int, length: int, group: int = 1):
     return {"token_ids": spec, "padding_mask": spec, "marks": spec}
 
 
-def _analyse(name: str, lowered, steps: int = 1) -> Program:
+def _analyse(name: str, lowered, steps: int = 1) -> Program | None:
+    """Compiles `lowered`; its Program (None on a backend without a memory analysis)."""
     started = time.perf_counter()
     compiled = lowered.compile()
     seconds = time.perf_counter() - started
     memory = compiled.memory_analysis()
+    if memory is None:
+        return None
     cost = compiled.cost_analysis()
     if isinstance(cost, (list, tuple)):  # older JAX: one dict per program
         cost = cost[0]
@@ -178,7 +181,7 @@ def lower_train(model, distribution, global_batch: int, length: int, slots: int,
 
 
 def compile_train(model, distribution, global_batch: int, length: int, slots: int,
-                  steps: int = 1, step_input: str | None = None) -> Program:
+                  steps: int = 1, step_input: str | None = None) -> Program | None:
     """Lowers and compiles the K-step train program; its per-device memory and FLOPs."""
     return _analyse("train", lower_train(model, distribution, global_batch, length, slots,
                                          steps, step_input), steps)
