@@ -11,6 +11,7 @@ import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from kroberta.errors import KrobertaError
+from kroberta.text import locations
 
 from kroberta.tokens import SPECIAL_TOKENS  # in id order: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4
 
@@ -95,17 +96,12 @@ def load_tokenizer(path):
         The `tokenizers.Tokenizer`.
     """
     path = os.fspath(path)
-    if "://" in path:  # a prepared directory on a URL: read as its records are (tf.io.gfile)
-        import tensorflow as tf
-
-        if not tf.io.gfile.exists(path):
-            raise TokenizerError(f"tokenizer file not found: {path}")
-        with tf.io.gfile.GFile(path, "rb") as f:
-            text = f.read().decode("utf-8")
-    elif not os.path.isfile(path):
+    # A prepared directory on a URL is read as its records are (tf.io.gfile).
+    if not locations.isfile(path):
         raise TokenizerError(f"tokenizer file not found: {path}")
     try:
-        tokenizer = Tokenizer.from_str(text) if "://" in path else Tokenizer.from_file(path)
+        with locations.open_binary(path) as f:
+            tokenizer = Tokenizer.from_str(f.read().decode("utf-8"))
     except Exception as e:  # the library raises a bare Exception on malformed JSON
         raise TokenizerError(f"cannot read tokenizer {path}: {e}") from None
     special_token_ids(tokenizer, source=path)

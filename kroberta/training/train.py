@@ -85,19 +85,15 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True,
 
 
 def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):
+    from kroberta.text import locations
     from kroberta.training import final_model
 
     if tokenizer_path:
         target = storage.join(run_dir, final_model.TOKENIZER_FILE)
         if storage.absolute(tokenizer_path) == storage.absolute(target):
             return
-        if storage.is_url(tokenizer_path):  # data on a URL is TensorFlow's to read
-            import tensorflow as tf
-
-            with tf.io.gfile.GFile(tokenizer_path, "rb") as f:
-                storage.write_bytes(target, f.read())
-        else:
-            storage.copy_file(tokenizer_path, target)
+        with locations.open_binary(tokenizer_path) as f:  # a URL: read as the records are
+            storage.write_bytes(target, f.read())
 
 
 def train(config: Config, force: bool = False, until_step: int | None = None,
