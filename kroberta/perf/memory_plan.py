@@ -96,10 +96,11 @@ def largest_fitting(at, first: int, budget: float, multiple: int = 8
     `at(b).fits(budget)`, calling `at` (one compile each) as few times as it can.
 
     Memory grows with the batch close to affinely, a little below a line (XLA reuses
-    buffers), so each next batch is where the line through two measurements meets the
-    budget: first the config's batch and twice it, then the largest fitting batch and one
-    below (at most 4x the largest fitting: a step up), or the two batches that bracket the
-    edge. XLA's refusals name what the device really offers (its memory less a reserve):
+    buffers), so each next batch is one step past where the line through two measurements
+    meets the budget (past: XLA refuses a program that does not fit in seconds, while one
+    that fits compiles whole): first the config's batch and twice it, then the largest
+    fitting batch and one below (at most 16x the largest fitting: a step up), or the two
+    batches that bracket the edge. XLA's refusals name what the device really offers (its memory less a reserve):
     from the first one on that is the target. When guesses keep landing on one side of the
     edge the next ones move towards the other (the Illinois rule of false position), so an
     awkward curve still costs few compiles. Returns (batch, its measurement, compiles); batch 0
@@ -137,7 +138,7 @@ def largest_fitting(at, first: int, budget: float, multiple: int = 8
         if hi is None:  # everything tried fits: step up along the line through two of them
             below = [b for b in fitting[:-1] if seen[b].total_bytes < seen[lo].total_bytes]
             guess = crossing(below[0], lo, target) if below else 2 * lo
-            guess = min(max(guess, lo + step(lo)), 4 * lo)
+            guess = min(max(guess, lo + step(lo)), 16 * lo)
         elif lo == 0:  # nothing tried fits: halve
             guess = hi / 2
         else:
@@ -151,7 +152,9 @@ def largest_fitting(at, first: int, budget: float, multiple: int = 8
             else:
                 far = seen[hi].total_bytes
                 guess = crossing(lo, hi, target, target + (far - target) / 2 ** max(0, repeats - 1))
-        guess = snap(guess)
+        # one step past the estimate: a refused compile stops at XLA's buffer assignment
+        # (seconds), a fitting one compiles the whole program (minutes)
+        guess = snap(guess) + step(lo)
         if hi is not None:
             guess = min(max(guess, lo + step(lo)), hi - step(lo))
             guess = snap(guess) if snap(guess) > lo else lo + step(lo)
