@@ -15,7 +15,6 @@ from kroberta.config import Config, ConfigError
 from kroberta.perf.hardware import GiB
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Measured:
     """The training program's per-device bytes for one config (None if XLA refused it)."""
@@ -100,11 +99,11 @@ def largest_fitting(at, first: int, budget: float, multiple: int = 8
     meets the budget (past: XLA refuses a program that does not fit in seconds, while one
     that fits compiles whole): first the config's batch and twice it, then the largest
     fitting batch and one below (at most 16x the largest fitting: a step up), or the two
-    batches that bracket the edge. XLA's refusals name what the device really offers (its memory less a reserve):
-    from the first one on that is the target. When guesses keep landing on one side of the
-    edge the next ones move towards the other (the Illinois rule of false position), so an
-    awkward curve still costs few compiles. Returns (batch, its measurement, compiles); batch 0
-    when not even one sequence fits.
+    batches that bracket the edge. XLA's refusals name what the device really offers (its
+    memory less a reserve): from the first one on that is the target. When guesses keep
+    landing on one side of the edge the next ones move towards the other (the Illinois rule
+    of false position), so an awkward curve still costs few compiles. Returns (batch, its
+    measurement, compiles); batch 0 when not even one sequence fits.
     """
     seen: dict[int, Measured] = {}
     sides: list[bool] = []  # whether each guess between two measurements fitted
