@@ -85,6 +85,9 @@ def max_batch(config: Config, devices, budget: float, model=None, multiple: int 
     return largest_fitting(at, max(1, config.train.batch_size_per_device), budget, multiple)
 
 
+# How far past the batch at which memory proportional to the batch would fill the budget the
+# second compile aims (a fixed part, weights and optimizer state, does not grow with it).
+PAST = 4
 # No per-device batch beyond this is searched for (a device that holds it holds any).
 LARGEST = 2**16
 
@@ -97,9 +100,9 @@ def largest_fitting(at, first: int, budget: float, multiple: int = 8
     Memory grows with the batch close to affinely, a little below a line (XLA reuses
     buffers), so each next batch is one step past where the line through two measurements
     meets the budget (past: XLA refuses a program that does not fit in seconds, while one
-    that fits compiles whole): first the config's batch and twice it, then the largest
-    fitting batch and one below (at most 16x the largest fitting: a step up), or the two
-    batches that bracket the edge. XLA's refusals name what the device really offers (its
+    that fits compiles whole): first the config's batch and one well past the edge (its
+    refusal names the bytes it needs), then the two batches that bracket the edge, or, while
+    everything fits, the largest fitting batch and one below (at most 16x: a step up). XLA's refusals name what the device really offers (its
     memory less a reserve): from the first one on that is the target. When guesses keep
     landing on one side of the edge the next ones move towards the other (the Illinois rule
     of false position), so an awkward curve still costs few compiles. Returns (batch, its
@@ -125,7 +128,13 @@ def largest_fitting(at, first: int, budget: float, multiple: int = 8
         return low + (target - m_low) * (high - low) / (m_high - m_low)
 
     seen[first] = at(first)
-    seen[2 * first] = at(2 * first)
+    # the second batch aims well past the edge (PAST x where the line through zero meets the
+    # budget): a refusal costs seconds and names the bytes it needs, a second point for the
+    # line; twice the batch when the first did not fit
+    m = seen[first].total_bytes
+    high = PAST * first * budget / m if seen[first].fits(budget) and m > 0 else 0
+    second = snap(min(max(high, 2 * first), 32 * first))
+    seen[second] = at(second)
     while True:
         fitting = sorted(b for b, m in seen.items() if m.fits(budget))
         lo = fitting[-1] if fitting else 0

@@ -94,17 +94,20 @@ def _joined(points):
     return needs
 
 
-@pytest.mark.parametrize("needs, offered, budget, most_compiles", [
-    (lambda b: 2 * GIB + b * 2**24, 7.48 * GIB, 8 * GIB, 6),  # affine
-    (lambda b: 2.3 * GIB + 0.06 * GIB * b**0.85, 7.48 * GIB, 8 * GIB, 6),  # below a line
-    (_joined(V2_BASE_128), 7.48 * GIB, 8 * GIB, 8),
-    (lambda b: 3.09 * GIB if b == 32 else 1.6 * GIB + b * 0.0095 * GIB, 7.48 * GIB, 8 * GIB, 7),
-    (lambda b: 2 * GIB + b * 2**24, 15.7 * GIB, 6 * GIB, 5),  # the budget below the device
-    (lambda b: 7 * GIB + b * 0.1 * GIB, 7.48 * GIB, 8 * GIB, 7),  # only a few sequences
-    (lambda b: 9 * GIB + b, 7.48 * GIB, 8 * GIB, 8),  # not even one
+# most_whole: the compiles that run whole (the device holds the program; a refusal stops in
+# seconds), past the first
+@pytest.mark.parametrize("needs, offered, budget, most_compiles, most_whole", [
+    (lambda b: 2 * GIB + b * 2**24, 7.48 * GIB, 8 * GIB, 5, 1),  # affine
+    (lambda b: 2.3 * GIB + 0.06 * GIB * b**0.85, 7.48 * GIB, 8 * GIB, 6, 2),  # below a line
+    (_joined(V2_BASE_128), 7.48 * GIB, 8 * GIB, 6, 2),
+    (lambda b: 3.09 * GIB if b == 32 else 1.6 * GIB + b * 0.0095 * GIB, 7.48 * GIB, 8 * GIB, 6,
+     2),
+    (lambda b: 2 * GIB + b * 2**24, 15.7 * GIB, 6 * GIB, 5, 3),  # the budget below the device
+    (lambda b: 7 * GIB + b * 0.1 * GIB, 7.48 * GIB, 8 * GIB, 7, 2),  # only a few sequences
+    (lambda b: 9 * GIB + b, 7.48 * GIB, 8 * GIB, 8, 0),  # not even one
 ], ids=["affine", "concave", "v2-base-128", "non-monotone", "budget", "few", "none"])
 def test_the_search_finds_the_largest_fitting_batch_in_few_compiles(needs, offered, budget,
-                                                                    most_compiles):
+                                                                    most_compiles, most_whole):
     from kroberta.perf.memory_plan import largest_fitting
 
     at, compiled = _device(needs, offered)
@@ -113,6 +116,7 @@ def test_the_search_finds_the_largest_fitting_batch_in_few_compiles(needs, offer
              and needs(b) <= min(offered, budget)]
     assert largest == max(every, default=0)
     assert compiles == len(compiled) == len(set(compiled)) <= most_compiles, compiled
+    assert sum(needs(b) <= offered for b in compiled[1:]) <= most_whole, compiled
     if largest:
         assert measured.batch_size_per_device == largest and measured.fits(budget)
     else:
