@@ -21,7 +21,9 @@ then the same at 512 tokens, no model:
   (e) eval       kroberta.data.pipeline.eval_dataset, dynamic masking, as training
                  evaluates (masks drawn by the step); (e') with the masks drawn here
 Below the table: what the masks cost where (c) moved them, the jitted masking of one
-batch (`kroberta.masking.masker`) on this host's first JAX device.
+batch (`kroberta.masking.masker`) on this host's first JAX device. With
+--host-records-per-call N1 N2 ..., only (b') (c') (e') instead, side by side with N1,
+N2 ... records per call of their map.
 Each round reads --batches batches after a warm-up batch; the table gives the median
 round and the ratio to (a)'s median. Rounds alternate between the pipelines, so a
 busy moment of the shared machine hits all of them.
@@ -53,6 +55,9 @@ def parse_args():
     p.add_argument("--config", default="seed", help="a shipped config name or a TOML file")
     p.add_argument("--lengths", type=int, nargs="+", default=[64, 512],
                    help="sequence lengths to measure (64 uses --records, others --long-records)")
+    p.add_argument("--host-records-per-call", type=int, nargs="+", metavar="N",
+                   help="instead: the host-masked pipelines (b') (c') (e') side by side with "
+                        "N records per call of their map (pipeline.HOST_MASKED_RECORDS_PER_CALL)")
     return p.parse_args()
 
 
@@ -165,6 +170,48 @@ def measure(files, length, config, args):
           f"batch of {args.batch} ({seconds / args.batch * 1e6:.1f} us per sample)")
 
 
+def measure_host_records_per_call(files, length, config, args):
+    """(b') (c') (e') built with each of `args.host_records_per_call` records per map call,
+    rounds alternating between them; the median samples/s and the ratio to the first."""
+    from kroberta.data import pipeline
+
+    host = {name: make for name, make in kroberta_pipelines(files, config).items()
+            if name[:4] in ("(b')", "(c')", "(e')")}
+
+    def with_records(make, records):
+        def built(batch):
+            default = pipeline.HOST_MASKED_RECORDS_PER_CALL
+            pipeline.HOST_MASKED_RECORDS_PER_CALL = records
+            try:
+                return make(batch)
+            finally:
+                pipeline.HOST_MASKED_RECORDS_PER_CALL = default
+        return built
+
+    counts = args.host_records_per_call
+    rounds = {}
+    for _ in range(args.rounds):
+        for name, make in host.items():
+            for records in counts:
+                for threads in ("all", 1):
+                    rounds.setdefault((name, records, threads), []).append(
+                        rate(with_records(make, records), args.batch, args.batches, threads))
+    medians = {key: statistics.median(r) for key, r in rounds.items()}
+    print(f"\n{length} tokens, batch {args.batch}, {args.rounds} rounds x {args.batches} batches: "
+          "samples/s (all threads / one thread), x the first")
+    print("| pipeline | " + " | ".join(f"{n} records per call" for n in counts) + " |\n"
+          "|---|" + "---|" * len(counts))
+    for name in host:
+        cells = []
+        for records in counts:
+            both = [medians[name, records, t] for t in ("all", 1)]
+            first = [medians[name, counts[0], t] for t in ("all", 1)]
+            cells.append(" / ".join(f"{v:,.0f}" for v in both)
+                         + ("" if records == counts[0] else
+                            " (" + " / ".join(f"{v / f:.2f}x" for v, f in zip(both, first)) + ")"))
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 def main():
     args = parse_args()
     import kroberta  # noqa: F401  (the backend and TF's device set-up)
@@ -179,7 +226,11 @@ def main():
             path = os.path.join(tmp, f"seed-{length}.tfrecords")
             write_seed_format(path, records, length, V, seed=1)
             model = dataclasses.replace(config.model, max_sequence_length=length)
-            measure([path], length, dataclasses.replace(config, model=model), args)
+            at_length = dataclasses.replace(config, model=model)
+            if args.host_records_per_call:
+                measure_host_records_per_call([path], length, at_length, args)
+            else:
+                measure([path], length, at_length, args)
 
 
 if __name__ == "__main__":

@@ -55,12 +55,17 @@ def parallel_batches() -> int:
 # op in it cost a fixed ~2-100 us, which batches of 64 paid per ~64 records (side by side,
 # 4 batches of 64 per call: 1.76x the samples/s at 64 tokens, docs/design.md, "The input pipeline").
 RECORDS_PER_CALL = 256
+# ... and when the map also masks (masks drawn on the host): the masking's
+# `tf.numpy_function` into a jitted JAX program costs a fixed share per call, on top
+# of the ops' (docs/benchmarks/input-pipeline.md, "Masks drawn on the host").
+HOST_MASKED_RECORDS_PER_CALL = 2048
 
 
-def batches_per_call(batch_size: int) -> int:
+def batches_per_call(batch_size: int, host_masks: bool = False) -> int:
     """How many batches of `batch_size` one call of a parsing map works on (training,
-    evaluation and prediction alike)."""
-    return max(1, RECORDS_PER_CALL // batch_size)
+    evaluation and prediction alike; more when the map draws the masks, `host_masks`)."""
+    records = HOST_MASKED_RECORDS_PER_CALL if host_masks else RECORDS_PER_CALL
+    return max(1, records // batch_size)
 
 
 def _to_model_inputs(parsed, indices, seed, data: DataConfig, vocabulary_size: int,
@@ -157,7 +162,7 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     # Several batches per call of the parsing map, then cut: the stream batched by k B
     # and cut into B is the stream batched by B, and each op's dispatch is paid once
     # for k batches.
-    rows = batches_per_call(global_batch) * global_batch
+    rows = batches_per_call(global_batch, host_masks=not device_masks) * global_batch
     plans = epoch_plan(spec, data, seed, shard).batch_plans(start_step * global_batch, rows,
                                                             per_element=block_keys)
     parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts, device_masks)
@@ -202,7 +207,7 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
     share = global_batch // count
 
     # Several global batches per call of the map, then cut, as in `train_dataset`.
-    rows = batches_per_call(global_batch) * global_batch
+    rows = batches_per_call(global_batch, host_masks=not device_masks) * global_batch
 
     def parse_and_pad(block_number, block):
         tagged = order.tagged(block_number, block)
