@@ -8,7 +8,8 @@ step on TPU topologies, for remat policies x attention dropout, compiled ahead o
 
 Needs libtpu (the `tpu` extra). One JSON line per cell is appended to --out as soon as
 it is measured, and cells already in the file are skipped, so an interrupted run
-resumes where it stopped. Cells run cheapest first (short sequences first); each
+resumes where it stopped; --measured takes the figures at the config's batch from an
+earlier run's file instead of compiling them again. Cells run cheapest first (short sequences first); each
 model is built once per (length, attention dropout, remat) and compiled for every
 topology. Compiling a 125M model takes minutes per compile on a small machine.
 """
@@ -37,12 +38,19 @@ def _done(path) -> set:
         return {_cell_key(json.loads(line)) for line in f if line.strip()}
 
 
+def _measured(path) -> dict:
+    """Cells already measured at their batch (rows of an earlier run's --out), by cell."""
+    with open(path) as f:
+        return {_cell_key(row): row for row in map(json.loads, filter(str.strip, f))}
+
+
 def measure_cells(args):
     import kroberta  # noqa: F401
     from kroberta.config import apply_overrides, config_path, load_toml, validate
     from kroberta.perf import aot_programs, memory_plan, tpu_compile
 
     done = _done(args.out)
+    earlier = _measured(args.measured) if args.measured else {}
     for length in args.lengths:
         for attention_dropout in args.attention_dropouts:
             for remat in args.remats:
@@ -63,13 +71,20 @@ def measure_cells(args):
                     devices = tpu_compile.topology_devices(topology)
                     hbm = tpu_compile._per_device_chip(devices)[0]
                     started = time.perf_counter()
-                    at_batch = memory_plan.measure(config, devices, model)
+                    known = earlier.get((length, topology, remat, attention_dropout))
+                    batch = config.train.batch_size_per_device
+                    if known and known["batch_size_per_device"] == batch:
+                        at_batch = memory_plan.Measured(
+                            known["batch_size_per_device"], known["gib"] * GiB,
+                            None if known["refused"] else known["gflops"] * 1e9, known["refused"])
+                    else:
+                        known, at_batch = None, memory_plan.measure(config, devices, model)
                     row = {"config": args.config, "length": length, "topology": topology,
                            "remat": remat, "attention_dropout": attention_dropout,
                            "batch_size_per_device": config.train.batch_size_per_device,
                            "hbm_gib": hbm / GiB, "gib": at_batch.total_bytes / GiB,
                            "refused": at_batch.refused, "gflops": (at_batch.flops or 0) / 1e9,
-                           "build_seconds": built}
+                           "build_seconds": built, "measured_earlier": bool(known)}
                     if args.max_batch:
                         largest, measured, compiles = memory_plan.max_batch(
                             config, devices, hbm, model, known=at_batch,
@@ -119,6 +134,9 @@ def main(argv=None):
     parser.add_argument("--set", nargs="*", default=[],
                         help="more config overrides, section.key=value")
     parser.add_argument("--out", help="JSON lines file: appended to, and cells in it skipped")
+    parser.add_argument("--measured", metavar="JSONL",
+                        help="an earlier run's --out: its cells' figures at their batch are "
+                             "taken instead of compiled again (--max-batch starts from them)")
     parser.add_argument("--table", metavar="JSONL", help="print the markdown table of a results file")
     args = parser.parse_args(argv)
     if args.table:
