@@ -9,9 +9,9 @@ step on TPU topologies, for remat policies x attention dropout, compiled ahead o
 Needs libtpu (the `tpu` extra). One JSON line per cell is appended to --out as soon as
 it is measured, and cells already in the file are skipped, so an interrupted run
 resumes where it stopped; --measured takes the figures at the config's batch from an
-earlier run's file instead of compiling them again. Cells run cheapest first (short sequences first); each
-model is built once per (length, attention dropout, remat) and compiled for every
-topology. Compiling a 125M model takes minutes per compile on a small machine.
+earlier run's file instead of compiling them again. Cells run cheapest first (short
+sequences first); each model is built once per (length, attention dropout, remat) and
+compiled for every topology. Compiling a 125M model takes minutes per compile on a small machine.
 """
 
 import os
