@@ -104,20 +104,26 @@ def table(path) -> str:
         rows = [json.loads(line) for line in f if line.strip()]
     base = {(r["length"], r["topology"], r["attention_dropout"]): r["gflops"]
             for r in rows if r["remat"] == "none"}
+    searched = any("max_batch" in r for r in rows)
     lines = ["| tokens | topology | attention dropout | remat | GiB per device at batch "
-             "| of HBM | largest batch per device | GFLOP per device step | recompute |",
-             "|---:|---|---:|---|---:|---:|---:|---:|---:|"]
+             "| of HBM | GFLOP per device step | recompute |"
+             + (" largest batch per device | GiB at it | compiles |" if searched else ""),
+             "|---:|---|---:|---|---:|---:|---:|---:|" + ("---:|---:|---:|" if searched else "")]
     order = {"none": 0, "dots_no_batch": 1, "dots": 2, "full": 3}
     for r in sorted(rows, key=lambda r: (r["length"], r["topology"], -r["attention_dropout"],
                                          order.get(r["remat"], 9))):
         none = base.get((r["length"], r["topology"], r["attention_dropout"]))
         extra = f"+{100 * (r['gflops'] / none - 1):.0f}%" if none and r["gflops"] else ""
         gib = (f">= {r['gib']:.1f} (refused)" if r["refused"] else f"{r['gib']:.2f}")
-        largest = r.get("max_batch", "")
-        lines.append(f"| {r['length']} | {r['topology']} | {r['attention_dropout']:g} | "
-                     f"{r['remat']} | {gib} at {r['batch_size_per_device']} | "
-                     f"{r['hbm_gib']:.0f} GiB | {largest} | "
-                     f"{r['gflops']:.0f} | {extra} |")
+        flops = f"{r['gflops']:.0f}" if r["gflops"] else ""
+        line = (f"| {r['length']} | {r['topology']} | {r['attention_dropout']:g} | "
+                f"{r['remat']} | {gib} at {r['batch_size_per_device']} | "
+                f"{r['hbm_gib']:.0f} GiB | {flops} | {extra} |")
+        if searched:
+            at_max = r.get("gib_at_max")
+            line += (f" **{r['max_batch']}** | {at_max:.2f} | {r['compiles']} |"
+                     if "max_batch" in r else " | | |")
+        lines.append(line)
     return "\n".join(lines)
 
 
