@@ -11,7 +11,8 @@ it is measured, and cells already in the file are skipped, so an interrupted run
 resumes where it stopped; --measured takes the figures at the config's batch from an
 earlier run's file instead of compiling them again. Cells run cheapest first (short
 sequences first); each model is built once per (length, attention dropout, remat) and
-compiled for every topology. Compiling a 125M model takes minutes per compile on a small machine.
+compiled for every topology. Compiling a 125M model takes minutes per compile on a small
+machine.
 """
 
 import os
@@ -31,15 +32,10 @@ def _cell_key(row) -> tuple:
     return (row["length"], row["topology"], row["remat"], row["attention_dropout"])
 
 
-def _done(path) -> set:
+def _rows(path) -> dict:
+    """The rows of a results file (an earlier run's --out) by cell; none if there is no file."""
     if not path or not os.path.exists(path):
-        return set()
-    with open(path) as f:
-        return {_cell_key(json.loads(line)) for line in f if line.strip()}
-
-
-def _measured(path) -> dict:
-    """Cells already measured at their batch (rows of an earlier run's --out), by cell."""
+        return {}
     with open(path) as f:
         return {_cell_key(row): row for row in map(json.loads, filter(str.strip, f))}
 
@@ -49,8 +45,8 @@ def measure_cells(args):
     from kroberta.config import apply_overrides, config_path, load_toml, validate
     from kroberta.perf import aot_programs, memory_plan, tpu_compile
 
-    done = _done(args.out)
-    earlier = _measured(args.measured) if args.measured else {}
+    done = set(_rows(args.out))
+    earlier = _rows(args.measured)
     for length in args.lengths:
         for attention_dropout in args.attention_dropouts:
             for remat in args.remats:
@@ -75,13 +71,13 @@ def measure_cells(args):
                     batch = config.train.batch_size_per_device
                     if known and known["batch_size_per_device"] == batch:
                         at_batch = memory_plan.Measured(
-                            known["batch_size_per_device"], known["gib"] * GiB,
+                            batch, known["gib"] * GiB,
                             None if known["refused"] else known["gflops"] * 1e9, known["refused"])
                     else:
                         known, at_batch = None, memory_plan.measure(config, devices, model)
                     row = {"config": args.config, "length": length, "topology": topology,
                            "remat": remat, "attention_dropout": attention_dropout,
-                           "batch_size_per_device": config.train.batch_size_per_device,
+                           "batch_size_per_device": batch,
                            "hbm_gib": hbm / GiB, "gib": at_batch.total_bytes / GiB,
                            "refused": at_batch.refused, "gflops": (at_batch.flops or 0) / 1e9,
                            "build_seconds": built, "measured_earlier": bool(known)}
@@ -121,7 +117,8 @@ def table(path) -> str:
                 f"{r['hbm_gib']:.0f} GiB | {flops} | {extra} |")
         if searched:
             at_max = r.get("gib_at_max")
-            line += (f" **{r['max_batch']}** | {at_max:.2f} | {r['compiles']} |"
+            at_max = "" if at_max is None else f"{at_max:.2f}"  # None: not one sequence fits
+            line += (f" **{r['max_batch']}** | {at_max} | {r['compiles']} |"
                      if "max_batch" in r else " | | |")
         lines.append(line)
     return "\n".join(lines)

@@ -102,8 +102,9 @@ def largest_fitting(at, first: int, budget: float, multiple: int = 8
     meets the budget (past: XLA refuses a program that does not fit in seconds, while one
     that fits compiles whole): first the config's batch and one well past the edge (its
     refusal names the bytes it needs), then the two batches that bracket the edge, or, while
-    everything fits, the largest fitting batch and one below (at most 16x: a step up). XLA's refusals name what the device really offers (its
-    memory less a reserve): from the first one on that is the target. When guesses keep
+    everything fits, the largest fitting batch and one below (at most 16x: a step up).
+    XLA's refusals name what the device really offers (its memory less a reserve): from the
+    first one on that is the target. When guesses keep
     landing on one side of the edge the next ones move towards the other (the Illinois rule
     of false position), so an awkward curve still costs few compiles. Returns (batch, its
     measurement, compiles); batch 0 when not even one sequence fits.
