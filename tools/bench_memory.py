@@ -142,6 +142,9 @@ def main(argv=None):
                              "taken instead of compiled again (--max-batch starts from them)")
     parser.add_argument("--table", metavar="JSONL", help="print the markdown table of a results file")
     args = parser.parse_args(argv)
+    for name, path in (("--measured", args.measured), ("--table", args.table)):
+        if path and not os.path.exists(path):
+            parser.error(f"{name}: no file {path!r}")
     if args.table:
         print(table(args.table))
         return 0
