@@ -159,6 +159,10 @@ class RunLogger(keras.callbacks.Callback):
                  or (evaluate and t.keep_best))
         if saved:
             self._save_checkpoint()
+        if preempted:
+            # The request may have come after the interval's last dispatch (its poll said
+            # no): fit must not start another interval.
+            self.model.stop_training = True
         if evaluate:
             metrics = self.evaluate_fn()
             self._emit({"step": self.step, "split": "validation", **metrics})

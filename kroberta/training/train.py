@@ -253,10 +253,13 @@ def _check_signals_and_trackers(config: Config, run_data, main_process: bool):
 
 def _log_interrupted(run_dir: str):
     saved = checkpoint.list_checkpoints(run_dir)
-    kept = (f"the checkpoint at step {saved[-1][0]} is kept" if saved
-            else "no checkpoint was written yet, so it starts over")
-    _log(f"interrupted: {kept}; run the same training again (python -m kroberta.train ... or "
-         "kroberta.train(config)) to resume, or kroberta.load(run_dir) to use it")
+    if not saved:
+        _log("interrupted before the first checkpoint: nothing was kept; the same training "
+             "starts over")
+        return
+    _log(f"interrupted: the checkpoint at step {saved[-1][0]} is kept; run the same training "
+         "again (python -m kroberta.train ... or kroberta.train(config)) to resume, or "
+         "kroberta.load(run_dir) to use it")
 
 
 def _fit(model, run_data, topology, start_step, stop_step) -> dict:

@@ -95,3 +95,38 @@ def test_a_second_interrupt_stops_at_once(tiny_data, tmp_path, monkeypatch, caps
     assert "interrupted: the checkpoint at step 20 is kept" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000020"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_interrupt_after_the_last_dispatch_of_an_interval_stops_there(
+        tiny_data, tmp_path, monkeypatch, capsys):
+    """The interval's steps were all dispatched (their polls said no) when Ctrl-C came:
+    one checkpoint at the interval's end, and fit starts no other interval."""
+    config = tiny_config(tiny_data, tmp_path, steps=40, eval_every=0, checkpoint_every=40,
+                         steps_per_execution=1)
+    real = RunLogger.on_epoch_end
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 0:  # steps 1-10 (log_every) have run
+            signal.raise_signal(signal.SIGINT)
+        return real(self, epoch, logs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RunLogger, "on_epoch_end", on_epoch_end)
+        with pytest.raises(KeyboardInterrupt):
+            train(config)
+    assert "interrupted at step 10: checkpoint written" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000010"]
+
+
+def test_a_second_interrupt_before_any_checkpoint_says_nothing_was_kept(
+        tiny_data, tmp_path, monkeypatch, capsys):
+    config = tiny_config(tiny_data, tmp_path, steps=40, eval_every=0, checkpoint_every=40,
+                         steps_per_execution=1)
+    with monkeypatch.context() as patch:
+        _interrupt_at(3, patch, times=2)
+        with pytest.raises(KeyboardInterrupt):
+            train(config)
+    out = capsys.readouterr().out
+    assert "interrupted before the first checkpoint: nothing was kept" in out
+    assert "to resume" not in out
+    assert not list((tmp_path / "checkpoints").glob("step_*"))
