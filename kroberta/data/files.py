@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 
 from kroberta.config import ConfigError, DataConfig, ModelConfig
 from kroberta.data.bad_records import DataError
+from kroberta.data.manifest import MANIFEST_NAME
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 
 
@@ -35,9 +36,28 @@ def resolve_files(patterns, key: str) -> tuple[str, ...]:
     for pattern in patterns:
         matched = sorted(tf.io.gfile.glob(pattern))
         if not matched:
-            raise DataError(f"{key}: no file matches {pattern!r}")
+            looks_like_text = " " in pattern and "/" not in pattern
+            hint = ("; it reads as text, not a path: kroberta.fill_mask(model, texts) fills "
+                    "the <mask> in sentences" if looks_like_text else "")
+            raise DataError(f"{key}: no file matches {pattern!r}{hint}")
+        for path in matched:
+            if tf.io.gfile.isdir(path):
+                raise DataError(_directory_message(path, key))
         files.extend(m for m in matched if m not in files)
     return tuple(files)
+
+
+def _directory_message(path: str, key: str) -> str:
+    """What to give instead of a directory: its files, or for training a prepared
+    directory's `data.dir`."""
+    prepared = tf.io.gfile.exists(os.path.join(path, MANIFEST_NAME))
+    if prepared:
+        return (f"{key}: {path} is a directory made by prepare: training takes it as "
+                f"--data.dir={path}; elsewhere name its files, e.g. "
+                f"'{os.path.join(path, 'validation-*.tfrecord')}'")
+    return (f"{key}: {path} is a directory; name its TFRecord files, e.g. "
+            f"'{os.path.join(path, '*.tfrecord')}' (text goes through python -m "
+            "kroberta.prepare first)")
 
 
 def _read_first_record(path: str):
@@ -71,8 +91,11 @@ def count_framed_records(path: str) -> int | None:
             (length,) = struct.unpack("<Q", header)
             end = offset + 8 + 4 + length + 4
             if end > size:
+                # A first "record" longer than the file: most likely not a TFRecord at all.
+                hint = ("; is it a TFRecord file? Text goes through python -m kroberta.prepare "
+                        "first" if count == 0 else "")
                 raise DataError(f"{path}: record {count}: truncated (the record needs {length} "
-                                f"bytes; the file ends at byte {size})")
+                                f"bytes; the file ends at byte {size}){hint}")
             f.seek(end)
             offset, count = end, count + 1
     return count

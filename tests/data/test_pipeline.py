@@ -154,6 +154,25 @@ def test_corrupt_record_in_the_stream_is_named(tmp_path):
 def test_startup_checks(tmp_path):
     with pytest.raises(pipeline.DataError, match=r"data.train: no file matches '.*nothing-\*'"):
         pipeline.resolve_files([str(tmp_path / "nothing-*")], "data.train")
+    with pytest.raises(pipeline.DataError, match=r"inputs: no file matches 'The cat sat.'; it "
+                                                 r"reads as text, not a path: kroberta.fill_mask"):
+        pipeline.resolve_files(["The cat sat."], "inputs")
+    # A directory (a likely slip for its files) is named with what to give instead.
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    with pytest.raises(pipeline.DataError,
+                       match=r"--data: .*corpus is a directory; name its TFRecord files, e.g. "
+                             r"'.*corpus/\*.tfrecord'"):
+        pipeline.resolve_files([str(corpus)], "--data")
+    (corpus / "manifest.json").write_text("{}")
+    with pytest.raises(pipeline.DataError, match=r"data.train: .*corpus is a directory made by "
+                                                 r"prepare: training takes it as --data.dir="):
+        pipeline.resolve_files([str(tmp_path / "corp*")], "data.train")
+    text = tmp_path / "notes.txt"
+    text.write_text("Plain text, not records: the first eight bytes read as a huge length.\n")
+    with pytest.raises(pipeline.DataError, match=r"notes.txt: record 0: truncated .*is it a "
+                                                 r"TFRecord file\? Text goes through"):
+        _spec([str(text)])
     empty = tmp_path / "empty.tfrecord"
     empty.write_bytes(b"")
     with pytest.raises(pipeline.DataError, match=r"empty.tfrecord: the file holds no records"):
