@@ -10,12 +10,13 @@ The Python API is `kroberta.predict(...)` (kroberta/inference/prediction.py).
 """
 
 import argparse
+import os
 import sys
 import warnings
 
 import kroberta
-from kroberta import cli
-from kroberta.inference import OUTPUTS
+from kroberta import cli, storage
+from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS
 from kroberta.inference.npz_file import Progress, write_npz
 
 # The prediction engine (JAX, Keras, TensorFlow) is imported when it is used, so that
@@ -32,6 +33,8 @@ def _parser():
     p.add_argument("--positions", default="masked", choices=("masked", "all"))
     p.add_argument("--batch-size", type=int, default=None, help="sequences per step, all devices")
     p.add_argument("--slots", type=int, default=None, help="prediction slots per sequence")
+    p.add_argument("--max-output-gib", type=float, default=DEFAULT_MAX_OUTPUT_BYTES / 2**30,
+                   help="refuse output='logits' larger than this (GiB of float32)")
     p.add_argument("--out", required=True, help="the .npz file to write")
     p.add_argument("--no-progress", action="store_true")
     return p
@@ -49,10 +52,18 @@ def _main(args) -> int:
 
     if not args.out.endswith(".npz"):
         raise PredictInputError(f"--out: {args.out!r} must end with .npz")
+    # Where the file goes is checked before the prediction's work, not after it.
+    if storage.is_url(args.out):
+        storage.filesystem(args.out)  # a missing fsspec implementation: one line naming the extra
+    elif not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        folder = os.path.dirname(args.out)
+        raise PredictInputError(f"--out: the folder {folder!r} does not exist; create it first "
+                                f"(mkdir -p {folder})")
     model = kroberta.load(args.run)
     chunks = prediction.predict_batches(model, args.data, output=args.output, k=args.k,
                                         positions=args.positions, batch_size=args.batch_size,
-                                        slots=args.slots)
+                                        slots=args.slots,
+                                        max_output_bytes=int(args.max_output_gib * 2**30))
     from kroberta.data.pipeline import inspect_files, resolve_files
 
     total = inspect_files(resolve_files(args.data, "--data"), "--data").records

@@ -20,10 +20,9 @@ import tensorflow as tf
 
 from kroberta.data import pipeline
 from kroberta.inference.inputs import as_examples, batched
-from kroberta.inference import OUTPUTS, program
+from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS, program
 from kroberta.errors import KrobertaError
 
-DEFAULT_MAX_OUTPUT_BYTES = 4 * 2**30  # host memory one call may return
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 
 
@@ -93,10 +92,17 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     if output == "top_k" and not 1 <= k <= config.model.vocabulary_size:
         raise PredictionError(f"k must be in [1, {config.model.vocabulary_size}], got {k}")
     length = source.sequence_length
+    # 0 and negatives would otherwise surface from inside TensorFlow or JAX.
+    if batch_size is not None and batch_size < 1:
+        raise PredictionError(f"batch_size must be >= 1 (sequences per step over all devices), "
+                              f"got {batch_size}")
+    if slots is not None and not 1 <= slots <= length:
+        raise PredictionError(f"slots must be in [1, {length}] (positions predicted per sequence "
+                              f"of {length} tokens), got {slots}")
     if positions == "all":
         plan_slots = length
     else:
-        plan_slots = slots or config.data.prediction_slots(length)
+        plan_slots = slots if slots is not None else config.data.prediction_slots(length)
     mesh, global_batch = _mesh(batch_size, config.train.batch_size_per_device)
     if batches_per_dispatch is not None and batches_per_dispatch < 1:
         raise PredictionError(f"batches_per_dispatch must be >= 1, got {batches_per_dispatch}")
@@ -117,7 +123,7 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
                 f"output='logits' for {source.examples} examples x {plan_slots} positions x "
                 f"{config.model.vocabulary_size} tokens is {size / 2**30:.1f} GiB of float32, over "
                 f"the {max_output_bytes / 2**30:.1f} GiB budget; use output='top_k' (reduced on the "
-                "device) or raise max_output_bytes")
+                "device) or raise max_output_bytes (the command's --max-output-gib)")
     # One host batch per dispatch: G x batch rows, cut into (G, batch, ...) on the way to
     # the devices (one numpy pass per group, not per batch; a short last group is
     # filled with padding rows, so the same program serves it).

@@ -156,6 +156,12 @@ def test_bad_inputs_are_clear_errors(model):
     bad["input_ids"][2, 3] = V + 5
     with pytest.raises(ValueError, match=rf"input_ids\[2, 3\] = {V + 5} is outside the vocabulary"):
         kroberta.predict(model, bad)
+    for batch_size in (0, -4):
+        with pytest.raises(PredictionError, match=rf"batch_size must be >= 1 .*got {batch_size}"):
+            kroberta.predict(model, _arrays(4), batch_size=batch_size)
+    for slots in (0, -1, L + 1):
+        with pytest.raises(PredictionError, match=rf"slots must be in \[1, {L}\] .*got {slots}"):
+            kroberta.predict(model, _arrays(4), slots=slots)
 
 
 def test_a_failure_mid_way_leaves_the_model_usable(model, tmp_path):
@@ -206,6 +212,13 @@ def test_cli_streams_to_npz(model, tmp_path):
     exported = subprocess.run([sys.executable, "-m", "kroberta.export", "--run", str(tmp_path / "nope"),
                                "--out", str(tmp_path / "hf")], capture_output=True, text=True, cwd=REPO)
     assert exported.returncode == 2 and exported.stderr == missing.stderr
+    # A missing output folder is named before any prediction is made.
+    no_folder = subprocess.run([sys.executable, "-m", "kroberta.predict", "--run", run_dir,
+                                "--data", data, "--out", "nodir/sub/p.npz"],
+                               capture_output=True, text=True, cwd=REPO)
+    assert no_folder.returncode == 2
+    assert no_folder.stderr == ("error: --out: the folder 'nodir/sub' does not exist; create it "
+                                "first (mkdir -p nodir/sub)\n")
 
 
 def test_unmasked_inputs_say_that_nothing_was_predicted_and_what_to_use(model, tmp_path):
