@@ -32,6 +32,10 @@ class StorageError(KrobertaError, OSError):
     """A URL whose filesystem cannot be used here (its package is missing, or it is unknown)."""
 
 
+class MissingFileError(StorageError, FileNotFoundError):
+    """A file or directory to read is not there."""
+
+
 def is_url(path) -> bool:
     return "://" in os.fspath(path)
 
@@ -277,7 +281,7 @@ def local_copy(path):
         yield path
         return
     if not exists(path):
-        raise FileNotFoundError(f"{path}: no such file or directory")
+        raise MissingFileError(f"{path}: no such file or directory")
     with tempfile.TemporaryDirectory(prefix="kroberta-") as tmp:
         target = os.path.join(tmp, basename(path) or "copy")
         if isdir(path):

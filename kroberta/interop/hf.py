@@ -13,7 +13,7 @@ import math
 import os
 
 from kroberta.interop import hf_weights
-from kroberta.interop.hf_weights import HFConversionError
+from kroberta.interop.hf_weights import HFConversionError, HFFileMissingError
 from kroberta import storage
 from kroberta.atomic import atomic_path
 from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -143,9 +143,9 @@ def read_json_in(directory: str, name: str, what: str, error=HFConversionError) 
     """`directory/name` parsed as JSON; a missing directory or file, or bad JSON, named."""
     path = os.path.join(directory, name)
     if not os.path.isdir(directory):
-        raise FileNotFoundError(f"{directory}: no such directory")
+        raise HFFileMissingError(f"{directory}: no such directory")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: missing (not {what})")
+        raise HFFileMissingError(f"{path}: missing (not {what})")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -244,7 +244,7 @@ def read_hf_tensors(directory: str) -> tuple[dict, str]:
                                     f"(pip install torch), or convert it to {SAFETENSORS_FILE}") from None
         state = torch.load(path, map_location="cpu", weights_only=True)
         return {k: v.float().numpy() for k, v in state.items()}, path
-    raise FileNotFoundError(f"{directory}: no weights ({SAFETENSORS_FILE} or {TORCH_FILE}) found")
+    raise HFFileMissingError(f"{directory}: no weights ({SAFETENSORS_FILE} or {TORCH_FILE}) found")
 
 
 def _kroberta_config(model_config, tokenizer):

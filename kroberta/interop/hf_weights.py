@@ -35,6 +35,10 @@ class HFConversionError(KrobertaError, ValueError):
     """A checkpoint cannot be mapped onto the kroberta model (names the tensor or key)."""
 
 
+class HFFileMissingError(HFConversionError, FileNotFoundError):
+    """The directory, or a file a checkpoint needs in it, is not there."""
+
+
 def _to_hf(kind: str, x: np.ndarray) -> np.ndarray:
     if kind == "linear":  # (in, out) -> (out, in)
         return x.T

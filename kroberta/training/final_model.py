@@ -51,6 +51,14 @@ def save(model, run_dir: str):
     return final
 
 
+class LoadError(KrobertaError, ValueError):
+    """`load`'s arguments do not name a model it can load."""
+
+
+class RunNotFoundError(KrobertaError, FileNotFoundError):
+    """The run directory, its files or the checkpoint asked for are not there."""
+
+
 def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int | None = None):
     """Loads the model a training run saved.
 
@@ -74,14 +82,14 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
     config_path = storage.join(path, CONFIG_FILE)
     weights_path = storage.join(path, WEIGHTS_FILE)
     if not storage.isdir(path):
-        raise FileNotFoundError(f"{path}: not a kroberta run directory (no such directory)")
+        raise RunNotFoundError(f"{path}: not a kroberta run directory (no such directory)")
     if checkpoint is not None:
         return _load_checkpoint(path, mixed_precision, checkpoint)
     # An unfinished run (interrupted, preempted, --until-step) loads its last checkpoint.
     saved = list_checkpoints(path) if not storage.isfile(weights_path) else []
     for needed in (config_path, weights_path):
         if not storage.isfile(needed) and not (needed == weights_path and saved):
-            raise FileNotFoundError(f"{path}: not a finished kroberta run ({storage.basename(needed)} is missing)")
+            raise RunNotFoundError(f"{path}: not a finished kroberta run ({storage.basename(needed)} is missing)")
     if saved:
         step, checkpoint_path = saved[-1]
         print(f"{path}: no final model yet; loading the checkpoint at step {step}",
@@ -114,26 +122,26 @@ def _load_checkpoint(path: str, mixed_precision: bool | None, which: str | int):
     from kroberta.training import signals
 
     if not storage.isfile(storage.join(path, CONFIG_FILE)):
-        raise FileNotFoundError(f"{path}: not a kroberta run ({CONFIG_FILE} is missing)")
+        raise RunNotFoundError(f"{path}: not a kroberta run ({CONFIG_FILE} is missing)")
     saved = list_checkpoints(path)
     if which == "best":
         best = signals.best_checkpoint(path)
         if best is None:
-            raise FileNotFoundError(f"{path}: no kept checkpoint was evaluated; train with "
+            raise RunNotFoundError(f"{path}: no kept checkpoint was evaluated; train with "
                                     "validation data and train.keep_best = true")
         step, checkpoint_path = best[:2]
     elif which == "last":
         if not saved:
-            raise FileNotFoundError(f"{path}: holds no checkpoint")
+            raise RunNotFoundError(f"{path}: holds no checkpoint")
         step, checkpoint_path = saved[-1]
     elif isinstance(which, int) and not isinstance(which, bool):
         found = dict(saved)
         if which not in found:
-            raise FileNotFoundError(f"{path}: no checkpoint at step {which} (kept: "
+            raise RunNotFoundError(f"{path}: no checkpoint at step {which} (kept: "
                                     f"{', '.join(str(s) for s, _ in saved) or 'none'})")
         step, checkpoint_path = which, found[which]
     else:
-        raise ValueError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
+        raise LoadError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
                          f"got {which!r}")
     model = _model(path, mixed_precision, checkpoint_path)
     model.kroberta_step = step

@@ -8,7 +8,7 @@ MLflow run ids are kept in run_dir/trackers.json.
 
 W&B reads its usual environment (WANDB_PROJECT, WANDB_ENTITY, WANDB_MODE=offline,
 WANDB_DIR: the files default to run_dir/wandb); MLflow reads MLFLOW_TRACKING_URI
-(default: its own, ./mlruns) and MLFLOW_EXPERIMENT_NAME (default "kroberta").
+(default: MLflow's own, a store in the current directory) and MLFLOW_EXPERIMENT_NAME (default "kroberta").
 """
 
 import json
@@ -18,6 +18,7 @@ import uuid
 
 from kroberta import storage
 from kroberta.config import ConfigError, to_dict
+from kroberta.errors import KrobertaError
 
 IDS_FILE = "trackers.json"
 EXPERIMENT = "kroberta"  # W&B project and MLflow experiment when the environment names none
@@ -183,6 +184,29 @@ def check_installed(config):
             _import(name, name)
 
 
+class TrackerError(KrobertaError, RuntimeError):
+    """A tracker's service refused to start the run (no login, unreachable server)."""
+
+
+# What to do when a tracker's own start fails.
+_START_HINTS = {
+    "wandb": "log in (wandb login, or WANDB_API_KEY) or set WANDB_MODE=offline",
+    "mlflow": "check MLFLOW_TRACKING_URI and that its server is up",
+    "tensorboard": "check that run_dir/tensorboard can be written",
+}
+
+
 def open_trackers(config, run_dir: str) -> list:
-    """The trackers `train.trackers` names, opened (resuming their runs); process 0 only."""
-    return [_KINDS[name](config, run_dir) for name in config.train.trackers]
+    """The trackers `train.trackers` names, opened (resuming their runs); process 0 only.
+    A tracker that fails to start is a one-line TrackerError naming it."""
+    opened = []
+    for name in config.train.trackers:
+        try:
+            opened.append(_KINDS[name](config, run_dir))
+        except ConfigError:
+            raise
+        except Exception as error:  # each library raises its own kinds
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise TrackerError(f'train.trackers: "{name}" could not start the run: '
+                               f"{first_line[:300]}; {_START_HINTS[name]}") from None
+    return opened

@@ -130,10 +130,11 @@ def _train_run(config: Config, force: bool, until_step: int | None, accept_chang
     main_process = jax.process_index() == 0
     _QUIET = not main_process
     check_writable(config.run_dir)
+    _check_before_data(config, main_process)
     run_data = run_data_for(config, log=_log)
     config, tokenizer_path = run_data.config, run_data.tokenizer_path
     train_spec = run_data.train
-    _check_signals_and_trackers(config, run_data, main_process)
+    _check_signals(config, run_data)
     _prepare_run_dir(config, force, write=main_process, accept_changes=accept_changes)
     if main_process:
         _keep_tokenizer(tokenizer_path, config.run_dir)
@@ -233,12 +234,21 @@ def _train_run(config: Config, force: bool, until_step: int | None, accept_chang
     return summary
 
 
-def _check_signals_and_trackers(config: Config, run_data, main_process: bool):
-    """Before any compute: a missing tracker package, and the validation data that
-    keep_best and the early stop need."""
-    t = config.train
+def _check_before_data(config: Config, main_process: bool):
+    """Before the data are read or built: a missing tracker package, and a directory
+    to initialise from that is not there."""
     if main_process:
         trackers.check_installed(config)
+    for key, what in (("init_from_hf", "a Hugging Face model directory"),
+                      ("init_from_keras_hub", "a keras-hub preset directory")):
+        directory = getattr(config, key)
+        if directory and not storage.isdir(directory):
+            raise ConfigError(f"{key}: {directory!r} is not a directory (it should be {what})")
+
+
+def _check_signals(config: Config, run_data):
+    """Before any compute: the validation data that keep_best and the early stop need."""
+    t = config.train
     if config.data.eval_mask_rate and config.data.masking == "static":  # "auto" became static
         raise ConfigError("data.eval_mask_rate: the files carry labels, so data.masking is "
                           "static and evaluation uses them; set data.masking = \"dynamic\" "

@@ -5,6 +5,7 @@ import keras_hub
 import numpy as np
 import pytest
 
+from kroberta.errors import KrobertaError
 from kroberta.training import final_model
 from kroberta.config import Config, ModelConfig, to_toml
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
@@ -114,8 +115,14 @@ def test_save_and_load_give_identical_predictions(tmp_path):
 
 
 def test_load_of_an_unfinished_run_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="not a finished kroberta run"):
+    with pytest.raises(FileNotFoundError, match="not a finished kroberta run") as raised:
         final_model.load(str(tmp_path))
+    assert isinstance(raised.value, KrobertaError)  # `except KrobertaError` catches it
+    with pytest.raises(KrobertaError, match="no such directory"):
+        final_model.load(str(tmp_path / "nothing"))
+    (tmp_path / "config.toml").write_text("")
+    with pytest.raises(KrobertaError, match=r"checkpoint: expected None.*got 'latest'"):
+        final_model.load(str(tmp_path), checkpoint="latest")
 
 
 def test_mixed_precision_keeps_float32_weights_and_bf16_compute():

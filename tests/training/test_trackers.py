@@ -220,6 +220,29 @@ def test_a_missing_tracker_package_is_a_one_line_error(tiny_data, tmp_path, monk
         trackers.check_installed(config)
 
 
+def test_a_missing_tracker_package_is_named_before_the_data_are_read(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    # No data there: reading them first would be a DataError.
+    config = tiny_config(tmp_path / "no-data", tmp_path / "run", trackers=("wandb",))
+    with pytest.raises(ConfigError, match=r'"wandb" needs the wandb package'):
+        train(config)
+
+
+def test_a_tracker_that_fails_to_start_is_a_one_line_error(tiny_data, tmp_path, monkeypatch):
+    class Refusing:
+        def __init__(self, config, run_dir):
+            raise RuntimeError("No API key configured. Use `wandb login` to log in.\n"
+                               "  (the library's own second line)")
+
+    monkeypatch.setitem(trackers._KINDS, "wandb", Refusing)
+    config = validate(tiny_config(tiny_data, tmp_path, trackers=("wandb",)))
+    with pytest.raises(trackers.TrackerError) as raised:
+        trackers.open_trackers(config, str(tmp_path))
+    assert str(raised.value) == ('train.trackers: "wandb" could not start the run: No API key '
+                                 "configured. Use `wandb login` to log in.; log in (wandb login, "
+                                 "or WANDB_API_KEY) or set WANDB_MODE=offline")
+
+
 def test_an_unknown_tracker_is_a_config_error(tiny_data, tmp_path):
     with pytest.raises(ConfigError, match=r"train.trackers: unknown tracker 'neptune'"):
         validate(tiny_config(tiny_data, tmp_path, trackers=("tensorboard", "neptune")))

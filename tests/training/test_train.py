@@ -222,3 +222,11 @@ def test_cli_trains_the_seed_format_and_reports_errors(tiny_data, tmp_path):
     assert bad.returncode == 2
     assert f"error: data.validation: no file matches '{tmp_path}/none-*'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("key", ["init_from_hf", "init_from_keras_hub"])
+def test_a_missing_directory_to_initialise_from_is_named_before_the_data_are_read(tmp_path, key):
+    config = dataclasses.replace(tiny_config(tmp_path / "no-data", tmp_path / "run"),
+                                 **{key: str(tmp_path / "nope")})
+    with pytest.raises(ConfigError, match=rf"{key}: '.*nope' is not a directory \(it should be "):
+        train(config)
