@@ -19,7 +19,8 @@ from kroberta.tokens import IGNORE_LABEL, PAD_ID
 
 @dataclasses.dataclass(frozen=True)
 class Defect:
-    """One problem: `file:record_index feature=... value=... problem`."""
+    """One problem, worded as training words a bad record:
+    `FILE: record N: feature 'F' value V: problem`."""
 
     path: str
     index: int | None  # record index in the file; None for file-level problems
@@ -28,10 +29,12 @@ class Defect:
     problem: str
 
     def __str__(self):
-        where = self.path if self.index is None else f"{self.path}:{self.index}"
+        where = self.path if self.index is None else f"{self.path}: record {self.index}"
         if self.feature is None:
-            return f"{where} {self.problem}"
-        return f"{where} feature={self.feature} value={self.value} {self.problem}"
+            return f"{where}: {self.problem}"
+        if self.value is None:  # a missing feature or one of the wrong dtype
+            return f"{where}: feature '{self.feature}' {self.problem}"
+        return f"{where}: feature '{self.feature}' value {self.value}: {self.problem}"
 
 
 @dataclasses.dataclass
@@ -183,10 +186,11 @@ class _FileChecker:
             length = columns[name][0]
             flag(length == 0, name, None, "missing feature (or empty list)")
             if L is not None:
-                flag(length != L, name, length, f"wrong length, expected {L}")
+                flag(length != L, name, None, lambda r: f"has {length[r]} values, expected {L}")
         lengths_labels = columns["labels"][0]
         if L is not None:
-            flag((lengths_labels != 0) & (lengths_labels != L), "labels", lengths_labels, f"wrong length, expected {L}")
+            flag((lengths_labels != 0) & (lengths_labels != L), "labels", None,
+                 lambda r: f"has {lengths_labels[r]} values, expected {L}")
         good = np.flatnonzero(~bad)
         if not len(good) or L is None:
             return
@@ -233,7 +237,9 @@ class _FileChecker:
         rows, labels = dense["labels"]
         if len(rows):
             hit, first, pos = per_record(rows, rules.bad_label(labels, V), labels)
-            flag(hit, "labels", first, lambda r: f"neither {IGNORE_LABEL} nor an id {bound} at position {pos[r]}")
+            ids_allowed = "a non-negative id" if V is None else f"an id in [0, {V})"
+            flag(hit, "labels", first,
+                 lambda r: f"neither {IGNORE_LABEL} nor {ids_allowed} at position {pos[r]}")
 
 
 def _read_batches(path, batch_size, max_records):
@@ -284,7 +290,7 @@ def check_records(
 
     Returns:
         A `CheckReport`: per-file record counts, defective-record counts and the
-        first defects, each printable as `file:record feature=... value=... problem`.
+        first defects, each printable as `FILE: record N: feature 'F' value V: problem`.
     """
     import tensorflow as tf
 

@@ -38,7 +38,7 @@ def test_clean_seed_format_passes(tmp_path):
 @pytest.mark.parametrize(
     "bad, feature, problem",
     [
-        (example(input_ids=[0, 7, 8, 9, 2, 1, 1]), "input_ids", "wrong length, expected 8"),
+        (example(input_ids=[0, 7, 8, 9, 2, 1, 1]), "input_ids", "has 7 values, expected 8"),
         (example(input_ids=[0, 7, 8, 99, 2, 1, 1, 1]), "input_ids", "outside [0, 50) at position 3"),
         (example(attention_mask=[1, 1, 2, 1, 1, 0, 0, 0]), "attention_mask", "not 0/1 at position 2"),
         (example(attention_mask=[1, 1, 1, 1, 1, 0, 1, 0]), "attention_mask", "1 after padding at position 6"),
@@ -56,9 +56,9 @@ def test_each_planted_defect_is_named(tmp_path, bad, feature, problem):
     assert not report.ok
     assert report.files[0].records == 10 and report.files[0].defective_records == 1
     first = str(report.defects[0])
-    assert first.startswith(f"{path}:5 ") and problem in first
+    assert first.startswith(f"{path}: record 5: ") and problem in first
     if feature:
-        assert f"feature={feature} " in first
+        assert f"feature '{feature}' " in first
 
 
 def test_truncated_and_empty_and_missing_files(tmp_path):
@@ -71,7 +71,7 @@ def test_truncated_and_empty_and_missing_files(tmp_path):
     report = check_records([good, str(truncated), str(empty), str(tmp_path / "gone.tfrecord")], V, L)
     ok, trunc, emp, gone = report.files
     assert ok.ok and not trunc.ok and not emp.ok and not gone.ok
-    assert trunc.records == 19 and str(trunc.defects[0]).startswith(f"{truncated}:19 corrupt or truncated")
+    assert trunc.records == 19 and str(trunc.defects[0]).startswith(f"{truncated}: record 19: corrupt or truncated")
     assert "empty file" in str(emp.defects[0]) and "does not exist" in str(gone.defects[0])
 
 
@@ -96,7 +96,7 @@ def test_check_cli_exit_codes(tmp_path, capsys):
     assert main(["--check", good, "--vocab-size", str(V), "--seq-len", str(L)]) == 0
     assert main(["--check", str(tmp_path / "*.tfrecord"), "--vocab-size", str(V)]) == 1
     out = capsys.readouterr().out
-    assert f"{tmp_path / 'bad.tfrecord'}:2 feature=input_ids value=99" in out
+    assert f"{tmp_path / 'bad.tfrecord'}: record 2: feature 'input_ids' value 99: " in out
     assert main(["--check", good, "--out", str(tmp_path)]) == 2
 
 

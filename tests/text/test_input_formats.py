@@ -251,7 +251,7 @@ def test_check_a_plain_directory_with_a_planted_defect(tmp_path, capsys):
     assert main(["--check", str(folder), "--vocab-size", "100"]) == 1
     out = capsys.readouterr().out
     assert "a.tfrecord: 3 records, 0 with labels, ok" in out
-    assert "b.tfrecords: 3 records" in out and "b.tfrecords:2 feature=input_ids value=999" in out
+    assert "b.tfrecords: 3 records" in out and "b.tfrecords: record 2: feature 'input_ids' value 999: " in out
     assert "notes.txt" not in out
     assert main(["--check", str(folder), "--vocab-size", "1000"]) == 0
     empty = tmp_path / "empty"
