@@ -292,7 +292,8 @@ class TrainConfig:
         if self.schedule not in SCHEDULES:
             fail("schedule", f"must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.warmup_steps > self.steps:
-            fail("warmup_steps", f"{self.warmup_steps} exceeds train.steps={self.steps}")
+            fail("warmup_steps", f"{self.warmup_steps} exceeds train.steps={self.steps}; "
+                                 "set a smaller train.warmup_steps or more train.steps")
         if self.weight_decay < 0 or self.clip_norm < 0:
             fail("weight_decay" if self.weight_decay < 0 else "clip_norm", "must be >= 0")
         # Evaluations and checkpoints happen at log boundaries, where the metrics of the
@@ -410,6 +411,11 @@ class Config:
         for key in ("pad_token_id", "mask_token_id"):
             if not 0 <= getattr(d, key) < m.vocabulary_size:
                 fail(f"data.{key}", f"{getattr(d, key)} is outside the vocabulary [0, {m.vocabulary_size})")
+        if dist.model_parallel > 1 and dist.strategy == "data":
+            fail("distributed.model_parallel",
+                 f"{dist.model_parallel} has no effect with distributed.strategy='data' (every "
+                 "device holds the whole model); set distributed.strategy to 'fsdp' or 'model', "
+                 "or leave model_parallel at 0")
         if dist.model_parallel and dist.strategy in ("fsdp", "model"):
             m.check_model_axis(dist.model_parallel,
                                lambda problem: fail("distributed.model_parallel", problem))
@@ -430,9 +436,16 @@ def validate(config: Config, source: str | dict = "config") -> Config:
     `source` is one name for every key, or a dict {dotted key: where it was set}
     (`from_command_line` returns one); keys missing from it were left at their defaults.
     """
+    def source_of(key):
+        return source.get(key, "default") if isinstance(source, dict) else source
+
     def fail(key, problem):
-        where = source.get(key, "default") if isinstance(source, dict) else source
-        raise ConfigError(f"{where}: {key}: {problem}")
+        # A combination that fails may have been made by another key set elsewhere
+        # (train.steps on the command line against a file's train.warmup_steps): named too.
+        others = {other: source_of(other) for other in re.findall(r"\b(?:%s)\.\w+" % "|".join(
+            SECTIONS), problem) if other != key and source_of(other) not in ("default", source_of(key))}
+        also = "".join(f" ({other} from {where})" for other, where in others.items())
+        raise ConfigError(f"{source_of(key)}: {key}: {problem}{also}")
 
     config.check(fail)
     return config
@@ -606,7 +619,10 @@ def from_command_line(name_or_path: str | None, rest: list[str]) -> tuple[Config
     returns (config, sources for error messages), not validated."""
     for item in rest:
         if not item.startswith("--"):
-            raise ConfigError(f"command line: unexpected argument {item!r}")
+            hint = ("; a value goes after '=' (--section.key=value)"
+                    if rest.index(item) and "." in rest[rest.index(item) - 1]
+                    and "=" not in rest[rest.index(item) - 1] else "")
+            raise ConfigError(f"command line: unexpected argument {item!r}{hint}")
     return _load(name_or_path, _parse_overrides([item[2:] for item in rest]), "command line")
 
 

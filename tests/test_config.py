@@ -188,3 +188,26 @@ def test_load_config_names_the_file_for_an_impossible_value_it_holds(tmp_path):
     with pytest.raises(ConfigError, match=rf"^{path}: train.eval_every: 75 is not a multiple "
                        r"of train.log_every=50$"):
         kroberta.load_config(str(path))
+
+
+def test_a_combination_names_the_source_of_each_key_it_involves():
+    config, sources = from_command_line("tiny", ["--train.steps=2"])
+    with pytest.raises(ConfigError) as raised:
+        validate(config, sources)
+    tiny = str(config_path("tiny"))
+    assert str(raised.value) == (
+        f"{tiny}: train.warmup_steps: 20 exceeds train.steps=2; set a smaller "
+        "train.warmup_steps or more train.steps (train.steps from command line)")
+
+
+def test_model_parallel_with_the_data_strategy_is_refused():
+    config = apply_overrides(Config(), ["distributed.model_parallel=2"])
+    with pytest.raises(ConfigError, match=r"command line: distributed.model_parallel: 2 has no "
+                                          r"effect with distributed.strategy='data'"):
+        validate(config, "command line")
+    validate(apply_overrides(Config(), ["distributed.model_parallel=1"]), "command line")
+
+
+def test_a_value_after_a_space_says_to_use_equals():
+    with pytest.raises(ConfigError, match=r"unexpected argument '20'; a value goes after '=' "):
+        from_command_line("tiny", ["--train.steps", "20"])

@@ -73,6 +73,23 @@ def test_vocabulary_mismatch_with_the_prepared_data_is_refused(prepared, tmp_pat
     assert (tmp_path / "kept" / "notes.txt").read_text() == "mine"  # not created here: kept
 
 
+def test_a_data_dir_that_does_not_match_or_exist_names_the_key_and_the_fix(prepared, tmp_path):
+    from kroberta.data.manifest import load_manifest
+
+    manifest = load_manifest(str(prepared / "data"))
+    short = _config(prepared, tmp_path / "run", vocabulary_size=manifest.vocabulary_size,
+                    max_sequence_length=manifest.sequence_length - 1)
+    with pytest.raises(ConfigError, match=rf"data.dir: .* holds sequences of "
+                                          rf"{manifest.sequence_length} tokens but .*; set "
+                                          rf"--model.max_sequence_length={manifest.sequence_length}"):
+        train(short)
+    missing = dataclasses.replace(short, data=dataclasses.replace(
+        short.data, dir=str(tmp_path / "nothere")))
+    with pytest.raises(ConfigError, match=r"data.dir: .*nothere is not a directory; give the "
+                                          r"--out of python -m kroberta.prepare"):
+        train(missing)
+
+
 def test_training_can_start_from_a_hugging_face_checkpoint(prepared, tmp_path):
     from kroberta.data.manifest import load_manifest
     from kroberta.model.mlm import build_model

@@ -68,7 +68,7 @@ def _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate
     if labels not in (None, "static"):
         raise PrepareError(f"--labels must be 'static' or absent, got {labels!r}")
     if not 0 < mask_rate < 1:
-        raise PrepareError(f"mask_rate must be in (0, 1), got {mask_rate}")
+        raise PrepareError(f"--mask-rate must be in (0, 1), got {mask_rate}")
     if shards is not None and shards < 1:
         raise PrepareError(f"--shards must be >= 1, got {shards}")
 

@@ -11,6 +11,7 @@ import os
 
 import jax
 
+from kroberta import storage
 from kroberta.data import pipeline
 from kroberta.config import AUTO, Config, ConfigError, validate
 
@@ -111,6 +112,9 @@ def _local_home(run_dir: str) -> str:
 def _from_manifest(config: Config, directory: str, key: str) -> tuple[Config, str]:
     from kroberta.data.manifest import load_manifest
 
+    if not storage.isdir(directory):
+        raise ConfigError(f"{key}: {directory} is not a directory; give the --out of "
+                          "python -m kroberta.prepare")
     manifest = load_manifest(directory)
     if manifest.vocabulary_size != config.model.vocabulary_size:
         raise ConfigError(
@@ -121,7 +125,8 @@ def _from_manifest(config: Config, directory: str, key: str) -> tuple[Config, st
     if manifest.sequence_length > config.model.max_sequence_length:
         raise ConfigError(
             f"{key}: {directory} holds sequences of {manifest.sequence_length} tokens but "
-            f"model.max_sequence_length={config.model.max_sequence_length}"
+            f"model.max_sequence_length={config.model.max_sequence_length}; set "
+            f"--model.max_sequence_length={manifest.sequence_length}"
         )
     special = manifest.special_tokens
     data = dataclasses.replace(
