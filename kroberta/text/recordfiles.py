@@ -214,19 +214,29 @@ def _jsonl_values(path, field, on_bytes):
 # ---------------------------------------------------------------- CSV / TSV
 
 
-def _csv_rows(stream, delimiter):
-    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+def _csv_rows(path, stream, delimiter):
+    """csv rows of a binary stream, decoded line by line, so that bytes that are not
+    UTF-8 are named by their line (a text wrapper decodes blocks ahead of the reader)."""
+    def lines():
+        for number, line in enumerate(stream, start=1):  # bytes, with their line ends
+            if number == 1 and line.startswith(_BOM):
+                line = line[len(_BOM):]
+            try:
+                yield line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise RecordError(f"{path}: line {number}: not UTF-8 ({e.reason})") from None
+
     csv.field_size_limit(sys.maxsize)  # a document is one field: no 128 KB cap
-    return text, csv.reader(text, delimiter=delimiter)
+    return csv.reader(lines(), delimiter=delimiter)
 
 
 def _csv_header(path, delimiter):
     raw, stream = _open_binary(path)
     with raw, stream:
-        text, rows = _csv_rows(stream, delimiter)
+        rows = _csv_rows(path, stream, delimiter)
         try:
             return next(rows, [])
-        except (UnicodeDecodeError, csv.Error) as e:
+        except csv.Error as e:
             raise RecordError(f"{path}: line 1: cannot read the header: {e}") from None
 
 
@@ -234,7 +244,7 @@ def _csv_values(path, field, on_bytes, delimiter):
     raw, stream = _open_binary(path)
     progress = _ByteProgress(raw, on_bytes)
     with raw, stream:
-        text, rows = _csv_rows(stream, delimiter)
+        rows = _csv_rows(path, stream, delimiter)
         try:
             header = next(rows, [])
             column = column_index(path, header, field)
@@ -246,8 +256,6 @@ def _csv_values(path, field, on_bytes, delimiter):
                                       f"{field!r} (column {column + 1})")
                 yield row[column]
                 progress.poll()
-        except UnicodeDecodeError as e:
-            raise RecordError(f"{path}: not UTF-8 ({e.reason})") from None
         except csv.Error as e:
             raise RecordError(f"{path}: line {rows.line_num}: {e}") from None
         progress.finish(locations.size(path))

@@ -180,6 +180,14 @@ def test_bad_records_are_named(tmp_path, tokenizer_path, capsys):  # noqa: F811
     number.write_text('{"text": "a"}\n{"text": 7}\n')
     with pytest.raises(RecordError, match=r"number.jsonl: line 2: field 'text' holds int '7', not text"):
         list(iter_documents([build.Source.of(number)]))
+    # Bytes that are not UTF-8 in a CSV are named by their line, near the start or far in.
+    for rows, bad_row in ((2, 2), (2000, 1500)):
+        lines = [b"id,text\n"] + [b"%d,row %d\n" % (i, i) for i in range(1, rows + 1)]
+        lines[bad_row] = b"%d,caf\xe9\n" % bad_row
+        latin = tmp_path / f"latin{rows}.csv"
+        latin.write_bytes(b"".join(lines))
+        with pytest.raises(RecordError, match=rf"latin{rows}.csv: line {bad_row + 1}: not UTF-8"):
+            list(iter_documents([build.Source.of(latin)]))
 
 
 def test_missing_extra_says_what_to_install(tmp_path, tokenizer_path, monkeypatch, capsys):  # noqa: F811
