@@ -215,6 +215,12 @@ def _train_run(config: Config, force: bool, until_step: int | None, accept_chang
             _log_interrupted(config.run_dir)
             raise
     summary["final_step"] = int(model.optimizer.iterations.numpy())
+    finished_before = (start_step >= config.train.steps and not ended and
+                       storage.isfile(storage.join(config.run_dir, final_model.WEIGHTS_FILE)))
+    if finished_before:
+        _log(f"the run finished at step {start_step}; its model is in {config.run_dir}. "
+             "Nothing to train (raise train.steps with --accept-changes to train on)")
+        return summary
     if summary.get("stopped_early") and not ended:
         _log(f"early stop at step {summary['final_step']} of {config.train.steps}: "
              f"{summary['stopped_early']}")

@@ -98,12 +98,17 @@ def test_load_returns_the_trained_model(trained_run, tiny_data):
     assert np.isfinite(np.asarray(model(x))).all()
 
 
-def test_rerun_of_a_finished_run_trains_nothing(trained_run, tiny_data):
+def test_rerun_of_a_finished_run_trains_nothing(trained_run, tiny_data, capsys):
     run_dir, _ = trained_run
     before = _weights(run_dir)
+    saved_at = os.stat(run_dir / "model.weights.h5").st_mtime_ns
     config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
     summary = train(config)
     assert summary["start_step"] == 120 and summary["final_step"] == 120
+    out = capsys.readouterr().out
+    assert f"the run finished at step 120; its model is in {run_dir}. Nothing to train" in out
+    assert "model saved" not in out
+    assert os.stat(run_dir / "model.weights.h5").st_mtime_ns == saved_at  # not written again
     after = _weights(run_dir)
     for key in before:
         np.testing.assert_array_equal(before[key], after[key])
