@@ -37,8 +37,6 @@ def _summary(manifest, out_dir):
     ]
     if src["skipped_files"]:
         lines.append(f"  skipped {len(src['skipped_files'])} file(s) (binary or not UTF-8): see manifest source.skipped_files")
-    if src["vocabulary_note"]:
-        lines.append(f"  note: {src['vocabulary_note']}")
     return "\n".join(lines)
 
 

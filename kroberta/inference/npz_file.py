@@ -33,9 +33,11 @@ class Progress:
             return
         seconds = max(time.perf_counter() - self.start, 1e-9)
         total = f"/{self.total}" if self.total else ""
+        rate = self.done / seconds
+        rate = f"{rate:,.1f}" if rate < 10 else f"{rate:,.0f}"  # a slow start is not "0/s"
         # Redrawn in place on a terminal; a log file gets the final line alone.
         sys.stderr.write(("\r" if self.live else "")
-                         + f"predict: {self.done}{total} examples, {self.done / seconds:,.0f}/s, "
+                         + f"predict: {self.done}{total} examples, {rate}/s, "
                          f"{seconds:.1f}s" + ("\n" if final else ""))
         sys.stderr.flush()
 
