@@ -159,11 +159,18 @@ class _HideWhenImported(importlib.abc.MetaPathFinder):
     """Finds `tensorflow` through the other finders and hides its accelerators right
     after its module has run, inside the filter of its start-up noise."""
 
+    _finding = False  # True while the other finders are asked (find_spec below recurses here)
+
     def find_spec(self, name, path=None, target=None):
-        if name != "tensorflow":
+        # Stays armed until TensorFlow runs: libraries probe with importlib.util.find_spec
+        # ("is TensorFlow installed?") long before, or without, importing it.
+        if name != "tensorflow" or self._finding:
             return None
-        sys.meta_path.remove(self)  # once: the real finders take it from here
-        spec = importlib.util.find_spec(name)
+        self._finding = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._finding = False
         if spec is None or spec.loader is None:
             return spec
         spec.loader = _HidingLoader(spec.loader)
@@ -179,6 +186,9 @@ class _HidingLoader(importlib.abc.Loader):
 
     def exec_module(self, module):
         from kroberta.runtime import quiet_start
+
+        for finder in [f for f in sys.meta_path if isinstance(f, _HideWhenImported)]:
+            sys.meta_path.remove(finder)  # once: TensorFlow is being imported
 
         # TF's CUDA-stub lines at import and first query.
         with quiet_start.filtered_native_stderr():

@@ -53,6 +53,22 @@ def test_tiny_training_on_cpu_starts_quietly(tiny_data, tmp_path):
     assert "cpu device(s)" in run.stdout
 
 
+@ON_CPU_ONLY
+def test_tensorflow_imported_after_a_probe_for_it_starts_quietly():
+    """Libraries (datasets, transformers) ask importlib.util.find_spec("tensorflow") before
+    they import it: the import that follows is still filtered and still hidden from GPUs."""
+    code = ("import importlib.util, sys\n"
+            "import kroberta\n"
+            "assert importlib.util.find_spec('tensorflow') is not None\n"
+            "import tensorflow as tf\n"
+            "assert tf.config.get_visible_devices('GPU') == []\n"
+            "print('imported')\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         env=_newcomer_env(), timeout=300)
+    assert run.returncode == 0 and run.stdout == "imported\n", run.stderr[-2000:]
+    assert run.stderr == ""
+
+
 def test_noise_filter_drops_startup_noise_and_keeps_real_errors():
     level = 2
     assert quiet_start.is_noise(b"I0000 00:00:1796110476.534584    4858 cudart_stub.cc:31] Could not "
