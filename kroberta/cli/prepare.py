@@ -91,7 +91,8 @@ def _tfrecords_in(directory):
             found.append(path)
     if not found:
         raise PrepareError(f"--check {directory}: no {MANIFEST_NAME} and no TFRecord files "
-                           f"({', '.join('*' + x for x in TFRECORD_SUFFIXES)}) in it; name the files with a glob")
+                           f"({', '.join('*' + x for x in TFRECORD_SUFFIXES)}, *.tfrecord-*) in it; name the "
+                           "files with a glob")
     return found
 
 
