@@ -112,7 +112,7 @@ def _local_home(run_dir: str) -> str:
 def _from_manifest(config: Config, directory: str, key: str) -> tuple[Config, str]:
     from kroberta.data.manifest import load_manifest
 
-    if not storage.isdir(directory):
+    if not storage.is_url(directory) and not os.path.isdir(directory):  # a URL: the manifest says
         raise ConfigError(f"{key}: {directory} is not a directory; give the --out of "
                           "python -m kroberta.prepare")
     manifest = load_manifest(directory)
