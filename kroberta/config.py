@@ -441,11 +441,13 @@ def validate(config: Config, source: str | dict = "config") -> Config:
 
     def fail(key, problem):
         # A combination that fails may have been made by another key set elsewhere
-        # (train.steps on the command line against a file's train.warmup_steps): named too.
-        others = {other: source_of(other) for other in re.findall(r"\b(?:%s)\.\w+" % "|".join(
-            SECTIONS), problem) if other != key and source_of(other) not in ("default", source_of(key))}
-        also = "".join(f" ({other} from {where})" for other, where in others.items())
-        raise ConfigError(f"{source_of(key)}: {key}: {problem}{also}")
+        # (train.steps on the command line against a file's train.warmup_steps): the
+        # keys the problem names are named with their sources too.
+        where = source_of(key)
+        named = dict.fromkeys(re.findall(rf"\b(?:{'|'.join(SECTIONS)})\.\w+", problem))
+        also = "".join(f" ({other} from {source_of(other)})" for other in named
+                       if other != key and source_of(other) not in ("default", where))
+        raise ConfigError(f"{where}: {key}: {problem}{also}")
 
     config.check(fail)
     return config
@@ -617,11 +619,11 @@ def from_command_line(name_or_path: str | None, rest: list[str]) -> tuple[Config
     """The config a tool's command line describes: `--config NAME_OR_FILE` (a shipped
     config's name or a TOML file) plus the leftover `--section.key=value` arguments;
     returns (config, sources for error messages), not validated."""
-    for item in rest:
+    for previous, item in zip([""] + rest, rest):
         if not item.startswith("--"):
-            hint = ("; a value goes after '=' (--section.key=value)"
-                    if rest.index(item) and "." in rest[rest.index(item) - 1]
-                    and "=" not in rest[rest.index(item) - 1] else "")
+            # `--train.steps 20`: the value of the key before it, written after a space.
+            spaced = previous.startswith("--") and "." in previous and "=" not in previous
+            hint = "; a value goes after '=' (--section.key=value)" if spaced else ""
             raise ConfigError(f"command line: unexpected argument {item!r}{hint}")
     return _load(name_or_path, _parse_overrides([item[2:] for item in rest]), "command line")
 

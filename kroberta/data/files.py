@@ -41,7 +41,8 @@ def resolve_files(patterns, key: str) -> tuple[str, ...]:
                     "the <mask> in sentences" if looks_like_text else "")
             raise DataError(f"{key}: no file matches {pattern!r}{hint}")
         for path in matched:
-            if tf.io.gfile.isdir(path):
+            # Local paths only: a stat per shard of an object store would slow every start.
+            if "://" not in path and os.path.isdir(path):
                 raise DataError(_directory_message(path, key))
         files.extend(m for m in matched if m not in files)
     return tuple(files)
@@ -50,7 +51,7 @@ def resolve_files(patterns, key: str) -> tuple[str, ...]:
 def _directory_message(path: str, key: str) -> str:
     """What to give instead of a directory: its files, or for training a prepared
     directory's `data.dir`."""
-    prepared = tf.io.gfile.exists(os.path.join(path, MANIFEST_NAME))
+    prepared = os.path.isfile(os.path.join(path, MANIFEST_NAME))
     if prepared:
         return (f"{key}: {path} is a directory made by prepare: training takes it as "
                 f"--data.dir={path}; elsewhere name its files, e.g. "
