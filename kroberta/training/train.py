@@ -205,6 +205,14 @@ def _train_run(config: Config, force: bool, until_step: int | None, accept_chang
              "train.target_eval_loss) to train on")
         summary["stopped_early"] = ended
         stop_step = start_step
+    model_file = storage.join(config.run_dir, final_model.WEIGHTS_FILE)
+    if start_step < stop_step and main_process and storage.isfile(model_file):
+        # A finished run trained on (--accept-changes): its model file would outlive the
+        # newer checkpoints, and kroberta.load reads it first. The checkpoint resumed from
+        # (written at the run's last step) holds the same weights.
+        storage.remove(model_file)
+        _log(f"{final_model.WEIGHTS_FILE} of step {start_step} removed: the run trains on "
+             f"(the checkpoint at step {start_step} holds the same weights)")
     if start_step < stop_step:
         try:
             summary.update(_fit(model, run_data, topology, start_step, stop_step))
@@ -215,11 +223,12 @@ def _train_run(config: Config, force: bool, until_step: int | None, accept_chang
             _log_interrupted(config.run_dir)
             raise
     summary["final_step"] = int(model.optimizer.iterations.numpy())
-    finished_before = (start_step >= config.train.steps and not ended and
-                       storage.isfile(storage.join(config.run_dir, final_model.WEIGHTS_FILE)))
-    if finished_before:
-        _log(f"the run finished at step {start_step}; its model is in {config.run_dir}. "
-             "Nothing to train (raise train.steps with --accept-changes to train on)")
+    trained_nothing = summary["final_step"] == start_step
+    if trained_nothing and (ended or start_step >= config.train.steps) \
+            and storage.isfile(model_file):
+        if not ended:
+            _log(f"the run finished at step {start_step}; its model is in {config.run_dir}. "
+                 "Nothing to train (raise train.steps with --accept-changes to train on)")
         return summary
     if summary.get("stopped_early") and not ended:
         _log(f"early stop at step {summary['final_step']} of {config.train.steps}: "
@@ -234,6 +243,11 @@ def _train_run(config: Config, force: bool, until_step: int | None, accept_chang
         who = f"process {jax.process_index()}: " if summary.get("job_wide") else ""
         print(f"{who}stopped by SIGTERM at step {summary['final_step']}: checkpoint written; "
               "re-run the same command to resume", flush=True)
+        return summary
+    if summary["final_step"] < config.train.steps and not summary.get("stopped_early"):
+        # --until-step: the run is not over; kroberta.load reads its last checkpoint.
+        _log(f"stopped at step {summary['final_step']} of {config.train.steps} (--until-step) "
+             "with a checkpoint; run the same training again to go on")
         return summary
     final_model.save(model, config.run_dir)
     _log(f"model saved in {config.run_dir}")

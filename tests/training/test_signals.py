@@ -49,11 +49,15 @@ def stopped_run(tiny_data, tmp_path_factory):
     lines = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(keras_hub.models.RobertaMaskedLM, "evaluate", evaluate)
-        patch.setattr(train, "_log", lines.append)
+        patch.setattr("kroberta.training.train._log", lines.append)
         first = train(config, until_step=20)
+        model_file = os.path.join(run_dir, "model.weights.h5")
+        assert not os.path.exists(model_file)  # --until-step: the run is not over
         second = train(config)
         kept_after_second = signals.best_checkpoint(str(run_dir))
+        saved_at = os.stat(model_file).st_mtime_ns
         third = train(config)  # ended early: nothing to train
+        assert os.stat(model_file).st_mtime_ns == saved_at  # and nothing written again
     return run_dir, (first, second, third), lines, kept_after_second
 
 

@@ -204,6 +204,28 @@ def test_changed_training_settings_on_a_finished_run_are_refused_or_recorded(
     assert "learning_rate = 0.001" in (run_dir / "config.toml").read_text()
 
 
+def test_a_finished_run_trained_on_keeps_no_stale_model_file(trained_run, tiny_data, tmp_path,
+                                                             capsys):
+    """More steps on a finished run: its model file (step 120) goes when training goes on,
+    and a stop at --until-step writes none, so `kroberta.load` reads the newest weights."""
+    import shutil
+
+    run_dir = tmp_path / "longer"
+    shutil.copytree(trained_run[0], run_dir)
+    config = tiny_config(tiny_data, run_dir, steps=140, eval_every=60, checkpoint_every=60)
+    capsys.readouterr()
+    assert train(config, until_step=130, accept_changes=True)["final_step"] == 130
+    out = capsys.readouterr().out
+    assert "model.weights.h5 of step 120 removed: the run trains on" in out
+    assert "stopped at step 130 of 140 (--until-step) with a checkpoint" in out
+    assert "model saved" not in out and not (run_dir / "model.weights.h5").exists()
+    loaded = kroberta.load(str(run_dir))
+    assert "no final model yet; loading the checkpoint at step 130" in capsys.readouterr().err
+    newest = kroberta.load(str(run_dir), checkpoint="last")
+    for a, b in zip(loaded.get_weights(), newest.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_vocabulary_smaller_than_the_data_is_a_data_error(tiny_data, tmp_path):
     config = tiny_config(tiny_data, tmp_path / "run", steps=10, warmup_steps=0)
     import dataclasses
