@@ -118,7 +118,8 @@ class DataConfig:
     """A directory made by `python -m kroberta.prepare` (reads its manifest.json and checks the
     vocabulary)."""
     train: tuple[str, ...] = ()
-    """TFRecord file(s) or glob(s); empty with an empty `dir` = the embedded corpus."""
+    """TFRecord file(s) or glob(s); empty with an empty `dir` = the embedded corpus. With `dir`,
+    leave it empty: the directory names its own files."""
     validation: tuple[str, ...] = ()
     """Held-out TFRecord file(s) or glob(s); empty = no evaluation."""
     masking: str = "dynamic"

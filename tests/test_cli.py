@@ -94,3 +94,25 @@ def test_the_python_api_is_functions_and_the_former_spellings_still_work():
     assert kroberta.report.report is kroberta.report
     assert kroberta.prepare.prepare is kroberta.prepare
 
+
+
+def test_a_wrong_argument_is_one_line_and_names_an_expanded_pattern(tmp_path, capsys):
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("text")
+    parser = cli.ArgumentParser(prog="python -m kroberta.x")
+    parser.add_argument("--input")
+    parser.add_argument("--labels", choices=["static"])
+    # `--input corpus/*.txt` unquoted: the shell passed the second file on its own.
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--input", str(tmp_path / "a.txt"), str(tmp_path / "b.txt")])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        f"python -m kroberta.x: error: unrecognized arguments: {tmp_path / 'b.txt'}; if the "
+        f"shell expanded an unquoted pattern into these, quote it: '{tmp_path}/*.txt' "
+        "(see --help)\n")
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--labels", "dynamic"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err  # one line; argparse words the choices by Python version
+    assert err.startswith("python -m kroberta.x: error: argument --labels: invalid choice: ")
+    assert "static" in err and err.endswith(" (see --help)\n") and err.count("\n") == 1

@@ -50,7 +50,8 @@ def test_prepare_train_fill_mask(prepared, tmp_path):
     single, double = results
     assert len(single) == 3 and len(double) == 2 and all(len(c) == 3 for c in double)
     for candidate in single + double[0] + double[1]:
-        assert set(candidate) == {"token_id", "token_str", "score", "sequence"}
+        assert set(candidate) == {"token", "token_id", "token_str", "score", "sequence"}
+        assert candidate["token"] == candidate["token_id"]  # Hugging Face's name, and ours
         assert 0.0 <= candidate["score"] <= 1.0
         assert 0 <= candidate["token_id"] < vocabulary
         assert isinstance(candidate["token_str"], str) and "ends here." in candidate["sequence"]
@@ -88,6 +89,22 @@ def test_a_data_dir_that_does_not_match_or_exist_names_the_key_and_the_fix(prepa
     with pytest.raises(ConfigError, match=r"data.dir: .*nothere is not a directory; give the "
                                           r"--out of python -m kroberta.prepare"):
         train(missing)
+    # Files beside a prepared directory would be replaced by its own: refused, unless they
+    # are its own (as a run's recorded config.toml names them).
+    fits = _config(prepared, tmp_path / "run", vocabulary_size=manifest.vocabulary_size)
+    both = dataclasses.replace(fits, data=dataclasses.replace(
+        fits.data, train=(str(tmp_path / "other-*.tfrecord"),)))
+    with pytest.raises(ConfigError, match=r"data.train: data.dir .* has its own train files "
+                                          r"\(1\), so data.train=\[.*other-\*.tfrecord'\] would be "
+                                          r"ignored; give one of data.dir and data.train"):
+        train(both)
+    assert not (tmp_path / "run").exists()
+    from kroberta.training.run_data import run_data_for
+
+    own = dataclasses.replace(fits, data=dataclasses.replace(
+        fits.data, train=tuple(manifest.train_files),
+        validation=tuple(manifest.validation_files)))
+    assert list(run_data_for(own).train.files) == list(manifest.train_files)
 
 
 def test_training_can_start_from_a_hugging_face_checkpoint(prepared, tmp_path):
@@ -135,3 +152,30 @@ def test_static_masking_on_unlabelled_data_names_the_flag(prepared, tmp_path):
     with pytest.raises(ConfigError, match=r"data.masking='static' needs a 'labels' feature .* "
                                           r"use --data.masking=dynamic"):
         train(config)
+
+
+def test_predicting_on_data_prepared_with_another_tokenizer_is_refused(prepared):
+    """The manifest beside the files names the tokenizer that wrote their ids."""
+    from tokenizers import Tokenizer
+
+    from kroberta.data.manifest import load_manifest
+    from kroberta.inference import inputs
+    from kroberta.model.predicting_mlm import PredictInputError
+
+    manifest = load_manifest(str(prepared / "data"))
+    files = list(manifest.validation_files)
+    config = _config(prepared, "unused", vocabulary_size=manifest.vocabulary_size)
+    own = Tokenizer.from_file(manifest.tokenizer_path)
+    assert inputs.as_examples(files, config, own).examples == manifest.validation_sequences
+    larger = _config(prepared, "unused", vocabulary_size=manifest.vocabulary_size + 8)
+    with pytest.raises(PredictInputError, match=rf"inputs: .*data was prepared with a vocabulary "
+                                                rf"of {manifest.vocabulary_size} tokens; the "
+                                                rf"model has {manifest.vocabulary_size + 8}, so "
+                                                r"its ids mean other tokens to this model; "
+                                                r"prepare the text with the run's tokenizer"):
+        inputs.as_examples(files, larger)
+    other = Tokenizer.from_file(manifest.tokenizer_path)
+    other.add_tokens(["zzzz-not-in-the-data"])
+    with pytest.raises(PredictInputError, match=r"prepared with another tokenizer than the "
+                                                r"model's \(other tokens at the same ids\)"):
+        inputs.as_examples(files, config, other)

@@ -91,7 +91,7 @@ def test_a_notebook_trains_predicts_and_reports(tmp_path):
     assert "final_step 20\n" in stdout[2]
 
     assert "top_k True 3\n" in stdout[3]
-    assert "fill_mask 3 ['score', 'sequence', 'token_id', 'token_str']\n" in stdout[3]
+    assert "fill_mask 3 ['score', 'sequence', 'token', 'token_id', 'token_str']\n" in stdout[3]
 
     # The report: its picture inline, its summary printed.
     images = [o for o in outputs[4] if o["output_type"] == "display_data" and

@@ -7,7 +7,9 @@
     143  preempted (SIGTERM), returned by the command itself after its checkpoint
 """
 
+import argparse
 import importlib
+import os
 import sys
 
 from kroberta.errors import DivergedError, KrobertaError
@@ -16,6 +18,21 @@ BAD_INPUT = 2
 DIVERGED = 3
 INTERRUPTED = 130
 PREEMPTED = 143  # 128 + SIGTERM, as if the signal had ended the process
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line (no usage block) with exit code 2, and
+    which names the likely cause of extra path arguments: a pattern the shell expanded."""
+
+    def error(self, message: str):
+        extra = message.removeprefix("unrecognized arguments:").split()
+        if message.startswith("unrecognized arguments:") and any(map(os.path.exists, extra)):
+            folder = os.path.dirname(extra[0]) or "."
+            ending = os.path.splitext(extra[0])[1]
+            message += (f"; if the shell expanded an unquoted pattern into these, quote it: "
+                        f"'{folder}/*{ending}'")
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(BAD_INPUT)
 
 
 def run(body, *, prefix: str = "error: ", interrupted: str = "interrupted",

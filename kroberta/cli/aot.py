@@ -38,7 +38,7 @@ from kroberta.perf.tpu_compile import KNOWN_TOPOLOGIES, AotError, compile_for_to
 
 
 def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m kroberta.aot",
         description="Compile the train and predict steps for a TPU topology without a TPU "
         "(needs libtpu) and report per-device memory, FLOPs and the compute floor. Any "

@@ -17,7 +17,7 @@ from kroberta import cli
 from kroberta.interop import EXPORT_FORMATS
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m kroberta.export", description=__doc__.split("\n")[1])
+    parser = cli.ArgumentParser(prog="python -m kroberta.export", description=__doc__.split("\n")[0])
     parser.add_argument("--run", required=True, help="a finished run directory (config.toml + model.weights.h5)")
     parser.add_argument("--out", required=True, help="directory to write the model into")
     parser.add_argument("--format", choices=EXPORT_FORMATS, default="hf",

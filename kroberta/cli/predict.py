@@ -9,7 +9,6 @@ temporary name and renamed, so an interrupted run leaves no partial file).
 The Python API is `kroberta.predict(...)` (kroberta/inference/prediction.py).
 """
 
-import argparse
 import os
 import sys
 import warnings
@@ -24,19 +23,22 @@ from kroberta.inference.npz_file import Progress, write_npz
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="python -m kroberta.predict", description=__doc__.split("\n")[0])
+    p = cli.ArgumentParser(prog="python -m kroberta.predict", description=__doc__.split("\n")[0])
     p.add_argument("--run", required=True, help="a training run directory (kroberta.load)")
     p.add_argument("--data", required=True, action="append",
                    help="TFRecord file or glob (repeatable)")
-    p.add_argument("--output", default="top_k", choices=OUTPUTS)
+    p.add_argument("--output", default="top_k", choices=OUTPUTS,
+                   help="what to compute on the device: top_k candidates (default), logits, "
+                   "the loss per sequence, or embeddings")
     p.add_argument("--k", type=int, default=5, help="candidates per position for top_k")
-    p.add_argument("--positions", default="masked", choices=("masked", "all"))
+    p.add_argument("--positions", default="masked", choices=("masked", "all"),
+                   help="predict at the <mask> (or labelled) positions (default), or at all")
     p.add_argument("--batch-size", type=int, default=None, help="sequences per step, all devices")
     p.add_argument("--slots", type=int, default=None, help="prediction slots per sequence")
     p.add_argument("--max-output-gib", type=float, default=DEFAULT_MAX_OUTPUT_BYTES / 2**30,
                    help="refuse output='logits' larger than this (GiB of float32)")
     p.add_argument("--out", required=True, help="the .npz file to write")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress line")
     return p
 
 

@@ -41,7 +41,7 @@ def _summary(manifest, out_dir):
 
 
 def _parser():
-    p = argparse.ArgumentParser(
+    p = cli.ArgumentParser(
         prog="python -m kroberta.prepare", description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -54,7 +54,7 @@ def _parser():
     p.add_argument("--vocab-size", type=int, help="tokenizer vocabulary size (default 10000)")
     p.add_argument("--seq-len", type=int, help="tokens per sequence (default 64)")
     p.add_argument("--validation-fraction", type=float, default=0.01,
-                   help="share of the documents held out for validation (default 0.01)")
+                   help="share of the packed sequences held out for validation (default 0.01)")
     p.add_argument("--shards", type=int, help="train shards (default: ~200 MB each)")
     p.add_argument("--labels", choices=["static"], help="write static masked-LM labels")
     p.add_argument("--mask-rate", type=float, default=0.15,

@@ -3,7 +3,6 @@
     python -m kroberta.report runs/x
 """
 
-import argparse
 import sys
 
 from kroberta import cli
@@ -11,7 +10,7 @@ from kroberta.training.report import report
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kroberta.report",
+    parser = cli.ArgumentParser(prog="python -m kroberta.report",
                                      description="Plot a run's metrics.jsonl into report.png.")
     parser.add_argument("run_dir", help="a run directory (holds metrics.jsonl)")
     args = parser.parse_args(argv)

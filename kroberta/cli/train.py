@@ -17,7 +17,7 @@ from kroberta.config import Config, from_command_line, validate
 
 
 def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m kroberta.train",
         description="Pretrain a RoBERTa masked-language model. Any config key can be "
         "overridden as --section.key=value (e.g. --train.steps=4114 --run_dir=runs/x).",

@@ -17,7 +17,8 @@ def fill_mask(model, texts, top_k=5):
 
     Returns:
         Like Hugging Face's fill-mask pipeline: for a text with one mask, a list of
-        `{"token_id", "token_str", "score", "sequence"}` dicts, best first (score
+        `{"score", "token", "token_str", "sequence"}` dicts (and `token_id`, the same as
+        `token`), best first (score
         is a probability); for a text with several masks, one such list per mask.
         A single string gives that text's result; a list gives a list of results.
     """
@@ -60,6 +61,7 @@ def fill_mask(model, texts, top_k=5):
                 filled = real.copy()
                 filled[position] = token_id
                 candidates.append({
+                    "token": int(token_id),  # Hugging Face's pipeline's name for the id
                     "token_id": int(token_id),
                     "token_str": tokenizer.decode([int(token_id)]),
                     "score": float(np.exp(log_prob)),

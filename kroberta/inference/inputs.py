@@ -13,11 +13,14 @@ slots on the devices (`kroberta.inference.program`).
 """
 
 import dataclasses
+import os
 
 import numpy as np
 import tensorflow as tf
 
+from kroberta import storage
 from kroberta.data import pipeline
+from kroberta.data.manifest import ManifestError, load_manifest
 from kroberta.data import rules
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.tokens import IGNORE_LABEL
@@ -40,12 +43,15 @@ class Source:
     replay: object = None  # () -> DataError | None: finds a record that failed to parse
 
 
-def as_examples(inputs, config) -> Source:
+def as_examples(inputs, config, tokenizer=None) -> Source:
+    """`inputs` as a `Source`; `tokenizer` (the model's, or None) is compared with the one
+    a prepared directory's manifest names, when the files come from one."""
     vocabulary = config.model.vocabulary_size
     if isinstance(inputs, (str, list, tuple)) and all(isinstance(p, str) for p in
                                                        ([inputs] if isinstance(inputs, str) else inputs)):
         patterns = [inputs] if isinstance(inputs, str) else list(inputs)
         spec = pipeline.inspect_files(pipeline.resolve_files(patterns, "inputs"), "inputs")
+        _check_prepared_with(spec.files, vocabulary, tokenizer)
         if spec.sequence_length > config.model.max_sequence_length:
             raise PredictInputError(f"inputs: sequences of {spec.sequence_length} tokens, the model "
                                     f"takes at most {config.model.max_sequence_length}")
@@ -59,6 +65,31 @@ def as_examples(inputs, config) -> Source:
     raise PredictInputError(
         "inputs must be TFRecord path(s), a tf.data.Dataset of dicts or a dict of numpy arrays, "
         f"got {type(inputs).__name__}")
+
+
+def _check_prepared_with(files, vocabulary_size: int, tokenizer):
+    """Files from a directory of `python -m kroberta.prepare` hold the ids of the tokenizer
+    its manifest names; another tokenizer's ids would be predicted on as if they were the
+    model's (a wrong answer, no error)."""
+    from tokenizers import Tokenizer
+
+    for directory in sorted({os.path.dirname(f) for f in files}):
+        try:
+            manifest = load_manifest(directory)
+        except ManifestError:
+            continue  # no (readable) manifest: nothing says which tokenizer wrote the ids
+        if manifest.vocabulary_size != vocabulary_size:
+            differs = (f"a vocabulary of {manifest.vocabulary_size} tokens; the model has "
+                       f"{vocabulary_size}")
+        elif tokenizer is not None and Tokenizer.from_str(storage.read_text(
+                manifest.tokenizer_path)).get_vocab() != tokenizer.get_vocab():
+            differs = "another tokenizer than the model's (other tokens at the same ids)"
+        else:
+            continue
+        raise PredictInputError(
+            f"inputs: {directory} was prepared with {differs}, so its ids mean other tokens "
+            "to this model; prepare the text with the run's tokenizer (python -m "
+            "kroberta.prepare --tokenizer RUN_DIR/tokenizer.json ...)")
 
 
 # keras-hub's names for the model inputs, accepted for Hugging Face's.

@@ -22,6 +22,7 @@ from kroberta.data import pipeline
 from kroberta.inference.inputs import as_examples, batched
 from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS, program
 from kroberta.errors import KrobertaError
+from kroberta.perf.hardware import size_text
 
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 
@@ -86,7 +87,7 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     config = getattr(model, "kroberta_config", None)
     if config is None:
         raise PredictionError("model has no kroberta_config: load it with kroberta.load(run_dir)")
-    source = as_examples(inputs, config)
+    source = as_examples(inputs, config, getattr(model, "tokenizer", None))
     if output == "loss" and not source.has_labels:
         raise PredictionError("output='loss' needs labels (a 'labels' array or feature, -100 = none)")
     if output == "top_k" and not 1 <= k <= config.model.vocabulary_size:
@@ -121,8 +122,8 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
         if size > max_output_bytes:
             raise PredictionError(
                 f"output='logits' for {source.examples} examples x {plan_slots} positions x "
-                f"{config.model.vocabulary_size} tokens is {size / 2**30:.1f} GiB of float32, over "
-                f"the {max_output_bytes / 2**30:.1f} GiB budget; use output='top_k' (reduced on the "
+                f"{config.model.vocabulary_size} tokens is {size_text(size)} of float32, over "
+                f"the {size_text(max_output_bytes)} budget; use output='top_k' (reduced on the "
                 "device) or raise max_output_bytes (the command's --max-output-gib)")
     # One host batch per dispatch: G x batch rows, cut into (G, batch, ...) on the way to
     # the devices (one numpy pass per group, not per batch; a short last group is
@@ -234,7 +235,7 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
         if held > max_output_bytes:
             # Inputs of unknown length (a dataset) are only measured as they arrive.
             raise PredictionError(
-                f"the {output!r} result passed the {max_output_bytes / 2**30:.1f} GiB budget after "
+                f"the {output!r} result passed the {size_text(max_output_bytes)} budget after "
                 f"{sum(len(c['valid' if 'valid' in c else output]) for c in chunks)} examples; use "
                 "output='top_k', predict_batches() to stream, or raise max_output_bytes")
         chunks.append(chunk)

@@ -83,23 +83,42 @@ def model_inputs(x, pad_token_id: int = PAD_ID) -> dict:
             "mask_positions": keras.ops.cast(positions, "int32")}
 
 
-def _check_arrays(x, sequence_length: int):
+def _check_arrays(x, sequence_length: int, vocabulary_size: int):
     """Eager checks of in-memory inputs (numpy or lists), before Keras starts."""
     if isinstance(x, (list, tuple, np.ndarray)):
         x = {"token_ids": x}
     if not isinstance(x, dict):
         return  # a tf.data.Dataset or a generator: checked as its batches are traced
-    model_inputs({k: np.asarray(v) if isinstance(v, (list, tuple)) else v
-                  for k, v in x.items()})
+    x = {k: np.asarray(v) if isinstance(v, (list, tuple)) else v for k, v in x.items()}
+    for name, value in x.items():
+        if isinstance(value, np.ndarray) and value.dtype.kind in "USO":
+            raise PredictInputError(
+                f"model.predict: {name!r} holds strings, not token ids; "
+                "kroberta.fill_mask(model, texts) fills <mask> in text, and "
+                "model.tokenizer.encode(text).ids gives a text's ids")
+    model_inputs(x)
+    length = np.shape(x.get("token_ids", x.get("input_ids")))[-1]
+    # Out of range, an id or a position would be clamped by a gather: a wrong answer.
+    limits = {"token_ids": (vocabulary_size, "the vocabulary"),
+              "mask_positions": (length, "the sequence's positions")}
     for name, value in x.items():
         shape = np.shape(value)
         if len(shape) != 2:
             raise PredictInputError(f"model.predict: {name!r} must be 2-D (batch, ...), "
                                     f"got shape {shape}")
-        if HF_NAMES.get(name, name) != "mask_positions" and shape[1] > sequence_length:
+        key = HF_NAMES.get(name, name)
+        if key != "mask_positions" and shape[1] > sequence_length:
             raise PredictInputError(
                 f"model.predict: {name!r} holds {shape[1]} positions but the model reads at "
                 f"most {sequence_length} (model.max_sequence_length)")
+        limit = limits.get(key)
+        if limit is not None and isinstance(value, np.ndarray) and value.size:
+            bad = np.argwhere((value < 0) | (value >= limit[0]))
+            if len(bad):
+                where = ", ".join(str(int(i)) for i in bad[0])
+                raise PredictInputError(
+                    f"model.predict: {name}[{where}] = {int(value[tuple(bad[0])])} is outside "
+                    f"{limit[1]} [0, {limit[0]})")
 
 
 @keras.saving.register_keras_serializable(package="kroberta")
@@ -120,7 +139,7 @@ class PredictingMaskedLM(keras_hub.models.RobertaMaskedLM):
         """
         if isinstance(x, (list, tuple)) and x and not isinstance(x[0], (int, np.integer)):
             x = np.asarray(x)
-        _check_arrays(x, self.backbone.max_sequence_length)
+        _check_arrays(x, self.backbone.max_sequence_length, self.backbone.vocabulary_size)
         values = [variable.value for variable in self.variables]  # references, no copies
         # A loaded model's weights live on one device; a distribution that training left set
         # in this process would demand batches divisible by its devices.

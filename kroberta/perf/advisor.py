@@ -17,6 +17,7 @@ model's matmul FLOPs with the flagged dims padded up, compared to the real ones.
 import dataclasses
 
 from kroberta.perf import flops
+from kroberta.perf.hardware import size_text
 from kroberta.config import Config, ModelConfig
 from kroberta.model import attention
 
@@ -128,10 +129,6 @@ def compiled_memory(config: Config, devices):
                                       shape.steps, config.data.step_input())
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
-
-
 def explain(config: Config, compile_step: bool | None = None, print_fn=print):
     """Prints the advice for `config` on the current devices. Trains nothing and
     creates no run directory."""
@@ -157,9 +154,10 @@ def explain(config: Config, compile_step: bool | None = None, print_fn=print):
              f"{flops.flops_per_token(shape, train=False) / 1e6:.2f} M forward (matmuls; "
              f"{flops.train_flops_per_step(shape, batch) / 1e9:.2f} GFLOP per train step)")
     estimate = flops.memory_estimate(shape, params, t.batch_size_per_device, t.mixed_precision)
-    print_fn(f"memory per device (estimate): {_gib(estimate.total)} = parameters "
-             f"{_gib(estimate.parameters)} + gradients {_gib(estimate.gradients)} + AdamW moments "
-             f"{_gib(estimate.optimizer)} + activations ~{_gib(estimate.activations)}")
+    print_fn(f"memory per device (estimate): {size_text(estimate.total)} = parameters "
+             f"{size_text(estimate.parameters)} + gradients {size_text(estimate.gradients)} "
+             f"+ AdamW moments {size_text(estimate.optimizer)} + activations "
+             f"~{size_text(estimate.activations)}")
     if compile_step is None:
         compile_step = params <= COMPILE_PARAMETER_LIMIT
     measured = None
@@ -167,11 +165,11 @@ def explain(config: Config, compile_step: bool | None = None, print_fn=print):
         measured = compiled_memory(config, devices)
         if measured:
             print_fn(f"memory per device (XLA, the compiled {measured.steps}-step training "
-                     f"program on {devices[0].device_kind}): {_gib(measured.total_bytes)} = "
-                     f"arguments {_gib(measured.argument_bytes)} + temporaries "
-                     f"{_gib(measured.temp_bytes)} + outputs not aliased "
-                     f"{_gib(measured.output_bytes - measured.alias_bytes)} + code "
-                     f"{_gib(measured.code_bytes)}; XLA counts {measured.flops / 1e9:.2f} "
+                     f"program on {devices[0].device_kind}): {size_text(measured.total_bytes)} = "
+                     f"arguments {size_text(measured.argument_bytes)} + temporaries "
+                     f"{size_text(measured.temp_bytes)} + outputs not aliased "
+                     f"{size_text(measured.output_bytes - measured.alias_bytes)} + code "
+                     f"{size_text(measured.code_bytes)}; XLA counts {measured.flops / 1e9:.2f} "
                      "GFLOP per device step")
     print_fn(attention.describe(config))
     chip = hardware.chip_for_device_kind(devices[0].device_kind)
@@ -180,7 +178,7 @@ def explain(config: Config, compile_step: bool | None = None, print_fn=print):
         fits = needed < 0.9 * chip.memory_bytes
         floor = flops.train_flops_per_step(shape, batch) / (chip.bf16_flops * len(devices))
         print_fn(f"{chip.name}: {'fits' if fits else 'does NOT fit'} in "
-                 f"{_gib(chip.memory_bytes)} per device; compute floor "
+                 f"{size_text(chip.memory_bytes)} per device; compute floor "
                  f"{floor * 1e3:.3f} ms per step at peak bf16")
         if not fits:
             _print_options(config, devices, 0.9 * chip.memory_bytes, print_fn)
@@ -195,7 +193,7 @@ def _print_options(config: Config, devices, budget: float, print_fn):
     """Compiles the changes that could make the training step fit (kroberta.perf.memory_plan)."""
     from kroberta.perf import memory_plan
 
-    print_fn(f"compiling changes that could make it fit in {_gib(budget)} (90% of the device), "
+    print_fn(f"compiling changes that could make it fit in {size_text(budget)} (90% of the device), "
              "cheapest first:")
     found = memory_plan.options(config, devices, budget, log=print_fn)
     if found and found[-1].measured.fits(budget):

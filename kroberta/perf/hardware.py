@@ -17,6 +17,15 @@ class Chip:
 
 GiB = 2**30
 
+
+def size_text(n: float) -> str:
+    """A byte count as people read it: "1.25 GiB", "14.3 MiB", "1.0 KiB", "100 bytes"
+    (the largest unit of which it is at least a quarter)."""
+    for unit, size, digits in (("GiB", GiB, 2), ("MiB", 2**20, 1), ("KiB", 2**10, 1)):
+        if n >= size / 4:
+            return f"{n / size:.{digits}f} {unit}"
+    return f"{n:.0f} bytes"
+
 CHIPS = {
     "v2": Chip("TPU v2", 22.5e12, 8 * GiB),
     "v3": Chip("TPU v3", 61.5e12, 16 * GiB),

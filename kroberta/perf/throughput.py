@@ -105,8 +105,12 @@ def _plausible_cpu_peak(flops: float) -> bool:
     return 0 < flops <= 0.5e12 * (os.cpu_count() or 1)
 
 
-def cpu_peak_flops(refresh: bool = False) -> float | None:
-    """The machine's f32 matmul FLOP/s (cached per CPU model, core and device count)."""
+def cpu_peak_flops(refresh: bool = False, at_least: float = 0.0) -> float | None:
+    """The machine's f32 matmul FLOP/s (cached per CPU model, core and device count).
+
+    `at_least`: a rate of matmul FLOPs this machine was seen to do (a run's, which can
+    exceed a peak measured while other jobs were busy); the peak kept is never below it.
+    """
     # v2: measured over all simulated devices at once (v1 keys measured one device).
     key = f"v2 | {_cpu_model()} | {os.cpu_count()} cores | {jax.device_count('cpu')} jax devices"
     path = _cache_path()
@@ -125,7 +129,7 @@ def cpu_peak_flops(refresh: bool = False) -> float | None:
     if not _plausible_cpu_peak(measured):
         return known  # None when nothing trustworthy is known: no MFU rather than a wrong one
     # A shared machine only ever measures low: keep the best figure seen.
-    peak = max(measured, known or 0.0)
+    peak = max(measured, known or 0.0, at_least if _plausible_cpu_peak(at_least) else 0.0)
     cache[key] = peak
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -15,7 +15,7 @@ from kroberta.config import Config, validate
 from kroberta.errors import KrobertaError
 from kroberta.model import attention
 from kroberta.perf import hardware
-from kroberta.perf.hardware import GiB
+from kroberta.perf.hardware import GiB, size_text
 
 # Compiled here with libtpu 0.0.42; libtpu accepts other slices of these generations
 # too ("v4:2x2x2", "v5e:8x8"): generation, colon, chips along each axis.
@@ -101,8 +101,8 @@ class Report:
                             ("  of which donated (aliased)", "alias_bytes"),
                             ("temporaries", "temp_bytes"), ("generated code", "code_bytes"),
                             ("total", "total_bytes")):
-            row(label, _size(getattr(t, attr)), _size(getattr(p, attr)))
-        row(f"  of {_size(self.hbm_bytes)} HBM", f"{t.total_bytes / self.hbm_bytes:.1%}",
+            row(label, size_text(getattr(t, attr)), size_text(getattr(p, attr)))
+        row(f"  of {size_text(self.hbm_bytes)} HBM", f"{t.total_bytes / self.hbm_bytes:.1%}",
             f"{p.total_bytes / self.hbm_bytes:.1%}")
         row("FLOPs per device per step", f"{t.flops / 1e9:.2f} G", f"{p.flops / 1e9:.2f} G")
         row(f"compute floor ({self.peak_flops / 1e12:g} TF/s)",
@@ -120,10 +120,6 @@ class Report:
             f"dispatch; model built on the host in {self.build_seconds:.1f} s.",
         ]
         return "\n".join(rows)
-
-
-def _size(n: float) -> str:
-    return f"{n / GiB:.2f} GiB" if n >= GiB else f"{n / 2**20:.1f} MiB"
 
 
 def _too_big(needed: float, hbm: float, generation: str, what: str, strategy: str,

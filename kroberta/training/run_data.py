@@ -128,6 +128,15 @@ def _from_manifest(config: Config, directory: str, key: str) -> tuple[Config, st
             f"model.max_sequence_length={config.model.max_sequence_length}; set "
             f"--model.max_sequence_length={manifest.sequence_length}"
         )
+    # Files named beside a prepared directory would be silently replaced by its own
+    # (a recorded config.toml names the directory's files: those agree).
+    for split, given, own in (("train", config.data.train, manifest.train_files),
+                              ("validation", config.data.validation, manifest.validation_files)):
+        if given and own and sorted(given) != sorted(own):
+            raise ConfigError(
+                f"data.{split}: {key} {directory} has its own {split} files ({len(own)}), so "
+                f"data.{split}={list(given)} would be ignored; give one of data.dir and "
+                f"data.{split}")
     special = manifest.special_tokens
     data = dataclasses.replace(
         config.data,

@@ -111,6 +111,9 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
     checkpoint (`removed_unless_checkpointed`).
     """
     validate(config, sources or "config")
+    if until_step is not None and until_step < 1:
+        raise ConfigError(f"until_step (--until-step) = {until_step}: give the step to stop "
+                          f"after, 1 to train.steps ({config.train.steps})")
     with removed_unless_checkpointed(config.run_dir):
         return _train_run(config, force, until_step, accept_changes)
 

@@ -54,6 +54,21 @@ def test_wrong_inputs_are_refused_and_the_model_stays_usable(loaded):
         loaded.predict({"inputs": ids}, verbose=0)
     with pytest.raises(PredictInputError, match="reads at most 32"):
         loaded.predict(np.ones((2, TINY_LENGTH + 8), "int32"), verbose=0)
+    # What a gather would clamp into a wrong answer, and text instead of ids.
+    outside = ids.copy()
+    outside[1, 3] = TINY_VOCAB
+    with pytest.raises(PredictInputError, match=rf"input_ids\[1, 3\] = {TINY_VOCAB} is outside "
+                                                rf"the vocabulary \[0, {TINY_VOCAB}\)"):
+        loaded.predict({"input_ids": outside}, verbose=0)
+    with pytest.raises(PredictInputError, match=r"token_ids\[0, 0\] = -1 is outside"):
+        loaded.predict(np.full((1, 4), -1), verbose=0)
+    with pytest.raises(PredictInputError, match=rf"mask_positions\[2, 1\] = {TINY_LENGTH} is "
+                                                rf"outside the sequence's positions"):
+        positions = np.array([[0, 1], [0, 1], [0, TINY_LENGTH]])
+        loaded.predict({"token_ids": ids, "mask_positions": positions}, verbose=0)
+    with pytest.raises(PredictInputError, match="holds strings, not token ids; "
+                                                r"kroberta.fill_mask\(model, texts\)"):
+        loaded.predict(["The <mask> sat on the mat."], verbose=0)
     # A failure Keras meets only while tracing its step (a dataset's element): after
     # Keras has detached the model's variables.
     bad = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "oops": mask}).batch(3)

@@ -143,7 +143,9 @@ def test_a_second_call_with_the_same_shapes_compiles_nothing(model):
 
 
 def test_logits_over_the_memory_budget_is_a_clear_error(model):
-    with pytest.raises(PredictionError, match=r"GiB of float32, over the .* budget; use output='top_k'"):
+    # Sizes in the unit that shows them (it said "0.0 GiB ... over the 0.0 GiB budget").
+    with pytest.raises(PredictionError, match=r"is \d+\.\d MiB of float32, over the 1\.0 KiB "
+                                              r"budget; use output='top_k'"):
         kroberta.predict(model, _arrays(50), output="logits", positions="all", max_output_bytes=1000)
 
 

@@ -83,6 +83,10 @@ def test_mfu_and_peaks(tmp_path, monkeypatch):
     assert list(cached.values()) == [5e10] and "jax devices" in next(iter(cached))
     monkeypatch.setattr(throughput, "measure_machine_matmul_flops", lambda *a, **k: 1e10)
     assert throughput.cpu_peak_flops(refresh=True) == 5e10  # a busy machine measures low
+    # A run that did more model FLOP/s than the peak: the peak kept is at least its rate.
+    assert throughput.cpu_peak_flops(refresh=True, at_least=8e10) == 8e10
+    assert list(json.loads((tmp_path / "kroberta" / "cpu_peak.json").read_text()).values()) \
+        == [8e10]
 
 
 def test_an_implausible_cpu_peak_is_neither_used_nor_cached(tmp_path, monkeypatch):
