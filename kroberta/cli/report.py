@@ -11,7 +11,7 @@ from kroberta.training.report import report
 
 def main(argv=None) -> int:
     parser = cli.ArgumentParser(prog="python -m kroberta.report",
-                                     description="Plot a run's metrics.jsonl into report.png.")
+                                description="Plot a run's metrics.jsonl into report.png.")
     parser.add_argument("run_dir", help="a run directory (holds metrics.jsonl)")
     args = parser.parse_args(argv)
 
