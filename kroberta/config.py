@@ -17,6 +17,7 @@ from (a file, the command line, `overrides` or a manifest), so the CLI can print
 import dataclasses
 import importlib.resources
 import math
+import numbers
 import os
 import re
 import tomllib
@@ -450,8 +451,31 @@ def validate(config: Config, source: str | dict = "config") -> Config:
                        if other != key and source_of(other) not in ("default", where))
         raise ConfigError(f"{where}: {key}: {problem}{also}")
 
+    if not isinstance(config, Config):
+        raise ConfigError(f"expected a kroberta Config (kroberta.load_config(name, overrides)), "
+                          f"got {type(config).__name__}")
+    config = _typed(config, source_of)
     config.check(fail)
     return config
+
+
+def _typed(config: Config, source_of) -> Config:
+    """`config` with every value of its field's type: a `dataclasses.replace` can put in
+    anything (a Path, one string for a list, a numpy integer), which `_coerce` converts
+    where that is safe and refuses, naming the key, where it is not."""
+    sections = {}
+    for name, section_type in SECTIONS.items():
+        section = getattr(config, name)
+        if not isinstance(section, section_type):
+            raise ConfigError(f"{source_of(name)}: {name}: expected a {section_type.__name__} "
+                              f"(the config's own .{name}, changed with dataclasses.replace), "
+                              f"got {type(section).__name__}")
+        types = typing.get_type_hints(section_type)
+        sections[name] = replace(section, **{
+            key: _coerce(getattr(section, key), types[key], f"{name}.{key}",
+                         source_of(f"{name}.{key}")) for key in types})
+    top = {key: _coerce(getattr(config, key), str, key, source_of(key)) for key in TOP_LEVEL_KEYS}
+    return replace(config, **sections, **top)
 
 
 
@@ -459,20 +483,25 @@ def _coerce(value, expected, key: str, source: str):
     """`value` as the annotation `expected` takes it, with the few safe coercions."""
     if typing.get_origin(expected) is tuple:
         (item_type,) = {a for a in typing.get_args(expected) if a is not Ellipsis}
-        if isinstance(value, (str, int)) and not isinstance(value, bool):
+        if isinstance(value, (str, os.PathLike, numbers.Integral)) and not isinstance(value, bool):
             value = [value]  # one file or one id needs no brackets
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{source}: {key}: expected a list, got {value!r}")
         return tuple(_coerce(v, item_type, key, source) for v in value)
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    # numbers.Real: numpy's scalars too (np.int64(50) is not an int).
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    integer = number and (isinstance(value, numbers.Integral) or float(value).is_integer())
     if (expected is bool and isinstance(value, bool)) or (expected is str and isinstance(value, str)):
         return value
-    if expected is int and number and (isinstance(value, int) or value.is_integer()):
+    if expected is str and isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if expected is int and integer:
         return int(value)  # 1e4 written for 10000
     if expected is float and number:
         return float(value)
-    if expected == (int | str) and (value == AUTO or (number and isinstance(value, int))):
-        return value  # a count, or the one word "auto"
+    if expected == (int | str) and (value == AUTO or (number and
+                                                      isinstance(value, numbers.Integral))):
+        return value if isinstance(value, str) else int(value)  # a count, or the word "auto"
     wanted = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
               int | str: f"an integer or \"{AUTO}\""}[expected]
     raise ConfigError(f"{source}: {key}: expected {wanted}, got {value!r}")
@@ -563,12 +592,17 @@ def shipped_names() -> list[str]:
                   if entry.name.endswith(".toml"))
 
 
-def config_path(name_or_path: str) -> str:
+def config_path(name_or_path: str | os.PathLike) -> str:
     """The TOML file a `--config` value means: a shipped config's name, else a path.
 
     Raises ConfigError naming the value and listing the shipped names when neither
     a shipped config nor a file of that name exists.
     """
+    if isinstance(name_or_path, os.PathLike):
+        name_or_path = os.fspath(name_or_path)
+    if not isinstance(name_or_path, str):
+        raise ConfigError(f"config: expected a shipped config's name or a TOML file's path, got "
+                          f"{type(name_or_path).__name__}")
     if _NAME.match(name_or_path):
         shipped = _shipped_dir() / f"{name_or_path}.toml"
         if shipped.is_file():

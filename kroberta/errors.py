@@ -12,3 +12,21 @@ class KrobertaError(Exception):
 
 class DivergedError(KrobertaError, FloatingPointError):
     """The training loss became NaN or inf."""
+
+
+class ArgumentKindError(KrobertaError, TypeError):
+    """An argument of another kind than the function takes: a path where a model goes, a
+    model where a path goes."""
+
+
+def check_model(model, where: str):
+    """Raises ArgumentKindError unless `model` is a Keras model (as `kroberta.load`,
+    `from_hf` and `from_keras_hub` return); a path given instead gets the call to load it."""
+    import keras
+
+    if isinstance(model, keras.Model):
+        return
+    hint = (f"; load it first: model = kroberta.load({str(model)!r})"
+            if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__") else "")
+    raise ArgumentKindError(f"{where}: expected a model (kroberta.load(run_dir), "
+                            f"kroberta.from_hf(dir), ...), got {type(model).__name__}{hint}")

@@ -211,3 +211,31 @@ def test_model_parallel_with_the_data_strategy_is_refused():
 def test_a_value_after_a_space_says_to_use_equals():
     with pytest.raises(ConfigError, match=r"unexpected argument '20'; a value goes after '=' "):
         from_command_line("tiny", ["--train.steps", "20"])
+
+
+def test_what_dataclasses_replace_or_python_puts_in_is_typed_or_refused_by_key(tmp_path):
+    """validate types every field: a replace() can put in a Path, one string for a list, a
+    numpy integer, or a wrong type; a dict or a name is not a Config."""
+    import dataclasses
+    import pathlib
+
+    import numpy as np
+
+    config = kroberta.load_config("tiny", {"train.steps": np.int64(50)})  # numpy's integers are integers
+    assert config.train.steps == 50 and type(config.train.steps) is int
+    typed = validate(dataclasses.replace(
+        config, run_dir=pathlib.Path("runs/p"),
+        data=dataclasses.replace(config.data, train="data/x/train-0.tfrecord")))
+    assert typed.run_dir == "runs/p" and typed.data.train == ("data/x/train-0.tfrecord",)
+    with pytest.raises(ConfigError, match=r"^config: train.steps: expected an integer, got '20'$"):
+        validate(dataclasses.replace(config, train=dataclasses.replace(config.train, steps="20")))
+    with pytest.raises(ConfigError, match=r"^config: train: expected a TrainConfig .*got dict$"):
+        validate(dataclasses.replace(config, train={"steps": 5}))
+    for wrong in ({"train.steps": 5}, "tiny", None):
+        with pytest.raises(ConfigError, match=r"^expected a kroberta Config \(kroberta.load_config"):
+            validate(wrong)
+    (tmp_path / "my.toml").write_text("[train]\nsteps = 700\n")
+    assert kroberta.load_config(tmp_path / "my.toml").train.steps == 700  # a Path names a file too
+    with pytest.raises(ConfigError, match="expected a shipped config's name or a TOML file's "
+                                          "path, got int"):
+        kroberta.load_config(5)

@@ -56,7 +56,7 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
                         help="plan for this much memory per device instead of the chip's HBM")
     args, rest = parser.parse_known_args(argv)
     config, sources = from_command_line(args.config, rest)
-    validate(config, sources)
+    config = validate(config, sources)
     return config, args
 
 

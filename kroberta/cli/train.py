@@ -71,7 +71,7 @@ def _train(argv) -> int:
     if args.explain:  # kroberta.perf.advisor: trains nothing, creates no run dir
         from kroberta.perf import advisor
 
-        validate(config, args.sources or "config")
+        config = validate(config, args.sources or "config")
         advisor.explain(config)
         return 0
     summary = train(config, force=args.force, until_step=args.until_step, sources=args.sources,

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from kroberta.errors import check_model
 from kroberta.inference.prediction import PredictionError, predict
 
 MASK_TOKEN = "<mask>"
@@ -22,11 +23,20 @@ def fill_mask(model, texts, top_k=5):
         is a probability); for a text with several masks, one such list per mask.
         A single string gives that text's result; a list gives a list of results.
     """
+    check_model(model, "fill_mask")
+    single = isinstance(texts, str)
+    if not single and not (isinstance(texts, (list, tuple))
+                           and all(isinstance(t, str) for t in texts)):
+        raise PredictionError(f"fill_mask: texts must be a string or a list of strings, got "
+                              f"{type(texts).__name__}"
+                              + ("" if not isinstance(texts, (list, tuple)) else " holding "
+                                 + ", ".join(sorted({type(t).__name__ for t in texts
+                                                     if not isinstance(t, str)}))))
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None:
-        raise PredictionError("fill_mask needs a tokenizer: this model's run has no "
-                              "tokenizer.json (train with --data.dir from kroberta.prepare)")
-    single = isinstance(texts, str)
+        raise PredictionError("fill_mask needs a tokenizer: this model has none (a run trained "
+                              "with --data.dir from kroberta.prepare keeps one; a model from "
+                              "keras.saving.load_model has lost it: use kroberta.load)")
     texts = [texts] if single else list(texts)
     if not texts:
         raise PredictionError("fill_mask: no texts given")

@@ -47,6 +47,16 @@ def as_examples(inputs, config, tokenizer=None) -> Source:
     """`inputs` as a `Source`; `tokenizer` (the model's, or None) is compared with the one
     a prepared directory's manifest names, when the files come from one."""
     vocabulary = config.model.vocabulary_size
+    if isinstance(inputs, os.PathLike):
+        inputs = os.fspath(inputs)
+    if isinstance(inputs, (list, tuple)):
+        if not inputs:
+            raise PredictInputError("inputs: an empty list; give TFRecord path(s), a "
+                                    "tf.data.Dataset of dicts or a dict of numpy arrays")
+        inputs = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in inputs]
+    if isinstance(inputs, np.ndarray):  # bare token ids, as model.predict takes them
+        inputs = {"input_ids": inputs,
+                  "attention_mask": (inputs != config.data.pad_token_id).astype(np.int32)}
     if isinstance(inputs, (str, list, tuple)) and all(isinstance(p, str) for p in
                                                        ([inputs] if isinstance(inputs, str) else inputs)):
         patterns = [inputs] if isinstance(inputs, str) else list(inputs)
@@ -104,9 +114,16 @@ def _from_arrays(arrays, config) -> Source:
     columns = {}
     for name in FEATURES:
         if name in arrays:
-            value = np.asarray(arrays[name])
+            try:
+                value = np.asarray(arrays[name])
+            except ValueError:  # rows of different lengths
+                raise PredictInputError(f"inputs[{name!r}]: rows of different lengths; pad them "
+                                        "to one length (attention_mask 0 there)") from None
             if value.ndim != 2:
                 raise PredictInputError(f"inputs[{name!r}]: expected shape (N, L), got {value.shape}")
+            if value.dtype.kind not in "iub":
+                raise PredictInputError(f"inputs[{name!r}]: expected integers, got {value.dtype} "
+                                        "values")
             columns[name] = value.astype(np.int32)
     shapes = {n: v.shape for n, v in columns.items()}
     if len(set(shapes.values())) != 1:
@@ -130,10 +147,22 @@ def _check_values(columns, config, where):
     mask = columns["attention_mask"]
     if rules.bad_attention(mask).any():
         raise PredictInputError(f"{where}: attention_mask holds values other than 0 and 1")
+    labels = columns.get("labels")
+    bad = np.argwhere(rules.bad_label(labels, config.model.vocabulary_size)) \
+        if labels is not None else ()
+    if len(bad):
+        row, col = bad[0]
+        raise PredictInputError(f"{where}: labels[{row}, {col}] = {labels[row, col]} is neither "
+                                f"-100 (no loss) nor in the vocabulary [0, "
+                                f"{config.model.vocabulary_size})")
 
 
 def _from_dataset(dataset, config) -> Source:
     spec = dataset.element_spec
+    if isinstance(spec, dict) and set(KERAS_HUB_NAMES) & set(spec):  # keras-hub's names
+        dataset = dataset.map(lambda example: {KERAS_HUB_NAMES.get(n, n): v
+                                               for n, v in example.items()})
+        spec = dataset.element_spec
     if not isinstance(spec, dict) or "input_ids" not in spec or "attention_mask" not in spec:
         raise PredictInputError("inputs: a tf.data.Dataset must yield dicts with 'input_ids' and "
                                 f"'attention_mask', got {spec}")

@@ -12,6 +12,7 @@ replicated copy of the weights, so a failure mid-way leaves the model usable.
 """
 
 import contextlib
+import numbers
 import warnings
 
 import jax
@@ -21,7 +22,7 @@ import tensorflow as tf
 from kroberta.data import pipeline
 from kroberta.inference.inputs import as_examples, batched
 from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS, program
-from kroberta.errors import KrobertaError
+from kroberta.errors import KrobertaError, check_model
 from kroberta.perf.hardware import size_text
 
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
@@ -84,14 +85,17 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
         raise PredictionError(f"output must be one of {OUTPUTS}, got {output!r}")
     if positions not in ("masked", "all"):
         raise PredictionError(f"positions must be 'masked' or 'all', got {positions!r}")
+    check_model(model, "predict")
     config = getattr(model, "kroberta_config", None)
     if config is None:
         raise PredictionError("model has no kroberta_config: load it with kroberta.load(run_dir)")
     source = as_examples(inputs, config, getattr(model, "tokenizer", None))
     if output == "loss" and not source.has_labels:
         raise PredictionError("output='loss' needs labels (a 'labels' array or feature, -100 = none)")
-    if output == "top_k" and not 1 <= k <= config.model.vocabulary_size:
-        raise PredictionError(f"k must be in [1, {config.model.vocabulary_size}], got {k}")
+    if output == "top_k" and (not isinstance(k, numbers.Integral) or isinstance(k, bool)
+                              or not 1 <= k <= config.model.vocabulary_size):
+        raise PredictionError(f"k must be an integer in [1, {config.model.vocabulary_size}], "
+                              f"got {k!r}")
     length = source.sequence_length
     # 0 and negatives would otherwise surface from inside TensorFlow or JAX.
     if batch_size is not None and batch_size < 1:
@@ -205,9 +209,11 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
 
     Args:
         model: a model from `kroberta.load(run_dir)` (or `kroberta.from_hf`).
-        inputs: a TFRecord path, glob or list of them; a `tf.data.Dataset` of
-            dicts (batched or not); or a dict of numpy arrays `input_ids`
-            (N, L), `attention_mask` (N, L) and optionally `labels` (N, L).
+        inputs: a TFRecord path (str or `pathlib.Path`), glob or list of them; a
+            `tf.data.Dataset` of dicts (batched or not); a dict of numpy arrays
+            `input_ids` (N, L), `attention_mask` (N, L) and optionally `labels`
+            (N, L) (keras-hub's names `token_ids` / `padding_mask` too); or a bare
+            (N, L) array of token ids (the pad id's positions are padding).
         output: "top_k", "logits", "loss" or "embeddings".
         k: candidates per position for "top_k".
         positions: "masked" (where the input holds <mask>, or where labels are

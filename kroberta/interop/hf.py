@@ -12,6 +12,7 @@ import json
 import math
 import os
 
+from kroberta.errors import check_model
 from kroberta.interop import hf_weights
 from kroberta.interop.hf_weights import HFConversionError, HFFileMissingError
 from kroberta import storage
@@ -117,6 +118,7 @@ def export_hf(model, out_dir: str, tokenizer=None) -> str:
     Returns:
         `out_dir`.
     """
+    check_model(model, "export_hf")
     from safetensors.numpy import save_file
 
     if tokenizer is None:

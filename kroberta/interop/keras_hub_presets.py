@@ -25,6 +25,7 @@ presets do.
 import json
 import os
 
+from kroberta.errors import check_model
 from kroberta.interop.hf_weights import HFConversionError
 from kroberta import storage
 from kroberta.atomic import atomic_write
@@ -121,6 +122,7 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     Args and return value as for `kroberta.export_hf`; the tokenizer (byte-level BPE)
     becomes keras-hub's `RobertaTokenizer` with a `RobertaMaskedLMPreprocessor`.
     """
+    check_model(model, "export_keras_hub")
     import keras_hub
 
     from kroberta.config import DataConfig, to_toml

@@ -98,6 +98,8 @@ class _MaskedMean(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         values, weights = self.values(y_true, y_pred)
+        if sample_weight is not None:  # (batch, slots): keras-hub's mask_weights, say
+            weights = weights * ops.cast(sample_weight, "float32")
         self.total.assign_add(ops.sum(values * weights))
         self.count.assign_add(ops.sum(weights))
 

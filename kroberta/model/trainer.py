@@ -268,7 +268,8 @@ def as_training_model(model) -> TrainingMaskedLM:
     from kroberta.model.predicting_mlm import PredictingMaskedLM
 
     if not isinstance(model, TrainingMaskedLM):
-        # kroberta.load's class differs from keras-hub's only in `predict`.
+        # kroberta.load's class differs from keras-hub's only in the inputs its steps take
+        # and compile's defaults, which compile_model's arguments replace.
         if type(model) not in (keras_hub.models.RobertaMaskedLM, PredictingMaskedLM):
             raise TypeError(f"expected a keras-hub RobertaMaskedLM, got {type(model).__name__}")
         model.__class__ = TrainingMaskedLM

@@ -201,7 +201,7 @@ def compile_for_topology(config: Config, topology_name: str, model=None,
     """
     from kroberta.perf import aot_programs
 
-    validate(config)
+    config = validate(config)
     devices = topology_devices(topology_name)
     hbm, peak, chips = _per_device_chip(devices)
     hbm = hbm_bytes or hbm

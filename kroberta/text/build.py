@@ -11,6 +11,7 @@ is prepared in a local temporary directory, then uploaded with the manifest last
 """
 
 import math
+import numbers
 import os
 import shutil
 import tempfile
@@ -56,6 +57,16 @@ class PrepareWarning(UserWarning):
 
 
 def _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer):
+    # Python callers can pass anything: the types first, each named by its option.
+    for option, value, kind in (("--vocab-size", vocab_size, numbers.Integral),
+                                ("--seq-len", seq_len, numbers.Integral),
+                                ("--validation-fraction", validation_fraction, numbers.Real),
+                                ("--mask-rate", mask_rate, numbers.Real),
+                                ("--shards", shards if shards is not None else 1, numbers.Integral)):
+        if not isinstance(value, kind) or isinstance(value, bool):
+            wanted = "an integer" if kind is numbers.Integral else "a number"
+            raise PrepareError(f"{option} (prepare's {option[2:].replace('-', '_')}) must be "
+                               f"{wanted}, got {value!r}")
     if seq_len < MIN_SEQ_LEN:
         raise PrepareError(f"--seq-len {seq_len} is too short: use at least {MIN_SEQ_LEN}")
     if tokenizer is None and vocab_size < MIN_VOCABULARY_SIZE:
@@ -77,7 +88,7 @@ def _refuse_existing(out_dir, overwrite):
     """Refuse to clobber a prepared directory unless asked (checked before any work)."""
     path = os.path.join(out_dir, MANIFEST_NAME)
     if os.path.exists(path) and not overwrite:
-        raise PrepareError(f"{out_dir} already holds a prepared dataset ({path}); pass --overwrite to replace it")
+        raise PrepareError(f"{out_dir} already holds a prepared dataset ({path}); pass --overwrite (overwrite=True) to replace it")
 
 
 def _clear_previous(out_dir):
@@ -325,7 +336,7 @@ def _prepare_to_url(url: str, overwrite: bool, arguments: dict) -> dict:
     try:
         if storage.exists(manifest_url) and not overwrite:
             raise PrepareError(f"{url} already holds a prepared dataset ({manifest_url}); "
-                               "pass --overwrite to replace it")
+                               "pass --overwrite (overwrite=True) to replace it")
         with tempfile.TemporaryDirectory(prefix="kroberta-prepare-") as local:
             manifest = prepare(out_dir=local, overwrite=False, **arguments)
             if storage.exists(manifest_url):  # --overwrite: the old manifest goes first

@@ -56,7 +56,12 @@ def expand_inputs(inputs):
         A list of file paths. Raises `TextInputError` naming any pattern that matches
         no file.
     """
-    patterns = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    patterns = [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs
+    if not isinstance(patterns, (list, tuple)) or not all(
+            isinstance(p, (str, os.PathLike)) for p in patterns):
+        raise TextInputError(f"inputs: expected a path or pattern, or a list of them, got "
+                             f"{type(inputs).__name__}")
+    patterns = list(patterns)
     if not patterns:
         raise TextInputError("no input given (pass --input 'corpus/*.txt')")
     files = []

@@ -6,6 +6,7 @@ A run directory holds `config.toml` (the resolved config), `model.weights.h5`
 `tokenizer.json`. `load` rebuilds the model from the config and loads the weights.
 """
 
+import dataclasses
 import os
 import sys
 
@@ -13,9 +14,9 @@ import keras_hub
 
 from kroberta.training import checkpoint
 from kroberta.training.checkpoint import list_checkpoints  # `load`'s argument is named checkpoint
-from kroberta.config import load_toml
+from kroberta.config import load_toml, to_toml
 from kroberta import storage
-from kroberta.errors import KrobertaError
+from kroberta.errors import ArgumentKindError, KrobertaError
 from kroberta.interop import EXPORT_FORMATS
 
 WEIGHTS_FILE = "model.weights.h5"
@@ -24,7 +25,9 @@ TOKENIZER_FILE = "tokenizer.json"
 
 
 def save(model, run_dir: str):
-    """Writes the model's weights (not the optimizer's) into `run_dir` atomically.
+    """Writes the model's weights (not the optimizer's) into `run_dir` atomically, and
+    where `run_dir` holds no run yet, the model's config and tokenizer too, so that
+    `kroberta.load(run_dir)` reads it back (a fine-tuned or imported model).
 
     In a multi-process run every process must call this (weights split across
     processes are gathered, a collective); only process 0 writes.
@@ -48,6 +51,12 @@ def save(model, run_dir: str):
         twin.set_weights(weights)
         with storage.staged_file(final) as tmp:  # a rename, or one upload (a URL)
             twin.save_weights(tmp)
+    config, tokenizer = getattr(model, "kroberta_config", None), getattr(model, "tokenizer", None)
+    if config is not None and not storage.isfile(storage.join(run_dir, CONFIG_FILE)):
+        storage.write_text(storage.join(run_dir, CONFIG_FILE),
+                           to_toml(dataclasses.replace(config, run_dir=str(run_dir))))
+    if tokenizer is not None and not storage.isfile(storage.join(run_dir, TOKENIZER_FILE)):
+        storage.write_text(storage.join(run_dir, TOKENIZER_FILE), tokenizer.to_str())
     return final
 
 
@@ -79,6 +88,11 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
         `kroberta_config` (the run's `Config`) and `tokenizer` (a
         `tokenizers.Tokenizer`, or None when the run had none).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentKindError(f"kroberta.load: expected a run directory's path, got "
+                                f"{type(path).__name__}" + (" (a model already: use it as it is)"
+                                                            if hasattr(path, "predict") else ""))
+    path = os.fspath(path)
     config_path = storage.join(path, CONFIG_FILE)
     weights_path = storage.join(path, WEIGHTS_FILE)
     if not storage.isdir(path):
@@ -193,7 +207,7 @@ def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> s
         raise ExportError(f"--out {out}: exists and is not a directory")
     non_empty = os.path.isdir(out) and bool(os.listdir(out))
     if non_empty and not overwrite:
-        raise ExportError(f"--out {out}: directory is not empty (pass --overwrite to replace its export)")
+        raise ExportError(f"--out {out}: directory is not empty (pass --overwrite, overwrite=True in Python, to replace its export)")
     try:
         model = load(run, mixed_precision=False)  # float32 weights either way
     except (FileNotFoundError, ValueError) as e:  # ConfigError is a ValueError

@@ -224,7 +224,7 @@ class RunLogger(keras.callbacks.Callback):
             raise DivergedError(
                 f"the training loss became {row['loss']} by step {row['step']}; the last good "
                 "checkpoint is kept. Lower train.learning_rate or set train.clip_norm, then "
-                "re-run the command with --accept-changes to resume from it with them."
+                "re-run with --accept-changes (accept_changes=True) to resume from it with them."
             )
 
     def _emit(self, row):

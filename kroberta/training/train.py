@@ -57,7 +57,7 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True,
             raise ConfigError(
                 f"run_dir: {config.run_dir} holds a run of a different model "
                 f"(changed: {', '.join('model.' + k for k in changed)}); use another "
-                "--run_dir, or --force to start this model there from scratch"
+                "--run_dir, or --force (force=True) to start this model there from scratch"
             )
         training, other = changed_settings(to_dict(previous),
                                                        to_dict(config))
@@ -65,8 +65,9 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True,
         if training and not force and not accept_changes:
             raise ConfigError(
                 f"run_dir: {config.run_dir} holds a run trained with other settings "
-                f"({describe_changes(training)}); use another --run_dir, --force "
-                "to start over there, or --accept-changes to continue its checkpoint with "
+                f"({describe_changes(training)}); use another --run_dir, --force (force=True) "
+                "to start over there, or --accept-changes (accept_changes=True) to continue its "
+                "checkpoint with "
                 f"these settings (recorded in {CHANGES_FILE})")
         if not write:
             return
@@ -110,7 +111,7 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
     directory this call created is removed again when it fails before its first
     checkpoint (`removed_unless_checkpointed`).
     """
-    validate(config, sources or "config")
+    config = validate(config, sources or "config")
     if until_step is not None and until_step < 1:
         raise ConfigError(f"until_step (--until-step) = {until_step}: give the step to stop "
                           f"after, 1 to train.steps ({config.train.steps})")
@@ -231,7 +232,8 @@ def _train_run(config: Config, force: bool, until_step: int | None, accept_chang
             and storage.isfile(model_file):
         if not ended:
             _log(f"the run finished at step {start_step}; its model is in {config.run_dir}. "
-                 "Nothing to train (raise train.steps with --accept-changes to train on)")
+                 "Nothing to train (raise train.steps with --accept-changes, accept_changes=True in "
+                 "Python, to train on)")
         return summary
     if summary.get("stopped_early") and not ended:
         _log(f"early stop at step {summary['final_step']} of {config.train.steps}: "

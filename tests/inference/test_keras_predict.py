@@ -80,3 +80,33 @@ def test_wrong_inputs_are_refused_and_the_model_stays_usable(loaded):
     result = kroberta.predict(loaded, {"token_ids": ids, "padding_mask": mask},
                               output="embeddings")
     assert np.isfinite(result["embeddings"]).all()
+
+
+def test_evaluate_counts_the_real_label_slots_and_fit_takes_predict_s_inputs(loaded):
+    """compile's defaults skip the -100 slots (kroberta.dataset's batches hold them), and
+    fit / evaluate take Hugging Face's names; a failed fit leaves the model usable.
+    Last in the module: it trains the shared model."""
+    ids, mask = _inputs(rows=4)
+    labels = np.full(ids.shape, -100)
+    labels[:, 2] = ids[:, 2]  # one real slot per row, at position 2
+    logits = loaded.predict({"input_ids": ids, "attention_mask": mask}, verbose=0)
+    log_probs = logits[:, 2] - np.log(np.exp(logits[:, 2]).sum(-1, keepdims=True))
+    expected = -log_probs[np.arange(4), ids[:, 2]].mean()
+    result = loaded.evaluate({"input_ids": ids, "attention_mask": mask}, labels, batch_size=4,
+                             verbose=0, return_dict=True)
+    assert result["loss"] == pytest.approx(expected, rel=1e-4)
+    assert result["perplexity"] == pytest.approx(np.exp(expected), rel=1e-4)
+    with pytest.raises(PredictInputError, match=r"model.fit: unknown input\(s\) \['inputs'\]"):
+        loaded.fit({"inputs": ids}, labels, verbose=0)
+    # A dataset's elements are renamed in the step; one that fails there (after Keras has
+    # detached the variables) leaves them attached.
+    bad = tf.data.Dataset.from_tensor_slices(({"oops": ids}, labels)).batch(4)
+    with pytest.raises(PredictInputError, match=r"unknown input\(s\) \['oops'\]"):
+        loaded.fit(bad, verbose=0)
+    assert all(v.value is not None for v in loaded.variables)
+    named = tf.data.Dataset.from_tensor_slices(({"input_ids": ids}, labels)).batch(4)
+    assert np.isfinite(loaded.evaluate(named, verbose=0, return_dict=True)["loss"])
+    history = loaded.fit({"input_ids": ids, "attention_mask": mask}, labels, batch_size=4,
+                         epochs=2, verbose=0).history
+    assert history["loss"][1] < history["loss"][0]
+    assert np.isfinite(loaded.predict(ids, verbose=0)).all()

@@ -158,6 +158,23 @@ def test_bad_inputs_are_clear_errors(model):
     bad["input_ids"][2, 3] = V + 5
     with pytest.raises(ValueError, match=rf"input_ids\[2, 3\] = {V + 5} is outside the vocabulary"):
         kroberta.predict(model, bad)
+    bad = _arrays(4)
+    bad["labels"][1, 2] = V  # a NaN loss, before
+    with pytest.raises(ValueError, match=rf"labels\[1, 2\] = {V} is neither -100 \(no loss\) "
+                                         rf"nor in the vocabulary \[0, {V}\)"):
+        kroberta.predict(model, bad, output="loss")
+    floats = _arrays(4)
+    floats["input_ids"] = floats["input_ids"] + 0.7  # truncated to ids, before
+    with pytest.raises(ValueError, match=r"inputs\['input_ids'\]: expected integers, got "
+                                         r"float64 values"):
+        kroberta.predict(model, floats)
+    with pytest.raises(ValueError, match=r"inputs\['input_ids'\]: rows of different lengths"):
+        kroberta.predict(model, {"input_ids": [[0, 4, 2], [0, 5, 6, 4, 2]],
+                                 "attention_mask": [[1, 1, 1], [1, 1, 1, 1, 1]]})
+    with pytest.raises(ValueError, match=r"inputs: an empty list"):
+        kroberta.predict(model, [])
+    with pytest.raises(PredictionError, match=rf"k must be an integer in \[1, {V}\], got '5'"):
+        kroberta.predict(model, _arrays(4), k="5")
     for batch_size in (0, -4):
         with pytest.raises(PredictionError, match=rf"batch_size must be >= 1 .*got {batch_size}"):
             kroberta.predict(model, _arrays(4), batch_size=batch_size)
@@ -277,3 +294,44 @@ def test_array_batches_equal_the_tf_data_batches(positions, labels):
         for key in mine:
             assert mine[key].dtype == theirs[key].dtype, key
             np.testing.assert_array_equal(mine[key], theirs[key], err_msg=key)
+
+
+def test_paths_bare_arrays_and_keras_hub_names_are_inputs_too(model, tmp_path):
+    import pathlib
+
+    import tensorflow as tf
+
+    arrays = _arrays(12, seed=3)
+    reference = kroberta.predict(model, arrays, k=2, positions="all")
+    path = tmp_path / "x.tfrecord"
+    write_tfrecord(str(path), arrays["input_ids"], arrays["attention_mask"], arrays["labels"])
+    for inputs in (pathlib.Path(path), [pathlib.Path(path)]):
+        got = kroberta.predict(model, inputs, k=2, positions="all")
+        np.testing.assert_array_equal(got["token_ids"], reference["token_ids"])
+    padded = arrays["input_ids"].copy()
+    padded[arrays["attention_mask"] == 0] = model.kroberta_config.data.pad_token_id
+    bare = kroberta.predict(model, padded, k=2, positions="all")
+    np.testing.assert_array_equal(bare["token_ids"], reference["token_ids"])
+    named = tf.data.Dataset.from_tensor_slices({"token_ids": arrays["input_ids"],
+                                                "padding_mask": arrays["attention_mask"]})
+    got = kroberta.predict(model, named, k=2, positions="all")
+    np.testing.assert_array_equal(got["token_ids"], reference["token_ids"])
+
+
+def test_a_path_where_a_model_goes_and_the_reverse_are_named(model, tmp_path):
+    from kroberta.errors import ArgumentKindError
+
+    for call, name in ((lambda: kroberta.predict("runs/x", _arrays(2)), "predict"),
+                       (lambda: kroberta.fill_mask("runs/x", "a <mask>"), "fill_mask"),
+                       (lambda: kroberta.export_hf("runs/x", str(tmp_path / "hf")), "export_hf"),
+                       (lambda: kroberta.export_keras_hub("runs/x", str(tmp_path / "kh")),
+                        "export_keras_hub")):
+        with pytest.raises(ArgumentKindError, match=rf"^{name}: expected a model .*got str; load "
+                                                    r"it first: model = kroberta.load\('runs/x'\)"):
+            call()
+    assert not (tmp_path / "hf").exists() and not (tmp_path / "kh").exists()
+    with pytest.raises(ArgumentKindError, match=r"kroberta.load: expected a run directory's path, "
+                                                r"got \w+ \(a model already"):
+        kroberta.load(model)
+    with pytest.raises(ValueError, match="texts must be a string or a list of strings, got int"):
+        kroberta.fill_mask(model, 5)

@@ -223,6 +223,13 @@ def test_corner_cases(tmp_path, tokenizer_path):
         prepare(good, tmp_path / "o", seq_len=4, progress=False)
     with pytest.raises(PrepareError, match="at least 261"):
         prepare(good, tmp_path / "o", vocab_size=100, progress=False)
+    # Python's wrong types name the argument (they were Python's own TypeErrors).
+    with pytest.raises(PrepareError, match=r"--vocab-size \(prepare's vocab_size\) must be an "
+                                           r"integer, got '500'"):
+        prepare(good, tmp_path / "o", vocab_size="500", progress=False)
+    with pytest.raises(ValueError, match="inputs: expected a path or pattern, or a list of them, "
+                                         "got int"):
+        prepare(5, tmp_path / "o", progress=False)
 
     (tmp_path / "bin.txt").write_bytes(b"abc\x00\x01\x02")
     (tmp_path / "latin1.txt").write_bytes("caf\u00e9 ok\n".encode("latin-1"))

@@ -98,6 +98,17 @@ def test_load_returns_the_trained_model(trained_run, tiny_data):
     assert np.isfinite(np.asarray(model(x))).all()
 
 
+def test_a_model_saved_into_a_new_directory_loads_back(trained_run, tmp_path):
+    """kroberta.save of a loaded (fine-tuned, imported) model writes its config too."""
+    model = kroberta.load(str(trained_run[0]))
+    kroberta.save(model, str(tmp_path / "saved"))
+    assert sorted(os.listdir(tmp_path / "saved")) == ["config.toml", "model.weights.h5"]
+    again = kroberta.load(str(tmp_path / "saved"))
+    assert again.kroberta_config.model == model.kroberta_config.model
+    for a, b in zip(model.get_weights(), again.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_rerun_of_a_finished_run_trains_nothing(trained_run, tiny_data, capsys):
     run_dir, _ = trained_run
     before = _weights(run_dir)
@@ -188,7 +199,7 @@ def test_changed_training_settings_on_a_finished_run_are_refused_or_recorded(
                                                                    learning_rate=1e-3))
     with pytest.raises(ConfigError, match=r"holds a run trained with other settings "
                                           r"\(train.learning_rate 0.003 -> 0.001\); .*"
-                                          r"--accept-changes"):
+                                          r"--accept-changes \(accept_changes=True\)"):
         train(faster)
     assert (run_dir / "config.toml").read_text() == before  # still says how it was trained
     # Logging and evaluation settings may change: recorded, not refused.
