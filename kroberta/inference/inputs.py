@@ -209,7 +209,16 @@ def _checked_columns(columns, first_example, vocabulary_size):
     ok_mask = tf.cond(tf.reduce_any(bad_mask), lambda: fail(bad_mask, lambda r, c: tf.strings.join([
         "attention_mask[", tf.strings.as_string(c), "] = ", tf.strings.as_string(mask[r, c]),
         " is neither 0 nor 1"])), lambda: tf.constant(True))
-    with tf.control_dependencies([ok_ids, ok_mask]):
+    checks = [ok_ids, ok_mask]
+    if "labels" in columns:  # a label outside the vocabulary: a NaN loss otherwise
+        labels = columns["labels"]
+        bad_label = rules.bad_label(labels, vocabulary_size)
+        checks.append(tf.cond(tf.reduce_any(bad_label), lambda: fail(
+            bad_label, lambda r, c: tf.strings.join([
+                "labels[", tf.strings.as_string(c), "] = ", tf.strings.as_string(labels[r, c]),
+                f" is neither -100 (no loss) nor in the vocabulary [0, {vocabulary_size})"])),
+            lambda: tf.constant(True)))
+    with tf.control_dependencies(checks):
         return {n: tf.identity(v) for n, v in columns.items()}
 
 

@@ -217,3 +217,20 @@ def test_a_bad_value_in_a_dataset_input_names_the_example(batched):
         list(inputs.batched(source, config, "masked", 8))
     message = str(pipeline.explain_pipeline_error(info.value, ()))
     assert message == f"inputs: example 21: input_ids[6] = {V + 9} is outside the vocabulary [0, {V})"
+
+
+def test_a_label_outside_the_vocabulary_in_a_dataset_input_names_the_example():
+    """It gave a NaN loss."""
+    config = dataclasses.replace(Config(), model=dataclasses.replace(
+        Config().model, vocabulary_size=V, max_sequence_length=L))
+    ids, mask = make_sequences(30, L, V, seed=2)
+    labels = np.full_like(ids, -100)
+    labels[13, 4] = V
+    dataset = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "attention_mask": mask,
+                                                  "labels": labels})
+    source = inputs.as_examples(dataset, config)
+    with pytest.raises(tf.errors.OpError) as info:
+        list(inputs.batched(source, config, "masked", 8))
+    message = str(pipeline.explain_pipeline_error(info.value, ()))
+    assert message == (f"inputs: example 13: labels[4] = {V} is neither -100 (no loss) nor in "
+                       f"the vocabulary [0, {V})")
