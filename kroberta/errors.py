@@ -5,6 +5,8 @@ Each error keeps the standard base that describes it too (`ConfigError` is a
 still does; `except KrobertaError` catches all of kroberta's own.
 """
 
+import os
+
 
 class KrobertaError(Exception):
     """A problem kroberta found and can say in one line: bad input, bad config, a failed run."""
@@ -26,7 +28,7 @@ def check_model(model, where: str):
 
     if isinstance(model, keras.Model):
         return
-    hint = (f"; load it first: model = kroberta.load({str(model)!r})"
-            if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__") else "")
+    hint = (f"; load it first: model = kroberta.load({os.fspath(model)!r})"
+            if isinstance(model, (str, os.PathLike)) else "")
     raise ArgumentKindError(f"{where}: expected a model (kroberta.load(run_dir), "
                             f"kroberta.from_hf(dir), ...), got {type(model).__name__}{hint}")

@@ -25,13 +25,13 @@ def fill_mask(model, texts, top_k=5):
     """
     check_model(model, "fill_mask")
     single = isinstance(texts, str)
-    if not single and not (isinstance(texts, (list, tuple))
-                           and all(isinstance(t, str) for t in texts)):
-        raise PredictionError(f"fill_mask: texts must be a string or a list of strings, got "
-                              f"{type(texts).__name__}"
-                              + ("" if not isinstance(texts, (list, tuple)) else " holding "
-                                 + ", ".join(sorted({type(t).__name__ for t in texts
-                                                     if not isinstance(t, str)}))))
+    if not single:
+        others = (sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
+                  if isinstance(texts, (list, tuple)) else None)
+        if others is None or others:
+            got = type(texts).__name__ + (f" holding {', '.join(others)}" if others else "")
+            raise PredictionError(f"fill_mask: texts must be a string or a list of strings, "
+                                  f"got {got}")
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None:
         raise PredictionError("fill_mask needs a tokenizer: this model has none (a run trained "

@@ -163,8 +163,11 @@ class PredictingMaskedLM(keras_hub.models.RobertaMaskedLM):
     def fit(self, x=None, y=None, *args, **kwargs):
         """Keras `fit`, taking the inputs `predict` takes; a failure leaves the model usable
         (its variables attached)."""
-        return self._keeping_variables(super().fit, self._in_memory_inputs(x, "model.fit"), y,
-                                       *args, **kwargs)
+        x = self._in_memory_inputs(x, "model.fit")
+        if self.optimizer is not None and not self.optimizer.built:
+            # Built now (as fit would) so that its variables are kept too.
+            self.optimizer.build(self.trainable_variables)
+        return self._keeping_variables(super().fit, x, y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
         """Keras `evaluate`, taking the inputs `predict` takes; a failure leaves the model
@@ -175,8 +178,9 @@ class PredictingMaskedLM(keras_hub.models.RobertaMaskedLM):
 
     def _in_memory_inputs(self, x, where: str):
         """Arrays and dicts of arrays checked and completed to the three model inputs before
-        Keras builds its metrics from them (which the steps' renaming comes too late for);
-        a dataset or generator is passed on (its elements need keras-hub's names)."""
+        Keras sees them (`fit` and `evaluate` build their metrics from them, before the
+        steps rename anything); a dataset or generator is passed on, its elements renamed
+        in the steps."""
         if isinstance(x, (list, tuple)) and x and not isinstance(x[0], (int, np.integer)):
             x = np.asarray(x)
         if not isinstance(x, (np.ndarray, dict)):
@@ -191,9 +195,7 @@ class PredictingMaskedLM(keras_hub.models.RobertaMaskedLM):
         Raises:
             PredictInputError: inputs the model cannot take (says what to pass).
         """
-        if isinstance(x, (list, tuple)) and x and not isinstance(x[0], (int, np.integer)):
-            x = np.asarray(x)
-        _check_arrays(x, self.backbone.max_sequence_length, self.backbone.vocabulary_size)
+        x = self._in_memory_inputs(x, "model.predict")
         # A loaded model's weights live on one device; a distribution that training left set
         # in this process would demand batches divisible by its devices.
         with global_distribution(None):
@@ -202,9 +204,6 @@ class PredictingMaskedLM(keras_hub.models.RobertaMaskedLM):
 
     def _keeping_variables(self, call, *args, **kwargs):
         optimizer = getattr(self, "optimizer", None)
-        if call.__name__ == "fit" and optimizer is not None and not optimizer.built:
-            # Built now (as fit would) so that its variables are kept too.
-            optimizer.build(self.trainable_variables)
         # Model, metric and optimizer variables, each once; their values are references.
         variables = list({id(v): v for v in [*self.variables, *self.metrics_variables, *(
             optimizer.variables if optimizer is not None else [])]}.values())

@@ -193,8 +193,8 @@ def _print_options(config: Config, devices, budget: float, print_fn):
     """Compiles the changes that could make the training step fit (kroberta.perf.memory_plan)."""
     from kroberta.perf import memory_plan
 
-    print_fn(f"compiling changes that could make it fit in {size_text(budget)} (90% of the device), "
-             "cheapest first:")
+    print_fn(f"compiling changes that could make it fit in {size_text(budget)} (90% of the "
+             "device), cheapest first:")
     found = memory_plan.options(config, devices, budget, log=print_fn)
     if found and found[-1].measured.fits(budget):
         print_fn(f"cheapest change that fits: {found[-1].describe} ({found[-1].why})")

@@ -88,7 +88,8 @@ def _refuse_existing(out_dir, overwrite):
     """Refuse to clobber a prepared directory unless asked (checked before any work)."""
     path = os.path.join(out_dir, MANIFEST_NAME)
     if os.path.exists(path) and not overwrite:
-        raise PrepareError(f"{out_dir} already holds a prepared dataset ({path}); pass --overwrite (overwrite=True) to replace it")
+        raise PrepareError(f"{out_dir} already holds a prepared dataset ({path}); pass "
+                           "--overwrite (overwrite=True) to replace it")
 
 
 def _clear_previous(out_dir):

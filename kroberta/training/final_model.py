@@ -207,7 +207,8 @@ def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> s
         raise ExportError(f"--out {out}: exists and is not a directory")
     non_empty = os.path.isdir(out) and bool(os.listdir(out))
     if non_empty and not overwrite:
-        raise ExportError(f"--out {out}: directory is not empty (pass --overwrite, overwrite=True in Python, to replace its export)")
+        raise ExportError(f"--out {out}: directory is not empty (pass --overwrite, "
+                          "overwrite=True in Python, to replace its export)")
     try:
         model = load(run, mixed_precision=False)  # float32 weights either way
     except (FileNotFoundError, ValueError) as e:  # ConfigError is a ValueError

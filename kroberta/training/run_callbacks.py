@@ -214,7 +214,8 @@ class RunLogger(keras.callbacks.Callback):
                 self._peak = max(measured or 0.0, model_flops)
                 self._say(f"the CPU's peak was measured again ({self._peak / 1e9:.1f} "
                           "GFLOP/s): this run did more model FLOP/s than the cached figure")
-            self._peak = max(self._peak, model_flops)
+            else:
+                self._peak = model_flops  # at least what the machine was just seen to do
         return {"step_time": self.global_batch / samples_per_second,
                 "mfu": throughput.mfu(model_flops, self._peak)}
 

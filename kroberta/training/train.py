@@ -232,8 +232,8 @@ def _train_run(config: Config, force: bool, until_step: int | None, accept_chang
             and storage.isfile(model_file):
         if not ended:
             _log(f"the run finished at step {start_step}; its model is in {config.run_dir}. "
-                 "Nothing to train (raise train.steps with --accept-changes, accept_changes=True in "
-                 "Python, to train on)")
+                 "Nothing to train (raise train.steps with --accept-changes, "
+                 "accept_changes=True in Python, to train on)")
         return summary
     if summary.get("stopped_early") and not ended:
         _log(f"early stop at step {summary['final_step']} of {config.train.steps}: "

@@ -111,15 +111,7 @@ def test_wandb_offline_files_hold_every_row_of_metrics_jsonl_in_one_resumed_run(
     run_dir, _, first_ids = tracked_run
     run_id = trackers.read_ids(str(run_dir))["wandb"]
     assert run_id == first_ids["wandb"]
-    def started(path):
-        # offline-run-<time>-<id>, and "-1", "-2", ... after it for a run that resumed
-        # within the same second: in the order W&B made them (plain sorting puts "-1" first).
-        name = os.path.basename(os.path.dirname(path))
-        stamp, _, rest = name[len("offline-run-"):].partition(f"-{run_id}")
-        return stamp, int(rest.lstrip("-") or 0)
-
-    files = sorted(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", f"run-{run_id}.wandb")),
-                   key=started)
+    files = _wandb_run_files(run_dir, run_id)
     assert len(files) == 2  # one per invocation, both of the same W&B run
     got, config = {}, {}
     for path in files:
@@ -145,18 +137,22 @@ def test_tensorboard_is_a_tracker_like_the_others(tracked_run):
     assert os.listdir(os.path.join(run_dir, "tensorboard"))
 
 
-def _wandb_history(run_dir, run_id) -> list[dict]:
+def _wandb_run_files(run_dir, run_id) -> list[str]:
+    """The offline files of W&B run `run_id`, one per invocation, in the order W&B made them."""
     def started(path):
         # offline-run-<time>-<id>, and "-1", "-2", ... after it for a run that resumed
-        # within the same second: in the order W&B made them (plain sorting puts "-1" first).
+        # within the same second (plain sorting puts "-1" first).
         name = os.path.basename(os.path.dirname(path))
         stamp, _, rest = name[len("offline-run-"):].partition(f"-{run_id}")
         return stamp, int(rest.lstrip("-") or 0)
 
-    files = sorted(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", f"run-{run_id}.wandb")),
-                   key=started)
+    return sorted(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", f"run-{run_id}.wandb")),
+                  key=started)
+
+
+def _wandb_history(run_dir, run_id) -> list[dict]:
     rows = []
-    for path in files:
+    for path in _wandb_run_files(run_dir, run_id):
         for record in _wandb_records(path):
             if record.WhichOneof("record_type") == "history":
                 items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
