@@ -191,3 +191,82 @@ def test_a_name_of_kroberta_is_imported_from_the_module_that_defines_it():
                              for a in node.names if a.name in passed_on[node.module]
                              and f"{node.module}.{a.name}" not in paths]
     assert offences == [], "\n".join(map(str, offences))
+
+
+# Functions over 80 lines that are still to be split (module.function: lines now). The
+# list only shrinks: a function split below the limit must leave it, and no new one joins.
+LONG_FUNCTIONS_TO_SPLIT = {
+    "inference.prediction.predict_batches": 100,  # the loop over batches, its checks and writes
+}
+MAX_FUNCTION_LINES = 80
+
+
+def _functions(path, module):
+    """(dotted name, lines) of every function and method defined in the module at `path`."""
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = f"{prefix}.{child.name}"
+                yield name, child.end_lineno - child.lineno + 1
+                yield from walk(child, name)
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, f"{prefix}.{child.name}")
+            else:
+                yield from walk(child, prefix)
+
+    with open(path, encoding="utf-8") as f:
+        yield from walk(ast.parse(f.read(), path), module)
+
+
+def test_no_function_is_over_80_lines():
+    lines = {name: length for module, path in _modules() for name, length in _functions(path, module)}
+    offences = [f"{name}: {length} lines" for name, length in sorted(lines.items())
+                if length > MAX_FUNCTION_LINES and name not in LONG_FUNCTIONS_TO_SPLIT]
+    assert offences == [], f"functions over {MAX_FUNCTION_LINES} lines (split them):\n" + \
+        "\n".join(offences)
+    split = [name for name in LONG_FUNCTIONS_TO_SPLIT if lines.get(name, 0) <= MAX_FUNCTION_LINES]
+    assert split == [], "split (or gone): remove from LONG_FUNCTIONS_TO_SPLIT:\n" + "\n".join(split)
+
+
+# Methods of Keras objects that code might swap on a live instance (`model.call = ...`):
+# a model then behaves unlike its class, and saving, cloning or tracing it surprises.
+# Subclass instead. Only the model builder (kroberta/model/) swaps, at the layer level.
+SWAPPED_METHODS = {"__call__", "call", "build", "compute_loss", "compute_metrics", "compile",
+                   "evaluate", "fit", "generate_step", "get_config", "load_weights",
+                   "make_predict_function", "make_test_function", "make_train_function",
+                   "predict", "predict_step", "save", "save_weights", "stateless_call",
+                   "test_step", "train_step"}
+
+
+def _swaps(path):
+    """(line, code) of every `X.__class__ = ...` and every assignment of a method name
+    (`X.call = ...`, `setattr(X, "call", ...)`) in the module at `path`."""
+    found = []
+    for node in _nodes(path):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found += [(node.lineno, ast.unparse(target)) for top in targets
+                      for target in ast.walk(top) if isinstance(target, ast.Attribute)
+                      and target.attr in SWAPPED_METHODS | {"__class__"}]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "setattr" and len(node.args) >= 2 \
+                and isinstance(node.args[1], ast.Constant) \
+                and node.args[1].value in SWAPPED_METHODS | {"__class__"}:
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_class_or_method_is_swapped_on_an_instance_outside_the_model_builder():
+    offences = [f"kroberta/{module.replace('.', '/')}.py:{line}: {code}"
+                for module, path in _modules() if module.split(".")[0] != "model"
+                for line, code in _swaps(path)]
+    assert offences == [], ("a class or method swapped on a live object (subclass instead; "
+                            "only kroberta/model/'s builder may):\n" + "\n".join(offences))
+
+
+def test_the_swap_check_sees_a_swap(tmp_path):
+    path = tmp_path / "swapping.py"
+    path.write_text("def f(model, layer, fn):\n    model.predict_step = fn\n"
+                    "    layer.__class__ = type(layer)\n    setattr(model, 'call', fn)\n"
+                    "    model.stop_training = True\n")
+    assert [line for line, _ in _swaps(path)] == [2, 3, 4]
