@@ -2,6 +2,7 @@
 
     python -m kroberta.prepare --input 'corpus/*.txt' --out data/mycorpus --vocab-size 10000 --seq-len 64
     python -m kroberta.prepare --input 'corpus/*.jsonl.gz' --text-field body --out data/mycorpus
+    python -m kroberta.prepare --input 'corpus/*.txt' --tokenizer roberta-model/ --out data/domain
     python -m kroberta.prepare --check data/mycorpus
 
 Inputs: text (.txt, .txt.gz: documents end at blank lines), JSON lines (.jsonl,
@@ -59,7 +60,12 @@ def _parser():
     p.add_argument("--labels", choices=["static"], help="write static masked-LM labels")
     p.add_argument("--mask-rate", type=float, default=0.15,
                    help="with --labels static: share of the tokens masked once (default 0.15)")
-    p.add_argument("--tokenizer", help="reuse this tokenizer.json instead of training one")
+    p.add_argument("--tokenizer",
+                   help="reuse a tokenizer instead of training one: a tokenizer.json, a Hugging Face model "
+                   "directory (tokenizer.json, or vocab.json + merges.txt) or a keras-hub preset directory")
+    p.add_argument("--line-by-line", action="store_true",
+                   help="one sequence per non-empty line (per record of JSON/CSV/Parquet inputs), cut to "
+                   "--seq-len and padded, instead of packing documents into full sequences")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the validation split, the shard order and static masks (default 0)")
     p.add_argument("--strict", action="store_true", help="fail on binary / non-UTF-8 files")
@@ -135,7 +141,7 @@ def _run(args):
         validation_fraction=args.validation_fraction, shards=args.shards, labels=args.labels,
         mask_rate=args.mask_rate, tokenizer=args.tokenizer, seed=args.seed, strict=args.strict,
         progress=not args.no_progress, overwrite=args.overwrite, text_field=args.text_field,
-        split=args.split,
+        split=args.split, line_by_line=args.line_by_line,
     )  # fmt: skip
 
 
@@ -146,7 +152,7 @@ def main(argv=None) -> int:
         # One line per warning on stderr, no source line: these are messages for users.
         warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
         return cli.run(lambda: _finish(_run(args), args),
-                           interrupted="interrupted: no manifest written; partial shards were removed")
+                           interrupted="interrupted: no manifest written; what prepare wrote was removed")
 
 
 def _finish(manifest, args) -> int:

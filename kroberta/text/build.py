@@ -10,6 +10,8 @@ is complete. An `out_dir` on a URL (gs://, any fsspec filesystem: `kroberta.stor
 is prepared in a local temporary directory, then uploaded with the manifest last.
 """
 
+import contextlib
+import dataclasses
 import math
 import numbers
 import os
@@ -28,17 +30,19 @@ from kroberta.tokens import PAD_ID
 from kroberta.errors import KrobertaError
 from kroberta.text import locations
 from kroberta.text.encode import blocks, encoded_documents
-from kroberta.text.packing import pack_documents
+from kroberta.text.packing import one_per_document, pack_documents
 from kroberta.text.progress import Progress
 from kroberta.text.recordfiles import RecordError, check_source
 from kroberta.text.splits import SplitWriter, in_validation
 from kroberta.text.textfiles import Source, TextInputError, expand_inputs, iter_documents, scan_file
 from kroberta.text.tokenizer import (
     MIN_VOCABULARY_SIZE,
+    TOKENIZER_FILE,
     TokenizerError,
     VocabularyShortfallWarning,
     load_tokenizer,
     special_token_ids,
+    tokenizer_json_of,
     train_tokenizer,
     vocabulary_size,
 )
@@ -146,36 +150,215 @@ def _scan_inputs(files, strict, text_field="text", split="train"):
     return good, skipped, total
 
 
-def _get_tokenizer(tokenizer, files, total_bytes, vocab_size, out_dir, progress):
-    """Train (streaming) or load the tokenizer and save it as out_dir/tokenizer.json."""
-    out_path = os.path.join(out_dir, "tokenizer.json")
-    shortfall = None
-    if tokenizer is None:
-        bar = Progress("tokenizer", total_bytes, enabled=progress)
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """prepare's arguments, checked, as the steps below read them."""
+
+    inputs: object
+    out_dir: str
+    vocab_size: int
+    seq_len: int
+    validation_fraction: float
+    shards: int | None
+    labels: str | None
+    mask_rate: float
+    tokenizer: object
+    seed: int
+    strict: bool
+    progress: bool
+    text_field: str
+    split: str
+    line_by_line: bool
+
+
+def _get_tokenizer(job, files, total_bytes):
+    """Train (streaming) or load the tokenizer; returns it and the shortfall note (or None).
+
+    Nothing is written yet: `_save_tokenizer` puts it into the directory once the shards are."""
+    if job.tokenizer is None:
+        bar = Progress("tokenizer", total_bytes, enabled=job.progress)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", VocabularyShortfallWarning)
-            tok = train_tokenizer(iter_documents(files, bar.update), vocab_size, out_path=None)
+            tok = train_tokenizer(iter_documents(files, bar.update), job.vocab_size, out_path=None)
         bar.close()
+        shortfall = None
         for w in caught:
             if issubclass(w.category, VocabularyShortfallWarning):
                 shortfall = str(w.message)
-                warnings.warn(shortfall, PrepareWarning, stacklevel=3)
+                warnings.warn(shortfall, PrepareWarning, stacklevel=5)
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        with atomic_path(out_path) as tmp:
+        return tok, shortfall
+    if isinstance(job.tokenizer, (str, os.PathLike)):
+        return load_tokenizer(job.tokenizer), None
+    special_token_ids(job.tokenizer)
+    return job.tokenizer, None
+
+
+def _save_tokenizer(job, tok, written):
+    """out_dir/tokenizer.json: a tokenizer.json given is copied byte for byte, any other
+    tokenizer (trained, rebuilt from a Hugging Face or keras-hub directory) saved."""
+    out_path = os.path.join(job.out_dir, TOKENIZER_FILE)
+    source = None
+    if isinstance(job.tokenizer, (str, os.PathLike)):
+        source = tokenizer_json_of(job.tokenizer)
+        if source is not None and storage.absolute(source) == os.path.abspath(out_path):
+            return  # the directory's own tokenizer, reused
+    written.append(out_path)
+    with atomic_path(out_path) as tmp:
+        if source is None:
             tok.save(tmp)
-    else:
-        if isinstance(tokenizer, (str, os.PathLike)):
-            tok = load_tokenizer(tokenizer)
-            if storage.absolute(os.fspath(tokenizer)) != os.path.abspath(out_path):
-                with atomic_path(out_path) as tmp, locations.open_binary(os.fspath(tokenizer)) as f:
-                    with open(tmp, "wb") as copy:
-                        shutil.copyfileobj(f, copy)
         else:
-            tok = tokenizer
-            special_token_ids(tok)
-            tok.save(out_path)
-    return tok, shortfall
+            with locations.open_binary(source) as f, open(tmp, "wb") as copy:
+                shutil.copyfileobj(f, copy)
+
+
+def _tokenizer_step(job, files, total_bytes):
+    """The tokenizer, its special ids and the vocabulary size; errors as `PrepareError`."""
+    try:
+        tok, shortfall = _get_tokenizer(job, files, total_bytes)
+        specials = special_token_ids(tok)
+    except (TokenizerError, RecordError) as e:  # a bad record is found while training
+        raise PrepareError(str(e)) from None
+    if specials["pad"] != PAD_ID:
+        raise PrepareError(f"the tokenizer's <pad> id is {specials['pad']}; the record format needs {PAD_ID}")
+    return tok, shortfall, specials
+
+
+def _shard_counts(job, total_bytes):
+    """(train shards, validation shards): as asked, or ~200 MB each."""
+    if job.shards is not None:
+        return job.shards, max(1, math.ceil(job.shards * job.validation_fraction))
+    # Bytes per input byte, measured: ~0.8 (ids + mask), ~3 with labels (-100 is a 10-byte varint).
+    estimate = total_bytes * (3.0 if job.labels else 0.8)
+    return (max(1, math.ceil(estimate / TARGET_SHARD_BYTES)),
+            max(1, math.ceil(estimate * job.validation_fraction / TARGET_SHARD_BYTES)))
+
+
+def _records(job, tok, files, specials, on_bytes):
+    """Yields (serialized record, goes to validation, real tokens) per sequence, in order."""
+    # Never chosen for static masking nor drawn as a random replacement.
+    special_ids = set(specials.values()) | {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
+    vocab = vocabulary_size(tok)
+    if job.labels == "static":
+        from kroberta.masking import static_labels  # JAX, imported only to make static labels
+    docs = encoded_documents(tok, files, on_bytes, line_by_line=job.line_by_line)
+    arrange = one_per_document if job.line_by_line else pack_documents
+    sequences = arrange(docs, job.seq_len, specials["bos"], specials["eos"], PAD_ID)
+    start = 0
+    for ids, mask in blocks(sequences, BLOCK):
+        label_block = None
+        indices = np.arange(start, start + len(ids))
+        if job.labels == "static":  # each sequence's mask: a function of (seed, its index)
+            ids, label_block = static_labels(
+                ids, mask, job.seed, indices, mask_rate=job.mask_rate,
+                mask_token_id=specials["mask"], special_token_ids=special_ids, vocabulary_size=vocab)
+        held_out = in_validation(indices, job.validation_fraction, job.seed)
+        yield from zip(encode_examples(ids, mask, label_block), held_out.tolist(), mask.sum(axis=1).tolist())
+        start += len(ids)
+
+
+def _write_splits(job, records, shards, written):
+    """Writes the records into train and validation shards; returns their manifest entries.
+
+    The newest record is held back so that both splits can be made non-empty."""
+    train = SplitWriter(job.out_dir, "train", shards[0])
+    validation = SplitWriter(job.out_dir, "validation", shards[1])
+    pending = None
+    try:
+        for record in records:
+            if pending is not None:
+                (validation if pending[1] else train).write(pending[0], pending[2])
+            pending = record
+        if pending is None:
+            raise PrepareError("no text in the inputs: every document is empty")
+        to_validation = pending[1]
+        if job.validation_fraction > 0 and validation.sequences == 0 and train.sequences > 0:
+            to_validation = True
+        elif train.sequences == 0:
+            to_validation = False
+        (validation if to_validation else train).write(pending[0], pending[2])
+        infos = train.finish(), validation.finish()
+    except BaseException as e:
+        train.abort()
+        validation.abort()
+        if isinstance(e, RecordError):  # a bad record, named by file and line
+            raise PrepareError(str(e)) from None
+        raise
+    written.extend(os.path.join(job.out_dir, name) for info in infos for name in info["files"])
+    if job.validation_fraction > 0 and validation.sequences == 0:
+        warnings.warn("only one sequence: nothing left for validation", PrepareWarning, stacklevel=4)
+    return infos
+
+
+def _manifest(job, tok, specials, splits, scanned, shortfall, timing):
+    good, skipped, total_bytes = scanned
+    inputs = [job.inputs] if isinstance(job.inputs, (str, os.PathLike)) else job.inputs
+    return {
+        "format": FORMAT,
+        "train": splits[0],
+        "validation": splits[1],
+        "vocabulary_size": vocabulary_size(tok),
+        "requested_vocabulary_size": None if job.tokenizer is not None else job.vocab_size,
+        "sequence_length": job.seq_len,
+        "special_tokens": specials,
+        "tokenizer": TOKENIZER_FILE,
+        "labels": job.labels,
+        "mask_rate": job.mask_rate,
+        "seed": job.seed,
+        "validation_fraction": job.validation_fraction,
+        "line_by_line": job.line_by_line,
+        "source": {
+            "inputs": [os.fspath(i) for i in inputs],
+            "files": [storage.absolute(f.path) for f in good],
+            "text_field": job.text_field if any(f.format for f in good) else None,
+            "split": job.split if any(f.format == "datasets" for f in good) else None,
+            "bytes": total_bytes,
+            "skipped_files": skipped,
+            "vocabulary_note": shortfall,
+        },
+        "timing_s": timing,
+    }
+
+
+def _build(job, scanned, written, started):
+    """The work after the checks: tokenizer, shards, tokenizer.json, manifest (last)."""
+    good, _, total_bytes = scanned
+    tok, shortfall, specials = _tokenizer_step(job, good, total_bytes)
+    tok_time = time.perf_counter() - started
+    bar = Progress("encode+pack+write", total_bytes, enabled=job.progress)
+    previous_flag = tok.encode_special_tokens
+    tok.encode_special_tokens = True  # "<s>" in the text is text, not a control token
+    try:
+        splits = _write_splits(job, _records(job, tok, good, specials, bar.update),
+                               _shard_counts(job, total_bytes), written)
+    finally:
+        tok.encode_special_tokens = previous_flag
+    timing = {"tokenizer": round(tok_time, 3), "encode_pack_write": round(bar.close(), 3)}
+    _save_tokenizer(job, tok, written)
+    manifest = _manifest(job, tok, specials, splits, scanned, shortfall, timing)
+    write_manifest(job.out_dir, manifest)
+    return manifest
+
+
+def _first_missing(path):
+    """The outermost directory of `path` that does not exist yet (None when `path` exists)."""
+    path = os.path.abspath(path)
+    missing = None
+    while not os.path.exists(path):
+        missing, path = path, os.path.dirname(path)
+    return missing
+
+
+def _remove_partial(created, written):
+    """After a failure: the directory this prepare created goes whole; in one that existed,
+    only the files it wrote."""
+    if created is not None:
+        shutil.rmtree(created, ignore_errors=True)
+        return
+    for path in written:
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def prepare(
@@ -194,6 +377,7 @@ def prepare(
     overwrite=False,
     text_field="text",
     split="train",
+    line_by_line=False,
 ):
     """Turn a corpus into a prepared directory of TFRecord shards.
 
@@ -203,20 +387,25 @@ def prepare(
             (.jsonl/.json[.gz]), CSV/TSV (.csv/.tsv[.gz], with a header row),
             Parquet (.parquet) and `datasets` directories (`save_to_disk`) hold one
             document per record.
-        out_dir: output directory (created).
+        out_dir: output directory (created; removed again when prepare fails).
         vocab_size: requested vocabulary size when training a tokenizer.
-        seq_len: tokens per packed sequence.
+        seq_len: tokens per sequence.
         validation_fraction: share of whole sequences held out, drawn by `seed`.
         shards: train shard count (None: ~200 MB per shard, at least 1).
         labels: "static" to write masked inputs with labels, None for none.
         mask_rate: fraction of each sequence's tokens labelled (static labels).
-        tokenizer: path to a tokenizer.json (or a `tokenizers.Tokenizer`) to reuse.
+        tokenizer: a tokenizer to reuse instead of training one: a tokenizer.json,
+            a Hugging Face model directory (tokenizer.json, or vocab.json +
+            merges.txt), a keras-hub preset directory, or a `tokenizers.Tokenizer`.
         seed: fixes the validation split and static masks.
         strict: fail on binary or non-UTF-8 files instead of skipping them.
         progress: draw progress bars on stderr.
         overwrite: replace an existing prepared directory.
         text_field: the records' column holding the text (record formats only).
         split: the split of a `datasets` DatasetDict to read.
+        line_by_line: one sequence per non-empty line of a text file (per record
+            of a record file), cut to `seq_len` and padded, instead of packing
+            documents into full sequences (Hugging Face run_mlm.py's --line_by_line).
 
     Returns:
         The manifest dict (also written to out_dir/manifest.json). Raises
@@ -227,107 +416,22 @@ def prepare(
         return _prepare_to_url(out_dir, overwrite, arguments)
     started = time.perf_counter()
     _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer)
-    out_dir = os.fspath(out_dir)
-    _refuse_existing(out_dir, overwrite)
+    job = _Job(inputs, os.fspath(out_dir), vocab_size, seq_len, validation_fraction, shards, labels, mask_rate,
+               tokenizer, seed, strict, progress, text_field, split, bool(line_by_line))
+    _refuse_existing(job.out_dir, overwrite)
     try:
-        files = expand_inputs(inputs)
-        good, skipped, total_bytes = _scan_inputs(files, strict, text_field, split)
+        scanned = _scan_inputs(expand_inputs(inputs), strict, text_field, split)
     except (TextInputError, RecordError) as e:
         raise PrepareError(str(e)) from None
-    _clear_previous(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    _clear_previous(job.out_dir)
+    created = _first_missing(job.out_dir)
+    os.makedirs(job.out_dir, exist_ok=True)
+    written = []  # files this prepare put into out_dir under their final names
     try:
-        tok, shortfall = _get_tokenizer(tokenizer, good, total_bytes, vocab_size, out_dir, progress)
-        specials = special_token_ids(tok)
-    except (TokenizerError, RecordError) as e:  # a bad record is found while training
-        raise PrepareError(str(e)) from None
-    if specials["pad"] != PAD_ID:
-        raise PrepareError(f"the tokenizer's <pad> id is {specials['pad']}; the record format needs {PAD_ID}")
-    vocab = vocabulary_size(tok)
-    if shards is None:
-        # Bytes per input byte, measured: ~0.8 (ids + mask), ~3 with labels (-100 is a 10-byte varint).
-        estimate = total_bytes * (3.0 if labels else 0.8)
-        shards = max(1, math.ceil(estimate / TARGET_SHARD_BYTES))
-        val_shards = max(1, math.ceil(estimate * validation_fraction / TARGET_SHARD_BYTES))
-    else:
-        val_shards = max(1, math.ceil(shards * validation_fraction))
-    # Never chosen for static masking nor drawn as a random replacement.
-    special_ids = set(specials.values()) | {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
-    previous_flag = tok.encode_special_tokens
-    tok.encode_special_tokens = True  # "<s>" in the text is text, not a control token
-    tok_time = time.perf_counter() - started
-
-    train = SplitWriter(out_dir, "train", shards)
-    validation = SplitWriter(out_dir, "validation", val_shards)
-    bar = Progress("encode+pack+write", total_bytes, enabled=progress)
-    pending = None  # the newest record, held back so both splits can be made non-empty
-    try:
-        if labels == "static":
-            from kroberta.masking import static_labels  # JAX, imported only to make static labels
-        docs = encoded_documents(tok, good, bar.update)
-        sequences = pack_documents(docs, seq_len, specials["bos"], specials["eos"], PAD_ID)
-        start = 0
-        for block, (ids, mask) in enumerate(blocks(sequences, BLOCK)):
-            label_block = None
-            if labels == "static":  # each sequence's mask: a function of (seed, its index)
-                ids, label_block = static_labels(
-                    ids, mask, seed, np.arange(start, start + len(ids)), mask_rate=mask_rate,
-                    mask_token_id=specials["mask"], special_token_ids=special_ids,
-                    vocabulary_size=vocab)
-            records = encode_examples(ids, mask, label_block)
-            held_out = in_validation(np.arange(start, start + len(ids)), validation_fraction, seed)
-            tokens = mask.sum(axis=1)
-            for record, to_validation, n in zip(records, held_out, tokens):
-                if pending is not None:
-                    (validation if pending[1] else train).write(pending[0], pending[2])
-                pending = (record, bool(to_validation), int(n))
-            start += len(ids)
-        if pending is None:
-            raise PrepareError("no text in the inputs: every document is empty")
-        to_validation = pending[1]
-        if validation_fraction > 0 and validation.sequences == 0 and train.sequences > 0:
-            to_validation = True
-        elif train.sequences == 0:
-            to_validation = False
-        (validation if to_validation else train).write(pending[0], pending[2])
-        train_info, validation_info = train.finish(), validation.finish()
-    except BaseException as e:
-        train.abort()
-        validation.abort()
-        if isinstance(e, RecordError):  # a bad record, named by file and line
-            raise PrepareError(str(e)) from None
+        return _build(job, scanned, written, started)
+    except BaseException:
+        _remove_partial(created, written)
         raise
-    finally:
-        tok.encode_special_tokens = previous_flag
-    encode_time = bar.close()
-    if validation_fraction > 0 and validation.sequences == 0:
-        warnings.warn("only one sequence: nothing left for validation", PrepareWarning, stacklevel=2)
-    manifest = {
-        "format": FORMAT,
-        "train": train_info,
-        "validation": validation_info,
-        "vocabulary_size": vocab,
-        "requested_vocabulary_size": None if tokenizer is not None else vocab_size,
-        "sequence_length": seq_len,
-        "special_tokens": specials,
-        "tokenizer": "tokenizer.json",
-        "labels": labels,
-        "mask_rate": mask_rate,
-        "seed": seed,
-        "validation_fraction": validation_fraction,
-        "source": {
-            "inputs": [os.fspath(i) for i in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)],
-            "files": [storage.absolute(f.path) for f in good],
-            "text_field": text_field if any(f.format for f in good) else None,
-            "split": split if any(f.format == "datasets" for f in good) else None,
-            "bytes": total_bytes,
-            "skipped_files": skipped,
-            "vocabulary_note": shortfall,
-        },
-        "timing_s": {"tokenizer": round(tok_time, 3), "encode_pack_write": round(encode_time, 3)},
-    }
-    write_manifest(out_dir, manifest)
-    return manifest
 
 
 def _prepare_to_url(url: str, overwrite: bool, arguments: dict) -> dict:

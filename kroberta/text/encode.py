@@ -15,19 +15,20 @@ from kroberta.text.textfiles import iter_documents
 ENCODE_BATCH_CHARS = 1 << 20  # text per encode_batch call: enough to keep its threads busy
 
 
-def encode_batches(tok, files, on_bytes=None):
+def encode_batches(tok, files, on_bytes=None, line_by_line=False):
     """Encode the files' documents, about 1 MB of text per `encode_batch_fast` call.
 
     Args:
         tok: a `tokenizers.Tokenizer`; documents are encoded without special tokens.
         files: UTF-8 text files (see `textfiles.iter_documents`).
         on_bytes: progress callback, called with bytes read.
+        line_by_line: each line of a text file is a document (records stay whole).
 
     Yields:
         Lists of token-id lists, one list per batch of documents.
     """
     batch, chars = [], 0
-    for doc in iter_documents(files, on_bytes):
+    for doc in iter_documents(files, on_bytes, line_by_line):
         batch.append(doc)
         chars += len(doc)
         if chars >= ENCODE_BATCH_CHARS:
@@ -37,7 +38,7 @@ def encode_batches(tok, files, on_bytes=None):
         yield [e.ids for e in tok.encode_batch_fast(batch, add_special_tokens=False)]
 
 
-def encoded_documents(tok, files, on_bytes=None):
+def encoded_documents(tok, files, on_bytes=None, line_by_line=False):
     """`encode_batches` flattened, with reading and encoding in a background thread.
 
     The bounded queue (4 batches) keeps memory flat; an error in the thread is
@@ -52,7 +53,7 @@ def encoded_documents(tok, files, on_bytes=None):
 
     def produce():
         try:
-            for ids in encode_batches(tok, files, on_bytes):
+            for ids in encode_batches(tok, files, on_bytes, line_by_line):
                 while not stop.is_set():
                     try:
                         out.put(ids, timeout=0.1)

@@ -68,3 +68,31 @@ def pack_documents(documents, seq_len, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_
         mask = np.zeros(seq_len, dtype=np.int32)
         mask[: len(buffer) + 1] = 1
         yield row, mask
+
+
+def one_per_document(documents, seq_len, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
+    """One sequence per document, `<s> doc </s>` cut to `seq_len` and padded (Hugging
+    Face run_mlm.py's --line_by_line; prepare feeds it lines or records).
+
+    Args:
+        documents: iterable of token-id lists (encoded without special tokens);
+            empty documents are skipped.
+        seq_len: tokens per sequence (>= 3).
+        bos_id, eos_id, pad_id: special token ids.
+
+    Yields:
+        (input_ids, attention_mask): two (seq_len,) int32 numpy arrays, the
+        padding (pad_id, attention 0) a suffix.
+    """
+    if seq_len < 3:
+        raise ValueError(f"seq_len must be >= 3, got {seq_len}")
+    for doc in documents:
+        if len(doc) == 0:
+            continue
+        body = np.asarray(doc[: seq_len - 2], dtype=np.int32)
+        row = np.full(seq_len, pad_id, dtype=np.int32)
+        row[0], row[len(body) + 1] = bos_id, eos_id
+        row[1 : len(body) + 1] = body
+        mask = np.zeros(seq_len, dtype=np.int32)
+        mask[: len(body) + 2] = 1
+        yield row, mask

@@ -146,7 +146,7 @@ def _scan_stream(f, decoder, path):
     return offset, None, None, has_text
 
 
-def iter_documents(paths, on_bytes=None):
+def iter_documents(paths, on_bytes=None, line_by_line=False):
     """Yield documents (str) from the inputs, streaming.
 
     Args:
@@ -165,7 +165,8 @@ def iter_documents(paths, on_bytes=None):
     for item in paths:
         source = item if isinstance(item, Source) else Source(os.fspath(item))
         if source.format is None:
-            yield from _text_documents(source.path, counter)
+            for document in _text_documents(source.path, counter):
+                yield from document.split("\n") if line_by_line else (document,)
             continue
         counter.flush()
         for value in recordfiles.iter_values(source.path, source.format, source.text_field,

@@ -4,6 +4,7 @@ Byte-level means every string is representable (no `<unk>` in practice) and deco
 reproduces the input exactly, which `prepare`'s round-trip test relies on.
 """
 
+import json
 import os
 import warnings
 
@@ -86,25 +87,93 @@ def train_tokenizer(text_iterator, vocab_size, out_path=None, min_frequency=2):
     return tokenizer
 
 
+TOKENIZER_FILE = "tokenizer.json"
+HF_VOCABULARY_FILE, HF_MERGES_FILE = "vocab.json", "merges.txt"
+HF_TOKENIZER_CONFIG = "tokenizer_config.json"
+ACCEPTED = ("a tokenizer.json, a Hugging Face model directory (tokenizer.json, or vocab.json + merges.txt) "
+            "or a keras-hub preset directory (assets/tokenizer/vocabulary.json + merges.txt)")
+
+
+def tokenizer_json_of(path):
+    """The tokenizer.json file `path` names: `path` itself when it is a file, the one
+    inside it when it is a directory holding one; None otherwise."""
+    path = os.fspath(path)
+    if locations.isdir(path):
+        inside = path.rstrip("/") + "/" + TOKENIZER_FILE
+        return inside if locations.isfile(inside) else None
+    return path if locations.isfile(path) else None
+
+
 def load_tokenizer(path):
-    """Load a `tokenizer.json` and check that it has the five special tokens.
+    """Load a tokenizer and check that it has the five special tokens.
 
     Args:
-        path: path to a `tokenizers` JSON file.
+        path: a `tokenizers` JSON file, or a directory: a Hugging Face model
+            directory (its tokenizer.json, or the byte-level BPE vocab.json +
+            merges.txt of a RoBERTa tokenizer) or a keras-hub preset directory
+            (assets/tokenizer/vocabulary.json + merges.txt).
 
     Returns:
-        The `tokenizers.Tokenizer`.
+        The `tokenizers.Tokenizer`; on the same text its ids equal those of the
+        Hugging Face (or keras-hub preset's) tokenizer it was read from.
     """
     path = os.fspath(path)
-    # A prepared directory on a URL is read as its records are (tf.io.gfile).
-    if not locations.isfile(path):
-        raise TokenizerError(f"tokenizer file not found: {path}")
+    json_path = tokenizer_json_of(path)
+    if json_path is None:
+        if locations.isdir(path):
+            return _directory_tokenizer(path)
+        raise TokenizerError(f"tokenizer not found: {path}; expected {ACCEPTED}")
     try:
-        with locations.open_binary(path) as f:
+        with locations.open_binary(json_path) as f:
             tokenizer = Tokenizer.from_str(f.read().decode("utf-8"))
     except Exception as e:  # the library raises a bare Exception on malformed JSON
-        raise TokenizerError(f"cannot read tokenizer {path}: {e}") from None
-    special_token_ids(tokenizer, source=path)
+        raise TokenizerError(f"cannot read tokenizer {json_path}: {e}") from None
+    special_token_ids(tokenizer, source=json_path)
+    return tokenizer
+
+
+def _directory_tokenizer(directory):
+    """A directory without tokenizer.json: Hugging Face's vocab.json + merges.txt, or a
+    keras-hub preset's assets."""
+    vocabulary = os.path.join(directory, HF_VOCABULARY_FILE)
+    merges = os.path.join(directory, HF_MERGES_FILE)
+    if os.path.isfile(vocabulary) and os.path.isfile(merges):
+        return _hf_byte_level_bpe(directory, vocabulary, merges)
+    from kroberta.interop.keras_hub_presets import preset_tokenizer
+
+    try:
+        tokenizer = preset_tokenizer(directory)
+    except (OSError, ValueError) as e:  # KerasHubPresetError, malformed JSON: a ValueError
+        raise TokenizerError(f"cannot read the keras-hub preset tokenizer in {directory}: {e}") from None
+    if tokenizer is None:
+        raise TokenizerError(f"{directory}: no tokenizer in this directory; expected {ACCEPTED}")
+    special_token_ids(tokenizer, source=directory)
+    return tokenizer
+
+
+def _hf_byte_level_bpe(directory, vocabulary, merges):
+    """RoBERTa's tokenizer as `transformers` builds it from vocab.json + merges.txt
+    (its RobertaConverter): byte-level BPE, `<s> ... </s>` around a text, the special
+    tokens at their ids in the vocabulary, `<mask>` taking the space before it."""
+    try:
+        model = models.BPE.from_file(vocabulary, merges)
+    except Exception as e:  # the library raises a bare Exception on malformed files
+        raise TokenizerError(f"cannot read {vocabulary} + {merges}: {e}") from None
+    add_prefix_space = False  # transformers' default; tokenizer_config.json may say otherwise
+    config_path = os.path.join(directory, HF_TOKENIZER_CONFIG)
+    if os.path.isfile(config_path):
+        try:
+            with open(config_path, encoding="utf-8") as f:
+                add_prefix_space = bool(json.load(f).get("add_prefix_space", False))
+        except (ValueError, AttributeError) as e:
+            raise TokenizerError(f"cannot read {config_path}: {e}") from None
+    tokenizer = Tokenizer(model)
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens([t for t in _special_added_tokens() if tokenizer.token_to_id(t.content) is not None])
+    ids = special_token_ids(tokenizer, source=vocabulary)
+    tokenizer.post_processor = processors.RobertaProcessing(
+        (SPECIAL_TOKENS["eos"], ids["eos"]), (SPECIAL_TOKENS["bos"], ids["bos"]), add_prefix_space=add_prefix_space)
     return tokenizer
 
 

@@ -271,8 +271,7 @@ def test_shard_writer_is_atomic(tmp_path):
     assert os.listdir(tmp_path) == ["x.tfrecord"]
 
 
-def test_interrupted_prepare_leaves_no_shards(tmp_path, tokenizer_path, monkeypatch):
-    corpus = write_corpus(tmp_path / "c.txt", make_docs(400))
+def _interrupt_on_second_block(monkeypatch):
     calls = []
 
     def failing(*args):
@@ -283,9 +282,45 @@ def test_interrupted_prepare_leaves_no_shards(tmp_path, tokenizer_path, monkeypa
 
     monkeypatch.setattr("kroberta.text.build.BLOCK", 16)
     monkeypatch.setattr("kroberta.text.build.encode_examples", failing)
+
+
+def test_interrupted_prepare_removes_the_directory_it_created(tmp_path, tokenizer_path, monkeypatch):
+    corpus = write_corpus(tmp_path / "c.txt", make_docs(400))
+    _interrupt_on_second_block(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        prepare(corpus, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
-    assert sorted(os.listdir(tmp_path / "o")) == ["tokenizer.json"]
+        prepare(corpus, tmp_path / "new" / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["c.txt"], "the parent it created goes too"
+
+
+@pytest.mark.parametrize("failure", ["interrupt", "manifest"])
+def test_failed_prepare_in_an_existing_directory_removes_only_its_files(tmp_path, tokenizer_path, monkeypatch,
+                                                                       failure):
+    corpus = write_corpus(tmp_path / "c.txt", make_docs(400))
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    if failure == "interrupt":
+        _interrupt_on_second_block(monkeypatch)
+    else:  # after the shards and tokenizer.json are in place under their final names
+        def no_manifest(*args):
+            names = os.listdir(out)
+            assert "tokenizer.json" in names and "train-00000-of-00001.tfrecord" in names
+            raise OSError("disk full")
+
+        monkeypatch.setattr("kroberta.text.build.write_manifest", no_manifest)
+    with pytest.raises((KeyboardInterrupt, OSError)):
+        prepare(corpus, out, seq_len=16, tokenizer=tokenizer_path, progress=False)
+    assert sorted(os.listdir(out)) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("problem", ["tokenizer", "input"])
+def test_cli_failure_leaves_no_out_directory(tmp_path, tokenizer_path, capsys, problem):
+    corpus = write_corpus(tmp_path / "c.txt", make_docs(20))
+    tokenizer = str(tmp_path / "missing") if problem == "tokenizer" else tokenizer_path
+    inputs = corpus if problem == "tokenizer" else str(tmp_path / "none*.txt")
+    assert main(["--input", inputs, "--out", str(tmp_path / "o"), "--tokenizer", tokenizer, "--no-progress"]) == 2
+    assert ("tokenizer not found" if problem == "tokenizer" else "none*.txt") in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_cli_exit_codes(tmp_path, tokenizer_path, capsys):
