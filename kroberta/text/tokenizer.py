@@ -90,6 +90,8 @@ def train_tokenizer(text_iterator, vocab_size, out_path=None, min_frequency=2):
 TOKENIZER_FILE = "tokenizer.json"
 HF_VOCABULARY_FILE, HF_MERGES_FILE = "vocab.json", "merges.txt"
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"
+KERAS_HUB_VOCABULARY_FILE = os.path.join("assets", "tokenizer", "vocabulary.json")
+KERAS_HUB_MERGES_FILE = os.path.join("assets", "tokenizer", "merges.txt")
 ACCEPTED = ("a tokenizer.json, a Hugging Face model directory (tokenizer.json, or vocab.json + merges.txt) "
             "or a keras-hub preset directory (assets/tokenizer/vocabulary.json + merges.txt)")
 
@@ -134,39 +136,47 @@ def load_tokenizer(path):
 
 def _directory_tokenizer(directory):
     """A directory without tokenizer.json: Hugging Face's vocab.json + merges.txt, or a
-    keras-hub preset's assets."""
-    vocabulary = os.path.join(directory, HF_VOCABULARY_FILE)
-    merges = os.path.join(directory, HF_MERGES_FILE)
-    if os.path.isfile(vocabulary) and os.path.isfile(merges):
-        return _hf_byte_level_bpe(directory, vocabulary, merges)
-    from kroberta.interop.keras_hub_presets import preset_tokenizer
+    keras-hub preset's assets/tokenizer/vocabulary.json + merges.txt."""
+    for vocabulary, merges in ((HF_VOCABULARY_FILE, HF_MERGES_FILE),
+                               (KERAS_HUB_VOCABULARY_FILE, KERAS_HUB_MERGES_FILE)):
+        vocabulary, merges = os.path.join(directory, vocabulary), os.path.join(directory, merges)
+        if os.path.isfile(vocabulary) and os.path.isfile(merges):
+            return byte_level_bpe(vocabulary, merges, _add_prefix_space(directory))
+    raise TokenizerError(f"{directory}: no tokenizer in this directory; expected {ACCEPTED}")
 
+
+def _add_prefix_space(directory):
+    """A Hugging Face tokenizer_config.json's add_prefix_space (transformers' default: False)."""
+    path = os.path.join(directory, HF_TOKENIZER_CONFIG)
+    if not os.path.isfile(path):
+        return False
     try:
-        tokenizer = preset_tokenizer(directory)
-    except (OSError, ValueError) as e:  # KerasHubPresetError, malformed JSON: a ValueError
-        raise TokenizerError(f"cannot read the keras-hub preset tokenizer in {directory}: {e}") from None
-    if tokenizer is None:
-        raise TokenizerError(f"{directory}: no tokenizer in this directory; expected {ACCEPTED}")
-    special_token_ids(tokenizer, source=directory)
-    return tokenizer
+        with open(path, encoding="utf-8") as f:
+            return bool(json.load(f).get("add_prefix_space", False))
+    except (ValueError, AttributeError) as e:
+        raise TokenizerError(f"cannot read {path}: {e}") from None
 
 
-def _hf_byte_level_bpe(directory, vocabulary, merges):
-    """RoBERTa's tokenizer as `transformers` builds it from vocab.json + merges.txt
-    (its RobertaConverter): byte-level BPE, `<s> ... </s>` around a text, the special
-    tokens at their ids in the vocabulary, `<mask>` taking the space before it."""
+def byte_level_bpe(vocabulary, merges, add_prefix_space=False):
+    """RoBERTa's tokenizer from a vocabulary and merges file, as `transformers` builds it
+    (its RobertaTokenizer): byte-level BPE, `<s> ... </s>` around a text, the special
+    tokens at their ids in the vocabulary, `<mask>` taking the space before it.
+
+    Args:
+        vocabulary: a JSON file mapping token to id (Hugging Face's vocab.json,
+            keras-hub's vocabulary.json).
+        merges: the BPE merges file (merges.txt).
+        add_prefix_space: a space before the first word, as tokenizer_config.json says.
+
+    Returns:
+        The `tokenizers.Tokenizer`; raises `TokenizerError` when a file cannot be read
+        or a special token is missing.
+    """
+    vocabulary, merges = os.fspath(vocabulary), os.fspath(merges)
     try:
         model = models.BPE.from_file(vocabulary, merges)
     except Exception as e:  # the library raises a bare Exception on malformed files
         raise TokenizerError(f"cannot read {vocabulary} + {merges}: {e}") from None
-    add_prefix_space = False  # transformers' default; tokenizer_config.json may say otherwise
-    config_path = os.path.join(directory, HF_TOKENIZER_CONFIG)
-    if os.path.isfile(config_path):
-        try:
-            with open(config_path, encoding="utf-8") as f:
-                add_prefix_space = bool(json.load(f).get("add_prefix_space", False))
-        except (ValueError, AttributeError) as e:
-            raise TokenizerError(f"cannot read {config_path}: {e}") from None
     tokenizer = Tokenizer(model)
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
     tokenizer.decoder = decoders.ByteLevel()

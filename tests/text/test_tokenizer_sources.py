@@ -109,3 +109,11 @@ def test_a_vocabulary_without_roberta_specials_is_refused(tmp_path, sources):
     corpus.write_text("some text\n", encoding="utf-8")
     with pytest.raises(PrepareError, match=r"vocab.json lacks the special token\(s\) <mask>"):
         prepare(str(corpus), tmp_path / "o", tokenizer=directory, progress=False)
+
+
+def test_from_keras_hub_reads_the_preset_tokenizer_the_same_way(sources):
+    from kroberta.interop.keras_hub_presets import preset_tokenizer
+
+    rebuilt = preset_tokenizer(sources["preset"])
+    for line in LINES:
+        assert rebuilt.encode(line).ids == sources["reference"](line)["input_ids"]
