@@ -176,31 +176,17 @@ def preset_model_config(directory: str):
 
 def preset_tokenizer(directory: str):
     """A `tokenizers.Tokenizer` rebuilt from the preset's vocabulary.json and merges.txt
-    (kroberta's byte-level BPE layout, specials as kroberta's); None without them."""
-    from tokenizers import Tokenizer, models
-
-    from kroberta.text.tokenizer import _empty_tokenizer, _special_added_tokens
-    from kroberta.tokens import SPECIAL_TOKENS
+    (`kroberta.text.tokenizer.byte_level_bpe`: Hugging Face's ids); None without them."""
+    from kroberta.text.tokenizer import TokenizerError, byte_level_bpe
 
     vocabulary_path = os.path.join(directory, ASSETS_DIR, VOCABULARY_FILE)
     merges_path = os.path.join(directory, ASSETS_DIR, MERGES_FILE)
     if not (os.path.isfile(vocabulary_path) and os.path.isfile(merges_path)):
         return None
-    with open(vocabulary_path, encoding="utf-8") as f:
-        vocabulary = json.load(f)
-    with open(merges_path, encoding="utf-8") as f:
-        merges = [tuple(line.rstrip("\n").split(" ")) for line in f
-                  if line.strip() and not line.startswith("#version")]
-    template = _empty_tokenizer()
-    tokenizer = Tokenizer(models.BPE(vocab=vocabulary, merges=merges))
-    tokenizer.pre_tokenizer, tokenizer.decoder = template.pre_tokenizer, template.decoder
-    tokenizer.post_processor = template.post_processor
-    present = [t for t in _special_added_tokens() if t.content in vocabulary]
-    tokenizer.add_special_tokens(present)
-    missing = [t for t in SPECIAL_TOKENS.values() if t not in vocabulary]
-    if missing:
-        raise KerasHubPresetError(f"{vocabulary_path}: lacks the special token(s) {', '.join(missing)}")
-    return tokenizer
+    try:
+        return byte_level_bpe(vocabulary_path, merges_path)
+    except TokenizerError as e:
+        raise KerasHubPresetError(str(e)) from None
 
 
 def _load_weights_into(model, directory: str):
