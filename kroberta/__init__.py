@@ -37,6 +37,7 @@ _API = {
     "predict": "kroberta.inference.prediction",
     "predict_batches": "kroberta.inference.prediction",
     "fill_mask": "kroberta.inference.filling",
+    "evaluate": "kroberta.training.evaluation",
     "dataset": "kroberta.training.run_data",
     "export_hf": "kroberta.interop.hf",
     "from_hf": "kroberta.interop.hf",

@@ -41,7 +41,7 @@ def test_exit_codes_pass_through_and_other_errors_propagate(capsys):
         cli.run(_raise(RuntimeError("a bug, not bad input")))
 
 
-@pytest.mark.parametrize("command", ["train", "predict", "prepare", "export", "report"])
+@pytest.mark.parametrize("command", ["train", "predict", "prepare", "export", "report", "evaluate"])
 def test_help_answers_without_starting_jax_keras_or_tensorflow(command):
     """`--help` (and a bad argument) needs none of the seconds those imports take."""
     import subprocess
@@ -64,7 +64,7 @@ def test_help_answers_without_starting_jax_keras_or_tensorflow(command):
     assert result.stdout.strip().splitlines()[-1] == "LOADED []"
 
 
-COMMANDS = ("train", "predict", "prepare", "export", "aot", "report")
+COMMANDS = ("train", "predict", "prepare", "export", "aot", "report", "evaluate")
 
 
 @pytest.mark.parametrize("name", COMMANDS)

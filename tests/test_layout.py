@@ -12,7 +12,7 @@ import pytest
 import kroberta
 
 PACKAGE = os.path.dirname(os.path.abspath(kroberta.__file__))
-CLIS = {"train", "predict", "prepare", "export", "aot", "report", "cli"}
+CLIS = {"train", "predict", "prepare", "export", "aot", "report", "evaluate", "cli"}
 SUBPACKAGES = {"data", "text", "model", "training", "inference", "parallel", "interop", "perf", "runtime"}
 
 # What each subpackage may not import (besides the command-line modules, which none may).

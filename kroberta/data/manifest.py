@@ -168,3 +168,21 @@ def write_manifest(directory, data):
         json.dump(data, f, indent=2)
         f.write("\n")
     return path
+
+
+def tokenizer_difference(manifest: Manifest, vocabulary_size: int, tokenizer=None) -> str | None:
+    """How the tokenizer `manifest`'s directory was prepared with differs from a model's
+    (its `vocabulary_size`, and its `tokenizers.Tokenizer` when known), or None when it
+    does not: ids from another tokenizer mean other tokens to the model, with no error."""
+    if manifest.vocabulary_size != vocabulary_size:
+        return f"a vocabulary of {manifest.vocabulary_size} tokens; the model has {vocabulary_size}"
+    if tokenizer is None:
+        return None
+    from tokenizers import Tokenizer
+
+    from kroberta import storage
+
+    prepared_with = Tokenizer.from_str(storage.read_text(manifest.tokenizer_path))
+    if prepared_with.get_vocab() != tokenizer.get_vocab():
+        return "another tokenizer than the model's (other tokens at the same ids)"
+    return None

@@ -1,0 +1,159 @@
+"""`kroberta.evaluate(model, data)`: a model's masked-LM loss on prepared data, measured
+exactly as a training run's validation measures it.
+
+The data go through the run's own validation pipeline (`kroberta.training.run_data`:
+every example once, masked at `data.eval_mask_rate` from the run seed and each
+example's place in the files, or by the files' labels), and the numbers come from the
+training model's own `evaluate` (its loss, metrics and evaluation masker), built with the
+model's config over the same devices. So on a run's model, at the step of one of its
+validation rows and on the same files, it gives that row; on a checkpoint about to be
+trained further (`kroberta.from_hf`, `from_keras_hub`) it gives the baseline to beat.
+"""
+
+import dataclasses
+import logging
+import math
+import os
+
+from kroberta import storage
+from kroberta.config import Config, validate
+from kroberta.errors import KrobertaError, check_model
+
+logger = logging.getLogger(__name__)
+
+
+class EvaluationError(KrobertaError, ValueError):
+    """`evaluate`'s data or batch size cannot be used with this model."""
+
+
+def evaluate(model, data, batch_size: int | None = None) -> dict:
+    """The model's validation loss, masked accuracy and perplexity on `data`.
+
+    Args:
+        model: a model from `kroberta.load`, `kroberta.from_hf` or `kroberta.from_keras_hub`;
+            its `kroberta_config` gives the masking (data.masking, data.mask_rate,
+            data.eval_mask_rate), the seed of the masks (train.seed), train.eval_steps and
+            the batch size.
+        data: a prepared directory (`python -m kroberta.prepare`'s --out: its validation
+            split, or its training files when it has none), or TFRecord file(s) / glob(s).
+        batch_size: sequences per step over all devices (a multiple of the device
+            count); None: the config's train.batch_size_per_device x devices, as its
+            training evaluated. Only with train.eval_steps > 0 does it change the result
+            (eval_steps batches of it are evaluated).
+
+    Returns:
+        {"loss": mean cross-entropy per masked token (token-weighted over the whole set),
+        "masked_accuracy", "perplexity": exp(loss), "sequences": the sequences read}.
+
+    Raises:
+        EvaluationError / DataError / ConfigError: data prepared with another tokenizer,
+            longer than the model's positions, or malformed (named); a bad batch size.
+    """
+    import jax
+
+    from kroberta.model.mlm import build_model, compile_model
+    from kroberta.parallel.distribute import global_distribution, make_distribution, to_host
+    from kroberta.training.run_data import run_data_for, validation_batches
+
+    check_model(model, "kroberta.evaluate")
+    config = _config_for(model, data)
+    devices = jax.devices()[:config.distributed.devices or None]
+    config = _with_batch_size(config, batch_size, len(devices))
+    _check_prepared_with(_directories(data), model)
+    run = run_data_for(config)
+    config = run.config
+    if run.validation is None:
+        logger.info("%s has no validation split: evaluating its training files", data)
+        run = dataclasses.replace(run, validation=run.train)
+    weights = [to_host(v.value) for v in model.weights]
+    with global_distribution(make_distribution(config, devices)):
+        # The training model of this config: its loss, metrics and evaluation masks.
+        twin = build_model(config.model, config.train.mixed_precision, config=config)
+        compile_model(twin, config, run.word_starts)
+        twin.set_weights(weights)
+        batches = validation_batches(run, config.train.batch_size_per_device * len(devices))
+        logs = twin.evaluate(batches, verbose=0, return_dict=True)
+    # As training's validation row: token-weighted (padding examples weigh nothing).
+    return {"loss": math.log(logs["perplexity"]),
+            "masked_accuracy": float(logs["masked_accuracy"]),
+            "perplexity": float(logs["perplexity"]),
+            "sequences": int(run.validation.records)}
+
+
+def _config_for(model, data) -> Config:
+    """The model's config reading `data` for validation (and starting from nothing)."""
+    config = getattr(model, "kroberta_config", None) or Config(
+        model=_model_config_of(model))
+    patterns = _patterns(data)
+    if len(patterns) == 1 and _is_directory(patterns[0]):
+        files = {"dir": patterns[0], "train": (), "validation": ()}
+    else:
+        files = {"dir": "", "train": tuple(patterns), "validation": tuple(patterns)}
+    return validate(dataclasses.replace(
+        config, data=dataclasses.replace(config.data, **files), init_from_hf="",
+        init_from_keras_hub=""), "the model's config")
+
+
+def _model_config_of(model):
+    from kroberta.interop.keras_hub_presets import preset_model_config_of
+
+    return preset_model_config_of(model.backbone)
+
+
+def _patterns(data) -> list[str]:
+    items = [data] if isinstance(data, (str, os.PathLike)) else list(data or [])
+    if not items or not all(isinstance(p, (str, os.PathLike)) for p in items):
+        raise EvaluationError("data: give a prepared directory (python -m kroberta.prepare's "
+                              f"--out) or TFRecord file(s) / glob(s), got {data!r}")
+    return [os.fspath(p) for p in items]
+
+
+def _is_directory(path: str) -> bool:
+    return storage.isdir(path) if storage.is_url(path) else os.path.isdir(path)
+
+
+def _with_batch_size(config: Config, batch_size: int | None, devices: int) -> Config:
+    if batch_size is None:
+        return config
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1 \
+            or batch_size % devices:
+        raise EvaluationError(f"batch_size: expected a positive multiple of the {devices} "
+                              f"devices, got {batch_size!r}")
+    train = dataclasses.replace(config.train, batch_size_per_device=batch_size // devices)
+    return dataclasses.replace(config, train=train)
+
+
+def _directories(data) -> list[str]:
+    """The directories holding `data`'s files (a prepared directory: itself)."""
+    from kroberta.data import pipeline
+
+    patterns = _patterns(data)
+    if len(patterns) == 1 and _is_directory(patterns[0]):
+        return patterns
+    return sorted({os.path.dirname(f) for f in pipeline.resolve_files(patterns, "data")})
+
+
+def _check_prepared_with(directories: list[str], model):
+    """Refuses files `prepare` wrote with another tokenizer than the model's: their ids
+    would be scored as other tokens (a wrong number, no error)."""
+    from kroberta.data.manifest import ManifestError, load_manifest, tokenizer_difference
+
+    for directory in directories:
+        try:
+            manifest = load_manifest(directory)
+        except ManifestError:
+            continue  # no (readable) manifest: nothing says which tokenizer wrote the ids
+        differs = tokenizer_difference(manifest, int(model.backbone.vocabulary_size),
+                                       getattr(model, "tokenizer", None))
+        positions = int(model.backbone.max_sequence_length)
+        if differs is None and manifest.sequence_length > positions:
+            raise EvaluationError(
+                f"data: {directory} holds sequences of {manifest.sequence_length} tokens, the "
+                f"model has {positions} positions; prepare the text again with --seq-len "
+                f"{positions} (python -m kroberta.prepare --tokenizer MODEL_DIR --seq-len "
+                f"{positions} ...)")
+        if differs is not None:
+            raise EvaluationError(
+                f"data: {directory} was prepared with {differs}, so its ids mean other tokens "
+                "to it; prepare the text with the model's tokenizer (python -m "
+                "kroberta.prepare --tokenizer MODEL_DIR ...)")

@@ -1,0 +1,143 @@
+"""`--init_from_hf=DIR` alone: the model section and tokenizer come from the checkpoint;
+a config that disagrees is one error naming every key; data from another tokenizer, or
+longer than the checkpoint's positions, are refused before any compute."""
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing in these tests may download
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import random  # noqa: E402
+
+import pytest  # noqa: E402
+
+transformers = pytest.importorskip("transformers", reason="needs transformers (the hf extra)")
+pytest.importorskip("torch", reason="transformers saves the checkpoint with torch")
+
+import kroberta  # noqa: E402
+import kroberta.cli.train  # noqa: E402
+from kroberta.config import ConfigError, config_path  # noqa: E402
+from kroberta.interop import hf  # noqa: E402
+from kroberta.interop.checkpoint_config import with_checkpoint_model  # noqa: E402
+from kroberta.text.tokenizer import train_tokenizer, vocabulary_size  # noqa: E402
+
+VOCABULARY = 300
+WORDS = ("alpha beta gamma delta epsilon zeta theta iota kappa lambda sigma omega river "
+         "stone cloud field light house water paper").split()
+
+
+def _text(seed: int, words=WORDS) -> str:
+    rng = random.Random(seed)
+    return "".join(" ".join(rng.choice(words) for _ in range(rng.randint(6, 14))) + ".\n\n"
+                   for _ in range(400))
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A `RobertaConfig()`-default checkpoint saved by transformers, 2 layers x 32, with a
+    tokenizer of VOCABULARY tokens trained here; and text to prepare with it."""
+    root = tmp_path_factory.mktemp("checkpoint")
+    (root / "corpus.txt").write_text(_text(0))
+    tokenizer = train_tokenizer([_text(0)], VOCABULARY)
+    directory = root / "hf"
+    model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+        vocab_size=vocabulary_size(tokenizer), hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=64, max_position_embeddings=34,
+        # RobertaConfig() defaults to 1e-12; keras-hub's layers hold 1e-5 only.
+        layer_norm_eps=1e-5))
+    model.save_pretrained(str(directory))
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return root, directory
+
+
+def _prepare(root, name, tokenizer, seq_len=32):
+    kroberta.prepare([str(root / "corpus.txt")], str(root / name), tokenizer=tokenizer,
+                     seq_len=seq_len, validation_fraction=0.1, progress=False)
+    return str(root / name)
+
+
+def test_init_from_hf_alone_gives_the_checkpoints_model_section(checkpoint):
+    _, directory = checkpoint
+    config, args = kroberta.cli.train.parse_args([f"--init_from_hf={directory}"])
+    config, sources = with_checkpoint_model(config, args.sources)
+    expected = hf.model_config_from_hf(hf.read_hf_config(str(directory)), "config.json")
+    assert config.model == expected
+    assert (expected.num_layers, expected.hidden_dim, expected.max_sequence_length,
+            expected.dropout, expected.initializer_range) == (2, 32, 32, 0.1, 0.02)
+    assert sources["model.num_layers"] == os.path.join(str(directory), "config.json")
+
+
+def test_a_disagreeing_config_is_one_error_listing_every_key(checkpoint):
+    _, directory = checkpoint
+    config, args = kroberta.cli.train.parse_args(["--config", "base", f"--init_from_hf={directory}",
+                                         "--model.vocabulary_size=10000", "--model.dropout=0.0"])
+    with pytest.raises(ConfigError) as error:
+        with_checkpoint_model(config, args.sources)
+    message = str(error.value)
+    base = config_path("base")
+    assert "on 6 key(s)" in message
+    assert "model.vocabulary_size=10000 (command line) but the checkpoint has vocab_size=" \
+        in message
+    m = config.model
+    for key, theirs in (("num_layers", "num_hidden_layers=2"), ("hidden_dim", "hidden_size=32"),
+                        ("num_heads", "num_attention_heads=2"),
+                        ("intermediate_dim", "intermediate_size=64"),
+                        ("max_sequence_length", "max_position_embeddings=34 (32 positions)")):
+        assert f"model.{key}={getattr(m, key)} ({base}) but the checkpoint has {theirs}" in message
+    assert "dropout" not in message  # a training setting the run may change
+
+
+def test_train_with_only_init_from_hf_builds_the_checkpoints_model_and_keeps_its_tokenizer(
+        checkpoint, tmp_path):
+    root, directory = checkpoint
+    data = _prepare(root, "same", str(directory / "tokenizer.json"))
+    run_dir = tmp_path / "run"
+    code = kroberta.cli.train.main([f"--init_from_hf={directory}", f"--data.dir={data}",
+                           f"--run_dir={run_dir}", "--train.steps=2", "--train.warmup_steps=1",
+                           "--train.log_every=1", "--train.eval_every=2",
+                           "--train.batch_size_per_device=2", "--train.steps_per_execution=1",
+                           "--no-examples"])
+    assert code == 0
+    model = kroberta.load(str(run_dir))
+    b = model.backbone
+    assert (b.vocabulary_size, b.num_layers, b.hidden_dim, b.num_heads, b.intermediate_dim,
+            b.max_sequence_length) == (vocabulary_size(model.tokenizer), 2, 32, 2, 64, 32)
+    assert (run_dir / "tokenizer.json").read_text() == (directory / "tokenizer.json").read_text()
+
+
+def _refused_before_compute(monkeypatch, capsys, argv, run_dir) -> str:
+    from kroberta.model import mlm
+
+    def no_compute(*args, **kwargs):
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(mlm, "build_compiled_model", no_compute)
+    assert kroberta.cli.train.main(argv) == 2
+    assert not os.path.exists(os.path.join(run_dir, "checkpoints"))
+    return capsys.readouterr().err
+
+
+def test_data_from_another_tokenizer_of_the_same_size_is_refused(checkpoint, tmp_path,
+                                                                 monkeypatch, capsys):
+    root, directory = checkpoint
+    other = train_tokenizer([_text(1, [w[::-1] + "x" for w in WORDS])], VOCABULARY)
+    assert vocabulary_size(other) == VOCABULARY
+    other_path = tmp_path / "other.json"
+    other.save(str(other_path))
+    data = _prepare(root, "other", str(other_path))
+    run_dir = str(tmp_path / "run")
+    error = _refused_before_compute(monkeypatch, capsys, [
+        f"--init_from_hf={directory}", f"--data.dir={data}", f"--run_dir={run_dir}"], run_dir)
+    assert "another tokenizer than the checkpoint's" in error
+    assert f"python -m kroberta.prepare --tokenizer {directory}" in error
+
+
+def test_sequences_longer_than_the_checkpoints_positions_are_refused(checkpoint, tmp_path,
+                                                                    monkeypatch, capsys):
+    root, directory = checkpoint
+    data = _prepare(root, "long", str(directory / "tokenizer.json"), seq_len=48)
+    run_dir = str(tmp_path / "run")
+    error = _refused_before_compute(monkeypatch, capsys, [
+        f"--init_from_hf={directory}", f"--data.dir={data}", f"--run_dir={run_dir}"], run_dir)
+    assert "holds sequences of 48 tokens" in error and "32 positions" in error
+    assert "--seq-len 32" in error
