@@ -90,19 +90,22 @@ def train_tokenizer(text_iterator, vocab_size, out_path=None, min_frequency=2):
 TOKENIZER_FILE = "tokenizer.json"
 HF_VOCABULARY_FILE, HF_MERGES_FILE = "vocab.json", "merges.txt"
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"
-KERAS_HUB_VOCABULARY_FILE = os.path.join("assets", "tokenizer", "vocabulary.json")
-KERAS_HUB_MERGES_FILE = os.path.join("assets", "tokenizer", "merges.txt")
+KERAS_HUB_VOCABULARY_FILE = "assets/tokenizer/vocabulary.json"
+KERAS_HUB_MERGES_FILE = "assets/tokenizer/merges.txt"
 ACCEPTED = ("a tokenizer.json, a Hugging Face model directory (tokenizer.json, or vocab.json + merges.txt) "
             "or a keras-hub preset directory (assets/tokenizer/vocabulary.json + merges.txt)")
 
 
 def tokenizer_json_of(path):
-    """The tokenizer.json file `path` names: `path` itself when it is a file, the one
-    inside it when it is a directory holding one; None otherwise."""
+    """The `tokenizers` JSON file `path` names: `path` itself when it is a file, the
+    tokenizer.json inside it when it is a directory holding one; None otherwise. A
+    keras-hub preset's tokenizer.json is a Keras layer config, not such a file: its
+    tokenizer is in assets/tokenizer/."""
     path = os.fspath(path)
     if locations.isdir(path):
         inside = path.rstrip("/") + "/" + TOKENIZER_FILE
-        return inside if locations.isfile(inside) else None
+        keras_hub = locations.isfile(path.rstrip("/") + "/" + KERAS_HUB_VOCABULARY_FILE)
+        return inside if locations.isfile(inside) and not keras_hub else None
     return path if locations.isfile(path) else None
 
 
@@ -135,10 +138,10 @@ def load_tokenizer(path):
 
 
 def _directory_tokenizer(directory):
-    """A directory without tokenizer.json: Hugging Face's vocab.json + merges.txt, or a
-    keras-hub preset's assets/tokenizer/vocabulary.json + merges.txt."""
-    for vocabulary, merges in ((HF_VOCABULARY_FILE, HF_MERGES_FILE),
-                               (KERAS_HUB_VOCABULARY_FILE, KERAS_HUB_MERGES_FILE)):
+    """A keras-hub preset's assets/tokenizer/vocabulary.json + merges.txt, or a Hugging Face
+    directory's vocab.json + merges.txt (without tokenizer.json)."""
+    for vocabulary, merges in ((KERAS_HUB_VOCABULARY_FILE, KERAS_HUB_MERGES_FILE),
+                               (HF_VOCABULARY_FILE, HF_MERGES_FILE)):
         vocabulary, merges = os.path.join(directory, vocabulary), os.path.join(directory, merges)
         if os.path.isfile(vocabulary) and os.path.isfile(merges):
             return byte_level_bpe(vocabulary, merges, _add_prefix_space(directory))
