@@ -133,7 +133,7 @@ class DataConfig:
     """Fraction of real, non-special tokens chosen for prediction (80% `<mask>`, 10% a random id,
     10% kept)."""
     max_predictions: int = 0
-    """Prediction slots per sequence M (a static shape); 0 = ceil(1.25 * mask_rate * length)."""
+    """Prediction slots per sequence M (a static shape); 0 = follow the sequence length L: ceil(1.25 * mask_rate * L), and for static labels (a binomial count) at least ceil(mask_rate * L + 2 * sqrt(L * mask_rate * (1 - mask_rate))). A value below what `mask_rate` needs caps the masks; training names the rate it then masks."""
     shuffle_buffer: int = 10_000
     """Records shuffled together (each block of an epoch in a stateless permutation)."""
     pad_token_id: int = tokens.PAD_ID
@@ -179,7 +179,26 @@ class DataConfig:
         """The fixed number of predicted positions per sequence (M)."""
         if self.max_predictions:
             return self.max_predictions
-        return max(1, math.ceil(1.25 * self.mask_rate * sequence_length))
+        slots = max(1, math.ceil(1.25 * self.mask_rate * sequence_length))
+        if self.masking == "static":  # two standard deviations above the mean label count
+            spread = math.sqrt(sequence_length * self.mask_rate * (1 - self.mask_rate))
+            slots = max(slots, math.ceil(self.mask_rate * sequence_length + 2 * spread))
+        return slots
+
+    def capped_masking(self, sequence_length: int) -> str | None:
+        """What a run masks when an explicit `max_predictions` is below what dynamic masking
+        at `mask_rate` needs in a full sequence of `sequence_length` tokens (its `<s>` and
+        `</s>` are never masked); None when nothing is capped (static labels are counted
+        against the slots from the files instead)."""
+        tokens = sequence_length - 2
+        wanted = max(1, round(self.mask_rate * tokens))
+        if self.masking == "static" or not self.max_predictions or self.max_predictions >= wanted:
+            return None
+        auto = replace(self, max_predictions=0).prediction_slots(sequence_length)
+        return (f"data.max_predictions={self.max_predictions} caps the masks at {self.max_predictions} of "
+                f"{tokens} tokens in a full sequence of {sequence_length}: {self.max_predictions / tokens:.1%} "
+                f"masked, not data.mask_rate={self.mask_rate:g} ({wanted} tokens); set "
+                f"data.max_predictions=0 (follows the sequence length: {auto} here) or at least {wanted}")
 
     def check(self, fail):
         """Rejects an impossible masking setting: `fail(key, problem)` raises. The ids and

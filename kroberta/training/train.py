@@ -175,6 +175,8 @@ def _train_run(config: Config, force: bool, until_step: int | None, accept_chang
             _log(f"warning: in a sample of the training data {over} sequence(s) have more than "
                  f"{slots} labels; {dropped} labels beyond the slots are not predicted. "
                  "Raise data.max_predictions to keep them.")
+    if (capped := config.data.capped_masking(train_spec.sequence_length)) is not None:
+        _log(f"warning: {capped}")
 
     check_free_space(config.run_dir, 2 * checkpoint.estimated_bytes(model),
                                  "a checkpoint (weights and optimizer state)")
