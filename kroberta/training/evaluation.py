@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import math
 import os
+import warnings
 
 from kroberta import storage
 from kroberta.config import Config, validate
@@ -72,7 +73,11 @@ def evaluate(model, data, batch_size: int | None = None) -> dict:
         compile_model(twin, config, run.word_starts)
         twin.set_weights(weights)
         batches = validation_batches(run, config.train.batch_size_per_device * len(devices))
-        logs = twin.evaluate(batches, verbose=0, return_dict=True)
+        with warnings.catch_warnings():
+            # The unbuilt optimizer's step counter is a local variable; evaluation never
+            # uses it (building it would allocate the moments too).
+            warnings.filterwarnings("ignore", message="Detected a mix of local")
+            logs = twin.evaluate(batches, verbose=0, return_dict=True)
     # As training's validation row: token-weighted (padding examples weigh nothing).
     return {"loss": math.log(logs["perplexity"]),
             "masked_accuracy": float(logs["masked_accuracy"]),

@@ -141,3 +141,26 @@ def test_sequences_longer_than_the_checkpoints_positions_are_refused(checkpoint,
         f"--init_from_hf={directory}", f"--data.dir={data}", f"--run_dir={run_dir}"], run_dir)
     assert "holds sequences of 48 tokens" in error and "32 positions" in error
     assert "--seq-len 32" in error
+
+
+def test_init_from_keras_hub_alone_gives_the_presets_model_section(checkpoint, tmp_path):
+    import kroberta.cli.evaluate
+
+    _, directory = checkpoint
+    imported = kroberta.from_hf(str(directory))
+    preset = kroberta.export_keras_hub(imported, str(tmp_path / "preset"))
+    config, args = kroberta.cli.train.parse_args([f"--init_from_keras_hub={preset}"])
+    config, sources = with_checkpoint_model(config, args.sources)
+    m = imported.kroberta_config.model
+    for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
+                "max_sequence_length", "dropout", "attention_dropout_rate"):
+        assert getattr(config.model, key) == getattr(m, key), key
+    assert sources["model.hidden_dim"] == os.path.join(preset, "config.json")
+    # `python -m kroberta.evaluate --model` tells a preset from a Hugging Face directory.
+    loaded = kroberta.cli.evaluate.load_model(preset)
+    assert loaded.tokenizer.get_vocab() == imported.tokenizer.get_vocab()
+    with pytest.raises(ConfigError, match=r"model.num_layers=3 \(command line\) but the "
+                                          r"checkpoint has config.num_layers=2"):
+        config, args = kroberta.cli.train.parse_args([f"--init_from_keras_hub={preset}",
+                                                      "--model.num_layers=3"])
+        with_checkpoint_model(config, args.sources)
