@@ -18,9 +18,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from kroberta import storage
 from kroberta.data import pipeline
-from kroberta.data.manifest import ManifestError, load_manifest
+from kroberta.data.manifest import ManifestError, load_manifest, tokenizer_difference
 from kroberta.data import rules
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.tokens import IGNORE_LABEL
@@ -81,20 +80,13 @@ def _check_prepared_with(files, vocabulary_size: int, tokenizer):
     """Files from a directory of `python -m kroberta.prepare` hold the ids of the tokenizer
     its manifest names; another tokenizer's ids would be predicted on as if they were the
     model's (a wrong answer, no error)."""
-    from tokenizers import Tokenizer
-
     for directory in sorted({os.path.dirname(f) for f in files}):
         try:
             manifest = load_manifest(directory)
         except ManifestError:
             continue  # no (readable) manifest: nothing says which tokenizer wrote the ids
-        if manifest.vocabulary_size != vocabulary_size:
-            differs = (f"a vocabulary of {manifest.vocabulary_size} tokens; the model has "
-                       f"{vocabulary_size}")
-        elif tokenizer is not None and Tokenizer.from_str(storage.read_text(
-                manifest.tokenizer_path)).get_vocab() != tokenizer.get_vocab():
-            differs = "another tokenizer than the model's (other tokens at the same ids)"
-        else:
+        differs = tokenizer_difference(manifest, vocabulary_size, tokenizer)
+        if differs is None:
             continue
         raise PredictInputError(
             f"inputs: {directory} was prepared with {differs}, so its ids mean other tokens "
