@@ -13,6 +13,9 @@ from kroberta import masking
 from kroberta.tokens import IGNORE_LABEL
 from tests import masking_reference
 
+# The fast tier (docs/contributing.md): builds no model and starts no process.
+pytestmark = pytest.mark.fast
+
 SPECIAL = (0, 1, 2, 3, 4)
 VOCAB = 100
 
@@ -331,7 +334,7 @@ def test_the_training_pipeline_masks_whole_words_of_the_tokenizer(tmp_path):
             data=dataclasses.replace(Config().data, dir=str(directory), mask_rate=0.3,
                                      whole_word_masking=whole_words),
             train=dataclasses.replace(Config().train, batch_size_per_device=4))
-        masked = kroberta.dataset(config, log=lambda *_: None, masks_on_host=True)
+        masked = kroberta.dataset(config, masks_on_host=True)
         return list(masked.take(8).as_numpy_iterator())
 
     assert _split_words(batches(True), starts) == 0
@@ -354,7 +357,7 @@ def test_whole_word_masking_needs_dynamic_masking_and_a_tokenizer(tmp_path):
     write_seed_format(path, 8, 16, 100, seed=1)
     files = dataclasses.replace(config.data, train=(path,), whole_word_masking=True)
     with pytest.raises(ConfigError, match="whole_word_masking: needs the run's tokenizer"):
-        run_data.run_data_for(dataclasses.replace(config, data=files), log=lambda *_: None)
+        run_data.run_data_for(dataclasses.replace(config, data=files))
 
 
 def test_element_keys_are_the_references():

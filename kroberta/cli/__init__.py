@@ -13,6 +13,7 @@ import os
 import sys
 
 from kroberta.errors import DivergedError, KrobertaError
+from kroberta.runtime import logs
 
 BAD_INPUT = 2
 DIVERGED = 3
@@ -46,7 +47,8 @@ def run(body, *, prefix: str = "error: ", interrupted: str = "interrupted",
         also: other exception types that mean bad input to this command.
     """
     try:
-        return body() or 0
+        with logs.configured():  # the library's messages: one line each on stderr
+            return body() or 0
     except (DivergedError, FloatingPointError) as error:
         print(f"{prefix}{error}", file=sys.stderr)
         return DIVERGED

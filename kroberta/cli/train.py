@@ -11,7 +11,6 @@ import sys
 
 from kroberta import cli
 from kroberta.config import Config, from_command_line, validate
-from kroberta.interop.checkpoint_config import with_checkpoint_model
 
 # JAX, Keras and TensorFlow are imported by the functions that use them, so that
 # `--help`, config errors and `--explain` answer without their seconds of start-up.
@@ -66,11 +65,9 @@ def _print_examples(run_dir: str, top_k: int = 3):
 
 
 def _train(argv) -> int:
-    from kroberta.training.train import train
+    from kroberta.training.train import Outcome, train
 
     config, args = parse_args(sys.argv[1:] if argv is None else argv)
-    # --init_from_hf / --init_from_keras_hub: the model section is the checkpoint's.
-    config, args.sources = with_checkpoint_model(config, args.sources)
     if args.explain:  # kroberta.perf.advisor: trains nothing, creates no run dir
         from kroberta.perf import advisor
 
@@ -79,7 +76,7 @@ def _train(argv) -> int:
         return 0
     summary = train(config, force=args.force, until_step=args.until_step, sources=args.sources,
                    accept_changes=args.accept_changes)
-    if summary.get("preempted"):
+    if summary["outcome"] is Outcome.PREEMPTED:
         return cli.PREEMPTED
     if not config.data.train and not config.data.dir and not args.no_examples:
         _print_examples(config.run_dir)

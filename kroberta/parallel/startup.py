@@ -7,11 +7,14 @@ the other processes on the coordinator's port (`kroberta.parallel.rendezvous`), 
 missing or mismatched process is a one-line error instead of a fatal abort.
 """
 
+import logging
 import os
 
 import jax
 
 from kroberta.config import Config, ConfigError
+
+logger = logging.getLogger(__name__)
 
 
 def _environment(config: Config) -> tuple[str, int, int]:
@@ -34,7 +37,7 @@ def _on_cloud_tpu_vm() -> bool:
     return bool(getattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False))
 
 
-def initialize(config: Config, log=print) -> bool:
+def initialize(config: Config) -> bool:
     """Joins a multi-process job when one is configured or detected; True if it did.
 
     Sources, first found wins: --distributed.coordinator/num_processes/process_id,
@@ -57,8 +60,8 @@ def initialize(config: Config, log=print) -> bool:
                                   "distributed.num_processes or distributed.process_id is set")
         elif not _on_cloud_tpu_vm():
             return False
-        log("distributed: Cloud TPU VM; JAX detects the pod slice's hosts "
-            "(--distributed.num_processes=1 turns this off)")
+        logger.info("distributed: Cloud TPU VM; JAX detects the pod slice's hosts "
+                    "(--distributed.num_processes=1 turns this off)")
         jax.distributed.initialize(num_processes=num or None,
                                    process_id=pid if pid >= 0 else None,
                                    initialization_timeout=timeout)
@@ -71,8 +74,8 @@ def initialize(config: Config, log=print) -> bool:
                           f"[0, {num}), got {pid}")
     from kroberta.parallel import rendezvous
 
-    log(f"distributed: process {pid} of {num}, coordinator {coordinator} "
-        f"(waiting up to {timeout} s for the others)")
+    logger.info(f"distributed: process {pid} of {num}, coordinator {coordinator} "
+                f"(waiting up to {timeout} s for the others)")
     rendezvous.meet(coordinator, num, pid, timeout)
     jax.distributed.initialize(coordinator, num_processes=num, process_id=pid,
                                initialization_timeout=timeout)

@@ -12,6 +12,7 @@ window the profiler is neither started nor consulted: the callback compares two
 integers per dispatch.
 """
 
+import logging
 import os
 import shutil
 import tempfile
@@ -21,6 +22,8 @@ import keras
 from kroberta import storage
 
 PROFILE_DIR = "profile"  # under the run directory
+
+logger = logging.getLogger(__name__)
 
 
 def aligned_window(window: tuple[int, int], k: int, steps: int) -> tuple[int, int]:
@@ -35,14 +38,13 @@ class ProfileWindow(keras.callbacks.Callback):
     STOP has run, each after waiting for the steps already dispatched (so the trace
     holds the window's steps, whole)."""
 
-    def __init__(self, run_dir: str, window: tuple[int, int], start_step: int, log=print):
+    def __init__(self, run_dir: str, window: tuple[int, int], start_step: int):
         super().__init__()
         self.directory = storage.join(run_dir, PROFILE_DIR)
         # A URL run dir: traced into a local directory, uploaded when the trace ends.
         self._local = tempfile.mkdtemp(prefix="kroberta-profile-") \
             if storage.is_url(run_dir) else self.directory
         self.start, self.stop = window
-        self.log = log
         self.step = start_step  # optimizer steps done before the current log interval
         self.active = False
         self.done = start_step >= self.stop
@@ -62,7 +64,7 @@ class ProfileWindow(keras.callbacks.Callback):
             os.makedirs(self._local, exist_ok=True)
             jax.profiler.start_trace(self._local, create_perfetto_trace=True)
             self.active = True
-            self.log(f"profile: tracing steps {step + 1}-{self.stop} into {self.directory}")
+            logger.info(f"profile: tracing steps {step + 1}-{self.stop} into {self.directory}")
         elif self.active and step >= self.stop:
             self._finish()
 
@@ -97,5 +99,5 @@ class ProfileWindow(keras.callbacks.Callback):
         if self._local != self.directory:
             storage.put_tree(self._local, self.directory)
             shutil.rmtree(self._local, ignore_errors=True)
-        self.log(f"profile: trace written to {self.directory} (tensorboard --logdir "
-                 f"{self.directory}, or perfetto_trace.json.gz in https://ui.perfetto.dev)")
+        logger.info(f"profile: trace written to {self.directory} (tensorboard --logdir "
+                    f"{self.directory}, or perfetto_trace.json.gz in https://ui.perfetto.dev)")

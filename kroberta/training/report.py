@@ -7,9 +7,9 @@ and prints a short summary, which names the best checkpoint (the kept checkpoint
 the lowest validation loss, `kroberta.load(run_dir, checkpoint="best")`).
 """
 
+import logging
 import math
 import statistics
-import sys
 
 from kroberta import storage
 from kroberta.errors import KrobertaError
@@ -25,6 +25,8 @@ PANELS = (
 )
 GRAD_NORM_PANEL = ("grad_norm", "gradient norm (before clipping)")  # drawn when logged
 
+logger = logging.getLogger(__name__)
+
 
 class ReportError(KrobertaError, ValueError):
     """The run directory has nothing to report; the message says why."""
@@ -37,8 +39,8 @@ def read_metrics(run_dir: str) -> list[dict]:
         raise ReportError(f"{run_dir}: {what}; train a run there first "
                           "(python -m kroberta.train --run_dir=...)")
     # A run killed mid-write leaves a partial last line: skipped, and said so.
-    rows = metrics_rows(run_dir, on_bad_line=lambda path, number: print(
-        f"warning: {path}:{number}: not JSON, skipped", file=sys.stderr))
+    rows = metrics_rows(run_dir, on_bad_line=lambda path, number: logger.warning(
+        f"warning: {path}:{number}: not JSON, skipped"))
     if not rows:
         raise ReportError(f"{path}: holds no rows yet")
     return rows

@@ -18,6 +18,7 @@ compilation is announced as soon as it ends.
 """
 
 import json
+import logging
 import math
 import time
 
@@ -31,6 +32,8 @@ from kroberta.training.compile_clock import CompileClock
 from kroberta.training.run_dir import METRICS_FILE, metrics_rows
 
 REDRAW_SECONDS = 1.0  # a live bar's position between log intervals
+
+logger = logging.getLogger(__name__)
 
 
 class RunLogger(keras.callbacks.Callback):
@@ -50,7 +53,7 @@ class RunLogger(keras.callbacks.Callback):
         self.global_batch = global_batch
         self.sequence_length = sequence_length
         self.evaluate_fn = evaluate_fn  # () -> dict of validation metrics, or None
-        self.write_files = write_files  # False on processes other than 0: no files, no prints
+        self.write_files = write_files  # False on processes other than 0: no files, no lines
         # Checkpoints are collectives: in a multi-process run every process saves.
         save_checkpoints = write_files if save_checkpoints is None else save_checkpoints
         self.checkpoints = checkpoint.Writer(
@@ -168,6 +171,18 @@ class RunLogger(keras.callbacks.Callback):
             self._emit({"step": self.step, "split": "validation", **metrics})
             self._judge(metrics["loss"], saved)
 
+    def evaluate_at_start(self):
+        """The validation row at the start step, before the first training step: a run
+        that starts from a checkpoint logs the loss the training improves on. Not a signal
+        for the best checkpoint or the early stop (`signals.validation_losses`); written
+        once (a run that starts over at step 0 keeps the row it has)."""
+        if self.evaluate_fn is None or any(
+                r["step"] == self.step and r.get("split") == "validation"
+                for r in metrics_rows(self.run_dir, self.step)):
+            return
+        self._emit({"step": self.step, "split": "validation", **self.evaluate_fn()})
+        self._compile_clock.seconds = 0.0  # the evaluation's compilation is no training step's
+
     def _save_checkpoint(self):
         if self.checkpoints is not None:
             blocked = self.checkpoints.save(self.model, self.step)
@@ -245,13 +260,13 @@ class RunLogger(keras.callbacks.Callback):
                   + "  ".join(parts))
 
     def _say(self, line: str):
-        """A line of its own: above a live bar, or printed."""
+        """A line of its own: above a live bar, or logged."""
         if not self.write_files:
             return
         if self._progbar:
             self._progbar.note(line)
         else:
-            print(line, flush=True)
+            logger.info(line)
 
     def close(self, failed: bool = False):
         """Waits for the checkpoint in flight to commit, then closes the bar, the log

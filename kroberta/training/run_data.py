@@ -7,6 +7,7 @@ arguments, so what a user inspects is exactly the stream the model is fed.
 """
 
 import dataclasses
+import logging
 import os
 
 import jax
@@ -14,8 +15,11 @@ import jax
 from kroberta import storage
 from kroberta.data import pipeline
 from kroberta.config import AUTO, Config, ConfigError, validate
+from kroberta.runtime import logs
 
 SPLITS = ("train", "validation")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,9 +34,9 @@ class RunData:
     word_starts: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
-def run_data_for(config: Config, log=print) -> RunData:
+def run_data_for(config: Config) -> RunData:
     """Finds the run's files (prepares the embedded corpus if none are given), checks them."""
-    config, tokenizer_path = _data_sources(config, log=log)
+    config, tokenizer_path = _data_sources(config)
     if config.data.whole_word_masking and tokenizer_path is None:
         raise ConfigError("data.whole_word_masking: needs the run's tokenizer; give data.dir "
                           "(a directory made by `python -m kroberta.prepare`) instead of data.train")
@@ -40,8 +44,8 @@ def run_data_for(config: Config, log=print) -> RunData:
                                    "data.train")
     if config.data.masking == AUTO:
         data = config.data.with_masking_for(train.has_labels)
-        log(f"data.masking: auto -> {data.masking} (the training files "
-            f"{'carry' if train.has_labels else 'have no'} labels)")
+        logger.info(f"data.masking: auto -> {data.masking} (the training files "
+                    f"{'carry' if train.has_labels else 'have no'} labels)")
         config = dataclasses.replace(config, data=data)
     pipeline.check_against_model(train, config.data, config.model, "data.train")
     validation = None
@@ -61,7 +65,7 @@ def run_data_for(config: Config, log=print) -> RunData:
 EMBEDDED_DIR = "embedded-data"
 
 
-def _data_sources(config: Config, log=print) -> tuple[Config, str | None]:
+def _data_sources(config: Config) -> tuple[Config, str | None]:
     """The config with `data.train` / `data.validation` filled in from explicit files, a
     prepared directory or the embedded corpus, and the tokenizer file to keep with the
     run (or None)."""
@@ -72,20 +76,21 @@ def _data_sources(config: Config, log=print) -> tuple[Config, str | None]:
         return config, None
     prepared = os.path.join(_local_home(config.run_dir), EMBEDDED_DIR)
     if not os.path.isfile(os.path.join(prepared, "manifest.json")):
-        _prepare_embedded(config, prepared, log)
+        _prepare_embedded(config, prepared)
     return _from_manifest(config, prepared, "embedded corpus")
 
 
-def _prepare_embedded(config: Config, out_dir: str, log):
+def _prepare_embedded(config: Config, out_dir: str):
     from kroberta.text.build import prepare
     from kroberta.text import corpus
 
     home = _local_home(config.run_dir)
     os.makedirs(home, exist_ok=True)
     text_path = os.path.join(home, "embedded-corpus.txt")
-    log("no data given: building the embedded corpus from the Python standard library's docstrings")
+    logger.info("no data given: building the embedded corpus from the Python standard "
+                "library's docstrings")
     stats = corpus.write_stdlib_corpus(text_path)
-    log(f"  {stats}")
+    logger.info(f"  {stats}")
     prepare(
         [text_path], out_dir,
         vocab_size=config.model.vocabulary_size,
@@ -183,7 +188,7 @@ def validation_batches(run: RunData, global_batch: int, shard=None, device_masks
                                  word_starts=run.word_starts, device_masks=device_masks)
 
 
-def dataset(config: Config, split: str = "train", start_step: int = 0, log=print,
+def dataset(config: Config, split: str = "train", start_step: int = 0,
             masks_on_host: bool = False):
     """The exact `tf.data.Dataset` of batches that training feeds the model.
 
@@ -193,7 +198,6 @@ def dataset(config: Config, split: str = "train", start_step: int = 0, log=print
             training masks them; starting after `start_step` batches) or "validation"
             (every example once, the last batch padded with weightless rows).
         start_step: for "train", the batches already consumed (as on resume).
-        log: where to report preparing the embedded corpus, when the config names no data.
         masks_on_host: draw dynamic masks and choose static slots in the pipeline
             (the training step's JAX masking, run on the host CPU) instead of leaving
             them to the training step: the (x, labels) batches the model itself sees,
@@ -214,8 +218,9 @@ def dataset(config: Config, split: str = "train", start_step: int = 0, log=print
     """
     if split not in SPLITS:
         raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
+    logs.show_messages()  # preparing the embedded corpus, when the config names no data
     config = validate(config)
-    run = run_data_for(config, log=log)
+    run = run_data_for(config)
     devices = config.distributed.devices or jax.device_count()
     processes, index = jax.process_count(), jax.process_index()
     shard = (processes, index) if processes > 1 else None

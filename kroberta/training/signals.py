@@ -14,8 +14,11 @@ EARLY_STOP = "early_stop"  # the split of the row that records an early stop
 
 
 def validation_losses(rows: list[dict]) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in rows
-            if r.get("split") == "validation" and isinstance(r.get("loss"), (int, float))]
+    """(step, loss) of the evaluations after training began: the one at step 0 (a run
+    started from a checkpoint logs its loss before the first step) has no checkpoint to
+    keep and does not count for the best one or the early stop."""
+    return [(r["step"], r["loss"]) for r in rows if r.get("split") == "validation"
+            and r["step"] > 0 and isinstance(r.get("loss"), (int, float))]
 
 
 class EvalWatch:

@@ -9,6 +9,8 @@ Re-running the same command resumes from the run directory's latest checkpoint.
 """
 
 import dataclasses
+import enum
+import logging
 import math
 import time
 
@@ -19,20 +21,16 @@ from kroberta.training.run_dir import (CHANGES_FILE, changed_settings, check_fre
                                        check_writable, describe_changes, record_changes,
                                        removed_unless_checkpointed, truncate_metrics)
 from kroberta.training.preemption import PreemptionFlag
+from kroberta.runtime import logs
 
 # JAX, Keras and TensorFlow are imported by the functions that use them, so that
 # `--help`, config errors and `--explain` answer without their seconds of start-up.
 
-_QUIET = False  # True on processes other than 0 of a multi-process job
-
-
-def _log(message: str):
-    if not _QUIET:
-        print(message, flush=True)
+logger = logging.getLogger(__name__)
 
 
 def _prepare_run_dir(config: Config, force: bool, write: bool = True,
-                     accept_changes: bool = False, log=None):
+                     accept_changes: bool = False):
     """Creates the run dir and writes config.toml; refuses a run with another model, or
     with other training settings (`TRAINING_KEYS`) unless `accept_changes`;
     records every change of setting in config_changes.jsonl.
@@ -41,7 +39,6 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True,
     """
     from kroberta.training import final_model
 
-    log = log or _log
     storage.makedirs(config.run_dir)
     path = storage.join(config.run_dir, final_model.CONFIG_FILE)
     saved = checkpoint.list_checkpoints(config.run_dir)
@@ -80,8 +77,8 @@ def _prepare_run_dir(config: Config, force: bool, write: bool = True,
         return
     if changes:
         record_changes(config.run_dir, saved[-1][0], changes)
-        log(f"run_dir: continuing step {saved[-1][0]} with changed settings: "
-            f"{describe_changes(changes)} (recorded in {CHANGES_FILE})")
+        logger.info(f"run_dir: continuing step {saved[-1][0]} with changed settings: "
+                    f"{describe_changes(changes)} (recorded in {CHANGES_FILE})")
     storage.write_text(path, to_toml(config))
 
 
@@ -97,6 +94,28 @@ def _keep_tokenizer(tokenizer_path: str | None, run_dir: str):
             storage.write_bytes(target, f.read())
 
 
+class Outcome(enum.Enum):
+    """How an invocation of `train` ended (decided by `_outcome`)."""
+
+    FINISHED = "finished"  # trained to train.steps: the final model saved
+    STOPPED_EARLY = "stopped early"  # train.early_stop_patience / target_eval_loss: model saved
+    UNTIL_STEP = "stopped at --until-step"  # a checkpoint; the run is not over
+    PREEMPTED = "preempted"  # SIGTERM: a checkpoint; re-run to resume (exit 143)
+    INTERRUPTED = "interrupted"  # Ctrl-C: a checkpoint; KeyboardInterrupt raised
+    NOTHING_TO_DO = "nothing to do"  # the run had finished or ended early before: no writes
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the set-up resolved: the config with its data, the devices, the model."""
+
+    config: Config
+    run_data: object  # kroberta.training.run_data.RunData
+    topology: object  # kroberta.parallel.distribute.Topology
+    model: object  # the compiled masked-LM
+    main_process: bool  # process 0 (the only one in a single-process run)
+
+
 def train(config: Config, force: bool = False, until_step: int | None = None,
          sources: dict | None = None, accept_changes: bool = False) -> dict:
     """Trains (or resumes) the run described by `config`; returns a summary dict.
@@ -107,158 +126,229 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
     settings: `force` starts over there, `accept_changes` continues the checkpoint with
     changed training settings (recorded in config_changes.jsonl, as every change is).
 
+    Returns:
+        {"run_dir", "start_step", "final_step", "steps", "devices", "global_batch",
+        "outcome" (an `Outcome`), "stopped_early" (why, when it did), and when it
+        trained "seconds", "compile_seconds", "preempted", "interrupted", "job_wide"}.
+
     Raises ConfigError / DataError for bad settings or data, before any compute; a run
     directory this call created is removed again when it fails before its first
-    checkpoint (`removed_unless_checkpointed`).
+    checkpoint (`removed_unless_checkpointed`). KeyboardInterrupt after a Ctrl-C, once
+    the checkpoint it asked for is written.
     """
+    logs.show_messages()
     config = validate(config, sources or "config")
     if until_step is not None and until_step < 1:
         raise ConfigError(f"until_step (--until-step) = {until_step}: give the step to stop "
                           f"after, 1 to train.steps ({config.train.steps})")
     with removed_unless_checkpointed(config.run_dir):
-        return _train_run(config, force, until_step, accept_changes)
+        run = _set_up(config, force, accept_changes)
+        start_step, resumed = _restore_or_initialise(run)
+        summary = {"run_dir": run.config.run_dir, "start_step": start_step,
+                   "steps": run.config.train.steps, "devices": run.topology.num_devices,
+                   "global_batch": _global_batch(run)}
+        ended = _ended_before(run, start_step) if resumed else None
+        stop_step = start_step if ended else min(until_step or run.config.train.steps,
+                                                 run.config.train.steps)
+        if ended:
+            summary["stopped_early"] = ended
+        if start_step < stop_step:
+            _remove_stale_model(run, start_step)
+            summary.update(_fit_logging_interrupts(run, start_step, stop_step))
+        summary["final_step"] = int(run.model.optimizer.iterations.numpy())
+        summary["outcome"] = _outcome(run, summary, ended)
+        _finish(run, summary, ended)
+        return summary
 
 
-def _train_run(config: Config, force: bool, until_step: int | None, accept_changes: bool) -> dict:
+def _set_up(config: Config, force: bool, accept_changes: bool) -> _Run:
+    """Joins the job, resolves the data, checks and writes the run directory, builds the
+    model; says what it built."""
     import jax
 
-    from kroberta.data import pipeline
+    from kroberta.model.mlm import build_compiled_model
     from kroberta.parallel import distribute, startup
-    from kroberta.perf import advisor, dispatch_size
-    from kroberta.training import final_model
+    from kroberta.perf import dispatch_size
     from kroberta.training.run_data import run_data_for
 
-    global _QUIET
-    # Joins a multi-host job (if any) before anything starts a JAX backend.
-    startup.initialize(config, log=_log)
+    startup.initialize(config)  # joins a multi-host job before anything starts a JAX backend
     main_process = jax.process_index() == 0
-    _QUIET = not main_process
     check_writable(config.run_dir)
     _check_before_data(config, main_process)
-    run_data = run_data_for(config, log=_log)
-    config, tokenizer_path = run_data.config, run_data.tokenizer_path
-    train_spec = run_data.train
+    run_data = run_data_for(config)
+    config = run_data.config
     _check_signals(config, run_data)
     _prepare_run_dir(config, force, write=main_process, accept_changes=accept_changes)
     if main_process:
-        _keep_tokenizer(tokenizer_path, config.run_dir)
+        _keep_tokenizer(run_data.tokenizer_path, config.run_dir)
         checkpoint.clean_temporaries(config.run_dir)
     distribute.barrier("run_dir ready")  # the others read it (checkpoints) from here on
 
     topology = distribute.setup(config)
-    global_batch = distribute.global_batch_size(config, topology)
-    slots = config.data.prediction_slots(train_spec.sequence_length)
-    config = dispatch_size.with_steps_per_execution(config, topology.devices, global_batch,
-                                                    train_spec.sequence_length, log=_log)
+    config = dispatch_size.with_steps_per_execution(
+        config, topology.devices, distribute.global_batch_size(config, topology),
+        run_data.train.sequence_length, log=logger.info)
     run_data = dataclasses.replace(run_data, config=config)  # K resolved for the pipelines too
-    from kroberta.model.mlm import build_compiled_model, count_parameters
-
     model = build_compiled_model(config, run_data.word_starts)
-    _log(f"devices: {topology.describe()}")
-    _log(distribute.describe_memory(model, topology))
-    from kroberta.model import attention
+    run = _Run(config, run_data, topology, model, main_process)
+    _describe(run)
+    check_free_space(config.run_dir, 2 * checkpoint.estimated_bytes(model),
+                     "a checkpoint (weights and optimizer state)")
+    return run
 
-    _log(attention.describe(config))
+
+def _global_batch(run: _Run) -> int:
+    from kroberta.parallel import distribute
+
+    return distribute.global_batch_size(run.config, run.topology)
+
+
+def _describe(run: _Run):
+    """The devices, memory, attention, model and batch, and the advice that applies."""
+    from kroberta.data import pipeline
+    from kroberta.model import attention
+    from kroberta.model.mlm import count_parameters
+    from kroberta.parallel import distribute
+    from kroberta.perf import advisor
+
+    config, train_spec, topology = run.config, run.run_data.train, run.topology
+    slots = config.data.prediction_slots(train_spec.sequence_length)
+    logger.info(f"devices: {topology.describe()}")
+    logger.info(distribute.describe_memory(run.model, topology))
+    logger.info(attention.describe(config))
     accumulation = config.train.gradient_accumulation_steps
     per_device = f"{config.train.batch_size_per_device} per device" + (
         f" x {accumulation} accumulated micro-batches" if accumulation > 1 else "")
-    _log(f"model: {count_parameters(model):,} parameters; batch {global_batch} "
-         f"({per_device}) x {train_spec.sequence_length} "
-         f"tokens, {slots} prediction slots per sequence; {len(train_spec.files)} training file(s)")
+    logger.info(f"model: {count_parameters(run.model):,} parameters; batch {_global_batch(run)} "
+                f"({per_device}) x {train_spec.sequence_length} tokens, {slots} prediction "
+                f"slots per sequence; {len(train_spec.files)} training file(s)")
     # TPU-alignment advice only where it applies; `--explain` shows it anywhere.
     for line in advisor.warnings_for(config, topology.platform, shapes=topology.platform == "tpu"):
-        _log(f"warning: {line}")
+        logger.warning(f"warning: {line}")
     if config.data.masking == "static":
         over, dropped = pipeline.count_labels_beyond_slots(train_spec, slots,
-                                                             config.model.vocabulary_size)
+                                                           config.model.vocabulary_size)
         if over:
-            _log(f"warning: in a sample of the training data {over} sequence(s) have more than "
-                 f"{slots} labels; {dropped} labels beyond the slots are not predicted. "
-                 "Raise data.max_predictions to keep them.")
+            logger.warning(f"warning: in a sample of the training data {over} sequence(s) have "
+                           f"more than {slots} labels; {dropped} labels beyond the slots are not "
+                           "predicted. Raise data.max_predictions to keep them.")
     if (capped := config.data.capped_masking(train_spec.sequence_length)) is not None:
-        _log(f"warning: {capped}")
+        logger.warning(f"warning: {capped}")
 
-    check_free_space(config.run_dir, 2 * checkpoint.estimated_bytes(model),
-                                 "a checkpoint (weights and optimizer state)")
-    start_step = 0
+
+def _restore_or_initialise(run: _Run) -> tuple[int, bool]:
+    """The weights to start from: the run's latest checkpoint, else config.init_from_hf /
+    init_from_keras_hub, else the fresh ones. Returns (start step, resumed)."""
+    config, start_step = run.config, 0
     saved = checkpoint.list_checkpoints(config.run_dir)
     if saved:
-        checkpoint.restore(model, saved[-1][1])
-        start_step = int(model.optimizer.iterations.numpy())
-        _log(f"resuming from {saved[-1][1]} (step {start_step})")
+        checkpoint.restore(run.model, saved[-1][1])
+        start_step = int(run.model.optimizer.iterations.numpy())
+        logger.info(f"resuming from {saved[-1][1]} (step {start_step})")
     elif config.init_from_hf:
         from kroberta.interop.hf import init_from_hf
 
-        init_from_hf(model, config.init_from_hf)
-        _log(f"initialised from the Hugging Face checkpoint in {config.init_from_hf}")
+        init_from_hf(run.model, config.init_from_hf)
+        logger.info(f"initialised from the Hugging Face checkpoint in {config.init_from_hf}")
     elif config.init_from_keras_hub:
         from kroberta.interop.keras_hub_presets import init_from_keras_hub
 
-        with_head = init_from_keras_hub(model, config.init_from_keras_hub)
-        _log(f"initialised from the keras-hub preset in {config.init_from_keras_hub}"
-             + ("" if with_head else " (backbone only: the MLM head starts fresh)"))
-    dropped = truncate_metrics(config.run_dir, start_step) if main_process else 0
+        with_head = init_from_keras_hub(run.model, config.init_from_keras_hub)
+        logger.info(f"initialised from the keras-hub preset in {config.init_from_keras_hub}"
+                    + ("" if with_head else " (backbone only: the MLM head starts fresh)"))
+    dropped = truncate_metrics(config.run_dir, start_step) if run.main_process else 0
     if dropped:
-        _log(f"metrics.jsonl: dropped {dropped} row(s) logged after step {start_step}, "
-             "the checkpoint this run resumes from")
-    summary = {"run_dir": config.run_dir, "start_step": start_step, "steps": config.train.steps,
-               "devices": topology.num_devices, "global_batch": global_batch}
-    stop_step = min(until_step or config.train.steps, config.train.steps)
-    ended = signals.ended_early(config.run_dir, start_step, config.train) if saved else None
+        logger.info(f"metrics.jsonl: dropped {dropped} row(s) logged after step {start_step}, "
+                    "the checkpoint this run resumes from")
+    return start_step, bool(saved)
+
+
+def _ended_before(run: _Run, start_step: int) -> str | None:
+    """Why an earlier invocation ended the run early at its checkpoint, or None."""
+    ended = signals.ended_early(run.config.run_dir, start_step, run.config.train)
     if ended:
-        _log(f"the run ended early at step {start_step} ({ended}); nothing to train. "
-             "Change the setting that ended it (train.early_stop_patience, "
-             "train.target_eval_loss) to train on")
-        summary["stopped_early"] = ended
-        stop_step = start_step
-    model_file = storage.join(config.run_dir, final_model.WEIGHTS_FILE)
-    if start_step < stop_step and main_process and storage.isfile(model_file):
-        # A finished run trained on (--accept-changes): its model file would outlive the
-        # newer checkpoints, and kroberta.load reads it first. The checkpoint resumed from
-        # (written at the run's last step) holds the same weights.
+        logger.info(f"the run ended early at step {start_step} ({ended}); nothing to train. "
+                    "Change the setting that ended it (train.early_stop_patience, "
+                    "train.target_eval_loss) to train on")
+    return ended
+
+
+def _remove_stale_model(run: _Run, start_step: int):
+    """A finished run trained on (--accept-changes): its model file would outlive the
+    newer checkpoints, and kroberta.load reads it first. The checkpoint resumed from
+    (written at the run's last step) holds the same weights."""
+    from kroberta.training import final_model
+
+    model_file = storage.join(run.config.run_dir, final_model.WEIGHTS_FILE)
+    if run.main_process and storage.isfile(model_file):
         storage.remove(model_file)
-        _log(f"{final_model.WEIGHTS_FILE} of step {start_step} removed: the run trains on "
-             f"(the checkpoint at step {start_step} holds the same weights)")
-    if start_step < stop_step:
-        try:
-            summary.update(_fit(model, run_data, topology, start_step, stop_step))
-        except KeyboardInterrupt:
-            # A second Ctrl-C (the first one checkpoints: PreemptionFlag), or a Ctrl-C in a
-            # multi-process job: the checkpoints on disk are complete (each is renamed into
-            # place only once written), so the run resumes.
-            _log_interrupted(config.run_dir)
-            raise
-    summary["final_step"] = int(model.optimizer.iterations.numpy())
-    trained_nothing = summary["final_step"] == start_step
-    if trained_nothing and (ended or start_step >= config.train.steps) \
-            and storage.isfile(model_file):
-        if not ended:
-            _log(f"the run finished at step {start_step}; its model is in {config.run_dir}. "
-                 "Nothing to train (raise train.steps with --accept-changes, "
-                 "accept_changes=True in Python, to train on)")
-        return summary
-    if summary.get("stopped_early") and not ended:
-        _log(f"early stop at step {summary['final_step']} of {config.train.steps}: "
-             f"{summary['stopped_early']}")
+        logger.info(f"{final_model.WEIGHTS_FILE} of step {start_step} removed: the run trains "
+                    f"on (the checkpoint at step {start_step} holds the same weights)")
+
+
+def _fit_logging_interrupts(run: _Run, start_step: int, stop_step: int) -> dict:
+    try:
+        return _fit(run.model, run.run_data, run.topology, start_step, stop_step)
+    except KeyboardInterrupt:
+        # A second Ctrl-C (the first one checkpoints: PreemptionFlag), or a Ctrl-C in a
+        # multi-process job: the checkpoints on disk are complete (each is renamed into
+        # place only once written), so the run resumes.
+        _log_interrupted(run.config.run_dir)
+        raise
+
+
+def _outcome(run: _Run, summary: dict, ended: str | None) -> Outcome:
+    """The one place that decides how this invocation ended."""
+    from kroberta.training import final_model
+
+    steps, start_step, final_step = run.config.train.steps, summary["start_step"], \
+        summary["final_step"]
+    model_file = storage.join(run.config.run_dir, final_model.WEIGHTS_FILE)
+    if final_step == start_step and (ended or start_step >= steps) and storage.isfile(model_file):
+        return Outcome.NOTHING_TO_DO
     if summary.get("interrupted"):
-        _log(f"interrupted at step {summary['final_step']}: checkpoint written; run the same "
-             "training again (python -m kroberta.train ... or kroberta.train(config)) to "
-             "resume, or kroberta.load(run_dir) to use it")
-        raise KeyboardInterrupt
+        return Outcome.INTERRUPTED
     if summary.get("preempted"):
-        # Every process says it: in a job the notice may have reached another host.
+        return Outcome.PREEMPTED
+    if summary.get("stopped_early"):
+        return Outcome.STOPPED_EARLY
+    if final_step < steps:
+        return Outcome.UNTIL_STEP
+    return Outcome.FINISHED
+
+
+def _finish(run: _Run, summary: dict, ended: str | None):
+    """Says how the invocation ended and saves the final model of a run that is over;
+    raises KeyboardInterrupt after a Ctrl-C."""
+    import jax
+
+    from kroberta.training import final_model
+
+    outcome, step, steps = summary["outcome"], summary["final_step"], run.config.train.steps
+    if outcome is Outcome.NOTHING_TO_DO:
+        if not ended:  # an ended run said so before
+            logger.info(f"the run finished at step {step}; its model is in {run.config.run_dir}. "
+                        "Nothing to train (raise train.steps with --accept-changes, "
+                        "accept_changes=True in Python, to train on)")
+    elif outcome is Outcome.INTERRUPTED:
+        logger.info(f"interrupted at step {step}: checkpoint written; run the same training "
+                    "again (python -m kroberta.train ... or kroberta.train(config)) to resume, "
+                    "or kroberta.load(run_dir) to use it")
+        raise KeyboardInterrupt
+    elif outcome is Outcome.PREEMPTED:
+        # Every process says it (a warning): in a job the notice may have reached another host.
         who = f"process {jax.process_index()}: " if summary.get("job_wide") else ""
-        print(f"{who}stopped by SIGTERM at step {summary['final_step']}: checkpoint written; "
-              "re-run the same command to resume", flush=True)
-        return summary
-    if summary["final_step"] < config.train.steps and not summary.get("stopped_early"):
-        # --until-step: the run is not over; kroberta.load reads its last checkpoint.
-        _log(f"stopped at step {summary['final_step']} of {config.train.steps} (--until-step) "
-             "with a checkpoint; run the same training again to go on")
-        return summary
-    final_model.save(model, config.run_dir)
-    _log(f"model saved in {config.run_dir}")
-    return summary
+        logger.warning(f"{who}stopped by SIGTERM at step {step}: checkpoint written; re-run the "
+                       "same command to resume")
+    elif outcome is Outcome.UNTIL_STEP:
+        # The run is not over; kroberta.load reads its last checkpoint.
+        logger.info(f"stopped at step {step} of {steps} (--until-step) with a checkpoint; run "
+                    "the same training again to go on")
+    else:
+        if outcome is Outcome.STOPPED_EARLY and not ended:
+            logger.info(f"early stop at step {step} of {steps}: {summary['stopped_early']}")
+        final_model.save(run.model, run.config.run_dir)
+        logger.info(f"model saved in {run.config.run_dir}")
 
 
 def _check_before_data(config: Config, main_process: bool):
@@ -291,43 +381,53 @@ def _check_signals(config: Config, run_data):
 def _log_interrupted(run_dir: str):
     saved = checkpoint.list_checkpoints(run_dir)
     if not saved:
-        _log("interrupted before the first checkpoint: nothing was kept; the same training "
-             "starts over")
+        logger.info("interrupted before the first checkpoint: nothing was kept; the same "
+                    "training starts over")
         return
-    _log(f"interrupted: the checkpoint at step {saved[-1][0]} is kept; run the same training "
-         "again (python -m kroberta.train ... or kroberta.train(config)) to resume, or "
-         "kroberta.load(run_dir) to use it")
+    logger.info(f"interrupted: the checkpoint at step {saved[-1][0]} is kept; run the same "
+                "training again (python -m kroberta.train ... or kroberta.train(config)) to "
+                "resume, or kroberta.load(run_dir) to use it")
+
+
+def _evaluation(model, run_data, topology, shard):
+    """The evaluation on the validation set, () -> {loss, masked_accuracy, perplexity};
+    None without validation data."""
+    from kroberta.parallel import distribute
+    from kroberta.training.run_data import validation_batches
+
+    if run_data.validation is None:
+        return None
+    # Evaluation needs no gradients to accumulate: batches of one micro-batch.
+    eval_ds = validation_batches(
+        run_data, distribute.micro_batch_size(run_data.config, topology), shard=shard)
+
+    def evaluate():
+        logs = model.evaluate(eval_ds, verbose=0, return_dict=True)
+        # Token-weighted over the whole set (the padding examples weigh nothing).
+        return {"loss": math.log(logs["perplexity"]),
+                "masked_accuracy": float(logs["masked_accuracy"]),
+                "perplexity": float(logs["perplexity"])}
+
+    return evaluate
 
 
 def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     from kroberta.parallel import distribute
     from kroberta.training.run_callbacks import RunLogger
-    from kroberta.training.run_data import train_batches, validation_batches
+    from kroberta.training.run_data import train_batches
 
     config, train_spec, val_spec = run_data.config, run_data.train, run_data.validation
     t = config.train
-    global_batch = distribute.global_batch_size(config, topology)
     # Each process reads its own share; Keras assembles the global batch from them.
     shard = distribute.data_shard(topology)
     process_batch = distribute.process_batch_size(config, topology)
-    evaluate_fn = None
-    if val_spec is not None:
-        # Evaluation needs no gradients to accumulate: batches of one micro-batch.
-        eval_ds = validation_batches(
-            run_data, distribute.micro_batch_size(config, topology), shard=shard)
-
-        def evaluate_fn():
-            logs = model.evaluate(eval_ds, verbose=0, return_dict=True)
-            # Token-weighted over the whole set (the padding examples weigh nothing).
-            return {"loss": math.log(logs["perplexity"]),
-                    "masked_accuracy": float(logs["masked_accuracy"]),
-                    "perplexity": float(logs["perplexity"])}
-
     preemption = PreemptionFlag()
-    logger = RunLogger(config, config.run_dir, start_step, global_batch,
-                       train_spec.sequence_length, evaluate_fn, stop_step, preemption=preemption,
-                       write_files=topology.is_main, save_checkpoints=True)
-    callbacks = [logger]
+    evaluate = _evaluation(model, run_data, topology, shard)
+    run_logger = RunLogger(config, config.run_dir, start_step,
+                           distribute.global_batch_size(config, topology),
+                           train_spec.sequence_length, evaluate, stop_step, preemption=preemption,
+                           write_files=topology.is_main, save_checkpoints=True)
+    callbacks = [run_logger]
     profile = _profile_window(config, start_step, topology.is_main)
     if profile is not None:
         callbacks.insert(0, profile)  # its interval end (a trace's end) before the evaluation
@@ -346,6 +446,8 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
     failed = True
     try:
         with preemption:
+            if start_step == 0 and (config.init_from_hf or config.init_from_keras_hub):
+                run_logger.evaluate_at_start()  # the checkpoint's own loss, to improve on
             step = start_step
             if step % t.log_every:
                 # Resuming from a SIGTERM checkpoint between log boundaries: a short
@@ -353,20 +455,21 @@ def _fit(model, run_data, topology, start_step, stop_step) -> dict:
                 boundary = min(stop_step, (step // t.log_every + 1) * t.log_every)
                 fit_segment(step, boundary, boundary - step)
                 step = boundary
-            if step < stop_step and not preemption.requested and not logger.stopped_early:
+            if step < stop_step and not preemption.requested and not run_logger.stopped_early:
                 fit_segment(step, stop_step, t.log_every)
         failed = False
     except Exception as error:  # tf.data errors surface here, mid-fit
-        raise _named_data_error(error, config, train_spec, val_spec, start_step, logger.step,
-                                process_batch, shard) from None
+        raise _named_data_error(error, config, train_spec, val_spec, start_step,
+                                run_logger.step, process_batch, shard) from None
     finally:
         if profile is not None:
             profile.close()
-        logger.close(failed)
-    return {"seconds": time.perf_counter() - started, "compile_seconds": logger.compile_seconds,
+        run_logger.close(failed)
+    return {"seconds": time.perf_counter() - started,
+            "compile_seconds": run_logger.compile_seconds,
             "preempted": preemption.requested and not preemption.interrupted,
             "interrupted": preemption.interrupted, "job_wide": preemption.job_wide,
-            "stopped_early": logger.stopped_early}
+            "stopped_early": run_logger.stopped_early}
 
 
 def _profile_window(config, start_step: int, main_process: bool):
@@ -379,9 +482,10 @@ def _profile_window(config, start_step: int, main_process: bool):
     t = config.train
     aligned = profiling.aligned_window(window, t.steps_per_execution, t.steps)
     if aligned != window:
-        _log(f"profile: steps {window[0]}:{window[1]} widened to {aligned[0]}:{aligned[1]}, "
-             f"whole dispatches of train.steps_per_execution={t.steps_per_execution} steps")
-    return profiling.ProfileWindow(config.run_dir, aligned, start_step, log=_log)
+        logger.info(f"profile: steps {window[0]}:{window[1]} widened to {aligned[0]}:"
+                    f"{aligned[1]}, whole dispatches of train.steps_per_execution="
+                    f"{t.steps_per_execution} steps")
+    return profiling.ProfileWindow(config.run_dir, aligned, start_step)
 
 
 def _named_data_error(error, config, train_spec, val_spec, start_step, step, process_batch, shard):

@@ -134,8 +134,8 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
         model=dataclasses.replace(Config().model, vocabulary_size=300, max_sequence_length=32),
         data=dataclasses.replace(Config().data, dir=str(directory), masking="dynamic"),
         train=dataclasses.replace(Config().train, batch_size_per_device=2))
-    ds = kroberta.dataset(config, log=lambda *_: None)
-    run = kroberta.training.run_data.run_data_for(config, log=lambda *_: None)
+    ds = kroberta.dataset(config)
+    run = kroberta.training.run_data.run_data_for(config)
     assert len(run.train.files) == 1
     x = next(iter(ds))  # dynamic masks: x alone, the step draws them from the keys
     assert sorted(x) == ["mask_keys", "padding_mask", "token_ids"]
@@ -149,7 +149,7 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
         for name in a:
             np.testing.assert_array_equal(a[name], b[name])
     # masks_on_host: the host pipeline's (x, labels), the batches the step's masks make.
-    shown = kroberta.dataset(config, log=lambda *_: None, masks_on_host=True)
+    shown = kroberta.dataset(config, masks_on_host=True)
     host = pipeline.train_dataset(run.train, run.config.data, 300, 8, config.train.seed)
     for (xa, ya), (xb, yb) in zip(shown.take(3).as_numpy_iterator(), host.take(3).as_numpy_iterator()):
         np.testing.assert_array_equal(xa["token_ids"], xb["token_ids"])
@@ -165,11 +165,11 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
         originals.extend(tuple(r) for r in x["input_ids"])
     assert collections.Counter(rows[:records]) == collections.Counter(originals)
     assert collections.Counter(rows[records:2 * records]) == collections.Counter(originals)
-    validation = list(kroberta.dataset(config, "validation", log=lambda *_: None,
+    validation = list(kroberta.dataset(config, "validation",
                                        masks_on_host=True))
     assert sum(int((y.numpy() != -100).any(axis=1).sum()) for _, y in validation) == \
         run.validation.records
-    keyed = list(kroberta.dataset(config, "validation", log=lambda *_: None))
+    keyed = list(kroberta.dataset(config, "validation"))
     assert len(keyed) == len(validation)
     assert sum(int(x["padding_mask"].numpy().any(axis=1).sum()) for x in keyed) == \
         run.validation.records

@@ -78,7 +78,7 @@ def test_kill_9_at_a_random_moment_then_resume(tiny_data, tmp_path, reference, k
     assert process.returncode == -signal.SIGKILL
     resumed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "resuming from" in resumed.stdout
+    assert "resuming from" in resumed.stderr
     _assert_same_run(run_dir, reference)
 
 
@@ -100,7 +100,7 @@ def test_kill_9_during_an_asynchronous_checkpoint_write_then_resume(tiny_data, t
     resumed = subprocess.run(_command(tiny_data, run_dir), cwd=REPO, capture_output=True,
                              text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "(step 20)" in resumed.stdout
+    assert "(step 20)" in resumed.stderr
     _assert_same_run(run_dir, reference)
 
 
@@ -117,7 +117,7 @@ def test_sigterm_writes_a_checkpoint_at_the_current_step_and_resume_matches(
     assert not (run_dir / "model.weights.h5").exists(), "a stopped run is not a finished model"
     resumed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"(step {last_step})" in resumed.stdout
+    assert f"(step {last_step})" in resumed.stderr
     _assert_same_run(run_dir, reference, stopped_at=last_step)
 
 

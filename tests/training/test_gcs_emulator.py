@@ -153,8 +153,8 @@ def test_prepare_train_kill_resume_report_and_predict_on_a_bucket(emulator, tmp_
     out = subprocess.run(command + [f"--until-step={stop}"], cwd=REPO, capture_output=True,
                          text=True, timeout=600, env=os.environ.copy())
     assert out.returncode == 0, out.stderr[-2000:]
-    match = re.search(r"resuming from (\S+) \(step (\d+)\)", out.stdout)
-    assert match and int(match.group(2)) >= last, out.stdout[-2000:]
+    match = re.search(r"resuming from (\S+) \(step (\d+)\)", out.stderr)
+    assert match and int(match.group(2)) >= last, out.stderr[-2000:]
     start = int(match.group(2))
     # Rows logged after the checkpoint by the killed process were dropped, then logged again.
     steps = [r["step"] for r in _rows(run_dir) if r["split"] == "train"]

@@ -4,6 +4,7 @@ then train again); a second Ctrl-C stops at once."""
 
 import io
 import json
+import logging
 import signal
 import sys
 
@@ -43,6 +44,11 @@ def test_interrupt_mid_fit_then_predict_and_train_again(tiny_data, tmp_path, mon
     with monkeypatch.context() as patch:
         _interrupt_at(25, patch)
         patch.setattr(sys, "stdout", terminal)
+        # As in a notebook or script that configured no logging: kroberta's messages on
+        # stdout (kroberta.runtime.logs.show_messages), here below the bar.
+        kroberta_logger = logging.getLogger("kroberta")
+        patch.setattr(kroberta_logger, "handlers", [])
+        patch.setattr(kroberta_logger, "propagate", False)
         with pytest.raises(KeyboardInterrupt):
             train(config)
     screen = [line.split("\r")[-1].rstrip() for line in terminal.getvalue().split("\n")]
@@ -85,20 +91,20 @@ def test_interrupt_before_the_first_checkpoint_keeps_the_run(tiny_data, tmp_path
     assert (summary["start_step"], summary["final_step"]) == (4, 40)
 
 
-def test_a_second_interrupt_stops_at_once(tiny_data, tmp_path, monkeypatch, capsys):
+def test_a_second_interrupt_stops_at_once(tiny_data, tmp_path, monkeypatch, caplog):
     config = tiny_config(tiny_data, tmp_path, steps=40, eval_every=20, checkpoint_every=20,
                          steps_per_execution=1)
     with monkeypatch.context() as patch:
         _interrupt_at(25, patch, times=2)
         with pytest.raises(KeyboardInterrupt):
             train(config)
-    assert "interrupted: the checkpoint at step 20 is kept" in capsys.readouterr().out
+    assert "interrupted: the checkpoint at step 20 is kept" in caplog.text
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000020"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_an_interrupt_after_the_last_dispatch_of_an_interval_stops_there(
-        tiny_data, tmp_path, monkeypatch, capsys):
+        tiny_data, tmp_path, monkeypatch, caplog):
     """The interval's steps were all dispatched (their polls said no) when Ctrl-C came:
     one checkpoint at the interval's end, and fit starts no other interval."""
     config = tiny_config(tiny_data, tmp_path, steps=40, eval_every=0, checkpoint_every=40,
@@ -114,19 +120,19 @@ def test_an_interrupt_after_the_last_dispatch_of_an_interval_stops_there(
         patch.setattr(RunLogger, "on_epoch_end", on_epoch_end)
         with pytest.raises(KeyboardInterrupt):
             train(config)
-    assert "interrupted at step 10: checkpoint written" in capsys.readouterr().out
+    assert "interrupted at step 10: checkpoint written" in caplog.text
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_00000010"]
 
 
 def test_a_second_interrupt_before_any_checkpoint_says_nothing_was_kept(
-        tiny_data, tmp_path, monkeypatch, capsys):
+        tiny_data, tmp_path, monkeypatch, caplog):
     config = tiny_config(tiny_data, tmp_path, steps=40, eval_every=0, checkpoint_every=40,
                          steps_per_execution=1)
     with monkeypatch.context() as patch:
         _interrupt_at(3, patch, times=2)
         with pytest.raises(KeyboardInterrupt):
             train(config)
-    out = capsys.readouterr().out
+    out = caplog.text
     assert "interrupted before the first checkpoint: nothing was kept" in out
     assert "to resume" not in out
     assert not list((tmp_path / "checkpoints").glob("step_*"))

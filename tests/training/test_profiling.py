@@ -32,7 +32,7 @@ def test_bad_window_is_a_config_error(tiny_data, tmp_path, value, problem):
         validate(tiny_config(tiny_data, tmp_path, profile=value))
 
 
-def test_trace_holds_the_window_and_nothing_outside_it(tiny_data, tmp_path, capsys):
+def test_trace_holds_the_window_and_nothing_outside_it(tiny_data, tmp_path, caplog):
     # 12 steps, 2 per dispatch: steps 5:7 widen to 4:8, the dispatches at steps 4 and 6;
     # those at 0, 2, 8 and 10 run untraced (one log interval: no evaluation in between).
     config = tiny_config(tiny_data, tmp_path / "run", steps=12, warmup_steps=2, log_every=12,
@@ -41,7 +41,7 @@ def test_trace_holds_the_window_and_nothing_outside_it(tiny_data, tmp_path, caps
     config = dataclasses.replace(config, distributed=dataclasses.replace(
         config.distributed, devices=1))
     train(config)
-    out = capsys.readouterr().out
+    out = caplog.text
     assert "steps 5:7 widened to 4:8" in out and "tracing steps 5-8" in out
     traces = list((tmp_path / "run" / "profile" / "plugins" / "profile").iterdir())
     assert len(traces) == 1  # one trace

@@ -5,6 +5,7 @@ flowing into every row, and evaluation masks fixed per example (data.eval_mask_r
 import dataclasses
 import json
 import math
+import logging
 import os
 import subprocess
 import sys
@@ -47,9 +48,11 @@ def stopped_run(tiny_data, tmp_path_factory):
         return {"perplexity": math.exp(loss), "masked_accuracy": 0.5}
 
     lines = []
+    heard = logging.Handler()
+    heard.emit = lambda record: lines.append(record.getMessage())
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(keras_hub.models.RobertaMaskedLM, "evaluate", evaluate)
-        patch.setattr("kroberta.training.train._log", lines.append)
+        patch.setattr(logging.getLogger("kroberta.training.train"), "handlers", [heard])
         first = train(config, until_step=20)
         model_file = os.path.join(run_dir, "model.weights.h5")
         assert not os.path.exists(model_file)  # --until-step: the run is not over
@@ -139,7 +142,7 @@ def _eval_batches(tiny_data, tmp_path, shard=None, batch=8):
     config = tiny_config(tiny_data, tmp_path)
     config = dataclasses.replace(config, data=dataclasses.replace(
         config.data, mask_rate=0.3, eval_mask_rate=0.15))
-    run = run_data.run_data_for(validate(config), log=lambda _: None)
+    run = run_data.run_data_for(validate(config))
     host = [(x["token_ids"].numpy(), x["mask_positions"].numpy(), y.numpy())
             for x, y in run_data.validation_batches(run, batch, shard=shard, device_masks=False)]
     # What the evaluation step draws from the keyed batches (compile_model's

@@ -6,6 +6,7 @@ one-line error naming the extra."""
 import glob
 import importlib.util
 import json
+import logging
 import os
 import struct
 import sys
@@ -186,6 +187,7 @@ def _logger(config, run_dir, write_files):
                                    write_files=write_files, save_checkpoints=False)
 
 
+@pytest.mark.fast
 def test_process_1_writes_nothing(tiny_data, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'never.db'}")
@@ -205,7 +207,8 @@ class _Optimizer:
 
 
 def test_every_number_the_step_logs_reaches_the_row_the_line_and_the_trackers(
-        tiny_data, tmp_path, capsys):
+        tiny_data, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="kroberta")
     config = validate(tiny_config(tiny_data, tmp_path, trackers=(), log_every=10, steps=10, warmup_steps=0,
                                          steps_per_execution=10))
     logger = _logger(config, tmp_path, write_files=True)
@@ -220,10 +223,11 @@ def test_every_number_the_step_logs_reaches_the_row_the_line_and_the_trackers(
     [row] = [r for r in _rows(tmp_path) if r["split"] == "train"]
     assert row["grad_norm"] == 2.5 and row["loss"] == pytest.approx(1.0) and "note" not in row
     assert seen[0] == row
-    assert "grad_norm 2.5" in capsys.readouterr().out
+    assert "grad_norm 2.5" in caplog.text
 
 
 @pytest.mark.parametrize("name", ["wandb", "mlflow"])
+@pytest.mark.fast
 def test_a_missing_tracker_package_is_a_one_line_error(tiny_data, tmp_path, monkeypatch, name):
     monkeypatch.setitem(sys.modules, name, None)  # import fails as if not installed
     config = validate(tiny_config(tiny_data, tmp_path, trackers=(name,)))
@@ -232,6 +236,7 @@ def test_a_missing_tracker_package_is_a_one_line_error(tiny_data, tmp_path, monk
         trackers.check_installed(config)
 
 
+@pytest.mark.fast
 def test_a_missing_tracker_package_is_named_before_the_data_are_read(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)
     # No data there: reading them first would be a DataError.
@@ -240,6 +245,7 @@ def test_a_missing_tracker_package_is_named_before_the_data_are_read(tmp_path, m
         train(config)
 
 
+@pytest.mark.fast
 def test_a_tracker_that_fails_to_start_is_a_one_line_error(tiny_data, tmp_path, monkeypatch):
     class Refusing:
         def __init__(self, config, run_dir):
@@ -255,11 +261,13 @@ def test_a_tracker_that_fails_to_start_is_a_one_line_error(tiny_data, tmp_path, 
                                  "or WANDB_API_KEY) or set WANDB_MODE=offline")
 
 
+@pytest.mark.fast
 def test_an_unknown_tracker_is_a_config_error(tiny_data, tmp_path):
     with pytest.raises(ConfigError, match=r"train.trackers: unknown tracker 'neptune'"):
         validate(tiny_config(tiny_data, tmp_path, trackers=("tensorboard", "neptune")))
 
 
+@pytest.mark.fast
 def test_another_model_forced_into_the_run_dir_starts_new_tracker_runs(tmp_path):
     trackers._keep_id(str(tmp_path), "mlflow", "abc")
     assert trackers.read_ids(str(tmp_path)) == {"mlflow": "abc"}

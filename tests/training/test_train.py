@@ -13,6 +13,7 @@ import kroberta
 from kroberta import train
 from kroberta.config import ConfigError
 from kroberta.model.schedules import WarmupSchedule
+from kroberta.training.train import Outcome
 from tests.conftest import REPO, TINY_VOCAB, tiny_config
 
 
@@ -67,11 +68,11 @@ def test_metrics_jsonl_has_one_row_per_interval_with_the_documented_keys(trained
         assert row["learning_rate"] == pytest.approx(float(schedule(row["step"])), abs=1e-9)
 
 
-def test_the_compilation_is_announced_before_the_first_log_line(tiny_data, tmp_path, capsys):
+def test_the_compilation_is_announced_before_the_first_log_line(tiny_data, tmp_path, caplog):
     config = tiny_config(tiny_data, tmp_path, steps=8, log_every=4, eval_every=8,
                          checkpoint_every=8, warmup_steps=0, steps_per_execution=2)
     train(config)
-    lines = capsys.readouterr().out.splitlines()
+    lines = caplog.messages
     compiled = next(i for i, line in enumerate(lines) if line.startswith(
         "compiled the training step in "))
     first_row = next(i for i, line in enumerate(lines) if line.startswith("step 4/8 [train]"))
@@ -109,14 +110,15 @@ def test_a_model_saved_into_a_new_directory_loads_back(trained_run, tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def test_rerun_of_a_finished_run_trains_nothing(trained_run, tiny_data, capsys):
+def test_rerun_of_a_finished_run_trains_nothing(trained_run, tiny_data, caplog):
     run_dir, _ = trained_run
     before = _weights(run_dir)
     saved_at = os.stat(run_dir / "model.weights.h5").st_mtime_ns
     config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
     summary = train(config)
     assert summary["start_step"] == 120 and summary["final_step"] == 120
-    out = capsys.readouterr().out
+    assert summary["outcome"] is Outcome.NOTHING_TO_DO
+    out = caplog.text
     assert f"the run finished at step 120; its model is in {run_dir}. Nothing to train" in out
     assert "model saved" not in out
     assert os.stat(run_dir / "model.weights.h5").st_mtime_ns == saved_at  # not written again
@@ -216,7 +218,7 @@ def test_changed_training_settings_on_a_finished_run_are_refused_or_recorded(
 
 
 def test_a_finished_run_trained_on_keeps_no_stale_model_file(trained_run, tiny_data, tmp_path,
-                                                             capsys):
+                                                             caplog, capsys):
     """More steps on a finished run: its model file (step 120) goes when training goes on,
     and a stop at --until-step writes none, so `kroberta.load` reads the newest weights."""
     import shutil
@@ -224,9 +226,10 @@ def test_a_finished_run_trained_on_keeps_no_stale_model_file(trained_run, tiny_d
     run_dir = tmp_path / "longer"
     shutil.copytree(trained_run[0], run_dir)
     config = tiny_config(tiny_data, run_dir, steps=140, eval_every=60, checkpoint_every=60)
-    capsys.readouterr()
-    assert train(config, until_step=130, accept_changes=True)["final_step"] == 130
-    out = capsys.readouterr().out
+    caplog.clear()
+    summary = train(config, until_step=130, accept_changes=True)
+    assert summary["final_step"] == 130 and summary["outcome"] is Outcome.UNTIL_STEP
+    out = caplog.text
     assert "model.weights.h5 of step 120 removed: the run trains on" in out
     assert "stopped at step 130 of 140 (--until-step) with a checkpoint" in out
     assert "model saved" not in out and not (run_dir / "model.weights.h5").exists()
@@ -254,7 +257,7 @@ def test_cli_trains_the_seed_format_and_reports_errors(tiny_data, tmp_path):
                                 "--train.eval_every=0"],
                         capture_output=True, text=True, cwd=REPO)
     assert ok.returncode == 0, ok.stderr[-3000:]
-    assert "step 20/20 [train]" in ok.stdout and "4 cpu device(s)" in ok.stdout
+    assert "step 20/20 [train]" in ok.stderr and "4 cpu device(s)" in ok.stderr
     bad = subprocess.run(base + ["--train.steps=20", f"--data.validation={tmp_path}/none-*"],
                          capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2
@@ -277,3 +280,22 @@ def test_an_until_step_below_1_is_refused_before_anything_is_written(tmp_path, u
                                           r"the step to stop after, 1 to train.steps \(20\)"):
         train(config, until_step=until_step)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_run_from_a_checkpoint_logs_its_validation_loss_at_step_0(tiny_data, tmp_path):
+    """The starting checkpoint's loss is the first validation row: what the training
+    improved on, with no script. At a learning rate of ~0 the step-2 evaluation sees the
+    same weights, so the same loss; resumed, the row is not written again."""
+    from kroberta.model.mlm import build_model
+
+    config = tiny_config(tiny_data, tmp_path / "run", steps=4, warmup_steps=0, log_every=2,
+                         eval_every=2, checkpoint_every=2, learning_rate=1e-12,
+                         steps_per_execution=1)
+    kroberta.export_keras_hub(build_model(config.model, seed=42), str(tmp_path / "preset"))
+    config = dataclasses.replace(config, init_from_keras_hub=str(tmp_path / "preset"))
+    assert train(config, until_step=2)["outcome"] is Outcome.UNTIL_STEP
+    assert train(config)["outcome"] is Outcome.FINISHED
+    validation = _rows(tmp_path / "run", "validation")
+    assert [r["step"] for r in validation] == [0, 2, 4]
+    assert validation[0]["loss"] == pytest.approx(validation[1]["loss"], abs=1e-4)
+    assert validation[0]["loss"] > 0 and 0 <= validation[0]["masked_accuracy"] <= 1
