@@ -11,6 +11,7 @@ import sys
 
 from kroberta import cli
 from kroberta.config import Config, from_command_line, validate
+from kroberta.interop.checkpoint_config import with_checkpoint_model
 
 # JAX, Keras and TensorFlow are imported by the functions that use them, so that
 # `--help`, config errors and `--explain` answer without their seconds of start-up.
@@ -68,6 +69,8 @@ def _train(argv) -> int:
     from kroberta.training.train import Outcome, train
 
     config, args = parse_args(sys.argv[1:] if argv is None else argv)
+    # --init_from_hf / --init_from_keras_hub: the model section is the checkpoint's.
+    config, args.sources = with_checkpoint_model(config, args.sources)
     if args.explain:  # kroberta.perf.advisor: trains nothing, creates no run dir
         from kroberta.perf import advisor
 
