@@ -32,6 +32,7 @@ __version__ = "0.1.0"
 # The public API, loaded lazily so `import kroberta` stays cheap for tools that only
 # need the config or the data pipeline: name -> the module that defines it.
 _API = {
+    "MaskedLM": "kroberta.model.masked_lm",
     "load": "kroberta.training.final_model",
     "save": "kroberta.training.final_model",
     "predict": "kroberta.inference.prediction",
@@ -48,21 +49,12 @@ _API = {
     "train": "kroberta.training.train",
     "report": "kroberta.training.report",
 }
-# Until 0.2 `kroberta.train`, `kroberta.report` and `kroberta.prepare` were the command
-# modules, called as `kroberta.train.main(config)`, `kroberta.report.report(run_dir)`
-# and `kroberta.prepare.prepare(...)`: those spellings keep working (CHANGELOG.md).
-_FORMER_SPELLINGS = {"train": "main", "report": "report", "prepare": "prepare"}
-
-
 def __getattr__(name):
     if name not in _API:
         raise AttributeError(f"module 'kroberta' has no attribute {name!r}")
     import importlib
 
-    function = getattr(importlib.import_module(_API[name]), name)
-    if name in _FORMER_SPELLINGS:
-        setattr(function, _FORMER_SPELLINGS[name], function)
-    return function
+    return getattr(importlib.import_module(_API[name]), name)
 
 
 __all__ = list(_API)

@@ -77,6 +77,9 @@ class ModelConfig:
     `dropout` then covers only embeddings and the residual branches (`hidden_dropout_prob`).
     -1 = follow `dropout` (what one rate meant before). 0 lets attention run through
     `ops.dot_product_attention` (fused / flash kernels; `kroberta.model.attention`)."""
+    layer_norm_epsilon: float = 1e-5
+    """The epsilon of every layer norm (Hugging Face's `layer_norm_eps`): RoBERTa's and keras-hub's
+    1e-5; `transformers`' `RobertaConfig()` default is 1e-12."""
 
     @property
     def attention_dropout_rate(self) -> float:
@@ -104,6 +107,8 @@ class ModelConfig:
                  f"must be in [0, 1) or -1 (follow model.dropout), got {self.attention_dropout}")
         if not 0.0 < self.initializer_range <= 1.0:
             fail("initializer_range", f"must be in (0, 1], got {self.initializer_range}")
+        if not 0.0 < self.layer_norm_epsilon < 1.0:
+            fail("layer_norm_epsilon", f"must be in (0, 1), got {self.layer_norm_epsilon}")
 
     def check_model_axis(self, size: int, fail):
         """A "model" mesh axis of `size` must divide every dimension the layouts shard;

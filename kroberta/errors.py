@@ -22,13 +22,21 @@ class ArgumentKindError(KrobertaError, TypeError):
 
 
 def check_model(model, where: str):
-    """Raises ArgumentKindError unless `model` is a Keras model (as `kroberta.load`,
-    `from_hf` and `from_keras_hub` return); a path given instead gets the call to load it."""
+    """Raises ArgumentKindError unless `model` is a `kroberta.MaskedLM` (as `kroberta.load`,
+    `from_hf` and `from_keras_hub` return); a path given instead gets the call to load it,
+    a keras-hub model the call that makes it kroberta's."""
     import keras
 
-    if isinstance(model, keras.Model):
+    from kroberta.model.masked_lm import MaskedLM
+
+    if isinstance(model, MaskedLM):
         return
-    hint = (f"; load it first: model = kroberta.load({os.fspath(model)!r})"
-            if isinstance(model, (str, os.PathLike)) else "")
+    if isinstance(model, (str, os.PathLike)):
+        hint = f"; load it first: model = kroberta.load({os.fspath(model)!r})"
+    elif isinstance(model, keras.Model):
+        hint = ("; a keras-hub model becomes kroberta's with kroberta.from_keras_hub(PRESET_DIR) "
+                "(save it with model.save_to_preset(PRESET_DIR) first)")
+    else:
+        hint = ""
     raise ArgumentKindError(f"{where}: expected a model (kroberta.load(run_dir), "
                             f"kroberta.from_hf(dir), ...), got {type(model).__name__}{hint}")

@@ -160,7 +160,7 @@ def test_predicting_on_data_prepared_with_another_tokenizer_is_refused(prepared)
 
     from kroberta.data.manifest import load_manifest
     from kroberta.inference import inputs
-    from kroberta.model.predicting_mlm import PredictInputError
+    from kroberta.model.model_inputs import PredictInputError
 
     manifest = load_manifest(str(prepared / "data"))
     files = list(manifest.validation_files)

@@ -94,7 +94,6 @@ def main():
             config.train, batch_size_per_device=B // n), distributed=dataclasses.replace(
             config.distributed, devices=n))
         model = build_compiled_model(c)
-        model.kroberta_config = c
         ds = pipeline.train_dataset(spec, c.data, V, B, c.train.seed, device_masks=True)
         kroberta_models[n] = (model, ds, distribution)
 

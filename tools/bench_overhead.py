@@ -69,7 +69,7 @@ def bare_scan_step_seconds(config, spec, read_input: bool = False) -> float:
     import numpy as np
 
     from kroberta.data import pipeline
-    from kroberta.model import trainer
+    from kroberta.model import masked_lm
     from kroberta.model.super_batch import scan_steps
     from kroberta.model.mlm import build_compiled_model
 
@@ -79,7 +79,7 @@ def bare_scan_step_seconds(config, spec, read_input: bool = False) -> float:
                                 t.batch_size_per_device, t.seed, 0, device_masks=True)
     flat = list(ds.take(t.steps_per_execution).as_numpy_iterator())
     super_batch = jax.tree.map(lambda *a: np.stack(a), *flat)  # (K, B, ...)
-    state = trainer.training_state(model)
+    state = masked_lm.training_state(model)
     program = jax.jit(scan_steps(model.train_step), donate_argnums=0)
     on_device = jax.device_put(super_batch)
     # Compiles; twice where the first call's outputs come back on other shardings than
@@ -161,7 +161,6 @@ def main():
     spec = pipeline.inspect_files((data_file,), "data.train")
     batch = config.train.batch_size_per_device
     predict_model = build_compiled_model(config)
-    predict_model.kroberta_config = config
     inputs = predict_inputs(config, args.predict_batches, batch)
 
     results = {"train": [], "scan": [], "scan+input": [], "predict": [], "loop": []}

@@ -71,7 +71,6 @@ def main():
     eval_ds = pipeline.eval_dataset(predict_spec, config.data, V, batch, 0)
     x_ds = eval_ds.map(lambda x, y: x)
     model = build_compiled_model(config)
-    model.kroberta_config = config
     n = args.examples
 
     def train():

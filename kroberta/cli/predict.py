@@ -50,7 +50,7 @@ def main(argv=None) -> int:
 
 def _main(args) -> int:
     from kroberta.inference import prediction
-    from kroberta.model.predicting_mlm import PredictInputError
+    from kroberta.model.model_inputs import PredictInputError
 
     if not args.out.endswith(".npz"):
         raise PredictInputError(f"--out: {args.out!r} must end with .npz")

@@ -32,7 +32,7 @@ def fill_mask(model, texts, top_k=5):
             got = type(texts).__name__ + (f" holding {', '.join(others)}" if others else "")
             raise PredictionError(f"fill_mask: texts must be a string or a list of strings, "
                                   f"got {got}")
-    tokenizer = getattr(model, "tokenizer", None)
+    tokenizer = model.tokenizer
     if tokenizer is None:
         raise PredictionError("fill_mask needs a tokenizer: this model has none (a run trained "
                               "with --data.dir from kroberta.prepare keeps one; a model from "

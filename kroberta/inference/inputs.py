@@ -23,7 +23,7 @@ from kroberta.data.manifest import ManifestError, load_manifest, tokenizer_diffe
 from kroberta.data import rules
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.tokens import IGNORE_LABEL
-from kroberta.model.predicting_mlm import PredictInputError
+from kroberta.model.model_inputs import PredictInputError
 
 AUTOTUNE = tf.data.AUTOTUNE
 

@@ -86,10 +86,10 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     if positions not in ("masked", "all"):
         raise PredictionError(f"positions must be 'masked' or 'all', got {positions!r}")
     check_model(model, "predict")
-    config = getattr(model, "kroberta_config", None)
+    config = model.kroberta_config
     if config is None:
         raise PredictionError("model has no kroberta_config: load it with kroberta.load(run_dir)")
-    source = as_examples(inputs, config, getattr(model, "tokenizer", None))
+    source = as_examples(inputs, config, model.tokenizer)
     if output == "loss" and not source.has_labels:
         raise PredictionError("output='loss' needs labels (a 'labels' array or feature, -100 = none)")
     if output == "top_k" and (not isinstance(k, numbers.Integral) or isinstance(k, bool)

@@ -11,6 +11,7 @@ call passes it.
 """
 
 import dataclasses
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,13 @@ import keras
 from kroberta import masking
 from kroberta.tokens import IGNORE_LABEL
 from kroberta.inference.top_k import exact_top_k
+
+# Kept beside the model rather than on it: its jitted steps by (output, k, slots,
+# positions, group, devices), and how often a step of its view was traced. The steps
+# hold the model's `with_hidden_states` view, never the model, so neither table keeps
+# a model alive.
+_compiled = weakref.WeakKeyDictionary()
+_traces = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,18 +39,6 @@ class Plan:
     mesh: jax.sharding.Mesh
     group: int = 1  # batches per dispatch
     positions: str = "masked"  # or "all": every position is a slot (slots = length)
-
-
-def twin(model):
-    """A functional view of the MLM that also exposes the last hidden layer."""
-    cached = getattr(model, "_kroberta_twin", None)
-    if cached is None:
-        x = model.input
-        hidden = model.backbone({"token_ids": x["token_ids"], "padding_mask": x["padding_mask"]})
-        logits = model.masked_lm_head(hidden, x["mask_positions"])
-        cached = keras.Model(x, {"hidden": hidden, "logits": logits})
-        model._kroberta_twin = cached
-    return cached
 
 
 def choose_slots(marks, padding_mask, slots: int, positions: str):
@@ -109,7 +105,7 @@ def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots
     `compiled_step` jits it for the local devices; `kroberta.aot` lowers the same
     function for a TPU topology.
     """
-    view = twin(model)
+    view = model.with_hidden_states()
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     spec = jax.sharding.PartitionSpec("batch") if group == 1 else \
         jax.sharding.PartitionSpec(None, "batch")
@@ -128,7 +124,7 @@ def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots
         return result
 
     def step(trainable, non_trainable, batch):
-        model.__dict__["_kroberta_traces"] = model.__dict__.get("_kroberta_traces", 0) + 1
+        _traces[view] = _traces.get(view, 0) + 1
         if group == 1:
             return one_batch(trainable, non_trainable, batch)
         return jax.lax.map(lambda b: one_batch(trainable, non_trainable, b), batch)
@@ -141,7 +137,7 @@ def compiled_step(model, plan: Plan):
 
     Weights are arguments, not constants, so one compiled step serves every call.
     """
-    cache = model.__dict__.setdefault("_kroberta_steps", {})
+    cache = _compiled.setdefault(model, {})
     key = (plan.output, plan.k, plan.slots, plan.positions, plan.group,
            tuple(d.id for d in plan.mesh.devices.flat))
     if key in cache:
@@ -159,7 +155,7 @@ def weights_snapshot(model, replicated):
 
     A copy, never an alias: Keras' own fit/predict may donate or purge the
     variables' buffers, which must not pull arrays from under a cached step."""
-    view = twin(model)
+    view = model.with_hidden_states()
     return (
         [jax.device_put(v.value, replicated, may_alias=False) for v in view.trainable_variables],
         [jax.device_put(v.value, replicated, may_alias=False) for v in view.non_trainable_variables],
@@ -168,4 +164,4 @@ def weights_snapshot(model, replicated):
 
 def trace_count(model) -> int:
     """How many times a predict step of `model` was traced (compiled); for tests and tools."""
-    return model.__dict__.get("_kroberta_traces", 0)
+    return _traces.get(model.with_hidden_states(), 0)

@@ -9,10 +9,10 @@ needs torch or transformers.
 """
 
 import json
-import math
 import os
 
 from kroberta.errors import check_model
+from kroberta.model.layer_norm import epsilon_of
 from kroberta.interop import hf_weights
 from kroberta.interop.hf_weights import HFConversionError, HFFileMissingError
 from kroberta import storage
@@ -27,8 +27,6 @@ TOKENIZER_FILE = "tokenizer.json"
 # Every file `export_hf` may write (the export CLI clears these before --overwrite).
 EXPORT_FILES = (CONFIG_FILE, SAFETENSORS_FILE, TOKENIZER_FILE, "tokenizer_config.json",
                 "special_tokens_map.json", "vocab.json", "merges.txt")
-# keras-hub's RobertaBackbone and MaskedLMHead hard-code these.
-LAYER_NORM_EPS = 1e-5
 HIDDEN_ACT = "gelu"  # exact (erf) GELU in both keras and transformers
 # RoBERTa's special tokens; HF positions are offset by pad id + 1, so pad must be 1.
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
@@ -63,7 +61,7 @@ def hf_config(model) -> dict:
         "intermediate_size": int(b.intermediate_dim),
         "max_position_embeddings": int(b.max_sequence_length) + hf_weights.POSITION_OFFSET,
         "type_vocab_size": 1,
-        "layer_norm_eps": LAYER_NORM_EPS,
+        "layer_norm_eps": epsilon_of(model),
         "hidden_act": HIDDEN_ACT,
         "position_embedding_type": "absolute",
         "pad_token_id": PAD_ID,
@@ -110,7 +108,7 @@ def export_hf(model, out_dir: str, tokenizer=None) -> str:
     """Writes `model` as a Hugging Face `RobertaForMaskedLM` directory.
 
     Args:
-        model: a keras-hub `RobertaMaskedLM` (e.g. from `kroberta.load`).
+        model: a `kroberta.MaskedLM` (e.g. from `kroberta.load`).
         out_dir: created if needed; existing files of the same names are replaced.
         tokenizer: a `tokenizers.Tokenizer` to export alongside; None uses
             `model.tokenizer` when the model has one, else no tokenizer is written.
@@ -122,7 +120,7 @@ def export_hf(model, out_dir: str, tokenizer=None) -> str:
     from safetensors.numpy import save_file
 
     if tokenizer is None:
-        tokenizer = getattr(model, "tokenizer", None)
+        tokenizer = model.tokenizer
     os.makedirs(out_dir, exist_ok=True)
     tensors = hf_weights.to_hf_tensors(model)
     # transformers refuses safetensors files without this metadata.
@@ -177,8 +175,8 @@ def model_config_from_hf(hf: dict, source: str):
     if hf.get("hidden_act", HIDDEN_ACT) != HIDDEN_ACT:
         fail("hidden_act", f"keras-hub's RoBERTa uses {HIDDEN_ACT!r}, got {hf['hidden_act']!r}")
     eps = hf.get("layer_norm_eps", 1e-12)  # transformers' default when the key is absent
-    if not math.isclose(eps, LAYER_NORM_EPS, rel_tol=1e-6):
-        fail("layer_norm_eps", f"keras-hub hard-codes {LAYER_NORM_EPS}, got {eps}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        fail("layer_norm_eps", f"expected a number in (0, 1), got {eps!r}")
     if hf.get("pad_token_id", PAD_ID) != PAD_ID:
         fail("pad_token_id", f"HF offsets positions by pad id + 1; kroberta needs {PAD_ID}, "
                              f"got {hf['pad_token_id']}")
@@ -206,7 +204,8 @@ def model_config_from_hf(hf: dict, source: str):
                        # -1 (follow dropout) when HF's two rates are one, as kroberta writes it
                        attention_dropout=FOLLOW_DROPOUT if attention_dropout == dropout
                        else attention_dropout,
-                       initializer_range=float(hf.get("initializer_range", 0.02)))
+                       initializer_range=float(hf.get("initializer_range", 0.02)),
+                       layer_norm_epsilon=float(eps))
 
 
 def _load_safetensors(path: str) -> dict:
@@ -274,10 +273,10 @@ def from_hf(directory: str, mixed_precision: bool = False):
         mixed_precision: build with the bf16 policy (weights stay float32).
 
     Returns:
-        A keras-hub `RobertaMaskedLM` with attributes `kroberta_config` (a default
-        `Config` whose model section matches the checkpoint, and whose data section
-        has the tokenizer's special ids) and `tokenizer` (a `tokenizers.Tokenizer`,
-        or None when the directory has no tokenizer.json).
+        A `kroberta.MaskedLM`, as `kroberta.load` returns, whose `kroberta_config` is a
+        default `Config` with the checkpoint's model section (and the tokenizer's special
+        ids in its data section) and whose `tokenizer` is the directory's tokenizer.json
+        (None without one).
 
     Raises:
         FileNotFoundError: config or weights are missing.
@@ -291,16 +290,15 @@ def from_hf(directory: str, mixed_precision: bool = False):
     hf = read_hf_config(directory)
     model_config = model_config_from_hf(hf, os.path.join(directory, CONFIG_FILE))
     tensors, source = read_hf_tensors(directory)
-    model = build_model(model_config, mixed_precision)
-    hf_weights.load_hf_tensors(model, tensors, source, tied=hf.get("tie_word_embeddings", True))
     tokenizer = None
     tokenizer_path = os.path.join(directory, TOKENIZER_FILE)
     if os.path.isfile(tokenizer_path):
         from tokenizers import Tokenizer
 
         tokenizer = Tokenizer.from_file(tokenizer_path)
-    model.kroberta_config = _kroberta_config(model_config, tokenizer)
-    model.tokenizer = tokenizer
+    model = build_model(model_config, mixed_precision,
+                        config=_kroberta_config(model_config, tokenizer), tokenizer=tokenizer)
+    hf_weights.load_hf_tensors(model, tensors, source, tied=hf.get("tie_word_embeddings", True))
     return model
 
 

@@ -1,9 +1,8 @@
 """keras-hub presets: export a kroberta model as one, and start from one.
 
 A kroberta model *is* a keras-hub `RobertaMaskedLM`, so the export is keras-hub's
-own `save_to_preset` on a stock twin of it (kroberta's faster layers are swapped
-in place at build time and would otherwise not matter, but the twin keeps the
-files free of anything kroberta-specific): `config.json` + `model.weights.h5`
+own `save_to_preset` on a stock copy of it (`kroberta.model.mlm.stock_copy`: the
+files hold nothing kroberta-specific): `config.json` + `model.weights.h5`
 (the backbone), `task.json` + `task.weights.h5` (the MLM head), `metadata.json`,
 and with a tokenizer `tokenizer.json`, `preprocessor.json` and
 `assets/tokenizer/{vocabulary.json, merges.txt}` (keras-hub's `RobertaTokenizer`
@@ -11,7 +10,8 @@ and `RobertaMaskedLMPreprocessor`). kroberta adds `kroberta_config.toml` (the
 run's config; keras-hub ignores it). keras-hub's backbone config has one `dropout`:
 kroberta writes the hidden rate (`model.dropout`) there, so a stock keras-hub load
 applies it to the attention weights too, and the attention rate
-(`model.attention_dropout`) travels in `kroberta_config.toml`, which `from_keras_hub`
+(`model.attention_dropout`) and the layer-norm epsilon (`model.layer_norm_epsilon`;
+keras-hub hard-codes 1e-5) travel in `kroberta_config.toml`, which `from_keras_hub`
 reads back. The result loads with
 `keras_hub.models.RobertaMaskedLM.from_preset(dir)`, `RobertaBackbone.from_preset`
 and `RobertaTokenizer.from_preset`.
@@ -71,37 +71,27 @@ def _keras_hub_tokenizer(tokenizer, vocabulary_size: int):
     return keras_hub.models.RobertaTokenizer(vocabulary=vocabulary, merges=merges)
 
 
-def _stock_twin(model, preprocessor):
-    """A plain keras-hub `RobertaMaskedLM` with `model`'s weights, on this host."""
-    import keras_hub
-
-    from kroberta.parallel.distribute import global_distribution, to_host
-
-    weights = [to_host(v.value) for v in model.weights]
-    with global_distribution(None):  # the twin's arrays live on this host only
-        backbone = keras_hub.models.RobertaBackbone.from_config(model.backbone.get_config())
-        twin = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor)
-        twin.set_weights(weights)
-    return twin
-
-
 def _with_attention_dropout(config, model):
     """The config `kroberta_config.toml` records: `config` (a default one with the model's
-    shape when None and the attention rate differs from the hidden one, else None) with
-    the model's attention dropout."""
+    shape when None and the model holds a rate or epsilon keras-hub's config cannot, else
+    None) with the model's attention dropout and layer-norm epsilon."""
     import dataclasses
 
-    from kroberta.config import Config
+    from kroberta.config import Config, ModelConfig
     from kroberta.interop.hf import attention_dropout_of
+    from kroberta.model.layer_norm import epsilon_of
 
-    rate = attention_dropout_of(model)
+    rate, epsilon = attention_dropout_of(model), epsilon_of(model)
     if config is None:
-        if rate == float(model.backbone.dropout):
-            return None  # keras-hub's one dropout says it all
+        if rate == float(model.backbone.dropout) and \
+                epsilon == ModelConfig.layer_norm_epsilon:
+            return None  # keras-hub's config says it all
         config = Config(model=preset_model_config_of(model.backbone))
-    if config.model.attention_dropout_rate == rate:
-        return config
-    return dataclasses.replace(config, model=dataclasses.replace(config.model, attention_dropout=rate))
+    if config.model.attention_dropout_rate != rate:
+        config = dataclasses.replace(config, model=dataclasses.replace(
+            config.model, attention_dropout=rate))
+    return dataclasses.replace(config, model=dataclasses.replace(
+        config.model, layer_norm_epsilon=epsilon))
 
 
 def preset_model_config_of(backbone):
@@ -126,10 +116,11 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     import keras_hub
 
     from kroberta.config import DataConfig, to_toml
+    from kroberta.model.mlm import stock_copy
 
     if tokenizer is None:
-        tokenizer = getattr(model, "tokenizer", None)
-    config = getattr(model, "kroberta_config", None)
+        tokenizer = model.tokenizer
+    config = model.kroberta_config
     config = _with_attention_dropout(config, model)
     preprocessor = None
     if tokenizer is not None:
@@ -140,7 +131,7 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
             sequence_length=length, mask_selection_rate=data.mask_rate,
             mask_selection_length=data.prediction_slots(length))
     os.makedirs(out_dir, exist_ok=True)
-    _stock_twin(model, preprocessor).save_to_preset(out_dir)
+    stock_copy(model, preprocessor).save_to_preset(out_dir)
     if config is not None:
         with atomic_write(os.path.join(out_dir, KROBERTA_CONFIG_FILE), encoding="utf-8") as f:
             f.write(to_toml(config))
@@ -211,10 +202,9 @@ def from_keras_hub(directory: str, mixed_precision: bool = False):
         mixed_precision: build with the bf16 policy (weights stay float32).
 
     Returns:
-        A keras-hub `RobertaMaskedLM` with kroberta's layers and attributes
-        `kroberta_config` (the exported run's config, else a default one with the
-        preset's model section) and `tokenizer` (a `tokenizers.Tokenizer` rebuilt
-        from the preset's vocabulary and merges, or None).
+        A `kroberta.MaskedLM`, as `kroberta.load` returns, whose `kroberta_config` is the
+        exported run's config (else a default one with the preset's model section) and
+        whose `tokenizer` is rebuilt from the preset's vocabulary and merges (or None).
     """
     import dataclasses
 
@@ -227,14 +217,18 @@ def from_keras_hub(directory: str, mixed_precision: bool = False):
     model_config = preset_model_config(directory)
     saved = os.path.join(directory, KROBERTA_CONFIG_FILE)
     config = load_toml(saved) if os.path.isfile(saved) else Config()
-    rate = config.model.attention_dropout_rate
-    if os.path.isfile(saved) and rate != model_config.dropout:
-        # the attention rate keras-hub's config cannot hold (else -1: follow dropout)
-        model_config = dataclasses.replace(model_config, attention_dropout=rate)
-    model = build_model(model_config, mixed_precision, seed=0)
+    if os.path.isfile(saved):
+        # What keras-hub's config cannot hold: the attention rate (else -1: follow
+        # dropout) and the layer-norm epsilon.
+        model_config = dataclasses.replace(
+            model_config, layer_norm_epsilon=config.model.layer_norm_epsilon,
+            attention_dropout=(config.model.attention_dropout_rate
+                               if config.model.attention_dropout_rate != model_config.dropout
+                               else model_config.attention_dropout))
+    model = build_model(model_config, mixed_precision, seed=0,
+                        config=dataclasses.replace(config, model=model_config),
+                        tokenizer=preset_tokenizer(directory))
     _load_weights_into(model, directory)
-    model.kroberta_config = dataclasses.replace(config, model=model_config)
-    model.tokenizer = preset_tokenizer(directory)
     return model
 
 

@@ -9,7 +9,8 @@ the closed form, two row reductions and one fused elementwise pass:
     dx = inv * (g*gamma - mean(g*gamma) - x_hat * mean(g*gamma * x_hat))
 
 (row means over the normalised axis). `use_fused_layer_norm(model)` switches a
-built model's `keras.layers.LayerNormalization` layers to it in place: the same
+built model's `keras.layers.LayerNormalization` layers to it in place (inside
+`kroberta.model.mlm.build_model`, before the model is handed out): the same
 variables, names, config and weights-file paths (a saved model stays a plain
 keras-hub model), so checkpoints, Keras weights files and the Hugging Face
 export are unchanged.
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 import keras
 from keras import ops
 
-from kroberta.model.swap import swap_layers, to_class
+from kroberta.model.swap import swap_layers
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -80,7 +81,20 @@ def _is_plain_last_axis_norm(layer) -> bool:
             and not layer.rms_scaling)
 
 
-def use_fused_layer_norm(model) -> int:
+def use_fused_layer_norm(model, epsilon: float) -> int:
     """Switches every built last-axis `keras.layers.LayerNormalization` inside
-    `model` to this module's `LayerNormalization`, in place; returns how many."""
-    return swap_layers(model, _is_plain_last_axis_norm, to_class(LayerNormalization))
+    `model` to this module's `LayerNormalization` with `epsilon` (keras-hub hard-codes
+    1e-5; `ModelConfig.layer_norm_epsilon`), in place; returns how many."""
+    def swap(layer):
+        layer.__class__ = LayerNormalization
+        layer.epsilon = float(epsilon)  # the public attribute `call` reads
+
+    return swap_layers(model, _is_plain_last_axis_norm, swap)
+
+
+def epsilon_of(model) -> float:
+    """The layer-norm epsilon `model` was built with (`ModelConfig.layer_norm_epsilon`)."""
+    from kroberta.model.swap import inner_layers
+
+    norms = inner_layers(model, lambda layer: isinstance(layer, keras.layers.LayerNormalization))
+    return float(norms[0].epsilon)

@@ -84,6 +84,16 @@ class MaskedLMLoss(keras.losses.Loss):
         # A scalar; max(.., 1) keeps a batch of pure padding at 0 instead of NaN.
         return ops.sum(ce) / ops.maximum(ops.sum(weights), 1.0)
 
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        """The mean over real slots; with `sample_weight` (batch, slots), such as
+        keras-hub's `mask_weights`, the weighted mean sum(w * ce) / sum(w) over them
+        (Keras' reduction would multiply the scalar mean by every weight)."""
+        if sample_weight is None:
+            return super().__call__(y_true, y_pred)
+        ce, weights = token_cross_entropy(y_true, y_pred)
+        weights = weights * ops.cast(sample_weight, "float32")
+        return ops.sum(ce * weights) / ops.maximum(ops.sum(weights), 1.0)
+
 
 class _MaskedMean(keras.metrics.Metric):
     """Running sum(w * value) / sum(w) over all batches since the last reset."""

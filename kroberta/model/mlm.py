@@ -7,7 +7,8 @@ transposed token embedding, so logits exist only at the predicted slots:
 (batch, slots, vocabulary) instead of (batch, length, vocabulary). We keep its
 layers and weights as they are (so keras-hub and Hugging Face checkpoints map onto
 them) and supply our own loss and metrics, which average over real masked tokens.
-Three layers compute the same function more cheaply on CPU: layer norms with a
+`build_model` builds it as `kroberta.MaskedLM` (`kroberta.model.masked_lm`), the one
+class every entry point returns. Three layers compute the same function more cheaply on CPU: layer norms with a
 hand-written gradient (`kroberta.model.layer_norm`), dropout with cheaper masks
 (`kroberta.model.dropout`) and GELU through erf (`kroberta.model.gelu`); the model's config
 and weights stay keras-hub's.
@@ -29,6 +30,7 @@ from kroberta.model.attention import use_attention_dropout
 from kroberta.model.dropout import use_fast_dropout
 from kroberta.model.gelu import use_erf_gelu
 from kroberta.model.layer_norm import use_fused_layer_norm
+from kroberta.model.masked_lm import MaskedLM
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
 from kroberta.model.remat import use_remat
 from kroberta.model import schedules
@@ -62,24 +64,54 @@ def build_backbone(model_config: ModelConfig, mixed_precision: bool = False):
 
 
 def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: int | None = None,
-                task_class=None, remat: str = "none"):
-    """Builds the MLM (uncompiled). `seed` makes the initial weights reproducible;
-    `task_class` is a subclass of keras-hub's `RobertaMaskedLM` to build instead;
-    `remat` (`TrainConfig.remat`) checkpoints each encoder block in the backward pass
-    (`kroberta.model.remat`)."""
+                remat: str = "none", config: Config | None = None, tokenizer=None,
+                step: int | None = None) -> MaskedLM:
+    """The one place a `kroberta.MaskedLM` is built (uncompiled for training).
+
+    Args:
+        model_config: the shape, dropouts, initialisation and layer-norm epsilon.
+        mixed_precision: bf16 compute with float32 weights.
+        seed: makes the initial weights reproducible.
+        remat: `TrainConfig.remat`, checkpoints each encoder block in the backward pass
+            (`kroberta.model.remat`).
+        config, tokenizer, step: the model's `kroberta_config`, `tokenizer` and
+            `kroberta_step` attributes.
+
+    Returns:
+        The model, with its faster layers, attention dropout and remat policy in place: the
+        layers are replaced here, before anyone holds the model, and never afterwards.
+    """
     if seed is not None:
         keras.utils.set_random_seed(seed)
     backbone = build_backbone(model_config, mixed_precision)
-    task_class = task_class or keras_hub.models.RobertaMaskedLM
-    model = task_class(backbone=backbone, preprocessor=None)
+    model = MaskedLM(backbone=backbone, preprocessor=None, kroberta_config=config,
+                     tokenizer=tokenizer, kroberta_step=step)
     _set_initializer_range(model, model_config.initializer_range)
-    use_fused_layer_norm(model)  # same weights and config, a cheaper gradient
+    # Same weights and config, a cheaper gradient; RobertaConfig()'s 1e-12 held too.
+    use_fused_layer_norm(model, model_config.layer_norm_epsilon)
     use_fast_dropout(model)  # hashed masks on CPU, masks stored once elsewhere
     use_erf_gelu(model)  # the same GELU through erf, not erfc
     # keras-hub has one dropout; the attention weights get their own rate (HF's split).
     use_attention_dropout(model, model_config.attention_dropout_rate)
     use_remat(model, remat)  # jax.checkpoint per encoder block, inside any compiled step
     return model
+
+
+def stock_copy(model, preprocessor=None):
+    """A plain keras-hub `RobertaMaskedLM` with `model`'s weights, on this host: what is
+    saved (`kroberta.save`'s weights file, `export_keras_hub`'s preset), so saved files
+    load without kroberta and hold no optimizer state.
+
+    In a multi-process run every process must call it (weights split across processes
+    are gathered, a collective)."""
+    from kroberta.parallel.distribute import global_distribution, to_host
+
+    weights = [to_host(v.value) for v in model.weights]
+    with global_distribution(None):  # the copy's arrays live on this host only
+        backbone = keras_hub.models.RobertaBackbone.from_config(model.backbone.get_config())
+        stock = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor)
+        stock.set_weights(weights)
+    return stock
 
 
 def _set_initializer_range(model, initializer_range: float):
@@ -114,17 +146,15 @@ def build_optimizer(config: Config) -> keras.optimizers.AdamW:
 
 
 def compile_model(model, config: Config, word_starts=None):
-    """Makes `model` (a built `RobertaMaskedLM`) the training model and compiles it.
+    """Compiles `model` (a `MaskedLM` from `build_model`) for training.
 
-    The training model (`kroberta.model.trainer.TrainingMaskedLM`, the same object,
-    layers and weights) gets AdamW, the masked loss and metrics, XLA-compiled steps
+    The model gets AdamW, the masked loss and metrics, XLA-compiled steps
     that finish batches carrying mask keys or file labels on the device
     (`kroberta.masking`; `word_starts`: the tokenizer's (V,) table, for whole-word
     masking), train.gradient_accumulation_steps micro-batches per optimizer step and
     train.steps_per_execution steps per dispatch ("auto" is resolved here for all local
     devices unless the caller resolved it). Returns it."""
     from kroberta import masking
-    from kroberta.model import trainer
     from kroberta.perf import dispatch_size
 
     if config.train.steps_per_execution == AUTO:
@@ -134,7 +164,6 @@ def compile_model(model, config: Config, word_starts=None):
         t = config.train
         config = dispatch_size.with_steps_per_execution(
             config, devices, t.batch_size_per_device * len(devices) * t.gradient_accumulation_steps)
-    model = trainer.as_training_model(model)
     model.compile(
         optimizer=build_optimizer(config),
         loss=MaskedLMLoss(),
@@ -152,11 +181,11 @@ def compile_model(model, config: Config, word_starts=None):
     return model
 
 
-def build_compiled_model(config: Config, word_starts=None):
-    """The training model for `config`: built with its seed, compiled (`word_starts` as
-    in `compile_model`), optimizer built."""
+def build_compiled_model(config: Config, word_starts=None, tokenizer=None):
+    """The training model for `config` (its `kroberta_config`, with `tokenizer`): built
+    with its seed, compiled (`word_starts` as in `compile_model`), optimizer built."""
     model = build_model(config.model, config.train.mixed_precision, seed=config.train.seed,
-                        remat=config.train.remat)
+                        remat=config.train.remat, config=config, tokenizer=tokenizer)
     compile_model(model, config, word_starts)
     model.optimizer.build(model.trainable_variables)
     return model

@@ -16,7 +16,7 @@ pass recomputes the block from its input and keeps only what the policy saves:
                      matmuls and everything elementwise: drops the (batch, heads,
                      length, length) tensors, MaxText's "minimal"
 
-Why wrap the layer's call, not `keras.RematScope`: the scope must be open when the
+Why a layer class of our own, not `keras.RematScope`: the scope must be open when the
 layers are created (keras-hub creates them inside `RobertaBackbone`), offers no JAX
 policy, and checkpoints a call that updates the dropout layers' seed state, which
 would leak the checkpoint's tracers. Here the block's call becomes a pure function of
@@ -50,35 +50,41 @@ def _outer_value(variable):
     return variable._value if value is None else value
 
 
-def _checkpointed_call(layer, policy):
-    """`layer.call`, run under jax.checkpoint with `policy` when inside a stateless
-    (traced) call such as the training step; unchanged otherwise."""
-    original = layer.call
+class TransformerEncoder(keras_hub.layers.TransformerEncoder):
+    """keras-hub's `TransformerEncoder` whose call, inside a stateless (traced) call such
+    as the training step, runs under `jax.checkpoint` with the policy named by its
+    `remat` attribute (set by `use_remat`); unchanged otherwise.
 
-    def call(inputs, padding_mask=None, attention_mask=None, training=None,
+    The class keeps keras-hub's name on purpose: Keras' weights files address layers
+    held in lists by their class name (`.../transformer_encoder/...`), so saved models
+    and checkpoints stay stock keras-hub."""
+
+    remat = "none"
+
+    def call(self, inputs, padding_mask=None, attention_mask=None, training=None,
              return_attention_scores=False):
-        if return_attention_scores or not _in_stateless_scope():
-            return original(inputs, padding_mask=padding_mask, attention_mask=attention_mask,
-                            training=training, return_attention_scores=return_attention_scores)
-        variables = list(layer.variables)
+        if self.remat == "none" or return_attention_scores or not _in_stateless_scope():
+            return super().call(inputs, padding_mask=padding_mask,
+                                attention_mask=attention_mask, training=training,
+                                return_attention_scores=return_attention_scores)
+        variables = list(self.variables)
         changing = [v for v in variables if not v.trainable]  # seed states (dropout)
+        plain_call = super().call
 
         def block(values, x, padding, attention):
             mapping = list(zip(variables, values))
             with keras.StatelessScope(state_mapping=mapping) as scope:
-                y = original(x, padding_mask=padding, attention_mask=attention,
-                             training=training)
+                y = plain_call(x, padding_mask=padding, attention_mask=attention,
+                               training=training)
                 # (batch, length, hidden), then the seed states after this call
                 return y, [scope.get_current_value(v) for v in changing]
 
         values = [_outer_value(v) for v in variables]
-        outputs, new_states = jax.checkpoint(block, policy=policy)(
+        outputs, new_states = jax.checkpoint(block, policy=REMAT_POLICIES[self.remat])(
             values, inputs, padding_mask, attention_mask)
         for variable, value in zip(changing, new_states):
             variable.assign(value)
         return outputs
-
-    return call
 
 
 def _in_stateless_scope() -> bool:
@@ -89,15 +95,16 @@ def _in_stateless_scope() -> bool:
 
 def use_remat(model, remat: str) -> int:
     """Runs every encoder block of `model` under `jax.checkpoint` with the policy
-    named `remat` (module docstring), in place; "none" changes nothing. Returns how
-    many blocks."""
+    named `remat` (module docstring): in place, inside `kroberta.model.mlm.build_model`
+    only; "none" changes nothing. Returns how many blocks."""
     if remat not in REMATS:
         raise ValueError(f"remat: {remat!r} is not one of {REMATS}")
     if remat == "none":
         return 0
-    def checkpointed(block):
-        # An instance attribute: Keras' Layer.__call__ looks `call` up on the instance.
-        block.call = _checkpointed_call(block, REMAT_POLICIES[remat])
 
-    return swap_layers(model, lambda layer: isinstance(layer, keras_hub.layers.TransformerEncoder),
+    def checkpointed(block):
+        block.__class__ = TransformerEncoder
+        block.remat = remat
+
+    return swap_layers(model, lambda layer: type(layer) is keras_hub.layers.TransformerEncoder,
                        checkpointed)

@@ -191,12 +191,12 @@ def compile_predict(model, devices, global_batch: int, length: int, slots: int,
                     output: str = "top_k", k: int = 5, group: int = 1) -> Program:
     """Lowers and compiles `kroberta.predict`'s program (`group` batches per dispatch)
     for a batch-axis mesh of `devices`."""
-    from kroberta.inference.program import make_predict_step, twin
+    from kroberta.inference.program import make_predict_step
 
     mesh = jax.sharding.Mesh(np.array(list(devices)), ("batch",))
     with distribute.global_distribution(None):
         step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, slots, group)
-        predicting = twin(model)
+        predicting = model.with_hidden_states()
         weights = [[jax.ShapeDtypeStruct(tuple(v.shape), jnp.dtype(v.dtype)) for v in vs]
                    for vs in (predicting.trainable_variables, predicting.non_trainable_variables)]
         jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)

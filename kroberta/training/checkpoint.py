@@ -301,18 +301,7 @@ def _restore(model, path: str, named: str) -> dict:
             meta=ocp.args.JsonRestore()))["meta"]
         target = {}
         for group, variables in _variables(model).items():
-            keys = sorted(k for k in meta["paths"] if k.startswith(group + "/"))
-            if len(keys) != len(variables):
-                raise ValueError(
-                    f"{named}: holds {len(keys)} {group} variables, the model has {len(variables)}"
-                )
-            for key, v in zip(keys, variables):
-                if _stable(meta["paths"][key]) != _stable(v.path) or \
-                        tuple(meta["shapes"][key]) != tuple(v.shape):
-                    raise ValueError(
-                        f"{named}: {key} is {meta['paths'][key]} {tuple(meta['shapes'][key])}, "
-                        f"the model expects {v.path} {tuple(v.shape)}"
-                    )
+            _check_group(meta, group, variables, named)
             target[group] = [jax.ShapeDtypeStruct(v.value.shape, v.value.dtype,
                                                   sharding=v.value.sharding) for v in variables]
         state = checkpointer.restore(path, args=ocp.args.Composite(
@@ -321,6 +310,57 @@ def _restore(model, path: str, named: str) -> dict:
         for v, value in zip(variables, state[group]):
             v.assign(value)
     return meta
+
+
+def restore_model_weights(model, path: str):
+    """Loads only the model's weights of a checkpoint written by `save` into `model` (an
+    uncompiled `kroberta.MaskedLM` of the run's shape): nothing is compiled and no
+    optimizer is built; the optimizer's arrays are read as the files hold them, then
+    dropped."""
+    from etils import epath  # Orbax's path type
+
+    with storage.local_copy(path) as local:
+        local = os.path.abspath(local)
+        ocp, checkpointer = _checkpointer()
+        with checkpointer:
+            meta = checkpointer.restore(local, args=ocp.args.Composite(
+                meta=ocp.args.JsonRestore()))["meta"]
+            # The optimizer's shapes and dtypes, from the files' own metadata.
+            saved = ocp.StandardCheckpointHandler().metadata(
+                epath.Path(os.path.join(local, "state")))
+            _check_group(meta, "model", list(model.variables), path)
+            target = {"model": [jax_struct(v.value.shape, v.value.dtype, v.value.sharding)
+                                for v in model.variables],
+                      "optimizer": [jax_struct(entry.shape, entry.dtype)
+                                    for entry in saved["optimizer"]]}
+            state = checkpointer.restore(local, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(target)))["state"]
+    for v, value in zip(model.variables, state["model"]):
+        v.assign(value)
+
+
+def jax_struct(shape, dtype, sharding=None):
+    """A restore target: an array of `shape` and `dtype` on `sharding` (this process's
+    first device when None)."""
+    import jax
+
+    sharding = sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return jax.ShapeDtypeStruct(tuple(shape), dtype, sharding=sharding)
+
+
+def _check_group(meta: dict, group: str, variables: list, named: str):
+    """Raises ValueError unless the checkpoint's `group` variables are `variables`'s
+    paths and shapes, in order."""
+    keys = sorted(k for k in meta["paths"] if k.startswith(group + "/"))
+    if len(keys) != len(variables):
+        raise ValueError(
+            f"{named}: holds {len(keys)} {group} variables, the model has {len(variables)}")
+    for key, v in zip(keys, variables):
+        if _stable(meta["paths"][key]) != _stable(v.path) or \
+                tuple(meta["shapes"][key]) != tuple(v.shape):
+            raise ValueError(
+                f"{named}: {key} is {meta['paths'][key]} {tuple(meta['shapes'][key])}, "
+                f"the model expects {v.path} {tuple(v.shape)}")
 
 
 def clean_temporaries(run_dir: str):

@@ -10,8 +10,6 @@ import dataclasses
 import os
 import sys
 
-import keras_hub
-
 from kroberta.training import checkpoint
 from kroberta.training.checkpoint import list_checkpoints  # `load`'s argument is named checkpoint
 from kroberta.config import load_toml, to_toml
@@ -34,24 +32,20 @@ def save(model, run_dir: str):
     """
     import jax
 
-    from kroberta.parallel.distribute import global_distribution, to_host
+    from kroberta.model.mlm import stock_copy
 
-    weights = [to_host(v.value) for v in model.weights]
+    # Keras would store the optimizer's state too (3x the size); the final model is for
+    # inference and export, so a stock copy with the same weights is saved, made outside
+    # any distribution: nothing in `save_weights` becomes a collective that the other
+    # processes would never join.
+    stock = stock_copy(model)
     if jax.process_index() != 0:
         return None
     storage.makedirs(run_dir)
     final = storage.join(run_dir, WEIGHTS_FILE)
-    # Keras would store the optimizer's state too (3x the size); the final model is for
-    # inference and export, so save an uncompiled twin with the same weights. It is made
-    # and saved outside any distribution: its arrays stay on this host, and nothing in
-    # `save_weights` (which builds a throwaway optimizer) becomes a collective that
-    # the other processes would never join.
-    with global_distribution(None):
-        twin = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
-        twin.set_weights(weights)
-        with storage.staged_file(final) as tmp:  # a rename, or one upload (a URL)
-            twin.save_weights(tmp)
-    config, tokenizer = getattr(model, "kroberta_config", None), getattr(model, "tokenizer", None)
+    with storage.staged_file(final) as tmp:  # a rename, or one upload (a URL)
+        stock.save_weights(tmp)
+    config, tokenizer = model.kroberta_config, model.tokenizer
     if config is not None and not storage.isfile(storage.join(run_dir, CONFIG_FILE)):
         storage.write_text(storage.join(run_dir, CONFIG_FILE),
                            to_toml(dataclasses.replace(config, run_dir=str(run_dir))))
@@ -82,11 +76,10 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
             checkpoint; a step number for the checkpoint of that step.
 
     Returns:
-        The Keras model (a keras-hub `RobertaMaskedLM` whose `predict` also takes
-        Hugging Face's input names and no mask positions:
-        `kroberta.model.predicting_mlm`), with two attributes:
-        `kroberta_config` (the run's `Config`) and `tokenizer` (a
-        `tokenizers.Tokenizer`, or None when the run had none).
+        A `kroberta.MaskedLM` (keras-hub's `RobertaMaskedLM` whose Keras `fit` /
+        `evaluate` / `predict` also take Hugging Face's input names), with
+        `kroberta_config` (the run's `Config`), `tokenizer` (a `tokenizers.Tokenizer`,
+        or None when the run had none) and `kroberta_step` (a checkpoint's step).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ArgumentKindError(f"kroberta.load: expected a run directory's path, got "
@@ -112,22 +105,21 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
     return _model(path, mixed_precision)
 
 
-def _model(path: str, mixed_precision: bool | None, checkpoint_path: str | None = None):
+def _model(path: str, mixed_precision: bool | None, checkpoint_path: str | None = None,
+           step: int | None = None):
     """The run's model (`load`'s return value) with the final weights, or a checkpoint's."""
     from kroberta.model.mlm import build_model
-    from kroberta.model.predicting_mlm import PredictingMaskedLM
 
     config = load_run_config(path)
     if mixed_precision is None:
         mixed_precision = config.train.mixed_precision
-    model = build_model(config.model, mixed_precision, task_class=PredictingMaskedLM)
+    model = build_model(config.model, mixed_precision, config=config,
+                        tokenizer=load_tokenizer(path), step=step)
     if checkpoint_path:
-        model.set_weights(_checkpoint_weights(config, checkpoint_path))
+        checkpoint.restore_model_weights(model, checkpoint_path)
     else:
         with storage.local_copy(storage.join(path, WEIGHTS_FILE)) as local:  # h5: a local file
             model.load_weights(local)
-    model.kroberta_config = config
-    model.tokenizer = load_tokenizer(path)
     return model
 
 
@@ -157,20 +149,7 @@ def _load_checkpoint(path: str, mixed_precision: bool | None, which: str | int):
     else:
         raise LoadError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
                          f"got {which!r}")
-    model = _model(path, mixed_precision, checkpoint_path)
-    model.kroberta_step = step
-    return model
-
-
-def _checkpoint_weights(config, path: str) -> list:
-    """The model weights of a training checkpoint (restored with its optimizer state,
-    which is then dropped), as host arrays in `model.weights` order."""
-    from kroberta.parallel.distribute import to_host
-    from kroberta.model.mlm import build_compiled_model
-
-    trained = build_compiled_model(config)
-    checkpoint.restore(trained, path)
-    return [to_host(v.value) for v in trained.weights]
+    return _model(path, mixed_precision, checkpoint_path, step)
 
 
 def load_run_config(run_dir: str):

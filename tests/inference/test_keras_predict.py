@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import kroberta
-from kroberta.model.predicting_mlm import PredictInputError
+from kroberta.model.model_inputs import PredictInputError
 from tests.conftest import TINY_LENGTH, TINY_VOCAB
 
 

@@ -10,7 +10,7 @@ import pytest
 from kroberta.data import pipeline
 from kroberta import train
 from kroberta.perf import dispatch_size
-from kroberta.model import fused_steps, trainer
+from kroberta.model import fused_steps, masked_lm
 from kroberta.config import AUTO, ConfigError, validate
 from tests.conftest import tiny_config
 from tests.training.test_train import _rows, _weights  # the run-dir readers the training tests use
@@ -101,19 +101,19 @@ def test_fused_programs_compile_once_per_group_length(tiny_data, tmp_path):
                                       begin)
 
     model.fit(stream(0).take(16), steps_per_epoch=8, epochs=2, verbose=0)
-    assert trainer.trace_count(model, "train") == 1
+    assert masked_lm.trace_count(model, "train") == 1
     assert int(model.optimizer.iterations.numpy()) == 16
     model.fit(stream(16).take(8), steps_per_epoch=8, epochs=1, verbose=0)
-    assert trainer.trace_count(model, "train") == 1  # the same program again
+    assert masked_lm.trace_count(model, "train") == 1  # the same program again
     model.fit(stream(24).take(6), steps_per_epoch=6, epochs=1, verbose=0)  # groups of 4, 2
-    assert trainer.trace_count(model, "train") == short_group_traces  # the short group
+    assert masked_lm.trace_count(model, "train") == short_group_traces  # the short group
     assert int(model.optimizer.iterations.numpy()) == 30
     val = pipeline.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
     eval_ds = pipeline.eval_dataset(val, config.data, config.model.vocabulary_size, 16, 0, 0)
     first = model.evaluate(eval_ds, verbose=0, return_dict=True)
     second = model.evaluate(eval_ds, verbose=0, return_dict=True)
     # 70 records in batches of 16: 5 batches = a group of 4 and a group of 1.
-    assert trainer.trace_count(model, "test") == short_group_traces
+    assert masked_lm.trace_count(model, "test") == short_group_traces
     assert first == second
     with pytest.raises(ValueError, match="steps_per_epoch=6 is not a multiple of "
                                          "steps_per_execution=4"):
@@ -143,12 +143,12 @@ def test_a_one_device_mesh_compiles_each_step_once(tiny_data, tmp_path):
         train_ds = pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 16, 0)
         model.fit(train_ds.take(24), steps_per_epoch=8, epochs=3, verbose=0)
         assert int(model.optimizer.iterations.numpy()) == 24
-        assert trainer.trace_count(model, "train") == 1
+        assert masked_lm.trace_count(model, "train") == 1
         eval_ds = pipeline.eval_dataset(val, config.data, config.model.vocabulary_size, 16, 0,
                                         max_batches=4)  # one group of K = 4
         first = model.evaluate(eval_ds, verbose=0, return_dict=True)
         second = model.evaluate(eval_ds, verbose=0, return_dict=True)
-        assert trainer.trace_count(model, "test") == 1
+        assert masked_lm.trace_count(model, "test") == 1
         assert first == second
     finally:
         keras.distribution.set_distribution(previous)
@@ -197,7 +197,7 @@ def test_fit_on_numpy_arrays_stacks_groups_on_the_host(tiny_data, tmp_path):
                                        0).as_numpy_iterator())
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)  # 4 batches, 2 groups
     assert int(model.optimizer.iterations.numpy()) == 4
-    assert trainer.trace_count(model, "train") == 1
+    assert masked_lm.trace_count(model, "train") == 1
 
 
 def test_super_batches_keep_the_k_axis_whole_and_split_the_batch():

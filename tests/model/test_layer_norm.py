@@ -112,7 +112,7 @@ def test_other_axes_and_uncentred_norms_keep_keras_layers():
     by_feature = keras.layers.LayerNormalization(axis=1)
     uncentred = keras.layers.LayerNormalization(center=False)
     model = keras.Model(inputs, [by_feature(inputs), uncentred(inputs)])
-    assert use_fused_layer_norm(model) == 0
+    assert use_fused_layer_norm(model, 1e-5) == 0
     assert type(by_feature) is keras.layers.LayerNormalization
     assert type(uncentred) is keras.layers.LayerNormalization
 
@@ -120,4 +120,4 @@ def test_other_axes_and_uncentred_norms_keep_keras_layers():
 def use_fused_layer_norm_on(layer):
     """use_fused_layer_norm on a lone layer (wrapped in a model)."""
     holder = keras.Sequential([layer])
-    return use_fused_layer_norm(holder)
+    return use_fused_layer_norm(holder, layer.epsilon)

@@ -13,7 +13,7 @@ import pytest
 
 from kroberta.config import Config, DataConfig, ModelConfig, TrainConfig
 from kroberta import masking
-from kroberta.model import trainer
+from kroberta.model.masked_lm import MaskedLM
 from kroberta.model.metrics import MaskedLMLoss
 from kroberta.model.mlm import build_compiled_model
 
@@ -115,11 +115,9 @@ def test_grad_norm_is_the_norm_of_the_gradient_before_clipping(accumulation):
 
 def test_the_training_model_is_the_stock_model_with_steps():
     model = build_compiled_model(_config())
-    assert isinstance(model, trainer.TrainingMaskedLM)
+    assert isinstance(model, MaskedLM)
     assert isinstance(model, keras_hub.models.RobertaMaskedLM)
     stock = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
     assert [w.path for w in stock.weights] == [w.path for w in model.weights]
     assert "grad_norm" in [m.name for m in model.metrics]
     assert not any(isinstance(v, keras.Variable) and "grad_norm" in v.path for v in model.weights)
-    with pytest.raises(TypeError, match="expected a keras-hub RobertaMaskedLM"):
-        trainer.as_training_model(keras.Sequential())

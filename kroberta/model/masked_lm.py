@@ -1,13 +1,24 @@
-"""The training model: keras-hub's `RobertaMaskedLM` with kroberta's train, test and predict steps.
+"""`kroberta.MaskedLM`: the one model class, what every entry point returns.
 
-One step, read top to bottom (`TrainingMaskedLM.train_step`), on the extension points
-of Keras' JAX trainer ("Customizing what happens in fit() with JAX": `stateless_call`
-through `compute_loss_and_updates`, `optimizer.stateless_apply`, each metric's
-`stateless_update_state`):
+`kroberta.load`, `from_hf`, `from_keras_hub`, the model `train` builds and the one it
+leaves behind are all this class, built once by `kroberta.model.mlm.build_model`. It is
+keras-hub's `RobertaMaskedLM` (the same layers, weights and config: saved files are stock
+keras-hub) with:
+
+- Keras `fit` / `evaluate` / `predict` that take kroberta's, keras-hub's and Hugging
+  Face's input names, a bare (batch, length) array of ids and no `mask_positions`
+  (`kroberta.model.model_inputs`), and that leave the model usable when they fail:
+  Keras on JAX detaches the variables for the length of a call (`_purge_model_variables`)
+  and re-attaches them only when it ends normally;
+- `compile`'s "auto" loss and metrics over the real label slots (labels of -100 hold no
+  masked token), the masked loss training, evaluation and prediction share;
+- one training step, read top to bottom (`train_step`), on the extension points of
+  Keras' JAX trainer (`stateless_call` through `compute_loss_and_updates`,
+  `optimizer.stateless_apply`, each metric's `stateless_update_state`):
 
     1. finish the batch on the device: masks drawn from `mask_keys`, or static slots
-       chosen from `token_labels` (`kroberta.model.step_inputs`); a batch masked on
-       the host passes through;
+       chosen from `token_labels` (`kroberta.model.step_inputs`); a finished batch
+       passes through;
     2. the gradient of the whole batch: in N micro-batches scanned one after another
        and weighted by their masked tokens (`kroberta.model.accumulation`), or at
        once for N = 1;
@@ -19,10 +30,9 @@ through `compute_loss_and_updates`, `optimizer.stateless_apply`, each metric's
 K steps per dispatch (`steps_per_execution`) scan this step: Keras >= 3.16 does it
 itself, Keras 3.15 through `kroberta.model.fused_steps.StepsPerDispatch`.
 
-The class adds no layer, weight or config entry: `compile_model` makes a built
-`RobertaMaskedLM` one in place, and everything kroberta saves (run weights, keras-hub
-presets, Hugging Face checkpoints) is written from a stock keras-hub twin, so saved
-models load as stock keras-hub `RobertaMaskedLM`s without kroberta.
+Attributes beside keras-hub's: `kroberta_config` (the run's `Config`, or one with the
+imported model's shape), `tokenizer` (a `tokenizers.Tokenizer`, or None) and
+`kroberta_step` (the training step of a loaded checkpoint, else None).
 """
 
 import weakref
@@ -33,37 +43,70 @@ import keras
 import keras_hub
 import numpy as np
 
+from kroberta.masking import STEP_INPUTS
 from kroberta.model.accumulation import masked_tokens, micro_batches
-from kroberta.model.step_inputs import finish_batch, finish_inputs
 from kroberta.model.fused_steps import StepsPerDispatch
+from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
+from kroberta.model.model_inputs import check_arrays, model_inputs
+from kroberta.model.step_inputs import finish_batch, finish_inputs
+from kroberta.parallel.distribute import global_distribution
 
 LOSS = "loss"  # Keras' loss tracker
 GRAD_NORM = "grad_norm"
 _traces = weakref.WeakKeyDictionary()  # model -> {"train"/"test": times the step was traced}
+# model -> its `with_hidden_states` view: kept outside the model, where Keras would track
+# the view as one more layer.
+_hidden_views = weakref.WeakKeyDictionary()
 
 
-class TrainingMaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
-    """`RobertaMaskedLM` whose steps finish batches on the device, accumulate gradients
-    and log the gradient norm (see the module). Compile it with `compile`'s two extra
-    arguments; `kroberta.model.mlm.compile_model` does."""
+@keras.saving.register_keras_serializable(package="kroberta")
+class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
+    """keras-hub's `RobertaMaskedLM` whose Keras `fit` / `evaluate` / `predict` take the
+    inputs users pass, whose default loss and metrics skip the -100 label slots, and whose
+    steps finish batches on the device, accumulate gradients and log the gradient norm
+    (see the module). Build it with `kroberta.model.mlm.build_model`.
 
-    def compile(self, *args, masker=None, evaluation_masker=None,
-                gradient_accumulation_steps: int = 1, **kwargs):
-        """Keras' `compile`, plus:
+    Args:
+        backbone: a keras-hub `RobertaBackbone`.
+        preprocessor: keras-hub's preprocessor, or None (kroberta's batches are ids).
+        kroberta_config: the `kroberta.config.Config` the model belongs to, or None.
+        tokenizer: the `tokenizers.Tokenizer` of its vocabulary, or None.
+        kroberta_step: the training step its weights come from, when a checkpoint's.
+    """
+
+    def __init__(self, backbone, preprocessor=None, kroberta_config=None, tokenizer=None,
+                 kroberta_step=None, **kwargs):
+        self.masker = self.evaluation_masker = None
+        self.gradient_accumulation_steps = 1
+        self.grad_norm_tracker = None
+        super().__init__(backbone=backbone, preprocessor=preprocessor, **kwargs)
+        self.kroberta_config = kroberta_config
+        self.tokenizer = tokenizer
+        self.kroberta_step = kroberta_step
+
+    def compile(self, optimizer="auto", loss="auto", *, weighted_metrics="auto", masker=None,
+                evaluation_masker=None, gradient_accumulation_steps: int = 1, **kwargs):
+        """keras-hub's `compile`, with "auto" meaning the masked loss and metrics over the
+        real label slots (`kroberta.dataset`'s batches hold -100 in the slots with no masked
+        token; sample weights such as keras-hub's `mask_weights` still apply), plus:
 
         Args:
             masker: `kroberta.masking.masker(data_config, vocabulary, word_starts)`, for
-                batches that carry `mask_keys` or `token_labels`; None: batches come
-                masked from the host.
+                batches that carry `mask_keys` or `token_labels`; None: batches come masked.
             evaluation_masker: the same for `evaluate` (e.g. at `data.eval_mask_rate`);
                 None: `masker`.
             gradient_accumulation_steps: N micro-batches per optimizer step.
         """
-        super().compile(*args, **kwargs)
+        if loss == "auto":
+            loss = MaskedLMLoss()
+        if weighted_metrics == "auto":
+            weighted_metrics = [MaskedAccuracy(), Perplexity()]
+        super().compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics,
+                        **kwargs)
         self.masker = masker
         self.evaluation_masker = evaluation_masker or masker
         self.gradient_accumulation_steps = int(gradient_accumulation_steps)
-        if getattr(self, "grad_norm_tracker", None) is None:
+        if self.grad_norm_tracker is None:
             self.grad_norm_tracker = keras.metrics.Mean(name=GRAD_NORM)
         self._build_loss_and_metrics()
 
@@ -96,30 +139,92 @@ class TrainingMaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         super().reset_metrics()
         _on_their_layouts(self.metrics_variables)
 
-    def fit(self, *args, **kwargs):
+    # ------------------------------------------------------------------ Keras' entry points
+    def fit(self, x=None, y=None, *args, **kwargs):
+        """Keras `fit`, taking the inputs `predict` takes; a failure leaves the model usable
+        (its variables attached)."""
         k, steps = self.steps_per_execution, kwargs.get("steps_per_epoch")
         if steps and steps % k and kwargs.get("epochs", 1) > 1:
             # Every epoch but the first would start in the middle of a super-batch.
             raise ValueError(f"fit: steps_per_epoch={steps} is not a multiple of "
                              f"steps_per_execution={k} (the steps fused into one dispatch)")
-        return super().fit(*args, **kwargs)
+        x = self._in_memory_inputs(x, "model.fit")
+        if self.optimizer is not None and not self.optimizer.built:
+            # Built now (as fit would) so that its variables are kept too.
+            self.optimizer.build(self.trainable_variables)
+        return self._keeping_variables(super().fit, x, y, *args, **kwargs)
 
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        """Keras `evaluate`, taking the inputs `predict` takes; a failure leaves the model
+        usable (its variables attached)."""
+        return self._keeping_variables(super().evaluate,
+                                       self._in_memory_inputs(x, "model.evaluate"), y, *args,
+                                       **kwargs)
+
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        """Keras `predict`: logits (batch, slots, vocabulary) at `mask_positions`, or
+        (batch, length, vocabulary) at every position when none are given.
+
+        Raises:
+            PredictInputError: inputs the model cannot take (says what to pass).
+        """
+        x = self._in_memory_inputs(x, "model.predict")
+        # A loaded model's weights live on one device; a distribution that training left set
+        # in this process would demand batches divisible by its devices.
+        with global_distribution(None):
+            return self._keeping_variables(super().predict, x, batch_size=batch_size,
+                                           verbose=verbose, steps=steps, callbacks=callbacks)
+
+    def _in_memory_inputs(self, x, where: str):
+        """Arrays and dicts of arrays checked and completed to the three model inputs before
+        Keras sees them (`fit` and `evaluate` build their metrics from them, before the
+        steps rename anything); a dataset or generator is passed on, its elements renamed
+        in the steps."""
+        if isinstance(x, (list, tuple)) and x and not isinstance(x[0], (int, np.integer)):
+            x = np.asarray(x)
+        if not isinstance(x, (np.ndarray, dict)) or (
+                isinstance(x, dict) and any(name in x for name in STEP_INPUTS)):
+            return x  # elements checked as traced, or finished by the step (mask keys)
+        check_arrays(x, self.backbone.max_sequence_length, self.backbone.vocabulary_size, where)
+        return {name: np.asarray(value) for name, value in model_inputs(x, where=where).items()}
+
+    def _keeping_variables(self, call, *args, **kwargs):
+        optimizer = getattr(self, "optimizer", None)
+        # Model, metric and optimizer variables, each once; their values are references.
+        variables = list({id(v): v for v in [*self.variables, *self.metrics_variables, *(
+            optimizer.variables if optimizer is not None else [])]}.values())
+        values = [variable.value for variable in variables]
+        try:
+            return call(*args, **kwargs)
+        except BaseException:
+            self._reattach(variables, values)
+            raise
+
+    def _reattach(self, variables, values):
+        # Keras re-attaches the variables only when a call ends normally: what the last
+        # completed step left (its state may have been donated), else the values from before.
+        self.jax_state_sync()
+        self._jax_state = None
+        for variable, value in zip(variables, values):
+            if variable._value is None:  # noqa: SLF001  (detached by Keras' fit, predict, ...)
+                variable._value = value
+
+    # ------------------------------------------------------------------ the compiled steps
     def train_step(self, state, data):
         """One optimizer step: `(trainable, non_trainable, optimizer, metrics variables),
         batch -> (logs, new state)`, as Keras' JAX trainer calls it.
 
-        The logs hold `loss`, `masked_accuracy`, `perplexity` and `grad_norm`, each over
-        all steps since the metrics were last reset (kroberta resets them every log
-        interval): `grad_norm` is the mean, over those optimizer steps, of the global L2
-        norm of the gradient of the loss, taken over all trainable variables before
-        clipping (under accumulation: of the accumulated gradient, i.e. of the whole
-        batch's loss; under loss scaling: of the scaled loss).
+        The logs hold `loss`, the compiled metrics and `grad_norm`, each over all steps
+        since the metrics were last reset (kroberta resets them every log interval):
+        `grad_norm` is the mean, over those optimizer steps, of the global L2 norm of the
+        gradient of the loss, taken over all trainable variables before clipping (under
+        accumulation: of the accumulated gradient, i.e. of the whole batch's loss; under
+        loss scaling: of the scaled loss).
         """
         _count_trace(self, "train")
         trainable, non_trainable, optimizer_vars, metrics_vars = state
-        # 1. Masks drawn on the device (a host-masked batch passes through).
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(
-            finish_batch(self.masker, data) if self.masker else data)
+        # 1. Masks drawn on the device (a finished batch passes through).
+        x, y, sample_weight = self._finished(self.masker, data, "model.fit")
         # 2. The whole batch's gradient; the compiled metrics updated on the way.
         grads, loss, non_trainable, metrics_vars = self._batch_gradient(
             trainable, non_trainable, optimizer_vars, metrics_vars, x, y, sample_weight)
@@ -135,6 +240,13 @@ class TrainingMaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
             GRAD_NORM: ((grad_norm,), {})})
         logs = self._metrics_results(metrics_vars)
         return logs, (trainable, non_trainable, optimizer_vars, metrics_vars)
+
+    def _finished(self, masker, data, where: str):
+        """(x, y, sample_weight) of a batch: masked on the device when it carries mask keys
+        or token labels, its inputs under keras-hub's names."""
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(
+            finish_batch(masker, data) if masker else data)
+        return model_inputs(x, where=where), y, sample_weight
 
     def _batch_gradient(self, trainable, non_trainable, optimizer_vars, metrics_vars, x, y,
                         sample_weight):
@@ -176,8 +288,7 @@ class TrainingMaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         """Keras' test step on the finished batch: the loss and compiled metrics."""
         _count_trace(self, "test")
         trainable, non_trainable, metrics_vars = state
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(
-            finish_batch(self.evaluation_masker, data) if self.evaluation_masker else data)
+        x, y, sample_weight = self._finished(self.evaluation_masker, data, "model.evaluate")
         _, (loss, y_pred, non_trainable, metrics_vars) = self.compute_loss_and_updates(
             trainable, non_trainable, metrics_vars, x, y, sample_weight, training=False)
         metrics_vars = self._update_metrics(metrics_vars, {
@@ -191,7 +302,19 @@ class TrainingMaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         if self.masker:
             x = finish_inputs(self.masker, x)
-        return super().predict_step(state, (x,))
+        return super().predict_step(state, (model_inputs(x),))
+
+    def with_hidden_states(self) -> keras.Model:
+        """A functional view of this model, on its layers and weights, whose outputs are
+        {"hidden": (batch, length, hidden), "logits": (batch, slots, vocabulary)}: what
+        `kroberta.predict` reduces on the device (embeddings need the last hidden layer)."""
+        if self not in _hidden_views:
+            x = self.input
+            hidden = self.backbone({"token_ids": x["token_ids"],
+                                    "padding_mask": x["padding_mask"]})
+            logits = self.masked_lm_head(hidden, x["mask_positions"])
+            _hidden_views[self] = keras.Model(x, {"hidden": hidden, "logits": logits})
+        return _hidden_views[self]
 
     def _update_metrics(self, metrics_vars, updates):
         """`metrics_vars` (the values of `self.metrics_variables`) after
@@ -258,19 +381,3 @@ def training_state(model) -> tuple:
     return tuple([v.value for v in variables] for variables in (
         model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
         model.metrics_variables))
-
-
-def as_training_model(model) -> TrainingMaskedLM:
-    """`model` (a built keras-hub `RobertaMaskedLM`) as a `TrainingMaskedLM`, in place.
-
-    The same object with the same layers, weights and config (the class adds steps,
-    nothing else); what `kroberta.model.swap` does for the faster layers. Returns it."""
-    from kroberta.model.predicting_mlm import PredictingMaskedLM
-
-    if not isinstance(model, TrainingMaskedLM):
-        # kroberta.load's class differs from keras-hub's only in the inputs its steps take
-        # and compile's defaults, which compile_model's arguments replace.
-        if type(model) not in (keras_hub.models.RobertaMaskedLM, PredictingMaskedLM):
-            raise TypeError(f"expected a keras-hub RobertaMaskedLM, got {type(model).__name__}")
-        model.__class__ = TrainingMaskedLM
-    return model
