@@ -14,11 +14,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = shipped_names()
 
 
+@pytest.mark.fast
 def test_defaults_are_valid():
     validate(Config())
 
 
 @pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.fast
 def test_every_shipped_config_loads_and_validates(name):
     path = config_path(name)
     config = validate(load_toml(path), path)
@@ -28,6 +30,7 @@ def test_every_shipped_config_loads_and_validates(name):
     assert first.startswith("#"), "each config opens with a comment giving its command and cost"
 
 
+@pytest.mark.fast
 def test_shipped_configs_exist_inside_the_package():
     assert {"seed", "tiny", "base"} <= set(SHIPPED)
     package = os.path.dirname(os.path.abspath(kroberta.__file__))
@@ -35,12 +38,14 @@ def test_shipped_configs_exist_inside_the_package():
         assert config_path(name) == os.path.join(package, "configs", f"{name}.toml")
 
 
+@pytest.mark.fast
 def test_seed_config_is_the_reports_model():
     m = load_toml(config_path("seed")).model
     assert (m.vocabulary_size, m.max_sequence_length, m.num_layers, m.num_heads, m.hidden_dim,
             m.intermediate_dim) == (10000, 64, 3, 6, 300, 600)
 
 
+@pytest.mark.fast
 def test_overrides_parse_types():
     config = apply_overrides(Config(), [
         "train.steps=4114", "train.learning_rate=3e-4", "train.mixed_precision=true",
@@ -54,12 +59,14 @@ def test_overrides_parse_types():
     assert config.data.special_token_ids == (0, 2)
 
 
+@pytest.mark.fast
 def test_int_accepted_for_float_but_not_string_for_int():
     assert apply_overrides(Config(), ["train.learning_rate=1"]).train.learning_rate == 1.0
     with pytest.raises(ConfigError, match=r"command line: train.steps: expected an integer"):
         apply_overrides(Config(), ["train.steps=many"])
 
 
+@pytest.mark.fast
 def test_unknown_key_names_key_and_source(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("[model]\nhidden_size = 3\n")
@@ -71,6 +78,7 @@ def test_unknown_key_names_key_and_source(tmp_path):
         apply_overrides(Config(), ["optimizer.lr=3"])
 
 
+@pytest.mark.fast
 def test_wrong_type_in_file(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[train]\nmixed_precision = "yes"\n')
@@ -78,6 +86,7 @@ def test_wrong_type_in_file(tmp_path):
         load_toml(str(path))
 
 
+@pytest.mark.fast
 def test_invalid_toml_and_missing_file(tmp_path):
     path = tmp_path / "broken.toml"
     path.write_text("[model\n")
@@ -98,11 +107,13 @@ def test_invalid_toml_and_missing_file(tmp_path):
     (["model.initializer_range=0"], r"model.initializer_range: must be in \(0, 1\]"),
     (["data.mask_token_id=99999"], r"data.mask_token_id: 99999 is outside the vocabulary"),
 ])
+@pytest.mark.fast
 def test_impossible_values(overrides, message):
     with pytest.raises(ConfigError, match=message):
         validate(apply_overrides(Config(), overrides), "command line")
 
 
+@pytest.mark.fast
 def test_toml_round_trip():
     config = apply_overrides(Config(), ["data.train=[\"a\", \"b\"]", "train.steps=7"])
     text = to_toml(config)
@@ -110,6 +121,7 @@ def test_toml_round_trip():
     assert again == config
 
 
+@pytest.mark.fast
 def test_prediction_slots_auto_and_explicit():
     assert Config().data.prediction_slots(64) == 12  # ceil(1.25 * 0.15 * 64)
     assert dataclasses.replace(Config().data, max_predictions=5).prediction_slots(64) == 5
@@ -127,6 +139,7 @@ def test_cli_config_error_is_one_line_exit_2(tmp_path):
     assert not (tmp_path / "run").exists(), "nothing is written for a rejected config"
 
 
+@pytest.mark.fast
 def test_a_config_is_found_by_name_or_by_path(tmp_path, monkeypatch):
     by_name, _ = from_command_line("seed", [])
     by_path, _ = from_command_line(config_path("seed"), [])
@@ -140,6 +153,7 @@ def test_a_config_is_found_by_name_or_by_path(tmp_path, monkeypatch):
     assert from_command_line("plain", [])[0].train.steps == 9
 
 
+@pytest.mark.fast
 def test_an_unknown_config_lists_the_shipped_names():
     for value in ("nope", "configs/absent.toml"):
         with pytest.raises(ConfigError, match=rf"config '{value}': neither a shipped config "
@@ -147,6 +161,7 @@ def test_an_unknown_config_lists_the_shipped_names():
             from_command_line(value, [])
 
 
+@pytest.mark.fast
 def test_load_config_applies_overrides_over_a_named_config():
     config = kroberta.load_config("seed", {"train.steps": 100, "data.dir": "data/x",
                                            "data.train": "a/*.tfrecords", "run_dir": "runs/y"})
@@ -158,6 +173,7 @@ def test_load_config_applies_overrides_over_a_named_config():
     assert kroberta.load_config("tiny") == load_toml(config_path("tiny"))
 
 
+@pytest.mark.fast
 def test_load_config_matches_the_command_line():
 
     from_python = kroberta.load_config("tiny", {"train.steps": 30, "train.learning_rate": 1e-3,
@@ -177,11 +193,13 @@ def test_load_config_matches_the_command_line():
     (None, ["train.steps=3"], r"^overrides: expected a dict"),
     ("nope", None, r"^config 'nope': neither a shipped config \(base, seed, tiny\)"),
 ])
+@pytest.mark.fast
 def test_load_config_errors_name_the_key(name, overrides, message):
     with pytest.raises(ConfigError, match=message):
         kroberta.load_config(name, overrides)
 
 
+@pytest.mark.fast
 def test_load_config_names_the_file_for_an_impossible_value_it_holds(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("[train]\neval_every = 75\n")
@@ -190,6 +208,7 @@ def test_load_config_names_the_file_for_an_impossible_value_it_holds(tmp_path):
         kroberta.load_config(str(path))
 
 
+@pytest.mark.fast
 def test_a_combination_names_the_source_of_each_key_it_involves():
     config, sources = from_command_line("tiny", ["--train.steps=2"])
     with pytest.raises(ConfigError) as raised:
@@ -200,6 +219,7 @@ def test_a_combination_names_the_source_of_each_key_it_involves():
         "train.warmup_steps or more train.steps (train.steps from command line)")
 
 
+@pytest.mark.fast
 def test_model_parallel_with_the_data_strategy_is_refused():
     config = apply_overrides(Config(), ["distributed.model_parallel=2"])
     with pytest.raises(ConfigError, match=r"command line: distributed.model_parallel: 2 has no "
@@ -208,11 +228,13 @@ def test_model_parallel_with_the_data_strategy_is_refused():
     validate(apply_overrides(Config(), ["distributed.model_parallel=1"]), "command line")
 
 
+@pytest.mark.fast
 def test_a_value_after_a_space_says_to_use_equals():
     with pytest.raises(ConfigError, match=r"unexpected argument '20'; a value goes after '=' "):
         from_command_line("tiny", ["--train.steps", "20"])
 
 
+@pytest.mark.fast
 def test_what_dataclasses_replace_or_python_puts_in_is_typed_or_refused_by_key(tmp_path):
     """validate types every field: a replace() can put in a Path, one string for a list, a
     numpy integer, or a wrong type; a dict or a name is not a Config."""

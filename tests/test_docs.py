@@ -32,12 +32,14 @@ def _generator():
     return module
 
 
+@pytest.mark.fast
 def test_every_config_field_has_a_docstring():
     missing = _generator().undocumented()
     assert not missing, (f"config fields without an attribute docstring in kroberta/config.py: "
                          f"{', '.join(missing)}; document each on the line after it")
 
 
+@pytest.mark.fast
 def test_the_configuration_reference_is_fresh():
     generator = _generator()
     with open(generator.PAGE, encoding="utf-8") as f:
@@ -46,6 +48,7 @@ def test_the_configuration_reference_is_fresh():
         f"docs/reference/config.md is stale: run `{generator.COMMAND}`")
 
 
+@pytest.mark.fast
 def test_the_reference_lists_every_key_with_its_default():
     text = _generator().render()
     for name, cls in SECTIONS.items():
@@ -67,6 +70,7 @@ def test_the_site_builds_strictly(tmp_path):
     assert "run_dir" in api and "fill_mask" in api  # mkdocstrings rendered the docstrings
 
 
+@pytest.mark.fast
 def test_every_page_is_in_the_navigation():
     with open(os.path.join(REPO, "mkdocs.yml"), encoding="utf-8") as f:
         nav = f.read()
@@ -107,6 +111,7 @@ def _config_keys() -> set:
     return keys
 
 
+@pytest.mark.fast
 def test_every_command_in_the_docs_names_a_real_module_and_real_flags():
     """Each `python -m kroberta.X ...` in README.md and docs/ (skipped examples too): X exists,
     every `--flag` is one of its --help options, and for train/aot every `--section.key=value`
@@ -141,6 +146,7 @@ def test_every_command_in_the_docs_names_a_real_module_and_real_flags():
     assert checked >= 10
 
 
+@pytest.mark.fast
 def test_troubleshooting_covers_every_error_class():
     """Every subclass of KrobertaError in the package has a section or a row."""
     bases = {}
@@ -164,6 +170,7 @@ def test_troubleshooting_covers_every_error_class():
     assert not missing, f"docs/troubleshooting.md does not explain {', '.join(missing)}"
 
 
+@pytest.mark.fast
 def test_reliability_lists_every_exit_code():
     from kroberta import cli
 
@@ -173,6 +180,7 @@ def test_reliability_lists_every_exit_code():
         assert f"| {getattr(cli, name)} |" in page, f"exit code {name} missing from docs/reliability.md"
 
 
+@pytest.mark.fast
 def test_the_readme_is_short_and_for_users():
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         text = f.read()
@@ -183,6 +191,7 @@ def test_the_readme_is_short_and_for_users():
         assert os.path.exists(os.path.join(REPO, link)), f"README links to a missing page: {link}"
 
 
+@pytest.mark.fast
 def test_no_comment_cites_the_readme_for_a_reason():
     """Design reasons live on docs pages; a comment points at the page that holds one."""
     cited = []

@@ -11,6 +11,9 @@ import pytest
 
 import kroberta
 
+# The fast tier (docs/contributing.md): builds no model and starts no process.
+pytestmark = pytest.mark.fast
+
 PACKAGE = os.path.dirname(os.path.abspath(kroberta.__file__))
 CLIS = {"train", "predict", "prepare", "export", "aot", "report", "evaluate", "cli"}
 SUBPACKAGES = {"data", "text", "model", "training", "inference", "parallel", "interop", "perf", "runtime"}

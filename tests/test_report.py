@@ -32,6 +32,7 @@ def _assert_real_png(path):
     assert image[..., :3].std() > 0.05  # curves, text and axes; not a blank canvas
 
 
+@pytest.mark.fast
 def test_report_draws_a_png_and_summarizes(tmp_path, capsys):
     _write_rows(tmp_path)
     summary = report(str(tmp_path))
@@ -45,6 +46,7 @@ def test_report_draws_a_png_and_summarizes(tmp_path, capsys):
     assert "best loss 3.5" in out and "MFU" in out and "compile 12.5 s" in out
 
 
+@pytest.mark.fast
 def test_report_without_metrics_is_a_clear_error(tmp_path, capsys):
     assert kroberta.cli.report.main([str(tmp_path)]) == 2
     assert "no metrics.jsonl" in capsys.readouterr().err
@@ -89,6 +91,7 @@ def test_a_cpu_peak_below_the_run_s_rate_is_measured_again_once(tiny_data, tmp_p
     assert capsys.readouterr().out.count("the CPU's peak was measured again") == 1
 
 
+@pytest.mark.fast
 def test_report_returns_the_figure_and_leaves_pyplot_alone(tmp_path):
     import matplotlib
     import matplotlib.pyplot as plt
@@ -105,6 +108,7 @@ def test_report_returns_the_figure_and_leaves_pyplot_alone(tmp_path):
     assert plt.get_fignums() == open_before
 
 
+@pytest.mark.fast
 def test_report_shows_grad_norm_and_marks_the_best_checkpoint(tmp_path, capsys):
     _write_rows(tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -18,6 +18,7 @@ def url():
 
 
 @pytest.mark.parametrize("where", ["local", "url"])
+@pytest.mark.fast
 def test_files_read_write_append_list_and_remove_alike(where, url, tmp_path):
     root = str(tmp_path / "run") if where == "local" else url
     storage.makedirs(root)
@@ -40,6 +41,7 @@ def test_files_read_write_append_list_and_remove_alike(where, url, tmp_path):
     assert storage.listdir(root) == [] and storage.listdir(storage.join(root, "none")) == []
 
 
+@pytest.mark.fast
 def test_a_url_file_missing_its_last_newline_gets_one_before_the_next_line(url):
     # A kill during a local append leaves a cut line; later rows must start on a new line.
     path = storage.join(url, "metrics.jsonl")
@@ -48,6 +50,7 @@ def test_a_url_file_missing_its_last_newline_gets_one_before_the_next_line(url):
     assert storage.read_text(path) == '{"step": 1}\n{"st\n{"step": 2}\n'
 
 
+@pytest.mark.fast
 def test_put_tree_uploads_the_marker_last_and_get_tree_brings_it_back(url, tmp_path, monkeypatch):
     local = tmp_path / "step"
     (local / "state" / "d").mkdir(parents=True)
@@ -65,6 +68,7 @@ def test_put_tree_uploads_the_marker_last_and_get_tree_brings_it_back(url, tmp_p
         assert sorted(os.listdir(copy)) == ["_CHECKPOINT_METADATA", "a", "state"]
 
 
+@pytest.mark.fast
 def test_staged_file_appears_only_when_the_block_succeeds(url):
     path = storage.join(url, "model.weights.h5")
     with pytest.raises(RuntimeError):
@@ -95,6 +99,7 @@ def test_a_missing_filesystem_package_is_one_line_naming_the_extra():
     ], out.stderr[-2000:]
 
 
+@pytest.mark.fast
 def test_local_paths_keep_their_meaning():
     assert storage.join("runs", "a") == os.path.join("runs", "a")
     assert storage.absolute("runs/a") == os.path.abspath("runs/a")

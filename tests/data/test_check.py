@@ -6,6 +6,9 @@ from kroberta.data.check import check_records
 from kroberta.cli.prepare import main
 from tests.conftest import serialize_example, write_records
 
+# The fast tier (docs/contributing.md): builds no model and starts no process.
+pytestmark = pytest.mark.fast
+
 L, V = 8, 50
 
 

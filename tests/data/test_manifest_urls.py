@@ -7,12 +7,16 @@ import os
 import uuid
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import kroberta
 from kroberta.data.manifest import load_manifest
 from kroberta.text.tokenizer import load_tokenizer
 from tests.conftest import prepare_word_corpus
+
+# The fast tier (docs/contributing.md): builds no model and starts no process.
+pytestmark = pytest.mark.fast
 
 
 def _copy_to_ram(local_dir) -> str:

@@ -12,6 +12,9 @@ from kroberta.model import schedules
 from kroberta.model.mlm import build_optimizer
 from tests.conftest import tiny_config
 
+# The fast tier (docs/contributing.md): builds no model and starts no process.
+pytestmark = pytest.mark.fast
+
 # peak 2, warmup 10, total 110: the decay spans steps 10..110.
 WARMUP = {0: 0.0, 1: 0.2, 5: 1.0, 10: 2.0}
 AFTER = {

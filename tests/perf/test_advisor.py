@@ -1,3 +1,5 @@
+import pytest
+
 from kroberta.perf import advisor, flops
 from kroberta.config import apply_overrides, config_path, load_toml, validate
 import kroberta.cli.train
@@ -7,6 +9,7 @@ def _seed():
     return load_toml(config_path("seed"))
 
 
+@pytest.mark.fast
 def test_seed_shape_is_flagged_with_costs():
     found = {m.key: m for m in advisor.misalignments(flops.Shape.from_config(_seed()))}
     assert set(found) == {"hidden_dim", "head_dim", "intermediate_dim", "vocabulary_size"}
@@ -17,6 +20,7 @@ def test_seed_shape_is_flagged_with_costs():
     assert "pad it to 384" in found["hidden_dim"].describe()
 
 
+@pytest.mark.fast
 def test_suggestion_is_aligned_and_nearby():
     seed = _seed()
     s = advisor.suggest(seed.model)
@@ -44,6 +48,7 @@ def test_explain_exits_0_without_creating_a_run_dir(tmp_path, capsys):
     assert "warning: model.hidden_dim = 32 is not a multiple of 128" in out
 
 
+@pytest.mark.fast
 def test_explain_reports_bad_config_as_error(capsys):
     code = kroberta.cli.train.main(["--explain", "--model.num_heads=7"])
     assert code == 2

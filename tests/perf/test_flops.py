@@ -10,6 +10,7 @@ DEGENERATE = flops.Shape(layers=1, hidden=2, intermediate=4, heads=1, vocabulary
                          slots=1)
 
 
+@pytest.mark.fast
 def test_degenerate_forward_flops_by_hand():
     parts = flops.forward_breakdown(DEGENERATE)
     assert parts == {
@@ -27,12 +28,14 @@ def test_degenerate_forward_flops_by_hand():
     assert flops.train_flops_per_step(DEGENERATE, global_batch=4) == 4 * 540
 
 
+@pytest.mark.fast
 def test_train_is_three_forwards_for_every_shipped_config():
     for name in ("tiny", "seed", "base"):
         shape = flops.Shape.from_config(load_toml(config_path(name)))
         assert flops.train_flops_per_sequence(shape) == 3 * flops.forward_flops_per_sequence(shape)
 
 
+@pytest.mark.fast
 def test_seed_step_flops_near_xla_measurement():
     # DESIGN.md section 4: XLA's cost_analysis of the seed train step (keras-hub backbone,
     # sparse head at 12 slots, 8 sequences per core, AdamW) is 10.1 GFLOP per core.
@@ -59,12 +62,14 @@ def test_parameter_count_matches_the_built_model():
     assert flops.parameter_count(seed.model) == 5_290_600  # count_parameters of the built model
 
 
+@pytest.mark.fast
 def test_memory_estimate_counts_weights_gradients_and_two_moments():
     memory = flops.memory_estimate(DEGENERATE, parameters=1000, batch_per_device=2)
     assert (memory.parameters, memory.gradients, memory.optimizer) == (4000, 4000, 8000)
     assert memory.activations > 0 and memory.total == 16000 + memory.activations
 
 
+@pytest.mark.fast
 def test_mfu_and_peaks(tmp_path, monkeypatch):
     class FakeDevice:
         platform, device_kind = "tpu", "TPU v3"
@@ -89,6 +94,7 @@ def test_mfu_and_peaks(tmp_path, monkeypatch):
         == [8e10]
 
 
+@pytest.mark.fast
 def test_an_implausible_cpu_peak_is_neither_used_nor_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     # e.g. a test's fake clock made the matmul look instantaneous
@@ -97,6 +103,7 @@ def test_an_implausible_cpu_peak_is_neither_used_nor_cached(tmp_path, monkeypatc
     assert not (tmp_path / "kroberta" / "cpu_peak.json").exists()
 
 
+@pytest.mark.fast
 def test_the_machine_peak_counts_every_simulated_device():
     import jax
 

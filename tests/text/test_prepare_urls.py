@@ -14,6 +14,9 @@ from kroberta import prepare, storage
 import kroberta.cli.prepare
 from kroberta.text.build import PrepareError
 
+# The fast tier (docs/contributing.md): builds no model and starts no process.
+pytestmark = pytest.mark.fast
+
 
 def _corpus(root):
     """The same documents as .txt, .txt.gz, .jsonl and .parquet files under `root`."""

@@ -2,7 +2,12 @@
 
 import io
 
+import pytest
+
 from kroberta.training import console
+
+# The fast tier (docs/contributing.md): builds no model and starts no process.
+pytestmark = pytest.mark.fast
 
 
 class _Terminal(io.StringIO):
