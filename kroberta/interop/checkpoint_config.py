@@ -96,8 +96,9 @@ def with_checkpoint_model(config: Config, sources: dict | None = None) -> tuple[
 
     Args:
         config: the config a command line or file describes (not validated).
-        sources: {dotted key: where its value came from}, as `from_command_line` returns;
-            None treats every model key as set (all are compared).
+        sources: {dotted key: where its value came from}, as `from_command_line` returns
+            (keys not in it were left at their defaults); None (a config built in Python):
+            the keys at `ModelConfig`'s defaults count as not set.
 
     Returns:
         (config, sources) with the model keys taken from the checkpoint recorded as
@@ -108,11 +109,10 @@ def with_checkpoint_model(config: Config, sources: dict | None = None) -> tuple[
             and the checkpoint's value.
     """
     checkpoint = checkpoint_of(config)
-    sources = dict(sources or {}) if sources is not None else None
+    sources = dict(sources) if sources is not None else None
     if checkpoint is None:
         return config, sources
-    set_by_config = {name for name in _model_keys()
-                     if sources is None or f"model.{name}" in sources}
+    set_by_config = _set_by_config(config, sources)
     conflicts = [name for name in WEIGHT_KEYS if name in set_by_config
                  and getattr(config.model, name) != getattr(checkpoint.model, name)]
     if conflicts:
@@ -132,6 +132,16 @@ def with_checkpoint_model(config: Config, sources: dict | None = None) -> tuple[
 
 def _model_keys() -> list[str]:
     return [f.name for f in dataclasses.fields(ModelConfig)]
+
+
+def _set_by_config(config: Config, sources: dict | None) -> set[str]:
+    """The model keys the config sets: those `sources` names, or without sources those
+    that differ from `ModelConfig`'s defaults."""
+    if sources is not None:
+        return {name for name in _model_keys() if f"model.{name}" in sources}
+    default = ModelConfig()
+    return {name for name in _model_keys()
+            if getattr(config.model, name) != getattr(default, name)}
 
 
 def _source(sources: dict | None, name: str) -> str:

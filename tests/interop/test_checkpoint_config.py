@@ -164,3 +164,17 @@ def test_init_from_keras_hub_alone_gives_the_presets_model_section(checkpoint, t
         config, args = kroberta.cli.train.parse_args([f"--init_from_keras_hub={preset}",
                                                       "--model.num_layers=3"])
         with_checkpoint_model(config, args.sources)
+
+
+def test_a_python_config_takes_the_keys_it_leaves_at_their_defaults(checkpoint):
+    _, directory = checkpoint
+    config = kroberta.load_config(overrides={"init_from_hf": str(directory),
+                                             "model.dropout": 0.05})
+    resolved, sources = with_checkpoint_model(config)
+    assert sources is None
+    assert (resolved.model.num_layers, resolved.model.hidden_dim, resolved.model.dropout) == \
+        (2, 32, 0.05)  # the shape from the checkpoint, the dropout as set
+    wrong = kroberta.load_config(overrides={"init_from_hf": str(directory),
+                                            "model.hidden_dim": 64, "model.num_heads": 8})
+    with pytest.raises(ConfigError, match=r"on 2 key\(s\): model.num_heads=8 \(config\)"):
+        with_checkpoint_model(wrong)
