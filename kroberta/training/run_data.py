@@ -36,7 +36,12 @@ class RunData:
 
 def run_data_for(config: Config) -> RunData:
     """Finds the run's files (prepares the embedded corpus if none are given), checks them."""
+    start = _starting_point(config)
+    if start is not None and config.data.dir:  # before the manifest's own size checks
+        _check_prepared_for(start, config.data.dir, "data.dir")
     config, tokenizer_path = _data_sources(config)
+    if start is not None and start.tokenizer_path:
+        tokenizer_path = start.tokenizer_path  # the checkpoint's tokenizer is the run's
     if config.data.whole_word_masking and tokenizer_path is None:
         raise ConfigError("data.whole_word_masking: needs the run's tokenizer; give data.dir "
                           "(a directory made by `python -m kroberta.prepare`) instead of data.train")
@@ -47,17 +52,82 @@ def run_data_for(config: Config) -> RunData:
         logger.info(f"data.masking: auto -> {data.masking} (the training files "
                     f"{'carry' if train.has_labels else 'have no'} labels)")
         config = dataclasses.replace(config, data=data)
+    if start is not None:
+        _check_files_prepared_for(start, train.files, config.data.dir)
     pipeline.check_against_model(train, config.data, config.model, "data.train")
     validation = None
     if config.data.validation:
         validation = pipeline.inspect_files(
             pipeline.resolve_files(config.data.validation, "data.validation"), "data.validation")
+        if start is not None:
+            _check_files_prepared_for(start, validation.files, config.data.dir)
         pipeline.check_against_model(validation, config.data, config.model, "data.validation")
         if validation.sequence_length != train.sequence_length:
             raise pipeline.DataError(
                 f"data.validation: sequences of {validation.sequence_length} tokens, but "
                 f"data.train has {train.sequence_length}")
     return RunData(config, train, validation, tokenizer_path, _word_starts(config, tokenizer_path))
+
+
+@dataclasses.dataclass(frozen=True)
+class StartingPoint:
+    """The checkpoint a run starts from (init_from_hf / init_from_keras_hub) and its tokenizer."""
+
+    checkpoint: object  # kroberta.interop.checkpoint_config.Checkpoint
+    tokenizer: object  # a `tokenizers.Tokenizer`, or None when the checkpoint has none
+    tokenizer_path: str | None  # its tokenizer.json, kept in the run directory
+
+
+def _starting_point(config: Config) -> StartingPoint | None:
+    """The checkpoint `config` starts from, or None (a fresh start, or a directory that is
+    not there: the training command names it before the data are read)."""
+    directory = config.init_from_hf or config.init_from_keras_hub
+    if not directory or not storage.isdir(directory):
+        return None
+    from kroberta.interop.checkpoint_config import checkpoint_of, checkpoint_tokenizer
+
+    checkpoint = checkpoint_of(config)
+    tokenizer, path = checkpoint_tokenizer(checkpoint)
+    if tokenizer is None:
+        logger.warning(f"{checkpoint.key}: {directory} has no tokenizer, so nothing checks "
+                       "that the data were prepared with the checkpoint's")
+    return StartingPoint(checkpoint, tokenizer, path)
+
+
+def _check_prepared_for(start: StartingPoint, directory: str, key: str):
+    """Refuses a prepared directory whose tokenizer or sequence length is not the
+    checkpoint's, naming the `prepare` command that makes the right one."""
+    from kroberta.data.manifest import load_manifest, tokenizer_difference
+
+    checkpoint = start.checkpoint
+    manifest = load_manifest(directory)
+    positions = checkpoint.model.max_sequence_length
+    fix = (f"python -m kroberta.prepare --tokenizer {checkpoint.directory} --seq-len "
+           f"{min(manifest.sequence_length, positions)} ...")
+    differs = tokenizer_difference(manifest, checkpoint.model.vocabulary_size, start.tokenizer)
+    if differs is not None:
+        raise pipeline.DataError(
+            f"{key}: {directory} was prepared with {differs.replace('model', 'checkpoint')} "
+            f"({checkpoint.key}={checkpoint.directory}), so its ids mean other tokens to it; "
+            f"prepare the text with the checkpoint's tokenizer: {fix}")
+    if manifest.sequence_length > positions:
+        raise pipeline.DataError(
+            f"{key}: {directory} holds sequences of {manifest.sequence_length} tokens, but the "
+            f"checkpoint ({checkpoint.key}={checkpoint.directory}) has {positions} positions; "
+            f"prepare the text again with --seq-len {positions}: {fix}")
+
+
+def _check_files_prepared_for(start: StartingPoint, files, checked_dir: str):
+    """`_check_prepared_for` on the prepared directories (those with a manifest) that hold
+    `files`, other than `checked_dir` (data.dir, checked already)."""
+    from kroberta.data.manifest import ManifestError, load_manifest
+
+    for directory in sorted({os.path.dirname(f) for f in files} - {checked_dir.rstrip("/")}):
+        try:
+            load_manifest(directory)
+        except ManifestError:
+            continue  # no (readable) manifest: nothing says which tokenizer wrote the ids
+        _check_prepared_for(start, directory, "data.train")
 
 
 # The embedded default job's corpus: the standard library's docstrings, which every
