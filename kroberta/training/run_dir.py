@@ -1,16 +1,20 @@
-"""Checks on the run directory before any compute: writable, enough disk, clean history,
-and what a resumed run may change."""
+"""The run directory before any compute: writable, enough disk, clean history, what a
+resumed run may change; its config.toml and tokenizer written (`prepare_run_dir`)."""
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
 
 from kroberta import storage
-from kroberta.config import ConfigError
+from kroberta.config import Config, ConfigError, to_dict, to_toml
+from kroberta.training import checkpoint, trackers
 
 METRICS_FILE = "metrics.jsonl"  # a JSON row per log interval and evaluation
+
+logger = logging.getLogger(__name__)
 
 
 def metrics_rows(run_dir: str, last_step: int | None = None, on_bad_line=None) -> list[dict]:
@@ -165,3 +169,68 @@ def record_changes(run_dir: str, step: int, changes: dict):
     """Appends one row to the run's config_changes.jsonl: the step from which `changes` apply."""
     storage.append_text(storage.join(run_dir, CHANGES_FILE),
                         json.dumps({"step": step, "changed": changes}) + "\n")
+
+
+def prepare_run_dir(config: Config, force: bool, write: bool = True,
+                     accept_changes: bool = False):
+    """Creates the run dir and writes config.toml; refuses a run with another model, or
+    with other training settings (`TRAINING_KEYS`) unless `accept_changes`;
+    records every change of setting in config_changes.jsonl.
+
+    Every process checks; only process 0 (`write`) changes the run directory.
+    """
+    from kroberta.training import final_model
+
+    storage.makedirs(config.run_dir)
+    path = storage.join(config.run_dir, final_model.CONFIG_FILE)
+    saved = checkpoint.list_checkpoints(config.run_dir)
+    changes = {}
+    if storage.isfile(path) and saved:
+        previous = final_model.load_run_config(config.run_dir)
+        # A new start (initializer_range) is not a new model: the checkpoint holds its weights.
+        before, now = previous.model.trained_model(), config.model.trained_model()
+        other_model = before != now
+        if other_model and not force:
+            changed = [k for k in to_dict(config)["model"]
+                       if getattr(before, k) != getattr(now, k)]
+            raise ConfigError(
+                f"run_dir: {config.run_dir} holds a run of a different model "
+                f"(changed: {', '.join('model.' + k for k in changed)}); use another "
+                "--run_dir, or --force (force=True) to start this model there from scratch"
+            )
+        training, other = changed_settings(to_dict(previous), to_dict(config))
+        starts_over = force and (other_model or training)
+        if training and not force and not accept_changes:
+            raise ConfigError(
+                f"run_dir: {config.run_dir} holds a run trained with other settings "
+                f"({describe_changes(training)}); use another --run_dir, --force (force=True) "
+                "to start over there, or --accept-changes (accept_changes=True) to continue its "
+                "checkpoint with "
+                f"these settings (recorded in {CHANGES_FILE})")
+        if not write:
+            return
+        if starts_over:
+            storage.rmtree(storage.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
+            trackers.forget_runs(config.run_dir)  # a new start: new tracker runs
+        else:
+            changes = {**training, **other}
+    if not write:
+        return
+    if changes:
+        record_changes(config.run_dir, saved[-1][0], changes)
+        logger.info(f"run_dir: continuing step {saved[-1][0]} with changed settings: "
+                    f"{describe_changes(changes)} (recorded in {CHANGES_FILE})")
+    storage.write_text(path, to_toml(config))
+
+
+def keep_tokenizer(tokenizer_path: str | None, run_dir: str):
+    """Copies the run's tokenizer file (when it has one) into the run directory."""
+    from kroberta.text import locations
+    from kroberta.training import final_model
+
+    if tokenizer_path:
+        target = storage.join(run_dir, final_model.TOKENIZER_FILE)
+        if storage.absolute(tokenizer_path) == storage.absolute(target):
+            return
+        with locations.open_binary(tokenizer_path) as f:  # a URL: read as the records are
+            storage.write_bytes(target, f.read())
