@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from kroberta.errors import check_model
+from kroberta.model.masked_lm import check_model
 from kroberta.inference.prediction import PredictionError, predict
 
 MASK_TOKEN = "<mask>"

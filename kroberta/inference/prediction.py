@@ -22,7 +22,8 @@ import tensorflow as tf
 from kroberta.data import pipeline
 from kroberta.inference.inputs import as_examples, batched
 from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS, program
-from kroberta.errors import KrobertaError, check_model
+from kroberta.errors import KrobertaError
+from kroberta.model.masked_lm import check_model
 from kroberta.perf.hardware import size_text
 
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default

@@ -11,7 +11,7 @@ needs torch or transformers.
 import json
 import os
 
-from kroberta.errors import check_model
+from kroberta.model.masked_lm import check_model
 from kroberta.model.layer_norm import epsilon_of
 from kroberta.interop import hf_weights
 from kroberta.interop.hf_weights import HFConversionError, HFFileMissingError

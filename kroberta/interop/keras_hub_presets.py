@@ -25,7 +25,7 @@ presets do.
 import json
 import os
 
-from kroberta.errors import check_model
+from kroberta.model.masked_lm import check_model
 from kroberta.interop.hf_weights import HFConversionError
 from kroberta import storage
 from kroberta.atomic import atomic_write

@@ -35,6 +35,7 @@ imported model's shape), `tokenizer` (a `tokenizers.Tokenizer`, or None) and
 `kroberta_step` (the training step of a loaded checkpoint, else None).
 """
 
+import os
 import weakref
 
 import jax
@@ -43,6 +44,7 @@ import keras
 import keras_hub
 import numpy as np
 
+from kroberta.errors import ArgumentKindError
 from kroberta.masking import STEP_INPUTS
 from kroberta.model.accumulation import masked_tokens, micro_batches
 from kroberta.model.fused_steps import StepsPerDispatch
@@ -381,3 +383,20 @@ def training_state(model) -> tuple:
     return tuple([v.value for v in variables] for variables in (
         model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
         model.metrics_variables))
+
+
+def check_model(model, where: str):
+    """Raises ArgumentKindError unless `model` is a `kroberta.MaskedLM` (as `kroberta.load`,
+    `from_hf` and `from_keras_hub` return); a path given instead gets the call to load it,
+    a keras-hub model the call that makes it kroberta's."""
+    if isinstance(model, MaskedLM):
+        return
+    if isinstance(model, (str, os.PathLike)):
+        hint = f"; load it first: model = kroberta.load({os.fspath(model)!r})"
+    elif isinstance(model, keras.Model):
+        hint = ("; a keras-hub model becomes kroberta's with kroberta.from_keras_hub(PRESET_DIR) "
+                "(save it with model.save_to_preset(PRESET_DIR) first)")
+    else:
+        hint = ""
+    raise ArgumentKindError(f"{where}: expected a model (kroberta.load(run_dir), "
+                            f"kroberta.from_hf(dir), ...), got {type(model).__name__}{hint}")

@@ -18,7 +18,8 @@ import warnings
 
 from kroberta import storage
 from kroberta.config import Config, validate
-from kroberta.errors import KrobertaError, check_model
+from kroberta.errors import KrobertaError
+from kroberta.model.masked_lm import check_model
 
 logger = logging.getLogger(__name__)
 

@@ -4,6 +4,7 @@ Both directions are checked at every non-padding position of a right-padded batc
 kroberta -> `RobertaForMaskedLM.from_pretrained` and `save_pretrained` -> `from_hf`.
 """
 
+import dataclasses
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing in these tests may download
@@ -92,16 +93,21 @@ def test_export_matches_transformers_logits(name, tmp_path):
     assert diff < TOLERANCE
 
 
-@pytest.mark.parametrize("name, type_vocab_size", [("seed", 1), ("tiny", 2)])
-def test_from_hf_matches_transformers_logits(name, type_vocab_size, tmp_path):
+# "tiny" keeps RobertaConfig()'s default layer_norm_eps (1e-12), as every model built from
+# transformers' defaults has it.
+@pytest.mark.parametrize("name, type_vocab_size, epsilon", [("seed", 1, 1e-5), ("tiny", 2, None)])
+def test_from_hf_matches_transformers_logits(name, type_vocab_size, epsilon, tmp_path):
     m = CONFIGS[name]
     torch.manual_seed(0)
-    hf_model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+    hf_config = transformers.RobertaConfig(
         vocab_size=m.vocabulary_size, hidden_size=m.hidden_dim, num_hidden_layers=m.num_layers,
         num_attention_heads=m.num_heads, intermediate_size=m.intermediate_dim,
         max_position_embeddings=m.max_sequence_length + 2, type_vocab_size=type_vocab_size,
-        layer_norm_eps=1e-5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        pad_token_id=1, bos_token_id=0, eos_token_id=2))
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2,
+        **({} if epsilon is None else {"layer_norm_eps": epsilon}))
+    m = dataclasses.replace(m, layer_norm_epsilon=hf_config.layer_norm_eps)
+    hf_model = transformers.RobertaForMaskedLM(hf_config)
     with torch.no_grad():  # HF initialises biases to 0 and LayerNorm to 1: perturb all
         for p in hf_model.parameters():
             p.add_(torch.randn_like(p) * 0.02)
@@ -111,6 +117,11 @@ def test_from_hf_matches_transformers_logits(name, type_vocab_size, tmp_path):
     ids, mask = padded_batch(m, seed=1)
     diff = max_diff_at_real_tokens(kroberta_logits(model, ids, mask), hf_logits(hf_model, ids, mask), mask)
     print(f"import {name}: max |logit diff| = {diff:.3g}")
+    assert diff < TOLERANCE
+    # Exported again, the epsilon goes back with the weights.
+    again = load_hf(hf.export_hf(model, str(tmp_path / "again")))
+    assert again.config.layer_norm_eps == hf_config.layer_norm_eps
+    diff = max_diff_at_real_tokens(hf_logits(again, ids, mask), hf_logits(hf_model, ids, mask), mask)
     assert diff < TOLERANCE
 
 

@@ -247,7 +247,7 @@ def test_pytorch_bin_without_torch_is_a_clear_error(tiny_export, tmp_path, monke
     ("model_type", "bert", "model_type: kroberta imports 'roberta' models only, got 'bert'"),
     ("position_embedding_type", "relative_key", "position_embedding_type"),
     ("hidden_act", "relu", "hidden_act"),
-    ("layer_norm_eps", 1e-12, "layer_norm_eps: keras-hub hard-codes 1e-05"),
+    ("layer_norm_eps", 0, r"layer_norm_eps: expected a number in \(0, 1\), got 0"),
     ("pad_token_id", 0, "pad_token_id"),
     ("num_attention_heads", 3, "num_attention_heads: 3 heads do not divide hidden_size=16"),
     ("hidden_size", None, "hidden_size: expected a positive integer"),
