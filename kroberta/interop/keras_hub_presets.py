@@ -5,8 +5,10 @@ own `save_to_preset` on a stock copy of it (`kroberta.model.mlm.stock_copy`: the
 files hold nothing kroberta-specific): `config.json` + `model.weights.h5`
 (the backbone), `task.json` + `task.weights.h5` (the MLM head), `metadata.json`,
 and with a tokenizer `tokenizer.json`, `preprocessor.json` and
-`assets/tokenizer/{vocabulary.json, merges.txt}` (keras-hub's `RobertaTokenizer`
-and `RobertaMaskedLMPreprocessor`). kroberta adds `kroberta_config.toml` (the
+`assets/tokenizer/{vocabulary.json, merges.txt}` (keras-hub's `RobertaTokenizer`;
+the masked LM's `RobertaMaskedLMPreprocessor` inside `task.json`, and in
+`preprocessor.json` a `RobertaTextClassifierPreprocessor` at the model's sequence
+length, so `RobertaTextClassifier.from_preset(dir, num_classes=K)` fits as it is). kroberta adds `kroberta_config.toml` (the
 run's config; keras-hub ignores it). keras-hub's backbone config has one `dropout`:
 kroberta writes the hidden rate (`model.dropout`) there, so a stock keras-hub load
 applies it to the attention weights too, and the attention rate
@@ -122,16 +124,24 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
         tokenizer = model.tokenizer
     config = model.kroberta_config
     config = _with_attention_dropout(config, model)
-    preprocessor = None
+    preprocessor = classifier_preprocessor = None
     if tokenizer is not None:
         length = int(model.backbone.max_sequence_length)
         data = config.data if config is not None else DataConfig()
+        keras_hub_tokenizer = _keras_hub_tokenizer(tokenizer, int(model.backbone.vocabulary_size))
         preprocessor = keras_hub.models.RobertaMaskedLMPreprocessor(
-            tokenizer=_keras_hub_tokenizer(tokenizer, int(model.backbone.vocabulary_size)),
-            sequence_length=length, mask_selection_rate=data.mask_rate,
-            mask_selection_length=data.prediction_slots(length))
+            tokenizer=keras_hub_tokenizer, sequence_length=length,
+            mask_selection_rate=data.mask_rate, mask_selection_length=data.prediction_slots(length))
+        # keras-hub's classifiers build their preprocessor from preprocessor.json only when
+        # it is theirs, else with 512 tokens (too many for a shorter model: "Paddings must
+        # be non-negative" in fit). The masked LM reads its own from task.json, so
+        # preprocessor.json is the classifier's, at the model's length.
+        classifier_preprocessor = keras_hub.models.RobertaTextClassifierPreprocessor(
+            tokenizer=keras_hub_tokenizer, sequence_length=length)
     os.makedirs(out_dir, exist_ok=True)
     stock_copy(model, preprocessor).save_to_preset(out_dir)
+    if classifier_preprocessor is not None:
+        classifier_preprocessor.save_to_preset(out_dir)
     if config is not None:
         with atomic_write(os.path.join(out_dir, KROBERTA_CONFIG_FILE), encoding="utf-8") as f:
             f.write(to_toml(config))

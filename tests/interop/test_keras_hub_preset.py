@@ -155,3 +155,22 @@ def test_training_can_start_from_a_preset(tiny_data, tmp_path):
                                run_dir=str(tmp_path / "run2"))
     with pytest.raises(ConfigError, match="init_from_keras_hub: set init_from_hf or init_from_keras_hub, not both"):
         train(both)
+
+
+def test_the_export_becomes_a_keras_hub_classifier_as_it_is(exported):
+    import keras
+    import keras_hub
+
+    _, out = exported
+    classifier = keras_hub.models.RobertaTextClassifier.from_preset(out, num_classes=2)
+    assert classifier.preprocessor.sequence_length == TINY.max_sequence_length
+    texts = np.array(TEXTS * 2)  # longer than the model's 16 positions: cut, not padded past them
+    labels = np.array([0, 1] * len(TEXTS))
+    classifier.compile(optimizer=keras.optimizers.Adam(1e-3))
+    history = classifier.fit(texts, labels, batch_size=4, epochs=1, verbose=0).history
+    assert np.isfinite(history["loss"][0])
+    assert classifier.predict(texts, batch_size=4, verbose=0).shape == (len(texts), 2)
+    # The masked LM still reads its own preprocessor (from task.json), not the classifier's.
+    masked_lm = keras_hub.models.RobertaMaskedLM.from_preset(out)
+    assert isinstance(masked_lm.preprocessor, keras_hub.models.RobertaMaskedLMPreprocessor)
+    assert masked_lm.preprocessor.sequence_length == TINY.max_sequence_length
