@@ -19,9 +19,11 @@ reads back. The result loads with
 and `RobertaTokenizer.from_preset`.
 
 Token ids: keras-hub's byte-level BPE gives the ids of kroberta's tokenizer for
-text; around a literal `<mask>` it keeps the space before it as its own token
-(kroberta's and Hugging Face's `<mask>` absorb it), as keras-hub's own RoBERTa
-presets do.
+ordinary text, but not on runs of spaces (`"a  b"`: Hugging Face's and kroberta's
+`a Ġ Ġb`, keras-hub's `a ĠĠ b`, keras-hub's own behaviour), and around a literal
+`<mask>` it keeps the space before it as its own token (kroberta's and Hugging Face's
+`<mask>` absorb it), as keras-hub's own RoBERTa presets do: tokenize with kroberta's
+tokenizer (`model.tokenizer`) where the ids must match.
 """
 
 import json
