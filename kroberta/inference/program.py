@@ -20,6 +20,7 @@ import keras
 from kroberta import masking
 from kroberta.tokens import IGNORE_LABEL
 from kroberta.inference.top_k import exact_top_k
+from kroberta.model.metrics import masked_correct, token_cross_entropy
 
 # Kept beside the model rather than on it: its jitted steps by (output, k, slots,
 # positions, group, devices), and how often a step of its view was traced. The steps
@@ -66,26 +67,24 @@ def _reduce(output, k, hidden, logits, padding_mask, labels):
     logits = logits.astype(jnp.float32)
     if output == "logits":
         return {"logits": logits}
-    # log_softmax(x) = x - logsumexp(x) is never materialised at (B, M, V): the
-    # top-k, the label's logit and the argmax are taken from the logits and
-    # shifted by the (B, M) log-normaliser, which saves a full pass over V.
-    # Everything reads one (B*M, V) array: mixing (B, M, V) and (B*M, V) views made
-    # XLA write the biased logits twice.
-    batch_size, slots, vocabulary = logits.shape
-    flat = logits.reshape(batch_size * slots, vocabulary)
-    normaliser = jax.nn.logsumexp(flat, axis=-1)  # (B*M,)
     if output == "top_k":
+        # log_softmax(x) = x - logsumexp(x) is never materialised at (B, M, V): the top-k
+        # is taken from the logits and shifted by the (B*M,) log-normaliser, which saves
+        # a full pass over V. Both read one (B*M, V) array: mixing (B, M, V) and
+        # (B*M, V) views made XLA write the biased logits twice.
+        batch_size, slots, vocabulary = logits.shape
+        flat = logits.reshape(batch_size * slots, vocabulary)
+        normaliser = jax.nn.logsumexp(flat, axis=-1)  # (B*M,)
         values, ids = exact_top_k(flat, k)  # (B*M, k), best first
         return {"token_ids": ids.reshape(batch_size, slots, k),
                 "log_probs": (values - normaliser[:, None]).reshape(batch_size, slots, k)}
-    normaliser = normaliser.reshape(batch_size, slots)
-    weights = (labels != IGNORE_LABEL).astype(jnp.float32)
-    targets = jnp.where(labels == IGNORE_LABEL, 0, labels)
-    token_loss = normaliser - jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    # The loss and accuracy training and evaluation compute (`kroberta.model.metrics`),
+    # per example: means over the slots whose label is not -100.
+    token_loss, weights = token_cross_entropy(labels, logits)  # (B, M), zero where -100
+    correct, _ = masked_correct(labels, logits)
     count = weights.sum(-1)
     return {
-        "loss": (token_loss * weights).sum(-1) / jnp.maximum(count, 1.0),
+        "loss": token_loss.sum(-1) / jnp.maximum(count, 1.0),
         "masked_accuracy": (correct * weights).sum(-1) / jnp.maximum(count, 1.0),
         "num_predictions": count.astype(jnp.int32),
     }

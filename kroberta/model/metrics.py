@@ -71,6 +71,16 @@ def token_cross_entropy(labels, logits):
     return ce * weights, weights
 
 
+def masked_correct(labels, logits):
+    """Per-slot 1.0 where the label's logit is the row's highest (a tie counts), (batch,
+    slots) float32, and the slot weights."""
+    weights, targets = _weights_and_targets(labels)
+    flat = _flat(logits)  # (batch * slots, V), the loss's view
+    best = jnp.max(flat, axis=-1)
+    correct = _label_logit(flat, ops.reshape(targets, (-1,))) >= best
+    return ops.reshape(ops.cast(correct, "float32"), targets.shape), weights
+
+
 @keras.saving.register_keras_serializable(package="kroberta")
 class MaskedLMLoss(keras.losses.Loss):
     """Mean cross-entropy over the slots whose label is not -100."""
@@ -131,11 +141,7 @@ class MaskedAccuracy(_MaskedMean):
         super().__init__(name=name, **kwargs)
 
     def values(self, y_true, y_pred):
-        weights, targets = _weights_and_targets(y_true)
-        logits = _flat(y_pred)  # (batch * slots, V), the loss's view
-        best = jnp.max(logits, axis=-1)
-        correct = _label_logit(logits, ops.reshape(targets, (-1,))) >= best
-        return ops.reshape(ops.cast(correct, "float32"), targets.shape), weights
+        return masked_correct(y_true, y_pred)
 
 
 @keras.saving.register_keras_serializable(package="kroberta")
