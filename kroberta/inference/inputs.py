@@ -23,7 +23,7 @@ from kroberta.data.manifest import ManifestError, load_manifest, tokenizer_diffe
 from kroberta.data import rules
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.tokens import IGNORE_LABEL
-from kroberta.model.model_inputs import PredictInputError
+from kroberta.model.model_inputs import HF_NAMES, PredictInputError
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -95,7 +95,7 @@ def _check_prepared_with(files, vocabulary_size: int, tokenizer):
 
 
 # keras-hub's names for the model inputs, accepted for Hugging Face's.
-KERAS_HUB_NAMES = {"token_ids": "input_ids", "padding_mask": "attention_mask"}
+KERAS_HUB_NAMES = {ours: theirs for theirs, ours in HF_NAMES.items()}  # keras-hub -> HF
 
 
 def _from_arrays(arrays, config) -> Source:
