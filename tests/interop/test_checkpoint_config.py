@@ -42,9 +42,7 @@ def checkpoint(tmp_path_factory):
     directory = root / "hf"
     model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
         vocab_size=vocabulary_size(tokenizer), hidden_size=32, num_hidden_layers=2,
-        num_attention_heads=2, intermediate_size=64, max_position_embeddings=34,
-        # RobertaConfig() defaults to 1e-12; keras-hub's layers hold 1e-5 only.
-        layer_norm_eps=1e-5))
+        num_attention_heads=2, intermediate_size=64, max_position_embeddings=34))
     model.save_pretrained(str(directory))
     tokenizer.save(str(directory / "tokenizer.json"))
     return root, directory
@@ -63,7 +61,8 @@ def test_init_from_hf_alone_gives_the_checkpoints_model_section(checkpoint):
     expected = hf.model_config_from_hf(hf.read_hf_config(str(directory)), "config.json")
     assert config.model == expected
     assert (expected.num_layers, expected.hidden_dim, expected.max_sequence_length,
-            expected.dropout, expected.initializer_range) == (2, 32, 32, 0.1, 0.02)
+            expected.dropout, expected.initializer_range, expected.layer_norm_epsilon) == \
+        (2, 32, 32, 0.1, 0.02, 1e-12)  # RobertaConfig()'s defaults
     assert sources["model.num_layers"] == os.path.join(str(directory), "config.json")
 
 
