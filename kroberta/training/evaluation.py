@@ -20,6 +20,7 @@ from kroberta import storage
 from kroberta.config import Config, validate
 from kroberta.errors import KrobertaError
 from kroberta.model.masked_lm import check_model
+from kroberta.runtime import logs
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ def evaluate(model, data, batch_size: int | None = None) -> dict:
     from kroberta.training.run_data import run_data_for, validation_batches
 
     check_model(model, "kroberta.evaluate")
+    logs.show_messages()  # where the data are read from, as training says it
     config = _config_for(model, data)
     devices = jax.devices()[:config.distributed.devices or None]
     config = _with_batch_size(config, batch_size, len(devices))
@@ -78,11 +80,11 @@ def evaluate(model, data, batch_size: int | None = None) -> dict:
             # The unbuilt optimizer's step counter is a local variable; evaluation never
             # uses it (building it would allocate the moments too).
             warnings.filterwarnings("ignore", message="Detected a mix of local")
-            logs = twin.evaluate(batches, verbose=0, return_dict=True)
+            measured = twin.evaluate(batches, verbose=0, return_dict=True)
     # As training's validation row: token-weighted (padding examples weigh nothing).
-    return {"loss": math.log(logs["perplexity"]),
-            "masked_accuracy": float(logs["masked_accuracy"]),
-            "perplexity": float(logs["perplexity"]),
+    return {"loss": math.log(measured["perplexity"]),
+            "masked_accuracy": float(measured["masked_accuracy"]),
+            "perplexity": float(measured["perplexity"]),
             "sequences": int(run.validation.records)}
 
 
