@@ -2,7 +2,7 @@
 
 The training pipeline feeds batches N times larger than a device step holds
 (global batch = batch_size_per_device x devices x N); the training step
-(`kroberta.model.trainer.TrainingMaskedLM.train_step`) splits each into N
+(`kroberta.model.masked_lm.MaskedLM.train_step`) splits each into N
 micro-batches (`micro_batches`) and runs them one after another in a
 `jax.lax.scan`, so only one micro-batch's activations are alive at a time. The
 gradients are summed, each micro-batch's weighted by its share of the whole batch's

@@ -9,7 +9,7 @@ super-batch to the devices while one computes (`_one_batch_ahead_iterator`). The
 Keras 3.15 runs K steps as a Python loop over a one-step jitted program
 (keras/src/backend/jax/trainer.py, `_make_function`): K dispatches and K transfers,
 each made only when its step needs it. On 3.15 `StepsPerDispatch` does what 3.16
-does, for the model class that mixes it in (`kroberta.model.trainer`):
+does, for the model class that mixes it in (`kroberta.model.masked_lm`):
 
 - the data iterator yields super-batches, every leaf (K, batch, ...): a tf.data
   dataset of (x, y) batches is batched by K inside tf.data (one Python-level

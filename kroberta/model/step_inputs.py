@@ -21,7 +21,7 @@ bit. On an accelerator this takes microseconds per step, while on the host the h
 the choice and the scatter were a fifth of the pipeline's CPU time at 512 tokens
 (docs/design.md, "Device masking").
 
-The training model's steps (`kroberta.model.trainer.TrainingMaskedLM`) call
+The training model's steps (`kroberta.model.masked_lm.MaskedLM`) call
 `finish_batch` / `finish_inputs` with the run's masker first; a finished batch
 (without `mask_keys` or `token_labels`) passes through unchanged.
 """

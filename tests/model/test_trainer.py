@@ -1,4 +1,4 @@
-"""The training model's step (kroberta.model.trainer): every composition of masking x gradient
+"""The training model's step (kroberta.model.masked_lm): every composition of masking x gradient
 accumulation x K steps per dispatch trains exactly as host masks, one batch and one step per
 dispatch do; `grad_norm` is the norm of the gradient before clipping; saving stays stock."""
 
