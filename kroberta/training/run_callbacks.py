@@ -135,7 +135,7 @@ class RunLogger(keras.callbacks.Callback):
             "masked_accuracy": float(logs["masked_accuracy"]),
             "perplexity": float(logs["perplexity"]),
             # The mean over the interval's optimizer steps of the gradient's global
-            # L2 norm before clipping (kroberta.model.trainer).
+            # L2 norm before clipping (kroberta.model.masked_lm).
             **({"grad_norm": float(logs["grad_norm"])} if "grad_norm" in logs else {}),
             "learning_rate": learning_rate,
             "samples_per_second": samples_per_second,
