@@ -177,3 +177,14 @@ def test_a_python_config_takes_the_keys_it_leaves_at_their_defaults(checkpoint):
                                             "model.hidden_dim": 64, "model.num_heads": 8})
     with pytest.raises(ConfigError, match=r"on 2 key\(s\): model.num_heads=8 \(config\)"):
         with_checkpoint_model(wrong)
+
+
+def test_kroberta_train_from_python_takes_the_checkpoints_model(checkpoint):
+    from kroberta.training.run_data import run_data_for
+
+    root, directory = checkpoint
+    data = _prepare(root, "python", str(directory))
+    config = kroberta.load_config(overrides={"init_from_hf": str(directory), "data.dir": data})
+    run = run_data_for(config)  # what kroberta.train(config) builds its model from
+    assert run.config.model == hf.model_config_from_hf(hf.read_hf_config(str(directory)), "")
+    assert run.tokenizer_path == str(directory / "tokenizer.json")
