@@ -48,6 +48,7 @@ _API = {
     "prepare": "kroberta.text.build",
     "train": "kroberta.training.train",
     "report": "kroberta.training.report",
+    "finetune": "kroberta.downstream.finetuning",
 }
 def __getattr__(name):
     if name not in _API:

@@ -46,6 +46,7 @@ SMALL = {
         "--model.num_layers=1", "--model.hidden_dim=32", "--model.num_heads=2",
         "--model.intermediate_dim=64", "--no-examples",
     ],
+    "kroberta.finetune": ["--seeds=1", "--epochs=1", "--learning-rates=1e-4"],
 }
 
 

@@ -1,0 +1,147 @@
+"""Fine-tune a pretrained model on a labelled task and print its score.
+
+    python -m kroberta.finetune --run runs/default            # the embedded stdlib task
+    python -m kroberta.finetune --run runs/x --task glue/rte --data glue_data
+    python -m kroberta.finetune --run runs/x --suite glue --data glue_data
+    python -m kroberta.finetune --run runs/x --data train.jsonl --validation dev.jsonl
+    python -m kroberta.finetune --classifier out/ --predict test.jsonl --predictions p.jsonl
+
+With no data, the embedded task (which package of the standard library a docstring
+is from) runs, beside the same recipe from a random initialisation. The Python API
+is `kroberta.finetune(...)` (kroberta/downstream/finetuning.py).
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from kroberta import cli
+
+# JAX, Keras and TensorFlow load in the functions that use them: --help answers at once.
+
+
+def _parser():
+    p = cli.ArgumentParser(prog="python -m kroberta.finetune", description=__doc__.split("\n")[0])
+    p.add_argument("--run", help="the pretrained model: a run directory, a Hugging Face "
+                   "export or a keras-hub preset")
+    p.add_argument("--task", help="glue/<task> (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, "
+                   "wnli), or a name for --data/--validation files (default: the embedded task)")
+    p.add_argument("--suite", choices=("glue",), help="every GLUE task found under --data")
+    p.add_argument("--data", help="the GLUE directory, or the labelled training file")
+    p.add_argument("--validation", help="the labelled validation file")
+    p.add_argument("--text-field", action="append", default=None,
+                   help="the field of the text; twice for a pair (default: text)")
+    p.add_argument("--label-field", default="label", help="the field of the label")
+    p.add_argument("--kind", default="classification", choices=("classification", "regression"))
+    p.add_argument("--learning-rates", help="comma-separated grid (default: by model size)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds per learning rate")
+    p.add_argument("--epochs", type=int, default=3, help="passes over the training data (1-5)")
+    p.add_argument("--batch-size", type=int, default=32, help="sequences per step, all devices")
+    p.add_argument("--max-length", type=int, default=None, help="tokens per sequence")
+    p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=None,
+                   help="also fine-tune a random initialisation (default: on for the "
+                   "embedded task)")
+    p.add_argument("--out", help="folder for result.json and the best classifier")
+    p.add_argument("--classifier", help="a fine-tuned classifier's folder (--out), to predict")
+    p.add_argument("--predict", help="a labelled-format file whose texts --classifier predicts")
+    p.add_argument("--predictions", help="the JSON-lines file predictions go to")
+    return p
+
+
+def _rates(text):
+    try:
+        return tuple(float(r) for r in text.split(",")) if text else None
+    except ValueError:
+        from kroberta.downstream.examples import LabelledDataError
+
+        raise LabelledDataError(f"--learning-rates {text!r}: expected numbers separated by "
+                                "commas, e.g. 1e-5,3e-5") from None
+
+
+def _row(result) -> str:
+    """One table row: task, metric, median [min, max] over seeds per split, best rate."""
+    scores = ", ".join(f"{split} {100 * result.median[split]:.1f} "
+                       f"[{100 * result.low[split]:.1f}, {100 * result.high[split]:.1f}]"
+                       for split in result.median)
+    return f"{result.task:<12} {result.metric:<9} {scores}  (lr {result.best_learning_rate:g})"
+
+
+def _finetune(args, task):
+    from kroberta.downstream.finetuning import finetune
+
+    baseline = args.baseline if args.baseline is not None else (task is None and not args.data)
+    return finetune(args.run, task, args.data, args.validation,
+                    text_fields=tuple(args.text_field or ("text",)), label_field=args.label_field,
+                    kind=args.kind, learning_rates=_rates(args.learning_rates), seeds=args.seeds,
+                    epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length,
+                    baseline=baseline)
+
+
+def _write(result, out):
+    from kroberta.downstream.prediction import save_classifier
+
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as f:
+        json.dump(result.to_json(), f, indent=1)
+    save_classifier(result.classifier, out)
+
+
+def _run_tasks(args) -> int:
+    from kroberta.downstream import glue
+
+    tasks = [f"glue/{t}" for t in glue.tasks_present(args.data)] if args.suite else [args.task]
+    rows, averages = [], []
+    for task in tasks:
+        result = _finetune(args, task)
+        rows.append(_row(result))
+        split = result.split
+        averages.append(result.median[split])
+        if result.baseline is not None:
+            rows.append(_row(result.baseline).replace(result.task, "  random init", 1))
+        if args.out:
+            _write(result, os.path.join(args.out, task.split("/")[-1]) if args.suite else args.out)
+        print(rows[-1] if result.baseline is None else "\n".join(rows[-2:]), flush=True)
+    if args.suite:
+        print(f"{'average':<12} {'':<9} {100 * sum(averages) / len(averages):.1f}")
+    return 0
+
+
+def _predict(args) -> int:
+    from kroberta.downstream import examples, prediction
+
+    classifier = prediction.load_classifier(args.classifier)
+    spec = classifier.task_spec
+    labelled = examples.read_labelled(args.predict, spec, classifier.label_names,
+                                      require_labels=False)[0]
+    predicted = prediction.predict_texts(classifier, labelled.texts)
+    with open(args.predictions, "w", encoding="utf-8") as f:
+        for i in range(len(labelled)):
+            if "values" in predicted:
+                record = {"value": float(predicted["values"][i])}
+            else:
+                record = {"label": predicted["labels"][i],
+                          "probabilities": [round(float(p), 6) for p in predicted["probabilities"][i]]}
+            f.write(json.dumps(record) + "\n")
+    print(f"wrote {args.predictions}: {len(labelled)} prediction(s)")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.classifier or args.predict:
+        if not (args.classifier and args.predict and args.predictions):
+            parser.error("prediction needs --classifier, --predict and --predictions")
+    elif not args.run:
+        parser.error("--run is required (the pretrained model)")
+    elif args.suite and not args.data:
+        parser.error("--suite glue needs --data, the GLUE directory")
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    return cli.run(lambda: _predict(args) if args.classifier else _run_tasks(args),
+                   also=(FileNotFoundError,))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,12 @@
+"""Fine-tuning and downstream evaluation of a pretrained model.
+
+    records     labelled files (TSV/CSV, JSON lines, Parquet, `datasets`) as records
+    examples    a task's fields and labels -> texts, label ids or values, with checks
+    glue        the GLUE tasks as their standard directories hold them
+    stdlib_task the embedded task: which part of the standard library a docstring is from
+    encoding    tokenised (pairs as RoBERTa), padded into a few fixed-length buckets
+    metrics     accuracy, F1, Matthews correlation, Pearson, Spearman (numpy)
+    classifiers keras-hub's RobertaTextClassifier on the backbone, AdamW, the schedule
+    recipe      the learning-rate x seed grid: `kroberta.finetune`
+    prediction  probabilities and labels of a fine-tuned classifier; saving and loading it
+"""

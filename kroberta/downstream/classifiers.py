@@ -1,0 +1,89 @@
+"""The sequence classifier: keras-hub's `RobertaTextClassifier` on a kroberta backbone.
+
+Its head is Hugging Face's `RobertaClassificationHead`: dropout, dense + tanh on the
+first token's (`<s>`) hidden state, dropout, then the output projection
+(`pooled_dense`, `logits`). Regression is one output under a mean-squared error.
+
+One classifier is built and compiled per task and reused for every learning rate,
+seed and starting point: `reset` puts back the backbone's starting weights, draws a
+new head from the seed and zeroes the optimizer, and the peak learning rate is an
+optimizer variable, so the compiled steps (one per bucket length) are never rebuilt.
+"""
+
+import keras
+import keras_hub
+import numpy as np
+
+from kroberta.downstream.examples import REGRESSION
+from kroberta.model import mlm, schedules
+
+HEAD_LAYERS = ("pooled_dense", "logits")
+CLASSIFIER_DROPOUT = 0.1  # Hugging Face's classifier dropout (hidden_dropout_prob)
+WARMUP_FRACTION = 0.06  # RoBERTa's GLUE recipe: 6% of the steps
+
+
+@keras.saving.register_keras_serializable(package="kroberta")
+class ScaledWarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """peak * linear warmup then linear decay to 0 (`schedules.WarmupSchedule` at peak
+    1). `peak` is an optimizer variable set before each run (`set_peak`)."""
+
+    def __init__(self, warmup_steps: int, total_steps: int):
+        self.shape = schedules.WarmupSchedule(1.0, warmup_steps, total_steps, "linear")
+        self.peak = None
+
+    def __call__(self, step):
+        return self.peak * self.shape(step)
+
+    def get_config(self):
+        return {"warmup_steps": self.shape.warmup_steps, "total_steps": self.shape.total_steps}
+
+
+def backbone_weights(model) -> list:
+    """The backbone's weights of a kroberta model as host arrays (the starting point)."""
+    return [np.asarray(w) for w in model.backbone.get_weights()]
+
+
+def build_classifier(model_config, num_outputs: int, mixed_precision: bool = False):
+    """A `RobertaTextClassifier` with `num_outputs` logits on a fresh backbone of
+    `model_config`'s shape, built by `kroberta.model.mlm.build_model` (kroberta's
+    cheaper layer norm, dropout and GELU); weights are set by `reset`."""
+    backbone = mlm.build_model(model_config, mixed_precision).backbone
+    return keras_hub.models.RobertaTextClassifier(
+        backbone=backbone, num_classes=num_outputs, preprocessor=None,
+        dropout=CLASSIFIER_DROPOUT)
+
+
+def compile_classifier(classifier, kind: str, total_steps: int, steps_per_execution: int = 1,
+                       weight_decay: float = 0.01):
+    """AdamW as RoBERTa fine-tunes (betas 0.9/0.98, eps 1e-6, no decay on biases and
+    LayerNorm), linear decay after 6% warmup; XLA-compiled steps."""
+    schedule = ScaledWarmupSchedule(max(1, round(WARMUP_FRACTION * total_steps)), total_steps)
+    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay,
+                                       beta_1=0.9, beta_2=0.98, epsilon=1e-6,
+                                       name=mlm.OPTIMIZER_NAME)
+    optimizer.exclude_from_weight_decay(var_names=mlm.NO_DECAY_NAMES)
+    optimizer.build(classifier.trainable_variables)
+    schedule.peak = optimizer.add_variable((), name="peak_learning_rate")
+    if kind == REGRESSION:
+        loss = keras.losses.MeanSquaredError()
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    classifier.compile(optimizer=optimizer, loss=loss, jit_compile=True,
+                       steps_per_execution=steps_per_execution)
+    classifier.kroberta_schedule = schedule  # a plain object: Keras does not track it
+    return classifier
+
+
+def reset(classifier, start: list, seed: int, learning_rate: float):
+    """Starts a run: the backbone's weights `start`, a head drawn from `seed` (its
+    layers' own initializers), the optimizer's state zeroed and its peak set."""
+    classifier.backbone.set_weights(start)
+    keras.utils.set_random_seed(seed)  # unseeded initializers and dropout draw from it
+    for name in HEAD_LAYERS:
+        layer = classifier.get_layer(name)
+        layer.kernel.assign(layer.kernel_initializer(layer.kernel.shape, layer.kernel.dtype))
+        layer.bias.assign(np.zeros(layer.bias.shape, layer.bias.dtype))
+    optimizer = classifier.optimizer
+    for variable in optimizer.variables:
+        variable.assign(np.zeros(variable.shape, variable.dtype))
+    classifier.kroberta_schedule.peak.assign(learning_rate)

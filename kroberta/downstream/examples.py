@@ -1,0 +1,157 @@
+"""A task's texts and labels, read from labelled files and checked once.
+
+A `TaskSpec` says which field(s) hold the text (one, or a pair such as premise and
+hypothesis), which holds the label, whether the task is classification or regression
+and how it is scored. `read_labelled` turns one file into a `LabelledSet`: the texts,
+and class ids (classification, the label set taken from the training file) or float
+values (regression). Every bad record is an error naming the file, record and field.
+"""
+
+import csv
+import dataclasses
+import math
+
+import numpy as np
+
+from kroberta.errors import KrobertaError
+from kroberta.downstream.records import read_records
+
+CLASSIFICATION, REGRESSION = "classification", "regression"
+
+
+class LabelledDataError(KrobertaError, ValueError):
+    """A labelled file lacks a text or label, or holds a label the task cannot take."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """How a labelled file is read and scored.
+
+    Attributes:
+        name: the task's name (in results and tables).
+        text_fields: the field of the text, or the two fields of a text pair.
+        label_field: the field of the label.
+        kind: "classification" or "regression".
+        metric: the metric that chooses the learning rate and goes into tables.
+        labels: the class names in id order (None: the training file's, sorted).
+        columns: the column names of headerless delimited files (CoLA's).
+        quoting: the csv module's quoting for delimited files.
+    """
+
+    name: str
+    text_fields: tuple = ("text",)
+    label_field: str = "label"
+    kind: str = CLASSIFICATION
+    metric: str = "accuracy"
+    labels: tuple | None = None
+    columns: tuple | None = None
+    quoting: int = csv.QUOTE_MINIMAL
+
+    def metrics(self, num_classes: int) -> tuple:
+        """The metrics reported: the main one first."""
+        if self.kind == REGRESSION:
+            extra = ("pearson", "spearman")
+        else:
+            extra = ("accuracy", "f1", "matthews") if num_classes == 2 else ("accuracy",)
+        return (self.metric,) + tuple(m for m in extra if m != self.metric)
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelledSet:
+    """One split: `texts` holds one list of strings per text field (n each); `labels`
+    is (n,) int32 class ids or float32 values."""
+
+    path: str
+    texts: tuple
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def _sort_key(name: str):
+    """Numbers in numeric order ("2" before "10"), then the rest as text."""
+    try:
+        return (0, float(name), "")
+    except ValueError:
+        return (1, 0.0, name)
+
+
+def label_name(value) -> str:
+    """A label as a class name: 1, 1.0 and "1" are one class."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).strip()
+
+
+def _text(record: dict, field: str, path: str, where: str) -> str:
+    value = record.get(field)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        fields = ", ".join(map(str, record)) or "none"
+        what = "no field" if field not in record else "an empty field"
+        raise LabelledDataError(f"{path}: {where}: {what} {field!r} (fields: {fields}); "
+                                "name the text field(s) with --text-field")
+    return str(value)
+
+
+def _value(raw, spec: TaskSpec, path: str, where: str) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value):
+        raise LabelledDataError(f"{path}: {where}: field {spec.label_field!r} holds {raw!r}, "
+                                "not a number (a regression task's label)")
+    return value
+
+
+def read_labelled(path: str, spec: TaskSpec, label_names=None, split: str = "train",
+                  require_labels: bool = True):
+    """Reads one labelled file.
+
+    Args:
+        path: the file (any format of `kroberta.downstream.records.read_records`).
+        spec: the task.
+        label_names: the class names in id order (from the training file); None to
+            take them from this file (spec.labels when the task fixes them).
+        split: the split of a `datasets` DatasetDict.
+        require_labels: False for texts to predict: labels are then read as 0.
+
+    Returns:
+        (LabelledSet, label_names): label_names is None for regression.
+    """
+    fields = (*spec.text_fields, spec.label_field) if require_labels else spec.text_fields
+    texts, raw_labels, wheres = [[] for _ in spec.text_fields], [], []
+    for where, record in read_records(path, fields, split, spec.columns, spec.quoting):
+        if not isinstance(record, dict):
+            raise LabelledDataError(f"{path}: {where}: a JSON {type(record).__name__}, "
+                                    "not an object")
+        for column, field in zip(texts, spec.text_fields):
+            column.append(_text(record, field, path, where))
+        if not require_labels:
+            continue
+        if spec.label_field not in record or record[spec.label_field] in (None, ""):
+            raise LabelledDataError(f"{path}: {where}: no label in field {spec.label_field!r}"
+                                    " (name it with --label-field)")
+        raw_labels.append(record[spec.label_field])
+        wheres.append(where)
+    if not texts[0]:
+        raise LabelledDataError(f"{path}: holds no records")
+    if not require_labels:
+        zeros = np.zeros(len(texts[0]), np.float32 if spec.kind == REGRESSION else np.int32)
+        return LabelledSet(path, tuple(texts), zeros), label_names
+    if spec.kind == REGRESSION:
+        labels = np.array([_value(v, spec, path, w) for v, w in zip(raw_labels, wheres)],
+                          np.float32)
+        return LabelledSet(path, tuple(texts), labels), None
+    names = [label_name(v) for v in raw_labels]
+    if label_names is None:
+        label_names = spec.labels or tuple(sorted(set(names), key=_sort_key))
+    ids = {name: i for i, name in enumerate(label_names)}
+    for name, where in zip(names, wheres):
+        if name not in ids:
+            raise LabelledDataError(
+                f"{path}: {where}: field {spec.label_field!r} holds the label {name!r}, which "
+                f"the training data does not have (labels: {', '.join(label_names)})")
+    labels = np.array([ids[name] for name in names], np.int32)
+    return LabelledSet(path, tuple(texts), labels), tuple(label_names)

@@ -1,0 +1,151 @@
+"""`kroberta.finetune`: a pretrained model fine-tuned on a labelled task and scored.
+
+The task is a labelled file pair (train and validation), a GLUE task read from its
+standard directory, or, with no data, the embedded standard-library task
+(`kroberta.downstream.stdlib_task`). With `baseline=True` the same recipe also runs
+from a random initialisation of the same shape, which shows what pretraining is worth.
+"""
+
+import dataclasses
+import os
+
+from kroberta.config import Config
+from kroberta.downstream import classifiers
+from kroberta.downstream import encoding, glue, recipe, stdlib_task
+from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, LabelledDataError, TaskSpec,
+                                          read_labelled)
+from kroberta.model.masked_lm import check_model
+
+STDLIB = "stdlib"
+
+
+def as_model(model_or_path):
+    """A model as given, or the model of a path: a kroberta run directory, a Hugging
+    Face export (config.json) or a keras-hub preset (metadata.json)."""
+    import kroberta
+
+    if not isinstance(model_or_path, (str, os.PathLike)):
+        check_model(model_or_path, "kroberta.finetune")
+        return model_or_path
+    path = os.fspath(model_or_path)
+    if os.path.isfile(os.path.join(path, "metadata.json")):
+        return kroberta.from_keras_hub(path)
+    if os.path.isfile(os.path.join(path, "config.json")):
+        return kroberta.from_hf(path)
+    return kroberta.load(path)
+
+
+def task_splits(task, data, validation, text_fields, label_field, kind):
+    """(spec, label_names, train LabelledSet, {split: LabelledSet}) of the task asked for."""
+    if task in (None, STDLIB) and data is None:
+        train, evaluation, names = stdlib_task.splits()
+        return stdlib_task.SPEC, names, train, {"validation": evaluation}
+    if task is not None and task.lower().startswith("glue/"):
+        if data is None:
+            raise LabelledDataError(f"--task {task}: needs --data, the GLUE directory (or the "
+                                    "task's folder) holding train.tsv and dev.tsv")
+        spec = glue.spec(task)
+        train_path, evaluation_paths = glue.task_files(task, os.fspath(data))
+    else:
+        if data is None or validation is None:
+            raise LabelledDataError("a labelled task needs both data (the training file, "
+                                    "--data) and validation (--validation)")
+        if kind not in (CLASSIFICATION, REGRESSION):
+            raise LabelledDataError(f"--kind {kind!r}: expected {CLASSIFICATION} or {REGRESSION}")
+        if isinstance(text_fields, str):
+            text_fields = (text_fields,)
+        if not 1 <= len(text_fields) <= 2:
+            raise LabelledDataError(f"--text-field: one text or a pair, got {len(text_fields)}")
+        metric = "pearson" if kind == REGRESSION else "accuracy"
+        spec = TaskSpec(task or os.path.basename(os.fspath(data)), tuple(text_fields),
+                        label_field, kind, metric)
+        train_path, evaluation_paths = os.fspath(data), {"validation": os.fspath(validation)}
+    train, names = read_labelled(train_path, spec)
+    evaluation = {split: read_labelled(path, spec, names)[0]
+                  for split, path in evaluation_paths.items()}
+    return spec, names, train, evaluation
+
+
+def _distribution(batch_size: int):
+    """Keras' DataParallel over the local devices (None for one device)."""
+    import jax
+
+    from kroberta.parallel import distribute
+
+    devices = jax.local_devices()
+    if batch_size % len(devices):
+        raise LabelledDataError(f"--batch-size {batch_size}: must be a multiple of the "
+                                f"{len(devices)} devices")
+    return distribute.make_distribution(Config(), devices) if len(devices) > 1 else None
+
+
+def _random_starts(model_config):
+    """seed -> backbone weights of a fresh model of the same shape (cached per seed)."""
+    from kroberta.model.mlm import build_model
+
+    cache = {}
+
+    def starts(seed):
+        if seed not in cache:
+            cache[seed] = classifiers.backbone_weights(build_model(model_config, seed=10_000 + seed))
+        return cache[seed]
+
+    return starts
+
+
+def finetune(model, task: str | None = None, data=None, validation=None, *,
+             text_fields=("text",), label_field: str = "label", kind: str = CLASSIFICATION,
+             learning_rates=None, seeds=3, epochs: int = 3, batch_size: int = 32,
+             max_length: int | None = None, baseline: bool = False) -> recipe.FinetuneResult:
+    """Fine-tunes a pretrained model on a task and scores it on the validation split(s).
+
+    Args:
+        model: a model (`kroberta.load`, `from_hf`, `from_keras_hub`) or a path of one.
+        task: "glue/<task>" (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli), a name
+            for a labelled file pair, or None / "stdlib" with no data: the embedded task.
+        data: the GLUE directory for a GLUE task, else the training file.
+        validation: the validation file of a labelled file pair.
+        text_fields: the field holding the text, or two fields holding a pair.
+        label_field: the field holding the label.
+        kind: "classification" (string or integer labels) or "regression" (floats).
+        learning_rates: the grid (default: 1e-5, 3e-5, 5e-5 for hidden >= 768, else 1e-4, 3e-4).
+        seeds: the number of seeds per learning rate, or the seeds themselves.
+        epochs: passes over the training data (at most 5).
+        batch_size: sequences per step over all devices.
+        max_length: tokens per sequence (default and cap: the model's max_sequence_length).
+        baseline: also run the recipe from a random initialisation (`result.baseline`).
+
+    Returns:
+        A `FinetuneResult`: every run's scores, the best learning rate, the median and
+        range over its seeds, and the fine-tuned classifier.
+    """
+    from kroberta.parallel.distribute import global_distribution
+
+    model = as_model(model)
+    if not 1 <= epochs <= recipe.MAX_EPOCHS:
+        raise LabelledDataError(f"--epochs {epochs}: expected 1 to {recipe.MAX_EPOCHS}")
+    config = model.kroberta_config
+    longest = config.model.max_sequence_length
+    max_length = min(max_length or longest, longest)
+    spec, names, train, evaluation = task_splits(task, data, validation, text_fields,
+                                                 label_field, kind)
+    setup = recipe.Setup(
+        spec, names, encoding.encode(model.tokenizer, train.texts, train.labels, max_length),
+        {split: encoding.encode(model.tokenizer, s.texts, s.labels, max_length)
+         for split, s in evaluation.items()}, max_length, batch_size, epochs)
+    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    rates = tuple(learning_rates or recipe.default_learning_rates(config.model))
+    steps = epochs * len(encoding.batches(setup.train, batch_size, max_length))
+    with global_distribution(_distribution(batch_size)):
+        classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
+        classifiers.compile_classifier(classifier, spec.kind, steps, setup.steps_per_execution)
+        # The baseline first: the classifier then ends holding the pretrained run's weights.
+        scratch = (recipe.run_grid(classifier, setup, _random_starts(config.model), rates, seeds)
+                   if baseline else None)
+        start = classifiers.backbone_weights(model)
+        result = recipe.run_grid(classifier, setup, lambda seed: start, rates, seeds)
+    if scratch is not None:
+        result.baseline = dataclasses.replace(scratch, classifier=None)
+    classifier.tokenizer, classifier.kroberta_config = model.tokenizer, config
+    classifier.label_names, classifier.max_length, classifier.task_spec = names, max_length, spec
+    return result

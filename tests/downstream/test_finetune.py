@@ -1,0 +1,70 @@
+"""Fine-tuning a tiny model: it learns a task its text decides, not one it cannot; the
+result, predictions and the saved classifier agree."""
+
+import numpy as np
+import pytest
+
+from conftest import MARKER, marker_task, sentences
+from kroberta.downstream import finetuning, prediction
+from kroberta.downstream.examples import LabelledDataError
+
+RECIPE = dict(learning_rates=[3e-3], seeds=1, epochs=3, batch_size=32, max_length=16)
+
+
+def test_a_task_decided_by_a_token_is_learned_and_predicted(tiny_model, tmp_path):
+    train, validation = marker_task(tmp_path)
+    result = finetuning.finetune(tiny_model, data=train, validation=validation, **RECIPE)
+    assert [(t.learning_rate, t.seed) for t in result.trials] == [(3e-3, 0)]
+    assert result.metric == "accuracy" and result.label_names == ("0", "1")
+    assert result.median["validation"] >= 0.95
+    assert set(result.trials[0].scores["validation"]) == {"accuracy", "f1", "matthews"}
+    texts = [f"The apple {MARKER} river stone cloud", "The apple river stone cloud green"]
+    predicted = prediction.predict_texts(result.classifier, texts)
+    assert predicted["labels"] == ["1", "0"]
+    np.testing.assert_allclose(predicted["probabilities"].sum(-1), 1.0, rtol=1e-5)
+    # Saved and loaded back, the classifier gives the same probabilities.
+    prediction.save_classifier(result.classifier, str(tmp_path / "out"))
+    loaded = prediction.load_classifier(str(tmp_path / "out"))
+    assert loaded.label_names == ("0", "1") and loaded.max_length == 16
+    np.testing.assert_allclose(prediction.predict_texts(loaded, texts)["probabilities"],
+                               predicted["probabilities"], atol=1e-5)
+
+
+def test_random_labels_stay_near_chance(tiny_model, tmp_path):
+    train, validation = marker_task(tmp_path, random_labels=True)
+    result = finetuning.finetune(tiny_model, data=train, validation=validation, **RECIPE)
+    assert 0.3 <= result.median["validation"] <= 0.7
+
+
+def test_the_models_weights_are_left_as_they_were(tiny_model, tmp_path):
+    before = [np.array(w) for w in tiny_model.backbone.get_weights()]
+    train, validation = marker_task(tmp_path, train=64, validation=32)
+    finetuning.finetune(tiny_model, data=train, validation=validation,
+                        **{**RECIPE, "epochs": 1})
+    for old, new in zip(before, tiny_model.backbone.get_weights()):
+        np.testing.assert_array_equal(old, new)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(data="x.jsonl"), "needs both data"),
+    (dict(task="glue/rte"), "needs --data"),
+    (dict(task="glue/squad", data="."), "not a GLUE task"),
+    (dict(data="a", validation="b", kind="ranking"), "expected classification or regression"),
+    (dict(data="a", validation="b", text_fields=("a", "b", "c")), "one text or a pair"),
+])
+def test_bad_task_arguments_are_refused_before_any_work(tiny_model, arguments, message):
+    with pytest.raises(LabelledDataError, match=message):
+        finetuning.finetune(tiny_model, **arguments)
+
+
+def test_epochs_and_batch_size_are_checked(tiny_model, tmp_path):
+    train, validation = marker_task(tmp_path, train=8, validation=8)
+    with pytest.raises(LabelledDataError, match="--epochs 9: expected 1 to 5"):
+        finetuning.finetune(tiny_model, data=train, validation=validation, epochs=9)
+    with pytest.raises(LabelledDataError, match="--batch-size 6: must be a multiple of the 4"):
+        finetuning.finetune(tiny_model, data=train, validation=validation, batch_size=6)
+
+
+def test_sentences_hold_the_marker_exactly_when_marked():
+    marked = sentences(20, 3, marked=lambda i: i % 2)
+    assert [MARKER in s.split() for s in marked] == [bool(i % 2) for i in range(20)]

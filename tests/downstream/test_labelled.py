@@ -1,0 +1,100 @@
+"""Labelled files: every format, label ids and values, and errors that name file, record, field."""
+
+import json
+
+import numpy as np
+import pytest
+
+from kroberta.errors import KrobertaError
+from kroberta.downstream.examples import REGRESSION, LabelledDataError, TaskSpec, read_labelled
+
+RECORDS = [{"text": "a cat", "other": "x", "label": "pos"},
+           {"text": "a dog", "other": "y", "label": "neg"},
+           {"text": "a cow", "other": "z", "label": "pos"}]
+SPEC = TaskSpec("t")
+
+
+def _write(tmp_path, name, records=RECORDS):
+    path = tmp_path / name
+    fields = list(records[0])
+    if name.endswith((".tsv", ".csv")):
+        sep = "\t" if name.endswith(".tsv") else ","
+        path.write_text("\n".join([sep.join(fields)] + [sep.join(str(r[f]) for f in fields)
+                                                       for r in records]) + "\n")
+    elif name.endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(records), path)
+    elif name.endswith(".json"):
+        path.write_text(json.dumps(records))
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["d.jsonl", "d.json", "d.tsv", "d.csv", "d.parquet"])
+def test_every_format_gives_the_same_texts_and_class_ids(tmp_path, name):
+    if name.endswith(".parquet"):
+        pytest.importorskip("pyarrow")
+    labelled, names = read_labelled(_write(tmp_path, name), SPEC)
+    assert labelled.texts == (["a cat", "a dog", "a cow"],)
+    assert names == ("neg", "pos")  # sorted
+    np.testing.assert_array_equal(labelled.labels, [1, 0, 1])
+
+
+def test_datasets_directory(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_list(RECORDS).save_to_disk(str(tmp_path / "ds"))
+    labelled, names = read_labelled(str(tmp_path / "ds"), TaskSpec("t", ("text", "other")))
+    assert labelled.texts == (["a cat", "a dog", "a cow"], ["x", "y", "z"])
+    assert names == ("neg", "pos")
+
+
+def test_integer_labels_sort_numerically_and_match_their_strings(tmp_path):
+    train = _write(tmp_path, "train.jsonl", [{"text": "a", "label": v} for v in (10, 2, 2)])
+    labelled, names = read_labelled(train, SPEC)
+    assert names == ("2", "10")
+    np.testing.assert_array_equal(labelled.labels, [1, 0, 0])
+    validation = _write(tmp_path, "v.tsv", [{"text": "b", "label": "10"}])
+    assert read_labelled(validation, SPEC, names)[0].labels.tolist() == [1]
+
+
+def test_a_validation_label_unseen_in_training_names_file_record_and_field(tmp_path):
+    path = _write(tmp_path, "v.jsonl", [{"text": "a", "label": "pos"}, {"text": "b", "label": "meh"}])
+    with pytest.raises(LabelledDataError, match=r"v\.jsonl: line 2: field 'label' holds the label 'meh'"):
+        read_labelled(path, SPEC, ("neg", "pos"))
+
+
+def test_regression_labels_are_floats_and_a_non_number_is_named(tmp_path):
+    spec = TaskSpec("r", kind=REGRESSION, metric="pearson")
+    good = _write(tmp_path, "g.csv", [{"text": "a", "label": "0.5"}, {"text": "b", "label": "4"}])
+    labelled, names = read_labelled(good, spec)
+    assert names is None and labelled.labels.dtype == np.float32
+    np.testing.assert_allclose(labelled.labels, [0.5, 4.0])
+    bad = _write(tmp_path, "b.csv", [{"text": "a", "label": "0.5"}, {"text": "b", "label": "high"}])
+    with pytest.raises(LabelledDataError, match=r"b\.csv: line 3: field 'label' holds 'high', not a number"):
+        read_labelled(bad, spec)
+
+
+@pytest.mark.parametrize("record, problem", [({"label": "pos"}, "no field 'text'"),
+                                             ({"text": "  ", "label": "pos"}, "an empty field 'text'")])
+def test_a_missing_or_empty_text_names_file_record_and_field(tmp_path, record, problem):
+    path = _write(tmp_path, "t.jsonl", [RECORDS[0], record])
+    with pytest.raises(LabelledDataError, match=rf"t\.jsonl: line 2: {problem}"):
+        read_labelled(path, SPEC)
+
+
+def test_a_missing_label_and_a_missing_file_are_named(tmp_path):
+    path = _write(tmp_path, "t.jsonl", [RECORDS[0], {"text": "b"}])
+    with pytest.raises(LabelledDataError, match=r"t\.jsonl: line 2: no label in field 'label'"):
+        read_labelled(path, SPEC)
+    with pytest.raises(KrobertaError) as missing:
+        read_labelled(str(tmp_path / "nope.jsonl"), SPEC)
+    assert "nope.jsonl: no such file" in str(missing.value)
+
+
+def test_texts_to_predict_need_no_labels(tmp_path):
+    path = _write(tmp_path, "p.jsonl", [{"text": "a"}, {"text": "b"}])
+    labelled, names = read_labelled(path, SPEC, ("neg", "pos"), require_labels=False)
+    assert labelled.texts == (["a", "b"],) and names == ("neg", "pos")
