@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import marker_task
-from kroberta.cli import finetune as command
+from kroberta.cli import finetune
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -16,17 +16,17 @@ from kroberta.cli import finetune as command
 ])
 def test_argument_errors_are_one_line_with_exit_code_2(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
-        command.main(argv)
+        finetune.main(argv)
     assert exit_info.value.code == 2
     error = capsys.readouterr().err.strip()
     assert message in error and "\n" not in error
 
 
 def test_bad_input_is_one_line_naming_it(capsys, tmp_path):
-    assert command.main(["--run", str(tmp_path), "--task", "glue/squad", "--data", "x"]) == 2
+    assert finetune.main(["--run", str(tmp_path), "--task", "glue/squad", "--data", "x"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: ") and "config.toml is missing" in error and "\n" not in error
-    assert command.main(["--classifier", str(tmp_path), "--predict", "p.jsonl",
+    assert finetune.main(["--classifier", str(tmp_path), "--predict", "p.jsonl",
                          "--predictions", "o.jsonl"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: ") and "not a fine-tuned classifier" in error
@@ -39,7 +39,7 @@ def test_a_run_writes_result_and_classifier_then_predicts(tiny_model, tmp_path, 
     final_model.save(tiny_model, str(run))
     train, validation = marker_task(tmp_path, train=256, validation=64)
     out = tmp_path / "out"
-    code = command.main(["--run", str(run), "--data", train, "--validation", validation,
+    code = finetune.main(["--run", str(run), "--data", train, "--validation", validation,
                          "--learning-rates", "3e-3", "--seeds", "1", "--epochs", "3",
                          "--max-length", "16", "--out", str(out)])
     assert code == 0
@@ -48,7 +48,7 @@ def test_a_run_writes_result_and_classifier_then_predicts(tiny_model, tmp_path, 
     result = json.loads((out / "result.json").read_text())
     assert result["best_learning_rate"] == 3e-3 and len(result["trials"]) == 1
     predictions = tmp_path / "p.jsonl"
-    assert command.main(["--classifier", str(out), "--predict", validation,
+    assert finetune.main(["--classifier", str(out), "--predict", validation,
                          "--predictions", str(predictions)]) == 0
     rows = [json.loads(line) for line in predictions.read_text().splitlines()]
     labels = [json.loads(line)["label"] for line in open(validation)]
