@@ -68,3 +68,24 @@ def test_epochs_and_batch_size_are_checked(tiny_model, tmp_path):
 def test_sentences_hold_the_marker_exactly_when_marked():
     marked = sentences(20, 3, marked=lambda i: i % 2)
     assert [MARKER in s.split() for s in marked] == [bool(i % 2) for i in range(20)]
+
+
+def test_a_regression_task_is_learned(tiny_model, tmp_path):
+    """The label is the number of MARKERs (0-2): one output under a squared error."""
+    from conftest import write_jsonl
+
+    paths = []
+    for name, count, seed in (("train", 384, 1), ("validation", 96, 2)):
+        texts = sentences(count, seed)
+        records = []
+        for i, text in enumerate(texts):
+            words, markers = text.split(), i % 3
+            words[1:1 + markers] = [MARKER] * markers
+            records.append({"text": " ".join(words), "score": float(markers)})
+        paths.append(write_jsonl(tmp_path / f"{name}.jsonl", records))
+    result = finetuning.finetune(tiny_model, data=paths[0], validation=paths[1], kind="regression",
+                                 label_field="score", **{**RECIPE, "epochs": 5})
+    assert result.metric == "pearson" and result.label_names is None
+    assert result.median["validation"] >= 0.9
+    values = prediction.predict_texts(result.classifier, [f"The {MARKER} {MARKER} apple river"])
+    assert values["values"].shape == (1,)
