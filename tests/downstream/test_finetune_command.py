@@ -55,3 +55,24 @@ def test_a_run_writes_result_and_classifier_then_predicts(tiny_model, tmp_path, 
     assert len(rows) == 64 and set(rows[0]) == {"label", "probabilities"}
     agreement = sum(str(r["label"]) == str(y) for r, y in zip(rows, labels)) / len(rows)
     assert agreement == pytest.approx(result["median"]["validation"])
+
+
+@pytest.mark.slow
+def test_the_glue_suite_prints_a_row_per_task_and_the_average(tiny_model, tmp_path, capsys):
+    from kroberta.training import final_model
+    from test_glue import LAYOUTS, write_glue
+
+    run = tmp_path / "run"
+    final_model.save(tiny_model, str(run))
+    glue_dir = write_glue(tmp_path / "glue", {k: LAYOUTS[k] for k in ("CoLA", "STS-B", "MNLI")})
+    out = tmp_path / "out"
+    assert finetune.main(["--run", str(run), "--suite", "glue", "--data", str(glue_dir),
+                          "--learning-rates", "1e-3", "--seeds", "2", "--epochs", "1",
+                          "--batch-size", "4", "--out", str(out)]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert [row.split()[0] for row in rows] == ["glue/cola", "glue/stsb", "glue/mnli", "average"]
+    assert "matthews" in rows[0] and "pearson" in rows[1] and "matched" in rows[2]
+    assert "mismatched" in rows[2]
+    for task in ("cola", "stsb", "mnli"):
+        result = json.loads((out / task / "result.json").read_text())
+        assert len(result["trials"]) == 2 and (out / task / "classifier.weights.h5").is_file()
