@@ -199,7 +199,7 @@ def test_a_name_of_kroberta_is_imported_from_the_module_that_defines_it():
 # Functions over 80 lines that are still to be split (module.function: lines now). The
 # list only shrinks: a function split below the limit must leave it, and no new one joins.
 LONG_FUNCTIONS_TO_SPLIT = {
-    "inference.prediction.predict_batches": 100,  # the loop over batches, its checks and writes
+    # none left: inference.prediction.predict_batches (100 lines) was the last
 }
 MAX_FUNCTION_LINES = 80
 
