@@ -35,14 +35,14 @@ class RunData:
 
 
 def run_data_for(config: Config) -> RunData:
+    """Finds the run's files (prepares the embedded corpus if none are given), checks them."""
+    start = _starting_point(config)
     if start is not None:
         # A config built in Python (kroberta.train): its model keys at their defaults
         # follow the checkpoint (the command line resolved them already: a no-op then).
         from kroberta.interop.checkpoint_config import with_checkpoint_model
 
         config = validate(with_checkpoint_model(config)[0])
-    """Finds the run's files (prepares the embedded corpus if none are given), checks them."""
-    start = _starting_point(config)
     if start is not None and config.data.dir:  # before the manifest's own size checks
         _check_prepared_for(start, config.data.dir, "data.dir")
     config, tokenizer_path = _data_sources(config)
