@@ -188,3 +188,20 @@ def test_kroberta_train_from_python_takes_the_checkpoints_model(checkpoint):
     run = run_data_for(config)  # what kroberta.train(config) builds its model from
     assert run.config.model == hf.model_config_from_hf(hf.read_hf_config(str(directory)), "")
     assert run.tokenizer_path == str(directory / "tokenizer.json")
+
+
+def test_a_keras_hub_presets_tokenizer_is_checked_too(checkpoint, tmp_path):
+    from kroberta.data.bad_records import DataError
+    from kroberta.training.run_data import run_data_for
+
+    root, directory = checkpoint
+    preset = kroberta.export_keras_hub(kroberta.from_hf(str(directory)), str(tmp_path / "preset"))
+    same = _prepare(root, "for-preset", preset)
+    config = kroberta.load_config(overrides={"init_from_keras_hub": preset, "data.dir": same})
+    assert run_data_for(config).config.model.hidden_dim == 32
+    other = train_tokenizer([_text(2, [w + "zz" for w in WORDS])], VOCABULARY)
+    other.save(str(tmp_path / "other.json"))
+    data = _prepare(root, "other-for-preset", str(tmp_path / "other.json"))
+    config = kroberta.load_config(overrides={"init_from_keras_hub": preset, "data.dir": data})
+    with pytest.raises(DataError, match=f"python -m kroberta.prepare --tokenizer {preset}"):
+        run_data_for(config)
