@@ -7,6 +7,7 @@ import pytest
 from conftest import MARKER, marker_task, sentences
 from kroberta.downstream import finetuning, prediction
 from kroberta.downstream.examples import LabelledDataError
+from kroberta.errors import ArgumentKindError
 
 RECIPE = dict(learning_rates=[3e-3], seeds=1, epochs=3, batch_size=32, max_length=16)
 
@@ -55,6 +56,15 @@ def test_the_models_weights_are_left_as_they_were(tiny_model, tmp_path):
 def test_bad_task_arguments_are_refused_before_any_work(tiny_model, arguments, message):
     with pytest.raises(LabelledDataError, match=message):
         finetuning.finetune(tiny_model, **arguments)
+
+
+def test_a_model_kroberta_did_not_load_is_refused(tiny_model):
+    import keras_hub
+
+    bare = keras_hub.models.RobertaTextClassifier(backbone=tiny_model.backbone, num_classes=2,
+                                                  preprocessor=None)
+    with pytest.raises(ArgumentKindError, match="kroberta.finetune: expected a model"):
+        finetuning.finetune(bare)
 
 
 def test_epochs_and_batch_size_are_checked(tiny_model, tmp_path):
