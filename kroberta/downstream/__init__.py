@@ -9,4 +9,5 @@
     classifiers keras-hub's RobertaTextClassifier on the backbone, AdamW, the schedule
     recipe      the learning-rate x seed grid: `kroberta.finetune`
     prediction  probabilities and labels of a fine-tuned classifier; saving and loading it
+    probe       a ridge probe on the frozen model's pooled embeddings (cheap, no training)
 """
