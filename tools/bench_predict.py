@@ -48,6 +48,7 @@ def main():
     from kroberta.config import config_path, load_toml
     from kroberta.data import pipeline
     from kroberta.parallel import distribute
+    from kroberta.plan import make_plan
     from kroberta.model.mlm import build_compiled_model
     from kroberta.data.synthetic import write_seed_format
 
@@ -64,7 +65,7 @@ def main():
         train=dataclasses.replace(config.train, batch_size_per_device=args.batch // args.devices,
                                   steps=10**6))
     topology = distribute.setup(config)
-    batch = distribute.global_batch_size(config, topology)
+    batch = make_plan(config, topology=topology).global_batch
     spec = pipeline.inspect_files(config.data.train, "data.train")
     train_ds = pipeline.train_dataset(spec, config.data, V, batch, config.train.seed)
     predict_spec = pipeline.inspect_files((predict_path,), "predict")

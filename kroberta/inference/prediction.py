@@ -24,6 +24,7 @@ from kroberta.inference.inputs import as_examples, batched
 from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS, program
 from kroberta.errors import KrobertaError
 from kroberta.model.masked_lm import check_model
+from kroberta.perf import dispatch_size
 from kroberta.perf.hardware import size_text
 
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
@@ -35,42 +36,17 @@ class PredictionError(KrobertaError, ValueError):
 
 def batches_per_dispatch_for(config, global_batch: int, slots: int, length: int,
                              examples: int | None = None, devices=None) -> int:
-    """G: for "auto", enough forward FLOPs per dispatch to hide the host (then a short
-    last group, filled with padding batches, wastes at most that: ~20 ms at the
-    devices' peak, and every input size shares one program); an integer
-    `train.steps_per_execution`, but never more than the batches of `examples`
-    rounded up to a power of two (a large model's padding batches are not cheap)."""
-    from kroberta.perf import dispatch_size, flops, throughput
-    from kroberta.config import AUTO
-
-    group = config.train.steps_per_execution
-    if group == AUTO:
-        shape = flops.Shape.from_config(config, length, slots)
-        work = flops.forward_flops_per_sequence(shape) * global_batch
-        group, _ = dispatch_size.choose(work, throughput.peak_flops(devices or jax.devices()),
-                                        dispatch_size.MAX_STEPS)
-        return group
-    return _at_most_needed(group, examples, global_batch)
+    """G for `config` on `devices` (None: all of this job's), as the plan resolves it
+    (`kroberta.plan.Plan.prediction_group`)."""
+    return prediction_plan(config, length, devices).prediction_group(global_batch, slots,
+                                                                      examples)
 
 
-def _at_most_needed(group: int, examples: int | None, global_batch: int) -> int:
-    """`group`, but no more batches than `examples` fill, rounded up to a power of two
-    (so inputs of similar sizes share one program)."""
-    if examples is None:
-        return group
-    needed = max(1, -(-examples // global_batch))
-    return min(group, 1 << (needed - 1).bit_length())
+def prediction_plan(config, length: int, devices=None):
+    """The plan of prediction: every device of this job (None) in one batch axis."""
+    from kroberta.plan import make_plan
 
-
-def _mesh(batch_size: int | None, per_device: int):
-    devices = jax.devices()
-    count = len(devices)
-    if batch_size is None:
-        batch_size = per_device * count
-    if batch_size % count:
-        # Every device gets the same share; round up rather than fail.
-        batch_size += count - batch_size % count
-    return jax.sharding.Mesh(np.array(devices), ("batch",)), batch_size
+    return make_plan(config, devices or jax.devices(), length, strategy="data")
 
 
 def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batch_size=None,
@@ -97,39 +73,9 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
                               or not 1 <= k <= config.model.vocabulary_size):
         raise PredictionError(f"k must be an integer in [1, {config.model.vocabulary_size}], "
                               f"got {k!r}")
-    length = source.sequence_length
-    # 0 and negatives would otherwise surface from inside TensorFlow or JAX.
-    if batch_size is not None and batch_size < 1:
-        raise PredictionError(f"batch_size must be >= 1 (sequences per step over all devices), "
-                              f"got {batch_size}")
-    if slots is not None and not 1 <= slots <= length:
-        raise PredictionError(f"slots must be in [1, {length}] (positions predicted per sequence "
-                              f"of {length} tokens), got {slots}")
-    if positions == "all":
-        plan_slots = length
-    else:
-        plan_slots = slots if slots is not None else config.data.prediction_slots(length)
-    mesh, global_batch = _mesh(batch_size, config.train.batch_size_per_device)
-    if batches_per_dispatch is not None and batches_per_dispatch < 1:
-        raise PredictionError(f"batches_per_dispatch must be >= 1, got {batches_per_dispatch}")
-    group = batches_per_dispatch or batches_per_dispatch_for(config, global_batch, plan_slots,
-                                                             length, source.examples)
-    if output == "logits" and not batches_per_dispatch:
-        # Full logits are large: at most MAX_LOGITS_BYTES of them per dispatch, and no
-        # more padding batches than the inputs need (their bytes go to the host too).
-        per_batch = global_batch * plan_slots * config.model.vocabulary_size * 4
-        group = _at_most_needed(max(1, min(group, MAX_LOGITS_BYTES // per_batch)),
-                                source.examples, global_batch)
-    plan = program.Plan(output, k, plan_slots, length, global_batch, mesh, group, positions)
-    if output == "logits" and source.examples is not None:
-        size = source.examples * (length if positions == "all" else plan_slots) \
-            * config.model.vocabulary_size * 4
-        if size > max_output_bytes:
-            raise PredictionError(
-                f"output='logits' for {source.examples} examples x {plan_slots} positions x "
-                f"{config.model.vocabulary_size} tokens is {size_text(size)} of float32, over "
-                f"the {size_text(max_output_bytes)} budget; use output='top_k' (reduced on the "
-                "device) or raise max_output_bytes (the command's --max-output-gib)")
+    plan = _program_plan(config, source, output, k, positions, batch_size, slots,
+                         batches_per_dispatch, max_output_bytes)
+    plan_slots, global_batch, group = plan.slots, plan.batch_size, plan.group
     # One host batch per dispatch: G x batch rows, cut into (G, batch, ...) on the way to
     # the devices (one numpy pass per group, not per batch; a short last group is
     # filled with padding rows, so the same program serves it).
@@ -173,6 +119,48 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
         warnings.warn(
             f"{dropped} masked position(s) beyond the {plan_slots} slots per sequence were not "
             "predicted; pass slots=N (or positions='all') to predict them", stacklevel=2)
+
+
+def _program_plan(config, source, output, k, positions, batch_size, slots,
+                  batches_per_dispatch, max_output_bytes) -> program.Plan:
+    """The program's shapes for `predict_batches`' arguments (checked here): the slots,
+    the global batch and G from the plan of prediction."""
+    length = source.sequence_length
+    # 0 and negatives would otherwise surface from inside TensorFlow or JAX.
+    if batch_size is not None and batch_size < 1:
+        raise PredictionError(f"batch_size must be >= 1 (sequences per step over all devices), "
+                              f"got {batch_size}")
+    if slots is not None and not 1 <= slots <= length:
+        raise PredictionError(f"slots must be in [1, {length}] (positions predicted per sequence "
+                              f"of {length} tokens), got {slots}")
+    if positions == "all":
+        plan_slots = length
+    else:
+        plan_slots = slots if slots is not None else config.data.prediction_slots(length)
+    if batches_per_dispatch is not None and batches_per_dispatch < 1:
+        raise PredictionError(f"batches_per_dispatch must be >= 1, got {batches_per_dispatch}")
+    resolved = prediction_plan(config, length)
+    mesh = jax.sharding.Mesh(np.array(resolved.devices), ("batch",))
+    global_batch = resolved.prediction_batch(batch_size)
+    group = batches_per_dispatch or resolved.prediction_group(global_batch, plan_slots,
+                                                              source.examples)
+    if output == "logits" and not batches_per_dispatch:
+        # Full logits are large: at most MAX_LOGITS_BYTES of them per dispatch, and no
+        # more padding batches than the inputs need (their bytes go to the host too).
+        per_batch = global_batch * plan_slots * config.model.vocabulary_size * 4
+        group = dispatch_size.at_most_needed(max(1, min(group, MAX_LOGITS_BYTES // per_batch)),
+                                             source.examples, global_batch)
+    plan = program.Plan(output, k, plan_slots, length, global_batch, mesh, group, positions)
+    if output == "logits" and source.examples is not None:
+        size = source.examples * (length if positions == "all" else plan_slots) \
+            * config.model.vocabulary_size * 4
+        if size > max_output_bytes:
+            raise PredictionError(
+                f"output='logits' for {source.examples} examples x {plan_slots} positions x "
+                f"{config.model.vocabulary_size} tokens is {size_text(size)} of float32, over "
+                f"the {size_text(max_output_bytes)} budget; use output='top_k' (reduced on the "
+                "device) or raise max_output_bytes (the command's --max-output-gib)")
+    return plan
 
 
 def _grouped(rows: dict, group: int, batch: int) -> dict:

@@ -155,15 +155,14 @@ def compile_model(model, config: Config, word_starts=None):
     train.steps_per_execution steps per dispatch ("auto" is resolved here for all local
     devices unless the caller resolved it). Returns it."""
     from kroberta import masking
-    from kroberta.perf import dispatch_size
 
     if config.train.steps_per_execution == AUTO:
         import jax
 
-        devices = jax.devices()
-        t = config.train
-        config = dispatch_size.with_steps_per_execution(
-            config, devices, t.batch_size_per_device * len(devices) * t.gradient_accumulation_steps)
+        from kroberta.plan import make_plan
+
+        # Every local device in one batch axis: the caller's mesh is not known here.
+        config = make_plan(config, jax.devices(), strategy="data").config
     model.compile(
         optimizer=build_optimizer(config),
         loss=MaskedLMLoss(),

@@ -163,36 +163,27 @@ def setup(config: Config) -> Topology:
         raise ConfigError(f"distributed.devices: must be 0 (all {len(available)} devices) in a "
                           f"job of {jax.process_count()} processes, got {wanted}")
     devices = tuple(available[:wanted])
-    local = sum(d.process_index == jax.process_index() for d in devices)
-    strategy = config.distributed.strategy
-    distribution = make_distribution(config, devices)
-    keras.distribution.set_distribution(distribution)
-    return Topology(
-        devices=devices,
-        platform=devices[0].platform,
-        mesh_shape=dict(zip(distribution.device_mesh.axis_names, distribution.device_mesh.shape)),
-        process_count=jax.process_count(),
-        process_index=jax.process_index(),
-        strategy=strategy,
-        local_device_count=local,
-    )
+    keras.distribution.set_distribution(make_distribution(config, devices))
+    return topology_for(config, devices)
 
 
-def global_batch_size(config: Config, topology: Topology) -> int:
-    """Sequences per optimizer step over all devices, whatever the strategy (all the
-    micro-batches of a step when gradients accumulate)."""
-    return micro_batch_size(config, topology) * config.train.gradient_accumulation_steps
-
-
-def micro_batch_size(config: Config, topology: Topology) -> int:
-    """Sequences of one forward/backward pass over all devices (one micro-batch)."""
-    return config.train.batch_size_per_device * topology.num_devices
-
-
-def process_batch_size(config: Config, topology: Topology) -> int:
-    """The rows of each global batch (one optimizer step) that this process reads and feeds."""
-    t = config.train
-    return t.batch_size_per_device * topology.local_device_count * t.gradient_accumulation_steps
+def topology_for(config: Config, devices, strategy: str | None = None,
+                 processes: tuple[int, int] | None = None) -> Topology:
+    """The topology of `config` over `devices`, as `make_distribution` lays out its mesh
+    (nothing installed). `strategy`: None for distributed.strategy; `processes`: (count,
+    index), None for this job's (`kroberta.aot` describes one process over a TPU
+    topology's devices)."""
+    devices = tuple(devices)
+    strategy = strategy or config.distributed.strategy
+    count, index = processes or (jax.process_count(), jax.process_index())
+    local = sum(d.process_index == index for d in devices)
+    mesh_shape = {BATCH_AXIS: len(devices)}
+    if strategy != "data":
+        size = _model_axis_size(config, len(devices), local)
+        mesh_shape = {BATCH_AXIS: len(devices) // size, MODEL_AXIS: size}
+    return Topology(devices=devices, platform=devices[0].platform, mesh_shape=mesh_shape,
+                    process_count=count, process_index=index, strategy=strategy,
+                    local_device_count=local)
 
 
 def data_shard(topology: Topology) -> tuple[int, int] | None:

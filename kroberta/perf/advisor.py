@@ -135,15 +135,16 @@ def explain(config: Config, compile_step: bool | None = None, print_fn=print):
     import jax
 
     from kroberta.perf import hardware
+    from kroberta.plan import make_plan
 
     devices = jax.devices()
-    wanted = config.distributed.devices or len(devices)
-    devices = devices[:wanted]
+    devices = devices[:config.distributed.devices or len(devices)]
     platform = devices[0].platform
     m, t = config.model, config.train
     shape = flops.Shape.from_config(config)
     params = flops.parameter_count(m)
-    batch = t.batch_size_per_device * len(devices)
+    # One micro-batch over these devices; the figures do not depend on the mesh.
+    batch = make_plan(config, devices, strategy="data").micro_batch
     print_fn(f"model: {params:,} parameters ({m.num_layers} layers, hidden {m.hidden_dim}, "
              f"{m.num_heads} heads of {m.head_dim}, intermediate {m.intermediate_dim}, "
              f"vocabulary {m.vocabulary_size})")

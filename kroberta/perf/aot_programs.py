@@ -227,19 +227,13 @@ class ProgramShape:
 
 def program_shape(config: Config, devices) -> ProgramShape:
     """The distribution and shapes `config` compiles to on `devices` (one process)."""
-    from kroberta.perf import dispatch_size
+    from kroberta.plan import make_plan
 
-    distribution = distribute.make_distribution(config, devices)
-    mesh = distribution.device_mesh
-    mesh_shape = dict(zip(mesh.axis_names, mesh.shape))
-    topology = distribute.Topology(devices=tuple(devices), platform=devices[0].platform,
-                                   mesh_shape=mesh_shape, process_count=1, process_index=0,
-                                   strategy=config.distributed.strategy)
-    batch = distribute.global_batch_size(config, topology)
-    length = config.model.max_sequence_length
-    slots = config.data.prediction_slots(length)
-    steps = dispatch_size.with_steps_per_execution(config, devices, batch, length).train.steps_per_execution
-    return ProgramShape(distribution, mesh_shape, batch, length, slots, steps)
+    topology = distribute.topology_for(config, devices, processes=(1, 0))
+    plan = make_plan(config, topology=topology)
+    return ProgramShape(distribute.make_distribution(config, devices), plan.mesh_shape,
+                        plan.global_batch, plan.sequence_length, plan.slots,
+                        plan.steps_per_dispatch)
 
 
 # XLA's out-of-memory errors, e.g. "Ran out of memory on HBM, the total memory required for

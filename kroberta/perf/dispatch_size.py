@@ -52,6 +52,16 @@ def choose(flops_per_step: float, peak_flops: float | None, log_every: int) -> t
     return k, why
 
 
+def steps_for(config: Config, devices, global_batch: int,
+              sequence_length: int | None = None) -> tuple[int, str]:
+    """(K, why) for training steps of `global_batch` sequences on `devices` ("auto")."""
+    from kroberta.perf import throughput
+
+    shape = flops.Shape.from_config(config, sequence_length)
+    return choose(flops.train_flops_per_step(shape, global_batch),
+                  throughput.peak_flops(devices), config.train.log_every)
+
+
 def with_steps_per_execution(config: Config, devices, global_batch: int,
                              sequence_length: int | None = None,
                              log=None) -> Config:
@@ -59,11 +69,28 @@ def with_steps_per_execution(config: Config, devices, global_batch: int,
     t = config.train
     if t.steps_per_execution != AUTO:
         return config
-    from kroberta.perf import throughput
-
-    shape = flops.Shape.from_config(config, sequence_length)
-    k, why = choose(flops.train_flops_per_step(shape, global_batch),
-                    throughput.peak_flops(devices), t.log_every)
+    k, why = steps_for(config, devices, global_batch, sequence_length)
     if log:
         log(f"steps per dispatch: {k} (train.steps_per_execution=\"auto\": {why})")
     return dataclasses.replace(config, train=dataclasses.replace(t, steps_per_execution=k))
+
+
+def prediction_group(config: Config, devices, global_batch: int, slots: int,
+                     length: int) -> int:
+    """G for "auto": prediction batches per dispatch that hold enough forward FLOPs to
+    hide the host (then a short last group, filled with padding batches, wastes at most
+    that: ~20 ms at the devices' peak, and every input size shares one program)."""
+    from kroberta.perf import throughput
+
+    shape = flops.Shape.from_config(config, length, slots)
+    work = flops.forward_flops_per_sequence(shape) * global_batch
+    return choose(work, throughput.peak_flops(devices), MAX_STEPS)[0]
+
+
+def at_most_needed(group: int, examples: int | None, global_batch: int) -> int:
+    """`group`, but no more batches than `examples` fill, rounded up to a power of two
+    (so inputs of similar sizes share one program)."""
+    if examples is None:
+        return group
+    needed = max(1, -(-examples // global_batch))
+    return min(group, 1 << (needed - 1).bit_length())

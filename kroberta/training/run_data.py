@@ -10,8 +10,6 @@ import dataclasses
 import logging
 import os
 
-import jax
-
 from kroberta import storage
 from kroberta.data import pipeline
 from kroberta.config import AUTO, Config, ConfigError, validate
@@ -292,19 +290,19 @@ def dataset(config: Config, split: str = "train", start_step: int = 0,
         padding_mask (B, L), token_labels (B, L)} as in the files, from which the step
         chooses the slots `masks_on_host=True` shows (`kroberta.masking`).
     """
+    from kroberta.plan import make_plan
+
     if split not in SPLITS:
         raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
     logs.show_messages()  # preparing the embedded corpus, when the config names no data
     config = validate(config)
     run = run_data_for(config)
-    devices = config.distributed.devices or jax.device_count()
-    processes, index = jax.process_count(), jax.process_index()
-    shard = (processes, index) if processes > 1 else None
-    per_device = config.train.batch_size_per_device
+    # The rows of each batch do not depend on the mesh: one batch axis over the devices.
+    plan = make_plan(run.config, strategy="data")
     if split == "train":
-        accumulated = per_device * config.train.gradient_accumulation_steps
-        return train_batches(run, accumulated * devices // processes, start_step, shard,
+        return train_batches(run, plan.process_batch, start_step, plan.data_shard,
                              device_masks=not masks_on_host)
     if run.validation is None:
         raise ConfigError("data.validation: the config has no validation files")
-    return validation_batches(run, per_device * devices, shard, device_masks=not masks_on_host)
+    return validation_batches(run, plan.micro_batch, plan.data_shard,
+                              device_masks=not masks_on_host)

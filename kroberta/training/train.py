@@ -49,6 +49,7 @@ class _Run:
     topology: object  # kroberta.parallel.distribute.Topology
     model: object  # the compiled masked-LM
     main_process: bool  # process 0 (the only one in a single-process run)
+    plan: object  # kroberta.plan.Plan: the batches, steps per dispatch and slots
 
 
 def train(config: Config, force: bool = False, until_step: int | None = None,
@@ -103,7 +104,7 @@ def _set_up(config: Config, force: bool, accept_changes: bool) -> _Run:
 
     from kroberta.model.mlm import build_compiled_model
     from kroberta.parallel import distribute, startup
-    from kroberta.perf import dispatch_size
+    from kroberta.plan import make_plan
     from kroberta.training.run_data import run_data_for
 
     startup.initialize(config)  # joins a multi-host job before anything starts a JAX backend
@@ -120,12 +121,14 @@ def _set_up(config: Config, force: bool, accept_changes: bool) -> _Run:
     distribute.barrier("run_dir ready")  # the others read it (checkpoints) from here on
 
     topology = distribute.setup(config)
-    config = dispatch_size.with_steps_per_execution(
-        config, topology.devices, distribute.global_batch_size(config, topology),
-        run_data.train.sequence_length, log=logger.info)
+    plan = make_plan(config, topology=topology, sequence_length=run_data.train.sequence_length)
+    if plan.auto_steps:
+        logger.info(f"steps per dispatch: {plan.steps_per_dispatch} "
+                    f"(train.steps_per_execution=\"auto\": {plan.steps_reason})")
+    config = plan.config
     run_data = dataclasses.replace(run_data, config=config)  # K resolved for the pipelines too
     model = build_compiled_model(config, run_data.word_starts)
-    run = _Run(config, run_data, topology, model, main_process)
+    run = _Run(config, run_data, topology, model, main_process, plan)
     _describe(run)
     check_free_space(config.run_dir, 2 * checkpoint.estimated_bytes(model),
                      "a checkpoint (weights and optimizer state)")
@@ -133,9 +136,7 @@ def _set_up(config: Config, force: bool, accept_changes: bool) -> _Run:
 
 
 def _global_batch(run: _Run) -> int:
-    from kroberta.parallel import distribute
-
-    return distribute.global_batch_size(run.config, run.topology)
+    return run.plan.global_batch
 
 
 def _describe(run: _Run):
@@ -147,7 +148,7 @@ def _describe(run: _Run):
     from kroberta.perf import advisor
 
     config, train_spec, topology = run.config, run.run_data.train, run.topology
-    slots = config.data.prediction_slots(train_spec.sequence_length)
+    slots = run.plan.slots
     logger.info(f"devices: {topology.describe()}")
     logger.info(distribute.describe_memory(run.model, topology))
     logger.info(attention.describe(config))
@@ -223,7 +224,7 @@ def _remove_stale_model(run: _Run, start_step: int):
 
 def _fit_logging_interrupts(run: _Run, start_step: int, stop_step: int) -> dict:
     try:
-        return _fit(run.model, run.run_data, run.topology, start_step, stop_step)
+        return _fit(run.model, run.run_data, run.plan, start_step, stop_step)
     except KeyboardInterrupt:
         # A second Ctrl-C (the first one checkpoints: PreemptionFlag), or a Ctrl-C in a
         # multi-process job: the checkpoints on disk are complete (each is renamed into
@@ -324,17 +325,15 @@ def _log_interrupted(run_dir: str):
                 "resume, or kroberta.load(run_dir) to use it")
 
 
-def _evaluation(model, run_data, topology, shard):
+def _evaluation(model, run_data, micro_batch, shard):
     """The evaluation on the validation set, () -> {loss, masked_accuracy, perplexity};
     None without validation data."""
-    from kroberta.parallel import distribute
     from kroberta.training.run_data import validation_batches
 
     if run_data.validation is None:
         return None
     # Evaluation needs no gradients to accumulate: batches of one micro-batch.
-    eval_ds = validation_batches(
-        run_data, distribute.micro_batch_size(run_data.config, topology), shard=shard)
+    eval_ds = validation_batches(run_data, micro_batch, shard=shard)
 
     def evaluate():
         logs = model.evaluate(eval_ds, verbose=0, return_dict=True)
@@ -346,20 +345,17 @@ def _evaluation(model, run_data, topology, shard):
     return evaluate
 
 
-def _fit(model, run_data, topology, start_step, stop_step) -> dict:
-    from kroberta.parallel import distribute
+def _fit(model, run_data, plan, start_step, stop_step) -> dict:
     from kroberta.training.run_callbacks import RunLogger
     from kroberta.training.run_data import train_batches
 
     config, train_spec, val_spec = run_data.config, run_data.train, run_data.validation
     t = config.train
     # Each process reads its own share; Keras assembles the global batch from them.
-    shard = distribute.data_shard(topology)
-    process_batch = distribute.process_batch_size(config, topology)
+    shard, process_batch, topology = plan.data_shard, plan.process_batch, plan.topology
     preemption = PreemptionFlag()
-    evaluate = _evaluation(model, run_data, topology, shard)
-    run_logger = RunLogger(config, config.run_dir, start_step,
-                           distribute.global_batch_size(config, topology),
+    evaluate = _evaluation(model, run_data, plan.micro_batch, shard)
+    run_logger = RunLogger(config, config.run_dir, start_step, plan.global_batch,
                            train_spec.sequence_length, evaluate, stop_step, preemption=preemption,
                            write_files=topology.is_main, save_checkpoints=True)
     callbacks = [run_logger]
