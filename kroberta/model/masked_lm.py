@@ -112,6 +112,11 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
             self.grad_norm_tracker = keras.metrics.Mean(name=GRAD_NORM)
         self._build_loss_and_metrics()
 
+    def compile_from_config(self, config):
+        """What `keras.saving.load_model` calls: the "auto" compile (the masked loss and
+        metrics); a training run's maskers and optimizer are not part of a saved model."""
+        self.compile()
+
     def _build_loss_and_metrics(self):
         """Builds the compiled loss and metrics from a finished batch's structure now:
         Keras would build them from the first batch `fit` reads, whose x may still carry
