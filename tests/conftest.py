@@ -98,3 +98,23 @@ def tiny_config(data_dir, run_dir, **train_overrides) -> Config:
     )
     train = dataclasses.replace(config.train, **train_overrides)
     return dataclasses.replace(config, data=data, train=train, run_dir=str(run_dir))
+
+
+@pytest.fixture(scope="session")
+def downstream_model():
+    """The shipped tiny config's model (hidden 32, 2 layers, 32 tokens), randomly
+    initialised, with a byte-level BPE tokenizer trained on WORDS."""
+    import warnings
+
+    from kroberta.config import config_path, load_toml
+    from kroberta.model.mlm import build_model
+    from kroberta.text.tokenizer import VocabularyShortfallWarning, train_tokenizer
+    from tests.downstream.tasks import sentences
+
+    config = load_toml(config_path("tiny"))
+    with warnings.catch_warnings():  # fewer tokens than asked for: expected, and fine
+        warnings.simplefilter("ignore", VocabularyShortfallWarning)
+        tokenizer = train_tokenizer(sentences(400, 0, marked=lambda i: i % 2), 400,
+                                    min_frequency=1)
+    assert tokenizer.get_vocab_size() <= config.model.vocabulary_size
+    return build_model(config.model, seed=0, config=config, tokenizer=tokenizer)

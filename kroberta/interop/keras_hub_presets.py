@@ -121,6 +121,7 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
 
     from kroberta.config import DataConfig, to_toml
     from kroberta.model.mlm import stock_copy
+    from kroberta.parallel.distribute import global_distribution
 
     if tokenizer is None:
         tokenizer = model.tokenizer
@@ -141,9 +142,10 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
         classifier_preprocessor = keras_hub.models.RobertaTextClassifierPreprocessor(
             tokenizer=keras_hub_tokenizer, sequence_length=length)
     os.makedirs(out_dir, exist_ok=True)
-    stock_copy(model, preprocessor).save_to_preset(out_dir)
-    if classifier_preprocessor is not None:
-        classifier_preprocessor.save_to_preset(out_dir)
+    with global_distribution(None):  # saving builds variables: none of them a collective
+        stock_copy(model, preprocessor).save_to_preset(out_dir)
+        if classifier_preprocessor is not None:
+            classifier_preprocessor.save_to_preset(out_dir)
     if config is not None:
         with atomic_write(os.path.join(out_dir, KROBERTA_CONFIG_FILE), encoding="utf-8") as f:
             f.write(to_toml(config))

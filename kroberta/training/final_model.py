@@ -33,6 +33,7 @@ def save(model, run_dir: str):
     import jax
 
     from kroberta.model.mlm import stock_copy
+    from kroberta.parallel.distribute import global_distribution
 
     # Keras would store the optimizer's state too (3x the size); the final model is for
     # inference and export, so a stock copy with the same weights is saved, made outside
@@ -43,7 +44,9 @@ def save(model, run_dir: str):
         return None
     storage.makedirs(run_dir)
     final = storage.join(run_dir, WEIGHTS_FILE)
-    with storage.staged_file(final) as tmp:  # a rename, or one upload (a URL)
+    # `save_weights` builds a throwaway optimizer variable: under the run's distribution
+    # that is a cross-process check which only this process would enter.
+    with global_distribution(None), storage.staged_file(final) as tmp:  # a rename, or one upload
         stock.save_weights(tmp)
     config, tokenizer = model.kroberta_config, model.tokenizer
     if config is not None and not storage.isfile(storage.join(run_dir, CONFIG_FILE)):

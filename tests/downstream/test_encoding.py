@@ -11,8 +11,8 @@ def test_bucket_lengths_are_few_and_capped():
     assert encoding.bucket_lengths(12) == (8, 12)
 
 
-def test_a_pair_is_encoded_as_roberta_and_truncated(tiny_model):
-    tokenizer = tiny_model.tokenizer
+def test_a_pair_is_encoded_as_roberta_and_truncated(downstream_model):
+    tokenizer = downstream_model.tokenizer
     ids = {t: tokenizer.token_to_id(t) for t in ("<s>", "</s>")}
     encoded = encoding.encode(tokenizer, (["The apple"], ["The river"]), np.zeros(1, np.int32), 32)
     tokens = [tokenizer.id_to_token(i) for i in encoded.ids[0]]
@@ -24,10 +24,10 @@ def test_a_pair_is_encoded_as_roberta_and_truncated(tiny_model):
     assert tokenizer.truncation is None
 
 
-def test_batches_are_full_bucketed_and_padding_rows_weigh_nothing(tiny_model):
+def test_batches_are_full_bucketed_and_padding_rows_weigh_nothing(downstream_model):
     texts = ["The apple"] * 5 + [" ".join(["The apple river"] * 4)] * 3
     labels = np.arange(8, dtype=np.int32)
-    encoded = encoding.encode(tiny_model.tokenizer, (texts,), labels, 16)
+    encoded = encoding.encode(downstream_model.tokenizer, (texts,), labels, 16)
     batches = encoding.batches(encoded, 4, 16)
     assert [x["token_ids"].shape for x, *_ in batches] == [(4, 8), (4, 8), (4, 16)]
     rows = np.concatenate([b[3] for b in batches])

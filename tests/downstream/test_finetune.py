@@ -4,7 +4,7 @@ result, predictions and the saved classifier agree."""
 import numpy as np
 import pytest
 
-from conftest import MARKER, marker_task, sentences
+from tests.downstream.tasks import MARKER, marker_task, sentences
 from kroberta.downstream import finetuning, prediction
 from kroberta.downstream.examples import LabelledDataError
 from kroberta.errors import ArgumentKindError
@@ -12,9 +12,9 @@ from kroberta.errors import ArgumentKindError
 RECIPE = dict(learning_rates=[3e-3], seeds=1, epochs=3, batch_size=32, max_length=16)
 
 
-def test_a_task_decided_by_a_token_is_learned_and_predicted(tiny_model, tmp_path):
+def test_a_task_decided_by_a_token_is_learned_and_predicted(downstream_model, tmp_path):
     train, validation = marker_task(tmp_path)
-    result = finetuning.finetune(tiny_model, data=train, validation=validation, **RECIPE)
+    result = finetuning.finetune(downstream_model, data=train, validation=validation, **RECIPE)
     assert [(t.learning_rate, t.seed) for t in result.trials] == [(3e-3, 0)]
     assert result.metric == "accuracy" and result.label_names == ("0", "1")
     assert result.median["validation"] >= 0.95
@@ -31,18 +31,18 @@ def test_a_task_decided_by_a_token_is_learned_and_predicted(tiny_model, tmp_path
                                predicted["probabilities"], atol=1e-5)
 
 
-def test_random_labels_stay_near_chance(tiny_model, tmp_path):
+def test_random_labels_stay_near_chance(downstream_model, tmp_path):
     train, validation = marker_task(tmp_path, random_labels=True)
-    result = finetuning.finetune(tiny_model, data=train, validation=validation, **RECIPE)
+    result = finetuning.finetune(downstream_model, data=train, validation=validation, **RECIPE)
     assert 0.3 <= result.median["validation"] <= 0.7
 
 
-def test_the_models_weights_are_left_as_they_were(tiny_model, tmp_path):
-    before = [np.array(w) for w in tiny_model.backbone.get_weights()]
+def test_the_models_weights_are_left_as_they_were(downstream_model, tmp_path):
+    before = [np.array(w) for w in downstream_model.backbone.get_weights()]
     train, validation = marker_task(tmp_path, train=64, validation=32)
-    finetuning.finetune(tiny_model, data=train, validation=validation,
+    finetuning.finetune(downstream_model, data=train, validation=validation,
                         **{**RECIPE, "epochs": 1})
-    for old, new in zip(before, tiny_model.backbone.get_weights()):
+    for old, new in zip(before, downstream_model.backbone.get_weights()):
         np.testing.assert_array_equal(old, new)
 
 
@@ -53,26 +53,26 @@ def test_the_models_weights_are_left_as_they_were(tiny_model, tmp_path):
     (dict(data="a", validation="b", kind="ranking"), "expected classification or regression"),
     (dict(data="a", validation="b", text_fields=("a", "b", "c")), "one text or a pair"),
 ])
-def test_bad_task_arguments_are_refused_before_any_work(tiny_model, arguments, message):
+def test_bad_task_arguments_are_refused_before_any_work(downstream_model, arguments, message):
     with pytest.raises(LabelledDataError, match=message):
-        finetuning.finetune(tiny_model, **arguments)
+        finetuning.finetune(downstream_model, **arguments)
 
 
-def test_a_model_kroberta_did_not_load_is_refused(tiny_model):
+def test_a_model_kroberta_did_not_load_is_refused(downstream_model):
     import keras_hub
 
-    bare = keras_hub.models.RobertaTextClassifier(backbone=tiny_model.backbone, num_classes=2,
+    bare = keras_hub.models.RobertaTextClassifier(backbone=downstream_model.backbone, num_classes=2,
                                                   preprocessor=None)
     with pytest.raises(ArgumentKindError, match="kroberta.finetune: expected a model"):
         finetuning.finetune(bare)
 
 
-def test_epochs_and_batch_size_are_checked(tiny_model, tmp_path):
+def test_epochs_and_batch_size_are_checked(downstream_model, tmp_path):
     train, validation = marker_task(tmp_path, train=8, validation=8)
     with pytest.raises(LabelledDataError, match="--epochs 9: expected 1 to 5"):
-        finetuning.finetune(tiny_model, data=train, validation=validation, epochs=9)
+        finetuning.finetune(downstream_model, data=train, validation=validation, epochs=9)
     with pytest.raises(LabelledDataError, match="--batch-size 6: must be a multiple of the 4"):
-        finetuning.finetune(tiny_model, data=train, validation=validation, batch_size=6)
+        finetuning.finetune(downstream_model, data=train, validation=validation, batch_size=6)
 
 
 def test_sentences_hold_the_marker_exactly_when_marked():
@@ -80,9 +80,9 @@ def test_sentences_hold_the_marker_exactly_when_marked():
     assert [MARKER in s.split() for s in marked] == [bool(i % 2) for i in range(20)]
 
 
-def test_a_regression_task_is_learned(tiny_model, tmp_path):
+def test_a_regression_task_is_learned(downstream_model, tmp_path):
     """The label is the number of MARKERs (0-2): one output under a squared error."""
-    from conftest import write_jsonl
+    from tests.downstream.tasks import write_jsonl
 
     paths = []
     for name, count, seed in (("train", 384, 1), ("validation", 96, 2)):
@@ -93,7 +93,7 @@ def test_a_regression_task_is_learned(tiny_model, tmp_path):
             words[1:1 + markers] = [MARKER] * markers
             records.append({"text": " ".join(words), "score": float(markers)})
         paths.append(write_jsonl(tmp_path / f"{name}.jsonl", records))
-    result = finetuning.finetune(tiny_model, data=paths[0], validation=paths[1], kind="regression",
+    result = finetuning.finetune(downstream_model, data=paths[0], validation=paths[1], kind="regression",
                                  label_field="score", **{**RECIPE, "epochs": 5})
     assert result.metric == "pearson" and result.label_names is None
     assert result.median["validation"] >= 0.9

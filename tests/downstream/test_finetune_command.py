@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import marker_task
+from tests.downstream.tasks import marker_task
 from kroberta.cli import finetune
 
 
@@ -32,11 +32,11 @@ def test_bad_input_is_one_line_naming_it(capsys, tmp_path):
     assert error.startswith("error: ") and "not a fine-tuned classifier" in error
 
 
-def test_a_run_writes_result_and_classifier_then_predicts(tiny_model, tmp_path, capsys):
+def test_a_run_writes_result_and_classifier_then_predicts(downstream_model, tmp_path, capsys):
     from kroberta.training import final_model
 
     run = tmp_path / "run"
-    final_model.save(tiny_model, str(run))
+    final_model.save(downstream_model, str(run))
     train, validation = marker_task(tmp_path, train=256, validation=64)
     out = tmp_path / "out"
     code = finetune.main(["--run", str(run), "--data", train, "--validation", validation,
@@ -58,12 +58,12 @@ def test_a_run_writes_result_and_classifier_then_predicts(tiny_model, tmp_path, 
 
 
 @pytest.mark.slow
-def test_the_glue_suite_prints_a_row_per_task_and_the_average(tiny_model, tmp_path, capsys):
+def test_the_glue_suite_prints_a_row_per_task_and_the_average(downstream_model, tmp_path, capsys):
     from kroberta.training import final_model
     from test_glue import LAYOUTS, write_glue
 
     run = tmp_path / "run"
-    final_model.save(tiny_model, str(run))
+    final_model.save(downstream_model, str(run))
     glue_dir = write_glue(tmp_path / "glue", {k: LAYOUTS[k] for k in ("CoLA", "STS-B", "MNLI")})
     out = tmp_path / "out"
     assert finetune.main(["--run", str(run), "--suite", "glue", "--data", str(glue_dir),

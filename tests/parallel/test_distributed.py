@@ -292,10 +292,11 @@ def test_sharded_layouts_split_the_weights(tiny_data, tmp_path, strategy):
     assert per_device < 0.7 * total
 
 
-def test_model_parallel_matches_data_parallel(tiny_data, tmp_path, single_run, capsys):
+def test_model_parallel_matches_data_parallel(tiny_data, tmp_path, single_run, caplog):
     run_dir = tmp_path / "model"
-    train(_config(tiny_data, run_dir, strategy="model", model_parallel=2))
-    out = capsys.readouterr().out
+    with caplog.at_level("INFO", logger="kroberta"):
+        train(_config(tiny_data, run_dir, strategy="model", model_parallel=2))
+    out = "\n".join(caplog.messages)
     assert "mesh batch=2 x model=2; ModelParallel (tensor)" in out
     assert "MiB per device (sharded over model=2)" in out
     _assert_close_runs(run_dir, single_run)

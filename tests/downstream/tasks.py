@@ -1,10 +1,10 @@
-"""Shared pieces of the downstream tests: a tiny model with a tokenizer, synthetic tasks."""
+"""Shared pieces of the downstream tests: synthetic labelled tasks (the tiny model with a
+tokenizer is the `downstream_model` fixture of tests/conftest.py)."""
 
 import json
 import random
 import warnings
 
-import pytest
 
 WORDS = ("apple", "river", "stone", "cloud", "green", "table", "music", "paper", "light",
          "house", "dream", "bread", "clock", "water", "tiger", "zebra")
@@ -40,23 +40,3 @@ def marker_task(root, train: int = 384, validation: int = 128, random_labels: bo
         paths.append(write_jsonl(root / f"{name}.jsonl",
                                  [{"text": t, "label": y} for t, y in zip(texts, labels)]))
     return paths
-
-
-@pytest.fixture(scope="session")
-def tiny_model():
-    """The shipped tiny config's model (hidden 32, 2 layers, 32 tokens), randomly
-    initialised, with a byte-level BPE tokenizer trained on WORDS."""
-    from kroberta.config import config_path, load_toml
-    from kroberta.model.mlm import build_model
-    from kroberta.text.tokenizer import VocabularyShortfallWarning, train_tokenizer
-
-    config = load_toml(config_path("tiny"))
-    model = build_model(config.model, seed=0)
-    model.kroberta_config = config
-    with warnings.catch_warnings():  # fewer tokens than asked for: expected, and fine
-        warnings.simplefilter("ignore", VocabularyShortfallWarning)
-        tokenizer = train_tokenizer(sentences(400, 0, marked=lambda i: i % 2), 400,
-                                    min_frequency=1)
-    assert tokenizer.get_vocab_size() <= config.model.vocabulary_size
-    model.tokenizer = tokenizer
-    return model
