@@ -13,15 +13,15 @@ import os
 
 import numpy as np
 
-from kroberta.config import load_toml, to_toml
+from kroberta.config import to_toml
 from kroberta.downstream import classifiers
 from kroberta.downstream import encoding
 from kroberta.downstream.examples import REGRESSION, LabelledDataError, TaskSpec
+from kroberta.training.final_model import (CONFIG_FILE, TOKENIZER_FILE, load_run_config,
+                                           load_tokenizer)
 
 WEIGHTS_FILE = "classifier.weights.h5"
 CLASSIFIER_FILE = "classifier.json"
-CONFIG_FILE = "config.toml"
-TOKENIZER_FILE = "tokenizer.json"
 
 
 def save_classifier(classifier, directory: str) -> str:
@@ -49,8 +49,6 @@ def save_classifier(classifier, directory: str) -> str:
 
 def load_classifier(directory: str):
     """The classifier `save_classifier` wrote, with tokenizer, label_names, max_length."""
-    from tokenizers import Tokenizer
-
     paths = {name: os.path.join(directory, name)
              for name in (CONFIG_FILE, TOKENIZER_FILE, CLASSIFIER_FILE, WEIGHTS_FILE)}
     missing = [name for name, path in paths.items() if not os.path.isfile(path)]
@@ -62,10 +60,10 @@ def load_classifier(directory: str):
     spec = TaskSpec(**{k: tuple(v) if isinstance(v, list) else v
                        for k, v in description["task"].items()})
     names = description["label_names"]
-    config = load_toml(paths[CONFIG_FILE])
+    config = load_run_config(directory)
     classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
     classifier.load_weights(paths[WEIGHTS_FILE])
-    classifier.tokenizer = Tokenizer.from_file(paths[TOKENIZER_FILE])
+    classifier.tokenizer = load_tokenizer(directory)
     classifier.kroberta_config, classifier.task_spec = config, spec
     classifier.label_names = tuple(names) if names else None
     classifier.max_length = description["max_length"]

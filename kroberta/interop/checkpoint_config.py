@@ -14,6 +14,7 @@ import logging
 import os
 
 from kroberta import storage
+from kroberta.interop.hf_weights import POSITION_OFFSET
 from kroberta.config import Config, ConfigError, ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -46,8 +47,8 @@ class Checkpoint:
         value = getattr(self.model, name)
         if self.key == KERAS_HUB_KEY:
             return f"config.{name}={value}"
-        if name == "max_sequence_length":  # HF counts 2 more rows (positions offset by pad + 1)
-            return f"max_position_embeddings={value + 2} ({value} positions)"
+        if name == "max_sequence_length":  # HF counts more rows (positions offset by pad + 1)
+            return f"max_position_embeddings={value + POSITION_OFFSET} ({value} positions)"
         return f"{HF_NAMES.get(name, name)}={value}"
 
 

@@ -75,7 +75,7 @@ def _keras_hub_tokenizer(tokenizer, vocabulary_size: int):
     return keras_hub.models.RobertaTokenizer(vocabulary=vocabulary, merges=merges)
 
 
-def _with_attention_dropout(config, model):
+def _recorded_config(config, model):
     """The config `kroberta_config.toml` records: `config` (a default one with the model's
     shape when None and the model holds a rate or epsilon keras-hub's config cannot, else
     None) with the model's attention dropout and layer-norm epsilon."""
@@ -126,7 +126,7 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     if tokenizer is None:
         tokenizer = model.tokenizer
     config = model.kroberta_config
-    config = _with_attention_dropout(config, model)
+    config = _recorded_config(config, model)
     preprocessor = classifier_preprocessor = None
     if tokenizer is not None:
         length = int(model.backbone.max_sequence_length)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import keras
 from keras import ops
 
-from kroberta.model.swap import swap_layers
+from kroberta.model.swap import inner_layers, swap_layers
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -94,7 +94,5 @@ def use_fused_layer_norm(model, epsilon: float) -> int:
 
 def epsilon_of(model) -> float:
     """The layer-norm epsilon `model` was built with (`ModelConfig.layer_norm_epsilon`)."""
-    from kroberta.model.swap import inner_layers
-
     norms = inner_layers(model, lambda layer: isinstance(layer, keras.layers.LayerNormalization))
     return float(norms[0].epsilon)

@@ -53,6 +53,9 @@ COMMIT_FILE = "_CHECKPOINT_METADATA"  # Orbax's; written last, so it marks a com
 _NAME = re.compile(r"^step_(\d{8})$")
 
 
+GROUPS = ("model", "optimizer")  # the state's top-level entries, as `save` writes them
+
+
 def _variables(model):
     return {"model": list(model.variables), "optimizer": list(model.optimizer.variables)}
 
@@ -288,11 +291,20 @@ def restore(model, path: str) -> dict:
     so a checkpoint written on one mesh (or by N processes) loads into another.
     """
     with storage.local_copy(path) as local:
-        return _restore(model, os.path.abspath(local), path)
+        return _restore(_variables(model), os.path.abspath(local), path)
 
 
-def _restore(model, path: str, named: str) -> dict:
-    """`restore` from the local directory `path` (`named` in errors)."""
+def restore_model_weights(model, path: str):
+    """Loads only the model's weights of a checkpoint written by `save` into `model` (an
+    uncompiled `kroberta.MaskedLM` of the run's shape): nothing is compiled and no
+    optimizer is built."""
+    with storage.local_copy(path) as local:
+        _restore({"model": list(model.variables)}, os.path.abspath(local), path)
+
+
+def _restore(groups: dict, path: str, named: str) -> dict:
+    """Restores the checkpoint in the local directory `path` (`named` in errors) into
+    `groups` ({"model": variables[, "optimizer": variables]}); returns its meta."""
     import jax
 
     ocp, checkpointer = _checkpointer()
@@ -300,52 +312,34 @@ def _restore(model, path: str, named: str) -> dict:
         meta = checkpointer.restore(path, args=ocp.args.Composite(
             meta=ocp.args.JsonRestore()))["meta"]
         target = {}
-        for group, variables in _variables(model).items():
+        for group, variables in groups.items():
             _check_group(meta, group, variables, named)
             target[group] = [jax.ShapeDtypeStruct(v.value.shape, v.value.dtype,
                                                   sharding=v.value.sharding) for v in variables]
+        _add_unasked_groups(target, ocp, path)
         state = checkpointer.restore(path, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(target)))["state"]
-    for group, variables in _variables(model).items():
+    for group, variables in groups.items():
         for v, value in zip(variables, state[group]):
             v.assign(value)
     return meta
 
 
-def restore_model_weights(model, path: str):
-    """Loads only the model's weights of a checkpoint written by `save` into `model` (an
-    uncompiled `kroberta.MaskedLM` of the run's shape): nothing is compiled and no
-    optimizer is built; the optimizer's arrays are read as the files hold them, then
-    dropped."""
+def _add_unasked_groups(target: dict, ocp, path: str):
+    """Orbax restores the state's whole tree: a group not asked for (the optimizer's, when
+    only weights are loaded) is read as the files' own metadata describes it, onto this
+    process's first device, then dropped."""
+    if set(target) == set(GROUPS):
+        return
+    import jax
     from etils import epath  # Orbax's path type
 
-    with storage.local_copy(path) as local:
-        local = os.path.abspath(local)
-        ocp, checkpointer = _checkpointer()
-        with checkpointer:
-            meta = checkpointer.restore(local, args=ocp.args.Composite(
-                meta=ocp.args.JsonRestore()))["meta"]
-            # The optimizer's shapes and dtypes, from the files' own metadata.
-            saved = ocp.StandardCheckpointHandler().metadata(
-                epath.Path(os.path.join(local, "state")))
-            _check_group(meta, "model", list(model.variables), path)
-            target = {"model": [jax_struct(v.value.shape, v.value.dtype, v.value.sharding)
-                                for v in model.variables],
-                      "optimizer": [jax_struct(entry.shape, entry.dtype)
-                                    for entry in saved["optimizer"]]}
-            state = checkpointer.restore(local, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(target)))["state"]
-    for v, value in zip(model.variables, state["model"]):
-        v.assign(value)
-
-
-def jax_struct(shape, dtype, sharding=None):
-    """A restore target: an array of `shape` and `dtype` on `sharding` (this process's
-    first device when None)."""
-    import jax
-
-    sharding = sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    return jax.ShapeDtypeStruct(tuple(shape), dtype, sharding=sharding)
+    saved = ocp.StandardCheckpointHandler().metadata(epath.Path(os.path.join(path, "state")))
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    for group in GROUPS:
+        if group not in target:
+            target[group] = [jax.ShapeDtypeStruct(tuple(entry.shape), entry.dtype,
+                                                  sharding=device) for entry in saved[group]]
 
 
 def _check_group(meta: dict, group: str, variables: list, named: str):

@@ -93,7 +93,7 @@ def _config_for(model, data) -> Config:
     config = getattr(model, "kroberta_config", None) or Config(
         model=_model_config_of(model))
     patterns = _patterns(data)
-    if len(patterns) == 1 and _is_directory(patterns[0]):
+    if len(patterns) == 1 and storage.isdir(patterns[0]):
         files = {"dir": patterns[0], "train": (), "validation": ()}
     else:
         files = {"dir": "", "train": tuple(patterns), "validation": tuple(patterns)}
@@ -116,10 +116,6 @@ def _patterns(data) -> list[str]:
     return [os.fspath(p) for p in items]
 
 
-def _is_directory(path: str) -> bool:
-    return storage.isdir(path) if storage.is_url(path) else os.path.isdir(path)
-
-
 def _with_batch_size(config: Config, batch_size: int | None, devices: int) -> Config:
     if batch_size is None:
         return config
@@ -136,7 +132,7 @@ def _directories(data) -> list[str]:
     from kroberta.data import pipeline
 
     patterns = _patterns(data)
-    if len(patterns) == 1 and _is_directory(patterns[0]):
+    if len(patterns) == 1 and storage.isdir(patterns[0]):
         return patterns
     return sorted({os.path.dirname(f) for f in pipeline.resolve_files(patterns, "data")})
 
