@@ -7,6 +7,7 @@ Keras that tensorflow/keras/keras_hub imported first but nothing used yet; see
 
 import sys
 
+from kroberta.errors import BackendError
 from kroberta.runtime import backend, quiet_start, xla_cpu
 
 # Before anything starts JAX's backends: XLA reads XLA_FLAGS once per process.
@@ -18,7 +19,7 @@ quiet_start.ignore_tqdm_notebook_notice()
 try:
     backend.select_jax_backend()
     backend.hide_accelerators_from_tensorflow()
-except backend.BackendError as _error:
+except BackendError as _error:
     if sys.argv and sys.argv[0] == "-m":
         # `python -m kroberta.<tool>`: Python is importing this package to find the
         # tool, so there is no caller to hand the exception to; say it in one line.

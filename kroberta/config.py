@@ -25,11 +25,7 @@ import typing
 from dataclasses import dataclass, field, replace
 
 from kroberta import tokens
-from kroberta.errors import KrobertaError
-
-
-class ConfigError(KrobertaError, ValueError):
-    """A configuration value is unknown, of the wrong type or impossible."""
+from kroberta.errors import ConfigError
 
 
 # The words some fields accept.

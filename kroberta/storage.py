@@ -20,20 +20,12 @@ import shutil
 import tempfile
 
 from kroberta.atomic import atomic_path, atomic_write
-from kroberta.errors import KrobertaError
+from kroberta.errors import NotFoundError, StorageError
 
 # The extra that installs each protocol's fsspec implementation, for the error that names it.
 EXTRAS = {"gs": ("gcs", "gcsfs"), "gcs": ("gcs", "gcsfs")}
 # Object stores: no directories to make (gcsfs's makedirs would even create a missing bucket).
 OBJECT_STORES = {"gs", "gcs", "s3", "s3a", "az", "abfs", "abfss"}
-
-
-class StorageError(KrobertaError, OSError):
-    """A URL whose filesystem cannot be used here (its package is missing, or it is unknown)."""
-
-
-class MissingFileError(StorageError, FileNotFoundError):
-    """A file or directory to read is not there."""
 
 
 def is_url(path) -> bool:
@@ -281,7 +273,7 @@ def local_copy(path):
         yield path
         return
     if not exists(path):
-        raise MissingFileError(f"{path}: no such file or directory")
+        raise NotFoundError(f"{path}: no such file or directory")
     with tempfile.TemporaryDirectory(prefix="kroberta-") as tmp:
         target = os.path.join(tmp, basename(path) or "copy")
         if isdir(path):

@@ -3,9 +3,7 @@
 import pytest
 
 from kroberta import cli
-from kroberta.config import ConfigError
-from kroberta.errors import DivergedError, KrobertaError
-from kroberta.training.checkpoint import CheckpointWriteError
+from kroberta.errors import ConfigError, DivergedError, KrobertaError, StorageError
 
 
 def _raise(error):
@@ -14,7 +12,7 @@ def _raise(error):
     return body
 
 
-@pytest.mark.parametrize("error", [ConfigError("bad key"), CheckpointWriteError("disk full")])
+@pytest.mark.parametrize("error", [ConfigError("bad key"), StorageError("disk full")])
 @pytest.mark.fast
 def test_kroberta_errors_are_bad_input(error, capsys):
     assert isinstance(error, KrobertaError)

@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
+from kroberta.errors import ConfigError
 import kroberta
-from kroberta.config import (Config, ConfigError, apply_dict, apply_overrides, config_path,
-                             from_command_line, load_toml, shipped_names, to_toml, validate)
+from kroberta.config import Config, apply_dict, apply_overrides, config_path, from_command_line, load_toml, shipped_names, to_toml, validate
 import kroberta.cli.train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -6,9 +6,10 @@ import random
 import numpy as np
 import pytest
 
+from kroberta.errors import ConfigError, InputError
 import kroberta
 from kroberta import prepare, train
-from kroberta.config import ConfigError, config_path, load_toml
+from kroberta.config import config_path, load_toml
 
 WORDS = ["alpha", "beta", "gamma", "delta", "omega", "river", "stone", "cloud", "light", "north"]
 
@@ -160,7 +161,6 @@ def test_predicting_on_data_prepared_with_another_tokenizer_is_refused(prepared)
 
     from kroberta.data.manifest import load_manifest
     from kroberta.inference import inputs
-    from kroberta.model.model_inputs import PredictInputError
 
     manifest = load_manifest(str(prepared / "data"))
     files = list(manifest.validation_files)
@@ -168,7 +168,7 @@ def test_predicting_on_data_prepared_with_another_tokenizer_is_refused(prepared)
     own = Tokenizer.from_file(manifest.tokenizer_path)
     assert inputs.as_examples(files, config, own).examples == manifest.validation_sequences
     larger = _config(prepared, "unused", vocabulary_size=manifest.vocabulary_size + 8)
-    with pytest.raises(PredictInputError, match=rf"inputs: .*data was prepared with a vocabulary "
+    with pytest.raises(InputError, match=rf"inputs: .*data was prepared with a vocabulary "
                                                 rf"of {manifest.vocabulary_size} tokens; the "
                                                 rf"model has {manifest.vocabulary_size + 8}, so "
                                                 r"its ids mean other tokens to this model; "
@@ -176,6 +176,6 @@ def test_predicting_on_data_prepared_with_another_tokenizer_is_refused(prepared)
         inputs.as_examples(files, larger)
     other = Tokenizer.from_file(manifest.tokenizer_path)
     other.add_tokens(["zzzz-not-in-the-data"])
-    with pytest.raises(PredictInputError, match=r"prepared with another tokenizer than the "
+    with pytest.raises(InputError, match=r"prepared with another tokenizer than the "
                                                 r"model's \(other tokens at the same ids\)"):
         inputs.as_examples(files, config, other)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from kroberta.errors import ConfigError
 from kroberta import masking
 from kroberta.tokens import IGNORE_LABEL
 from tests import masking_reference
@@ -345,7 +346,7 @@ def test_whole_word_masking_needs_dynamic_masking_and_a_tokenizer(tmp_path):
     import dataclasses
 
     from kroberta.training import run_data
-    from kroberta.config import Config, ConfigError, validate
+    from kroberta.config import Config, validate
 
     config = Config()
     static = dataclasses.replace(config.data, masking="static", whole_word_masking=True)

@@ -5,7 +5,8 @@ import dataclasses
 import jax
 import pytest
 
-from kroberta.config import AUTO, ConfigError, config_path, load_toml
+from kroberta.errors import ConfigError
+from kroberta.config import AUTO, config_path, load_toml
 from kroberta.parallel import distribute
 from kroberta.perf import dispatch_size, flops, hardware
 from kroberta.plan import make_plan

@@ -29,12 +29,13 @@ import importlib.metadata  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
 
+from kroberta.errors import ConfigError
 import kroberta  # noqa: E402,F401  (fixes the backend before keras is imported)
 from kroberta import cli  # noqa: E402
 from kroberta.config import Config, from_command_line, validate  # noqa: E402
 from kroberta.perf.hardware import GiB  # noqa: E402
 # kroberta.perf.tpu_compile.compile_for_topology(config, topology) is the command as a function.
-from kroberta.perf.tpu_compile import KNOWN_TOPOLOGIES, AotError, compile_for_topology  # noqa: E402
+from kroberta.perf.tpu_compile import KNOWN_TOPOLOGIES, compile_for_topology  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
@@ -78,7 +79,7 @@ def _max_batch(config: Config, args) -> None:
     largest, measured, compiles = memory_plan.max_batch(config, devices, budget,
                                                         log=lambda line: print(line, flush=True))
     if not largest:
-        raise AotError(f"not even one sequence per device fits in {budget / GiB:.2f} GiB on "
+        raise ConfigError(f"not even one sequence per device fits in {budget / GiB:.2f} GiB on "
                        f"{args.topology}; try --train.remat=full or --distributed.strategy=fsdp")
     print(f"largest batch per device: {largest} ({measured.total_bytes / GiB:.2f} GiB, "
           f"{measured.flops / 1e9:.1f} GFLOP per device step; {compiles} compiles): "
@@ -118,12 +119,12 @@ def _compile(argv) -> None:
     hbm = args.device_memory * GiB if args.device_memory else None
     try:
         report = compile_for_topology(config, args.topology, hbm_bytes=hbm)
-    except AotError as error:
+    except ConfigError as error:
         if "the train step needs" not in str(error):
             raise
         found = re.search(r"needs (?:at least )?([\d.]+) GiB", str(error))
         needed = float(found.group(1)) * GiB if found else None
-        raise AotError(_suggest(config, args, str(error), needed)) from None
+        raise ConfigError(_suggest(config, args, str(error), needed)) from None
     versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("jax", "libtpu"))
     print(f"kroberta.aot: {args.config or 'default config'} for {args.topology} ({versions})")
     print(report.table(), flush=True)
@@ -131,7 +132,7 @@ def _compile(argv) -> None:
     if problem:
         if report.train.total_bytes > report.hbm_bytes:
             problem = _suggest(config, args, problem, report.train.total_bytes)
-        raise AotError(problem)
+        raise ConfigError(problem)
 
 
 def main(argv=None) -> int:

@@ -15,16 +15,12 @@ import os
 import sys
 
 from kroberta import cli
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError
 
 # JAX, Keras and TensorFlow are imported when the model is loaded, so that `--help` and
 # argument errors answer at once.
 
 WHAT = "a training run, a Hugging Face RoBERTa directory or a keras-hub preset directory"
-
-
-class ModelPathError(KrobertaError, ValueError):
-    """--model names no model kroberta can load."""
 
 
 def _parser():
@@ -46,7 +42,7 @@ def load_model(path: str):
     import kroberta
 
     if not os.path.isdir(path):
-        raise ModelPathError(f"--model: {path!r} is not a directory; give {WHAT}")
+        raise InputError(f"--model: {path!r} is not a directory; give {WHAT}")
     if os.path.isfile(os.path.join(path, "config.toml")):
         return kroberta.load(path)
     try:
@@ -58,7 +54,7 @@ def load_model(path: str):
         return kroberta.from_hf(path)
     if isinstance(described, dict) and "registered_name" in described:
         return kroberta.from_keras_hub(path)
-    raise ModelPathError(f"--model: {path} holds neither config.toml (a training run) nor a "
+    raise InputError(f"--model: {path} holds neither config.toml (a training run) nor a "
                          "config.json of a Hugging Face model or keras-hub preset; give " + WHAT)
 
 

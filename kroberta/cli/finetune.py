@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 
+from kroberta.errors import InputError
 from kroberta import cli
 
 # JAX, Keras and TensorFlow load in the functions that use them: --help answers at once.
@@ -54,9 +55,8 @@ def _rates(text):
     try:
         return tuple(float(r) for r in text.split(",")) if text else None
     except ValueError:
-        from kroberta.downstream.examples import LabelledDataError
 
-        raise LabelledDataError(f"--learning-rates {text!r}: expected numbers separated by "
+        raise InputError(f"--learning-rates {text!r}: expected numbers separated by "
                                 "commas, e.g. 1e-5,3e-5") from None
 
 

@@ -13,6 +13,7 @@ import os
 import sys
 import warnings
 
+from kroberta.errors import InputError
 import kroberta
 from kroberta import cli, storage
 from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS
@@ -50,16 +51,15 @@ def main(argv=None) -> int:
 
 def _main(args) -> int:
     from kroberta.inference import prediction
-    from kroberta.model.model_inputs import PredictInputError
 
     if not args.out.endswith(".npz"):
-        raise PredictInputError(f"--out: {args.out!r} must end with .npz")
+        raise InputError(f"--out: {args.out!r} must end with .npz")
     # Where the file goes is checked before the prediction's work, not after it.
     if storage.is_url(args.out):
         storage.filesystem(args.out)  # a missing fsspec implementation: one line naming the extra
     elif not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
         folder = os.path.dirname(args.out)
-        raise PredictInputError(f"--out: the folder {folder!r} does not exist; create it first "
+        raise InputError(f"--out: the folder {folder!r} does not exist; create it first "
                                 f"(mkdir -p {folder})")
     model = kroberta.load(args.run)
     chunks = prediction.predict_batches(model, args.data, output=args.output, k=args.k,

@@ -21,9 +21,10 @@ import os
 import sys
 import warnings
 
+from kroberta.errors import InputError
 from kroberta import cli, storage
 from kroberta.data.manifest import MANIFEST_NAME, load_manifest
-from kroberta.text.build import PrepareError, PrepareWarning, prepare
+from kroberta.text.build import PrepareWarning, prepare
 from kroberta.text.textfiles import expand_inputs
 from kroberta.text import locations
 
@@ -96,7 +97,7 @@ def _tfrecords_in(directory):
         if lower.endswith(TFRECORD_SUFFIXES) or ".tfrecord-" in lower or ".tfrecords-" in lower:
             found.append(path)
     if not found:
-        raise PrepareError(f"--check {directory}: no {MANIFEST_NAME} and no TFRecord files "
+        raise InputError(f"--check {directory}: no {MANIFEST_NAME} and no TFRecord files "
                            f"({', '.join('*' + x for x in TFRECORD_SUFFIXES)}, *.tfrecord-*) in it; name the "
                            "files with a glob")
     return found
@@ -111,7 +112,7 @@ def _run_check(args):
     if locations.isdir(args.check) and not locations.isfile(manifest):
         paths = _tfrecords_in(args.check)
         if vocab is None:
-            raise PrepareError(f"--check {args.check}: a directory without {MANIFEST_NAME} needs "
+            raise InputError(f"--check {args.check}: a directory without {MANIFEST_NAME} needs "
                                "--vocab-size (the tokenizer's vocabulary size) to check the ids against")
     elif locations.isdir(args.check):
         m = load_manifest(args.check)
@@ -129,10 +130,10 @@ def _run(args):
     """Dispatch: --check returns an exit code, prepare returns its manifest."""
     if args.check:
         if args.input or args.out:
-            raise PrepareError("--check takes only PATH (and --vocab-size/--seq-len), not --input/--out")
+            raise InputError("--check takes only PATH (and --vocab-size/--seq-len), not --input/--out")
         return _run_check(args)
     if not args.input or not args.out:
-        raise PrepareError("--input and --out are required (or --check PATH)")
+        raise InputError("--input and --out are required (or --check PATH)")
     if args.tokenizer and args.vocab_size is not None:
         warnings.warn("--vocab-size is ignored with --tokenizer: the tokenizer's own vocabulary is used", PrepareWarning)
     return prepare(

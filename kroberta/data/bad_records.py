@@ -15,17 +15,13 @@ from google.protobuf.message import DecodeError
 
 from kroberta.data.batch_parsing import parse_checked_batch, parse_spec
 from kroberta.data.records import FEATURES
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError
 
 _ASSERT_MESSAGE = re.compile(r"<<(.*?)>>", re.S)
 # TF quotes an unparseable payload's bytes in its error message and then fails to
 # decode them: the pipeline raises UnicodeDecodeError instead of its own error.
 PARSE_FAILURES = (tf.errors.InvalidArgumentError, UnicodeDecodeError)
 _REPLAY_BATCH = 1024
-
-
-class DataError(KrobertaError, ValueError):
-    """The data is malformed; the message names the file, record and feature."""
 
 
 def payload_problem(serialized: bytes, with_labels: bool) -> str | None:
@@ -48,7 +44,7 @@ def payload_problem(serialized: bytes, with_labels: bool) -> str | None:
 
 
 def first_bad_record(tagged, *, length: int, vocabulary_size: int, with_labels: bool,
-                     max_records: int | None = None) -> DataError | None:
+                     max_records: int | None = None) -> InputError | None:
     """Replays a stream of (file, record index, record) and names its first bad record.
 
     `max_records` bounds the replay (the part of the stream that was consumed).
@@ -72,22 +68,22 @@ def first_bad_record(tagged, *, length: int, vocabulary_size: int, with_labels: 
         for path, index, record in zip(paths, indices, records):
             problem = payload_problem(record, with_labels)
             if problem is not None:
-                return DataError(f"{path.decode()}: record {index}: {problem}")
+                return InputError(f"{path.decode()}: record {index}: {problem}")
             try:
                 check(tf.constant([path]), tf.constant([index], tf.int64), tf.constant([record]))
             except PARSE_FAILURES as error:
-                return _asserted(error) or DataError(
+                return _asserted(error) or InputError(
                     f"{path.decode()}: record {index}: {_first_line(error)}")
     return None
 
 
-def explain_pipeline_error(error: Exception, files, replay=None) -> DataError | None:
-    """Turns a tf.data failure into a DataError naming file, record and feature.
+def explain_pipeline_error(error: Exception, files, replay=None) -> InputError | None:
+    """Turns a tf.data failure into a InputError naming file, record and feature.
 
     Args:
         error: what iterating the pipeline raised.
         files: the files the pipeline read (to find a corrupt TFRecord).
-        replay: a function returning the pipeline's stream's `DataError` or None
+        replay: a function returning the pipeline's stream's `InputError` or None
             (e.g. `first_bad_record` bound to it), used when the error names no record.
     """
     if isinstance(error, PARSE_FAILURES):
@@ -95,7 +91,7 @@ def explain_pipeline_error(error: Exception, files, replay=None) -> DataError | 
         if named is not None:
             return named
         found = replay() if replay is not None else None
-        return found or DataError(f"malformed record: {_first_line(error)}")
+        return found or InputError(f"malformed record: {_first_line(error)}")
     if isinstance(error, tf.errors.DataLossError):
         # TF's message has a byte offset but no file name: find the file.
         for path in files:
@@ -104,19 +100,19 @@ def explain_pipeline_error(error: Exception, files, replay=None) -> DataError | 
                 for _ in tf.data.TFRecordDataset(path):
                     count += 1
             except tf.errors.DataLossError:
-                return DataError(f"{path}: record {count}: corrupt or truncated TFRecord")
-        return DataError(f"corrupt or truncated TFRecord: {_first_line(error)}")
+                return InputError(f"{path}: record {count}: corrupt or truncated TFRecord")
+        return InputError(f"corrupt or truncated TFRecord: {_first_line(error)}")
     return None
 
 
-def _asserted(error) -> DataError | None:
+def _asserted(error) -> InputError | None:
     if not isinstance(error, tf.errors.OpError):
         return None
     found = _ASSERT_MESSAGE.search(error.message)
     if found is None:
         return None
     # The assertion op escapes quotes when it prints its data.
-    return DataError(found.group(1).replace("\\'", "'").replace('\\"', '"'))
+    return InputError(found.group(1).replace("\\'", "'").replace('\\"', '"'))
 
 
 def _first_line(error) -> str:

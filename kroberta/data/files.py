@@ -13,8 +13,8 @@ import struct
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
-from kroberta.config import ConfigError, DataConfig, ModelConfig
-from kroberta.data.bad_records import DataError
+from kroberta.errors import ConfigError, InputError
+from kroberta.config import DataConfig, ModelConfig
 from kroberta.data.manifest import MANIFEST_NAME
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 
@@ -39,11 +39,11 @@ def resolve_files(patterns, key: str) -> tuple[str, ...]:
             looks_like_text = " " in pattern and "/" not in pattern
             hint = ("; it reads as text, not a path: kroberta.fill_mask(model, texts) fills "
                     "the <mask> in sentences" if looks_like_text else "")
-            raise DataError(f"{key}: no file matches {pattern!r}{hint}")
+            raise InputError(f"{key}: no file matches {pattern!r}{hint}")
         for path in matched:
             # Local paths only: a stat per shard of an object store would slow every start.
             if "://" not in path and os.path.isdir(path):
-                raise DataError(_directory_message(path, key))
+                raise InputError(_directory_message(path, key))
         files.extend(m for m in matched if m not in files)
     return tuple(files)
 
@@ -66,10 +66,10 @@ def _read_first_record(path: str):
         for record in tf.data.TFRecordDataset(path).take(1):
             return record.numpy()
     except tf.errors.DataLossError:
-        raise DataError(f"{path}: record 0: corrupt or truncated TFRecord") from None
+        raise InputError(f"{path}: record 0: corrupt or truncated TFRecord") from None
     except tf.errors.OpError as e:
-        raise DataError(f"{path}: cannot be read: {e.message}") from None
-    raise DataError(f"{path}: the file holds no records")
+        raise InputError(f"{path}: cannot be read: {e.message}") from None
+    raise InputError(f"{path}: the file holds no records")
 
 
 def count_framed_records(path: str) -> int | None:
@@ -87,7 +87,7 @@ def count_framed_records(path: str) -> int | None:
         while offset < size:
             header = f.read(8)
             if len(header) < 8 or size - offset < 16:
-                raise DataError(f"{path}: record {count}: truncated (the file ends inside a record "
+                raise InputError(f"{path}: record {count}: truncated (the file ends inside a record "
                                 f"header at byte {size})")
             (length,) = struct.unpack("<Q", header)
             end = offset + 8 + 4 + length + 4
@@ -95,7 +95,7 @@ def count_framed_records(path: str) -> int | None:
                 # A first "record" longer than the file: most likely not a TFRecord at all.
                 hint = ("; is it a TFRecord file? Text goes through python -m kroberta.prepare "
                         "first" if count == 0 else "")
-                raise DataError(f"{path}: record {count}: truncated (the record needs {length} "
+                raise InputError(f"{path}: record {count}: truncated (the record needs {length} "
                                 f"bytes; the file ends at byte {size}){hint}")
             f.seek(end)
             offset, count = end, count + 1
@@ -116,30 +116,30 @@ def inspect_files(files, key: str) -> DataSpec:
         try:
             example = tf.train.Example.FromString(first)
         except DecodeError:
-            raise DataError(f"{path}: record 0: the payload is not a tf.train.Example "
+            raise InputError(f"{path}: record 0: the payload is not a tf.train.Example "
                             "(its bytes do not parse)") from None
         feature_map = example.features.feature
         for name in REQUIRED_FEATURES:
             if name not in feature_map:
-                raise DataError(f"{path}: record 0: feature {name!r} is missing")
+                raise InputError(f"{path}: record 0: feature {name!r} is missing")
         per_feature = {}
         for name in FEATURES:
             if name not in feature_map:
                 continue
             kind = feature_map[name].WhichOneof("kind")
             if kind != "int64_list":
-                raise DataError(f"{path}: record 0: feature {name!r} is {kind}, expected int64_list")
+                raise InputError(f"{path}: record 0: feature {name!r} is {kind}, expected int64_list")
             per_feature[name] = len(feature_map[name].int64_list.value)
         if len(set(per_feature.values())) != 1:
-            raise DataError(f"{path}: record 0: features have different lengths {per_feature}")
+            raise InputError(f"{path}: record 0: features have different lengths {per_feature}")
         lengths[path] = next(iter(per_feature.values()))
         has_labels.add("labels" in feature_map)
     distinct = sorted(set(lengths.values()))
     if len(distinct) > 1:
         by_length = {n: next(p for p, m in lengths.items() if m == n) for n in distinct}
-        raise DataError(f"{key}: files hold different sequence lengths: {by_length}")
+        raise InputError(f"{key}: files hold different sequence lengths: {by_length}")
     if len(has_labels) > 1:
-        raise DataError(f"{key}: some files have a 'labels' feature and some do not")
+        raise InputError(f"{key}: some files have a 'labels' feature and some do not")
     known = None not in counts
     return DataSpec(tuple(files), distinct[0], has_labels.pop(), sum(counts) if known else None,
                     tuple(counts) if known else None)

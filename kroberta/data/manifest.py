@@ -9,7 +9,7 @@ import dataclasses
 import json
 import os
 
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError
 from kroberta.atomic import atomic_write
 from kroberta.storage import is_url
 
@@ -17,10 +17,6 @@ FORMAT = "kroberta-tfrecord-v1"
 MANIFEST_NAME = "manifest.json"
 _REQUIRED = ("format", "train", "validation", "vocabulary_size", "sequence_length", "special_tokens", "tokenizer")
 _SPECIALS = ("bos", "pad", "eos", "unk", "mask")
-
-
-class ManifestError(KrobertaError, ValueError):
-    """manifest.json is missing, malformed, incomplete, or points at missing files."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,34 +69,34 @@ def _read_text(path: str) -> str:
 def _split(data, key, path, base):
     section = data[key]
     if not isinstance(section, dict):
-        raise ManifestError(f"{path}: key {key!r} must be an object, got {type(section).__name__}")
+        raise InputError(f"{path}: key {key!r} must be an object, got {type(section).__name__}")
     for sub in ("files", "sequences", "tokens"):
         if sub not in section:
-            raise ManifestError(f"{path}: missing key {key}.{sub}")
+            raise InputError(f"{path}: missing key {key}.{sub}")
     files = section["files"]
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-        raise ManifestError(f"{path}: key {key}.files must be a list of file names")
+        raise InputError(f"{path}: key {key}.files must be a list of file names")
     resolved = tuple(_join(base, f) for f in files)
     for name, full in zip(files, resolved):
         if not _isfile(full):
-            raise ManifestError(f"{path}: {key}.files lists {name}, which does not exist ({full})")
+            raise InputError(f"{path}: {key}.files lists {name}, which does not exist ({full})")
     return resolved, _int(section, "sequences", path, f"{key}.sequences"), _int(section, "tokens", path, f"{key}.tokens")
 
 
 def _int(section, key, path, label=None):
     value = section[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ManifestError(f"{path}: key {label or key} must be a non-negative integer, got {value!r}")
+        raise InputError(f"{path}: key {label or key} must be a non-negative integer, got {value!r}")
     return value
 
 
 def _require(obj, keys, path, not_an_object: str, label):
     """`obj` is a JSON object holding every key of `keys` (named by `label(key)`)."""
     if not isinstance(obj, dict):
-        raise ManifestError(f"{path}: {not_an_object}")
+        raise InputError(f"{path}: {not_an_object}")
     for key in keys:
         if key not in obj:
-            raise ManifestError(f"{path}: missing key {label(key)}")
+            raise InputError(f"{path}: missing key {label(key)}")
 
 
 def load_manifest(directory):
@@ -110,21 +106,21 @@ def load_manifest(directory):
         directory: a directory written by `prepare`.
 
     Returns:
-        A frozen `Manifest` with absolute paths. Raises `ManifestError` naming the
+        A frozen `Manifest` with absolute paths. Raises `InputError` naming the
         file or key on any problem.
     """
     directory = os.fspath(directory)
     base = directory.rstrip("/") if is_url(directory) else os.path.abspath(directory)
     path = _join(base, MANIFEST_NAME)
     if not _isfile(path):
-        raise ManifestError(f"no {MANIFEST_NAME} in {base} (prepare one with `python -m kroberta.prepare`)")
+        raise InputError(f"no {MANIFEST_NAME} in {base} (prepare one with `python -m kroberta.prepare`)")
     try:
         data = json.loads(_read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ManifestError(f"{path}: malformed JSON ({e})") from None
+        raise InputError(f"{path}: malformed JSON ({e})") from None
     _require(data, _REQUIRED, path, "expected a JSON object at the top level", repr)
     if data["format"] != FORMAT:
-        raise ManifestError(f"{path}: format is {data['format']!r}, expected {FORMAT!r}")
+        raise InputError(f"{path}: format is {data['format']!r}, expected {FORMAT!r}")
     specials = data["special_tokens"]
     _require(specials, _SPECIALS, path, "key 'special_tokens' must be an object",
              lambda name: f"special_tokens.{name}")
@@ -132,17 +128,17 @@ def load_manifest(directory):
         _int(specials, name, path, f"special_tokens.{name}")
     tokenizer_path = _join(base, str(data["tokenizer"]))
     if not _isfile(tokenizer_path):
-        raise ManifestError(f"{path}: tokenizer {data['tokenizer']} does not exist ({tokenizer_path})")
+        raise InputError(f"{path}: tokenizer {data['tokenizer']} does not exist ({tokenizer_path})")
     train = _split(data, "train", path, base)
     validation = _split(data, "validation", path, base)
     if not train[0]:
-        raise ManifestError(f"{path}: key train.files is empty")
+        raise InputError(f"{path}: key train.files is empty")
     labels = data.get("labels")
     if labels not in (None, "static"):
-        raise ManifestError(f"{path}: key 'labels' must be \"static\" or null, got {labels!r}")
+        raise InputError(f"{path}: key 'labels' must be \"static\" or null, got {labels!r}")
     mask_rate = data.get("mask_rate", 0.15)
     if isinstance(mask_rate, bool) or not isinstance(mask_rate, (int, float)):
-        raise ManifestError(f"{path}: key 'mask_rate' must be a number, got {mask_rate!r}")
+        raise InputError(f"{path}: key 'mask_rate' must be a number, got {mask_rate!r}")
     return Manifest(
         dir=base,
         train_files=train[0],

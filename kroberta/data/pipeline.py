@@ -23,10 +23,11 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from kroberta.errors import ConfigError, InputError
 from kroberta.data import epochs, host_masking
-from kroberta.data.bad_records import DataError, explain_pipeline_error, first_bad_record
+from kroberta.data.bad_records import explain_pipeline_error, first_bad_record
 from kroberta.data.batch_parsing import parse_checked_batch
-from kroberta.config import ConfigError, DataConfig
+from kroberta.config import DataConfig
 from kroberta.data.epochs import FileOrder
 from kroberta.data.files import DataSpec, check_against_model, inspect_files, resolve_files, spec_records
 from kroberta.data.records import FEATURES
@@ -34,7 +35,7 @@ from kroberta.tokens import IGNORE_LABEL
 
 AUTOTUNE = tf.data.AUTOTUNE
 
-__all__ = ["DataError", "DataSpec", "explain_pipeline_error", "first_bad_record", "FEATURES",
+__all__ = ["InputError", "DataSpec", "explain_pipeline_error", "first_bad_record", "FEATURES",
            "resolve_files", "inspect_files", "check_against_model", "train_dataset",
            "eval_dataset", "read_batches", "batches_per_call"]
 
@@ -121,7 +122,7 @@ def epoch_plan(spec: DataSpec, data: DataConfig, seed: int,
     """How a process reads the training epochs (see `kroberta.data.epochs`)."""
     count, index = shard or (1, 0)
     if spec.records is not None and count > 1 and len(spec.files) < count and spec.records < count:
-        raise DataError(f"{spec.files[0]}: {spec.records} record(s) cannot be shared by "
+        raise InputError(f"{spec.files[0]}: {spec.records} record(s) cannot be shared by "
                         f"{count} processes")
     return epochs.EpochPlan(spec.files, spec.file_records, seed, data.shuffle_buffer, shard)
 
@@ -298,7 +299,7 @@ def count_labels_beyond_slots(spec: DataSpec, slots: int, vocabulary_size: int,
     """(sequences, labelled positions) among the first `sample` that exceed `slots`.
 
     Raises:
-        DataError: a corrupt file or malformed record, named by file and record.
+        InputError: a corrupt file or malformed record, named by file and record.
     """
     ds = tf.data.TFRecordDataset(list(spec.files)).take(sample).batch(256)
     ds = ds.map(lambda r: tf.io.parse_example(

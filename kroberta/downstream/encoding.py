@@ -12,13 +12,9 @@ import dataclasses
 import numpy as np
 from tokenizers import Tokenizer, processors
 
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError
 
 BUCKET_FRACTIONS = (1, 2, 4, 8)  # buckets at L, L/2, L/4, L/8 (rounded up to 8)
-
-
-class EncodingError(KrobertaError, ValueError):
-    """The model cannot encode the task's texts (no tokenizer, special tokens missing)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +38,7 @@ def _pair_tokenizer(tokenizer: Tokenizer, max_length: int) -> Tokenizer:
     ids = {name: copy.token_to_id(name) for name in ("<s>", "</s>", "<pad>")}
     missing = [name for name, i in ids.items() if i is None]
     if missing:
-        raise EncodingError(f"the model's tokenizer has no {', '.join(missing)} token(s)")
+        raise InputError(f"the model's tokenizer has no {', '.join(missing)} token(s)")
     copy.post_processor = processors.RobertaProcessing(("</s>", ids["</s>"]), ("<s>", ids["<s>"]))
     copy.enable_truncation(max_length, strategy="longest_first")
     copy.no_padding()
@@ -52,7 +48,7 @@ def _pair_tokenizer(tokenizer: Tokenizer, max_length: int) -> Tokenizer:
 def encode(tokenizer, texts: tuple, labels: np.ndarray, max_length: int) -> Encoded:
     """Tokenises one split: `texts` holds one list of n strings per text field (1 or 2)."""
     if tokenizer is None:
-        raise EncodingError("the model has no tokenizer (model.tokenizer is None); load a run "
+        raise InputError("the model has no tokenizer (model.tokenizer is None); load a run "
                             "that was trained on prepared data, or an export with tokenizer.json")
     pairs = _pair_tokenizer(tokenizer, max_length)
     inputs = list(zip(*texts)) if len(texts) == 2 else list(texts[0])

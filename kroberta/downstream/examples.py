@@ -13,14 +13,10 @@ import math
 
 import numpy as np
 
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError
 from kroberta.downstream.records import read_records
 
 CLASSIFICATION, REGRESSION = "classification", "regression"
-
-
-class LabelledDataError(KrobertaError, ValueError):
-    """A labelled file lacks a text or label, or holds a label the task cannot take."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +85,7 @@ def _text(record: dict, field: str, path: str, where: str) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
         fields = ", ".join(map(str, record)) or "none"
         what = "no field" if field not in record else "an empty field"
-        raise LabelledDataError(f"{path}: {where}: {what} {field!r} (fields: {fields}); "
+        raise InputError(f"{path}: {where}: {what} {field!r} (fields: {fields}); "
                                 "name the text field(s) with --text-field")
     return str(value)
 
@@ -100,7 +96,7 @@ def _value(raw, spec: TaskSpec, path: str, where: str) -> float:
     except (TypeError, ValueError):
         value = math.nan
     if not math.isfinite(value):
-        raise LabelledDataError(f"{path}: {where}: field {spec.label_field!r} holds {raw!r}, "
+        raise InputError(f"{path}: {where}: field {spec.label_field!r} holds {raw!r}, "
                                 "not a number (a regression task's label)")
     return value
 
@@ -124,19 +120,19 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, split: str = "tra
     texts, raw_labels, wheres = [[] for _ in spec.text_fields], [], []
     for where, record in read_records(path, fields, split, spec.columns, spec.quoting):
         if not isinstance(record, dict):
-            raise LabelledDataError(f"{path}: {where}: a JSON {type(record).__name__}, "
+            raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, "
                                     "not an object")
         for column, field in zip(texts, spec.text_fields):
             column.append(_text(record, field, path, where))
         if not require_labels:
             continue
         if spec.label_field not in record or record[spec.label_field] in (None, ""):
-            raise LabelledDataError(f"{path}: {where}: no label in field {spec.label_field!r}"
+            raise InputError(f"{path}: {where}: no label in field {spec.label_field!r}"
                                     " (name it with --label-field)")
         raw_labels.append(record[spec.label_field])
         wheres.append(where)
     if not texts[0]:
-        raise LabelledDataError(f"{path}: holds no records")
+        raise InputError(f"{path}: holds no records")
     if not require_labels:
         zeros = np.zeros(len(texts[0]), np.float32 if spec.kind == REGRESSION else np.int32)
         return LabelledSet(path, tuple(texts), zeros), label_names
@@ -150,7 +146,7 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, split: str = "tra
     ids = {name: i for i, name in enumerate(label_names)}
     for name, where in zip(names, wheres):
         if name not in ids:
-            raise LabelledDataError(
+            raise InputError(
                 f"{path}: {where}: field {spec.label_field!r} holds the label {name!r}, which "
                 f"the training data does not have (labels: {', '.join(label_names)})")
     labels = np.array([ids[name] for name in names], np.int32)

@@ -9,11 +9,11 @@ from a random initialisation of the same shape, which shows what pretraining is 
 import dataclasses
 import os
 
+from kroberta.errors import InputError
 from kroberta.config import Config
 from kroberta.downstream import classifiers
 from kroberta.downstream import encoding, glue, recipe, stdlib_task
-from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, LabelledDataError, TaskSpec,
-                                          read_labelled)
+from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec, read_labelled
 from kroberta.model.masked_lm import check_model
 
 STDLIB = "stdlib"
@@ -42,20 +42,20 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
         return stdlib_task.SPEC, names, train, {"validation": evaluation}
     if task is not None and task.lower().startswith("glue/"):
         if data is None:
-            raise LabelledDataError(f"--task {task}: needs --data, the GLUE directory (or the "
+            raise InputError(f"--task {task}: needs --data, the GLUE directory (or the "
                                     "task's folder) holding train.tsv and dev.tsv")
         spec = glue.spec(task)
         train_path, evaluation_paths = glue.task_files(task, os.fspath(data))
     else:
         if data is None or validation is None:
-            raise LabelledDataError("a labelled task needs both data (the training file, "
+            raise InputError("a labelled task needs both data (the training file, "
                                     "--data) and validation (--validation)")
         if kind not in (CLASSIFICATION, REGRESSION):
-            raise LabelledDataError(f"--kind {kind!r}: expected {CLASSIFICATION} or {REGRESSION}")
+            raise InputError(f"--kind {kind!r}: expected {CLASSIFICATION} or {REGRESSION}")
         if isinstance(text_fields, str):
             text_fields = (text_fields,)
         if not 1 <= len(text_fields) <= 2:
-            raise LabelledDataError(f"--text-field: one text or a pair, got {len(text_fields)}")
+            raise InputError(f"--text-field: one text or a pair, got {len(text_fields)}")
         metric = "pearson" if kind == REGRESSION else "accuracy"
         spec = TaskSpec(task or os.path.basename(os.fspath(data)), tuple(text_fields),
                         label_field, kind, metric)
@@ -74,7 +74,7 @@ def _distribution(batch_size: int):
 
     devices = jax.local_devices()
     if batch_size % len(devices):
-        raise LabelledDataError(f"--batch-size {batch_size}: must be a multiple of the "
+        raise InputError(f"--batch-size {batch_size}: must be a multiple of the "
                                 f"{len(devices)} devices")
     return distribute.make_distribution(Config(), devices) if len(devices) > 1 else None
 
@@ -123,7 +123,7 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
 
     model = as_model(model)
     if not 1 <= epochs <= recipe.MAX_EPOCHS:
-        raise LabelledDataError(f"--epochs {epochs}: expected 1 to {recipe.MAX_EPOCHS}")
+        raise InputError(f"--epochs {epochs}: expected 1 to {recipe.MAX_EPOCHS}")
     config = model.kroberta_config
     longest = config.model.max_sequence_length
     max_length = min(max_length or longest, longest)

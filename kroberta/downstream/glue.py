@@ -12,7 +12,8 @@ accuracy elsewhere (F1 and Spearman are reported beside them).
 import csv
 import os
 
-from kroberta.downstream.examples import REGRESSION, LabelledDataError, TaskSpec
+from kroberta.errors import InputError
+from kroberta.downstream.examples import REGRESSION, TaskSpec
 
 _BINARY = ("0", "1")
 _NLI = ("entailment", "not_entailment")
@@ -45,7 +46,7 @@ def task_name(task: str) -> str:
     """"glue/sst2" (or "sst2", "SST-2") -> "sst2"; an unknown name is an error listing them."""
     name = task.lower().removeprefix("glue/").replace("-", "")
     if name not in TASKS:
-        raise LabelledDataError(f"--task {task!r}: not a GLUE task (GLUE tasks: "
+        raise InputError(f"--task {task!r}: not a GLUE task (GLUE tasks: "
                                 f"{', '.join('glue/' + t for t in TASKS)})")
     return name
 
@@ -65,7 +66,7 @@ def task_files(task: str, directory: str) -> tuple[str, dict]:
     paths = [os.path.join(folder, f) for f in ("train.tsv", *dev.values())]
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
-        raise LabelledDataError(f"--data {directory}: glue/{name} needs {', '.join(missing)} "
+        raise InputError(f"--data {directory}: glue/{name} needs {', '.join(missing)} "
                                 f"(GLUE's {TASKS[name][0]} folder, or the GLUE directory "
                                 "holding it)")
     return paths[0], dict(zip(dev, paths[1:]))
@@ -76,6 +77,6 @@ def tasks_present(directory: str) -> list[str]:
     found = [name for name, (folder, _) in TASKS.items()
              if os.path.isfile(os.path.join(directory, folder, "train.tsv"))]
     if not found:
-        raise LabelledDataError(f"--data {directory}: holds no GLUE task folder with a "
+        raise InputError(f"--data {directory}: holds no GLUE task folder with a "
                                 f"train.tsv ({', '.join(f for f, _ in TASKS.values())})")
     return found

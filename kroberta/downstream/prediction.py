@@ -13,12 +13,12 @@ import os
 
 import numpy as np
 
+from kroberta.errors import InputError
 from kroberta.config import to_toml
 from kroberta.downstream import classifiers
 from kroberta.downstream import encoding
-from kroberta.downstream.examples import REGRESSION, LabelledDataError, TaskSpec
-from kroberta.training.final_model import (CONFIG_FILE, TOKENIZER_FILE, load_run_config,
-                                           load_tokenizer)
+from kroberta.downstream.examples import REGRESSION, TaskSpec
+from kroberta.training.final_model import CONFIG_FILE, TOKENIZER_FILE, load_run_config, load_tokenizer
 
 WEIGHTS_FILE = "classifier.weights.h5"
 CLASSIFIER_FILE = "classifier.json"
@@ -53,7 +53,7 @@ def load_classifier(directory: str):
              for name in (CONFIG_FILE, TOKENIZER_FILE, CLASSIFIER_FILE, WEIGHTS_FILE)}
     missing = [name for name, path in paths.items() if not os.path.isfile(path)]
     if missing:
-        raise LabelledDataError(f"{directory}: not a fine-tuned classifier ({', '.join(missing)} "
+        raise InputError(f"{directory}: not a fine-tuned classifier ({', '.join(missing)} "
                                 "missing); write one with python -m kroberta.finetune --out")
     with open(paths[CLASSIFIER_FILE], encoding="utf-8") as f:
         description = json.load(f)

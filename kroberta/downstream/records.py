@@ -13,8 +13,9 @@ import io
 import json
 import sys
 
+from kroberta.errors import InputError
 from kroberta.text import arrowfiles, locations, recordfiles
-from kroberta.text.recordfiles import DATASETS_FORMAT, RecordError
+from kroberta.text.recordfiles import DATASETS_FORMAT
 
 _BOM = "\ufeff"
 
@@ -27,7 +28,7 @@ def _text(path: str) -> str:
     try:
         return data.decode("utf-8").removeprefix(_BOM)
     except UnicodeDecodeError as e:
-        raise RecordError(f"{path}: not UTF-8 ({e.reason})") from None
+        raise InputError(f"{path}: not UTF-8 ({e.reason})") from None
 
 
 def _json_records(path: str):
@@ -36,7 +37,7 @@ def _json_records(path: str):
         try:
             records = json.loads(text)
         except json.JSONDecodeError as e:
-            raise RecordError(f"{path}: not a valid JSON array: {e.msg} (line {e.lineno})") from None
+            raise InputError(f"{path}: not a valid JSON array: {e.msg} (line {e.lineno})") from None
         yield from ((f"record {n}", r) for n, r in enumerate(records, start=1))
         return
     for number, line in enumerate(text.splitlines(), start=1):
@@ -44,7 +45,7 @@ def _json_records(path: str):
             try:
                 yield f"line {number}", json.loads(line)
             except json.JSONDecodeError as e:
-                raise RecordError(f"{path}: line {number}: not a JSON object: {e.msg}") from None
+                raise InputError(f"{path}: line {number}: not a JSON object: {e.msg}") from None
 
 
 def _delimited_records(path: str, delimiter: str, columns, quoting: int):
@@ -57,7 +58,7 @@ def _delimited_records(path: str, delimiter: str, columns, quoting: int):
             if row:
                 yield f"line {rows.line_num}", dict(zip(names, row))
     except csv.Error as e:
-        raise RecordError(f"{path}: line {rows.line_num}: {e}") from None
+        raise InputError(f"{path}: line {rows.line_num}: {e}") from None
 
 
 def _arrow_records(path: str, fmt: str, fields, split: str):
@@ -86,7 +87,7 @@ def read_records(path: str, fields, split: str = "train", columns=None, quoting=
         lack a field (the caller names it).
     """
     if not (locations.isfile(path) or recordfiles.is_dataset_dir(path)):
-        raise RecordError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file")
     fmt = recordfiles.record_format(path)
     if fmt == "jsonl":
         return _json_records(path)
@@ -94,5 +95,5 @@ def read_records(path: str, fields, split: str = "train", columns=None, quoting=
         return _delimited_records(path, "\t" if fmt == "tsv" else ",", columns, quoting)
     if fmt in ("parquet", DATASETS_FORMAT):
         return _arrow_records(path, fmt, fields, split)
-    raise RecordError(f"{path}: not a labelled file kroberta reads (.tsv, .csv, .jsonl, .json, "
+    raise InputError(f"{path}: not a labelled file kroberta reads (.tsv, .csv, .jsonl, .json, "
                       ".parquet, optionally .gz, or a datasets directory)")

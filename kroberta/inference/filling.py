@@ -2,8 +2,9 @@
 
 import numpy as np
 
+from kroberta.errors import InputError
 from kroberta.model.masked_lm import check_model
-from kroberta.inference.prediction import PredictionError, predict
+from kroberta.inference.prediction import predict
 
 MASK_TOKEN = "<mask>"
 
@@ -30,30 +31,30 @@ def fill_mask(model, texts, top_k=5):
                   if isinstance(texts, (list, tuple)) else None)
         if others is None or others:
             got = type(texts).__name__ + (f" holding {', '.join(others)}" if others else "")
-            raise PredictionError(f"fill_mask: texts must be a string or a list of strings, "
+            raise InputError(f"fill_mask: texts must be a string or a list of strings, "
                                   f"got {got}")
     tokenizer = model.tokenizer
     if tokenizer is None:
-        raise PredictionError("fill_mask needs a tokenizer: this model has none (a run trained "
+        raise InputError("fill_mask needs a tokenizer: this model has none (a run trained "
                               "with --data.dir from kroberta.prepare keeps one; a model from "
                               "keras.saving.load_model has lost it: use kroberta.load)")
     texts = [texts] if single else list(texts)
     if not texts:
-        raise PredictionError("fill_mask: no texts given")
+        raise InputError("fill_mask: no texts given")
     config = model.kroberta_config
     length = config.model.max_sequence_length
     mask_id = tokenizer.token_to_id(MASK_TOKEN)
     pad_id = tokenizer.token_to_id("<pad>")
     if mask_id is None or pad_id is None:
-        raise PredictionError("fill_mask: the tokenizer has no <mask> or <pad> token")
+        raise InputError("fill_mask: the tokenizer has no <mask> or <pad> token")
     encodings = tokenizer.encode_batch(texts)  # adds <s> ... </s>
     ids = np.full((len(texts), length), pad_id, np.int32)
     attention = np.zeros((len(texts), length), np.int32)
     for row, (text, encoding) in enumerate(zip(texts, encodings)):
         if mask_id not in encoding.ids:
-            raise PredictionError(f"fill_mask: text {row} has no {MASK_TOKEN}: {text[:80]!r}")
+            raise InputError(f"fill_mask: text {row} has no {MASK_TOKEN}: {text[:80]!r}")
         if len(encoding.ids) > length:
-            raise PredictionError(f"fill_mask: text {row} is {len(encoding.ids)} tokens, the "
+            raise InputError(f"fill_mask: text {row} is {len(encoding.ids)} tokens, the "
                                   f"model takes at most {length}")
         ids[row, : len(encoding.ids)] = encoding.ids
         attention[row, : len(encoding.ids)] = 1

@@ -18,12 +18,13 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from kroberta.errors import InputError
 from kroberta.data import pipeline
-from kroberta.data.manifest import ManifestError, load_manifest, tokenizer_difference
+from kroberta.data.manifest import load_manifest, tokenizer_difference
 from kroberta.data import rules
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.tokens import IGNORE_LABEL
-from kroberta.model.model_inputs import HF_NAMES, PredictInputError
+from kroberta.model.model_inputs import HF_NAMES
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -39,7 +40,7 @@ class Source:
     examples: int | None  # None when unknown without reading everything
     files: tuple[str, ...] = ()  # the TFRecord files read, to name a bad one
     columns: dict | None = None  # the examples as numpy arrays (N, L) int32, when given so
-    replay: object = None  # () -> DataError | None: finds a record that failed to parse
+    replay: object = None  # () -> InputError | None: finds a record that failed to parse
 
 
 def as_examples(inputs, config, tokenizer=None) -> Source:
@@ -50,7 +51,7 @@ def as_examples(inputs, config, tokenizer=None) -> Source:
         inputs = os.fspath(inputs)
     if isinstance(inputs, (list, tuple)):
         if not inputs:
-            raise PredictInputError("inputs: an empty list; give TFRecord path(s), a "
+            raise InputError("inputs: an empty list; give TFRecord path(s), a "
                                     "tf.data.Dataset of dicts or a dict of numpy arrays")
         inputs = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in inputs]
     if isinstance(inputs, np.ndarray):  # bare token ids, as model.predict takes them
@@ -62,7 +63,7 @@ def as_examples(inputs, config, tokenizer=None) -> Source:
         spec = pipeline.inspect_files(pipeline.resolve_files(patterns, "inputs"), "inputs")
         _check_prepared_with(spec.files, vocabulary, tokenizer)
         if spec.sequence_length > config.model.max_sequence_length:
-            raise PredictInputError(f"inputs: sequences of {spec.sequence_length} tokens, the model "
+            raise InputError(f"inputs: sequences of {spec.sequence_length} tokens, the model "
                                     f"takes at most {config.model.max_sequence_length}")
         return Source(lambda batch: pipeline.file_batches(spec, vocabulary, batch),
                       spec.sequence_length, spec.has_labels, spec.records, spec.files,
@@ -71,7 +72,7 @@ def as_examples(inputs, config, tokenizer=None) -> Source:
         return _from_arrays(inputs, config)
     if isinstance(inputs, tf.data.Dataset):
         return _from_dataset(inputs, config)
-    raise PredictInputError(
+    raise InputError(
         "inputs must be TFRecord path(s), a tf.data.Dataset of dicts or a dict of numpy arrays, "
         f"got {type(inputs).__name__}")
 
@@ -83,12 +84,12 @@ def _check_prepared_with(files, vocabulary_size: int, tokenizer):
     for directory in sorted({os.path.dirname(f) for f in files}):
         try:
             manifest = load_manifest(directory)
-        except ManifestError:
+        except InputError:
             continue  # no (readable) manifest: nothing says which tokenizer wrote the ids
         differs = tokenizer_difference(manifest, vocabulary_size, tokenizer)
         if differs is None:
             continue
-        raise PredictInputError(
+        raise InputError(
             f"inputs: {directory} was prepared with {differs}, so its ids mean other tokens "
             "to this model; prepare the text with the run's tokenizer (python -m "
             "kroberta.prepare --tokenizer RUN_DIR/tokenizer.json ...)")
@@ -102,28 +103,28 @@ def _from_arrays(arrays, config) -> Source:
     arrays = {KERAS_HUB_NAMES.get(name, name): value for name, value in arrays.items()}
     for name in REQUIRED_FEATURES:
         if name not in arrays:
-            raise PredictInputError(f"inputs: the dict has no {name!r} array (keys: {sorted(arrays)})")
+            raise InputError(f"inputs: the dict has no {name!r} array (keys: {sorted(arrays)})")
     columns = {}
     for name in FEATURES:
         if name in arrays:
             try:
                 value = np.asarray(arrays[name])
             except ValueError:  # rows of different lengths
-                raise PredictInputError(f"inputs[{name!r}]: rows of different lengths; pad them "
+                raise InputError(f"inputs[{name!r}]: rows of different lengths; pad them "
                                         "to one length (attention_mask 0 there)") from None
             if value.ndim != 2:
-                raise PredictInputError(f"inputs[{name!r}]: expected shape (N, L), got {value.shape}")
+                raise InputError(f"inputs[{name!r}]: expected shape (N, L), got {value.shape}")
             if value.dtype.kind not in "iub":
-                raise PredictInputError(f"inputs[{name!r}]: expected integers, got {value.dtype} "
+                raise InputError(f"inputs[{name!r}]: expected integers, got {value.dtype} "
                                         "values")
             columns[name] = value.astype(np.int32)
     shapes = {n: v.shape for n, v in columns.items()}
     if len(set(shapes.values())) != 1:
-        raise PredictInputError(f"inputs: arrays have different shapes {shapes}")
+        raise InputError(f"inputs: arrays have different shapes {shapes}")
     n, length = columns["input_ids"].shape
     _check_values(columns, config, "inputs")
     if length > config.model.max_sequence_length:
-        raise PredictInputError(f"inputs: sequences of {length} tokens, the model takes at most "
+        raise InputError(f"inputs: sequences of {length} tokens, the model takes at most "
                                 f"{config.model.max_sequence_length}")
     return Source(None, length, "labels" in columns, n, columns=columns)
 
@@ -134,17 +135,17 @@ def _check_values(columns, config, where):
     bad = np.argwhere(rules.bad_id(ids, config.model.vocabulary_size))
     if len(bad):
         row, col = bad[0]
-        raise PredictInputError(f"{where}: input_ids[{row}, {col}] = {ids[row, col]} is outside the "
+        raise InputError(f"{where}: input_ids[{row}, {col}] = {ids[row, col]} is outside the "
                                 f"vocabulary [0, {config.model.vocabulary_size})")
     mask = columns["attention_mask"]
     if rules.bad_attention(mask).any():
-        raise PredictInputError(f"{where}: attention_mask holds values other than 0 and 1")
+        raise InputError(f"{where}: attention_mask holds values other than 0 and 1")
     labels = columns.get("labels")
     bad = np.argwhere(rules.bad_label(labels, config.model.vocabulary_size)) \
         if labels is not None else ()
     if len(bad):
         row, col = bad[0]
-        raise PredictInputError(f"{where}: labels[{row}, {col}] = {labels[row, col]} is neither "
+        raise InputError(f"{where}: labels[{row}, {col}] = {labels[row, col]} is neither "
                                 f"-100 (no loss) nor in the vocabulary [0, "
                                 f"{config.model.vocabulary_size})")
 
@@ -156,12 +157,12 @@ def _from_dataset(dataset, config) -> Source:
                                                for n, v in example.items()})
         spec = dataset.element_spec
     if not isinstance(spec, dict) or "input_ids" not in spec or "attention_mask" not in spec:
-        raise PredictInputError("inputs: a tf.data.Dataset must yield dicts with 'input_ids' and "
+        raise InputError("inputs: a tf.data.Dataset must yield dicts with 'input_ids' and "
                                 f"'attention_mask', got {spec}")
     batched_already = spec["input_ids"].shape.rank == 2
     length = spec["input_ids"].shape[-1]
     if length is None:
-        raise PredictInputError("inputs: the dataset's sequence length must be static")
+        raise InputError("inputs: the dataset's sequence length must be static")
     names = [n for n in FEATURES if n in spec]
     cardinality = int(dataset.cardinality())
     examples = cardinality if cardinality >= 0 and not batched_already else None

@@ -22,16 +22,12 @@ import tensorflow as tf
 from kroberta.data import pipeline
 from kroberta.inference.inputs import as_examples, batched
 from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS, program
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError
 from kroberta.model.masked_lm import check_model
 from kroberta.perf import dispatch_size
 from kroberta.perf.hardware import size_text
 
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
-
-
-class PredictionError(KrobertaError, ValueError):
-    """Bad arguments or inputs to predict; the message says what to change."""
 
 
 def batches_per_dispatch_for(config, global_batch: int, slots: int, length: int,
@@ -59,19 +55,19 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     memory bounded by two dispatches' worth of rows.
     """
     if output not in OUTPUTS:
-        raise PredictionError(f"output must be one of {OUTPUTS}, got {output!r}")
+        raise InputError(f"output must be one of {OUTPUTS}, got {output!r}")
     if positions not in ("masked", "all"):
-        raise PredictionError(f"positions must be 'masked' or 'all', got {positions!r}")
+        raise InputError(f"positions must be 'masked' or 'all', got {positions!r}")
     check_model(model, "predict")
     config = model.kroberta_config
     if config is None:
-        raise PredictionError("model has no kroberta_config: load it with kroberta.load(run_dir)")
+        raise InputError("model has no kroberta_config: load it with kroberta.load(run_dir)")
     source = as_examples(inputs, config, model.tokenizer)
     if output == "loss" and not source.has_labels:
-        raise PredictionError("output='loss' needs labels (a 'labels' array or feature, -100 = none)")
+        raise InputError("output='loss' needs labels (a 'labels' array or feature, -100 = none)")
     if output == "top_k" and (not isinstance(k, numbers.Integral) or isinstance(k, bool)
                               or not 1 <= k <= config.model.vocabulary_size):
-        raise PredictionError(f"k must be an integer in [1, {config.model.vocabulary_size}], "
+        raise InputError(f"k must be an integer in [1, {config.model.vocabulary_size}], "
                               f"got {k!r}")
     plan = _program_plan(config, source, output, k, positions, batch_size, slots,
                          batches_per_dispatch, max_output_bytes)
@@ -128,17 +124,17 @@ def _program_plan(config, source, output, k, positions, batch_size, slots,
     length = source.sequence_length
     # 0 and negatives would otherwise surface from inside TensorFlow or JAX.
     if batch_size is not None and batch_size < 1:
-        raise PredictionError(f"batch_size must be >= 1 (sequences per step over all devices), "
+        raise InputError(f"batch_size must be >= 1 (sequences per step over all devices), "
                               f"got {batch_size}")
     if slots is not None and not 1 <= slots <= length:
-        raise PredictionError(f"slots must be in [1, {length}] (positions predicted per sequence "
+        raise InputError(f"slots must be in [1, {length}] (positions predicted per sequence "
                               f"of {length} tokens), got {slots}")
     if positions == "all":
         plan_slots = length
     else:
         plan_slots = slots if slots is not None else config.data.prediction_slots(length)
     if batches_per_dispatch is not None and batches_per_dispatch < 1:
-        raise PredictionError(f"batches_per_dispatch must be >= 1, got {batches_per_dispatch}")
+        raise InputError(f"batches_per_dispatch must be >= 1, got {batches_per_dispatch}")
     resolved = prediction_plan(config, length)
     mesh = jax.sharding.Mesh(np.array(resolved.devices), ("batch",))
     global_batch = resolved.prediction_batch(batch_size)
@@ -155,7 +151,7 @@ def _program_plan(config, source, output, k, positions, batch_size, slots,
         size = source.examples * (length if positions == "all" else plan_slots) \
             * config.model.vocabulary_size * 4
         if size > max_output_bytes:
-            raise PredictionError(
+            raise InputError(
                 f"output='logits' for {source.examples} examples x {plan_slots} positions x "
                 f"{config.model.vocabulary_size} tokens is {size_text(size)} of float32, over "
                 f"the {size_text(max_output_bytes)} budget; use output='top_k' (reduced on the "
@@ -229,12 +225,12 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
         held += sum(a.nbytes for a in chunk.values())
         if held > max_output_bytes:
             # Inputs of unknown length (a dataset) are only measured as they arrive.
-            raise PredictionError(
+            raise InputError(
                 f"the {output!r} result passed the {size_text(max_output_bytes)} budget after "
                 f"{sum(len(c['valid' if 'valid' in c else output]) for c in chunks)} examples; use "
                 "output='top_k', predict_batches() to stream, or raise max_output_bytes")
         chunks.append(chunk)
     if not chunks:
-        raise PredictionError("the inputs hold no examples")
+        raise InputError("the inputs hold no examples")
     return {name: np.concatenate([c[name] for c in chunks]) for name in chunks[0]}
 

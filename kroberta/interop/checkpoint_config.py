@@ -13,9 +13,10 @@ import dataclasses
 import logging
 import os
 
+from kroberta.errors import ConfigError, InputError
 from kroberta import storage
 from kroberta.interop.hf_weights import POSITION_OFFSET
-from kroberta.config import Config, ConfigError, ModelConfig
+from kroberta.config import Config, ModelConfig
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def checkpoint_of(config: Config) -> Checkpoint | None:
     """The checkpoint `config` starts from (None: a fresh start), its model section read.
 
     Raises:
-        HFConversionError / KerasHubPresetError: the checkpoint's config is missing,
+        ConversionError: the checkpoint's config is missing,
             unreadable or describes a model kroberta cannot hold (names the file and key).
     """
     if config.init_from_hf:
@@ -166,7 +167,7 @@ def checkpoint_tokenizer(checkpoint: Checkpoint):
     with the run or None): HF's `tokenizer.json`, else its `vocab.json` + `merges.txt`;
     a keras-hub preset's `assets/tokenizer/` vocabulary and merges
     (`kroberta.text.tokenizer.load_tokenizer` reads them all)."""
-    from kroberta.text.tokenizer import TokenizerError, load_tokenizer, tokenizer_json_of
+    from kroberta.text.tokenizer import load_tokenizer, tokenizer_json_of
 
     if checkpoint.key == KERAS_HUB_KEY:  # its tokenizer.json is keras-hub's, not a `tokenizers` file
         from kroberta.interop.keras_hub_presets import preset_tokenizer
@@ -175,7 +176,7 @@ def checkpoint_tokenizer(checkpoint: Checkpoint):
             return preset_tokenizer(local), None
     try:
         tokenizer = load_tokenizer(checkpoint.directory)
-    except TokenizerError:
+    except InputError:
         if _has_tokenizer_files(checkpoint.directory):
             raise  # there, but unreadable or lacking a special token: say so
         return None, None

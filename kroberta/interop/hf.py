@@ -11,10 +11,10 @@ needs torch or transformers.
 import json
 import os
 
+from kroberta.errors import ConversionError, NotFoundError
 from kroberta.model.masked_lm import check_model
 from kroberta.model.layer_norm import epsilon_of
 from kroberta.interop import hf_weights
-from kroberta.interop.hf_weights import HFConversionError, HFFileMissingError
 from kroberta import storage
 from kroberta.atomic import atomic_path
 from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -33,7 +33,7 @@ SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
                   "sep_token": "</s>", "cls_token": "<s>", "pad_token": "<pad>",
                   "mask_token": "<mask>"}
 
-__all__ = ["export_hf", "from_hf", "init_from_hf", "HFConversionError"]
+__all__ = ["export_hf", "from_hf", "init_from_hf", "ConversionError"]
 
 
 # ---------------------------------------------------------------- export
@@ -139,13 +139,13 @@ def read_hf_config(directory: str) -> dict:
     return read_json_in(directory, CONFIG_FILE, "a Hugging Face model directory")
 
 
-def read_json_in(directory: str, name: str, what: str, error=HFConversionError) -> dict:
+def read_json_in(directory: str, name: str, what: str, error=ConversionError) -> dict:
     """`directory/name` parsed as JSON; a missing directory or file, or bad JSON, named."""
     path = os.path.join(directory, name)
     if not os.path.isdir(directory):
-        raise HFFileMissingError(f"{directory}: no such directory")
+        raise NotFoundError(f"{directory}: no such directory")
     if not os.path.isfile(path):
-        raise HFFileMissingError(f"{path}: missing (not {what})")
+        raise NotFoundError(f"{path}: missing (not {what})")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -158,7 +158,7 @@ def model_config_from_hf(hf: dict, source: str):
     from kroberta.config import FOLLOW_DROPOUT, ModelConfig
 
     def fail(key, problem):
-        raise HFConversionError(f"{source}: {key}: {problem}")
+        raise ConversionError(f"{source}: {key}: {problem}")
 
     def need(key):
         if key not in hf:
@@ -218,7 +218,7 @@ def _load_safetensors(path: str) -> dict:
         try:
             from safetensors.torch import load_file as torch_load_file
         except ImportError:
-            raise HFConversionError(f"{path}: cannot read with numpy ({e}); installing torch "
+            raise ConversionError(f"{path}: cannot read with numpy ({e}); installing torch "
                                     f"lets kroberta read it") from None
         return {k: v.float().numpy() for k, v in torch_load_file(path).items()}
 
@@ -241,11 +241,11 @@ def read_hf_tensors(directory: str) -> tuple[dict, str]:
         try:
             import torch
         except ImportError:
-            raise HFConversionError(f"{path}: reading a PyTorch checkpoint needs torch "
+            raise ConversionError(f"{path}: reading a PyTorch checkpoint needs torch "
                                     f"(pip install torch), or convert it to {SAFETENSORS_FILE}") from None
         state = torch.load(path, map_location="cpu", weights_only=True)
         return {k: v.float().numpy() for k, v in state.items()}, path
-    raise HFFileMissingError(f"{directory}: no weights ({SAFETENSORS_FILE} or {TORCH_FILE}) found")
+    raise NotFoundError(f"{directory}: no weights ({SAFETENSORS_FILE} or {TORCH_FILE}) found")
 
 
 def _kroberta_config(model_config, tokenizer):
@@ -280,7 +280,7 @@ def from_hf(directory: str, mixed_precision: bool = False):
 
     Raises:
         FileNotFoundError: config or weights are missing.
-        HFConversionError: the config or a tensor cannot be represented (names the key).
+        ConversionError: the config or a tensor cannot be represented (names the key).
     """
     from kroberta.model.mlm import build_model
 
@@ -313,7 +313,7 @@ def init_from_hf(model, directory: str):
         `model`, with its weights replaced.
 
     Raises:
-        HFConversionError: a shape key of the checkpoint differs from the model's,
+        ConversionError: a shape key of the checkpoint differs from the model's,
             or a tensor is missing or has the wrong shape (named).
     """
     if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
@@ -330,7 +330,7 @@ def init_from_hf(model, directory: str):
         want, got = getattr(b, ours), getattr(theirs, ours)
         if want != got:
             shown = hf[hf_key]
-            raise HFConversionError(
+            raise ConversionError(
                 f"{source}: {hf_key}={shown} gives model.{ours}={got}, but the model has {want}")
     tensors, weights_source = read_hf_tensors(directory)
     hf_weights.load_hf_tensors(model, tensors, weights_source, tied=hf.get("tie_word_embeddings", True))

@@ -1,4 +1,5 @@
-"""Tensor-level mapping between a keras-hub `RobertaMaskedLM` and HF `RobertaForMaskedLM`.
+"""Tensor-level mapping between keras-hub's `RobertaMaskedLM` / `RobertaTextClassifier`
+and HF's `RobertaForMaskedLM` / `RobertaForSequenceClassification` (one backbone table).
 
 Pure numpy: no torch is needed to convert either way. `hf.py` wraps this with the
 config, the files and the tokenizer.
@@ -17,7 +18,7 @@ arithmetic up to float rounding), and on export the row is zeros.
 
 import numpy as np
 
-from kroberta.errors import KrobertaError
+from kroberta.errors import ConversionError
 
 # HF RoBERTa position ids are cumsum(non-pad) + padding_idx, padding_idx = 1.
 POSITION_OFFSET = 2
@@ -29,14 +30,6 @@ LM_HEAD_BIAS = "lm_head.bias"
 # Older checkpoints store the output bias (and the tied decoder) under these names.
 LM_HEAD_DECODER_BIAS = "lm_head.decoder.bias"
 LM_HEAD_DECODER_WEIGHT = "lm_head.decoder.weight"
-
-
-class HFConversionError(KrobertaError, ValueError):
-    """A checkpoint cannot be mapped onto the kroberta model (names the tensor or key)."""
-
-
-class HFFileMissingError(HFConversionError, FileNotFoundError):
-    """The directory, or a file a checkpoint needs in it, is not there."""
 
 
 def _to_hf(kind: str, x: np.ndarray) -> np.ndarray:
@@ -61,9 +54,41 @@ def _from_hf(kind: str, t: np.ndarray, shape: tuple) -> np.ndarray:
     return t.reshape(shape)  # "copy", "qkv_bias"
 
 
+def is_classifier(model) -> bool:
+    """Whether `model` is keras-hub's `RobertaTextClassifier` (else a masked LM)."""
+    import keras_hub
+
+    return isinstance(model, keras_hub.models.RobertaTextClassifier)
+
+
 def weight_specs(model) -> list[tuple[str, object, str]]:
-    """(HF tensor name, Keras variable, layout kind) for every weight but the position table."""
-    backbone = model.backbone
+    """(HF tensor name, Keras variable, layout kind) for every weight but the position
+    table: the backbone's, then the masked LM's or the classifier's head."""
+    if is_classifier(model):
+        return backbone_specs(model.backbone) + classifier_head_specs(model)
+    head = model.masked_lm_head
+    return backbone_specs(model.backbone) + [
+        # HF lm_head: dense -> gelu -> layer_norm -> decoder (tied) + bias, as keras-hub's head.
+        ("lm_head.dense.weight", head._intermediate_dense.kernel, "linear"),
+        ("lm_head.dense.bias", head._intermediate_dense.bias, "copy"),
+        ("lm_head.layer_norm.weight", head._intermediate_layer_norm.gamma, "copy"),
+        ("lm_head.layer_norm.bias", head._intermediate_layer_norm.beta, "copy"),
+        (LM_HEAD_BIAS, head._bias, "copy"),
+    ]
+
+
+def classifier_head_specs(classifier) -> list[tuple[str, object, str]]:
+    """HF `RobertaClassificationHead` <-> keras-hub's `RobertaTextClassifier` head: both
+    take the <s> token's state (index 0), dropout -> dense -> tanh -> dropout -> output
+    projection; keras-hub's `pooled_dense` carries the tanh as its activation."""
+    return [("classifier.dense.weight", classifier.pooled_dense.kernel, "linear"),
+            ("classifier.dense.bias", classifier.pooled_dense.bias, "copy"),
+            ("classifier.out_proj.weight", classifier.output_dense.kernel, "linear"),
+            ("classifier.out_proj.bias", classifier.output_dense.bias, "copy")]
+
+
+def backbone_specs(backbone) -> list[tuple[str, object, str]]:
+    """The specs of a `RobertaBackbone`'s weights but the position table (HF's `roberta.*`)."""
     specs = [
         (WORD_EMBEDDINGS, backbone.token_embedding.embeddings, "copy"),
         ("roberta.embeddings.LayerNorm.weight", backbone.embeddings_layer_norm.gamma, "copy"),
@@ -88,15 +113,6 @@ def weight_specs(model) -> list[tuple[str, object, str]]:
             (f"{p}.output.LayerNorm.weight", layer._feedforward_layer_norm.gamma, "copy"),
             (f"{p}.output.LayerNorm.bias", layer._feedforward_layer_norm.beta, "copy"),
         ]
-    head = model.masked_lm_head
-    specs += [
-        # HF lm_head: dense -> gelu -> layer_norm -> decoder (tied) + bias, as keras-hub's head.
-        ("lm_head.dense.weight", head._intermediate_dense.kernel, "linear"),
-        ("lm_head.dense.bias", head._intermediate_dense.bias, "copy"),
-        ("lm_head.layer_norm.weight", head._intermediate_layer_norm.gamma, "copy"),
-        ("lm_head.layer_norm.bias", head._intermediate_layer_norm.beta, "copy"),
-        (LM_HEAD_BIAS, head._bias, "copy"),
-    ]
     return specs
 
 
@@ -109,7 +125,8 @@ def _numpy(variable) -> np.ndarray:
 
 
 def to_hf_tensors(model) -> dict[str, np.ndarray]:
-    """All tensors of `RobertaForMaskedLM`'s state dict (float32, C-contiguous), decoder omitted.
+    """All tensors of `RobertaForMaskedLM`'s state dict (float32, C-contiguous), decoder
+    omitted, or of `RobertaForSequenceClassification`'s for a classifier.
 
     The decoder weight and bias are tied to the word embeddings and `lm_head.bias`;
     transformers' own `save_pretrained` omits them too and reports no missing keys.
@@ -134,7 +151,7 @@ def expected_hf_shapes(model) -> dict[str, tuple]:
 
 def _check(name: str, tensor, expected: tuple, source: str):
     if tuple(tensor.shape) != tuple(expected):
-        raise HFConversionError(
+        raise ConversionError(
             f"{source}: tensor {name}: expected shape {tuple(expected)}, got {tuple(tensor.shape)}")
 
 
@@ -155,19 +172,19 @@ def load_hf_tensors(model, tensors: dict, source: str, tied: bool = True):
     shapes = expected_hf_shapes(model)
     missing = [name for name in shapes if name not in tensors]
     if missing:
-        raise HFConversionError(f"{source}: missing tensor(s): {', '.join(missing)}")
+        raise ConversionError(f"{source}: missing tensor(s): {', '.join(missing)}")
     for name, expected in shapes.items():
         _check(name, tensors[name], expected, source)
     hidden = shapes[POSITION_EMBEDDINGS][1]
     token_type = tensors.get(TOKEN_TYPE_EMBEDDINGS)
     if token_type is not None and (token_type.ndim != 2 or token_type.shape[0] < 1
                                    or token_type.shape[1] != hidden):
-        raise HFConversionError(f"{source}: tensor {TOKEN_TYPE_EMBEDDINGS}: expected shape "
+        raise ConversionError(f"{source}: tensor {TOKEN_TYPE_EMBEDDINGS}: expected shape "
                                 f"(type_vocab_size, {hidden}), got {tuple(token_type.shape)}")
     if not tied and LM_HEAD_DECODER_WEIGHT in tensors:
         if not np.array_equal(np.asarray(tensors[LM_HEAD_DECODER_WEIGHT]),
                               np.asarray(tensors[WORD_EMBEDDINGS])):
-            raise HFConversionError(
+            raise ConversionError(
                 f"{source}: tie_word_embeddings is false and {LM_HEAD_DECODER_WEIGHT} differs from "
                 f"{WORD_EMBEDDINGS}; kroberta's MLM head is tied to the token embedding")
 

@@ -29,8 +29,8 @@ tokenizer (`model.tokenizer`) where the ids must match.
 import json
 import os
 
+from kroberta.errors import ConversionError
 from kroberta.model.masked_lm import check_model
-from kroberta.interop.hf_weights import HFConversionError
 from kroberta import storage
 from kroberta.atomic import atomic_write
 
@@ -47,11 +47,7 @@ EXPORT_FILES = (CONFIG_FILE, "model.weights.h5", "model.weights.json", "metadata
                 os.path.join(ASSETS_DIR, VOCABULARY_FILE), os.path.join(ASSETS_DIR, MERGES_FILE))
 BACKBONE_NAME = "RobertaBackbone"
 
-__all__ = ["export_keras_hub", "from_keras_hub", "init_from_keras_hub", "KerasHubPresetError"]
-
-
-class KerasHubPresetError(HFConversionError):
-    """A preset kroberta cannot use (names the file and key); a ValueError."""
+__all__ = ["export_keras_hub", "from_keras_hub", "init_from_keras_hub", "ConversionError"]
 
 
 # ---------------------------------------------------------------- export
@@ -63,13 +59,13 @@ def _keras_hub_tokenizer(tokenizer, vocabulary_size: int):
 
     model = json.loads(tokenizer.to_str()).get("model", {})
     if model.get("type") != "BPE":
-        raise KerasHubPresetError(f"the tokenizer is a {model.get('type')} model; keras-hub's RobertaTokenizer "
+        raise ConversionError(f"the tokenizer is a {model.get('type')} model; keras-hub's RobertaTokenizer "
                                   "needs byte-level BPE")
     vocabulary = dict(model["vocab"])
     for token_id, added in tokenizer.get_added_tokens_decoder().items():
         vocabulary.setdefault(added.content, token_id)
     if max(vocabulary.values()) >= vocabulary_size:
-        raise KerasHubPresetError(f"the tokenizer has ids up to {max(vocabulary.values())}, beyond the model's "
+        raise ConversionError(f"the tokenizer has ids up to {max(vocabulary.values())}, beyond the model's "
                                   f"vocabulary_size={vocabulary_size}")
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     return keras_hub.models.RobertaTokenizer(vocabulary=vocabulary, merges=merges)
@@ -162,16 +158,16 @@ def preset_model_config(directory: str):
     from kroberta.interop.hf import read_json_in
 
     path = os.path.join(directory, CONFIG_FILE)
-    data = read_json_in(directory, CONFIG_FILE, "a keras-hub preset directory", KerasHubPresetError)
+    data = read_json_in(directory, CONFIG_FILE, "a keras-hub preset directory", ConversionError)
     name = str(data.get("registered_name", ""))
     if not name.endswith(BACKBONE_NAME):
-        raise KerasHubPresetError(f"{path}: registered_name: kroberta reads {BACKBONE_NAME} presets, got "
+        raise ConversionError(f"{path}: registered_name: kroberta reads {BACKBONE_NAME} presets, got "
                                   f"{name or data.get('model_type') or 'none'!r}")
     values = data.get("config", {})
     keys = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "max_sequence_length")
     for key in keys:
         if not isinstance(values.get(key), int) or isinstance(values.get(key), bool) or values[key] < 1:
-            raise KerasHubPresetError(f"{path}: config.{key}: expected a positive integer, got {values.get(key)!r}")
+            raise ConversionError(f"{path}: config.{key}: expected a positive integer, got {values.get(key)!r}")
     from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE
 
     # keras-hub's RoBERTa has no setting for it: it always starts from this.
@@ -182,16 +178,13 @@ def preset_model_config(directory: str):
 def preset_tokenizer(directory: str):
     """A `tokenizers.Tokenizer` rebuilt from the preset's vocabulary.json and merges.txt
     (`kroberta.text.tokenizer.byte_level_bpe`: Hugging Face's ids); None without them."""
-    from kroberta.text.tokenizer import TokenizerError, byte_level_bpe
+    from kroberta.text.tokenizer import byte_level_bpe
 
     vocabulary_path = os.path.join(directory, ASSETS_DIR, VOCABULARY_FILE)
     merges_path = os.path.join(directory, ASSETS_DIR, MERGES_FILE)
     if not (os.path.isfile(vocabulary_path) and os.path.isfile(merges_path)):
         return None
-    try:
-        return byte_level_bpe(vocabulary_path, merges_path)
-    except TokenizerError as e:
-        raise KerasHubPresetError(str(e)) from None
+    return byte_level_bpe(vocabulary_path, merges_path)
 
 
 def _load_weights_into(model, directory: str):
@@ -251,7 +244,7 @@ def init_from_keras_hub(model, directory: str) -> bool:
 
     Returns whether the MLM head came from the preset too (False for a
     backbone-only preset: the head keeps its initial weights). Raises
-    `KerasHubPresetError` naming the first shape key that differs.
+    `ConversionError` naming the first shape key that differs.
     """
     if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
         with storage.local_copy(directory) as local:
@@ -261,6 +254,6 @@ def init_from_keras_hub(model, directory: str) -> bool:
     for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
                 "max_sequence_length"):
         if getattr(theirs, key) != getattr(b, key):
-            raise KerasHubPresetError(f"{os.path.join(directory, CONFIG_FILE)}: config.{key}="
+            raise ConversionError(f"{os.path.join(directory, CONFIG_FILE)}: config.{key}="
                                       f"{getattr(theirs, key)}, but the model has model.{key}={getattr(b, key)}")
     return _load_weights_into(model, directory)

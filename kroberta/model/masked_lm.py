@@ -173,7 +173,7 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         (batch, length, vocabulary) at every position when none are given.
 
         Raises:
-            PredictInputError: inputs the model cannot take (says what to pass).
+            InputError: inputs the model cannot take (says what to pass).
         """
         x = self._in_memory_inputs(x, "model.predict")
         # A loaded model's weights live on one device; a distribution that training left set

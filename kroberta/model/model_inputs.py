@@ -12,7 +12,7 @@ vocabulary, positions outside the sequence) or that are text.
 import keras
 import numpy as np
 
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError
 from kroberta.tokens import PAD_ID
 
 # Hugging Face's input names -> keras-hub's.
@@ -23,11 +23,6 @@ WHAT_TO_PASS = (
     "'input_ids'), optionally 'padding_mask' (or 'attention_mask') and 'mask_positions' "
     "(batch, slots); or use kroberta.predict(model, ...) for top-k, loss or embeddings "
     "reduced on the device")
-
-
-class PredictInputError(KrobertaError, ValueError):
-    """Inputs that cannot be predicted on (by `model.predict` or `kroberta.predict`); the
-    message says why and what to pass."""
 
 
 def model_inputs(x, pad_token_id: int = PAD_ID, where: str = "model.predict") -> dict:
@@ -46,18 +41,18 @@ def model_inputs(x, pad_token_id: int = PAD_ID, where: str = "model.predict") ->
         x = {"token_ids": x}
     unknown = sorted(set(x) - set(MODEL_INPUTS) - set(HF_NAMES))
     if unknown:
-        raise PredictInputError(f"{where}: unknown input(s) {unknown}; {WHAT_TO_PASS}")
+        raise InputError(f"{where}: unknown input(s) {unknown}; {WHAT_TO_PASS}")
     renamed = {}
     for name, value in x.items():
         key = HF_NAMES.get(name, name)
         if key in renamed:
-            raise PredictInputError(f"{where}: {key!r} given twice (as {name!r} too)")
+            raise InputError(f"{where}: {key!r} given twice (as {name!r} too)")
         renamed[key] = value
     if "token_ids" not in renamed:
-        raise PredictInputError(f"{where}: no token ids; {WHAT_TO_PASS}")
+        raise InputError(f"{where}: no token ids; {WHAT_TO_PASS}")
     token_ids = keras.ops.cast(renamed["token_ids"], "int32")
     if len(token_ids.shape) != 2:
-        raise PredictInputError(
+        raise InputError(
             f"{where}: token ids must be (batch, length), got shape {tuple(token_ids.shape)}")
     padding_mask = renamed.get("padding_mask")
     padding_mask = (keras.ops.not_equal(token_ids, pad_token_id) if padding_mask is None
@@ -80,7 +75,7 @@ def check_arrays(x, sequence_length: int, vocabulary_size: int, where: str = "mo
     x = {k: np.asarray(v) if isinstance(v, (list, tuple)) else v for k, v in x.items()}
     for name, value in x.items():
         if isinstance(value, np.ndarray) and value.dtype.kind in "USO":
-            raise PredictInputError(
+            raise InputError(
                 f"{where}: {name!r} holds strings, not token ids; "
                 "kroberta.fill_mask(model, texts) fills <mask> in text, and "
                 "model.tokenizer.encode(text).ids gives a text's ids")
@@ -92,11 +87,11 @@ def check_arrays(x, sequence_length: int, vocabulary_size: int, where: str = "mo
     for name, value in x.items():
         shape = np.shape(value)
         if len(shape) != 2:
-            raise PredictInputError(f"{where}: {name!r} must be 2-D (batch, ...), "
+            raise InputError(f"{where}: {name!r} must be 2-D (batch, ...), "
                                     f"got shape {shape}")
         key = HF_NAMES.get(name, name)
         if key != "mask_positions" and shape[1] > sequence_length:
-            raise PredictInputError(
+            raise InputError(
                 f"{where}: {name!r} holds {shape[1]} positions but the model reads at "
                 f"most {sequence_length} (model.max_sequence_length)")
         limit = limits.get(key)
@@ -104,6 +99,6 @@ def check_arrays(x, sequence_length: int, vocabulary_size: int, where: str = "mo
             bad = np.argwhere((value < 0) | (value >= limit[0]))
             if len(bad):
                 at = ", ".join(str(int(i)) for i in bad[0])
-                raise PredictInputError(
+                raise InputError(
                     f"{where}: {name}[{at}] = {int(value[tuple(bad[0])])} is outside "
                     f"{limit[1]} [0, {limit[0]})")

@@ -23,7 +23,8 @@ import jax
 import keras
 import numpy as np
 
-from kroberta.config import Config, ConfigError
+from kroberta.errors import ConfigError
+from kroberta.config import Config
 
 MODEL_AXIS = "model"
 BATCH_AXIS = "batch"

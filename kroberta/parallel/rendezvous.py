@@ -1,3 +1,4 @@
+from kroberta.errors import ConfigError
 """A pre-flight handshake on the coordinator's port, before `jax.distributed.initialize`.
 
 JAX's distributed client aborts the whole process (a C++ fatal error, no Python
@@ -14,7 +15,6 @@ import json
 import socket
 import time
 
-from kroberta.config import ConfigError
 
 _RETRY_SECONDS = 0.25
 

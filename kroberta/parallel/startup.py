@@ -12,7 +12,8 @@ import os
 
 import jax
 
-from kroberta.config import Config, ConfigError
+from kroberta.errors import ConfigError
+from kroberta.config import Config
 
 logger = logging.getLogger(__name__)
 

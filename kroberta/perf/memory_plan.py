@@ -11,7 +11,8 @@ mixed precision and the distribution's sharding are all counted as they will run
 
 import dataclasses
 
-from kroberta.config import Config, ConfigError
+from kroberta.errors import ConfigError
+from kroberta.config import Config
 from kroberta.perf.hardware import GiB
 
 

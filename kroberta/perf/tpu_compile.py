@@ -12,7 +12,7 @@ import math
 import time
 
 from kroberta.config import Config, validate
-from kroberta.errors import KrobertaError
+from kroberta.errors import ConfigError
 from kroberta.model import attention
 from kroberta.perf import hardware
 from kroberta.perf.hardware import GiB, size_text
@@ -25,10 +25,6 @@ KNOWN_TOPOLOGIES = ("v2:2x2", "v3:2x2", "v4:2x2x1", "v5e:2x2", "v5e:4x4", "v5p:2
 # libtpu's compile-only v4 topology has one device per core unless asked for megacore.
 _RUNTIME_DEVICES_PER_CHIP = {"TPU v2": 2, "TPU v3": 2}
 _CHIP_CONFIG = {"v4": {"chip_config_name": "megacore"}}
-
-
-class AotError(KrobertaError, ValueError):
-    """The topology, the installation or the program's size rules out a compile."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +135,7 @@ def topology_devices(name: str) -> list:
     try:
         import libtpu  # noqa: F401
     except ImportError:
-        raise AotError('libtpu is not installed: pip install "jax[tpu]==0.10.2" '
+        raise ConfigError('libtpu is not installed: pip install "jax[tpu]==0.10.2" '
                        "(the tpu extra; compiles for TPUs on a CPU-only machine)") from None
     from jax.experimental import topologies
 
@@ -154,7 +150,7 @@ def topology_devices(name: str) -> list:
         message = str(error).splitlines()[0]
         if "INVALID_ARGUMENT" not in message:
             raise
-        raise AotError(f"unknown TPU topology {name!r} ({message}); valid: "
+        raise ConfigError(f"unknown TPU topology {name!r} ({message}); valid: "
                        f"{', '.join(KNOWN_TOPOLOGIES)} (generation:chips per axis; larger "
                        "slices such as v4:2x2x2 work too)") from None
 
@@ -164,14 +160,14 @@ def _per_device_chip(devices) -> tuple[float, float, int]:
     kind = devices[0].device_kind
     chip = hardware.chip_for_device_kind(kind)
     if chip is None:
-        raise AotError(f"no HBM and peak figures for {kind!r} in kroberta.perf.hardware.CHIPS")
+        raise ConfigError(f"no HBM and peak figures for {kind!r} in kroberta.perf.hardware.CHIPS")
     chips = len({tuple(d.coords) for d in devices})
     share = _RUNTIME_DEVICES_PER_CHIP.get(chip.name, 1) * chips / len(devices)
     return chip.memory_bytes * share, chip.bf16_flops * share, chips
 
 
 def _compile_or_explain(compile_fn, what, hbm, config, generation):
-    """Runs a compile; XLA's out-of-HBM error becomes the one-line AotError."""
+    """Runs a compile; XLA's out-of-HBM error becomes the one-line ConfigError."""
     from kroberta.perf import aot_programs
 
     try:
@@ -181,9 +177,9 @@ def _compile_or_explain(compile_fn, what, hbm, config, generation):
         if not exhausted:
             raise
         if needed is None:
-            raise AotError(f"the {what} step does not fit in HBM on {generation}: "
+            raise ConfigError(f"the {what} step does not fit in HBM on {generation}: "
                            f"{str(error).splitlines()[0]}") from None
-        raise AotError(_too_big(needed, hbm, generation, what, config.distributed.strategy,
+        raise ConfigError(_too_big(needed, hbm, generation, what, config.distributed.strategy,
                                 config.train.mixed_precision, at_least=True)) from None
 
 
@@ -195,7 +191,7 @@ def compile_for_topology(config: Config, topology_name: str, model=None,
     reuse one build for several topologies; built here when None. `hbm_bytes`: plan
     for this much memory per device instead of the chip's (e.g. to leave headroom).
 
-    Raises AotError for an unknown topology, a missing libtpu or a program that XLA
+    Raises ConfigError for an unknown topology, a missing libtpu or a program that XLA
     already refuses to compile for lack of HBM (a program that compiles but needs
     more than the HBM is reported: check `report.fits` / `report.does_not_fit()`).
     """

@@ -16,14 +16,10 @@ import sys
 import types
 import warnings
 
-from kroberta.errors import KrobertaError
+from kroberta.errors import BackendError
 
 # set_backend drops every module whose name starts with this (keras, keras_hub, ...).
 _KERAS_PREFIX = "keras"
-
-
-class BackendError(KrobertaError, RuntimeError):
-    """Raised when the process is set up for a Keras backend other than JAX."""
 
 
 def select_jax_backend():

@@ -9,9 +9,10 @@ what to install. `kroberta.text.recordfiles` dispatches here.
 
 import os
 
+from kroberta.errors import InputError
 from kroberta import storage
 from kroberta.text import locations
-from kroberta.text.recordfiles import DATASETS_FORMAT, RecordError, column_index, extra_missing
+from kroberta.text.recordfiles import DATASETS_FORMAT, column_index, extra_missing
 
 ARROW_BATCH_ROWS = 1024  # rows per Parquet/Arrow batch: flat memory, few Python calls
 
@@ -30,7 +31,7 @@ def _parquet_file(path):
         source = locations.open_binary(path) if storage.is_url(path) else path
         return pq.ParquetFile(source, buffer_size=1 << 20, pre_buffer=False)
     except Exception as e:  # pyarrow raises ArrowInvalid / OSError with its own text
-        raise RecordError(f"{path}: not a readable Parquet file: {e}") from None
+        raise InputError(f"{path}: not a readable Parquet file: {e}") from None
 
 
 def _check_arrow_column(path, schema, field):
@@ -40,7 +41,7 @@ def _check_arrow_column(path, schema, field):
     kind = schema.field(field).type
     is_view = getattr(pa.types, "is_string_view", lambda _: False)  # pyarrow >= 16
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind) or pa.types.is_null(kind)):
-        raise RecordError(f"{path}: column {field!r} holds {kind}, not text; pick another with --text-field")
+        raise InputError(f"{path}: column {field!r} holds {kind}, not text; pick another with --text-field")
 
 
 def _parquet_values(path, field, on_bytes):
@@ -73,10 +74,10 @@ def _load_dataset(path, split):
     try:
         loaded = datasets.load_from_disk(path)
     except Exception as e:  # FileNotFoundError or the library's own errors
-        raise RecordError(f"{path}: not a readable datasets directory: {e}") from None
+        raise InputError(f"{path}: not a readable datasets directory: {e}") from None
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
-            raise RecordError(f"{path}: a DatasetDict without a {split!r} split (splits: "
+            raise InputError(f"{path}: a DatasetDict without a {split!r} split (splits: "
                               f"{', '.join(loaded)}); pick one with --split")
         return loaded[split]
     return loaded

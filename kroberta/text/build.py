@@ -24,36 +24,22 @@ import numpy as np
 
 from kroberta import storage
 from kroberta.atomic import atomic_path
-from kroberta.data.manifest import FORMAT, MANIFEST_NAME, ManifestError, load_manifest, write_manifest
+from kroberta.data.manifest import FORMAT, MANIFEST_NAME, load_manifest, write_manifest
 from kroberta.data.records import encode_examples
 from kroberta.tokens import PAD_ID
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError, StorageError
 from kroberta.text import locations
 from kroberta.text.encode import blocks, encoded_documents
 from kroberta.text.packing import one_per_document, pack_documents
 from kroberta.text.progress import Progress
-from kroberta.text.recordfiles import RecordError, check_source
+from kroberta.text.recordfiles import check_source
 from kroberta.text.splits import SplitWriter, in_validation
-from kroberta.text.textfiles import Source, TextInputError, expand_inputs, iter_documents, scan_file
-from kroberta.text.tokenizer import (
-    MIN_VOCABULARY_SIZE,
-    TOKENIZER_FILE,
-    TokenizerError,
-    VocabularyShortfallWarning,
-    load_tokenizer,
-    special_token_ids,
-    tokenizer_json_of,
-    train_tokenizer,
-    vocabulary_size,
-)
+from kroberta.text.textfiles import Source, expand_inputs, iter_documents, scan_file
+from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
 
 MIN_SEQ_LEN = 8
 TARGET_SHARD_BYTES = 200e6  # shards of ~100-200 MB: few files, yet parallel reads
 BLOCK = 1024  # sequences per block: the unit of static masking and of serialization
-
-
-class PrepareError(KrobertaError, ValueError):
-    """prepare cannot proceed; the message says why in one line."""
 
 
 class PrepareWarning(UserWarning):
@@ -69,30 +55,30 @@ def _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate
                                 ("--shards", shards if shards is not None else 1, numbers.Integral)):
         if not isinstance(value, kind) or isinstance(value, bool):
             wanted = "an integer" if kind is numbers.Integral else "a number"
-            raise PrepareError(f"{option} (prepare's {option[2:].replace('-', '_')}) must be "
+            raise InputError(f"{option} (prepare's {option[2:].replace('-', '_')}) must be "
                                f"{wanted}, got {value!r}")
     if seq_len < MIN_SEQ_LEN:
-        raise PrepareError(f"--seq-len {seq_len} is too short: use at least {MIN_SEQ_LEN}")
+        raise InputError(f"--seq-len {seq_len} is too short: use at least {MIN_SEQ_LEN}")
     if tokenizer is None and vocab_size < MIN_VOCABULARY_SIZE:
-        raise PrepareError(
+        raise InputError(
             f"--vocab-size {vocab_size} is too small: byte-level BPE needs at least {MIN_VOCABULARY_SIZE} "
             "(5 special tokens + 256 bytes)"
         )
     if not 0 <= validation_fraction < 1:
-        raise PrepareError(f"--validation-fraction must be in [0, 1), got {validation_fraction}")
+        raise InputError(f"--validation-fraction must be in [0, 1), got {validation_fraction}")
     if labels not in (None, "static"):
-        raise PrepareError(f"--labels must be 'static' or absent, got {labels!r}")
+        raise InputError(f"--labels must be 'static' or absent, got {labels!r}")
     if not 0 < mask_rate < 1:
-        raise PrepareError(f"--mask-rate must be in (0, 1), got {mask_rate}")
+        raise InputError(f"--mask-rate must be in (0, 1), got {mask_rate}")
     if shards is not None and shards < 1:
-        raise PrepareError(f"--shards must be >= 1, got {shards}")
+        raise InputError(f"--shards must be >= 1, got {shards}")
 
 
 def _refuse_existing(out_dir, overwrite):
     """Refuse to clobber a prepared directory unless asked (checked before any work)."""
     path = os.path.join(out_dir, MANIFEST_NAME)
     if os.path.exists(path) and not overwrite:
-        raise PrepareError(f"{out_dir} already holds a prepared dataset ({path}); pass "
+        raise InputError(f"{out_dir} already holds a prepared dataset ({path}); pass "
                            "--overwrite (overwrite=True) to replace it")
 
 
@@ -104,7 +90,7 @@ def _clear_previous(out_dir):
     try:
         old = load_manifest(out_dir)
         stale = old.files
-    except ManifestError:
+    except InputError:
         stale = ()
     os.remove(path)  # first: a crash from here on leaves no manifest pointing at mixed files
     for f in stale:
@@ -125,7 +111,7 @@ def _scan_inputs(files, strict, text_field="text", split="train"):
             try:
                 total += check_source(source.path, source.format, text_field, split)
             except OSError as e:
-                raise TextInputError(f"{path}: unreadable ({e.strerror})") from None
+                raise InputError(f"{path}: unreadable ({e.strerror})") from None
             good.append(source)
             has_text = True  # known only once read; an all-empty corpus is refused then
             continue
@@ -140,11 +126,11 @@ def _scan_inputs(files, strict, text_field="text", split="train"):
             continue
         where = "" if offset is None else f" at byte {offset}"
         if strict:
-            raise PrepareError(f"{path}: {problem}{where} (--strict)")
+            raise InputError(f"{path}: {problem}{where} (--strict)")
         warnings.warn(f"skipping {path}: {problem}{where}", PrepareWarning, stacklevel=3)
         skipped.append({"path": path, "problem": problem, "offset": offset})
     if not has_text:
-        raise PrepareError(
+        raise InputError(
             f"no text in the inputs: {len(files)} file(s), {len(skipped)} skipped, the rest empty or whitespace"
         )
     return good, skipped, total
@@ -214,14 +200,11 @@ def _save_tokenizer(job, tok, written):
 
 
 def _tokenizer_step(job, files, total_bytes):
-    """The tokenizer, its special ids and the vocabulary size; errors as `PrepareError`."""
-    try:
-        tok, shortfall = _get_tokenizer(job, files, total_bytes)
-        specials = special_token_ids(tok)
-    except (TokenizerError, RecordError) as e:  # a bad record is found while training
-        raise PrepareError(str(e)) from None
+    """The tokenizer, its special ids and the vocabulary size."""
+    tok, shortfall = _get_tokenizer(job, files, total_bytes)
+    specials = special_token_ids(tok)
     if specials["pad"] != PAD_ID:
-        raise PrepareError(f"the tokenizer's <pad> id is {specials['pad']}; the record format needs {PAD_ID}")
+        raise InputError(f"the tokenizer's <pad> id is {specials['pad']}; the record format needs {PAD_ID}")
     return tok, shortfall, specials
 
 
@@ -271,7 +254,7 @@ def _write_splits(job, records, shards, written):
                 (validation if pending[1] else train).write(pending[0], pending[2])
             pending = record
         if pending is None:
-            raise PrepareError("no text in the inputs: every document is empty")
+            raise InputError("no text in the inputs: every document is empty")
         to_validation = pending[1]
         if job.validation_fraction > 0 and validation.sequences == 0 and train.sequences > 0:
             to_validation = True
@@ -282,8 +265,8 @@ def _write_splits(job, records, shards, written):
     except BaseException as e:
         train.abort()
         validation.abort()
-        if isinstance(e, RecordError):  # a bad record, named by file and line
-            raise PrepareError(str(e)) from None
+        if isinstance(e, InputError):  # a bad record, named by file and line
+            raise InputError(str(e)) from None
         raise
     written.extend(os.path.join(job.out_dir, name) for info in infos for name in info["files"])
     if job.validation_fraction > 0 and validation.sequences == 0:
@@ -409,7 +392,7 @@ def prepare(
 
     Returns:
         The manifest dict (also written to out_dir/manifest.json). Raises
-        `PrepareError` with a one-line message when the inputs cannot be used.
+        `InputError` with a one-line message when the inputs cannot be used.
     """
     if storage.is_url(out_dir):
         arguments = {k: v for k, v in locals().items() if k not in ("out_dir", "overwrite")}
@@ -419,10 +402,7 @@ def prepare(
     job = _Job(inputs, os.fspath(out_dir), vocab_size, seq_len, validation_fraction, shards, labels, mask_rate,
                tokenizer, seed, strict, progress, text_field, split, bool(line_by_line))
     _refuse_existing(job.out_dir, overwrite)
-    try:
-        scanned = _scan_inputs(expand_inputs(inputs), strict, text_field, split)
-    except (TextInputError, RecordError) as e:
-        raise PrepareError(str(e)) from None
+    scanned = _scan_inputs(expand_inputs(inputs), strict, text_field, split)
     _clear_previous(job.out_dir)
     created = _first_missing(job.out_dir)
     os.makedirs(job.out_dir, exist_ok=True)
@@ -440,13 +420,13 @@ def _prepare_to_url(url: str, overwrite: bool, arguments: dict) -> dict:
     manifest_url = storage.join(url, MANIFEST_NAME)
     try:
         if storage.exists(manifest_url) and not overwrite:
-            raise PrepareError(f"{url} already holds a prepared dataset ({manifest_url}); "
+            raise InputError(f"{url} already holds a prepared dataset ({manifest_url}); "
                                "pass --overwrite (overwrite=True) to replace it")
         with tempfile.TemporaryDirectory(prefix="kroberta-prepare-") as local:
             manifest = prepare(out_dir=local, overwrite=False, **arguments)
             if storage.exists(manifest_url):  # --overwrite: the old manifest goes first
                 storage.remove(manifest_url)
             storage.put_tree(local, url, last=MANIFEST_NAME)
-    except storage.StorageError as error:
-        raise PrepareError(f"--out: {error}") from None
+    except StorageError as error:
+        raise InputError(f"--out: {error}") from None
     return manifest

@@ -21,7 +21,7 @@ import os
 import sys
 import zlib
 
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError
 from kroberta.text import locations
 
 FORMATS = {  # name suffix -> format (the longest matching suffix wins)
@@ -38,12 +38,8 @@ _PROGRESS_EVERY = 1 << 20  # report progress about once per MB
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some tools write first
 
 
-class RecordError(KrobertaError, ValueError):
-    """A record file cannot be read as documents; the message names the file and record."""
-
-
-def extra_missing(what: str, extra: str, module: str) -> RecordError:
-    return RecordError(f"{what} needs the {module!r} package: pip install -e \".[{extra}]\" "
+def extra_missing(what: str, extra: str, module: str) -> InputError:
+    return InputError(f"{what} needs the {module!r} package: pip install -e \".[{extra}]\" "
                        f"(or pip install {module})")
 
 
@@ -95,7 +91,7 @@ class _ByteProgress:
 def _text_value(value, path: str, where: str, field: str):
     if value is None or isinstance(value, str):
         return value
-    raise RecordError(f"{path}: {where}: field {field!r} holds {type(value).__name__} "
+    raise InputError(f"{path}: {where}: field {field!r} holds {type(value).__name__} "
                       f"{str(value)[:40]!r}, not text; pick another with --text-field")
 
 
@@ -124,9 +120,9 @@ def _json_values(path, field, on_bytes):
 
 def _record_text(record, path, where, field):
     if not isinstance(record, dict):
-        raise RecordError(f"{path}: {where}: a JSON {type(record).__name__}, not an object with a {field!r} field")
+        raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, not an object with a {field!r} field")
     if field not in record:
-        raise RecordError(f"{path}: {where}: no field {field!r} (fields: {', '.join(record) or 'none'}); "
+        raise InputError(f"{path}: {where}: no field {field!r} (fields: {', '.join(record) or 'none'}); "
                           "pick one with --text-field")
     return _text_value(record[field], path, where, field)
 
@@ -146,7 +142,7 @@ def _json_array_values(path, field, on_bytes):
             try:
                 chunk = text.read(_PROGRESS_EVERY)
             except UnicodeDecodeError as e:
-                raise RecordError(f"{path}: not UTF-8 ({e.reason})") from None
+                raise InputError(f"{path}: not UTF-8 ({e.reason})") from None
             buffer, position, eof = buffer[position:] + chunk, 0, not chunk
 
         def skip_space():
@@ -165,12 +161,12 @@ def _json_array_values(path, field, on_bytes):
         while True:
             skip_space()
             if position >= len(buffer):
-                raise RecordError(f"{path}: the JSON array ends early, after {number} record(s)")
+                raise InputError(f"{path}: the JSON array ends early, after {number} record(s)")
             if buffer[position] == "]":
                 break
             if not expect_item:
                 if buffer[position] != ",":
-                    raise RecordError(f"{path}: record {number}: expected ',' or ']' after it")
+                    raise InputError(f"{path}: record {number}: expected ',' or ']' after it")
                 position += 1
                 expect_item = True
                 continue
@@ -180,7 +176,7 @@ def _json_array_values(path, field, on_bytes):
                 if not eof:
                     more()  # the record may continue in the next block
                     continue
-                raise RecordError(f"{path}: record {number + 1}: not valid JSON: {e.msg}") from None
+                raise InputError(f"{path}: record {number + 1}: not valid JSON: {e.msg}") from None
             if end == len(buffer) and not eof:
                 more()  # a number or literal cut at the block's end: decode it whole
                 continue
@@ -203,9 +199,9 @@ def _jsonl_values(path, field, on_bytes):
             try:
                 record = json.loads(line)
             except UnicodeDecodeError as e:
-                raise RecordError(f"{path}: line {number}: not UTF-8 ({e.reason})") from None
+                raise InputError(f"{path}: line {number}: not UTF-8 ({e.reason})") from None
             except json.JSONDecodeError as e:
-                raise RecordError(f"{path}: line {number}: not a JSON object: {e.msg}") from None
+                raise InputError(f"{path}: line {number}: not a JSON object: {e.msg}") from None
             yield _record_text(record, path, f"line {number}", field)
             progress.poll()
         progress.finish(locations.size(path))
@@ -224,7 +220,7 @@ def _csv_rows(path, stream, delimiter):
             try:
                 yield line.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise RecordError(f"{path}: line {number}: not UTF-8 ({e.reason})") from None
+                raise InputError(f"{path}: line {number}: not UTF-8 ({e.reason})") from None
 
     csv.field_size_limit(sys.maxsize)  # a document is one field: no 128 KB cap
     return csv.reader(lines(), delimiter=delimiter)
@@ -237,7 +233,7 @@ def _csv_header(path, delimiter):
         try:
             return next(rows, [])
         except csv.Error as e:
-            raise RecordError(f"{path}: line 1: cannot read the header: {e}") from None
+            raise InputError(f"{path}: line 1: cannot read the header: {e}") from None
 
 
 def _csv_values(path, field, on_bytes, delimiter):
@@ -252,18 +248,18 @@ def _csv_values(path, field, on_bytes, delimiter):
                 if not row:
                     continue
                 if column >= len(row):
-                    raise RecordError(f"{path}: record {number - 1}: {len(row)} field(s), no "
+                    raise InputError(f"{path}: record {number - 1}: {len(row)} field(s), no "
                                       f"{field!r} (column {column + 1})")
                 yield row[column]
                 progress.poll()
         except csv.Error as e:
-            raise RecordError(f"{path}: line {rows.line_num}: {e}") from None
+            raise InputError(f"{path}: line {rows.line_num}: {e}") from None
         progress.finish(locations.size(path))
 
 
 def column_index(path, columns, field):
     if field not in columns:
-        raise RecordError(f"{path}: no column {field!r} (columns: {', '.join(columns) or 'none'}); "
+        raise InputError(f"{path}: no column {field!r} (columns: {', '.join(columns) or 'none'}); "
                           "pick one with --text-field")
     return list(columns).index(field)
 
@@ -276,7 +272,7 @@ def _gzip_errors_named(values, path):
     try:
         yield from values
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-        raise RecordError(f"{path}: not a readable gzip file ({e})") from None
+        raise InputError(f"{path}: not a readable gzip file ({e})") from None
 
 
 def check_source(path: str, fmt: str, field: str, split: str):
@@ -290,7 +286,7 @@ def check_source(path: str, fmt: str, field: str, split: str):
         try:
             columns = _csv_header(path, "\t" if fmt == "tsv" else ",")
         except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-            raise RecordError(f"{path}: not a readable gzip file ({e})") from None
+            raise InputError(f"{path}: not a readable gzip file ({e})") from None
         column_index(path, columns, field)
     elif fmt in ("parquet", DATASETS_FORMAT):
         from kroberta.text import arrowfiles  # pyarrow and datasets load only when used

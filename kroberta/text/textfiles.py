@@ -17,13 +17,9 @@ import zlib
 
 from kroberta import storage
 from kroberta.text import locations, recordfiles
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError
 
 _SCAN_BLOCK = 1 << 20
-
-
-class TextInputError(KrobertaError, ValueError):
-    """The inputs cannot be used (no match, unreadable, not UTF-8 text in strict mode)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,17 +49,17 @@ def expand_inputs(inputs):
             `datasets`' `save_to_disk` is one input of its own.
 
     Returns:
-        A list of file paths. Raises `TextInputError` naming any pattern that matches
+        A list of file paths. Raises `InputError` naming any pattern that matches
         no file.
     """
     patterns = [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs
     if not isinstance(patterns, (list, tuple)) or not all(
             isinstance(p, (str, os.PathLike)) for p in patterns):
-        raise TextInputError(f"inputs: expected a path or pattern, or a list of them, got "
+        raise InputError(f"inputs: expected a path or pattern, or a list of them, got "
                              f"{type(inputs).__name__}")
     patterns = list(patterns)
     if not patterns:
-        raise TextInputError("no input given (pass --input 'corpus/*.txt')")
+        raise InputError("no input given (pass --input 'corpus/*.txt')")
     files = []
     for pattern in patterns:
         pattern = os.fspath(pattern)
@@ -84,7 +80,7 @@ def expand_inputs(inputs):
             elif os.path.isfile(match):
                 found.append(match)
         if not found:
-            raise TextInputError(f"no files match {pattern!r}")
+            raise InputError(f"no files match {pattern!r}")
         files.extend(found)
     unique, seen = [], set()
     for f in files:  # a file matched by two patterns is read once

@@ -11,17 +11,13 @@ import warnings
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError
 from kroberta.text import locations
 
 from kroberta.tokens import SPECIAL_TOKENS  # in id order: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4
 
 BYTE_ALPHABET_SIZE = 256
 MIN_VOCABULARY_SIZE = len(SPECIAL_TOKENS) + BYTE_ALPHABET_SIZE
-
-
-class TokenizerError(KrobertaError, ValueError):
-    """A tokenizer file is missing, unreadable, or lacks a required special token."""
 
 
 class VocabularyShortfallWarning(UserWarning):
@@ -61,7 +57,7 @@ def train_tokenizer(text_iterator, vocab_size, out_path=None, min_frequency=2):
         model's vocabulary_size must equal `tokenizer.get_vocab_size()`.
     """
     if vocab_size < MIN_VOCABULARY_SIZE:
-        raise TokenizerError(
+        raise InputError(
             f"vocab_size={vocab_size} is too small: byte-level BPE needs at least "
             f"{MIN_VOCABULARY_SIZE} ({len(SPECIAL_TOKENS)} special tokens + {BYTE_ALPHABET_SIZE} bytes)"
         )
@@ -127,12 +123,12 @@ def load_tokenizer(path):
     if json_path is None:
         if locations.isdir(path):
             return _directory_tokenizer(path)
-        raise TokenizerError(f"tokenizer not found: {path}; expected {ACCEPTED}")
+        raise InputError(f"tokenizer not found: {path}; expected {ACCEPTED}")
     try:
         with locations.open_binary(json_path) as f:
             tokenizer = Tokenizer.from_str(f.read().decode("utf-8"))
     except Exception as e:  # the library raises a bare Exception on malformed JSON
-        raise TokenizerError(f"cannot read tokenizer {json_path}: {e}") from None
+        raise InputError(f"cannot read tokenizer {json_path}: {e}") from None
     special_token_ids(tokenizer, source=json_path)
     return tokenizer
 
@@ -145,7 +141,7 @@ def _directory_tokenizer(directory):
         vocabulary, merges = os.path.join(directory, vocabulary), os.path.join(directory, merges)
         if os.path.isfile(vocabulary) and os.path.isfile(merges):
             return byte_level_bpe(vocabulary, merges, _add_prefix_space(directory))
-    raise TokenizerError(f"{directory}: no tokenizer in this directory; expected {ACCEPTED}")
+    raise InputError(f"{directory}: no tokenizer in this directory; expected {ACCEPTED}")
 
 
 def _add_prefix_space(directory):
@@ -157,7 +153,7 @@ def _add_prefix_space(directory):
         with open(path, encoding="utf-8") as f:
             return bool(json.load(f).get("add_prefix_space", False))
     except (ValueError, AttributeError) as e:
-        raise TokenizerError(f"cannot read {path}: {e}") from None
+        raise InputError(f"cannot read {path}: {e}") from None
 
 
 def byte_level_bpe(vocabulary, merges, add_prefix_space=False):
@@ -172,14 +168,14 @@ def byte_level_bpe(vocabulary, merges, add_prefix_space=False):
         add_prefix_space: a space before the first word, as tokenizer_config.json says.
 
     Returns:
-        The `tokenizers.Tokenizer`; raises `TokenizerError` when a file cannot be read
+        The `tokenizers.Tokenizer`; raises `InputError` when a file cannot be read
         or a special token is missing.
     """
     vocabulary, merges = os.fspath(vocabulary), os.fspath(merges)
     try:
         model = models.BPE.from_file(vocabulary, merges)
     except Exception as e:  # the library raises a bare Exception on malformed files
-        raise TokenizerError(f"cannot read {vocabulary} + {merges}: {e}") from None
+        raise InputError(f"cannot read {vocabulary} + {merges}: {e}") from None
     tokenizer = Tokenizer(model)
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
     tokenizer.decoder = decoders.ByteLevel()
@@ -204,7 +200,7 @@ def special_token_ids(tokenizer, source=None):
     missing = [SPECIAL_TOKENS[name] for name, i in ids.items() if i is None]
     if missing:
         where = f" {source}" if source else ""
-        raise TokenizerError(
+        raise InputError(
             f"tokenizer{where} lacks the special token(s) {', '.join(missing)}; kroberta needs "
             + ", ".join(SPECIAL_TOKENS.values())
         )

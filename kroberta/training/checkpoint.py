@@ -43,7 +43,7 @@ import time
 import numpy as np
 
 from kroberta import storage
-from kroberta.errors import KrobertaError
+from kroberta.errors import StorageError
 
 # Orbax is imported where it is used: it costs ~2 s and runs that never checkpoint
 # (predict, export) do not need it.
@@ -72,10 +72,6 @@ def list_checkpoints(run_dir: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-class CheckpointWriteError(KrobertaError, OSError):
-    """A checkpoint could not be written; the earlier checkpoints are untouched."""
-
-
 def estimated_bytes(model) -> int:
     """Size of one checkpoint: every model and optimizer variable."""
     return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
@@ -86,7 +82,7 @@ def save(model, run_dir: str, step: int, keep: int, extra: dict | None = None) -
     """Writes the model's and optimizer's variables at `step`; keeps the newest `keep`.
 
     Returns once the checkpoint is committed. On any write failure (disk full,
-    permissions) the partial checkpoint is removed and CheckpointWriteError says so;
+    permissions) the partial checkpoint is removed and StorageError says so;
     older checkpoints are never touched before the new one is complete.
     """
     writer = Writer(run_dir, keep, asynchronous=False)
@@ -174,7 +170,7 @@ class Writer:
     def wait(self) -> float:
         """Waits for the checkpoint in flight to commit; returns the seconds waited.
 
-        Raises CheckpointWriteError when its background write failed.
+        Raises StorageError when its background write failed.
         """
         if self._in_flight is None:
             return 0.0
@@ -237,7 +233,7 @@ class Writer:
         if self._staging is not None:
             shutil.rmtree(self._written(step), ignore_errors=True)
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        raise CheckpointWriteError(
+        raise StorageError(
             f"could not write the checkpoint at step {step} in {self._root}: {reason}; "
             "the previous checkpoints are intact") from error
 

@@ -18,15 +18,11 @@ import warnings
 
 from kroberta import storage
 from kroberta.config import Config, validate
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError
 from kroberta.model.masked_lm import check_model
 from kroberta.runtime import logs
 
 logger = logging.getLogger(__name__)
-
-
-class EvaluationError(KrobertaError, ValueError):
-    """`evaluate`'s data or batch size cannot be used with this model."""
 
 
 def evaluate(model, data, batch_size: int | None = None) -> dict:
@@ -49,7 +45,7 @@ def evaluate(model, data, batch_size: int | None = None) -> dict:
         "masked_accuracy", "perplexity": exp(loss), "sequences": the sequences read}.
 
     Raises:
-        EvaluationError / DataError / ConfigError: data prepared with another tokenizer,
+        InputError / ConfigError: data prepared with another tokenizer,
             longer than the model's positions, or malformed (named); a bad batch size.
     """
     import jax
@@ -111,7 +107,7 @@ def _model_config_of(model):
 def _patterns(data) -> list[str]:
     items = [data] if isinstance(data, (str, os.PathLike)) else list(data or [])
     if not items or not all(isinstance(p, (str, os.PathLike)) for p in items):
-        raise EvaluationError("data: give a prepared directory (python -m kroberta.prepare's "
+        raise InputError("data: give a prepared directory (python -m kroberta.prepare's "
                               f"--out) or TFRecord file(s) / glob(s), got {data!r}")
     return [os.fspath(p) for p in items]
 
@@ -121,7 +117,7 @@ def _with_batch_size(config: Config, batch_size: int | None, devices: int) -> Co
         return config
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1 \
             or batch_size % devices:
-        raise EvaluationError(f"batch_size: expected a positive multiple of the {devices} "
+        raise InputError(f"batch_size: expected a positive multiple of the {devices} "
                               f"devices, got {batch_size!r}")
     train = dataclasses.replace(config.train, batch_size_per_device=batch_size // devices)
     return dataclasses.replace(config, train=train)
@@ -140,24 +136,24 @@ def _directories(data) -> list[str]:
 def _check_prepared_with(directories: list[str], model):
     """Refuses files `prepare` wrote with another tokenizer than the model's: their ids
     would be scored as other tokens (a wrong number, no error)."""
-    from kroberta.data.manifest import ManifestError, load_manifest, tokenizer_difference
+    from kroberta.data.manifest import load_manifest, tokenizer_difference
 
     for directory in directories:
         try:
             manifest = load_manifest(directory)
-        except ManifestError:
+        except InputError:
             continue  # no (readable) manifest: nothing says which tokenizer wrote the ids
         differs = tokenizer_difference(manifest, int(model.backbone.vocabulary_size),
                                        getattr(model, "tokenizer", None))
         positions = int(model.backbone.max_sequence_length)
         if differs is None and manifest.sequence_length > positions:
-            raise EvaluationError(
+            raise InputError(
                 f"data: {directory} holds sequences of {manifest.sequence_length} tokens, the "
                 f"model has {positions} positions; prepare the text again with --seq-len "
                 f"{positions} (python -m kroberta.prepare --tokenizer MODEL_DIR --seq-len "
                 f"{positions} ...)")
         if differs is not None:
-            raise EvaluationError(
+            raise InputError(
                 f"data: {directory} was prepared with {differs}, so its ids mean other tokens "
                 "to it; prepare the text with the model's tokenizer (python -m "
                 "kroberta.prepare --tokenizer MODEL_DIR ...)")

@@ -14,7 +14,7 @@ from kroberta.training import checkpoint
 from kroberta.training.checkpoint import list_checkpoints  # `load`'s argument is named checkpoint
 from kroberta.config import load_toml, to_toml
 from kroberta import storage
-from kroberta.errors import ArgumentKindError, KrobertaError
+from kroberta.errors import ArgumentKindError, InputError, NotFoundError
 from kroberta.interop import EXPORT_FORMATS
 
 WEIGHTS_FILE = "model.weights.h5"
@@ -57,14 +57,6 @@ def save(model, run_dir: str):
     return final
 
 
-class LoadError(KrobertaError, ValueError):
-    """`load`'s arguments do not name a model it can load."""
-
-
-class RunNotFoundError(KrobertaError, FileNotFoundError):
-    """The run directory, its files or the checkpoint asked for are not there."""
-
-
 def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int | None = None):
     """Loads the model a training run saved.
 
@@ -92,14 +84,14 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
     config_path = storage.join(path, CONFIG_FILE)
     weights_path = storage.join(path, WEIGHTS_FILE)
     if not storage.isdir(path):
-        raise RunNotFoundError(f"{path}: not a kroberta run directory (no such directory)")
+        raise NotFoundError(f"{path}: not a kroberta run directory (no such directory)")
     if checkpoint is not None:
         return _load_checkpoint(path, mixed_precision, checkpoint)
     # An unfinished run (interrupted, preempted, --until-step) loads its last checkpoint.
     saved = list_checkpoints(path) if not storage.isfile(weights_path) else []
     for needed in (config_path, weights_path):
         if not storage.isfile(needed) and not (needed == weights_path and saved):
-            raise RunNotFoundError(f"{path}: not a finished kroberta run ({storage.basename(needed)} is missing)")
+            raise NotFoundError(f"{path}: not a finished kroberta run ({storage.basename(needed)} is missing)")
     if saved:
         step, checkpoint_path = saved[-1]
         print(f"{path}: no final model yet; loading the checkpoint at step {step}",
@@ -131,26 +123,26 @@ def _load_checkpoint(path: str, mixed_precision: bool | None, which: str | int):
     from kroberta.training import signals
 
     if not storage.isfile(storage.join(path, CONFIG_FILE)):
-        raise RunNotFoundError(f"{path}: not a kroberta run ({CONFIG_FILE} is missing)")
+        raise NotFoundError(f"{path}: not a kroberta run ({CONFIG_FILE} is missing)")
     saved = list_checkpoints(path)
     if which == "best":
         best = signals.best_checkpoint(path)
         if best is None:
-            raise RunNotFoundError(f"{path}: no kept checkpoint was evaluated; train with "
+            raise NotFoundError(f"{path}: no kept checkpoint was evaluated; train with "
                                     "validation data and train.keep_best = true")
         step, checkpoint_path = best[:2]
     elif which == "last":
         if not saved:
-            raise RunNotFoundError(f"{path}: holds no checkpoint")
+            raise NotFoundError(f"{path}: holds no checkpoint")
         step, checkpoint_path = saved[-1]
     elif isinstance(which, int) and not isinstance(which, bool):
         found = dict(saved)
         if which not in found:
-            raise RunNotFoundError(f"{path}: no checkpoint at step {which} (kept: "
+            raise NotFoundError(f"{path}: no checkpoint at step {which} (kept: "
                                     f"{', '.join(str(s) for s, _ in saved) or 'none'})")
         step, checkpoint_path = which, found[which]
     else:
-        raise LoadError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
+        raise InputError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
                          f"got {which!r}")
     return _model(path, mixed_precision, checkpoint_path, step)
 
@@ -171,30 +163,26 @@ def load_tokenizer(run_dir: str):
     return Tokenizer.from_str(storage.read_text(tokenizer_path))
 
 
-class ExportError(KrobertaError):
-    """A user-facing problem: printed as one line, exit status 2."""
-
-
 def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str:
     """Exports the run at `run` (with its tokenizer, if any) into `out` in `format`
     ("hf" or "keras-hub"); returns `out`."""
     from kroberta.interop import hf, keras_hub_presets
 
     if format not in EXPORT_FORMATS:
-        raise ExportError(f"--format {format!r}: expected one of {', '.join(EXPORT_FORMATS)}")
+        raise InputError(f"--format {format!r}: expected one of {', '.join(EXPORT_FORMATS)}")
 
     if not storage.isdir(run):
-        raise ExportError(f"{run}: not a kroberta run directory (no such directory)")
+        raise InputError(f"{run}: not a kroberta run directory (no such directory)")
     if os.path.exists(out) and not os.path.isdir(out):
-        raise ExportError(f"--out {out}: exists and is not a directory")
+        raise InputError(f"--out {out}: exists and is not a directory")
     non_empty = os.path.isdir(out) and bool(os.listdir(out))
     if non_empty and not overwrite:
-        raise ExportError(f"--out {out}: directory is not empty (pass --overwrite, "
+        raise InputError(f"--out {out}: directory is not empty (pass --overwrite, "
                           "overwrite=True in Python, to replace its export)")
     try:
         model = load(run, mixed_precision=False)  # float32 weights either way
     except (FileNotFoundError, ValueError) as e:  # ConfigError is a ValueError
-        raise ExportError(str(e)) from None
+        raise InputError(str(e)) from None
     if non_empty:
         # Drop the files a previous export wrote, so e.g. a stale tokenizer cannot survive.
         for name in (hf.EXPORT_FILES if format == "hf" else keras_hub_presets.EXPORT_FILES):
@@ -204,8 +192,5 @@ def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> s
     if format == "hf":
         hf.export_hf(model, out, tokenizer=model.tokenizer)
     else:
-        try:
-            keras_hub_presets.export_keras_hub(model, out, tokenizer=model.tokenizer)
-        except keras_hub_presets.KerasHubPresetError as e:
-            raise ExportError(str(e)) from None
+        keras_hub_presets.export_keras_hub(model, out, tokenizer=model.tokenizer)
     return out

@@ -12,7 +12,7 @@ import math
 import statistics
 
 from kroberta import storage
-from kroberta.errors import KrobertaError
+from kroberta.errors import InputError
 from kroberta.training.run_dir import METRICS_FILE, metrics_rows
 
 REPORT_FILE = "report.png"
@@ -28,21 +28,17 @@ GRAD_NORM_PANEL = ("grad_norm", "gradient norm (before clipping)")  # drawn when
 logger = logging.getLogger(__name__)
 
 
-class ReportError(KrobertaError, ValueError):
-    """The run directory has nothing to report; the message says why."""
-
-
 def read_metrics(run_dir: str) -> list[dict]:
     path = storage.join(run_dir, METRICS_FILE)
     if not storage.isfile(path):
         what = "no such directory" if not storage.isdir(run_dir) else f"no {METRICS_FILE} in it"
-        raise ReportError(f"{run_dir}: {what}; train a run there first "
+        raise InputError(f"{run_dir}: {what}; train a run there first "
                           "(python -m kroberta.train --run_dir=...)")
     # A run killed mid-write leaves a partial last line: skipped, and said so.
     rows = metrics_rows(run_dir, on_bad_line=lambda path, number: logger.warning(
         f"warning: {path}:{number}: not JSON, skipped"))
     if not rows:
-        raise ReportError(f"{path}: holds no rows yet")
+        raise InputError(f"{path}: holds no rows yet")
     return rows
 
 

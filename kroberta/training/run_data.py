@@ -10,9 +10,10 @@ import dataclasses
 import logging
 import os
 
+from kroberta.errors import ConfigError, InputError
 from kroberta import storage
 from kroberta.data import pipeline
-from kroberta.config import AUTO, Config, ConfigError, validate
+from kroberta.config import AUTO, Config, validate
 from kroberta.runtime import logs
 
 SPLITS = ("train", "validation")
@@ -67,7 +68,7 @@ def run_data_for(config: Config) -> RunData:
             _check_files_prepared_for(start, validation.files, config.data.dir)
         pipeline.check_against_model(validation, config.data, config.model, "data.validation")
         if validation.sequence_length != train.sequence_length:
-            raise pipeline.DataError(
+            raise InputError(
                 f"data.validation: sequences of {validation.sequence_length} tokens, but "
                 f"data.train has {train.sequence_length}")
     return RunData(config, train, validation, tokenizer_path, _word_starts(config, tokenizer_path))
@@ -110,12 +111,12 @@ def _check_prepared_for(start: StartingPoint, directory: str, key: str):
            f"{min(manifest.sequence_length, positions)} ...")
     differs = tokenizer_difference(manifest, checkpoint.model.vocabulary_size, start.tokenizer)
     if differs is not None:
-        raise pipeline.DataError(
+        raise InputError(
             f"{key}: {directory} was prepared with {differs.replace('model', 'checkpoint')}, "
             f"so its ids mean other tokens to the checkpoint ({checkpoint.key}="
             f"{checkpoint.directory}); prepare the text with its tokenizer: {fix}")
     if manifest.sequence_length > positions:
-        raise pipeline.DataError(
+        raise InputError(
             f"{key}: {directory} holds sequences of {manifest.sequence_length} tokens, but the "
             f"checkpoint ({checkpoint.key}={checkpoint.directory}) has {positions} positions; "
             f"prepare the text again with --seq-len {positions}: {fix}")
@@ -124,12 +125,12 @@ def _check_prepared_for(start: StartingPoint, directory: str, key: str):
 def _check_files_prepared_for(start: StartingPoint, files, checked_dir: str):
     """`_check_prepared_for` on the prepared directories (those with a manifest) that hold
     `files`, other than `checked_dir` (data.dir, checked already)."""
-    from kroberta.data.manifest import ManifestError, load_manifest
+    from kroberta.data.manifest import load_manifest
 
     for directory in sorted({os.path.dirname(f) for f in files} - {checked_dir.rstrip("/")}):
         try:
             load_manifest(directory)
-        except ManifestError:
+        except InputError:
             continue  # no (readable) manifest: nothing says which tokenizer wrote the ids
         _check_prepared_for(start, directory, "data.train")
 

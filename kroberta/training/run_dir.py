@@ -8,8 +8,9 @@ import os
 import shutil
 import tempfile
 
+from kroberta.errors import ConfigError, StorageError
 from kroberta import storage
-from kroberta.config import Config, ConfigError, to_dict, to_toml
+from kroberta.config import Config, to_dict, to_toml
 from kroberta.training import checkpoint, trackers
 
 METRICS_FILE = "metrics.jsonl"  # a JSON row per log interval and evaluation
@@ -77,7 +78,7 @@ def check_writable(run_dir: str):
         probe = storage.join(run_dir, f".write-test-{os.getpid()}")
         storage.write_text(probe, "ok")
         storage.remove(probe)
-    except storage.StorageError as error:  # the URL's package is missing
+    except StorageError as error:  # the URL's package is missing
         raise ConfigError(f"run_dir: {error}") from None
     except OSError as error:
         reason = error.strerror or str(error)

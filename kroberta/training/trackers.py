@@ -17,8 +17,8 @@ import time
 import uuid
 
 from kroberta import storage
-from kroberta.config import ConfigError, to_dict
-from kroberta.errors import KrobertaError
+from kroberta.config import to_dict
+from kroberta.errors import ConfigError, TrackerError
 
 IDS_FILE = "trackers.json"
 EXPERIMENT = "kroberta"  # W&B project and MLflow experiment when the environment names none
@@ -182,10 +182,6 @@ def check_installed(config):
     for name in config.train.trackers:
         if name != "tensorboard":
             _import(name, name)
-
-
-class TrackerError(KrobertaError, RuntimeError):
-    """A tracker's service refused to start the run (no login, unreachable server)."""
 
 
 # What to do when a tracker's own start fails.

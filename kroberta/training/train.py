@@ -14,14 +14,13 @@ import logging
 import math
 import time
 
+from kroberta.errors import ConfigError
 from kroberta import storage
-from kroberta.config import Config, ConfigError, parse_window, validate
+from kroberta.config import Config, parse_window, validate
 from kroberta.runtime import logs
 from kroberta.training import checkpoint, signals, trackers
 from kroberta.training.preemption import PreemptionFlag
-from kroberta.training.run_dir import (check_free_space, check_writable, keep_tokenizer,
-                                       prepare_run_dir, removed_unless_checkpointed,
-                                       truncate_metrics)
+from kroberta.training.run_dir import check_free_space, check_writable, keep_tokenizer, prepare_run_dir, removed_unless_checkpointed, truncate_metrics
 
 # JAX, Keras and TensorFlow are imported by the functions that use them, so that
 # `--help`, config errors and `--explain` answer without their seconds of start-up.
@@ -67,7 +66,7 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
         "outcome" (an `Outcome`), "stopped_early" (why, when it did), and when it
         trained "seconds", "compile_seconds", "preempted", "interrupted", "job_wide"}.
 
-    Raises ConfigError / DataError for bad settings or data, before any compute; a run
+    Raises ConfigError / InputError for bad settings or data, before any compute; a run
     directory this call created is removed again when it fails before its first
     checkpoint (`removed_unless_checkpointed`). KeyboardInterrupt after a Ctrl-C, once
     the checkpoint it asked for is written.

@@ -7,9 +7,10 @@ import random
 import numpy as np
 import pytest
 
+from kroberta.errors import ConfigError, InputError
 import kroberta
 from kroberta.data import pipeline
-from kroberta.config import Config, ConfigError
+from kroberta.config import Config
 from kroberta.data.synthetic import write_tfrecord
 from tests.conftest import prepare_word_corpus
 
@@ -117,7 +118,7 @@ def test_resume_starts_in_the_right_epoch_and_skips_exactly_the_consumed(tmp_pat
 
 def test_too_few_records_for_the_processes_is_a_clear_error(tmp_path):
     spec = _spec(_write_files(tmp_path, [1]))
-    with pytest.raises(pipeline.DataError, match=r"1 record\(s\) cannot be shared by 2 processes"):
+    with pytest.raises(InputError, match=r"1 record\(s\) cannot be shared by 2 processes"):
         pipeline.train_dataset(spec, _data(1), V, 1, seed=0, shard=(2, 0))
 
 

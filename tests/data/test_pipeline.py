@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from kroberta.errors import ConfigError, InputError
 from kroberta.data import pipeline
-from kroberta.config import Config, ConfigError
+from kroberta.config import Config
 from kroberta.data.synthetic import make_sequences, write_seed_format, write_tfrecord
 
 L, V = 32, 512
@@ -136,7 +137,7 @@ def test_truncated_file_is_found_at_startup(tmp_path, cut):
         offset += 16 + int.from_bytes(raw[offset:offset + 8], "little")
     bad = str(tmp_path / "cut.tfrecord")
     open(bad, "wb").write(raw[: offset + cut])  # 10 whole records, then a piece
-    with pytest.raises(pipeline.DataError, match=r"cut.tfrecord: record 10: truncated"):
+    with pytest.raises(InputError, match=r"cut.tfrecord: record 10: truncated"):
         _spec([good, bad])
 
 
@@ -152,41 +153,41 @@ def test_corrupt_record_in_the_stream_is_named(tmp_path):
 
 
 def test_startup_checks(tmp_path):
-    with pytest.raises(pipeline.DataError, match=r"data.train: no file matches '.*nothing-\*'"):
+    with pytest.raises(InputError, match=r"data.train: no file matches '.*nothing-\*'"):
         pipeline.resolve_files([str(tmp_path / "nothing-*")], "data.train")
-    with pytest.raises(pipeline.DataError, match=r"inputs: no file matches 'The cat sat.'; it "
+    with pytest.raises(InputError, match=r"inputs: no file matches 'The cat sat.'; it "
                                                  r"reads as text, not a path: kroberta.fill_mask"):
         pipeline.resolve_files(["The cat sat."], "inputs")
     # A directory (a likely slip for its files) is named with what to give instead.
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    with pytest.raises(pipeline.DataError,
+    with pytest.raises(InputError,
                        match=r"--data: .*corpus is a directory; name its TFRecord files, e.g. "
                              r"'.*corpus/\*.tfrecord'"):
         pipeline.resolve_files([str(corpus)], "--data")
     (corpus / "manifest.json").write_text("{}")
-    with pytest.raises(pipeline.DataError, match=r"data.train: .*corpus is a directory made by "
+    with pytest.raises(InputError, match=r"data.train: .*corpus is a directory made by "
                                                  r"prepare: training takes it as --data.dir="):
         pipeline.resolve_files([str(tmp_path / "corp*")], "data.train")
     text = tmp_path / "notes.txt"
     text.write_text("Plain text, not records: the first eight bytes read as a huge length.\n")
-    with pytest.raises(pipeline.DataError, match=r"notes.txt: record 0: truncated .*is it a "
+    with pytest.raises(InputError, match=r"notes.txt: record 0: truncated .*is it a "
                                                  r"TFRecord file\? Text goes through"):
         _spec([str(text)])
     empty = tmp_path / "empty.tfrecord"
     empty.write_bytes(b"")
-    with pytest.raises(pipeline.DataError, match=r"empty.tfrecord: the file holds no records"):
+    with pytest.raises(InputError, match=r"empty.tfrecord: the file holds no records"):
         _spec([str(empty)])
     write_seed_format(str(tmp_path / "a.tfrecord"), 4, 32, V)
     write_seed_format(str(tmp_path / "b.tfrecord"), 4, 16, V)
-    with pytest.raises(pipeline.DataError, match=r"files hold different sequence lengths"):
+    with pytest.raises(InputError, match=r"files hold different sequence lengths"):
         _spec([str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")])
     ids, mask = make_sequences(2, L, V)
     path = tmp_path / "no_mask.tfrecord"
     with tf.io.TFRecordWriter(str(path)) as w:
         feature = {"input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=ids[0]))}
         w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
-    with pytest.raises(pipeline.DataError, match=r"no_mask.tfrecord: record 0: feature 'attention_mask' is missing"):
+    with pytest.raises(InputError, match=r"no_mask.tfrecord: record 0: feature 'attention_mask' is missing"):
         _spec([str(path)])
 
 

@@ -6,8 +6,7 @@ import pytest
 
 from tests.downstream.tasks import MARKER, marker_task, sentences
 from kroberta.downstream import finetuning, prediction
-from kroberta.downstream.examples import LabelledDataError
-from kroberta.errors import ArgumentKindError
+from kroberta.errors import ArgumentKindError, InputError
 
 RECIPE = dict(learning_rates=[3e-3], seeds=1, epochs=3, batch_size=32, max_length=16)
 
@@ -54,7 +53,7 @@ def test_the_models_weights_are_left_as_they_were(downstream_model, tmp_path):
     (dict(data="a", validation="b", text_fields=("a", "b", "c")), "one text or a pair"),
 ])
 def test_bad_task_arguments_are_refused_before_any_work(downstream_model, arguments, message):
-    with pytest.raises(LabelledDataError, match=message):
+    with pytest.raises(InputError, match=message):
         finetuning.finetune(downstream_model, **arguments)
 
 
@@ -69,9 +68,9 @@ def test_a_model_kroberta_did_not_load_is_refused(downstream_model):
 
 def test_epochs_and_batch_size_are_checked(downstream_model, tmp_path):
     train, validation = marker_task(tmp_path, train=8, validation=8)
-    with pytest.raises(LabelledDataError, match="--epochs 9: expected 1 to 5"):
+    with pytest.raises(InputError, match="--epochs 9: expected 1 to 5"):
         finetuning.finetune(downstream_model, data=train, validation=validation, epochs=9)
-    with pytest.raises(LabelledDataError, match="--batch-size 6: must be a multiple of the 4"):
+    with pytest.raises(InputError, match="--batch-size 6: must be a multiple of the 4"):
         finetuning.finetune(downstream_model, data=train, validation=validation, batch_size=6)
 
 

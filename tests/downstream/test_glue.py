@@ -2,8 +2,9 @@
 
 import pytest
 
+from kroberta.errors import InputError
 from kroberta.downstream import glue
-from kroberta.downstream.examples import LabelledDataError, read_labelled
+from kroberta.downstream.examples import read_labelled
 
 # folder -> (header or None, rows); each row's texts and label as GLUE's TSVs place them.
 LAYOUTS = {
@@ -80,11 +81,11 @@ def test_the_task_folder_itself_may_be_given(tmp_path):
 def test_tasks_present_in_glue_order_and_errors_name_what_is_missing(tmp_path):
     write_glue(tmp_path, {k: LAYOUTS[k] for k in ("RTE", "CoLA")})
     assert glue.tasks_present(str(tmp_path)) == ["cola", "rte"]
-    with pytest.raises(LabelledDataError, match="glue/sst2 needs .*SST-2/train.tsv"):
+    with pytest.raises(InputError, match="glue/sst2 needs .*SST-2/train.tsv"):
         glue.task_files("glue/sst2", str(tmp_path))
-    with pytest.raises(LabelledDataError, match="not a GLUE task .*glue/cola"):
+    with pytest.raises(InputError, match="not a GLUE task .*glue/cola"):
         glue.spec("glue/squad")
-    with pytest.raises(LabelledDataError, match="holds no GLUE task folder"):
+    with pytest.raises(InputError, match="holds no GLUE task folder"):
         glue.tasks_present(str(tmp_path / "RTE"))
 
 
@@ -92,5 +93,5 @@ def test_a_label_outside_the_task_set_is_named(tmp_path):
     rows = [["0", "A.", "B.", "entailment"], ["1", "C.", "D.", "maybe"]]
     write_glue(tmp_path, {"RTE": (LAYOUTS["RTE"][0], rows)})
     train_path, _ = glue.task_files("glue/rte", str(tmp_path))
-    with pytest.raises(LabelledDataError, match=r"train\.tsv: line 3: field 'label' holds the label 'maybe'"):
+    with pytest.raises(InputError, match=r"train\.tsv: line 3: field 'label' holds the label 'maybe'"):
         read_labelled(train_path, glue.spec("glue/rte"))

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from kroberta.errors import KrobertaError
-from kroberta.downstream.examples import REGRESSION, LabelledDataError, TaskSpec, read_labelled
+from kroberta.errors import InputError, KrobertaError
+from kroberta.downstream.examples import REGRESSION, TaskSpec, read_labelled
 
 RECORDS = [{"text": "a cat", "other": "x", "label": "pos"},
            {"text": "a dog", "other": "y", "label": "neg"},
@@ -62,7 +62,7 @@ def test_integer_labels_sort_numerically_and_match_their_strings(tmp_path):
 
 def test_a_validation_label_unseen_in_training_names_file_record_and_field(tmp_path):
     path = _write(tmp_path, "v.jsonl", [{"text": "a", "label": "pos"}, {"text": "b", "label": "meh"}])
-    with pytest.raises(LabelledDataError, match=r"v\.jsonl: line 2: field 'label' holds the label 'meh'"):
+    with pytest.raises(InputError, match=r"v\.jsonl: line 2: field 'label' holds the label 'meh'"):
         read_labelled(path, SPEC, ("neg", "pos"))
 
 
@@ -73,7 +73,7 @@ def test_regression_labels_are_floats_and_a_non_number_is_named(tmp_path):
     assert names is None and labelled.labels.dtype == np.float32
     np.testing.assert_allclose(labelled.labels, [0.5, 4.0])
     bad = _write(tmp_path, "b.csv", [{"text": "a", "label": "0.5"}, {"text": "b", "label": "high"}])
-    with pytest.raises(LabelledDataError, match=r"b\.csv: line 3: field 'label' holds 'high', not a number"):
+    with pytest.raises(InputError, match=r"b\.csv: line 3: field 'label' holds 'high', not a number"):
         read_labelled(bad, spec)
 
 
@@ -81,13 +81,13 @@ def test_regression_labels_are_floats_and_a_non_number_is_named(tmp_path):
                                              ({"text": "  ", "label": "pos"}, "an empty field 'text'")])
 def test_a_missing_or_empty_text_names_file_record_and_field(tmp_path, record, problem):
     path = _write(tmp_path, "t.jsonl", [RECORDS[0], record])
-    with pytest.raises(LabelledDataError, match=rf"t\.jsonl: line 2: {problem}"):
+    with pytest.raises(InputError, match=rf"t\.jsonl: line 2: {problem}"):
         read_labelled(path, SPEC)
 
 
 def test_a_missing_label_and_a_missing_file_are_named(tmp_path):
     path = _write(tmp_path, "t.jsonl", [RECORDS[0], {"text": "b"}])
-    with pytest.raises(LabelledDataError, match=r"t\.jsonl: line 2: no label in field 'label'"):
+    with pytest.raises(InputError, match=r"t\.jsonl: line 2: no label in field 'label'"):
         read_labelled(path, SPEC)
     with pytest.raises(KrobertaError) as missing:
         read_labelled(str(tmp_path / "nope.jsonl"), SPEC)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from kroberta.errors import InputError
 import kroberta
-from kroberta.model.model_inputs import PredictInputError
 from tests.conftest import TINY_LENGTH, TINY_VOCAB
 
 
@@ -50,29 +50,29 @@ def test_hugging_face_and_keras_hub_names_give_the_same_logits(loaded):
 
 def test_wrong_inputs_are_refused_and_the_model_stays_usable(loaded):
     ids, mask = _inputs()
-    with pytest.raises(PredictInputError, match="unknown input.*'inputs'.*pass a"):
+    with pytest.raises(InputError, match="unknown input.*'inputs'.*pass a"):
         loaded.predict({"inputs": ids}, verbose=0)
-    with pytest.raises(PredictInputError, match="reads at most 32"):
+    with pytest.raises(InputError, match="reads at most 32"):
         loaded.predict(np.ones((2, TINY_LENGTH + 8), "int32"), verbose=0)
     # What a gather would clamp into a wrong answer, and text instead of ids.
     outside = ids.copy()
     outside[1, 3] = TINY_VOCAB
-    with pytest.raises(PredictInputError, match=rf"input_ids\[1, 3\] = {TINY_VOCAB} is outside "
+    with pytest.raises(InputError, match=rf"input_ids\[1, 3\] = {TINY_VOCAB} is outside "
                                                 rf"the vocabulary \[0, {TINY_VOCAB}\)"):
         loaded.predict({"input_ids": outside}, verbose=0)
-    with pytest.raises(PredictInputError, match=r"token_ids\[0, 0\] = -1 is outside"):
+    with pytest.raises(InputError, match=r"token_ids\[0, 0\] = -1 is outside"):
         loaded.predict(np.full((1, 4), -1), verbose=0)
-    with pytest.raises(PredictInputError, match=rf"mask_positions\[2, 1\] = {TINY_LENGTH} is "
+    with pytest.raises(InputError, match=rf"mask_positions\[2, 1\] = {TINY_LENGTH} is "
                                                 rf"outside the sequence's positions"):
         positions = np.array([[0, 1], [0, 1], [0, TINY_LENGTH]])
         loaded.predict({"token_ids": ids, "mask_positions": positions}, verbose=0)
-    with pytest.raises(PredictInputError, match="holds strings, not token ids; "
+    with pytest.raises(InputError, match="holds strings, not token ids; "
                                                 r"kroberta.fill_mask\(model, texts\)"):
         loaded.predict(["The <mask> sat on the mat."], verbose=0)
     # A failure Keras meets only while tracing its step (a dataset's element): after
     # Keras has detached the model's variables.
     bad = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "oops": mask}).batch(3)
-    with pytest.raises(PredictInputError, match="unknown input"):
+    with pytest.raises(InputError, match="unknown input"):
         loaded.predict(bad, verbose=0)
     assert all(v.value is not None for v in loaded.variables)
     out = loaded.predict({"input_ids": ids, "attention_mask": mask}, verbose=0)
@@ -96,12 +96,12 @@ def test_evaluate_counts_the_real_label_slots_and_fit_takes_predict_s_inputs(loa
                              verbose=0, return_dict=True)
     assert result["loss"] == pytest.approx(expected, rel=1e-4)
     assert result["perplexity"] == pytest.approx(np.exp(expected), rel=1e-4)
-    with pytest.raises(PredictInputError, match=r"model.fit: unknown input\(s\) \['inputs'\]"):
+    with pytest.raises(InputError, match=r"model.fit: unknown input\(s\) \['inputs'\]"):
         loaded.fit({"inputs": ids}, labels, verbose=0)
     # A dataset's elements are renamed in the step; one that fails there (after Keras has
     # detached the variables) leaves them attached.
     bad = tf.data.Dataset.from_tensor_slices(({"oops": ids}, labels)).batch(4)
-    with pytest.raises(PredictInputError, match=r"unknown input\(s\) \['oops'\]"):
+    with pytest.raises(InputError, match=r"unknown input\(s\) \['oops'\]"):
         loaded.fit(bad, verbose=0)
     assert all(v.value is not None for v in loaded.variables)
     named = tf.data.Dataset.from_tensor_slices(({"input_ids": ids}, labels)).batch(4)

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from kroberta.errors import ArgumentKindError, InputError
 import kroberta
 from kroberta.config import Config, ModelConfig
 from kroberta.model.metrics import MaskedLMLoss
-from kroberta.inference.prediction import PredictionError
 from kroberta.inference.program import trace_count
 from kroberta.data.synthetic import make_sequences, mask_once, write_tfrecord
 from tests.conftest import saved_tiny_model
@@ -144,15 +144,15 @@ def test_a_second_call_with_the_same_shapes_compiles_nothing(model):
 
 def test_logits_over_the_memory_budget_is_a_clear_error(model):
     # Sizes in the unit that shows them (it said "0.0 GiB ... over the 0.0 GiB budget").
-    with pytest.raises(PredictionError, match=r"is \d+\.\d MiB of float32, over the 1\.0 KiB "
+    with pytest.raises(InputError, match=r"is \d+\.\d MiB of float32, over the 1\.0 KiB "
                                               r"budget; use output='top_k'"):
         kroberta.predict(model, _arrays(50), output="logits", positions="all", max_output_bytes=1000)
 
 
 def test_bad_inputs_are_clear_errors(model):
-    with pytest.raises(PredictionError, match="output='loss' needs labels"):
+    with pytest.raises(InputError, match="output='loss' needs labels"):
         kroberta.predict(model, _arrays(4, labels=False), output="loss")
-    with pytest.raises(PredictionError, match="output must be one of"):
+    with pytest.raises(InputError, match="output must be one of"):
         kroberta.predict(model, _arrays(4), output="probabilities")
     bad = _arrays(4)
     bad["input_ids"][2, 3] = V + 5
@@ -173,13 +173,13 @@ def test_bad_inputs_are_clear_errors(model):
                                  "attention_mask": [[1, 1, 1], [1, 1, 1, 1, 1]]})
     with pytest.raises(ValueError, match=r"inputs: an empty list"):
         kroberta.predict(model, [])
-    with pytest.raises(PredictionError, match=rf"k must be an integer in \[1, {V}\], got '5'"):
+    with pytest.raises(InputError, match=rf"k must be an integer in \[1, {V}\], got '5'"):
         kroberta.predict(model, _arrays(4), k="5")
     for batch_size in (0, -4):
-        with pytest.raises(PredictionError, match=rf"batch_size must be >= 1 .*got {batch_size}"):
+        with pytest.raises(InputError, match=rf"batch_size must be >= 1 .*got {batch_size}"):
             kroberta.predict(model, _arrays(4), batch_size=batch_size)
     for slots in (0, -1, L + 1):
-        with pytest.raises(PredictionError, match=rf"slots must be in \[1, {L}\] .*got {slots}"):
+        with pytest.raises(InputError, match=rf"slots must be in \[1, {L}\] .*got {slots}"):
             kroberta.predict(model, _arrays(4), slots=slots)
 
 
@@ -197,7 +197,7 @@ def test_a_failure_mid_way_leaves_the_model_usable(model, tmp_path):
 
 
 def test_fill_mask_needs_a_tokenizer(model):
-    with pytest.raises(PredictionError, match="fill_mask needs a tokenizer"):
+    with pytest.raises(InputError, match="fill_mask needs a tokenizer"):
         kroberta.fill_mask(model, "The <mask> sat.")
 
 
@@ -319,7 +319,6 @@ def test_paths_bare_arrays_and_keras_hub_names_are_inputs_too(model, tmp_path):
 
 
 def test_a_path_where_a_model_goes_and_the_reverse_are_named(model, tmp_path):
-    from kroberta.errors import ArgumentKindError
 
     for call, name in ((lambda: kroberta.predict("runs/x", _arrays(2)), "predict"),
                        (lambda: kroberta.fill_mask("runs/x", "a <mask>"), "fill_mask"),

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from kroberta.errors import InputError
 import kroberta
 from kroberta.inference import prediction
 from kroberta.config import Config, ModelConfig, TrainConfig
-from kroberta.inference.prediction import PredictionError
 from kroberta.inference.program import trace_count
 from kroberta.data.synthetic import make_sequences, mask_once
 from tests.conftest import saved_tiny_model
@@ -89,5 +89,5 @@ def test_full_logits_are_dispatched_in_bounded_groups(model, monkeypatch):
 
 
 def test_a_group_size_below_one_is_a_clear_error(model):
-    with pytest.raises(PredictionError, match="batches_per_dispatch must be >= 1, got 0"):
+    with pytest.raises(InputError, match="batches_per_dispatch must be >= 1, got 0"):
         kroberta.predict(model, _arrays(4), batches_per_dispatch=0)

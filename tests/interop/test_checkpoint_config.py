@@ -14,9 +14,10 @@ import pytest  # noqa: E402
 transformers = pytest.importorskip("transformers", reason="needs transformers (the hf extra)")
 pytest.importorskip("torch", reason="transformers saves the checkpoint with torch")
 
+from kroberta.errors import ConfigError, InputError
 import kroberta  # noqa: E402
 import kroberta.cli.train  # noqa: E402
-from kroberta.config import ConfigError, config_path  # noqa: E402
+from kroberta.config import config_path  # noqa: E402
 from kroberta.interop import hf  # noqa: E402
 from kroberta.interop.checkpoint_config import with_checkpoint_model  # noqa: E402
 from kroberta.text.tokenizer import train_tokenizer, vocabulary_size  # noqa: E402
@@ -191,7 +192,6 @@ def test_kroberta_train_from_python_takes_the_checkpoints_model(checkpoint):
 
 
 def test_a_keras_hub_presets_tokenizer_is_checked_too(checkpoint, tmp_path):
-    from kroberta.data.bad_records import DataError
     from kroberta.training.run_data import run_data_for
 
     root, directory = checkpoint
@@ -203,5 +203,5 @@ def test_a_keras_hub_presets_tokenizer_is_checked_too(checkpoint, tmp_path):
     other.save(str(tmp_path / "other.json"))
     data = _prepare(root, "other-for-preset", str(tmp_path / "other.json"))
     config = kroberta.load_config(overrides={"init_from_keras_hub": preset, "data.dir": data})
-    with pytest.raises(DataError, match=f"python -m kroberta.prepare --tokenizer {preset}"):
+    with pytest.raises(InputError, match=f"python -m kroberta.prepare --tokenizer {preset}"):
         run_data_for(config)

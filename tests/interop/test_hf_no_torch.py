@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from kroberta.errors import ConversionError
 from kroberta.training import final_model
 from kroberta.interop import hf
 from kroberta.config import Config, ModelConfig, to_toml
-from kroberta.interop.hf import HFConversionError
 from kroberta.model.mlm import build_model
 import kroberta.cli.export
 
@@ -182,7 +182,7 @@ def test_from_hf_and_init_from_hf_read_a_url(tiny_export):
 ])
 def test_init_from_hf_refuses_another_shape(tiny_export, tmp_path, key, value, message):
     model, out = tiny_export
-    with pytest.raises(HFConversionError, match=message):
+    with pytest.raises(ConversionError, match=message):
         hf.init_from_hf(model, rewrite_config(out, str(tmp_path / "other"), **{key: value}))
 
 
@@ -239,7 +239,7 @@ def test_pytorch_bin_without_torch_is_a_clear_error(tiny_export, tmp_path, monke
     os.link(os.path.join(out, "config.json"), tmp_path / "config.json")
     (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
-    with pytest.raises(HFConversionError, match="pytorch_model.bin: reading a PyTorch checkpoint needs torch"):
+    with pytest.raises(ConversionError, match="pytorch_model.bin: reading a PyTorch checkpoint needs torch"):
         hf.from_hf(str(tmp_path))
 
 
@@ -254,7 +254,7 @@ def test_pytorch_bin_without_torch_is_a_clear_error(tiny_export, tmp_path, monke
 ])
 def test_unrepresentable_configs_are_refused_by_key(tiny_export, tmp_path, key, value, message):
     _, out = tiny_export
-    with pytest.raises(HFConversionError, match=message):
+    with pytest.raises(ConversionError, match=message):
         hf.from_hf(rewrite_config(out, str(tmp_path / "bad"), **{key: value}))
 
 
@@ -262,7 +262,7 @@ def test_missing_tensor_is_named(tiny_export, tmp_path):
     _, out = tiny_export
     bad = rewrite_tensors(out, str(tmp_path / "bad"),
                           lambda t: t.pop("roberta.encoder.layer.1.output.dense.bias"))
-    with pytest.raises(HFConversionError, match=r"missing tensor\(s\): roberta.encoder.layer.1.output.dense.bias"):
+    with pytest.raises(ConversionError, match=r"missing tensor\(s\): roberta.encoder.layer.1.output.dense.bias"):
         hf.from_hf(bad)
 
 
@@ -272,7 +272,7 @@ def test_shape_mismatch_names_tensor_expected_and_got(tiny_export, tmp_path):
     def shrink(t):
         t["lm_head.dense.weight"] = t["lm_head.dense.weight"][:, :8].copy()
 
-    with pytest.raises(HFConversionError,
+    with pytest.raises(ConversionError,
                        match=r"tensor lm_head.dense.weight: expected shape \(16, 16\), got \(16, 8\)"):
         hf.from_hf(rewrite_tensors(out, str(tmp_path / "bad"), shrink))
 

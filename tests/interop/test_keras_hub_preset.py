@@ -10,11 +10,10 @@ import keras_hub
 import numpy as np
 import pytest
 
+from kroberta.errors import ConfigError, ConversionError
 import kroberta
 from kroberta import train
 from kroberta.interop import keras_hub_presets
-from kroberta.config import ConfigError
-from kroberta.interop.keras_hub_presets import KerasHubPresetError
 from kroberta.text.tokenizer import train_tokenizer
 from tests.conftest import TINY_LENGTH, TINY_VOCAB, tiny_config
 from tests.interop.test_hf_no_torch import TINY, assert_same_weights, make_run, randomized_model
@@ -127,7 +126,7 @@ def test_not_a_roberta_preset_is_named(exported, tmp_path):
     config = json.load(open(os.path.join(out, "config.json")))
     config["registered_name"] = "keras_hub>BertBackbone"
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(KerasHubPresetError, match=r"config.json: registered_name: kroberta reads RobertaBackbone "
+    with pytest.raises(ConversionError, match=r"config.json: registered_name: kroberta reads RobertaBackbone "
                                                   r"presets, got 'keras_hub>BertBackbone'"):
         kroberta.from_keras_hub(str(tmp_path))
     (tmp_path / "empty").mkdir()
@@ -149,7 +148,7 @@ def test_training_can_start_from_a_preset(tiny_data, tmp_path):
         np.testing.assert_allclose(np.asarray(a.value), np.asarray(b.value), atol=1e-6)
     # Another shape is refused by key; both inits at once are a config error.
     other = build_model(dataclasses.replace(config.model, hidden_dim=16, num_heads=2), seed=0)
-    with pytest.raises(KerasHubPresetError, match=r"config.hidden_dim=32, but the model has model.hidden_dim=16"):
+    with pytest.raises(ConversionError, match=r"config.hidden_dim=32, but the model has model.hidden_dim=16"):
         keras_hub_presets.init_from_keras_hub(other, str(tmp_path / "preset"))
     both = dataclasses.replace(config, init_from_keras_hub=str(tmp_path / "preset"), init_from_hf="x",
                                run_dir=str(tmp_path / "run2"))

@@ -7,8 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from kroberta.errors import ConfigError
 from kroberta import train
-from kroberta.config import ConfigError, validate
+from kroberta.config import validate
 from kroberta.data import pipeline
 from kroberta.model import accumulation
 from tests.conftest import tiny_config

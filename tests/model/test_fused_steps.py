@@ -7,11 +7,12 @@ import jax
 import numpy as np
 import pytest
 
+from kroberta.errors import ConfigError
 from kroberta.data import pipeline
 from kroberta import train
 from kroberta.perf import dispatch_size
 from kroberta.model import fused_steps, masked_lm
-from kroberta.config import AUTO, ConfigError, validate
+from kroberta.config import AUTO, validate
 from tests.conftest import tiny_config
 from tests.training.test_train import _rows, _weights  # the run-dir readers the training tests use
 

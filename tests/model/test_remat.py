@@ -8,8 +8,9 @@ import jax
 import numpy as np
 import pytest
 
+from kroberta.errors import ConfigError
 from kroberta import train
-from kroberta.config import ConfigError, ModelConfig, validate
+from kroberta.config import ModelConfig, validate
 from kroberta.model.mlm import build_model
 from tests.conftest import tiny_config
 from tests.training.test_train import _rows, _weights

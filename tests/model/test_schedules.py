@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from kroberta.config import ConfigError, validate
+from kroberta.errors import ConfigError
+from kroberta.config import validate
 from kroberta.model import schedules
 from kroberta.model.mlm import build_optimizer
 from tests.conftest import tiny_config

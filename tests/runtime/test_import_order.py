@@ -92,7 +92,7 @@ def test_keras_objects_built_on_another_backend_are_a_clear_error():
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        "kroberta.runtime.backend.BackendError: keras was imported before kroberta with the "
+        "kroberta.errors.BackendError: keras was imported before kroberta with the "
         "'tensorflow' backend and already holds 1 Keras object(s) built on it (Dense); they "
         "cannot move to JAX. Restart Python (in a notebook: restart the kernel)")
 

@@ -11,11 +11,11 @@ import sys
 import numpy as np
 import pytest
 
+from kroberta.errors import InputError
 from kroberta.text import build
 from kroberta.cli.prepare import main
-from kroberta.text.build import PrepareError, prepare
+from kroberta.text.build import prepare
 from kroberta.config import load_config
-from kroberta.text.recordfiles import RecordError
 from kroberta.text.textfiles import iter_documents, record_document
 from tests.text.test_prepare import make_docs, read_split, tokenizer_path, write_corpus  # noqa: F401
 
@@ -129,7 +129,7 @@ def test_datasets_directory_and_dict_split(reference, tmp_path, tokenizer_path):
     # The "test" split's one record, cut into sequences of <s> + 14 tokens + </s>.
     assert other["train"]["sequences"] == -(-len(tokens) // 14)
     assert other["train"]["tokens"] == len(tokens) + 2 * other["train"]["sequences"]
-    with pytest.raises(PrepareError, match=r"dict: a DatasetDict without a 'dev' split \(splits: train, test\); "
+    with pytest.raises(InputError, match=r"dict: a DatasetDict without a 'dev' split \(splits: train, test\); "
                                            "pick one with --split"):
         _prepare(str(tmp_path / "corpora" / "dict"), tmp_path / "out4", tokenizer_path, split="dev")
 
@@ -146,15 +146,15 @@ def test_mixed_inputs_in_order(tmp_path, tokenizer_path):  # noqa: F811
 
 def test_text_field_and_missing_column_lists_the_columns(tmp_path, tokenizer_path):  # noqa: F811
     body = write_jsonl(tmp_path / "c.jsonl", DOCS, field="body")
-    with pytest.raises(PrepareError, match=r"c.jsonl: line 1: no field 'text' \(fields: id, body\); pick one "
+    with pytest.raises(InputError, match=r"c.jsonl: line 1: no field 'text' \(fields: id, body\); pick one "
                                            "with --text-field"):
         _prepare(body, tmp_path / "o", tokenizer_path)
     assert _prepare(body, tmp_path / "o", tokenizer_path, text_field="body")["train"]["tokens"] > 0
     for path in (write_csv(tmp_path / "c.csv", DOCS), write_parquet(tmp_path / "c.parquet", DOCS),
                  write_datasets(tmp_path / "ds", DOCS)):
-        with pytest.raises(PrepareError, match=r"no column 'body' \(columns: id, text\); pick one with --text-field"):
+        with pytest.raises(InputError, match=r"no column 'body' \(columns: id, text\); pick one with --text-field"):
             _prepare(path, tmp_path / "o2", tokenizer_path, text_field="body")
-    with pytest.raises(PrepareError, match=r"c.parquet: column 'id' holds int64, not text"):
+    with pytest.raises(InputError, match=r"c.parquet: column 'id' holds int64, not text"):
         _prepare(str(tmp_path / "c.parquet"), tmp_path / "o2", tokenizer_path, text_field="id")
     assert not (tmp_path / "o2").exists(), "checked before any work"
 
@@ -166,7 +166,7 @@ def test_bad_records_are_named(tmp_path, tokenizer_path, capsys):  # noqa: F811
                  "--no-progress"]) == 2
     assert "bad.jsonl: line 2: not a JSON object: Expecting ',' delimiter" in capsys.readouterr().err
     assert not (tmp_path / "o").exists(), "the directory prepare created is removed again"
-    with pytest.raises(PrepareError, match="bad.jsonl: line 2"):  # found while training a tokenizer too
+    with pytest.raises(InputError, match="bad.jsonl: line 2"):  # found while training a tokenizer too
         prepare([str(path)], tmp_path / "o2", vocab_size=300, seq_len=16, progress=False)
     for content, problem in (('[{"text": "a"}, {"text": "b"} {"text": "c"}]', "record 2: expected ',' or ']'"),
                              ('[{"text": "a"}, {"text": "b"', "record 2: not valid JSON"),
@@ -174,11 +174,11 @@ def test_bad_records_are_named(tmp_path, tokenizer_path, capsys):  # noqa: F811
                              ('[{"text": "a"}, ["b"]]', "record 2: a JSON list, not an object")):
         array = tmp_path / "array.json"
         array.write_text(content)
-        with pytest.raises(RecordError, match=f"array.json: {re.escape(problem)}"):
+        with pytest.raises(InputError, match=f"array.json: {re.escape(problem)}"):
             list(iter_documents([build.Source.of(array)]))
     number = tmp_path / "number.jsonl"
     number.write_text('{"text": "a"}\n{"text": 7}\n')
-    with pytest.raises(RecordError, match=r"number.jsonl: line 2: field 'text' holds int '7', not text"):
+    with pytest.raises(InputError, match=r"number.jsonl: line 2: field 'text' holds int '7', not text"):
         list(iter_documents([build.Source.of(number)]))
     # Bytes that are not UTF-8 in a CSV are named by their line, near the start or far in.
     for rows, bad_row in ((2, 2), (2000, 1500)):
@@ -186,7 +186,7 @@ def test_bad_records_are_named(tmp_path, tokenizer_path, capsys):  # noqa: F811
         lines[bad_row] = b"%d,caf\xe9\n" % bad_row
         latin = tmp_path / f"latin{rows}.csv"
         latin.write_bytes(b"".join(lines))
-        with pytest.raises(RecordError, match=rf"latin{rows}.csv: line {bad_row + 1}: not UTF-8"):
+        with pytest.raises(InputError, match=rf"latin{rows}.csv: line {bad_row + 1}: not UTF-8"):
             list(iter_documents([build.Source.of(latin)]))
 
 
@@ -336,5 +336,5 @@ def test_a_damaged_gzip_record_file_is_named(tmp_path, tokenizer_path):  # noqa:
     whole = gzip.compress("".join(json.dumps({"text": d}) + "\n" for d in DOCS * 20).encode())
     for name, data in (("cut.jsonl.gz", whole[: len(whole) // 2]), ("junk.csv.gz", b"\x1f\x8b\x08\x00 no data")):
         (tmp_path / name).write_bytes(data)
-        with pytest.raises(PrepareError, match=f"{name}: not a readable gzip file"):
+        with pytest.raises(InputError, match=f"{name}: not a readable gzip file"):
             _prepare(str(tmp_path / name), tmp_path / "o", tokenizer_path, overwrite=True)

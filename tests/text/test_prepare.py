@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.data.manifest import ManifestError, load_manifest
+from kroberta.errors import InputError
+from kroberta.data.manifest import load_manifest
 from kroberta.text.packing import pack_documents
 from kroberta.cli.prepare import main
-from kroberta.text.build import PrepareError, PrepareWarning, prepare
+from kroberta.text.build import PrepareWarning, prepare
 from kroberta.data.records import ShardWriter, encode_example, encode_examples
 from kroberta.masking import static_labels
-from kroberta.text.tokenizer import TokenizerError, load_tokenizer, special_token_ids, train_tokenizer
+from kroberta.text.tokenizer import load_tokenizer, special_token_ids, train_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORDS = "the cat sat on a mat while dogs ran far away über naïve café 日本 résumé <s> </s> <mask>".split()
@@ -79,7 +80,7 @@ def test_tokenizer_without_specials_is_a_clear_error(tmp_path):
 
     path = tmp_path / "plain.json"
     Tokenizer(models.BPE()).save(str(path))
-    with pytest.raises(TokenizerError, match=r"plain\.json.*<s>"):
+    with pytest.raises(InputError, match=r"plain\.json.*<s>"):
         load_tokenizer(path)
 
 
@@ -155,21 +156,21 @@ def test_manifest_matches_shards(tmp_path, tokenizer_path):
 
 
 def test_manifest_errors_name_the_problem(tmp_path, tokenizer_path):
-    with pytest.raises(ManifestError, match="no manifest.json"):
+    with pytest.raises(InputError, match="no manifest.json"):
         load_manifest(tmp_path)
     prepare(write_corpus(tmp_path / "c.txt", make_docs(20)), tmp_path / "o", seq_len=16, tokenizer=tokenizer_path,
             progress=False)  # fmt: skip
     path = tmp_path / "o" / "manifest.json"
     data = json.loads(path.read_text())
     os.remove(tmp_path / "o" / data["train"]["files"][0])
-    with pytest.raises(ManifestError, match="train.files lists train-00000-of-00001.tfrecord"):
+    with pytest.raises(InputError, match="train.files lists train-00000-of-00001.tfrecord"):
         load_manifest(tmp_path / "o")
     del data["sequence_length"]
     path.write_text(json.dumps(data))
-    with pytest.raises(ManifestError, match="'sequence_length'"):
+    with pytest.raises(InputError, match="'sequence_length'"):
         load_manifest(tmp_path / "o")
     path.write_text("{not json")
-    with pytest.raises(ManifestError, match="malformed JSON"):
+    with pytest.raises(InputError, match="malformed JSON"):
         load_manifest(tmp_path / "o")
 
 
@@ -213,18 +214,18 @@ def test_static_mask_rates():
 
 def test_corner_cases(tmp_path, tokenizer_path):
     good = write_corpus(tmp_path / "good.txt", make_docs(30))
-    with pytest.raises(PrepareError, match=r"no files match '.*nothing\*\.txt'"):
+    with pytest.raises(InputError, match=r"no files match '.*nothing\*\.txt'"):
         prepare(str(tmp_path / "nothing*.txt"), tmp_path / "o", progress=False)
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "blank.txt").write_text("\n  \n\n")
-    with pytest.raises(PrepareError, match="no text"):
+    with pytest.raises(InputError, match="no text"):
         prepare([str(tmp_path / "empty.txt"), str(tmp_path / "blank.txt")], tmp_path / "o", progress=False)
-    with pytest.raises(PrepareError, match="seq-len 4 is too short"):
+    with pytest.raises(InputError, match="seq-len 4 is too short"):
         prepare(good, tmp_path / "o", seq_len=4, progress=False)
-    with pytest.raises(PrepareError, match="at least 261"):
+    with pytest.raises(InputError, match="at least 261"):
         prepare(good, tmp_path / "o", vocab_size=100, progress=False)
     # Python's wrong types name the argument (they were Python's own TypeErrors).
-    with pytest.raises(PrepareError, match=r"--vocab-size \(prepare's vocab_size\) must be an "
+    with pytest.raises(InputError, match=r"--vocab-size \(prepare's vocab_size\) must be an "
                                            r"integer, got '500'"):
         prepare(good, tmp_path / "o", vocab_size="500", progress=False)
     with pytest.raises(ValueError, match="inputs: expected a path or pattern, or a list of them, "
@@ -240,10 +241,10 @@ def test_corner_cases(tmp_path, tokenizer_path):
     skipped = {os.path.basename(s["path"]): s for s in m["source"]["skipped_files"]}
     assert skipped["bin.txt"]["offset"] == 3 and skipped["latin1.txt"] == {
         "path": str(tmp_path / "latin1.txt"), "problem": "not UTF-8", "offset": 3}  # fmt: skip
-    with pytest.raises(PrepareError, match=r"latin1\.txt: not UTF-8 at byte 3 \(--strict\)"):
+    with pytest.raises(InputError, match=r"latin1\.txt: not UTF-8 at byte 3 \(--strict\)"):
         prepare([good, str(tmp_path / "latin1.txt")], tmp_path / "s", strict=True, progress=False)
 
-    with pytest.raises(PrepareError, match="already holds a prepared dataset.*--overwrite"):
+    with pytest.raises(InputError, match="already holds a prepared dataset.*--overwrite"):
         prepare(good, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
     m = prepare(good, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False, overwrite=True)
     assert m["source"]["skipped_files"] == []

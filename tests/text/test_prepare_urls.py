@@ -10,9 +10,9 @@ import uuid
 import pytest
 import tensorflow as tf
 
+from kroberta.errors import InputError
 from kroberta import prepare, storage
 import kroberta.cli.prepare
-from kroberta.text.build import PrepareError
 
 # The fast tier (docs/contributing.md): builds no model and starts no process.
 pytestmark = pytest.mark.fast
@@ -54,7 +54,7 @@ def test_prepare_reads_url_inputs_and_writes_a_url_like_local_paths(tmp_path, ca
         assert storage.read_bytes(f"{out}/{name}") == (tmp_path / "data" / name).read_bytes(), name
     assert storage.isfile(f"{out}/manifest.json")
 
-    with pytest.raises(PrepareError, match="already holds a prepared dataset"):
+    with pytest.raises(InputError, match="already holds a prepared dataset"):
         prepare([f"{ram}/*"], out, **settings)
     assert kroberta.cli.prepare.main(["--input", f"{ram}/*.txt", "--out", out, "--overwrite",
                              "--vocab-size", "300", "--seq-len", "32", "--no-progress"]) == 0

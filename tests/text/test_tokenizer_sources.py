@@ -8,8 +8,9 @@ import shutil
 import numpy as np
 import pytest
 
+from kroberta.errors import InputError
 from kroberta.cli.prepare import main
-from kroberta.text.build import PrepareError, prepare
+from kroberta.text.build import prepare
 from kroberta.text.tokenizer import load_tokenizer
 from tests.text.test_prepare import read_split
 
@@ -95,7 +96,7 @@ def test_a_directory_without_a_tokenizer_is_refused(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("some text\n", encoding="utf-8")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(PrepareError, match=r"empty: no tokenizer in this directory; expected a tokenizer.json, "
+    with pytest.raises(InputError, match=r"empty: no tokenizer in this directory; expected a tokenizer.json, "
                                            r"a Hugging Face model directory"):
         prepare(str(corpus), tmp_path / "o", tokenizer=tmp_path / "empty", progress=False)
     assert not (tmp_path / "o").exists()
@@ -109,7 +110,7 @@ def test_a_vocabulary_without_roberta_specials_is_refused(tmp_path, sources):
     (directory / "vocab.json").write_text(json.dumps(vocabulary))
     corpus = tmp_path / "c.txt"
     corpus.write_text("some text\n", encoding="utf-8")
-    with pytest.raises(PrepareError, match=r"vocab.json lacks the special token\(s\) <mask>"):
+    with pytest.raises(InputError, match=r"vocab.json lacks the special token\(s\) <mask>"):
         prepare(str(corpus), tmp_path / "o", tokenizer=directory, progress=False)
 
 

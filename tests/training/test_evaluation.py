@@ -9,10 +9,10 @@ import os
 
 import pytest
 
+from kroberta.errors import InputError
 import kroberta
 import kroberta.cli.evaluate
 from kroberta.config import load_toml, config_path
-from kroberta.training.evaluation import EvaluationError
 from tests.conftest import prepare_word_corpus
 
 WORDS = ("alpha beta gamma delta epsilon zeta theta iota kappa lambda sigma omega river stone "
@@ -79,9 +79,9 @@ def test_data_from_another_tokenizer_and_bad_arguments_are_refused(trained, tmp_
     run_dir, _, _ = trained
     other = prepare_word_corpus(tmp_path, [w.upper() + "q" for w in WORDS], documents=200)
     model = kroberta.load(run_dir)
-    with pytest.raises(EvaluationError, match="another tokenizer than the model's"):
+    with pytest.raises(InputError, match="another tokenizer than the model's"):
         kroberta.evaluate(model, str(other))
-    with pytest.raises(EvaluationError, match="multiple of the 4 devices"):
+    with pytest.raises(InputError, match="multiple of the 4 devices"):
         kroberta.evaluate(model, str(other), batch_size=6)
     assert kroberta.cli.evaluate.main(["--model", str(tmp_path), "--data", str(other)]) == 2
     assert "neither config.toml" in capsys.readouterr().err

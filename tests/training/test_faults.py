@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
+from kroberta.errors import ConfigError, InputError, StorageError
 from kroberta import train
 from kroberta.training import checkpoint
-from kroberta.config import ConfigError
 from kroberta.data.synthetic import make_sequences, write_tfrecord
 from tests.conftest import REPO, tiny_config
 from tests.training.test_train import _rows, _weights
@@ -211,7 +211,7 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_ones(tiny_data, tmp_pa
 
     monkeypatch.setattr(checkpoint, "_checkpointer",
                         lambda asynchronous=False: (real()[0], FullDisk(real()[1])))
-    with pytest.raises(checkpoint.CheckpointWriteError,
+    with pytest.raises(StorageError,
                        match=r"step 40 .*No space left on device; the previous checkpoints are intact"):
         train(config)
     assert checkpoint.list_checkpoints(str(run_dir)) == before
@@ -245,7 +245,7 @@ def test_disk_full_in_the_background_write_fails_the_run_and_keeps_the_previous_
     monkeypatch.setattr(checkpoint, "_checkpointer", lambda asynchronous=False: (
         (real()[0], FullDiskLater(real(asynchronous)[1])) if asynchronous else real()))
     # The step-40 write fails after its save returned: the end of the run waits for it.
-    with pytest.raises(checkpoint.CheckpointWriteError,
+    with pytest.raises(StorageError,
                        match=r"step 40 .*No space left on device; the previous checkpoints are intact"):
         train(config)
     assert checkpoint.list_checkpoints(str(run_dir)) == before
@@ -268,7 +268,6 @@ def test_bad_data_from_the_command_line_is_exit_2_with_file_record_feature(tmp_p
 def test_a_corrupt_record_under_static_masking_is_named_before_training(tiny_data, tmp_path):
     """Static masking samples the labels before training starts: a byte flipped inside a
     record is named by file and record there too, not raised as TensorFlow's DataLossError."""
-    from kroberta.data.bad_records import DataError
     from kroberta.data.synthetic import write_seed_format
 
     path = tmp_path / "train-0.tfrecord"
@@ -279,5 +278,5 @@ def test_a_corrupt_record_under_static_masking_is_named_before_training(tiny_dat
     config = tiny_config(tmp_path, tmp_path / "run", steps=2, warmup_steps=0)
     config = dataclasses.replace(
         config, data=dataclasses.replace(config.data, masking="static", validation=()))
-    with pytest.raises(DataError, match=r"train-0.tfrecord: record \d+: corrupt or truncated"):
+    with pytest.raises(InputError, match=r"train-0.tfrecord: record \d+: corrupt or truncated"):
         train(config)

@@ -15,9 +15,10 @@ import keras_hub
 import numpy as np
 import pytest
 
+from kroberta.errors import ConfigError
 import kroberta
 from kroberta import masking, train
-from kroberta.config import ConfigError, validate
+from kroberta.config import validate
 from kroberta.training import run_data
 from kroberta.training import signals
 from tests.conftest import REPO, tiny_config

@@ -15,8 +15,9 @@ import types
 import numpy as np
 import pytest
 
+from kroberta.errors import ConfigError, TrackerError
 from kroberta import train
-from kroberta.config import ConfigError, validate
+from kroberta.config import validate
 from kroberta.training import run_callbacks, trackers
 from tests.conftest import tiny_config
 
@@ -239,7 +240,7 @@ def test_a_missing_tracker_package_is_a_one_line_error(tiny_data, tmp_path, monk
 @pytest.mark.fast
 def test_a_missing_tracker_package_is_named_before_the_data_are_read(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)
-    # No data there: reading them first would be a DataError.
+    # No data there: reading them first would be a InputError.
     config = tiny_config(tmp_path / "no-data", tmp_path / "run", trackers=("wandb",))
     with pytest.raises(ConfigError, match=r'"wandb" needs the wandb package'):
         train(config)
@@ -254,7 +255,7 @@ def test_a_tracker_that_fails_to_start_is_a_one_line_error(tiny_data, tmp_path, 
 
     monkeypatch.setitem(trackers._KINDS, "wandb", Refusing)
     config = validate(tiny_config(tiny_data, tmp_path, trackers=("wandb",)))
-    with pytest.raises(trackers.TrackerError) as raised:
+    with pytest.raises(TrackerError) as raised:
         trackers.open_trackers(config, str(tmp_path))
     assert str(raised.value) == ('train.trackers: "wandb" could not start the run: No API key '
                                  "configured. Use `wandb login` to log in.; log in (wandb login, "
