@@ -130,29 +130,25 @@ def _model_axis_size(config: Config, num_devices: int, local_devices: int) -> in
 
 
 def make_distribution(config: Config, devices):
-    """The Keras distribution of `config.distributed.strategy` over `devices` (not installed).
+    """The Keras distribution of `config.distributed.strategy` over `devices` (not installed),
+    its mesh as `topology_for` lays it out.
 
     Also used by `kroberta.aot` with the abstract devices of a TPU topology.
     """
-    devices = list(devices)
-    if config.distributed.strategy == "data":
+    topology = topology_for(config, devices)
+    devices = list(topology.devices)
+    if topology.strategy == "data":
         # Each process shards its own input (see `data_shard`), so Keras must not.
         return keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
-    local = sum(d.process_index == jax.process_index() for d in devices)
-    size = _model_axis_size(config, len(devices), local)
-    mesh = keras.distribution.DeviceMesh((len(devices) // size, size), (BATCH_AXIS, MODEL_AXIS),
-                                         devices)
-    strategy = config.distributed.strategy
-    cls = _FullyShardedData if strategy == "fsdp" else keras.distribution.ModelParallel
-    return cls(layout_map=layout_map(mesh, strategy), batch_dim_name=BATCH_AXIS,
+    mesh = keras.distribution.DeviceMesh(tuple(topology.mesh_shape.values()),
+                                         tuple(topology.mesh_shape), devices)
+    cls = _FullyShardedData if topology.strategy == "fsdp" else keras.distribution.ModelParallel
+    return cls(layout_map=layout_map(mesh, topology.strategy), batch_dim_name=BATCH_AXIS,
                auto_shard_dataset=False)
 
 
-def setup(config: Config) -> Topology:
-    """Selects the devices, builds the mesh and installs the Keras distribution.
-
-    Every later `fit`/`evaluate` step is one XLA program over the mesh.
-    """
+def select_devices(config: Config) -> tuple:
+    """This job's devices ordered by process, the first `distributed.devices` (0: all)."""
     available = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     wanted = config.distributed.devices or len(available)
     if wanted > len(available):
@@ -163,14 +159,22 @@ def setup(config: Config) -> Topology:
     if jax.process_count() > 1 and wanted != len(available):
         raise ConfigError(f"distributed.devices: must be 0 (all {len(available)} devices) in a "
                           f"job of {jax.process_count()} processes, got {wanted}")
-    devices = tuple(available[:wanted])
+    return tuple(available[:wanted])
+
+
+def setup(config: Config) -> Topology:
+    """Selects the devices, builds the mesh and installs the Keras distribution.
+
+    Every later `fit`/`evaluate` step is one XLA program over the mesh.
+    """
+    devices = select_devices(config)
     keras.distribution.set_distribution(make_distribution(config, devices))
     return topology_for(config, devices)
 
 
 def topology_for(config: Config, devices, strategy: str | None = None,
                  processes: tuple[int, int] | None = None) -> Topology:
-    """The topology of `config` over `devices`, as `make_distribution` lays out its mesh
+    """The topology of `config` over `devices`: the mesh `make_distribution` builds
     (nothing installed). `strategy`: None for distributed.strategy; `processes`: (count,
     index), None for this job's (`kroberta.aot` describes one process over a TPU
     topology's devices)."""
