@@ -1,8 +1,8 @@
 """The plan: every setting derived from a config and the devices it runs on, resolved once.
 
 Training, prediction, ahead-of-time compilation and the advisors read their batch
-sizes, steps per dispatch, prediction slots and masking from one `Plan` instead of
-each working them out again:
+sizes, steps per dispatch and prediction slots from one `Plan` instead of each
+working them out again:
 
     micro batch    batch_size_per_device x devices        (one forward/backward pass)
     global batch   micro batch x gradient_accumulation_steps   (one optimizer step)
@@ -11,9 +11,13 @@ each working them out again:
     steps per dispatch   train.steps_per_execution, "auto" resolved by
                    `kroberta.perf.dispatch_size` for the global batch on these devices
     slots          `data.prediction_slots(sequence_length)`
+
+What the devices' peak FLOP/s decides ("auto" steps per dispatch, prediction groups)
+is resolved when first read, the peak looked up once per plan.
 """
 
 import dataclasses
+import functools
 
 from kroberta.config import AUTO, Config
 from kroberta.parallel import distribute
@@ -21,21 +25,15 @@ from kroberta.parallel import distribute
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What `config` runs as on `topology` (see the module docstring)."""
+    """What `requested` runs as on `topology` (see the module docstring)."""
 
-    config: Config  # train.steps_per_execution an integer
+    requested: Config  # as given: train.steps_per_execution may be "auto"
     topology: distribute.Topology
     sequence_length: int
     micro_batch: int
     global_batch: int
     process_batch: int
-    steps_per_dispatch: int
     slots: int
-    masking: str  # data.masking: "dynamic", "static" ("auto" until files decide it)
-    step_input: str | None  # the x entry the training step masks from (DataConfig.step_input)
-    needs_word_starts: bool  # whole-word masking: the step holds the tokenizer's table
-    auto_steps: bool = False  # train.steps_per_execution was "auto"
-    steps_reason: str = ""  # why "auto" chose `steps_per_dispatch` ("" when it was given)
 
     @property
     def devices(self) -> tuple:
@@ -54,6 +52,45 @@ class Plan:
         """(shards, index) of the input this process reads; None for a single process."""
         return distribute.data_shard(self.topology)
 
+    @functools.cached_property
+    def peak_flops(self) -> float | None:
+        """The devices' peak FLOP/s together (`kroberta.perf.throughput`); None if unknown."""
+        from kroberta.perf import throughput
+
+        return throughput.peak_flops(self.devices)
+
+    @functools.cached_property
+    def _steps(self) -> tuple[int, str]:
+        steps = self.requested.train.steps_per_execution
+        if steps != AUTO:
+            return steps, ""
+        from kroberta.perf import dispatch_size
+
+        return dispatch_size.steps_for(self.requested, self.peak_flops, self.global_batch,
+                                       self.sequence_length)
+
+    @property
+    def steps_per_dispatch(self) -> int:
+        return self._steps[0]
+
+    @property
+    def auto_steps(self) -> bool:
+        """Whether train.steps_per_execution was "auto"."""
+        return self.requested.train.steps_per_execution == AUTO
+
+    @property
+    def steps_reason(self) -> str:
+        """Why "auto" chose `steps_per_dispatch` ("" when it was given)."""
+        return self._steps[1]
+
+    @functools.cached_property
+    def config(self) -> Config:
+        """`requested` with train.steps_per_execution an integer."""
+        if not self.auto_steps:
+            return self.requested
+        return dataclasses.replace(self.requested, train=dataclasses.replace(
+            self.requested.train, steps_per_execution=self.steps_per_dispatch))
+
     def prediction_batch(self, batch_size: int | None = None) -> int:
         """Sequences per prediction step over all devices: `batch_size` (None: the micro
         batch) rounded up so that every device gets the same share."""
@@ -69,7 +106,7 @@ class Plan:
         from kroberta.perf import dispatch_size
 
         if self.auto_steps:
-            return dispatch_size.prediction_group(self.config, self.devices, global_batch,
+            return dispatch_size.prediction_group(self.requested, self.peak_flops, global_batch,
                                                   slots, self.sequence_length)
         return dispatch_size.at_most_needed(self.steps_per_dispatch, examples, global_batch)
 
@@ -80,8 +117,8 @@ def make_plan(config: Config, devices=None, sequence_length: int | None = None,
 
     Args:
         config: the run's config (validated).
-        devices: the devices it runs on; None: this job's devices, the first
-            `distributed.devices` of them (0: all). Ignored when `topology` is given.
+        devices: the devices it runs on; None: this job's (`distribute.select_devices`).
+            Ignored when `topology` is given.
         sequence_length: tokens per sequence (the files'); None: model.max_sequence_length.
         topology: the topology `distribute.setup` installed, or one described with
             `distribute.topology_for` (e.g. one process over a TPU topology's devices).
@@ -91,33 +128,15 @@ def make_plan(config: Config, devices=None, sequence_length: int | None = None,
     Returns:
         The `Plan`; its `config` has train.steps_per_execution resolved.
     """
-    from kroberta.perf import dispatch_size
-
     if topology is None:
         topology = distribute.topology_for(
-            config, _selected(config) if devices is None else devices, strategy)
-    t, data = config.train, config.data
+            config, distribute.select_devices(config) if devices is None else devices, strategy)
+    t = config.train
     length = sequence_length or config.model.max_sequence_length
     micro = t.batch_size_per_device * topology.num_devices
-    global_batch = micro * t.gradient_accumulation_steps
-    steps, why = t.steps_per_execution, ""
-    if steps == AUTO:
-        steps, why = dispatch_size.steps_for(config, topology.devices, global_batch, length)
-        config = dataclasses.replace(config, train=dataclasses.replace(t, steps_per_execution=steps))
     return Plan(
-        config=config, topology=topology, sequence_length=length, micro_batch=micro,
-        global_batch=global_batch,
+        requested=config, topology=topology, sequence_length=length, micro_batch=micro,
+        global_batch=micro * t.gradient_accumulation_steps,
         process_batch=t.batch_size_per_device * topology.local_device_count
         * t.gradient_accumulation_steps,
-        steps_per_dispatch=steps, slots=data.prediction_slots(length), masking=data.masking,
-        step_input=data.step_input(),
-        needs_word_starts=data.whole_word_masking and data.masks_drawn_by_step(),
-        auto_steps=bool(why), steps_reason=why)
-
-
-def _selected(config: Config) -> tuple:
-    """This job's devices ordered by process, the first `distributed.devices` (0: all)."""
-    import jax
-
-    available = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
-    return tuple(available[: config.distributed.devices or len(available)])
+        slots=config.data.prediction_slots(length))

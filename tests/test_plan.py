@@ -8,7 +8,7 @@ import pytest
 from kroberta.errors import ConfigError
 from kroberta.config import AUTO, config_path, load_toml
 from kroberta.parallel import distribute
-from kroberta.perf import dispatch_size, flops, hardware
+from kroberta.perf import dispatch_size, flops, hardware, throughput
 from kroberta.plan import make_plan
 
 pytestmark = pytest.mark.fast
@@ -80,34 +80,26 @@ def test_auto_steps_per_dispatch_follow_the_dispatch_size_rule():
     assert k > 1  # a tiny model on a TPU: many steps per dispatch
     assert plan.steps_per_dispatch == k and plan.auto_steps and plan.steps_reason == why
     assert plan.config.train.steps_per_execution == k
-    resolved = dispatch_size.with_steps_per_execution(config, devices, plan.global_batch, 32)
-    assert plan.config == resolved
+    assert plan.config == dataclasses.replace(config, train=dataclasses.replace(
+        config.train, steps_per_execution=k))
     # On this CPU a seed-sized step already holds the target: the rule says how many.
     cpu = make_plan(config)
-    assert cpu.steps_per_dispatch == dispatch_size.with_steps_per_execution(
-        config, jax.devices(), cpu.global_batch).train.steps_per_execution
+    assert cpu.steps_per_dispatch == dispatch_size.steps_for(
+        config, throughput.peak_flops(jax.devices()), cpu.global_batch)[0]
 
 
-@pytest.mark.parametrize("masking, slots, step_input", [("dynamic", 24, "mask_keys"),
-                                                        ("static", 28, "token_labels")])
-def test_slots_for_static_and_dynamic_masking(masking, slots, step_input):
+@pytest.mark.parametrize("masking, slots", [("dynamic", 24), ("static", 28)])
+def test_slots_for_static_and_dynamic_masking(masking, slots):
     config = _config(data={"masking": masking, "mask_rate": 0.15, "max_predictions": 0},
                      train={"steps_per_execution": 1})
     plan = make_plan(config, sequence_length=128)
     # dynamic: ceil(1.25 x 0.15 x 128) = 24; static: ceil(19.2 + 2 x sqrt(128 x 0.15 x 0.85)) = 28
     assert plan.slots == slots == config.data.prediction_slots(128)
-    assert (plan.masking, plan.step_input, plan.sequence_length) == (masking, step_input, 128)
-    assert not plan.needs_word_starts
+    assert plan.sequence_length == 128
     capped = make_plan(dataclasses.replace(config, data=dataclasses.replace(
         config.data, max_predictions=7)), sequence_length=128)
     assert capped.slots == 7
     assert make_plan(config).slots == config.data.prediction_slots(32)  # the model's length
-
-
-def test_whole_word_masking_needs_the_word_starts():
-    config = _config(data={"masking": "dynamic", "whole_word_masking": True},
-                     train={"steps_per_execution": 1})
-    assert make_plan(config).needs_word_starts
 
 
 def test_prediction_batch_and_group():
@@ -118,6 +110,17 @@ def test_prediction_batch_and_group():
     # A fixed group, never more than the batches `examples` fill, rounded up to a power of 2.
     assert [plan.prediction_group(16, 3, n) for n in (None, 70, 40, 3)] == [6, 6, 4, 1]
     auto = make_plan(_config(train={"steps_per_execution": AUTO}), _two_hosts(4), 32)
-    expected = dispatch_size.prediction_group(auto.config, auto.devices, 16, 3, 32)
+    expected = dispatch_size.prediction_group(auto.config, throughput.peak_flops(auto.devices),
+                                              16, 3, 32)
     assert auto.prediction_group(16, 3, examples=1) == expected > 1
     assert auto.prediction_group(16, 3, examples=10**6) == expected  # "auto" pads the last group
+
+
+def test_the_peak_is_looked_up_once_and_only_when_needed(monkeypatch):
+    calls = []
+    monkeypatch.setattr(throughput, "peak_flops", lambda devices: calls.append(devices) or 1e12)
+    plan = make_plan(_config(train={"steps_per_execution": AUTO}), sequence_length=32)
+    assert (plan.process_batch, plan.data_shard) and calls == []  # what a dataset reads
+    plan.prediction_group(16, 3)
+    assert plan.config.train.steps_per_execution == plan.steps_per_dispatch >= 1
+    assert calls == [plan.devices]

@@ -133,7 +133,7 @@ def main():
     import kroberta  # noqa: F401  (fixes the backend before keras is imported)
     import jax
 
-    from kroberta.perf import dispatch_size
+    from kroberta.plan import make_plan
     from kroberta.inference.prediction import batches_per_dispatch_for
     from kroberta.data.synthetic import write_seed_format
 
@@ -150,10 +150,8 @@ def main():
     results = {}
     for k in (1, "auto"):
         config = _config(args, data_file, os.path.join(work, f"run-k{k}"), k)
-        batch = config.train.batch_size_per_device * len(devices)
-        resolved = dispatch_size.with_steps_per_execution(config, devices, batch)
         results[k] = _train(config)
-        results[k]["k"] = resolved.train.steps_per_execution
+        results[k]["k"] = make_plan(config, devices).steps_per_dispatch
     config = _config(args, data_file, os.path.join(work, "run-k1"), 1)
     batch = results[1]["global_batch"]
     slots = config.data.prediction_slots(config.model.max_sequence_length)

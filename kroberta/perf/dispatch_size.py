@@ -13,11 +13,10 @@ weights, but not free).
 On a CPU one seed step takes far longer than the target, so "auto" is 1 there.
 """
 
-import dataclasses
 import math
 
 from kroberta.perf import flops
-from kroberta.config import AUTO, Config
+from kroberta.config import Config
 
 TARGET_SECONDS = 0.02  # compute per dispatch: ~1 ms of host work is then <= 5% of it
 MAX_STEPS = 256
@@ -52,39 +51,23 @@ def choose(flops_per_step: float, peak_flops: float | None, log_every: int) -> t
     return k, why
 
 
-def steps_for(config: Config, devices, global_batch: int,
+def steps_for(config: Config, peak_flops: float | None, global_batch: int,
               sequence_length: int | None = None) -> tuple[int, str]:
-    """(K, why) for training steps of `global_batch` sequences on `devices` ("auto")."""
-    from kroberta.perf import throughput
-
+    """(K, why) for training steps of `global_batch` sequences on devices of `peak_flops`
+    together ("auto")."""
     shape = flops.Shape.from_config(config, sequence_length)
-    return choose(flops.train_flops_per_step(shape, global_batch),
-                  throughput.peak_flops(devices), config.train.log_every)
+    return choose(flops.train_flops_per_step(shape, global_batch), peak_flops,
+                  config.train.log_every)
 
 
-def with_steps_per_execution(config: Config, devices, global_batch: int,
-                             sequence_length: int | None = None,
-                             log=None) -> Config:
-    """`config` with train.steps_per_execution an integer (chosen when it is "auto")."""
-    t = config.train
-    if t.steps_per_execution != AUTO:
-        return config
-    k, why = steps_for(config, devices, global_batch, sequence_length)
-    if log:
-        log(f"steps per dispatch: {k} (train.steps_per_execution=\"auto\": {why})")
-    return dataclasses.replace(config, train=dataclasses.replace(t, steps_per_execution=k))
-
-
-def prediction_group(config: Config, devices, global_batch: int, slots: int,
+def prediction_group(config: Config, peak_flops: float | None, global_batch: int, slots: int,
                      length: int) -> int:
     """G for "auto": prediction batches per dispatch that hold enough forward FLOPs to
     hide the host (then a short last group, filled with padding batches, wastes at most
     that: ~20 ms at the devices' peak, and every input size shares one program)."""
-    from kroberta.perf import throughput
-
     shape = flops.Shape.from_config(config, length, slots)
     work = flops.forward_flops_per_sequence(shape) * global_batch
-    return choose(work, throughput.peak_flops(devices), MAX_STEPS)[0]
+    return choose(work, peak_flops, MAX_STEPS)[0]
 
 
 def at_most_needed(group: int, examples: int | None, global_batch: int) -> int:

@@ -13,6 +13,7 @@ from kroberta import train
 from kroberta.perf import dispatch_size
 from kroberta.model import fused_steps, masked_lm
 from kroberta.config import AUTO, validate
+from kroberta.plan import make_plan
 from tests.conftest import tiny_config
 from tests.training.test_train import _rows, _weights  # the run-dir readers the training tests use
 
@@ -247,13 +248,13 @@ def test_auto_fills_a_dispatch_with_enough_work():
     assert k == 32 and "unknown" in why
 
 
-def test_train_logs_the_automatic_choice(tiny_data, tmp_path, capsys):
+def test_the_plan_resolves_the_automatic_choice(tiny_data, tmp_path):
     config = tiny_config(tiny_data, tmp_path, steps=4, log_every=2, eval_every=0,
                          checkpoint_every=0, warmup_steps=0)
     assert config.train.steps_per_execution == AUTO
-    devices = jax.devices()
-    resolved = dispatch_size.with_steps_per_execution(config, devices, 16, 32, log=print)
+    plan = make_plan(config, jax.devices(), 32)
+    resolved = plan.config
     k = resolved.train.steps_per_execution
-    assert k in (1, 2)
-    assert f"steps per dispatch: {k} (train.steps_per_execution=\"auto\"" in capsys.readouterr().out
+    assert k in (1, 2) and plan.global_batch == 16
+    assert plan.auto_steps and plan.steps_reason  # what training logs with K
     assert dataclasses.replace(resolved.train, steps_per_execution=AUTO) == config.train
