@@ -44,7 +44,8 @@ def _parser():
     p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=None,
                    help="also fine-tune a random initialisation (default: on for the "
                    "embedded task)")
-    p.add_argument("--out", help="folder for result.json and the best classifier")
+    p.add_argument("--out", help="folder for result.json, the best classifier and the finished "
+                   "trials (the same command again resumes an interrupted fine-tune)")
     p.add_argument("--classifier", help="a fine-tuned classifier's folder (--out), to predict")
     p.add_argument("--predict", help="a labelled-format file whose texts --classifier predicts")
     p.add_argument("--predictions", help="the JSON-lines file predictions go to")
@@ -68,7 +69,7 @@ def _row(result) -> str:
     return f"{result.task:<12} {result.metric:<9} {scores}  (lr {result.best_learning_rate:g})"
 
 
-def _finetune(args, task):
+def _finetune(args, task, out):
     from kroberta.downstream.finetuning import finetune
 
     baseline = args.baseline if args.baseline is not None else (task is None and not args.data)
@@ -76,7 +77,7 @@ def _finetune(args, task):
                     text_fields=tuple(args.text_field or ("text",)), label_field=args.label_field,
                     kind=args.kind, learning_rates=_rates(args.learning_rates), seeds=args.seeds,
                     epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length,
-                    baseline=baseline)
+                    baseline=baseline, out=out)
 
 
 def _write(result, out):
@@ -94,14 +95,15 @@ def _run_tasks(args) -> int:
     tasks = [f"glue/{t}" for t in glue.tasks_present(args.data)] if args.suite else [args.task]
     rows, averages = [], []
     for task in tasks:
-        result = _finetune(args, task)
+        out = os.path.join(args.out, task.split("/")[-1]) if args.suite and args.out else args.out
+        result = _finetune(args, task, out)
         rows.append(_row(result))
         split = result.split
         averages.append(result.median[split])
         if result.baseline is not None:
             rows.append(_row(result.baseline).replace(result.task, "  random init", 1))
-        if args.out:
-            _write(result, os.path.join(args.out, task.split("/")[-1]) if args.suite else args.out)
+        if out:
+            _write(result, out)
         print(rows[-1] if result.baseline is None else "\n".join(rows[-2:]), flush=True)
     if args.suite:
         print(f"{'average':<12} {'':<9} {100 * sum(averages) / len(averages):.1f}")
@@ -139,8 +141,11 @@ def main(argv=None) -> int:
     elif args.suite and not args.data:
         parser.error("--suite glue needs --data, the GLUE directory")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    interrupted = ("interrupted" if not args.out or args.classifier else
+                   f"interrupted; the finished trials are kept in {args.out}: the same command "
+                   "resumes from them")
     return cli.run(lambda: _predict(args) if args.classifier else _run_tasks(args),
-                   also=(FileNotFoundError,))
+                   also=(FileNotFoundError,), interrupted=interrupted)
 
 
 if __name__ == "__main__":

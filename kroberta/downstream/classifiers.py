@@ -78,10 +78,20 @@ def reset(classifier, start: list, seed: int, learning_rate: float):
     """Starts a run: the backbone's weights `start`, a head drawn from `seed` (its
     layers' own initializers), the optimizer's state zeroed and its peak set."""
     classifier.backbone.set_weights(start)
-    keras.utils.set_random_seed(seed)  # unseeded initializers and dropout draw from it
-    for name in HEAD_LAYERS:
+    keras.utils.set_random_seed(seed)  # unseeded initializers draw from it
+    # Dropout's seed generators restart too (each its own stream): a run draws the same
+    # masks whatever ran before it, so an interrupted grid resumes with the result of an
+    # uninterrupted one.
+    states = [v for v in classifier.variables if v.path.endswith("seed_generator_state")]
+    for index, state in enumerate(states):
+        state.assign(np.array([seed * len(states) + index, 0], state.dtype))
+    for index, name in enumerate(HEAD_LAYERS):
         layer = classifier.get_layer(name)
-        layer.kernel.assign(layer.kernel_initializer(layer.kernel.shape, layer.kernel.dtype))
+        # The layer's initializer with a seed of this run's (its own seed was drawn when the
+        # classifier was built, so the head would depend on what the process did before).
+        config = {**layer.kernel_initializer.get_config(), "seed": seed * len(HEAD_LAYERS) + index}
+        initializer = type(layer.kernel_initializer).from_config(config)
+        layer.kernel.assign(initializer(layer.kernel.shape, layer.kernel.dtype))
         layer.bias.assign(np.zeros(layer.bias.shape, layer.bias.dtype))
     optimizer = classifier.optimizer
     for variable in optimizer.variables:

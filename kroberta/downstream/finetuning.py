@@ -9,11 +9,14 @@ from a random initialisation of the same shape, which shows what pretraining is 
 import dataclasses
 import os
 
+import numpy as np
+
 from kroberta.errors import InputError
 from kroberta.config import Config
 from kroberta.downstream import classifiers
 from kroberta.downstream import encoding, glue, recipe, stdlib_task
 from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec, read_labelled
+from kroberta.downstream.trials import TrialLog, fingerprint
 from kroberta.model.masked_lm import check_model
 
 STDLIB = "stdlib"
@@ -93,10 +96,19 @@ def _random_starts(model_config):
     return starts
 
 
+def _settings(setup: recipe.Setup) -> dict:
+    """What besides its rate and seed decides a trial's result (`TrialLog`'s settings)."""
+    splits = [setup.train, *setup.evaluation.values()]
+    data = fingerprint([a for s in splits for a in (*map(np.asarray, s.ids), s.labels)])
+    return {"task": setup.spec.name, "data": data, "epochs": setup.epochs,
+            "batch_size": setup.batch_size, "max_length": setup.max_length}
+
+
 def finetune(model, task: str | None = None, data=None, validation=None, *,
              text_fields=("text",), label_field: str = "label", kind: str = CLASSIFICATION,
              learning_rates=None, seeds=3, epochs: int = 3, batch_size: int = 32,
-             max_length: int | None = None, baseline: bool = False) -> recipe.FinetuneResult:
+             max_length: int | None = None, baseline: bool = False,
+             out: str | None = None) -> recipe.FinetuneResult:
     """Fine-tunes a pretrained model on a task and scores it on the validation split(s).
 
     Args:
@@ -114,6 +126,9 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         batch_size: sequences per step over all devices.
         max_length: tokens per sequence (default and cap: the model's max_sequence_length).
         baseline: also run the recipe from a random initialisation (`result.baseline`).
+        out: a folder to keep each finished trial in (`kroberta.downstream.trials`): run
+            again with the same arguments, an interrupted fine-tune resumes there and ends
+            with the result an uninterrupted one gives.
 
     Returns:
         A `FinetuneResult`: every run's scores, the best learning rate, the median and
@@ -140,10 +155,13 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
         classifiers.compile_classifier(classifier, spec.kind, steps, setup.steps_per_execution)
         # The baseline first: the classifier then ends holding the pretrained run's weights.
-        scratch = (recipe.run_grid(classifier, setup, _random_starts(config.model), rates, seeds)
+        settings = _settings(setup)
+        scratch = (recipe.run_grid(classifier, setup, _random_starts(config.model), rates, seeds,
+                                   TrialLog(out, "random", dict(settings, start="random")))
                    if baseline else None)
         start = classifiers.backbone_weights(model)
-        result = recipe.run_grid(classifier, setup, lambda seed: start, rates, seeds)
+        result = recipe.run_grid(classifier, setup, lambda seed: start, rates, seeds,
+                                 TrialLog(out, "pretrained", dict(settings, start=fingerprint(start))))
     if scratch is not None:
         result.baseline = dataclasses.replace(scratch, classifier=None)
     classifier.tokenizer, classifier.kroberta_config = model.tokenizer, config

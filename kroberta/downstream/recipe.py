@@ -17,6 +17,7 @@ import numpy as np
 
 from kroberta.downstream import classifiers
 from kroberta.downstream import encoding, metrics, prediction
+from kroberta.downstream.trials import TrialLog
 from kroberta.downstream.examples import REGRESSION, TaskSpec
 
 logger = logging.getLogger(__name__)
@@ -104,31 +105,46 @@ def evaluate(classifier, setup: Setup, encoded: encoding.Encoded) -> tuple:
     return metrics.score(names, encoded.labels, predictions), ordered
 
 
-def run_grid(classifier, setup: Setup, starts, learning_rates, seeds) -> FinetuneResult:
+def run_grid(classifier, setup: Setup, starts, learning_rates, seeds,
+             log: TrialLog) -> FinetuneResult:
     """Fine-tunes `classifier` (compiled by `classifiers.compile_classifier`) once per
     learning rate and seed, from `starts(seed)`'s backbone weights; returns the result
-    with the classifier holding the best run's weights."""
-    trials, best_weights = [], {}
+    with the classifier holding the best run's weights. Trials `log` holds as finished
+    are taken from it, not run again; each one run is added to it."""
+    trials, best_weights = [], {}  # best_weights: rate -> (score, weights; None: in the log)
     split = next(iter(setup.evaluation))
     for learning_rate in learning_rates:
         for seed in seeds:
-            began = time.perf_counter()
-            classifiers.reset(classifier, starts(seed), seed, learning_rate)
-            for epoch in range(setup.epochs):  # each pass shuffled by its own seed
-                train, _ = encoding.dataset(setup.train, setup.batch_size, setup.max_length,
-                                            seed * EPOCH_SEEDS + epoch)
-                classifier.fit(train, epochs=1, verbose=0, shuffle=False)
-            scores = {name: evaluate(classifier, setup, encoded)[0]
-                      for name, encoded in setup.evaluation.items()}
-            trial = Trial(learning_rate, seed, scores, time.perf_counter() - began)
+            done = log.finished.get((learning_rate, seed))
+            if done is not None:
+                trial = Trial(learning_rate, seed, done["scores"], done["seconds"])
+            else:
+                began = time.perf_counter()
+                scores = _run_trial(classifier, setup, starts(seed), seed, learning_rate)
+                trial = Trial(learning_rate, seed, scores, time.perf_counter() - began)
+                logger.info("%s lr %g seed %d: %s (%.1f s)", setup.spec.name, learning_rate,
+                            seed, _describe(scores), trial.seconds)
             trials.append(trial)
-            logger.info("%s lr %g seed %d: %s (%.1f s)", setup.spec.name, learning_rate, seed,
-                        _describe(scores), trial.seconds)
             kept = best_weights.get(learning_rate)
-            if kept is None or scores[split][setup.spec.metric] > kept[0]:
-                best_weights[learning_rate] = (scores[split][setup.spec.metric],
-                                               classifier.get_weights())
-    return _summarise(classifier, setup, trials, best_weights, split)
+            score = trial.scores[split][setup.spec.metric]
+            best = kept is None or score > kept[0]
+            if best:
+                best_weights[learning_rate] = (score, None if done else classifier.get_weights())
+            if done is None:
+                log.record(learning_rate, seed, trial.scores, trial.seconds,
+                           best_weights[learning_rate][1] if best else None)
+    return _summarise(classifier, setup, trials, best_weights, split, log)
+
+
+def _run_trial(classifier, setup: Setup, start: list, seed: int, learning_rate: float) -> dict:
+    """One fine-tune from `start`; its {split: {metric: value}}."""
+    classifiers.reset(classifier, start, seed, learning_rate)
+    for epoch in range(setup.epochs):  # each pass shuffled by its own seed
+        train, _ = encoding.dataset(setup.train, setup.batch_size, setup.max_length,
+                                    seed * EPOCH_SEEDS + epoch)
+        classifier.fit(train, epochs=1, verbose=0, shuffle=False)
+    return {name: evaluate(classifier, setup, encoded)[0]
+            for name, encoded in setup.evaluation.items()}
 
 
 def _describe(scores: dict) -> str:
@@ -136,14 +152,15 @@ def _describe(scores: dict) -> str:
                      for split, values in scores.items())
 
 
-def _summarise(classifier, setup: Setup, trials, best_weights, split) -> FinetuneResult:
+def _summarise(classifier, setup: Setup, trials, best_weights, split, log) -> FinetuneResult:
     metric = setup.spec.metric
 
     def main_scores(rate, name):
         return [t.scores[name][metric] for t in trials if t.learning_rate == rate]
 
     best_rate = max(best_weights, key=lambda rate: np.median(main_scores(rate, split)))
-    classifier.set_weights(best_weights[best_rate][1])
+    weights = best_weights[best_rate][1]
+    classifier.set_weights(log.best_weights(best_rate) if weights is None else weights)
     names = list(setup.evaluation)
     return FinetuneResult(
         task=setup.spec.name, metric=metric, split=split, label_names=setup.label_names,
