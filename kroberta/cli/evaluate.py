@@ -55,7 +55,7 @@ def load_model(path: str):
     if isinstance(described, dict) and "registered_name" in described:
         return kroberta.from_keras_hub(path)
     raise InputError(f"--model: {path} holds neither config.toml (a training run) nor a "
-                         "config.json of a Hugging Face model or keras-hub preset; give " + WHAT)
+                     "config.json of a Hugging Face model or keras-hub preset; give " + WHAT)
 
 
 def _table(model: str, data: list[str], result: dict) -> str:

@@ -98,8 +98,8 @@ def _tfrecords_in(directory):
             found.append(path)
     if not found:
         raise InputError(f"--check {directory}: no {MANIFEST_NAME} and no TFRecord files "
-                           f"({', '.join('*' + x for x in TFRECORD_SUFFIXES)}, *.tfrecord-*) in it; name the "
-                           "files with a glob")
+                         f"({', '.join('*' + x for x in TFRECORD_SUFFIXES)}, *.tfrecord-*) in it; name the "
+                         "files with a glob")
     return found
 
 
@@ -113,7 +113,7 @@ def _run_check(args):
         paths = _tfrecords_in(args.check)
         if vocab is None:
             raise InputError(f"--check {args.check}: a directory without {MANIFEST_NAME} needs "
-                               "--vocab-size (the tokenizer's vocabulary size) to check the ids against")
+                             "--vocab-size (the tokenizer's vocabulary size) to check the ids against")
     elif locations.isdir(args.check):
         m = load_manifest(args.check)
         paths = list(m.files)

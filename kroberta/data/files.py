@@ -88,7 +88,7 @@ def count_framed_records(path: str) -> int | None:
             header = f.read(8)
             if len(header) < 8 or size - offset < 16:
                 raise InputError(f"{path}: record {count}: truncated (the file ends inside a record "
-                                f"header at byte {size})")
+                                 f"header at byte {size})")
             (length,) = struct.unpack("<Q", header)
             end = offset + 8 + 4 + length + 4
             if end > size:
@@ -96,7 +96,7 @@ def count_framed_records(path: str) -> int | None:
                 hint = ("; is it a TFRecord file? Text goes through python -m kroberta.prepare "
                         "first" if count == 0 else "")
                 raise InputError(f"{path}: record {count}: truncated (the record needs {length} "
-                                f"bytes; the file ends at byte {size}){hint}")
+                                 f"bytes; the file ends at byte {size}){hint}")
             f.seek(end)
             offset, count = end, count + 1
     return count
@@ -117,7 +117,7 @@ def inspect_files(files, key: str) -> DataSpec:
             example = tf.train.Example.FromString(first)
         except DecodeError:
             raise InputError(f"{path}: record 0: the payload is not a tf.train.Example "
-                            "(its bytes do not parse)") from None
+                             "(its bytes do not parse)") from None
         feature_map = example.features.feature
         for name in REQUIRED_FEATURES:
             if name not in feature_map:

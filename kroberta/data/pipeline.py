@@ -123,7 +123,7 @@ def epoch_plan(spec: DataSpec, data: DataConfig, seed: int,
     count, index = shard or (1, 0)
     if spec.records is not None and count > 1 and len(spec.files) < count and spec.records < count:
         raise InputError(f"{spec.files[0]}: {spec.records} record(s) cannot be shared by "
-                        f"{count} processes")
+                         f"{count} processes")
     return epochs.EpochPlan(spec.files, spec.file_records, seed, data.shuffle_buffer, shard)
 
 

@@ -49,7 +49,7 @@ def encode(tokenizer, texts: tuple, labels: np.ndarray, max_length: int) -> Enco
     """Tokenises one split: `texts` holds one list of n strings per text field (1 or 2)."""
     if tokenizer is None:
         raise InputError("the model has no tokenizer (model.tokenizer is None); load a run "
-                            "that was trained on prepared data, or an export with tokenizer.json")
+                         "that was trained on prepared data, or an export with tokenizer.json")
     pairs = _pair_tokenizer(tokenizer, max_length)
     inputs = list(zip(*texts)) if len(texts) == 2 else list(texts[0])
     encodings = pairs.encode_batch(inputs)

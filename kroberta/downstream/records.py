@@ -96,4 +96,4 @@ def read_records(path: str, fields, split: str = "train", columns=None, quoting=
     if fmt in ("parquet", DATASETS_FORMAT):
         return _arrow_records(path, fmt, fields, split)
     raise InputError(f"{path}: not a labelled file kroberta reads (.tsv, .csv, .jsonl, .json, "
-                      ".parquet, optionally .gz, or a datasets directory)")
+                     ".parquet, optionally .gz, or a datasets directory)")

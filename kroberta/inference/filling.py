@@ -32,12 +32,12 @@ def fill_mask(model, texts, top_k=5):
         if others is None or others:
             got = type(texts).__name__ + (f" holding {', '.join(others)}" if others else "")
             raise InputError(f"fill_mask: texts must be a string or a list of strings, "
-                                  f"got {got}")
+                             f"got {got}")
     tokenizer = model.tokenizer
     if tokenizer is None:
         raise InputError("fill_mask needs a tokenizer: this model has none (a run trained "
-                              "with --data.dir from kroberta.prepare keeps one; a model from "
-                              "keras.saving.load_model has lost it: use kroberta.load)")
+                         "with --data.dir from kroberta.prepare keeps one; a model from "
+                         "keras.saving.load_model has lost it: use kroberta.load)")
     texts = [texts] if single else list(texts)
     if not texts:
         raise InputError("fill_mask: no texts given")
@@ -55,7 +55,7 @@ def fill_mask(model, texts, top_k=5):
             raise InputError(f"fill_mask: text {row} has no {MASK_TOKEN}: {text[:80]!r}")
         if len(encoding.ids) > length:
             raise InputError(f"fill_mask: text {row} is {len(encoding.ids)} tokens, the "
-                                  f"model takes at most {length}")
+                             f"model takes at most {length}")
         ids[row, : len(encoding.ids)] = encoding.ids
         attention[row, : len(encoding.ids)] = 1
     slots = int((ids == mask_id).sum(axis=1).max())

@@ -68,7 +68,7 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     if output == "top_k" and (not isinstance(k, numbers.Integral) or isinstance(k, bool)
                               or not 1 <= k <= config.model.vocabulary_size):
         raise InputError(f"k must be an integer in [1, {config.model.vocabulary_size}], "
-                              f"got {k!r}")
+                         f"got {k!r}")
     plan = _program_plan(config, source, output, k, positions, batch_size, slots,
                          batches_per_dispatch, max_output_bytes)
     plan_slots, global_batch, group = plan.slots, plan.batch_size, plan.group
@@ -125,10 +125,10 @@ def _program_plan(config, source, output, k, positions, batch_size, slots,
     # 0 and negatives would otherwise surface from inside TensorFlow or JAX.
     if batch_size is not None and batch_size < 1:
         raise InputError(f"batch_size must be >= 1 (sequences per step over all devices), "
-                              f"got {batch_size}")
+                         f"got {batch_size}")
     if slots is not None and not 1 <= slots <= length:
         raise InputError(f"slots must be in [1, {length}] (positions predicted per sequence "
-                              f"of {length} tokens), got {slots}")
+                         f"of {length} tokens), got {slots}")
     if positions == "all":
         plan_slots = length
     else:

@@ -180,7 +180,7 @@ def load_hf_tensors(model, tensors: dict, source: str, tied: bool = True):
     if token_type is not None and (token_type.ndim != 2 or token_type.shape[0] < 1
                                    or token_type.shape[1] != hidden):
         raise ConversionError(f"{source}: tensor {TOKEN_TYPE_EMBEDDINGS}: expected shape "
-                                f"(type_vocab_size, {hidden}), got {tuple(token_type.shape)}")
+                              f"(type_vocab_size, {hidden}), got {tuple(token_type.shape)}")
     if not tied and LM_HEAD_DECODER_WEIGHT in tensors:
         if not np.array_equal(np.asarray(tensors[LM_HEAD_DECODER_WEIGHT]),
                               np.asarray(tensors[WORD_EMBEDDINGS])):

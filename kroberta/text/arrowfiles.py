@@ -78,7 +78,7 @@ def _load_dataset(path, split):
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
             raise InputError(f"{path}: a DatasetDict without a {split!r} split (splits: "
-                              f"{', '.join(loaded)}); pick one with --split")
+                             f"{', '.join(loaded)}); pick one with --split")
         return loaded[split]
     return loaded
 

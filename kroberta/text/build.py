@@ -56,7 +56,7 @@ def _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate
         if not isinstance(value, kind) or isinstance(value, bool):
             wanted = "an integer" if kind is numbers.Integral else "a number"
             raise InputError(f"{option} (prepare's {option[2:].replace('-', '_')}) must be "
-                               f"{wanted}, got {value!r}")
+                             f"{wanted}, got {value!r}")
     if seq_len < MIN_SEQ_LEN:
         raise InputError(f"--seq-len {seq_len} is too short: use at least {MIN_SEQ_LEN}")
     if tokenizer is None and vocab_size < MIN_VOCABULARY_SIZE:
@@ -79,7 +79,7 @@ def _refuse_existing(out_dir, overwrite):
     path = os.path.join(out_dir, MANIFEST_NAME)
     if os.path.exists(path) and not overwrite:
         raise InputError(f"{out_dir} already holds a prepared dataset ({path}); pass "
-                           "--overwrite (overwrite=True) to replace it")
+                         "--overwrite (overwrite=True) to replace it")
 
 
 def _clear_previous(out_dir):
@@ -421,7 +421,7 @@ def _prepare_to_url(url: str, overwrite: bool, arguments: dict) -> dict:
     try:
         if storage.exists(manifest_url) and not overwrite:
             raise InputError(f"{url} already holds a prepared dataset ({manifest_url}); "
-                               "pass --overwrite (overwrite=True) to replace it")
+                             "pass --overwrite (overwrite=True) to replace it")
         with tempfile.TemporaryDirectory(prefix="kroberta-prepare-") as local:
             manifest = prepare(out_dir=local, overwrite=False, **arguments)
             if storage.exists(manifest_url):  # --overwrite: the old manifest goes first

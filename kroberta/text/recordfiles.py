@@ -40,7 +40,7 @@ _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some tools write first
 
 def extra_missing(what: str, extra: str, module: str) -> InputError:
     return InputError(f"{what} needs the {module!r} package: pip install -e \".[{extra}]\" "
-                       f"(or pip install {module})")
+                      f"(or pip install {module})")
 
 
 def is_dataset_dir(path: str) -> bool:
@@ -92,7 +92,7 @@ def _text_value(value, path: str, where: str, field: str):
     if value is None or isinstance(value, str):
         return value
     raise InputError(f"{path}: {where}: field {field!r} holds {type(value).__name__} "
-                      f"{str(value)[:40]!r}, not text; pick another with --text-field")
+                     f"{str(value)[:40]!r}, not text; pick another with --text-field")
 
 
 # ---------------------------------------------------------------- JSON lines
@@ -123,7 +123,7 @@ def _record_text(record, path, where, field):
         raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, not an object with a {field!r} field")
     if field not in record:
         raise InputError(f"{path}: {where}: no field {field!r} (fields: {', '.join(record) or 'none'}); "
-                          "pick one with --text-field")
+                         "pick one with --text-field")
     return _text_value(record[field], path, where, field)
 
 
@@ -249,7 +249,7 @@ def _csv_values(path, field, on_bytes, delimiter):
                     continue
                 if column >= len(row):
                     raise InputError(f"{path}: record {number - 1}: {len(row)} field(s), no "
-                                      f"{field!r} (column {column + 1})")
+                                     f"{field!r} (column {column + 1})")
                 yield row[column]
                 progress.poll()
         except csv.Error as e:
@@ -260,7 +260,7 @@ def _csv_values(path, field, on_bytes, delimiter):
 def column_index(path, columns, field):
     if field not in columns:
         raise InputError(f"{path}: no column {field!r} (columns: {', '.join(columns) or 'none'}); "
-                          "pick one with --text-field")
+                         "pick one with --text-field")
     return list(columns).index(field)
 
 

@@ -56,7 +56,7 @@ def expand_inputs(inputs):
     if not isinstance(patterns, (list, tuple)) or not all(
             isinstance(p, (str, os.PathLike)) for p in patterns):
         raise InputError(f"inputs: expected a path or pattern, or a list of them, got "
-                             f"{type(inputs).__name__}")
+                         f"{type(inputs).__name__}")
     patterns = list(patterns)
     if not patterns:
         raise InputError("no input given (pass --input 'corpus/*.txt')")

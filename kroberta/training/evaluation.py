@@ -108,7 +108,7 @@ def _patterns(data) -> list[str]:
     items = [data] if isinstance(data, (str, os.PathLike)) else list(data or [])
     if not items or not all(isinstance(p, (str, os.PathLike)) for p in items):
         raise InputError("data: give a prepared directory (python -m kroberta.prepare's "
-                              f"--out) or TFRecord file(s) / glob(s), got {data!r}")
+                         f"--out) or TFRecord file(s) / glob(s), got {data!r}")
     return [os.fspath(p) for p in items]
 
 
@@ -118,7 +118,7 @@ def _with_batch_size(config: Config, batch_size: int | None, devices: int) -> Co
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1 \
             or batch_size % devices:
         raise InputError(f"batch_size: expected a positive multiple of the {devices} "
-                              f"devices, got {batch_size!r}")
+                         f"devices, got {batch_size!r}")
     train = dataclasses.replace(config.train, batch_size_per_device=batch_size // devices)
     return dataclasses.replace(config, train=train)
 

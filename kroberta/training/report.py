@@ -33,7 +33,7 @@ def read_metrics(run_dir: str) -> list[dict]:
     if not storage.isfile(path):
         what = "no such directory" if not storage.isdir(run_dir) else f"no {METRICS_FILE} in it"
         raise InputError(f"{run_dir}: {what}; train a run there first "
-                          "(python -m kroberta.train --run_dir=...)")
+                         "(python -m kroberta.train --run_dir=...)")
     # A run killed mid-write leaves a partial last line: skipped, and said so.
     rows = metrics_rows(run_dir, on_bad_line=lambda path, number: logger.warning(
         f"warning: {path}:{number}: not JSON, skipped"))
