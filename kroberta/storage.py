@@ -192,15 +192,6 @@ def write_text(path, text: str):
     write_bytes(path, text.encode("utf-8"))
 
 
-def copy_file(source, target):
-    """Copies one file between any two of local paths and URLs."""
-    if not is_url(source) and not is_url(target):
-        with atomic_path(target) as tmp:
-            shutil.copyfile(source, tmp)
-        return
-    write_bytes(target, read_bytes(source))
-
-
 class Appender:
     """A file written line by line that survives a kill with the lines written so far.
 

@@ -31,7 +31,7 @@ def test_files_read_write_append_list_and_remove_alike(where, url, tmp_path):
     assert storage.read_text(path) == "one\ntwo\nthree\n"  # each line there before close
     appender.close()
     storage.makedirs(storage.join(root, "sub"))
-    storage.copy_file(path, storage.join(root, "sub", "b.txt"))
+    storage.write_text(storage.join(root, "sub", "b.txt"), "b\n")
     assert storage.listdir(root) == ["a.txt", "sub"]
     assert storage.isdir(storage.join(root, "sub")) and storage.isfile(path)
     assert storage.getsize(path) == len("one\ntwo\nthree\n")
