@@ -50,7 +50,8 @@ class Plan:
     @property
     def data_shard(self) -> tuple[int, int] | None:
         """(shards, index) of the input this process reads; None for a single process."""
-        return distribute.data_shard(self.topology)
+        t = self.topology
+        return None if t.process_count == 1 else (t.process_count, t.process_index)
 
     @functools.cached_property
     def peak_flops(self) -> float | None:

@@ -11,7 +11,7 @@ of three Keras distributions:
     "model"  mesh (batch=N/M, model=M): tensor parallelism (heads, MLP width and
              embedding width split over "model"); a model group shares its examples
 
-Every process feeds only its own share of each global batch (`data_shard`); Keras
+Every process feeds only its own share of each global batch (`Plan.data_shard`); Keras
 assembles the global batch with `jax.make_array_from_process_local_data`. The
 devices are ordered by process, so process p's rows are the p-th block of a batch.
 """
@@ -138,7 +138,7 @@ def make_distribution(config: Config, devices):
     topology = topology_for(config, devices)
     devices = list(topology.devices)
     if topology.strategy == "data":
-        # Each process shards its own input (see `data_shard`), so Keras must not.
+        # Each process shards its own input (`Plan.data_shard`), so Keras must not.
         return keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
     mesh = keras.distribution.DeviceMesh(tuple(topology.mesh_shape.values()),
                                          tuple(topology.mesh_shape), devices)
@@ -189,13 +189,6 @@ def topology_for(config: Config, devices, strategy: str | None = None,
     return Topology(devices=devices, platform=devices[0].platform, mesh_shape=mesh_shape,
                     process_count=count, process_index=index, strategy=strategy,
                     local_device_count=local)
-
-
-def data_shard(topology: Topology) -> tuple[int, int] | None:
-    """(shards, index) of the input this process reads; None for a single process."""
-    if topology.process_count == 1:
-        return None
-    return topology.process_count, topology.process_index
 
 
 def bytes_per_device(variables) -> int:
