@@ -50,6 +50,7 @@ _API = {
     "train": "kroberta.training.train",
     "report": "kroberta.training.report",
     "finetune": "kroberta.downstream.finetuning",
+    "load_classifier": "kroberta.downstream.prediction",
 }
 def __getattr__(name):
     if name not in _API:

@@ -4,7 +4,9 @@
 in training) and returns probabilities and labels. `save_classifier` writes what
 `load_classifier` needs into a run-dir-like folder: the pretrained model's
 config.toml and tokenizer.json, the classifier's weights, and classifier.json (the
-task, its label names, the sequence length).
+task, its label names, the sequence length). `load_classifier` also reads the
+classifier's exports (`python -m kroberta.export`): a Hugging Face
+`RobertaForSequenceClassification` directory or a keras-hub `RobertaTextClassifier` preset.
 """
 
 import dataclasses
@@ -13,15 +15,15 @@ import os
 
 import numpy as np
 
-from kroberta.errors import InputError
+from kroberta.errors import ConversionError, InputError, NotFoundError
 from kroberta.config import to_toml
 from kroberta.downstream import classifiers
 from kroberta.downstream import encoding
-from kroberta.downstream.examples import REGRESSION, TaskSpec
-from kroberta.training.final_model import CONFIG_FILE, TOKENIZER_FILE, load_run_config, load_tokenizer
+from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec
+from kroberta.training.final_model import (CLASSIFIER_FILE, CONFIG_FILE, TOKENIZER_FILE,
+                                           load_run_config, load_tokenizer)
 
 WEIGHTS_FILE = "classifier.weights.h5"
-CLASSIFIER_FILE = "classifier.json"
 
 
 def save_classifier(classifier, directory: str) -> str:
@@ -48,7 +50,35 @@ def save_classifier(classifier, directory: str) -> str:
 
 
 def load_classifier(directory: str):
-    """The classifier `save_classifier` wrote, with tokenizer, label_names, max_length."""
+    """Loads a fine-tuned classifier.
+
+    Args:
+        directory: a folder `save_classifier` wrote (`python -m kroberta.finetune --out`),
+            a Hugging Face `RobertaForSequenceClassification` directory or a keras-hub
+            `RobertaTextClassifier` preset (`python -m kroberta.export` of such a folder).
+
+    Returns:
+        keras-hub's `RobertaTextClassifier` with `tokenizer`, `label_names` (None for
+        regression), `max_length`, `task_spec` and `kroberta_config`, as
+        `kroberta.finetune` returns it.
+
+    Raises:
+        NotFoundError: no such directory.
+        InputError: it holds a masked LM or a pretraining run (the message names the
+            call that loads it), or no classifier.
+    """
+    from kroberta.interop import hf
+
+    if not os.path.isdir(directory):
+        raise NotFoundError(f"{directory}: no such directory")
+    if not os.path.isfile(os.path.join(directory, CLASSIFIER_FILE)):
+        if os.path.isfile(os.path.join(directory, "metadata.json")):  # a keras-hub preset
+            return _from_keras_hub(directory)
+        if os.path.isfile(os.path.join(directory, hf.CONFIG_FILE)):
+            return _from_hf(directory)
+        if os.path.isfile(os.path.join(directory, CONFIG_FILE)):
+            raise InputError(f"{directory}: a pretraining run, not a fine-tuned classifier; load "
+                             f"it with kroberta.load({directory!r}), fine-tune it with kroberta.finetune")
     paths = {name: os.path.join(directory, name)
              for name in (CONFIG_FILE, TOKENIZER_FILE, CLASSIFIER_FILE, WEIGHTS_FILE)}
     missing = [name for name, path in paths.items() if not os.path.isfile(path)]
@@ -63,11 +93,71 @@ def load_classifier(directory: str):
     config = load_run_config(directory)
     classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
     classifier.load_weights(paths[WEIGHTS_FILE])
-    classifier.tokenizer = load_tokenizer(directory)
-    classifier.kroberta_config, classifier.task_spec = config, spec
+    return _described(classifier, config, load_tokenizer(directory), spec, names,
+                      description["max_length"])
+
+
+def _described(classifier, config, tokenizer, spec, names, max_length: int):
+    """`classifier` with what prediction reads from it."""
+    classifier.tokenizer, classifier.kroberta_config, classifier.task_spec = tokenizer, config, spec
     classifier.label_names = tuple(names) if names else None
-    classifier.max_length = description["max_length"]
+    classifier.max_length = int(max_length)
     return classifier
+
+
+def _exported_spec(directory: str, regression: bool) -> TaskSpec:
+    """The task of an exported classifier (its files name no fields: one text, "text")."""
+    return TaskSpec(os.path.basename(os.path.normpath(directory)),
+                    kind=REGRESSION if regression else CLASSIFICATION,
+                    metric="pearson" if regression else "accuracy")
+
+
+def _from_hf(directory: str):
+    """The classifier of a `RobertaForSequenceClassification` directory: its labels from
+    id2label, its length from tokenizer_config.json's model_max_length (within the positions)."""
+    from kroberta.interop import hf, hf_weights
+
+    found, config, tokenizer, tensors, source = hf.read_hf_model(directory, classifier=True)
+    labels = found.get("id2label") or {str(i): f"LABEL_{i}" for i in range(found.get("num_labels", 2))}
+    if found.get("problem_type") == "multi_label_classification":
+        raise ConversionError(f"{directory}: problem_type multi_label_classification: kroberta's "
+                              "classifiers choose one label (softmax)")
+    classifier = classifiers.build_classifier(config.model, len(labels))
+    hf_weights.load_hf_tensors(classifier, tensors, source)
+    length = config.model.max_sequence_length
+    tokenizer_config = os.path.join(directory, "tokenizer_config.json")
+    if os.path.isfile(tokenizer_config):
+        length = min(length, hf.read_json_in(directory, "tokenizer_config.json", "").get(
+            "model_max_length", length))
+    regression = len(labels) == 1 or found.get("problem_type") == "regression"
+    names = None if regression else [labels[str(i)] for i in range(len(labels))]
+    return _described(classifier, config, tokenizer, _exported_spec(directory, regression), names,
+                      length)
+
+
+def _from_keras_hub(directory: str):
+    """The classifier of a `RobertaTextClassifier` preset: its length from preprocessor.json,
+    its class names from label_names.json (else "0", "1", ...)."""
+    import keras_hub
+
+    from kroberta.interop import keras_hub_presets
+
+    config = keras_hub_presets.preset_config(directory, classifier=True)
+    stock = keras_hub.models.RobertaTextClassifier.from_preset(directory, preprocessor=None,
+                                                               dtype="float32")
+    classifier = classifiers.build_classifier(config.model, stock.num_classes)
+    classifier.set_weights(stock.get_weights())
+    described = {}
+    for name in ("preprocessor.json", keras_hub_presets.LABELS_FILE):
+        if os.path.isfile(os.path.join(directory, name)):
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                described[name] = json.load(f)
+    length = described.get("preprocessor.json", {}).get("config", {}).get(
+        "sequence_length", config.model.max_sequence_length)
+    regression = stock.num_classes == 1
+    names = described.get(keras_hub_presets.LABELS_FILE) or [str(i) for i in range(stock.num_classes)]
+    return _described(classifier, config, keras_hub_presets.preset_tokenizer(directory),
+                      _exported_spec(directory, regression), None if regression else names, length)
 
 
 def outputs(classifier, encoded: encoding.Encoded, batch_size: int, max_length: int):

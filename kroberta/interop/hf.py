@@ -1,4 +1,5 @@
-"""Hugging Face interop: export a kroberta model as `RobertaForMaskedLM`, and import one.
+"""Hugging Face interop: export a kroberta model as `RobertaForMaskedLM` (a fine-tuned
+classifier as `RobertaForSequenceClassification`), and import one.
 
 An exported directory loads with `transformers.RobertaForMaskedLM.from_pretrained(dir)`
 with no missing or unexpected keys, and `AutoTokenizer.from_pretrained(dir)` when a
@@ -11,7 +12,7 @@ needs torch or transformers.
 import json
 import os
 
-from kroberta.errors import ConversionError, NotFoundError
+from kroberta.errors import ConversionError, InputError, NotFoundError
 from kroberta.model.masked_lm import check_model
 from kroberta.model.layer_norm import epsilon_of
 from kroberta.interop import hf_weights
@@ -27,6 +28,7 @@ TOKENIZER_FILE = "tokenizer.json"
 # Every file `export_hf` may write (the export CLI clears these before --overwrite).
 EXPORT_FILES = (CONFIG_FILE, SAFETENSORS_FILE, TOKENIZER_FILE, "tokenizer_config.json",
                 "special_tokens_map.json", "vocab.json", "merges.txt")
+CLASSIFIER_ARCHITECTURE = "RobertaForSequenceClassification"
 HIDDEN_ACT = "gelu"  # exact (erf) GELU in both keras and transformers
 # RoBERTa's special tokens; HF positions are offset by pad id + 1, so pad must be 1.
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
@@ -49,9 +51,10 @@ def attention_dropout_of(model) -> float:
 
 
 def hf_config(model) -> dict:
-    """The `config.json` of `RobertaForMaskedLM` equivalent to `model`."""
+    """The `config.json` of `RobertaForMaskedLM` (or `RobertaForSequenceClassification`)
+    equivalent to `model`."""
     b = model.backbone
-    return {
+    config = {
         "model_type": "roberta",
         "architectures": ["RobertaForMaskedLM"],
         "vocab_size": int(b.vocabulary_size),
@@ -75,6 +78,27 @@ def hf_config(model) -> dict:
         "tie_word_embeddings": True,
         "is_decoder": False,
     }
+    return {**config, **_classifier_config(model)} if hf_weights.is_classifier(model) else config
+
+
+def _classifier_config(classifier) -> dict:
+    """The sequence classifier's keys: its labels (`classifier.label_names` where it has
+    them) and, for one output, regression."""
+    import keras
+
+    if classifier.hidden_dim != classifier.backbone.hidden_dim or \
+            keras.activations.serialize(classifier.activation) != "linear":
+        raise ConversionError(f"a classifier head of width {classifier.hidden_dim} with activation "
+                              f"{keras.activations.serialize(classifier.activation)!r}: Hugging Face's "
+                              "RobertaClassificationHead is hidden_size wide and outputs logits")
+    count = int(classifier.num_classes)
+    names = list(getattr(classifier, "label_names", None) or [f"LABEL_{i}" for i in range(count)])
+    return {"architectures": [CLASSIFIER_ARCHITECTURE],
+            "id2label": {str(i): name for i, name in enumerate(names)},
+            "label2id": {name: i for i, name in enumerate(names)},
+            "problem_type": "regression" if count == 1 else "single_label_classification",
+            # HF applies this one rate before and after the head's dense, as keras-hub's `dropout`.
+            "classifier_dropout": float(classifier.dropout)}
 
 
 def _write_json(path: str, data: dict):
@@ -105,10 +129,12 @@ def _export_tokenizer(tokenizer, out_dir: str, max_length: int):
 
 
 def export_hf(model, out_dir: str, tokenizer=None) -> str:
-    """Writes `model` as a Hugging Face `RobertaForMaskedLM` directory.
+    """Writes `model` as a Hugging Face `RobertaForMaskedLM` directory (a classifier as
+    `RobertaForSequenceClassification`, its tokenizer's `model_max_length` its `max_length`).
 
     Args:
-        model: a `kroberta.MaskedLM` (e.g. from `kroberta.load`).
+        model: a `kroberta.MaskedLM` (e.g. from `kroberta.load`), or a fine-tuned
+            classifier (`kroberta.load_classifier`).
         out_dir: created if needed; existing files of the same names are replaced.
         tokenizer: a `tokenizers.Tokenizer` to export alongside; None uses
             `model.tokenizer` when the model has one, else no tokenizer is written.
@@ -116,11 +142,12 @@ def export_hf(model, out_dir: str, tokenizer=None) -> str:
     Returns:
         `out_dir`.
     """
-    check_model(model, "export_hf")
+    if not hf_weights.is_classifier(model):
+        check_model(model, "export_hf")
     from safetensors.numpy import save_file
 
     if tokenizer is None:
-        tokenizer = model.tokenizer
+        tokenizer = getattr(model, "tokenizer", None)
     os.makedirs(out_dir, exist_ok=True)
     tensors = hf_weights.to_hf_tensors(model)
     # transformers refuses safetensors files without this metadata.
@@ -128,7 +155,8 @@ def export_hf(model, out_dir: str, tokenizer=None) -> str:
         save_file(tensors, tmp, metadata={"format": "pt"})
     _write_json(os.path.join(out_dir, CONFIG_FILE), hf_config(model))
     if tokenizer is not None:
-        _export_tokenizer(tokenizer, out_dir, model.backbone.max_sequence_length)
+        _export_tokenizer(tokenizer, out_dir,
+                          getattr(model, "max_length", None) or model.backbone.max_sequence_length)
     return out_dir
 
 
@@ -219,7 +247,7 @@ def _load_safetensors(path: str) -> dict:
             from safetensors.torch import load_file as torch_load_file
         except ImportError:
             raise ConversionError(f"{path}: cannot read with numpy ({e}); installing torch "
-                                    f"lets kroberta read it") from None
+                                  f"lets kroberta read it") from None
         return {k: v.float().numpy() for k, v in torch_load_file(path).items()}
 
 
@@ -242,7 +270,7 @@ def read_hf_tensors(directory: str) -> tuple[dict, str]:
             import torch
         except ImportError:
             raise ConversionError(f"{path}: reading a PyTorch checkpoint needs torch "
-                                    f"(pip install torch), or convert it to {SAFETENSORS_FILE}") from None
+                                  f"(pip install torch), or convert it to {SAFETENSORS_FILE}") from None
         state = torch.load(path, map_location="cpu", weights_only=True)
         return {k: v.float().numpy() for k, v in state.items()}, path
     raise NotFoundError(f"{directory}: no weights ({SAFETENSORS_FILE} or {TORCH_FILE}) found")
@@ -281,13 +309,30 @@ def from_hf(directory: str, mixed_precision: bool = False):
     Raises:
         FileNotFoundError: config or weights are missing.
         ConversionError: the config or a tensor cannot be represented (names the key).
+        InputError: the directory holds a fine-tuned classifier (`kroberta.load_classifier`).
     """
     from kroberta.model.mlm import build_model
 
     if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
         with storage.local_copy(directory) as local:
             return from_hf(local, mixed_precision)
+    hf, config, tokenizer, tensors, source = read_hf_model(directory, classifier=False)
+    model = build_model(config.model, mixed_precision, config=config, tokenizer=tokenizer)
+    hf_weights.load_hf_tensors(model, tensors, source, tied=hf.get("tie_word_embeddings", True))
+    return model
+
+
+def read_hf_model(directory: str, classifier: bool):
+    """(HF config, kroberta `Config`, tokenizer or None, tensors, weights file) of a local
+    HF RoBERTa directory; InputError unless it holds a `RobertaForSequenceClassification`
+    (`classifier`) or a masked LM (not `classifier`), naming the call that loads it."""
     hf = read_hf_config(directory)
+    if (CLASSIFIER_ARCHITECTURE in (hf.get("architectures") or ())) != classifier:
+        found = ", ".join(hf.get("architectures") or ["RobertaForMaskedLM"])
+        raise InputError(f"{directory}: " + (
+            f"a masked LM ({found}), not a fine-tuned classifier; load it with "
+            f"kroberta.from_hf({directory!r})" if classifier else f"a fine-tuned classifier "
+            f"({found}), not a masked LM; load it with kroberta.load_classifier({directory!r})"))
     model_config = model_config_from_hf(hf, os.path.join(directory, CONFIG_FILE))
     tensors, source = read_hf_tensors(directory)
     tokenizer = None
@@ -296,10 +341,7 @@ def from_hf(directory: str, mixed_precision: bool = False):
         from tokenizers import Tokenizer
 
         tokenizer = Tokenizer.from_file(tokenizer_path)
-    model = build_model(model_config, mixed_precision,
-                        config=_kroberta_config(model_config, tokenizer), tokenizer=tokenizer)
-    hf_weights.load_hf_tensors(model, tensors, source, tied=hf.get("tie_word_embeddings", True))
-    return model
+    return hf, _kroberta_config(model_config, tokenizer), tokenizer, tensors, source
 
 
 def init_from_hf(model, directory: str):

@@ -16,7 +16,9 @@ applies it to the attention weights too, and the attention rate
 keras-hub hard-codes 1e-5) travel in `kroberta_config.toml`, which `from_keras_hub`
 reads back. The result loads with
 `keras_hub.models.RobertaMaskedLM.from_preset(dir)`, `RobertaBackbone.from_preset`
-and `RobertaTokenizer.from_preset`.
+and `RobertaTokenizer.from_preset`. A fine-tuned classifier is saved the same way as a
+`RobertaTextClassifier` (`preprocessor.json` at its `max_length`; its class names in
+`label_names.json`), which `kroberta.load_classifier` reads back.
 
 Token ids: keras-hub's byte-level BPE gives the ids of kroberta's tokenizer for
 ordinary text, but not on runs of spaces (`"a  b"`: Hugging Face's and kroberta's
@@ -29,7 +31,8 @@ tokenizer (`model.tokenizer`) where the ids must match.
 import json
 import os
 
-from kroberta.errors import ConversionError
+from kroberta.errors import ConversionError, InputError
+from kroberta.interop import hf_weights
 from kroberta.model.masked_lm import check_model
 from kroberta import storage
 from kroberta.atomic import atomic_write
@@ -41,11 +44,14 @@ TASK_WEIGHTS_FILE = "task.weights.h5"
 ASSETS_DIR = os.path.join("assets", "tokenizer")
 VOCABULARY_FILE = "vocabulary.json"
 MERGES_FILE = "merges.txt"
+LABELS_FILE = "label_names.json"  # a classifier's class names (keras-hub's config has none)
 # Every file `export_keras_hub` may write (the export CLI clears them before --overwrite).
 EXPORT_FILES = (CONFIG_FILE, "model.weights.h5", "model.weights.json", "metadata.json", TASK_CONFIG_FILE,
                 TASK_WEIGHTS_FILE, "preprocessor.json", "tokenizer.json", KROBERTA_CONFIG_FILE,
-                os.path.join(ASSETS_DIR, VOCABULARY_FILE), os.path.join(ASSETS_DIR, MERGES_FILE))
+                os.path.join(ASSETS_DIR, VOCABULARY_FILE), os.path.join(ASSETS_DIR, MERGES_FILE),
+                LABELS_FILE)
 BACKBONE_NAME = "RobertaBackbone"
+CLASSIFIER_NAME = "RobertaTextClassifier"
 
 __all__ = ["export_keras_hub", "from_keras_hub", "init_from_keras_hub", "ConversionError"]
 
@@ -60,13 +66,13 @@ def _keras_hub_tokenizer(tokenizer, vocabulary_size: int):
     model = json.loads(tokenizer.to_str()).get("model", {})
     if model.get("type") != "BPE":
         raise ConversionError(f"the tokenizer is a {model.get('type')} model; keras-hub's RobertaTokenizer "
-                                  "needs byte-level BPE")
+                              "needs byte-level BPE")
     vocabulary = dict(model["vocab"])
     for token_id, added in tokenizer.get_added_tokens_decoder().items():
         vocabulary.setdefault(added.content, token_id)
     if max(vocabulary.values()) >= vocabulary_size:
         raise ConversionError(f"the tokenizer has ids up to {max(vocabulary.values())}, beyond the model's "
-                                  f"vocabulary_size={vocabulary_size}")
+                              f"vocabulary_size={vocabulary_size}")
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     return keras_hub.models.RobertaTokenizer(vocabulary=vocabulary, merges=merges)
 
@@ -110,9 +116,13 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     """Writes `model` as a keras-hub preset directory (with `save_to_preset`).
 
     Args and return value as for `kroberta.export_hf`; the tokenizer (byte-level BPE)
-    becomes keras-hub's `RobertaTokenizer` with a `RobertaMaskedLMPreprocessor`.
+    becomes keras-hub's `RobertaTokenizer` with a `RobertaMaskedLMPreprocessor`. A
+    fine-tuned classifier becomes a `RobertaTextClassifier` preset, its preprocessor at
+    the classifier's `max_length`, its `label_names` in label_names.json.
     """
-    check_model(model, "export_keras_hub")
+    classifier = hf_weights.is_classifier(model)
+    if not classifier:
+        check_model(model, "export_keras_hub")
     import keras_hub
 
     from kroberta.config import DataConfig, to_toml
@@ -120,15 +130,14 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     from kroberta.parallel.distribute import global_distribution
 
     if tokenizer is None:
-        tokenizer = model.tokenizer
-    config = model.kroberta_config
-    config = _recorded_config(config, model)
+        tokenizer = getattr(model, "tokenizer", None)
+    config = _recorded_config(getattr(model, "kroberta_config", None), model)
     preprocessor = classifier_preprocessor = None
     if tokenizer is not None:
         length = int(model.backbone.max_sequence_length)
         data = config.data if config is not None else DataConfig()
         keras_hub_tokenizer = _keras_hub_tokenizer(tokenizer, int(model.backbone.vocabulary_size))
-        preprocessor = keras_hub.models.RobertaMaskedLMPreprocessor(
+        preprocessor = None if classifier else keras_hub.models.RobertaMaskedLMPreprocessor(
             tokenizer=keras_hub_tokenizer, sequence_length=length,
             mask_selection_rate=data.mask_rate, mask_selection_length=data.prediction_slots(length))
         # keras-hub's classifiers build their preprocessor from preprocessor.json only when
@@ -136,16 +145,39 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
         # be non-negative" in fit). The masked LM reads its own from task.json, so
         # preprocessor.json is the classifier's, at the model's length.
         classifier_preprocessor = keras_hub.models.RobertaTextClassifierPreprocessor(
-            tokenizer=keras_hub_tokenizer, sequence_length=length)
+            tokenizer=keras_hub_tokenizer, sequence_length=getattr(model, "max_length", None) or length)
     os.makedirs(out_dir, exist_ok=True)
+    stock = (_stock_classifier(model, classifier_preprocessor) if classifier
+             else stock_copy(model, preprocessor))
     with global_distribution(None):  # saving builds variables: none of them a collective
-        stock_copy(model, preprocessor).save_to_preset(out_dir)
-        if classifier_preprocessor is not None:
+        stock.save_to_preset(out_dir)
+        if classifier_preprocessor is not None and not classifier:
             classifier_preprocessor.save_to_preset(out_dir)
     if config is not None:
         with atomic_write(os.path.join(out_dir, KROBERTA_CONFIG_FILE), encoding="utf-8") as f:
             f.write(to_toml(config))
+    if classifier:
+        with atomic_write(os.path.join(out_dir, LABELS_FILE), encoding="utf-8") as f:
+            json.dump(list(getattr(model, "label_names", None) or []) or None, f)
     return out_dir
+
+
+def _stock_classifier(classifier, preprocessor):
+    """A plain keras-hub `RobertaTextClassifier` with `classifier`'s weights, on this host
+    (as `kroberta.model.mlm.stock_copy` for the masked LM)."""
+    import keras_hub
+
+    from kroberta.parallel.distribute import global_distribution, to_host
+
+    weights = [to_host(v.value) for v in classifier.weights]
+    with global_distribution(None):
+        backbone = keras_hub.models.RobertaBackbone.from_config(classifier.backbone.get_config())
+        stock = keras_hub.models.RobertaTextClassifier(
+            backbone=backbone, num_classes=classifier.num_classes, preprocessor=preprocessor,
+            activation=classifier.activation, hidden_dim=classifier.hidden_dim,
+            dropout=classifier.dropout)
+        stock.set_weights(weights)
+    return stock
 
 
 # ---------------------------------------------------------------- import
@@ -162,7 +194,7 @@ def preset_model_config(directory: str):
     name = str(data.get("registered_name", ""))
     if not name.endswith(BACKBONE_NAME):
         raise ConversionError(f"{path}: registered_name: kroberta reads {BACKBONE_NAME} presets, got "
-                                  f"{name or data.get('model_type') or 'none'!r}")
+                              f"{name or data.get('model_type') or 'none'!r}")
     values = data.get("config", {})
     keys = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "max_sequence_length")
     for key in keys:
@@ -212,15 +244,31 @@ def from_keras_hub(directory: str, mixed_precision: bool = False):
         A `kroberta.MaskedLM`, as `kroberta.load` returns, whose `kroberta_config` is the
         exported run's config (else a default one with the preset's model section) and
         whose `tokenizer` is rebuilt from the preset's vocabulary and merges (or None).
-    """
-    import dataclasses
 
-    from kroberta.config import Config, load_toml
+    Raises:
+        InputError: the preset holds a fine-tuned classifier (`kroberta.load_classifier`).
+    """
     from kroberta.model.mlm import build_model
 
     if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
         with storage.local_copy(directory) as local:
             return from_keras_hub(local, mixed_precision)
+    config = preset_config(directory, classifier=False)
+    model = build_model(config.model, mixed_precision, seed=0, config=config,
+                        tokenizer=preset_tokenizer(directory))
+    _load_weights_into(model, directory)
+    return model
+
+
+def preset_config(directory: str, classifier: bool):
+    """kroberta's `Config` of a preset: the exported run's (else a default one) with the
+    preset's model section; InputError unless the preset holds a `RobertaTextClassifier`
+    (`classifier`) or a masked LM or backbone (not `classifier`), naming the call that loads it."""
+    import dataclasses
+
+    from kroberta.config import Config, load_toml
+
+    check_task(directory, classifier)
     model_config = preset_model_config(directory)
     saved = os.path.join(directory, KROBERTA_CONFIG_FILE)
     config = load_toml(saved) if os.path.isfile(saved) else Config()
@@ -232,11 +280,22 @@ def from_keras_hub(directory: str, mixed_precision: bool = False):
             attention_dropout=(config.model.attention_dropout_rate
                                if config.model.attention_dropout_rate != model_config.dropout
                                else model_config.attention_dropout))
-    model = build_model(model_config, mixed_precision, seed=0,
-                        config=dataclasses.replace(config, model=model_config),
-                        tokenizer=preset_tokenizer(directory))
-    _load_weights_into(model, directory)
-    return model
+    return dataclasses.replace(config, model=model_config)
+
+
+def check_task(directory: str, classifier: bool):
+    """InputError unless the preset's task (task.json) is a classifier exactly when `classifier`."""
+    path = os.path.join(directory, TASK_CONFIG_FILE)
+    task = BACKBONE_NAME
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            task = str(json.load(f).get("registered_name", "")).split(">")[-1]
+    if (task == CLASSIFIER_NAME) != classifier:
+        raise InputError(f"{directory}: " + (
+            f"a masked LM (keras-hub {task} preset), not a fine-tuned classifier; load it with "
+            f"kroberta.from_keras_hub({directory!r})" if classifier else f"a fine-tuned classifier "
+            f"(keras-hub {task} preset), not a masked LM; load it with "
+            f"kroberta.load_classifier({directory!r})"))
 
 
 def init_from_keras_hub(model, directory: str) -> bool:
@@ -249,11 +308,12 @@ def init_from_keras_hub(model, directory: str) -> bool:
     if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
         with storage.local_copy(directory) as local:
             return init_from_keras_hub(model, local)
+    check_task(directory, classifier=False)
     theirs = preset_model_config(directory)
     b = model.backbone
     for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
                 "max_sequence_length"):
         if getattr(theirs, key) != getattr(b, key):
             raise ConversionError(f"{os.path.join(directory, CONFIG_FILE)}: config.{key}="
-                                      f"{getattr(theirs, key)}, but the model has model.{key}={getattr(b, key)}")
+                                  f"{getattr(theirs, key)}, but the model has model.{key}={getattr(b, key)}")
     return _load_weights_into(model, directory)

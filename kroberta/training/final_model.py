@@ -20,6 +20,7 @@ from kroberta.interop import EXPORT_FORMATS
 WEIGHTS_FILE = "model.weights.h5"
 CONFIG_FILE = "config.toml"
 TOKENIZER_FILE = "tokenizer.json"
+CLASSIFIER_FILE = "classifier.json"  # marks a fine-tuned classifier's folder (downstream.prediction)
 
 
 def save(model, run_dir: str):
@@ -85,6 +86,9 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
     weights_path = storage.join(path, WEIGHTS_FILE)
     if not storage.isdir(path):
         raise NotFoundError(f"{path}: not a kroberta run directory (no such directory)")
+    if storage.isfile(storage.join(path, CLASSIFIER_FILE)):
+        raise InputError(f"{path}: a fine-tuned classifier, not a masked LM; load it with "
+                         f"kroberta.load_classifier({path!r})")
     if checkpoint is not None:
         return _load_checkpoint(path, mixed_precision, checkpoint)
     # An unfinished run (interrupted, preempted, --until-step) loads its last checkpoint.
@@ -129,7 +133,7 @@ def _load_checkpoint(path: str, mixed_precision: bool | None, which: str | int):
         best = signals.best_checkpoint(path)
         if best is None:
             raise NotFoundError(f"{path}: no kept checkpoint was evaluated; train with "
-                                    "validation data and train.keep_best = true")
+                                "validation data and train.keep_best = true")
         step, checkpoint_path = best[:2]
     elif which == "last":
         if not saved:
@@ -139,7 +143,7 @@ def _load_checkpoint(path: str, mixed_precision: bool | None, which: str | int):
         found = dict(saved)
         if which not in found:
             raise NotFoundError(f"{path}: no checkpoint at step {which} (kept: "
-                                    f"{', '.join(str(s) for s, _ in saved) or 'none'})")
+                                f"{', '.join(str(s) for s, _ in saved) or 'none'})")
         step, checkpoint_path = which, found[which]
     else:
         raise InputError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
@@ -165,7 +169,10 @@ def load_tokenizer(run_dir: str):
 
 def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str:
     """Exports the run at `run` (with its tokenizer, if any) into `out` in `format`
-    ("hf" or "keras-hub"); returns `out`."""
+    ("hf" or "keras-hub"); returns `out`. A fine-tuned classifier's folder
+    (`kroberta.finetune`'s `--out`) becomes a `RobertaForSequenceClassification`
+    directory or a `RobertaTextClassifier` preset."""
+    from kroberta.downstream.prediction import load_classifier
     from kroberta.interop import hf, keras_hub_presets
 
     if format not in EXPORT_FORMATS:
@@ -178,9 +185,12 @@ def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> s
     non_empty = os.path.isdir(out) and bool(os.listdir(out))
     if non_empty and not overwrite:
         raise InputError(f"--out {out}: directory is not empty (pass --overwrite, "
-                          "overwrite=True in Python, to replace its export)")
+                         "overwrite=True in Python, to replace its export)")
     try:
-        model = load(run, mixed_precision=False)  # float32 weights either way
+        if storage.isfile(storage.join(run, CLASSIFIER_FILE)):
+            model = load_classifier(run)
+        else:
+            model = load(run, mixed_precision=False)  # float32 weights either way
     except (FileNotFoundError, ValueError) as e:  # ConfigError is a ValueError
         raise InputError(str(e)) from None
     if non_empty:

@@ -1,0 +1,153 @@
+"""A fine-tuned classifier exported to Hugging Face (`RobertaForSequenceClassification`)
+and keras-hub (`RobertaTextClassifier`) gives the classifier's logits, on the same token
+ids and attention mask (padded rows too), and `kroberta.load_classifier` reads both
+exports back; a classifier given where a masked LM goes, or the reverse, is one error
+that names the call to use (needs torch and transformers; skipped without)."""
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing in these tests may download
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import json  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+torch = pytest.importorskip("torch", reason="HF parity tests need torch")
+transformers = pytest.importorskip("transformers", reason="HF parity tests need transformers")
+
+import kroberta  # noqa: E402
+import kroberta.cli.export  # noqa: E402
+from kroberta.downstream import classifiers, prediction  # noqa: E402
+from kroberta.downstream.examples import REGRESSION, TaskSpec  # noqa: E402
+from kroberta.errors import InputError  # noqa: E402
+from kroberta.interop import hf, keras_hub_presets  # noqa: E402
+from kroberta.training.final_model import export  # noqa: E402
+from tests.interop.test_hf import TOLERANCE, hf_logits, padded_batch  # noqa: E402
+
+LABELS = ("negative", "neutral", "positive")
+MAX_LENGTH = 24  # below the tiny model's 32 positions: the exports must keep it
+
+
+def saved_classifier(model, directory, label_names=LABELS, seed=0):
+    """A `save_classifier` folder of a classifier on `model`'s shape with random weights
+    (nonzero biases, so every head tensor matters)."""
+    outputs = len(label_names) if label_names else 1
+    classifier = classifiers.build_classifier(model.kroberta_config.model, outputs)
+    rng = np.random.default_rng(seed)
+    for v in classifier.weights:
+        v.assign((np.asarray(v.value) + rng.normal(0, 0.05, v.shape)).astype("float32"))
+    classifier.tokenizer, classifier.kroberta_config = model.tokenizer, model.kroberta_config
+    classifier.task_spec = TaskSpec("toy", kind=REGRESSION) if outputs == 1 else TaskSpec("toy")
+    classifier.label_names, classifier.max_length = label_names, MAX_LENGTH
+    return prediction.save_classifier(classifier, str(directory))
+
+
+def keras_logits(classifier, ids, mask):
+    # A direct call: keras-hub's predict would run a preset's preprocessor on the ids.
+    return np.asarray(classifier({"token_ids": ids, "padding_mask": mask}, training=False))  # (batch, K)
+
+
+@pytest.fixture(scope="module")
+def exported(downstream_model, tmp_path_factory):
+    """{"saved", "hf", "keras-hub"}: a classifier's folder and its two exports."""
+    root = tmp_path_factory.mktemp("classifier")
+    paths = {"saved": saved_classifier(downstream_model, root / "saved")}
+    for format in ("hf", "keras-hub"):
+        paths[format] = export(paths["saved"], str(root / format), format=format)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def batch(downstream_model):
+    return padded_batch(downstream_model.kroberta_config.model)  # 4 rows, 3 of them padded
+
+
+def test_transformers_loads_the_export_with_the_classifiers_logits(exported, batch):
+    model, info = transformers.RobertaForSequenceClassification.from_pretrained(
+        exported["hf"], output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched keys
+    assert model.config.num_labels == 3 and model.config.problem_type == "single_label_classification"
+    assert model.config.id2label == dict(enumerate(LABELS))
+    assert model.config.label2id == {name: i for i, name in enumerate(LABELS)}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(exported["hf"])
+    assert tokenizer.model_max_length == MAX_LENGTH
+    ours = keras_logits(prediction.load_classifier(exported["saved"]), *batch)
+    theirs = hf_logits(model, *batch)
+    assert theirs.shape == ours.shape == (4, 3)
+    assert np.abs(theirs - ours).max() < TOLERANCE  # measured ~1e-7 on this tiny model
+
+
+def test_keras_hub_loads_the_preset_with_the_classifiers_length_and_logits(exported, batch):
+    import keras_hub
+
+    stock = keras_hub.models.RobertaTextClassifier.from_preset(exported["keras-hub"])
+    assert stock.num_classes == 3 and stock.preprocessor.sequence_length == MAX_LENGTH
+    original = prediction.load_classifier(exported["saved"])
+    np.testing.assert_allclose(keras_logits(stock, *batch), keras_logits(original, *batch),
+                               atol=1e-6, rtol=0)
+    # Its preprocessor gives kroberta's token ids for ordinary text.
+    text = "The apple river stone"
+    ids = np.asarray(stock.preprocessor([text])["token_ids"])[0]  # (MAX_LENGTH,)
+    expected = [0] + original.tokenizer.encode(text, add_special_tokens=False).ids + [2]
+    np.testing.assert_array_equal(ids[:len(expected)], expected)
+
+
+@pytest.mark.parametrize("format", ["hf", "keras-hub"])
+def test_load_classifier_reads_an_export_back(exported, batch, format):
+    original = prediction.load_classifier(exported["saved"])
+    loaded = kroberta.load_classifier(exported[format])
+    assert loaded.label_names == LABELS and loaded.max_length == MAX_LENGTH
+    assert loaded.task_spec.kind == "classification"
+    tolerance = TOLERANCE if format == "hf" else 1e-6
+    np.testing.assert_allclose(keras_logits(loaded, *batch), keras_logits(original, *batch),
+                               atol=tolerance, rtol=0)
+    texts = ["The apple zebra river", "The stone cloud"]
+    expected = prediction.predict_texts(original, texts)
+    got = prediction.predict_texts(loaded, texts)
+    assert got["labels"] == expected["labels"]
+    np.testing.assert_allclose(got["probabilities"], expected["probabilities"], atol=1e-5)
+
+
+def test_a_regression_exports_with_problem_type_regression(downstream_model, tmp_path, batch):
+    saved = saved_classifier(downstream_model, tmp_path / "saved", label_names=None, seed=1)
+    out = export(saved, str(tmp_path / "hf"))
+    with open(os.path.join(out, "config.json"), encoding="utf-8") as f:
+        assert json.load(f)["problem_type"] == "regression"
+    model = transformers.RobertaForSequenceClassification.from_pretrained(out)
+    assert model.config.num_labels == 1 and model.config.problem_type == "regression"
+    original = prediction.load_classifier(saved)
+    assert np.abs(hf_logits(model, *batch) - keras_logits(original, *batch)).max() < TOLERANCE
+    loaded = kroberta.load_classifier(out)
+    assert loaded.label_names is None and loaded.task_spec.kind == REGRESSION
+    texts = ["The apple river", "The stone"]
+    np.testing.assert_allclose(prediction.predict_texts(loaded, texts)["values"],
+                               prediction.predict_texts(original, texts)["values"], atol=1e-5)
+
+
+def test_the_export_command_writes_a_classifier(exported, tmp_path, capsys):
+    out = str(tmp_path / "preset")
+    assert kroberta.cli.export.main(["--run", exported["saved"], "--out", out, "--format", "keras-hub"]) == 0
+    assert "exported" in capsys.readouterr().out
+    with open(os.path.join(out, keras_hub_presets.TASK_CONFIG_FILE), encoding="utf-8") as f:
+        assert json.load(f)["registered_name"].endswith("RobertaTextClassifier")
+    with open(os.path.join(out, keras_hub_presets.LABELS_FILE), encoding="utf-8") as f:
+        assert json.load(f) == list(LABELS)
+
+
+def test_a_classifier_where_a_masked_lm_goes_is_one_error_naming_the_call(exported):
+    for call in (kroberta.from_hf, kroberta.from_keras_hub, kroberta.load):
+        where = {kroberta.from_hf: "hf", kroberta.from_keras_hub: "keras-hub"}.get(call, "saved")
+        with pytest.raises(InputError, match=r"fine-tuned classifier.*kroberta\.load_classifier\("):
+            call(exported[where])
+
+
+def test_a_masked_lm_where_a_classifier_goes_is_one_error_naming_the_call(downstream_model, tmp_path):
+    run = tmp_path / "run"
+    kroberta.save(downstream_model, str(run))
+    hf_dir = hf.export_hf(downstream_model, str(tmp_path / "hf"))
+    preset = keras_hub_presets.export_keras_hub(downstream_model, str(tmp_path / "preset"))
+    for directory, call in ((hf_dir, "from_hf"), (preset, "from_keras_hub"), (str(run), "load")):
+        with pytest.raises(InputError, match=rf"not a fine-tuned classifier; load it with kroberta\.{call}\("):
+            kroberta.load_classifier(directory)
