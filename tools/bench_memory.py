@@ -83,8 +83,7 @@ def measure_cells(args):
                            "build_seconds": built, "measured_earlier": bool(known)}
                     if args.max_batch:
                         largest, measured, compiles = memory_plan.max_batch(
-                            config, devices, hbm, model, known=at_batch,
-                            log=lambda line: print(line, file=sys.stderr, flush=True))
+                            config, devices, hbm, model, known=at_batch)
                         row.update(max_batch=largest, compiles=compiles,
                                    gib_at_max=measured.total_bytes / GiB if measured else None,
                                    gflops_at_max=(measured.flops or 0) / 1e9 if measured else None)
@@ -148,7 +147,10 @@ def main(argv=None):
     if args.table:
         print(table(args.table))
         return 0
-    measure_cells(args)
+    from kroberta.runtime import logs
+
+    with logs.configured():  # the search's progress on stderr, the rows on stdout
+        measure_cells(args)
     return 0
 
 

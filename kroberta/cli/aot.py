@@ -61,26 +61,25 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     return config, args
 
 
-def _budget(args, devices) -> float:
-    from kroberta.perf.tpu_compile import _per_device_chip
+def _devices_and_budget(args) -> tuple[list, float]:
+    """The topology's devices and the bytes per device to plan for."""
+    from kroberta.perf.tpu_compile import _per_device_chip, topology_devices
 
-    return args.device_memory * GiB if args.device_memory else _per_device_chip(devices)[0]
+    devices = topology_devices(args.topology)
+    return devices, args.device_memory * GiB if args.device_memory else _per_device_chip(devices)[0]
 
 
 def _max_batch(config: Config, args) -> None:
     from kroberta.perf import memory_plan
-    from kroberta.perf.tpu_compile import topology_devices
 
-    devices = topology_devices(args.topology)
-    budget = _budget(args, devices)
+    devices, budget = _devices_and_budget(args)
     print(f"kroberta.aot --max-batch: {args.config or 'default config'} for {args.topology}, "
           f"{budget / GiB:.2f} GiB per device; train.remat={config.train.remat}, attention "
           f"dropout {config.model.attention_dropout_rate:g}", flush=True)
-    largest, measured, compiles = memory_plan.max_batch(config, devices, budget,
-                                                        log=lambda line: print(line, flush=True))
+    largest, measured, compiles = memory_plan.max_batch(config, devices, budget)
     if not largest:
         raise ConfigError(f"not even one sequence per device fits in {budget / GiB:.2f} GiB on "
-                       f"{args.topology}; try --train.remat=full or --distributed.strategy=fsdp")
+                          f"{args.topology}; try --train.remat=full or --distributed.strategy=fsdp")
     print(f"largest batch per device: {largest} ({measured.total_bytes / GiB:.2f} GiB, "
           f"{measured.flops / 1e9:.1f} GFLOP per device step; {compiles} compiles): "
           f"--train.batch_size_per_device={largest}")
@@ -94,17 +93,14 @@ FAR_BEYOND = 3
 def _suggest(config: Config, args, problem: str, needed: float | None) -> str:
     """Compiles the changes that could make the training step fit; prints them."""
     from kroberta.perf import memory_plan
-    from kroberta.perf.tpu_compile import topology_devices
 
-    devices = topology_devices(args.topology)
-    budget = _budget(args, devices)
+    devices, budget = _devices_and_budget(args)
     if needed is None or needed > FAR_BEYOND * budget:
         return (f"{problem} (far beyond what one change recovers: python -m kroberta.aot "
                 "--max-batch finds the largest batch per device)")
     print(f"the training step does not fit in {budget / GiB:.2f} GiB per device; compiling "
           "changes that could make it fit, cheapest first:", flush=True)
-    found = memory_plan.options(config, devices, budget,
-                                log=lambda line: print(line, flush=True))
+    found = memory_plan.options(config, devices, budget)
     if found and found[-1].measured.fits(budget):
         best = found[-1]
         return (f"{problem}; the cheapest change that fits: {best.describe} "

@@ -75,7 +75,8 @@ def _train(argv) -> int:
         from kroberta.perf import advisor
 
         config = validate(config, args.sources or "config")
-        advisor.explain(config)
+        for line in advisor.explain(config):
+            print(line, flush=True)
         return 0
     summary = train(config, force=args.force, until_step=args.until_step, sources=args.sources,
                    accept_changes=args.accept_changes)

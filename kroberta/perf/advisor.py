@@ -118,87 +118,77 @@ def warnings_for(config: Config, platform: str | None = None, shapes: bool = Tru
     return lines
 
 
-def compiled_memory(config: Config, devices):
-    """The training program `fit` runs (K steps per dispatch) compiled for `devices`: an
-    `aot_programs.Program`, its memory per device; None where XLA reports none."""
-    from kroberta.perf import aot_programs
-
-    shape = aot_programs.program_shape(config, devices)
-    return aot_programs.compile_train(aot_programs.build_model(config), shape.distribution,
-                                      shape.global_batch, shape.length, shape.slots,
-                                      shape.steps, config.data.step_input())
-
-
-def explain(config: Config, compile_step: bool | None = None, print_fn=print):
-    """Prints the advice for `config` on the current devices. Trains nothing and
-    creates no run directory."""
-    import jax
-
-    from kroberta.perf import hardware
+def explain(config: Config, compile_step: bool | None = None):
+    """Yields the advice for `config` on the current devices, line by line (the command
+    prints each as it comes: compiling takes a while). Trains nothing and creates no run
+    directory."""
+    from kroberta.parallel.distribute import select_devices
+    from kroberta.perf import aot_programs, hardware
     from kroberta.plan import make_plan
 
-    devices = jax.devices()
-    devices = devices[:config.distributed.devices or len(devices)]
+    devices = select_devices(config)
     platform = devices[0].platform
     m, t = config.model, config.train
     shape = flops.Shape.from_config(config)
     params = flops.parameter_count(m)
     # One micro-batch over these devices; the figures do not depend on the mesh.
     batch = make_plan(config, devices, strategy="data").micro_batch
-    print_fn(f"model: {params:,} parameters ({m.num_layers} layers, hidden {m.hidden_dim}, "
-             f"{m.num_heads} heads of {m.head_dim}, intermediate {m.intermediate_dim}, "
-             f"vocabulary {m.vocabulary_size})")
-    print_fn(f"shape: {shape.length} tokens per sequence, {shape.slots} predicted slots; "
-             f"batch {batch} = {t.batch_size_per_device} x {len(devices)} {platform} device(s)")
+    yield (f"model: {params:,} parameters ({m.num_layers} layers, hidden {m.hidden_dim}, "
+           f"{m.num_heads} heads of {m.head_dim}, intermediate {m.intermediate_dim}, "
+           f"vocabulary {m.vocabulary_size})")
+    yield (f"shape: {shape.length} tokens per sequence, {shape.slots} predicted slots; "
+           f"batch {batch} = {t.batch_size_per_device} x {len(devices)} {platform} device(s)")
     train_token = flops.flops_per_token(shape, train=True)
-    print_fn(f"FLOPs per token: {train_token / 1e6:.2f} M train, "
-             f"{flops.flops_per_token(shape, train=False) / 1e6:.2f} M forward (matmuls; "
-             f"{flops.train_flops_per_step(shape, batch) / 1e9:.2f} GFLOP per train step)")
+    yield (f"FLOPs per token: {train_token / 1e6:.2f} M train, "
+           f"{flops.flops_per_token(shape, train=False) / 1e6:.2f} M forward (matmuls; "
+           f"{flops.train_flops_per_step(shape, batch) / 1e9:.2f} GFLOP per train step)")
     estimate = flops.memory_estimate(shape, params, t.batch_size_per_device, t.mixed_precision)
-    print_fn(f"memory per device (estimate): {size_text(estimate.total)} = parameters "
-             f"{size_text(estimate.parameters)} + gradients {size_text(estimate.gradients)} "
-             f"+ AdamW moments {size_text(estimate.optimizer)} + activations "
-             f"~{size_text(estimate.activations)}")
+    yield (f"memory per device (estimate): {size_text(estimate.total)} = parameters "
+           f"{size_text(estimate.parameters)} + gradients {size_text(estimate.gradients)} "
+           f"+ AdamW moments {size_text(estimate.optimizer)} + activations "
+           f"~{size_text(estimate.activations)}")
     if compile_step is None:
         compile_step = params <= COMPILE_PARAMETER_LIMIT
     measured = None
     if compile_step:
-        measured = compiled_memory(config, devices)
+        measured = aot_programs.compile_config_train(aot_programs.build_model(config), config,
+                                                     devices)
         if measured:
-            print_fn(f"memory per device (XLA, the compiled {measured.steps}-step training "
-                     f"program on {devices[0].device_kind}): {size_text(measured.total_bytes)} = "
-                     f"arguments {size_text(measured.argument_bytes)} + temporaries "
-                     f"{size_text(measured.temp_bytes)} + outputs not aliased "
-                     f"{size_text(measured.output_bytes - measured.alias_bytes)} + code "
-                     f"{size_text(measured.code_bytes)}; XLA counts {measured.flops / 1e9:.2f} "
-                     "GFLOP per device step")
-    print_fn(attention.describe(config))
+            yield (f"memory per device (XLA, the compiled {measured.steps}-step training "
+                   f"program on {devices[0].device_kind}): {size_text(measured.total_bytes)} = "
+                   f"arguments {size_text(measured.argument_bytes)} + temporaries "
+                   f"{size_text(measured.temp_bytes)} + outputs not aliased "
+                   f"{size_text(measured.output_bytes - measured.alias_bytes)} + code "
+                   f"{size_text(measured.code_bytes)}; XLA counts {measured.flops / 1e9:.2f} "
+                   "GFLOP per device step")
+    yield attention.describe(config)
     chip = hardware.chip_for_device_kind(devices[0].device_kind)
     if chip:
         needed = measured.total_bytes if compile_step and measured else estimate.total
         fits = needed < 0.9 * chip.memory_bytes
         floor = flops.train_flops_per_step(shape, batch) / (chip.bf16_flops * len(devices))
-        print_fn(f"{chip.name}: {'fits' if fits else 'does NOT fit'} in "
-                 f"{size_text(chip.memory_bytes)} per device; compute floor "
-                 f"{floor * 1e3:.3f} ms per step at peak bf16")
+        yield (f"{chip.name}: {'fits' if fits else 'does NOT fit'} in "
+               f"{size_text(chip.memory_bytes)} per device; compute floor "
+               f"{floor * 1e3:.3f} ms per step at peak bf16")
         if not fits:
-            _print_options(config, devices, 0.9 * chip.memory_bytes, print_fn)
+            yield from _options(config, devices, 0.9 * chip.memory_bytes)
     lines = warnings_for(config, platform)
     for line in lines:
-        print_fn(f"warning: {line}")
+        yield f"warning: {line}"
     if not lines:
-        print_fn("shape: aligned (hidden, head size, intermediate and vocabulary)")
+        yield "shape: aligned (hidden, head size, intermediate and vocabulary)"
 
 
-def _print_options(config: Config, devices, budget: float, print_fn):
-    """Compiles the changes that could make the training step fit (kroberta.perf.memory_plan)."""
+def _options(config: Config, devices, budget: float):
+    """Compiles the changes that could make the training step fit (kroberta.perf.memory_plan);
+    yields what to say about them."""
     from kroberta.perf import memory_plan
 
-    print_fn(f"compiling changes that could make it fit in {size_text(budget)} (90% of the "
-             "device), cheapest first:")
-    found = memory_plan.options(config, devices, budget, log=print_fn)
+    yield (f"compiling changes that could make it fit in {size_text(budget)} (90% of the "
+           "device), cheapest first:")
+    found = memory_plan.options(config, devices, budget)
     if found and found[-1].measured.fits(budget):
-        print_fn(f"cheapest change that fits: {found[-1].describe} ({found[-1].why})")
+        yield f"cheapest change that fits: {found[-1].describe} ({found[-1].why})"
     else:
-        print_fn("none of them fits alone; python -m kroberta.aot --max-batch finds the "
-                 "largest batch per device")
+        yield ("none of them fits alone; python -m kroberta.aot --max-batch finds the "
+               "largest batch per device")

@@ -212,28 +212,21 @@ def steps_per_execution_note(steps: int) -> str:
             "super-batch, one dispatch; memory above is that program's, FLOPs one step's)")
 
 
-@dataclasses.dataclass(frozen=True)
-class ProgramShape:
-    """What `config`'s compiled programs are for `devices`: the Keras distribution, the
-    global batch, sequence length, prediction slots and fused steps per dispatch."""
-
-    distribution: object
-    mesh_shape: dict
-    global_batch: int
-    length: int
-    slots: int
-    steps: int
-
-
-def program_shape(config: Config, devices) -> ProgramShape:
-    """The distribution and shapes `config` compiles to on `devices` (one process)."""
+def program_plan(config: Config, devices):
+    """The `kroberta.plan.Plan` of `config` on `devices` as one process (a TPU topology's,
+    or this host's)."""
     from kroberta.plan import make_plan
 
-    topology = distribute.topology_for(config, devices, processes=(1, 0))
-    plan = make_plan(config, topology=topology)
-    return ProgramShape(distribute.make_distribution(config, devices), plan.mesh_shape,
-                        plan.global_batch, plan.sequence_length, plan.slots,
-                        plan.steps_per_dispatch)
+    return make_plan(config, topology=distribute.topology_for(config, devices, processes=(1, 0)))
+
+
+def compile_config_train(model, config: Config, devices) -> Program | None:
+    """`config`'s training program as `fit` runs it (the plan's global batch, length,
+    slots and steps per dispatch; its distribution) compiled for `devices`."""
+    plan = program_plan(config, devices)
+    return compile_train(model, distribute.make_distribution(config, devices), plan.global_batch,
+                         plan.sequence_length, plan.slots, plan.steps_per_dispatch,
+                         config.data.step_input())
 
 
 # XLA's out-of-memory errors, e.g. "Ran out of memory on HBM, the total memory required for

@@ -10,10 +10,13 @@ mixed precision and the distribution's sharding are all counted as they will run
 """
 
 import dataclasses
+import logging
 
 from kroberta.errors import ConfigError
 from kroberta.config import Config
 from kroberta.perf.hardware import GiB
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,12 +46,9 @@ def measure(config: Config, devices, model=None) -> Measured:
 
     if model is None:
         model = aot_programs.build_model(config)
-    shape = aot_programs.program_shape(config, devices)
     per_device = config.train.batch_size_per_device
     try:
-        program = aot_programs.compile_train(model, shape.distribution, shape.global_batch,
-                                             shape.length, shape.slots, shape.steps,
-                                             config.data.step_input())
+        program = aot_programs.compile_config_train(model, config, devices)
     except Exception as error:
         exhausted, needed, available = aot_programs.out_of_memory(error)
         if not exhausted:
@@ -63,7 +63,7 @@ def with_train(config: Config, **changes) -> Config:
 
 
 def max_batch(config: Config, devices, budget: float, model=None, multiple: int = 8,
-              log=None, known: Measured | None = None) -> tuple[int, Measured | None, int]:
+              known: Measured | None = None) -> tuple[int, Measured | None, int]:
     """The largest per-device batch (a multiple of `multiple`, or below it any size) whose
     training program fits in `budget` bytes per device, found by compiling
     (`largest_fitting`); `known` is a measurement already made (not compiled again).
@@ -78,9 +78,8 @@ def max_batch(config: Config, devices, budget: float, model=None, multiple: int 
         if known is not None and known.batch_size_per_device == b:
             return known
         m = measure(with_train(config, batch_size_per_device=b), devices, model)
-        if log:
-            log(f"  batch {b} per device: {'refused by XLA, ' if m.refused else ''}"
-                f"{m.total_bytes / GiB:.2f} GiB{' (fits)' if m.fits(budget) else ''}")
+        logger.info(f"  batch {b} per device: {'refused by XLA, ' if m.refused else ''}"
+                    f"{m.total_bytes / GiB:.2f} GiB{' (fits)' if m.fits(budget) else ''}")
         return m
 
     return largest_fitting(at, max(1, config.train.batch_size_per_device), budget, multiple)
@@ -182,7 +181,7 @@ class Option:
     measured: Measured
 
 
-def options(config: Config, devices, budget: float, log=None) -> list[Option]:
+def options(config: Config, devices, budget: float) -> list[Option]:
     """Changes that make a training program that does not fit fit, cheapest first, each
     compiled: a selective remat policy (recomputes attention's elementwise work or its
     batched matmuls), fsdp (weights and AdamW state sharded; all-gathers per step),
@@ -214,12 +213,10 @@ def options(config: Config, devices, budget: float, log=None) -> list[Option]:
         try:
             measured = measure(candidate, devices)
         except ConfigError as error:  # e.g. an fsdp axis that does not divide the heads
-            if log:
-                log(f"  {overrides}: not possible here ({error})")
+            logger.info(f"  {overrides}: not possible here ({error})")
             continue
-        if log:
-            log(f"  {overrides}: {measured.total_bytes / GiB:.2f} GiB"
-                f"{' (fits)' if measured.fits(budget) else ''}")
+        logger.info(f"  {overrides}: {measured.total_bytes / GiB:.2f} GiB"
+                    f"{' (fits)' if measured.fits(budget) else ''}")
         found.append(Option(overrides, why, measured))
         if measured.fits(budget):
             break

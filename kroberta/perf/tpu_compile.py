@@ -136,7 +136,7 @@ def topology_devices(name: str) -> list:
         import libtpu  # noqa: F401
     except ImportError:
         raise ConfigError('libtpu is not installed: pip install "jax[tpu]==0.10.2" '
-                       "(the tpu extra; compiles for TPUs on a CPU-only machine)") from None
+                          "(the tpu extra; compiles for TPUs on a CPU-only machine)") from None
     from jax.experimental import topologies
 
     from kroberta.runtime.quiet_start import quiet_libtpu_probe
@@ -151,8 +151,8 @@ def topology_devices(name: str) -> list:
         if "INVALID_ARGUMENT" not in message:
             raise
         raise ConfigError(f"unknown TPU topology {name!r} ({message}); valid: "
-                       f"{', '.join(KNOWN_TOPOLOGIES)} (generation:chips per axis; larger "
-                       "slices such as v4:2x2x2 work too)") from None
+                          f"{', '.join(KNOWN_TOPOLOGIES)} (generation:chips per axis; larger "
+                          "slices such as v4:2x2x2 work too)") from None
 
 
 def _per_device_chip(devices) -> tuple[float, float, int]:
@@ -178,7 +178,7 @@ def _compile_or_explain(compile_fn, what, hbm, config, generation):
             raise
         if needed is None:
             raise ConfigError(f"the {what} step does not fit in HBM on {generation}: "
-                           f"{str(error).splitlines()[0]}") from None
+                              f"{str(error).splitlines()[0]}") from None
         raise ConfigError(_too_big(needed, hbm, generation, what, config.distributed.strategy,
                                 config.train.mixed_precision, at_least=True)) from None
 
@@ -206,23 +206,19 @@ def compile_for_topology(config: Config, topology_name: str, model=None,
     if model is None:
         model = aot_programs.build_model(config)
     build_seconds = time.perf_counter() - started
-    shape = aot_programs.program_shape(config, devices)
-    distribution, mesh_shape, batch = shape.distribution, shape.mesh_shape, shape.global_batch
-    length, slots, steps = shape.length, shape.slots, shape.steps
+    plan = aot_programs.program_plan(config, devices)
+    batch, length, slots, steps = (plan.global_batch, plan.sequence_length, plan.slots,
+                                   plan.steps_per_dispatch)
     # The programs that run: K fused training steps, G prediction batches per dispatch.
-    from kroberta.inference.prediction import batches_per_dispatch_for
-
-    group = batches_per_dispatch_for(config, batch, slots, length, devices=devices)
-    train = _compile_or_explain(
-        lambda: aot_programs.compile_train(model, distribution, batch, length, slots, steps,
-                                           config.data.step_input()),
-        "train", hbm, config, generation)
+    train = _compile_or_explain(lambda: aot_programs.compile_config_train(model, config, devices),
+                                "train", hbm, config, generation)
     predict = _compile_or_explain(
-        lambda: aot_programs.compile_predict(model, devices, batch, length, slots, group=group),
+        lambda: aot_programs.compile_predict(model, devices, batch, length, slots,
+                                             group=plan.prediction_group(batch, slots)),
         "predict", hbm, config, generation)
     return Report(
         topology=topology_name, device_kind=devices[0].device_kind, num_devices=len(devices),
-        chips=chips, mesh_shape=mesh_shape, strategy=config.distributed.strategy,
+        chips=chips, mesh_shape=plan.mesh_shape, strategy=config.distributed.strategy,
         parameters=int(sum(math.prod(v.shape) for v in model.trainable_variables)),
         mixed_precision=config.train.mixed_precision, global_batch=batch,
         sequence_length=length, slots=slots, hbm_bytes=hbm, peak_flops=peak, train=train,

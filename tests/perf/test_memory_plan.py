@@ -37,7 +37,7 @@ def test_the_cheapest_change_that_fits_fits_when_applied(small):
     needed = memory_plan.measure(config, devices)
     budget = 0.95 * needed.total_bytes  # a device just too small for it
     assert not needed.fits(budget)
-    found = memory_plan.options(config, devices, budget, log=print)
+    found = memory_plan.options(config, devices, budget)
     best = found[-1]
     assert best.measured.fits(budget), [(o.describe, o.measured) for o in found]
     assert all(not o.measured.fits(budget) for o in found[:-1])  # cheaper ones were tried
