@@ -1,4 +1,3 @@
-from kroberta.errors import ConfigError
 """A pre-flight handshake on the coordinator's port, before `jax.distributed.initialize`.
 
 JAX's distributed client aborts the whole process (a C++ fatal error, no Python
@@ -15,6 +14,7 @@ import json
 import socket
 import time
 
+from kroberta.errors import ConfigError
 
 _RETRY_SECONDS = 0.25
 
