@@ -6,7 +6,9 @@
 The first loads with `transformers.RobertaForMaskedLM.from_pretrained("hf_model/")`
 and, when the run has a tokenizer, `AutoTokenizer.from_pretrained("hf_model/")`; the
 second with `keras_hub.models.RobertaMaskedLM.from_preset("preset/")` (and
-`RobertaBackbone` / `RobertaTokenizer.from_preset`).
+`RobertaBackbone` / `RobertaTokenizer.from_preset`). A fine-tuned classifier's folder
+(`python -m kroberta.finetune --out`) as --run becomes a `RobertaForSequenceClassification`
+directory or a `RobertaTextClassifier` preset (`kroberta.load_classifier` reads either back).
 Errors are one line on stderr and exit status 2.
 """
 
@@ -18,7 +20,9 @@ from kroberta.interop import EXPORT_FORMATS
 
 def _parser() -> argparse.ArgumentParser:
     parser = cli.ArgumentParser(prog="python -m kroberta.export", description=__doc__.split("\n")[0])
-    parser.add_argument("--run", required=True, help="a finished run directory (config.toml + model.weights.h5)")
+    parser.add_argument("--run", required=True,
+                        help="a finished run directory (config.toml + model.weights.h5), or a "
+                        "fine-tuned classifier's folder (python -m kroberta.finetune --out)")
     parser.add_argument("--out", required=True, help="directory to write the model into")
     parser.add_argument("--format", choices=EXPORT_FORMATS, default="hf",
                         help="hf: Hugging Face transformers (default); keras-hub: a keras-hub preset")

@@ -112,6 +112,15 @@ def _exported_spec(directory: str, regression: bool) -> TaskSpec:
                     metric="pearson" if regression else "accuracy")
 
 
+def _json_in(directory: str, name: str, default):
+    """`directory/name` parsed, or `default` when there is no such file."""
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+        return default
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def _from_hf(directory: str):
     """The classifier of a `RobertaForSequenceClassification` directory: its labels from
     id2label, its length from tokenizer_config.json's model_max_length (within the positions)."""
@@ -124,11 +133,8 @@ def _from_hf(directory: str):
                               "classifiers choose one label (softmax)")
     classifier = classifiers.build_classifier(config.model, len(labels))
     hf_weights.load_hf_tensors(classifier, tensors, source)
-    length = config.model.max_sequence_length
-    tokenizer_config = os.path.join(directory, "tokenizer_config.json")
-    if os.path.isfile(tokenizer_config):
-        length = min(length, hf.read_json_in(directory, "tokenizer_config.json", "").get(
-            "model_max_length", length))
+    length = min(config.model.max_sequence_length, _json_in(directory, "tokenizer_config.json", {})
+                 .get("model_max_length", config.model.max_sequence_length))
     regression = len(labels) == 1 or found.get("problem_type") == "regression"
     names = None if regression else [labels[str(i)] for i in range(len(labels))]
     return _described(classifier, config, tokenizer, _exported_spec(directory, regression), names,
@@ -147,15 +153,11 @@ def _from_keras_hub(directory: str):
                                                                dtype="float32")
     classifier = classifiers.build_classifier(config.model, stock.num_classes)
     classifier.set_weights(stock.get_weights())
-    described = {}
-    for name in ("preprocessor.json", keras_hub_presets.LABELS_FILE):
-        if os.path.isfile(os.path.join(directory, name)):
-            with open(os.path.join(directory, name), encoding="utf-8") as f:
-                described[name] = json.load(f)
-    length = described.get("preprocessor.json", {}).get("config", {}).get(
+    length = _json_in(directory, "preprocessor.json", {}).get("config", {}).get(
         "sequence_length", config.model.max_sequence_length)
     regression = stock.num_classes == 1
-    names = described.get(keras_hub_presets.LABELS_FILE) or [str(i) for i in range(stock.num_classes)]
+    names = (_json_in(directory, keras_hub_presets.LABELS_FILE, None)
+             or [str(i) for i in range(stock.num_classes)])
     return _described(classifier, config, keras_hub_presets.preset_tokenizer(directory),
                       _exported_spec(directory, regression), None if regression else names, length)
 
