@@ -35,15 +35,12 @@ def _pad(value: int, multiple: int) -> int:
 def _padded_forward(shape: flops.Shape, pad_hidden=False, pad_head=False,
                     pad_intermediate=False, pad_vocabulary=False) -> int:
     """Forward matmul FLOPs with the chosen dims padded as a TPU computes them."""
-    n, L, M, heads = shape.layers, shape.length, shape.slots, shape.heads
-    h = _pad(shape.hidden, LANES) if pad_hidden else shape.hidden
-    d = _pad(shape.head_dim, HEAD_LANES) if pad_head else shape.head_dim
-    i = _pad(shape.intermediate, LANES) if pad_intermediate else shape.intermediate
-    v = _pad(shape.vocabulary, LANES) if pad_vocabulary else shape.vocabulary
-    projections = heads * d  # Q/K/V outputs and the attention-output input: (heads, head_dim)
-    return (n * (3 * 2 * L * h * projections + 2 * L * projections * h + 2 * 2 * L * h * i
-                 + 2 * 2 * L * L * projections)
-            + 2 * M * h * h + 2 * M * h * v)
+    head = _pad(shape.head_dim, HEAD_LANES) if pad_head else shape.head_dim
+    padded = dataclasses.replace(
+        shape, hidden=_pad(shape.hidden, LANES) if pad_hidden else shape.hidden,
+        intermediate=_pad(shape.intermediate, LANES) if pad_intermediate else shape.intermediate,
+        vocabulary=_pad(shape.vocabulary, LANES) if pad_vocabulary else shape.vocabulary)
+    return sum(flops.forward_breakdown(padded, projections=shape.heads * head).values())
 
 
 def _percent(share: float) -> str:

@@ -52,16 +52,19 @@ class Shape:
                    m.vocabulary_size, length, slots)
 
 
-def forward_breakdown(shape: Shape) -> dict[str, int]:
-    """Forward matmul FLOPs of one sequence, by component."""
+def forward_breakdown(shape: Shape, projections: int | None = None) -> dict[str, int]:
+    """Forward matmul FLOPs of one sequence, by component. `projections`: the width of
+    Q, K, V and the attention output's input, heads x head_dim (None: the hidden size;
+    the advisor pads the head size)."""
     n, h, i, v, L, M = (shape.layers, shape.hidden, shape.intermediate, shape.vocabulary,
                         shape.length, shape.slots)
+    p = projections or h
     return {
-        "qkv": n * 3 * 2 * L * h * h,
-        "attention_output": n * 2 * L * h * h,
+        "qkv": n * 3 * 2 * L * h * p,
+        "attention_output": n * 2 * L * p * h,
         "feed_forward": n * 2 * 2 * L * h * i,
-        "attention_scores": n * 2 * L * L * h,
-        "attention_values": n * 2 * L * L * h,
+        "attention_scores": n * 2 * L * L * p,
+        "attention_values": n * 2 * L * L * p,
         "head_dense": 2 * M * h * h,
         "head_vocabulary": 2 * M * h * v,
     }
