@@ -24,7 +24,7 @@ from kroberta.downstream.examples import REGRESSION, TaskSpec  # noqa: E402
 from kroberta.errors import InputError  # noqa: E402
 from kroberta.interop import hf, keras_hub_presets  # noqa: E402
 from kroberta.training.final_model import export  # noqa: E402
-from tests.interop.test_hf import TOLERANCE, hf_logits, padded_batch  # noqa: E402
+from tests.interop.test_hf import TINY, TOLERANCE, hf_logits, padded_batch  # noqa: E402
 
 LABELS = ("negative", "neutral", "positive")
 MAX_LENGTH = 24  # below the tiny model's 32 positions: the exports must keep it
@@ -124,6 +124,26 @@ def test_a_regression_exports_with_problem_type_regression(downstream_model, tmp
     texts = ["The apple river", "The stone"]
     np.testing.assert_allclose(prediction.predict_texts(loaded, texts)["values"],
                                prediction.predict_texts(original, texts)["values"], atol=1e-5)
+
+
+def test_a_classifier_transformers_saved_loads_with_its_logits(tmp_path):
+    """The import direction on weights kroberta never held: transformers' own classifier,
+    with its default token-type table (two rows, row 0 folded into the positions)."""
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(
+        vocab_size=TINY.vocabulary_size, hidden_size=TINY.hidden_dim, num_hidden_layers=TINY.num_layers,
+        num_attention_heads=TINY.num_heads, intermediate_size=TINY.intermediate_dim,
+        max_position_embeddings=TINY.max_sequence_length + 2, layer_norm_eps=1e-5, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2, id2label={0: "a", 1: "b", 2: "c"})
+    model = transformers.RobertaForSequenceClassification(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    model.save_pretrained(str(tmp_path))
+    loaded = kroberta.load_classifier(str(tmp_path))
+    assert loaded.label_names == ("a", "b", "c") and loaded.max_length == TINY.max_sequence_length
+    ids, mask = padded_batch(TINY)
+    assert np.abs(keras_logits(loaded, ids, mask) - hf_logits(model, ids, mask)).max() < TOLERANCE
 
 
 def test_the_export_command_writes_a_classifier(exported, tmp_path, capsys):
