@@ -87,8 +87,7 @@ def load_classifier(directory: str):
                                 "missing); write one with python -m kroberta.finetune --out")
     with open(paths[CLASSIFIER_FILE], encoding="utf-8") as f:
         description = json.load(f)
-    spec = TaskSpec(**{k: tuple(v) if isinstance(v, list) else v
-                       for k, v in description["task"].items()})
+    spec = _task_spec(directory, None, description["task"])
     names = description["label_names"]
     config = load_run_config(directory)
     classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
@@ -105,8 +104,11 @@ def _described(classifier, config, tokenizer, spec, names, max_length: int):
     return classifier
 
 
-def _exported_spec(directory: str, regression: bool) -> TaskSpec:
-    """The task of an exported classifier (its files name no fields: one text, "text")."""
+def _task_spec(directory: str, regression: bool, task: dict | None) -> TaskSpec:
+    """The task as saved (a dict of `TaskSpec`'s fields), else one text field "text" of
+    the kind `regression` says (an export made elsewhere names no task)."""
+    if task:
+        return TaskSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in task.items()})
     return TaskSpec(os.path.basename(os.path.normpath(directory)),
                     kind=REGRESSION if regression else CLASSIFICATION,
                     metric="pearson" if regression else "accuracy")
@@ -137,13 +139,13 @@ def _from_hf(directory: str):
                  .get("model_max_length", config.model.max_sequence_length))
     regression = len(labels) == 1 or found.get("problem_type") == "regression"
     names = None if regression else [labels[str(i)] for i in range(len(labels))]
-    return _described(classifier, config, tokenizer, _exported_spec(directory, regression), names,
-                      length)
+    return _described(classifier, config, tokenizer,
+                      _task_spec(directory, regression, found.get("kroberta_task")), names, length)
 
 
 def _from_keras_hub(directory: str):
     """The classifier of a `RobertaTextClassifier` preset: its length from preprocessor.json,
-    its class names from label_names.json (else "0", "1", ...)."""
+    its class names and task from kroberta_classifier.json (else "0", "1", ...)."""
     import keras_hub
 
     from kroberta.interop import keras_hub_presets
@@ -156,10 +158,11 @@ def _from_keras_hub(directory: str):
     length = _json_in(directory, "preprocessor.json", {}).get("config", {}).get(
         "sequence_length", config.model.max_sequence_length)
     regression = stock.num_classes == 1
-    names = (_json_in(directory, keras_hub_presets.LABELS_FILE, None)
-             or [str(i) for i in range(stock.num_classes)])
+    described = _json_in(directory, keras_hub_presets.CLASSIFIER_FILE, {})
+    names = described.get("label_names") or [str(i) for i in range(stock.num_classes)]
     return _described(classifier, config, keras_hub_presets.preset_tokenizer(directory),
-                      _exported_spec(directory, regression), None if regression else names, length)
+                      _task_spec(directory, regression, described.get("task")),
+                      None if regression else names, length)
 
 
 def outputs(classifier, encoded: encoding.Encoded, batch_size: int, max_length: int):

@@ -93,12 +93,20 @@ def _classifier_config(classifier) -> dict:
                               "RobertaClassificationHead is hidden_size wide and outputs logits")
     count = int(classifier.num_classes)
     names = list(getattr(classifier, "label_names", None) or [f"LABEL_{i}" for i in range(count)])
-    return {"architectures": [CLASSIFIER_ARCHITECTURE],
+    return {"architectures": [CLASSIFIER_ARCHITECTURE], "kroberta_task": task_of(classifier),
             "id2label": {str(i): name for i, name in enumerate(names)},
             "label2id": {name: i for i, name in enumerate(names)},
             "problem_type": "regression" if count == 1 else "single_label_classification",
             # HF applies this one rate before and after the head's dense, as keras-hub's `dropout`.
             "classifier_dropout": float(classifier.dropout)}
+
+
+def task_of(classifier) -> dict | None:
+    """The classifier's `task_spec` (its text fields, kind, metric) as a dict, None without one."""
+    import dataclasses
+
+    spec = getattr(classifier, "task_spec", None)
+    return dataclasses.asdict(spec) if spec is not None else None
 
 
 def _write_json(path: str, data: dict):

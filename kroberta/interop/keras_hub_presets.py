@@ -17,8 +17,8 @@ keras-hub hard-codes 1e-5) travel in `kroberta_config.toml`, which `from_keras_h
 reads back. The result loads with
 `keras_hub.models.RobertaMaskedLM.from_preset(dir)`, `RobertaBackbone.from_preset`
 and `RobertaTokenizer.from_preset`. A fine-tuned classifier is saved the same way as a
-`RobertaTextClassifier` (`preprocessor.json` at its `max_length`; its class names in
-`label_names.json`), which `kroberta.load_classifier` reads back.
+`RobertaTextClassifier` (`preprocessor.json` at its `max_length`; its class names and
+task in `kroberta_classifier.json`), which `kroberta.load_classifier` reads back.
 
 Token ids: keras-hub's byte-level BPE gives the ids of kroberta's tokenizer for
 ordinary text, but not on runs of spaces (`"a  b"`: Hugging Face's and kroberta's
@@ -44,12 +44,12 @@ TASK_WEIGHTS_FILE = "task.weights.h5"
 ASSETS_DIR = os.path.join("assets", "tokenizer")
 VOCABULARY_FILE = "vocabulary.json"
 MERGES_FILE = "merges.txt"
-LABELS_FILE = "label_names.json"  # a classifier's class names (keras-hub's config has none)
+CLASSIFIER_FILE = "kroberta_classifier.json"  # a classifier's class names and task (keras-hub has no place)
 # Every file `export_keras_hub` may write (the export CLI clears them before --overwrite).
 EXPORT_FILES = (CONFIG_FILE, "model.weights.h5", "model.weights.json", "metadata.json", TASK_CONFIG_FILE,
                 TASK_WEIGHTS_FILE, "preprocessor.json", "tokenizer.json", KROBERTA_CONFIG_FILE,
                 os.path.join(ASSETS_DIR, VOCABULARY_FILE), os.path.join(ASSETS_DIR, MERGES_FILE),
-                LABELS_FILE)
+                CLASSIFIER_FILE)
 BACKBONE_NAME = "RobertaBackbone"
 CLASSIFIER_NAME = "RobertaTextClassifier"
 
@@ -118,7 +118,7 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     Args and return value as for `kroberta.export_hf`; the tokenizer (byte-level BPE)
     becomes keras-hub's `RobertaTokenizer` with a `RobertaMaskedLMPreprocessor`. A
     fine-tuned classifier becomes a `RobertaTextClassifier` preset, its preprocessor at
-    the classifier's `max_length`, its `label_names` in label_names.json.
+    the classifier's `max_length`, its `label_names` and `task_spec` in kroberta_classifier.json.
     """
     classifier = hf_weights.is_classifier(model)
     if not classifier:
@@ -157,8 +157,11 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
         with atomic_write(os.path.join(out_dir, KROBERTA_CONFIG_FILE), encoding="utf-8") as f:
             f.write(to_toml(config))
     if classifier:
-        with atomic_write(os.path.join(out_dir, LABELS_FILE), encoding="utf-8") as f:
-            json.dump(list(getattr(model, "label_names", None) or []) or None, f)
+        from kroberta.interop.hf import task_of
+
+        with atomic_write(os.path.join(out_dir, CLASSIFIER_FILE), encoding="utf-8") as f:
+            json.dump({"label_names": list(getattr(model, "label_names", None) or []) or None,
+                       "task": task_of(model)}, f)
     return out_dir
 
 

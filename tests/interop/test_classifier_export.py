@@ -39,7 +39,8 @@ def saved_classifier(model, directory, label_names=LABELS, seed=0):
     for v in classifier.weights:
         v.assign((np.asarray(v.value) + rng.normal(0, 0.05, v.shape)).astype("float32"))
     classifier.tokenizer, classifier.kroberta_config = model.tokenizer, model.kroberta_config
-    classifier.task_spec = TaskSpec("toy", kind=REGRESSION) if outputs == 1 else TaskSpec("toy")
+    classifier.task_spec = (TaskSpec("toy", kind=REGRESSION, metric="pearson") if outputs == 1 else
+                            TaskSpec("toy pairs", ("premise", "hypothesis"), "gold"))
     classifier.label_names, classifier.max_length = label_names, MAX_LENGTH
     return prediction.save_classifier(classifier, str(directory))
 
@@ -99,7 +100,7 @@ def test_load_classifier_reads_an_export_back(exported, batch, format):
     original = prediction.load_classifier(exported["saved"])
     loaded = kroberta.load_classifier(exported[format])
     assert loaded.label_names == LABELS and loaded.max_length == MAX_LENGTH
-    assert loaded.task_spec.kind == "classification"
+    assert loaded.task_spec == original.task_spec  # a pair task's fields travel with the export
     tolerance = TOLERANCE if format == "hf" else 1e-6
     np.testing.assert_allclose(keras_logits(loaded, *batch), keras_logits(original, *batch),
                                atol=tolerance, rtol=0)
@@ -152,8 +153,8 @@ def test_the_export_command_writes_a_classifier(exported, tmp_path, capsys):
     assert "exported" in capsys.readouterr().out
     with open(os.path.join(out, keras_hub_presets.TASK_CONFIG_FILE), encoding="utf-8") as f:
         assert json.load(f)["registered_name"].endswith("RobertaTextClassifier")
-    with open(os.path.join(out, keras_hub_presets.LABELS_FILE), encoding="utf-8") as f:
-        assert json.load(f) == list(LABELS)
+    with open(os.path.join(out, keras_hub_presets.CLASSIFIER_FILE), encoding="utf-8") as f:
+        assert json.load(f)["label_names"] == list(LABELS)
 
 
 def test_a_classifier_where_a_masked_lm_goes_is_one_error_naming_the_call(exported):
