@@ -125,8 +125,6 @@ def train_data(distribution, global_batch: int, length: int, slots: int, steps: 
         return {**tokens, "mask_keys": spec(global_batch, dtype=jnp.uint32)}  # (K, B)
     if step_input == "token_labels":
         return {**tokens, "token_labels": spec(global_batch, length)}  # (K, B, L)
-    if step_input is not None:
-        raise ValueError(f"step_input: {step_input!r} is not 'mask_keys', 'token_labels' or None")
     x = {**tokens, "mask_positions": spec(global_batch, slots)}  # (K, B, M)
     return x, spec(global_batch, slots)  # labels (K, B, M)
 
@@ -202,14 +200,6 @@ def compile_predict(model, devices, global_batch: int, length: int, slots: int,
         jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
         lowered = jitted.lower(*weights, predict_batch(global_batch, length, group))
     return _analyse("predict", lowered, group)
-
-
-def steps_per_execution_note(steps: int) -> str:
-    """How `fit` runs train.steps_per_execution = `steps` (`kroberta.model.super_batch`)."""
-    if steps == 1:
-        return "one step per dispatch"
-    return (f"{steps} steps fused into one program (a lax.scan over a ({steps}, batch, ...) "
-            "super-batch, one dispatch; memory above is that program's, FLOPs one step's)")
 
 
 def program_plan(config: Config, devices):

@@ -48,7 +48,6 @@ class Report:
     predict: object
     build_seconds: float
     steps_per_execution: int
-    steps_per_execution_note: str
     remat: str = "none"  # train.remat
     attention: str = ""  # kroberta.model.attention.attention_path on the TPU
 
@@ -62,6 +61,15 @@ class Report:
 
     def samples_per_second(self, program) -> float:
         return self.global_batch / self.floor_seconds(program)
+
+    @property
+    def steps_per_execution_note(self) -> str:
+        """How `fit` runs train.steps_per_execution (`kroberta.model.super_batch`)."""
+        k = self.steps_per_execution
+        if k == 1:
+            return "one step per dispatch"
+        return (f"{k} steps fused into one program (a lax.scan over a ({k}, batch, ...) "
+                "super-batch, one dispatch; memory above is that program's, FLOPs one step's)")
 
     @property
     def fits(self) -> bool:
@@ -224,7 +232,6 @@ def compile_for_topology(config: Config, topology_name: str, model=None,
         sequence_length=length, slots=slots, hbm_bytes=hbm, peak_flops=peak, train=train,
         predict=predict, build_seconds=build_seconds,
         steps_per_execution=steps,
-        steps_per_execution_note=aot_programs.steps_per_execution_note(steps),
         remat=config.train.remat,
         attention=attention.attention_path(
             config.model.attention_dropout_rate, length, config.model.num_heads,
