@@ -65,8 +65,7 @@ def batches(encoded: Encoded, batch_size: int, max_length: int, seed: int | None
     within buckets and the batches' order). Padding rows have weight 0 and row -1.
     """
     buckets = bucket_lengths(max_length)
-    lengths = np.array([len(i) for i in encoded.ids])
-    which = np.searchsorted(buckets, lengths)  # index of the shortest bucket >= length
+    which = _bucket_of(encoded, buckets)
     rng = np.random.default_rng(seed)
     result = []
     for b, length in enumerate(buckets):
@@ -78,6 +77,26 @@ def batches(encoded: Encoded, batch_size: int, max_length: int, seed: int | None
     if seed is not None:
         result = [result[i] for i in rng.permutation(len(result))]
     return result
+
+
+def batch_count(encoded: Encoded, batch_size: int, max_length: int) -> int:
+    """How many batches `batches` makes of the split, without building them."""
+    buckets = bucket_lengths(max_length)
+    rows = np.bincount(_bucket_of(encoded, buckets), minlength=len(buckets))  # (buckets,)
+    return int(sum(-(-n // batch_size) for n in rows))
+
+
+def _bucket_of(encoded: Encoded, buckets: tuple) -> np.ndarray:
+    """(n,) the index of each example's bucket: the shortest that holds it."""
+    return np.searchsorted(buckets, np.array([len(i) for i in encoded.ids], np.int64))
+
+
+def in_split_order(values: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
+    """(count, K) `values` (one row per batch row, `dataset`'s order) put back in the
+    split's order, padding rows (`rows` -1) dropped."""
+    ordered = np.empty((count, values.shape[1]), np.float32)
+    ordered[rows[rows >= 0]] = values[rows >= 0]
+    return ordered
 
 
 def _batch(encoded: Encoded, rows: np.ndarray, batch_size: int, length: int):

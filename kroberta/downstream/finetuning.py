@@ -150,10 +150,10 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
          for split, s in evaluation.items()}, max_length, batch_size, epochs)
     seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     rates = tuple(learning_rates or recipe.default_learning_rates(config.model))
-    steps = epochs * len(encoding.batches(setup.train, batch_size, max_length))
     with global_distribution(_distribution(batch_size)):
         classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
-        classifiers.compile_classifier(classifier, spec.kind, steps, setup.steps_per_execution)
+        classifiers.compile_classifier(classifier, spec.kind, setup.steps,
+                                       setup.steps_per_execution)
         # The baseline first: the classifier then ends holding the pretrained run's weights.
         settings = _settings(setup)
         scratch = (recipe.run_grid(classifier, setup, _random_starts(config.model), rates, seeds,

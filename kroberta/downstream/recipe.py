@@ -10,13 +10,14 @@ there are several.
 """
 
 import dataclasses
+import functools
 import logging
 import time
 
 import numpy as np
 
 from kroberta.downstream import classifiers
-from kroberta.downstream import encoding, metrics, prediction
+from kroberta.downstream import encoding, metrics
 from kroberta.downstream.trials import TrialLog
 from kroberta.downstream.examples import REGRESSION, TaskSpec
 
@@ -88,21 +89,35 @@ class Setup:
     epochs: int
     steps_per_execution: int = 8
 
+    @functools.cached_property
+    def evaluation_batches(self) -> dict:
+        """{split: `encoding.dataset`'s (batches, rows)}: built once, predicted after every run."""
+        return {name: encoding.dataset(encoded, self.batch_size, self.max_length)
+                for name, encoded in self.evaluation.items()}
+
+    @property
+    def steps(self) -> int:
+        """Training steps of one run: `epochs` passes of the bucketed batches."""
+        return self.epochs * encoding.batch_count(self.train, self.batch_size, self.max_length)
+
 
 def default_learning_rates(model_config) -> tuple:
     return (LARGE_MODEL_LEARNING_RATES if model_config.hidden_dim >= 768
             else SMALL_MODEL_LEARNING_RATES)
 
 
-def evaluate(classifier, setup: Setup, encoded: encoding.Encoded) -> tuple:
-    """(scores {metric: value}, outputs (n, K) float32) of one split."""
-    ordered = prediction.outputs(classifier, encoded, setup.batch_size, setup.max_length)
+def evaluate(classifier, setup: Setup, split: str) -> dict:
+    """{metric: value} of one evaluation split."""
+    data, rows = setup.evaluation_batches[split]
+    labels = setup.evaluation[split].labels
+    values = np.asarray(classifier.predict(data, verbose=0), np.float32)  # (rows, K)
+    ordered = encoding.in_split_order(values, rows, len(labels))  # (n, K)
     if setup.spec.kind == REGRESSION:
         predictions = ordered[:, 0]
     else:
         predictions = ordered.argmax(-1)
     names = setup.spec.metrics(len(setup.label_names or ()))
-    return metrics.score(names, encoded.labels, predictions), ordered
+    return metrics.score(names, labels, predictions)
 
 
 def run_grid(classifier, setup: Setup, starts, learning_rates, seeds,
@@ -143,8 +158,7 @@ def _run_trial(classifier, setup: Setup, start: list, seed: int, learning_rate: 
         train, _ = encoding.dataset(setup.train, setup.batch_size, setup.max_length,
                                     seed * EPOCH_SEEDS + epoch)
         classifier.fit(train, epochs=1, verbose=0, shuffle=False)
-    return {name: evaluate(classifier, setup, encoded)[0]
-            for name, encoded in setup.evaluation.items()}
+    return {name: evaluate(classifier, setup, name) for name in setup.evaluation}
 
 
 def _describe(scores: dict) -> str:

@@ -98,3 +98,45 @@ def test_a_regression_task_is_learned(downstream_model, tmp_path):
     assert result.median["validation"] >= 0.9
     values = prediction.predict_texts(result.classifier, [f"The {MARKER} {MARKER} apple river"])
     assert values["values"].shape == (1,)
+
+
+def test_batches_are_counted_without_building_them(downstream_model):
+    from kroberta.downstream import encoding
+
+    texts = (sentences(50, 3), sentences(50, 4))
+    for pair in (False, True):
+        for max_length in (8, 16, 32):  # pairs of 9-14 tokens each: up to three buckets
+            encoded = encoding.encode(downstream_model.tokenizer, texts if pair else texts[:1],
+                                      np.zeros(50, np.int32), max_length)
+            for batch_size in (4, 32):
+                assert encoding.batch_count(encoded, batch_size, max_length) == \
+                    len(encoding.batches(encoded, batch_size, max_length))
+
+
+def test_a_grid_builds_the_validation_batches_once(downstream_model, tmp_path, monkeypatch):
+    """Every trial is scored on the same validation batches, built once; each training
+    pass is built from its own seed; the schedule is as long as one trial's passes."""
+    from kroberta.downstream import classifiers, encoding
+
+    built, schedules = [], []
+    build, compile_classifier = encoding.dataset, classifiers.compile_classifier
+
+    def counted_build(encoded, batch_size, max_length, seed=None):
+        data, rows = build(encoded, batch_size, max_length, seed)
+        built.append((seed, int(data.cardinality())))
+        return data, rows
+
+    def counted_compile(classifier, kind, total_steps, *args, **kwargs):
+        schedules.append(total_steps)
+        return compile_classifier(classifier, kind, total_steps, *args, **kwargs)
+
+    monkeypatch.setattr(encoding, "dataset", counted_build)
+    monkeypatch.setattr(classifiers, "compile_classifier", counted_compile)
+    train, validation = marker_task(tmp_path, train=100, validation=40)
+    result = finetuning.finetune(downstream_model, data=train, validation=validation,
+                                 **{**RECIPE, "learning_rates": [3e-3, 1e-3], "seeds": 2, "epochs": 2})
+    assert len(result.trials) == 4
+    assert [seed for seed, _ in built if seed is None] == [None]  # the validation batches
+    passes = [(seed, count) for seed, count in built if seed is not None]
+    assert len(passes) == 4 * 2 and len({seed for seed, _ in passes}) == 2 * 2
+    assert schedules == [sum(count for _, count in passes[:2])] == [2 * 4]  # ceil(100 / 32) = 4
