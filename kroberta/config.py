@@ -36,6 +36,7 @@ SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt", "wsd")  # kroberta.
 REMATS = ("none", "full", "dots", "dots_no_batch")  # kroberta.model.remat
 TRACKERS = ("tensorboard", "wandb", "mlflow")  # kroberta.training.trackers
 STRATEGIES = ("data", "fsdp", "model")
+DOWNSTREAM_KEYS = ("task", "data", "validation", "text_fields", "label_field", "kind")
 
 
 def _at_least(section, low: int, keys: str, fail):
@@ -291,6 +292,15 @@ class TrainConfig:
     activation; "full" recomputes each block in the backward pass (~+25-33% FLOPs, least
     memory); "dots" keeps matmul outputs and recomputes the elementwise work;
     "dots_no_batch" keeps the weight matmuls' outputs and recomputes attention too."""
+    downstream: dict = field(default_factory=dict)
+    """A linear probe at every checkpoint (and with the validation row a run logs at its start):
+    ridge regression on the frozen model's pooled embeddings of a labelled task, logged as
+    `downstream/<task>/<metric>` (`kroberta.downstream.probe`). "stdlib" (the embedded task:
+    `--train.downstream=stdlib`), or a table `[train.downstream]` with `data` and `validation`
+    (labelled files, as `kroberta.finetune` reads them) and optionally `text_fields` (one field
+    or a pair; ["text"]), `label_field` ("label"), `kind` ("classification" or "regression")
+    and `task` (its name in the metrics; the training file's stem), or `task = "glue/<name>"`
+    with `data` = the GLUE directory. {} = off. Needs the run's tokenizer and a single process."""
 
     def wsd_decay_steps(self) -> int:
         """The steps of the "wsd" schedule's final decay."""
@@ -349,6 +359,27 @@ class TrainConfig:
                 fail("trackers", f"unknown tracker {name!r}; choose from {TRACKERS}")
         if len(set(self.trackers)) != len(self.trackers):
             fail("trackers", f"names a tracker twice: {list(self.trackers)}")
+        if self.downstream:
+            self._check_downstream(lambda problem: fail("downstream", problem))
+
+    def _check_downstream(self, fail):
+        """`downstream`: "stdlib", a GLUE task and its directory, or a labelled file pair."""
+        d = self.downstream
+        if set(d) - set(DOWNSTREAM_KEYS):
+            fail(f"unknown key(s) {', '.join(sorted(set(d) - set(DOWNSTREAM_KEYS)))}; "
+                 f"known: {', '.join(DOWNSTREAM_KEYS)}")
+        for key, value in d.items():
+            texts = value if key == "text_fields" and isinstance(value, list) else [value]
+            if not 1 <= len(texts) <= (2 if key == "text_fields" else 1) or not all(
+                    isinstance(t, str) and t for t in texts):
+                fail(f"{key} = {value!r}: expected a non-empty string"
+                     + (" or a list of two" if key == "text_fields" else ""))
+        if d.get("kind", "classification") not in ("classification", "regression"):
+            fail(f"kind = {d['kind']!r}: expected \"classification\" or \"regression\"")
+        glue = d.get("task", "").lower().startswith("glue/")
+        if not ("data" in d and (glue or "validation" in d)) and (glue or d.get("task") != "stdlib"):
+            fail(f'expected "stdlib", a table with data and validation (labelled files), or '
+                 f'task = "glue/<name>" with data (the GLUE directory); got {d!r}')
 
 
 def parse_window(text: str) -> tuple[int, int] | None:
@@ -522,8 +553,10 @@ def _coerce(value, expected, key: str, source: str):
     if expected == (int | str) and (value == AUTO or (number and
                                                       isinstance(value, numbers.Integral))):
         return value if isinstance(value, str) else int(value)  # a count, or the word "auto"
+    if expected is dict and isinstance(value, (str, dict)):  # a table; a word is its "task"
+        return dict(value) if isinstance(value, dict) else ({"task": value} if value else {})
     wanted = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-              int | str: f"an integer or \"{AUTO}\""}[expected]
+              int | str: f"an integer or \"{AUTO}\"", dict: "a table or a task's name"}[expected]
     raise ConfigError(f"{source}: {key}: expected {wanted}, got {value!r}")
 
 

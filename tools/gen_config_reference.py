@@ -64,7 +64,7 @@ def field_docs(source: str) -> dict[str, dict[str, str]]:
 
 def type_name(annotation) -> str:
     """The annotation as a TOML user reads it."""
-    names = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", dict: "table"}
     if annotation in names:
         return names[annotation]
     if annotation == (int | str):

@@ -1,30 +1,96 @@
 """A linear probe: how much of a task the frozen model's embeddings already hold.
 
-Cheap enough to run during pretraining: one compiled prediction pass per split
-(`kroberta.predict(..., output="embeddings")`, the mean of the last hidden states over
-the real tokens), then ridge regression in closed form on the standardised embeddings
-(one-hot targets for classification, argmax to predict). No gradient step touches
-the model.
+Cheap enough to run during pretraining (`train.downstream`): the task is read and
+tokenised once (`prepare_task`, `from_setting`); each probe is one compiled prediction
+pass over every split (`kroberta.predict(..., output="embeddings")`, the mean of the
+last hidden states over the real tokens), then ridge regression in closed form on the
+standardised embeddings (one-hot targets for classification, argmax to predict). No
+gradient step touches the model.
 """
+
+import dataclasses
+import os
 
 import numpy as np
 
-from kroberta.downstream import encoding, metrics
-from kroberta.downstream.examples import REGRESSION
+from kroberta.downstream import encoding, finetuning, metrics
+from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec
 
 RIDGE = 1.0  # the L2 penalty on standardised features
 
 
-def _embeddings(model, encoded: encoding.Encoded, max_length: int) -> np.ndarray:
-    """(n, hidden) pooled embeddings of an encoded split."""
-    import kroberta
+@dataclasses.dataclass(frozen=True)
+class ProbeTask:
+    """A task tokenised once: `inputs` {"input_ids", "attention_mask"}, each (n, length)
+    int32, holds the rows of every split of `labels` ({split: (n_split,)}, "train"
+    first) in that order."""
 
+    name: str
+    spec: TaskSpec
+    label_names: tuple | None
+    inputs: dict
+    labels: dict
+
+
+def _padded(encoded: encoding.Encoded, max_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(token ids, attention mask) of an encoded split, each (n, max_length) int32."""
     token_ids = np.full((len(encoded.ids), max_length), encoded.pad_id, np.int32)
     attention_mask = np.zeros_like(token_ids)
     for row, ids in enumerate(encoded.ids):
         token_ids[row, :len(ids)], attention_mask[row, :len(ids)] = ids, 1
-    inputs = {"input_ids": token_ids, "attention_mask": attention_mask}
-    return np.asarray(kroberta.predict(model, inputs, output="embeddings")["embeddings"])
+    return token_ids, attention_mask
+
+
+def prepare_task(tokenizer, spec, label_names, splits: dict, max_length: int,
+                 name: str | None = None) -> ProbeTask:
+    """Tokenises `splits` ({split: LabelledSet}, "train" first) for `scores`."""
+    padded = [_padded(encoding.encode(tokenizer, s.texts, s.labels, max_length), max_length)
+              for s in splits.values()]
+    inputs = {"input_ids": np.concatenate([p[0] for p in padded]),
+              "attention_mask": np.concatenate([p[1] for p in padded])}
+    return ProbeTask(name or spec.name, spec, label_names, inputs,
+                     {split: s.labels for split, s in splits.items()})
+
+
+def from_setting(downstream: dict, tokenizer, max_length: int) -> ProbeTask:
+    """The task `train.downstream` names (checked by the config), read and tokenised."""
+    setting = dict(downstream)
+    spec, names, train, evaluation = finetuning.task_splits(
+        setting.get("task"), setting.get("data"), setting.get("validation"),
+        setting.get("text_fields", ("text",)), setting.get("label_field", "label"),
+        setting.get("kind", CLASSIFICATION))
+    name = setting.get("task") or os.path.splitext(os.path.basename(setting["data"]))[0]
+    return prepare_task(tokenizer, spec, names, {"train": train, **evaluation}, max_length, name)
+
+
+def scores(model, task: ProbeTask) -> dict:
+    """{split: {metric: value}} of a ridge probe fitted on the "train" split's embeddings,
+    for each other split of `task`."""
+    import kroberta
+
+    # (n, hidden): every split in one prediction pass.
+    embeddings = kroberta.predict(model, task.inputs, output="embeddings")["embeddings"]
+    ends = np.cumsum([len(labels) for labels in task.labels.values()])[:-1]
+    features = dict(zip(task.labels, np.split(np.asarray(embeddings, np.float64), ends)))
+    train = features.pop("train")
+    mean, scale = train.mean(0), train.std(0) + 1e-6
+
+    def standardised(f):  # (n, hidden + 1): with a bias column
+        return np.c_[(f - mean) / scale, np.ones(len(f))]
+
+    x_train, labels = standardised(train), task.labels["train"]
+    regression = task.spec.kind == REGRESSION
+    targets = labels[:, None].astype(np.float64) if regression else \
+        np.eye(len(task.label_names))[labels]  # (n, K)
+    gram = x_train.T @ x_train + RIDGE * np.eye(x_train.shape[1])
+    weights = np.linalg.solve(gram, x_train.T @ targets)  # (hidden + 1, K)
+    names = task.spec.metrics(len(task.label_names or ()))
+    result = {}
+    for split, f in features.items():
+        outputs = standardised(f) @ weights
+        predictions = outputs[:, 0] if regression else outputs.argmax(-1)
+        result[split] = metrics.score(names, task.labels[split], predictions)
+    return result
 
 
 def linear_probe(model, spec, train, validation, label_names, max_length: int | None = None):
@@ -40,19 +106,6 @@ def linear_probe(model, spec, train, validation, label_names, max_length: int | 
         {metric: value} on the validation split.
     """
     max_length = max_length or model.kroberta_config.model.max_sequence_length
-    features = [_embeddings(model, encoding.encode(model.tokenizer, s.texts, s.labels, max_length),
-                            max_length) for s in (train, validation)]
-    mean, scale = features[0].mean(0), features[0].std(0) + 1e-6
-    x_train, x_valid = [(f - mean) / scale for f in features]  # (n, hidden) each
-    x_train = np.c_[x_train, np.ones(len(x_train))]
-    x_valid = np.c_[x_valid, np.ones(len(x_valid))]
-    if spec.kind == REGRESSION:
-        targets = train.labels[:, None].astype(np.float64)
-    else:
-        targets = np.eye(len(label_names))[train.labels]  # (n, K)
-    gram = x_train.T @ x_train + RIDGE * np.eye(x_train.shape[1])
-    weights = np.linalg.solve(gram, x_train.T @ targets)  # (hidden + 1, K)
-    outputs = x_valid @ weights
-    predictions = outputs[:, 0] if spec.kind == REGRESSION else outputs.argmax(-1)
-    names = spec.metrics(len(label_names or ()))
-    return metrics.score(names, validation.labels, predictions)
+    task = prepare_task(model.tokenizer, spec, label_names,
+                        {"train": train, "validation": validation}, max_length)
+    return scores(model, task)["validation"]

@@ -26,7 +26,7 @@ import keras
 import numpy as np
 
 from kroberta import storage
-from kroberta.errors import DivergedError
+from kroberta.errors import ConfigError, DivergedError
 from kroberta.training import checkpoint, console, signals, trackers
 from kroberta.training.compile_clock import CompileClock
 from kroberta.training.run_dir import METRICS_FILE, metrics_rows
@@ -42,17 +42,22 @@ class RunLogger(keras.callbacks.Callback):
     Every row also goes to the trackers of `train.trackers` (process 0). After each
     evaluation `signals.EvalWatch` decides the best checkpoint (kept beside the newest
     ones with `train.keep_best`) and whether the run ends early (`stopped_early`).
+    With `train.downstream`, a linear probe's scores follow each checkpoint (`_probe`).
     """
 
     def __init__(self, config, run_dir, start_step, global_batch, sequence_length, evaluate_fn,
-                 stop_step=None, write_files=True, preemption=None, save_checkpoints=None):
+                 stop_step=None, write_files=True, preemption=None, save_checkpoints=None,
+                 plan=None):
         super().__init__()
         self.config = config
+        self.plan = plan  # kroberta.plan.Plan of the run (None: made from config when needed)
         self.run_dir = run_dir
         self.step = start_step
         self.global_batch = global_batch
         self.sequence_length = sequence_length
         self.evaluate_fn = evaluate_fn  # () -> dict of validation metrics, or None
+        # Read and tokenised once per run, before anything opens (a bad task fails first).
+        self._probe_task = self._read_probe_task() if config.train.downstream else None
         self.write_files = write_files  # False on processes other than 0: no files, no lines
         # Checkpoints are collectives: in a multi-process run every process saves.
         save_checkpoints = write_files if save_checkpoints is None else save_checkpoints
@@ -72,8 +77,10 @@ class RunLogger(keras.callbacks.Callback):
         self._progbar = console.live_progress(config.train.steps, start_step) \
             if write_files else None
         # The evaluations so far (rows after the resumed checkpoint are being dropped).
-        self.watch = signals.EvalWatch(config.train, signals.validation_losses(
-            metrics_rows(run_dir, start_step)))
+        rows = metrics_rows(run_dir, start_step)
+        self.watch = signals.EvalWatch(config.train, signals.validation_losses(rows))
+        self._evaluated_at_start = any(r["step"] == start_step and r.get("split") == "validation"
+                                       for r in rows)
         self.stopped_early = None  # why the run ended before stop_step, or None
         if self.checkpoints is not None and config.train.keep_best:
             self.checkpoints.protected_step = self.watch.best_step
@@ -170,18 +177,52 @@ class RunLogger(keras.callbacks.Callback):
             metrics = self.evaluate_fn()
             self._emit({"step": self.step, "split": "validation", **metrics})
             self._judge(metrics["loss"], saved)
+        if saved and not preempted:  # SIGTERM's grace is for the checkpoint alone
+            self._probe()
 
     def evaluate_at_start(self):
-        """The validation row at the start step, before the first training step: a run
-        that starts from a checkpoint logs the loss the training improves on. Not a signal
-        for the best checkpoint or the early stop (`signals.validation_losses`); written
-        once (a run that starts over at step 0 keeps the row it has)."""
-        if self.evaluate_fn is None or any(
-                r["step"] == self.step and r.get("split") == "validation"
-                for r in metrics_rows(self.run_dir, self.step)):
+        """The validation row (and the probe's) at the start step, before the first
+        training step: a run that starts from a checkpoint logs the loss the training
+        improves on. Not a signal for the best checkpoint or the early stop
+        (`signals.validation_losses`); written once (a run that starts over at step 0
+        keeps the row it has). Needs the model (`set_model`)."""
+        if self.evaluate_fn is None or self._evaluated_at_start:
             return
         self._emit({"step": self.step, "split": "validation", **self.evaluate_fn()})
+        self._probe()
         self._compile_clock.seconds = 0.0  # the evaluation's compilation is no training step's
+
+    def _read_probe_task(self):
+        """`train.downstream`'s task, tokenised with the run's tokenizer."""
+        import jax
+
+        from kroberta.downstream import probe
+        from kroberta.training import final_model
+
+        if jax.process_count() > 1:
+            raise ConfigError("train.downstream: the probe runs in single-process jobs only "
+                              "(kroberta.predict gathers its results on one host); remove it here")
+        tokenizer = final_model.load_tokenizer(self.run_dir)
+        if tokenizer is None:
+            raise ConfigError("train.downstream: needs the run's tokenizer; train on a prepared "
+                              "directory (data.dir) or the embedded default data")
+        return probe.from_setting(self.config.train.downstream, tokenizer, self.sequence_length)
+
+    def _probe(self):
+        """A row per evaluated split of the linear probe on the model as it is now:
+        "downstream/<task>" (with "/<split>" when the task has several) and its metrics.
+        Prediction only: the training state and its random streams are not touched."""
+        if self._probe_task is None:
+            return
+        from kroberta.downstream import probe
+
+        started = time.perf_counter()
+        results = probe.scores(self.model, self._probe_task)
+        seconds = time.perf_counter() - started
+        for split, values in results.items():
+            where = "" if len(results) == 1 else f"/{split}"
+            self._emit({"step": self.step, "split": f"downstream/{self._probe_task.name}{where}",
+                        **values, "seconds": seconds})
 
     def _save_checkpoint(self):
         if self.checkpoints is not None:
@@ -211,9 +252,10 @@ class RunLogger(keras.callbacks.Callback):
         if not hasattr(self, "_peak"):
             import jax
 
-            t = self.config.train
-            micro_batch = self.global_batch // t.gradient_accumulation_steps
-            devices = jax.devices()[: micro_batch // t.batch_size_per_device]
+            from kroberta.plan import make_plan
+
+            plan = self.plan or make_plan(self.config, sequence_length=self.sequence_length)
+            devices = plan.devices
             self._peak = throughput.peak_flops(devices)
             self._cpu = devices[0].platform == "cpu"
             # Re-measured below only in a single process (the measurement uses every device).

@@ -1,9 +1,9 @@
 """Where a run's metrics go besides metrics.jsonl (`train.trackers`).
 
 "tensorboard" (run_dir/tensorboard), "wandb" (Weights & Biases) and "mlflow". Only
-process 0 opens trackers. Each receives every metrics.jsonl row (train, validation
-and checkpoint rows) with its step; W&B and MLflow also receive the resolved config
-as the run's parameters. A resumed run continues the same tracker run: the W&B and
+process 0 opens trackers. Each receives every metrics.jsonl row (train, validation,
+checkpoint and the probe's "downstream/<task>" rows) with its step, each number as
+"<split>/<key>"; W&B and MLflow also receive the resolved config as the run's parameters. A resumed run continues the same tracker run: the W&B and
 MLflow run ids are kept in run_dir/trackers.json.
 
 W&B reads its usual environment (WANDB_PROJECT, WANDB_ENTITY, WANDB_MODE=offline,

@@ -356,7 +356,8 @@ def _fit(model, run_data, plan, start_step, stop_step) -> dict:
     evaluate = _evaluation(model, run_data, plan.micro_batch, shard)
     run_logger = RunLogger(config, config.run_dir, start_step, plan.global_batch,
                            train_spec.sequence_length, evaluate, stop_step, preemption=preemption,
-                           write_files=topology.is_main, save_checkpoints=True)
+                           write_files=topology.is_main, save_checkpoints=True, plan=plan)
+    run_logger.set_model(model)  # fit sets it too; the evaluation at the start needs it first
     callbacks = [run_logger]
     profile = _profile_window(config, start_step, topology.is_main)
     if profile is not None:
