@@ -166,12 +166,14 @@ def write_manifest(directory, data):
     return path
 
 
-def tokenizer_difference(manifest: Manifest, vocabulary_size: int, tokenizer=None) -> str | None:
-    """How the tokenizer `manifest`'s directory was prepared with differs from a model's
-    (its `vocabulary_size`, and its `tokenizers.Tokenizer` when known), or None when it
-    does not: ids from another tokenizer mean other tokens to the model, with no error."""
+def tokenizer_difference(manifest: Manifest, vocabulary_size: int, tokenizer=None,
+                         holder: str = "model") -> str | None:
+    """How the tokenizer `manifest`'s directory was prepared with differs from a `holder`'s
+    (a model's or checkpoint's `vocabulary_size`, and its `tokenizers.Tokenizer` when
+    known), or None when it does not: ids from another tokenizer mean other tokens to the
+    model, with no error."""
     if manifest.vocabulary_size != vocabulary_size:
-        return f"a vocabulary of {manifest.vocabulary_size} tokens; the model has {vocabulary_size}"
+        return f"a vocabulary of {manifest.vocabulary_size} tokens; the {holder} has {vocabulary_size}"
     if tokenizer is None:
         return None
     from tokenizers import Tokenizer
@@ -180,5 +182,49 @@ def tokenizer_difference(manifest: Manifest, vocabulary_size: int, tokenizer=Non
 
     prepared_with = Tokenizer.from_str(storage.read_text(manifest.tokenizer_path))
     if prepared_with.get_vocab() != tokenizer.get_vocab():
-        return "another tokenizer than the model's (other tokens at the same ids)"
+        return f"another tokenizer than the {holder}'s (other tokens at the same ids)"
     return None
+
+
+def check_prepared_with(directories, key: str, vocabulary_size: int, tokenizer=None, *,
+                        positions: int | None = None, holder: str = "model",
+                        named: str = "the model", tokenizer_owner: str = "model",
+                        tokenizer_source: str = "MODEL_DIR", required: bool = False):
+    """Refuses prepared data that are not a model's: ids of another tokenizer would be
+    read as other tokens (a wrong number, no error), and longer sequences do not fit.
+
+    Args:
+        directories: the directories holding the data's files. One without a (readable)
+            manifest is skipped, as nothing says which tokenizer wrote its ids, unless
+            `required` (then its `load_manifest` error is raised).
+        key: the config key or argument that named the data; the message starts with it.
+        vocabulary_size: the model's (or checkpoint's).
+        tokenizer: its `tokenizers.Tokenizer`, or None to compare the sizes only.
+        positions: its max_sequence_length, or None not to compare sequence lengths.
+        holder: "model" or "checkpoint", as `tokenizer_difference` names it.
+        named: the model in the message ("this model", "the checkpoint (init_from_hf=DIR)").
+        tokenizer_owner: whose tokenizer to prepare with ("run", "model", "checkpoint").
+        tokenizer_source: what to give `python -m kroberta.prepare --tokenizer`.
+
+    Raises:
+        InputError naming the directory, the difference and the `prepare` command.
+    """
+    for directory in directories:
+        try:
+            manifest = load_manifest(directory)
+        except InputError:
+            if required:
+                raise
+            continue
+        seq_len = "" if positions is None else f" --seq-len {min(manifest.sequence_length, positions)}"
+        fix = f"python -m kroberta.prepare --tokenizer {tokenizer_source}{seq_len} ..."
+        differs = tokenizer_difference(manifest, vocabulary_size, tokenizer, holder)
+        if differs is not None:
+            raise InputError(
+                f"{key}: {directory} was prepared with {differs}, so its ids mean other tokens "
+                f"to {named}; prepare the text with the {tokenizer_owner}'s tokenizer ({fix})")
+        if positions is not None and manifest.sequence_length > positions:
+            raise InputError(
+                f"{key}: {directory} holds sequences of {manifest.sequence_length} tokens, but "
+                f"{named} has {positions} positions; prepare the text again with --seq-len "
+                f"{positions} ({fix})")

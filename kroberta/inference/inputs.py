@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from kroberta.errors import InputError
 from kroberta.data import pipeline
-from kroberta.data.manifest import load_manifest, tokenizer_difference
+from kroberta.data.manifest import check_prepared_with
 from kroberta.data import rules
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.tokens import IGNORE_LABEL
@@ -61,7 +61,10 @@ def as_examples(inputs, config, tokenizer=None) -> Source:
                                                        ([inputs] if isinstance(inputs, str) else inputs)):
         patterns = [inputs] if isinstance(inputs, str) else list(inputs)
         spec = pipeline.inspect_files(pipeline.resolve_files(patterns, "inputs"), "inputs")
-        _check_prepared_with(spec.files, vocabulary, tokenizer)
+        # Another tokenizer's ids would be predicted on as if they were the model's.
+        check_prepared_with(sorted({os.path.dirname(f) for f in spec.files}), "inputs",
+                            vocabulary, tokenizer, named="this model", tokenizer_owner="run",
+                            tokenizer_source="RUN_DIR/tokenizer.json")
         if spec.sequence_length > config.model.max_sequence_length:
             raise InputError(f"inputs: sequences of {spec.sequence_length} tokens, the model "
                                     f"takes at most {config.model.max_sequence_length}")
@@ -75,24 +78,6 @@ def as_examples(inputs, config, tokenizer=None) -> Source:
     raise InputError(
         "inputs must be TFRecord path(s), a tf.data.Dataset of dicts or a dict of numpy arrays, "
         f"got {type(inputs).__name__}")
-
-
-def _check_prepared_with(files, vocabulary_size: int, tokenizer):
-    """Files from a directory of `python -m kroberta.prepare` hold the ids of the tokenizer
-    its manifest names; another tokenizer's ids would be predicted on as if they were the
-    model's (a wrong answer, no error)."""
-    for directory in sorted({os.path.dirname(f) for f in files}):
-        try:
-            manifest = load_manifest(directory)
-        except InputError:
-            continue  # no (readable) manifest: nothing says which tokenizer wrote the ids
-        differs = tokenizer_difference(manifest, vocabulary_size, tokenizer)
-        if differs is None:
-            continue
-        raise InputError(
-            f"inputs: {directory} was prepared with {differs}, so its ids mean other tokens "
-            "to this model; prepare the text with the run's tokenizer (python -m "
-            "kroberta.prepare --tokenizer RUN_DIR/tokenizer.json ...)")
 
 
 # keras-hub's names for the model inputs, accepted for Hugging Face's.

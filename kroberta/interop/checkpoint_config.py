@@ -88,7 +88,8 @@ def _read_model_config(key: str, directory: str) -> ModelConfig:
     return model
 
 
-def with_checkpoint_model(config: Config, sources: dict | None = None) -> tuple[Config, dict]:
+def with_checkpoint_model(config: Config, sources: dict | None = None,
+                          checkpoint: Checkpoint | None = None) -> tuple[Config, dict]:
     """`config` with its model section from the checkpoint it starts from, if any.
 
     Keys the config leaves at their defaults take the checkpoint's values. The keys that
@@ -101,6 +102,7 @@ def with_checkpoint_model(config: Config, sources: dict | None = None) -> tuple[
         sources: {dotted key: where its value came from}, as `from_command_line` returns
             (keys not in it were left at their defaults); None (a config built in Python):
             the keys at `ModelConfig`'s defaults count as not set.
+        checkpoint: `checkpoint_of(config)` when the caller has it (None: read here).
 
     Returns:
         (config, sources) with the model keys taken from the checkpoint recorded as
@@ -110,7 +112,7 @@ def with_checkpoint_model(config: Config, sources: dict | None = None) -> tuple[
         ConfigError: one message naming every disagreeing key, its value and source,
             and the checkpoint's value.
     """
-    checkpoint = checkpoint_of(config)
+    checkpoint = checkpoint if checkpoint is not None else checkpoint_of(config)
     sources = dict(sources) if sources is not None else None
     if checkpoint is None:
         return config, sources

@@ -41,9 +41,9 @@ def run_data_for(config: Config) -> RunData:
         # follow the checkpoint (the command line resolved them already: a no-op then).
         from kroberta.interop.checkpoint_config import with_checkpoint_model
 
-        config = validate(with_checkpoint_model(config)[0])
+        config = validate(with_checkpoint_model(config, checkpoint=start.checkpoint)[0])
     if start is not None and config.data.dir:  # before the manifest's own size checks
-        _check_prepared_for(start, config.data.dir, "data.dir")
+        _check_prepared_for(start, [config.data.dir], "data.dir", required=True)
     config, tokenizer_path = _data_sources(config)
     if start is not None and start.tokenizer_path:
         tokenizer_path = start.tokenizer_path  # the checkpoint's tokenizer is the run's
@@ -58,14 +58,15 @@ def run_data_for(config: Config) -> RunData:
                     f"{'carry' if train.has_labels else 'have no'} labels)")
         config = dataclasses.replace(config, data=data)
     if start is not None:
-        _check_files_prepared_for(start, train.files, config.data.dir)
+        _check_prepared_for(start, _other_directories(train.files, config.data.dir), "data.train")
     pipeline.check_against_model(train, config.data, config.model, "data.train")
     validation = None
     if config.data.validation:
         validation = pipeline.inspect_files(
             pipeline.resolve_files(config.data.validation, "data.validation"), "data.validation")
         if start is not None:
-            _check_files_prepared_for(start, validation.files, config.data.dir)
+            _check_prepared_for(start, _other_directories(validation.files, config.data.dir),
+                                "data.validation")
         pipeline.check_against_model(validation, config.data, config.model, "data.validation")
         if validation.sequence_length != train.sequence_length:
             raise InputError(
@@ -99,40 +100,22 @@ def _starting_point(config: Config) -> StartingPoint | None:
     return StartingPoint(checkpoint, tokenizer, path)
 
 
-def _check_prepared_for(start: StartingPoint, directory: str, key: str):
-    """Refuses a prepared directory whose tokenizer or sequence length is not the
+def _check_prepared_for(start: StartingPoint, directories, key: str, required: bool = False):
+    """Refuses prepared directories whose tokenizer or sequence length is not the
     checkpoint's, naming the `prepare` command that makes the right one."""
-    from kroberta.data.manifest import load_manifest, tokenizer_difference
+    from kroberta.data.manifest import check_prepared_with
 
     checkpoint = start.checkpoint
-    manifest = load_manifest(directory)
-    positions = checkpoint.model.max_sequence_length
-    fix = (f"python -m kroberta.prepare --tokenizer {checkpoint.directory} --seq-len "
-           f"{min(manifest.sequence_length, positions)} ...")
-    differs = tokenizer_difference(manifest, checkpoint.model.vocabulary_size, start.tokenizer)
-    if differs is not None:
-        raise InputError(
-            f"{key}: {directory} was prepared with {differs.replace('model', 'checkpoint')}, "
-            f"so its ids mean other tokens to the checkpoint ({checkpoint.key}="
-            f"{checkpoint.directory}); prepare the text with its tokenizer: {fix}")
-    if manifest.sequence_length > positions:
-        raise InputError(
-            f"{key}: {directory} holds sequences of {manifest.sequence_length} tokens, but the "
-            f"checkpoint ({checkpoint.key}={checkpoint.directory}) has {positions} positions; "
-            f"prepare the text again with --seq-len {positions}: {fix}")
+    check_prepared_with(directories, key, checkpoint.model.vocabulary_size, start.tokenizer,
+                        positions=checkpoint.model.max_sequence_length, holder="checkpoint",
+                        named=f"the checkpoint ({checkpoint.key}={checkpoint.directory})",
+                        tokenizer_owner="checkpoint", tokenizer_source=checkpoint.directory,
+                        required=required)
 
 
-def _check_files_prepared_for(start: StartingPoint, files, checked_dir: str):
-    """`_check_prepared_for` on the prepared directories (those with a manifest) that hold
-    `files`, other than `checked_dir` (data.dir, checked already)."""
-    from kroberta.data.manifest import load_manifest
-
-    for directory in sorted({os.path.dirname(f) for f in files} - {checked_dir.rstrip("/")}):
-        try:
-            load_manifest(directory)
-        except InputError:
-            continue  # no (readable) manifest: nothing says which tokenizer wrote the ids
-        _check_prepared_for(start, directory, "data.train")
+def _other_directories(files, checked_dir: str) -> list[str]:
+    """The directories holding `files`, other than `checked_dir` (data.dir, checked already)."""
+    return sorted({os.path.dirname(f) for f in files} - {checked_dir.rstrip("/")})
 
 
 # The embedded default job's corpus: the standard library's docstrings, which every
