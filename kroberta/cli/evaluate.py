@@ -11,21 +11,18 @@ The Python API is `kroberta.evaluate(model, data)` (kroberta/training/evaluation
 """
 
 import json
-import os
 import sys
 
 from kroberta import cli
-from kroberta.errors import InputError
+from kroberta.training.final_model import MODEL_KINDS, load_model_at
 
 # JAX, Keras and TensorFlow are imported when the model is loaded, so that `--help` and
 # argument errors answer at once.
 
-WHAT = "a training run, a Hugging Face RoBERTa directory or a keras-hub preset directory"
-
 
 def _parser():
     p = cli.ArgumentParser(prog="python -m kroberta.evaluate", description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, help=WHAT)
+    p.add_argument("--model", required=True, help=MODEL_KINDS)
     p.add_argument("--data", required=True, action="append",
                    help="a prepared directory (its validation split) or TFRecord file/glob "
                    "(repeatable)")
@@ -33,29 +30,6 @@ def _parser():
                    help="sequences per step, all devices (default: the model's config's)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return p
-
-
-def load_model(path: str):
-    """The model at `path`: `kroberta.load` for a run directory (config.toml),
-    `from_hf` for a Hugging Face directory (config.json with a model_type),
-    `from_keras_hub` for a keras-hub preset (config.json naming its backbone class)."""
-    import kroberta
-
-    if not os.path.isdir(path):
-        raise InputError(f"--model: {path!r} is not a directory; give {WHAT}")
-    if os.path.isfile(os.path.join(path, "config.toml")):
-        return kroberta.load(path)
-    try:
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-            described = json.load(f)
-    except (OSError, ValueError):
-        described = None
-    if isinstance(described, dict) and "model_type" in described:
-        return kroberta.from_hf(path)
-    if isinstance(described, dict) and "registered_name" in described:
-        return kroberta.from_keras_hub(path)
-    raise InputError(f"--model: {path} holds neither config.toml (a training run) nor a "
-                     "config.json of a Hugging Face model or keras-hub preset; give " + WHAT)
 
 
 def _table(model: str, data: list[str], result: dict) -> str:
@@ -73,7 +47,7 @@ def main(argv=None) -> int:
         from kroberta.training.evaluation import evaluate
 
         data = args.data[0] if len(args.data) == 1 else args.data
-        result = evaluate(load_model(args.model), data, batch_size=args.batch_size)
+        result = evaluate(load_model_at(args.model, "--model"), data, batch_size=args.batch_size)
         print(json.dumps({"model": args.model, "data": args.data, **result}) if args.json
               else _table(args.model, args.data, result))
 

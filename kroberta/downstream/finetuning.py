@@ -24,18 +24,13 @@ STDLIB = "stdlib"
 
 def as_model(model_or_path):
     """A model as given, or the model of a path: a kroberta run directory, a Hugging
-    Face export (config.json) or a keras-hub preset (metadata.json)."""
-    import kroberta
+    Face export or a keras-hub preset (`final_model.load_model_at`)."""
+    from kroberta.training.final_model import load_model_at
 
     if not isinstance(model_or_path, (str, os.PathLike)):
         check_model(model_or_path, "kroberta.finetune")
         return model_or_path
-    path = os.fspath(model_or_path)
-    if os.path.isfile(os.path.join(path, "metadata.json")):
-        return kroberta.from_keras_hub(path)
-    if os.path.isfile(os.path.join(path, "config.json")):
-        return kroberta.from_hf(path)
-    return kroberta.load(path)
+    return load_model_at(model_or_path)
 
 
 def task_splits(task, data, validation, text_fields, label_field, kind):

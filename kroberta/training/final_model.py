@@ -104,6 +104,47 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
     return _model(path, mixed_precision)
 
 
+MODEL_KINDS = "a training run, a Hugging Face RoBERTa directory or a keras-hub preset directory"
+
+
+def load_model_at(path, key: str = "model"):
+    """The masked LM in directory `path`, whichever of the three kinds it is.
+
+    Args:
+        path: a training run (config.toml: `load`), a keras-hub preset (metadata.json, or a
+            config.json naming its class: `from_keras_hub`) or a Hugging Face RoBERTa
+            directory (a config.json with a model_type: `from_hf`).
+        key: what named `path` (`--model`), to start an error message.
+
+    Returns:
+        A `kroberta.MaskedLM`, as `load` returns it.
+
+    Raises:
+        NotFoundError: no such directory. InputError: it holds none of the three.
+    """
+    import json
+
+    from kroberta.interop.hf import from_hf
+    from kroberta.interop.keras_hub_presets import from_keras_hub
+
+    path = os.fspath(path)
+    if not storage.isdir(path):
+        raise NotFoundError(f"{key}: {path!r} is not a directory; give {MODEL_KINDS}")
+    if storage.isfile(storage.join(path, CONFIG_FILE)):
+        return load(path)
+    try:
+        described = json.loads(storage.read_text(storage.join(path, "config.json")))
+    except (OSError, ValueError):
+        described = None
+    described = described if isinstance(described, dict) else {}
+    if storage.isfile(storage.join(path, "metadata.json")) or "registered_name" in described:
+        return from_keras_hub(path)
+    if "model_type" in described:
+        return from_hf(path)
+    raise InputError(f"{key}: {path} holds neither config.toml (a training run) nor a "
+                     f"config.json of a Hugging Face model or keras-hub preset; give {MODEL_KINDS}")
+
+
 def _model(path: str, mixed_precision: bool | None, checkpoint_path: str | None = None,
            step: int | None = None):
     """The run's model (`load`'s return value) with the final weights, or a checkpoint's."""

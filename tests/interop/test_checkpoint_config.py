@@ -144,7 +144,7 @@ def test_sequences_longer_than_the_checkpoints_positions_are_refused(checkpoint,
 
 
 def test_init_from_keras_hub_alone_gives_the_presets_model_section(checkpoint, tmp_path):
-    import kroberta.cli.evaluate
+    from kroberta.training.final_model import load_model_at
 
     _, directory = checkpoint
     imported = kroberta.from_hf(str(directory))
@@ -157,7 +157,7 @@ def test_init_from_keras_hub_alone_gives_the_presets_model_section(checkpoint, t
         assert getattr(config.model, key) == getattr(m, key), key
     assert sources["model.hidden_dim"] == os.path.join(preset, "config.json")
     # `python -m kroberta.evaluate --model` tells a preset from a Hugging Face directory.
-    loaded = kroberta.cli.evaluate.load_model(preset)
+    loaded = load_model_at(preset)
     assert loaded.tokenizer.get_vocab() == imported.tokenizer.get_vocab()
     with pytest.raises(ConfigError, match=r"model.num_layers=3 \(command line\) but the "
                                           r"checkpoint has config.num_layers=2"):
