@@ -63,9 +63,9 @@ def _delimited_records(path: str, delimiter: str, columns, quoting: int):
 
 def _arrow_records(path: str, fmt: str, fields, split: str):
     if fmt == DATASETS_FORMAT:
-        table = arrowfiles._load_dataset(path, split).data.table
+        table = arrowfiles.load_dataset(path, split).data.table
     else:
-        table = arrowfiles._parquet_file(path).read()
+        table = arrowfiles.parquet_file(path).read()
     for field in fields:
         recordfiles.column_index(path, table.column_names, field)
     yield from ((f"record {n}", r) for n, r in

@@ -8,10 +8,8 @@ package's register, not memorise a file. Each class is capped so that no package
 dominates (chance is about 1 / the number of classes).
 """
 
-import ast
 import os
 import sysconfig
-import warnings
 
 import numpy as np
 
@@ -28,18 +26,12 @@ SPEC = TaskSpec("stdlib", ("text",), "label")
 
 
 def _file_docstrings(path: str) -> list[str]:
-    try:
-        with open(path, "rb") as f, warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escape sequences in old files
-            tree = ast.parse(f.read(), filename=path)
-    except (OSError, SyntaxError, ValueError):
-        return []
-    return [" ".join(doc.split()) for doc in corpus._docstrings(tree)]
+    return [" ".join(doc.split()) for doc in corpus.file_docstrings(path)]
 
 
 def _package_splits(root: str, package: str) -> tuple[list, list]:
     """(training, validation) docstrings of one package, split by module."""
-    files = corpus._stdlib_files(os.path.join(root, package))
+    files = corpus.stdlib_files(os.path.join(root, package))
     splits = ([], [])
     for index, path in enumerate(files):
         splits[index % VALIDATION_EVERY == 1].extend(_file_docstrings(path))

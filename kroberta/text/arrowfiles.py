@@ -20,7 +20,9 @@ ARROW_BATCH_ROWS = 1024  # rows per Parquet/Arrow batch: flat memory, few Python
 # ---------------------------------------------------------------- Parquet
 
 
-def _parquet_file(path):
+def parquet_file(path):
+    """`path` as a `pyarrow.parquet.ParquetFile` (local or a URL); InputError naming the
+    file, or the extra to install, when it cannot be read."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -45,7 +47,7 @@ def _check_arrow_column(path, schema, field):
 
 
 def _parquet_values(path, field, on_bytes):
-    parquet = _parquet_file(path)
+    parquet = parquet_file(path)
     _check_arrow_column(path, parquet.schema_arrow, field)
     batches = parquet.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=[field], use_threads=False)
     yield from _column_values(batches, parquet.metadata.num_rows, locations.size(path), on_bytes)
@@ -66,7 +68,9 @@ def _column_values(batches, rows, size, on_bytes):
 # ---------------------------------------------------------------- datasets (save_to_disk)
 
 
-def _load_dataset(path, split):
+def load_dataset(path, split):
+    """The `split` of the `datasets` directory `path` (`save_to_disk`'s); InputError naming
+    the directory, the missing split, or the extra to install."""
     try:
         import datasets
     except ImportError:
@@ -84,7 +88,7 @@ def _load_dataset(path, split):
 
 
 def _dataset_values(path, field, on_bytes, split):
-    dataset = _load_dataset(path, split)
+    dataset = load_dataset(path, split)
     _check_arrow_column(path, dataset.data.schema, field)
     # The Arrow table is memory-mapped: batches are views of the files, not copies.
     batches = dataset.select_columns([field]).with_format("arrow").iter(batch_size=ARROW_BATCH_ROWS)
@@ -102,9 +106,9 @@ def dataset_bytes(path):
 def check_source(path: str, fmt: str, field: str, split: str) -> int:
     """Fails early on a missing column, split or extra; returns the size in bytes."""
     if fmt == DATASETS_FORMAT:
-        _check_arrow_column(path, _load_dataset(path, split).data.schema, field)
+        _check_arrow_column(path, load_dataset(path, split).data.schema, field)
         return dataset_bytes(path)
-    _check_arrow_column(path, _parquet_file(path).schema_arrow, field)
+    _check_arrow_column(path, parquet_file(path).schema_arrow, field)
     return locations.size(path)
 
 

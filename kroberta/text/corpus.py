@@ -16,7 +16,7 @@ from kroberta.atomic import atomic_write
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"}
 
 
-def _stdlib_files(root):
+def stdlib_files(root):
     """Sorted .py paths under `root`, skipping _SKIP_DIRS (sorted: deterministic order)."""
     paths = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -46,16 +46,23 @@ def stdlib_docstrings(root=None):
         order. Files that cannot be read or parsed are skipped.
     """
     root = root or sysconfig.get_paths()["stdlib"]
-    for path in _stdlib_files(root):
-        try:
-            with open(path, "rb") as f:
-                source = f.read()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # invalid escape sequences in old files
-                tree = ast.parse(source, filename=path)
-        except (OSError, SyntaxError, ValueError):
-            continue  # e.g. lib2to3 test data, files in a non-UTF-8 encoding
-        yield from _docstrings(tree)
+    for path in stdlib_files(root):
+        yield from file_docstrings(path)
+
+
+def file_docstrings(path) -> list[str]:
+    """The non-empty docstrings of one Python source file (cleaned indentation), in
+    source order; none when it cannot be read or parsed (e.g. lib2to3 test data, files
+    in a non-UTF-8 encoding)."""
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences in old files
+            tree = ast.parse(source, filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    return list(_docstrings(tree))
 
 
 def _as_document(doc):
@@ -87,6 +94,6 @@ def write_stdlib_corpus(path, root=None):
     return {
         "documents": documents,
         "bytes": os.path.getsize(path),
-        "files": len(_stdlib_files(root)),
+        "files": len(stdlib_files(root)),
         "path": os.fspath(path),
     }

@@ -218,7 +218,7 @@ def test_parquet_streams_by_batches(tmp_path, monkeypatch):
     path = write_parquet(tmp_path / "c.parquet", DOCS)
     monkeypatch.setattr(arrowfiles, "ARROW_BATCH_ROWS", 5)
     sizes = []
-    real = arrowfiles._parquet_file
+    real = arrowfiles.parquet_file
 
     def spy(p):
         parquet = real(p)
@@ -232,7 +232,7 @@ def test_parquet_streams_by_batches(tmp_path, monkeypatch):
         parquet.iter_batches = iter_batches
         return parquet
 
-    monkeypatch.setattr(arrowfiles, "_parquet_file", spy)
+    monkeypatch.setattr(arrowfiles, "parquet_file", spy)
     seen = []
     docs = list(iter_documents([build.Source.of(path)], seen.append))
     assert docs == [record_document(d) for d in DOCS]
