@@ -167,15 +167,13 @@ class DataConfig:
             return self
         return replace(self, masking="static" if has_labels else "dynamic")
 
-    def step_input(self) -> str | None:
+    def step_input(self) -> str:
         """The x entry from which the training step finishes each batch on the device
         (`kroberta.masking`): "mask_keys" when it draws dynamic masks from per-sequence
         keys, "token_labels" when it chooses the static slots from the file's labels. Where no
         files decide "auto" (ahead-of-time compilation, the advisor), it is taken as
         dynamic: the two programs differ only in one int32 input."""
-        if self.masking == "static":
-            return "token_labels"
-        return "mask_keys" if self.masks_drawn_by_step() else None
+        return "token_labels" if self.masking == "static" else "mask_keys"
 
     def prediction_slots(self, sequence_length: int) -> int:
         """The fixed number of predicted positions per sequence (M)."""
