@@ -23,14 +23,6 @@ MAX_STEPS = 256
 UNKNOWN_PEAK_STEPS = 32  # a device whose peak kroberta does not know: likely fast
 
 
-def largest_divisor_at_most(n: int, limit: int) -> int:
-    """The largest d <= limit with n % d == 0 (1 if limit < 1)."""
-    for d in range(min(n, max(limit, 1)), 0, -1):
-        if n % d == 0:
-            return d
-    return 1
-
-
 def choose(flops_per_step: float, peak_flops: float | None, log_every: int) -> tuple[int, str]:
     """(K, the reason in words) for a step of `flops_per_step` on devices of `peak_flops`."""
     if not peak_flops:
@@ -44,7 +36,7 @@ def choose(flops_per_step: float, peak_flops: float | None, log_every: int) -> t
     # At most half an interval: the interval's first dispatch holds the compilation,
     # so every log row keeps a timed dispatch after it (samples/s, step_time).
     limit = min(wanted, MAX_STEPS, max(1, log_every // 2))
-    k = largest_divisor_at_most(log_every, limit)
+    k = next(d for d in range(limit, 0, -1) if log_every % d == 0)  # the largest divisor
     if k < wanted:
         why += (f"; the largest divisor of train.log_every={log_every} up to "
                 f"{min(MAX_STEPS, max(1, log_every // 2))} is {k}")
