@@ -40,7 +40,7 @@ import keras
 from jax import lax
 
 from kroberta.counter_hash import GOLDEN, mix
-from kroberta.model.swap import swap_layers, to_class
+from kroberta.model.swap import swap_layers
 
 JAX_DEFAULT_GENERATOR = "threefry2x32"
 # The counter is a uint32 flat index; a larger tensor takes Keras' mask instead.
@@ -113,4 +113,7 @@ class Dropout(keras.layers.Dropout):
 def use_fast_dropout(model) -> int:
     """Switches every `keras.layers.Dropout` inside `model` to this module's
     `Dropout`, in place; returns how many."""
-    return swap_layers(model, lambda layer: type(layer) is keras.layers.Dropout, to_class(Dropout))
+    def swap(layer):
+        layer.__class__ = Dropout
+
+    return swap_layers(model, lambda layer: type(layer) is keras.layers.Dropout, swap)

@@ -19,10 +19,3 @@ def swap_layers(model, matches, swap) -> int:
     for layer in layers:
         swap(layer)
     return len(layers)
-
-
-def to_class(cls):
-    """A `swap` that makes a layer an instance of `cls` (a subclass of its own class)."""
-    def swap(layer):
-        layer.__class__ = cls
-    return swap
