@@ -142,8 +142,8 @@ def main(argv=None) -> int:
         parser.error("--suite glue needs --data, the GLUE directory")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     interrupted = ("interrupted" if not args.out or args.classifier else
-                   f"interrupted; the finished trials are kept in {args.out}: the same command "
-                   "resumes from them")
+                   f"interrupted; the same command again resumes from the trials that finished "
+                   f"(kept in {args.out})")
     return cli.run(lambda: _predict(args) if args.classifier else _run_tasks(args),
                    also=(FileNotFoundError,), interrupted=interrupted)
 

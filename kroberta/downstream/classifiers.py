@@ -43,6 +43,18 @@ def backbone_weights(model) -> list:
     return [np.asarray(w) for w in model.backbone.get_weights()]
 
 
+def data_parallel():
+    """Keras' DataParallel over this process's devices (None for one device): where a
+    classifier's variables live and its batches are split, in fine-tuning and prediction."""
+    import jax
+
+    from kroberta.config import Config
+    from kroberta.parallel import distribute
+
+    devices = jax.local_devices()
+    return distribute.make_distribution(Config(), devices) if len(devices) > 1 else None
+
+
 def build_classifier(model_config, num_outputs: int, mixed_precision: bool = False):
     """A `RobertaTextClassifier` with `num_outputs` logits on a fresh backbone of
     `model_config`'s shape, built by `kroberta.model.mlm.build_model` (kroberta's

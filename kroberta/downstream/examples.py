@@ -84,9 +84,11 @@ def _text(record: dict, field: str, path: str, where: str) -> str:
     value = record.get(field)
     if value is None or (isinstance(value, str) and not value.strip()):
         fields = ", ".join(map(str, record)) or "none"
-        what = "no field" if field not in record else "an empty field"
-        raise InputError(f"{path}: {where}: {what} {field!r} (fields: {fields}); "
-                                "name the text field(s) with --text-field")
+        if field in record:
+            raise InputError(f"{path}: {where}: the field {field!r} is empty; fix or drop "
+                             "the record")
+        raise InputError(f"{path}: {where}: no field {field!r} (fields: {fields}); "
+                         "name the text field(s) with --text-field")
     return str(value)
 
 

@@ -12,7 +12,6 @@ import os
 import numpy as np
 
 from kroberta.errors import InputError
-from kroberta.config import Config
 from kroberta.downstream import classifiers
 from kroberta.downstream import encoding, glue, recipe, stdlib_task
 from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec, read_labelled
@@ -68,13 +67,10 @@ def _distribution(batch_size: int):
     """Keras' DataParallel over the local devices (None for one device)."""
     import jax
 
-    from kroberta.parallel import distribute
-
-    devices = jax.local_devices()
-    if batch_size % len(devices):
-        raise InputError(f"--batch-size {batch_size}: must be a multiple of the "
-                                f"{len(devices)} devices")
-    return distribute.make_distribution(Config(), devices) if len(devices) > 1 else None
+    devices = jax.local_device_count()
+    if batch_size % devices:
+        raise InputError(f"--batch-size {batch_size}: must be a multiple of the {devices} devices")
+    return classifiers.data_parallel()
 
 
 def _random_starts(model_config):
@@ -131,6 +127,8 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     """
     from kroberta.parallel.distribute import global_distribution
 
+    if out is not None and os.path.exists(out) and not os.path.isdir(out):
+        raise InputError(f"--out {out}: a file, not a folder; name a folder (it is created)")
     model = as_model(model)
     if not 1 <= epochs <= recipe.MAX_EPOCHS:
         raise InputError(f"--epochs {epochs}: expected 1 to {recipe.MAX_EPOCHS}")

@@ -67,10 +67,17 @@ def load_classifier(directory: str):
         InputError: it holds a masked LM or a pretraining run (the message names the
             call that loads it), or no classifier.
     """
-    from kroberta.interop import hf
+    from kroberta.parallel.distribute import global_distribution
 
     if not os.path.isdir(directory):
         raise NotFoundError(f"{directory}: no such directory")
+    with global_distribution(classifiers.data_parallel()):  # as fine-tuning lays it out
+        return _load(directory)
+
+
+def _load(directory: str):
+    from kroberta.interop import hf
+
     if not os.path.isfile(os.path.join(directory, CLASSIFIER_FILE)):
         if os.path.isfile(os.path.join(directory, "metadata.json")):  # a keras-hub preset
             return _from_keras_hub(directory)
@@ -175,18 +182,45 @@ def outputs(classifier, encoded: encoding.Encoded, batch_size: int, max_length: 
     return ordered
 
 
+def _texts_ok(texts) -> bool:
+    """A non-empty list of strings, or two such lists of one length."""
+    def strings(group):
+        return isinstance(group, (list, tuple)) and len(group) and all(isinstance(t, str) for t in group)
+
+    if strings(texts):
+        return True
+    return (isinstance(texts, (list, tuple)) and len(texts) == 2 and all(map(strings, texts))
+            and len(texts[0]) == len(texts[1]))
+
+
 def predict_texts(classifier, texts, batch_size: int = 32) -> dict:
-    """Predicts texts (a list of strings, or a pair of lists for a pair task).
+    """Predicts texts (a list of strings, or a pair of lists for a pair task), with the
+    classifier's compiled predict step, the batch split over this process's devices.
+
+    Args:
+        classifier: a fine-tuned classifier (`kroberta.finetune`'s, `load_classifier`'s).
+        texts: the texts; for a pair task two lists, the first and second texts.
+        batch_size: sequences per step (rounded up to a multiple of the devices).
 
     Returns:
         For classification {"probabilities": (n, K) float32, "labels": n class names};
         for regression {"values": (n,) float32}.
     """
+    import jax
+
+    from kroberta.parallel.distribute import global_distribution
+
+    if not _texts_ok(texts):
+        raise InputError("texts: expected a list of strings, or two lists (a pair task's first "
+                         f"and second texts), got {type(texts).__name__}")
     if isinstance(texts[0], str):
         texts = (list(texts),)
     labels = np.zeros((len(texts[0]),), np.int32)
     encoded = encoding.encode(classifier.tokenizer, tuple(texts), labels, classifier.max_length)
-    ordered = outputs(classifier, encoded, batch_size, classifier.max_length)
+    devices = jax.local_device_count()
+    with global_distribution(classifiers.data_parallel()):
+        ordered = outputs(classifier, encoded, -(-batch_size // devices) * devices,
+                          classifier.max_length)
     if classifier.task_spec.kind == REGRESSION:
         return {"values": ordered[:, 0]}
     shifted = np.exp(ordered - ordered.max(-1, keepdims=True))

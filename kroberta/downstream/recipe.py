@@ -137,8 +137,8 @@ def run_grid(classifier, setup: Setup, starts, learning_rates, seeds,
                 began = time.perf_counter()
                 scores = _run_trial(classifier, setup, starts(seed), seed, learning_rate)
                 trial = Trial(learning_rate, seed, scores, time.perf_counter() - began)
-                logger.info("%s lr %g seed %d: %s (%.1f s)", setup.spec.name, learning_rate,
-                            seed, _describe(scores), trial.seconds)
+                logger.info("%s (%s start) lr %g seed %d: %s (%.1f s)", setup.spec.name,
+                            log.grid, learning_rate, seed, _describe(scores), trial.seconds)
             trials.append(trial)
             kept = best_weights.get(learning_rate)
             score = trial.scores[split][setup.spec.metric]

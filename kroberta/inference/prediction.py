@@ -192,6 +192,11 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
             max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES, batches_per_dispatch=None):
     """Predicts with a kroberta model, reduced on the devices.
 
+    A fine-tuned classifier (`kroberta.finetune`'s, `kroberta.load_classifier`'s) takes
+    texts instead: `predict(classifier, ["a text", ...])` (a pair task: two lists) returns
+    {"probabilities": (N, K) float32, "labels": N class names}, or for regression
+    {"values": (N,) float32}; of the other arguments it reads only `batch_size` (default 32).
+
     Args:
         model: a model from `kroberta.load(run_dir)` (or `kroberta.from_hf`).
         inputs: a TFRecord path (str or `pathlib.Path`), glob or list of them; a
@@ -219,6 +224,12 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
         float32 [N, hidden]. Except for embeddings, also positions int32 [N, M]
         and valid bool [N, M] (which slots hold a real position).
     """
+    import keras_hub
+
+    if isinstance(model, keras_hub.models.RobertaTextClassifier):
+        from kroberta.downstream.prediction import predict_texts
+
+        return predict_texts(model, inputs, batch_size or 32)
     chunks, held = [], 0
     for chunk in predict_batches(model, inputs, output, k, positions, batch_size, slots,
                                  max_output_bytes, batches_per_dispatch):

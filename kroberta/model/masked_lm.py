@@ -398,6 +398,9 @@ def check_model(model, where: str):
         return
     if isinstance(model, (str, os.PathLike)):
         hint = f"; load it first: model = kroberta.load({os.fspath(model)!r})"
+    elif getattr(model, "task_spec", None) is not None:
+        hint = ("; this is a fine-tuned classifier: kroberta.predict(classifier, texts) predicts "
+                "with it, python -m kroberta.export --run ITS_FOLDER exports it")
     elif isinstance(model, keras.Model):
         hint = ("; a keras-hub model becomes kroberta's with kroberta.from_keras_hub(PRESET_DIR) "
                 "(save it with model.save_to_preset(PRESET_DIR) first)")

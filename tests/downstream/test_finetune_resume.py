@@ -66,3 +66,10 @@ def test_other_settings_in_the_same_folder_are_refused(downstream_model, tmp_pat
                                          r"differ\); give another --out"):
         finetuning.finetune(downstream_model, data=train, validation=validation, out=out,
                             **{**grid, "epochs": 2})
+
+
+def test_an_out_that_is_a_file_is_refused_before_any_work(downstream_model, tmp_path):
+    (tmp_path / "notadir.txt").write_text("hi")
+    with pytest.raises(InputError, match=r"--out .*notadir.txt: a file, not a folder"):
+        finetuning.finetune(downstream_model, data="x", validation="y",
+                            out=str(tmp_path / "notadir.txt"))

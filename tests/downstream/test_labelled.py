@@ -78,7 +78,7 @@ def test_regression_labels_are_floats_and_a_non_number_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("record, problem", [({"label": "pos"}, "no field 'text'"),
-                                             ({"text": "  ", "label": "pos"}, "an empty field 'text'")])
+                                             ({"text": "  ", "label": "pos"}, "the field 'text' is empty; fix or drop the record")])
 def test_a_missing_or_empty_text_names_file_record_and_field(tmp_path, record, problem):
     path = _write(tmp_path, "t.jsonl", [RECORDS[0], record])
     with pytest.raises(InputError, match=rf"t\.jsonl: line 2: {problem}"):

@@ -1,0 +1,47 @@
+"""kroberta.predict on a fine-tuned classifier: texts in, probabilities and labels out, the
+batch split over the devices, the same from the result and from its saved folder."""
+
+import jax
+import numpy as np
+import pytest
+
+import kroberta
+from tests.downstream.tasks import MARKER, marker_task
+from kroberta.downstream import finetuning, prediction
+from kroberta.errors import ArgumentKindError, InputError
+
+TEXTS = [f"The apple {MARKER} river stone cloud", "The apple river stone cloud green",
+         "stone cloud", f"{MARKER} green"]
+
+
+@pytest.fixture(scope="module")
+def classifier(downstream_model, tmp_path_factory):
+    train, validation = marker_task(tmp_path_factory.mktemp("task"), train=96, validation=32)
+    return finetuning.finetune(downstream_model, data=train, validation=validation,
+                               learning_rates=[3e-3], seeds=1, epochs=1, batch_size=32,
+                               max_length=16).classifier
+
+
+def test_predict_takes_texts_and_gives_probabilities_and_labels(classifier, tmp_path):
+    assert jax.local_device_count() == 4
+    predicted = kroberta.predict(classifier, TEXTS, batch_size=6)  # rounded up to 8
+    assert predicted["probabilities"].shape == (4, 2)
+    np.testing.assert_allclose(predicted["probabilities"].sum(-1), 1.0, rtol=1e-5)
+    assert predicted["labels"] == [classifier.label_names[i]
+                                   for i in predicted["probabilities"].argmax(-1)]
+    np.testing.assert_array_equal(predicted["probabilities"],
+                                  prediction.predict_texts(classifier, TEXTS)["probabilities"])
+    # Loaded from its folder (built over the same devices), it predicts the same.
+    loaded = kroberta.load_classifier(prediction.save_classifier(classifier, str(tmp_path / "c")))
+    np.testing.assert_allclose(kroberta.predict(loaded, TEXTS)["probabilities"],
+                               predicted["probabilities"], atol=1e-6)
+
+
+def test_bad_texts_and_mlm_functions_on_a_classifier_are_clear_errors(classifier):
+    with pytest.raises(InputError, match="texts: expected a list of strings"):
+        kroberta.predict(classifier, "one text")
+    with pytest.raises(InputError, match="texts: expected a list of strings"):
+        kroberta.predict(classifier, [1, 2])
+    with pytest.raises(ArgumentKindError, match=r"a fine-tuned classifier: kroberta.predict\("
+                                                r"classifier, texts\)"):
+        kroberta.fill_mask(classifier, "a <mask> text")
