@@ -18,6 +18,7 @@ import warnings
 
 from kroberta import storage
 from kroberta.config import Config, validate
+from kroberta.data.manifest import check_prepared_with
 from kroberta.errors import InputError
 from kroberta.model.masked_lm import check_model
 from kroberta.runtime import logs
@@ -48,40 +49,48 @@ def evaluate(model, data, batch_size: int | None = None) -> dict:
         InputError / ConfigError: data prepared with another tokenizer,
             longer than the model's positions, or malformed (named); a bad batch size.
     """
-    import jax
-
     from kroberta.model.mlm import build_model, compile_model
     from kroberta.parallel.distribute import global_distribution, make_distribution, to_host
+    from kroberta.plan import make_plan
     from kroberta.training.run_data import run_data_for, validation_batches
 
     check_model(model, "kroberta.evaluate")
     logs.show_messages()  # where the data are read from, as training says it
     config = _config_for(model, data)
-    devices = jax.devices()[:config.distributed.devices or None]
+    devices = make_plan(config).devices
     config = _with_batch_size(config, batch_size, len(devices))
-    _check_prepared_with(_directories(data), model)
+    # Files `prepare` wrote for another model: their ids would be scored as other tokens.
+    check_prepared_with(_directories(config), "data", int(model.backbone.vocabulary_size),
+                        getattr(model, "tokenizer", None),
+                        positions=int(model.backbone.max_sequence_length))
     run = run_data_for(config)
-    config = run.config
     if run.validation is None:
         logger.info("%s has no validation split: evaluating its training files", data)
         run = dataclasses.replace(run, validation=run.train)
+    plan = make_plan(run.config, devices)
+    config = plan.config
     weights = [to_host(v.value) for v in model.weights]
-    with global_distribution(make_distribution(config, devices)):
+    with global_distribution(make_distribution(config, plan.devices)):
         # The training model of this config: its loss, metrics and evaluation masks.
         twin = build_model(config.model, config.train.mixed_precision, config=config)
         compile_model(twin, config, run.word_starts)
         twin.set_weights(weights)
-        batches = validation_batches(run, config.train.batch_size_per_device * len(devices))
+        batches = validation_batches(run, plan.micro_batch)
         with warnings.catch_warnings():
             # The unbuilt optimizer's step counter is a local variable; evaluation never
             # uses it (building it would allocate the moments too).
             warnings.filterwarnings("ignore", message="Detected a mix of local")
             measured = twin.evaluate(batches, verbose=0, return_dict=True)
-    # As training's validation row: token-weighted (padding examples weigh nothing).
+    return {**validation_row(measured), "sequences": int(run.validation.records)}
+
+
+def validation_row(measured: dict) -> dict:
+    """A validation row from the logs of a masked LM's Keras `evaluate`:
+    {"loss", "masked_accuracy", "perplexity"}, the loss token-weighted over the whole set
+    (the padding examples weigh nothing) as the perplexity metric sums it."""
     return {"loss": math.log(measured["perplexity"]),
             "masked_accuracy": float(measured["masked_accuracy"]),
-            "perplexity": float(measured["perplexity"]),
-            "sequences": int(run.validation.records)}
+            "perplexity": float(measured["perplexity"])}
 
 
 def _config_for(model, data) -> Config:
@@ -123,37 +132,10 @@ def _with_batch_size(config: Config, batch_size: int | None, devices: int) -> Co
     return dataclasses.replace(config, train=train)
 
 
-def _directories(data) -> list[str]:
-    """The directories holding `data`'s files (a prepared directory: itself)."""
+def _directories(config: Config) -> list[str]:
+    """The directories holding the files `config` reads (a prepared directory: itself)."""
     from kroberta.data import pipeline
 
-    patterns = _patterns(data)
-    if len(patterns) == 1 and storage.isdir(patterns[0]):
-        return patterns
-    return sorted({os.path.dirname(f) for f in pipeline.resolve_files(patterns, "data")})
-
-
-def _check_prepared_with(directories: list[str], model):
-    """Refuses files `prepare` wrote with another tokenizer than the model's: their ids
-    would be scored as other tokens (a wrong number, no error)."""
-    from kroberta.data.manifest import load_manifest, tokenizer_difference
-
-    for directory in directories:
-        try:
-            manifest = load_manifest(directory)
-        except InputError:
-            continue  # no (readable) manifest: nothing says which tokenizer wrote the ids
-        differs = tokenizer_difference(manifest, int(model.backbone.vocabulary_size),
-                                       getattr(model, "tokenizer", None))
-        positions = int(model.backbone.max_sequence_length)
-        if differs is None and manifest.sequence_length > positions:
-            raise InputError(
-                f"data: {directory} holds sequences of {manifest.sequence_length} tokens, the "
-                f"model has {positions} positions; prepare the text again with --seq-len "
-                f"{positions} (python -m kroberta.prepare --tokenizer MODEL_DIR --seq-len "
-                f"{positions} ...)")
-        if differs is not None:
-            raise InputError(
-                f"data: {directory} was prepared with {differs}, so its ids mean other tokens "
-                "to it; prepare the text with the model's tokenizer (python -m "
-                "kroberta.prepare --tokenizer MODEL_DIR ...)")
+    if config.data.dir:
+        return [config.data.dir]
+    return sorted({os.path.dirname(f) for f in pipeline.resolve_files(config.data.train, "data")})

@@ -41,14 +41,20 @@ class Outcome(enum.Enum):
 
 @dataclasses.dataclass
 class _Run:
-    """What the set-up resolved: the config with its data, the devices, the model."""
+    """What the set-up resolved: the data, the plan, the model."""
 
-    config: Config
     run_data: object  # kroberta.training.run_data.RunData
-    topology: object  # kroberta.parallel.distribute.Topology
+    plan: object  # kroberta.plan.Plan: the config, devices, batches, steps per dispatch, slots
     model: object  # the compiled masked-LM
-    main_process: bool  # process 0 (the only one in a single-process run)
-    plan: object  # kroberta.plan.Plan: the batches, steps per dispatch and slots
+
+    @property
+    def config(self) -> Config:
+        return self.plan.config
+
+    @property
+    def main_process(self) -> bool:
+        """Process 0 (the only one in a single-process run)."""
+        return self.plan.topology.is_main
 
 
 def train(config: Config, force: bool = False, until_step: int | None = None,
@@ -80,8 +86,8 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
         run = _set_up(config, force, accept_changes)
         start_step, resumed = _restore_or_initialise(run)
         summary = {"run_dir": run.config.run_dir, "start_step": start_step,
-                   "steps": run.config.train.steps, "devices": run.topology.num_devices,
-                   "global_batch": _global_batch(run)}
+                   "steps": run.config.train.steps, "devices": run.plan.num_devices,
+                   "global_batch": run.plan.global_batch}
         ended = _ended_before(run, start_step) if resumed else None
         stop_step = start_step if ended else min(until_step or run.config.train.steps,
                                                  run.config.train.steps)
@@ -126,16 +132,11 @@ def _set_up(config: Config, force: bool, accept_changes: bool) -> _Run:
                     f"(train.steps_per_execution=\"auto\": {plan.steps_reason})")
     config = plan.config
     run_data = dataclasses.replace(run_data, config=config)  # K resolved for the pipelines too
-    model = build_compiled_model(config, run_data.word_starts)
-    run = _Run(config, run_data, topology, model, main_process, plan)
+    run = _Run(run_data, plan, build_compiled_model(config, run_data.word_starts))
     _describe(run)
-    check_free_space(config.run_dir, 2 * checkpoint.estimated_bytes(model),
+    check_free_space(config.run_dir, 2 * checkpoint.estimated_bytes(run.model),
                      "a checkpoint (weights and optimizer state)")
     return run
-
-
-def _global_batch(run: _Run) -> int:
-    return run.plan.global_batch
 
 
 def _describe(run: _Run):
@@ -146,7 +147,7 @@ def _describe(run: _Run):
     from kroberta.parallel import distribute
     from kroberta.perf import advisor
 
-    config, train_spec, topology = run.config, run.run_data.train, run.topology
+    config, train_spec, topology = run.config, run.run_data.train, run.plan.topology
     slots = run.plan.slots
     logger.info(f"devices: {topology.describe()}")
     logger.info(distribute.describe_memory(run.model, topology))
@@ -154,7 +155,7 @@ def _describe(run: _Run):
     accumulation = config.train.gradient_accumulation_steps
     per_device = f"{config.train.batch_size_per_device} per device" + (
         f" x {accumulation} accumulated micro-batches" if accumulation > 1 else "")
-    logger.info(f"model: {count_parameters(run.model):,} parameters; batch {_global_batch(run)} "
+    logger.info(f"model: {count_parameters(run.model):,} parameters; batch {run.plan.global_batch} "
                 f"({per_device}) x {train_spec.sequence_length} tokens, {slots} prediction "
                 f"slots per sequence; {len(train_spec.files)} training file(s)")
     # TPU-alignment advice only where it applies; `--explain` shows it anywhere.
@@ -327,6 +328,7 @@ def _log_interrupted(run_dir: str):
 def _evaluation(model, run_data, micro_batch, shard):
     """The evaluation on the validation set, () -> {loss, masked_accuracy, perplexity};
     None without validation data."""
+    from kroberta.training.evaluation import validation_row
     from kroberta.training.run_data import validation_batches
 
     if run_data.validation is None:
@@ -335,11 +337,7 @@ def _evaluation(model, run_data, micro_batch, shard):
     eval_ds = validation_batches(run_data, micro_batch, shard=shard)
 
     def evaluate():
-        logs = model.evaluate(eval_ds, verbose=0, return_dict=True)
-        # Token-weighted over the whole set (the padding examples weigh nothing).
-        return {"loss": math.log(logs["perplexity"]),
-                "masked_accuracy": float(logs["masked_accuracy"]),
-                "perplexity": float(logs["perplexity"])}
+        return validation_row(model.evaluate(eval_ds, verbose=0, return_dict=True))
 
     return evaluate
 
