@@ -173,7 +173,8 @@ def tokenizer_difference(manifest: Manifest, vocabulary_size: int, tokenizer=Non
     known), or None when it does not: ids from another tokenizer mean other tokens to the
     model, with no error."""
     if manifest.vocabulary_size != vocabulary_size:
-        return f"a vocabulary of {manifest.vocabulary_size} tokens; the {holder} has {vocabulary_size}"
+        return (f"a vocabulary of {manifest.vocabulary_size} tokens; the {holder} has "
+                f"{vocabulary_size}")
     if tokenizer is None:
         return None
     from tokenizers import Tokenizer
@@ -216,8 +217,9 @@ def check_prepared_with(directories, key: str, vocabulary_size: int, tokenizer=N
             if required:
                 raise
             continue
-        seq_len = "" if positions is None else f" --seq-len {min(manifest.sequence_length, positions)}"
-        fix = f"python -m kroberta.prepare --tokenizer {tokenizer_source}{seq_len} ..."
+        fix = f"python -m kroberta.prepare --tokenizer {tokenizer_source} ..."
+        if positions is not None:
+            fix = fix.replace(" ...", f" --seq-len {min(manifest.sequence_length, positions)} ...")
         differs = tokenizer_difference(manifest, vocabulary_size, tokenizer, holder)
         if differs is not None:
             raise InputError(

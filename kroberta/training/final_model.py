@@ -120,7 +120,7 @@ def load_model_at(path, key: str = "model"):
         A `kroberta.MaskedLM`, as `load` returns it.
 
     Raises:
-        NotFoundError: no such directory. InputError: it holds none of the three.
+        NotFoundError: no such directory, or it holds none of the three.
     """
     import json
 
@@ -141,8 +141,9 @@ def load_model_at(path, key: str = "model"):
         return from_keras_hub(path)
     if "model_type" in described:
         return from_hf(path)
-    raise InputError(f"{key}: {path} holds neither config.toml (a training run) nor a "
-                     f"config.json of a Hugging Face model or keras-hub preset; give {MODEL_KINDS}")
+    raise NotFoundError(f"{key}: {path} holds neither config.toml (a training run) nor a "
+                        "config.json of a Hugging Face model or keras-hub preset (config.toml "
+                        f"is missing, config.json names no model); give {MODEL_KINDS}")
 
 
 def _model(path: str, mixed_precision: bool | None, checkpoint_path: str | None = None,
