@@ -61,12 +61,12 @@ def _rates(text):
                                 "commas, e.g. 1e-5,3e-5") from None
 
 
-def _row(result) -> str:
-    """One table row: task, metric, median [min, max] over seeds per split, best rate."""
+def _row(result, name=None) -> str:
+    """One table row: task (or `name`), metric, median [min, max] over seeds per split, best rate."""
     scores = ", ".join(f"{split} {100 * result.median[split]:.1f} "
                        f"[{100 * result.low[split]:.1f}, {100 * result.high[split]:.1f}]"
                        for split in result.median)
-    return f"{result.task:<12} {result.metric:<9} {scores}  (lr {result.best_learning_rate:g})"
+    return f"{name or result.task:<12} {result.metric:<9} {scores}  (lr {result.best_learning_rate:g})"
 
 
 def _finetune(args, task, out):
@@ -101,7 +101,7 @@ def _run_tasks(args) -> int:
         split = result.split
         averages.append(result.median[split])
         if result.baseline is not None:
-            rows.append(_row(result.baseline).replace(result.task, "  random init", 1))
+            rows.append(_row(result.baseline, "random init"))
         if out:
             _write(result, out)
         print(rows[-1] if result.baseline is None else "\n".join(rows[-2:]), flush=True)

@@ -183,14 +183,14 @@ def outputs(classifier, encoded: encoding.Encoded, batch_size: int, max_length: 
 
 
 def _texts_ok(texts) -> bool:
-    """A non-empty list of strings, or two such lists of one length."""
+    """A non-empty list of strings, or one or two such lists (of one length)."""
     def strings(group):
         return isinstance(group, (list, tuple)) and len(group) and all(isinstance(t, str) for t in group)
 
     if strings(texts):
         return True
-    return (isinstance(texts, (list, tuple)) and len(texts) == 2 and all(map(strings, texts))
-            and len(texts[0]) == len(texts[1]))
+    return (isinstance(texts, (list, tuple)) and len(texts) in (1, 2) and all(map(strings, texts))
+            and len({len(group) for group in texts}) == 1)
 
 
 def predict_texts(classifier, texts, batch_size: int = 32) -> dict:
