@@ -22,7 +22,8 @@ start to end. Shapes: "origin" (the small RoBERTa kroberta grew from: vocab 1000
 2048, 2 layers, 4 heads, hidden 128, intermediate 512, 16 tokens).
 With --probe-run, also times `kroberta.downstream.probe.linear_probe` on the embedded
 standard-library task for that run's model (first call, with its compilation, and again).
-Needs the hf extra's transformers and torch, and accelerate (transformers' Trainer imports it).
+Needs the bench extra (`pip install -e ".[bench]"`): transformers, torch and accelerate
+(transformers' Trainer imports it).
 """
 
 import argparse
@@ -145,6 +146,11 @@ def probe_seconds(run: str) -> tuple:
 
 def main():
     args = parse_args()
+    import importlib.util
+
+    missing = [m for m in ("transformers", "torch", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        sys.exit(f"error: {', '.join(missing)} not installed: pip install -e \".[bench]\"")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # torch's OpenMP threads spin while they wait: on a shared, loaded machine a spinning
