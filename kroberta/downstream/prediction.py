@@ -177,9 +177,7 @@ def outputs(classifier, encoded: encoding.Encoded, batch_size: int, max_length: 
     the split's order, from its compiled predict step over the bucketed batches."""
     data, rows = encoding.dataset(encoded, batch_size, max_length)
     values = np.asarray(classifier.predict(data, verbose=0), np.float32)  # (rows, K)
-    ordered = np.empty((len(encoded.labels), values.shape[1]), np.float32)
-    ordered[rows[rows >= 0]] = values[rows >= 0]
-    return ordered
+    return encoding.in_split_order(values, rows, len(encoded.labels))
 
 
 def _texts_ok(texts) -> bool:

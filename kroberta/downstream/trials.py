@@ -8,6 +8,7 @@ and learning rate, the weights of that rate's best trial so far (`trials/*.npz`)
 classifier the result keeps is one of those.
 """
 
+import hashlib
 import json
 import os
 
@@ -81,8 +82,6 @@ class TrialLog:
 
 def fingerprint(weights: list) -> str:
     """A short digest of a list of arrays: which starting point a grid ran from."""
-    import hashlib
-
     digest = hashlib.sha256()
     for w in weights:
         digest.update(np.ascontiguousarray(w).tobytes())
