@@ -147,14 +147,16 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
         classifiers.compile_classifier(classifier, spec.kind, setup.steps,
                                        setup.steps_per_execution)
+        # Hashing the data and the starting weights is only needed to resume from `out`.
+        settings = _settings(setup) if out else {}
         # The baseline first: the classifier then ends holding the pretrained run's weights.
-        settings = _settings(setup)
         scratch = (recipe.run_grid(classifier, setup, _random_starts(config.model), rates, seeds,
                                    TrialLog(out, "random", dict(settings, start="random")))
                    if baseline else None)
         start = classifiers.backbone_weights(model)
+        pretrained = dict(settings, start=fingerprint(start) if out else None)
         result = recipe.run_grid(classifier, setup, lambda seed: start, rates, seeds,
-                                 TrialLog(out, "pretrained", dict(settings, start=fingerprint(start))))
+                                 TrialLog(out, "pretrained", pretrained))
     if scratch is not None:
         result.baseline = dataclasses.replace(scratch, classifier=None)
     classifier.tokenizer, classifier.kroberta_config = model.tokenizer, config
