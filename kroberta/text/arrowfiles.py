@@ -12,9 +12,14 @@ import os
 from kroberta.errors import InputError
 from kroberta import storage
 from kroberta.text import locations
-from kroberta.text.recordfiles import DATASETS_FORMAT, column_index, extra_missing
+from kroberta.text.recordfiles import DATASETS_FORMAT, column_index
 
 ARROW_BATCH_ROWS = 1024  # rows per Parquet/Arrow batch: flat memory, few Python calls
+
+
+def extra_missing(what: str, extra: str, module: str) -> InputError:
+    return InputError(f"{what} needs the {module!r} package: pip install -e \".[{extra}]\" "
+                      f"(or pip install {module})")
 
 
 # ---------------------------------------------------------------- Parquet
@@ -46,25 +51,6 @@ def _check_arrow_column(path, schema, field):
         raise InputError(f"{path}: column {field!r} holds {kind}, not text; pick another with --text-field")
 
 
-def _parquet_values(path, field, on_bytes):
-    parquet = parquet_file(path)
-    _check_arrow_column(path, parquet.schema_arrow, field)
-    batches = parquet.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=[field], use_threads=False)
-    yield from _column_values(batches, parquet.metadata.num_rows, locations.size(path), on_bytes)
-
-
-def _column_values(batches, rows, size, on_bytes):
-    """The values of one-column Arrow batches; progress in bytes, prorated by rows."""
-    rows, reported, done = max(rows, 1), 0, 0
-    for batch in batches:
-        yield from batch.column(0).to_pylist()
-        done += batch.num_rows
-        if on_bytes is not None:
-            position = size * done // rows
-            on_bytes(position - reported)
-            reported = position
-
-
 # ---------------------------------------------------------------- datasets (save_to_disk)
 
 
@@ -87,14 +73,6 @@ def load_dataset(path, split):
     return loaded
 
 
-def _dataset_values(path, field, on_bytes, split):
-    dataset = load_dataset(path, split)
-    _check_arrow_column(path, dataset.data.schema, field)
-    # The Arrow table is memory-mapped: batches are views of the files, not copies.
-    batches = dataset.select_columns([field]).with_format("arrow").iter(batch_size=ARROW_BATCH_ROWS)
-    yield from _column_values(batches, len(dataset), dataset_bytes(path), on_bytes)
-
-
 def dataset_bytes(path):
     """The size of a datasets directory's files (the progress bar's total)."""
     total = 0
@@ -103,17 +81,37 @@ def dataset_bytes(path):
     return total
 
 
+def _opened(path, fmt, field, split):
+    """(the Parquet file or the dataset, its size in bytes), its `field` checked."""
+    if fmt == DATASETS_FORMAT:
+        source = load_dataset(path, split)
+        _check_arrow_column(path, source.data.schema, field)
+        return source, dataset_bytes(path)
+    source = parquet_file(path)
+    _check_arrow_column(path, source.schema_arrow, field)
+    return source, locations.size(path)
+
+
 def check_source(path: str, fmt: str, field: str, split: str) -> int:
     """Fails early on a missing column, split or extra; returns the size in bytes."""
-    if fmt == DATASETS_FORMAT:
-        _check_arrow_column(path, load_dataset(path, split).data.schema, field)
-        return dataset_bytes(path)
-    _check_arrow_column(path, parquet_file(path).schema_arrow, field)
-    return locations.size(path)
+    return _opened(path, fmt, field, split)[1]
 
 
 def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
     """The `field` value of each row of a Parquet file or `datasets` directory."""
+    source, size = _opened(path, fmt, field, split)
     if fmt == DATASETS_FORMAT:
-        return _dataset_values(path, field, on_bytes, split)
-    return _parquet_values(path, field, on_bytes)
+        # The Arrow table is memory-mapped: batches are views of the files, not copies.
+        batches = source.select_columns([field]).with_format("arrow").iter(batch_size=ARROW_BATCH_ROWS)
+        rows = len(source)
+    else:
+        batches = source.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=[field], use_threads=False)
+        rows = source.metadata.num_rows
+    reported, done = 0, 0
+    for batch in batches:
+        yield from batch.column(0).to_pylist()
+        done += batch.num_rows
+        if on_bytes is not None:  # progress in bytes, prorated by rows
+            position = size * done // max(rows, 1)
+            on_bytes(position - reported)
+            reported = position

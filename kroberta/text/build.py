@@ -35,7 +35,7 @@ from kroberta.text.progress import Progress
 from kroberta.text.recordfiles import check_source
 from kroberta.text.splits import SplitWriter, in_validation
 from kroberta.text.textfiles import Source, expand_inputs, iter_documents, scan_file
-from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
+from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, shortfall_note, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
 
 MIN_SEQ_LEN = 8
 TARGET_SHARD_BYTES = 200e6  # shards of ~100-200 MB: few files, yet parallel reads
@@ -75,9 +75,9 @@ def _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate
 
 
 def _refuse_existing(out_dir, overwrite):
-    """Refuse to clobber a prepared directory unless asked (checked before any work)."""
-    path = os.path.join(out_dir, MANIFEST_NAME)
-    if os.path.exists(path) and not overwrite:
+    """Refuse to clobber a prepared directory (local or a URL) unless asked, before any work."""
+    path = storage.join(out_dir, MANIFEST_NAME)
+    if storage.exists(path) and not overwrite:
         raise InputError(f"{out_dir} already holds a prepared dataset ({path}); pass "
                          "--overwrite (overwrite=True) to replace it")
 
@@ -88,8 +88,7 @@ def _clear_previous(out_dir):
     if not os.path.exists(path):
         return
     try:
-        old = load_manifest(out_dir)
-        stale = old.files
+        stale = load_manifest(out_dir).files
     except InputError:
         stale = ()
     os.remove(path)  # first: a crash from here on leaves no manifest pointing at mixed files
@@ -98,7 +97,7 @@ def _clear_previous(out_dir):
             os.remove(f)
 
 
-def _scan_inputs(files, strict, text_field="text", split="train"):
+def _scan_inputs(files, strict, text_field, split):
     """Split the inputs into usable `Source`s and skipped text files (with reasons).
 
     A record file whose column, split or reader is missing is an error, not a skip:
@@ -157,28 +156,27 @@ class _Job:
     line_by_line: bool
 
 
-def _get_tokenizer(job, files, total_bytes):
-    """Train (streaming) or load the tokenizer; returns it and the shortfall note (or None).
+def _tokenizer(job, files, total_bytes):
+    """(the tokenizer trained or loaded, its shortfall note or None, its special ids).
 
     Nothing is written yet: `_save_tokenizer` puts it into the directory once the shards are."""
+    shortfall = None
     if job.tokenizer is None:
         bar = Progress("tokenizer", total_bytes, enabled=job.progress)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", VocabularyShortfallWarning)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", VocabularyShortfallWarning)  # recorded as a PrepareWarning
             tok = train_tokenizer(iter_documents(files, bar.update), job.vocab_size, out_path=None)
         bar.close()
-        shortfall = None
-        for w in caught:
-            if issubclass(w.category, VocabularyShortfallWarning):
-                shortfall = str(w.message)
-                warnings.warn(shortfall, PrepareWarning, stacklevel=5)
-            else:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        return tok, shortfall
-    if isinstance(job.tokenizer, (str, os.PathLike)):
-        return load_tokenizer(job.tokenizer), None
-    special_token_ids(job.tokenizer)
-    return job.tokenizer, None
+        if shortfall := shortfall_note(tok, job.vocab_size):
+            warnings.warn(shortfall, PrepareWarning, stacklevel=4)
+    elif isinstance(job.tokenizer, (str, os.PathLike)):
+        tok = load_tokenizer(job.tokenizer)
+    else:
+        tok = job.tokenizer
+    specials = special_token_ids(tok)
+    if specials["pad"] != PAD_ID:
+        raise InputError(f"the tokenizer's <pad> id is {specials['pad']}; the record format needs {PAD_ID}")
+    return tok, shortfall, specials
 
 
 def _save_tokenizer(job, tok, written):
@@ -197,15 +195,6 @@ def _save_tokenizer(job, tok, written):
         else:
             with locations.open_binary(source) as f, open(tmp, "wb") as copy:
                 shutil.copyfileobj(f, copy)
-
-
-def _tokenizer_step(job, files, total_bytes):
-    """The tokenizer, its special ids and the vocabulary size."""
-    tok, shortfall = _get_tokenizer(job, files, total_bytes)
-    specials = special_token_ids(tok)
-    if specials["pad"] != PAD_ID:
-        raise InputError(f"the tokenizer's <pad> id is {specials['pad']}; the record format needs {PAD_ID}")
-    return tok, shortfall, specials
 
 
 def _shard_counts(job, total_bytes):
@@ -307,7 +296,7 @@ def _manifest(job, tok, specials, splits, scanned, shortfall, timing):
 def _build(job, scanned, written, started):
     """The work after the checks: tokenizer, shards, tokenizer.json, manifest (last)."""
     good, _, total_bytes = scanned
-    tok, shortfall, specials = _tokenizer_step(job, good, total_bytes)
+    tok, shortfall, specials = _tokenizer(job, good, total_bytes)
     tok_time = time.perf_counter() - started
     bar = Progress("encode+pack+write", total_bytes, enabled=job.progress)
     previous_flag = tok.encode_special_tokens
@@ -394,13 +383,12 @@ def prepare(
         The manifest dict (also written to out_dir/manifest.json). Raises
         `InputError` with a one-line message when the inputs cannot be used.
     """
+    arguments = {k: v for k, v in locals().items() if k != "overwrite"}
     if storage.is_url(out_dir):
-        arguments = {k: v for k, v in locals().items() if k not in ("out_dir", "overwrite")}
-        return _prepare_to_url(out_dir, overwrite, arguments)
+        return _prepare_to_url(overwrite, arguments)
     started = time.perf_counter()
     _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer)
-    job = _Job(inputs, os.fspath(out_dir), vocab_size, seq_len, validation_fraction, shards, labels, mask_rate,
-               tokenizer, seed, strict, progress, text_field, split, bool(line_by_line))
+    job = _Job(**{**arguments, "out_dir": os.fspath(out_dir), "line_by_line": bool(line_by_line)})
     _refuse_existing(job.out_dir, overwrite)
     scanned = _scan_inputs(expand_inputs(inputs), strict, text_field, split)
     _clear_previous(job.out_dir)
@@ -414,16 +402,15 @@ def prepare(
         raise
 
 
-def _prepare_to_url(url: str, overwrite: bool, arguments: dict) -> dict:
+def _prepare_to_url(overwrite: bool, arguments: dict) -> dict:
     """`prepare` into a URL: built locally, then uploaded, the manifest last (an upload
     cut short leaves no manifest, so no dataset that looks complete)."""
+    url = arguments["out_dir"]
     manifest_url = storage.join(url, MANIFEST_NAME)
     try:
-        if storage.exists(manifest_url) and not overwrite:
-            raise InputError(f"{url} already holds a prepared dataset ({manifest_url}); "
-                             "pass --overwrite (overwrite=True) to replace it")
+        _refuse_existing(url, overwrite)
         with tempfile.TemporaryDirectory(prefix="kroberta-prepare-") as local:
-            manifest = prepare(out_dir=local, overwrite=False, **arguments)
+            manifest = prepare(**{**arguments, "out_dir": local})
             if storage.exists(manifest_url):  # --overwrite: the old manifest goes first
                 storage.remove(manifest_url)
             storage.put_tree(local, url, last=MANIFEST_NAME)

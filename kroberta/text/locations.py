@@ -6,6 +6,7 @@ paths go through the standard library exactly as before.
 """
 
 import glob as globbing
+import gzip
 import io
 import os
 
@@ -52,6 +53,15 @@ def open_binary(path: str):
     if not is_url(path):
         return open(path, "rb")
     return io.BufferedReader(_GFileReader(_gfile().GFile(path, "rb")), 1 << 20)
+
+
+def open_stream(path: str):
+    """(raw file, binary stream of its bytes, gunzipped for a name ending in .gz): the raw
+    file's position is the progress in bytes."""
+    raw = open_binary(path)
+    if path.lower().endswith(".gz"):
+        return raw, gzip.GzipFile(fileobj=raw, mode="rb")
+    return raw, raw
 
 
 class _GFileReader(io.RawIOBase):

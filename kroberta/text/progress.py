@@ -1,4 +1,4 @@
-"""A tiny progress bar on stderr: bytes done, MB/s, ETA (no dependency)."""
+"""A tiny progress bar on stderr: bytes done, MB/s, ETA (no dependency); a file's reading progress."""
 
 import sys
 import time
@@ -44,3 +44,25 @@ class Progress:
         if self.enabled:
             self._draw(now, end="\n")
         return now - self.start
+
+
+class ByteProgress:
+    """Reports a raw file's position to `on_bytes` (None: no-op) about once per MB, and
+    all of `size` at the end."""
+
+    def __init__(self, raw, on_bytes):
+        self.raw, self.on_bytes, self.reported, self.calls = raw, on_bytes, 0, 0
+
+    def poll(self):
+        self.calls += 1
+        # The position is asked once every 256 records, not per record: progress needs no more.
+        if self.on_bytes is not None and self.calls % 256 == 0:
+            position = self.raw.tell()
+            if position - self.reported >= 1 << 20:
+                self.on_bytes(position - self.reported)
+                self.reported = position
+
+    def finish(self, size):
+        if self.on_bytes is not None and size > self.reported:
+            self.on_bytes(size - self.reported)
+            self.reported = size

@@ -7,10 +7,7 @@ batch at a time from its memory-mapped files, so memory stays flat however large
 the corpus is. Every reader yields the text field's value of each record, in file
 order, and reports progress through `on_bytes` in bytes of the file (compressed
 bytes for .gz; for Parquet and `datasets`, the files' size in proportion to the
-rows read).
-
-Parquet needs `pyarrow` (the `parquet` extra), a `datasets` directory needs
-`datasets` (the `datasets` extra); without them the error says what to install.
+rows read: `kroberta.text.arrowfiles`).
 """
 
 import csv
@@ -23,6 +20,7 @@ import zlib
 
 from kroberta.errors import InputError
 from kroberta.text import locations
+from kroberta.text.progress import ByteProgress
 
 FORMATS = {  # name suffix -> format (the longest matching suffix wins)
     ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".json": "jsonl", ".json.gz": "jsonl",
@@ -34,13 +32,8 @@ DATASETS_FORMAT = "datasets"
 # Files `save_to_disk` writes: a Dataset's state, or a DatasetDict's split list.
 DATASET_FILES = ("state.json", "dataset_info.json")
 DATASET_DICT_FILE = "dataset_dict.json"
-_PROGRESS_EVERY = 1 << 20  # report progress about once per MB
+_PROGRESS_EVERY = 1 << 20  # characters per read of a JSON array
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some tools write first
-
-
-def extra_missing(what: str, extra: str, module: str) -> InputError:
-    return InputError(f"{what} needs the {module!r} package: pip install -e \".[{extra}]\" "
-                      f"(or pip install {module})")
 
 
 def is_dataset_dir(path: str) -> bool:
@@ -59,35 +52,6 @@ def record_format(path: str) -> str | None:
     return FORMATS[max(matches, key=len)] if matches else None
 
 
-def _open_binary(path: str):
-    """(raw file, binary stream): the raw file's position is the progress in bytes."""
-    raw = locations.open_binary(path)
-    if path.lower().endswith(".gz"):
-        return raw, gzip.GzipFile(fileobj=raw, mode="rb")
-    return raw, raw
-
-
-class _ByteProgress:
-    """Reports the raw file's position to `on_bytes` about once per MB, and all at the end."""
-
-    def __init__(self, raw, on_bytes):
-        self.raw, self.on_bytes, self.reported, self.calls = raw, on_bytes, 0, 0
-
-    def poll(self):
-        self.calls += 1
-        # The position is asked once every 256 records, not per record: progress needs no more.
-        if self.on_bytes is not None and self.calls % 256 == 0:
-            position = self.raw.tell()
-            if position - self.reported >= _PROGRESS_EVERY:
-                self.on_bytes(position - self.reported)
-                self.reported = position
-
-    def finish(self, size):
-        if self.on_bytes is not None and size > self.reported:
-            self.on_bytes(size - self.reported)
-            self.reported = size
-
-
 def _text_value(value, path: str, where: str, field: str):
     if value is None or isinstance(value, str):
         return value
@@ -100,7 +64,7 @@ def _text_value(value, path: str, where: str, field: str):
 
 def _first_byte(path):
     """The first non-whitespace byte of a (possibly gzipped) file, b"" when it has none."""
-    raw, stream = _open_binary(path)
+    raw, stream = locations.open_stream(path)
     with raw, stream:
         start = True
         while block := stream.read(4096):
@@ -130,8 +94,8 @@ def _record_text(record, path, where, field):
 def _json_array_values(path, field, on_bytes):
     """Stream the objects of a top-level JSON array: at most one read block plus one
     record is held, however long the array is."""
-    raw, stream = _open_binary(path)
-    progress = _ByteProgress(raw, on_bytes)
+    raw, stream = locations.open_stream(path)
+    progress = ByteProgress(raw, on_bytes)
     decoder = json.JSONDecoder()
     with raw, stream:
         text = io.TextIOWrapper(stream, encoding="utf-8-sig")
@@ -188,8 +152,8 @@ def _json_array_values(path, field, on_bytes):
 
 
 def _jsonl_values(path, field, on_bytes):
-    raw, stream = _open_binary(path)
-    progress = _ByteProgress(raw, on_bytes)
+    raw, stream = locations.open_stream(path)
+    progress = ByteProgress(raw, on_bytes)
     with raw, stream:
         for number, line in enumerate(stream, start=1):
             if number == 1:
@@ -226,24 +190,17 @@ def _csv_rows(path, stream, delimiter):
     return csv.reader(lines(), delimiter=delimiter)
 
 
-def _csv_header(path, delimiter):
-    raw, stream = _open_binary(path)
-    with raw, stream:
-        rows = _csv_rows(path, stream, delimiter)
-        try:
-            return next(rows, [])
-        except csv.Error as e:
-            raise InputError(f"{path}: line 1: cannot read the header: {e}") from None
-
-
 def _csv_values(path, field, on_bytes, delimiter):
-    raw, stream = _open_binary(path)
-    progress = _ByteProgress(raw, on_bytes)
+    raw, stream = locations.open_stream(path)
+    progress = ByteProgress(raw, on_bytes)
     with raw, stream:
         rows = _csv_rows(path, stream, delimiter)
         try:
             header = next(rows, [])
-            column = column_index(path, header, field)
+        except csv.Error as e:
+            raise InputError(f"{path}: line 1: cannot read the header: {e}") from None
+        column = column_index(path, header, field)
+        try:
             for number, row in enumerate(rows, start=2):
                 if not row:
                     continue
@@ -280,18 +237,11 @@ def check_source(path: str, fmt: str, field: str, split: str):
 
     Returns the source's size in bytes for the progress bar.
     """
-    if fmt == "jsonl":
-        next(iter_values(path, fmt, field, split), None)  # the first record has the field
-    elif fmt in ("csv", "tsv"):
-        try:
-            columns = _csv_header(path, "\t" if fmt == "tsv" else ",")
-        except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-            raise InputError(f"{path}: not a readable gzip file ({e})") from None
-        column_index(path, columns, field)
-    elif fmt in ("parquet", DATASETS_FORMAT):
+    if fmt in ("parquet", DATASETS_FORMAT):
         from kroberta.text import arrowfiles  # pyarrow and datasets load only when used
 
         return arrowfiles.check_source(path, fmt, field, split)
+    next(iter_values(path, fmt, field, split), None)  # the header, or the first record, has the field
     return locations.size(path)
 
 
@@ -301,8 +251,6 @@ def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
         return _gzip_errors_named(_json_values(path, field, on_bytes), path)
     if fmt in ("csv", "tsv"):
         return _gzip_errors_named(_csv_values(path, field, on_bytes, "\t" if fmt == "tsv" else ","), path)
-    if fmt in ("parquet", DATASETS_FORMAT):
-        from kroberta.text import arrowfiles
+    from kroberta.text import arrowfiles  # Parquet or `datasets`
 
-        return arrowfiles.iter_values(path, fmt, field, split, on_bytes)
-    raise AssertionError(f"unknown record format {fmt!r}")
+    return arrowfiles.iter_values(path, fmt, field, split, on_bytes)

@@ -11,13 +11,13 @@ flat however large the corpus is.
 
 import codecs
 import dataclasses
-import gzip
 import os
 import zlib
 
 from kroberta import storage
 from kroberta.text import locations, recordfiles
 from kroberta.errors import InputError
+from kroberta.text.progress import ByteProgress
 
 _SCAN_BLOCK = 1 << 20
 
@@ -92,53 +92,41 @@ def expand_inputs(inputs):
 
 
 def scan_file(path):
-    """Check that a file is UTF-8 text, reading it in 1 MB blocks.
-
-    Args:
-        path: the file.
-
-    Returns:
-        (size_in_bytes, problem, byte_offset, has_text): problem is None for a good
-        file, else "binary (NUL byte)" or "not UTF-8" with the offset of the first
-        bad byte; has_text is False for an empty or whitespace-only file.
-    """
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    if _gzipped(path):
-        size = locations.size(path)  # progress counts compressed bytes
+    """(size in bytes, problem, byte offset, has text) of a file, read in 1 MB blocks:
+    problem is None for UTF-8 text, else "binary (NUL byte)" or "not UTF-8" with the
+    offset of the first bad byte; has text is False for an empty or whitespace-only file.
+    A .gz file's size is its compressed size, which progress counts."""
+    raw, stream = locations.open_stream(path)
+    with raw, stream:
         try:
-            scanned = _scan_stream(gzip.GzipFile(fileobj=locations.open_binary(path), mode="rb"),
-                                   decoder, path)
+            found = _scan_stream(stream)
         except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
-            return size, f"not a readable gzip file ({e})", None, False
-        return (size, *scanned[1:])
-    with locations.open_binary(path) as f:
-        return _scan_stream(f, decoder, path)
+            if stream is raw:
+                raise
+            return locations.size(path), f"not a readable gzip file ({e})", None, False
+    return (found if stream is raw else (locations.size(path), *found[1:]))
 
 
-def _gzipped(path):
-    return os.fspath(path).lower().endswith(".gz")
-
-
-def _scan_stream(f, decoder, path):
+def _scan_stream(f):
+    decoder = codecs.getincrementaldecoder("utf-8")()
     offset, has_text = 0, False
-    with f:
-        while block := f.read(_SCAN_BLOCK):
-            nul = block.find(b"\x00")
-            if nul >= 0:
-                return offset + len(block), "binary (NUL byte)", offset + nul, False
-            # e.start counts from the bytes the decoder still holds (a character
-            # split across blocks, < 4 bytes) followed by this block.
-            pending = len(decoder.getstate()[0])
-            try:
-                decoder.decode(block)
-            except UnicodeDecodeError as e:
-                return offset + len(block), "not UTF-8", offset - pending + e.start, False
-            has_text = has_text or bool(block.strip(b" \t\r\n\v\f\xef\xbb\xbf"))
-            offset += len(block)
+    while block := f.read(_SCAN_BLOCK):
+        nul = block.find(b"\x00")
+        if nul >= 0:
+            return offset + len(block), "binary (NUL byte)", offset + nul, False
+        # e.start counts from the bytes the decoder still holds (a character
+        # split across blocks, < 4 bytes) followed by this block.
+        pending = len(decoder.getstate()[0])
         try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError:
-            return offset, "not UTF-8 (truncated character at the end)", offset - len(decoder.getstate()[0]), False
+            decoder.decode(block)
+        except UnicodeDecodeError as e:
+            return offset + len(block), "not UTF-8", offset - pending + e.start, False
+        has_text = has_text or bool(block.strip(b" \t\r\n\v\f\xef\xbb\xbf"))
+        offset += len(block)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return offset, "not UTF-8 (truncated character at the end)", offset - len(decoder.getstate()[0]), False
     return offset, None, None, has_text
 
 
@@ -157,19 +145,16 @@ def iter_documents(paths, on_bytes=None, line_by_line=False):
         normalized (\\r\\n -> \\n), whitespace-only lines dropped, no trailing
         newline. A record is one document, a text file's documents end at blank lines.
     """
-    counter = _Counter(on_bytes)
     for item in paths:
         source = item if isinstance(item, Source) else Source(os.fspath(item))
         if source.format is None:
-            for document in _text_documents(source.path, counter):
+            for document in _text_documents(source.path, on_bytes):
                 yield from document.split("\n") if line_by_line else (document,)
             continue
-        counter.flush()
         for value in recordfiles.iter_values(source.path, source.format, source.text_field,
                                              source.split, on_bytes):
             if value and (document := record_document(value)):
                 yield document
-    counter.flush()
 
 
 def record_document(text: str) -> str:
@@ -179,34 +164,13 @@ def record_document(text: str) -> str:
     return "\n".join(line for line in lines if line.strip())
 
 
-class _Counter:
-    """Batches byte counts into ~1 MB progress updates."""
-
-    def __init__(self, on_bytes):
-        self.on_bytes, self.pending = on_bytes, 0
-
-    def add(self, n):
-        self.pending += n
-        if self.pending >= _SCAN_BLOCK and self.on_bytes is not None:
-            self.flush()
-
-    def flush(self):
-        if self.on_bytes is not None and self.pending:
-            self.on_bytes(self.pending)
-        self.pending = 0
-
-
-def _text_documents(path, counter):
+def _text_documents(path, on_bytes):
     lines = []
-    with locations.open_binary(path) as raw:
-        f = gzip.GzipFile(fileobj=raw, mode="rb") if _gzipped(path) else raw
-        position = 0
-        for number, line_bytes in enumerate(f):
-            if f is raw:
-                counter.add(len(line_bytes))
-            elif number % 1024 == 0:  # compressed bytes: the raw file's position
-                counter.add(raw.tell() - position)
-                position = raw.tell()
+    raw, stream = locations.open_stream(path)
+    progress = ByteProgress(raw, on_bytes)
+    with raw, stream:
+        for number, line_bytes in enumerate(stream):
+            progress.poll()
             if line_bytes.endswith(b"\n"):
                 line_bytes = line_bytes[:-1]
                 if line_bytes.endswith(b"\r"):
@@ -219,8 +183,6 @@ def _text_documents(path, counter):
             elif lines:
                 yield "\n".join(lines)
                 lines = []
-        if f is not raw:
-            counter.add(locations.size(path) - position)
-            f.close()
+        progress.finish(locations.size(path))
     if lines:
         yield "\n".join(lines)

@@ -16,8 +16,7 @@ from kroberta.text import locations
 
 from kroberta.tokens import SPECIAL_TOKENS  # in id order: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4
 
-BYTE_ALPHABET_SIZE = 256
-MIN_VOCABULARY_SIZE = len(SPECIAL_TOKENS) + BYTE_ALPHABET_SIZE
+MIN_VOCABULARY_SIZE = len(SPECIAL_TOKENS) + 256  # the special tokens and the 256 bytes
 
 
 class VocabularyShortfallWarning(UserWarning):
@@ -33,35 +32,16 @@ def _special_added_tokens():
     return tokens
 
 
-def _empty_tokenizer():
+def train_tokenizer(text_iterator, vocab_size, out_path=None, min_frequency=2):
+    """A RoBERTa-style byte-level BPE tokenizer trained on the streamed documents of
+    `text_iterator`, `vocab_size` tokens at most (specials and the 256 bytes included;
+    `prepare` checks it); saved to `out_path` unless None. Merges must occur
+    `min_frequency` times (2: no one-off strings as tokens). When the data supports
+    fewer tokens, a `VocabularyShortfallWarning` says how many were learned."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    return tokenizer
-
-
-def train_tokenizer(text_iterator, vocab_size, out_path=None, min_frequency=2):
-    """Train a RoBERTa-style byte-level BPE tokenizer on streamed text.
-
-    Args:
-        text_iterator: iterable of strings (documents); consumed once, streaming.
-        vocab_size: requested vocabulary size, specials and the 256 bytes included.
-        out_path: where to save `tokenizer.json` (None: do not save).
-        min_frequency: merges must occur at least this often (2 avoids learning
-            one-off strings as tokens).
-
-    Returns:
-        The trained `tokenizers.Tokenizer`. When the data supports fewer tokens than
-        requested, a `VocabularyShortfallWarning` says how many were learned; the
-        model's vocabulary_size must equal `tokenizer.get_vocab_size()`.
-    """
-    if vocab_size < MIN_VOCABULARY_SIZE:
-        raise InputError(
-            f"vocab_size={vocab_size} is too small: byte-level BPE needs at least "
-            f"{MIN_VOCABULARY_SIZE} ({len(SPECIAL_TOKENS)} special tokens + {BYTE_ALPHABET_SIZE} bytes)"
-        )
-    tokenizer = _empty_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
@@ -70,17 +50,20 @@ def train_tokenizer(text_iterator, vocab_size, out_path=None, min_frequency=2):
         show_progress=False,  # prepare draws its own progress bar (bytes, MB/s)
     )
     tokenizer.train_from_iterator(text_iterator, trainer=trainer)
-    learned = tokenizer.get_vocab_size(with_added_tokens=True)
-    if learned < vocab_size:
-        warnings.warn(
-            f"the data supports only {learned} tokens (requested vocab_size={vocab_size}); "
-            f"using {learned}: the model's vocabulary_size must equal the manifest's ({learned})",
-            VocabularyShortfallWarning,
-            stacklevel=2,
-        )
+    if note := shortfall_note(tokenizer, vocab_size):
+        warnings.warn(note, VocabularyShortfallWarning, stacklevel=2)
     if out_path is not None:
         tokenizer.save(os.fspath(out_path))
     return tokenizer
+
+
+def shortfall_note(tokenizer, vocab_size):
+    """What to say when the data supported fewer tokens than `vocab_size` (else None)."""
+    learned = tokenizer.get_vocab_size(with_added_tokens=True)
+    if learned < vocab_size:
+        return (f"the data supports only {learned} tokens (requested vocab_size={vocab_size}); "
+                f"using {learned}: the model's vocabulary_size must equal the manifest's ({learned})")
+    return None
 
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -106,18 +89,9 @@ def tokenizer_json_of(path):
 
 
 def load_tokenizer(path):
-    """Load a tokenizer and check that it has the five special tokens.
-
-    Args:
-        path: a `tokenizers` JSON file, or a directory: a Hugging Face model
-            directory (its tokenizer.json, or the byte-level BPE vocab.json +
-            merges.txt of a RoBERTa tokenizer) or a keras-hub preset directory
-            (assets/tokenizer/vocabulary.json + merges.txt).
-
-    Returns:
-        The `tokenizers.Tokenizer`; on the same text its ids equal those of the
-        Hugging Face (or keras-hub preset's) tokenizer it was read from.
-    """
+    """The `tokenizers.Tokenizer` at `path` (any of `ACCEPTED`), checked for the five
+    special tokens; on the same text its ids equal those of the Hugging Face (or
+    keras-hub preset's) tokenizer it was read from."""
     path = os.fspath(path)
     json_path = tokenizer_json_of(path)
     if json_path is None:
@@ -161,15 +135,9 @@ def byte_level_bpe(vocabulary, merges, add_prefix_space=False):
     (its RobertaTokenizer): byte-level BPE, `<s> ... </s>` around a text, the special
     tokens at their ids in the vocabulary, `<mask>` taking the space before it.
 
-    Args:
-        vocabulary: a JSON file mapping token to id (Hugging Face's vocab.json,
-            keras-hub's vocabulary.json).
-        merges: the BPE merges file (merges.txt).
-        add_prefix_space: a space before the first word, as tokenizer_config.json says.
-
-    Returns:
-        The `tokenizers.Tokenizer`; raises `InputError` when a file cannot be read
-        or a special token is missing.
+    `vocabulary` maps token to id (Hugging Face's vocab.json, keras-hub's
+    vocabulary.json); `add_prefix_space` as tokenizer_config.json says. InputError
+    when a file cannot be read or a special token is missing.
     """
     vocabulary, merges = os.fspath(vocabulary), os.fspath(merges)
     try:
@@ -187,15 +155,8 @@ def byte_level_bpe(vocabulary, merges, add_prefix_space=False):
 
 
 def special_token_ids(tokenizer, source=None):
-    """Ids of the special tokens, e.g. {"bos": 0, "pad": 1, "eos": 2, "unk": 3, "mask": 4}.
-
-    Args:
-        tokenizer: a `tokenizers.Tokenizer`.
-        source: the tokenizer's path, named in the error message.
-
-    Returns:
-        A dict from role (bos, pad, eos, unk, mask) to id.
-    """
+    """Role -> id of the special tokens, e.g. {"bos": 0, "pad": 1, "eos": 2, "unk": 3,
+    "mask": 4}; an InputError naming `source` (the tokenizer's path) when one is missing."""
     ids = {name: tokenizer.token_to_id(text) for name, text in SPECIAL_TOKENS.items()}
     missing = [SPECIAL_TOKENS[name] for name, i in ids.items() if i is None]
     if missing:
