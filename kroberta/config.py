@@ -18,6 +18,7 @@ import dataclasses
 import importlib.resources
 import math
 import numbers
+import operator
 import os
 import re
 import tomllib
@@ -39,11 +40,26 @@ STRATEGIES = ("data", "fsdp", "model")
 DOWNSTREAM_KEYS = ("task", "data", "validation", "text_fields", "label_field", "kind")
 
 
-def _at_least(section, low: int, keys: str, fail):
-    """The `check` of integer fields (space-separated `keys`) that must be >= `low`."""
-    for key in keys.split():
-        if getattr(section, key) < low:
-            fail(key, f"must be >= {low}, got {getattr(section, key)}")
+# A bound as its message writes it: ">= 1", "> 0", "in (0, 1]", "in [0, 1) (a note)".
+_BOUND = re.compile(r"(?:in )?([\[(]|>=?) ?(-?[\d.]+)(?:, (-?[\d.]+)([\])]))?")
+_ABOVE = {">=": operator.ge, "[": operator.ge, ">": operator.gt, "(": operator.gt}
+_BELOW = {"]": operator.le, ")": operator.lt}
+
+
+def _check_values(section, fail, rules: dict):
+    """The `check` of fields with a fixed range or set of words: {"key other_key": rule},
+    the rule a tuple of the words allowed or a bound (`_BOUND`)."""
+    for keys, rule in rules.items():
+        for key in keys.split():
+            value = getattr(section, key)
+            if isinstance(rule, tuple):
+                if value not in rule:
+                    fail(key, f"must be one of {rule}, got {value!r}")
+                continue
+            lower, low, high, upper = _BOUND.match(rule).groups()
+            if not (_ABOVE[lower](value, float(low))
+                    and (high is None or _BELOW[upper](value, float(high)))):
+                fail(key, f"must be {rule}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -93,19 +109,16 @@ class ModelConfig:
 
     def check(self, fail):
         """Rejects an impossible shape or rate: `fail(key, problem)` raises."""
-        _at_least(self, 1, "vocabulary_size num_layers num_heads hidden_dim intermediate_dim "
-                           "max_sequence_length", fail)
+        _check_values(self, fail, {
+            "vocabulary_size num_layers num_heads hidden_dim intermediate_dim "
+            "max_sequence_length": ">= 1",
+            "dropout": "in [0, 1)", "initializer_range": "in (0, 1]",
+            "layer_norm_epsilon": "in (0, 1)"})
         if self.hidden_dim % self.num_heads:
             fail("num_heads", f"{self.num_heads} heads do not divide hidden_dim={self.hidden_dim}")
-        if not 0.0 <= self.dropout < 1.0:
-            fail("dropout", f"must be in [0, 1), got {self.dropout}")
         if self.attention_dropout != FOLLOW_DROPOUT and not 0.0 <= self.attention_dropout < 1.0:
             fail("attention_dropout",
                  f"must be in [0, 1) or -1 (follow model.dropout), got {self.attention_dropout}")
-        if not 0.0 < self.initializer_range <= 1.0:
-            fail("initializer_range", f"must be in (0, 1], got {self.initializer_range}")
-        if not 0.0 < self.layer_norm_epsilon < 1.0:
-            fail("layer_norm_epsilon", f"must be in (0, 1), got {self.layer_norm_epsilon}")
 
     def check_model_axis(self, size: int, fail):
         """A "model" mesh axis of `size` must divide every dimension the layouts shard;
@@ -155,12 +168,6 @@ class DataConfig:
         """The mask rate of evaluations: `eval_mask_rate`, or `mask_rate` when it is 0."""
         return self.eval_mask_rate or self.mask_rate
 
-    def masks_drawn_by_step(self) -> bool:
-        """Whether the training step draws the masks on the device from per-sequence keys
-        (`kroberta.masking`): dynamic masking, whole words included (the step holds the
-        tokenizer's word-start table)."""
-        return self.masking in ("dynamic", AUTO)
-
     def with_masking_for(self, has_labels: bool) -> "DataConfig":
         """This config with "auto" masking resolved for files that do (not) carry labels."""
         if self.masking != AUTO:
@@ -203,15 +210,11 @@ class DataConfig:
     def check(self, fail):
         """Rejects an impossible masking setting: `fail(key, problem)` raises. The ids and
         `max_predictions` depend on the model (`Config.check`)."""
-        if self.masking not in MASKINGS:
-            fail("masking", f"must be one of {MASKINGS}, got {self.masking!r}")
+        _check_values(self, fail, {"masking": MASKINGS})
         if self.whole_word_masking and self.masking != "dynamic":
             fail("whole_word_masking", "needs data.masking='dynamic' (static labels are the file's)")
-        if not 0.0 < self.mask_rate <= 1.0:
-            fail("mask_rate", f"must be in (0, 1], got {self.mask_rate}")
-        _at_least(self, 1, "shuffle_buffer", fail)
-        if not 0.0 <= self.eval_mask_rate <= 1.0:
-            fail("eval_mask_rate", f"must be in [0, 1] (0 = data.mask_rate), got {self.eval_mask_rate}")
+        _check_values(self, fail, {"mask_rate": "in (0, 1]", "shuffle_buffer": ">= 1",
+                                   "eval_mask_rate": "in [0, 1] (0 = data.mask_rate)"})
         if self.eval_mask_rate and self.masking == "static":
             fail("eval_mask_rate", "static masking evaluates the files' own labels; "
                  "set data.masking = \"dynamic\" or leave data.eval_mask_rate at 0")
@@ -306,26 +309,22 @@ class TrainConfig:
 
     def check(self, fail):
         """Rejects an impossible schedule, interval or signal: `fail(key, problem)` raises."""
-        _at_least(self, 1, "batch_size_per_device gradient_accumulation_steps steps log_every "
-                           "keep_checkpoints", fail)
-        _at_least(self, 0, "warmup_steps eval_every eval_steps checkpoint_every", fail)
-        if self.learning_rate <= 0:
-            fail("learning_rate", f"must be > 0, got {self.learning_rate}")
+        _check_values(self, fail, {
+            "batch_size_per_device gradient_accumulation_steps steps log_every keep_checkpoints":
+                ">= 1",
+            "warmup_steps eval_every eval_steps checkpoint_every": ">= 0",
+            "learning_rate": "> 0"})
         try:
             window = parse_window(self.profile)
         except ValueError as error:
             fail("profile", str(error))
         if window and window[0] >= self.steps:
             fail("profile", f"starts at step {window[0]}, but the run ends at train.steps={self.steps}")
-        if self.remat not in REMATS:
-            fail("remat", f"must be one of {REMATS}, got {self.remat!r}")
-        if self.schedule not in SCHEDULES:
-            fail("schedule", f"must be one of {SCHEDULES}, got {self.schedule!r}")
+        _check_values(self, fail, {"remat": REMATS, "schedule": SCHEDULES})
         if self.warmup_steps > self.steps:
             fail("warmup_steps", f"{self.warmup_steps} exceeds train.steps={self.steps}; "
                                  "set a smaller train.warmup_steps or more train.steps")
-        if self.weight_decay < 0 or self.clip_norm < 0:
-            fail("weight_decay" if self.weight_decay < 0 else "clip_norm", "must be >= 0")
+        _check_values(self, fail, {"weight_decay clip_norm": ">= 0"})
         # Evaluations and checkpoints happen at log boundaries, where the metrics of the
         # interval are complete and the device state is already synced to the host.
         for key in ("eval_every", "checkpoint_every"):
@@ -346,12 +345,8 @@ class TrainConfig:
         if not 0 <= self.decay_steps <= self.steps - self.warmup_steps:
             fail("decay_steps", f"must be in [0, train.steps - train.warmup_steps = "
                  f"{self.steps - self.warmup_steps}], got {self.decay_steps}")
-        if not 0.0 < self.decay_fraction <= 1.0:
-            fail("decay_fraction", f"must be in (0, 1], got {self.decay_fraction}")
-        if self.early_stop_patience < 0:
-            fail("early_stop_patience", f"must be >= 0 (0 = never), got {self.early_stop_patience}")
-        if self.target_eval_loss < 0:
-            fail("target_eval_loss", f"must be >= 0 (0 = never), got {self.target_eval_loss}")
+        _check_values(self, fail, {"decay_fraction": "in (0, 1]",
+                                   "early_stop_patience target_eval_loss": ">= 0 (0 = never)"})
         for name in self.trackers:
             if name not in TRACKERS:
                 fail("trackers", f"unknown tracker {name!r}; choose from {TRACKERS}")
@@ -419,13 +414,12 @@ class DistributedConfig:
 
     def check(self, fail):
         """Rejects an impossible strategy or process setting: `fail(key, problem)` raises."""
-        if self.strategy not in STRATEGIES:
-            fail("strategy", f"must be one of {STRATEGIES}, got {self.strategy!r}")
-        _at_least(self, 0, "devices model_parallel num_processes", fail)
+        _check_values(self, fail, {"strategy": STRATEGIES,
+                                   "devices model_parallel num_processes": ">= 0"})
         if self.process_id < -1 or (self.num_processes and self.process_id >= self.num_processes):
             fail("process_id", f"must be -1 (auto) or in [0, num_processes="
                  f"{self.num_processes or 'auto'}), got {self.process_id}")
-        _at_least(self, 1, "initialization_timeout", fail)
+        _check_values(self, fail, {"initialization_timeout": ">= 1"})
         if self.coordinator and not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", self.coordinator):
             fail("coordinator", f"expected HOST:PORT, got {self.coordinator!r}")
 

@@ -161,7 +161,7 @@ def test_whole_word_batches_are_finished_by_the_step_and_each_mode_names_its_ste
             for mode in ("dynamic", "static")} == dict(zip(("dynamic", "static"),
                                                          masking.STEP_INPUTS))
     whole_words = dataclasses.replace(Config().data, whole_word_masking=True)
-    assert whole_words.masks_drawn_by_step() and whole_words.step_input() == "mask_keys"
+    assert whole_words.step_input() == "mask_keys"
     spec = pipeline.inspect_files((str(tiny_data / "train-0.tfrecord"),), "t")
     word_starts = np.random.default_rng(0).random(TINY_VOCAB) < 0.3
     keyed = pipeline.train_dataset(spec, whole_words, TINY_VOCAB, 8, 0, device_masks=True)
