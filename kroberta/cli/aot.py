@@ -27,10 +27,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the model is built on the host 
 import argparse  # noqa: E402
 import importlib.metadata  # noqa: E402
 import re  # noqa: E402
-import sys  # noqa: E402
 
 from kroberta.errors import ConfigError
-import kroberta  # noqa: E402,F401  (fixes the backend before keras is imported)
 from kroberta import cli  # noqa: E402
 from kroberta.config import Config, from_command_line, validate  # noqa: E402
 from kroberta.perf.hardware import GiB  # noqa: E402
@@ -109,7 +107,7 @@ def _suggest(config: Config, args, problem: str, needed: float | None) -> str:
 
 
 def _compile(argv) -> None:
-    config, args = parse_args(sys.argv[1:] if argv is None else argv)
+    config, args = parse_args(argv)
     if args.max_batch:
         return _max_batch(config, args)
     hbm = args.device_memory * GiB if args.device_memory else None
@@ -133,7 +131,3 @@ def _compile(argv) -> None:
 
 def main(argv=None) -> int:
     return cli.run(lambda: _compile(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

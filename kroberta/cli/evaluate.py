@@ -11,7 +11,6 @@ The Python API is `kroberta.evaluate(model, data)` (kroberta/training/evaluation
 """
 
 import json
-import sys
 
 from kroberta import cli
 from kroberta.training.final_model import MODEL_KINDS, load_model_at
@@ -52,7 +51,3 @@ def main(argv=None) -> int:
               else _table(args.model, args.data, result))
 
     return cli.run(body)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

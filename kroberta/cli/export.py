@@ -13,7 +13,6 @@ Errors are one line on stderr and exit status 2.
 """
 
 import argparse
-import sys
 
 from kroberta import cli
 from kroberta.interop import EXPORT_FORMATS
@@ -41,7 +40,3 @@ def main(argv=None) -> int:
         print(f"exported {args.run} -> {out}")
 
     return cli.run(body)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -77,7 +77,3 @@ def _main(args) -> int:
     summary = ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
     print(f"wrote {args.out}: {summary}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -84,18 +84,11 @@ TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
 
 def _tfrecords_in(directory):
     """Every TFRecord file under `directory` (by name: *.tfrecord[s], *.tfr, *.tfrecord-00000-of-00004)."""
-    if storage.is_url(directory):
-        every = locations.files_under(directory)
-    else:
-        every = []
-        for dirpath, dirnames, filenames in os.walk(directory):
-            dirnames.sort()
-            every.extend(os.path.join(dirpath, name) for name in sorted(filenames))
-    found = []
-    for path in every:
-        lower = os.path.basename(path).lower()
-        if lower.endswith(TFRECORD_SUFFIXES) or ".tfrecord-" in lower or ".tfrecords-" in lower:
-            found.append(path)
+    every = locations.files_under(directory) if storage.is_url(directory) else sorted(
+        os.path.join(folder, name) for folder, _, names in os.walk(directory) for name in names)
+    names = [os.path.basename(path).lower() for path in every]
+    found = [path for path, name in zip(every, names) if name.endswith(TFRECORD_SUFFIXES)
+             or ".tfrecord-" in name or ".tfrecords-" in name]
     if not found:
         raise InputError(f"--check {directory}: no {MANIFEST_NAME} and no TFRecord files "
                          f"({', '.join('*' + x for x in TFRECORD_SUFFIXES)}, *.tfrecord-*) in it; name the "
@@ -126,8 +119,8 @@ def _run_check(args):
     return 0 if report.ok else 1
 
 
-def _run(args):
-    """Dispatch: --check returns an exit code, prepare returns its manifest."""
+def _run(args) -> int:
+    """--check's exit code, or prepare's 0 after its summary."""
     if args.check:
         if args.input or args.out:
             raise InputError("--check takes only PATH (and --vocab-size/--seq-len), not --input/--out")
@@ -136,7 +129,7 @@ def _run(args):
         raise InputError("--input and --out are required (or --check PATH)")
     if args.tokenizer and args.vocab_size is not None:
         warnings.warn("--vocab-size is ignored with --tokenizer: the tokenizer's own vocabulary is used", PrepareWarning)
-    return prepare(
+    manifest = prepare(
         args.input, args.out,
         vocab_size=args.vocab_size or 10000, seq_len=args.seq_len or 64,
         validation_fraction=args.validation_fraction, shards=args.shards, labels=args.labels,
@@ -144,6 +137,8 @@ def _run(args):
         progress=not args.no_progress, overwrite=args.overwrite, text_field=args.text_field,
         split=args.split, line_by_line=args.line_by_line,
     )  # fmt: skip
+    print(_summary(manifest, args.out))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -152,16 +147,5 @@ def main(argv=None) -> int:
     with warnings.catch_warnings():
         # One line per warning on stderr, no source line: these are messages for users.
         warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
-        return cli.run(lambda: _finish(_run(args), args),
-                           interrupted="interrupted: no manifest written; what prepare wrote was removed")
-
-
-def _finish(manifest, args) -> int:
-    if isinstance(manifest, int):
-        return manifest  # --check's exit code
-    print(_summary(manifest, args.out))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        return cli.run(lambda: _run(args),
+                       interrupted="interrupted: no manifest written; what prepare wrote was removed")

@@ -3,8 +3,6 @@
     python -m kroberta.report runs/x
 """
 
-import sys
-
 from kroberta import cli
 from kroberta.training.report import report
 
@@ -14,12 +12,4 @@ def main(argv=None) -> int:
                                 description="Plot a run's metrics.jsonl into report.png.")
     parser.add_argument("run_dir", help="a run directory (holds metrics.jsonl)")
     args = parser.parse_args(argv)
-
-    def body():
-        report(args.run_dir)
-
-    return cli.run(body)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return cli.run(lambda: report(args.run_dir))

@@ -7,7 +7,6 @@ The Python API is `kroberta.train(config)` (kroberta/training/train.py).
 """
 
 import argparse
-import sys
 
 from kroberta import cli
 from kroberta.config import Config, from_command_line, validate
@@ -68,7 +67,7 @@ def _print_examples(run_dir: str, top_k: int = 3):
 def _train(argv) -> int:
     from kroberta.training.train import Outcome, train
 
-    config, args = parse_args(sys.argv[1:] if argv is None else argv)
+    config, args = parse_args(argv)
     # --init_from_hf / --init_from_keras_hub: the model section is the checkpoint's.
     config, args.sources = with_checkpoint_model(config, args.sources)
     if args.explain:  # kroberta.perf.advisor: trains nothing, creates no run dir
@@ -90,7 +89,3 @@ def _train(argv) -> int:
 def main(argv=None) -> int:
     # On KeyboardInterrupt mid-fit, train() has said which checkpoint is kept and how to resume.
     return cli.run(lambda: _train(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
