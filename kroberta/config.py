@@ -210,11 +210,11 @@ class DataConfig:
     def check(self, fail):
         """Rejects an impossible masking setting: `fail(key, problem)` raises. The ids and
         `max_predictions` depend on the model (`Config.check`)."""
-        _check_values(self, fail, {"masking": MASKINGS})
+        _check_values(self, fail, {"masking": MASKINGS, "mask_rate": "in (0, 1]",
+                                   "shuffle_buffer": ">= 1",
+                                   "eval_mask_rate": "in [0, 1] (0 = data.mask_rate)"})
         if self.whole_word_masking and self.masking != "dynamic":
             fail("whole_word_masking", "needs data.masking='dynamic' (static labels are the file's)")
-        _check_values(self, fail, {"mask_rate": "in (0, 1]", "shuffle_buffer": ">= 1",
-                                   "eval_mask_rate": "in [0, 1] (0 = data.mask_rate)"})
         if self.eval_mask_rate and self.masking == "static":
             fail("eval_mask_rate", "static masking evaluates the files' own labels; "
                  "set data.masking = \"dynamic\" or leave data.eval_mask_rate at 0")
@@ -313,18 +313,18 @@ class TrainConfig:
             "batch_size_per_device gradient_accumulation_steps steps log_every keep_checkpoints":
                 ">= 1",
             "warmup_steps eval_every eval_steps checkpoint_every": ">= 0",
-            "learning_rate": "> 0"})
+            "learning_rate": "> 0", "remat": REMATS, "schedule": SCHEDULES,
+            "weight_decay clip_norm": ">= 0", "decay_fraction": "in (0, 1]",
+            "early_stop_patience target_eval_loss": ">= 0 (0 = never)"})
         try:
             window = parse_window(self.profile)
         except ValueError as error:
             fail("profile", str(error))
         if window and window[0] >= self.steps:
             fail("profile", f"starts at step {window[0]}, but the run ends at train.steps={self.steps}")
-        _check_values(self, fail, {"remat": REMATS, "schedule": SCHEDULES})
         if self.warmup_steps > self.steps:
             fail("warmup_steps", f"{self.warmup_steps} exceeds train.steps={self.steps}; "
                                  "set a smaller train.warmup_steps or more train.steps")
-        _check_values(self, fail, {"weight_decay clip_norm": ">= 0"})
         # Evaluations and checkpoints happen at log boundaries, where the metrics of the
         # interval are complete and the device state is already synced to the host.
         for key in ("eval_every", "checkpoint_every"):
@@ -345,8 +345,6 @@ class TrainConfig:
         if not 0 <= self.decay_steps <= self.steps - self.warmup_steps:
             fail("decay_steps", f"must be in [0, train.steps - train.warmup_steps = "
                  f"{self.steps - self.warmup_steps}], got {self.decay_steps}")
-        _check_values(self, fail, {"decay_fraction": "in (0, 1]",
-                                   "early_stop_patience target_eval_loss": ">= 0 (0 = never)"})
         for name in self.trackers:
             if name not in TRACKERS:
                 fail("trackers", f"unknown tracker {name!r}; choose from {TRACKERS}")
@@ -414,12 +412,11 @@ class DistributedConfig:
 
     def check(self, fail):
         """Rejects an impossible strategy or process setting: `fail(key, problem)` raises."""
-        _check_values(self, fail, {"strategy": STRATEGIES,
+        _check_values(self, fail, {"strategy": STRATEGIES, "initialization_timeout": ">= 1",
                                    "devices model_parallel num_processes": ">= 0"})
         if self.process_id < -1 or (self.num_processes and self.process_id >= self.num_processes):
             fail("process_id", f"must be -1 (auto) or in [0, num_processes="
                  f"{self.num_processes or 'auto'}), got {self.process_id}")
-        _check_values(self, fail, {"initialization_timeout": ">= 1"})
         if self.coordinator and not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", self.coordinator):
             fail("coordinator", f"expected HOST:PORT, got {self.coordinator!r}")
 
