@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-from kroberta.errors import DivergedError, KrobertaError
+from kroberta.errors import KrobertaError
 from kroberta.runtime import logs
 
 BAD_INPUT = 2
@@ -36,24 +36,23 @@ class ArgumentParser(argparse.ArgumentParser):
         sys.exit(BAD_INPUT)
 
 
-def run(body, *, prefix: str = "error: ", interrupted: str = "interrupted",
+def run(body, *, interrupted: str = "interrupted",
         also: tuple[type[BaseException], ...] = ()) -> int:
     """Runs `body()` (which returns an exit code, None meaning 0) and maps its errors.
 
     Args:
         body: the command's work, a function of no arguments.
-        prefix: what the error line starts with.
         interrupted: the line printed on KeyboardInterrupt.
         also: other exception types that mean bad input to this command.
     """
     try:
         with logs.configured():  # the library's messages: one line each on stderr
             return body() or 0
-    except (DivergedError, FloatingPointError) as error:
-        print(f"{prefix}{error}", file=sys.stderr)
+    except FloatingPointError as error:  # a DivergedError, or one raised by JAX's debug_nans
+        print(f"error: {error}", file=sys.stderr)
         return DIVERGED
     except (KrobertaError, *also) as error:
-        print(f"{prefix}{error}", file=sys.stderr)
+        print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
