@@ -81,8 +81,9 @@ def dataset_bytes(path):
     return total
 
 
-def _opened(path, fmt, field, split):
-    """(the Parquet file or the dataset, its size in bytes), its `field` checked."""
+def opened(path: str, fmt: str, field: str, split: str):
+    """(the Parquet file or the dataset, its size in bytes), its `field` checked: fails
+    early on a missing column, split or extra."""
     if fmt == DATASETS_FORMAT:
         source = load_dataset(path, split)
         _check_arrow_column(path, source.data.schema, field)
@@ -92,14 +93,9 @@ def _opened(path, fmt, field, split):
     return source, locations.size(path)
 
 
-def check_source(path: str, fmt: str, field: str, split: str) -> int:
-    """Fails early on a missing column, split or extra; returns the size in bytes."""
-    return _opened(path, fmt, field, split)[1]
-
-
 def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
     """The `field` value of each row of a Parquet file or `datasets` directory."""
-    source, size = _opened(path, fmt, field, split)
+    source, size = opened(path, fmt, field, split)
     if fmt == DATASETS_FORMAT:
         # The Arrow table is memory-mapped: batches are views of the files, not copies.
         batches = source.select_columns([field]).with_format("arrow").iter(batch_size=ARROW_BATCH_ROWS)

@@ -1,23 +1,20 @@
 """Building a prepared directory: raw text -> tokenizer -> packed TFRecord shards + manifest.json.
 
 `prepare()` is `python -m kroberta.prepare` as a function (and what a run without
-data builds from the embedded corpus). Steps: scan the inputs (skip binary /
-non-UTF-8 text files), train a byte-level BPE tokenizer streaming over them (or
-reuse one), encode in parallel batches, pack into full sequences, split whole
-sequences into train/validation by a seeded hash, optionally add static labels,
-write shards atomically, and write the manifest last: a directory with a manifest
-is complete. An `out_dir` on a URL (gs://, any fsspec filesystem: `kroberta.storage`)
-is prepared in a local temporary directory, then uploaded with the manifest last.
+data builds from the embedded corpus), its steps listed there. Shards are written
+atomically and the manifest last: a directory with a manifest is complete. An
+`out_dir` on a URL (gs://, any fsspec filesystem: `kroberta.storage`) is prepared in
+a local temporary directory, then uploaded with the manifest last.
 """
 
 import contextlib
-import dataclasses
 import math
 import numbers
 import os
 import shutil
 import tempfile
 import time
+import types
 import warnings
 
 import numpy as np
@@ -133,27 +130,6 @@ def _scan_inputs(files, strict, text_field, split):
             f"no text in the inputs: {len(files)} file(s), {len(skipped)} skipped, the rest empty or whitespace"
         )
     return good, skipped, total
-
-
-@dataclasses.dataclass(frozen=True)
-class _Job:
-    """prepare's arguments, checked, as the steps below read them."""
-
-    inputs: object
-    out_dir: str
-    vocab_size: int
-    seq_len: int
-    validation_fraction: float
-    shards: int | None
-    labels: str | None
-    mask_rate: float
-    tokenizer: object
-    seed: int
-    strict: bool
-    progress: bool
-    text_field: str
-    split: str
-    line_by_line: bool
 
 
 def _tokenizer(job, files, total_bytes):
@@ -388,7 +364,8 @@ def prepare(
         return _prepare_to_url(overwrite, arguments)
     started = time.perf_counter()
     _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer)
-    job = _Job(**{**arguments, "out_dir": os.fspath(out_dir), "line_by_line": bool(line_by_line)})
+    # prepare's arguments, checked, as the steps below read them
+    job = types.SimpleNamespace(**{**arguments, "out_dir": os.fspath(out_dir), "line_by_line": bool(line_by_line)})
     _refuse_existing(job.out_dir, overwrite)
     scanned = _scan_inputs(expand_inputs(inputs), strict, text_field, split)
     _clear_previous(job.out_dir)

@@ -25,35 +25,18 @@ def stdlib_files(root):
     return sorted(paths)
 
 
-def _docstrings(tree):
-    """Docstrings of the module, classes and functions in source order."""
-    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-    for node in ast.walk(tree):
-        if isinstance(node, kinds):
-            doc = ast.get_docstring(node, clean=True)
-            if doc and doc.strip():
-                yield doc
-
-
 def stdlib_docstrings(root=None):
-    """Yield the docstrings of the Python standard library, deterministically.
-
-    Args:
-        root: the stdlib directory (default `sysconfig.get_paths()["stdlib"]`).
-
-    Yields:
-        Each non-empty docstring (cleaned indentation), file by file in sorted path
-        order. Files that cannot be read or parsed are skipped.
-    """
+    """The non-empty docstrings of the Python standard library under `root` (default:
+    this interpreter's), file by file in sorted path order (`file_docstrings`)."""
     root = root or sysconfig.get_paths()["stdlib"]
     for path in stdlib_files(root):
         yield from file_docstrings(path)
 
 
 def file_docstrings(path) -> list[str]:
-    """The non-empty docstrings of one Python source file (cleaned indentation), in
-    source order; none when it cannot be read or parsed (e.g. lib2to3 test data, files
-    in a non-UTF-8 encoding)."""
+    """The non-empty docstrings of one Python source file's module, classes and functions
+    (cleaned indentation), in `ast.walk` order; none when it cannot be read or parsed
+    (e.g. lib2to3 test data, files in a non-UTF-8 encoding)."""
     try:
         with open(path, "rb") as f:
             source = f.read()
@@ -62,32 +45,21 @@ def file_docstrings(path) -> list[str]:
             tree = ast.parse(source, filename=path)
     except (OSError, SyntaxError, ValueError):
         return []
-    return list(_docstrings(tree))
-
-
-def _as_document(doc):
-    """One docstring as one document: prepare separates documents by blank lines,
-    so blank lines inside a docstring are dropped (its paragraphs stay in order)."""
-    return "\n".join(line for line in doc.splitlines() if line.strip())
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docs = (ast.get_docstring(node, clean=True) for node in ast.walk(tree) if isinstance(node, kinds))
+    return [doc for doc in docs if doc and doc.strip()]
 
 
 def write_stdlib_corpus(path, root=None):
-    """Write the stdlib docstrings as a text corpus, one document per docstring.
-
-    Documents are separated by one blank line, the format `prepare` reads.
-
-    Args:
-        path: output text file (UTF-8).
-        root: the stdlib directory (default: this interpreter's).
-
-    Returns:
-        dict(documents=..., bytes=..., files=..., path=...).
-    """
+    """Writes the stdlib docstrings (`stdlib_docstrings(root)`) to the UTF-8 text file
+    `path`, one document each, separated by blank lines as `prepare` reads them;
+    returns dict(documents=..., bytes=..., files=..., path=...)."""
     root = root or sysconfig.get_paths()["stdlib"]
     documents = 0
     with atomic_write(path, encoding="utf-8", newline="\n") as f:
         for doc in stdlib_docstrings(root):
-            text = _as_document(doc)
+            # prepare separates documents by blank lines: a docstring's own are dropped
+            text = "\n".join(line for line in doc.splitlines() if line.strip())
             if text:
                 f.write(text + "\n\n")
                 documents += 1

@@ -5,6 +5,7 @@ so reading and encoding run in a background thread while the main thread packs a
 serializes (Python + numpy, about a quarter of prepare's time).
 """
 
+import contextlib
 import queue
 import threading
 
@@ -15,18 +16,9 @@ from kroberta.text.textfiles import iter_documents
 ENCODE_BATCH_CHARS = 1 << 20  # text per encode_batch call: enough to keep its threads busy
 
 
-def encode_batches(tok, files, on_bytes=None, line_by_line=False):
-    """Encode the files' documents, about 1 MB of text per `encode_batch_fast` call.
-
-    Args:
-        tok: a `tokenizers.Tokenizer`; documents are encoded without special tokens.
-        files: UTF-8 text files (see `textfiles.iter_documents`).
-        on_bytes: progress callback, called with bytes read.
-        line_by_line: each line of a text file is a document (records stay whole).
-
-    Yields:
-        Lists of token-id lists, one list per batch of documents.
-    """
+def _encode_batches(tok, files, on_bytes, line_by_line):
+    """Lists of token-id lists (no special tokens) of the files' documents
+    (`iter_documents`), about 1 MB of text per `encode_batch_fast` call."""
     batch, chars = [], 0
     for doc in iter_documents(files, on_bytes, line_by_line):
         batch.append(doc)
@@ -39,29 +31,22 @@ def encode_batches(tok, files, on_bytes=None, line_by_line=False):
 
 
 def encoded_documents(tok, files, on_bytes=None, line_by_line=False):
-    """`encode_batches` flattened, with reading and encoding in a background thread.
-
-    The bounded queue (4 batches) keeps memory flat; an error in the thread is
-    re-raised here; stopping early (error, interrupt) stops the thread.
-
-    Yields:
-        One token-id list per document, in file order.
-    """
+    """One token-id list per document, in file order, read and encoded in a background
+    thread. The bounded queue (4 batches) keeps memory flat; an error in the thread is
+    re-raised here; stopping early (error, interrupt) stops the thread."""
     out = queue.Queue(maxsize=4)
     stop = threading.Event()
     done = object()
 
     def produce():
         try:
-            for ids in encode_batches(tok, files, on_bytes, line_by_line):
-                while not stop.is_set():
-                    try:
+            for ids in _encode_batches(tok, files, on_bytes, line_by_line):
+                while True:
+                    if stop.is_set():
+                        return
+                    with contextlib.suppress(queue.Full):
                         out.put(ids, timeout=0.1)
                         break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
             out.put(done)
         except BaseException as e:  # re-raised in the consumer, with its traceback
             out.put(e)

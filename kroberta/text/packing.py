@@ -14,23 +14,11 @@ from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def pack_documents(documents, seq_len, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
-    """Pack a stream of token-id lists into fixed-length sequences.
-
-    Works as a generator over an internal buffer of at most one sequence plus one
-    document, so memory stays flat however long the stream is.
-
-    Args:
-        documents: iterable of token-id lists (encoded without special tokens);
-            empty documents are skipped.
-        seq_len: tokens per sequence (>= 3: `<s>`, one token, `</s>`).
-        bos_id, eos_id, pad_id: special token ids.
-
-    Yields:
-        (input_ids, attention_mask): two (seq_len,) int32 numpy arrays; only the
-        final sequence may hold padding (pad_id, attention 0) as a suffix.
+    """(input_ids, attention_mask), two (seq_len,) int32 arrays, per packed sequence of
+    the token-id lists `documents` (encoded without special tokens; empty ones skipped).
+    Only the final sequence may hold padding (pad_id, attention 0), as a suffix. A
+    generator over at most one sequence plus one document: memory stays flat.
     """
-    if seq_len < 3:
-        raise ValueError(f"seq_len must be >= 3, got {seq_len}")
     body = seq_len - 1  # positions after <s>, the last of which must be </s>
     full_mask = np.ones(seq_len, dtype=np.int32)
     eos = np.array([eos_id], dtype=np.int32)
@@ -72,20 +60,9 @@ def pack_documents(documents, seq_len, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_
 
 def one_per_document(documents, seq_len, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
     """One sequence per document, `<s> doc </s>` cut to `seq_len` and padded (Hugging
-    Face run_mlm.py's --line_by_line; prepare feeds it lines or records).
-
-    Args:
-        documents: iterable of token-id lists (encoded without special tokens);
-            empty documents are skipped.
-        seq_len: tokens per sequence (>= 3).
-        bos_id, eos_id, pad_id: special token ids.
-
-    Yields:
-        (input_ids, attention_mask): two (seq_len,) int32 numpy arrays, the
-        padding (pad_id, attention 0) a suffix.
+    Face run_mlm.py's --line_by_line; prepare feeds it lines or records), as
+    `pack_documents` yields them.
     """
-    if seq_len < 3:
-        raise ValueError(f"seq_len must be >= 3, got {seq_len}")
     for doc in documents:
         if len(doc) == 0:
             continue

@@ -7,10 +7,10 @@ import time
 class Progress:
     """Throttled one-line progress for a byte count; a no-op when disabled."""
 
-    def __init__(self, description, total_bytes, enabled=True, stream=None):
+    def __init__(self, description, total_bytes, enabled=True):
         self.description = description
         self.total = max(int(total_bytes), 1)
-        self.stream = stream or sys.stderr
+        self.stream = sys.stderr
         self.enabled = enabled
         # Redraw in place only on a terminal; in a log, print just the final line.
         self.live = enabled and getattr(self.stream, "isatty", lambda: False)()

@@ -52,13 +52,6 @@ def record_format(path: str) -> str | None:
     return FORMATS[max(matches, key=len)] if matches else None
 
 
-def _text_value(value, path: str, where: str, field: str):
-    if value is None or isinstance(value, str):
-        return value
-    raise InputError(f"{path}: {where}: field {field!r} holds {type(value).__name__} "
-                     f"{str(value)[:40]!r}, not text; pick another with --text-field")
-
-
 # ---------------------------------------------------------------- JSON lines
 
 
@@ -88,7 +81,11 @@ def _record_text(record, path, where, field):
     if field not in record:
         raise InputError(f"{path}: {where}: no field {field!r} (fields: {', '.join(record) or 'none'}); "
                          "pick one with --text-field")
-    return _text_value(record[field], path, where, field)
+    value = record[field]
+    if value is None or isinstance(value, str):
+        return value
+    raise InputError(f"{path}: {where}: field {field!r} holds {type(value).__name__} "
+                     f"{str(value)[:40]!r}, not text; pick another with --text-field")
 
 
 def _json_array_values(path, field, on_bytes):
@@ -240,7 +237,7 @@ def check_source(path: str, fmt: str, field: str, split: str):
     if fmt in ("parquet", DATASETS_FORMAT):
         from kroberta.text import arrowfiles  # pyarrow and datasets load only when used
 
-        return arrowfiles.check_source(path, fmt, field, split)
+        return arrowfiles.opened(path, fmt, field, split)[1]
     next(iter_values(path, fmt, field, split), None)  # the header, or the first record, has the field
     return locations.size(path)
 

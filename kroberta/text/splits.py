@@ -13,16 +13,8 @@ from kroberta.data.records import ShardWriter
 
 
 def in_validation(indices, fraction, seed):
-    """Which sequences go to validation: splitmix64(seed, index) / 2**64 < fraction.
-
-    Args:
-        indices: (n,) sequence indices in the packed stream.
-        fraction: expected share held out.
-        seed: any non-negative int.
-
-    Returns:
-        (n,) bool array.
-    """
+    """(n,) bool: which of the (n,) sequence `indices` go to validation, splitmix64(seed,
+    index) / 2**64 < fraction (`seed` any non-negative int)."""
     with np.errstate(over="ignore"):
         z = np.asarray(indices, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -49,11 +41,8 @@ class SplitWriter:
         self.tokens += tokens
 
     def finish(self):
-        """Close non-empty shards under names counting only them; drop empty ones.
-
-        Returns:
-            The manifest entry: {"files": [names], "sequences": n, "tokens": n}.
-        """
+        """Closes the non-empty shards under names counting only them, drops the empty
+        ones; returns the manifest entry {"files": [names], "sequences": n, "tokens": n}."""
         used = [w for w in self.writers if w.records]
         for w in self.writers:
             if not w.records:

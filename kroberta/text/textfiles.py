@@ -41,31 +41,22 @@ class Source:
 
 
 def expand_inputs(inputs):
-    """Expand glob patterns (and directories) into a sorted, de-duplicated file list.
-
-    Args:
-        inputs: a pattern/path or a list of them; `**` recurses; a directory
-            stands for every file under it, except that a directory written by
-            `datasets`' `save_to_disk` is one input of its own.
-
-    Returns:
-        A list of file paths. Raises `InputError` naming any pattern that matches
-        no file.
-    """
+    """The files of `inputs` (a pattern/path or a list of them; `**` recurses), sorted
+    and each once: a directory stands for every file under it, except that a directory
+    written by `datasets`' `save_to_disk` is one input of its own. InputError naming a
+    pattern that matches no file."""
     patterns = [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs
     if not isinstance(patterns, (list, tuple)) or not all(
             isinstance(p, (str, os.PathLike)) for p in patterns):
         raise InputError(f"inputs: expected a path or pattern, or a list of them, got "
                          f"{type(inputs).__name__}")
-    patterns = list(patterns)
     if not patterns:
         raise InputError("no input given (pass --input 'corpus/*.txt')")
     files = []
     for pattern in patterns:
         pattern = os.fspath(pattern)
-        matches = locations.glob(pattern)
         found = []
-        for match in matches:
+        for match in locations.glob(pattern):
             if storage.is_url(match):  # gs://...: through tf.io.gfile (kroberta.text.locations)
                 found.extend(locations.files_under(match) if locations.isdir(match) else [match])
             elif recordfiles.is_dataset_dir(match):
@@ -82,13 +73,10 @@ def expand_inputs(inputs):
         if not found:
             raise InputError(f"no files match {pattern!r}")
         files.extend(found)
-    unique, seen = [], set()
+    unique = {}
     for f in files:  # a file matched by two patterns is read once
-        key = storage.absolute(f)
-        if key not in seen:
-            seen.add(key)
-            unique.append(f)
-    return unique
+        unique.setdefault(storage.absolute(f), f)
+    return list(unique.values())
 
 
 def scan_file(path):
@@ -131,20 +119,12 @@ def _scan_stream(f):
 
 
 def iter_documents(paths, on_bytes=None, line_by_line=False):
-    """Yield documents (str) from the inputs, streaming.
-
-    Args:
-        paths: text files already accepted by `scan_file`, or `Source`s (record
-            files among them, checked by `recordfiles.check_source`).
-        on_bytes: optional callback, called with the number of bytes read (in
-            chunks of about 1 MB) for progress display; the counts add up to the
-            sizes `scan_file` / `check_source` returned.
-
-    Yields:
-        Each non-empty document: its lines joined with "\\n", line endings
-        normalized (\\r\\n -> \\n), whitespace-only lines dropped, no trailing
-        newline. A record is one document, a text file's documents end at blank lines.
-    """
+    """Each non-empty document (str) of `paths`, streaming: text files accepted by
+    `scan_file`, or `Source`s (record files checked by `recordfiles.check_source`).
+    A document's lines are joined with "\\n", whitespace-only lines dropped (`\\r\\n`
+    -> `\\n`, no trailing newline); a record is one document, a text file's end at blank
+    lines (or lines, with `line_by_line`). `on_bytes(n)` hears the bytes read, about 1 MB at a time, adding up to the
+    sizes `scan_file` / `check_source` returned."""
     for item in paths:
         source = item if isinstance(item, Source) else Source(os.fspath(item))
         if source.format is None:
