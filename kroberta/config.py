@@ -707,13 +707,10 @@ def from_command_line(name_or_path: str | None, rest: list[str]) -> tuple[Config
 
 def to_dict(config: Config) -> dict:
     """The config as plain TOML-able data (tuples become lists)."""
-    def plain(v):
-        return list(v) if isinstance(v, tuple) else v
-
     out = {key: getattr(config, key) for key in TOP_LEVEL_KEYS}
     for name in SECTIONS:
-        section = getattr(config, name)
-        out[name] = {f.name: plain(getattr(section, f.name)) for f in dataclasses.fields(section)}
+        out[name] = {key: list(value) if isinstance(value, tuple) else value
+                     for key, value in dataclasses.asdict(getattr(config, name)).items()}
     return out
 
 
