@@ -14,6 +14,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # kroberta/runtime/xla_cpu.py), for this process and the subprocesses it starts.
 import kroberta  # noqa: E402,F401
 
+import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 
 import pytest  # noqa: E402
@@ -118,3 +119,22 @@ def downstream_model():
                                     min_frequency=1)
     assert tokenizer.get_vocab_size() <= config.model.vocabulary_size
     return build_model(config.model, seed=0, config=config, tokenizer=tokenizer)
+
+
+@contextlib.contextmanager
+def jit_traces():
+    """The names of the functions `jax.jit` traces inside the block (JAX's monitoring
+    events): empty when everything ran on programs compiled before."""
+    import jax
+
+    names = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/jaxpr_trace_duration":
+            names.append(kwargs.get("fun_name"))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield names
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)

@@ -134,7 +134,6 @@ def main():
     import jax
 
     from kroberta.plan import make_plan
-    from kroberta.inference.prediction import batches_per_dispatch_for
     from kroberta.data.synthetic import write_seed_format
 
     work = tempfile.mkdtemp(prefix="accelerator-check-")
@@ -155,9 +154,10 @@ def main():
     config = _config(args, data_file, os.path.join(work, "run-k1"), 1)
     batch = results[1]["global_batch"]
     slots = config.data.prediction_slots(config.model.max_sequence_length)
-    auto_group = batches_per_dispatch_for(dataclasses.replace(
-        config, train=dataclasses.replace(config.train, steps_per_execution="auto")), batch,
-        slots, config.model.max_sequence_length, examples=batch * args.predict_batches)
+    auto_group = make_plan(dataclasses.replace(
+        config, train=dataclasses.replace(config.train, steps_per_execution="auto")), devices,
+        config.model.max_sequence_length, strategy="data").prediction_group(
+        batch, slots, batch * args.predict_batches)
     predicted = {g: _predict(config, os.path.join(work, "run-k1"), batch,
                              args.predict_batches, g) for g in (1, auto_group)}
     train_floor, predict_floor = _floors(config, devices, batch)

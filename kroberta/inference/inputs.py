@@ -47,44 +47,43 @@ def as_examples(inputs, config, tokenizer=None) -> Source:
     """`inputs` as a `Source`; `tokenizer` (the model's, or None) is compared with the one
     a prepared directory's manifest names, when the files come from one."""
     vocabulary = config.model.vocabulary_size
-    if isinstance(inputs, os.PathLike):
-        inputs = os.fspath(inputs)
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
     if isinstance(inputs, (list, tuple)):
         if not inputs:
             raise InputError("inputs: an empty list; give TFRecord path(s), a "
-                                    "tf.data.Dataset of dicts or a dict of numpy arrays")
+                             "tf.data.Dataset of dicts or a dict of numpy arrays")
         inputs = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in inputs]
     if isinstance(inputs, np.ndarray):  # bare token ids, as model.predict takes them
         inputs = {"input_ids": inputs,
                   "attention_mask": (inputs != config.data.pad_token_id).astype(np.int32)}
-    if isinstance(inputs, (str, list, tuple)) and all(isinstance(p, str) for p in
-                                                       ([inputs] if isinstance(inputs, str) else inputs)):
-        patterns = [inputs] if isinstance(inputs, str) else list(inputs)
-        spec = pipeline.inspect_files(pipeline.resolve_files(patterns, "inputs"), "inputs")
+    if isinstance(inputs, list) and all(isinstance(p, str) for p in inputs):
+        spec = pipeline.inspect_files(pipeline.resolve_files(inputs, "inputs"), "inputs")
         # Another tokenizer's ids would be predicted on as if they were the model's.
         check_prepared_with(sorted({os.path.dirname(f) for f in spec.files}), "inputs",
                             vocabulary, tokenizer, named="this model", tokenizer_owner="run",
                             tokenizer_source="RUN_DIR/tokenizer.json")
-        if spec.sequence_length > config.model.max_sequence_length:
-            raise InputError(f"inputs: sequences of {spec.sequence_length} tokens, the model "
-                                    f"takes at most {config.model.max_sequence_length}")
-        return Source(lambda batch: pipeline.file_batches(spec, vocabulary, batch),
-                      spec.sequence_length, spec.has_labels, spec.records, spec.files,
-                      replay=pipeline.replay_file_errors(spec, vocabulary))
-    if isinstance(inputs, dict):
-        return _from_arrays(inputs, config)
-    if isinstance(inputs, tf.data.Dataset):
-        return _from_dataset(inputs, config)
-    raise InputError(
-        "inputs must be TFRecord path(s), a tf.data.Dataset of dicts or a dict of numpy arrays, "
-        f"got {type(inputs).__name__}")
+        source = Source(lambda batch: pipeline.file_batches(spec, vocabulary, batch),
+                        spec.sequence_length, spec.has_labels, spec.records, spec.files,
+                        replay=pipeline.replay_file_errors(spec, vocabulary))
+    elif isinstance(inputs, dict):
+        source = _from_arrays(inputs, vocabulary)
+    elif isinstance(inputs, tf.data.Dataset):
+        source = _from_dataset(inputs, vocabulary)
+    else:
+        raise InputError("inputs must be TFRecord path(s), a tf.data.Dataset of dicts or a "
+                         f"dict of numpy arrays, got {type(inputs).__name__}")
+    if source.sequence_length > config.model.max_sequence_length:
+        raise InputError(f"inputs: sequences of {source.sequence_length} tokens, the model "
+                         f"takes at most {config.model.max_sequence_length}")
+    return source
 
 
 # keras-hub's names for the model inputs, accepted for Hugging Face's.
 KERAS_HUB_NAMES = {ours: theirs for theirs, ours in HF_NAMES.items()}  # keras-hub -> HF
 
 
-def _from_arrays(arrays, config) -> Source:
+def _from_arrays(arrays, vocabulary_size: int) -> Source:
     arrays = {KERAS_HUB_NAMES.get(name, name): value for name, value in arrays.items()}
     for name in REQUIRED_FEATURES:
         if name not in arrays:
@@ -96,46 +95,41 @@ def _from_arrays(arrays, config) -> Source:
                 value = np.asarray(arrays[name])
             except ValueError:  # rows of different lengths
                 raise InputError(f"inputs[{name!r}]: rows of different lengths; pad them "
-                                        "to one length (attention_mask 0 there)") from None
+                                 "to one length (attention_mask 0 there)") from None
             if value.ndim != 2:
                 raise InputError(f"inputs[{name!r}]: expected shape (N, L), got {value.shape}")
             if value.dtype.kind not in "iub":
                 raise InputError(f"inputs[{name!r}]: expected integers, got {value.dtype} "
-                                        "values")
+                                 "values")
             columns[name] = value.astype(np.int32)
     shapes = {n: v.shape for n, v in columns.items()}
     if len(set(shapes.values())) != 1:
         raise InputError(f"inputs: arrays have different shapes {shapes}")
+    # JAX clamps out-of-range gathers: an id >= V would silently read another row.
+    for name, (bad, text) in _value_rules(vocabulary_size).items():
+        found = np.argwhere(bad(columns[name])) if name in columns else ()
+        if len(found) and name == "attention_mask":
+            raise InputError("inputs: attention_mask holds values other than 0 and 1")
+        if len(found):
+            row, col = found[0]
+            raise InputError(f"inputs: {name}[{row}, {col}] = {columns[name][row, col]}{text}")
     n, length = columns["input_ids"].shape
-    _check_values(columns, config, "inputs")
-    if length > config.model.max_sequence_length:
-        raise InputError(f"inputs: sequences of {length} tokens, the model takes at most "
-                                f"{config.model.max_sequence_length}")
     return Source(None, length, "labels" in columns, n, columns=columns)
 
 
-def _check_values(columns, config, where):
-    # JAX clamps out-of-range gathers: an id >= V would silently read another row.
-    ids = columns["input_ids"]
-    bad = np.argwhere(rules.bad_id(ids, config.model.vocabulary_size))
-    if len(bad):
-        row, col = bad[0]
-        raise InputError(f"{where}: input_ids[{row}, {col}] = {ids[row, col]} is outside the "
-                                f"vocabulary [0, {config.model.vocabulary_size})")
-    mask = columns["attention_mask"]
-    if rules.bad_attention(mask).any():
-        raise InputError(f"{where}: attention_mask holds values other than 0 and 1")
-    labels = columns.get("labels")
-    bad = np.argwhere(rules.bad_label(labels, config.model.vocabulary_size)) \
-        if labels is not None else ()
-    if len(bad):
-        row, col = bad[0]
-        raise InputError(f"{where}: labels[{row}, {col}] = {labels[row, col]} is neither "
-                                f"-100 (no loss) nor in the vocabulary [0, "
-                                f"{config.model.vocabulary_size})")
+def _value_rules(vocabulary_size: int) -> dict:
+    """{feature: (its bad values, what makes one bad)}, for the arrays and datasets."""
+    return {
+        "input_ids": (lambda v: rules.bad_id(v, vocabulary_size),
+                      f" is outside the vocabulary [0, {vocabulary_size})"),
+        "attention_mask": (rules.bad_attention, " is neither 0 nor 1"),
+        # A label outside the vocabulary: a NaN loss otherwise.
+        "labels": (lambda v: rules.bad_label(v, vocabulary_size),
+                   f" is neither -100 (no loss) nor in the vocabulary [0, {vocabulary_size})"),
+    }
 
 
-def _from_dataset(dataset, config) -> Source:
+def _from_dataset(dataset, vocabulary_size: int) -> Source:
     spec = dataset.element_spec
     if isinstance(spec, dict) and set(KERAS_HUB_NAMES) & set(spec):  # keras-hub's names
         dataset = dataset.map(lambda example: {KERAS_HUB_NAMES.get(n, n): v
@@ -143,7 +137,7 @@ def _from_dataset(dataset, config) -> Source:
         spec = dataset.element_spec
     if not isinstance(spec, dict) or "input_ids" not in spec or "attention_mask" not in spec:
         raise InputError("inputs: a tf.data.Dataset must yield dicts with 'input_ids' and "
-                                f"'attention_mask', got {spec}")
+                         f"'attention_mask', got {spec}")
     batched_already = spec["input_ids"].shape.rank == 2
     length = spec["input_ids"].shape[-1]
     if length is None:
@@ -151,7 +145,6 @@ def _from_dataset(dataset, config) -> Source:
     names = [n for n in FEATURES if n in spec]
     cardinality = int(dataset.cardinality())
     examples = cardinality if cardinality >= 0 and not batched_already else None
-    vocabulary = config.model.vocabulary_size
     if set(spec) != set(names):
         # Other keys may not batch (strings, ragged): keep only ours, whole batches at a time
         # when the dataset is batched already.
@@ -161,41 +154,33 @@ def _from_dataset(dataset, config) -> Source:
         # Cut into global batches first; every later op sees whole batches.
         ds = dataset.rebatch(global_batch) if batched_already else dataset.batch(global_batch)
         return ds.enumerate(), lambda k, columns: _checked_columns(
-            {n: tf.cast(columns[n], tf.int32) for n in names}, k * global_batch, vocabulary)
+            {n: tf.cast(columns[n], tf.int32) for n in names}, k * global_batch,
+            vocabulary_size)
 
     return Source(batches, length, "labels" in names, examples)
 
 
 def _checked_columns(columns, first_example, vocabulary_size):
-    """The dataset path's version of `_check_values`: a batch (b, L), checked as a whole."""
-    ids, mask = columns["input_ids"], columns["attention_mask"]
-    bad_id = rules.bad_id(ids, vocabulary_size)  # (b, L)
-    bad_mask = rules.bad_attention(mask)
+    """A batch (b, L) checked as a whole by `_value_rules`, in the dataset's map."""
 
-    def fail(bad, text):
-        where = tf.argmax(tf.reshape(tf.cast(bad, tf.int32), [-1]), output_type=tf.int32)
-        row, col = where // tf.shape(ids)[1], where % tf.shape(ids)[1]
-        message = tf.strings.join([
-            "<<inputs: example ", tf.strings.as_string(tf.cast(first_example, tf.int32) + row),
-            ": ", text(row, col), ">>"])
-        with tf.control_dependencies([tf.debugging.Assert(False, [message], summarize=1)]):
-            return tf.constant(False)
+    def ok(name, bad, text):
+        values = columns[name]
+        bad = bad(values)  # (b, L)
 
-    ok_ids = tf.cond(tf.reduce_any(bad_id), lambda: fail(bad_id, lambda r, c: tf.strings.join([
-        "input_ids[", tf.strings.as_string(c), "] = ", tf.strings.as_string(ids[r, c]),
-        f" is outside the vocabulary [0, {vocabulary_size})"])), lambda: tf.constant(True))
-    ok_mask = tf.cond(tf.reduce_any(bad_mask), lambda: fail(bad_mask, lambda r, c: tf.strings.join([
-        "attention_mask[", tf.strings.as_string(c), "] = ", tf.strings.as_string(mask[r, c]),
-        " is neither 0 nor 1"])), lambda: tf.constant(True))
-    checks = [ok_ids, ok_mask]
-    if "labels" in columns:  # a label outside the vocabulary: a NaN loss otherwise
-        labels = columns["labels"]
-        bad_label = rules.bad_label(labels, vocabulary_size)
-        checks.append(tf.cond(tf.reduce_any(bad_label), lambda: fail(
-            bad_label, lambda r, c: tf.strings.join([
-                "labels[", tf.strings.as_string(c), "] = ", tf.strings.as_string(labels[r, c]),
-                f" is neither -100 (no loss) nor in the vocabulary [0, {vocabulary_size})"])),
-            lambda: tf.constant(True)))
+        def fail():
+            where = tf.argmax(tf.reshape(tf.cast(bad, tf.int32), [-1]), output_type=tf.int32)
+            row, col = where // tf.shape(values)[1], where % tf.shape(values)[1]
+            message = tf.strings.join([
+                "<<inputs: example ", tf.strings.as_string(tf.cast(first_example, tf.int32) + row),
+                f": {name}[", tf.strings.as_string(col), "] = ",
+                tf.strings.as_string(values[row, col]), text, ">>"])
+            with tf.control_dependencies([tf.debugging.Assert(False, [message], summarize=1)]):
+                return tf.constant(False)
+
+        return tf.cond(tf.reduce_any(bad), fail, lambda: tf.constant(True))
+
+    checks = [ok(name, *rule) for name, rule in _value_rules(vocabulary_size).items()
+              if name in columns]
     with tf.control_dependencies(checks):
         return {n: tf.identity(v) for n, v in columns.items()}
 

@@ -30,14 +30,6 @@ from kroberta.perf.hardware import size_text
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 
 
-def batches_per_dispatch_for(config, global_batch: int, slots: int, length: int,
-                             examples: int | None = None, devices=None) -> int:
-    """G for `config` on `devices` (None: all of this job's), as the plan resolves it
-    (`kroberta.plan.Plan.prediction_group`)."""
-    return prediction_plan(config, length, devices).prediction_group(global_batch, slots,
-                                                                      examples)
-
-
 def prediction_plan(config, length: int, devices=None):
     """The plan of prediction: every device of this job (None) in one batch axis."""
     from kroberta.plan import make_plan
@@ -69,14 +61,15 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
                               or not 1 <= k <= config.model.vocabulary_size):
         raise InputError(f"k must be an integer in [1, {config.model.vocabulary_size}], "
                          f"got {k!r}")
-    plan = _program_plan(config, source, output, k, positions, batch_size, slots,
-                         batches_per_dispatch, max_output_bytes)
-    plan_slots, global_batch, group = plan.slots, plan.batch_size, plan.group
+    plan_slots, global_batch, group, mesh = _program_shapes(
+        config, source, output, positions, batch_size, slots, batches_per_dispatch,
+        max_output_bytes)
     # One host batch per dispatch: G x batch rows, cut into (G, batch, ...) on the way to
     # the devices (one numpy pass per group, not per batch; a short last group is
     # filled with padding rows, so the same program serves it).
     groups = batched(source, config, positions, global_batch * group)
-    jitted, replicated, by_batch = program.compiled_step(model, plan)
+    jitted, replicated, by_batch = program.compiled_step(model, output, k, mesh, plan_slots,
+                                                         group, positions)
     weights = program.weights_snapshot(model, replicated)
 
     dropped = predicted = examples = 0
@@ -117,10 +110,10 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
             "predicted; pass slots=N (or positions='all') to predict them", stacklevel=2)
 
 
-def _program_plan(config, source, output, k, positions, batch_size, slots,
-                  batches_per_dispatch, max_output_bytes) -> program.Plan:
-    """The program's shapes for `predict_batches`' arguments (checked here): the slots,
-    the global batch and G from the plan of prediction."""
+def _program_shapes(config, source, output, positions, batch_size, slots,
+                    batches_per_dispatch, max_output_bytes):
+    """(slots, global batch, G, mesh) of the program for `predict_batches`' arguments
+    (checked here), from the plan of prediction."""
     length = source.sequence_length
     # 0 and negatives would otherwise surface from inside TensorFlow or JAX.
     if batch_size is not None and batch_size < 1:
@@ -146,7 +139,6 @@ def _program_plan(config, source, output, k, positions, batch_size, slots,
         per_batch = global_batch * plan_slots * config.model.vocabulary_size * 4
         group = dispatch_size.at_most_needed(max(1, min(group, MAX_LOGITS_BYTES // per_batch)),
                                              source.examples, global_batch)
-    plan = program.Plan(output, k, plan_slots, length, global_batch, mesh, group, positions)
     if output == "logits" and source.examples is not None:
         size = source.examples * (length if positions == "all" else plan_slots) \
             * config.model.vocabulary_size * 4
@@ -156,7 +148,7 @@ def _program_plan(config, source, output, k, positions, batch_size, slots,
                 f"{config.model.vocabulary_size} tokens is {size_text(size)} of float32, over "
                 f"the {size_text(max_output_bytes)} budget; use output='top_k' (reduced on the "
                 "device) or raise max_output_bytes (the command's --max-output-gib)")
-    return plan
+    return plan_slots, global_batch, group, mesh
 
 
 def _grouped(rows: dict, group: int, batch: int) -> dict:

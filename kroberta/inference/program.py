@@ -10,12 +10,10 @@ jits it once per model, output, slots and devices; `weights_snapshot` is what ea
 call passes it.
 """
 
-import dataclasses
 import weakref
 
 import jax
 import jax.numpy as jnp
-import keras
 
 from kroberta import masking
 from kroberta.tokens import IGNORE_LABEL
@@ -23,23 +21,9 @@ from kroberta.inference.top_k import exact_top_k
 from kroberta.model.metrics import masked_correct, token_cross_entropy
 
 # Kept beside the model rather than on it: its jitted steps by (output, k, slots,
-# positions, group, devices), and how often a step of its view was traced. The steps
-# hold the model's `with_hidden_states` view, never the model, so neither table keeps
-# a model alive.
+# positions, group, devices). The steps hold the model's `with_hidden_states` view,
+# never the model, so the table keeps no model alive.
 _compiled = weakref.WeakKeyDictionary()
-_traces = weakref.WeakKeyDictionary()
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    output: str
-    k: int
-    slots: int
-    length: int
-    batch_size: int
-    mesh: jax.sharding.Mesh
-    group: int = 1  # batches per dispatch
-    positions: str = "masked"  # or "all": every position is a slot (slots = length)
 
 
 def choose_slots(marks, padding_mask, slots: int, positions: str):
@@ -123,7 +107,6 @@ def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots
         return result
 
     def step(trainable, non_trainable, batch):
-        _traces[view] = _traces.get(view, 0) + 1
         if group == 1:
             return one_batch(trainable, non_trainable, batch)
         return jax.lax.map(lambda b: one_batch(trainable, non_trainable, b), batch)
@@ -131,18 +114,16 @@ def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots
     return step, (replicated, replicated, by_batch), by_batch
 
 
-def compiled_step(model, plan: Plan):
-    """The jitted step for this model and plan; cached so a second call compiles nothing.
-
-    Weights are arguments, not constants, so one compiled step serves every call.
-    """
+def compiled_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots: int,
+                  group: int = 1, positions: str = "masked"):
+    """`make_predict_step` jitted: (jitted, replicated, by_batch shardings); cached, so a
+    second call compiles nothing (the weights are arguments, not constants)."""
     cache = _compiled.setdefault(model, {})
-    key = (plan.output, plan.k, plan.slots, plan.positions, plan.group,
-           tuple(d.id for d in plan.mesh.devices.flat))
+    key = (output, k, slots, positions, group, tuple(d.id for d in mesh.devices.flat))
     if key in cache:
         return cache[key]
-    step, in_shardings, out_shardings = make_predict_step(model, plan.output, plan.k, plan.mesh,
-                                                          plan.slots, plan.group, plan.positions)
+    step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, slots, group,
+                                                          positions)
     jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
     cache[key] = (jitted, in_shardings[0], in_shardings[2])
     return cache[key]
@@ -159,8 +140,3 @@ def weights_snapshot(model, replicated):
         [jax.device_put(v.value, replicated, may_alias=False) for v in view.trainable_variables],
         [jax.device_put(v.value, replicated, may_alias=False) for v in view.non_trainable_variables],
     )
-
-
-def trace_count(model) -> int:
-    """How many times a predict step of `model` was traced (compiled); for tests and tools."""
-    return _traces.get(model.with_hidden_states(), 0)

@@ -9,9 +9,8 @@ from kroberta.errors import InputError
 import kroberta
 from kroberta.inference import prediction
 from kroberta.config import Config, ModelConfig, TrainConfig
-from kroberta.inference.program import trace_count
 from kroberta.data.synthetic import make_sequences, mask_once
-from tests.conftest import saved_tiny_model
+from tests.conftest import jit_traces, saved_tiny_model
 
 V, L = 300, 16
 TINY = ModelConfig(vocabulary_size=V, num_layers=1, num_heads=2, hidden_dim=16,
@@ -55,10 +54,10 @@ def test_a_dataset_source_gives_the_same_groups(model):
 
 def test_a_short_last_group_needs_no_new_program(model):
     kroberta.predict(model, _arrays(70), batches_per_dispatch=4)  # groups of 4 and 1
-    traces = trace_count(model)
-    kroberta.predict(model, _arrays(40, seed=1), batches_per_dispatch=4)  # one group of 3
-    kroberta.predict(model, _arrays(100, seed=2), batches_per_dispatch=4)  # 4 + 3
-    assert trace_count(model) == traces
+    with jit_traces() as traced:
+        kroberta.predict(model, _arrays(40, seed=1), batches_per_dispatch=4)  # one group of 3
+        kroberta.predict(model, _arrays(100, seed=2), batches_per_dispatch=4)  # 4 + 3
+    assert "step" not in traced  # the predict program
 
 
 def test_predict_batches_yields_one_chunk_per_dispatch(model):
@@ -72,14 +71,15 @@ def test_the_default_group_is_the_same_for_every_input_size(model):
     assert config.train.steps_per_execution == "auto"
     # A tiny model: 128 batches (the cap: half of 256) hold less than the 20 ms "auto"
     # wants; any N shares them.
-    sizes = {prediction.batches_per_dispatch_for(config, 16, 3, L, examples=n)
+    sizes = {prediction.prediction_plan(config, L).prediction_group(16, 3, n)
              for n in (3, 70, 10_000)}
     assert sizes == {128}
     # An explicit K is capped by what the inputs need (rounded up to a power of two).
     fixed = config.__class__(model=config.model, train=TrainConfig(steps_per_execution=6))
-    assert prediction.batches_per_dispatch_for(fixed, 16, 3, L, examples=70) == 6
-    assert prediction.batches_per_dispatch_for(fixed, 16, 3, L, examples=40) == 4
-    assert prediction.batches_per_dispatch_for(fixed, 16, 3, L, examples=3) == 1
+    plan = prediction.prediction_plan(fixed, L)
+    assert plan.prediction_group(16, 3, 70) == 6
+    assert plan.prediction_group(16, 3, 40) == 4
+    assert plan.prediction_group(16, 3, 3) == 1
 
 
 def test_full_logits_are_dispatched_in_bounded_groups(model, monkeypatch):
