@@ -90,8 +90,7 @@ def _clear_previous(out_dir):
         stale = ()
     os.remove(path)  # first: a crash from here on leaves no manifest pointing at mixed files
     for f in stale:
-        if os.path.exists(f):
-            os.remove(f)
+        storage.remove(f)
 
 
 def _scan_inputs(files, strict, text_field, split):

@@ -1,8 +1,6 @@
-"""Where prepare's inputs live: local paths, or URLs (gs://, any filesystem TensorFlow
-knows) read through `tf.io.gfile`, as training reads its records.
-
-A URL input is streamed, never copied whole: globbed, sized and opened here. Local
-paths go through the standard library exactly as before.
+"""Where prepare's inputs live: local paths (the standard library), or URLs (gs://, any
+filesystem TensorFlow knows) read through `tf.io.gfile`, as training reads its records:
+globbed, sized and streamed here, never copied whole.
 """
 
 import glob as globbing

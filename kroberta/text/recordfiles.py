@@ -1,13 +1,11 @@
 """Corpora stored as records, one document per record: JSON lines, CSV/TSV, Parquet, `datasets`.
 
-Each reader streams: JSON lines and CSV line by line (gzipped or not), a JSON
-array (a `.json` file holding `[{...}, ...]`) one object at a time, Parquet one
-batch of a row group at a time, a `datasets` directory (`save_to_disk`) one Arrow
-batch at a time from its memory-mapped files, so memory stays flat however large
-the corpus is. Every reader yields the text field's value of each record, in file
-order, and reports progress through `on_bytes` in bytes of the file (compressed
-bytes for .gz; for Parquet and `datasets`, the files' size in proportion to the
-rows read: `kroberta.text.arrowfiles`).
+Every reader streams, so memory stays flat however large the corpus is: JSON lines
+and CSV line by line (gzipped or not), a JSON array (a `.json` file holding
+`[{...}, ...]`) one object at a time, Parquet and `datasets` one Arrow batch at a
+time (`kroberta.text.arrowfiles`). Each yields the text field's value of each
+record, in file order, and reports progress through `on_bytes` in bytes of the file
+(compressed bytes for .gz).
 """
 
 import csv
@@ -15,6 +13,7 @@ import gzip
 import io
 import json
 import os
+import re
 import sys
 import zlib
 
@@ -34,6 +33,7 @@ DATASET_FILES = ("state.json", "dataset_info.json")
 DATASET_DICT_FILE = "dataset_dict.json"
 _PROGRESS_EVERY = 1 << 20  # characters per read of a JSON array
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some tools write first
+_SPACE = re.compile(r"\s*")  # what str.isspace calls space
 
 
 def is_dataset_dir(path: str) -> bool:
@@ -106,38 +106,31 @@ def _json_array_values(path, field, on_bytes):
                 raise InputError(f"{path}: not UTF-8 ({e.reason})") from None
             buffer, position, eof = buffer[position:] + chunk, 0, not chunk
 
-        def skip_space():
+        def next_character():
+            """The next character that is not space ("" at the end), reading on as needed."""
             nonlocal position
-            while True:
-                while position < len(buffer) and buffer[position].isspace():
-                    position += 1
-                if position < len(buffer) or eof:
-                    return
+            while (position := _SPACE.match(buffer, position).end()) == len(buffer) and not eof:
                 more()
+            return buffer[position:position + 1]
 
-        more()
-        skip_space()
+        next_character()
         position += 1  # the "[" (checked by _json_values)
         expect_item = True
-        while True:
-            skip_space()
-            if position >= len(buffer):
+        while (character := next_character()) != "]":
+            if not character:
                 raise InputError(f"{path}: the JSON array ends early, after {number} record(s)")
-            if buffer[position] == "]":
-                break
             if not expect_item:
-                if buffer[position] != ",":
+                if character != ",":
                     raise InputError(f"{path}: record {number}: expected ',' or ']' after it")
-                position += 1
-                expect_item = True
+                position, expect_item = position + 1, True
                 continue
             try:
                 record, end = decoder.raw_decode(buffer, position)
             except json.JSONDecodeError as e:
-                if not eof:
-                    more()  # the record may continue in the next block
-                    continue
-                raise InputError(f"{path}: record {number + 1}: not valid JSON: {e.msg}") from None
+                if eof:
+                    raise InputError(f"{path}: record {number + 1}: not valid JSON: {e.msg}") from None
+                more()  # the record may continue in the next block
+                continue
             if end == len(buffer) and not eof:
                 more()  # a number or literal cut at the block's end: decode it whole
                 continue

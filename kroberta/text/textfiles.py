@@ -92,7 +92,7 @@ def scan_file(path):
             if stream is raw:
                 raise
             return locations.size(path), f"not a readable gzip file ({e})", None, False
-    return (found if stream is raw else (locations.size(path), *found[1:]))
+    return found if stream is raw else (locations.size(path), *found[1:])
 
 
 def _scan_stream(f):
