@@ -99,7 +99,6 @@ PRIVATE_API_USERS = {
     # Whether XLA already read its flags: JAX has no public "backends initialised"
     # query (none through 0.12).
     "runtime.xla_cpu": "jax._src.xla_bridge.backends_are_initialized",
-    "runtime.quiet_start": "jax._src.xla_bridge.backends_are_initialized, jax._src.config",
     # The coordination service's preemption notice: no public API through JAX 0.12.
     "training.preemption": "jax._src.distributed.global_state.preemption_sync_manager",
     # Remat inside the step: the enclosing stateless scope and whether one is open (the

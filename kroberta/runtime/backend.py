@@ -17,6 +17,7 @@ import types
 import warnings
 
 from kroberta.errors import BackendError
+from kroberta.runtime import quiet_start
 
 # set_backend drops every module whose name starts with this (keras, keras_hub, ...).
 _KERAS_PREFIX = "keras"
@@ -138,8 +139,6 @@ def hide_accelerators_from_tensorflow():
     its devices are hidden the moment something imports it (`_HideWhenImported`),
     before any of its ops can run.
     """
-    from kroberta.runtime import quiet_start
-
     # Stops TF's TPU discovery and its GPU memory pre-allocation at the source.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # Before TF imports keras, which imports JAX: JAX reads JAX_PLATFORMS on import.
@@ -181,8 +180,6 @@ class _HidingLoader(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
-        from kroberta.runtime import quiet_start
-
         for finder in [f for f in sys.meta_path if isinstance(f, _HideWhenImported)]:
             sys.meta_path.remove(finder)  # once: TensorFlow is being imported
 

@@ -52,19 +52,15 @@ class _StandardStream(logging.StreamHandler):
         pass
 
 
-def _handler(stream_name: str) -> logging.Handler:
-    handler = _StandardStream(stream_name)
-    handler.setFormatter(logging.Formatter(FORMAT))
-    handler.addFilter(MainProcessOnly())
-    handler.kroberta = True  # ours: replaced, never doubled, by a second call
-    return handler
-
-
 def _install(stream_name: str):
     logger = logging.getLogger(PACKAGE)
     for old in [h for h in logger.handlers if getattr(h, "kroberta", False)]:
         logger.removeHandler(old)
-    logger.addHandler(_handler(stream_name))
+    handler = _StandardStream(stream_name)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.addFilter(MainProcessOnly())
+    handler.kroberta = True  # ours: replaced, never doubled, by a second call
+    logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False  # one line per message, whatever the root logger has
 

@@ -60,13 +60,6 @@ def is_noise(line: bytes, min_log_level: int) -> bool:
     return bool(match) and _SEVERITIES.index(match.group(1).decode()) < min(min_log_level, 3)
 
 
-def _tf_min_log_level() -> int:
-    try:
-        return int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
-    except ValueError:
-        return 0
-
-
 # libtpu's start on a machine without a TPU (the ahead-of-time compiler loads it on purpose):
 # it cannot find the TPU metadata it looks for and says so, with a source-location trace.
 _LIBTPU_PROBE_NOISE_RE = re.compile(
@@ -108,7 +101,10 @@ def filtered_native_stderr(noise=None):
         yield
         return
     if noise is None:
-        level = _tf_min_log_level()
+        try:
+            level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+        except ValueError:
+            level = 0
 
         def noise(line):
             return is_noise(line, level)
@@ -175,10 +171,10 @@ def skip_absent_accelerators() -> bool:
         return False
     if "jax" in sys.modules:
         import jax
-        from jax._src import config as jax_config
-        from jax._src import xla_bridge
 
-        if xla_bridge.backends_are_initialized() or jax_config.jax_platforms.value:
+        from kroberta.runtime.xla_cpu import backend_started
+
+        if backend_started() or jax.config.jax_platforms:
             return False
         jax.config.update("jax_platforms", "cpu")
         return True

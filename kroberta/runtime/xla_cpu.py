@@ -22,16 +22,12 @@ device's share of a step on its own thread; an all-reduce is a rendezvous of the
 threads. A thread waiting there warns after
 `--xla_cpu_collective_call_warn_stuck_timeout_seconds` (default 20 s), then waits
 `--xla_cpu_collective_call_terminate_timeout_seconds` more (default 40 s) and aborts
-the whole process (SIGABRT, nothing saved): one thread a minute late is fatal, and
-a machine loaded by other jobs delays a thread that long: the other
-threads wait at the rendezvous without using the cores, the late one is simply not
-scheduled. A slow thread is not a deadlock, so kroberta gives the rendezvous an
-hour (`TERMINATE_SECONDS`), and the CPU collective operations' own timeout
-(`--xla_cpu_collective_timeout_seconds`) the same hour: no load
-seen on a shared machine comes near it, while a true deadlock (a bug, or more
-simulated devices than the runtime can run at once) still ends with XLA's own
-message instead of hanging forever. XLA's warning about a stuck rendezvous
-(after 20 s) is kept: it names the waiting threads in the log.
+the whole process (SIGABRT, nothing saved), and a machine loaded by other jobs leaves
+one thread unscheduled that long. A slow thread is not a deadlock, so kroberta gives
+the rendezvous, and the CPU collectives' own timeout
+(`--xla_cpu_collective_timeout_seconds`), an hour (`TERMINATE_SECONDS`): no load seen
+on a shared machine comes near it, while a true deadlock still ends with XLA's own
+message. XLA's warning after 20 s is kept: it names the waiting threads in the log.
 
 A value the user put in XLA_FLAGS wins. The flags concern only XLA's CPU backend.
 """
@@ -51,7 +47,7 @@ TERMINATE_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds"
 COLLECTIVE_FLAG = "--xla_cpu_collective_timeout_seconds"
 
 
-def _backend_started() -> bool:
+def backend_started() -> bool:
     """True once JAX has created its backends: XLA has read XLA_FLAGS for good."""
     if "jax" not in sys.modules:
         return False
@@ -72,7 +68,7 @@ def use_eigen_dots() -> bool:
     flags = os.environ.get("XLA_FLAGS", "")
     if YNN_FUSION_FLAG in flags:
         return EIGEN_DOTS_FLAG in flags.split()
-    if _backend_started():
+    if backend_started():
         return False
     os.environ["XLA_FLAGS"] = f"{flags} {EIGEN_DOTS_FLAG}".strip()
     return True
@@ -84,7 +80,7 @@ def use_patient_collectives() -> bool:
     Returns whether both timeouts (kroberta's, or the user's own) are set for this
     process's future backends: False when JAX already started (XLA has read its flags).
     """
-    if _backend_started():
+    if backend_started():
         return False
     flags = os.environ.get("XLA_FLAGS", "").split()
     for name in (TERMINATE_FLAG, COLLECTIVE_FLAG):

@@ -52,7 +52,7 @@ def test_this_process_runs_with_the_long_timeouts():
 
 
 def test_the_users_own_timeouts_win_and_other_flags_stay(monkeypatch):
-    monkeypatch.setattr(xla_cpu, "_backend_started", lambda: False)
+    monkeypatch.setattr(xla_cpu, "backend_started", lambda: False)
     monkeypatch.setenv("XLA_FLAGS", f"--xla_force_host_platform_device_count=2 "
                                     f"{xla_cpu.TERMINATE_FLAG}=7")
     assert xla_cpu.use_patient_collectives()
@@ -63,7 +63,7 @@ def test_the_users_own_timeouts_win_and_other_flags_stay(monkeypatch):
 
 
 def test_nothing_changes_once_the_backend_started(monkeypatch):
-    monkeypatch.setattr(xla_cpu, "_backend_started", lambda: True)
+    monkeypatch.setattr(xla_cpu, "backend_started", lambda: True)
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
     assert not xla_cpu.use_patient_collectives()
     assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"

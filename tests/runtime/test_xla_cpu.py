@@ -57,7 +57,7 @@ def test_a_backend_started_before_kroberta_keeps_xla_defaults():
 
 
 def test_use_eigen_dots_keeps_other_flags(monkeypatch):
-    monkeypatch.setattr(xla_cpu, "_backend_started", lambda: False)
+    monkeypatch.setattr(xla_cpu, "backend_started", lambda: False)
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
     assert xla_cpu.use_eigen_dots()
     assert os.environ["XLA_FLAGS"].split() == ["--xla_force_host_platform_device_count=2",
