@@ -41,16 +41,6 @@ def parquet_file(path):
         raise InputError(f"{path}: not a readable Parquet file: {e}") from None
 
 
-def _check_arrow_column(path, schema, field):
-    import pyarrow as pa
-
-    column_index(path, schema.names, field)
-    kind = schema.field(field).type
-    is_view = getattr(pa.types, "is_string_view", lambda _: False)  # pyarrow >= 16
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind) or pa.types.is_null(kind)):
-        raise InputError(f"{path}: column {field!r} holds {kind}, not text; pick another with --text-field")
-
-
 # ---------------------------------------------------------------- datasets (save_to_disk)
 
 
@@ -73,24 +63,24 @@ def load_dataset(path, split):
     return loaded
 
 
-def dataset_bytes(path):
-    """The size of a datasets directory's files (the progress bar's total)."""
-    total = 0
-    for dirpath, _, filenames in os.walk(path):
-        total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in filenames)
-    return total
-
-
 def opened(path: str, fmt: str, field: str, split: str):
     """(the Parquet file or the dataset, its size in bytes), its `field` checked: fails
     early on a missing column, split or extra."""
     if fmt == DATASETS_FORMAT:
         source = load_dataset(path, split)
-        _check_arrow_column(path, source.data.schema, field)
-        return source, dataset_bytes(path)
-    source = parquet_file(path)
-    _check_arrow_column(path, source.schema_arrow, field)
-    return source, locations.size(path)
+        schema = source.data.schema
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+    else:
+        source = parquet_file(path)
+        schema, size = source.schema_arrow, locations.size(path)
+    import pyarrow as pa  # after the openers, which name a missing extra
+
+    column_index(path, schema.names, field)
+    kind = schema.field(field).type
+    is_view = getattr(pa.types, "is_string_view", lambda _: False)  # pyarrow >= 16
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind) or pa.types.is_null(kind)):
+        raise InputError(f"{path}: column {field!r} holds {kind}, not text; pick another with --text-field")
+    return source, size
 
 
 def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
