@@ -75,7 +75,7 @@ def element_keys(seed, indices) -> np.ndarray:
     indices in their stream ((B,) int64), hashed on the host CPU."""
     seed_low, seed_high = _words(seed)
     index_low, index_high = _words(indices)
-    with jax.default_device(host_device()):
+    with jax.default_device(jax.devices("cpu")[0]):
         return np.asarray(_keys_of_words(seed_low, seed_high, index_low, index_high))
 
 
@@ -155,26 +155,19 @@ def _words_of(token_ids, candidates, word_starts) -> _Words:
 
 def _whole_word_slots(token_ids, candidates, count, keys, word_starts, slots: int):
     """(positions (B, M), valid (B, M)) for whole-word masking: words in random order,
-    a word's tokens in consecutive slots, the words that fit the budget a prefix."""
+    a word's tokens in consecutive slots, the words that fit the budget a prefix.
+
+    A word spans slots [before, after); it is kept when it fits the slots and its middle
+    lies within `count` tokens, or when it is the first.
+    """
     length = token_ids.shape[1]
     words = _words_of(token_ids, candidates, word_starts)
     # One random score per word (B, L); ties keep position order, so a word's tokens
     # come out together, in order.
     scores = jnp.take_along_axis(hash_bits(keys, SALT_SCORE, length), words.index, axis=1)
+    # (B, M) positions in descending word-score order (positions >= L are padding).
     _, chosen = _top(jnp.where(candidates, scores, -1).astype(jnp.float32), slots, -2.0)
-    valid = _whole_words_within(chosen, words, count, slots)
-    return jnp.where(valid, chosen, 0).astype(jnp.int32), valid
-
-
-def _whole_words_within(chosen, words: _Words, count, slots: int):
-    """(B, M) bool: the slots of the whole words that fit, a prefix of the slots.
-
-    chosen: (B, M) positions in descending word-score order, a word's tokens
-    consecutive (positions >= L are padding). A word spans slots [before, after); it
-    is kept when it fits the slots and its middle lies within `count` tokens, or when
-    it is the first.
-    """
-    width = max(slots - words.offset.shape[1], 0)
+    width = max(slots - length, 0)
     pad = lambda table: jnp.pad(table, ((0, 0), (0, width)))  # padding: offset 0, size 0
     slot = jnp.arange(slots)[None, :]  # (1, M)
     offset = jnp.take_along_axis(pad(words.offset), chosen, axis=1)  # (B, M)
@@ -183,7 +176,8 @@ def _whole_words_within(chosen, words: _Words, count, slots: int):
     after = before + size
     fits = (size > 0) & (after <= slots) & ((before == 0) | (before + after <= 2 * count[:, None]))
     # What fits is a prefix (before and after only grow along the slots); cumprod keeps it one.
-    return jnp.cumprod(fits.astype(jnp.int32), axis=1).astype(bool) & (count[:, None] > 0)
+    valid = jnp.cumprod(fits.astype(jnp.int32), axis=1).astype(bool) & (count[:, None] > 0)
+    return jnp.where(valid, chosen, 0).astype(jnp.int32), valid
 
 
 def dynamic_mask_batch(token_ids, padding_mask, keys, *, mask_rate: float, slots: int,
@@ -311,11 +305,6 @@ def masker(data, vocabulary_size: int, word_starts=None):
     return mask
 
 
-def host_device():
-    """The host's first CPU device, where the host-side callers run masking."""
-    return jax.devices("cpu")[0]
-
-
 def host_function(function):
     """`function` jitted for the host CPU (whatever the default device is): called with
     numpy arrays (or pytrees of them), it returns numpy arrays. Compiled once per shape."""
@@ -323,7 +312,7 @@ def host_function(function):
 
     @functools.wraps(function)
     def call(*args):
-        with jax.default_device(host_device()):
+        with jax.default_device(jax.devices("cpu")[0]):
             return jax.tree.map(np.asarray, jitted(*args))
 
     return call
@@ -346,24 +335,22 @@ def static_labels(token_ids, padding_mask, seed: int, indices, *, mask_rate: flo
         (masked ids (N, L) int64, labels (N, L) int64: the original id where chosen,
         -100 elsewhere), numpy.
     """
-    keys = element_keys(seed, indices)
-    settings = (("mask_rate", float(mask_rate)), ("mask_token_id", int(mask_token_id)),
-                ("special_token_ids", tuple(sorted(special_token_ids))),
-                ("vocabulary_size", int(vocabulary_size)))
-    masked, labels = _static_labels(settings)(np.asarray(token_ids, np.int32),
-                                              np.asarray(padding_mask, np.int32), keys)
+    label = _static_labels(float(mask_rate), int(mask_token_id),
+                           tuple(sorted(special_token_ids)), int(vocabulary_size))
+    masked, labels = label(np.asarray(token_ids, np.int32), np.asarray(padding_mask, np.int32),
+                           element_keys(seed, indices))
     return masked.astype(np.int64), labels.astype(np.int64)
 
 
 @functools.cache
-def _static_labels(settings: tuple):
-    """The host function of `static_labels` for one ((name, value), ...) of settings."""
-    settings = dict(settings)
-
+def _static_labels(mask_rate, mask_token_id, special_token_ids, vocabulary_size):
+    """The host function of `static_labels` for one run's settings."""
     def label(token_ids, padding_mask, keys):
         rows, length = token_ids.shape
-        masked, positions, labels = dynamic_mask_batch(token_ids, padding_mask, keys,
-                                                       slots=length, **settings)
+        masked, positions, labels = dynamic_mask_batch(
+            token_ids, padding_mask, keys, mask_rate=mask_rate, slots=length,
+            mask_token_id=mask_token_id, special_token_ids=special_token_ids,
+            vocabulary_size=vocabulary_size)
         row = jnp.arange(rows)[:, None]
         # Unused slots (label -100) write out of bounds, and are dropped. (N, L)
         written = jnp.full((rows, length), IGNORE_LABEL, jnp.int32).at[

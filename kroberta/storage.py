@@ -49,9 +49,10 @@ def absolute(path) -> str:
     return path if is_url(path) else os.path.abspath(path)
 
 
-def filesystem(url: str):
+def filesystem(url):
     """(fsspec filesystem, path inside it) for `url`; a one-line StorageError naming the
     URL and what to install when its implementation is missing."""
+    url = os.fspath(url)
     protocol = url.split("://", 1)[0]
     extra, package = EXTRAS.get(protocol, (None, None))
     install = f'pip install "kroberta[{extra}]"' if extra else "pip install fsspec"
@@ -71,38 +72,33 @@ def filesystem(url: str):
     return fs, path
 
 
-def _fs(path):
-    return filesystem(os.fspath(path))
-
-
 def _fresh(path):
     """(filesystem, path) with its cached listings of `path` dropped: another process (a
     killed run, a resumed one) may have written there since."""
-    fs, p = _fs(path)
+    fs, p = filesystem(path)
     fs.invalidate_cache(p)
     return fs, p
 
 
-def exists(path) -> bool:
+def _ask(path, question: str) -> bool:
+    """os.path's `question` of a local path; the filesystem's of a URL."""
     if not is_url(path):
-        return os.path.exists(path)
+        return getattr(os.path, question)(path)
     fs, p = _fresh(path)
-    return fs.exists(p)
+    return getattr(fs, question)(p)
+
+
+def exists(path) -> bool:
+    return _ask(path, "exists")
 
 
 def isfile(path) -> bool:
-    if not is_url(path):
-        return os.path.isfile(path)
-    fs, p = _fresh(path)
-    return fs.isfile(p)
+    return _ask(path, "isfile")
 
 
 def isdir(path) -> bool:
-    if not is_url(path):
-        return os.path.isdir(path)
-    fs, p = _fresh(path)
     # An object store has no directories: one exists when objects lie under it.
-    return fs.isdir(p)
+    return _ask(path, "isdir")
 
 
 def listdir(path) -> list[str]:
@@ -120,7 +116,7 @@ def listdir(path) -> list[str]:
 def getsize(path) -> int:
     if not is_url(path):
         return os.path.getsize(path)
-    fs, p = _fs(path)
+    fs, p = filesystem(path)
     return fs.size(p)
 
 
@@ -132,9 +128,9 @@ def makedirs(path):
         os.makedirs(path, exist_ok=True)
         return
     if path.split("://", 1)[0] in OBJECT_STORES:
-        _fs(path)  # a missing package is still named here, before any work
+        filesystem(path)  # a missing package is still named here, before any work
         return
-    fs, p = _fs(path)
+    fs, p = filesystem(path)
     fs.makedirs(p, exist_ok=True)
 
 
@@ -144,7 +140,7 @@ def remove(path):
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
         return
-    fs, p = _fs(path)
+    fs, p = filesystem(path)
     with contextlib.suppress(FileNotFoundError):
         fs.rm_file(p)
 
@@ -154,7 +150,7 @@ def rmtree(path):
     if not is_url(path):
         shutil.rmtree(path, ignore_errors=True)
         return
-    fs, p = _fs(path)
+    fs, p = filesystem(path)
     with contextlib.suppress(FileNotFoundError):
         fs.rm(p, recursive=True)
 
@@ -163,13 +159,36 @@ def open_file(path, mode: str = "r", **kwargs):
     """`open` for a path or a URL (for a URL, writing creates the object on close)."""
     if not is_url(path):
         return open(path, mode, **kwargs)
-    fs, p = _fs(path)
+    fs, p = filesystem(path)
     return fs.open(p, mode, **kwargs)
 
 
 def read_text(path) -> str:
     with open_file(path, "r", encoding="utf-8") as f:
         return f.read()
+
+
+# Prepared data (records, manifests, tokenizers) are read as tf.data reads the records:
+# a URL through `tf.io.gfile` (gs:// built in, any filesystem TensorFlow registered).
+
+
+def gfile_isfile(path) -> bool:
+    """`isfile`, a URL's asked of `tf.io.gfile`."""
+    if not is_url(path):
+        return os.path.isfile(path)
+    import tensorflow as tf
+
+    return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+
+
+def gfile_read_text(path) -> str:
+    """`read_text`, a URL's read through `tf.io.gfile`."""
+    if not is_url(path):
+        return read_text(path)
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return f.read().decode("utf-8")
 
 
 def read_bytes(path) -> bytes:
@@ -184,7 +203,7 @@ def write_bytes(path, data: bytes):
         with atomic_write(path, "wb") as f:
             f.write(data)
         return
-    fs, p = _fs(path)
+    fs, p = filesystem(path)
     fs.pipe_file(p, data)
 
 
@@ -235,7 +254,7 @@ def append_text(path, text: str):
 def put_tree(local_dir, url: str, last: str | None = None):
     """Uploads a local directory's files under `url`; the file named `last` (relative to
     `local_dir`) goes up after all the others, so its presence marks the copy complete."""
-    fs, root = _fs(url)
+    fs, root = filesystem(url)
     files = []
     for dirpath, _, filenames in os.walk(local_dir):
         files.extend(os.path.relpath(os.path.join(dirpath, f), local_dir) for f in filenames)
@@ -270,7 +289,7 @@ def local_copy(path):
         if isdir(path):
             get_tree(path, target)
         else:
-            fs, p = _fs(path)
+            fs, p = filesystem(path)
             fs.get_file(p, target)
         yield target
 
@@ -287,7 +306,7 @@ def staged_file(path):
         # The final name's ending, for writers that insist on one (Keras' .weights.h5).
         local = os.path.join(tmp, basename(path))
         yield local
-        fs, p = _fs(path)
+        fs, p = filesystem(path)
         fs.put_file(local, p)
 
 

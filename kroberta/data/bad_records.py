@@ -14,7 +14,7 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from kroberta.data.batch_parsing import parse_checked_batch, parse_spec
-from kroberta.data.records import FEATURES
+from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.errors import InputError
 
 _ASSERT_MESSAGE = re.compile(r"<<(.*?)>>", re.S)
@@ -30,7 +30,7 @@ def payload_problem(serialized: bytes, with_labels: bool) -> str | None:
         example = tf.train.Example.FromString(serialized)
     except DecodeError:
         return "the payload is not a tf.train.Example (its bytes do not parse)"
-    for name in FEATURES if with_labels else FEATURES[:2]:
+    for name in FEATURES if with_labels else REQUIRED_FEATURES:
         if name not in example.features.feature:
             continue  # missing features are reported by the length checks
         kind = example.features.feature[name].WhichOneof("kind")

@@ -25,16 +25,14 @@ from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.tokens import IGNORE_LABEL
 
 
-def parse_spec(with_labels: bool) -> dict:
-    # Ragged, not VarLen: row splits instead of an (n, 2) index per value, and a wrong
-    # length stays visible instead of failing inside TF as a FixedLenFeature would.
+def parse_spec(with_labels: bool, length: int | None = None) -> dict:
+    """The features to parse: fixed (L,) columns with a `length` (the fast path), else
+    ragged ones. Ragged, not VarLen: row splits instead of an (n, 2) index per value, and
+    a wrong length stays visible instead of failing inside TF as a FixedLenFeature would."""
     names = FEATURES if with_labels else REQUIRED_FEATURES
+    if length is not None:
+        return {name: tf.io.FixedLenFeature([length], tf.int64) for name in names}
     return {name: tf.io.RaggedFeature(tf.int64, row_splits_dtype=tf.int32) for name in names}
-
-
-def fixed_parse_spec(with_labels: bool, length: int) -> dict:
-    names = FEATURES if with_labels else REQUIRED_FEATURES
-    return {name: tf.io.FixedLenFeature([length], tf.int64) for name in names}
 
 
 def parse_checked_batch(paths, record_indices, records, *, length: int, vocabulary_size: int,
@@ -55,7 +53,7 @@ def parse_checked_batch(paths, record_indices, records, *, length: int, vocabula
     message for the first record that breaks a rule.
     """
     if not lengths_named:
-        dense = tf.io.parse_example(records, fixed_parse_spec(with_labels, length))
+        dense = tf.io.parse_example(records, parse_spec(with_labels, length))
         return _checked_values(paths, record_indices, dense, vocabulary_size, with_labels)
     parsed = tf.io.parse_example(records, parse_spec(with_labels))
     names = [n for n in FEATURES if n in parsed]  # a record is judged in this order

@@ -13,8 +13,8 @@ import numpy as np
 
 from kroberta.data import rules
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
+from kroberta.storage import gfile_isfile
 from kroberta.tokens import IGNORE_LABEL, PAD_ID
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,39 +98,31 @@ class _FileChecker:
         self.report = report
         self.state = state  # {"L": ..., "V": ..., "pad": ..., "errors": ...}
         self.max_errors = max_errors
-        self._batch_defects = None  # the current batch's defects, while one is checked
+        self.found = []  # the defects not yet kept
 
     def defect(self, index, feature, value, problem):
         self.report.problems += 1
         if index is not None:
             self.report.defective_records += 1
-        found = Defect(self.report.path, index, feature, value, problem)
-        if self._batch_defects is not None:
-            self._batch_defects.append(found)  # kept in record order once the batch is done
-        else:
-            self._keep(found)
+        self.found.append(Defect(self.report.path, index, feature, value, problem))
 
-    def _keep(self, found):
-        if self.state["errors"] < self.max_errors:
-            self.report.defects.append(found)
-        self.state["errors"] += 1
+    def keep_found(self):
+        """Keeps the first defects in file order (file-level ones last): a batch's
+        unparseable records are found before its others, so the first one reported is
+        the first in the file."""
+        for found in sorted(self.found, key=lambda d: float("inf") if d.index is None else d.index):
+            if self.state["errors"] < self.max_errors:
+                self.report.defects.append(found)
+            self.state["errors"] += 1
+        self.found = []
 
     def check_batch(self, serialized, start):
         """Check a list of serialized records whose first index in the file is `start`."""
         import tensorflow as tf
 
-        spec = {k: tf.io.VarLenFeature(tf.int64) for k in FEATURES}
-        # Unparseable records are found before the others of their batch: the defects
-        # are kept in file order, so the first one reported is the first in the file.
-        self._batch_defects = []
-        try:
-            self._check_batch(tf, spec, serialized, start)
-        finally:
-            found, self._batch_defects = self._batch_defects, None
-            for defect in sorted(found, key=lambda d: d.index):
-                self._keep(defect)
+        from kroberta.data.batch_parsing import parse_spec
 
-    def _check_batch(self, tf, spec, serialized, start):
+        spec = parse_spec(with_labels=True)
         try:
             parsed = tf.io.parse_example(tf.constant(serialized), spec)
         except (tf.errors.OpError, UnicodeDecodeError):
@@ -165,11 +157,9 @@ class _FileChecker:
     def _check_parsed(self, parsed, indices):
         """Numpy checks over one parsed batch; `indices` are the records' file indices."""
         n = len(indices)
-        columns = {}
-        for name in FEATURES:
-            sparse = parsed[name]
-            rows = sparse.indices.numpy()[:, 0]
-            columns[name] = (np.bincount(rows, minlength=n), sparse.values.numpy())
+        # (lengths (n,), values) per feature; a missing feature has no values.
+        columns = {name: (parsed[name].row_lengths().numpy(), parsed[name].flat_values.numpy())
+                   for name in FEATURES}
         lengths_ids = columns["input_ids"][0]
         if self.state["L"] is None and np.any(lengths_ids > 0):
             self.state["L"] = int(lengths_ids[lengths_ids > 0][0])
@@ -306,22 +296,23 @@ def check_records(
         file_report = FileReport(path)
         report.files.append(file_report)
         checker = _FileChecker(file_report, state, max_errors)
-        if not (tf.io.gfile.exists(path) if "://" in path else os.path.isfile(path)):
+        if not gfile_isfile(path):
             checker.defect(None, None, None, "file does not exist")
-            continue
-        try:
-            for start, item in _read_batches(path, batch_size, max_records):
-                if isinstance(item, tf.errors.OpError):
-                    checker.defect(start, None, None,
-                                   f"corrupt or truncated record ({describe_read_error(item)})")
-                    break
-                file_report.records += len(item)
-                checker.check_batch(item, start)
-        except tf.errors.OpError as e:
-            checker.defect(None, None, None, f"cannot read: {describe_read_error(e)}")
-            continue
-        if file_report.records == 0 and file_report.ok:
-            checker.defect(None, None, None, "empty file (no records)")
+        else:
+            try:
+                for start, item in _read_batches(path, batch_size, max_records):
+                    if isinstance(item, tf.errors.OpError):
+                        checker.defect(start, None, None,
+                                       f"corrupt or truncated record ({describe_read_error(item)})")
+                        break
+                    file_report.records += len(item)
+                    checker.check_batch(item, start)
+            except tf.errors.OpError as e:
+                checker.defect(None, None, None, f"cannot read: {describe_read_error(e)}")
+            else:
+                if file_report.records == 0 and file_report.ok:
+                    checker.defect(None, None, None, "empty file (no records)")
+        checker.keep_found()
     report.sequence_length = state["L"]
     if sequence_length is None and state["L"] is not None:
         report.notes.append(f"note: sequence length taken from the first record: {state['L']}")

@@ -18,13 +18,12 @@ Resuming after n consumed records starts at the epoch that holds record n (when
 the files' record counts are known, i.e. local files) and skips only the rest,
 without parsing anything.
 
-Training reads the stream as batches (`EpochPlan.batches`): each batch is gathered
-straight from its block through the block's shuffle order, so a record is copied
-once between the file and its batch (not by a shuffle and again by a cut: a copy is
-~2 us for a 512-token record), and no per-record step follows the read. The
-training pipeline takes the batches as plans (`EpochPlan.batch_plans`: the block
-and the rows to take from it) and gathers them in its parallel parsing map, so the
-stream's single thread only reads and plans.
+Training reads the stream as batch plans (`EpochPlan.batch_plans`: the block and the
+rows to take from it): each batch is gathered straight from its block through the
+block's shuffle order, so a record is copied once between the file and its batch (not
+by a shuffle and again by a cut: a copy is ~2 us for a 512-token record), and no
+per-record step follows the read. The training pipeline gathers them in its parallel
+parsing map, so the stream's single thread only reads and plans.
 
 Evaluation and prediction read the files once, in order, in blocks (`FileOrder`).
 """
@@ -96,11 +95,7 @@ class EpochPlan:
 
     def epoch(self, epoch):
         """The records this process reads in `epoch` (an int64 scalar tensor)."""
-        return self.epoch_blocks(epoch).unbatch()
-
-    def epoch_blocks(self, epoch):
-        """`epoch` as consecutive blocks: (files (n,), record indices (n,), records (n,))."""
-        return self.epoch_orders(epoch).map(_in_order)
+        return self.epoch_orders(epoch).map(_in_order).unbatch()
 
     def epoch_orders(self, epoch):
         """`epoch` as blocks as read, each with the order its records leave in:
@@ -171,19 +166,11 @@ class EpochPlan:
         ds = tf.data.Dataset.range(first_epoch, _ENDLESS).flat_map(self.epoch)
         return ds.skip(within).enumerate(start=consumed)
 
-    def batches(self, consumed: int, batch_size: int):
-        """`stream(consumed)` in batches of `batch_size`, each gathered from its block.
-
-        Yields (element indices (B,) int64, (files (B,), record indices (B,), records (B,))),
-        exactly the elements of `stream(consumed).batch(batch_size, drop_remainder=True)`.
-        """
-        return self.batch_plans(consumed, batch_size).map(
-            lambda indices, plan: (indices, planned_rows(plan, batch_size)))
-
     def batch_plans(self, consumed: int, batch_size: int, per_element=None):
-        """`batches(consumed, batch_size)` before the rows are gathered: (element indices
-        (B,) int64, plan), where `planned_rows(plan, batch_size)` is the batch's (files,
-        record indices, records). A consumer with a map of its own gathers the rows in
+        """`stream(consumed).batch(batch_size, drop_remainder=True)` as plans, each batch
+        gathered from its block: (element indices (B,) int64, plan), where
+        `planned_rows(plan, batch_size)` is the batch's (files (B,), record indices (B,),
+        records (B,)). A consumer with a map of its own gathers the rows in
         it, in parallel, instead of in this stream's single thread, which then only
         reads (the ceiling per file on a host with many cores).
 
@@ -252,7 +239,7 @@ def planned_rows(plan, batch_size: int):
 
 
 def _plan_block(state, block, batch_size: int):
-    """One scan step of `EpochPlan.batches`: (carried rows, batches so far) and a block
+    """One scan step of `EpochPlan.batch_plans`: (carried rows, batches so far) and a block
     -> the new state, and what the block's batches need: (carried rows, block rows,
     order, batches before it, its number of batches)."""
     (carried, batches_before), (tagged, order) = state, block

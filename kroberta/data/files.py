@@ -160,10 +160,8 @@ def check_against_model(spec: DataSpec, data: DataConfig, model: ModelConfig, ke
 
 
 def spec_records(spec: DataSpec) -> int:
-    return spec.records if spec.records is not None else count_records(spec.files)
-
-
-def count_records(files) -> int:
-    """Reads the files once to count their records (for finite, evaluated data)."""
-    return int(tf.data.TFRecordDataset(list(files)).reduce(tf.constant(0, tf.int64),
-                                                           lambda n, _: n + 1))
+    """The files' records, read once to count them when their framing was not walked."""
+    if spec.records is not None:
+        return spec.records
+    return int(tf.data.TFRecordDataset(list(spec.files)).reduce(tf.constant(0, tf.int64),
+                                                                lambda n, _: n + 1))

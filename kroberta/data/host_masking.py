@@ -20,19 +20,11 @@ import tensorflow as tf
 from kroberta import counter_hash, masking
 
 
-class _Exiting:
-    """Set at interpreter exit before JAX shuts its backends down (atexit runs in reverse
-    order, and this module registers after JAX's): a map still running then must not call
-    JAX, or the thread that tears the pipeline down waits for it forever."""
-
-    now = False
-
-
-atexit.register(lambda: setattr(_Exiting, "now", True))
-
-
-def _padded_rows(rows: int) -> int:
-    return max(8, 1 << (rows - 1).bit_length())
+# Not empty once the interpreter exits, before JAX shuts its backends down (atexit runs
+# in reverse order, and this module registers after JAX's): a map still running then
+# must not call JAX, or the thread that tears the pipeline down waits for it forever.
+_exiting = []
+atexit.register(_exiting.append, True)
 
 
 def _pad(value: np.ndarray, rows: int) -> np.ndarray:
@@ -43,10 +35,10 @@ def _pad(value: np.ndarray, rows: int) -> np.ndarray:
 
 def _on_padded_rows(run, *values):
     """`run(*values)` on rows padded to a power of two, its outputs cut back to n rows."""
-    if _Exiting.now:
+    if _exiting:
         raise RuntimeError("the interpreter is exiting")
     n = len(values[0])
-    rows = _padded_rows(n)
+    rows = max(8, 1 << (n - 1).bit_length())
     out = run(*(_pad(v, rows) for v in values))
     return tuple(o[:n] for o in out) if isinstance(out, (tuple, list)) else out[:n]
 

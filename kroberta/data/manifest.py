@@ -2,7 +2,7 @@
 
 The manifest is written last, so its presence means the directory is complete.
 A directory on a URL (gs://, or any filesystem TensorFlow knows) is read through
-`tf.io.gfile`, as the record files themselves are by tf.data.
+`tf.io.gfile` (`kroberta.storage.gfile_*`), as the record files themselves are by tf.data.
 """
 
 import dataclasses
@@ -11,7 +11,7 @@ import os
 
 from kroberta.errors import InputError
 from kroberta.atomic import atomic_write
-from kroberta.storage import is_url
+from kroberta.storage import gfile_isfile, gfile_read_text, is_url, join
 
 FORMAT = "kroberta-tfrecord-v1"
 MANIFEST_NAME = "manifest.json"
@@ -44,41 +44,16 @@ class Manifest:
         return self.train_files + self.validation_files
 
 
-def _join(base: str, name: str) -> str:
-    return f"{base.rstrip('/')}/{name}" if is_url(base) else os.path.abspath(os.path.join(base, name))
-
-
-def _isfile(path: str) -> bool:
-    if not is_url(path):
-        return os.path.isfile(path)
-    import tensorflow as tf
-
-    return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
-
-
-def _read_text(path: str) -> str:
-    if not is_url(path):
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path, "rb") as f:
-        return f.read().decode("utf-8")
-
-
 def _split(data, key, path, base):
     section = data[key]
-    if not isinstance(section, dict):
-        raise InputError(f"{path}: key {key!r} must be an object, got {type(section).__name__}")
-    for sub in ("files", "sequences", "tokens"):
-        if sub not in section:
-            raise InputError(f"{path}: missing key {key}.{sub}")
+    _require(section, ("files", "sequences", "tokens"), path,
+             f"key {key!r} must be an object, got {type(section).__name__}", lambda sub: f"{key}.{sub}")
     files = section["files"]
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         raise InputError(f"{path}: key {key}.files must be a list of file names")
-    resolved = tuple(_join(base, f) for f in files)
+    resolved = tuple(join(base, f) for f in files)
     for name, full in zip(files, resolved):
-        if not _isfile(full):
+        if not gfile_isfile(full):
             raise InputError(f"{path}: {key}.files lists {name}, which does not exist ({full})")
     return resolved, _int(section, "sequences", path, f"{key}.sequences"), _int(section, "tokens", path, f"{key}.tokens")
 
@@ -111,11 +86,11 @@ def load_manifest(directory):
     """
     directory = os.fspath(directory)
     base = directory.rstrip("/") if is_url(directory) else os.path.abspath(directory)
-    path = _join(base, MANIFEST_NAME)
-    if not _isfile(path):
+    path = join(base, MANIFEST_NAME)
+    if not gfile_isfile(path):
         raise InputError(f"no {MANIFEST_NAME} in {base} (prepare one with `python -m kroberta.prepare`)")
     try:
-        data = json.loads(_read_text(path))
+        data = json.loads(gfile_read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: malformed JSON ({e})") from None
     _require(data, _REQUIRED, path, "expected a JSON object at the top level", repr)
@@ -126,8 +101,8 @@ def load_manifest(directory):
              lambda name: f"special_tokens.{name}")
     for name in _SPECIALS:
         _int(specials, name, path, f"special_tokens.{name}")
-    tokenizer_path = _join(base, str(data["tokenizer"]))
-    if not _isfile(tokenizer_path):
+    tokenizer_path = join(base, str(data["tokenizer"]))
+    if not gfile_isfile(tokenizer_path):
         raise InputError(f"{path}: tokenizer {data['tokenizer']} does not exist ({tokenizer_path})")
     train = _split(data, "train", path, base)
     validation = _split(data, "validation", path, base)
@@ -166,27 +141,6 @@ def write_manifest(directory, data):
     return path
 
 
-def tokenizer_difference(manifest: Manifest, vocabulary_size: int, tokenizer=None,
-                         holder: str = "model") -> str | None:
-    """How the tokenizer `manifest`'s directory was prepared with differs from a `holder`'s
-    (a model's or checkpoint's `vocabulary_size`, and its `tokenizers.Tokenizer` when
-    known), or None when it does not: ids from another tokenizer mean other tokens to the
-    model, with no error."""
-    if manifest.vocabulary_size != vocabulary_size:
-        return (f"a vocabulary of {manifest.vocabulary_size} tokens; the {holder} has "
-                f"{vocabulary_size}")
-    if tokenizer is None:
-        return None
-    from tokenizers import Tokenizer
-
-    from kroberta import storage
-
-    prepared_with = Tokenizer.from_str(storage.read_text(manifest.tokenizer_path))
-    if prepared_with.get_vocab() != tokenizer.get_vocab():
-        return f"another tokenizer than the {holder}'s (other tokens at the same ids)"
-    return None
-
-
 def check_prepared_with(directories, key: str, vocabulary_size: int, tokenizer=None, *,
                         positions: int | None = None, holder: str = "model",
                         named: str = "the model", tokenizer_owner: str = "model",
@@ -202,7 +156,7 @@ def check_prepared_with(directories, key: str, vocabulary_size: int, tokenizer=N
         vocabulary_size: the model's (or checkpoint's).
         tokenizer: its `tokenizers.Tokenizer`, or None to compare the sizes only.
         positions: its max_sequence_length, or None not to compare sequence lengths.
-        holder: "model" or "checkpoint", as `tokenizer_difference` names it.
+        holder: the model's kind in the message: "model" or "checkpoint".
         named: the model in the message ("this model", "the checkpoint (init_from_hf=DIR)").
         tokenizer_owner: whose tokenizer to prepare with ("run", "model", "checkpoint").
         tokenizer_source: what to give `python -m kroberta.prepare --tokenizer`.
@@ -210,6 +164,8 @@ def check_prepared_with(directories, key: str, vocabulary_size: int, tokenizer=N
     Raises:
         InputError naming the directory, the difference and the `prepare` command.
     """
+    from tokenizers import Tokenizer
+
     for directory in directories:
         try:
             manifest = load_manifest(directory)
@@ -220,7 +176,14 @@ def check_prepared_with(directories, key: str, vocabulary_size: int, tokenizer=N
         fix = f"python -m kroberta.prepare --tokenizer {tokenizer_source} ..."
         if positions is not None:
             fix = fix.replace(" ...", f" --seq-len {min(manifest.sequence_length, positions)} ...")
-        differs = tokenizer_difference(manifest, vocabulary_size, tokenizer, holder)
+        # Ids from another tokenizer mean other tokens to the model, with no error.
+        differs = None
+        if manifest.vocabulary_size != vocabulary_size:
+            differs = (f"a vocabulary of {manifest.vocabulary_size} tokens; the {holder} has "
+                       f"{vocabulary_size}")
+        elif tokenizer is not None and Tokenizer.from_str(gfile_read_text(
+                manifest.tokenizer_path)).get_vocab() != tokenizer.get_vocab():
+            differs = f"another tokenizer than the {holder}'s (other tokens at the same ids)"
         if differs is not None:
             raise InputError(
                 f"{key}: {directory} was prepared with {differs}, so its ids mean other tokens "

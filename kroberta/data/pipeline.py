@@ -23,7 +23,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from kroberta.errors import ConfigError, InputError
+from kroberta.errors import InputError
 from kroberta.data import epochs, host_masking
 from kroberta.data.bad_records import explain_pipeline_error, first_bad_record
 from kroberta.data.batch_parsing import parse_checked_batch
@@ -37,7 +37,7 @@ AUTOTUNE = tf.data.AUTOTUNE
 
 __all__ = ["InputError", "DataSpec", "explain_pipeline_error", "first_bad_record", "FEATURES",
            "resolve_files", "inspect_files", "check_against_model", "train_dataset",
-           "eval_dataset", "read_batches", "batches_per_call"]
+           "eval_dataset", "batches_per_call"]
 
 
 def parallel_batches() -> int:
@@ -99,10 +99,6 @@ def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: 
     """(element indices (B,), (files, record indices, records) (B,)) -> (x, y), or x
     alone when the step draws the masks (see `_to_model_inputs`)."""
     length = spec.sequence_length
-    if data.whole_word_masking and word_starts is None and not device_masks:
-        raise ConfigError("data.whole_word_masking: needs the tokenizer's word starts; give "
-                          "data.dir (a directory made by prepare, with its tokenizer)")
-    word_starts = word_starts if data.whole_word_masking else None
 
     def parse(indices, tagged, keys=None):
         paths, record_indices, records = tagged
@@ -156,16 +152,16 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     count, index = shard or (1, 0)
     # The step's mask keys are hashed once per block of the stream, not per batch: ~36
     # small ops a batch cost ~1.4 us per record at batch 64 (docs/design.md, "The input pipeline").
-    block_keys = None
-    if data.step_input() == "mask_keys":
-        def block_keys(indices):  # (n,) stream positions -> (n,) uint32
-            return host_masking.element_keys(seed, indices * count + index)
+    def block_keys(indices):  # (n,) stream positions -> (n,) uint32
+        return host_masking.element_keys(seed, indices * count + index)
+
     # Several batches per call of the parsing map, then cut: the stream batched by k B
     # and cut into B is the stream batched by B, and each op's dispatch is paid once
     # for k batches.
     rows = batches_per_call(global_batch, host_masks=not device_masks) * global_batch
+    keyed = data.step_input() == "mask_keys"
     plans = epoch_plan(spec, data, seed, shard).batch_plans(start_step * global_batch, rows,
-                                                            per_element=block_keys)
+                                                            block_keys if keyed else None)
     parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts, device_masks)
 
     def gather_and_parse(indices, plan, keys=None):
@@ -283,15 +279,6 @@ def file_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
                                    lengths_named=False)  # named by `replay_file_errors`
 
     return order.blocks(), parse
-
-
-def read_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
-    """Every record of the files once, in order, checked: batches of int32 (b, L) dicts.
-
-    The last batch may be shorter.
-    """
-    blocks, parse = file_batches(spec, vocabulary_size, batch_size)
-    return blocks.map(parse, num_parallel_calls=parallel_batches(), deterministic=True)
 
 
 def count_labels_beyond_slots(spec: DataSpec, slots: int, vocabulary_size: int,

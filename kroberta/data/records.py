@@ -13,6 +13,7 @@ encoder below does a whole batch at once and produces bytes that
 `tf.io.parse_example` reads identically (tests compare both ways).
 """
 
+import functools
 import os
 
 import numpy as np
@@ -38,24 +39,17 @@ def _varint(value):
     return bytes(out)
 
 
-_prefix_cache = {}
-
-
+@functools.cache
 def _feature_prefix(name, packed_len):
     """Bytes of one map entry up to its packed values; depends only on (name, length)."""
-    key = (name, packed_len)
-    prefix = _prefix_cache.get(key)
-    if prefix is None:
-        int64_list = _TAG_1 + _varint(packed_len)  # Int64List.value, packed
-        feature_len = len(int64_list) + packed_len
-        feature = _TAG_3 + _varint(feature_len)
-        value_len = len(feature) + feature_len
-        name_b = name.encode()
-        entry_head = _TAG_1 + _varint(len(name_b)) + name_b + _TAG_2 + _varint(value_len)
-        entry_len = len(entry_head) + value_len
-        prefix = _TAG_1 + _varint(entry_len) + entry_head + feature + int64_list
-        _prefix_cache[key] = prefix
-    return prefix
+    int64_list = _TAG_1 + _varint(packed_len)  # Int64List.value, packed
+    feature_len = len(int64_list) + packed_len
+    feature = _TAG_3 + _varint(feature_len)
+    value_len = len(feature) + feature_len
+    name_b = name.encode()
+    entry_head = _TAG_1 + _varint(len(name_b)) + name_b + _TAG_2 + _varint(value_len)
+    entry_len = len(entry_head) + value_len
+    return _TAG_1 + _varint(entry_len) + entry_head + feature + int64_list
 
 
 def _packed_varints(values):
@@ -110,21 +104,6 @@ def encode_examples(input_ids, attention_mask, labels=None):
         body = b"".join(parts)
         records.append(_TAG_1 + _varint(len(body)) + body)
     return records
-
-
-def encode_example(input_ids, attention_mask, labels=None):
-    """Serialize one sequence as a `tf.train.Example` (see `encode_examples`).
-
-    Args:
-        input_ids: (seq_len,) int sequence.
-        attention_mask: (seq_len,) 0/1 sequence.
-        labels: optional (seq_len,) int sequence.
-
-    Returns:
-        The serialized record as `bytes`.
-    """
-    batch = None if labels is None else np.asarray(labels)[None]
-    return encode_examples(np.asarray(input_ids)[None], np.asarray(attention_mask)[None], batch)[0]
 
 
 class ShardWriter:

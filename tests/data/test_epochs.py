@@ -49,6 +49,14 @@ def _spec(paths):
     return pipeline.inspect_files(paths, "data.train")
 
 
+def _batches(plan, consumed, batch):
+    """`plan`'s batch plans with their rows gathered, as training gathers them."""
+    from kroberta.data import epochs
+
+    return plan.batch_plans(consumed, batch).map(
+        lambda indices, rows: (indices, epochs.planned_rows(rows, batch)))
+
+
 @pytest.mark.parametrize("files", [1, 2, 3, 4, 7, 64])
 @pytest.mark.parametrize("shuffle_buffer", [1, 10, 1000])
 def test_each_epoch_holds_every_record_once(tmp_path, files, shuffle_buffer):
@@ -162,7 +170,8 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
         rows.extend(tuple(r) for r in x["token_ids"])
         if len(rows) >= 2 * records:
             break
-    for x in pipeline.read_batches(run.train, 300, 64).as_numpy_iterator():
+    blocks, parse = pipeline.file_batches(run.train, 300, 64)
+    for x in blocks.map(parse).as_numpy_iterator():
         originals.extend(tuple(r) for r in x["input_ids"])
     assert collections.Counter(rows[:records]) == collections.Counter(originals)
     assert collections.Counter(rows[records:2 * records]) == collections.Counter(originals)
@@ -182,7 +191,7 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
 @pytest.mark.parametrize("shuffle_buffer", [1, 7, 50])
 @pytest.mark.parametrize("consumed", [0, 5, 93, 250])
 def test_batches_cut_from_the_blocks_are_the_stream_batched(tmp_path, shard, shuffle_buffer, consumed):
-    # Training reads `EpochPlan.batches`; it must hold exactly the elements, element
+    # Training reads `EpochPlan.batch_plans`; it must hold exactly the elements, element
     # indices and order of the record stream, batched (resume offsets inside a block,
     # across epochs, with both kinds of sharding: 3 files for 2 or 3 processes).
     from kroberta.data import epochs
@@ -190,7 +199,7 @@ def test_batches_cut_from_the_blocks_are_the_stream_batched(tmp_path, shard, shu
     spec = _spec(_write_files(tmp_path, [23, 41, 17]))
     plan = epochs.EpochPlan(spec.files, spec.file_records, 5, shuffle_buffer, shard)
     batch = 6
-    cut = list(plan.batches(consumed, batch).take(40).as_numpy_iterator())
+    cut = list(_batches(plan, consumed, batch).take(40).as_numpy_iterator())
     whole = list(plan.stream(consumed).batch(batch, drop_remainder=True).take(40).as_numpy_iterator())
     assert len(cut) == len(whole) == 40
     for (indices, tagged), (indices_ref, tagged_ref) in zip(cut, whole):
@@ -210,7 +219,7 @@ def test_batches_as_large_as_the_blocks_carry_rows_across_blocks(tmp_path, consu
 
     spec = _spec(_write_files(tmp_path, [23, 41, 17]))
     plan = epochs.EpochPlan(spec.files, spec.file_records, 5, shuffle_buffer)
-    cut = list(plan.batches(consumed, 16).take(12).as_numpy_iterator())
+    cut = list(_batches(plan, consumed, 16).take(12).as_numpy_iterator())
     whole = list(plan.stream(consumed).batch(16, drop_remainder=True).take(12).as_numpy_iterator())
     assert len(cut) == len(whole) == 12
     for (indices, tagged), (indices_ref, tagged_ref) in zip(cut, whole):
@@ -226,8 +235,8 @@ def test_batches_skip_by_rows_when_record_counts_are_unknown(tmp_path):
     known = epochs.EpochPlan(spec.files, spec.file_records, 5, 10)
     unknown = epochs.EpochPlan(spec.files, None, 5, 10)  # remote files: counts not known
     for consumed in (0, 9, 64, 130):
-        a = list(known.batches(consumed, 8).take(12).as_numpy_iterator())
-        b = list(unknown.batches(consumed, 8).take(12).as_numpy_iterator())
+        a = list(_batches(known, consumed, 8).take(12).as_numpy_iterator())
+        b = list(_batches(unknown, consumed, 8).take(12).as_numpy_iterator())
         for (ia, ta), (ib, tb) in zip(a, b):
             np.testing.assert_array_equal(ia, ib)
             np.testing.assert_array_equal(ta[2], tb[2])

@@ -241,7 +241,7 @@ def test_parquet_streams_by_batches(tmp_path, monkeypatch):
 
 
 def test_check_a_plain_directory_with_a_planted_defect(tmp_path, capsys):
-    from kroberta.data.records import ShardWriter, encode_example
+    from kroberta.data.records import ShardWriter, encode_examples
 
     folder = tmp_path / "elsewhere"
     folder.mkdir()
@@ -252,7 +252,7 @@ def test_check_a_plain_directory_with_a_planted_defect(tmp_path, capsys):
                 ids = good.copy()
                 if bad_id is not None and i == 2:
                     ids[4] = bad_id
-                writer.write(encode_example(ids, np.ones(16, np.int64)))
+                writer.write(encode_examples(ids, np.ones(16, np.int64))[0])
     (folder / "notes.txt").write_text("not a record file")
     assert main(["--check", str(folder)]) == 2
     assert "needs --vocab-size" in capsys.readouterr().err

@@ -16,7 +16,7 @@ from kroberta.data.manifest import load_manifest
 from kroberta.text.packing import pack_documents
 from kroberta.cli.prepare import main
 from kroberta.text.build import PrepareWarning, prepare
-from kroberta.data.records import ShardWriter, encode_example, encode_examples
+from kroberta.data.records import ShardWriter, encode_examples
 from kroberta.masking import static_labels
 from kroberta.text.tokenizer import load_tokenizer, special_token_ids, train_tokenizer
 
@@ -99,7 +99,7 @@ def test_encode_examples_parse_like_tf_train_example():
                      (("input_ids", ids), ("attention_mask", mask))}  # fmt: skip
         )
     )
-    assert tf.train.Example.FromString(encode_example(ids[0], mask[0])) == ref
+    assert tf.train.Example.FromString(encode_examples(ids[:1], mask[:1])[0]) == ref
 
 
 def check_packed(ids, mask):
@@ -264,11 +264,11 @@ def test_shard_writer_is_atomic(tmp_path):
     path = tmp_path / "x.tfrecord"
     with pytest.raises(RuntimeError):
         with ShardWriter(path) as w:
-            w.write(encode_example([0, 5, 2], [1, 1, 1]))
+            w.write(encode_examples([0, 5, 2], [1, 1, 1])[0])
             raise RuntimeError("interrupted")
     assert os.listdir(tmp_path) == []
     with ShardWriter(path) as w:
-        w.write(encode_example([0, 5, 2], [1, 1, 1]))
+        w.write(encode_examples([0, 5, 2], [1, 1, 1])[0])
     assert os.listdir(tmp_path) == ["x.tfrecord"]
 
 
