@@ -15,7 +15,7 @@ import os
 
 from kroberta.errors import ConfigError, InputError
 from kroberta import storage
-from kroberta.interop.hf_weights import POSITION_OFFSET
+from kroberta.interop.hf_weights import HF_NAMES, POSITION_OFFSET, SHAPE_KEYS
 from kroberta.config import Config, ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -23,15 +23,7 @@ logger = logging.getLogger(__name__)
 HF_KEY = "init_from_hf"
 KERAS_HUB_KEY = "init_from_keras_hub"
 # Keys that fix the weights' shapes and numerics: a config must agree with the checkpoint.
-WEIGHT_KEYS = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-               "max_sequence_length", "layer_norm_epsilon")
-# How Hugging Face's config.json names each model key (keras-hub's names are kroberta's).
-HF_NAMES = {"vocabulary_size": "vocab_size", "num_layers": "num_hidden_layers",
-            "num_heads": "num_attention_heads", "hidden_dim": "hidden_size",
-            "intermediate_dim": "intermediate_size",
-            "max_sequence_length": "max_position_embeddings", "dropout": "hidden_dropout_prob",
-            "attention_dropout": "attention_probs_dropout_prob",
-            "initializer_range": "initializer_range", "layer_norm_epsilon": "layer_norm_eps"}
+WEIGHT_KEYS = (*SHAPE_KEYS, "layer_norm_epsilon")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +51,7 @@ def checkpoint_of(config: Config) -> Checkpoint | None:
     Raises:
         ConversionError: the checkpoint's config is missing,
             unreadable or describes a model kroberta cannot hold (names the file and key).
+        InputError: the keras-hub preset holds a fine-tuned classifier.
     """
     if config.init_from_hf:
         key, directory = HF_KEY, config.init_from_hf
@@ -66,26 +59,15 @@ def checkpoint_of(config: Config) -> Checkpoint | None:
         key, directory = KERAS_HUB_KEY, config.init_from_keras_hub
     else:
         return None
-    with storage.local_copy(directory) as local:  # gs://...: a temporary copy
-        model = _read_model_config(key, local)
-    return Checkpoint(key, directory, os.path.join(directory, "config.json"), model)
-
-
-def _read_model_config(key: str, directory: str) -> ModelConfig:
     from kroberta.interop import hf, keras_hub_presets
 
-    if key == HF_KEY:
-        return hf.model_config_from_hf(hf.read_hf_config(directory),
-                                       os.path.join(directory, hf.CONFIG_FILE))
-    model = keras_hub_presets.preset_model_config(directory)
-    saved = os.path.join(directory, keras_hub_presets.KROBERTA_CONFIG_FILE)
-    if os.path.isfile(saved):  # the attention rate keras-hub's one dropout cannot hold
-        from kroberta.config import load_toml
-
-        rate = load_toml(saved).model.attention_dropout_rate
-        if rate != model.dropout:
-            model = dataclasses.replace(model, attention_dropout=rate)
-    return model
+    with storage.local_copy(directory) as local:  # gs://...: a temporary copy
+        if key == HF_KEY:
+            model = hf.model_config_from_hf(hf.read_hf_config(local),
+                                            os.path.join(local, hf.CONFIG_FILE))
+        else:  # with what keras-hub's config cannot hold, from kroberta_config.toml
+            model = keras_hub_presets.preset_config(local, classifier=False).model
+    return Checkpoint(key, directory, os.path.join(directory, "config.json"), model)
 
 
 def with_checkpoint_model(config: Config, sources: dict | None = None,
@@ -120,11 +102,15 @@ def with_checkpoint_model(config: Config, sources: dict | None = None,
     conflicts = [name for name in WEIGHT_KEYS if name in set_by_config
                  and getattr(config.model, name) != getattr(checkpoint.model, name)]
     if conflicts:
-        raise ConfigError(_conflict_message(config, checkpoint, conflicts, sources))
+        listed = "; ".join(f"model.{name}={getattr(config.model, name)} ({_source(sources, name)}) "
+                           f"but the checkpoint has {checkpoint.shown(name)}" for name in conflicts)
+        raise ConfigError(
+            f"{checkpoint.key}: the config disagrees with the checkpoint {checkpoint.config_file} "
+            f"on {len(conflicts)} key(s): {listed}. The model section follows the checkpoint: "
+            "remove these keys from the config file and the command line")
     taken = {name: getattr(checkpoint.model, name) for name in _model_keys()
              if name not in set_by_config}
-    kept = sorted(set_by_config - set(WEIGHT_KEYS))
-    for name in kept:
+    for name in sorted(set_by_config - set(WEIGHT_KEYS)):
         if getattr(config.model, name) != getattr(checkpoint.model, name):
             logger.info("model.%s=%s (%s) replaces the checkpoint's %s", name,
                         getattr(config.model, name), _source(sources, name),
@@ -150,15 +136,6 @@ def _set_by_config(config: Config, sources: dict | None) -> set[str]:
 
 def _source(sources: dict | None, name: str) -> str:
     return "config" if sources is None else sources.get(f"model.{name}", "default")
-
-
-def _conflict_message(config: Config, checkpoint: Checkpoint, conflicts: list[str],
-                      sources: dict | None) -> str:
-    listed = "; ".join(f"model.{name}={getattr(config.model, name)} ({_source(sources, name)}) "
-                       f"but the checkpoint has {checkpoint.shown(name)}" for name in conflicts)
-    return (f"{checkpoint.key}: the config disagrees with the checkpoint {checkpoint.config_file} "
-            f"on {len(conflicts)} key(s): {listed}. The model section follows the checkpoint: "
-            "remove these keys from the config file and the command line")
 
 
 # ---------------------------------------------------------------- tokenizer

@@ -9,15 +9,18 @@ including the MLM head. The tensor mapping lives in `hf_weights.py`; nothing her
 needs torch or transformers.
 """
 
+import dataclasses
 import json
 import os
 
+from kroberta.config import FOLLOW_DROPOUT, Config, ModelConfig
 from kroberta.errors import ConversionError, InputError, NotFoundError
 from kroberta.model.masked_lm import check_model
 from kroberta.model.layer_norm import epsilon_of
 from kroberta.interop import hf_weights
 from kroberta import storage
 from kroberta.atomic import atomic_path
+from kroberta import tokens
 from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
 
 CONFIG_FILE = "config.json"
@@ -103,8 +106,6 @@ def _classifier_config(classifier) -> dict:
 
 def task_of(classifier) -> dict | None:
     """The classifier's `task_spec` (its text fields, kind, metric) as a dict, None without one."""
-    import dataclasses
-
     spec = getattr(classifier, "task_spec", None)
     return dataclasses.asdict(spec) if spec is not None else None
 
@@ -175,7 +176,7 @@ def read_hf_config(directory: str) -> dict:
     return read_json_in(directory, CONFIG_FILE, "a Hugging Face model directory")
 
 
-def read_json_in(directory: str, name: str, what: str, error=ConversionError) -> dict:
+def read_json_in(directory: str, name: str, what: str) -> dict:
     """`directory/name` parsed as JSON; a missing directory or file, or bad JSON, named."""
     path = os.path.join(directory, name)
     if not os.path.isdir(directory):
@@ -186,13 +187,11 @@ def read_json_in(directory: str, name: str, what: str, error=ConversionError) ->
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
-        raise error(f"{path}: not valid JSON: {e}") from None
+        raise ConversionError(f"{path}: not valid JSON: {e}") from None
 
 
 def model_config_from_hf(hf: dict, source: str):
     """The kroberta `ModelConfig` for an HF RoBERTa config; refuses what kroberta cannot represent."""
-    from kroberta.config import FOLLOW_DROPOUT, ModelConfig
-
     def fail(key, problem):
         raise ConversionError(f"{source}: {key}: {problem}")
 
@@ -284,22 +283,6 @@ def read_hf_tensors(directory: str) -> tuple[dict, str]:
     raise NotFoundError(f"{directory}: no weights ({SAFETENSORS_FILE} or {TORCH_FILE}) found")
 
 
-def _kroberta_config(model_config, tokenizer):
-    """A default `Config` with the imported model section (and the tokenizer's special ids)."""
-    import dataclasses
-
-    from kroberta.config import Config
-
-    config = Config(model=model_config)
-    if tokenizer is not None:
-        ids = [tokenizer.token_to_id(SPECIAL_TOKENS[k]) for k in
-               ("bos_token", "pad_token", "eos_token", "unk_token", "mask_token")]
-        if None not in ids:
-            config = dataclasses.replace(config, data=dataclasses.replace(
-                config.data, pad_token_id=ids[1], mask_token_id=ids[4], special_token_ids=tuple(ids)))
-    return config
-
-
 def from_hf(directory: str, mixed_precision: bool = False):
     """Builds a kroberta model from a local Hugging Face RoBERTa MLM directory.
 
@@ -321,10 +304,8 @@ def from_hf(directory: str, mixed_precision: bool = False):
     """
     from kroberta.model.mlm import build_model
 
-    if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
-        with storage.local_copy(directory) as local:
-            return from_hf(local, mixed_precision)
-    hf, config, tokenizer, tensors, source = read_hf_model(directory, classifier=False)
+    with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
+        hf, config, tokenizer, tensors, source = read_hf_model(local, classifier=False)
     model = build_model(config.model, mixed_precision, config=config, tokenizer=tokenizer)
     hf_weights.load_hf_tensors(model, tensors, source, tied=hf.get("tie_word_embeddings", True))
     return model
@@ -335,12 +316,8 @@ def read_hf_model(directory: str, classifier: bool):
     HF RoBERTa directory; InputError unless it holds a `RobertaForSequenceClassification`
     (`classifier`) or a masked LM (not `classifier`), naming the call that loads it."""
     hf = read_hf_config(directory)
-    if (CLASSIFIER_ARCHITECTURE in (hf.get("architectures") or ())) != classifier:
-        found = ", ".join(hf.get("architectures") or ["RobertaForMaskedLM"])
-        raise InputError(f"{directory}: " + (
-            f"a masked LM ({found}), not a fine-tuned classifier; load it with "
-            f"kroberta.from_hf({directory!r})" if classifier else f"a fine-tuned classifier "
-            f"({found}), not a masked LM; load it with kroberta.load_classifier({directory!r})"))
+    check_kind(directory, CLASSIFIER_ARCHITECTURE in (hf.get("architectures") or ()), classifier,
+               ", ".join(hf.get("architectures") or ["RobertaForMaskedLM"]), "from_hf")
     model_config = model_config_from_hf(hf, os.path.join(directory, CONFIG_FILE))
     tensors, source = read_hf_tensors(directory)
     tokenizer = None
@@ -349,7 +326,24 @@ def read_hf_model(directory: str, classifier: bool):
         from tokenizers import Tokenizer
 
         tokenizer = Tokenizer.from_file(tokenizer_path)
-    return hf, _kroberta_config(model_config, tokenizer), tokenizer, tensors, source
+    # A default `Config` with the imported model section (and the tokenizer's special ids).
+    config = Config(model=model_config)
+    if tokenizer is not None:
+        ids = [tokenizer.token_to_id(text) for text in tokens.SPECIAL_TOKENS.values()]  # id order
+        if None not in ids:
+            config = dataclasses.replace(config, data=dataclasses.replace(
+                config.data, pad_token_id=ids[1], mask_token_id=ids[4], special_token_ids=tuple(ids)))
+    return hf, config, tokenizer, tensors, source
+
+
+def check_kind(directory: str, holds_classifier: bool, classifier: bool, found: str, loader: str):
+    """InputError unless `directory` holds a fine-tuned classifier exactly when `classifier`,
+    naming what it holds (`found`) and the call that loads it (`loader` for a masked LM)."""
+    if holds_classifier != classifier:
+        raise InputError(f"{directory}: " + (
+            f"a masked LM ({found}), not a fine-tuned classifier; load it with "
+            f"kroberta.{loader}({directory!r})" if classifier else f"a fine-tuned classifier "
+            f"({found}), not a masked LM; load it with kroberta.load_classifier({directory!r})"))
 
 
 def init_from_hf(model, directory: str):
@@ -366,22 +360,16 @@ def init_from_hf(model, directory: str):
         ConversionError: a shape key of the checkpoint differs from the model's,
             or a tensor is missing or has the wrong shape (named).
     """
-    if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
-        with storage.local_copy(directory) as local:
-            return init_from_hf(model, local)
-    hf = read_hf_config(directory)
-    source = os.path.join(directory, CONFIG_FILE)
-    theirs = model_config_from_hf(hf, source)
-    b = model.backbone
-    pairs = (("vocab_size", "vocabulary_size"), ("num_hidden_layers", "num_layers"),
-             ("num_attention_heads", "num_heads"), ("hidden_size", "hidden_dim"),
-             ("intermediate_size", "intermediate_dim"), ("max_position_embeddings", "max_sequence_length"))
-    for hf_key, ours in pairs:
-        want, got = getattr(b, ours), getattr(theirs, ours)
-        if want != got:
-            shown = hf[hf_key]
-            raise ConversionError(
-                f"{source}: {hf_key}={shown} gives model.{ours}={got}, but the model has {want}")
-    tensors, weights_source = read_hf_tensors(directory)
+    with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
+        hf = read_hf_config(local)
+        source = os.path.join(local, CONFIG_FILE)
+        theirs = model_config_from_hf(hf, source)
+        for key in hf_weights.SHAPE_KEYS:
+            want, got = getattr(model.backbone, key), getattr(theirs, key)
+            if want != got:
+                hf_key = hf_weights.HF_NAMES[key]
+                raise ConversionError(f"{source}: {hf_key}={hf[hf_key]} gives model.{key}={got}, "
+                                      f"but the model has {want}")
+        tensors, weights_source = read_hf_tensors(local)
     hf_weights.load_hf_tensors(model, tensors, weights_source, tied=hf.get("tie_word_embeddings", True))
     return model

@@ -22,6 +22,16 @@ from kroberta.errors import ConversionError
 
 # HF RoBERTa position ids are cumsum(non-pad) + padding_idx, padding_idx = 1.
 POSITION_OFFSET = 2
+# The model keys that fix the weights' shapes, and how HF's config.json names each model
+# key (keras-hub's names are kroberta's).
+SHAPE_KEYS = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
+              "max_sequence_length")
+HF_NAMES = {"vocabulary_size": "vocab_size", "num_layers": "num_hidden_layers",
+            "num_heads": "num_attention_heads", "hidden_dim": "hidden_size",
+            "intermediate_dim": "intermediate_size",
+            "max_sequence_length": "max_position_embeddings", "dropout": "hidden_dropout_prob",
+            "attention_dropout": "attention_probs_dropout_prob",
+            "initializer_range": "initializer_range", "layer_norm_epsilon": "layer_norm_eps"}
 
 WORD_EMBEDDINGS = "roberta.embeddings.word_embeddings.weight"
 POSITION_EMBEDDINGS = "roberta.embeddings.position_embeddings.weight"
@@ -45,13 +55,8 @@ def _to_hf(kind: str, x: np.ndarray) -> np.ndarray:
 
 
 def _from_hf(kind: str, t: np.ndarray, shape: tuple) -> np.ndarray:
-    if kind == "linear":
-        return t.T
-    if kind == "qkv":  # (heads * head, hidden) -> (hidden, heads * head) -> (hidden, heads, head)
-        return t.T.reshape(shape)
-    if kind == "attn_out":  # (hidden, heads * head) -> (heads * head, hidden) -> (heads, head, hidden)
-        return t.T.reshape(shape)
-    return t.reshape(shape)  # "copy", "qkv_bias"
+    # `_to_hf` undone: torch's (out, in) transposed back, then keras-hub's shape.
+    return (t if kind in ("copy", "qkv_bias") else t.T).reshape(shape)
 
 
 def is_classifier(model) -> bool:
@@ -65,7 +70,14 @@ def weight_specs(model) -> list[tuple[str, object, str]]:
     """(HF tensor name, Keras variable, layout kind) for every weight but the position
     table: the backbone's, then the masked LM's or the classifier's head."""
     if is_classifier(model):
-        return backbone_specs(model.backbone) + classifier_head_specs(model)
+        # HF `RobertaClassificationHead` <-> keras-hub's `RobertaTextClassifier` head: both
+        # take the <s> token's state (index 0), dropout -> dense -> tanh -> dropout -> output
+        # projection; keras-hub's `pooled_dense` carries the tanh as its activation.
+        return backbone_specs(model.backbone) + [
+            ("classifier.dense.weight", model.pooled_dense.kernel, "linear"),
+            ("classifier.dense.bias", model.pooled_dense.bias, "copy"),
+            ("classifier.out_proj.weight", model.output_dense.kernel, "linear"),
+            ("classifier.out_proj.bias", model.output_dense.bias, "copy")]
     head = model.masked_lm_head
     return backbone_specs(model.backbone) + [
         # HF lm_head: dense -> gelu -> layer_norm -> decoder (tied) + bias, as keras-hub's head.
@@ -75,16 +87,6 @@ def weight_specs(model) -> list[tuple[str, object, str]]:
         ("lm_head.layer_norm.bias", head._intermediate_layer_norm.beta, "copy"),
         (LM_HEAD_BIAS, head._bias, "copy"),
     ]
-
-
-def classifier_head_specs(classifier) -> list[tuple[str, object, str]]:
-    """HF `RobertaClassificationHead` <-> keras-hub's `RobertaTextClassifier` head: both
-    take the <s> token's state (index 0), dropout -> dense -> tanh -> dropout -> output
-    projection; keras-hub's `pooled_dense` carries the tanh as its activation."""
-    return [("classifier.dense.weight", classifier.pooled_dense.kernel, "linear"),
-            ("classifier.dense.bias", classifier.pooled_dense.bias, "copy"),
-            ("classifier.out_proj.weight", classifier.output_dense.kernel, "linear"),
-            ("classifier.out_proj.bias", classifier.output_dense.bias, "copy")]
 
 
 def backbone_specs(backbone) -> list[tuple[str, object, str]]:
@@ -140,21 +142,6 @@ def to_hf_tensors(model) -> dict[str, np.ndarray]:
     return {name: np.ascontiguousarray(t, dtype=np.float32) for name, t in tensors.items()}
 
 
-def expected_hf_shapes(model) -> dict[str, tuple]:
-    # The layouts' shapes, from `_to_hf` itself on a zero-stride array (no memory).
-    shapes = {name: _to_hf(kind, np.broadcast_to(np.float32(0), tuple(var.shape))).shape
-              for name, var, kind in weight_specs(model)}
-    length, hidden = tuple(_position_variable(model).shape)
-    shapes[POSITION_EMBEDDINGS] = (length + POSITION_OFFSET, hidden)
-    return shapes
-
-
-def _check(name: str, tensor, expected: tuple, source: str):
-    if tuple(tensor.shape) != tuple(expected):
-        raise ConversionError(
-            f"{source}: tensor {name}: expected shape {tuple(expected)}, got {tuple(tensor.shape)}")
-
-
 def load_hf_tensors(model, tensors: dict, source: str, tied: bool = True):
     """Assigns HF tensors to `model`'s variables; checks names and shapes before assigning any.
 
@@ -169,13 +156,18 @@ def load_hf_tensors(model, tensors: dict, source: str, tied: bool = True):
     if LM_HEAD_BIAS not in tensors and LM_HEAD_DECODER_BIAS in tensors:
         tensors[LM_HEAD_BIAS] = tensors[LM_HEAD_DECODER_BIAS]
     specs = weight_specs(model)
-    shapes = expected_hf_shapes(model)
+    # The layouts' shapes, from `_to_hf` itself on a zero-stride array (no memory).
+    shapes = {name: _to_hf(kind, np.broadcast_to(np.float32(0), tuple(var.shape))).shape
+              for name, var, kind in specs}
+    length, hidden = tuple(_position_variable(model).shape)
+    shapes[POSITION_EMBEDDINGS] = (length + POSITION_OFFSET, hidden)
     missing = [name for name in shapes if name not in tensors]
     if missing:
         raise ConversionError(f"{source}: missing tensor(s): {', '.join(missing)}")
     for name, expected in shapes.items():
-        _check(name, tensors[name], expected, source)
-    hidden = shapes[POSITION_EMBEDDINGS][1]
+        if tuple(tensors[name].shape) != expected:
+            raise ConversionError(f"{source}: tensor {name}: expected shape {expected}, "
+                                  f"got {tuple(tensors[name].shape)}")
     token_type = tensors.get(TOKEN_TYPE_EMBEDDINGS)
     if token_type is not None and (token_type.ndim != 2 or token_type.shape[0] < 1
                                    or token_type.shape[1] != hidden):
@@ -188,9 +180,8 @@ def load_hf_tensors(model, tensors: dict, source: str, tied: bool = True):
                 f"{source}: tie_word_embeddings is false and {LM_HEAD_DECODER_WEIGHT} differs from "
                 f"{WORD_EMBEDDINGS}; kroberta's MLM head is tied to the token embedding")
 
-    values = []
-    for name, var, kind in specs:
-        values.append((var, _from_hf(kind, np.asarray(tensors[name], np.float32), tuple(var.shape))))
+    values = [(var, _from_hf(kind, np.asarray(tensors[name], np.float32), tuple(var.shape)))
+              for name, var, kind in specs]
     positions = np.asarray(tensors[POSITION_EMBEDDINGS], np.float32)[POSITION_OFFSET:]  # (L, hidden)
     if token_type is not None:
         # HF adds token_type_embeddings[token_type_ids] to every token and MLM inputs use

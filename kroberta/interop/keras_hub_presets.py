@@ -2,22 +2,16 @@
 
 A kroberta model *is* a keras-hub `RobertaMaskedLM`, so the export is keras-hub's
 own `save_to_preset` on a stock copy of it (`kroberta.model.mlm.stock_copy`: the
-files hold nothing kroberta-specific): `config.json` + `model.weights.h5`
-(the backbone), `task.json` + `task.weights.h5` (the MLM head), `metadata.json`,
-and with a tokenizer `tokenizer.json`, `preprocessor.json` and
-`assets/tokenizer/{vocabulary.json, merges.txt}` (keras-hub's `RobertaTokenizer`;
-the masked LM's `RobertaMaskedLMPreprocessor` inside `task.json`, and in
-`preprocessor.json` a `RobertaTextClassifierPreprocessor` at the model's sequence
-length, so `RobertaTextClassifier.from_preset(dir, num_classes=K)` fits as it is). kroberta adds `kroberta_config.toml` (the
-run's config; keras-hub ignores it). keras-hub's backbone config has one `dropout`:
-kroberta writes the hidden rate (`model.dropout`) there, so a stock keras-hub load
-applies it to the attention weights too, and the attention rate
-(`model.attention_dropout`) and the layer-norm epsilon (`model.layer_norm_epsilon`;
-keras-hub hard-codes 1e-5) travel in `kroberta_config.toml`, which `from_keras_hub`
-reads back. The result loads with
-`keras_hub.models.RobertaMaskedLM.from_preset(dir)`, `RobertaBackbone.from_preset`
-and `RobertaTokenizer.from_preset`. A fine-tuned classifier is saved the same way as a
-`RobertaTextClassifier` (`preprocessor.json` at its `max_length`; its class names and
+files hold nothing kroberta-specific). With a tokenizer it holds keras-hub's
+`RobertaTokenizer` (`assets/tokenizer/{vocabulary.json, merges.txt}`), the masked LM's
+`RobertaMaskedLMPreprocessor` inside `task.json`, and in `preprocessor.json` a
+`RobertaTextClassifierPreprocessor` at the model's sequence length, so
+`RobertaTextClassifier.from_preset(dir, num_classes=K)` fits as it is. keras-hub's
+backbone config has one `dropout`: kroberta writes the hidden rate there (a stock
+keras-hub load applies it to the attention weights too); the attention rate and the
+layer-norm epsilon (keras-hub hard-codes 1e-5) travel in `kroberta_config.toml`, the
+run's config, which keras-hub ignores and `from_keras_hub` reads back. A fine-tuned
+classifier is saved the same way as a `RobertaTextClassifier` (its class names and
 task in `kroberta_classifier.json`), which `kroberta.load_classifier` reads back.
 
 Token ids: keras-hub's byte-level BPE gives the ids of kroberta's tokenizer for
@@ -31,25 +25,22 @@ tokenizer (`model.tokenizer`) where the ids must match.
 import json
 import os
 
-from kroberta.errors import ConversionError, InputError
+from kroberta.errors import ConversionError
 from kroberta.interop import hf_weights
 from kroberta.model.masked_lm import check_model
 from kroberta import storage
 from kroberta.atomic import atomic_write
+from kroberta.text.tokenizer import KERAS_HUB_MERGES_FILE, KERAS_HUB_VOCABULARY_FILE
 
 KROBERTA_CONFIG_FILE = "kroberta_config.toml"
 CONFIG_FILE = "config.json"
 TASK_CONFIG_FILE = "task.json"
 TASK_WEIGHTS_FILE = "task.weights.h5"
-ASSETS_DIR = os.path.join("assets", "tokenizer")
-VOCABULARY_FILE = "vocabulary.json"
-MERGES_FILE = "merges.txt"
 CLASSIFIER_FILE = "kroberta_classifier.json"  # a classifier's class names and task (keras-hub has no place)
 # Every file `export_keras_hub` may write (the export CLI clears them before --overwrite).
 EXPORT_FILES = (CONFIG_FILE, "model.weights.h5", "model.weights.json", "metadata.json", TASK_CONFIG_FILE,
                 TASK_WEIGHTS_FILE, "preprocessor.json", "tokenizer.json", KROBERTA_CONFIG_FILE,
-                os.path.join(ASSETS_DIR, VOCABULARY_FILE), os.path.join(ASSETS_DIR, MERGES_FILE),
-                CLASSIFIER_FILE)
+                KERAS_HUB_VOCABULARY_FILE, KERAS_HUB_MERGES_FILE, CLASSIFIER_FILE)
 BACKBONE_NAME = "RobertaBackbone"
 CLASSIFIER_NAME = "RobertaTextClassifier"
 
@@ -89,15 +80,12 @@ def _recorded_config(config, model):
 
     rate, epsilon = attention_dropout_of(model), epsilon_of(model)
     if config is None:
-        if rate == float(model.backbone.dropout) and \
-                epsilon == ModelConfig.layer_norm_epsilon:
+        if rate == float(model.backbone.dropout) and epsilon == ModelConfig.layer_norm_epsilon:
             return None  # keras-hub's config says it all
         config = Config(model=preset_model_config_of(model.backbone))
-    if config.model.attention_dropout_rate != rate:
-        config = dataclasses.replace(config, model=dataclasses.replace(
-            config.model, attention_dropout=rate))
+    rates = {"attention_dropout": rate} if config.model.attention_dropout_rate != rate else {}
     return dataclasses.replace(config, model=dataclasses.replace(
-        config.model, layer_norm_epsilon=epsilon))
+        config.model, layer_norm_epsilon=epsilon, **rates))
 
 
 def preset_model_config_of(backbone):
@@ -189,24 +177,22 @@ def _stock_classifier(classifier, preprocessor):
 def preset_model_config(directory: str):
     """The kroberta `ModelConfig` of a keras-hub RoBERTa preset's `config.json`."""
     from kroberta.config import ModelConfig
-
     from kroberta.interop.hf import read_json_in
+    from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE
 
     path = os.path.join(directory, CONFIG_FILE)
-    data = read_json_in(directory, CONFIG_FILE, "a keras-hub preset directory", ConversionError)
+    data = read_json_in(directory, CONFIG_FILE, "a keras-hub preset directory")
     name = str(data.get("registered_name", ""))
     if not name.endswith(BACKBONE_NAME):
         raise ConversionError(f"{path}: registered_name: kroberta reads {BACKBONE_NAME} presets, got "
                               f"{name or data.get('model_type') or 'none'!r}")
     values = data.get("config", {})
-    keys = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "max_sequence_length")
-    for key in keys:
+    for key in hf_weights.SHAPE_KEYS:
         if not isinstance(values.get(key), int) or isinstance(values.get(key), bool) or values[key] < 1:
             raise ConversionError(f"{path}: config.{key}: expected a positive integer, got {values.get(key)!r}")
-    from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE
-
     # keras-hub's RoBERTa has no setting for it: it always starts from this.
-    return ModelConfig(**{k: values[k] for k in keys}, dropout=float(values.get("dropout", 0.0)),
+    return ModelConfig(**{k: values[k] for k in hf_weights.SHAPE_KEYS},
+                       dropout=float(values.get("dropout", 0.0)),
                        initializer_range=KERAS_HUB_INITIALIZER_RANGE)
 
 
@@ -215,11 +201,10 @@ def preset_tokenizer(directory: str):
     (`kroberta.text.tokenizer.byte_level_bpe`: Hugging Face's ids); None without them."""
     from kroberta.text.tokenizer import byte_level_bpe
 
-    vocabulary_path = os.path.join(directory, ASSETS_DIR, VOCABULARY_FILE)
-    merges_path = os.path.join(directory, ASSETS_DIR, MERGES_FILE)
-    if not (os.path.isfile(vocabulary_path) and os.path.isfile(merges_path)):
-        return None
-    return byte_level_bpe(vocabulary_path, merges_path)
+    vocabulary = os.path.join(directory, KERAS_HUB_VOCABULARY_FILE)
+    merges = os.path.join(directory, KERAS_HUB_MERGES_FILE)
+    return byte_level_bpe(vocabulary, merges) if os.path.isfile(vocabulary) and \
+        os.path.isfile(merges) else None
 
 
 def _load_weights_into(model, directory: str):
@@ -253,13 +238,11 @@ def from_keras_hub(directory: str, mixed_precision: bool = False):
     """
     from kroberta.model.mlm import build_model
 
-    if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
-        with storage.local_copy(directory) as local:
-            return from_keras_hub(local, mixed_precision)
-    config = preset_config(directory, classifier=False)
-    model = build_model(config.model, mixed_precision, seed=0, config=config,
-                        tokenizer=preset_tokenizer(directory))
-    _load_weights_into(model, directory)
+    with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
+        config = preset_config(local, classifier=False)
+        model = build_model(config.model, mixed_precision, seed=0, config=config,
+                            tokenizer=preset_tokenizer(local))
+        _load_weights_into(model, local)
     return model
 
 
@@ -274,31 +257,28 @@ def preset_config(directory: str, classifier: bool):
     check_task(directory, classifier)
     model_config = preset_model_config(directory)
     saved = os.path.join(directory, KROBERTA_CONFIG_FILE)
-    config = load_toml(saved) if os.path.isfile(saved) else Config()
-    if os.path.isfile(saved):
-        # What keras-hub's config cannot hold: the attention rate (else -1: follow
-        # dropout) and the layer-norm epsilon.
-        model_config = dataclasses.replace(
-            model_config, layer_norm_epsilon=config.model.layer_norm_epsilon,
-            attention_dropout=(config.model.attention_dropout_rate
-                               if config.model.attention_dropout_rate != model_config.dropout
-                               else model_config.attention_dropout))
-    return dataclasses.replace(config, model=model_config)
+    if not os.path.isfile(saved):
+        return Config(model=model_config)
+    config = load_toml(saved)
+    # What keras-hub's config cannot hold: the attention rate (else -1: follow dropout)
+    # and the layer-norm epsilon.
+    rate = config.model.attention_dropout_rate
+    return dataclasses.replace(config, model=dataclasses.replace(
+        model_config, layer_norm_epsilon=config.model.layer_norm_epsilon,
+        attention_dropout=rate if rate != model_config.dropout else model_config.attention_dropout))
 
 
 def check_task(directory: str, classifier: bool):
     """InputError unless the preset's task (task.json) is a classifier exactly when `classifier`."""
+    from kroberta.interop.hf import check_kind
+
     path = os.path.join(directory, TASK_CONFIG_FILE)
     task = BACKBONE_NAME
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             task = str(json.load(f).get("registered_name", "")).split(">")[-1]
-    if (task == CLASSIFIER_NAME) != classifier:
-        raise InputError(f"{directory}: " + (
-            f"a masked LM (keras-hub {task} preset), not a fine-tuned classifier; load it with "
-            f"kroberta.from_keras_hub({directory!r})" if classifier else f"a fine-tuned classifier "
-            f"(keras-hub {task} preset), not a masked LM; load it with "
-            f"kroberta.load_classifier({directory!r})"))
+    check_kind(directory, task == CLASSIFIER_NAME, classifier, f"keras-hub {task} preset",
+               "from_keras_hub")
 
 
 def init_from_keras_hub(model, directory: str) -> bool:
@@ -308,15 +288,12 @@ def init_from_keras_hub(model, directory: str) -> bool:
     backbone-only preset: the head keeps its initial weights). Raises
     `ConversionError` naming the first shape key that differs.
     """
-    if storage.is_url(directory):  # gs://...: a local copy (kroberta.storage, fsspec)
-        with storage.local_copy(directory) as local:
-            return init_from_keras_hub(model, local)
-    check_task(directory, classifier=False)
-    theirs = preset_model_config(directory)
-    b = model.backbone
-    for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-                "max_sequence_length"):
-        if getattr(theirs, key) != getattr(b, key):
-            raise ConversionError(f"{os.path.join(directory, CONFIG_FILE)}: config.{key}="
-                                  f"{getattr(theirs, key)}, but the model has model.{key}={getattr(b, key)}")
-    return _load_weights_into(model, directory)
+    with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
+        check_task(local, classifier=False)
+        theirs = preset_model_config(local)
+        for key in hf_weights.SHAPE_KEYS:
+            if getattr(theirs, key) != getattr(model.backbone, key):
+                raise ConversionError(f"{os.path.join(local, CONFIG_FILE)}: config.{key}="
+                                      f"{getattr(theirs, key)}, but the model has "
+                                      f"model.{key}={getattr(model.backbone, key)}")
+        return _load_weights_into(model, local)

@@ -153,7 +153,7 @@ def test_init_from_keras_hub_alone_gives_the_presets_model_section(checkpoint, t
     config, sources = with_checkpoint_model(config, args.sources)
     m = imported.kroberta_config.model
     for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-                "max_sequence_length", "dropout", "attention_dropout_rate"):
+                "max_sequence_length", "dropout", "attention_dropout_rate", "layer_norm_epsilon"):
         assert getattr(config.model, key) == getattr(m, key), key
     assert sources["model.hidden_dim"] == os.path.join(preset, "config.json")
     # `python -m kroberta.evaluate --model` tells a preset from a Hugging Face directory.
