@@ -1,7 +1,7 @@
 """Building a prepared directory: raw text -> tokenizer -> packed TFRecord shards + manifest.json.
 
 `prepare()` is `python -m kroberta.prepare` as a function (and what a run without
-data builds from the embedded corpus), its steps listed there. Shards are written
+data builds from the embedded corpus; steps: `kroberta.cli.prepare`). Shards are written
 atomically and the manifest last: a directory with a manifest is complete. An
 `out_dir` on a URL (gs://, any fsspec filesystem: `kroberta.storage`) is prepared in
 a local temporary directory, then uploaded with the manifest last.

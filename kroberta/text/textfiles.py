@@ -120,11 +120,11 @@ def _scan_stream(f):
 
 def iter_documents(sources, on_bytes=None, line_by_line=False):
     """Each non-empty document (str) of the `Source`s, streaming: text files accepted by
-    `scan_file`, record files checked by `recordfiles.check_source`.
-    A document's lines are joined with "\\n", whitespace-only lines dropped (`\\r\\n`
-    -> `\\n`, no trailing newline); a record is one document, a text file's end at blank
-    lines (or lines, with `line_by_line`). `on_bytes(n)` hears the bytes read, about 1 MB at a time, adding up to the
-    sizes `scan_file` / `check_source` returned."""
+    `scan_file`, record files checked by `recordfiles.check_source`. A document's lines
+    are joined with "\\n", whitespace-only lines dropped (`\\r\\n` -> `\\n`, no trailing
+    newline); a record is one document, a text file's end at blank lines (or lines,
+    with `line_by_line`). `on_bytes(n)` hears the bytes read, about 1 MB at a time,
+    adding up to the sizes `scan_file` / `check_source` returned."""
     for source in sources:
         if source.format is None:
             for document in _text_documents(source.path, on_bytes):
