@@ -69,42 +69,29 @@ def _row(result, name=None) -> str:
     return f"{name or result.task:<12} {result.metric:<9} {scores}  (lr {result.best_learning_rate:g})"
 
 
-def _finetune(args, task, out):
-    from kroberta.downstream.finetuning import finetune
-
-    baseline = args.baseline if args.baseline is not None else (task is None and not args.data)
-    return finetune(args.run, task, args.data, args.validation,
-                    text_fields=tuple(args.text_field or ("text",)), label_field=args.label_field,
-                    kind=args.kind, learning_rates=_rates(args.learning_rates), seeds=args.seeds,
-                    epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length,
-                    baseline=baseline, out=out)
-
-
-def _write(result, out):
-    from kroberta.downstream.prediction import save_classifier
-
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as f:
-        json.dump(result.to_json(), f, indent=1)
-    save_classifier(result.classifier, out)
-
-
 def _run_tasks(args) -> int:
     from kroberta.downstream import glue
+    from kroberta.downstream.finetuning import finetune
+    from kroberta.downstream.prediction import save_classifier
 
     tasks = [f"glue/{t}" for t in glue.tasks_present(args.data)] if args.suite else [args.task]
-    rows, averages = [], []
+    baseline = args.baseline if args.baseline is not None else (args.task is None and not args.data)
+    averages = []
     for task in tasks:
         out = os.path.join(args.out, task.split("/")[-1]) if args.suite and args.out else args.out
-        result = _finetune(args, task, out)
-        rows.append(_row(result))
-        split = result.split
-        averages.append(result.median[split])
-        if result.baseline is not None:
-            rows.append(_row(result.baseline, "random init"))
+        result = finetune(args.run, task, args.data, args.validation,
+                          text_fields=tuple(args.text_field or ("text",)),
+                          label_field=args.label_field, kind=args.kind,
+                          learning_rates=_rates(args.learning_rates), seeds=args.seeds,
+                          epochs=args.epochs, batch_size=args.batch_size,
+                          max_length=args.max_length, baseline=baseline, out=out)
+        averages.append(result.median[result.split])
         if out:
-            _write(result, out)
-        print(rows[-1] if result.baseline is None else "\n".join(rows[-2:]), flush=True)
+            save_classifier(result.classifier, out)  # creates the folder
+            with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as f:
+                json.dump(result.to_json(), f, indent=1)
+        rows = [_row(result)] + ([_row(result.baseline, "random init")] if result.baseline else [])
+        print("\n".join(rows), flush=True)
     if args.suite:
         print(f"{'average':<12} {'':<9} {100 * sum(averages) / len(averages):.1f}")
     return 0

@@ -73,7 +73,7 @@ def batches(encoded: Encoded, batch_size: int, max_length: int, seed: int | None
         if seed is not None:
             rows = rng.permutation(rows)
         for start in range(0, len(rows), batch_size):
-            result.append(_batch(encoded, rows[start:start + batch_size], batch_size, length))
+            result.append(pad(encoded, rows[start:start + batch_size], batch_size, length))
     if seed is not None:
         result = [result[i] for i in rng.permutation(len(result))]
     return result
@@ -91,15 +91,8 @@ def _bucket_of(encoded: Encoded, buckets: tuple) -> np.ndarray:
     return np.searchsorted(buckets, np.array([len(i) for i in encoded.ids], np.int64))
 
 
-def in_split_order(values: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
-    """(count, K) `values` (one row per batch row, `dataset`'s order) put back in the
-    split's order, padding rows (`rows` -1) dropped."""
-    ordered = np.empty((count, values.shape[1]), np.float32)
-    ordered[rows[rows >= 0]] = values[rows >= 0]
-    return ordered
-
-
-def _batch(encoded: Encoded, rows: np.ndarray, batch_size: int, length: int):
+def pad(encoded: Encoded, rows: np.ndarray, batch_size: int, length: int):
+    """The examples `rows` as one batch of `batches`, padded to (batch_size, length)."""
     token_ids = np.full((batch_size, length), encoded.pad_id, np.int32)
     padding_mask = np.zeros((batch_size, length), np.int32)
     for slot, row in enumerate(rows):
@@ -127,10 +120,9 @@ def dataset(encoded: Encoded, batch_size: int, max_length: int, seed: int | None
     which = [lengths.index(item[0]["token_ids"].shape[1]) for item in items]
     per_bucket = []
     for b in range(len(lengths)):
-        chosen = [item for item, w in zip(items, which) if w == b]
-        per_bucket.append(tf.data.Dataset.from_tensor_slices((
-            {name: np.stack([c[0][name] for c in chosen]) for name in ("token_ids", "padding_mask")},
-            np.stack([c[1] for c in chosen]), np.stack([c[2] for c in chosen]))))
+        chosen = [item[:3] for item, w in zip(items, which) if w == b]  # (x, labels, weights)
+        per_bucket.append(tf.data.Dataset.from_tensor_slices(
+            tf.nest.map_structure(lambda *parts: np.stack(parts), *chosen)))
     order = tf.data.Dataset.from_tensor_slices(np.asarray(which, np.int64))
     data = tf.data.Dataset.choose_from_datasets(per_bucket, order)
     # The count known up front: Keras then ends each pass without running dry.

@@ -7,29 +7,19 @@ from a random initialisation of the same shape, which shows what pretraining is 
 """
 
 import dataclasses
+import functools
 import os
 
 import numpy as np
 
 from kroberta.errors import InputError
 from kroberta.downstream import classifiers
-from kroberta.downstream import encoding, glue, recipe, stdlib_task
+from kroberta.downstream import encoding, glue, prediction, recipe, stdlib_task
 from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec, read_labelled
 from kroberta.downstream.trials import TrialLog, fingerprint
 from kroberta.model.masked_lm import check_model
 
 STDLIB = "stdlib"
-
-
-def as_model(model_or_path):
-    """A model as given, or the model of a path: a kroberta run directory, a Hugging
-    Face export or a keras-hub preset (`final_model.load_model_at`)."""
-    from kroberta.training.final_model import load_model_at
-
-    if not isinstance(model_or_path, (str, os.PathLike)):
-        check_model(model_or_path, "kroberta.finetune")
-        return model_or_path
-    return load_model_at(model_or_path)
 
 
 def task_splits(task, data, validation, text_fields, label_field, kind):
@@ -63,28 +53,11 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
     return spec, names, train, evaluation
 
 
-def _distribution(batch_size: int):
-    """Keras' DataParallel over the local devices (None for one device)."""
-    import jax
-
-    devices = jax.local_device_count()
-    if batch_size % devices:
-        raise InputError(f"--batch-size {batch_size}: must be a multiple of the {devices} devices")
-    return classifiers.data_parallel()
-
-
-def _random_starts(model_config):
-    """seed -> backbone weights of a fresh model of the same shape (cached per seed)."""
+def _random_start(model_config, seed: int) -> list:
+    """The backbone weights of a fresh model of `model_config`'s shape."""
     from kroberta.model.mlm import build_model
 
-    cache = {}
-
-    def starts(seed):
-        if seed not in cache:
-            cache[seed] = classifiers.backbone_weights(build_model(model_config, seed=10_000 + seed))
-        return cache[seed]
-
-    return starts
+    return classifiers.backbone_weights(build_model(model_config, seed=10_000 + seed))
 
 
 def _settings(setup: recipe.Setup) -> dict:
@@ -125,13 +98,22 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         A `FinetuneResult`: every run's scores, the best learning rate, the median and
         range over its seeds, and the fine-tuned classifier.
     """
+    import jax
+
     from kroberta.parallel.distribute import global_distribution
+    from kroberta.training.final_model import load_model_at
 
     if out is not None and os.path.exists(out) and not os.path.isdir(out):
         raise InputError(f"--out {out}: a file, not a folder; name a folder (it is created)")
-    model = as_model(model)
+    if isinstance(model, (str, os.PathLike)):  # a run directory, a Hugging Face export, a preset
+        model = load_model_at(model)
+    else:
+        check_model(model, "kroberta.finetune")
     if not 1 <= epochs <= recipe.MAX_EPOCHS:
         raise InputError(f"--epochs {epochs}: expected 1 to {recipe.MAX_EPOCHS}")
+    if batch_size % jax.local_device_count():
+        raise InputError(f"--batch-size {batch_size}: must be a multiple of the "
+                         f"{jax.local_device_count()} devices")
     config = model.kroberta_config
     longest = config.model.max_sequence_length
     max_length = min(max_length or longest, longest)
@@ -142,15 +124,16 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         {split: encoding.encode(model.tokenizer, s.texts, s.labels, max_length)
          for split, s in evaluation.items()}, max_length, batch_size, epochs)
     seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    rates = tuple(learning_rates or recipe.default_learning_rates(config.model))
-    with global_distribution(_distribution(batch_size)):
+    rates = tuple(learning_rates or recipe.learning_rates(config.model))
+    with global_distribution(classifiers.data_parallel()):
         classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
         classifiers.compile_classifier(classifier, spec.kind, setup.steps,
                                        setup.steps_per_execution)
         # Hashing the data and the starting weights is only needed to resume from `out`.
         settings = _settings(setup) if out else {}
         # The baseline first: the classifier then ends holding the pretrained run's weights.
-        scratch = (recipe.run_grid(classifier, setup, _random_starts(config.model), rates, seeds,
+        random_start = functools.cache(functools.partial(_random_start, config.model))
+        scratch = (recipe.run_grid(classifier, setup, random_start, rates, seeds,
                                    TrialLog(out, "random", dict(settings, start="random")))
                    if baseline else None)
         start = classifiers.backbone_weights(model)
@@ -159,6 +142,5 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
                                  TrialLog(out, "pretrained", pretrained))
     if scratch is not None:
         result.baseline = dataclasses.replace(scratch, classifier=None)
-    classifier.tokenizer, classifier.kroberta_config = model.tokenizer, config
-    classifier.label_names, classifier.max_length, classifier.task_spec = names, max_length, spec
+    prediction.describe(classifier, config, model.tokenizer, spec, names, max_length)
     return result

@@ -99,12 +99,12 @@ def _load(directory: str):
     config = load_run_config(directory)
     classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
     classifier.load_weights(paths[WEIGHTS_FILE])
-    return _described(classifier, config, load_tokenizer(directory), spec, names,
-                      description["max_length"])
+    return describe(classifier, config, load_tokenizer(directory), spec, names,
+                    description["max_length"])
 
 
-def _described(classifier, config, tokenizer, spec, names, max_length: int):
-    """`classifier` with what prediction reads from it."""
+def describe(classifier, config, tokenizer, spec, names, max_length: int):
+    """`classifier` with what prediction and `save_classifier` read from it."""
     classifier.tokenizer, classifier.kroberta_config, classifier.task_spec = tokenizer, config, spec
     classifier.label_names = tuple(names) if names else None
     classifier.max_length = int(max_length)
@@ -146,8 +146,8 @@ def _from_hf(directory: str):
                  .get("model_max_length", config.model.max_sequence_length))
     regression = len(labels) == 1 or found.get("problem_type") == "regression"
     names = None if regression else [labels[str(i)] for i in range(len(labels))]
-    return _described(classifier, config, tokenizer,
-                      _task_spec(directory, regression, found.get("kroberta_task")), names, length)
+    return describe(classifier, config, tokenizer,
+                    _task_spec(directory, regression, found.get("kroberta_task")), names, length)
 
 
 def _from_keras_hub(directory: str):
@@ -167,17 +167,18 @@ def _from_keras_hub(directory: str):
     regression = stock.num_classes == 1
     described = _json_in(directory, keras_hub_presets.CLASSIFIER_FILE, {})
     names = described.get("label_names") or [str(i) for i in range(stock.num_classes)]
-    return _described(classifier, config, keras_hub_presets.preset_tokenizer(directory),
-                      _task_spec(directory, regression, described.get("task")),
-                      None if regression else names, length)
+    return describe(classifier, config, keras_hub_presets.preset_tokenizer(directory),
+                    _task_spec(directory, regression, described.get("task")),
+                    None if regression else names, length)
 
 
-def outputs(classifier, encoded: encoding.Encoded, batch_size: int, max_length: int):
-    """The classifier's (n, K) logits (K = 1: regression values) of an encoded split, in
-    the split's order, from its compiled predict step over the bucketed batches."""
-    data, rows = encoding.dataset(encoded, batch_size, max_length)
+def outputs(classifier, data, rows: np.ndarray, count: int) -> np.ndarray:
+    """The classifier's (count, K) logits (K = 1: regression values) of a split, in the
+    split's order, from its compiled predict step over `encoding.dataset`'s (data, rows)."""
     values = np.asarray(classifier.predict(data, verbose=0), np.float32)  # (rows, K)
-    return encoding.in_split_order(values, rows, len(encoded.labels))
+    ordered = np.empty((count, values.shape[1]), np.float32)
+    ordered[rows[rows >= 0]] = values[rows >= 0]  # padding rows (-1) dropped
+    return ordered
 
 
 def _texts_ok(texts) -> bool:
@@ -185,10 +186,8 @@ def _texts_ok(texts) -> bool:
     def strings(group):
         return isinstance(group, (list, tuple)) and len(group) and all(isinstance(t, str) for t in group)
 
-    if strings(texts):
-        return True
-    return (isinstance(texts, (list, tuple)) and len(texts) in (1, 2) and all(map(strings, texts))
-            and len({len(group) for group in texts}) == 1)
+    return bool(strings(texts) or (isinstance(texts, (list, tuple)) and len(texts) in (1, 2)
+                                   and all(map(strings, texts)) and len(set(map(len, texts))) == 1))
 
 
 def predict_texts(classifier, texts, batch_size: int = 32) -> dict:
@@ -216,9 +215,9 @@ def predict_texts(classifier, texts, batch_size: int = 32) -> dict:
     labels = np.zeros((len(texts[0]),), np.int32)
     encoded = encoding.encode(classifier.tokenizer, tuple(texts), labels, classifier.max_length)
     devices = jax.local_device_count()
+    data, rows = encoding.dataset(encoded, -(-batch_size // devices) * devices, classifier.max_length)
     with global_distribution(classifiers.data_parallel()):
-        ordered = outputs(classifier, encoded, -(-batch_size // devices) * devices,
-                          classifier.max_length)
+        ordered = outputs(classifier, data, rows, len(labels))  # (n, K)
     if classifier.task_spec.kind == REGRESSION:
         return {"values": ordered[:, 0]}
     shifted = np.exp(ordered - ordered.max(-1, keepdims=True))

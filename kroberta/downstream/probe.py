@@ -32,22 +32,13 @@ class ProbeTask:
     labels: dict
 
 
-def _padded(encoded: encoding.Encoded, max_length: int) -> tuple[np.ndarray, np.ndarray]:
-    """(token ids, attention mask) of an encoded split, each (n, max_length) int32."""
-    token_ids = np.full((len(encoded.ids), max_length), encoded.pad_id, np.int32)
-    attention_mask = np.zeros_like(token_ids)
-    for row, ids in enumerate(encoded.ids):
-        token_ids[row, :len(ids)], attention_mask[row, :len(ids)] = ids, 1
-    return token_ids, attention_mask
-
-
 def prepare_task(tokenizer, spec, label_names, splits: dict, max_length: int,
                  name: str | None = None) -> ProbeTask:
     """Tokenises `splits` ({split: LabelledSet}, "train" first) for `scores`."""
-    padded = [_padded(encoding.encode(tokenizer, s.texts, s.labels, max_length), max_length)
-              for s in splits.values()]
-    inputs = {"input_ids": np.concatenate([p[0] for p in padded]),
-              "attention_mask": np.concatenate([p[1] for p in padded])}
+    encoded = [encoding.encode(tokenizer, s.texts, s.labels, max_length) for s in splits.values()]
+    padded = [encoding.pad(e, np.arange(len(e.ids)), len(e.ids), max_length)[0] for e in encoded]
+    inputs = {"input_ids": np.concatenate([x["token_ids"] for x in padded]),
+              "attention_mask": np.concatenate([x["padding_mask"] for x in padded])}
     return ProbeTask(name or spec.name, spec, label_names, inputs,
                      {split: s.labels for split, s in splits.items()})
 

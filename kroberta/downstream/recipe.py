@@ -17,16 +17,19 @@ import time
 import numpy as np
 
 from kroberta.downstream import classifiers
-from kroberta.downstream import encoding, metrics
+from kroberta.downstream import encoding, metrics, prediction
 from kroberta.downstream.trials import TrialLog
 from kroberta.downstream.examples import REGRESSION, TaskSpec
 
 logger = logging.getLogger(__name__)
 
-LARGE_MODEL_LEARNING_RATES = (1e-5, 3e-5, 5e-5)  # hidden >= 768: the GLUE-sane grid
-SMALL_MODEL_LEARNING_RATES = (1e-4, 3e-4)  # small models (CPU) want larger steps
 MAX_EPOCHS = 5
 EPOCH_SEEDS = 1000  # pass p of seed s shuffles with s * 1000 + p
+
+
+def learning_rates(model_config) -> tuple:
+    """The default grid: GLUE's from hidden 768; small models (CPU) want larger steps."""
+    return (1e-5, 3e-5, 5e-5) if model_config.hidden_dim >= 768 else (1e-4, 3e-4)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,21 +104,11 @@ class Setup:
         return self.epochs * encoding.batch_count(self.train, self.batch_size, self.max_length)
 
 
-def default_learning_rates(model_config) -> tuple:
-    return (LARGE_MODEL_LEARNING_RATES if model_config.hidden_dim >= 768
-            else SMALL_MODEL_LEARNING_RATES)
-
-
 def evaluate(classifier, setup: Setup, split: str) -> dict:
     """{metric: value} of one evaluation split."""
-    data, rows = setup.evaluation_batches[split]
     labels = setup.evaluation[split].labels
-    values = np.asarray(classifier.predict(data, verbose=0), np.float32)  # (rows, K)
-    ordered = encoding.in_split_order(values, rows, len(labels))  # (n, K)
-    if setup.spec.kind == REGRESSION:
-        predictions = ordered[:, 0]
-    else:
-        predictions = ordered.argmax(-1)
+    ordered = prediction.outputs(classifier, *setup.evaluation_batches[split], len(labels))  # (n, K)
+    predictions = ordered[:, 0] if setup.spec.kind == REGRESSION else ordered.argmax(-1)
     names = setup.spec.metrics(len(setup.label_names or ()))
     return metrics.score(names, labels, predictions)
 

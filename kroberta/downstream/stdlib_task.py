@@ -25,16 +25,13 @@ VALIDATION_EVERY = 4  # every 4th module of a package (sorted by path) is for va
 SPEC = TaskSpec("stdlib", ("text",), "label")
 
 
-def _file_docstrings(path: str) -> list[str]:
-    return [" ".join(doc.split()) for doc in corpus.file_docstrings(path)]
-
-
 def _package_splits(root: str, package: str) -> tuple[list, list]:
     """(training, validation) docstrings of one package, split by module."""
     files = corpus.stdlib_files(os.path.join(root, package))
     splits = ([], [])
     for index, path in enumerate(files):
-        splits[index % VALIDATION_EVERY == 1].extend(_file_docstrings(path))
+        splits[index % VALIDATION_EVERY == 1].extend(
+            " ".join(doc.split()) for doc in corpus.file_docstrings(path))
     return splits
 
 
