@@ -56,9 +56,8 @@ def _rates(text):
     try:
         return tuple(float(r) for r in text.split(",")) if text else None
     except ValueError:
-
         raise InputError(f"--learning-rates {text!r}: expected numbers separated by "
-                                "commas, e.g. 1e-5,3e-5") from None
+                         "commas, e.g. 1e-5,3e-5") from None
 
 
 def _row(result, name=None) -> str:

@@ -99,7 +99,7 @@ def _value(raw, spec: TaskSpec, path: str, where: str) -> float:
         value = math.nan
     if not math.isfinite(value):
         raise InputError(f"{path}: {where}: field {spec.label_field!r} holds {raw!r}, "
-                                "not a number (a regression task's label)")
+                         "not a number (a regression task's label)")
     return value
 
 
@@ -122,15 +122,14 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, split: str = "tra
     texts, raw_labels, wheres = [[] for _ in spec.text_fields], [], []
     for where, record in read_records(path, fields, split, spec.columns, spec.quoting):
         if not isinstance(record, dict):
-            raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, "
-                                    "not an object")
+            raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, not an object")
         for column, field in zip(texts, spec.text_fields):
             column.append(_text(record, field, path, where))
         if not require_labels:
             continue
         if spec.label_field not in record or record[spec.label_field] in (None, ""):
             raise InputError(f"{path}: {where}: no label in field {spec.label_field!r}"
-                                    " (name it with --label-field)")
+                             " (name it with --label-field)")
         raw_labels.append(record[spec.label_field])
         wheres.append(where)
     if not texts[0]:

@@ -30,13 +30,13 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
     if task is not None and task.lower().startswith("glue/"):
         if data is None:
             raise InputError(f"--task {task}: needs --data, the GLUE directory (or the "
-                                    "task's folder) holding train.tsv and dev.tsv")
+                             "task's folder) holding train.tsv and dev.tsv")
         spec = glue.spec(task)
         train_path, evaluation_paths = glue.task_files(task, os.fspath(data))
     else:
         if data is None or validation is None:
             raise InputError("a labelled task needs both data (the training file, "
-                                    "--data) and validation (--validation)")
+                             "--data) and validation (--validation)")
         if kind not in (CLASSIFICATION, REGRESSION):
             raise InputError(f"--kind {kind!r}: expected {CLASSIFICATION} or {REGRESSION}")
         if isinstance(text_fields, str):

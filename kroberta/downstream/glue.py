@@ -47,7 +47,7 @@ def task_name(task: str) -> str:
     name = task.lower().removeprefix("glue/").replace("-", "")
     if name not in TASKS:
         raise InputError(f"--task {task!r}: not a GLUE task (GLUE tasks: "
-                                f"{', '.join('glue/' + t for t in TASKS)})")
+                         f"{', '.join('glue/' + t for t in TASKS)})")
     return name
 
 
@@ -67,8 +67,7 @@ def task_files(task: str, directory: str) -> tuple[str, dict]:
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
         raise InputError(f"--data {directory}: glue/{name} needs {', '.join(missing)} "
-                                f"(GLUE's {TASKS[name][0]} folder, or the GLUE directory "
-                                "holding it)")
+                         f"(GLUE's {TASKS[name][0]} folder, or the GLUE directory holding it)")
     return paths[0], dict(zip(dev, paths[1:]))
 
 
@@ -78,5 +77,5 @@ def tasks_present(directory: str) -> list[str]:
              if os.path.isfile(os.path.join(directory, folder, "train.tsv"))]
     if not found:
         raise InputError(f"--data {directory}: holds no GLUE task folder with a "
-                                f"train.tsv ({', '.join(f for f, _ in TASKS.values())})")
+                         f"train.tsv ({', '.join(f for f, _ in TASKS.values())})")
     return found

@@ -91,7 +91,7 @@ def _load(directory: str):
     missing = [name for name, path in paths.items() if not os.path.isfile(path)]
     if missing:
         raise InputError(f"{directory}: not a fine-tuned classifier ({', '.join(missing)} "
-                                "missing); write one with python -m kroberta.finetune --out")
+                         "missing); write one with python -m kroberta.finetune --out")
     with open(paths[CLASSIFIER_FILE], encoding="utf-8") as f:
         description = json.load(f)
     spec = _task_spec(directory, None, description["task"])
