@@ -8,7 +8,7 @@ import gzip
 import io
 import os
 
-from kroberta.storage import is_url
+from kroberta.storage import gfile_isfile, is_url
 
 
 def _gfile():
@@ -28,10 +28,7 @@ def isdir(path: str) -> bool:
     return _gfile().isdir(path) if is_url(path) else os.path.isdir(path)
 
 
-def isfile(path: str) -> bool:
-    if is_url(path):
-        return _gfile().exists(path) and not _gfile().isdir(path)
-    return os.path.isfile(path)
+isfile = gfile_isfile  # the manifest's check, the same for inputs
 
 
 def files_under(directory: str) -> list[str]:

@@ -12,6 +12,7 @@ import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from kroberta.errors import InputError
+from kroberta.storage import gfile_read_text
 from kroberta.text import locations
 
 from kroberta.tokens import SPECIAL_TOKENS  # in id order: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4
@@ -99,8 +100,7 @@ def load_tokenizer(path):
             return _directory_tokenizer(path)
         raise InputError(f"tokenizer not found: {path}; expected {ACCEPTED}")
     try:
-        with locations.open_binary(json_path) as f:
-            tokenizer = Tokenizer.from_str(f.read().decode("utf-8"))
+        tokenizer = Tokenizer.from_str(gfile_read_text(json_path))
     except Exception as e:  # the library raises a bare Exception on malformed JSON
         raise InputError(f"cannot read tokenizer {json_path}: {e}") from None
     special_token_ids(tokenizer, source=json_path)
