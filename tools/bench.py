@@ -210,7 +210,7 @@ def main():
         cases["predict keras-hub model.predict"] = (stock_predict,
                                                     flops.Shape.from_config(config, L, M), False)
 
-    peaks = [throughput.measure_matmul_flops(all_devices[0])]
+    peaks = [throughput.measure_matmul_flops(all_devices[:1])]
     print(f"warm-up: compiling every path ({args.devices} CPU devices) ...", flush=True)
     for fn, _, _ in cases.values():
         fn()
@@ -220,7 +220,7 @@ def main():
             results[name].append(fn())
         print(f"round {r + 1}: " + ", ".join(f"{k.split(' ', 1)[1]} {v[-1]:.0f}"
                                              for k, v in results.items()), flush=True)
-    peaks.append(throughput.measure_matmul_flops(all_devices[0]))
+    peaks.append(throughput.measure_matmul_flops(all_devices[:1]))
     peak = max(peaks + [throughput.cpu_peak_flops()])
 
     def hf_ref(kind):  # the baseline's best round (see the module docstring)

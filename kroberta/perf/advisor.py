@@ -32,15 +32,19 @@ def _pad(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple  # rounded up to a multiple
 
 
-def _padded_forward(shape: flops.Shape, pad_hidden=False, pad_head=False,
-                    pad_intermediate=False, pad_vocabulary=False) -> int:
-    """Forward matmul FLOPs with the chosen dims padded as a TPU computes them."""
-    head = _pad(shape.head_dim, HEAD_LANES) if pad_head else shape.head_dim
-    padded = dataclasses.replace(
-        shape, hidden=_pad(shape.hidden, LANES) if pad_hidden else shape.hidden,
-        intermediate=_pad(shape.intermediate, LANES) if pad_intermediate else shape.intermediate,
-        vocabulary=_pad(shape.vocabulary, LANES) if pad_vocabulary else shape.vocabulary)
-    return sum(flops.forward_breakdown(padded, projections=shape.heads * head).values())
+# (the model key, its `flops.Shape` field, the multiple TPUs pad it to)
+DIMS = (("hidden_dim", "hidden", LANES), ("head_dim", "head_dim", HEAD_LANES),
+        ("intermediate_dim", "intermediate", LANES), ("vocabulary_size", "vocabulary", LANES))
+
+
+def _padded_forward(shape: flops.Shape, padded=()) -> int:
+    """Forward matmul FLOPs with the dims named in `padded` padded as a TPU computes them."""
+    size = {key: _pad(getattr(shape, field), multiple) if key in padded else getattr(shape, field)
+            for key, field, multiple in DIMS}
+    wide = dataclasses.replace(shape, hidden=size["hidden_dim"],
+                               intermediate=size["intermediate_dim"],
+                               vocabulary=size["vocabulary_size"])
+    return sum(flops.forward_breakdown(wide, projections=shape.heads * size["head_dim"]).values())
 
 
 def _percent(share: float) -> str:
@@ -63,22 +67,13 @@ class Misalignment:
 
 def misalignments(shape: flops.Shape) -> list[Misalignment]:
     real = _padded_forward(shape)
-    found = []
-    for key, value, multiple, flag in (
-        ("hidden_dim", shape.hidden, LANES, "pad_hidden"),
-        ("head_dim", shape.head_dim, HEAD_LANES, "pad_head"),
-        ("intermediate_dim", shape.intermediate, LANES, "pad_intermediate"),
-        ("vocabulary_size", shape.vocabulary, LANES, "pad_vocabulary"),
-    ):
-        if value % multiple:
-            padded = _padded_forward(shape, **{flag: True})
-            found.append(Misalignment(key, value, multiple, 1 - real / padded))
-    return found
+    return [Misalignment(key, getattr(shape, field), multiple,
+                         1 - real / _padded_forward(shape, (key,)))
+            for key, field, multiple in DIMS if getattr(shape, field) % multiple]
 
 
 def total_waste(shape: flops.Shape) -> float:
-    padded = _padded_forward(shape, True, True, True, True)
-    return 1 - _padded_forward(shape) / padded
+    return 1 - _padded_forward(shape) / _padded_forward(shape, [key for key, _, _ in DIMS])
 
 
 def suggest(model: ModelConfig) -> ModelConfig:

@@ -10,7 +10,7 @@ The steps are the ones the runtime runs, not re-implementations:
            state = (trainable, non_trainable, optimizer, metrics variables) as the
            trainer's `_get_jax_state`; data = a (K, batch, ...) super-batch of (x,
            labels), or of unmasked x with mask keys when the step draws dynamic masks
-           (`kroberta.model.step_inputs`), each step's slice sharded by the
+           (`kroberta.model.masked_lm.finish_batch`), each step's slice sharded by the
            distribution's data layout.
   predict: `kroberta.inference.program.make_predict_step`, the function `kroberta.predict` jits
            (G batches per dispatch).
@@ -59,20 +59,12 @@ def build_model(config: Config):
     layout of the host's devices); its values are never sent anywhere."""
     from kroberta.model.mlm import build_compiled_model
 
+    # Whole-word masking without the tokenizer: a (V,) word-start table whose values
+    # change the masks, not the program.
+    word_starts = (np.ones(config.model.vocabulary_size, bool)
+                   if config.data.whole_word_masking else None)
     with distribute.global_distribution(None):
-        return build_compiled_model(config, placeholder_word_starts(config))
-
-
-def placeholder_word_starts(config: Config):
-    """A (V,) word-start table for compiling a whole-word masking step without the
-    tokenizer: the table's values change the masks, not the program; else None."""
-    if not config.data.whole_word_masking:
-        return None
-    return np.ones(config.model.vocabulary_size, bool)
-
-
-def _struct(variable, sharding):
-    return jax.ShapeDtypeStruct(tuple(variable.shape), jnp.dtype(variable.dtype), sharding=sharding)
+        return build_compiled_model(config, word_starts)
 
 
 def _optimizer_shardings(model, distribution, trainable_shardings):
@@ -102,7 +94,8 @@ def train_state(model, distribution):
                  layouts(model.metrics_variables))
     variables = (model.trainable_variables, model.non_trainable_variables,
                  model.optimizer.variables, model.metrics_variables)
-    structs = tuple([_struct(v, s) for v, s in zip(vs, ss)] for vs, ss in zip(variables, shardings))
+    structs = tuple([jax.ShapeDtypeStruct(tuple(v.shape), jnp.dtype(v.dtype), sharding=s)
+                     for v, s in zip(vs, ss)] for vs, ss in zip(variables, shardings))
     return structs, shardings
 
 
@@ -111,7 +104,7 @@ def train_data(distribution, global_batch: int, length: int, slots: int, steps: 
     """A (steps, batch, ...) super-batch of (x, labels) as `fit` puts it
     on the devices: each step's (batch, ...) slice sharded by the distribution's layout.
     `step_input` (`DataConfig.step_input`): x alone, which the step finishes
-    (`kroberta.model.step_inputs`): "mask_keys", unmasked with mask keys (dynamic
+    (`kroberta.model.masked_lm.finish_batch`): "mask_keys", unmasked with mask keys (dynamic
     masking); "token_labels", with the files' labels per position (static)."""
     from kroberta.model.super_batch import super_batch_sharding
 

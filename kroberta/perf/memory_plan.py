@@ -98,16 +98,13 @@ def largest_fitting(at, first: int, budget: float, multiple: int = 8
     `at(b).fits(budget)`, calling `at` (one compile each) as few times as it can.
 
     Memory grows with the batch close to affinely, a little below a line (XLA reuses
-    buffers), so each next batch is one step past where the line through two measurements
-    meets the budget (past: XLA refuses a program that does not fit in seconds, while one
-    that fits compiles whole): first the config's batch and one well past the edge (its
-    refusal names the bytes it needs), then the two batches that bracket the edge, or, while
-    everything fits, the largest fitting batch and one below (at most 16x: a step up).
-    XLA's refusals name what the device really offers (its memory less a reserve): from the
-    first one on that is the target. When guesses keep
-    landing on one side of the edge the next ones move towards the other (the Illinois rule
-    of false position), so an awkward curve still costs few compiles. Returns (batch, its
-    measurement, compiles); batch 0 when not even one sequence fits.
+    buffers), so each guess is one step past where the line through two measurements
+    meets the budget: XLA refuses a program that does not fit in seconds, naming the bytes
+    it needs and what the device really offers (its memory less a reserve: from the first
+    refusal on, the target), while one that fits compiles whole. While everything fits it
+    steps up (at most 16x); guesses that keep landing on one side of the edge move towards
+    the other (the Illinois rule of false position). Returns (batch, its measurement,
+    compiles); batch 0 when not even one sequence fits.
     """
     seen: dict[int, Measured] = {}
     sides: list[bool] = []  # whether each guess between two measurements fitted

@@ -70,29 +70,18 @@ def _best_time(jitted, a, b, repeats, expected: float) -> float:
     return best
 
 
-def measure_matmul_flops(device=None, size: int = MATMUL_SIZE, repeats: int = 5,
-                         dtype=jnp.float32) -> float:
-    """Best-of-`repeats` FLOP/s of one jitted (size x size) @ (size x size) matmul
-    (with whichever of the process's and YNNPACK's matmuls is faster)."""
-    device = device or jax.devices()[0]
-    a = jax.device_put(jnp.ones((size, size), dtype), device)
-    b = jax.device_put(jnp.ones((size, size), dtype) * 0.5, device)
-    best = _best_time(jax.jit(jnp.matmul), a, b, repeats, expected=0.5 * size)
-    return 2 * size**3 / best
-
-
-def measure_machine_matmul_flops(devices, size: int = MATMUL_SIZE, repeats: int = 5) -> float:
-    """Best-of-`repeats` FLOP/s of one matmul per device, all devices at once.
+def measure_matmul_flops(devices, size: int = MATMUL_SIZE, repeats: int = 5) -> float:
+    """Best-of-`repeats` FLOP/s of one jitted (size x size) @ (size x size) matmul per
+    device, all devices at once (with whichever of the process's and YNNPACK's matmuls
+    is faster).
 
     Simulated CPU devices share the machine's cores: one device alone reaches only
     its share (about a third with 4 devices on a 2-core machine), so the machine's
     peak is what all of them do together."""
-    if len(devices) == 1:
-        return measure_matmul_flops(devices[0], size, repeats)
+    n = len(devices)
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
-    n = len(devices)
-    a = jax.device_put(jnp.ones((n, size, size), jnp.float32), sharding)
+    a = jax.device_put(jnp.ones((n, size, size), jnp.float32), sharding)  # (devices, size, size)
     b = jax.device_put(jnp.ones((n, size, size), jnp.float32) * 0.5, sharding)
     best = _best_time(jax.jit(jnp.matmul, out_shardings=sharding), a, b, repeats,
                       expected=0.5 * size)
@@ -114,7 +103,6 @@ def cpu_peak_flops(refresh: bool = False, at_least: float = 0.0) -> float | None
     # v2: measured over all simulated devices at once (v1 keys measured one device).
     key = f"v2 | {_cpu_model()} | {os.cpu_count()} cores | {jax.device_count('cpu')} jax devices"
     path = _cache_path()
-    cache = {}
     try:
         with open(path) as f:
             cache = json.load(f)
@@ -125,7 +113,7 @@ def cpu_peak_flops(refresh: bool = False, at_least: float = 0.0) -> float | None
         known = None
     if known and not refresh:
         return float(known)
-    measured = measure_machine_matmul_flops(jax.devices("cpu"))
+    measured = measure_matmul_flops(jax.devices("cpu"))
     if not _plausible_cpu_peak(measured):
         return known  # None when nothing trustworthy is known: no MFU rather than a wrong one
     # A shared machine only ever measures low: keep the best figure seen.

@@ -51,25 +51,9 @@ class Report:
     remat: str = "none"  # train.remat
     attention: str = ""  # kroberta.model.attention.attention_path on the TPU
 
-    @property
-    def generation(self) -> str:
-        return self.topology.split(":")[0]
-
     def floor_seconds(self, program) -> float:
         """The compute floor: the step's FLOPs at the chip's bf16 peak."""
         return program.flops / self.peak_flops
-
-    def samples_per_second(self, program) -> float:
-        return self.global_batch / self.floor_seconds(program)
-
-    @property
-    def steps_per_execution_note(self) -> str:
-        """How `fit` runs train.steps_per_execution (`kroberta.model.super_batch`)."""
-        k = self.steps_per_execution
-        if k == 1:
-            return "one step per dispatch"
-        return (f"{k} steps fused into one program (a lax.scan over a ({k}, batch, ...) "
-                "super-batch, one dispatch; memory above is that program's, FLOPs one step's)")
 
     @property
     def fits(self) -> bool:
@@ -80,7 +64,7 @@ class Report:
         worst = max((self.train, self.predict), key=lambda p: p.total_bytes)
         if worst.total_bytes <= self.hbm_bytes:
             return None
-        return _too_big(worst.total_bytes, self.hbm_bytes, self.generation, worst.name,
+        return _too_big(worst.total_bytes, self.hbm_bytes, self.topology.split(":")[0], worst.name,
                         self.strategy, self.mixed_precision)
 
     def table(self) -> str:
@@ -111,15 +95,19 @@ class Report:
         row("FLOPs per device per step", f"{t.flops / 1e9:.2f} G", f"{p.flops / 1e9:.2f} G")
         row(f"compute floor ({self.peak_flops / 1e12:g} TF/s)",
             f"{self.floor_seconds(t) * 1e3:.3f} ms", f"{self.floor_seconds(p) * 1e3:.3f} ms")
-        row("  = samples/s at most", f"{self.samples_per_second(t):,.0f}",
-            f"{self.samples_per_second(p):,.0f}")
+        row("  = samples/s at most", f"{self.global_batch / self.floor_seconds(t):,.0f}",
+            f"{self.global_batch / self.floor_seconds(p):,.0f}")
         row("compile time", f"{t.compile_seconds:.1f} s", f"{p.compile_seconds:.1f} s")
+        # How `fit` runs train.steps_per_execution (`kroberta.model.super_batch`).
+        k = self.steps_per_execution
+        dispatch = "one step per dispatch" if k == 1 else (
+            f"{k} steps fused into one program (a lax.scan over a ({k}, batch, ...) super-batch, "
+            "one dispatch; memory above is that program's, FLOPs one step's)")
         rows += [
             "",
             f"FLOPs are XLA's cost_analysis of the SPMD program each device runs (per device; "
             f"x{self.num_devices} for the whole step); train/predict = {t.flops / p.flops:.2f}.",
-            f"train.steps_per_execution={self.steps_per_execution}: "
-            f"{self.steps_per_execution_note}.",
+            f"train.steps_per_execution={k}: {dispatch}.",
             f"predict program: kroberta.predict's top_k (k=5) step, {p.steps} batch(es) per "
             f"dispatch; model built on the host in {self.build_seconds:.1f} s.",
         ]

@@ -80,13 +80,13 @@ def test_mfu_and_peaks(tmp_path, monkeypatch):
     # The CPU peak is measured once, cached, and only ever raised by a re-measurement.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     calls = []
-    monkeypatch.setattr(throughput, "measure_machine_matmul_flops",
+    monkeypatch.setattr(throughput, "measure_matmul_flops",
                         lambda *a, **k: calls.append(1) or 5e10)
     assert throughput.cpu_peak_flops() == 5e10
     assert throughput.cpu_peak_flops() == 5e10 and len(calls) == 1
     cached = json.loads((tmp_path / "kroberta" / "cpu_peak.json").read_text())
     assert list(cached.values()) == [5e10] and "jax devices" in next(iter(cached))
-    monkeypatch.setattr(throughput, "measure_machine_matmul_flops", lambda *a, **k: 1e10)
+    monkeypatch.setattr(throughput, "measure_matmul_flops", lambda *a, **k: 1e10)
     assert throughput.cpu_peak_flops(refresh=True) == 5e10  # a busy machine measures low
     # A run that did more model FLOP/s than the peak: the peak kept is at least its rate.
     assert throughput.cpu_peak_flops(refresh=True, at_least=8e10) == 8e10
@@ -98,7 +98,7 @@ def test_mfu_and_peaks(tmp_path, monkeypatch):
 def test_an_implausible_cpu_peak_is_neither_used_nor_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     # e.g. a test's fake clock made the matmul look instantaneous
-    monkeypatch.setattr(throughput, "measure_machine_matmul_flops", lambda *a, **k: 4.7e15)
+    monkeypatch.setattr(throughput, "measure_matmul_flops", lambda *a, **k: 4.7e15)
     assert throughput.cpu_peak_flops() is None
     assert not (tmp_path / "kroberta" / "cpu_peak.json").exists()
 
@@ -111,8 +111,8 @@ def test_the_machine_peak_counts_every_simulated_device():
 
     devices = jax.devices("cpu")
     assert len(devices) == 4
-    together = throughput.measure_machine_matmul_flops(devices, size=256, repeats=3)
+    together = throughput.measure_matmul_flops(devices, size=256, repeats=3)
     assert together > 0
     # Four matmuls at once do four times the work of one; the rate is the machine's.
-    alone = throughput.measure_matmul_flops(devices[0], size=256, repeats=3)
+    alone = throughput.measure_matmul_flops(devices[:1], size=256, repeats=3)
     assert together > 0.5 * alone
