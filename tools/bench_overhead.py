@@ -69,7 +69,6 @@ def bare_scan_step_seconds(config, spec, read_input: bool = False) -> float:
     import numpy as np
 
     from kroberta.data import pipeline
-    from kroberta.model import masked_lm
     from kroberta.model.super_batch import scan_steps
     from kroberta.model.mlm import build_compiled_model
 
@@ -79,7 +78,10 @@ def bare_scan_step_seconds(config, spec, read_input: bool = False) -> float:
                                 t.batch_size_per_device, t.seed, 0, device_masks=True)
     flat = list(ds.take(t.steps_per_execution).as_numpy_iterator())
     super_batch = jax.tree.map(lambda *a: np.stack(a), *flat)  # (K, B, ...)
-    state = masked_lm.training_state(model)
+    # The state train_step takes, as Keras' JAX trainer gathers it for `fit`.
+    state = tuple([v.value for v in variables] for variables in (
+        model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
+        model.metrics_variables))
     program = jax.jit(scan_steps(model.train_step), donate_argnums=0)
     on_device = jax.device_put(super_batch)
     # Compiles; twice where the first call's outputs come back on other shardings than

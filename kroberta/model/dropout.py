@@ -71,16 +71,13 @@ def hash_keep_mask(key, shape, keep_prob: float):
     return hash_bits(key, shape) < jnp.uint32(threshold)
 
 
-def user_chose_a_generator() -> bool:
-    """JAX_DEFAULT_PRNG_IMPL in the environment or a jax.config.update made by the caller."""
-    return bool(os.environ.get("JAX_DEFAULT_PRNG_IMPL")) or \
-        jax.config.jax_default_prng_impl != JAX_DEFAULT_GENERATOR
-
-
 def uses_hash_masks(shape, platform: str | None = None) -> bool:
-    """Whether a mask of `shape` is hashed (see the module docstring): on CPU,
-    unless the user chose JAX's generator. Decided when the step is traced."""
-    return (platform or jax.default_backend()) == "cpu" and not user_chose_a_generator() \
+    """Whether a mask of `shape` is hashed (see the module docstring): on CPU, unless
+    the user chose JAX's generator (JAX_DEFAULT_PRNG_IMPL in the environment, or a
+    jax.config.update). Decided when the step is traced."""
+    chose = bool(os.environ.get("JAX_DEFAULT_PRNG_IMPL")) or \
+        jax.config.jax_default_prng_impl != JAX_DEFAULT_GENERATOR
+    return (platform or jax.default_backend()) == "cpu" and not chose \
         and math.prod(shape) < MAX_HASHED_ELEMENTS
 
 

@@ -55,7 +55,11 @@ class SuperBatch:
         self.data = data
 
 
-def _dispatcher(fused, single):
+def _dispatcher(step, out_shardings):
+    """The train/test function: a `SuperBatch` as one scanned dispatch, else one step."""
+    fused = jax.jit(scan_steps(step), donate_argnums=0, out_shardings=out_shardings)
+    single = jax.jit(step, donate_argnums=0, out_shardings=out_shardings)
+
     def function(state, iterator):
         data = next(iterator)
         if isinstance(data, SuperBatch):
@@ -63,10 +67,6 @@ def _dispatcher(fused, single):
         return single(state, data)
 
     return function
-
-
-def _jitted(step, out_shardings):
-    return jax.jit(step, donate_argnums=0, out_shardings=out_shardings)
 
 
 class _FusedStepsOnKeras315:
@@ -78,8 +78,7 @@ class _FusedStepsOnKeras315:
         out_shardings = None
         if keras.distribution.distribution() is not None:
             out_shardings = (None, self._get_state_sharding_spec())
-        self.train_function = _dispatcher(_jitted(scan_steps(self.train_step), out_shardings),
-                                          _jitted(self.train_step, out_shardings))
+        self.train_function = _dispatcher(self.train_step, out_shardings)
 
     def make_test_function(self, force=False):
         if self.test_function is not None and not force:
@@ -88,8 +87,7 @@ class _FusedStepsOnKeras315:
         if keras.distribution.distribution() is not None:
             trainable, non_trainable, _, metrics = self._get_state_sharding_spec()
             out_shardings = (None, (trainable, non_trainable, metrics))
-        self.test_function = _dispatcher(_jitted(scan_steps(self.test_step), out_shardings),
-                                         _jitted(self.test_step, out_shardings))
+        self.test_function = _dispatcher(self.test_step, out_shardings)
 
     def fit(self, *args, **kwargs):
         with _super_batch_epoch_iterator():
@@ -125,21 +123,6 @@ def _super_batch_epoch_iterator():
         jax_trainer.JAXEpochIterator = saved
 
 
-def super_batched(dataset: tf.data.Dataset, k: int) -> tf.data.Dataset:
-    """(x, y) batches -> super-batches of K (a shorter last one), cardinality hidden.
-
-    Keras counts steps in single batches (steps_per_epoch, or the flat dataset's
-    size passed as steps); a known cardinality of super-batches would be read as a
-    count of single batches, so it is hidden."""
-    grouped = dataset.batch(k, drop_remainder=False)
-    return grouped.filter(lambda *_: True).prefetch(tf.data.AUTOTUNE)
-
-
-def _flat_size(dataset: tf.data.Dataset) -> int | None:
-    size = int(dataset.cardinality())
-    return size if size >= 0 else None
-
-
 def _super_batch_iterator_class(epoch_iterator):
     """Keras 3.15's JAX epoch iterator class made to yield device super-batches
     (K, batch, ...) ahead of use."""
@@ -153,8 +136,13 @@ def _super_batch_iterator_class(epoch_iterator):
             self._flat_batches = None
             self._grouped_in_tf = isinstance(x, tf.data.Dataset) and class_weight is None
             if self._grouped_in_tf:
-                self._flat_batches = _flat_size(x)
-                x = super_batched(x, steps_per_execution)
+                size = int(x.cardinality())
+                self._flat_batches = size if size >= 0 else None
+                # Super-batches of K (a shorter last one), their cardinality hidden: Keras
+                # counts steps in single batches (steps_per_epoch, or the flat dataset's
+                # size) and would read a known count of super-batches as one of those.
+                x = x.batch(steps_per_execution, drop_remainder=False).filter(
+                    lambda *_: True).prefetch(tf.data.AUTOTUNE)
             super().__init__(x, y=y, sample_weight=sample_weight, batch_size=batch_size,
                              steps_per_epoch=steps_per_epoch, shuffle=shuffle,
                              class_weight=class_weight, steps_per_execution=steps_per_execution)

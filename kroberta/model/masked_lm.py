@@ -12,20 +12,31 @@ keras-hub) with:
   and re-attaches them only when it ends normally;
 - `compile`'s "auto" loss and metrics over the real label slots (labels of -100 hold no
   masked token), the masked loss training, evaluation and prediction share;
-- one training step, read top to bottom (`train_step`), on the extension points of
-  Keras' JAX trainer (`stateless_call` through `compute_loss_and_updates`,
-  `optimizer.stateless_apply`, each metric's `stateless_update_state`):
+- one training step, read top to bottom (`train_step`: finish the batch on the device,
+  the whole batch's gradient in N micro-batches, its norm, the optimizer's update, the
+  metrics), on the extension points of Keras' JAX trainer (`stateless_call` through
+  `compute_loss_and_updates`, `optimizer.stateless_apply`, each metric's
+  `stateless_update_state`).
 
-    1. finish the batch on the device: masks drawn from `mask_keys`, or static slots
-       chosen from `token_labels` (`kroberta.model.step_inputs`); a finished batch
-       passes through;
-    2. the gradient of the whole batch: in N micro-batches scanned one after another
-       and weighted by their masked tokens (`kroberta.model.accumulation`), or at
-       once for N = 1;
-    3. `grad_norm`: the global L2 norm of that gradient, before clipping;
-    4. the optimizer's update (AdamW, with its global-norm clipping);
-    5. the metrics: Keras' loss tracker, the compiled MaskedAccuracy / Perplexity
-       (per micro-batch: they are token-weighted sums) and the grad-norm mean.
+Batches the steps finish (`finish_batch`): with `data.masking = "dynamic"` the pipelines
+send each sequence unmasked with one uint32 key (`kroberta.masking.element_keys`), and
+the step draws the masks from it before the model runs:
+
+    x = {token_ids (B, L), padding_mask (B, L), mask_keys (B,) uint32}
+      -> x = {token_ids (B, L) masked, padding_mask (B, L), mask_positions (B, M)},
+         labels (B, M)
+
+with `data.masking = "static"` they send the file's labels per position instead, and the
+step chooses the prediction slots from them:
+
+    x = {token_ids (B, L) as masked in the file, padding_mask (B, L), token_labels (B, L)}
+      -> x = {token_ids, padding_mask, mask_positions (B, M)}, labels (B, M)
+
+Either way with `kroberta.masking.masker`, the function the host pipeline runs for
+`kroberta.dataset(..., masks_on_host=True)`, so the batches are the same bit for bit. On
+an accelerator this takes microseconds per step, while on the host the hash, the choice
+and the scatter were a fifth of the pipeline's CPU time at 512 tokens (docs/design.md,
+"Device masking"). A finished batch passes through unchanged.
 
 K steps per dispatch (`steps_per_execution`) scan this step: Keras >= 3.16 does it
 itself, Keras 3.15 through `kroberta.model.fused_steps.StepsPerDispatch`.
@@ -45,13 +56,12 @@ import keras_hub
 import numpy as np
 
 from kroberta.errors import ArgumentKindError
-from kroberta.masking import STEP_INPUTS
-from kroberta.model.accumulation import masked_tokens, micro_batches
+from kroberta.masking import KEYS, STEP_INPUTS, TOKEN_LABELS
 from kroberta.model.fused_steps import StepsPerDispatch
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
 from kroberta.model.model_inputs import check_arrays, model_inputs
-from kroberta.model.step_inputs import finish_batch, finish_inputs
 from kroberta.parallel.distribute import global_distribution
+from kroberta.tokens import IGNORE_LABEL
 
 LOSS = "loss"  # Keras' loss tracker
 GRAD_NORM = "grad_norm"
@@ -192,8 +202,8 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         if not isinstance(x, (np.ndarray, dict)) or (
                 isinstance(x, dict) and any(name in x for name in STEP_INPUTS)):
             return x  # elements checked as traced, or finished by the step (mask keys)
-        check_arrays(x, self.backbone.max_sequence_length, self.backbone.vocabulary_size, where)
-        return {name: np.asarray(value) for name, value in model_inputs(x, where=where).items()}
+        return check_arrays(x, self.backbone.max_sequence_length, self.backbone.vocabulary_size,
+                            where)
 
     def _keeping_variables(self, call, *args, **kwargs):
         optimizer = getattr(self, "optimizer", None)
@@ -204,17 +214,15 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         try:
             return call(*args, **kwargs)
         except BaseException:
-            self._reattach(variables, values)
+            # Keras re-attaches the variables only when a call ends normally: what the last
+            # completed step left (its state may have been donated), else the values from
+            # before.
+            self.jax_state_sync()
+            self._jax_state = None
+            for variable, value in zip(variables, values):
+                if variable._value is None:  # noqa: SLF001  (detached by Keras' fit, predict, ...)
+                    variable._value = value
             raise
-
-    def _reattach(self, variables, values):
-        # Keras re-attaches the variables only when a call ends normally: what the last
-        # completed step left (its state may have been donated), else the values from before.
-        self.jax_state_sync()
-        self._jax_state = None
-        for variable, value in zip(variables, values):
-            if variable._value is None:  # noqa: SLF001  (detached by Keras' fit, predict, ...)
-                variable._value = value
 
     # ------------------------------------------------------------------ the compiled steps
     def train_step(self, state, data):
@@ -241,7 +249,9 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         # 4. The update (clipping, AdamW, the schedule's step).
         trainable, optimizer_vars = self.optimizer.stateless_apply(optimizer_vars, grads,
                                                                    trainable)
-        # 5. The loss tracker (weighted by rows, as Keras') and the gradient norm.
+        # 5. The loss tracker (weighted by rows, as Keras') and the gradient norm; the
+        # compiled MaskedAccuracy / Perplexity were updated per micro-batch (they are
+        # token-weighted sums).
         metrics_vars = self._update_metrics(metrics_vars, {
             LOSS: ((loss,), {"sample_weight": _rows(x)}),
             GRAD_NORM: ((grad_norm,), {})})
@@ -257,8 +267,15 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
 
     def _batch_gradient(self, trainable, non_trainable, optimizer_vars, metrics_vars, x, y,
                         sample_weight):
-        """(gradient, loss, non_trainable, metrics) of the batch, in
-        `gradient_accumulation_steps` micro-batches; the compiled metrics updated."""
+        """(gradient, loss, non_trainable, metrics) of the batch, in N =
+        `gradient_accumulation_steps` micro-batches scanned one after another (only one
+        micro-batch's activations alive at a time); the compiled metrics updated.
+
+        Each micro-batch's gradient weighs by its share of the whole batch's masked
+        tokens, so the update is that of one batch N times larger up to float rounding:
+        loss = sum over all micro-batches of the per-token cross-entropy / masked tokens
+        of the whole batch, not the mean of N micro-batch means (which over-weights the
+        tokens of a micro-batch with few masks)."""
         grad_fn = jax.value_and_grad(self.compute_loss_and_updates, has_aux=True)
 
         def gradient(non_trainable, metrics_vars, x, y, sample_weight):
@@ -272,8 +289,6 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         n = self.gradient_accumulation_steps
         if n == 1:
             return gradient(non_trainable, metrics_vars, x, y, sample_weight)
-        # (N * b, ...) -> (N, b, ...); each micro-batch weighs by its share of the
-        # whole batch's masked tokens.
         micro = keras.tree.map_structure(lambda a: micro_batches(a, n), (x, y, sample_weight),
                                          none_is_leaf=True)
         total = jnp.maximum(masked_tokens(y), 1.0)
@@ -307,8 +322,8 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
     def predict_step(self, state, data):
         """Keras' predict step on the finished inputs: the logits at their slots."""
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        if self.masker:
-            x = finish_inputs(self.masker, x)
+        if self.masker and _step_input(x) is not None:
+            x = self.masker(x)[0]
         return super().predict_step(state, (model_inputs(x),))
 
     def with_hidden_states(self) -> keras.Model:
@@ -323,13 +338,18 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
             _hidden_views[self] = keras.Model(x, {"hidden": hidden, "logits": logits})
         return _hidden_views[self]
 
-    def _update_metrics(self, metrics_vars, updates):
-        """`metrics_vars` (the values of `self.metrics_variables`) after
-        `metric.update_state(*args, **kwargs)` for each {metric name: (args, kwargs)}."""
-        new, at = [], 0
+    def _by_metric(self, metrics_vars):
+        """(metric, its values) for each metric, from the values of `self.metrics_variables`."""
+        at = 0
         for metric in self.metrics:
-            values = metrics_vars[at:at + len(metric.variables)]
+            yield metric, metrics_vars[at:at + len(metric.variables)]
             at += len(metric.variables)
+
+    def _update_metrics(self, metrics_vars, updates):
+        """`metrics_vars` after `metric.update_state(*args, **kwargs)` for each
+        {metric name: (args, kwargs)}."""
+        new = []
+        for metric, values in self._by_metric(metrics_vars):
             if metric.name in updates:
                 args, kwargs = updates[metric.name]
                 values = metric.stateless_update_state(values, *args, **kwargs)
@@ -339,14 +359,11 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
     def _metrics_results(self, metrics_vars, leave_out=()):
         """{name: result} of every metric (a container's entries flattened), as Keras'
         `get_metrics_result` gives them, from the values `metrics_vars`."""
-        logs, at = {}, 0
-        for metric in self.metrics:
-            values = metrics_vars[at:at + len(metric.variables)]
-            at += len(metric.variables)
-            if metric.name in leave_out:
-                continue
-            result = metric.stateless_result(values)
-            logs.update(result if isinstance(result, dict) else {metric.name: result})
+        logs = {}
+        for metric, values in self._by_metric(metrics_vars):
+            if metric.name not in leave_out:
+                result = metric.stateless_result(values)
+                logs.update(result if isinstance(result, dict) else {metric.name: result})
         return logs
 
 
@@ -356,16 +373,58 @@ def _on_their_layouts(variables):
     distribution = keras.distribution.distribution()
     if distribution is None:
         return
-    seen = set()
-    for v in variables:
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
+    for v in {id(v): v for v in variables}.values():
         layout = distribution.get_variable_layout(v)  # a TensorLayout, or a jax Sharding
         sharding = layout.backend_layout if isinstance(layout, keras.distribution.TensorLayout) \
             else layout
         if isinstance(sharding, jax.sharding.Sharding) and v.value.sharding != sharding:
             v.assign(jax.device_put(v.value, sharding))
+
+
+def _step_input(x) -> str | None:
+    """The entry from which the step finishes this batch (`STEP_INPUTS`), or None."""
+    if isinstance(x, dict):
+        found = [name for name in STEP_INPUTS if name in x]
+        if len(found) > 1:
+            raise ValueError(f"a batch carries both '{KEYS}' and '{TOKEN_LABELS}'; "
+                             "it can be finished from one only")
+        return found[0] if found else None
+    return None
+
+
+def finish_batch(mask, data):
+    """`data` = (x, [y, [sample_weight]]) as the step receives it, finished by `mask`
+    (a `kroberta.masking.masker`): when x carries `mask_keys` or `token_labels`,
+    (masked x, labels[, sample_weight]); otherwise `data` itself (see the module)."""
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    entry = _step_input(x)
+    if entry is None:
+        return data
+    if y is not None:
+        raise ValueError(f"a batch with '{entry}' gets its labels from it in the step; "
+                         "it also had labels")
+    x, y = mask(x)
+    return (x, y) if sample_weight is None else (x, y, sample_weight)
+
+
+def micro_batches(leaf, n: int):
+    """(N * b, ...) -> (N, b, ...): micro-batch i is rows i, i + N, i + 2N, ...
+
+    Strided rather than contiguous, so that under data parallelism every device's
+    contiguous block of the batch holds its own share of every micro-batch, and
+    no micro-batch needs rows of another device."""
+    if leaf is None:
+        return None
+    rows = leaf.shape[0]
+    if rows % n:
+        raise ValueError(f"a batch of {rows} rows does not split into {n} micro-batches")
+    stacked = jnp.reshape(leaf, (rows // n, n, *leaf.shape[1:]))  # (b, N, ...)
+    return jnp.swapaxes(stacked, 0, 1)  # (N, b, ...)
+
+
+def masked_tokens(labels):
+    """The number of real masked slots in `labels` (..., slots), as float32."""
+    return jnp.sum((labels != IGNORE_LABEL).astype("float32"))
 
 
 def _rows(x) -> int:
@@ -380,14 +439,6 @@ def _count_trace(model, kind: str):
 def trace_count(model, kind: str) -> int:
     """How often `model`'s `kind` ("train" or "test") step was traced (compiled)."""
     return _traces.get(model, {}).get(kind, 0)
-
-
-def training_state(model) -> tuple:
-    """The state `train_step` takes: the values of (trainable, non-trainable,
-    optimizer, metrics) variables, as Keras' JAX trainer gathers them for `fit`."""
-    return tuple([v.value for v in variables] for variables in (
-        model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
-        model.metrics_variables))
 
 
 def check_model(model, where: str):

@@ -152,8 +152,7 @@ class Perplexity(_MaskedMean):
         super().__init__(name=name, **kwargs)
 
     def values(self, y_true, y_pred):
-        ce, weights = token_cross_entropy(y_true, y_pred)
-        return ce, weights
+        return token_cross_entropy(y_true, y_pred)
 
     def result(self):
         return ops.exp(self.mean())

@@ -44,11 +44,6 @@ NO_DECAY_NAMES = ["bias", "gamma", "beta"]
 KERAS_HUB_INITIALIZER_RANGE = 0.02
 
 
-def dtype_policy(mixed_precision: bool) -> str:
-    # bf16 compute with float32 master weights: what TPUs are built for.
-    return "mixed_bfloat16" if mixed_precision else "float32"
-
-
 def build_backbone(model_config: ModelConfig, mixed_precision: bool = False):
     """A freshly initialised keras-hub `RobertaBackbone` with the config's shape."""
     return keras_hub.models.RobertaBackbone(
@@ -59,7 +54,8 @@ def build_backbone(model_config: ModelConfig, mixed_precision: bool = False):
         intermediate_dim=model_config.intermediate_dim,
         dropout=model_config.dropout,
         max_sequence_length=model_config.max_sequence_length,
-        dtype=dtype_policy(mixed_precision),
+        # bf16 compute with float32 master weights: what TPUs are built for.
+        dtype="mixed_bfloat16" if mixed_precision else "float32",
     )
 
 

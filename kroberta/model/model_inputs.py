@@ -66,12 +66,12 @@ def model_inputs(x, pad_token_id: int = PAD_ID, where: str = "model.predict") ->
             "mask_positions": keras.ops.cast(positions, "int32")}
 
 
-def check_arrays(x, sequence_length: int, vocabulary_size: int, where: str = "model.predict"):
-    """Eager checks of in-memory inputs (numpy or lists), before Keras starts."""
-    if isinstance(x, (list, tuple, np.ndarray)):
+def check_arrays(x, sequence_length: int, vocabulary_size: int,
+                 where: str = "model.predict") -> dict:
+    """Eager checks of in-memory inputs (an array, or a dict of arrays or lists), before
+    Keras starts; returns them completed by `model_inputs`, as numpy arrays."""
+    if isinstance(x, np.ndarray):
         x = {"token_ids": x}
-    if not isinstance(x, dict):
-        return  # a tf.data.Dataset or a generator: checked as its batches are traced
     x = {k: np.asarray(v) if isinstance(v, (list, tuple)) else v for k, v in x.items()}
     for name, value in x.items():
         if isinstance(value, np.ndarray) and value.dtype.kind in "USO":
@@ -79,7 +79,7 @@ def check_arrays(x, sequence_length: int, vocabulary_size: int, where: str = "mo
                 f"{where}: {name!r} holds strings, not token ids; "
                 "kroberta.fill_mask(model, texts) fills <mask> in text, and "
                 "model.tokenizer.encode(text).ids gives a text's ids")
-    model_inputs(x, where=where)
+    completed = model_inputs(x, where=where)
     length = np.shape(x.get("token_ids", x.get("input_ids")))[-1]
     # Out of range, an id or a position would be clamped by a gather: a wrong answer.
     limits = {"token_ids": (vocabulary_size, "the vocabulary"),
@@ -87,8 +87,7 @@ def check_arrays(x, sequence_length: int, vocabulary_size: int, where: str = "mo
     for name, value in x.items():
         shape = np.shape(value)
         if len(shape) != 2:
-            raise InputError(f"{where}: {name!r} must be 2-D (batch, ...), "
-                                    f"got shape {shape}")
+            raise InputError(f"{where}: {name!r} must be 2-D (batch, ...), got shape {shape}")
         key = HF_NAMES.get(name, name)
         if key != "mask_positions" and shape[1] > sequence_length:
             raise InputError(
@@ -102,3 +101,4 @@ def check_arrays(x, sequence_length: int, vocabulary_size: int, where: str = "mo
                 raise InputError(
                     f"{where}: {name}[{at}] = {int(value[tuple(bad[0])])} is outside "
                     f"{limit[1]} [0, {limit[0]})")
+    return {name: np.asarray(value) for name, value in completed.items()}

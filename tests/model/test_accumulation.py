@@ -1,4 +1,4 @@
-"""Gradient accumulation (kroberta.model.accumulation): N micro-batches per optimizer step give
+"""Gradient accumulation (kroberta.model.masked_lm): N micro-batches per optimizer step give
 the update of one batch N times larger, the loss normalised by the whole batch's masked
 tokens; K steps per dispatch scan the accumulating step."""
 
@@ -11,7 +11,7 @@ from kroberta.errors import ConfigError
 from kroberta import train
 from kroberta.config import validate
 from kroberta.data import pipeline
-from kroberta.model import accumulation
+from kroberta.model import masked_lm
 from tests.conftest import tiny_config
 from tests.training.test_train import _rows, _weights
 
@@ -72,18 +72,18 @@ def test_micro_batches_hold_unequal_masked_counts(runs, tiny_data):
                                      config.train.seed, 0).take(20).as_numpy_iterator()
     unequal = 0
     for _, y in batches:
-        counts = [int((part != -100).sum()) for part in np.asarray(accumulation.micro_batches(y, 2))]
+        counts = [int((part != -100).sum()) for part in np.asarray(masked_lm.micro_batches(y, 2))]
         unequal += counts[0] != counts[1]
     assert unequal >= 10
 
 
 def test_micro_batches_are_strided_so_each_device_keeps_its_rows():
     # Rows 0-3 on one device, 4-7 on another: each micro-batch takes two rows from each.
-    parts = np.asarray(accumulation.micro_batches(np.arange(8), 2))
+    parts = np.asarray(masked_lm.micro_batches(np.arange(8), 2))
     np.testing.assert_array_equal(parts, [[0, 2, 4, 6], [1, 3, 5, 7]])
-    assert float(accumulation.masked_tokens(np.array([[5, -100], [-100, -100]]))) == 1.0
+    assert float(masked_lm.masked_tokens(np.array([[5, -100], [-100, -100]]))) == 1.0
     with pytest.raises(ValueError, match="does not split into 3"):
-        accumulation.micro_batches(np.arange(8), 3)
+        masked_lm.micro_batches(np.arange(8), 3)
 
 
 @pytest.mark.parametrize("value", [0, -2])

@@ -1,4 +1,4 @@
-"""Batches finished inside the compiled step (kroberta.model.step_inputs, kroberta.masking):
+"""Batches finished inside the compiled step (kroberta.model.masked_lm, kroberta.masking):
 dynamic masks and static slots bit for bit the numpy reference's and the host pipeline's, and
 training or evaluating on the batches the step finishes is training on the host's finished ones."""
 
@@ -11,7 +11,7 @@ import pytest
 from kroberta import masking
 from kroberta.config import Config
 from kroberta.data import pipeline
-from kroberta.model import step_inputs
+from kroberta.model import masked_lm
 from tests import masking_reference
 from tests.conftest import TINY_VOCAB, tiny_config
 
@@ -219,9 +219,9 @@ def test_a_keyed_batch_with_labels_is_refused():
     x = {"token_ids": np.zeros((2, 8), np.int32), "padding_mask": np.ones((2, 8), np.int32),
          "mask_keys": np.zeros((2,), np.uint32)}
     with pytest.raises(ValueError, match="with 'mask_keys' gets its labels from it"):
-        step_inputs.finish_batch(mask, (x, np.zeros((2, 4), np.int32)))
+        masked_lm.finish_batch(mask, (x, np.zeros((2, 4), np.int32)))
     both = {**x, "token_labels": np.full((2, 8), -100, np.int32)}
     with pytest.raises(ValueError, match="both 'mask_keys' and 'token_labels'"):
-        step_inputs.finish_batch(mask, (both,))
+        masked_lm.finish_batch(mask, (both,))
     plain = ({"token_ids": x["token_ids"]}, np.zeros((2, 4), np.int32))
-    assert step_inputs.finish_batch(mask, plain) is plain
+    assert masked_lm.finish_batch(mask, plain) is plain
