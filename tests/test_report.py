@@ -33,16 +33,17 @@ def _assert_real_png(path):
 
 
 @pytest.mark.fast
-def test_report_draws_a_png_and_summarizes(tmp_path, capsys):
+def test_report_draws_a_png_and_summarizes(tmp_path, caplog):
     _write_rows(tmp_path)
-    summary = report(str(tmp_path))
+    with caplog.at_level("INFO", logger="kroberta"):
+        summary = report(str(tmp_path))
     _assert_real_png(tmp_path / "report.png")
     assert summary["steps"] == 200
     assert summary["best_validation_loss"] == pytest.approx(3.5)
     assert summary["final_validation_accuracy"] == pytest.approx(200 / 300)
     assert summary["median_tokens_per_second"] == pytest.approx(3945.0)
     assert summary["compile_seconds"] == 12.5
-    out = capsys.readouterr().out
+    out = caplog.text
     assert "best loss 3.5" in out and "MFU" in out and "compile 12.5 s" in out
 
 
@@ -100,7 +101,7 @@ def test_report_returns_the_figure_and_leaves_pyplot_alone(tmp_path):
     _write_rows(tmp_path)
     backend = matplotlib.get_backend()
     open_before = plt.get_fignums()
-    summary = report(str(tmp_path), print_fn=lambda line: None, show=False)
+    summary = report(str(tmp_path), show=False)
     assert isinstance(summary["figure"], Figure)
     labels = [ax.get_ylabel() for ax in summary["figure"].axes]
     assert labels == [label for _, label in PANELS]
@@ -109,7 +110,7 @@ def test_report_returns_the_figure_and_leaves_pyplot_alone(tmp_path):
 
 
 @pytest.mark.fast
-def test_report_shows_grad_norm_and_marks_the_best_checkpoint(tmp_path, capsys):
+def test_report_shows_grad_norm_and_marks_the_best_checkpoint(tmp_path, caplog):
     _write_rows(tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     for row in rows:
@@ -121,9 +122,10 @@ def test_report_shows_grad_norm_and_marks_the_best_checkpoint(tmp_path, capsys):
         path = tmp_path / "checkpoints" / f"step_{step:08d}"
         path.mkdir(parents=True)
         (path / "_CHECKPOINT_METADATA").write_text("{}")
-    summary = report(str(tmp_path))
+    with caplog.at_level("INFO", logger="kroberta"):
+        summary = report(str(tmp_path))
     assert summary["best_checkpoint_step"] == 200 and summary["max_grad_norm"] == 2.5
     assert len(summary["figure"].axes) == len(PANELS) + 1  # the grad_norm panel
-    out = capsys.readouterr().out
+    out = caplog.text
     assert "best checkpoint: step 200 (validation loss 3.5)" in out
     assert "grad_norm: final 2.5, median 1.55, max 2.5" in out

@@ -20,7 +20,7 @@ stores have no rename: that marker's presence is what makes a checkpoint complet
 restoring downloads one. Pruning removes the marker first. An upload killed midway
 leaves a step directory without the marker, ignored and cleaned on the next start.
 
-Multi-process and sharded ("fsdp"/"model") runs: every process calls `save` and
+Multi-process and sharded ("fsdp"/"model") runs: every process calls `Writer.save` and
 `restore` (they are collectives). On a shared directory (NFS, a GCS FUSE mount) each
 process writes and reads only the shards its devices hold. On a URL no directory is
 shared for Orbax's per-process writes: the state is gathered into every host's memory
@@ -53,7 +53,7 @@ COMMIT_FILE = "_CHECKPOINT_METADATA"  # Orbax's; written last, so it marks a com
 _NAME = re.compile(r"^step_(\d{8})$")
 
 
-GROUPS = ("model", "optimizer")  # the state's top-level entries, as `save` writes them
+GROUPS = ("model", "optimizer")  # the state's top-level entries, as `Writer.save` writes them
 
 
 def _variables(model):
@@ -76,21 +76,6 @@ def estimated_bytes(model) -> int:
     """Size of one checkpoint: every model and optimizer variable."""
     return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
                for group in _variables(model).values() for v in group)
-
-
-def save(model, run_dir: str, step: int, keep: int, extra: dict | None = None) -> str:
-    """Writes the model's and optimizer's variables at `step`; keeps the newest `keep`.
-
-    Returns once the checkpoint is committed. On any write failure (disk full,
-    permissions) the partial checkpoint is removed and StorageError says so;
-    older checkpoints are never touched before the new one is complete.
-    """
-    writer = Writer(run_dir, keep, asynchronous=False)
-    try:
-        writer.save(model, step, extra)
-    finally:
-        writer.close()
-    return storage.join(run_dir, CHECKPOINT_DIR, f"step_{step:08d}")
 
 
 class Writer:
@@ -127,7 +112,7 @@ class Writer:
         self._upload = None  # asynchronous, on a URL: the future that commits and uploads
         # Made here, before the step loop: importing Orbax costs 2-10 s, which would
         # otherwise count as the first checkpoint's blocked time.
-        _, self._checkpointer = _checkpointer(asynchronous=asynchronous)
+        self._checkpointer = _checkpointer(asynchronous=asynchronous)
         self._in_flight = None  # the step being written in the background, or None
         # A step never pruned, whatever its age (train.keep_best: the best checkpoint).
         self.protected_step = None
@@ -144,7 +129,7 @@ class Writer:
         started = time.perf_counter()
         self.wait()
         if self._checkpointer is None:  # closed: a new one
-            _, self._checkpointer = _checkpointer(asynchronous=self.asynchronous)
+            self._checkpointer = _checkpointer(asynchronous=self.asynchronous)
         if self._staging is not None:
             os.makedirs(self._staging, exist_ok=True)  # `close` removed it
         state, meta = _state_and_meta(model, step, extra)
@@ -254,7 +239,7 @@ def _checkpointer(asynchronous: bool = False):
     import orbax.checkpoint as ocp
 
     handler = ocp.CompositeCheckpointHandler()
-    return ocp, (ocp.AsyncCheckpointer(handler) if asynchronous else ocp.Checkpointer(handler))
+    return ocp.AsyncCheckpointer(handler) if asynchronous else ocp.Checkpointer(handler)
 
 
 def _state_and_meta(model, step, extra):
@@ -280,40 +265,29 @@ def _stable(path: str) -> str:
 _SEED_GENERATOR = re.compile(r"seed_generator_\d+")
 
 
-def restore(model, path: str) -> dict:
-    """Loads a checkpoint written by `save` into a built model and optimizer.
+def restore(model, path: str, optimizer: bool = True) -> dict:
+    """Loads a checkpoint written by `Writer.save` into a built model and optimizer; returns
+    its meta. Without `optimizer`, only the model's weights, into an uncompiled
+    `kroberta.MaskedLM` of the run's shape: nothing is compiled and no optimizer is built.
 
     Each value is restored straight into the sharding of the variable it replaces,
     so a checkpoint written on one mesh (or by N processes) loads into another.
     """
-    with storage.local_copy(path) as local:
-        return _restore(_variables(model), os.path.abspath(local), path)
-
-
-def restore_model_weights(model, path: str):
-    """Loads only the model's weights of a checkpoint written by `save` into `model` (an
-    uncompiled `kroberta.MaskedLM` of the run's shape): nothing is compiled and no
-    optimizer is built."""
-    with storage.local_copy(path) as local:
-        _restore({"model": list(model.variables)}, os.path.abspath(local), path)
-
-
-def _restore(groups: dict, path: str, named: str) -> dict:
-    """Restores the checkpoint in the local directory `path` (`named` in errors) into
-    `groups` ({"model": variables[, "optimizer": variables]}); returns its meta."""
     import jax
+    import orbax.checkpoint as ocp
 
-    ocp, checkpointer = _checkpointer()
-    with checkpointer:
-        meta = checkpointer.restore(path, args=ocp.args.Composite(
+    groups = _variables(model) if optimizer else {"model": list(model.variables)}
+    with storage.local_copy(path) as local, _checkpointer() as checkpointer:
+        local = os.path.abspath(local)
+        meta = checkpointer.restore(local, args=ocp.args.Composite(
             meta=ocp.args.JsonRestore()))["meta"]
         target = {}
         for group, variables in groups.items():
-            _check_group(meta, group, variables, named)
+            _check_group(meta, group, variables, path)
             target[group] = [jax.ShapeDtypeStruct(v.value.shape, v.value.dtype,
                                                   sharding=v.value.sharding) for v in variables]
-        _add_unasked_groups(target, ocp, path)
-        state = checkpointer.restore(path, args=ocp.args.Composite(
+        _add_unasked_groups(target, ocp, local)
+        state = checkpointer.restore(local, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(target)))["state"]
     for group, variables in groups.items():
         for v, value in zip(variables, state[group]):

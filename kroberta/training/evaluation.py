@@ -95,8 +95,10 @@ def validation_row(measured: dict) -> dict:
 
 def _config_for(model, data) -> Config:
     """The model's config reading `data` for validation (and starting from nothing)."""
+    from kroberta.interop.keras_hub_presets import preset_model_config_of
+
     config = getattr(model, "kroberta_config", None) or Config(
-        model=_model_config_of(model))
+        model=preset_model_config_of(model.backbone))
     patterns = _patterns(data)
     if len(patterns) == 1 and storage.isdir(patterns[0]):
         files = {"dir": patterns[0], "train": (), "validation": ()}
@@ -105,12 +107,6 @@ def _config_for(model, data) -> Config:
     return validate(dataclasses.replace(
         config, data=dataclasses.replace(config.data, **files), init_from_hf="",
         init_from_keras_hub=""), "the model's config")
-
-
-def _model_config_of(model):
-    from kroberta.interop.keras_hub_presets import preset_model_config_of
-
-    return preset_model_config_of(model.backbone)
 
 
 def _patterns(data) -> list[str]:

@@ -7,8 +7,8 @@ A run directory holds `config.toml` (the resolved config), `model.weights.h5`
 """
 
 import dataclasses
+import logging
 import os
-import sys
 
 from kroberta.training import checkpoint
 from kroberta.training.checkpoint import list_checkpoints  # `load`'s argument is named checkpoint
@@ -21,6 +21,8 @@ WEIGHTS_FILE = "model.weights.h5"
 CONFIG_FILE = "config.toml"
 TOKENIZER_FILE = "tokenizer.json"
 CLASSIFIER_FILE = "classifier.json"  # marks a fine-tuned classifier's folder (downstream.prediction)
+
+logger = logging.getLogger(__name__)
 
 
 def save(model, run_dir: str):
@@ -64,7 +66,7 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
     Args:
         path: a run directory (with `config.toml` and `model.weights.h5`); a run
             that has not finished yet (interrupted, preempted) loads the model of its
-            latest checkpoint instead, and says so on stderr.
+            latest checkpoint instead, and says so (a warning).
         mixed_precision: override the run's setting (e.g. False for float32
             inference of a model trained in bf16); None keeps the run's.
         checkpoint: None for the final model; "best" for the kept checkpoint with the
@@ -82,26 +84,25 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
                                 f"{type(path).__name__}" + (" (a model already: use it as it is)"
                                                             if hasattr(path, "predict") else ""))
     path = os.fspath(path)
-    config_path = storage.join(path, CONFIG_FILE)
-    weights_path = storage.join(path, WEIGHTS_FILE)
     if not storage.isdir(path):
         raise NotFoundError(f"{path}: not a kroberta run directory (no such directory)")
     if storage.isfile(storage.join(path, CLASSIFIER_FILE)):
         raise InputError(f"{path}: a fine-tuned classifier, not a masked LM; load it with "
                          f"kroberta.load_classifier({path!r})")
+    if not storage.isfile(storage.join(path, CONFIG_FILE)):
+        finished = "" if checkpoint is not None else "finished "
+        raise NotFoundError(f"{path}: not a {finished}kroberta run ({CONFIG_FILE} is missing)")
     if checkpoint is not None:
-        return _load_checkpoint(path, mixed_precision, checkpoint)
+        return _model(path, mixed_precision, *_chosen_checkpoint(path, checkpoint))
+    if storage.isfile(storage.join(path, WEIGHTS_FILE)):
+        return _model(path, mixed_precision)
     # An unfinished run (interrupted, preempted, --until-step) loads its last checkpoint.
-    saved = list_checkpoints(path) if not storage.isfile(weights_path) else []
-    for needed in (config_path, weights_path):
-        if not storage.isfile(needed) and not (needed == weights_path and saved):
-            raise NotFoundError(f"{path}: not a finished kroberta run ({storage.basename(needed)} is missing)")
-    if saved:
-        step, checkpoint_path = saved[-1]
-        print(f"{path}: no final model yet; loading the checkpoint at step {step}",
-              file=sys.stderr, flush=True)
-        return _model(path, mixed_precision, checkpoint_path)
-    return _model(path, mixed_precision)
+    saved = list_checkpoints(path)
+    if not saved:
+        raise NotFoundError(f"{path}: not a finished kroberta run ({WEIGHTS_FILE} is missing)")
+    step, checkpoint_path = saved[-1]
+    logger.warning(f"{path}: no final model yet; loading the checkpoint at step {step}")
+    return _model(path, mixed_precision, checkpoint_path)
 
 
 MODEL_KINDS = "a training run, a Hugging Face RoBERTa directory or a keras-hub preset directory"
@@ -157,40 +158,36 @@ def _model(path: str, mixed_precision: bool | None, checkpoint_path: str | None 
     model = build_model(config.model, mixed_precision, config=config,
                         tokenizer=load_tokenizer(path), step=step)
     if checkpoint_path:
-        checkpoint.restore_model_weights(model, checkpoint_path)
+        checkpoint.restore(model, checkpoint_path, optimizer=False)
     else:
         with storage.local_copy(storage.join(path, WEIGHTS_FILE)) as local:  # h5: a local file
             model.load_weights(local)
     return model
 
 
-def _load_checkpoint(path: str, mixed_precision: bool | None, which: str | int):
-    """`load(path, checkpoint=which)`: the model of one training checkpoint."""
+def _chosen_checkpoint(path: str, which: str | int) -> tuple[str, int]:
+    """`load(path, checkpoint=which)`'s checkpoint: (its path, its step)."""
     from kroberta.training import signals
 
-    if not storage.isfile(storage.join(path, CONFIG_FILE)):
-        raise NotFoundError(f"{path}: not a kroberta run ({CONFIG_FILE} is missing)")
     saved = list_checkpoints(path)
     if which == "best":
         best = signals.best_checkpoint(path)
         if best is None:
             raise NotFoundError(f"{path}: no kept checkpoint was evaluated; train with "
                                 "validation data and train.keep_best = true")
-        step, checkpoint_path = best[:2]
-    elif which == "last":
+        return best[1], best[0]
+    if which == "last":
         if not saved:
             raise NotFoundError(f"{path}: holds no checkpoint")
-        step, checkpoint_path = saved[-1]
-    elif isinstance(which, int) and not isinstance(which, bool):
+        return saved[-1][1], saved[-1][0]
+    if isinstance(which, int) and not isinstance(which, bool):
         found = dict(saved)
         if which not in found:
             raise NotFoundError(f"{path}: no checkpoint at step {which} (kept: "
                                 f"{', '.join(str(s) for s, _ in saved) or 'none'})")
-        step, checkpoint_path = which, found[which]
-    else:
-        raise InputError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
-                         f"got {which!r}")
-    return _model(path, mixed_precision, checkpoint_path, step)
+        return found[which], which
+    raise InputError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
+                     f"got {which!r}")
 
 
 def load_run_config(run_dir: str):
@@ -219,9 +216,6 @@ def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> s
 
     if format not in EXPORT_FORMATS:
         raise InputError(f"--format {format!r}: expected one of {', '.join(EXPORT_FORMATS)}")
-
-    if not storage.isdir(run):
-        raise InputError(f"{run}: not a kroberta run directory (no such directory)")
     if os.path.exists(out) and not os.path.isdir(out):
         raise InputError(f"--out {out}: exists and is not a directory")
     non_empty = os.path.isdir(out) and bool(os.listdir(out))
@@ -233,7 +227,7 @@ def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> s
             model = load_classifier(run)
         else:
             model = load(run, mixed_precision=False)  # float32 weights either way
-    except (FileNotFoundError, ValueError) as e:  # ConfigError is a ValueError
+    except (FileNotFoundError, ValueError) as e:  # no such run; ConfigError is a ValueError
         raise InputError(str(e)) from None
     if non_empty:
         # Drop the files a previous export wrote, so e.g. a stale tokenizer cannot survive.

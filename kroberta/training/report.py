@@ -3,7 +3,7 @@
 Reads `runs/x/metrics.jsonl` (written by training: one train row per log interval,
 one validation row per evaluation), draws loss, masked accuracy, learning rate,
 tokens/s, MFU and (when the step logs it) the gradient norm into `runs/x/report.png`
-and prints a short summary, which names the best checkpoint (the kept checkpoint with
+and logs a short summary (the `kroberta` logger), which names the best checkpoint (the kept checkpoint with
 the lowest validation loss, `kroberta.load(run_dir, checkpoint="best")`).
 """
 
@@ -13,6 +13,7 @@ import statistics
 
 from kroberta import storage
 from kroberta.errors import InputError
+from kroberta.runtime import logs
 from kroberta.training.run_dir import METRICS_FILE, metrics_rows
 
 REPORT_FILE = "report.png"
@@ -35,8 +36,7 @@ def read_metrics(run_dir: str) -> list[dict]:
         raise InputError(f"{run_dir}: {what}; train a run there first "
                          "(python -m kroberta.train --run_dir=...)")
     # A run killed mid-write leaves a partial last line: skipped, and said so.
-    rows = metrics_rows(run_dir, on_bad_line=lambda path, number: logger.warning(
-        f"warning: {path}:{number}: not JSON, skipped"))
+    rows = metrics_rows(run_dir, warn=True)
     if not rows:
         raise InputError(f"{path}: holds no rows yet")
     return rows
@@ -74,11 +74,6 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def _panels(rows):
-    logged = any("grad_norm" in r for r in rows if r.get("split") == "train")
-    return PANELS + ((GRAD_NORM_PANEL,) if logged else ())
-
-
 def draw(rows: list[dict], path: str, title: str = "", best_step: int | None = None):
     """Draws the panels into the PNG `path`; returns the matplotlib Figure.
 
@@ -88,7 +83,8 @@ def draw(rows: list[dict], path: str, title: str = "", best_step: int | None = N
     # working) and nothing is left open in pyplot's figure list.
     from matplotlib.figure import Figure
 
-    panels = _panels(rows)
+    logged = any("grad_norm" in r for r in rows if r.get("split") == "train")
+    panels = PANELS + ((GRAD_NORM_PANEL,) if logged else ())
     fig = Figure(figsize=(8, 2.3 * len(panels)))
     axes = fig.subplots(len(panels), 1, sharex=True)
     for ax, (key, label) in zip(axes, panels):
@@ -140,12 +136,11 @@ def _format(summary: dict) -> list[str]:
     return lines
 
 
-def report(run_dir: str, print_fn=print, show: bool | None = None) -> dict:
-    """Draws `run_dir/report.png` and prints the summary; returns the summary dict.
+def report(run_dir: str, show: bool | None = None) -> dict:
+    """Draws `run_dir/report.png` and logs the summary; returns the summary dict.
 
     Args:
         run_dir: a run directory (holds metrics.jsonl).
-        print_fn: where the summary lines go.
         show: display the picture inline; None = when running in a Jupyter notebook.
 
     Returns:
@@ -155,6 +150,7 @@ def report(run_dir: str, print_fn=print, show: bool | None = None) -> dict:
     """
     from kroberta.training import console, signals
 
+    logs.show_messages()
     rows = read_metrics(run_dir)
     summary = summarize(rows)
     best = signals.best_checkpoint(run_dir)
@@ -165,9 +161,8 @@ def report(run_dir: str, print_fn=print, show: bool | None = None) -> dict:
     with storage.staged_file(path) as local:  # matplotlib writes a local file; a URL gets a copy
         figure = draw(rows, local, title=storage.basename(storage.absolute(run_dir)),
                       best_step=best[0] if best else None)
-    for line in _format(summary):
-        print_fn(line)
-    print_fn(f"curves: {path}")
+    for line in _format(summary) + [f"curves: {path}"]:
+        logger.info(line)
     if console.in_jupyter() if show is None else show:
         from IPython.display import Image, display
 

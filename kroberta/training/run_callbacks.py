@@ -46,7 +46,7 @@ class RunLogger(keras.callbacks.Callback):
     """
 
     def __init__(self, config, run_dir, start_step, global_batch, sequence_length, evaluate_fn,
-                 stop_step=None, write_files=True, preemption=None, save_checkpoints=None,
+                 stop_step=None, write_files=True, preemption=None, save_checkpoints=True,
                  plan=None):
         super().__init__()
         self.config = config
@@ -60,7 +60,6 @@ class RunLogger(keras.callbacks.Callback):
         self._probe_task = self._read_probe_task() if config.train.downstream else None
         self.write_files = write_files  # False on processes other than 0: no files, no lines
         # Checkpoints are collectives: in a multi-process run every process saves.
-        save_checkpoints = write_files if save_checkpoints is None else save_checkpoints
         self.checkpoints = checkpoint.Writer(
             run_dir, config.train.keep_checkpoints, config.train.async_checkpoints) \
             if save_checkpoints else None
@@ -141,16 +140,15 @@ class RunLogger(keras.callbacks.Callback):
             "loss": math.log(float(logs["perplexity"])),
             "masked_accuracy": float(logs["masked_accuracy"]),
             "perplexity": float(logs["perplexity"]),
-            # The mean over the interval's optimizer steps of the gradient's global
-            # L2 norm before clipping (kroberta.model.masked_lm).
-            **({"grad_norm": float(logs["grad_norm"])} if "grad_norm" in logs else {}),
             "learning_rate": learning_rate,
             "samples_per_second": samples_per_second,
             "tokens_per_second": samples_per_second * self.sequence_length
             if samples_per_second else None,
             **self._speed(samples_per_second),
         }
-        # Whatever else the step logs (e.g. grad_norm) flows through as it is.
+        # Whatever else the step logs flows through as it is: e.g. grad_norm, the mean over
+        # the interval's optimizer steps of the gradient's global L2 norm before clipping
+        # (kroberta.model.masked_lm).
         row.update({key: float(value) for key, value in (logs or {}).items()
                     if key not in row and key != "loss" and _is_number(value)})
         if compiled > 0:
@@ -286,14 +284,13 @@ class RunLogger(keras.callbacks.Callback):
             )
 
     def _emit(self, row):
-        row = {k: v for k, v in row.items() if v is not None}
-        if self.write_files:
-            self._jsonl.write(json.dumps(row) + "\n")
-            if any(True for _ in trackers.numeric_items(row)):
-                for tracker in self._trackers:
-                    tracker.log(row)
         if not self.write_files:
             return
+        row = {k: v for k, v in row.items() if v is not None}
+        self._jsonl.write(json.dumps(row) + "\n")
+        if any(True for _ in trackers.numeric_items(row)):
+            for tracker in self._trackers:
+                tracker.log(row)
         if self._progbar and row["split"] == "train":
             self._progbar.update(row["step"], row)
             return

@@ -85,11 +85,16 @@ class StartingPoint:
 
 
 def _starting_point(config: Config) -> StartingPoint | None:
-    """The checkpoint `config` starts from, or None (a fresh start, or a directory that is
-    not there: the training command names it before the data are read)."""
-    directory = config.init_from_hf or config.init_from_keras_hub
-    if not directory or not storage.isdir(directory):
+    """The checkpoint `config` starts from, or None (a fresh start); named before the
+    data are read when its directory is not there."""
+    key = "init_from_hf" if config.init_from_hf else "init_from_keras_hub"
+    directory = getattr(config, key)
+    if not directory:
         return None
+    if not storage.isdir(directory):
+        what = "a Hugging Face model directory" if config.init_from_hf else \
+            "a keras-hub preset directory"
+        raise ConfigError(f"{key}: {directory!r} is not a directory (it should be {what})")
     from kroberta.interop.checkpoint_config import checkpoint_of, checkpoint_tokenizer
 
     checkpoint = checkpoint_of(config)

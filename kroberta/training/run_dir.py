@@ -18,9 +18,9 @@ METRICS_FILE = "metrics.jsonl"  # a JSON row per log interval and evaluation
 logger = logging.getLogger(__name__)
 
 
-def metrics_rows(run_dir: str, last_step: int | None = None, on_bad_line=None) -> list[dict]:
+def metrics_rows(run_dir: str, last_step: int | None = None, warn: bool = False) -> list[dict]:
     """metrics.jsonl's rows (up to `last_step`; none when there is no file), skipping a
-    line a kill cut short (`on_bad_line(path, number)` is told of it)."""
+    line a kill cut short (with a warning when `warn`)."""
     path = storage.join(run_dir, METRICS_FILE)
     if not storage.isfile(path):
         return []
@@ -31,8 +31,8 @@ def metrics_rows(run_dir: str, last_step: int | None = None, on_bad_line=None) -
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
-            if on_bad_line:
-                on_bad_line(path, number)
+            if warn:
+                logger.warning(f"warning: {path}:{number}: not JSON, skipped")
             continue
         if last_step is None or row.get("step", 0) <= last_step:
             rows.append(row)
@@ -50,24 +50,15 @@ def removed_unless_checkpointed(run_dir: str):
     try:
         yield
     except BaseException:
-        if created and os.path.isdir(run_dir) and _single_process():
-            from kroberta.training import checkpoint
+        if created and os.path.isdir(run_dir):
+            import jax
 
+            metrics = os.path.join(run_dir, METRICS_FILE)
             # A run that logged a step (then diverged, say) keeps what it wrote.
-            if not checkpoint.list_checkpoints(run_dir) and not _logged(run_dir):
+            if jax.process_count() == 1 and not checkpoint.list_checkpoints(run_dir) and \
+                    not (os.path.isfile(metrics) and os.path.getsize(metrics) > 0):
                 shutil.rmtree(run_dir, ignore_errors=True)
         raise
-
-
-def _logged(run_dir: str) -> bool:
-    path = os.path.join(run_dir, METRICS_FILE)
-    return os.path.isfile(path) and os.path.getsize(path) > 0
-
-
-def _single_process() -> bool:
-    import jax
-
-    return jax.process_count() == 1
 
 
 def check_writable(run_dir: str):
@@ -95,25 +86,18 @@ def check_free_space(run_dir: str, needed_bytes: int, what: str):
             f"{needed_bytes / 2**20:.0f} MiB; free some space or choose another --run_dir")
 
 
-def truncate_metrics(run_dir: str, last_step: int):
+def truncate_metrics(run_dir: str, last_step: int) -> int:
     """Drops metrics.jsonl rows logged after `last_step` (by a run killed after its
-    last checkpoint), so the resumed run's rows neither repeat nor leave gaps."""
+    last checkpoint) and a line the kill cut short, so the resumed run's rows neither
+    repeat nor leave gaps; returns how many lines were dropped."""
     path = storage.join(run_dir, METRICS_FILE)
     if not storage.isfile(path):
         return 0
-    kept, dropped = [], 0
-    for line in storage.read_text(path).splitlines(keepends=True):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            dropped += 1  # a line cut short by the kill
-            continue
-        if row.get("step", 0) <= last_step:
-            kept.append(line if line.endswith("\n") else line + "\n")
-        else:
-            dropped += 1
-    storage.write_text(path, "".join(kept))
-    return dropped
+    lines = [line for line in storage.read_text(path).splitlines() if line.strip()]
+    kept = metrics_rows(run_dir, last_step)
+    # Each row written again as `json.dumps` wrote it: the same line.
+    storage.write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
+    return len(lines) - len(kept)
 
 
 # The settings that decide, with the checkpoint, which weights a run ends with. Changing
@@ -166,12 +150,6 @@ def describe_changes(changes: dict) -> str:
     return ", ".join(f"{key} {before!r} -> {now!r}" for key, (before, now) in changes.items())
 
 
-def record_changes(run_dir: str, step: int, changes: dict):
-    """Appends one row to the run's config_changes.jsonl: the step from which `changes` apply."""
-    storage.append_text(storage.join(run_dir, CHANGES_FILE),
-                        json.dumps({"step": step, "changed": changes}) + "\n")
-
-
 def prepare_run_dir(config: Config, force: bool, write: bool = True,
                      accept_changes: bool = False):
     """Creates the run dir and writes config.toml; refuses a run with another model, or
@@ -185,7 +163,7 @@ def prepare_run_dir(config: Config, force: bool, write: bool = True,
     storage.makedirs(config.run_dir)
     path = storage.join(config.run_dir, final_model.CONFIG_FILE)
     saved = checkpoint.list_checkpoints(config.run_dir)
-    changes = {}
+    changes, starts_over = {}, False
     if storage.isfile(path) and saved:
         previous = final_model.load_run_config(config.run_dir)
         # A new start (initializer_range) is not a new model: the checkpoint holds its weights.
@@ -200,7 +178,6 @@ def prepare_run_dir(config: Config, force: bool, write: bool = True,
                 "--run_dir, or --force (force=True) to start this model there from scratch"
             )
         training, other = changed_settings(to_dict(previous), to_dict(config))
-        starts_over = force and (other_model or training)
         if training and not force and not accept_changes:
             raise ConfigError(
                 f"run_dir: {config.run_dir} holds a run trained with other settings "
@@ -208,17 +185,17 @@ def prepare_run_dir(config: Config, force: bool, write: bool = True,
                 "to start over there, or --accept-changes (accept_changes=True) to continue its "
                 "checkpoint with "
                 f"these settings (recorded in {CHANGES_FILE})")
-        if not write:
-            return
-        if starts_over:
-            storage.rmtree(storage.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
-            trackers.forget_runs(config.run_dir)  # a new start: new tracker runs
-        else:
-            changes = {**training, **other}
+        starts_over = force and bool(other_model or training)
+        changes = {} if starts_over else {**training, **other}
     if not write:
         return
+    if starts_over:
+        storage.rmtree(storage.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
+        trackers.forget_runs(config.run_dir)  # a new start: new tracker runs
     if changes:
-        record_changes(config.run_dir, saved[-1][0], changes)
+        # One row per change: the step from which the new settings apply.
+        storage.append_text(storage.join(config.run_dir, CHANGES_FILE),
+                            json.dumps({"step": saved[-1][0], "changed": changes}) + "\n")
         logger.info(f"run_dir: continuing step {saved[-1][0]} with changed settings: "
                     f"{describe_changes(changes)} (recorded in {CHANGES_FILE})")
     storage.write_text(path, to_toml(config))

@@ -51,11 +51,11 @@ def _keep_id(run_dir: str, tracker: str, run_id: str):
         storage.write_text(storage.join(run_dir, IDS_FILE), json.dumps(ids, indent=1))
 
 
-def _import(module: str, tracker: str):
+def _import(tracker: str):
     import importlib
 
     try:
-        return importlib.import_module(module)
+        return importlib.import_module(tracker)
     except ImportError:
         raise ConfigError(f'train.trackers: "{tracker}" needs the {tracker} package: '
                           f'pip install "kroberta[{tracker}]"') from None
@@ -116,7 +116,7 @@ class WandB:
     """
 
     def __init__(self, config, run_dir: str):
-        wandb = _import("wandb", "wandb")
+        wandb = _import("wandb")
         # W&B ids: up to 64 lowercase letters and digits, unique in the project.
         run_id = read_ids(run_dir).get("wandb") or uuid.uuid4().hex[:16]
         # W&B keeps its local files in a directory: a URL run dir leaves them to W&B's default.
@@ -141,7 +141,7 @@ class MLflow:
     """One MLflow run per run directory, in the experiment MLFLOW_EXPERIMENT_NAME."""
 
     def __init__(self, config, run_dir: str):
-        _import("mlflow", "mlflow")
+        _import("mlflow")
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
@@ -181,7 +181,7 @@ def check_installed(config):
     """Raises the one-line ConfigError of a tracker whose package is missing."""
     for name in config.train.trackers:
         if name != "tensorboard":
-            _import(name, name)
+            _import(name)
 
 
 # What to do when a tracker's own start fails.

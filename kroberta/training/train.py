@@ -14,8 +14,8 @@ import logging
 import math
 import time
 
-from kroberta.errors import ConfigError
 from kroberta import storage
+from kroberta.errors import ConfigError
 from kroberta.config import Config, parse_window, validate
 from kroberta.runtime import logs
 from kroberta.training import checkpoint, signals, trackers
@@ -88,14 +88,24 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
         summary = {"run_dir": run.config.run_dir, "start_step": start_step,
                    "steps": run.config.train.steps, "devices": run.plan.num_devices,
                    "global_batch": run.plan.global_batch}
-        ended = _ended_before(run, start_step) if resumed else None
+        ended = resumed and signals.ended_early(run.config.run_dir, start_step, run.config.train)
         stop_step = start_step if ended else min(until_step or run.config.train.steps,
                                                  run.config.train.steps)
         if ended:
+            logger.info(f"the run ended early at step {start_step} ({ended}); nothing to train. "
+                        "Change the setting that ended it (train.early_stop_patience, "
+                        "train.target_eval_loss) to train on")
             summary["stopped_early"] = ended
         if start_step < stop_step:
             _remove_stale_model(run, start_step)
-            summary.update(_fit_logging_interrupts(run, start_step, stop_step))
+            try:
+                summary.update(_fit(run, start_step, stop_step))
+            except KeyboardInterrupt:
+                # A second Ctrl-C (the first one checkpoints: PreemptionFlag), or a Ctrl-C in
+                # a multi-process job: the checkpoints on disk are complete (each is renamed
+                # into place only once written), so the run resumes.
+                _log_interrupted(run.config.run_dir)
+                raise
         summary["final_step"] = int(run.model.optimizer.iterations.numpy())
         summary["outcome"] = _outcome(run, summary, ended)
         _finish(run, summary, ended)
@@ -115,7 +125,8 @@ def _set_up(config: Config, force: bool, accept_changes: bool) -> _Run:
     startup.initialize(config)  # joins a multi-host job before anything starts a JAX backend
     main_process = jax.process_index() == 0
     check_writable(config.run_dir)
-    _check_before_data(config, main_process)
+    if main_process:
+        trackers.check_installed(config)  # before the data are read or built
     run_data = run_data_for(config)
     config = run_data.config
     _check_signals(config, run_data)
@@ -199,16 +210,6 @@ def _restore_or_initialise(run: _Run) -> tuple[int, bool]:
     return start_step, bool(saved)
 
 
-def _ended_before(run: _Run, start_step: int) -> str | None:
-    """Why an earlier invocation ended the run early at its checkpoint, or None."""
-    ended = signals.ended_early(run.config.run_dir, start_step, run.config.train)
-    if ended:
-        logger.info(f"the run ended early at step {start_step} ({ended}); nothing to train. "
-                    "Change the setting that ended it (train.early_stop_patience, "
-                    "train.target_eval_loss) to train on")
-    return ended
-
-
 def _remove_stale_model(run: _Run, start_step: int):
     """A finished run trained on (--accept-changes): its model file would outlive the
     newer checkpoints, and kroberta.load reads it first. The checkpoint resumed from
@@ -220,17 +221,6 @@ def _remove_stale_model(run: _Run, start_step: int):
         storage.remove(model_file)
         logger.info(f"{final_model.WEIGHTS_FILE} of step {start_step} removed: the run trains "
                     f"on (the checkpoint at step {start_step} holds the same weights)")
-
-
-def _fit_logging_interrupts(run: _Run, start_step: int, stop_step: int) -> dict:
-    try:
-        return _fit(run.model, run.run_data, run.plan, start_step, stop_step)
-    except KeyboardInterrupt:
-        # A second Ctrl-C (the first one checkpoints: PreemptionFlag), or a Ctrl-C in a
-        # multi-process job: the checkpoints on disk are complete (each is renamed into
-        # place only once written), so the run resumes.
-        _log_interrupted(run.config.run_dir)
-        raise
 
 
 def _outcome(run: _Run, summary: dict, ended: str | None) -> Outcome:
@@ -287,18 +277,6 @@ def _finish(run: _Run, summary: dict, ended: str | None):
         logger.info(f"model saved in {run.config.run_dir}")
 
 
-def _check_before_data(config: Config, main_process: bool):
-    """Before the data are read or built: a missing tracker package, and a directory
-    to initialise from that is not there."""
-    if main_process:
-        trackers.check_installed(config)
-    for key, what in (("init_from_hf", "a Hugging Face model directory"),
-                      ("init_from_keras_hub", "a keras-hub preset directory")):
-        directory = getattr(config, key)
-        if directory and not storage.isdir(directory):
-            raise ConfigError(f"{key}: {directory!r} is not a directory (it should be {what})")
-
-
 def _check_signals(config: Config, run_data):
     """Before any compute: the validation data that keep_best and the early stop need."""
     t = config.train
@@ -325,39 +303,31 @@ def _log_interrupted(run_dir: str):
                 "resume, or kroberta.load(run_dir) to use it")
 
 
-def _evaluation(model, run_data, micro_batch, shard):
-    """The evaluation on the validation set, () -> {loss, masked_accuracy, perplexity};
-    None without validation data."""
+def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
     from kroberta.training.evaluation import validation_row
-    from kroberta.training.run_data import validation_batches
-
-    if run_data.validation is None:
-        return None
-    # Evaluation needs no gradients to accumulate: batches of one micro-batch.
-    eval_ds = validation_batches(run_data, micro_batch, shard=shard)
-
-    def evaluate():
-        return validation_row(model.evaluate(eval_ds, verbose=0, return_dict=True))
-
-    return evaluate
-
-
-def _fit(model, run_data, plan, start_step, stop_step) -> dict:
     from kroberta.training.run_callbacks import RunLogger
-    from kroberta.training.run_data import train_batches
+    from kroberta.training.run_data import train_batches, validation_batches
 
-    config, train_spec, val_spec = run_data.config, run_data.train, run_data.validation
+    model, run_data, plan, config = run.model, run.run_data, run.plan, run.config
     t = config.train
     # Each process reads its own share; Keras assembles the global batch from them.
-    shard, process_batch, topology = plan.data_shard, plan.process_batch, plan.topology
+    shard, process_batch = plan.data_shard, plan.process_batch
     preemption = PreemptionFlag()
-    evaluate = _evaluation(model, run_data, plan.micro_batch, shard)
+    if run_data.validation is None:
+        evaluate = None
+    else:
+        # Evaluation needs no gradients to accumulate: batches of one micro-batch.
+        eval_ds = validation_batches(run_data, plan.micro_batch, shard=shard)
+
+        def evaluate():
+            return validation_row(model.evaluate(eval_ds, verbose=0, return_dict=True))
+
     run_logger = RunLogger(config, config.run_dir, start_step, plan.global_batch,
-                           train_spec.sequence_length, evaluate, stop_step, preemption=preemption,
-                           write_files=topology.is_main, save_checkpoints=True, plan=plan)
+                           run_data.train.sequence_length, evaluate, stop_step,
+                           preemption=preemption, write_files=run.main_process, plan=plan)
     run_logger.set_model(model)  # fit sets it too; the evaluation at the start needs it first
     callbacks = [run_logger]
-    profile = _profile_window(config, start_step, topology.is_main)
+    profile = _profile_window(config, start_step, run.main_process)
     if profile is not None:
         callbacks.insert(0, profile)  # its interval end (a trace's end) before the evaluation
 
@@ -388,8 +358,7 @@ def _fit(model, run_data, plan, start_step, stop_step) -> dict:
                 fit_segment(step, stop_step, t.log_every)
         failed = False
     except Exception as error:  # tf.data errors surface here, mid-fit
-        raise _named_data_error(error, config, train_spec, val_spec, start_step,
-                                run_logger.step, process_batch, shard) from None
+        raise _named_data_error(error, run, start_step, run_logger.step) from None
     finally:
         if profile is not None:
             profile.close()
@@ -417,18 +386,18 @@ def _profile_window(config, start_step: int, main_process: bool):
     return profiling.ProfileWindow(config.run_dir, aligned, start_step)
 
 
-def _named_data_error(error, config, train_spec, val_spec, start_step, step, process_batch, shard):
+def _named_data_error(error, run: _Run, start_step: int, step: int):
     """The error to raise for a failure mid-fit: bad data named by file and record."""
     from kroberta.data import pipeline
 
-    V = config.model.vocabulary_size
+    config, train_spec, val_spec = run.config, run.run_data.train, run.run_data.validation
+    V, process_batch = config.model.vocabulary_size, run.plan.process_batch
     # The batches up to the failing one (logged step, plus what tf.data had prefetched and
     # the rest of the group of batches parsed together).
     ahead = 64 + pipeline.batches_per_call(process_batch)
-    train_replay = pipeline.replay_train_errors(
+    replays = [pipeline.replay_train_errors(
         train_spec, config.data, V, config.train.seed, start_step, step - start_step + ahead,
-        process_batch, shard)
-    replays = [train_replay]
+        process_batch, run.plan.data_shard)]
     files = list(train_spec.files)
     if val_spec is not None:
         replays.append(pipeline.replay_file_errors(val_spec, V))

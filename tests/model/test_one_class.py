@@ -110,7 +110,9 @@ def test_a_checkpoint_loads_without_compiling(tmp_path, monkeypatch):
     trained = build_compiled_model(config)
     trained.set_weights(randomized_model(seed=5).get_weights())
     (tmp_path / "config.toml").write_text(kroberta.config.to_toml(config))
-    checkpoint.save(trained, str(tmp_path), step=7, keep=1)
+    writer = checkpoint.Writer(str(tmp_path), keep=1, asynchronous=False)
+    writer.save(trained, 7)
+    writer.close()
     compiled = []
     monkeypatch.setattr(mlm, "compile_model", lambda *a, **k: compiled.append(a))
     model = kroberta.load(str(tmp_path), checkpoint=7)

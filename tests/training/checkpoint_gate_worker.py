@@ -33,9 +33,9 @@ def main() -> int:
         import orbax.checkpoint as ocp
 
         if not asynchronous:
-            return ocp, ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+            return ocp.Checkpointer(ocp.CompositeCheckpointHandler())
         options = ocp.options.AsyncOptions(post_finalization_callback=before_commit)
-        return ocp, ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler(), async_options=options)
+        return ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler(), async_options=options)
 
     checkpoint._checkpointer = gated_checkpointer
     return kroberta.cli.train.main(argv)

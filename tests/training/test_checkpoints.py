@@ -75,7 +75,7 @@ def held_commits(monkeypatch):
         if not asynchronous:
             return real()
         options = ocp.options.AsyncOptions(post_finalization_callback=release.wait)
-        return ocp, ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler(), async_options=options)
+        return ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler(), async_options=options)
 
     monkeypatch.setattr(checkpoint, "_checkpointer", gated)
     yield release

@@ -210,7 +210,7 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_ones(tiny_data, tmp_pa
             self.inner.close()
 
     monkeypatch.setattr(checkpoint, "_checkpointer",
-                        lambda asynchronous=False: (real()[0], FullDisk(real()[1])))
+                        lambda asynchronous=False: FullDisk(real()))
     with pytest.raises(StorageError,
                        match=r"step 40 .*No space left on device; the previous checkpoints are intact"):
         train(config)
@@ -243,7 +243,7 @@ def test_disk_full_in_the_background_write_fails_the_run_and_keeps_the_previous_
             self.inner.close()
 
     monkeypatch.setattr(checkpoint, "_checkpointer", lambda asynchronous=False: (
-        (real()[0], FullDiskLater(real(asynchronous)[1])) if asynchronous else real()))
+        FullDiskLater(real(asynchronous)) if asynchronous else real()))
     # The step-40 write fails after its save returned: the end of the run waits for it.
     with pytest.raises(StorageError,
                        match=r"step 40 .*No space left on device; the previous checkpoints are intact"):

@@ -35,7 +35,8 @@ def _interrupt_at(step, monkeypatch, times=1):
     monkeypatch.setattr(RunLogger, "on_train_batch_begin", on_train_batch_begin)
 
 
-def test_interrupt_mid_fit_then_predict_and_train_again(tiny_data, tmp_path, monkeypatch, capsys):
+def test_interrupt_mid_fit_then_predict_and_train_again(tiny_data, tmp_path, monkeypatch, capsys,
+                                                       caplog):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     sigterm_before = signal.getsignal(signal.SIGTERM)
     config = tiny_config(tiny_data, tmp_path, steps=40, eval_every=20, checkpoint_every=20,
@@ -65,8 +66,9 @@ def test_interrupt_mid_fit_then_predict_and_train_again(tiny_data, tmp_path, mon
         "step_00000020", "step_00000026"]
 
     # The next cell: predict with the last checkpoint.
+    caplog.clear()
     model = kroberta.load(str(tmp_path))
-    assert "no final model yet; loading the checkpoint at step 26" in capsys.readouterr().err
+    assert "no final model yet; loading the checkpoint at step 26" in caplog.text
     out = kroberta.predict(model, str(tiny_data / "validation.tfrecord"), output="loss")
     assert out["loss"].shape == (70,) and np.isfinite(out["loss"]).all()
 
@@ -75,8 +77,9 @@ def test_interrupt_mid_fit_then_predict_and_train_again(tiny_data, tmp_path, mon
     assert (summary["start_step"], summary["final_step"]) == (26, 40)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["split"] == "train"] == [10, 20, 26, 30, 40]
+    caplog.clear()
     kroberta.load(str(tmp_path))
-    assert "no final model yet" not in capsys.readouterr().err
+    assert "no final model yet" not in caplog.text
 
 
 def test_interrupt_before_the_first_checkpoint_keeps_the_run(tiny_data, tmp_path, monkeypatch):

@@ -55,7 +55,7 @@ def test_a_run_on_a_url_checkpoints_resumes_loads_and_reports(tiny_data, url, tm
                                   final.predict(ids, verbose=0))
     assert kroberta.load(url, checkpoint="best").kroberta_step in kept
 
-    report = kroberta.report(url, print_fn=lambda line: None, show=False)
+    report = kroberta.report(url, show=False)
     assert report["report_png"] == storage.join(url, "report.png")
     assert storage.read_bytes(report["report_png"]).startswith(b"\x89PNG")
 
@@ -86,8 +86,10 @@ def test_synchronous_checkpoints_on_a_url_restore_exactly_and_prune_marker_first
 
     config = tiny_config(tiny_data, tmp_path)
     model = build_compiled_model(config)
+    writer = checkpoint.Writer(url, keep=2, asynchronous=False)
     for step in (1, 2):
-        checkpoint.save(model, url, step, keep=2)
+        writer.save(model, step)
+    writer.close()
     assert [s for s, _ in checkpoint.list_checkpoints(url)] == [1, 2]
     other = build_compiled_model(dataclasses.replace(
         config, train=dataclasses.replace(config.train, seed=7)))

@@ -218,7 +218,7 @@ def test_changed_training_settings_on_a_finished_run_are_refused_or_recorded(
 
 
 def test_a_finished_run_trained_on_keeps_no_stale_model_file(trained_run, tiny_data, tmp_path,
-                                                             caplog, capsys):
+                                                             caplog):
     """More steps on a finished run: its model file (step 120) goes when training goes on,
     and a stop at --until-step writes none, so `kroberta.load` reads the newest weights."""
     import shutil
@@ -233,8 +233,9 @@ def test_a_finished_run_trained_on_keeps_no_stale_model_file(trained_run, tiny_d
     assert "model.weights.h5 of step 120 removed: the run trains on" in out
     assert "stopped at step 130 of 140 (--until-step) with a checkpoint" in out
     assert "model saved" not in out and not (run_dir / "model.weights.h5").exists()
+    caplog.clear()
     loaded = kroberta.load(str(run_dir))
-    assert "no final model yet; loading the checkpoint at step 130" in capsys.readouterr().err
+    assert "no final model yet; loading the checkpoint at step 130" in caplog.text
     newest = kroberta.load(str(run_dir), checkpoint="last")
     for a, b in zip(loaded.get_weights(), newest.get_weights()):
         np.testing.assert_array_equal(a, b)
