@@ -37,22 +37,17 @@ SALT_SCORE, SALT_ACTION, SALT_RANDOM_ID = 1, 2, 3
 SCORE_BITS = 24  # random scores are integers in [0, 2^24): exact in float32
 
 
-def regular_ids(special_token_ids, vocabulary_size: int) -> np.ndarray:
-    """The ids the "random token" replacement draws from, ascending: every id below
-    `vocabulary_size` that is not special (e.g. 5 ... V-1 after <s> <pad> </s> <unk>
-    <mask> = 0 ... 4; without 50264 when a reused tokenizer puts <mask> last)."""
-    ids = np.setdiff1d(np.arange(vocabulary_size), np.asarray(list(special_token_ids), np.int64))
-    if ids.size == 0:
+def _random_ids(uniforms, special_token_ids, vocabulary_size: int):
+    """(B, M) int32 ids for the "random token" replacement, from uniforms (B, M) in [0, 1):
+    the i-th regular id (every id below `vocabulary_size` that is not special, ascending)
+    for i = floor(u * count). Where the regular ids are one run (the specials all below
+    them: 5 ... V-1 after <s> <pad> </s> <unk> <mask> = 0 ... 4), that is lowest + i,
+    computed without a table (a reused tokenizer may put <mask> last, at 50264)."""
+    regular = np.setdiff1d(np.arange(vocabulary_size),
+                           np.asarray(list(special_token_ids), np.int64)).astype(np.int32)
+    if regular.size == 0:
         raise ValueError(f"every id below the vocabulary size {vocabulary_size} is a special "
                          "token: no id to draw random replacements from")
-    return ids.astype(np.int32)
-
-
-def _random_ids(uniforms, special_token_ids, vocabulary_size: int):
-    """(B, M) int32 regular ids from uniforms (B, M) in [0, 1): the i-th regular id for
-    i = floor(u * count). Where the regular ids are one run (the specials all below
-    them), that is lowest + i, computed without a table."""
-    regular = regular_ids(special_token_ids, vocabulary_size)
     count = len(regular)
     index = jnp.minimum((uniforms * np.float32(count)).astype(jnp.int32), count - 1)
     if regular[-1] - regular[0] + 1 == count:

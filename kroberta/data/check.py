@@ -198,38 +198,34 @@ class _FileChecker:
         n = len(indices)
         V, pad = self.state["V"], self.state["pad"]
 
-        def per_record(rows, matrix_bad, matrix):
-            """Expand a (rows, L) defect matrix to per-record flags and first values."""
-            hit = np.zeros(n, dtype=bool)
-            first = np.zeros(n, dtype=np.int64)
-            where = np.zeros(n, dtype=np.int64)
-            any_bad = matrix_bad.any(axis=1)
+        def flag_rows(rows, matrix_bad, matrix, feature, problem):
+            """Flags the records `rows` of a (rows, L) defect matrix with their first bad
+            value of `matrix`; `problem(position)` words it."""
+            hit, first, where = np.zeros(n, bool), np.zeros(n, np.int64), np.zeros(n, np.int64)
             pos = matrix_bad.argmax(axis=1)
-            hit[rows] = any_bad
+            hit[rows] = matrix_bad.any(axis=1)
             first[rows] = matrix[np.arange(len(rows)), pos]
             where[rows] = pos
-            return hit, first, where
+            flag(hit, feature, first, lambda r: problem(where[r]))
 
         rows, ids = dense["input_ids"]
         _, mask = dense["attention_mask"]
-        hit, first, pos = per_record(rows, rules.bad_id(ids, V), ids)
         bound = "negative" if V is None else f"outside [0, {V})"
-        flag(hit, "input_ids", first, lambda r: f"id {bound} at position {pos[r]}")
-        hit, first, pos = per_record(rows, rules.bad_attention(mask), mask)
-        flag(hit, "attention_mask", first, lambda r: f"not 0/1 at position {pos[r]}")
+        flag_rows(rows, rules.bad_id(ids, V), ids, "input_ids", lambda p: f"id {bound} at position {p}")
+        flag_rows(rows, rules.bad_attention(mask), mask, "attention_mask",
+                  lambda p: f"not 0/1 at position {p}")
         # Padding must be a suffix: once 0, never 1 again.
-        hit, first, pos = per_record(rows, np.diff(mask, axis=1) > 0, mask[:, 1:])
-        flag(hit, "attention_mask", first, lambda r: f"1 after padding at position {pos[r] + 1}")
-        hit, first, pos = per_record(rows, (mask == 0).all(axis=1, keepdims=True), mask[:, :1])
-        flag(hit, "attention_mask", first, "all zeros: no real tokens")
-        hit, first, pos = per_record(rows, (mask == 0) & (ids != pad), ids)
-        flag(hit, "input_ids", first, lambda r: f"not the pad id {pad} where attention_mask is 0 (position {pos[r]})")
+        flag_rows(rows, np.diff(mask, axis=1) > 0, mask[:, 1:], "attention_mask",
+                  lambda p: f"1 after padding at position {p + 1}")
+        flag_rows(rows, (mask == 0).all(axis=1, keepdims=True), mask[:, :1], "attention_mask",
+                  lambda p: "all zeros: no real tokens")
+        flag_rows(rows, (mask == 0) & (ids != pad), ids, "input_ids",
+                  lambda p: f"not the pad id {pad} where attention_mask is 0 (position {p})")
         rows, labels = dense["labels"]
         if len(rows):
-            hit, first, pos = per_record(rows, rules.bad_label(labels, V), labels)
             ids_allowed = "a non-negative id" if V is None else f"an id in [0, {V})"
-            flag(hit, "labels", first,
-                 lambda r: f"neither {IGNORE_LABEL} nor {ids_allowed} at position {pos[r]}")
+            flag_rows(rows, rules.bad_label(labels, V), labels, "labels",
+                      lambda p: f"neither {IGNORE_LABEL} nor {ids_allowed} at position {p}")
 
 
 def _read_batches(path, batch_size, max_records):

@@ -17,6 +17,7 @@ from kroberta.errors import ConfigError, InputError
 from kroberta.config import DataConfig, ModelConfig
 from kroberta.data.manifest import MANIFEST_NAME
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
+from kroberta.storage import is_url
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,25 +41,18 @@ def resolve_files(patterns, key: str) -> tuple[str, ...]:
             hint = ("; it reads as text, not a path: kroberta.fill_mask(model, texts) fills "
                     "the <mask> in sentences" if looks_like_text else "")
             raise InputError(f"{key}: no file matches {pattern!r}{hint}")
-        for path in matched:
-            # Local paths only: a stat per shard of an object store would slow every start.
-            if "://" not in path and os.path.isdir(path):
-                raise InputError(_directory_message(path, key))
+        # Local paths only: a stat per shard of an object store would slow every start.
+        for path in (p for p in matched if not is_url(p) and os.path.isdir(p)):
+            # What to give instead: its files, or for training a prepared directory's data.dir.
+            if os.path.isfile(os.path.join(path, MANIFEST_NAME)):
+                raise InputError(f"{key}: {path} is a directory made by prepare: training takes "
+                                 f"it as --data.dir={path}; elsewhere name its files, e.g. "
+                                 f"'{os.path.join(path, 'validation-*.tfrecord')}'")
+            raise InputError(f"{key}: {path} is a directory; name its TFRecord files, e.g. "
+                             f"'{os.path.join(path, '*.tfrecord')}' (text goes through python -m "
+                             "kroberta.prepare first)")
         files.extend(m for m in matched if m not in files)
     return tuple(files)
-
-
-def _directory_message(path: str, key: str) -> str:
-    """What to give instead of a directory: its files, or for training a prepared
-    directory's `data.dir`."""
-    prepared = os.path.isfile(os.path.join(path, MANIFEST_NAME))
-    if prepared:
-        return (f"{key}: {path} is a directory made by prepare: training takes it as "
-                f"--data.dir={path}; elsewhere name its files, e.g. "
-                f"'{os.path.join(path, 'validation-*.tfrecord')}'")
-    return (f"{key}: {path} is a directory; name its TFRecord files, e.g. "
-            f"'{os.path.join(path, '*.tfrecord')}' (text goes through python -m "
-            "kroberta.prepare first)")
 
 
 def _read_first_record(path: str):
@@ -79,7 +73,7 @@ def count_framed_records(path: str) -> int | None:
     silently stops at a file cut inside a record header, so a truncated tail is
     found here, at start-up. Returns None for remote files (gs://...).
     """
-    if "://" in path:
+    if is_url(path):
         return None
     size = os.path.getsize(path)
     offset = count = 0

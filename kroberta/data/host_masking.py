@@ -27,22 +27,6 @@ _exiting = []
 atexit.register(_exiting.append, True)
 
 
-def _pad(value: np.ndarray, rows: int) -> np.ndarray:
-    """`value` (n, ...) with rows of zeros appended to `rows`; a zero row is an element
-    without real tokens or labels (its outputs are cut off)."""
-    return np.pad(value, [(0, rows - len(value))] + [(0, 0)] * (value.ndim - 1))
-
-
-def _on_padded_rows(run, *values):
-    """`run(*values)` on rows padded to a power of two, its outputs cut back to n rows."""
-    if _exiting:
-        raise RuntimeError("the interpreter is exiting")
-    n = len(values[0])
-    rows = max(8, 1 << (n - 1).bit_length())
-    out = run(*(_pad(v, rows) for v in values))
-    return tuple(o[:n] for o in out) if isinstance(out, (tuple, list)) else out[:n]
-
-
 def _words(value):
     """int64 -> (low, high) uint32 words."""
     value = tf.cast(value, tf.int64)
@@ -73,7 +57,18 @@ def _finisher(data, vocabulary_size: int, word_starts, names: tuple):
         return out["token_ids"], out["padding_mask"], out["mask_positions"], labels
 
     run = masking.host_function(finish)
-    return lambda *values: _on_padded_rows(run, *values)
+
+    def on_padded_rows(*values):
+        # Rows padded with zeros to a power of two (a zero row is an element without
+        # real tokens or labels), the outputs cut back to the n rows.
+        if _exiting:
+            raise RuntimeError("the interpreter is exiting")
+        n = len(values[0])
+        rows = max(8, 1 << (n - 1).bit_length())
+        out = run(*(np.pad(v, [(0, rows - n)] + [(0, 0)] * (v.ndim - 1)) for v in values))
+        return tuple(o[:n] for o in out)
+
+    return on_padded_rows
 
 
 def finished(x, data, vocabulary_size: int, word_starts=None):

@@ -69,46 +69,38 @@ def batches_per_call(batch_size: int, host_masks: bool = False) -> int:
     return max(1, records // batch_size)
 
 
-def _to_model_inputs(parsed, indices, seed, data: DataConfig, vocabulary_size: int,
-                     word_starts=None, device_masks: bool = False, keys=None):
-    """(x, y) of a batch: the model's input dict and the labels at the prediction slots;
-    or, when the step finishes the batch (`device_masks`), x alone: the unmasked tokens
-    and each row's element key, or for static masking the file's tokens and labels
-    (`kroberta.masking`). Both are the same step inputs, finished here (on the host
-    CPU, `host_masking.finished`) or on the device by the training step.
-
-    parsed: int32 (B, L) features; indices: int64 (B,) element indices (mask seeds);
-    keys: the rows' element keys (B,) uint32 when already computed, else None.
-    """
-    if data.masking == "static":  # the slots come from the file's labels
-        x = {"token_ids": parsed["input_ids"], "padding_mask": parsed["attention_mask"],
-             "token_labels": parsed["labels"]}  # (B, L) each
-    else:
-        originals = parsed["input_ids"]
-        if "labels" in parsed:
-            # Files masked once (the seed's format): recover the unmasked text.
-            originals = tf.where(parsed["labels"] != IGNORE_LABEL, parsed["labels"], originals)
-        keys = host_masking.element_keys(seed, indices) if keys is None else keys
-        x = {"token_ids": originals, "padding_mask": parsed["attention_mask"],
-             "mask_keys": keys}  # (B, L), (B, L), (B,) uint32
-    return x if device_masks else host_masking.finished(x, data, vocabulary_size, word_starts)
+def _parse(spec: DataSpec, vocabulary_size: int, tagged) -> dict:
+    """(files, record indices, records) (B,) -> int32 (B, L) features, checked. The fast
+    parse: a missing feature or wrong length fails unnamed, and the caller's replay
+    (`replay_train_errors`, `replay_file_errors`) names it."""
+    return parse_checked_batch(*tagged, length=spec.sequence_length,
+                               vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
+                               lengths_named=False)
 
 
 def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int,
                   word_starts=None, device_masks: bool = False):
-    """(element indices (B,), (files, record indices, records) (B,)) -> (x, y), or x
-    alone when the step draws the masks (see `_to_model_inputs`)."""
-    length = spec.sequence_length
-
+    """(element indices (B,) int64 (the mask seeds), (files, record indices, records) (B,),
+    the rows' element keys (B,) uint32 when already computed) -> (x, y): the model's
+    input dict and the labels at the prediction slots; or, when the step finishes the
+    batch (`device_masks`), x alone: the unmasked tokens and each row's element key, or
+    for static masking the file's tokens and labels (`kroberta.masking`). Both are the
+    same step inputs, finished here (on the host CPU, `host_masking.finished`) or on the
+    device by the training step."""
     def parse(indices, tagged, keys=None):
-        paths, record_indices, records = tagged
-        # The fast parse: a missing feature or wrong length fails unnamed, and the
-        # caller's replay (`replay_train_errors`, `replay_file_errors`) names it.
-        parsed = parse_checked_batch(paths, record_indices, records, length=length,
-                                     vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
-                                     lengths_named=False)
-        return _to_model_inputs(parsed, indices, seed, data, vocabulary_size, word_starts,
-                                device_masks, keys)
+        parsed = _parse(spec, vocabulary_size, tagged)  # int32 (B, L) each
+        if data.masking == "static":  # the slots come from the file's labels
+            x = {"token_ids": parsed["input_ids"], "padding_mask": parsed["attention_mask"],
+                 "token_labels": parsed["labels"]}  # (B, L) each
+        else:
+            originals = parsed["input_ids"]
+            if "labels" in parsed:
+                # Files masked once (the seed's format): recover the unmasked text.
+                originals = tf.where(parsed["labels"] != IGNORE_LABEL, parsed["labels"], originals)
+            keys = host_masking.element_keys(seed, indices) if keys is None else keys
+            x = {"token_ids": originals, "padding_mask": parsed["attention_mask"],
+                 "mask_keys": keys}  # (B, L), (B, L), (B,) uint32
+        return x if device_masks else host_masking.finished(x, data, vocabulary_size, word_starts)
 
     return parse
 
@@ -273,10 +265,7 @@ def file_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
     order = FileOrder(spec.files, spec.file_records, batch_size)
 
     def parse(batch_number, block):
-        paths, record_indices, records = order.tagged(batch_number, block)
-        return parse_checked_batch(paths, record_indices, records, length=spec.sequence_length,
-                                   vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
-                                   lengths_named=False)  # named by `replay_file_errors`
+        return _parse(spec, vocabulary_size, order.tagged(batch_number, block))
 
     return order.blocks(), parse
 
