@@ -100,8 +100,7 @@ def _predict(args) -> int:
     from kroberta.downstream import examples, prediction
 
     classifier = prediction.load_classifier(args.classifier)
-    spec = classifier.task_spec
-    labelled = examples.read_labelled(args.predict, spec, classifier.label_names,
+    labelled = examples.read_labelled(args.predict, classifier.task_spec, classifier.label_names,
                                       require_labels=False)[0]
     predicted = prediction.predict_texts(classifier, labelled.texts)
     with open(args.predictions, "w", encoding="utf-8") as f:

@@ -20,6 +20,7 @@ from kroberta.model import mlm, schedules
 HEAD_LAYERS = ("pooled_dense", "logits")
 CLASSIFIER_DROPOUT = 0.1  # Hugging Face's classifier dropout (hidden_dropout_prob)
 WARMUP_FRACTION = 0.06  # RoBERTa's GLUE recipe: 6% of the steps
+WEIGHT_DECAY = 0.01  # RoBERTa's GLUE recipe
 
 
 @keras.saving.register_keras_serializable(package="kroberta")
@@ -55,31 +56,28 @@ def data_parallel():
     return distribute.make_distribution(Config(), devices) if len(devices) > 1 else None
 
 
-def build_classifier(model_config, num_outputs: int, mixed_precision: bool = False):
+def build_classifier(model_config, num_outputs: int):
     """A `RobertaTextClassifier` with `num_outputs` logits on a fresh backbone of
     `model_config`'s shape, built by `kroberta.model.mlm.build_model` (kroberta's
     cheaper layer norm, dropout and GELU); weights are set by `reset`."""
-    backbone = mlm.build_model(model_config, mixed_precision).backbone
+    backbone = mlm.build_model(model_config).backbone
     return keras_hub.models.RobertaTextClassifier(
         backbone=backbone, num_classes=num_outputs, preprocessor=None,
         dropout=CLASSIFIER_DROPOUT)
 
 
-def compile_classifier(classifier, kind: str, total_steps: int, steps_per_execution: int = 1,
-                       weight_decay: float = 0.01):
+def compile_classifier(classifier, kind: str, total_steps: int, steps_per_execution: int = 1):
     """AdamW as RoBERTa fine-tunes (betas 0.9/0.98, eps 1e-6, no decay on biases and
     LayerNorm), linear decay after 6% warmup; XLA-compiled steps."""
     schedule = ScaledWarmupSchedule(max(1, round(WARMUP_FRACTION * total_steps)), total_steps)
-    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay,
+    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=WEIGHT_DECAY,
                                        beta_1=0.9, beta_2=0.98, epsilon=1e-6,
                                        name=mlm.OPTIMIZER_NAME)
     optimizer.exclude_from_weight_decay(var_names=mlm.NO_DECAY_NAMES)
     optimizer.build(classifier.trainable_variables)
     schedule.peak = optimizer.add_variable((), name="peak_learning_rate")
-    if kind == REGRESSION:
-        loss = keras.losses.MeanSquaredError()
-    else:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    loss = (keras.losses.MeanSquaredError() if kind == REGRESSION
+            else keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     classifier.compile(optimizer=optimizer, loss=loss, jit_compile=True,
                        steps_per_execution=steps_per_execution)
     classifier.kroberta_schedule = schedule  # a plain object: Keras does not track it
