@@ -13,10 +13,16 @@ import dataclasses
 import json
 import os
 
+import keras
+from safetensors.numpy import load_file, save_file
+from tokenizers import Tokenizer
+
 from kroberta.config import FOLLOW_DROPOUT, Config, ModelConfig
 from kroberta.errors import ConversionError, InputError, NotFoundError
+from kroberta.model.attention import attention_layers
 from kroberta.model.masked_lm import check_model
 from kroberta.model.layer_norm import epsilon_of
+from kroberta.model.mlm import build_model
 from kroberta.interop import hf_weights
 from kroberta import storage
 from kroberta.atomic import atomic_path
@@ -47,8 +53,6 @@ __all__ = ["export_hf", "from_hf", "init_from_hf", "ConversionError"]
 def attention_dropout_of(model) -> float:
     """The dropout on `model`'s attention weights (`model.attention_dropout`; keras-hub's
     config records only the hidden rate, `backbone.dropout`)."""
-    from kroberta.model.attention import attention_layers
-
     layers = attention_layers(model)
     return float(layers[0].dropout) if layers else float(model.backbone.dropout)
 
@@ -87,8 +91,6 @@ def hf_config(model) -> dict:
 def _classifier_config(classifier) -> dict:
     """The sequence classifier's keys: its labels (`classifier.label_names` where it has
     them) and, for one output, regression."""
-    import keras
-
     if classifier.hidden_dim != classifier.backbone.hidden_dim or \
             keras.activations.serialize(classifier.activation) != "linear":
         raise ConversionError(f"a classifier head of width {classifier.hidden_dim} with activation "
@@ -153,8 +155,6 @@ def export_hf(model, out_dir: str, tokenizer=None) -> str:
     """
     if not hf_weights.is_classifier(model):
         check_model(model, "export_hf")
-    from safetensors.numpy import save_file
-
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
     os.makedirs(out_dir, exist_ok=True)
@@ -244,8 +244,6 @@ def model_config_from_hf(hf: dict, source: str):
 
 
 def _load_safetensors(path: str) -> dict:
-    from safetensors.numpy import load_file
-
     try:
         return load_file(path)
     except (TypeError, ValueError) as e:
@@ -302,8 +300,6 @@ def from_hf(directory: str, mixed_precision: bool = False):
         ConversionError: the config or a tensor cannot be represented (names the key).
         InputError: the directory holds a fine-tuned classifier (`kroberta.load_classifier`).
     """
-    from kroberta.model.mlm import build_model
-
     with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
         hf, config, tokenizer, tensors, source = read_hf_model(local, classifier=False)
     model = build_model(config.model, mixed_precision, config=config, tokenizer=tokenizer)
@@ -323,8 +319,6 @@ def read_hf_model(directory: str, classifier: bool):
     tokenizer = None
     tokenizer_path = os.path.join(directory, TOKENIZER_FILE)
     if os.path.isfile(tokenizer_path):
-        from tokenizers import Tokenizer
-
         tokenizer = Tokenizer.from_file(tokenizer_path)
     # A default `Config` with the imported model section (and the tokenizer's special ids).
     config = Config(model=model_config)

@@ -22,15 +22,23 @@ ordinary text, but not on runs of spaces (`"a  b"`: Hugging Face's and kroberta'
 tokenizer (`model.tokenizer`) where the ids must match.
 """
 
+import dataclasses
 import json
 import os
 
+import keras_hub
+
+from kroberta.config import Config, DataConfig, ModelConfig, load_toml, to_toml
 from kroberta.errors import ConversionError
 from kroberta.interop import hf_weights
+from kroberta.interop.hf import attention_dropout_of, check_kind, read_json_in, task_of
 from kroberta.model.masked_lm import check_model
 from kroberta import storage
 from kroberta.atomic import atomic_write
-from kroberta.text.tokenizer import KERAS_HUB_MERGES_FILE, KERAS_HUB_VOCABULARY_FILE
+from kroberta.model.layer_norm import epsilon_of
+from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE, build_model, stock_copy
+from kroberta.parallel.distribute import global_distribution, to_host
+from kroberta.text.tokenizer import KERAS_HUB_MERGES_FILE, KERAS_HUB_VOCABULARY_FILE, byte_level_bpe
 
 KROBERTA_CONFIG_FILE = "kroberta_config.toml"
 CONFIG_FILE = "config.json"
@@ -52,8 +60,6 @@ __all__ = ["export_keras_hub", "from_keras_hub", "init_from_keras_hub", "Convers
 
 def _keras_hub_tokenizer(tokenizer, vocabulary_size: int):
     """keras-hub's `RobertaTokenizer` with the vocabulary and merges of a `tokenizers` BPE."""
-    import keras_hub
-
     model = json.loads(tokenizer.to_str()).get("model", {})
     if model.get("type") != "BPE":
         raise ConversionError(f"the tokenizer is a {model.get('type')} model; keras-hub's RobertaTokenizer "
@@ -72,12 +78,6 @@ def _recorded_config(config, model):
     """The config `kroberta_config.toml` records: `config` (a default one with the model's
     shape when None and the model holds a rate or epsilon keras-hub's config cannot, else
     None) with the model's attention dropout and layer-norm epsilon."""
-    import dataclasses
-
-    from kroberta.config import Config, ModelConfig
-    from kroberta.interop.hf import attention_dropout_of
-    from kroberta.model.layer_norm import epsilon_of
-
     rate, epsilon = attention_dropout_of(model), epsilon_of(model)
     if config is None:
         if rate == float(model.backbone.dropout) and epsilon == ModelConfig.layer_norm_epsilon:
@@ -90,8 +90,6 @@ def _recorded_config(config, model):
 
 def preset_model_config_of(backbone):
     """The kroberta `ModelConfig` of a keras-hub `RobertaBackbone`'s shape and dropout."""
-    from kroberta.config import ModelConfig
-
     return ModelConfig(vocabulary_size=int(backbone.vocabulary_size),
                        num_layers=int(backbone.num_layers), num_heads=int(backbone.num_heads),
                        hidden_dim=int(backbone.hidden_dim),
@@ -111,11 +109,6 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     classifier = hf_weights.is_classifier(model)
     if not classifier:
         check_model(model, "export_keras_hub")
-    import keras_hub
-
-    from kroberta.config import DataConfig, to_toml
-    from kroberta.model.mlm import stock_copy
-    from kroberta.parallel.distribute import global_distribution
 
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
@@ -145,8 +138,6 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
         with atomic_write(os.path.join(out_dir, KROBERTA_CONFIG_FILE), encoding="utf-8") as f:
             f.write(to_toml(config))
     if classifier:
-        from kroberta.interop.hf import task_of
-
         with atomic_write(os.path.join(out_dir, CLASSIFIER_FILE), encoding="utf-8") as f:
             json.dump({"label_names": list(getattr(model, "label_names", None) or []) or None,
                        "task": task_of(model)}, f)
@@ -156,10 +147,6 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
 def _stock_classifier(classifier, preprocessor):
     """A plain keras-hub `RobertaTextClassifier` with `classifier`'s weights, on this host
     (as `kroberta.model.mlm.stock_copy` for the masked LM)."""
-    import keras_hub
-
-    from kroberta.parallel.distribute import global_distribution, to_host
-
     weights = [to_host(v.value) for v in classifier.weights]
     with global_distribution(None):
         backbone = keras_hub.models.RobertaBackbone.from_config(classifier.backbone.get_config())
@@ -176,10 +163,6 @@ def _stock_classifier(classifier, preprocessor):
 
 def preset_model_config(directory: str):
     """The kroberta `ModelConfig` of a keras-hub RoBERTa preset's `config.json`."""
-    from kroberta.config import ModelConfig
-    from kroberta.interop.hf import read_json_in
-    from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE
-
     path = os.path.join(directory, CONFIG_FILE)
     data = read_json_in(directory, CONFIG_FILE, "a keras-hub preset directory")
     name = str(data.get("registered_name", ""))
@@ -199,8 +182,6 @@ def preset_model_config(directory: str):
 def preset_tokenizer(directory: str):
     """A `tokenizers.Tokenizer` rebuilt from the preset's vocabulary.json and merges.txt
     (`kroberta.text.tokenizer.byte_level_bpe`: Hugging Face's ids); None without them."""
-    from kroberta.text.tokenizer import byte_level_bpe
-
     vocabulary = os.path.join(directory, KERAS_HUB_VOCABULARY_FILE)
     merges = os.path.join(directory, KERAS_HUB_MERGES_FILE)
     return byte_level_bpe(vocabulary, merges) if os.path.isfile(vocabulary) and \
@@ -210,8 +191,6 @@ def preset_tokenizer(directory: str):
 def _load_weights_into(model, directory: str):
     """Copies the preset's weights into `model` (same shape); returns whether the MLM
     head came from the preset (a backbone-only preset leaves the head as it was)."""
-    import keras_hub
-
     if os.path.isfile(os.path.join(directory, TASK_WEIGHTS_FILE)):
         task = keras_hub.models.RobertaMaskedLM.from_preset(directory, preprocessor=None, dtype="float32")
         model.set_weights(task.get_weights())
@@ -236,8 +215,6 @@ def from_keras_hub(directory: str, mixed_precision: bool = False):
     Raises:
         InputError: the preset holds a fine-tuned classifier (`kroberta.load_classifier`).
     """
-    from kroberta.model.mlm import build_model
-
     with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
         config = preset_config(local, classifier=False)
         model = build_model(config.model, mixed_precision, seed=0, config=config,
@@ -250,10 +227,6 @@ def preset_config(directory: str, classifier: bool):
     """kroberta's `Config` of a preset: the exported run's (else a default one) with the
     preset's model section; InputError unless the preset holds a `RobertaTextClassifier`
     (`classifier`) or a masked LM or backbone (not `classifier`), naming the call that loads it."""
-    import dataclasses
-
-    from kroberta.config import Config, load_toml
-
     check_task(directory, classifier)
     model_config = preset_model_config(directory)
     saved = os.path.join(directory, KROBERTA_CONFIG_FILE)
@@ -270,8 +243,6 @@ def preset_config(directory: str, classifier: bool):
 
 def check_task(directory: str, classifier: bool):
     """InputError unless the preset's task (task.json) is a classifier exactly when `classifier`."""
-    from kroberta.interop.hf import check_kind
-
     path = os.path.join(directory, TASK_CONFIG_FILE)
     task = BACKBONE_NAME
     if os.path.isfile(path):
