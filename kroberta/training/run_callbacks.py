@@ -27,7 +27,7 @@ import numpy as np
 
 from kroberta import storage
 from kroberta.errors import ConfigError, DivergedError
-from kroberta.training import checkpoint, console, signals, trackers
+from kroberta.training import checkpoint, console, final_model, signals, trackers
 from kroberta.training.compile_clock import CompileClock
 from kroberta.training.run_dir import METRICS_FILE, metrics_rows
 
@@ -195,7 +195,6 @@ class RunLogger(keras.callbacks.Callback):
         import jax
 
         from kroberta.downstream import probe
-        from kroberta.training import final_model
 
         if jax.process_count() > 1:
             raise ConfigError("train.downstream: the probe runs in single-process jobs only "

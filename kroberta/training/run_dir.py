@@ -11,7 +11,7 @@ import tempfile
 from kroberta.errors import ConfigError, StorageError
 from kroberta import storage
 from kroberta.config import Config, to_dict, to_toml
-from kroberta.training import checkpoint, trackers
+from kroberta.training import checkpoint, final_model, trackers
 
 METRICS_FILE = "metrics.jsonl"  # a JSON row per log interval and evaluation
 
@@ -158,8 +158,6 @@ def prepare_run_dir(config: Config, force: bool, write: bool = True,
 
     Every process checks; only process 0 (`write`) changes the run directory.
     """
-    from kroberta.training import final_model
-
     storage.makedirs(config.run_dir)
     path = storage.join(config.run_dir, final_model.CONFIG_FILE)
     saved = checkpoint.list_checkpoints(config.run_dir)
@@ -204,8 +202,6 @@ def prepare_run_dir(config: Config, force: bool, write: bool = True,
 def keep_tokenizer(tokenizer_path: str | None, run_dir: str):
     """Copies the run's tokenizer file (when it has one) into the run directory."""
     from kroberta.text import locations
-    from kroberta.training import final_model
-
     if tokenizer_path:
         target = storage.join(run_dir, final_model.TOKENIZER_FILE)
         if storage.absolute(tokenizer_path) == storage.absolute(target):

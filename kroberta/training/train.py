@@ -18,7 +18,7 @@ from kroberta import storage
 from kroberta.errors import ConfigError
 from kroberta.config import Config, parse_window, validate
 from kroberta.runtime import logs
-from kroberta.training import checkpoint, signals, trackers
+from kroberta.training import checkpoint, final_model, signals, trackers
 from kroberta.training.preemption import PreemptionFlag
 from kroberta.training.run_dir import check_free_space, check_writable, keep_tokenizer, prepare_run_dir, removed_unless_checkpointed, truncate_metrics
 
@@ -214,8 +214,6 @@ def _remove_stale_model(run: _Run, start_step: int):
     """A finished run trained on (--accept-changes): its model file would outlive the
     newer checkpoints, and kroberta.load reads it first. The checkpoint resumed from
     (written at the run's last step) holds the same weights."""
-    from kroberta.training import final_model
-
     model_file = storage.join(run.config.run_dir, final_model.WEIGHTS_FILE)
     if run.main_process and storage.isfile(model_file):
         storage.remove(model_file)
@@ -225,8 +223,6 @@ def _remove_stale_model(run: _Run, start_step: int):
 
 def _outcome(run: _Run, summary: dict, ended: str | None) -> Outcome:
     """The one place that decides how this invocation ended."""
-    from kroberta.training import final_model
-
     steps, start_step, final_step = run.config.train.steps, summary["start_step"], \
         summary["final_step"]
     model_file = storage.join(run.config.run_dir, final_model.WEIGHTS_FILE)
@@ -247,8 +243,6 @@ def _finish(run: _Run, summary: dict, ended: str | None):
     """Says how the invocation ended and saves the final model of a run that is over;
     raises KeyboardInterrupt after a Ctrl-C."""
     import jax
-
-    from kroberta.training import final_model
 
     outcome, step, steps = summary["outcome"], summary["final_step"], run.config.train.steps
     if outcome is Outcome.NOTHING_TO_DO:
