@@ -197,17 +197,9 @@ def batched(source: Source, config, positions: str, global_batch: int):
     return _dataset_batches(source, config, positions, global_batch).as_numpy_iterator()
 
 
-def _filler(config, length: int, rows: int) -> dict:
-    """`rows` padding examples: no real tokens, no marks; dropped from every result."""
-    shapes = {"token_ids": (length,), "padding_mask": (length,), "marks": (length,), "is_real": ()}
-    return {name: np.full((rows, *shape), pipeline.padding_value(name, config.data.pad_token_id),
-                          _DTYPES[name]) for name, shape in shapes.items()}
-
-
 def _array_batches(columns, config, positions: str, global_batch: int):
     ids_all, attention_all = columns["input_ids"], columns["attention_mask"]
     labels_all = columns.get("labels")
-    length = ids_all.shape[1]
     for start in range(0, len(ids_all), global_batch):
         ids = ids_all[start:start + global_batch]
         attention = attention_all[start:start + global_batch]
@@ -222,9 +214,11 @@ def _array_batches(columns, config, positions: str, global_batch: int):
         batch = {"token_ids": ids, "padding_mask": attention, "marks": marks,
                  "is_real": np.ones((rows,), bool)}
         batch = {name: np.asarray(value, dtype=_DTYPES[name]) for name, value in batch.items()}
-        if rows < global_batch:
-            filler = _filler(config, length, global_batch - rows)
-            batch = {name: np.concatenate([batch[name], filler[name]]) for name in batch}
+        if rows < global_batch:  # completed with padding examples (dropped from every result)
+            batch = {name: np.pad(value, [(0, global_batch - rows)] + [(0, 0)] * (value.ndim - 1),
+                                  constant_values=pipeline.padding_value(
+                                      name, config.data.pad_token_id))
+                     for name, value in batch.items()}
         yield batch
 
 

@@ -63,7 +63,9 @@ class TransformerEncoder(keras_hub.layers.TransformerEncoder):
 
     def call(self, inputs, padding_mask=None, attention_mask=None, training=None,
              return_attention_scores=False):
-        if self.remat == "none" or return_attention_scores or not _in_stateless_scope():
+        from keras.src.backend.common.stateless_scope import in_stateless_scope
+
+        if self.remat == "none" or return_attention_scores or not in_stateless_scope():
             return super().call(inputs, padding_mask=padding_mask,
                                 attention_mask=attention_mask, training=training,
                                 return_attention_scores=return_attention_scores)
@@ -85,12 +87,6 @@ class TransformerEncoder(keras_hub.layers.TransformerEncoder):
         for variable, value in zip(changing, new_states):
             variable.assign(value)
         return outputs
-
-
-def _in_stateless_scope() -> bool:
-    from keras.src.backend.common.stateless_scope import in_stateless_scope
-
-    return in_stateless_scope()
 
 
 def use_remat(model, remat: str) -> int:
