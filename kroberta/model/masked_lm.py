@@ -18,19 +18,14 @@ keras-hub) with:
   `compute_loss_and_updates`, `optimizer.stateless_apply`, each metric's
   `stateless_update_state`).
 
-Batches the steps finish (`finish_batch`): with `data.masking = "dynamic"` the pipelines
-send each sequence unmasked with one uint32 key (`kroberta.masking.element_keys`), and
-the step draws the masks from it before the model runs:
+Batches the steps finish (`finish_batch`): the pipelines send each sequence unmasked with
+one uint32 key (`data.masking = "dynamic"`: `kroberta.masking.element_keys`), or masked as
+in the file with its labels per position ("static"); the step draws the masks from the
+keys, or chooses the slots from the labels:
 
-    x = {token_ids (B, L), padding_mask (B, L), mask_keys (B,) uint32}
+    x = {token_ids (B, L), padding_mask (B, L), mask_keys (B,) uint32 | token_labels (B, L)}
       -> x = {token_ids (B, L) masked, padding_mask (B, L), mask_positions (B, M)},
          labels (B, M)
-
-with `data.masking = "static"` they send the file's labels per position instead, and the
-step chooses the prediction slots from them:
-
-    x = {token_ids (B, L) as masked in the file, padding_mask (B, L), token_labels (B, L)}
-      -> x = {token_ids, padding_mask, mask_positions (B, M)}, labels (B, M)
 
 Either way with `kroberta.masking.masker`, the function the host pipeline runs for
 `kroberta.dataset(..., masks_on_host=True)`, so the batches are the same bit for bit. On
