@@ -16,10 +16,12 @@ model's matmul FLOPs with the flagged dims padded up, compared to the real ones.
 
 import dataclasses
 
-from kroberta.perf import flops
+from kroberta.perf import aot_programs, flops, hardware, memory_plan
 from kroberta.perf.hardware import size_text
 from kroberta.config import Config, ModelConfig
 from kroberta.model import attention
+from kroberta.parallel.distribute import select_devices
+from kroberta.plan import make_plan
 
 LANES = 128
 HEAD_LANES = 64
@@ -47,10 +49,6 @@ def _padded_forward(shape: flops.Shape, padded=()) -> int:
     return sum(flops.forward_breakdown(wide, projections=shape.heads * size["head_dim"]).values())
 
 
-def _percent(share: float) -> str:
-    return f"{100 * share:.0f}%" if share >= 0.01 else f"{100 * share:.1f}%"
-
-
 @dataclasses.dataclass(frozen=True)
 class Misalignment:
     key: str
@@ -60,8 +58,9 @@ class Misalignment:
 
     def describe(self) -> str:
         what = "head size (hidden_dim / num_heads)" if self.key == "head_dim" else f"model.{self.key}"
+        percent = f"{100 * self.waste:.0f}%" if self.waste >= 0.01 else f"{100 * self.waste:.1f}%"
         return (f"{what} = {self.value} is not a multiple of {self.multiple}: TPU matrix units "
-                f"pad it to {_pad(self.value, self.multiple)}, ~{_percent(self.waste)} of the "
+                f"pad it to {_pad(self.value, self.multiple)}, ~{percent} of the "
                 "model's matmul work would be padding")
 
 
@@ -114,10 +113,6 @@ def explain(config: Config, compile_step: bool | None = None):
     """Yields the advice for `config` on the current devices, line by line (the command
     prints each as it comes: compiling takes a while). Trains nothing and creates no run
     directory."""
-    from kroberta.parallel.distribute import select_devices
-    from kroberta.perf import aot_programs, hardware
-    from kroberta.plan import make_plan
-
     devices = select_devices(config)
     platform = devices[0].platform
     m, t = config.model, config.train
@@ -156,7 +151,7 @@ def explain(config: Config, compile_step: bool | None = None):
     yield attention.describe(config)
     chip = hardware.chip_for_device_kind(devices[0].device_kind)
     if chip:
-        needed = measured.total_bytes if compile_step and measured else estimate.total
+        needed = measured.total_bytes if measured else estimate.total
         fits = needed < 0.9 * chip.memory_bytes
         floor = flops.train_flops_per_step(shape, batch) / (chip.bf16_flops * len(devices))
         yield (f"{chip.name}: {'fits' if fits else 'does NOT fit'} in "
@@ -174,8 +169,6 @@ def explain(config: Config, compile_step: bool | None = None):
 def _options(config: Config, devices, budget: float):
     """Compiles the changes that could make the training step fit (kroberta.perf.memory_plan);
     yields what to say about them."""
-    from kroberta.perf import memory_plan
-
     yield (f"compiling changes that could make it fit in {size_text(budget)} (90% of the "
            "device), cheapest first:")
     found = memory_plan.options(config, devices, budget)

@@ -29,7 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from kroberta.config import Config
+from kroberta.inference.program import make_predict_step
+from kroberta.model.super_batch import scan_steps, super_batch_sharding
 from kroberta.parallel import distribute
+from kroberta.plan import make_plan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,8 +109,6 @@ def train_data(distribution, global_batch: int, length: int, slots: int, steps: 
     `step_input` (`DataConfig.step_input`): x alone, which the step finishes
     (`kroberta.model.masked_lm.finish_batch`): "mask_keys", unmasked with mask keys (dynamic
     masking); "token_labels", with the files' labels per position (static)."""
-    from kroberta.model.super_batch import super_batch_sharding
-
     def spec(*shape, dtype=jnp.int32):
         full = (steps, *shape)
         return jax.ShapeDtypeStruct(full, dtype, sharding=super_batch_sharding(distribution, full))
@@ -159,8 +160,6 @@ def lower_train(model, distribution, global_batch: int, length: int, slots: int,
                 steps: int = 1, step_input: str | None = None):
     """Lowers the K-step (`steps`) training program `fit` runs, for the distribution's
     devices (a jax `Lowered`); `step_input` as in `train_data`."""
-    from kroberta.model.super_batch import scan_steps
-
     # The compiled loss and metrics were built by `compile_model` (on the host;
     # `train_state` gives their variables the distribution's layout).
     data = train_data(distribution, global_batch, length, slots, steps, step_input)
@@ -182,8 +181,6 @@ def compile_predict(model, devices, global_batch: int, length: int, slots: int,
                     output: str = "top_k", k: int = 5, group: int = 1) -> Program:
     """Lowers and compiles `kroberta.predict`'s program (`group` batches per dispatch)
     for a batch-axis mesh of `devices`."""
-    from kroberta.inference.program import make_predict_step
-
     mesh = jax.sharding.Mesh(np.array(list(devices)), ("batch",))
     with distribute.global_distribution(None):
         step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, slots, group)
@@ -198,8 +195,6 @@ def compile_predict(model, devices, global_batch: int, length: int, slots: int,
 def program_plan(config: Config, devices):
     """The `kroberta.plan.Plan` of `config` on `devices` as one process (a TPU topology's,
     or this host's)."""
-    from kroberta.plan import make_plan
-
     return make_plan(config, topology=distribute.topology_for(config, devices, processes=(1, 0)))
 
 

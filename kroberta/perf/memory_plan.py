@@ -14,6 +14,7 @@ import logging
 
 from kroberta.errors import ConfigError
 from kroberta.config import Config
+from kroberta.perf import aot_programs
 from kroberta.perf.hardware import GiB
 
 logger = logging.getLogger(__name__)
@@ -42,8 +43,6 @@ def measure(config: Config, devices, model=None) -> Measured:
         model: the built training model of `config` (`aot_programs.build_model`), to
             reuse one build for several batches; built here when None.
     """
-    from kroberta.perf import aot_programs
-
     if model is None:
         model = aot_programs.build_model(config)
     per_device = config.train.batch_size_per_device
@@ -69,8 +68,6 @@ def max_batch(config: Config, devices, budget: float, model=None, multiple: int 
     (`largest_fitting`); `known` is a measurement already made (not compiled again).
     Returns (batch, its measurement, measurements); batch 0 when not even one sequence
     fits."""
-    from kroberta.perf import aot_programs
-
     if model is None:
         model = aot_programs.build_model(config)
 

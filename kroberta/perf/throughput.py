@@ -33,11 +33,6 @@ MATMUL_SIZE = 2048
 CACHE_FILE = "cpu_peak.json"
 
 
-def _cache_path() -> str:
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "kroberta", CACHE_FILE)
-
-
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -102,7 +97,8 @@ def cpu_peak_flops(refresh: bool = False, at_least: float = 0.0) -> float | None
     """
     # v2: measured over all simulated devices at once (v1 keys measured one device).
     key = f"v2 | {_cpu_model()} | {os.cpu_count()} cores | {jax.device_count('cpu')} jax devices"
-    path = _cache_path()
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(root, "kroberta", CACHE_FILE)
     try:
         with open(path) as f:
             cache = json.load(f)

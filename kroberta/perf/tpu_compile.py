@@ -14,8 +14,9 @@ import time
 from kroberta.config import Config, validate
 from kroberta.errors import ConfigError
 from kroberta.model import attention
-from kroberta.perf import hardware
+from kroberta.perf import aot_programs, hardware
 from kroberta.perf.hardware import GiB, size_text
+from kroberta.runtime.quiet_start import quiet_libtpu_probe
 
 # Compiled here with libtpu 0.0.42; libtpu accepts other slices of these generations
 # too ("v4:2x2x2", "v5e:8x8"): generation, colon, chips along each axis.
@@ -33,23 +34,15 @@ class Report:
 
     topology: str
     device_kind: str
-    num_devices: int
     chips: int
-    mesh_shape: dict
-    strategy: str
+    plan: object  # kroberta.plan.Plan: the config, batch, length, slots, mesh and steps compiled
     parameters: int
-    mixed_precision: bool
-    global_batch: int
-    sequence_length: int
-    slots: int
     hbm_bytes: float  # per device
     peak_flops: float  # bf16 FLOP/s per device
     train: object  # aot_programs.Program
     predict: object
     build_seconds: float
-    steps_per_execution: int
-    remat: str = "none"  # train.remat
-    attention: str = ""  # kroberta.model.attention.attention_path on the TPU
+    attention: str  # kroberta.model.attention.attention_path on the TPU
 
     def floor_seconds(self, program) -> float:
         """The compute floor: the step's FLOPs at the chip's bf16 peak."""
@@ -64,20 +57,22 @@ class Report:
         worst = max((self.train, self.predict), key=lambda p: p.total_bytes)
         if worst.total_bytes <= self.hbm_bytes:
             return None
+        config = self.plan.config
         return _too_big(worst.total_bytes, self.hbm_bytes, self.topology.split(":")[0], worst.name,
-                        self.strategy, self.mixed_precision)
+                        config.distributed.strategy, config.train.mixed_precision)
 
     def table(self) -> str:
-        t, p = self.train, self.predict
-        mesh = " x ".join(f"{k}={v}" for k, v in self.mesh_shape.items())
-        precision = "bf16 compute, float32 weights" if self.mixed_precision else "float32"
+        t, p, plan, config = self.train, self.predict, self.plan, self.plan.config
+        mesh = " x ".join(f"{k}={v}" for k, v in plan.mesh_shape.items())
+        precision = "bf16 compute, float32 weights" if config.train.mixed_precision else "float32"
+        batch = plan.global_batch
         rows = [
-            f"topology      {self.topology}: {self.num_devices} x {self.device_kind} "
-            f"({self.chips} chips); mesh {mesh}; strategy {self.strategy}",
+            f"topology      {self.topology}: {plan.num_devices} x {self.device_kind} "
+            f"({self.chips} chips); mesh {mesh}; strategy {config.distributed.strategy}",
             f"model         {self.parameters:,} parameters; {precision}",
-            f"memory        train.remat={self.remat}; {self.attention}",
-            f"batch         {self.global_batch} sequences ({self.global_batch // self.num_devices}"
-            f" per device) x {self.sequence_length} tokens, {self.slots} prediction slots",
+            f"memory        train.remat={config.train.remat}; {self.attention}",
+            f"batch         {batch} sequences ({batch // plan.num_devices} per device) x "
+            f"{plan.sequence_length} tokens, {plan.slots} prediction slots",
             "",
             f"{'per device':<30}{'train step':>16}{'predict step':>16}",
         ]
@@ -95,18 +90,18 @@ class Report:
         row("FLOPs per device per step", f"{t.flops / 1e9:.2f} G", f"{p.flops / 1e9:.2f} G")
         row(f"compute floor ({self.peak_flops / 1e12:g} TF/s)",
             f"{self.floor_seconds(t) * 1e3:.3f} ms", f"{self.floor_seconds(p) * 1e3:.3f} ms")
-        row("  = samples/s at most", f"{self.global_batch / self.floor_seconds(t):,.0f}",
-            f"{self.global_batch / self.floor_seconds(p):,.0f}")
+        row("  = samples/s at most", f"{batch / self.floor_seconds(t):,.0f}",
+            f"{batch / self.floor_seconds(p):,.0f}")
         row("compile time", f"{t.compile_seconds:.1f} s", f"{p.compile_seconds:.1f} s")
         # How `fit` runs train.steps_per_execution (`kroberta.model.super_batch`).
-        k = self.steps_per_execution
+        k = plan.steps_per_dispatch
         dispatch = "one step per dispatch" if k == 1 else (
             f"{k} steps fused into one program (a lax.scan over a ({k}, batch, ...) super-batch, "
             "one dispatch; memory above is that program's, FLOPs one step's)")
         rows += [
             "",
             f"FLOPs are XLA's cost_analysis of the SPMD program each device runs (per device; "
-            f"x{self.num_devices} for the whole step); train/predict = {t.flops / p.flops:.2f}.",
+            f"x{plan.num_devices} for the whole step); train/predict = {t.flops / p.flops:.2f}.",
             f"train.steps_per_execution={k}: {dispatch}.",
             f"predict program: kroberta.predict's top_k (k=5) step, {p.steps} batch(es) per "
             f"dispatch; model built on the host in {self.build_seconds:.1f} s.",
@@ -135,8 +130,6 @@ def topology_devices(name: str) -> list:
                           "(the tpu extra; compiles for TPUs on a CPU-only machine)") from None
     from jax.experimental import topologies
 
-    from kroberta.runtime.quiet_start import quiet_libtpu_probe
-
     try:
         options = _CHIP_CONFIG.get(name.split(":")[0], {})
         with quiet_libtpu_probe():  # libtpu's missing-TPU complaints on a CPU machine
@@ -164,8 +157,6 @@ def _per_device_chip(devices) -> tuple[float, float, int]:
 
 def _compile_or_explain(compile_fn, what, hbm, config, generation):
     """Runs a compile; XLA's out-of-HBM error becomes the one-line ConfigError."""
-    from kroberta.perf import aot_programs
-
     try:
         return compile_fn()
     except Exception as error:
@@ -191,8 +182,6 @@ def compile_for_topology(config: Config, topology_name: str, model=None,
     already refuses to compile for lack of HBM (a program that compiles but needs
     more than the HBM is reported: check `report.fits` / `report.does_not_fit()`).
     """
-    from kroberta.perf import aot_programs
-
     config = validate(config)
     devices = topology_devices(topology_name)
     hbm, peak, chips = _per_device_chip(devices)
@@ -203,8 +192,7 @@ def compile_for_topology(config: Config, topology_name: str, model=None,
         model = aot_programs.build_model(config)
     build_seconds = time.perf_counter() - started
     plan = aot_programs.program_plan(config, devices)
-    batch, length, slots, steps = (plan.global_batch, plan.sequence_length, plan.slots,
-                                   plan.steps_per_dispatch)
+    batch, length, slots = plan.global_batch, plan.sequence_length, plan.slots
     # The programs that run: K fused training steps, G prediction batches per dispatch.
     train = _compile_or_explain(lambda: aot_programs.compile_config_train(model, config, devices),
                                 "train", hbm, config, generation)
@@ -213,14 +201,9 @@ def compile_for_topology(config: Config, topology_name: str, model=None,
                                              group=plan.prediction_group(batch, slots)),
         "predict", hbm, config, generation)
     return Report(
-        topology=topology_name, device_kind=devices[0].device_kind, num_devices=len(devices),
-        chips=chips, mesh_shape=plan.mesh_shape, strategy=config.distributed.strategy,
+        topology=topology_name, device_kind=devices[0].device_kind, chips=chips, plan=plan,
         parameters=int(sum(math.prod(v.shape) for v in model.trainable_variables)),
-        mixed_precision=config.train.mixed_precision, global_batch=batch,
-        sequence_length=length, slots=slots, hbm_bytes=hbm, peak_flops=peak, train=train,
-        predict=predict, build_seconds=build_seconds,
-        steps_per_execution=steps,
-        remat=config.train.remat,
+        hbm_bytes=hbm, peak_flops=peak, train=train, predict=predict, build_seconds=build_seconds,
         attention=attention.attention_path(
             config.model.attention_dropout_rate, length, config.model.num_heads,
             config.model.head_dim, config.train.mixed_precision, platform="tpu"),

@@ -58,7 +58,7 @@ def test_seed_flops_are_per_device_and_train_is_three_predicts(seed_reports, top
     # XLA's count covers the matmuls plus softmax, layer norms and the optimizer, so it
     # is a little above the matmul-only count -- of one device's share of the batch,
     # not of the whole batch (that would be num_devices x larger).
-    per_device = report.global_batch // report.num_devices
+    per_device = report.plan.global_batch // report.plan.num_devices
     analytic_train = 3 * _matmul_flops_per_sequence(config) * per_device
     assert 1.0 < report.train.flops / analytic_train < 1.3
     assert report.floor_seconds(report.train) == pytest.approx(
@@ -77,7 +77,8 @@ def test_seed_memory_fits_and_is_weights_plus_adamw(seed_reports, topology):
     # on every device. TPU layouts pad dimensions to tiles (hidden 300 is not a multiple
     # of 128): measured +13% on v2 and v5e; allow 20%, plus the batch.
     weights_and_moments = 12 * report.parameters
-    batch_bytes = 4 * report.global_batch * (2 * report.sequence_length + 2 * report.slots)
+    batch_bytes = 4 * report.plan.global_batch * (2 * report.plan.sequence_length
+                                                  + 2 * report.plan.slots)
     assert weights_and_moments <= train.argument_bytes <= 1.2 * weights_and_moments + batch_bytes
     # The state is donated: the new weights and moments are written in place.
     assert train.alias_bytes >= weights_and_moments
