@@ -24,6 +24,7 @@ HF_KEY = "init_from_hf"
 KERAS_HUB_KEY = "init_from_keras_hub"
 # Keys that fix the weights' shapes and numerics: a config must agree with the checkpoint.
 WEIGHT_KEYS = (*SHAPE_KEYS, "layer_norm_epsilon")
+MODEL_KEYS = tuple(f.name for f in dataclasses.fields(ModelConfig))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +109,7 @@ def with_checkpoint_model(config: Config, sources: dict | None = None,
             f"{checkpoint.key}: the config disagrees with the checkpoint {checkpoint.config_file} "
             f"on {len(conflicts)} key(s): {listed}. The model section follows the checkpoint: "
             "remove these keys from the config file and the command line")
-    taken = {name: getattr(checkpoint.model, name) for name in _model_keys()
+    taken = {name: getattr(checkpoint.model, name) for name in MODEL_KEYS
              if name not in set_by_config}
     for name in sorted(set_by_config - set(WEIGHT_KEYS)):
         if getattr(config.model, name) != getattr(checkpoint.model, name):
@@ -120,17 +121,13 @@ def with_checkpoint_model(config: Config, sources: dict | None = None,
     return dataclasses.replace(config, model=dataclasses.replace(config.model, **taken)), sources
 
 
-def _model_keys() -> list[str]:
-    return [f.name for f in dataclasses.fields(ModelConfig)]
-
-
 def _set_by_config(config: Config, sources: dict | None) -> set[str]:
     """The model keys the config sets: those `sources` names, or without sources those
     that differ from `ModelConfig`'s defaults."""
     if sources is not None:
-        return {name for name in _model_keys() if f"model.{name}" in sources}
+        return {name for name in MODEL_KEYS if f"model.{name}" in sources}
     default = ModelConfig()
-    return {name for name in _model_keys()
+    return {name for name in MODEL_KEYS
             if getattr(config.model, name) != getattr(default, name)}
 
 
@@ -156,12 +153,8 @@ def checkpoint_tokenizer(checkpoint: Checkpoint):
     try:
         tokenizer = load_tokenizer(checkpoint.directory)
     except InputError:
-        if _has_tokenizer_files(checkpoint.directory):
+        names = ("tokenizer.json", "vocab.json", os.path.join("assets", "tokenizer", "vocabulary.json"))
+        if any(storage.isfile(storage.join(checkpoint.directory, name)) for name in names):
             raise  # there, but unreadable or lacking a special token: say so
         return None, None
     return tokenizer, tokenizer_json_of(checkpoint.directory)
-
-
-def _has_tokenizer_files(directory: str) -> bool:
-    names = ("tokenizer.json", "vocab.json", os.path.join("assets", "tokenizer", "vocabulary.json"))
-    return any(storage.isfile(storage.join(directory, name)) for name in names)

@@ -130,13 +130,18 @@ def _export_tokenizer(tokenizer, out_dir: str, max_length: int):
     })
     _write_json(os.path.join(out_dir, "special_tokens_map.json"), dict(SPECIAL_TOKENS))
     # vocab.json + merges.txt let the slow (pure Python) RobertaTokenizer load it too.
-    model = json.loads(tokenizer.to_str()).get("model", {})
-    if model.get("type") == "BPE":
-        _write_json(os.path.join(out_dir, "vocab.json"), model["vocab"])
+    kind, vocabulary, merges = bpe_of(tokenizer)
+    if kind == "BPE":
+        _write_json(os.path.join(out_dir, "vocab.json"), vocabulary)
         with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
-            f.write("#version: 0.2\n")
-            for merge in model.get("merges", []):
-                f.write((merge if isinstance(merge, str) else " ".join(merge)) + "\n")
+            f.write("#version: 0.2\n" + "".join(merge + "\n" for merge in merges))
+
+
+def bpe_of(tokenizer) -> tuple[str | None, dict, list[str]]:
+    """(model type, vocabulary, merges as "a b" lines) of a `tokenizers.Tokenizer`."""
+    model = json.loads(tokenizer.to_str()).get("model", {})
+    return model.get("type"), model.get("vocab", {}), [
+        merge if isinstance(merge, str) else " ".join(merge) for merge in model.get("merges", [])]
 
 
 def export_hf(model, out_dir: str, tokenizer=None) -> str:

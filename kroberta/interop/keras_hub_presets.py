@@ -31,7 +31,7 @@ import keras_hub
 from kroberta.config import Config, DataConfig, ModelConfig, load_toml, to_toml
 from kroberta.errors import ConversionError
 from kroberta.interop import hf_weights
-from kroberta.interop.hf import attention_dropout_of, check_kind, read_json_in, task_of
+from kroberta.interop.hf import attention_dropout_of, bpe_of, check_kind, read_json_in, task_of
 from kroberta.model.masked_lm import check_model
 from kroberta import storage
 from kroberta.atomic import atomic_write
@@ -60,17 +60,15 @@ __all__ = ["export_keras_hub", "from_keras_hub", "init_from_keras_hub", "Convers
 
 def _keras_hub_tokenizer(tokenizer, vocabulary_size: int):
     """keras-hub's `RobertaTokenizer` with the vocabulary and merges of a `tokenizers` BPE."""
-    model = json.loads(tokenizer.to_str()).get("model", {})
-    if model.get("type") != "BPE":
-        raise ConversionError(f"the tokenizer is a {model.get('type')} model; keras-hub's RobertaTokenizer "
+    kind, vocabulary, merges = bpe_of(tokenizer)
+    if kind != "BPE":
+        raise ConversionError(f"the tokenizer is a {kind} model; keras-hub's RobertaTokenizer "
                               "needs byte-level BPE")
-    vocabulary = dict(model["vocab"])
     for token_id, added in tokenizer.get_added_tokens_decoder().items():
         vocabulary.setdefault(added.content, token_id)
     if max(vocabulary.values()) >= vocabulary_size:
         raise ConversionError(f"the tokenizer has ids up to {max(vocabulary.values())}, beyond the model's "
                               f"vocabulary_size={vocabulary_size}")
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     return keras_hub.models.RobertaTokenizer(vocabulary=vocabulary, merges=merges)
 
 
