@@ -132,6 +132,3 @@ def main(argv=None) -> int:
     return cli.run(lambda: _predict(args) if args.classifier else _run_tasks(args),
                    also=(FileNotFoundError,), interrupted=interrupted)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
