@@ -48,6 +48,15 @@ def test_report_draws_a_png_and_summarizes(tmp_path, caplog):
 
 
 @pytest.mark.fast
+def test_the_report_command_prints_its_summary_on_stdout(tmp_path, capsys):
+    _write_rows(tmp_path)
+    assert kroberta.cli.report.main([str(tmp_path)]) == 0
+    printed = capsys.readouterr()
+    assert "best loss 3.5" in printed.out and "curves:" in printed.out  # > summary.txt keeps it
+    assert "best loss" not in printed.err
+
+
+@pytest.mark.fast
 def test_report_without_metrics_is_a_clear_error(tmp_path, capsys):
     assert kroberta.cli.report.main([str(tmp_path)]) == 2
     assert "no metrics.jsonl" in capsys.readouterr().err

@@ -37,16 +37,18 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def run(body, *, interrupted: str = "interrupted",
-        also: tuple[type[BaseException], ...] = ()) -> int:
+        also: tuple[type[BaseException], ...] = (), messages: str = "stderr") -> int:
     """Runs `body()` (which returns an exit code, None meaning 0) and maps its errors.
 
     Args:
         body: the command's work, a function of no arguments.
         interrupted: the line printed on KeyboardInterrupt.
         also: other exception types that mean bad input to this command.
+        messages: where the library's messages go: "stderr", or "stdout" for a command
+            whose messages are its output (the report's summary).
     """
     try:
-        with logs.configured():  # the library's messages: one line each on stderr
+        with logs.configured(messages):  # the library's messages: one line each
             return body() or 0
     except FloatingPointError as error:  # a DivergedError, or one raised by JAX's debug_nans
         print(f"error: {error}", file=sys.stderr)

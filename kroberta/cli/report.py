@@ -12,4 +12,8 @@ def main(argv=None) -> int:
                                 description="Plot a run's metrics.jsonl into report.png.")
     parser.add_argument("run_dir", help="a run directory (holds metrics.jsonl)")
     args = parser.parse_args(argv)
-    return cli.run(lambda: report(args.run_dir))
+
+    def body():
+        report(args.run_dir)  # its summary (a dict) is not an exit code
+
+    return cli.run(body, messages="stdout")  # the summary is the command's output

@@ -66,12 +66,13 @@ def _install(stream_name: str):
 
 
 @contextlib.contextmanager
-def configured():
-    """A command's logging while it runs: kroberta's messages, one line each, on stderr;
-    the `kroberta` logger as it was afterwards (a command called from Python, a test)."""
+def configured(stream_name: str = "stderr"):
+    """A command's logging while it runs: kroberta's messages, one line each, on stderr
+    (stdout for a command whose messages are its output); the `kroberta` logger as it was
+    afterwards (a command called from Python, a test)."""
     logger = logging.getLogger(PACKAGE)
     before = (list(logger.handlers), logger.level, logger.propagate)
-    _install("stderr")
+    _install(stream_name)
     try:
         yield
     finally:
