@@ -93,16 +93,3 @@ def from_train_config(t) -> WarmupSchedule:
     return WarmupSchedule(t.learning_rate, t.warmup_steps, t.steps, t.schedule,
                           min_learning_rate=t.min_learning_rate, decay_steps=t.wsd_decay_steps())
 
-
-@keras.saving.register_keras_serializable(package="kroberta")
-class WarmupLinearDecay(WarmupSchedule):
-    """`WarmupSchedule(..., decay="linear")`, under the name earlier saved models use."""
-
-    def __init__(self, peak_learning_rate, warmup_steps, total_steps):
-        super().__init__(peak_learning_rate, warmup_steps, total_steps, "linear")
-
-    def get_config(self):
-        config = super().get_config()
-        for key in ("decay", "min_learning_rate", "decay_steps"):
-            del config[key]
-        return config

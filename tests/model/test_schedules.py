@@ -83,15 +83,11 @@ def test_without_warmup_every_schedule_starts_at_the_peak():
         assert float(np.asarray(schedules.WarmupSchedule(3.0, 0, 100, decay)(0))) == 3.0
 
 
-def test_schedule_config_round_trips_and_the_old_name_still_loads():
+def test_schedule_config_round_trips():
     schedule = schedules.WarmupSchedule(1e-3, 5, 50, "wsd", min_learning_rate=1e-4, decay_steps=20)
     again = schedules.WarmupSchedule.from_config(schedule.get_config())
-    old = schedules.WarmupLinearDecay.from_config(
-        {"peak_learning_rate": 1e-3, "warmup_steps": 5, "total_steps": 50})
     for step in (0, 3, 20, 50):
         assert float(np.asarray(again(step))) == float(np.asarray(schedule(step)))
-        assert float(np.asarray(old(step))) == pytest.approx(
-            float(np.asarray(schedules.WarmupSchedule(1e-3, 5, 50)(step))))
 
 
 def test_train_schedule_picks_the_optimizer_schedule(tiny_data, tmp_path):
