@@ -251,9 +251,16 @@ def append_text(path, text: str):
         appender.close()
 
 
-def put_tree(local_dir, url: str, last: str | None = None):
+def staging_dir(url, name: str) -> str | None:
+    """A new local directory to write `url`'s files into before `put_tree`, or None
+    when `url` is a local path (written in place)."""
+    return tempfile.mkdtemp(prefix=f"kroberta-{name}-") if is_url(url) else None
+
+
+def put_tree(local_dir, url: str, last: str | None = None, remove: bool = False):
     """Uploads a local directory's files under `url`; the file named `last` (relative to
-    `local_dir`) goes up after all the others, so its presence marks the copy complete."""
+    `local_dir`) goes up after all the others, so its presence marks the copy complete.
+    `remove`: the local directory is deleted after the upload."""
     fs, root = filesystem(url)
     files = []
     for dirpath, _, filenames in os.walk(local_dir):
@@ -262,6 +269,8 @@ def put_tree(local_dir, url: str, last: str | None = None):
     for relative in files:
         fs.put_file(os.path.join(local_dir, relative),
                     posixpath.join(root, *relative.split(os.sep)))
+    if remove:
+        shutil.rmtree(local_dir, ignore_errors=True)
 
 
 def get_tree(url: str, local_dir):

@@ -102,13 +102,12 @@ class Writer:
         self._gathered = storage.is_url(run_dir) and jax.process_count() > 1
         self._uploads = not self._gathered or jax.process_index() == 0
         # A URL's checkpoints are written here first, then uploaded (module docstring).
-        self._staging = None
         if self._gathered:
             # Orbax's barriers compare the path across processes: the same one on every host.
             name = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
             self._staging = os.path.join(tempfile.gettempdir(), f"kroberta-checkpoint-{name}")
-        elif storage.is_url(run_dir):
-            self._staging = tempfile.mkdtemp(prefix="kroberta-checkpoint-")
+        else:
+            self._staging = storage.staging_dir(run_dir, "checkpoint")
         self._upload = None  # asynchronous, on a URL: the future that commits and uploads
         # Made here, before the step loop: importing Orbax costs 2-10 s, which would
         # otherwise count as the first checkpoint's blocked time.
@@ -191,8 +190,7 @@ class Writer:
         if self._staging is not None and self._uploads:
             local = self._written(step)
             storage.put_tree(local, storage.join(self._root, os.path.basename(local)),
-                             last=COMMIT_FILE)
-            shutil.rmtree(local, ignore_errors=True)
+                             last=COMMIT_FILE, remove=True)
 
     def close(self):
         """Waits for the checkpoint in flight (see `wait`), then releases Orbax's threads."""

@@ -14,8 +14,6 @@ integers per dispatch.
 
 import logging
 import os
-import shutil
-import tempfile
 
 import keras
 
@@ -42,8 +40,7 @@ class ProfileWindow(keras.callbacks.Callback):
         super().__init__()
         self.directory = storage.join(run_dir, PROFILE_DIR)
         # A URL run dir: traced into a local directory, uploaded when the trace ends.
-        self._local = tempfile.mkdtemp(prefix="kroberta-profile-") \
-            if storage.is_url(run_dir) else self.directory
+        self._local = storage.staging_dir(run_dir, "profile") or self.directory
         self.start, self.stop = window
         self.step = start_step  # optimizer steps done before the current log interval
         self.active = False
@@ -97,7 +94,6 @@ class ProfileWindow(keras.callbacks.Callback):
         self.active = False
         self.done = True
         if self._local != self.directory:
-            storage.put_tree(self._local, self.directory)
-            shutil.rmtree(self._local, ignore_errors=True)
+            storage.put_tree(self._local, self.directory, remove=True)
         logger.info(f"profile: trace written to {self.directory} (tensorboard --logdir "
                     f"{self.directory}, or perfetto_trace.json.gz in https://ui.perfetto.dev)")

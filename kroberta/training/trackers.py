@@ -81,14 +81,11 @@ class TensorBoard:
     """
 
     def __init__(self, config, run_dir: str):
-        import tempfile
-
         import tensorflow as tf
 
         self._tf = tf
         self._target = storage.join(run_dir, "tensorboard")
-        self._staging = tempfile.mkdtemp(prefix="kroberta-tensorboard-") \
-            if storage.is_url(run_dir) else None
+        self._staging = storage.staging_dir(run_dir, "tensorboard")
         self._writer = tf.summary.create_file_writer(self._staging or self._target)
 
     def log(self, row: dict):
@@ -102,10 +99,7 @@ class TensorBoard:
     def close(self, failed: bool = False):
         self._writer.close()
         if self._staging is not None:
-            import shutil
-
-            storage.put_tree(self._staging, self._target)
-            shutil.rmtree(self._staging, ignore_errors=True)
+            storage.put_tree(self._staging, self._target, remove=True)
 
 
 class WandB:
