@@ -227,7 +227,7 @@ class TrainConfig:
     devices x `gradient_accumulation_steps`."""
     gradient_accumulation_steps: int = 1
     """Micro-batches per optimizer step: one update from a batch N times larger, the loss
-    normalised by the masked tokens of the whole batch (`kroberta.model.accumulation`)."""
+    normalised by the masked tokens of the whole batch (`kroberta.model.masked_lm.micro_batches`)."""
     steps: int = 1800
     """Optimizer steps in the whole run."""
     learning_rate: float = 2e-3
