@@ -45,13 +45,12 @@ class RunLogger(keras.callbacks.Callback):
     With `train.downstream`, a linear probe's scores follow each checkpoint (`_probe`).
     """
 
-    def __init__(self, config, run_dir, start_step, global_batch, sequence_length, evaluate_fn,
+    def __init__(self, config, start_step, global_batch, sequence_length, evaluate_fn,
                  stop_step=None, write_files=True, preemption=None, save_checkpoints=True,
                  plan=None):
         super().__init__()
         self.config = config
         self.plan = plan  # kroberta.plan.Plan of the run (None: made from config when needed)
-        self.run_dir = run_dir
         self.step = start_step
         self.global_batch = global_batch
         self.sequence_length = sequence_length
@@ -61,7 +60,7 @@ class RunLogger(keras.callbacks.Callback):
         self.write_files = write_files  # False on processes other than 0: no files, no lines
         # Checkpoints are collectives: in a multi-process run every process saves.
         self.checkpoints = checkpoint.Writer(
-            run_dir, config.train.keep_checkpoints, config.train.async_checkpoints) \
+            config.run_dir, config.train.keep_checkpoints, config.train.async_checkpoints) \
             if save_checkpoints else None
         self.preemption = preemption  # a PreemptionFlag: SIGTERM asks for checkpoint + stop
         # Where this invocation stops: the end of the run, or earlier (--until-step).
@@ -76,7 +75,7 @@ class RunLogger(keras.callbacks.Callback):
         self._progbar = console.live_progress(config.train.steps, start_step) \
             if write_files else None
         # The evaluations so far (rows after the resumed checkpoint are being dropped).
-        rows = metrics_rows(run_dir, start_step)
+        rows = metrics_rows(config.run_dir, start_step)
         self.watch = signals.EvalWatch(config.train, signals.validation_losses(rows))
         self._evaluated_at_start = any(r["step"] == start_step and r.get("split") == "validation"
                                        for r in rows)
@@ -86,8 +85,8 @@ class RunLogger(keras.callbacks.Callback):
         self._trackers = []
         if write_files:
             # Appended per row; on a URL (no append) rewritten whole per row.
-            self._jsonl = storage.Appender(storage.join(run_dir, METRICS_FILE))
-            self._trackers = trackers.open_trackers(config, run_dir)
+            self._jsonl = storage.Appender(storage.join(config.run_dir, METRICS_FILE))
+            self._trackers = trackers.open_trackers(config, config.run_dir)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._interval_start_step = self.step
@@ -199,7 +198,7 @@ class RunLogger(keras.callbacks.Callback):
         if jax.process_count() > 1:
             raise ConfigError("train.downstream: the probe runs in single-process jobs only "
                               "(kroberta.predict gathers its results on one host); remove it here")
-        tokenizer = final_model.load_tokenizer(self.run_dir)
+        tokenizer = final_model.load_tokenizer(self.config.run_dir)
         if tokenizer is None:
             raise ConfigError("train.downstream: needs the run's tokenizer; train on a prepared "
                               "directory (data.dir) or the embedded default data")

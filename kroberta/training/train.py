@@ -316,7 +316,7 @@ def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
         def evaluate():
             return validation_row(model.evaluate(eval_ds, verbose=0, return_dict=True))
 
-    run_logger = RunLogger(config, config.run_dir, start_step, plan.global_batch,
+    run_logger = RunLogger(config, start_step, plan.global_batch,
                            run_data.train.sequence_length, evaluate, stop_step,
                            preemption=preemption, write_files=run.main_process, plan=plan)
     run_logger.set_model(model)  # fit sets it too; the evaluation at the start needs it first

@@ -111,7 +111,7 @@ def _logger(model, run_dir, train_file, validation_file):
     config = model.kroberta_config
     config = dataclasses.replace(config, run_dir=str(run_dir), train=dataclasses.replace(
         config.train, trackers=(), downstream={"data": train_file, "validation": validation_file}))
-    logger = RunLogger(config, str(run_dir), 0, 16, 32, lambda: {"loss": 1.0}, stop_step=10,
+    logger = RunLogger(config, 0, 16, 32, lambda: {"loss": 1.0}, stop_step=10,
                        save_checkpoints=False)
     logger.set_model(model)
     return logger

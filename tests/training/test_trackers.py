@@ -183,8 +183,8 @@ def test_the_wandb_tracker_resumes_its_run(tmp_path, monkeypatch):
         {"step": 20, "validation/loss": 1.0}]
 
 
-def _logger(config, run_dir, write_files):
-    return run_callbacks.RunLogger(config, str(run_dir), 0, 16, 32, None, stop_step=10,
+def _logger(config, write_files):
+    return run_callbacks.RunLogger(config, 0, 16, 32, None, stop_step=10,
                                    write_files=write_files, save_checkpoints=False)
 
 
@@ -195,7 +195,7 @@ def test_process_1_writes_nothing(tiny_data, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     config = validate(tiny_config(tiny_data, run_dir, trackers=("tensorboard", "wandb", "mlflow")))
-    logger = _logger(config, run_dir, write_files=False)
+    logger = _logger(config, write_files=False)
     assert logger._trackers == []
     logger.close()
     assert os.listdir(run_dir) == [] and os.listdir(tmp_path) == ["run"]
@@ -212,7 +212,7 @@ def test_every_number_the_step_logs_reaches_the_row_the_line_and_the_trackers(
     caplog.set_level(logging.INFO, logger="kroberta")
     config = validate(tiny_config(tiny_data, tmp_path, trackers=(), log_every=10, steps=10, warmup_steps=0,
                                          steps_per_execution=10))
-    logger = _logger(config, tmp_path, write_files=True)
+    logger = _logger(config, write_files=True)
     seen = []
     logger._trackers = [types.SimpleNamespace(log=seen.append, close=lambda failed: None)]
     logger.set_model(types.SimpleNamespace(optimizer=_Optimizer(10), stop_training=False))
