@@ -65,7 +65,7 @@ def measure_cells(args):
                 built = time.perf_counter() - started
                 for topology in todo:
                     devices = tpu_compile.topology_devices(topology)
-                    hbm = tpu_compile._per_device_chip(devices)[0]
+                    hbm = tpu_compile.per_device_chip(devices)[0]
                     started = time.perf_counter()
                     known = earlier.get((length, topology, remat, attention_dropout))
                     batch = config.train.batch_size_per_device

@@ -26,7 +26,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the model is built on the host 
 
 import argparse  # noqa: E402
 import importlib.metadata  # noqa: E402
-import re  # noqa: E402
 
 from kroberta.errors import ConfigError
 from kroberta import cli  # noqa: E402
@@ -61,10 +60,10 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
 
 def _devices_and_budget(args) -> tuple[list, float]:
     """The topology's devices and the bytes per device to plan for."""
-    from kroberta.perf.tpu_compile import _per_device_chip, topology_devices
+    from kroberta.perf.tpu_compile import per_device_chip, topology_devices
 
     devices = topology_devices(args.topology)
-    return devices, args.device_memory * GiB if args.device_memory else _per_device_chip(devices)[0]
+    return devices, args.device_memory * GiB if args.device_memory else per_device_chip(devices)[0]
 
 
 def _max_batch(config: Config, args) -> None:
@@ -116,9 +115,7 @@ def _compile(argv) -> None:
     except ConfigError as error:
         if "the train step needs" not in str(error):
             raise
-        found = re.search(r"needs (?:at least )?([\d.]+) GiB", str(error))
-        needed = float(found.group(1)) * GiB if found else None
-        raise ConfigError(_suggest(config, args, str(error), needed)) from None
+        raise ConfigError(_suggest(config, args, str(error), error.needed_bytes)) from None
     versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("jax", "libtpu"))
     print(f"kroberta.aot: {args.config or 'default config'} for {args.topology} ({versions})")
     print(report.table(), flush=True)

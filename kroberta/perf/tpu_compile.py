@@ -144,7 +144,7 @@ def topology_devices(name: str) -> list:
                           "slices such as v4:2x2x2 work too)") from None
 
 
-def _per_device_chip(devices) -> tuple[float, float, int]:
+def per_device_chip(devices) -> tuple[float, float, int]:
     """(HBM bytes, bf16 FLOP/s, chips) per abstract device of a topology."""
     kind = devices[0].device_kind
     chip = hardware.chip_for_device_kind(kind)
@@ -166,8 +166,10 @@ def _compile_or_explain(compile_fn, what, hbm, config, generation):
         if needed is None:
             raise ConfigError(f"the {what} step does not fit in HBM on {generation}: "
                               f"{str(error).splitlines()[0]}") from None
-        raise ConfigError(_too_big(needed, hbm, generation, what, config.distributed.strategy,
-                                config.train.mixed_precision, at_least=True)) from None
+        error = ConfigError(_too_big(needed, hbm, generation, what, config.distributed.strategy,
+                                     config.train.mixed_precision, at_least=True))
+        error.needed_bytes = needed  # what kroberta.aot plans the changes that could fit from
+        raise error from None
 
 
 def compile_for_topology(config: Config, topology_name: str, model=None,
@@ -184,7 +186,7 @@ def compile_for_topology(config: Config, topology_name: str, model=None,
     """
     config = validate(config)
     devices = topology_devices(topology_name)
-    hbm, peak, chips = _per_device_chip(devices)
+    hbm, peak, chips = per_device_chip(devices)
     hbm = hbm_bytes or hbm
     generation = topology_name.split(":")[0]
     started = time.perf_counter()
