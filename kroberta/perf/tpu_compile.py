@@ -115,7 +115,7 @@ def _too_big(needed: float, hbm: float, generation: str, what: str, strategy: st
              else "a larger distributed.model_parallel", "a smaller train.batch_size_per_device"]
     if not mixed_precision:
         tries.append("train.mixed_precision=true")
-    advice = ", ".join(tries[:-1]) + " or " + tries[-1] if len(tries) > 1 else tries[0]
+    advice = ", ".join(tries[:-1]) + " or " + tries[-1]
     amount = f"{'at least ' if at_least else ''}{needed / GiB:.1f} GiB"
     return (f"the {what} step needs {amount} of {hbm / GiB:.1f} GiB per device "
             f"on {generation}: try {advice}")
