@@ -102,7 +102,7 @@ def _run_check(args):
     vocab, length = args.vocab_size, args.seq_len
     # A URL (gs://...) is read through tf.io.gfile (kroberta.text.locations).
     manifest = storage.join(args.check, MANIFEST_NAME)
-    if locations.isdir(args.check) and not locations.isfile(manifest):
+    if locations.isdir(args.check) and not storage.gfile_isfile(manifest):
         paths = _tfrecords_in(args.check)
         if vocab is None:
             raise InputError(f"--check {args.check}: a directory without {MANIFEST_NAME} needs "

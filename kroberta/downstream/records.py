@@ -8,11 +8,11 @@ go through `kroberta.text.arrowfiles`' openers (which name a missing extra).
 """
 
 import csv
-import gzip
 import io
 import json
 import sys
 
+from kroberta import storage
 from kroberta.errors import InputError
 from kroberta.text import arrowfiles, locations, recordfiles
 from kroberta.text.recordfiles import DATASETS_FORMAT
@@ -21,10 +21,9 @@ _BOM = "\ufeff"
 
 
 def _text(path: str) -> str:
-    with locations.open_binary(path) as raw:
-        data = raw.read()
-    if path.lower().endswith(".gz"):
-        data = gzip.decompress(data)
+    raw, stream = locations.open_stream(path)  # gunzipped for a name ending in .gz
+    with raw, stream:
+        data = stream.read()
     try:
         return data.decode("utf-8").removeprefix(_BOM)
     except UnicodeDecodeError as e:
@@ -86,7 +85,7 @@ def read_records(path: str, fields, split: str = "train", columns=None, quoting=
         An iterator of ("line N" or "record N", dict of field -> value); a record may
         lack a field (the caller names it).
     """
-    if not (locations.isfile(path) or recordfiles.is_dataset_dir(path)):
+    if not (storage.gfile_isfile(path) or recordfiles.is_dataset_dir(path)):
         raise InputError(f"{path}: no such file")
     fmt = recordfiles.record_format(path)
     if fmt == "jsonl":

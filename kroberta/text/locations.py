@@ -8,7 +8,7 @@ import gzip
 import io
 import os
 
-from kroberta.storage import gfile_isfile, is_url
+from kroberta.storage import is_url
 
 
 def _gfile():
@@ -26,9 +26,6 @@ def glob(pattern: str) -> list[str]:
 
 def isdir(path: str) -> bool:
     return _gfile().isdir(path) if is_url(path) else os.path.isdir(path)
-
-
-isfile = gfile_isfile  # the manifest's check, the same for inputs
 
 
 def files_under(directory: str) -> list[str]:

@@ -12,7 +12,7 @@ import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from kroberta.errors import InputError
-from kroberta.storage import gfile_read_text
+from kroberta.storage import gfile_isfile, gfile_read_text
 from kroberta.text import locations
 
 from kroberta.tokens import SPECIAL_TOKENS  # in id order: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4
@@ -84,9 +84,9 @@ def tokenizer_json_of(path):
     path = os.fspath(path)
     if locations.isdir(path):
         inside = path.rstrip("/") + "/" + TOKENIZER_FILE
-        keras_hub = locations.isfile(path.rstrip("/") + "/" + KERAS_HUB_VOCABULARY_FILE)
-        return inside if locations.isfile(inside) and not keras_hub else None
-    return path if locations.isfile(path) else None
+        keras_hub = gfile_isfile(path.rstrip("/") + "/" + KERAS_HUB_VOCABULARY_FILE)
+        return inside if gfile_isfile(inside) and not keras_hub else None
+    return path if gfile_isfile(path) else None
 
 
 def load_tokenizer(path):
