@@ -9,9 +9,7 @@ uploaded as one object.
 
 import os
 import shutil
-import sys
 import tempfile
-import time
 import zipfile
 
 import numpy as np
@@ -19,31 +17,9 @@ import numpy as np
 from kroberta import storage
 
 
-class Progress:
-    """examples done / total and examples per second, on stderr."""
-
-    def __init__(self, total, enabled):
-        self.total, self.enabled, self.done = total, enabled, 0
-        self.live = enabled and sys.stderr.isatty()
-        self.start = time.perf_counter()
-
-    def update(self, count, final=False):
-        self.done += count
-        if not self.enabled or not (self.live or final):
-            return
-        seconds = max(time.perf_counter() - self.start, 1e-9)
-        total = f"/{self.total}" if self.total else ""
-        rate = self.done / seconds
-        rate = f"{rate:,.1f}" if rate < 10 else f"{rate:,.0f}"  # a slow start is not "0/s"
-        # Redrawn in place on a terminal; a log file gets the final line alone.
-        sys.stderr.write(("\r" if self.live else "")
-                         + f"predict: {self.done}{total} examples, {rate}/s, "
-                         f"{seconds:.1f}s" + ("\n" if final else ""))
-        sys.stderr.flush()
-
-
-def write_npz(chunks, out_path: str, progress: Progress) -> dict:
-    """Streams chunks (dicts of arrays, rows first) into `out_path` (.npz); returns shapes."""
+def write_npz(chunks, out_path: str, progress) -> dict:
+    """Streams chunks (dicts of arrays, rows first) into `out_path` (.npz); returns shapes.
+    `progress.update(rows, final=False)` is called after each chunk and once at the end."""
     # Beside the output (one filesystem for the raw files and the archive), or for a
     # URL in the local temporary directory.
     beside = None if storage.is_url(out_path) else os.path.dirname(os.path.abspath(out_path))
