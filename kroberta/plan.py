@@ -36,18 +36,6 @@ class Plan:
     slots: int
 
     @property
-    def devices(self) -> tuple:
-        return self.topology.devices
-
-    @property
-    def num_devices(self) -> int:
-        return self.topology.num_devices
-
-    @property
-    def mesh_shape(self) -> dict:
-        return self.topology.mesh_shape
-
-    @property
     def data_shard(self) -> tuple[int, int] | None:
         """(shards, index) of the input this process reads; None for a single process."""
         t = self.topology
@@ -58,7 +46,7 @@ class Plan:
         """The devices' peak FLOP/s together (`kroberta.perf.throughput`); None if unknown."""
         from kroberta.perf import throughput
 
-        return throughput.peak_flops(self.devices)
+        return throughput.peak_flops(self.topology.devices)
 
     @functools.cached_property
     def _steps(self) -> tuple[int, str]:
@@ -95,7 +83,7 @@ class Plan:
     def prediction_batch(self, batch_size: int | None = None) -> int:
         """Sequences per prediction step over all devices: `batch_size` (None: the micro
         batch) rounded up so that every device gets the same share."""
-        count = self.num_devices
+        count = self.topology.num_devices
         batch_size = self.micro_batch if batch_size is None else batch_size
         return -(-batch_size // count) * count
 

@@ -41,11 +41,11 @@ def test_batches_are_per_device_times_devices_times_accumulation():
                             "steps_per_execution": 5})
     plan = make_plan(config)  # the 4 simulated CPU devices, one process
     assert (plan.micro_batch, plan.global_batch, plan.process_batch) == (12, 24, 24)
-    assert plan.num_devices == 4 and plan.mesh_shape == {"batch": 4}
+    assert plan.topology.num_devices == 4 and plan.topology.mesh_shape == {"batch": 4}
     assert plan.data_shard is None and plan.steps_per_dispatch == 5 and not plan.auto_steps
     assert plan.config == config  # nothing to resolve
     two = make_plan(_config(train={"batch_size_per_device": 3}, distributed={"devices": 2}))
-    assert (two.micro_batch, two.global_batch, two.num_devices) == (6, 6, 2)
+    assert (two.micro_batch, two.global_batch, two.topology.num_devices) == (6, 6, 2)
 
 
 def test_a_process_reads_its_share_of_a_two_process_topology():
@@ -63,8 +63,8 @@ def test_the_mesh_has_a_model_axis_within_a_process():
     config = _config(distributed={"strategy": "fsdp", "model_parallel": 2},
                      train={"steps_per_execution": 1})
     topology = distribute.topology_for(config, _two_hosts(), processes=(2, 0))
-    assert make_plan(config, topology=topology).mesh_shape == {"batch": 4, "model": 2}
-    assert make_plan(config, _two_hosts(), strategy="data").mesh_shape == {"batch": 8}
+    assert make_plan(config, topology=topology).topology.mesh_shape == {"batch": 4, "model": 2}
+    assert make_plan(config, _two_hosts(), strategy="data").topology.mesh_shape == {"batch": 8}
     wide = _config(distributed={"strategy": "model", "model_parallel": 8})
     with pytest.raises(ConfigError, match="distributed.model_parallel.*within one process"):
         distribute.topology_for(wide, _two_hosts(), processes=(2, 0))
@@ -110,8 +110,8 @@ def test_prediction_batch_and_group():
     # A fixed group, never more than the batches `examples` fill, rounded up to a power of 2.
     assert [plan.prediction_group(16, 3, n) for n in (None, 70, 40, 3)] == [6, 6, 4, 1]
     auto = make_plan(_config(train={"steps_per_execution": AUTO}), _two_hosts(4), 32)
-    expected = dispatch_size.prediction_group(auto.config, throughput.peak_flops(auto.devices),
-                                              16, 3, 32)
+    peak = throughput.peak_flops(auto.topology.devices)
+    expected = dispatch_size.prediction_group(auto.config, peak, 16, 3, 32)
     assert auto.prediction_group(16, 3, examples=1) == expected > 1
     assert auto.prediction_group(16, 3, examples=10**6) == expected  # "auto" pads the last group
 
@@ -123,4 +123,4 @@ def test_the_peak_is_looked_up_once_and_only_when_needed(monkeypatch):
     assert (plan.process_batch, plan.data_shard) and calls == []  # what a dataset reads
     plan.prediction_group(16, 3)
     assert plan.config.train.steps_per_execution == plan.steps_per_dispatch >= 1
-    assert calls == [plan.devices]
+    assert calls == [plan.topology.devices]

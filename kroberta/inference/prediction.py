@@ -129,7 +129,7 @@ def _program_shapes(config, source, output, positions, batch_size, slots,
     if batches_per_dispatch is not None and batches_per_dispatch < 1:
         raise InputError(f"batches_per_dispatch must be >= 1, got {batches_per_dispatch}")
     resolved = prediction_plan(config, length)
-    mesh = jax.sharding.Mesh(np.array(resolved.devices), ("batch",))
+    mesh = jax.sharding.Mesh(np.array(resolved.topology.devices), ("batch",))
     global_batch = resolved.prediction_batch(batch_size)
     group = batches_per_dispatch or resolved.prediction_group(global_batch, plan_slots,
                                                               source.examples)

@@ -63,15 +63,15 @@ class Report:
 
     def table(self) -> str:
         t, p, plan, config = self.train, self.predict, self.plan, self.plan.config
-        mesh = " x ".join(f"{k}={v}" for k, v in plan.mesh_shape.items())
+        mesh = " x ".join(f"{k}={v}" for k, v in plan.topology.mesh_shape.items())
         precision = "bf16 compute, float32 weights" if config.train.mixed_precision else "float32"
         batch = plan.global_batch
         rows = [
-            f"topology      {self.topology}: {plan.num_devices} x {self.device_kind} "
+            f"topology      {self.topology}: {plan.topology.num_devices} x {self.device_kind} "
             f"({self.chips} chips); mesh {mesh}; strategy {config.distributed.strategy}",
             f"model         {self.parameters:,} parameters; {precision}",
             f"memory        train.remat={config.train.remat}; {self.attention}",
-            f"batch         {batch} sequences ({batch // plan.num_devices} per device) x "
+            f"batch         {batch} sequences ({batch // plan.topology.num_devices} per device) x "
             f"{plan.sequence_length} tokens, {plan.slots} prediction slots",
             "",
             f"{'per device':<30}{'train step':>16}{'predict step':>16}",
@@ -101,7 +101,7 @@ class Report:
         rows += [
             "",
             f"FLOPs are XLA's cost_analysis of the SPMD program each device runs (per device; "
-            f"x{plan.num_devices} for the whole step); train/predict = {t.flops / p.flops:.2f}.",
+            f"x{plan.topology.num_devices} for the whole step); train/predict = {t.flops / p.flops:.2f}.",
             f"train.steps_per_execution={k}: {dispatch}.",
             f"predict program: kroberta.predict's top_k (k=5) step, {p.steps} batch(es) per "
             f"dispatch; model built on the host in {self.build_seconds:.1f} s.",

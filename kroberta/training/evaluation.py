@@ -57,7 +57,7 @@ def evaluate(model, data, batch_size: int | None = None) -> dict:
     check_model(model, "kroberta.evaluate")
     logs.show_messages()  # where the data are read from, as training says it
     config = _config_for(model, data)
-    devices = make_plan(config).devices
+    devices = make_plan(config).topology.devices
     config = _with_batch_size(config, batch_size, len(devices))
     # Files `prepare` wrote for another model: their ids would be scored as other tokens.
     check_prepared_with(_directories(config), "data", int(model.backbone.vocabulary_size),
@@ -70,7 +70,7 @@ def evaluate(model, data, batch_size: int | None = None) -> dict:
     plan = make_plan(run.config, devices)
     config = plan.config
     weights = [to_host(v.value) for v in model.weights]
-    with global_distribution(make_distribution(config, plan.devices)):
+    with global_distribution(make_distribution(config, plan.topology.devices)):
         # The training model of this config: its loss, metrics and evaluation masks.
         twin = build_model(config.model, config.train.mixed_precision, config=config)
         compile_model(twin, config, run.word_starts)

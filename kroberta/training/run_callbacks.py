@@ -251,7 +251,7 @@ class RunLogger(keras.callbacks.Callback):
             from kroberta.plan import make_plan
 
             plan = self.plan or make_plan(self.config, sequence_length=self.sequence_length)
-            devices = plan.devices
+            devices = plan.topology.devices
             self._peak = throughput.peak_flops(devices)
             self._cpu = devices[0].platform == "cpu"
             # Re-measured below only in a single process (the measurement uses every device).

@@ -86,7 +86,7 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
         run = _set_up(config, force, accept_changes)
         start_step, resumed = _restore_or_initialise(run)
         summary = {"run_dir": run.config.run_dir, "start_step": start_step,
-                   "steps": run.config.train.steps, "devices": run.plan.num_devices,
+                   "steps": run.config.train.steps, "devices": run.plan.topology.num_devices,
                    "global_batch": run.plan.global_batch}
         ended = resumed and signals.ended_early(run.config.run_dir, start_step, run.config.train)
         stop_step = start_step if ended else min(until_step or run.config.train.steps,

@@ -58,7 +58,7 @@ def test_seed_flops_are_per_device_and_train_is_three_predicts(seed_reports, top
     # XLA's count covers the matmuls plus softmax, layer norms and the optimizer, so it
     # is a little above the matmul-only count -- of one device's share of the batch,
     # not of the whole batch (that would be num_devices x larger).
-    per_device = report.plan.global_batch // report.plan.num_devices
+    per_device = report.plan.global_batch // report.plan.topology.num_devices
     analytic_train = 3 * _matmul_flops_per_sequence(config) * per_device
     assert 1.0 < report.train.flops / analytic_train < 1.3
     assert report.floor_seconds(report.train) == pytest.approx(
