@@ -224,11 +224,11 @@ def model_config_from_hf(hf: dict, source: str):
         fail("is_decoder", "decoder / cross-attention RoBERTa is not a masked LM kroberta can hold")
     # type_vocab_size > 1 is accepted: MLM inputs use token type 0 only, whose row is
     # folded into the position table; the other rows are ignored.
-    vocab, layers, heads = need("vocab_size"), need("num_hidden_layers"), need("num_attention_heads")
-    hidden, intermediate = need("hidden_size"), need("intermediate_size")
-    positions = need("max_position_embeddings")
-    if hidden % heads:
-        fail("num_attention_heads", f"{heads} heads do not divide hidden_size={hidden}")
+    shape = {key: need(hf_weights.HF_NAMES[key]) for key in hf_weights.SHAPE_KEYS}
+    if shape["hidden_dim"] % shape["num_heads"]:
+        fail("num_attention_heads", f"{shape['num_heads']} heads do not divide "
+                                    f"hidden_size={shape['hidden_dim']}")
+    positions = shape.pop("max_sequence_length")  # HF's rows, offset by pad id + 1
     if positions <= hf_weights.POSITION_OFFSET:
         fail("max_position_embeddings", f"must exceed {hf_weights.POSITION_OFFSET}, got {positions}")
     # Inference ignores both; training (continued pretraining) uses them as HF would.
@@ -238,9 +238,8 @@ def model_config_from_hf(hf: dict, source: str):
                       ("attention_probs_dropout_prob", attention_dropout)):
         if not 0.0 <= rate < 1.0:
             fail(key, f"must be in [0, 1), got {rate}")
-    return ModelConfig(vocabulary_size=vocab, num_layers=layers, num_heads=heads,
-                       hidden_dim=hidden, intermediate_dim=intermediate,
-                       max_sequence_length=positions - hf_weights.POSITION_OFFSET, dropout=dropout,
+    return ModelConfig(**shape, max_sequence_length=positions - hf_weights.POSITION_OFFSET,
+                       dropout=dropout,
                        # -1 (follow dropout) when HF's two rates are one, as kroberta writes it
                        attention_dropout=FOLLOW_DROPOUT if attention_dropout == dropout
                        else attention_dropout,

@@ -88,11 +88,7 @@ def _recorded_config(config, model):
 
 def preset_model_config_of(backbone):
     """The kroberta `ModelConfig` of a keras-hub `RobertaBackbone`'s shape and dropout."""
-    return ModelConfig(vocabulary_size=int(backbone.vocabulary_size),
-                       num_layers=int(backbone.num_layers), num_heads=int(backbone.num_heads),
-                       hidden_dim=int(backbone.hidden_dim),
-                       intermediate_dim=int(backbone.intermediate_dim),
-                       max_sequence_length=int(backbone.max_sequence_length),
+    return ModelConfig(**{key: int(getattr(backbone, key)) for key in hf_weights.SHAPE_KEYS},
                        dropout=float(backbone.dropout))
 
 
