@@ -17,6 +17,7 @@ import argparse
 from kroberta import cli
 from kroberta.interop import EXPORT_FORMATS
 
+
 def _parser() -> argparse.ArgumentParser:
     parser = cli.ArgumentParser(prog="python -m kroberta.export", description=__doc__.split("\n")[0])
     parser.add_argument("--run", required=True,

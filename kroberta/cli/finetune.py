@@ -13,9 +13,7 @@ is `kroberta.finetune(...)` (kroberta/downstream/finetuning.py).
 
 import argparse
 import json
-import logging
 import os
-import sys
 
 from kroberta.errors import InputError
 from kroberta import cli
@@ -125,7 +123,6 @@ def main(argv=None) -> int:
         parser.error("--run is required (the pretrained model)")
     elif args.suite and not args.data:
         parser.error("--suite glue needs --data, the GLUE directory")
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     interrupted = ("interrupted" if not args.out or args.classifier else
                    f"interrupted; the same command again resumes from the trials that finished "
                    f"(kept in {args.out})")
