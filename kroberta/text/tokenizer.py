@@ -110,22 +110,22 @@ def load_tokenizer(path):
 def _directory_tokenizer(directory):
     """A keras-hub preset's assets/tokenizer/vocabulary.json + merges.txt, or a Hugging Face
     directory's vocab.json + merges.txt (without tokenizer.json)."""
+    directory = directory.rstrip("/")
     for vocabulary, merges in ((KERAS_HUB_VOCABULARY_FILE, KERAS_HUB_MERGES_FILE),
                                (HF_VOCABULARY_FILE, HF_MERGES_FILE)):
-        vocabulary, merges = os.path.join(directory, vocabulary), os.path.join(directory, merges)
-        if os.path.isfile(vocabulary) and os.path.isfile(merges):
+        vocabulary, merges = f"{directory}/{vocabulary}", f"{directory}/{merges}"
+        if gfile_isfile(vocabulary) and gfile_isfile(merges):
             return byte_level_bpe(vocabulary, merges, _add_prefix_space(directory))
     raise InputError(f"{directory}: no tokenizer in this directory; expected {ACCEPTED}")
 
 
 def _add_prefix_space(directory):
     """A Hugging Face tokenizer_config.json's add_prefix_space (transformers' default: False)."""
-    path = os.path.join(directory, HF_TOKENIZER_CONFIG)
-    if not os.path.isfile(path):
+    path = f"{directory}/{HF_TOKENIZER_CONFIG}"
+    if not gfile_isfile(path):
         return False
     try:
-        with open(path, encoding="utf-8") as f:
-            return bool(json.load(f).get("add_prefix_space", False))
+        return bool(json.loads(gfile_read_text(path)).get("add_prefix_space", False))
     except (ValueError, AttributeError) as e:
         raise InputError(f"cannot read {path}: {e}") from None
 
@@ -141,7 +141,13 @@ def byte_level_bpe(vocabulary, merges, add_prefix_space=False):
     """
     vocabulary, merges = os.fspath(vocabulary), os.fspath(merges)
     try:
-        model = models.BPE.from_file(vocabulary, merges)
+        # Read as text (tf.io.gfile: a gs:// directory too) and parsed as `BPE.from_file`
+        # parses the files: merges.txt's "a b" lines after its "#version" line.
+        lines = gfile_read_text(merges).split("\n")
+        lines = lines[:-1] if lines[-1] == "" else lines  # a final newline ends the last line
+        pairs = [tuple(line.removesuffix("\r").split(" ")) for line in lines
+                 if not line.startswith("#version")]
+        model = models.BPE(json.loads(gfile_read_text(vocabulary)), pairs)
     except Exception as e:  # the library raises a bare Exception on malformed files
         raise InputError(f"cannot read {vocabulary} + {merges}: {e}") from None
     tokenizer = Tokenizer(model)

@@ -5,8 +5,11 @@ import json
 import os
 import shutil
 
+import uuid
+
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from kroberta.errors import InputError
 from kroberta.cli.prepare import main
@@ -44,8 +47,16 @@ def sources(tmp_path_factory):
     preset = root / "preset"  # tokenizer.json (a Keras layer config) + assets/tokenizer/
     keras_hub.models.RobertaTokenizer(vocabulary=str(bpe_dir / "vocab.json"),
                                       merges=str(bpe_dir / "merges.txt")).save_to_preset(str(preset))
+    urls = {}  # the same directories at a URL (TensorFlow's ram://, the code path of gs://)
+    for name, local in (("hf-vocab", hf_vocab), ("preset", preset)):
+        urls[f"{name} at a URL"] = f"ram://kroberta-{uuid.uuid4().hex[:8]}/{name}"
+        for path in local.rglob("*"):
+            if path.is_file():
+                target = f"{urls[f'{name} at a URL']}/{path.relative_to(local).as_posix()}"
+                tf.io.gfile.makedirs(target.rsplit("/", 1)[0])
+                tf.io.gfile.copy(str(path), target)
     return {"reference": reference, "tokenizer.json": str(hf_json / "tokenizer.json"), "hf-json": str(hf_json),
-            "hf-vocab": str(hf_vocab), "preset": str(preset)}
+            "hf-vocab": str(hf_vocab), "preset": str(preset), **urls}
 
 
 def test_the_fixture_covers_each_layout(sources):
@@ -55,7 +66,8 @@ def test_the_fixture_covers_each_layout(sources):
     assert sources["reference"]("a  b")["input_ids"][0] == 0  # <s> has RoBERTa's id
 
 
-@pytest.mark.parametrize("layout", ["tokenizer.json", "hf-json", "hf-vocab", "preset"])
+@pytest.mark.parametrize("layout", ["tokenizer.json", "hf-json", "hf-vocab", "preset",
+                                    "hf-vocab at a URL", "preset at a URL"])
 def test_prepared_ids_equal_hugging_face_ids(tmp_path, sources, layout):
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(LINES) + "\n", encoding="utf-8")
@@ -120,3 +132,12 @@ def test_from_keras_hub_reads_the_preset_tokenizer_the_same_way(sources):
     rebuilt = preset_tokenizer(sources["preset"])
     for line in LINES:
         assert rebuilt.encode(line).ids == sources["reference"](line)["input_ids"]
+
+
+def test_a_merges_file_with_a_blank_line_is_refused_as_the_library_refuses_it(tmp_path, sources):
+    directory = tmp_path / "broken"
+    shutil.copytree(sources["hf-vocab"], directory)
+    lines = (directory / "merges.txt").read_text(encoding="utf-8").split("\n")
+    (directory / "merges.txt").write_text("\n".join(lines[:3] + [""] + lines[3:]), encoding="utf-8")
+    with pytest.raises(InputError, match=r"cannot read .*vocab.json \+ .*merges.txt"):
+        load_tokenizer(directory)
