@@ -113,13 +113,6 @@ def listdir(path) -> list[str]:
     return sorted({posixpath.basename(e.rstrip("/")) for e in entries} - {""})
 
 
-def getsize(path) -> int:
-    if not is_url(path):
-        return os.path.getsize(path)
-    fs, p = filesystem(path)
-    return fs.size(p)
-
-
 def makedirs(path):
     """Creates a directory (with its parents) where the filesystem has directories; an
     object store has none (objects make their prefixes)."""

@@ -34,7 +34,7 @@ def test_files_read_write_append_list_and_remove_alike(where, url, tmp_path):
     storage.write_text(storage.join(root, "sub", "b.txt"), "b\n")
     assert storage.listdir(root) == ["a.txt", "sub"]
     assert storage.isdir(storage.join(root, "sub")) and storage.isfile(path)
-    assert storage.getsize(path) == len("one\ntwo\nthree\n")
+    assert storage.read_bytes(path) == b"one\ntwo\nthree\n"
     storage.remove(path)
     storage.remove(path)  # a missing file is no error
     storage.rmtree(storage.join(root, "sub"))
