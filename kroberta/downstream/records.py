@@ -1,74 +1,14 @@
 """Labelled files as records (dicts), in the formats `prepare` reads.
 
-Labelled sets are small beside pretraining corpora (GLUE's largest split, QQP's
-364k pairs, is ~40 MB), so each file is read whole: every record is a dict of the
-fields asked for, with where it came from ("line 7", "record 3") for messages.
-The format is `kroberta.text.recordfiles.record_format`'s; Parquet and `datasets`
-go through `kroberta.text.arrowfiles`' openers (which name a missing extra).
+Fine-tuning reads its labelled sets with prepare's readers
+(`kroberta.text.recordfiles.iter_records`), so each format is parsed one way.
 """
 
 import csv
-import io
-import json
-import sys
 
 from kroberta import storage
 from kroberta.errors import InputError
-from kroberta.text import arrowfiles, locations, recordfiles
-from kroberta.text.recordfiles import DATASETS_FORMAT
-
-_BOM = "\ufeff"
-
-
-def _text(path: str) -> str:
-    raw, stream = locations.open_stream(path)  # gunzipped for a name ending in .gz
-    with raw, stream:
-        data = stream.read()
-    try:
-        return data.decode("utf-8").removeprefix(_BOM)
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 ({e.reason})") from None
-
-
-def _json_records(path: str):
-    text = _text(path)
-    if text.lstrip().startswith("["):
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}: not a valid JSON array: {e.msg} (line {e.lineno})") from None
-        yield from ((f"record {n}", r) for n, r in enumerate(records, start=1))
-        return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                yield f"line {number}", json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}: line {number}: not a JSON object: {e.msg}") from None
-
-
-def _delimited_records(path: str, delimiter: str, columns, quoting: int):
-    """Rows as dicts; `columns` names a headerless file's columns (None: the first row)."""
-    csv.field_size_limit(sys.maxsize)
-    rows = csv.reader(io.StringIO(_text(path), newline=""), delimiter=delimiter, quoting=quoting)
-    try:
-        names = list(columns) if columns else next(rows, [])
-        for row in rows:
-            if row:
-                yield f"line {rows.line_num}", dict(zip(names, row))
-    except csv.Error as e:
-        raise InputError(f"{path}: line {rows.line_num}: {e}") from None
-
-
-def _arrow_records(path: str, fmt: str, fields, split: str):
-    if fmt == DATASETS_FORMAT:
-        table = arrowfiles.load_dataset(path, split).data.table
-    else:
-        table = arrowfiles.parquet_file(path).read()
-    for field in fields:
-        recordfiles.column_index(path, table.column_names, field)
-    yield from ((f"record {n}", r) for n, r in
-                enumerate(table.select(list(fields)).to_pylist(), start=1))
+from kroberta.text import recordfiles
 
 
 def read_records(path: str, fields, split: str = "train", columns=None, quoting=csv.QUOTE_MINIMAL):
@@ -82,17 +22,13 @@ def read_records(path: str, fields, split: str = "train", columns=None, quoting=
         quoting: the csv module's quoting of a delimited file (GLUE's TSVs: QUOTE_NONE).
 
     Returns:
-        An iterator of ("line N" or "record N", dict of field -> value); a record may
-        lack a field (the caller names it).
+        An iterator of ("line N" or "record N", dict of field -> value); a record may lack
+        a field (the caller names it), a CSV/TSV header or Arrow schema may not.
     """
     if not (storage.gfile_isfile(path) or recordfiles.is_dataset_dir(path)):
         raise InputError(f"{path}: no such file")
     fmt = recordfiles.record_format(path)
-    if fmt == "jsonl":
-        return _json_records(path)
-    if fmt in ("csv", "tsv"):
-        return _delimited_records(path, "\t" if fmt == "tsv" else ",", columns, quoting)
-    if fmt in ("parquet", DATASETS_FORMAT):
-        return _arrow_records(path, fmt, fields, split)
-    raise InputError(f"{path}: not a labelled file kroberta reads (.tsv, .csv, .jsonl, .json, "
-                     ".parquet, optionally .gz, or a datasets directory)")
+    if fmt is None:
+        raise InputError(f"{path}: not a labelled file kroberta reads (.tsv, .csv, .jsonl, .json, "
+                         ".parquet, optionally .gz, or a datasets directory)")
+    return recordfiles.iter_records(path, fmt, fields, split, columns=columns, quoting=quoting)

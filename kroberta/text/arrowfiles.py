@@ -12,7 +12,7 @@ import os
 from kroberta.errors import InputError
 from kroberta import storage
 from kroberta.text import locations
-from kroberta.text.recordfiles import DATASETS_FORMAT, column_index
+from kroberta.text.recordfiles import DATASETS_FORMAT, check_columns
 
 ARROW_BATCH_ROWS = 1024  # rows per Parquet/Arrow batch: flat memory, few Python calls
 
@@ -63,9 +63,9 @@ def load_dataset(path, split):
     return loaded
 
 
-def opened(path: str, fmt: str, field: str, split: str):
-    """(the Parquet file or the dataset, its size in bytes), its `field` checked: fails
-    early on a missing column, split or extra."""
+def opened(path: str, fmt: str, fields, split: str):
+    """(the Parquet file or the dataset, its Arrow schema, its size in bytes), its `fields`
+    checked: fails early on a missing column, split or extra."""
     if fmt == DATASETS_FORMAT:
         source = load_dataset(path, split)
         schema = source.data.schema
@@ -73,30 +73,39 @@ def opened(path: str, fmt: str, field: str, split: str):
     else:
         source = parquet_file(path)
         schema, size = source.schema_arrow, locations.size(path)
+    check_columns(path, schema.names, fields)
+    return source, schema, size
+
+
+def text_column_size(path: str, fmt: str, field: str, split: str) -> int:
+    """The size in bytes of a Parquet file or `datasets` directory whose `field` is a text
+    column; InputError otherwise."""
+    _, schema, size = opened(path, fmt, [field], split)
     import pyarrow as pa  # after the openers, which name a missing extra
 
-    column_index(path, schema.names, field)
     kind = schema.field(field).type
     is_view = getattr(pa.types, "is_string_view", lambda _: False)  # pyarrow >= 16
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind) or pa.types.is_null(kind)):
         raise InputError(f"{path}: column {field!r} holds {kind}, not text; pick another with --text-field")
-    return source, size
+    return size
 
 
-def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
-    """The `field` value of each row of a Parquet file or `datasets` directory."""
-    source, size = opened(path, fmt, field, split)
+def iter_records(path: str, fmt: str, fields, split: str, on_bytes=None):
+    """("record N", dict of field -> value) for each row of a Parquet file or `datasets`
+    directory."""
+    source, _, size = opened(path, fmt, fields, split)
     if fmt == DATASETS_FORMAT:
         # The Arrow table is memory-mapped: batches are views of the files, not copies.
-        batches = source.select_columns([field]).with_format("arrow").iter(batch_size=ARROW_BATCH_ROWS)
+        batches = source.select_columns(list(fields)).with_format("arrow").iter(batch_size=ARROW_BATCH_ROWS)
         rows = len(source)
     else:
-        batches = source.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=[field], use_threads=False)
+        batches = source.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=list(fields), use_threads=False)
         rows = source.metadata.num_rows
     reported, done = 0, 0
     for batch in batches:
-        yield from batch.column(0).to_pylist()
-        done += batch.num_rows
+        for record in batch.to_pylist():
+            done += 1
+            yield f"record {done}", record
         if on_bytes is not None:  # progress in bytes, prorated by rows
             position = size * done // max(rows, 1)
             on_bytes(position - reported)

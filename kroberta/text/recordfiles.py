@@ -1,11 +1,12 @@
-"""Corpora stored as records, one document per record: JSON lines, CSV/TSV, Parquet, `datasets`.
+"""Files of records: JSON lines, CSV/TSV, Parquet, `datasets` (prepare's corpora, one
+document per record, and fine-tuning's labelled sets).
 
-Every reader streams, so memory stays flat however large the corpus is: JSON lines
+Every reader streams, so memory stays flat however large the file is: JSON lines
 and CSV line by line (gzipped or not), a JSON array (a `.json` file holding
 `[{...}, ...]`) one object at a time, Parquet and `datasets` one Arrow batch at a
-time (`kroberta.text.arrowfiles`). Each yields the text field's value of each
-record, in file order, and reports progress through `on_bytes` in bytes of the file
-(compressed bytes for .gz).
+time (`kroberta.text.arrowfiles`). Each yields the records in file order with where
+they are ("line 7", "record 3") for messages, and reports progress through
+`on_bytes` in bytes of the file (compressed bytes for .gz).
 """
 
 import csv
@@ -68,11 +69,11 @@ def _first_byte(path):
     return b""
 
 
-def _json_values(path, field, on_bytes):
+def _json_records(path, on_bytes):
     """JSON lines, or a JSON array of objects (a `.json` file holding `[{...}, ...]`)."""
     if _first_byte(path) == b"[":
-        return _json_array_values(path, field, on_bytes)
-    return _jsonl_values(path, field, on_bytes)
+        return _json_array_records(path, on_bytes)
+    return _jsonl_records(path, on_bytes)
 
 
 def _record_text(record, path, where, field):
@@ -88,7 +89,7 @@ def _record_text(record, path, where, field):
                      f"{str(value)[:40]!r}, not text; pick another with --text-field")
 
 
-def _json_array_values(path, field, on_bytes):
+def _json_array_records(path, on_bytes):
     """Stream the objects of a top-level JSON array: at most one read block plus one
     record is held, however long the array is."""
     raw, stream = locations.open_stream(path)
@@ -136,12 +137,12 @@ def _json_array_values(path, field, on_bytes):
                 continue
             number += 1
             position, expect_item = end, False
-            yield _record_text(record, path, f"record {number}", field)
+            yield f"record {number}", record
             progress.poll()
         progress.finish(locations.size(path))
 
 
-def _jsonl_values(path, field, on_bytes):
+def _jsonl_records(path, on_bytes):
     raw, stream = locations.open_stream(path)
     progress = ByteProgress(raw, on_bytes)
     with raw, stream:
@@ -156,7 +157,7 @@ def _jsonl_values(path, field, on_bytes):
                 raise InputError(f"{path}: line {number}: not UTF-8 ({e.reason})") from None
             except json.JSONDecodeError as e:
                 raise InputError(f"{path}: line {number}: not a JSON object: {e.msg}") from None
-            yield _record_text(record, path, f"line {number}", field)
+            yield f"line {number}", record
             progress.poll()
         progress.finish(locations.size(path))
 
@@ -164,7 +165,7 @@ def _jsonl_values(path, field, on_bytes):
 # ---------------------------------------------------------------- CSV / TSV
 
 
-def _csv_rows(path, stream, delimiter):
+def _csv_rows(path, stream, delimiter, quoting):
     """csv rows of a binary stream, decoded line by line, so that bytes that are not
     UTF-8 are named by their line (a text wrapper decodes blocks ahead of the reader)."""
     def lines():
@@ -177,38 +178,36 @@ def _csv_rows(path, stream, delimiter):
                 raise InputError(f"{path}: line {number}: not UTF-8 ({e.reason})") from None
 
     csv.field_size_limit(sys.maxsize)  # a document is one field: no 128 KB cap
-    return csv.reader(lines(), delimiter=delimiter)
+    return csv.reader(lines(), delimiter=delimiter, quoting=quoting)
 
 
-def _csv_values(path, field, on_bytes, delimiter):
+def _csv_records(path, on_bytes, delimiter, fields, columns, quoting):
+    """Rows as dicts of column -> str; `columns` names a headerless file's columns (None:
+    the first row does)."""
     raw, stream = locations.open_stream(path)
     progress = ByteProgress(raw, on_bytes)
     with raw, stream:
-        rows = _csv_rows(path, stream, delimiter)
+        rows = _csv_rows(path, stream, delimiter, quoting)
         try:
-            header = next(rows, [])
+            names = list(columns) if columns else next(rows, [])
         except csv.Error as e:
             raise InputError(f"{path}: line 1: cannot read the header: {e}") from None
-        column = column_index(path, header, field)
+        check_columns(path, names, fields)
         try:
-            for number, row in enumerate(rows, start=2):
-                if not row:
-                    continue
-                if column >= len(row):
-                    raise InputError(f"{path}: record {number - 1}: {len(row)} field(s), no "
-                                     f"{field!r} (column {column + 1})")
-                yield row[column]
-                progress.poll()
+            for row in rows:
+                if row:
+                    yield f"line {rows.line_num}", dict(zip(names, row))
+                    progress.poll()
         except csv.Error as e:
             raise InputError(f"{path}: line {rows.line_num}: {e}") from None
         progress.finish(locations.size(path))
 
 
-def column_index(path, columns, field):
-    if field not in columns:
-        raise InputError(f"{path}: no column {field!r} (columns: {', '.join(columns) or 'none'}); "
-                         "pick one with --text-field")
-    return list(columns).index(field)
+def check_columns(path, columns, fields):
+    for field in fields:
+        if field not in columns:
+            raise InputError(f"{path}: no column {field!r} (columns: {', '.join(columns) or 'none'}); "
+                             "pick one with --text-field")
 
 
 # ---------------------------------------------------------------- entry points
@@ -230,17 +229,29 @@ def check_source(path: str, fmt: str, field: str, split: str):
     if fmt in ("parquet", DATASETS_FORMAT):
         from kroberta.text import arrowfiles  # pyarrow and datasets load only when used
 
-        return arrowfiles.opened(path, fmt, field, split)[1]
+        return arrowfiles.text_column_size(path, fmt, field, split)
     next(iter_values(path, fmt, field, split), None)  # the header, or the first record, has the field
     return locations.size(path)
 
 
-def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
-    """Yield the `field` value (a str or None) of each record of `path`, streaming."""
+def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=None, columns=None,
+                 quoting: int = csv.QUOTE_MINIMAL):
+    """Yield (where, record) for each record of `path`, streaming: where is "line N" or
+    "record N"; a record is a JSON value (an object when the file is well formed) or a
+    dict of column -> value. A CSV/TSV header, Parquet or `datasets` without one of the
+    `fields` is an error (the last two read only those columns); `columns` names a
+    headerless CSV/TSV's columns, `quoting` is its csv quoting (GLUE's TSVs: QUOTE_NONE)."""
     if fmt == "jsonl":
-        return _gzip_errors_named(_json_values(path, field, on_bytes), path)
+        return _gzip_errors_named(_json_records(path, on_bytes), path)
     if fmt in ("csv", "tsv"):
-        return _gzip_errors_named(_csv_values(path, field, on_bytes, "\t" if fmt == "tsv" else ","), path)
+        delimiter = "\t" if fmt == "tsv" else ","
+        return _gzip_errors_named(_csv_records(path, on_bytes, delimiter, fields, columns, quoting), path)
     from kroberta.text import arrowfiles  # Parquet or `datasets`
 
-    return arrowfiles.iter_values(path, fmt, field, split, on_bytes)
+    return arrowfiles.iter_records(path, fmt, fields, split, on_bytes)
+
+
+def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
+    """Yield the `field` value (a str or None) of each record of `path`, streaming."""
+    for where, record in iter_records(path, fmt, [field], split, on_bytes):
+        yield _record_text(record, path, where, field)
