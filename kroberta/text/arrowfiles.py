@@ -84,8 +84,7 @@ def text_column_size(path: str, fmt: str, field: str, split: str) -> int:
     import pyarrow as pa  # after the openers, which name a missing extra
 
     kind = schema.field(field).type
-    is_view = getattr(pa.types, "is_string_view", lambda _: False)  # pyarrow >= 16
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or is_view(kind) or pa.types.is_null(kind)):
+    if kind not in (pa.string(), pa.large_string(), pa.string_view(), pa.null()):
         raise InputError(f"{path}: column {field!r} holds {kind}, not text; pick another with --text-field")
     return size
 

@@ -69,13 +69,6 @@ def _first_byte(path):
     return b""
 
 
-def _json_records(path, on_bytes):
-    """JSON lines, or a JSON array of objects (a `.json` file holding `[{...}, ...]`)."""
-    if _first_byte(path) == b"[":
-        return _json_array_records(path, on_bytes)
-    return _jsonl_records(path, on_bytes)
-
-
 def _record_text(record, path, where, field):
     if not isinstance(record, dict):
         raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, not an object with a {field!r} field")
@@ -115,7 +108,7 @@ def _json_array_records(path, on_bytes):
             return buffer[position:position + 1]
 
         next_character()
-        position += 1  # the "[" (checked by _json_values)
+        position += 1  # the "[" (checked by iter_records)
         expect_item = True
         while (character := next_character()) != "]":
             if not character:
@@ -241,8 +234,9 @@ def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=Non
     dict of column -> value. A CSV/TSV header, Parquet or `datasets` without one of the
     `fields` is an error (the last two read only those columns); `columns` names a
     headerless CSV/TSV's columns, `quoting` is its csv quoting (GLUE's TSVs: QUOTE_NONE)."""
-    if fmt == "jsonl":
-        return _gzip_errors_named(_json_records(path, on_bytes), path)
+    if fmt == "jsonl":  # JSON lines, or a JSON array of objects (`[{...}, ...]`)
+        records = _json_array_records if _first_byte(path) == b"[" else _jsonl_records
+        return _gzip_errors_named(records(path, on_bytes), path)
     if fmt in ("csv", "tsv"):
         delimiter = "\t" if fmt == "tsv" else ","
         return _gzip_errors_named(_csv_records(path, on_bytes, delimiter, fields, columns, quoting), path)
