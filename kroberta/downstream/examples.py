@@ -15,6 +15,7 @@ import numpy as np
 
 from kroberta.errors import InputError
 from kroberta.downstream.records import read_records
+from kroberta.text.recordfiles import TEXT_FIELD_OPTION
 
 CLASSIFICATION, REGRESSION = "classification", "regression"
 
@@ -118,7 +119,9 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, split: str = "tra
     Returns:
         (LabelledSet, label_names): label_names is None for regression.
     """
-    fields = (*spec.text_fields, spec.label_field) if require_labels else spec.text_fields
+    fields = dict.fromkeys(spec.text_fields, TEXT_FIELD_OPTION)
+    if require_labels:
+        fields[spec.label_field] = "--label-field"
     texts, raw_labels, wheres = [[] for _ in spec.text_fields], [], []
     for where, record in read_records(path, fields, split, spec.columns, spec.quoting):
         if not isinstance(record, dict):

@@ -16,7 +16,8 @@ def read_records(path: str, fields, split: str = "train", columns=None, quoting=
 
     Args:
         path: a TSV/CSV, JSON lines (or JSON array), Parquet file or `datasets` directory.
-        fields: the fields needed (Parquet and `datasets` read only these).
+        fields: field -> the option that names it, for the message when a CSV/TSV header or
+            Arrow schema lacks it (Parquet and `datasets` read only these fields).
         split: the split of a `datasets` DatasetDict.
         columns: the column names of a delimited file without a header row.
         quoting: the csv module's quoting of a delimited file (GLUE's TSVs: QUOTE_NONE).

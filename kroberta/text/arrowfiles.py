@@ -12,7 +12,7 @@ import os
 from kroberta.errors import InputError
 from kroberta import storage
 from kroberta.text import locations
-from kroberta.text.recordfiles import DATASETS_FORMAT, check_columns
+from kroberta.text.recordfiles import DATASETS_FORMAT, TEXT_FIELD_OPTION, check_columns
 
 ARROW_BATCH_ROWS = 1024  # rows per Parquet/Arrow batch: flat memory, few Python calls
 
@@ -80,7 +80,7 @@ def opened(path: str, fmt: str, fields, split: str):
 def text_column_size(path: str, fmt: str, field: str, split: str) -> int:
     """The size in bytes of a Parquet file or `datasets` directory whose `field` is a text
     column; InputError otherwise."""
-    _, schema, size = opened(path, fmt, [field], split)
+    _, schema, size = opened(path, fmt, {field: TEXT_FIELD_OPTION}, split)
     import pyarrow as pa  # after the openers, which name a missing extra
 
     kind = schema.field(field).type

@@ -29,6 +29,7 @@ FORMATS = {  # name suffix -> format (the longest matching suffix wins)
     ".parquet": "parquet",
 }
 DATASETS_FORMAT = "datasets"
+TEXT_FIELD_OPTION = "--text-field"  # names prepare's (and fine-tuning's) text field
 # Files `save_to_disk` writes: a Dataset's state, or a DatasetDict's split list.
 DATASET_FILES = ("state.json", "dataset_info.json")
 DATASET_DICT_FILE = "dataset_dict.json"
@@ -186,21 +187,23 @@ def _csv_records(path, on_bytes, delimiter, fields, columns, quoting):
         except csv.Error as e:
             raise InputError(f"{path}: line 1: cannot read the header: {e}") from None
         check_columns(path, names, fields)
+        first = {name: i for i, name in reversed(list(enumerate(names)))}  # a repeated name: its first column
         try:
             for row in rows:
                 if row:
-                    yield f"line {rows.line_num}", dict(zip(names, row))
+                    yield f"line {rows.line_num}", {name: row[i] for name, i in first.items() if i < len(row)}
                     progress.poll()
         except csv.Error as e:
             raise InputError(f"{path}: line {rows.line_num}: {e}") from None
         progress.finish(locations.size(path))
 
 
-def check_columns(path, columns, fields):
-    for field in fields:
+def check_columns(path, columns, fields: dict):
+    """InputError for the first of `fields` (field -> the option that names it) not in `columns`."""
+    for field, option in fields.items():
         if field not in columns:
             raise InputError(f"{path}: no column {field!r} (columns: {', '.join(columns) or 'none'}); "
-                             "pick one with --text-field")
+                             f"pick one with {option}")
 
 
 # ---------------------------------------------------------------- entry points
@@ -232,7 +235,7 @@ def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=Non
     """Yield (where, record) for each record of `path`, streaming: where is "line N" or
     "record N"; a record is a JSON value (an object when the file is well formed) or a
     dict of column -> value. A CSV/TSV header, Parquet or `datasets` without one of the
-    `fields` is an error (the last two read only those columns); `columns` names a
+    `fields` (field -> the option that names it, for the message) is an error (the last two read only those columns); `columns` names a
     headerless CSV/TSV's columns, `quoting` is its csv quoting (GLUE's TSVs: QUOTE_NONE)."""
     if fmt == "jsonl":  # JSON lines, or a JSON array of objects (`[{...}, ...]`)
         records = _json_array_records if _first_byte(path) == b"[" else _jsonl_records
@@ -247,5 +250,5 @@ def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=Non
 
 def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
     """Yield the `field` value (a str or None) of each record of `path`, streaming."""
-    for where, record in iter_records(path, fmt, [field], split, on_bytes):
+    for where, record in iter_records(path, fmt, {field: TEXT_FIELD_OPTION}, split, on_bytes):
         yield _record_text(record, path, where, field)

@@ -98,3 +98,16 @@ def test_texts_to_predict_need_no_labels(tmp_path):
     path = _write(tmp_path, "p.jsonl", [{"text": "a"}, {"text": "b"}])
     labelled, names = read_labelled(path, SPEC, ("neg", "pos"), require_labels=False)
     assert labelled.texts == (["a", "b"],) and names == ("neg", "pos")
+
+
+@pytest.mark.parametrize("name", ["d.csv", "d.tsv", "d.parquet"])
+def test_a_header_without_a_named_column_names_the_option_that_picks_it(tmp_path, name):
+    if name.endswith(".parquet"):
+        pytest.importorskip("pyarrow")
+    path = _write(tmp_path, name, [{"sentence": "a cat", "target": "pos"}])
+    with pytest.raises(InputError, match=r"no column 'text' \(columns: sentence, target\); "
+                                         r"pick one with --text-field"):
+        read_labelled(path, SPEC)
+    with pytest.raises(InputError, match=r"no column 'label' \(columns: sentence, target\); "
+                                         r"pick one with --label-field"):
+        read_labelled(path, TaskSpec("t", ("sentence",)))

@@ -159,6 +159,17 @@ def test_text_field_and_missing_column_lists_the_columns(tmp_path, tokenizer_pat
     assert not (tmp_path / "o2").exists(), "checked before any work"
 
 
+def test_a_repeated_column_name_reads_its_first_column_and_a_short_row_is_named(tmp_path):
+    from kroberta.text.recordfiles import iter_values
+
+    path = tmp_path / "r.csv"
+    path.write_text("text,text,n\nfirst,second,1\n\"two\nlines\",x,2\nshort\n\n,\n")
+    assert list(iter_values(str(path), "csv", "text", "train")) == ["first", "two\nlines", "short", ""]
+    path.write_text("n,text\n1,a\n2\n")
+    with pytest.raises(InputError, match=r"r.csv: line 3: no field 'text' \(fields: n\)"):
+        list(iter_values(str(path), "csv", "text", "train"))
+
+
 def test_bad_records_are_named(tmp_path, tokenizer_path, capsys):  # noqa: F811
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "fine"}\n{"text": "fine"\n')
