@@ -106,14 +106,14 @@ def _scan_inputs(files, strict, text_field, split):
             try:
                 total += check_source(source.path, source.format, text_field, split)
             except OSError as e:
-                raise InputError(f"{path}: unreadable ({e.strerror})") from None
+                raise InputError(f"{path}: unreadable ({e.strerror or e})") from None
             good.append(source)
             has_text = True  # known only once read; an all-empty corpus is refused then
             continue
         try:
             size, problem, offset, text = scan_file(path)
         except OSError as e:
-            size, problem, offset, text = 0, f"unreadable ({e.strerror})", None, False
+            size, problem, offset, text = 0, f"unreadable ({e.strerror or e})", None, False
         if problem is None:
             good.append(source)
             total += size

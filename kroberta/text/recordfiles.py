@@ -238,8 +238,11 @@ def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=Non
     `fields` (field -> the option that names it, for the message) is an error (the last two read only those columns); `columns` names a
     headerless CSV/TSV's columns, `quoting` is its csv quoting (GLUE's TSVs: QUOTE_NONE)."""
     if fmt == "jsonl":  # JSON lines, or a JSON array of objects (`[{...}, ...]`)
-        records = _json_array_records if _first_byte(path) == b"[" else _jsonl_records
-        return _gzip_errors_named(records(path, on_bytes), path)
+        def records():  # the first byte is read inside, where a damaged .gz is named
+            reader = _json_array_records if _first_byte(path) == b"[" else _jsonl_records
+            yield from reader(path, on_bytes)
+
+        return _gzip_errors_named(records(), path)
     if fmt in ("csv", "tsv"):
         delimiter = "\t" if fmt == "tsv" else ","
         return _gzip_errors_named(_csv_records(path, on_bytes, delimiter, fields, columns, quoting), path)

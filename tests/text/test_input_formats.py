@@ -345,7 +345,8 @@ def test_a_damaged_gzip_text_file_is_skipped_with_a_warning(tmp_path, tokenizer_
 
 def test_a_damaged_gzip_record_file_is_named(tmp_path, tokenizer_path):  # noqa: F811
     whole = gzip.compress("".join(json.dumps({"text": d}) + "\n" for d in DOCS * 20).encode())
-    for name, data in (("cut.jsonl.gz", whole[: len(whole) // 2]), ("junk.csv.gz", b"\x1f\x8b\x08\x00 no data")):
+    for name, data in (("cut.jsonl.gz", whole[: len(whole) // 2]), ("junk.csv.gz", b"\x1f\x8b\x08\x00 no data"),
+                       ("plain.jsonl.gz", b'{"text": "not gzipped"}\n')):  # the header itself is wrong
         (tmp_path / name).write_bytes(data)
         with pytest.raises(InputError, match=f"{name}: not a readable gzip file"):
             _prepare(str(tmp_path / name), tmp_path / "o", tokenizer_path, overwrite=True)
