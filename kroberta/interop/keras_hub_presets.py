@@ -37,7 +37,7 @@ from kroberta import storage
 from kroberta.atomic import atomic_write
 from kroberta.model.layer_norm import epsilon_of
 from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE, build_model, stock_copy
-from kroberta.parallel.distribute import global_distribution, to_host
+from kroberta.parallel.distribute import global_distribution
 from kroberta.text.tokenizer import KERAS_HUB_MERGES_FILE, KERAS_HUB_VOCABULARY_FILE, byte_level_bpe
 
 KROBERTA_CONFIG_FILE = "kroberta_config.toml"
@@ -122,8 +122,7 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
         classifier_preprocessor = keras_hub.models.RobertaTextClassifierPreprocessor(
             tokenizer=keras_hub_tokenizer, sequence_length=getattr(model, "max_length", None) or length)
     os.makedirs(out_dir, exist_ok=True)
-    stock = (_stock_classifier(model, classifier_preprocessor) if classifier
-             else stock_copy(model, preprocessor))
+    stock = stock_copy(model, classifier_preprocessor if classifier else preprocessor)
     with global_distribution(None):  # saving builds variables: none of them a collective
         stock.save_to_preset(out_dir)
         if classifier_preprocessor is not None and not classifier:
@@ -136,20 +135,6 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
             json.dump({"label_names": list(getattr(model, "label_names", None) or []) or None,
                        "task": task_of(model)}, f)
     return out_dir
-
-
-def _stock_classifier(classifier, preprocessor):
-    """A plain keras-hub `RobertaTextClassifier` with `classifier`'s weights, on this host
-    (as `kroberta.model.mlm.stock_copy` for the masked LM)."""
-    weights = [to_host(v.value) for v in classifier.weights]
-    with global_distribution(None):
-        backbone = keras_hub.models.RobertaBackbone.from_config(classifier.backbone.get_config())
-        stock = keras_hub.models.RobertaTextClassifier(
-            backbone=backbone, num_classes=classifier.num_classes, preprocessor=preprocessor,
-            activation=classifier.activation, hidden_dim=classifier.hidden_dim,
-            dropout=classifier.dropout)
-        stock.set_weights(weights)
-    return stock
 
 
 # ---------------------------------------------------------------- import

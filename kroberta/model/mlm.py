@@ -94,9 +94,10 @@ def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: 
 
 
 def stock_copy(model, preprocessor=None):
-    """A plain keras-hub `RobertaMaskedLM` with `model`'s weights, on this host: what is
-    saved (`kroberta.save`'s weights file, `export_keras_hub`'s preset), so saved files
-    load without kroberta and hold no optimizer state.
+    """A plain keras-hub `RobertaMaskedLM` (for a fine-tuned classifier, a
+    `RobertaTextClassifier`) with `model`'s weights, on this host: what is saved
+    (`kroberta.save`'s weights file, `export_keras_hub`'s preset), so saved files load
+    without kroberta and hold no optimizer state.
 
     In a multi-process run every process must call it (weights split across processes
     are gathered, a collective)."""
@@ -105,7 +106,12 @@ def stock_copy(model, preprocessor=None):
     weights = [to_host(v.value) for v in model.weights]
     with global_distribution(None):  # the copy's arrays live on this host only
         backbone = keras_hub.models.RobertaBackbone.from_config(model.backbone.get_config())
-        stock = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor)
+        if isinstance(model, keras_hub.models.RobertaTextClassifier):
+            stock = keras_hub.models.RobertaTextClassifier(
+                backbone=backbone, num_classes=model.num_classes, preprocessor=preprocessor,
+                activation=model.activation, hidden_dim=model.hidden_dim, dropout=model.dropout)
+        else:
+            stock = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor)
         stock.set_weights(weights)
     return stock
 
