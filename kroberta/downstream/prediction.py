@@ -39,13 +39,13 @@ def save_classifier(classifier, directory: str) -> str:
                    "max_length": classifier.max_length}
     with open(os.path.join(directory, CLASSIFIER_FILE), "w", encoding="utf-8") as f:
         json.dump(description, f, indent=1)
-    # Weights only, as kroberta.save: an uncompiled twin on this host (no optimizer state).
+    # Weights only, as kroberta.save: a stock copy on this host (no optimizer state).
+    from kroberta.model.mlm import stock_copy
     from kroberta.parallel.distribute import global_distribution
 
+    stock = stock_copy(classifier)
     with global_distribution(None):
-        twin = classifiers.build_classifier(config.model, classifier.num_classes)
-        twin.set_weights([np.asarray(w) for w in classifier.get_weights()])
-        twin.save_weights(os.path.join(directory, WEIGHTS_FILE))
+        stock.save_weights(os.path.join(directory, WEIGHTS_FILE))
     return directory
 
 
