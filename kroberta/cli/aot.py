@@ -113,9 +113,10 @@ def _compile(argv) -> None:
     try:
         report = compile_for_topology(config, args.topology, hbm_bytes=hbm)
     except ConfigError as error:
-        if "the train step needs" not in str(error):
+        needed = getattr(error, "needed_bytes", None)  # set for a train step out of HBM
+        if needed is None:
             raise
-        raise ConfigError(_suggest(config, args, str(error), error.needed_bytes)) from None
+        raise ConfigError(_suggest(config, args, str(error), needed)) from None
     versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("jax", "libtpu"))
     print(f"kroberta.aot: {args.config or 'default config'} for {args.topology} ({versions})")
     print(report.table(), flush=True)

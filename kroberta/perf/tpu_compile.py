@@ -168,7 +168,8 @@ def _compile_or_explain(compile_fn, what, hbm, config, generation):
                               f"{str(error).splitlines()[0]}") from None
         error = ConfigError(_too_big(needed, hbm, generation, what, config.distributed.strategy,
                                      config.train.mixed_precision, at_least=True))
-        error.needed_bytes = needed  # what kroberta.aot plans the changes that could fit from
+        if what == "train":  # kroberta.aot plans the changes that could fit from it
+            error.needed_bytes = needed
         raise error from None
 
 
