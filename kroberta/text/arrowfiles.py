@@ -92,6 +92,22 @@ def text_column_size(path: str, fmt: str, field: str, split: str) -> int:
 def iter_records(path: str, fmt: str, fields, split: str, on_bytes=None):
     """("record N", dict of field -> value) for each row of a Parquet file or `datasets`
     directory."""
+    done = 0
+    for batch in _batches(path, fmt, fields, split, on_bytes):
+        for record in batch.to_pylist():
+            done += 1
+            yield f"record {done}", record
+
+
+def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
+    """The `field` value (a str or None: `text_column_size` checked the column) of each
+    row, a column at a time (prepare's read: no record built per row)."""
+    for batch in _batches(path, fmt, {field: TEXT_FIELD_OPTION}, split, on_bytes):
+        yield from batch.column(0).to_pylist()
+
+
+def _batches(path: str, fmt: str, fields, split: str, on_bytes):
+    """The Arrow batches of `fields`, progress reported as each is done with."""
     source, _, size = opened(path, fmt, fields, split)
     if fmt == DATASETS_FORMAT:
         # The Arrow table is memory-mapped: batches are views of the files, not copies.
@@ -102,9 +118,8 @@ def iter_records(path: str, fmt: str, fields, split: str, on_bytes=None):
         rows = source.metadata.num_rows
     reported, done = 0, 0
     for batch in batches:
-        for record in batch.to_pylist():
-            done += 1
-            yield f"record {done}", record
+        yield batch
+        done += batch.num_rows
         if on_bytes is not None:  # progress in bytes, prorated by rows
             position = size * done // max(rows, 1)
             on_bytes(position - reported)

@@ -253,5 +253,10 @@ def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=Non
 
 def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
     """Yield the `field` value (a str or None) of each record of `path`, streaming."""
+    if fmt in ("parquet", DATASETS_FORMAT):  # a column at a time: no record built per row
+        from kroberta.text import arrowfiles
+
+        yield from arrowfiles.iter_values(path, fmt, field, split, on_bytes)
+        return
     for where, record in iter_records(path, fmt, {field: TEXT_FIELD_OPTION}, split, on_bytes):
         yield _record_text(record, path, where, field)
