@@ -119,3 +119,14 @@ def test_a_wrong_argument_is_one_line_and_names_an_expanded_pattern(tmp_path, ca
     err = capsys.readouterr().err  # one line; argparse words the choices by Python version
     assert err.startswith("python -m kroberta.x: error: argument --labels: invalid choice: ")
     assert "static" in err and err.endswith(" (see --help)\n") and err.count("\n") == 1
+
+
+@pytest.mark.fast
+def test_a_flag_is_spelled_whole(capsys):
+    from kroberta.cli import prepare
+
+    # argparse would take `--vocab 500` for `--vocab-size 500` without a word.
+    with pytest.raises(SystemExit) as exited:
+        prepare.main(["--input", "x.txt", "--out", "o", "--vocab", "500"])
+    assert exited.value.code == 2
+    assert "error: unrecognized arguments: --vocab 500" in capsys.readouterr().err

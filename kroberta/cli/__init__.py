@@ -25,6 +25,10 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line (no usage block) with exit code 2, and
     which names the likely cause of extra path arguments: a pattern the shell expanded."""
 
+    def __init__(self, *args, **kwargs):
+        # `--vocab 500` must not quietly mean `--vocab-size 500`: a flag is spelled whole.
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
     def error(self, message: str):
         extra = message.removeprefix("unrecognized arguments:").split()
         if message.startswith("unrecognized arguments:") and any(map(os.path.exists, extra)):
