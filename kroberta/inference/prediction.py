@@ -56,7 +56,8 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
         raise InputError("model has no kroberta_config: load it with kroberta.load(run_dir)")
     source = as_examples(inputs, config, model.tokenizer)
     if output == "loss" and not source.has_labels:
-        raise InputError("output='loss' needs labels (a 'labels' array or feature, -100 = none)")
+        raise InputError("output='loss' needs labels (a 'labels' array or feature, -100 = none); "
+                         "prepare writes them with --labels static")
     if output == "top_k" and (not isinstance(k, numbers.Integral) or isinstance(k, bool)
                               or not 1 <= k <= config.model.vocabulary_size):
         raise InputError(f"k must be an integer in [1, {config.model.vocabulary_size}], "
