@@ -16,7 +16,7 @@ import os
 from kroberta.errors import ConfigError, InputError
 from kroberta import storage
 from kroberta.interop.hf_weights import HF_NAMES, POSITION_OFFSET, SHAPE_KEYS
-from kroberta.config import Config, ModelConfig
+from kroberta.config import Config, ModelConfig, config_path, shipped_names
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ def checkpoint_of(config: Config) -> Checkpoint | None:
     """The checkpoint `config` starts from (None: a fresh start), its model section read.
 
     Raises:
+        ConfigError: `init_from_*` names no directory.
         ConversionError: the checkpoint's config is missing,
             unreadable or describes a model kroberta cannot hold (names the file and key).
         InputError: the keras-hub preset holds a fine-tuned classifier.
@@ -60,6 +61,9 @@ def checkpoint_of(config: Config) -> Checkpoint | None:
         key, directory = KERAS_HUB_KEY, config.init_from_keras_hub
     else:
         return None
+    if not storage.isdir(directory):
+        what = "a Hugging Face model directory" if key == HF_KEY else "a keras-hub preset directory"
+        raise ConfigError(f"{key}: {directory!r} is not a directory (it should be {what})")
     from kroberta.interop import hf, keras_hub_presets
 
     with storage.local_copy(directory) as local:  # gs://...: a temporary copy
@@ -105,10 +109,13 @@ def with_checkpoint_model(config: Config, sources: dict | None = None,
     if conflicts:
         listed = "; ".join(f"model.{name}={getattr(config.model, name)} ({_source(sources, name)}) "
                            f"but the checkpoint has {checkpoint.shown(name)}" for name in conflicts)
+        shipped = {config_path(name) for name in shipped_names()}
+        fix = ("leave out --config (a shipped config sets them) or give the checkpoint's values"
+               if any(_source(sources, name) in shipped for name in conflicts)
+               else "remove these keys from the config file and the command line")
         raise ConfigError(
             f"{checkpoint.key}: the config disagrees with the checkpoint {checkpoint.config_file} "
-            f"on {len(conflicts)} key(s): {listed}. The model section follows the checkpoint: "
-            "remove these keys from the config file and the command line")
+            f"on {len(conflicts)} key(s): {listed}. The model section follows the checkpoint: {fix}")
     taken = {name: getattr(checkpoint.model, name) for name in MODEL_KEYS
              if name not in set_by_config}
     for name in sorted(set_by_config - set(WEIGHT_KEYS)):

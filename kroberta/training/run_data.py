@@ -86,21 +86,15 @@ class StartingPoint:
 
 def _starting_point(config: Config) -> StartingPoint | None:
     """The checkpoint `config` starts from, or None (a fresh start); named before the
-    data are read when its directory is not there."""
-    key = "init_from_hf" if config.init_from_hf else "init_from_keras_hub"
-    directory = getattr(config, key)
-    if not directory:
-        return None
-    if not storage.isdir(directory):
-        what = "a Hugging Face model directory" if config.init_from_hf else \
-            "a keras-hub preset directory"
-        raise ConfigError(f"{key}: {directory!r} is not a directory (it should be {what})")
+    data are read when its directory is not there (`checkpoint_of`)."""
     from kroberta.interop.checkpoint_config import checkpoint_of, checkpoint_tokenizer
 
     checkpoint = checkpoint_of(config)
+    if checkpoint is None:
+        return None
     tokenizer, path = checkpoint_tokenizer(checkpoint)
     if tokenizer is None:
-        logger.warning(f"{checkpoint.key}: {directory} has no tokenizer, so nothing checks "
+        logger.warning(f"{checkpoint.key}: {checkpoint.directory} has no tokenizer, so nothing checks "
                        "that the data were prepared with the checkpoint's")
     return StartingPoint(checkpoint, tokenizer, path)
 

@@ -67,7 +67,7 @@ def test_init_from_hf_alone_gives_the_checkpoints_model_section(checkpoint):
     assert sources["model.num_layers"] == os.path.join(str(directory), "config.json")
 
 
-def test_a_disagreeing_config_is_one_error_listing_every_key(checkpoint):
+def test_a_disagreeing_config_is_one_error_listing_every_key(checkpoint, tmp_path):
     _, directory = checkpoint
     config, args = kroberta.cli.train.parse_args(["--config", "base", f"--init_from_hf={directory}",
                                          "--model.vocabulary_size=10000", "--model.dropout=0.0"])
@@ -85,6 +85,14 @@ def test_a_disagreeing_config_is_one_error_listing_every_key(checkpoint):
                         ("max_sequence_length", "max_position_embeddings=34 (32 positions)")):
         assert f"model.{key}={getattr(m, key)} ({base}) but the checkpoint has {theirs}" in message
     assert "dropout" not in message  # a training setting the run may change
+    # base.toml is shipped: its keys cannot be removed, so the advice is to leave it out.
+    assert message.endswith("follows the checkpoint: leave out --config (a shipped config sets "
+                            "them) or give the checkpoint's values")
+    own = tmp_path / "own.toml"
+    own.write_text("[model]\nnum_layers = 5\n")
+    config, args = kroberta.cli.train.parse_args(["--config", str(own), f"--init_from_hf={directory}"])
+    with pytest.raises(ConfigError, match="remove these keys from the config file and the command line$"):
+        with_checkpoint_model(config, args.sources)
 
 
 def test_train_with_only_init_from_hf_builds_the_checkpoints_model_and_keeps_its_tokenizer(
