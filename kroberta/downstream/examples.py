@@ -131,8 +131,8 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, split: str = "tra
         if not require_labels:
             continue
         if spec.label_field not in record or record[spec.label_field] in (None, ""):
-            raise InputError(f"{path}: {where}: no label in field {spec.label_field!r}"
-                             " (name it with --label-field)")
+            raise InputError(f"{path}: {where}: no label in field {spec.label_field!r} (fields: "
+                             f"{', '.join(map(str, record)) or 'none'}; name it with --label-field)")
         raw_labels.append(record[spec.label_field])
         wheres.append(where)
     if not texts[0]:

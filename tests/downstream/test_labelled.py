@@ -87,7 +87,8 @@ def test_a_missing_or_empty_text_names_file_record_and_field(tmp_path, record, p
 
 def test_a_missing_label_and_a_missing_file_are_named(tmp_path):
     path = _write(tmp_path, "t.jsonl", [RECORDS[0], {"text": "b"}])
-    with pytest.raises(InputError, match=r"t\.jsonl: line 2: no label in field 'label'"):
+    with pytest.raises(InputError, match=r"t\.jsonl: line 2: no label in field 'label' "
+                                         r"\(fields: text; name it with --label-field\)"):
         read_labelled(path, SPEC)
     with pytest.raises(KrobertaError) as missing:
         read_labelled(str(tmp_path / "nope.jsonl"), SPEC)
