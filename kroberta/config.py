@@ -635,7 +635,8 @@ def shipped_names() -> list[str]:
 
 
 def config_path(name_or_path: str | os.PathLike) -> str:
-    """The TOML file a `--config` value means: a shipped config's name, else a path.
+    """The TOML file a `--config` value means: a shipped config's name, else a path (a
+    run directory: its config.toml, the config it ran with).
 
     Raises ConfigError naming the value and listing the shipped names when neither
     a shipped config nor a file of that name exists.
@@ -651,9 +652,11 @@ def config_path(name_or_path: str | os.PathLike) -> str:
             return str(shipped)
     if os.path.isfile(name_or_path):
         return name_or_path
+    if os.path.isfile(os.path.join(name_or_path, "config.toml")):
+        return os.path.join(name_or_path, "config.toml")
     raise ConfigError(
         f"config {name_or_path!r}: neither a shipped config ({', '.join(shipped_names())}) nor "
-        "a file; give one of those names or the path of a TOML file")
+        "a file; give one of those names, the path of a TOML file or a run directory")
 
 
 def _load(name_or_path: str | None, values: dict, source: str) -> tuple[Config, dict]:
@@ -674,7 +677,8 @@ def load_config(name_or_path: str | None = None, overrides: dict | None = None) 
 
     Args:
         name_or_path: "seed", "tiny", "base" (the shipped configs), the path of a TOML
-            file, or None for the defaults (the embedded default job).
+            file or of a run directory (its config.toml), or None for the defaults (the
+            embedded default job).
         overrides: {"section.key": value} with Python values, e.g.
             {"train.steps": 100, "data.dir": "data/x"}; a list field takes a list or
             one string.

@@ -151,6 +151,10 @@ def test_a_config_is_found_by_name_or_by_path(tmp_path, monkeypatch):
     (tmp_path / "plain").write_text("[train]\nsteps = 9\n")
     monkeypatch.chdir(tmp_path)
     assert from_command_line("plain", [])[0].train.steps == 9
+    # A run directory stands for the config it ran with (its config.toml).
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.toml").write_text("[train]\nsteps = 110\n")
+    assert kroberta.load_config(str(tmp_path / "run")).train.steps == 110
 
 
 @pytest.mark.fast

@@ -85,5 +85,5 @@ def test_a_fresh_venv_with_the_wheel_resolves_named_configs(tmp_path):
     assert unknown.returncode == 2
     assert unknown.stderr.strip().splitlines()[-1] == (
         "error: config 'sead': neither a shipped config (base, seed, tiny) nor a file; give one "
-        "of those names or the path of a TOML file")
+        "of those names, the path of a TOML file or a run directory")
     assert not (work / "runs").exists()
