@@ -150,7 +150,10 @@ def _jsonl_records(path, on_bytes):
             except UnicodeDecodeError as e:
                 raise InputError(f"{path}: line {number}: not UTF-8 ({e.reason})") from None
             except json.JSONDecodeError as e:
-                raise InputError(f"{path}: line {number}: not a JSON object: {e.msg}") from None
+                # A first line that does not parse: most often one object over many lines.
+                hint = ("; JSON lines hold one whole object per line (or give a JSON array, "
+                        "[{...}, ...])") if number == 1 else ""
+                raise InputError(f"{path}: line {number}: not a JSON object: {e.msg}{hint}") from None
             yield f"line {number}", record
             progress.poll()
         progress.finish(locations.size(path))

@@ -170,6 +170,16 @@ def test_a_repeated_column_name_reads_its_first_column_and_a_short_row_is_named(
         list(iter_values(str(path), "csv", "text", "train"))
 
 
+def test_one_object_over_many_lines_is_told_what_json_lines_are(tmp_path):
+    from kroberta.text.recordfiles import iter_values
+
+    path = tmp_path / "one.json"
+    path.write_text('{\n  "text": "hello"\n}\n')
+    with pytest.raises(InputError, match=r"one.json: line 1: not a JSON object: .*; JSON lines hold one "
+                                         r"whole object per line \(or give a JSON array"):
+        list(iter_values(str(path), "jsonl", "text", "train"))
+
+
 def test_bad_records_are_named(tmp_path, tokenizer_path, capsys):  # noqa: F811
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "fine"}\n{"text": "fine"\n')
