@@ -50,7 +50,7 @@ import keras
 import keras_hub
 import numpy as np
 
-from kroberta.errors import ArgumentKindError
+from kroberta.errors import ArgumentKindError, InputError
 from kroberta.masking import KEYS, STEP_INPUTS, TOKEN_LABELS
 from kroberta.model.fused_steps import StepsPerDispatch
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
@@ -144,7 +144,11 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         return super().make_train_function(force)
 
     def make_test_function(self, force=False):
-        _on_their_layouts(self.variables + self.metrics_variables)
+        # The optimizer's too: Keras checks the whole state's placement when it builds the
+        # test step (an evaluation before the first training step, as a run from a
+        # checkpoint makes, would warn of a mix of local and distributed variables).
+        optimizer = self.optimizer.variables if self.optimizer is not None else []
+        _on_their_layouts(self.variables + optimizer + self.metrics_variables)
         return super().make_test_function(force)
 
     def reset_metrics(self):
@@ -160,6 +164,7 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
             # Every epoch but the first would start in the middle of a super-batch.
             raise ValueError(f"fit: steps_per_epoch={steps} is not a multiple of "
                              f"steps_per_execution={k} (the steps fused into one dispatch)")
+        _check_labelled(self, x, y, "model.fit")
         x = self._in_memory_inputs(x, "model.fit")
         if self.optimizer is not None and not self.optimizer.built:
             # Built now (as fit would) so that its variables are kept too.
@@ -169,6 +174,7 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
     def evaluate(self, x=None, y=None, *args, **kwargs):
         """Keras `evaluate`, taking the inputs `predict` takes; a failure leaves the model
         usable (its variables attached)."""
+        _check_labelled(self, x, y, "model.evaluate")
         return self._keeping_variables(super().evaluate,
                                        self._in_memory_inputs(x, "model.evaluate"), y, *args,
                                        **kwargs)
@@ -385,6 +391,15 @@ def _step_input(x) -> str | None:
                              "it can be finished from one only")
         return found[0] if found else None
     return None
+
+
+def _check_labelled(model, x, y, where: str):
+    """In-memory inputs that carry nothing to score: no `y`, neither mask keys nor token
+    labels for the step to draw labels from, and no preprocessor to mask them."""
+    if (y is None and model.preprocessor is None and isinstance(x, (np.ndarray, dict))
+            and _step_input(x) is None):
+        raise InputError(f"{where}: no labels: give y (the labels at mask_positions, -100 = "
+                         "none), or batches that carry them (kroberta.dataset)")
 
 
 def finish_batch(mask, data):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import kroberta
+from kroberta.errors import InputError
 from kroberta.config import Config
 from kroberta.model.masked_lm import MaskedLM
 from kroberta.model.mlm import build_compiled_model
@@ -120,3 +121,14 @@ def test_a_checkpoint_loads_without_compiling(tmp_path, monkeypatch):
     assert model.kroberta_step == 7
     for ours, theirs in zip(model.get_weights(), trained.get_weights()):
         np.testing.assert_array_equal(ours, theirs)
+
+
+def test_fit_and_evaluate_without_labels_say_what_to_give_and_leave_the_model_usable(entry_points):
+    model = entry_points["load"]
+    keras_hub_names, _, ids, labels = _inputs(model)
+    model.compile(optimizer=keras.optimizers.SGD(0.0))
+    for call, x in ((model.fit, keras_hub_names), (model.evaluate, ids)):
+        with pytest.raises(InputError, match=r"model\.(fit|evaluate): no labels: give y \(the labels "
+                                             r"at mask_positions, -100 = none\)"):
+            call(x, verbose=0)
+    assert np.isfinite(model.evaluate(keras_hub_names, labels, verbose=0, return_dict=True)["loss"])
