@@ -702,9 +702,10 @@ def from_command_line(name_or_path: str | None, rest: list[str]) -> tuple[Config
     returns (config, sources for error messages), not validated."""
     for previous, item in zip([""] + rest, rest):
         if not item.startswith("--"):
-            # `--train.steps 20`: the value of the key before it, written after a space.
-            spaced = previous.startswith("--") and "." in previous and "=" not in previous
-            hint = "; a value goes after '=' (--section.key=value)" if spaced else ""
+            # `--train.steps 20`, `--run_dir runs/x`: a key's value written after a space.
+            key = previous[2:] if previous.startswith("--") and "=" not in previous else ""
+            spaced = "." in key or key in TOP_LEVEL_KEYS
+            hint = f"; a value goes after '=': --{key}={item}" if spaced else ""
             raise ConfigError(f"command line: unexpected argument {item!r}{hint}")
     return _load(name_or_path, _parse_overrides([item[2:] for item in rest]), "command line")
 

@@ -234,8 +234,14 @@ def test_model_parallel_with_the_data_strategy_is_refused():
 
 @pytest.mark.fast
 def test_a_value_after_a_space_says_to_use_equals():
-    with pytest.raises(ConfigError, match=r"unexpected argument '20'; a value goes after '=' "):
+    with pytest.raises(ConfigError, match=r"unexpected argument '20'; a value goes after '=': "
+                                          r"--train.steps=20$"):
         from_command_line("tiny", ["--train.steps", "20"])
+    # A top-level key too; a stray word after a flag that is no key gets no hint.
+    with pytest.raises(ConfigError, match=r"'runs/x'; a value goes after '=': --run_dir=runs/x$"):
+        from_command_line("tiny", ["--run_dir", "runs/x"])
+    with pytest.raises(ConfigError, match=r"unexpected argument 'runs/x'$"):
+        from_command_line("tiny", ["--force", "runs/x"])
 
 
 @pytest.mark.fast
