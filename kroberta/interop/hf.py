@@ -23,7 +23,7 @@ from kroberta.model.attention import attention_layers
 from kroberta.model.masked_lm import check_model
 from kroberta.model.layer_norm import epsilon_of
 from kroberta.model.mlm import build_model
-from kroberta.interop import hf_weights
+from kroberta.interop import clear_export, hf_weights
 from kroberta import storage
 from kroberta.atomic import atomic_path
 from kroberta import tokens
@@ -144,16 +144,19 @@ def bpe_of(tokenizer) -> tuple[str | None, dict, list[str]]:
         merge if isinstance(merge, str) else " ".join(merge) for merge in model.get("merges", [])]
 
 
-def export_hf(model, out_dir: str, tokenizer=None) -> str:
+def export_hf(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> str:
     """Writes `model` as a Hugging Face `RobertaForMaskedLM` directory (a classifier as
     `RobertaForSequenceClassification`, its tokenizer's `model_max_length` its `max_length`).
 
     Args:
         model: a `kroberta.MaskedLM` (e.g. from `kroberta.load`), or a fine-tuned
             classifier (`kroberta.load_classifier`).
-        out_dir: created if needed; existing files of the same names are replaced.
+        out_dir: created if needed; a directory holding files is refused unless
+            `overwrite`.
         tokenizer: a `tokenizers.Tokenizer` to export alongside; None uses
             `model.tokenizer` when the model has one, else no tokenizer is written.
+        overwrite: export into a non-empty `out_dir`, replacing the files an export
+            writes (a previous export's, tokenizer included); other files stay.
 
     Returns:
         `out_dir`.
@@ -162,6 +165,7 @@ def export_hf(model, out_dir: str, tokenizer=None) -> str:
         check_model(model, "export_hf")
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
+    clear_export(out_dir, overwrite, EXPORT_FILES)
     os.makedirs(out_dir, exist_ok=True)
     tensors = hf_weights.to_hf_tensors(model)
     # transformers refuses safetensors files without this metadata.

@@ -30,7 +30,7 @@ import keras_hub
 
 from kroberta.config import Config, DataConfig, ModelConfig, load_toml, to_toml
 from kroberta.errors import ConversionError
-from kroberta.interop import hf_weights
+from kroberta.interop import clear_export, hf_weights
 from kroberta.interop.hf import attention_dropout_of, bpe_of, check_kind, read_json_in, task_of
 from kroberta.model.masked_lm import check_model
 from kroberta import storage
@@ -92,7 +92,7 @@ def preset_model_config_of(backbone):
                        dropout=float(backbone.dropout))
 
 
-def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
+def export_keras_hub(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> str:
     """Writes `model` as a keras-hub preset directory (with `save_to_preset`).
 
     Args and return value as for `kroberta.export_hf`; the tokenizer (byte-level BPE)
@@ -103,7 +103,7 @@ def export_keras_hub(model, out_dir: str, tokenizer=None) -> str:
     classifier = hf_weights.is_classifier(model)
     if not classifier:
         check_model(model, "export_keras_hub")
-
+    clear_export(out_dir, overwrite, EXPORT_FILES)
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
     config = _recorded_config(getattr(model, "kroberta_config", None), model)

@@ -15,7 +15,7 @@ from kroberta.training.checkpoint import list_checkpoints  # `load`'s argument i
 from kroberta.config import load_toml, to_toml
 from kroberta import storage
 from kroberta.errors import ArgumentKindError, InputError, NotFoundError
-from kroberta.interop import EXPORT_FORMATS
+from kroberta.interop import EXPORT_FORMATS, check_out_dir
 
 WEIGHTS_FILE = "model.weights.h5"
 CONFIG_FILE = "config.toml"
@@ -216,12 +216,7 @@ def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> s
 
     if format not in EXPORT_FORMATS:
         raise InputError(f"--format {format!r}: expected one of {', '.join(EXPORT_FORMATS)}")
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise InputError(f"--out {out}: exists and is not a directory")
-    non_empty = os.path.isdir(out) and bool(os.listdir(out))
-    if non_empty and not overwrite:
-        raise InputError(f"--out {out}: directory is not empty (pass --overwrite, "
-                         "overwrite=True in Python, to replace its export)")
+    check_out_dir(out, overwrite, "--out")  # before the model is loaded: the mistake is named at once
     try:
         if storage.isfile(storage.join(run, CLASSIFIER_FILE)):
             model = load_classifier(run)
@@ -229,14 +224,9 @@ def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> s
             model = load(run, mixed_precision=False)  # float32 weights either way
     except (FileNotFoundError, ValueError) as e:  # no such run; ConfigError is a ValueError
         raise InputError(str(e)) from None
-    if non_empty:
-        # Drop the files a previous export wrote, so e.g. a stale tokenizer cannot survive.
-        for name in (hf.EXPORT_FILES if format == "hf" else keras_hub_presets.EXPORT_FILES):
-            path = os.path.join(out, name)
-            if os.path.isfile(path):
-                os.remove(path)
     if format == "hf":
-        hf.export_hf(model, out, tokenizer=model.tokenizer)
+        hf.export_hf(model, out, tokenizer=model.tokenizer, overwrite=overwrite)
     else:
-        keras_hub_presets.export_keras_hub(model, out, tokenizer=model.tokenizer)
+        keras_hub_presets.export_keras_hub(model, out, tokenizer=model.tokenizer,
+                                           overwrite=overwrite)
     return out

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from kroberta.errors import ConversionError
+from kroberta.errors import ConversionError, InputError
 from kroberta.training import final_model
 from kroberta.interop import hf
 from kroberta.config import Config, ModelConfig, to_toml
@@ -319,3 +319,24 @@ def test_export_cli_errors_are_one_line_exit_2(tmp_path, capsys):
     assert kroberta.cli.export.main(["--run", str(tmp_path / "empty_run"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a finished kroberta run" in err
+
+
+def test_python_exports_refuse_a_directory_holding_files(tmp_path):
+    # As the command line: nothing a user wrote is replaced, and two formats never mix.
+    model = randomized_model()
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "config.json").write_text("mine")
+    (out / "notes.txt").write_text("mine")
+    for export in (kroberta.export_hf, kroberta.export_keras_hub):
+        with pytest.raises(InputError, match=rf"out_dir {out}: directory is not empty \(pass "
+                                             r"--overwrite, overwrite=True in Python"):
+            export(model, str(out))
+    assert (out / "config.json").read_text() == "mine"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="file: exists and is not a directory"):
+        kroberta.export_hf(model, str(tmp_path / "file"))
+    # overwrite=True replaces what an export writes and keeps the rest.
+    hf.export_hf(model, str(out), overwrite=True)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert_same_weights(model, hf.from_hf(str(out)))
