@@ -13,6 +13,7 @@ import keras
 import numpy as np
 
 from kroberta.errors import InputError
+from kroberta.masking import STEP_INPUTS
 from kroberta.tokens import PAD_ID
 
 # Hugging Face's input names -> keras-hub's.
@@ -40,6 +41,13 @@ def model_inputs(x, pad_token_id: int = PAD_ID, where: str = "model.predict") ->
     if not isinstance(x, dict):
         x = {"token_ids": x}
     unknown = sorted(set(x) - set(MODEL_INPUTS) - set(HF_NAMES))
+    drawn = [name for name in unknown if name in STEP_INPUTS]
+    if drawn:  # kroberta.dataset's default batches, for a model compiled without a masker
+        raise InputError(
+            f"{where}: the batches carry {drawn[0]!r}, from which a training run's step masks "
+            "them, and this model was compiled without that step's masker; give "
+            "kroberta.dataset(config, masks_on_host=True) (batches masked on the host, with "
+            "their labels)")
     if unknown:
         raise InputError(f"{where}: unknown input(s) {unknown}; {WHAT_TO_PASS}")
     renamed = {}

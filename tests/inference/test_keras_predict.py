@@ -74,6 +74,12 @@ def test_wrong_inputs_are_refused_and_the_model_stays_usable(loaded):
     bad = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "oops": mask}).batch(3)
     with pytest.raises(InputError, match="unknown input"):
         loaded.predict(bad, verbose=0)
+    # kroberta.dataset's default batches carry the keys a training run's step masks from.
+    keyed = tf.data.Dataset.from_tensor_slices({
+        "token_ids": ids, "padding_mask": mask, "mask_keys": np.arange(3, dtype="uint32")}).batch(3)
+    with pytest.raises(InputError, match=r"model.evaluate: the batches carry 'mask_keys', .*"
+                                         r"kroberta.dataset\(config, masks_on_host=True\)"):
+        loaded.evaluate(keyed, verbose=0)
     assert all(v.value is not None for v in loaded.variables)
     out = loaded.predict({"input_ids": ids, "attention_mask": mask}, verbose=0)
     assert out.shape == (3, TINY_LENGTH, TINY_VOCAB) and np.isfinite(out).all()
