@@ -72,7 +72,11 @@ def _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate
 
 
 def _refuse_existing(out_dir, overwrite):
-    """Refuse to clobber a prepared directory (local or a URL) unless asked, before any work."""
+    """Refuse to clobber a prepared directory (local or a URL) unless asked, or to write
+    into a file, before any work."""
+    if storage.isfile(out_dir):
+        raise InputError(f"--out {out_dir}: exists and is a file; give a directory to write "
+                         "the prepared dataset into")
     path = storage.join(out_dir, MANIFEST_NAME)
     if storage.exists(path) and not overwrite:
         raise InputError(f"{out_dir} already holds a prepared dataset ({path}); pass "

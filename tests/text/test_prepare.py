@@ -246,6 +246,8 @@ def test_corner_cases(tmp_path, tokenizer_path):
 
     with pytest.raises(InputError, match="already holds a prepared dataset.*--overwrite"):
         prepare(good, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
+    with pytest.raises(InputError, match=r"--out .*bin.txt: exists and is a file; give a directory"):
+        prepare(good, tmp_path / "bin.txt", seq_len=16, tokenizer=tokenizer_path, progress=False)
     m = prepare(good, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False, overwrite=True)
     assert m["source"]["skipped_files"] == []
 
