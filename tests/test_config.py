@@ -240,8 +240,12 @@ def test_a_value_after_a_space_says_to_use_equals():
     # A top-level key too; a stray word after a flag that is no key gets no hint.
     with pytest.raises(ConfigError, match=r"'runs/x'; a value goes after '=': --run_dir=runs/x$"):
         from_command_line("tiny", ["--run_dir", "runs/x"])
+    # A misspelt option (`--confg seed`) is named.
+    with pytest.raises(ConfigError, match=r"unexpected argument 'seed' after '--confg', which is "
+                                          r"no option of this command \(see --help\)"):
+        from_command_line("tiny", ["--confg", "seed"])
     with pytest.raises(ConfigError, match=r"unexpected argument 'runs/x'$"):
-        from_command_line("tiny", ["--force", "runs/x"])
+        from_command_line("tiny", ["--train.steps=3", "runs/x"])
 
 
 @pytest.mark.fast
