@@ -113,6 +113,11 @@ def test_a_wrong_argument_is_one_line_and_names_an_expanded_pattern(tmp_path, ca
         f"python -m kroberta.x: error: unrecognized arguments: {tmp_path / 'b.txt'}; if the "
         f"shell expanded an unquoted pattern into these, quote it: '{tmp_path}/*.txt' "
         "(see --help)\n")
+    # A misspelt option before an existing file: the option is the cause, not a pattern.
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--inptu", str(tmp_path / "a.txt")])
+    assert capsys.readouterr().err == (f"python -m kroberta.x: error: unrecognized arguments: "
+                                       f"--inptu {tmp_path / 'a.txt'} (see --help)\n")
     with pytest.raises(SystemExit) as exited:
         parser.parse_args(["--labels", "dynamic"])
     assert exited.value.code == 2

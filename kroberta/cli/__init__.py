@@ -31,7 +31,9 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         extra = message.removeprefix("unrecognized arguments:").split()
-        if message.startswith("unrecognized arguments:") and any(map(os.path.exists, extra)):
+        # An unknown option (`--inptu x.csv`) explains its own words; paths alone suggest a pattern.
+        if (message.startswith("unrecognized arguments:") and any(map(os.path.exists, extra))
+                and not any(word.startswith("-") for word in extra)):
             folder = os.path.dirname(extra[0]) or "."
             ending = os.path.splitext(extra[0])[1]
             message += (f"; if the shell expanded an unquoted pattern into these, quote it: "
