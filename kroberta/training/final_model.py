@@ -84,6 +84,9 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
                                 f"{type(path).__name__}" + (" (a model already: use it as it is)"
                                                             if hasattr(path, "predict") else ""))
     path = os.fspath(path)
+    if storage.isfile(path):
+        raise NotFoundError(f"{path}: a file, not a kroberta run directory; give the directory "
+                            f"that holds it ({os.path.dirname(path) or '.'})")
     if not storage.isdir(path):
         raise NotFoundError(f"{path}: not a kroberta run directory (no such directory)")
     if storage.isfile(storage.join(path, CLASSIFIER_FILE)):
@@ -91,7 +94,11 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
                          f"kroberta.load_classifier({path!r})")
     if not storage.isfile(storage.join(path, CONFIG_FILE)):
         finished = "" if checkpoint is not None else "finished "
-        raise NotFoundError(f"{path}: not a {finished}kroberta run ({CONFIG_FILE} is missing)")
+        other = ("; it holds a config.json: read a Hugging Face directory with kroberta.from_hf, "
+                 "a keras-hub preset with kroberta.from_keras_hub"
+                 if storage.isfile(storage.join(path, "config.json")) else "")
+        raise NotFoundError(f"{path}: not a {finished}kroberta run ({CONFIG_FILE} is missing)"
+                            + other)
     if checkpoint is not None:
         return _model(path, mixed_precision, *_chosen_checkpoint(path, checkpoint))
     if storage.isfile(storage.join(path, WEIGHTS_FILE)):

@@ -120,6 +120,15 @@ def test_load_of_an_unfinished_run_is_a_clear_error(tmp_path):
     assert isinstance(raised.value, KrobertaError)  # `except KrobertaError` catches it
     with pytest.raises(KrobertaError, match="no such directory"):
         final_model.load(str(tmp_path / "nothing"))
+    # A file of the run, and a directory of another kind, say what to give instead.
+    (tmp_path / "model.weights.h5").write_text("")
+    with pytest.raises(KrobertaError, match=rf"model.weights.h5: a file, not a kroberta run "
+                                            rf"directory; give the directory that holds it \({tmp_path}\)"):
+        final_model.load(str(tmp_path / "model.weights.h5"))
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(KrobertaError, match=r"config.toml is missing\); it holds a config.json: "
+                                            r"read a Hugging Face directory with kroberta.from_hf"):
+        final_model.load(str(tmp_path))
     (tmp_path / "config.toml").write_text("")
     with pytest.raises(KrobertaError, match=r"checkpoint: expected None.*got 'latest'"):
         final_model.load(str(tmp_path), checkpoint="latest")
