@@ -1,4 +1,4 @@
-"""Export a finished run as a Hugging Face `RobertaForMaskedLM` directory or a keras-hub preset.
+"""Export a run as a Hugging Face `RobertaForMaskedLM` directory or a keras-hub preset.
 
     python -m kroberta.export --run runs/x --out hf_model/ [--overwrite]
     python -m kroberta.export --run runs/x --format keras-hub --out preset/
@@ -21,8 +21,9 @@ from kroberta.interop import EXPORT_FORMATS
 def _parser() -> argparse.ArgumentParser:
     parser = cli.ArgumentParser(prog="python -m kroberta.export", description=__doc__.split("\n")[0])
     parser.add_argument("--run", required=True,
-                        help="a finished run directory (config.toml + model.weights.h5), or a "
-                        "fine-tuned classifier's folder (python -m kroberta.finetune --out)")
+                        help="a run directory (its final model; an unfinished run's latest "
+                        "checkpoint, with a notice), or a fine-tuned classifier's folder "
+                        "(python -m kroberta.finetune --out)")
     parser.add_argument("--out", required=True, help="directory to write the model into")
     parser.add_argument("--format", choices=EXPORT_FORMATS, default="hf",
                         help="hf: Hugging Face transformers (default); keras-hub: a keras-hub preset")
