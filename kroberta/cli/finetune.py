@@ -106,8 +106,10 @@ def _predict(args) -> int:
             if "values" in predicted:
                 record = {"value": float(predicted["values"][i])}
             else:
+                # Each probability under its class's name: the order needs no explaining.
                 record = {"label": predicted["labels"][i],
-                          "probabilities": [round(float(p), 6) for p in predicted["probabilities"][i]]}
+                          "probabilities": {str(name): round(float(p), 6) for name, p in zip(
+                              classifier.label_names, predicted["probabilities"][i])}}
             f.write(json.dumps(record) + "\n")
     print(f"wrote {args.predictions}: {len(labelled)} prediction(s)")
     return 0

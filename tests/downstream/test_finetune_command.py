@@ -53,6 +53,8 @@ def test_a_run_writes_result_and_classifier_then_predicts(downstream_model, tmp_
     rows = [json.loads(line) for line in predictions.read_text().splitlines()]
     labels = [json.loads(line)["label"] for line in open(validation)]
     assert len(rows) == 64 and set(rows[0]) == {"label", "probabilities"}
+    # The probabilities are keyed by class name; the label is the likeliest of them.
+    assert all(max(r["probabilities"], key=r["probabilities"].get) == str(r["label"]) for r in rows)
     agreement = sum(str(r["label"]) == str(y) for r, y in zip(rows, labels)) / len(rows)
     assert agreement == pytest.approx(result["median"]["validation"])
 
