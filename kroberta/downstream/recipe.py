@@ -71,8 +71,10 @@ class FinetuneResult:
     baseline: "FinetuneResult | None" = None
 
     def to_json(self) -> dict:
-        result = {k: v for k, v in dataclasses.asdict(self).items()
-                  if k not in ("classifier", "baseline", "trials")}
+        # Field by field: `dataclasses.asdict` would deep-copy the classifier, which Keras
+        # does by saving and reloading the whole model (with its optimizer's warnings).
+        result = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name not in ("classifier", "baseline", "trials")}
         result["trials"] = [dataclasses.asdict(t) for t in self.trials]
         if self.baseline is not None:
             result["baseline"] = self.baseline.to_json()

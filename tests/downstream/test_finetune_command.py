@@ -78,3 +78,27 @@ def test_the_glue_suite_prints_a_row_per_task_and_the_average(downstream_model, 
     for task in ("cola", "stsb", "mnli"):
         result = json.loads((out / task / "result.json").read_text())
         assert len(result["trials"]) == 2 and (out / task / "classifier.weights.h5").is_file()
+
+
+@pytest.mark.fast
+def test_result_json_leaves_the_classifier_alone():
+    # dataclasses.asdict deep-copies every field: for a Keras model that is a save and a
+    # reload of the whole classifier (and Keras' warnings about its optimizer).
+    from kroberta.downstream.recipe import FinetuneResult, Trial
+
+    class NoCopy:
+        def __deepcopy__(self, memo):
+            raise AssertionError("the classifier was copied")
+
+    trial = Trial(1e-3, 0, {"validation": {"accuracy": 0.5}}, 1.0)
+    result = FinetuneResult("t", "accuracy", "validation", ("a", "b"), [trial], 1e-3,
+                            {"validation": 0.5}, {"validation": 0.5}, {"validation": 0.5},
+                            classifier=NoCopy())
+    result.baseline = FinetuneResult("t", "accuracy", "validation", ("a", "b"), [trial], 1e-3,
+                                     {"validation": 0.4}, {"validation": 0.4},
+                                     {"validation": 0.4}, classifier=NoCopy())
+    data = json.loads(json.dumps(result.to_json()))
+    assert data["trials"] == [{"learning_rate": 1e-3, "seed": 0, "seconds": 1.0,
+                               "scores": {"validation": {"accuracy": 0.5}}}]
+    assert data["label_names"] == ["a", "b"] and data["baseline"]["median"] == {"validation": 0.4}
+    assert "classifier" not in data and "classifier" not in data["baseline"]
