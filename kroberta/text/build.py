@@ -108,11 +108,14 @@ def _scan_inputs(files, strict, text_field, split):
         source = Source.of(path, text_field, split)
         if source.format is not None:
             try:
-                total += check_source(source.path, source.format, text_field, split)
+                size = check_source(source.path, source.format, text_field, split)
             except OSError as e:
                 raise InputError(f"{path}: unreadable ({e.strerror or e})") from None
             good.append(source)
-            has_text = True  # known only once read; an all-empty corpus is refused then
+            total += size
+            # Empty records are known only once read (an all-empty corpus is refused then);
+            # an empty file now, before a tokenizer is trained on nothing.
+            has_text |= size > 0
             continue
         try:
             size, problem, offset, text = scan_file(path)

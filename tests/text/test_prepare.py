@@ -220,6 +220,12 @@ def test_corner_cases(tmp_path, tokenizer_path):
     (tmp_path / "blank.txt").write_text("\n  \n\n")
     with pytest.raises(InputError, match="no text"):
         prepare([str(tmp_path / "empty.txt"), str(tmp_path / "blank.txt")], tmp_path / "o", progress=False)
+    # An empty record file too, before a tokenizer is trained on nothing (no vocabulary warning).
+    (tmp_path / "empty.jsonl").write_text("")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match=r"no text in the inputs: 1 file\(s\)"):
+            prepare(str(tmp_path / "empty.jsonl"), tmp_path / "o", progress=False)
     with pytest.raises(InputError, match="seq-len 4 is too short"):
         prepare(good, tmp_path / "o", seq_len=4, progress=False)
     with pytest.raises(InputError, match="at least 261"):
