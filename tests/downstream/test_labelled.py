@@ -112,3 +112,9 @@ def test_a_header_without_a_named_column_names_the_option_that_picks_it(tmp_path
     with pytest.raises(InputError, match=r"no column 'label' \(columns: sentence, target\); "
                                          r"pick one with --label-field"):
         read_labelled(path, TaskSpec("t", ("sentence",)))
+
+
+def test_an_empty_csv_is_named_empty(tmp_path):
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(InputError, match=r"empty.csv: empty \(no header line, no records\)$"):
+        read_labelled(str(tmp_path / "empty.csv"), SPEC)
