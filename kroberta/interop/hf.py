@@ -28,6 +28,7 @@ from kroberta import storage
 from kroberta.atomic import atomic_path
 from kroberta import tokens
 from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
+from kroberta.text.tokenizer import HF_MERGES_FILE, HF_VOCABULARY_FILE, load_tokenizer
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -235,9 +236,15 @@ def model_config_from_hf(hf: dict, source: str):
     positions = shape.pop("max_sequence_length")  # HF's rows, offset by pad id + 1
     if positions <= hf_weights.POSITION_OFFSET:
         fail("max_position_embeddings", f"must exceed {hf_weights.POSITION_OFFSET}, got {positions}")
+    def number(key, default):
+        value = hf.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):  # null, "0.1"
+            fail(key, f"expected a number, got {value!r}")
+        return float(value)
+
     # Inference ignores both; training (continued pretraining) uses them as HF would.
-    dropout = float(hf.get("hidden_dropout_prob", 0.1))
-    attention_dropout = float(hf.get("attention_probs_dropout_prob", dropout))
+    dropout = number("hidden_dropout_prob", 0.1)
+    attention_dropout = number("attention_probs_dropout_prob", dropout)
     for key, rate in (("hidden_dropout_prob", dropout),
                       ("attention_probs_dropout_prob", attention_dropout)):
         if not 0.0 <= rate < 1.0:
@@ -247,7 +254,7 @@ def model_config_from_hf(hf: dict, source: str):
                        # -1 (follow dropout) when HF's two rates are one, as kroberta writes it
                        attention_dropout=FOLLOW_DROPOUT if attention_dropout == dropout
                        else attention_dropout,
-                       initializer_range=float(hf.get("initializer_range", 0.02)),
+                       initializer_range=number("initializer_range", 0.02),
                        layer_norm_epsilon=float(eps))
 
 
@@ -328,6 +335,11 @@ def read_hf_model(directory: str, classifier: bool):
     tokenizer_path = os.path.join(directory, TOKENIZER_FILE)
     if os.path.isfile(tokenizer_path):
         tokenizer = Tokenizer.from_file(tokenizer_path)
+    elif all(os.path.isfile(os.path.join(directory, name))
+             for name in (HF_VOCABULARY_FILE, HF_MERGES_FILE)):
+        # The slow tokenizer's files, as training from this checkpoint reads them: without
+        # them the model has no tokenizer to check prepared data against.
+        tokenizer = load_tokenizer(directory)
     # A default `Config` with the imported model section (and the tokenizer's special ids).
     config = Config(model=model_config)
     if tokenizer is not None:

@@ -215,6 +215,12 @@ def test_tokenizer_is_exported_and_imported(tmp_path):
     assert loaded.tokenizer.encode("hello <mask>").ids == tokenizer.encode("hello <mask>").ids
     assert loaded.kroberta_config.data.mask_token_id == 4
     assert loaded.kroberta_config.data.special_token_ids == (0, 1, 2, 3, 4)
+    # Without tokenizer.json, the slow tokenizer's vocab.json + merges.txt are the tokenizer
+    # (as training from the checkpoint reads them), not "no tokenizer".
+    os.remove(os.path.join(out, "tokenizer.json"))
+    slow = hf.from_hf(out).tokenizer
+    assert slow is not None
+    assert slow.encode("hello <mask>").ids == tokenizer.encode("hello <mask>").ids
 
 
 # ---------------------------------------------------------------- refusals
@@ -251,6 +257,10 @@ def test_pytorch_bin_without_torch_is_a_clear_error(tiny_export, tmp_path, monke
     ("pad_token_id", 0, "pad_token_id"),
     ("num_attention_heads", 3, "num_attention_heads: 3 heads do not divide hidden_size=16"),
     ("hidden_size", None, "hidden_size: expected a positive integer"),
+    ("hidden_dropout_prob", None, r"hidden_dropout_prob: expected a number, got None"),
+    ("attention_probs_dropout_prob", "0.1", r"attention_probs_dropout_prob: expected a number, "
+                                            r"got '0.1'"),
+    ("initializer_range", None, r"initializer_range: expected a number, got None"),
 ])
 def test_unrepresentable_configs_are_refused_by_key(tiny_export, tmp_path, key, value, message):
     _, out = tiny_export
