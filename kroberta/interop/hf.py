@@ -236,6 +236,7 @@ def model_config_from_hf(hf: dict, source: str):
     positions = shape.pop("max_sequence_length")  # HF's rows, offset by pad id + 1
     if positions <= hf_weights.POSITION_OFFSET:
         fail("max_position_embeddings", f"must exceed {hf_weights.POSITION_OFFSET}, got {positions}")
+
     def number(key, default):
         value = hf.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):  # null, "0.1"

@@ -203,11 +203,11 @@ def _csv_records(path, on_bytes, delimiter, fields, columns, quoting):
 
 def check_columns(path, columns, fields: dict):
     """InputError for the first of `fields` (field -> the option that names it) not in `columns`."""
+    if fields and not columns:  # a CSV without even a header line
+        raise InputError(f"{path}: empty (no header line, no records)")
     for field, option in fields.items():
-        if not columns:  # a CSV without even a header line
-            raise InputError(f"{path}: empty (no header line, no records)")
         if field not in columns:
-            raise InputError(f"{path}: no column {field!r} (columns: {', '.join(columns) or 'none'}); "
+            raise InputError(f"{path}: no column {field!r} (columns: {', '.join(columns)}); "
                              f"pick one with {option}")
 
 
