@@ -485,10 +485,14 @@ def validate(config: Config, source: str | dict = "config") -> Config:
         # A combination that fails may have been made by another key set elsewhere
         # (train.steps on the command line against a file's train.warmup_steps): the
         # keys the problem names are named with their sources too.
+        # A key left at its default is named by the source of the key that was set.
         where = source_of(key)
         named = dict.fromkeys(re.findall(rf"\b(?:{'|'.join(SECTIONS)})\.\w+", problem))
-        also = "".join(f" ({other} from {source_of(other)})" for other in named
-                       if other != key and source_of(other) not in ("default", where))
+        others = [other for other in named if other != key and source_of(other) != "default"]
+        if where == "default" and others:
+            where, key = source_of(others[0]), f"{key} (at its default)"
+        also = "".join(f" ({other} from {source_of(other)})" for other in others
+                       if source_of(other) != where)
         raise ConfigError(f"{where}: {key}: {problem}{also}")
 
     if not isinstance(config, Config):
@@ -574,8 +578,9 @@ def apply_dict(config: Config, updates: dict, source: str) -> Config:
             changes = {}
             for key, item in value.items():
                 if key not in types:
-                    raise ConfigError(f"{source}: unknown key {f'{name}.{key}'!r} "
-                                      f"(known: {', '.join(types)})")
+                    where = (f"a top-level key: {key}, above any [section] in a file"
+                             if key in TOP_LEVEL_KEYS else f"known: {', '.join(types)}")
+                    raise ConfigError(f"{source}: unknown key {f'{name}.{key}'!r} ({where})")
                 changes[key] = _coerce(item, types[key], f"{name}.{key}", source)
             sections[name] = replace(sections.get(name, getattr(config, name)), **changes)
         else:

@@ -76,6 +76,11 @@ def test_unknown_key_names_key_and_source(tmp_path):
         apply_overrides(Config(), ["train.stepz=3"])
     with pytest.raises(ConfigError, match=r"unknown key 'optimizer'"):
         apply_overrides(Config(), ["optimizer.lr=3"])
+    # A top-level key written inside a section (after [model] in a file) says where it goes.
+    path.write_text('[model]\ninit_from_hf = "roberta"\n')
+    with pytest.raises(ConfigError, match=r"unknown key 'model.init_from_hf' \(a top-level "
+                                          r"key: init_from_hf, above any \[section\]"):
+        load_toml(str(path))
 
 
 @pytest.mark.fast
@@ -221,6 +226,14 @@ def test_a_combination_names_the_source_of_each_key_it_involves():
     assert str(raised.value) == (
         f"{tiny}: train.warmup_steps: 20 exceeds train.steps=2; set a smaller "
         "train.warmup_steps or more train.steps (train.steps from command line)")
+    # The default config leaves warmup_steps at its default: the line starts with the
+    # source of the key that was set.
+    config, sources = from_command_line(None, ["--train.steps=10"])
+    with pytest.raises(ConfigError) as raised:
+        validate(config, sources)
+    assert str(raised.value) == (
+        "command line: train.warmup_steps (at its default): 100 exceeds train.steps=10; set a "
+        "smaller train.warmup_steps or more train.steps")
 
 
 @pytest.mark.fast

@@ -36,6 +36,7 @@ from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, Vocabul
 
 MIN_SEQ_LEN = 8
 TARGET_SHARD_BYTES = 200e6  # shards of ~100-200 MB: few files, yet parallel reads
+STEADY_VALIDATION = 100  # validation sequences below which prepare warns
 BLOCK = 1024  # sequences per block: the unit of static masking and of serialization
 
 
@@ -240,8 +241,17 @@ def _write_splits(job, records, shards, written):
             raise InputError(str(e)) from None
         raise
     written.extend(os.path.join(job.out_dir, name) for info in infos for name in info["files"])
-    if job.validation_fraction > 0 and validation.sequences == 0:
+    held_out, total = validation.sequences, train.sequences + validation.sequences
+    if job.validation_fraction > 0 and held_out == 0:
         warnings.warn("only one sequence: nothing left for validation", PrepareWarning, stacklevel=4)
+    elif 0 < held_out < STEADY_VALIDATION < total:
+        # A loss over a few sequences moves with which ones they are: two runs (or a
+        # baseline and a run) would differ by chance, not by their models.
+        fraction = min(0.5, math.ceil(100 * STEADY_VALIDATION / total) / 100)
+        warnings.warn(f"the validation split holds {held_out} of {total} sequences "
+                      f"(--validation-fraction {job.validation_fraction}): its loss is noisy; "
+                      f"--validation-fraction {fraction} holds about {round(fraction * total)}",
+                      PrepareWarning, stacklevel=4)
     return infos
 
 

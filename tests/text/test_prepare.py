@@ -375,3 +375,23 @@ def test_stdlib_docstrings_reads_source_without_importing(tmp_path):
     assert stats["documents"] == 3
     # One document per docstring: blank lines inside a docstring are dropped.
     assert (tmp_path / "c.txt").read_text() == "Module a.\nSecond paragraph.\n\nFunction f.\n\nDoc of pkg.\n\n"
+
+
+def test_a_small_validation_split_is_named_with_the_fraction_that_holds_about_100(
+        tmp_path, tokenizer_path):
+    corpus = write_corpus(tmp_path / "c.txt", make_docs(400))
+    with pytest.warns(PrepareWarning) as caught:
+        m = prepare(corpus, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
+    held_out = m["validation"]["sequences"]
+    total = held_out + m["train"]["sequences"]
+    fraction = min(0.5, np.ceil(100 * 100 / total) / 100)
+    assert [str(w.message) for w in caught] == [
+        f"the validation split holds {held_out} of {total} sequences (--validation-fraction "
+        f"0.01): its loss is noisy; --validation-fraction {fraction} holds about "
+        f"{round(fraction * total)}"]
+    # The fraction it names holds at least 100 sequences: no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = prepare(corpus, tmp_path / "p", seq_len=16, tokenizer=tokenizer_path, progress=False,
+                    validation_fraction=fraction)
+    assert m["validation"]["sequences"] >= 90
