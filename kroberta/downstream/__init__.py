@@ -1,7 +1,7 @@
 """Fine-tuning and downstream evaluation of a pretrained model.
 
-    records     labelled files (TSV/CSV, JSON lines, Parquet, `datasets`) as records
-    examples    a task's fields and labels -> texts, label ids or values, with checks
+    examples    a task's labelled files (TSV/CSV, JSON lines, Parquet, `datasets`) -> texts,
+                label ids or values, with checks
     glue        the GLUE tasks as their standard directories hold them
     stdlib_task the embedded task: which part of the standard library a docstring is from
     encoding    tokenised (pairs as RoBERTa), padded into a few fixed-length buckets

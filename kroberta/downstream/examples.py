@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
+from kroberta import storage
 from kroberta.errors import InputError
-from kroberta.downstream.records import read_records
-from kroberta.text.recordfiles import TEXT_FIELD_OPTION
+from kroberta.text import recordfiles
 
 CLASSIFICATION, REGRESSION = "classification", "regression"
 
@@ -104,26 +104,33 @@ def _value(raw, spec: TaskSpec, path: str, where: str) -> float:
     return value
 
 
-def read_labelled(path: str, spec: TaskSpec, label_names=None, split: str = "train",
-                  require_labels: bool = True):
-    """Reads one labelled file.
+def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: bool = True):
+    """Reads one labelled file with prepare's readers (each format parsed one way).
 
     Args:
-        path: the file (any format of `kroberta.downstream.records.read_records`).
+        path: a TSV/CSV, JSON lines (or JSON array), Parquet file or `datasets` directory
+            (a DatasetDict's "train" split).
         spec: the task.
         label_names: the class names in id order (from the training file); None to
             take them from this file (spec.labels when the task fixes them).
-        split: the split of a `datasets` DatasetDict.
         require_labels: False for texts to predict: labels are then read as 0.
 
     Returns:
         (LabelledSet, label_names): label_names is None for regression.
     """
-    fields = dict.fromkeys(spec.text_fields, TEXT_FIELD_OPTION)
+    if not (storage.gfile_isfile(path) or recordfiles.is_dataset_dir(path)):
+        raise InputError(f"{path}: no such file")
+    fmt = recordfiles.record_format(path)
+    if fmt is None:
+        raise InputError(f"{path}: not a labelled file kroberta reads (.tsv, .csv, .jsonl, .json, "
+                         ".parquet, optionally .gz, or a datasets directory)")
+    # field -> the option that names it, for a CSV header or Arrow schema that lacks it.
+    fields = dict.fromkeys(spec.text_fields, recordfiles.TEXT_FIELD_OPTION)
     if require_labels:
         fields[spec.label_field] = "--label-field"
     texts, raw_labels, wheres = [[] for _ in spec.text_fields], [], []
-    for where, record in read_records(path, fields, split, spec.columns, spec.quoting):
+    for where, record in recordfiles.iter_records(path, fmt, fields, columns=spec.columns,
+                                                  quoting=spec.quoting):
         if not isinstance(record, dict):
             raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, not an object")
         for column, field in zip(texts, spec.text_fields):

@@ -113,21 +113,15 @@ class _MaskedMean(keras.metrics.Metric):
         self.total = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="total")
         self.count = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="count")
 
-    def values(self, y_true, y_pred):
-        raise NotImplementedError
-
     def update_state(self, y_true, y_pred, sample_weight=None):
-        values, weights = self.values(y_true, y_pred)
+        values, weights = self.values(y_true, y_pred)  # the subclass's (value, weight) per slot
         if sample_weight is not None:  # (batch, slots): keras-hub's mask_weights, say
             weights = weights * ops.cast(sample_weight, "float32")
         self.total.assign_add(ops.sum(values * weights))
         self.count.assign_add(ops.sum(weights))
 
-    def mean(self):
-        return self.total / ops.maximum(self.count, 1.0)
-
     def result(self):
-        return self.mean()
+        return self.total / ops.maximum(self.count, 1.0)
 
 
 @keras.saving.register_keras_serializable(package="kroberta")
@@ -155,4 +149,4 @@ class Perplexity(_MaskedMean):
         return token_cross_entropy(y_true, y_pred)
 
     def result(self):
-        return ops.exp(self.mean())
+        return ops.exp(super().result())

@@ -109,7 +109,7 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
         raise NotFoundError(f"{path}: not a finished kroberta run ({WEIGHTS_FILE} is missing)")
     step, checkpoint_path = saved[-1]
     logger.warning(f"{path}: no final model yet; loading the checkpoint at step {step}")
-    return _model(path, mixed_precision, checkpoint_path)
+    return _model(path, mixed_precision, checkpoint_path, step)
 
 
 MODEL_KINDS = "a training run, a Hugging Face RoBERTa directory or a keras-hub preset directory"

@@ -67,8 +67,6 @@ class RunLogger(keras.callbacks.Callback):
         self.stop_step = min(stop_step or config.train.steps, config.train.steps)
         self.compile_seconds = None  # the first dispatch's compilation
         self._compile_clock = CompileClock().__enter__()  # left in `close`
-        self._interval_compile = 0.0
-        self._interval_start = None
         self._first_dispatch = True
         self._last_redraw = 0.0
         # A live bar in a terminal or a notebook; plain lines in a log file (None).
@@ -120,14 +118,12 @@ class RunLogger(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         # fit has synced the state: the optimizer's counter is the true step.
         self.step = int(self.model.optimizer.iterations.numpy())
-        now = time.perf_counter()
         steps_done = self.step - self._interval_start_step
         compiled = self._compile_clock.seconds - self._interval_compile
         if self.compile_seconds is None:  # the interval was a single dispatch
             self.compile_seconds = self._compile_clock.seconds
-        seconds = max(now - self._interval_start - compiled, 1e-9)
+        seconds = max(time.perf_counter() - self._interval_start - compiled, 1e-9)
         samples_per_second = steps_done * self.global_batch / seconds if steps_done > 0 else None
-        self._interval_start = now
         # The schedule's value at the step the next update will use.
         learning_rate = float(np.asarray(self.model.optimizer.learning_rate))
         row = {

@@ -63,10 +63,7 @@ def ended_early(run_dir: str, step: int, train) -> str | None:
     history = validation_losses(metrics_rows(run_dir, step))
     if not history or history[-1][0] != step or step >= train.steps:
         return None
-    watch, reason = EvalWatch(train), None
-    for evaluated, loss in history:
-        reason = watch.record(evaluated, loss)
-    return reason
+    return EvalWatch(train, history[:-1]).record(*history[-1])
 
 
 def best_checkpoint(run_dir: str) -> tuple[int, str, float] | None:

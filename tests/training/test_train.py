@@ -237,6 +237,7 @@ def test_a_finished_run_trained_on_keeps_no_stale_model_file(trained_run, tiny_d
     loaded = kroberta.load(str(run_dir))
     assert "no final model yet; loading the checkpoint at step 130" in caplog.text
     newest = kroberta.load(str(run_dir), checkpoint="last")
+    assert loaded.kroberta_step == newest.kroberta_step == 130
     for a, b in zip(loaded.get_weights(), newest.get_weights()):
         np.testing.assert_array_equal(a, b)
 
