@@ -12,6 +12,7 @@ is `kroberta.finetune(...)` (kroberta/downstream/finetuning.py).
 """
 
 import argparse
+import dataclasses
 import json
 import os
 
@@ -31,7 +32,8 @@ def _parser():
     p.add_argument("--data", help="the GLUE directory, or the labelled training file")
     p.add_argument("--validation", help="the labelled validation file")
     p.add_argument("--text-field", action="append", default=None,
-                   help="the field of the text; twice for a pair (default: text)")
+                   help="the field of the text; twice for a pair (default: text; with "
+                   "--predict: the classifier's)")
     p.add_argument("--label-field", default="label", help="the field of the label")
     p.add_argument("--kind", default="classification", choices=("classification", "regression"))
     p.add_argument("--learning-rates", help="comma-separated grid (default: by model size)")
@@ -97,8 +99,18 @@ def _run_tasks(args) -> int:
 def _predict(args) -> int:
     from kroberta.downstream import examples, prediction
 
+    folder = os.path.dirname(os.path.abspath(args.predictions))
+    if not os.path.isdir(folder):  # before the seconds of loading and predicting
+        raise InputError(f"--predictions {args.predictions}: no folder {folder}")
     classifier = prediction.load_classifier(args.classifier)
-    labelled = examples.read_labelled(args.predict, classifier.task_spec, classifier.label_names,
+    spec = classifier.task_spec
+    if args.text_field:  # the file's own names for the fields the classifier was trained on
+        if len(args.text_field) != len(spec.text_fields):
+            raise InputError(f"--text-field: the classifier reads {len(spec.text_fields)} "
+                             f"text field(s) ({', '.join(spec.text_fields)}), got "
+                             f"{len(args.text_field)}")
+        spec = dataclasses.replace(spec, text_fields=tuple(args.text_field))
+    labelled = examples.read_labelled(args.predict, spec, classifier.label_names,
                                       require_labels=False)[0]
     predicted = prediction.predict_texts(classifier, labelled.texts)
     with open(args.predictions, "w", encoding="utf-8") as f:

@@ -15,7 +15,9 @@ import keras_hub
 import numpy as np
 
 from kroberta.downstream.examples import REGRESSION
+from kroberta.errors import InputError
 from kroberta.model import mlm, schedules
+from kroberta.model.masked_lm import call_keeping_variables
 
 HEAD_LAYERS = ("pooled_dense", "logits")
 CLASSIFIER_DROPOUT = 0.1  # Hugging Face's classifier dropout (hidden_dropout_prob)
@@ -56,12 +58,46 @@ def data_parallel():
     return distribute.make_distribution(Config(), devices) if len(devices) > 1 else None
 
 
+@keras.saving.register_keras_serializable(package="kroberta")
+class Classifier(keras_hub.models.RobertaTextClassifier):
+    """keras-hub's `RobertaTextClassifier` (its layers and config; saved as the stock
+    class, `mlm.stock_copy`) whose Keras `fit` / `evaluate` / `predict` refuse texts,
+    naming `kroberta.predict` (it has no keras-hub preprocessor: the tokenizer is a
+    `tokenizers.Tokenizer`), and leave the model usable when they fail."""
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        return call_keeping_variables(self, super().fit, _token_ids(x, "fit"), y, *args,
+                                      **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        return call_keeping_variables(self, super().evaluate, _token_ids(x, "evaluate"), y,
+                                      *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        return call_keeping_variables(self, super().predict, _token_ids(x, "predict"), *args,
+                                      **kwargs)
+
+
+def _token_ids(x, where: str):
+    """`x`, unless it holds texts (a string, or a list or array of them)."""
+    first = x
+    while isinstance(first, (list, tuple)) and first or (
+            isinstance(first, np.ndarray) and first.ndim and first.size):
+        first = first[0]
+    if isinstance(first, (str, bytes)):
+        raise InputError(
+            f"classifier.{where}: texts, but Keras' {where} takes token ids ({{'token_ids': "
+            f"(batch, length), 'padding_mask': (batch, length)}}); for texts use "
+            f"kroberta.predict(classifier, texts)")
+    return x
+
+
 def build_classifier(model_config, num_outputs: int):
-    """A `RobertaTextClassifier` with `num_outputs` logits on a fresh backbone of
-    `model_config`'s shape, built by `kroberta.model.mlm.build_model` (kroberta's
-    cheaper layer norm, dropout and GELU); weights are set by `reset`."""
+    """A `Classifier` with `num_outputs` logits on a fresh backbone of `model_config`'s
+    shape, built by `kroberta.model.mlm.build_model` (kroberta's cheaper layer norm,
+    dropout and GELU); weights are set by `reset`."""
     backbone = mlm.build_model(model_config).backbone
-    return keras_hub.models.RobertaTextClassifier(
+    return Classifier(
         backbone=backbone, num_classes=num_outputs, preprocessor=None,
         dropout=CLASSIFIER_DROPOUT)
 

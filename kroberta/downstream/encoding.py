@@ -15,6 +15,7 @@ from tokenizers import Tokenizer, processors
 from kroberta.errors import InputError
 
 BUCKET_FRACTIONS = (1, 2, 4, 8)  # buckets at L, L/2, L/4, L/8 (rounded up to 8)
+MIN_LENGTH = 8  # the shortest bucket; a pair's four special tokens leave room for text
 
 
 @dataclasses.dataclass(frozen=True)

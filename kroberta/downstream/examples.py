@@ -7,8 +7,10 @@ and class ids (classification, the label set taken from the training file) or fl
 values (regression). Every bad record is an error naming the file, record and field.
 """
 
+import collections
 import csv
 import dataclasses
+import logging
 import math
 
 import numpy as np
@@ -18,6 +20,9 @@ from kroberta.errors import InputError
 from kroberta.text import recordfiles
 
 CLASSIFICATION, REGRESSION = "classification", "regression"
+SHOWN_LABELS = 10  # class names a line lists before "... (N in all)"
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +84,31 @@ def label_name(value) -> str:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value).strip()
+
+
+def _listed(names) -> str:
+    more = f", ... ({len(names)} in all)" if len(names) > SHOWN_LABELS else ""
+    return ", ".join(names[:SHOWN_LABELS]) + more
+
+
+def _describe_classes(path: str, spec: TaskSpec, names: list, label_names: tuple):
+    """Logs the classes of a training file with their counts; warns of scores read as
+    classes (--kind left at classification) and of one-example classes (a mistyped
+    label, most often)."""
+    counts = collections.Counter(names)
+    logger.info("%s: %d examples of %d classes: %s", path, len(names), len(label_names),
+                _listed([f"{name} ({counts[name]})" for name in label_names]))
+    fractional = [name for name in label_names
+                  if _sort_key(name)[0] == 0 and not float(name).is_integer()]
+    if fractional:
+        logger.warning("%s: field %r holds numbers such as %s, read as %d classes; for a "
+                       "score, fine-tune with --kind regression (kind=\"regression\")", path,
+                       spec.label_field, ", ".join(fractional[:3]), len(label_names))
+    single = [name for name in label_names if counts[name] == 1]
+    if single and len(names) >= 20:
+        logger.warning("%s: %d class(es) with a single example (a mistyped label?): %s",
+                       path, len(single),
+                       _listed([repr(name) for name in single]))
 
 
 def _text(record: dict, field: str, path: str, where: str) -> str:
@@ -154,11 +184,12 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
     names = [label_name(v) for v in raw_labels]
     if label_names is None:
         label_names = spec.labels or tuple(sorted(set(names), key=_sort_key))
+        _describe_classes(path, spec, names, label_names)
     ids = {name: i for i, name in enumerate(label_names)}
     for name, where in zip(names, wheres):
         if name not in ids:
             raise InputError(
                 f"{path}: {where}: field {spec.label_field!r} holds the label {name!r}, which "
-                f"the training data does not have (labels: {', '.join(label_names)})")
+                f"the training data does not have (labels: {_listed(label_names)})")
     labels = np.array([ids[name] for name in names], np.int32)
     return LabelledSet(path, tuple(texts), labels), tuple(label_names)

@@ -16,14 +16,18 @@ from kroberta.errors import InputError
 from kroberta.downstream import classifiers
 from kroberta.downstream import encoding, glue, prediction, recipe, stdlib_task
 from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec, read_labelled
-from kroberta.downstream.trials import TrialLog, fingerprint
+from kroberta.downstream.trials import TRIALS_FILE, TrialLog, fingerprint
 from kroberta.model.masked_lm import check_model
+from kroberta.training.final_model import CLASSIFIER_FILE
 
 STDLIB = "stdlib"
 
 
 def task_splits(task, data, validation, text_fields, label_field, kind):
     """(spec, label_names, train LabelledSet, {split: LabelledSet}) of the task asked for."""
+    if data is None and validation is not None:
+        raise InputError("validation (--validation) without data (--data, the training "
+                         "file): a labelled task needs both")
     if task in (None, STDLIB) and data is None:
         train, evaluation, names = stdlib_task.splits()
         return stdlib_task.SPEC, names, train, {"validation": evaluation}
@@ -51,6 +55,18 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
     evaluation = {split: read_labelled(path, spec, names)[0]
                   for split, path in evaluation_paths.items()}
     return spec, names, train, evaluation
+
+
+def _check_out(out: str):
+    """Refuses an --out that is a file, or a folder holding other files than a fine-tune's
+    (a pretraining run's: its config.toml and tokenizer.json would be overwritten)."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise InputError(f"--out {out}: a file, not a folder; name a folder (it is created)")
+    names = set(os.listdir(out)) if os.path.isdir(out) else set()
+    if names and not names & {TRIALS_FILE, CLASSIFIER_FILE}:
+        kind = "a pretraining run" if "config.toml" in names else "other files"
+        raise InputError(f"--out {out}: holds {kind}, not a fine-tune's trials; give a new or "
+                         "empty folder (or one an earlier fine-tune wrote, to resume it)")
 
 
 def _random_start(model_config, seed: int) -> list:
@@ -103,17 +119,21 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     from kroberta.parallel.distribute import global_distribution
     from kroberta.training.final_model import load_model_at
 
-    if out is not None and os.path.exists(out) and not os.path.isdir(out):
-        raise InputError(f"--out {out}: a file, not a folder; name a folder (it is created)")
+    if out is not None:
+        _check_out(os.fspath(out))
     if isinstance(model, (str, os.PathLike)):  # a run directory, a Hugging Face export, a preset
         model = load_model_at(model)
     else:
         check_model(model, "kroberta.finetune")
     if not 1 <= epochs <= recipe.MAX_EPOCHS:
         raise InputError(f"--epochs {epochs}: expected 1 to {recipe.MAX_EPOCHS}")
-    if batch_size % jax.local_device_count():
-        raise InputError(f"--batch-size {batch_size}: must be a multiple of the "
+    if batch_size < 1 or batch_size % jax.local_device_count():
+        raise InputError(f"--batch-size {batch_size}: must be a positive multiple of the "
                          f"{jax.local_device_count()} devices")
+    if not (seeds >= 1 if isinstance(seeds, int) else len(seeds)):
+        raise InputError(f"--seeds {seeds}: expected at least one seed")
+    if max_length is not None and max_length < encoding.MIN_LENGTH:
+        raise InputError(f"--max-length {max_length}: expected at least {encoding.MIN_LENGTH}")
     config = model.kroberta_config
     longest = config.model.max_sequence_length
     max_length = min(max_length or longest, longest)

@@ -169,13 +169,13 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         if self.optimizer is not None and not self.optimizer.built:
             # Built now (as fit would) so that its variables are kept too.
             self.optimizer.build(self.trainable_variables)
-        return self._keeping_variables(super().fit, x, y, *args, **kwargs)
+        return call_keeping_variables(self, super().fit, x, y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
         """Keras `evaluate`, taking the inputs `predict` takes; a failure leaves the model
         usable (its variables attached)."""
         _check_labelled(self, x, y, "model.evaluate")
-        return self._keeping_variables(super().evaluate,
+        return call_keeping_variables(self, super().evaluate,
                                        self._in_memory_inputs(x, "model.evaluate"), y, *args,
                                        **kwargs)
 
@@ -190,7 +190,7 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         # A loaded model's weights live on one device; a distribution that training left set
         # in this process would demand batches divisible by its devices.
         with global_distribution(None):
-            return self._keeping_variables(super().predict, x, batch_size=batch_size,
+            return call_keeping_variables(self, super().predict, x, batch_size=batch_size,
                                            verbose=verbose, steps=steps, callbacks=callbacks)
 
     def _in_memory_inputs(self, x, where: str):
@@ -205,25 +205,6 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
             return x  # elements checked as traced, or finished by the step (mask keys)
         return check_arrays(x, self.backbone.max_sequence_length, self.backbone.vocabulary_size,
                             where)
-
-    def _keeping_variables(self, call, *args, **kwargs):
-        optimizer = getattr(self, "optimizer", None)
-        # Model, metric and optimizer variables, each once; their values are references.
-        variables = list({id(v): v for v in [*self.variables, *self.metrics_variables, *(
-            optimizer.variables if optimizer is not None else [])]}.values())
-        values = [variable.value for variable in variables]
-        try:
-            return call(*args, **kwargs)
-        except BaseException:
-            # Keras re-attaches the variables only when a call ends normally: what the last
-            # completed step left (its state may have been donated), else the values from
-            # before.
-            self.jax_state_sync()
-            self._jax_state = None
-            for variable, value in zip(variables, values):
-                if variable._value is None:  # noqa: SLF001  (detached by Keras' fit, predict, ...)
-                    variable._value = value
-            raise
 
     # ------------------------------------------------------------------ the compiled steps
     def train_step(self, state, data):
@@ -391,6 +372,29 @@ def _step_input(x) -> str | None:
                              "it can be finished from one only")
         return found[0] if found else None
     return None
+
+
+def call_keeping_variables(model, call, *args, **kwargs):
+    """`call(*args, **kwargs)` (the model's Keras `fit`, `evaluate` or `predict`), leaving
+    the model usable when it fails: Keras on JAX detaches the variables for the length of
+    a call (`_purge_model_variables`) and re-attaches them only when it ends normally.
+    Keras has no public way to re-attach them: the one private access is here."""
+    optimizer = getattr(model, "optimizer", None)
+    # Model, metric and optimizer variables, each once; their values are references.
+    variables = list({id(v): v for v in [*model.variables, *model.metrics_variables, *(
+        optimizer.variables if optimizer is not None else [])]}.values())
+    values = [variable.value for variable in variables]
+    try:
+        return call(*args, **kwargs)
+    except BaseException:
+        # What the last completed step left (its state may have been donated), else the
+        # values from before.
+        model.jax_state_sync()
+        model._jax_state = None  # noqa: SLF001
+        for variable, value in zip(variables, values):
+            if variable._value is None:  # noqa: SLF001  (detached by Keras' fit, predict, ...)
+                variable._value = value
+        raise
 
 
 def _check_labelled(model, x, y, where: str):

@@ -45,3 +45,19 @@ def test_bad_texts_and_mlm_functions_on_a_classifier_are_clear_errors(classifier
     with pytest.raises(ArgumentKindError, match=r"a fine-tuned classifier: kroberta.predict\("
                                                 r"classifier, texts\)"):
         kroberta.fill_mask(classifier, "a <mask> text")
+
+
+def test_keras_predict_on_texts_is_refused_and_a_failed_call_leaves_the_classifier_usable(
+        classifier):
+    before = kroberta.predict(classifier, TEXTS)["probabilities"]
+    for texts in (TEXTS, np.array(TEXTS), "one text"):
+        with pytest.raises(InputError, match=r"classifier.predict: texts, but Keras' predict "
+                                             r"takes token ids .* kroberta.predict\(classifier"):
+            classifier.predict(texts)
+    with pytest.raises(InputError, match=r"classifier.evaluate: texts"):
+        classifier.evaluate(TEXTS, np.zeros(4))
+    # A call Keras itself fails (ids of the wrong rank) re-attaches the variables.
+    with pytest.raises(Exception):
+        classifier.predict({"token_ids": np.zeros((4,), "int32"),
+                            "padding_mask": np.ones((4,), "int32")})
+    np.testing.assert_array_equal(kroberta.predict(classifier, TEXTS)["probabilities"], before)

@@ -47,6 +47,12 @@ def test_the_models_weights_are_left_as_they_were(downstream_model, tmp_path):
 
 @pytest.mark.parametrize("arguments, message", [
     (dict(data="x.jsonl"), "needs both data"),
+    (dict(validation="dev.jsonl"), r"validation \(--validation\) without data \(--data"),
+    (dict(task="stdlib", validation="dev.jsonl"), "without data"),
+    (dict(seeds=0), "--seeds 0: expected at least one seed"),
+    (dict(seeds=[]), r"--seeds \[\]: expected at least one seed"),
+    (dict(batch_size=0), "--batch-size 0: must be a positive multiple of the 4 devices"),
+    (dict(max_length=4), "--max-length 4: expected at least 8"),
     (dict(task="glue/rte"), "needs --data"),
     (dict(task="glue/squad", data="."), "not a GLUE task"),
     (dict(data="a", validation="b", kind="ranking"), "expected classification or regression"),
@@ -70,7 +76,7 @@ def test_epochs_and_batch_size_are_checked(downstream_model, tmp_path):
     train, validation = marker_task(tmp_path, train=8, validation=8)
     with pytest.raises(InputError, match="--epochs 9: expected 1 to 5"):
         finetuning.finetune(downstream_model, data=train, validation=validation, epochs=9)
-    with pytest.raises(InputError, match="--batch-size 6: must be a multiple of the 4"):
+    with pytest.raises(InputError, match="--batch-size 6: must be a positive multiple of the 4"):
         finetuning.finetune(downstream_model, data=train, validation=validation, batch_size=6)
 
 
@@ -140,3 +146,17 @@ def test_a_grid_builds_the_validation_batches_once(downstream_model, tmp_path, m
     passes = [(seed, count) for seed, count in built if seed is not None]
     assert len(passes) == 4 * 2 and len({seed for seed, _ in passes}) == 2 * 2
     assert schedules == [sum(count for _, count in passes[:2])] == [2 * 4]  # ceil(100 / 32) = 4
+
+
+def test_an_out_folder_of_other_files_is_refused(downstream_model, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text("")
+    with pytest.raises(InputError, match=r"--out .*run: holds a pretraining run, not a "
+                                         r"fine-tune's trials; give a new or empty folder"):
+        finetuning.finetune(downstream_model, out=str(run))
+    (run / "config.toml").unlink()
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match=r"--out .*run: holds other files"):
+        finetuning.finetune(downstream_model, out=str(run))
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]

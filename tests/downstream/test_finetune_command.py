@@ -30,6 +30,12 @@ def test_bad_input_is_one_line_naming_it(capsys, tmp_path):
                          "--predictions", "o.jsonl"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: ") and "not a fine-tuned classifier" in error
+    # A --predictions folder that does not exist is named before the classifier is loaded.
+    assert finetune.main(["--classifier", str(tmp_path), "--predict", "p.jsonl",
+                         "--predictions", str(tmp_path / "nodir" / "o.jsonl")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == f"error: --predictions {tmp_path / 'nodir' / 'o.jsonl'}: no folder " \
+                    f"{tmp_path / 'nodir'}"
 
 
 def test_a_run_writes_result_and_classifier_then_predicts(downstream_model, tmp_path, capsys):
@@ -57,6 +63,17 @@ def test_a_run_writes_result_and_classifier_then_predicts(downstream_model, tmp_
     assert all(max(r["probabilities"], key=r["probabilities"].get) == str(r["label"]) for r in rows)
     agreement = sum(str(r["label"]) == str(y) for r, y in zip(rows, labels)) / len(rows)
     assert agreement == pytest.approx(result["median"]["validation"])
+    # A file that names the text field otherwise: --text-field names it.
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_text("".join(json.dumps({"sentence": json.loads(line)["text"]}) + "\n"
+                               for line in open(validation)))
+    assert finetune.main(["--classifier", str(out), "--predict", str(renamed), "--text-field",
+                          "sentence", "--predictions", str(tmp_path / "q.jsonl")]) == 0
+    assert (tmp_path / "q.jsonl").read_text() == predictions.read_text()
+    assert finetune.main(["--classifier", str(out), "--predict", str(renamed), "--text-field",
+                          "a", "--text-field", "b", "--predictions", str(tmp_path / "q.jsonl")]) == 2
+    assert "--text-field: the classifier reads 1 text field(s) (text), got 2" in \
+        capsys.readouterr().err
 
 
 @pytest.mark.slow

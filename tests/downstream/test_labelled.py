@@ -118,3 +118,27 @@ def test_an_empty_csv_is_named_empty(tmp_path):
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(InputError, match=r"empty.csv: empty \(no header line, no records\)$"):
         read_labelled(str(tmp_path / "empty.csv"), SPEC)
+
+
+def test_the_training_classes_are_logged_and_scores_or_single_examples_warned_of(tmp_path,
+                                                                               caplog):
+    caplog.set_level("INFO", logger="kroberta")
+    records = [{"text": "a", "label": ["food", "sport"][i % 2]} for i in range(30)]
+    read_labelled(_write(tmp_path, "t.jsonl", records + [{"text": "b", "label": "Food"}]), SPEC)
+    assert "t.jsonl: 31 examples of 3 classes: Food (1), food (15), sport (15)" in caplog.text
+    assert "t.jsonl: 1 class(es) with a single example (a mistyped label?): 'Food'" in caplog.text
+    caplog.clear()
+    scores = [{"text": "a", "score": round(0.2 * i, 1)} for i in range(1, 15)] * 2
+    _, names = read_labelled(_write(tmp_path, "s.csv", scores), TaskSpec("s", label_field="score"))
+    assert len(names) == 14 and "s.csv: field 'score' holds numbers such as 0.2, 0.4, 0.6, read " \
+        "as 14 classes; for a score, fine-tune with --kind regression" in caplog.text
+    # Whole numbers are class ids, not scores: no warning.
+    caplog.clear()
+    read_labelled(_write(tmp_path, "i.jsonl", [{"text": "a", "label": i % 3} for i in range(30)]),
+                  SPEC)
+    assert "WARNING" not in caplog.text and "30 examples of 3 classes: 0 (10), 1 (10)" in caplog.text
+    # An unseen validation label lists at most ten of the classes.
+    many = tuple(str(i) for i in range(40))
+    with pytest.raises(InputError, match=r"\(labels: 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, \.\.\. "
+                                         r"\(40 in all\)\)"):
+        read_labelled(_write(tmp_path, "v.jsonl", [{"text": "a", "label": "x"}]), SPEC, many)
