@@ -167,9 +167,11 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
             column.append(_text(record, field, path, where))
         if not require_labels:
             continue
-        if spec.label_field not in record or record[spec.label_field] in (None, ""):
+        if spec.label_field not in record:
             raise InputError(f"{path}: {where}: no label in field {spec.label_field!r} (fields: "
                              f"{', '.join(map(str, record)) or 'none'}; name it with --label-field)")
+        if record[spec.label_field] in (None, ""):
+            raise InputError(f"{path}: {where}: the label (field {spec.label_field!r}) is empty")
         raw_labels.append(record[spec.label_field])
         wheres.append(where)
     if not texts[0]:

@@ -8,6 +8,7 @@ from a random initialisation of the same shape, which shows what pretraining is 
 
 import dataclasses
 import functools
+import logging
 import os
 
 import numpy as np
@@ -21,6 +22,8 @@ from kroberta.model.masked_lm import check_model
 from kroberta.training.final_model import CLASSIFIER_FILE
 
 STDLIB = "stdlib"
+
+logger = logging.getLogger(__name__)
 
 
 def task_splits(task, data, validation, text_fields, label_field, kind):
@@ -136,6 +139,9 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         raise InputError(f"--max-length {max_length}: expected at least {encoding.MIN_LENGTH}")
     config = model.kroberta_config
     longest = config.model.max_sequence_length
+    if max_length and max_length > longest:
+        logger.warning("--max-length %d: the model has %d positions; sequences of %d tokens",
+                       max_length, longest, longest)
     max_length = min(max_length or longest, longest)
     spec, names, train, evaluation = task_splits(task, data, validation, text_fields,
                                                  label_field, kind)

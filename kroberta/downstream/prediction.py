@@ -208,8 +208,10 @@ def predict_texts(classifier, texts, batch_size: int = 32) -> dict:
     from kroberta.parallel.distribute import global_distribution
 
     if not _texts_ok(texts):
+        got = "an empty list" if isinstance(texts, (list, tuple)) and not texts else \
+            type(texts).__name__
         raise InputError("texts: expected a list of strings, or two lists (a pair task's first "
-                         f"and second texts), got {type(texts).__name__}")
+                         f"and second texts), got {got}")
     if isinstance(texts[0], str):
         texts = (list(texts),)
     labels = np.zeros((len(texts[0]),), np.int32)

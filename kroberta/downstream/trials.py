@@ -10,6 +10,7 @@ classifier the result keeps is one of those.
 
 import hashlib
 import json
+import logging
 import os
 
 import numpy as np
@@ -18,6 +19,8 @@ from kroberta.atomic import atomic_path, atomic_write
 from kroberta.errors import InputError
 
 TRIALS_FILE = "trials.jsonl"
+
+logger = logging.getLogger(__name__)
 WEIGHTS_DIR = "trials"
 
 
@@ -45,6 +48,9 @@ class TrialLog:
                     f"--out {directory}: holds trials of another fine-tune ({', '.join(changed)} "
                     "differ); give another --out, or remove its trials.jsonl to start over")
             self.finished[(row["learning_rate"], row["seed"])] = row
+        if self.finished:
+            logger.info("%s: %d finished %s trial(s) kept from an earlier run", directory,
+                        len(self.finished), grid)
 
     def _rows(self) -> list:
         if self.directory is None:

@@ -189,7 +189,7 @@ def _csv_records(path, on_bytes, delimiter, fields, columns, quoting):
             names = list(columns) if columns else next(rows, [])
         except csv.Error as e:
             raise InputError(f"{path}: line 1: cannot read the header: {e}") from None
-        check_columns(path, names, fields)
+        check_columns(path, names, fields, header=not columns)
         first = {name: i for i, name in reversed(list(enumerate(names)))}  # a repeated name: its first column
         try:
             for row in rows:
@@ -201,14 +201,16 @@ def _csv_records(path, on_bytes, delimiter, fields, columns, quoting):
         progress.finish(locations.size(path))
 
 
-def check_columns(path, columns, fields: dict):
-    """InputError for the first of `fields` (field -> the option that names it) not in `columns`."""
+def check_columns(path, columns, fields: dict, header: bool = False):
+    """InputError for the first of `fields` (field -> the option that names it) not in
+    `columns` (`header`: a CSV's first line, which may be a record of a headerless file)."""
     if fields and not columns:  # a CSV without even a header line
         raise InputError(f"{path}: empty (no header line, no records)")
     for field, option in fields.items():
         if field not in columns:
-            raise InputError(f"{path}: no column {field!r} (columns: {', '.join(columns)}); "
-                             f"pick one with {option}")
+            first_line = "; the first line is read as the header" if header else ""
+            raise InputError(f"{path}: no column {field!r} (columns: {', '.join(columns)}"
+                             f"{first_line}); pick one with {option}")
 
 
 # ---------------------------------------------------------------- entry points

@@ -137,9 +137,13 @@ def load_model_at(path, key: str = "model"):
 
     path = os.fspath(path)
     if not storage.isdir(path):
-        raise NotFoundError(f"{key}: {path!r} is not a directory; give {MODEL_KINDS}")
+        what = "a file, not a directory" if storage.isfile(path) else "no such directory"
+        raise NotFoundError(f"{key}: {path!r}: {what}; give {MODEL_KINDS}")
     if storage.isfile(storage.join(path, CONFIG_FILE)):
         return load(path)
+    if storage.isfile(storage.join(path, "manifest.json")):
+        raise NotFoundError(f"{key}: {path} is prepared data (python -m kroberta.prepare's "
+                            f"output), not a model; give {MODEL_KINDS}")
     try:
         described = json.loads(storage.read_text(storage.join(path, "config.json")))
     except (OSError, ValueError):

@@ -160,3 +160,12 @@ def test_an_out_folder_of_other_files_is_refused(downstream_model, tmp_path):
     with pytest.raises(InputError, match=r"--out .*run: holds other files"):
         finetuning.finetune(downstream_model, out=str(run))
     assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
+
+
+def test_a_max_length_over_the_models_positions_is_said(downstream_model, caplog):
+    longest = downstream_model.backbone.max_sequence_length
+    caplog.set_level("WARNING", logger="kroberta")
+    with pytest.raises(InputError, match="needs both data"):  # after the lengths are settled
+        finetuning.finetune(downstream_model, data="x.jsonl", max_length=longest + 8)
+    assert (f"--max-length {longest + 8}: the model has {longest} positions; sequences of "
+            f"{longest} tokens") in caplog.text

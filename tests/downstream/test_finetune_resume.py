@@ -19,7 +19,7 @@ def _scores(result):
 
 
 def test_an_interrupted_grid_resumes_to_the_uninterrupted_result(downstream_model, tmp_path,
-                                                                  monkeypatch):
+                                                                  monkeypatch, caplog):
     train, validation = marker_task(tmp_path, train=96, validation=32)
     whole = finetuning.finetune(downstream_model, data=train, validation=validation,
                                 out=str(tmp_path / "whole"), **GRID)
@@ -36,8 +36,10 @@ def test_an_interrupted_grid_resumes_to_the_uninterrupted_result(downstream_mode
     with pytest.raises(KeyboardInterrupt):
         finetuning.finetune(downstream_model, data=train, validation=validation, out=str(out), **GRID)
     assert len((out / TRIALS_FILE).read_text().splitlines()) == 2
+    caplog.set_level("INFO", logger="kroberta")
     resumed = finetuning.finetune(downstream_model, data=train, validation=validation,
                                   out=str(out), **GRID)
+    assert f"{out}: 2 finished pretrained trial(s) kept from an earlier run" in caplog.text
     # Only the two unfinished trials ran again (seed, rate of calls 3 to 5 = the 3rd and 4th).
     assert calls[3:] == calls[2:3] + [(1, 1e-3)]
     assert _scores(resumed) == _scores(whole)

@@ -90,6 +90,10 @@ def test_a_missing_label_and_a_missing_file_are_named(tmp_path):
     with pytest.raises(InputError, match=r"t\.jsonl: line 2: no label in field 'label' "
                                          r"\(fields: text; name it with --label-field\)"):
         read_labelled(path, SPEC)
+    path = _write(tmp_path, "e.jsonl", [RECORDS[0], {"text": "b", "label": ""}])
+    with pytest.raises(InputError, match=r"e\.jsonl: line 2: the label \(field 'label'\) is "
+                                         r"empty$"):
+        read_labelled(path, SPEC)
     with pytest.raises(KrobertaError) as missing:
         read_labelled(str(tmp_path / "nope.jsonl"), SPEC)
     assert "nope.jsonl: no such file" in str(missing.value)
@@ -106,11 +110,12 @@ def test_a_header_without_a_named_column_names_the_option_that_picks_it(tmp_path
     if name.endswith(".parquet"):
         pytest.importorskip("pyarrow")
     path = _write(tmp_path, name, [{"sentence": "a cat", "target": "pos"}])
-    with pytest.raises(InputError, match=r"no column 'text' \(columns: sentence, target\); "
-                                         r"pick one with --text-field"):
+    header = "" if name.endswith(".parquet") else "; the first line is read as the header"
+    with pytest.raises(InputError, match=rf"no column 'text' \(columns: sentence, target"
+                                         rf"{header}\); pick one with --text-field"):
         read_labelled(path, SPEC)
-    with pytest.raises(InputError, match=r"no column 'label' \(columns: sentence, target\); "
-                                         r"pick one with --label-field"):
+    with pytest.raises(InputError, match=rf"no column 'label' \(columns: sentence, target"
+                                         rf"{header}\); pick one with --label-field"):
         read_labelled(path, TaskSpec("t", ("sentence",)))
 
 

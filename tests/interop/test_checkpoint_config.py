@@ -213,3 +213,19 @@ def test_a_keras_hub_presets_tokenizer_is_checked_too(checkpoint, tmp_path):
     config = kroberta.load_config(overrides={"init_from_keras_hub": preset, "data.dir": data})
     with pytest.raises(InputError, match=f"python -m kroberta.prepare --tokenizer {preset}"):
         run_data_for(config)
+
+
+@pytest.mark.fast
+def test_a_path_that_is_no_model_says_what_it_is(tmp_path):
+    from kroberta.errors import NotFoundError
+    from kroberta.training.final_model import load_model_at
+
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "manifest.json").write_text("{}")
+    for path, what in [("nope", r"'.*nope': no such directory; give a training run"),
+                       ("file.txt", r"'.*file.txt': a file, not a directory; give"),
+                       ("data", r".*data is prepared data \(python -m kroberta.prepare's output\), "
+                                r"not a model; give a training run")]:
+        with pytest.raises(NotFoundError, match=rf"^--model: {what}"):
+            load_model_at(str(tmp_path / path), "--model")

@@ -152,7 +152,10 @@ def test_text_field_and_missing_column_lists_the_columns(tmp_path, tokenizer_pat
     assert _prepare(body, tmp_path / "o", tokenizer_path, text_field="body")["train"]["tokens"] > 0
     for path in (write_csv(tmp_path / "c.csv", DOCS), write_parquet(tmp_path / "c.parquet", DOCS),
                  write_datasets(tmp_path / "ds", DOCS)):
-        with pytest.raises(InputError, match=r"no column 'body' \(columns: id, text\); pick one with --text-field"):
+        # A CSV's first line may be a record of a file without a header: it says so.
+        header = "; the first line is read as the header" if path.endswith(".csv") else ""
+        with pytest.raises(InputError, match=rf"no column 'body' \(columns: id, text{header}\); "
+                                             r"pick one with --text-field"):
             _prepare(path, tmp_path / "o2", tokenizer_path, text_field="body")
     with pytest.raises(InputError, match=r"c.parquet: column 'id' holds int64, not text"):
         _prepare(str(tmp_path / "c.parquet"), tmp_path / "o2", tokenizer_path, text_field="id")
