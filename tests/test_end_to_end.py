@@ -65,7 +65,8 @@ def test_prepare_train_fill_mask(prepared, tmp_path):
 
 def test_vocabulary_mismatch_with_the_prepared_data_is_refused(prepared, tmp_path):
     with pytest.raises(ConfigError, match=r"was prepared with a vocabulary of \d+ tokens but "
-                                          r"model.vocabulary_size=999; set --model.vocabulary_size="):
+                                          r"model.vocabulary_size=999; set model.vocabulary_size to "
+                                          r"(\d+) \(--model.vocabulary_size=\1\)$"):
         train(_config(prepared, tmp_path / "run", vocabulary_size=999))
     assert not (tmp_path / "run").exists()  # a run that never started leaves no directory
     (tmp_path / "kept").mkdir()

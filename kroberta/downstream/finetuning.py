@@ -60,6 +60,23 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
     return spec, names, train, evaluation
 
 
+def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int | None):
+    """Refuses the arguments of `finetune` no fine-tune can run with (before any work)."""
+    import jax
+
+    if out is not None:
+        _check_out(os.fspath(out))
+    if not 1 <= epochs <= recipe.MAX_EPOCHS:
+        raise InputError(f"--epochs {epochs}: expected 1 to {recipe.MAX_EPOCHS}")
+    if batch_size < 1 or batch_size % jax.local_device_count():
+        raise InputError(f"--batch-size {batch_size}: must be a positive multiple of the "
+                         f"{jax.local_device_count()} devices")
+    if not (seeds >= 1 if isinstance(seeds, int) else len(seeds)):
+        raise InputError(f"--seeds {seeds}: expected at least one seed")
+    if max_length is not None and max_length < encoding.MIN_LENGTH:
+        raise InputError(f"--max-length {max_length}: expected at least {encoding.MIN_LENGTH}")
+
+
 def _check_out(out: str):
     """Refuses an --out that is a file, or a folder holding other files than a fine-tune's
     (a pretraining run's: its config.toml and tokenizer.json would be overwritten)."""
@@ -117,26 +134,14 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         A `FinetuneResult`: every run's scores, the best learning rate, the median and
         range over its seeds, and the fine-tuned classifier.
     """
-    import jax
-
     from kroberta.parallel.distribute import global_distribution
     from kroberta.training.final_model import load_model_at
 
-    if out is not None:
-        _check_out(os.fspath(out))
+    _check_arguments(out, epochs, batch_size, seeds, max_length)
     if isinstance(model, (str, os.PathLike)):  # a run directory, a Hugging Face export, a preset
         model = load_model_at(model)
     else:
         check_model(model, "kroberta.finetune")
-    if not 1 <= epochs <= recipe.MAX_EPOCHS:
-        raise InputError(f"--epochs {epochs}: expected 1 to {recipe.MAX_EPOCHS}")
-    if batch_size < 1 or batch_size % jax.local_device_count():
-        raise InputError(f"--batch-size {batch_size}: must be a positive multiple of the "
-                         f"{jax.local_device_count()} devices")
-    if not (seeds >= 1 if isinstance(seeds, int) else len(seeds)):
-        raise InputError(f"--seeds {seeds}: expected at least one seed")
-    if max_length is not None and max_length < encoding.MIN_LENGTH:
-        raise InputError(f"--max-length {max_length}: expected at least {encoding.MIN_LENGTH}")
     config = model.kroberta_config
     longest = config.model.max_sequence_length
     if max_length and max_length > longest:

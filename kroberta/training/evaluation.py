@@ -110,10 +110,12 @@ def _config_for(model, data) -> Config:
 
 
 def _patterns(data) -> list[str]:
-    items = [data] if isinstance(data, (str, os.PathLike)) else list(data or [])
+    items = [data] if isinstance(data, (str, os.PathLike)) else (
+        list(data) if isinstance(data, (list, tuple)) else [])
     if not items or not all(isinstance(p, (str, os.PathLike)) for p in items):
         raise InputError("data: give a prepared directory (python -m kroberta.prepare's "
-                         f"--out) or TFRecord file(s) / glob(s), got {data!r}")
+                         "--out) or TFRecord file(s) / glob(s), got "
+                         + (repr(data) if isinstance(data, (list, tuple)) else type(data).__name__))
     return [os.fspath(p) for p in items]
 
 

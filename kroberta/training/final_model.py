@@ -32,11 +32,34 @@ def save(model, run_dir: str):
 
     In a multi-process run every process must call this (weights split across
     processes are gathered, a collective); only process 0 writes.
+
+    Raises:
+        ArgumentKindError: `model` is no kroberta model, or `run_dir` no path.
+        InputError: `run_dir` holds a run of another shape (its config.toml would no
+            longer describe the weights, and it would not load).
     """
     import jax
 
+    from kroberta.interop.hf_weights import SHAPE_KEYS
+    from kroberta.model.masked_lm import check_model
     from kroberta.model.mlm import stock_copy
     from kroberta.parallel.distribute import global_distribution
+
+    if isinstance(model, (str, os.PathLike)) and hasattr(run_dir, "predict"):
+        raise ArgumentKindError("kroberta.save: the model first, then the directory: "
+                                "kroberta.save(model, run_dir)")
+    check_model(model, "kroberta.save")
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise ArgumentKindError(f"kroberta.save: run_dir: expected a directory's path, got "
+                                f"{type(run_dir).__name__} (kroberta.save(model, run_dir))")
+    run_dir = os.fspath(run_dir)
+    if storage.isfile(storage.join(run_dir, CONFIG_FILE)):
+        theirs = load_run_config(run_dir).model
+        differ = [f"{key} {getattr(theirs, key)} there, {getattr(model.backbone, key)} here"
+                  for key in SHAPE_KEYS if getattr(theirs, key) != getattr(model.backbone, key)]
+        if differ:
+            raise InputError(f"kroberta.save: {run_dir} holds a run of another model "
+                             f"({'; '.join(differ)}); save into a new directory")
 
     # Keras would store the optimizer's state too (3x the size); the final model is for
     # inference and export, so a stock copy with the same weights is saved, made outside

@@ -18,6 +18,7 @@ counter that is the same on all (the number of earlier polls in this invocation)
 import signal
 import sys
 import threading
+import time
 
 
 def _job_preemption_service():
@@ -30,6 +31,11 @@ def _job_preemption_service():
     return distributed.global_state.preemption_sync_manager
 
 
+# A second SIGINT this soon after the first is the same request: `timeout -s INT` and some
+# schedulers signal the process and then its whole process group, so one interrupt arrives
+# twice within milliseconds, while a person pressing Ctrl-C again takes longer.
+SAME_INTERRUPT_SECONDS = 0.5
+
 INTERRUPT_NOTICE = ("interrupt: finishing the steps in flight and writing a checkpoint; "
                     "press Ctrl-C again to stop at once")
 
@@ -41,7 +47,8 @@ class PreemptionFlag:
     Use as a `with` block around training; call `poll()` once per dispatch of steps
     (every process at the same points); `requested` stays true once it was.
     `interrupted` says the request was a Ctrl-C: the caller checkpoints as for SIGTERM,
-    then raises KeyboardInterrupt. A second Ctrl-C raises KeyboardInterrupt at once.
+    then raises KeyboardInterrupt. A second Ctrl-C (after `SAME_INTERRUPT_SECONDS`) raises
+    KeyboardInterrupt at once.
     A SIGINT handler the user installed is left in place.
     """
 
@@ -52,14 +59,18 @@ class PreemptionFlag:
         self._polls = 0
         self._previous = None
         self._previous_interrupt = None
+        self._interrupted_at = None
 
     def _handle(self, signum, frame):
         self.requested = True
 
     def _handle_interrupt(self, signum, frame):
         if self.interrupted:
+            if time.monotonic() - self._interrupted_at < SAME_INTERRUPT_SECONDS:
+                return
             raise KeyboardInterrupt
         self.interrupted = self.requested = True
+        self._interrupted_at = time.monotonic()
         print(INTERRUPT_NOTICE, file=sys.stderr, flush=True)
 
     def __enter__(self):

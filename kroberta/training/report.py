@@ -9,10 +9,11 @@ the lowest validation loss, `kroberta.load(run_dir, checkpoint="best")`).
 
 import logging
 import math
+import os
 import statistics
 
 from kroberta import storage
-from kroberta.errors import InputError
+from kroberta.errors import ArgumentKindError, InputError
 from kroberta.runtime import logs
 from kroberta.training.run_dir import METRICS_FILE, metrics_rows
 
@@ -150,6 +151,9 @@ def report(run_dir: str, show: bool | None = None) -> dict:
     """
     from kroberta.training import console, signals
 
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise ArgumentKindError(f"kroberta.report: expected a run directory's path, got "
+                                f"{type(run_dir).__name__}")
     logs.show_messages()
     rows = read_metrics(run_dir)
     summary = summarize(rows)

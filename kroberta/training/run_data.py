@@ -182,13 +182,15 @@ def _from_manifest(config: Config, directory: str, key: str) -> tuple[Config, st
         raise ConfigError(
             f"{key}: {directory} was prepared with a vocabulary of {manifest.vocabulary_size} "
             f"tokens but model.vocabulary_size={config.model.vocabulary_size}; set "
-            f"--model.vocabulary_size={manifest.vocabulary_size}"
+            f"model.vocabulary_size to {manifest.vocabulary_size} "
+            f"(--model.vocabulary_size={manifest.vocabulary_size})"
         )
     if manifest.sequence_length > config.model.max_sequence_length:
         raise ConfigError(
             f"{key}: {directory} holds sequences of {manifest.sequence_length} tokens but "
             f"model.max_sequence_length={config.model.max_sequence_length}; set "
-            f"--model.max_sequence_length={manifest.sequence_length}"
+            f"model.max_sequence_length to {manifest.sequence_length} "
+            f"(--model.max_sequence_length={manifest.sequence_length})"
         )
     # Files named beside a prepared directory would be silently replaced by its own
     # (a recorded config.toml names the directory's files: those agree).

@@ -118,7 +118,10 @@ class WandB:
         self._run = wandb.init(
             project=os.environ.get("WANDB_PROJECT") or EXPERIMENT,
             name=storage.basename(storage.absolute(run_dir)), id=run_id, resume="allow",
-            dir=directory, config=_flat_params(config), reinit="create_new")
+            dir=directory, config=_flat_params(config), reinit="create_new",
+            # Read now: W&B reads its environment once per process, so a WANDB_MODE set in
+            # a notebook after a failed start would be ignored.
+            mode=os.environ.get("WANDB_MODE") or None)
         self._run.define_metric("step")
         self._run.define_metric("*", step_metric="step")
         _keep_id(run_dir, "wandb", run_id)

@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import logging
 import math
+import numbers
 import time
 
 from kroberta import storage
@@ -79,8 +80,9 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
     """
     logs.show_messages()
     config = validate(config, sources or "config")
-    if until_step is not None and until_step < 1:
-        raise ConfigError(f"until_step (--until-step) = {until_step}: give the step to stop "
+    if until_step is not None and (not isinstance(until_step, numbers.Integral)
+                                   or isinstance(until_step, bool) or until_step < 1):
+        raise ConfigError(f"until_step (--until-step) = {until_step!r}: give the step to stop "
                           f"after, 1 to train.steps ({config.train.steps})")
     with removed_unless_checkpointed(config.run_dir):
         run = _set_up(config, force, accept_changes)

@@ -114,6 +114,35 @@ def test_save_and_load_give_identical_predictions(tmp_path):
     assert loaded.kroberta_config.model == TINY and loaded.tokenizer is None
 
 
+def test_save_refuses_a_run_of_another_shape_and_arguments_of_the_wrong_kind(tmp_path):
+    import dataclasses
+
+    import kroberta
+    from kroberta.errors import ArgumentKindError, InputError
+
+    other = dataclasses.replace(TINY, hidden_dim=32, intermediate_dim=64)
+    (tmp_path / "config.toml").write_text(to_toml(Config(model=other, run_dir=str(tmp_path))))
+    model = build_model(TINY, config=Config(model=TINY))
+    with pytest.raises(InputError, match=r"kroberta.save: .* holds a run of another model "
+                                         r"\(hidden_dim 32 there, 16 here; intermediate_dim 64 "
+                                         r"there, .* here\); save into a new directory"):
+        kroberta.save(model, str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]  # nothing written
+    with pytest.raises(ArgumentKindError, match=r"kroberta.save: the model first, then the "
+                                                r"directory: kroberta.save\(model, run_dir\)"):
+        kroberta.save(str(tmp_path), model)
+    with pytest.raises(ArgumentKindError, match=r"kroberta.save: run_dir: expected a directory's "
+                                                r"path, got int"):
+        kroberta.save(model, 3)
+    with pytest.raises(ArgumentKindError, match=r"kroberta.save: expected a model"):
+        kroberta.save("runs/x", "runs/y")
+    with pytest.raises(ArgumentKindError, match=r"kroberta.report: expected a run directory's "
+                                                r"path, got MaskedLM"):
+        kroberta.report(model)
+    with pytest.raises(KrobertaError, match=r"data: give a prepared directory .* got MaskedLM"):
+        kroberta.evaluate(model, model)
+
+
 def test_load_of_an_unfinished_run_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a finished kroberta run") as raised:
         final_model.load(str(tmp_path))

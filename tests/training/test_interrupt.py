@@ -13,6 +13,7 @@ import pytest
 
 import kroberta
 from kroberta import train
+from kroberta.training import preemption
 from kroberta.training.run_callbacks import RunLogger
 from tests.conftest import tiny_config
 
@@ -99,6 +100,7 @@ def test_a_second_interrupt_stops_at_once(tiny_data, tmp_path, monkeypatch, capl
                          steps_per_execution=1)
     with monkeypatch.context() as patch:
         _interrupt_at(25, patch, times=2)
+        patch.setattr(preemption, "SAME_INTERRUPT_SECONDS", 0.0)  # a person's second Ctrl-C
         with pytest.raises(KeyboardInterrupt):
             train(config)
     assert "interrupted: the checkpoint at step 20 is kept" in caplog.text
@@ -133,9 +135,24 @@ def test_a_second_interrupt_before_any_checkpoint_says_nothing_was_kept(
                          steps_per_execution=1)
     with monkeypatch.context() as patch:
         _interrupt_at(3, patch, times=2)
+        patch.setattr(preemption, "SAME_INTERRUPT_SECONDS", 0.0)  # a person's second Ctrl-C
         with pytest.raises(KeyboardInterrupt):
             train(config)
     out = caplog.text
     assert "interrupted before the first checkpoint: nothing was kept" in out
     assert "to resume" not in out
     assert not list((tmp_path / "checkpoints").glob("step_*"))
+
+
+@pytest.mark.fast
+def test_one_interrupt_delivered_twice_is_one_request(monkeypatch, capsys):
+    """`timeout -s INT` signals the process and then its process group: the same
+    interrupt arrives twice within milliseconds and must not stop the run at once."""
+    flag = preemption.PreemptionFlag()
+    flag._handle_interrupt(signal.SIGINT, None)
+    flag._handle_interrupt(signal.SIGINT, None)  # the same interrupt, again
+    assert flag.requested and flag.interrupted
+    assert capsys.readouterr().err.count("press Ctrl-C again") == 1
+    monkeypatch.setattr(preemption, "SAME_INTERRUPT_SECONDS", 0.0)  # later: a person's second
+    with pytest.raises(KeyboardInterrupt):
+        flag._handle_interrupt(signal.SIGINT, None)

@@ -274,3 +274,32 @@ def test_another_model_forced_into_the_run_dir_starts_new_tracker_runs(tmp_path)
     assert trackers.read_ids(str(tmp_path)) == {"mlflow": "abc"}
     trackers.forget_runs(str(tmp_path))  # what train --force does for another model
     assert trackers.read_ids(str(tmp_path)) == {}
+
+
+@needs_wandb
+def test_wandb_mode_set_after_a_failed_start_is_taken(tmp_path):
+    """In a notebook: W&B refuses to start without an account, the user sets WANDB_MODE as
+    the error says, and the next start is offline (W&B reads its environment once per
+    process: the mode is passed to it each time). In a fresh process, as a notebook is."""
+    import subprocess
+
+    script = (
+        "import os\n"
+        "from kroberta.config import Config\n"
+        "from kroberta.errors import KrobertaError\n"
+        "from kroberta.training.trackers import WandB\n"
+        "try:\n"
+        f"    WandB(Config(), {str(tmp_path / 'run')!r})\n"
+        "except Exception as e:\n"
+        "    print('refused:', type(e).__name__)\n"
+        "os.environ['WANDB_MODE'] = 'offline'\n"
+        f"run = WandB(Config(), {str(tmp_path / 'run')!r})\n"
+        "run.log({'step': 1, 'split': 'train', 'loss': 1.0})\n"
+        "run.close()\n"
+        "print('offline run closed')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, env={**env, "HOME": str(tmp_path), "WANDB_SILENT": "true"},
+                          cwd=tmp_path)
+    assert done.stdout.splitlines() == ["refused: UsageError", "offline run closed"], done.stderr
+    assert glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*"))

@@ -275,10 +275,10 @@ def test_a_missing_directory_to_initialise_from_is_named_before_the_data_are_rea
         train(config)
 
 
-@pytest.mark.parametrize("until_step", [0, -5])
+@pytest.mark.parametrize("until_step", [0, -5, "50", 2.5])
 def test_an_until_step_below_1_is_refused_before_anything_is_written(tmp_path, until_step):
     config = tiny_config(tmp_path / "no-data", tmp_path / "run", steps=20)
-    with pytest.raises(ConfigError, match=rf"until_step \(--until-step\) = {until_step}: give "
+    with pytest.raises(ConfigError, match=rf"until_step \(--until-step\) = {until_step!r}: give "
                                           r"the step to stop after, 1 to train.steps \(20\)"):
         train(config, until_step=until_step)
     assert not (tmp_path / "run").exists()
