@@ -84,7 +84,9 @@ def test_a_data_dir_that_does_not_match_or_exist_names_the_key_and_the_fix(prepa
                     max_sequence_length=manifest.sequence_length - 1)
     with pytest.raises(ConfigError, match=rf"data.dir: .* holds sequences of "
                                           rf"{manifest.sequence_length} tokens but .*; set "
-                                          rf"--model.max_sequence_length={manifest.sequence_length}"):
+                                          rf"model.max_sequence_length to {manifest.sequence_length} "
+                                          rf"\(--model.max_sequence_length="
+                                          rf"{manifest.sequence_length}\)$"):
         train(short)
     missing = dataclasses.replace(short, data=dataclasses.replace(
         short.data, dir=str(tmp_path / "nothere")))
