@@ -81,7 +81,7 @@ class Classifier(keras_hub.models.RobertaTextClassifier):
 def _token_ids(x, where: str):
     """`x`, unless it holds texts (a string, or a list or array of them)."""
     first = x
-    while isinstance(first, (list, tuple)) and first or (
+    while (isinstance(first, (list, tuple)) and first) or (
             isinstance(first, np.ndarray) and first.ndim and first.size):
         first = first[0]
     if isinstance(first, (str, bytes)):

@@ -29,7 +29,8 @@ class Encoded:
 
 def bucket_lengths(max_length: int) -> tuple:
     """The few padded lengths, shortest first: e.g. 512 -> (64, 128, 256, 512)."""
-    lengths = {min(max_length, max(8, -(-max_length // f // 8) * 8)) for f in BUCKET_FRACTIONS}
+    lengths = {min(max_length, max(MIN_LENGTH, -(-max_length // f // 8) * 8))
+               for f in BUCKET_FRACTIONS}
     return tuple(sorted(lengths))
 
 

@@ -107,8 +107,7 @@ def _describe_classes(path: str, spec: TaskSpec, names: list, label_names: tuple
     single = [name for name in label_names if counts[name] == 1]
     if single and len(names) >= 20:
         logger.warning("%s: %d class(es) with a single example (a mistyped label?): %s",
-                       path, len(single),
-                       _listed([repr(name) for name in single]))
+                       path, len(single), _listed([repr(name) for name in single]))
 
 
 def _text(record: dict, field: str, path: str, where: str) -> str:

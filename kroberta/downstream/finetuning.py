@@ -19,7 +19,7 @@ from kroberta.downstream import encoding, glue, prediction, recipe, stdlib_task
 from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec, read_labelled
 from kroberta.downstream.trials import TRIALS_FILE, TrialLog, fingerprint
 from kroberta.model.masked_lm import check_model
-from kroberta.training.final_model import CLASSIFIER_FILE
+from kroberta.training.final_model import CLASSIFIER_FILE, CONFIG_FILE
 
 STDLIB = "stdlib"
 
@@ -84,7 +84,7 @@ def _check_out(out: str):
         raise InputError(f"--out {out}: a file, not a folder; name a folder (it is created)")
     names = set(os.listdir(out)) if os.path.isdir(out) else set()
     if names and not names & {TRIALS_FILE, CLASSIFIER_FILE}:
-        kind = "a pretraining run" if "config.toml" in names else "other files"
+        kind = "a pretraining run" if CONFIG_FILE in names else "other files"
         raise InputError(f"--out {out}: holds {kind}, not a fine-tune's trials; give a new or "
                          "empty folder (or one an earlier fine-tune wrote, to resume it)")
 

@@ -19,9 +19,9 @@ from kroberta.atomic import atomic_path, atomic_write
 from kroberta.errors import InputError
 
 TRIALS_FILE = "trials.jsonl"
+WEIGHTS_DIR = "trials"
 
 logger = logging.getLogger(__name__)
-WEIGHTS_DIR = "trials"
 
 
 class TrialLog:

@@ -176,8 +176,8 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         usable (its variables attached)."""
         _check_labelled(self, x, y, "model.evaluate")
         return call_keeping_variables(self, super().evaluate,
-                                       self._in_memory_inputs(x, "model.evaluate"), y, *args,
-                                       **kwargs)
+                                      self._in_memory_inputs(x, "model.evaluate"), y, *args,
+                                      **kwargs)
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """Keras `predict`: logits (batch, slots, vocabulary) at `mask_positions`, or
@@ -191,7 +191,7 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         # in this process would demand batches divisible by its devices.
         with global_distribution(None):
             return call_keeping_variables(self, super().predict, x, batch_size=batch_size,
-                                           verbose=verbose, steps=steps, callbacks=callbacks)
+                                          verbose=verbose, steps=steps, callbacks=callbacks)
 
     def _in_memory_inputs(self, x, where: str):
         """Arrays and dicts of arrays checked and completed to the three model inputs before
