@@ -54,6 +54,9 @@ def tracked_run(tiny_data, tmp_path_factory):
         train(config, until_step=20)
         ids_after_first = trackers.read_ids(str(run_dir))
         train(config)
+    import wandb
+
+    wandb.teardown()  # the offline files whole before they are read (see the test below)
     return run_dir, uri, ids_after_first
 
 
@@ -165,6 +168,7 @@ def _wandb_history(run_dir, run_id) -> list[dict]:
 
 @needs_wandb
 def test_the_wandb_tracker_resumes_its_run(tmp_path, monkeypatch):
+    import wandb
     from kroberta.config import Config
 
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -176,6 +180,9 @@ def test_the_wandb_tracker_resumes_its_run(tmp_path, monkeypatch):
     again = trackers.WandB(Config(), str(tmp_path))  # a resume: the id from trackers.json
     again.log({"step": 20, "split": "validation", "loss": 1.0})
     again.close()
+    # W&B's service writes the offline file beside sending, and finish() waits only for the
+    # sending: its teardown waits for the writing too, so the file is whole when read.
+    wandb.teardown()
     run_id = trackers.read_ids(str(tmp_path))["wandb"]
     assert _wandb_history(tmp_path, run_id) == [
         {"step": 10, "train/loss": 2.0, "train/grad_norm": 1.5},
