@@ -113,6 +113,18 @@ def test_a_wrong_argument_is_one_line_and_names_an_expanded_pattern(tmp_path, ca
         f"python -m kroberta.x: error: unrecognized arguments: {tmp_path / 'b.txt'}; if the "
         f"shell expanded an unquoted pattern into these, quote it: '{tmp_path}/*.txt' "
         "(see --help)\n")
+    # A path given alone, as many commands take it: the option it needs is named.
+    inputs = cli.ArgumentParser(prog="python -m kroberta.x", inputs="--input")
+    inputs.add_argument("--input")
+    inputs.add_argument("--out")
+    with pytest.raises(SystemExit):
+        inputs.parse_args([str(tmp_path / "a.txt"), "--out", "data"])
+    assert capsys.readouterr().err == (
+        f"python -m kroberta.x: error: unrecognized arguments: {tmp_path / 'a.txt'}; input "
+        f"paths follow --input: --input {tmp_path / 'a.txt'} (see --help)\n")
+    with pytest.raises(SystemExit):  # --input=... given: the pattern is the likely cause
+        inputs.parse_args([f"--input={tmp_path / 'a.txt'}", str(tmp_path / "b.txt")])
+    assert "quote it" in capsys.readouterr().err
     # A misspelt option before an existing file: the option is the cause, not a pattern.
     with pytest.raises(SystemExit):
         parser.parse_args(["--inptu", str(tmp_path / "a.txt")])

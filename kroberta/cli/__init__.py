@@ -23,21 +23,35 @@ PREEMPTED = 143  # 128 + SIGTERM, as if the signal had ended the process
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line (no usage block) with exit code 2, and
-    which names the likely cause of extra path arguments: a pattern the shell expanded."""
+    which names the likely cause of extra path arguments: the input option left out, or a
+    pattern the shell expanded."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, inputs: str | None = None, **kwargs):
+        """`inputs`: the option that takes the command's input paths (`--input`), named
+        when paths are given without it."""
         # `--vocab 500` must not quietly mean `--vocab-size 500`: a flag is spelled whole.
         super().__init__(*args, allow_abbrev=False, **kwargs)
+        self._inputs = inputs
+        self._words = []
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._words = list(sys.argv[1:] if args is None else args)  # for `error`
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
         extra = message.removeprefix("unrecognized arguments:").split()
-        # An unknown option (`--inptu x.csv`) explains its own words; paths alone suggest a pattern.
+        # An unknown option (`--inptu x.csv`) explains its own words; paths alone suggest a
+        # left-out option or a pattern.
         if (message.startswith("unrecognized arguments:") and any(map(os.path.exists, extra))
                 and not any(word.startswith("-") for word in extra)):
-            folder = os.path.dirname(extra[0]) or "."
-            ending = os.path.splitext(extra[0])[1]
-            message += (f"; if the shell expanded an unquoted pattern into these, quote it: "
-                        f"'{folder}/*{ending}'")
+            if self._inputs and not any(word.split("=")[0] == self._inputs
+                                        for word in self._words):
+                message += f"; input paths follow {self._inputs}: {self._inputs} {extra[0]}"
+            else:
+                folder = os.path.dirname(extra[0]) or "."
+                ending = os.path.splitext(extra[0])[1]
+                message += (f"; if the shell expanded an unquoted pattern into these, quote it: "
+                            f"'{folder}/*{ending}'")
         print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
         sys.exit(BAD_INPUT)
 

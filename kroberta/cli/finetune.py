@@ -23,7 +23,8 @@ from kroberta import cli
 
 
 def _parser():
-    p = cli.ArgumentParser(prog="python -m kroberta.finetune", description=__doc__.split("\n")[0])
+    p = cli.ArgumentParser(prog="python -m kroberta.finetune", inputs="--data",
+                           description=__doc__.split("\n")[0])
     p.add_argument("--run", help="the pretrained model: a run directory, a Hugging Face "
                    "export or a keras-hub preset")
     p.add_argument("--task", help="glue/<task> (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, "

@@ -79,6 +79,11 @@ def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: 
     """
     if seed is not None:
         keras.utils.set_random_seed(seed)
+    if config is not None and config.train.mixed_precision != mixed_precision:
+        # kroberta.load(run, mixed_precision=...) overrides the run's setting: the model's
+        # config says how it computes, for what is built from it (evaluation, a classifier).
+        config = dataclasses.replace(config, train=dataclasses.replace(
+            config.train, mixed_precision=mixed_precision))
     backbone = build_backbone(model_config, mixed_precision)
     model = MaskedLM(backbone=backbone, preprocessor=None, kroberta_config=config,
                      tokenizer=tokenizer, kroberta_step=step)

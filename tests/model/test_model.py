@@ -164,9 +164,11 @@ def test_load_of_an_unfinished_run_is_a_clear_error(tmp_path):
 
 
 def test_mixed_precision_keeps_float32_weights_and_bf16_compute():
-    model = build_model(TINY, mixed_precision=True, seed=0)
+    model = build_model(TINY, mixed_precision=True, seed=0, config=Config(model=TINY))
     assert all(w.dtype == "float32" for w in model.trainable_weights)
     assert model.backbone.dtype_policy.compute_dtype == "bfloat16"
+    # kroberta.load(run, mixed_precision=True) of a float32 run: the config says bf16 too.
+    assert model.kroberta_config.train.mixed_precision is True
     x, labels = _batch()
     assert np.isfinite(float(MaskedLMLoss()(labels, model(x))))
 
