@@ -18,6 +18,7 @@ from kroberta.errors import InputError
 import kroberta
 from kroberta import cli, storage
 from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS
+from kroberta.training import final_model
 from kroberta.inference.npz_file import write_npz
 
 # The prediction engine (JAX, Keras, TensorFlow) is imported when it is used, so that
@@ -84,7 +85,12 @@ def _main(args) -> int:
     elif not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
         folder = os.path.dirname(args.out)
         raise InputError(f"--out: the folder {folder!r} does not exist; create it first "
-                                f"(mkdir -p {folder})")
+                         f"(mkdir -p {folder})")
+    if storage.isfile(storage.join(args.run, final_model.CLASSIFIER_FILE)):
+        # kroberta.load's message names the Python call; this is the command's.
+        raise InputError(f"--run: {args.run} is a fine-tuned classifier, not a masked LM; "
+                         f"predict its labels with python -m kroberta.finetune --classifier "
+                         f"{args.run} --predict FILE --predictions OUT.jsonl")
     model = kroberta.load(args.run)
     chunks = prediction.predict_batches(model, args.data, output=args.output, k=args.k,
                                         positions=args.positions, batch_size=args.batch_size,

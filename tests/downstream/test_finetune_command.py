@@ -74,6 +74,13 @@ def test_a_run_writes_result_and_classifier_then_predicts(downstream_model, tmp_
                           "a", "--text-field", "b", "--predictions", str(tmp_path / "q.jsonl")]) == 2
     assert "--text-field: the classifier reads 1 text field(s) (text), got 2" in \
         capsys.readouterr().err
+    # The masked-LM prediction command on the classifier names the command that predicts it.
+    from kroberta.cli import predict
+
+    assert predict.main(["--run", str(out), "--data", validation,
+                         "--out", str(tmp_path / "p.npz")]) == 2
+    assert f"{out} is a fine-tuned classifier, not a masked LM; predict its labels with " \
+        f"python -m kroberta.finetune --classifier {out} --predict" in capsys.readouterr().err
 
 
 @pytest.mark.slow
