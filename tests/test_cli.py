@@ -43,6 +43,26 @@ def test_exit_codes_pass_through_and_other_errors_propagate(capsys):
         cli.run(_raise(RuntimeError("a bug, not bad input")))
 
 
+@pytest.mark.fast
+def test_running_out_of_device_memory_names_what_to_lower(capsys):
+    import jax.numpy as jnp
+
+    def allocate():  # 16 TiB: XLA's own error, raised before any memory is touched
+        jnp.ones((2**42,), jnp.float32).block_until_ready()
+
+    assert cli.run(allocate, when_out_of_memory="--batch-size") == 2
+    assert capsys.readouterr().err == (
+        "error: the device ran out of memory (RESOURCE_EXHAUSTED: Out of memory allocating "
+        f"{2**44} bytes.); lower --batch-size\n")
+    with pytest.raises(Exception, match="RESOURCE_EXHAUSTED"):  # a command that says nothing
+        cli.run(allocate)
+    # Other errors keep their ways: bad input, and a bug's traceback.
+    assert cli.run(_raise(ConfigError("bad key")), when_out_of_memory="--batch-size") == 2
+    assert capsys.readouterr().err == "error: bad key\n"
+    with pytest.raises(RuntimeError):
+        cli.run(_raise(RuntimeError("a bug")), when_out_of_memory="--batch-size")
+
+
 @pytest.mark.parametrize("command", ["train", "predict", "prepare", "export", "report", "evaluate"])
 def test_help_answers_without_starting_jax_keras_or_tensorflow(command):
     """`--help` (and a bad argument) needs none of the seconds those imports take."""

@@ -57,7 +57,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def run(body, *, interrupted: str = "interrupted",
-        also: tuple[type[BaseException], ...] = (), messages: str = "stderr") -> int:
+        also: tuple[type[BaseException], ...] = (), messages: str = "stderr",
+        when_out_of_memory: str | None = None) -> int:
     """Runs `body()` (which returns an exit code, None meaning 0) and maps its errors.
 
     Args:
@@ -66,6 +67,8 @@ def run(body, *, interrupted: str = "interrupted",
         also: other exception types that mean bad input to this command.
         messages: where the library's messages go: "stderr", or "stdout" for a command
             whose messages are its output (the report's summary).
+        when_out_of_memory: what to lower when XLA runs out of device memory
+            ("--batch-size"), or None to leave its error as it is.
     """
     try:
         with logs.configured(messages):  # the library's messages: one line each
@@ -79,6 +82,26 @@ def run(body, *, interrupted: str = "interrupted",
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         return INTERRUPTED
+    except Exception as error:  # after the kinds above: a re-raise here skips them
+        exhausted = _out_of_memory(error) if when_out_of_memory else None
+        if exhausted is None:
+            raise
+        print(f"error: {exhausted}; lower {when_out_of_memory}", file=sys.stderr)
+        return BAD_INPUT
+
+
+def _out_of_memory(error: Exception) -> str | None:
+    """What ran out of memory, in words, when `error` is XLA's out-of-memory error; else
+    None. (tf.data's, building too large a batch on the host, is an InputError already:
+    `kroberta.data.bad_records.explain_pipeline_error`.)"""
+    if "jax" not in sys.modules:
+        return None
+    from kroberta.perf import aot_programs
+
+    if not aot_programs.out_of_memory(error)[0]:
+        return None
+    # XLA's first line says how much it wanted; the rest is its traceback.
+    return f"the device ran out of memory ({str(error).splitlines()[0]})"
 
 
 def run_command(module_name: str, command: str):

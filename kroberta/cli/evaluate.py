@@ -50,4 +50,4 @@ def main(argv=None) -> int:
         print(json.dumps({"model": args.model, "data": args.data, **result}) if args.json
               else _table(args.model, args.data, result))
 
-    return cli.run(body)
+    return cli.run(body, when_out_of_memory="--batch-size")

@@ -142,5 +142,6 @@ def main(argv=None) -> int:
                    f"interrupted; the same command again resumes from the trials that finished "
                    f"(kept in {args.out})")
     return cli.run(lambda: _predict(args) if args.classifier else _run_tasks(args),
-                   also=(FileNotFoundError,), interrupted=interrupted)
+                   also=(FileNotFoundError,), interrupted=interrupted,
+                   when_out_of_memory="--batch-size (or --max-length)")
 

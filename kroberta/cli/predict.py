@@ -71,7 +71,7 @@ def _parser():
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     return cli.run(lambda: _main(args), interrupted="interrupted; nothing was written",
-                       also=(FileNotFoundError,))
+                   also=(FileNotFoundError,), when_out_of_memory="--batch-size")
 
 
 def _main(args) -> int:

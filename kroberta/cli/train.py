@@ -88,4 +88,6 @@ def _train(argv) -> int:
 
 def main(argv=None) -> int:
     # On KeyboardInterrupt mid-fit, train() has said which checkpoint is kept and how to resume.
-    return cli.run(lambda: _train(argv))
+    return cli.run(lambda: _train(argv), when_out_of_memory=(
+        "--train.batch_size_per_device (--train.gradient_accumulation_steps keeps the global "
+        "batch), or set --train.remat=full"))

@@ -18,6 +18,7 @@ from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.errors import InputError
 
 _ASSERT_MESSAGE = re.compile(r"<<(.*?)>>", re.S)
+_OUT_OF_MEMORY = re.compile(r"OOM when allocating tensor with shape\[[\d,]*\]")
 # TF quotes an unparseable payload's bytes in its error message and then fails to
 # decode them: the pipeline raises UnicodeDecodeError instead of its own error.
 PARSE_FAILURES = (tf.errors.InvalidArgumentError, UnicodeDecodeError)
@@ -102,6 +103,12 @@ def explain_pipeline_error(error: Exception, files, replay=None) -> InputError |
             except tf.errors.DataLossError:
                 return InputError(f"{path}: record {count}: corrupt or truncated TFRecord")
         return InputError(f"corrupt or truncated TFRecord: {_first_line(error)}")
+    if isinstance(error, tf.errors.ResourceExhaustedError):
+        # A batch too large for the host; TF's text names its ops, the shape is enough.
+        found = _OUT_OF_MEMORY.search(error.message)
+        return InputError("the host ran out of memory building a batch"
+                          + (f" ({found.group()})" if found else "")
+                          + "; lower the batch size (batch_size, --batch-size)")
     return None
 
 

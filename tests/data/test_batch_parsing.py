@@ -219,6 +219,17 @@ def test_a_bad_value_in_a_dataset_input_names_the_example(batched):
     assert message == f"inputs: example 21: input_ids[6] = {V + 9} is outside the vocabulary [0, {V})"
 
 
+def test_a_batch_too_large_for_the_host_names_the_shape_and_the_batch_size():
+    # What tf.data raised for kroberta.predict(..., batch_size=2**30): op names, no advice.
+    error = tf.errors.ResourceExhaustedError(None, None, (
+        "{{function_node __wrapped__IteratorGetNext}} Error in user-defined function passed to "
+        "ParallelMapDatasetV2: OOM when allocating tensor with shape[1073741824,64] and type "
+        "int32 on /job:localhost/replica:0/task:0/device:CPU:0 [[{{node PadV2_1}}]]"))
+    assert str(pipeline.explain_pipeline_error(error, ())) == (
+        "the host ran out of memory building a batch (OOM when allocating tensor with "
+        "shape[1073741824,64]); lower the batch size (batch_size, --batch-size)")
+
+
 def test_a_label_outside_the_vocabulary_in_a_dataset_input_names_the_example():
     """It gave a NaN loss."""
     config = dataclasses.replace(Config(), model=dataclasses.replace(
