@@ -44,7 +44,8 @@ def _summary(manifest, out_dir):
 
 def _parser():
     p = cli.ArgumentParser(
-        prog="python -m kroberta.prepare", inputs="--input", description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
+        prog="python -m kroberta.prepare", inputs="--input",
+        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--input", action="append",
