@@ -62,6 +62,10 @@ def test_report_without_metrics_is_a_clear_error(tmp_path, capsys):
     assert "no metrics.jsonl" in capsys.readouterr().err
     assert kroberta.cli.report.main([str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert kroberta.cli.report.main([str(tmp_path / "metrics.jsonl")]) == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path / 'metrics.jsonl'}: a file, not a run "
+                                       f"directory; give the directory that holds it ({tmp_path})\n")
 
 
 def test_a_real_run_logs_step_time_and_mfu_and_reports(tiny_data, tmp_path, monkeypatch):

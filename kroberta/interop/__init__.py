@@ -1,30 +1,102 @@
 """Other formats: Hugging Face transformers and keras-hub presets."""
 
+import contextlib
 import os
+import shutil
+import tempfile
 
-from kroberta.errors import InputError
+from kroberta.errors import ArgumentKindError, InputError, NotFoundError
 
 EXPORT_FORMATS = ("hf", "keras-hub")  # `kroberta.training.final_model.export`'s formats
+# A file that marks a directory as another kind of kroberta output, which an export into it
+# would mix with or replace: (file, what the directory is).
+_NOT_EXPORTS = (("config.toml", "a kroberta run"), ("checkpoints", "a kroberta run"),
+                ("classifier.json", "a fine-tuned classifier's folder"),
+                ("manifest.json", "prepared data"))
+# The file that marks each format's export (neither format writes the other's).
+_FORMAT_MARKERS = {"hf": ("model.safetensors", "a Hugging Face export"),
+                   "keras-hub": ("metadata.json", "a keras-hub preset")}
 
 
-def check_out_dir(out_dir: str, overwrite: bool, name: str = "out_dir") -> bool:
+def check_out_dir(out_dir, overwrite: bool, name: str = "out_dir",
+                  format: str | None = None) -> bool:
     """Refuses an `out_dir` that is a file, or a non-empty directory unless `overwrite`
-    (an export must not mix into, or replace, files it did not write); returns whether
-    it holds files. `name`: the argument the messages name."""
+    (an export must not mix into, or replace, files it did not write), and even then one
+    that holds a run, prepared data or the other `format`'s export; returns whether it
+    holds files. `name`: the argument the messages name."""
+    if not isinstance(out_dir, (str, os.PathLike)) or not os.fspath(out_dir):
+        raise ArgumentKindError(f"{name}: expected a directory's path, got {out_dir!r}")
+    out_dir = os.fspath(out_dir)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise InputError(f"{name} {out_dir}: exists and is not a directory")
     non_empty = os.path.isdir(out_dir) and bool(os.listdir(out_dir))
     if non_empty and not overwrite:
         raise InputError(f"{name} {out_dir}: directory is not empty (pass --overwrite, "
                          "overwrite=True in Python, to replace its export)")
+    if non_empty:
+        others = [marker for kind, marker in _FORMAT_MARKERS.items() if kind != format]
+        for file, kind in (*_NOT_EXPORTS, *others):
+            if os.path.exists(os.path.join(out_dir, file)):
+                raise InputError(f"{name} {out_dir}: holds {kind} ({file}), which an export "
+                                 "must not replace; export into a directory of its own")
     return non_empty
 
 
-def clear_export(out_dir: str, overwrite: bool, files) -> None:
-    """`check_out_dir`, then the `files` a previous export wrote there are removed, so
-    e.g. a stale tokenizer cannot survive the new export."""
-    if check_out_dir(out_dir, overwrite):
-        for name in files:
-            path = os.path.join(out_dir, name)
-            if os.path.isfile(path):
-                os.remove(path)
+def check_source_dir(directory, function: str) -> str:
+    """`directory` (a model directory to read) as a str; anything but a path, or a file's
+    path, refused with what to give instead."""
+    from kroberta import storage
+
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ArgumentKindError(
+            f"{function}: expected a directory's path, got {type(directory).__name__}"
+            + (" (a model already: use it as it is)" if hasattr(directory, "predict") else ""))
+    directory = os.fspath(directory)
+    if storage.isfile(directory):
+        raise NotFoundError(f"{directory}: a file, not a directory; give the directory that "
+                            f"holds it ({os.path.dirname(directory) or '.'})")
+    return directory
+
+
+def check_tokenizer(tokenizer, function: str):
+    """Refuses a `tokenizer` argument that is not a `tokenizers.Tokenizer` (or None)."""
+    from tokenizers import Tokenizer
+
+    if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+        raise ArgumentKindError(
+            f"{function}: tokenizer: expected a tokenizers.Tokenizer (the model's own is "
+            f"model.tokenizer; a file: tokenizers.Tokenizer.from_file(path)) or None, got "
+            f"{type(tokenizer).__name__}" + (" (overwrite is passed by name: overwrite=True)"
+                                              if isinstance(tokenizer, bool) else ""))
+
+
+@contextlib.contextmanager
+def staged_export(out_dir: str, overwrite: bool, files, format: str):
+    """Yields an empty directory beside `out_dir` to write a `format` export into; once
+    the export is whole it becomes `out_dir`. An interrupted or failed export leaves
+    `out_dir` as it was (a previous export included); with `overwrite`, the files of
+    `out_dir` that an export does not write (`files`) are kept."""
+    non_empty = check_out_dir(out_dir, overwrite, format=format)
+    out_dir = os.path.abspath(out_dir)
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.", suffix=".partial",
+                               dir=parent)
+    previous = staging + ".previous"
+    try:
+        yield staging
+        if non_empty:
+            written = {name.split("/")[0] for name in files}  # "assets/tokenizer/..." -> "assets"
+            for name in set(os.listdir(out_dir)) - written - set(os.listdir(staging)):
+                source = os.path.join(out_dir, name)
+                copy = shutil.copytree if os.path.isdir(source) else shutil.copy2
+                copy(source, os.path.join(staging, name))
+        if os.path.isdir(out_dir):
+            os.rename(out_dir, previous)
+        os.rename(staging, out_dir)
+    except BaseException:
+        if os.path.isdir(previous) and not os.path.exists(out_dir):
+            os.rename(previous, out_dir)  # interrupted between the two renames
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(previous, ignore_errors=True)

@@ -23,9 +23,8 @@ from kroberta.model.attention import attention_layers
 from kroberta.model.masked_lm import check_model
 from kroberta.model.layer_norm import epsilon_of
 from kroberta.model.mlm import build_model
-from kroberta.interop import clear_export, hf_weights
+from kroberta.interop import check_source_dir, check_tokenizer, hf_weights, staged_export
 from kroberta import storage
-from kroberta.atomic import atomic_path
 from kroberta import tokens
 from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
 from kroberta.text.tokenizer import HF_MERGES_FILE, HF_VOCABULARY_FILE, load_tokenizer
@@ -163,19 +162,18 @@ def export_hf(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> s
         `out_dir`.
     """
     if not hf_weights.is_classifier(model):
-        check_model(model, "export_hf")
+        check_model(model, "export_hf", out_dir, "kroberta.export_hf(model, out_dir)")
+    check_tokenizer(tokenizer, "export_hf")
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
-    clear_export(out_dir, overwrite, EXPORT_FILES)
-    os.makedirs(out_dir, exist_ok=True)
-    tensors = hf_weights.to_hf_tensors(model)
-    # transformers refuses safetensors files without this metadata.
-    with atomic_path(os.path.join(out_dir, SAFETENSORS_FILE)) as tmp:
-        save_file(tensors, tmp, metadata={"format": "pt"})
-    _write_json(os.path.join(out_dir, CONFIG_FILE), hf_config(model))
-    if tokenizer is not None:
-        _export_tokenizer(tokenizer, out_dir,
-                          getattr(model, "max_length", None) or model.backbone.max_sequence_length)
+    with staged_export(out_dir, overwrite, EXPORT_FILES, "hf") as staging:
+        # transformers refuses safetensors files without this metadata.
+        save_file(hf_weights.to_hf_tensors(model), os.path.join(staging, SAFETENSORS_FILE),
+                  metadata={"format": "pt"})
+        _write_json(os.path.join(staging, CONFIG_FILE), hf_config(model))
+        if tokenizer is not None:
+            _export_tokenizer(tokenizer, staging, getattr(model, "max_length", None)
+                              or model.backbone.max_sequence_length)
     return out_dir
 
 
@@ -214,7 +212,9 @@ def model_config_from_hf(hf: dict, source: str):
         return value
 
     if hf.get("model_type") != "roberta":
-        fail("model_type", f"kroberta imports 'roberta' models only, got {hf.get('model_type')!r}")
+        fail("model_type", f"kroberta imports 'roberta' models only, got {hf.get('model_type')!r}"
+             + ("; this is a keras-hub preset's config: read it with kroberta.from_keras_hub "
+                "(init_from_keras_hub in a config)" if "registered_name" in hf else ""))
     if hf.get("position_embedding_type", "absolute") != "absolute":
         fail("position_embedding_type", f"only 'absolute' is supported, got {hf['position_embedding_type']!r}")
     if hf.get("hidden_act", HIDDEN_ACT) != HIDDEN_ACT:
@@ -316,6 +316,7 @@ def from_hf(directory: str, mixed_precision: bool = False):
         ConversionError: the config or a tensor cannot be represented (names the key).
         InputError: the directory holds a fine-tuned classifier (`kroberta.load_classifier`).
     """
+    directory = check_source_dir(directory, "kroberta.from_hf")
     with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
         hf, config, tokenizer, tensors, source = read_hf_model(local, classifier=False)
     model = build_model(config.model, mixed_precision, config=config, tokenizer=tokenizer)

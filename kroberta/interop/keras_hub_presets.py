@@ -30,11 +30,10 @@ import keras_hub
 
 from kroberta.config import Config, DataConfig, ModelConfig, load_toml, to_toml
 from kroberta.errors import ConversionError
-from kroberta.interop import clear_export, hf_weights
+from kroberta.interop import check_source_dir, check_tokenizer, hf_weights, staged_export
 from kroberta.interop.hf import attention_dropout_of, bpe_of, check_kind, read_json_in, task_of
 from kroberta.model.masked_lm import check_model
 from kroberta import storage
-from kroberta.atomic import atomic_write
 from kroberta.model.layer_norm import epsilon_of
 from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE, build_model, stock_copy
 from kroberta.parallel.distribute import global_distribution
@@ -102,10 +101,17 @@ def export_keras_hub(model, out_dir: str, tokenizer=None, overwrite: bool = Fals
     """
     classifier = hf_weights.is_classifier(model)
     if not classifier:
-        check_model(model, "export_keras_hub")
-    clear_export(out_dir, overwrite, EXPORT_FILES)
+        check_model(model, "export_keras_hub", out_dir,
+                    "kroberta.export_keras_hub(model, out_dir)")
+    check_tokenizer(tokenizer, "export_keras_hub")
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
+    with staged_export(out_dir, overwrite, EXPORT_FILES, "keras-hub") as staging:
+        _write_preset(model, staging, tokenizer, classifier)
+    return out_dir
+
+
+def _write_preset(model, out_dir: str, tokenizer, classifier: bool):
     config = _recorded_config(getattr(model, "kroberta_config", None), model)
     preprocessor = classifier_preprocessor = None
     if tokenizer is not None:
@@ -121,20 +127,18 @@ def export_keras_hub(model, out_dir: str, tokenizer=None, overwrite: bool = Fals
         # preprocessor.json is the classifier's, at the model's length.
         classifier_preprocessor = keras_hub.models.RobertaTextClassifierPreprocessor(
             tokenizer=keras_hub_tokenizer, sequence_length=getattr(model, "max_length", None) or length)
-    os.makedirs(out_dir, exist_ok=True)
     stock = stock_copy(model, classifier_preprocessor if classifier else preprocessor)
     with global_distribution(None):  # saving builds variables: none of them a collective
         stock.save_to_preset(out_dir)
         if classifier_preprocessor is not None and not classifier:
             classifier_preprocessor.save_to_preset(out_dir)
     if config is not None:
-        with atomic_write(os.path.join(out_dir, KROBERTA_CONFIG_FILE), encoding="utf-8") as f:
+        with open(os.path.join(out_dir, KROBERTA_CONFIG_FILE), "w", encoding="utf-8") as f:
             f.write(to_toml(config))
     if classifier:
-        with atomic_write(os.path.join(out_dir, CLASSIFIER_FILE), encoding="utf-8") as f:
+        with open(os.path.join(out_dir, CLASSIFIER_FILE), "w", encoding="utf-8") as f:
             json.dump({"label_names": list(getattr(model, "label_names", None) or []) or None,
                        "task": task_of(model)}, f)
-    return out_dir
 
 
 # ---------------------------------------------------------------- import
@@ -147,7 +151,9 @@ def preset_model_config(directory: str):
     name = str(data.get("registered_name", ""))
     if not name.endswith(BACKBONE_NAME):
         raise ConversionError(f"{path}: registered_name: kroberta reads {BACKBONE_NAME} presets, got "
-                              f"{name or data.get('model_type') or 'none'!r}")
+                              f"{name or data.get('model_type') or 'none'!r}"
+                              + ("; this is a Hugging Face config: read it with kroberta.from_hf "
+                                 "(init_from_hf in a config)" if "model_type" in data else ""))
     values = data.get("config", {})
     for key in hf_weights.SHAPE_KEYS:
         if not isinstance(values.get(key), int) or isinstance(values.get(key), bool) or values[key] < 1:
@@ -194,6 +200,7 @@ def from_keras_hub(directory: str, mixed_precision: bool = False):
     Raises:
         InputError: the preset holds a fine-tuned classifier (`kroberta.load_classifier`).
     """
+    directory = check_source_dir(directory, "kroberta.from_keras_hub")
     with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
         config = preset_config(local, classifier=False)
         model = build_model(config.model, mixed_precision, seed=0, config=config,

@@ -455,12 +455,16 @@ def trace_count(model, kind: str) -> int:
     return _traces.get(model, {}).get(kind, 0)
 
 
-def check_model(model, where: str):
+def check_model(model, where: str, after=None, order: str | None = None):
     """Raises ArgumentKindError unless `model` is a `kroberta.MaskedLM` (as `kroberta.load`,
     `from_hf` and `from_keras_hub` return); a path given instead gets the call to load it,
-    a keras-hub model the call that makes it kroberta's."""
+    a keras-hub model the call that makes it kroberta's. `after`, `order`: the call's next
+    argument and its signature ("kroberta.save(model, run_dir)"): a model there and a path
+    here are named as swapped arguments."""
     if isinstance(model, MaskedLM):
         return
+    if order and isinstance(model, (str, os.PathLike)) and hasattr(after, "predict"):
+        raise ArgumentKindError(f"{where}: the model first, then the path: {order}")
     if isinstance(model, (str, os.PathLike)):
         hint = f"; load it first: model = kroberta.load({os.fspath(model)!r})"
     elif getattr(model, "task_spec", None) is not None:

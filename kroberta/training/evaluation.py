@@ -54,7 +54,7 @@ def evaluate(model, data, batch_size: int | None = None) -> dict:
     from kroberta.plan import make_plan
     from kroberta.training.run_data import run_data_for, validation_batches
 
-    check_model(model, "kroberta.evaluate")
+    check_model(model, "kroberta.evaluate", data, "kroberta.evaluate(model, data)")
     logs.show_messages()  # where the data are read from, as training says it
     config = _config_for(model, data)
     devices = make_plan(config).topology.devices

@@ -45,10 +45,7 @@ def save(model, run_dir: str):
     from kroberta.model.mlm import stock_copy
     from kroberta.parallel.distribute import global_distribution
 
-    if isinstance(model, (str, os.PathLike)) and hasattr(run_dir, "predict"):
-        raise ArgumentKindError("kroberta.save: the model first, then the directory: "
-                                "kroberta.save(model, run_dir)")
-    check_model(model, "kroberta.save")
+    check_model(model, "kroberta.save", run_dir, "kroberta.save(model, run_dir)")
     if not isinstance(run_dir, (str, os.PathLike)):
         raise ArgumentKindError(f"kroberta.save: run_dir: expected a directory's path, got "
                                 f"{type(run_dir).__name__} (kroberta.save(model, run_dir))")
@@ -250,7 +247,8 @@ def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> s
 
     if format not in EXPORT_FORMATS:
         raise InputError(f"--format {format!r}: expected one of {', '.join(EXPORT_FORMATS)}")
-    check_out_dir(out, overwrite, "--out")  # before the model is loaded: the mistake is named at once
+    # Before the model is loaded: the mistake is named at once.
+    check_out_dir(out, overwrite, "--out", format=format)
     try:
         if storage.isfile(storage.join(run, CLASSIFIER_FILE)):
             model = load_classifier(run)

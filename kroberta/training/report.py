@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 
 def read_metrics(run_dir: str) -> list[dict]:
     path = storage.join(run_dir, METRICS_FILE)
+    if storage.isfile(run_dir):
+        raise InputError(f"{run_dir}: a file, not a run directory; give the directory that "
+                         f"holds it ({os.path.dirname(run_dir) or '.'})")
     if not storage.isfile(path):
         what = "no such directory" if not storage.isdir(run_dir) else f"no {METRICS_FILE} in it"
         raise InputError(f"{run_dir}: {what}; train a run there first "

@@ -350,3 +350,117 @@ def test_python_exports_refuse_a_directory_holding_files(tmp_path):
     hf.export_hf(model, str(out), overwrite=True)
     assert (out / "notes.txt").read_text() == "mine"
     assert_same_weights(model, hf.from_hf(str(out)))
+
+
+def _tree(directory) -> dict:
+    """{relative path: bytes} of every file under `directory`."""
+    return {os.path.relpath(os.path.join(root, name), directory):
+            open(os.path.join(root, name), "rb").read()
+            for root, _, names in os.walk(directory) for name in names}
+
+
+def test_overwrite_never_replaces_a_run_data_or_the_other_format(tmp_path, capsys):
+    make_run(tmp_path / "run", tokenizer=tiny_tokenizer())
+    run = _tree(tmp_path / "run")
+    # The run's own directory as --out: the export's weights and tokenizer replaced the run's.
+    for out, kind in ((tmp_path / "run", "a kroberta run (config.toml)"),):
+        for format in ("hf", "keras-hub"):
+            assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out", str(out),
+                                             "--format", format, "--overwrite"]) == 2
+            assert capsys.readouterr().err == (
+                f"error: --out {out}: holds {kind}, which an export must not replace; export "
+                "into a directory of its own\n")
+    assert _tree(tmp_path / "run") == run
+    model = randomized_model()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "manifest.json").write_text("{}")
+    with pytest.raises(InputError, match=r"holds prepared data \(manifest.json\)"):
+        kroberta.export_hf(model, str(tmp_path / "data"), overwrite=True)
+    # An export of the other format: the two would mix into a directory neither library reads.
+    kroberta.export_hf(model, str(tmp_path / "hf"))
+    hf_files = _tree(tmp_path / "hf")
+    with pytest.raises(InputError, match=r"holds a Hugging Face export \(model.safetensors\)"):
+        kroberta.export_keras_hub(model, str(tmp_path / "hf"), overwrite=True)
+    kroberta.export_keras_hub(model, str(tmp_path / "preset"))
+    with pytest.raises(InputError, match=r"holds a keras-hub preset \(metadata.json\)"):
+        kroberta.export_hf(model, str(tmp_path / "preset"), overwrite=True)
+    assert _tree(tmp_path / "hf") == hf_files
+
+
+@pytest.mark.parametrize("format", ["hf", "keras-hub"])
+def test_an_interrupted_export_leaves_the_previous_one_whole(tmp_path, monkeypatch, format):
+    import keras_hub
+
+    model = randomized_model()
+    export = kroberta.export_hf if format == "hf" else kroberta.export_keras_hub
+    out = tmp_path / "export"
+    export(model, str(out), tokenizer=tiny_tokenizer())
+    (out / "README.md").write_text("a model card")
+    before = _tree(out)
+
+    def interrupted(*args, **kwargs):  # Ctrl-C after the weights were written
+        raise KeyboardInterrupt
+
+    if format == "hf":
+        monkeypatch.setattr(hf, "_export_tokenizer", interrupted)
+    else:  # the classifier preprocessor's files, saved after the model's
+        monkeypatch.setattr(keras_hub.models.RobertaTextClassifierPreprocessor, "save_to_preset",
+                            interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export(randomized_model(seed=3), str(out), tokenizer=tiny_tokenizer(), overwrite=True)
+    assert _tree(out) == before
+    assert sorted(os.listdir(tmp_path)) == ["export"]  # no partial directory beside it
+    (tmp_path / "new").mkdir()
+    with pytest.raises(KeyboardInterrupt):  # a new export: nothing at all is left
+        export(model, str(tmp_path / "new" / "export"), tokenizer=tiny_tokenizer())
+    assert os.listdir(tmp_path / "new") == []
+    monkeypatch.undo()
+    export(randomized_model(seed=3), str(out), overwrite=True)  # without a tokenizer now
+    assert (out / "README.md").read_text() == "a model card"  # the user's file is kept
+    assert "tokenizer.json" not in os.listdir(out)  # the previous export's is not
+    assert_same_weights(randomized_model(seed=3), (hf.from_hf if format == "hf" else
+                                                   kroberta.from_keras_hub)(str(out)))
+
+
+def test_export_arguments_of_the_wrong_kind_write_nothing(tmp_path):
+    from kroberta.errors import ArgumentKindError
+
+    model = randomized_model()
+    for export in (kroberta.export_hf, kroberta.export_keras_hub):
+        with pytest.raises(ArgumentKindError, match=r"tokenizer: expected a tokenizers.Tokenizer.*"
+                                                    r"got bool \(overwrite is passed by name"):
+            export(model, str(tmp_path / "out"), True)
+        with pytest.raises(ArgumentKindError, match="tokenizer: .*got str"):
+            export(model, str(tmp_path / "out"), str(tmp_path / "tokenizer.json"))
+        with pytest.raises(ArgumentKindError, match="out_dir: expected a directory's path, got ''"):
+            export(model, "")
+    assert os.listdir(tmp_path) == []
+
+
+def test_reading_the_wrong_thing_says_what_to_give(tmp_path):
+    from kroberta.errors import ArgumentKindError, NotFoundError
+
+    model = randomized_model()
+    kroberta.export_hf(model, str(tmp_path / "hf"))
+    kroberta.export_keras_hub(model, str(tmp_path / "preset"))
+    for read in (kroberta.from_hf, kroberta.from_keras_hub):
+        with pytest.raises(ArgumentKindError, match=r"expected a directory's path, got MaskedLM "
+                                                    r"\(a model already: use it as it is\)"):
+            read(model)
+        with pytest.raises(NotFoundError, match=rf"config.json: a file, not a directory; give "
+                                                rf"the directory that holds it \({tmp_path / 'hf'}\)"):
+            read(str(tmp_path / "hf" / "config.json"))
+    with pytest.raises(ConversionError, match=r"got None; this is a keras-hub preset's config: "
+                                              r"read it with kroberta.from_keras_hub"):
+        kroberta.from_hf(str(tmp_path / "preset"))
+    with pytest.raises(ConversionError, match=r"got 'roberta'; this is a Hugging Face config: "
+                                              r"read it with kroberta.from_hf"):
+        kroberta.from_keras_hub(str(tmp_path / "hf"))
+    # Swapped arguments are named as such, not as a path to load.
+    for call, name in ((kroberta.export_hf, "export_hf"), (kroberta.export_keras_hub,
+                                                           "export_keras_hub")):
+        with pytest.raises(ArgumentKindError, match=rf"the model first, then the path: "
+                                                    rf"kroberta.{name}\(model, out_dir\)"):
+            call(str(tmp_path / "out"), model)
+    with pytest.raises(ArgumentKindError, match=r"kroberta.evaluate\(model, data\)"):
+        kroberta.evaluate(str(tmp_path / "data"), model)

@@ -129,7 +129,7 @@ def test_save_refuses_a_run_of_another_shape_and_arguments_of_the_wrong_kind(tmp
         kroberta.save(model, str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]  # nothing written
     with pytest.raises(ArgumentKindError, match=r"kroberta.save: the model first, then the "
-                                                r"directory: kroberta.save\(model, run_dir\)"):
+                                                r"path: kroberta.save\(model, run_dir\)"):
         kroberta.save(str(tmp_path), model)
     with pytest.raises(ArgumentKindError, match=r"kroberta.save: run_dir: expected a directory's "
                                                 r"path, got int"):
