@@ -316,3 +316,20 @@ def free_bytes(path) -> int:
     """Free space where `path`'s files are written first: the disk holding `path`, or for a
     URL the local temporary directory that stages its checkpoints and weights."""
     return shutil.disk_usage(tempfile.gettempdir() if is_url(path) else path).free
+
+
+@contextlib.contextmanager
+def reading(path, what: str = "file"):
+    """A library's error reading the `what` at `path` becomes one InputError naming it:
+    h5py's OSError on a truncated .h5, Orbax's ValueError on a damaged checkpoint, Keras'
+    ValueError on weights of another shape. kroberta's own errors pass as they are."""
+    from kroberta.errors import InputError, KrobertaError
+
+    try:
+        yield
+    except KrobertaError:
+        raise
+    except (OSError, ValueError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise InputError(f"{path}: cannot read this {what}: damaged, truncated or not this "
+                         f"model's ({first[:300]})") from None

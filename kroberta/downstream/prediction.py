@@ -19,6 +19,7 @@ from kroberta.errors import ConversionError, InputError, NotFoundError
 from kroberta.config import to_toml
 from kroberta.downstream import classifiers
 from kroberta.downstream import encoding
+from kroberta import storage
 from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec
 from kroberta.training.final_model import (CLASSIFIER_FILE, CONFIG_FILE, TOKENIZER_FILE,
                                            load_run_config, load_tokenizer)
@@ -98,7 +99,8 @@ def _load(directory: str):
     names = description["label_names"]
     config = load_run_config(directory)
     classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
-    classifier.load_weights(paths[WEIGHTS_FILE])
+    with storage.reading(paths[WEIGHTS_FILE], "weights file"):
+        classifier.load_weights(paths[WEIGHTS_FILE])
     return describe(classifier, config, load_tokenizer(directory), spec, names,
                     description["max_length"])
 

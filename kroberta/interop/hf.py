@@ -15,7 +15,6 @@ import os
 
 import keras
 from safetensors.numpy import load_file, save_file
-from tokenizers import Tokenizer
 
 from kroberta.config import FOLLOW_DROPOUT, Config, ModelConfig
 from kroberta.errors import ConversionError, InputError, NotFoundError
@@ -260,8 +259,13 @@ def model_config_from_hf(hf: dict, source: str):
 
 
 def _load_safetensors(path: str) -> dict:
+    from safetensors import SafetensorError
+
     try:
         return load_file(path)
+    except SafetensorError as e:  # a truncated or damaged file
+        raise InputError(f"{path}: cannot read this weights file: damaged or truncated "
+                         f"({e})") from None
     except (TypeError, ValueError) as e:
         # numpy has no bfloat16: read such files through torch when it is there.
         try:
@@ -334,13 +338,11 @@ def read_hf_model(directory: str, classifier: bool):
     model_config = model_config_from_hf(hf, os.path.join(directory, CONFIG_FILE))
     tensors, source = read_hf_tensors(directory)
     tokenizer = None
-    tokenizer_path = os.path.join(directory, TOKENIZER_FILE)
-    if os.path.isfile(tokenizer_path):
-        tokenizer = Tokenizer.from_file(tokenizer_path)
-    elif all(os.path.isfile(os.path.join(directory, name))
-             for name in (HF_VOCABULARY_FILE, HF_MERGES_FILE)):
-        # The slow tokenizer's files, as training from this checkpoint reads them: without
-        # them the model has no tokenizer to check prepared data against.
+    present = {name for name in (TOKENIZER_FILE, HF_VOCABULARY_FILE, HF_MERGES_FILE)
+               if os.path.isfile(os.path.join(directory, name))}
+    if TOKENIZER_FILE in present or {HF_VOCABULARY_FILE, HF_MERGES_FILE} <= present:
+        # tokenizer.json, or the slow tokenizer's files, as training from this checkpoint
+        # reads them: without them the model has no tokenizer to check prepared data against.
         tokenizer = load_tokenizer(directory)
     # A default `Config` with the imported model section (and the tokenizer's special ids).
     config = Config(model=model_config)

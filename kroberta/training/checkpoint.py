@@ -275,7 +275,8 @@ def restore(model, path: str, optimizer: bool = True) -> dict:
     import orbax.checkpoint as ocp
 
     groups = _variables(model) if optimizer else {"model": list(model.variables)}
-    with storage.local_copy(path) as local, _checkpointer() as checkpointer:
+    with (storage.local_copy(path) as local, _checkpointer() as checkpointer,
+          storage.reading(path, "checkpoint")):
         local = os.path.abspath(local)
         meta = checkpointer.restore(local, args=ocp.args.Composite(
             meta=ocp.args.JsonRestore()))["meta"]

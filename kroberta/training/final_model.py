@@ -191,8 +191,9 @@ def _model(path: str, mixed_precision: bool | None, checkpoint_path: str | None 
     if checkpoint_path:
         checkpoint.restore(model, checkpoint_path, optimizer=False)
     else:
-        with storage.local_copy(storage.join(path, WEIGHTS_FILE)) as local:  # h5: a local file
-            model.load_weights(local)
+        weights = storage.join(path, WEIGHTS_FILE)
+        with storage.local_copy(weights) as local, storage.reading(weights, "weights file"):
+            model.load_weights(local)  # h5: a local file
     return model
 
 
@@ -234,7 +235,12 @@ def load_tokenizer(run_dir: str):
         return None
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_str(storage.read_text(tokenizer_path))
+    text = storage.read_text(tokenizer_path)
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as e:  # the library raises a bare Exception on malformed JSON
+        raise InputError(f"{tokenizer_path}: cannot read this tokenizer: damaged or not a "
+                         f"tokenizer's JSON ({e})") from None
 
 
 def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str:

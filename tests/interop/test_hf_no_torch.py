@@ -464,3 +464,36 @@ def test_reading_the_wrong_thing_says_what_to_give(tmp_path):
             call(str(tmp_path / "out"), model)
     with pytest.raises(ArgumentKindError, match=r"kroberta.evaluate\(model, data\)"):
         kroberta.evaluate(str(tmp_path / "data"), model)
+
+
+def _truncate(path, size=100):
+    with open(path, "r+b") as f:
+        f.truncate(size)
+
+
+def test_damaged_files_are_one_error_naming_the_file(tmp_path, capsys):
+    make_run(tmp_path / "run", tokenizer=tiny_tokenizer())
+    model = kroberta.load(str(tmp_path / "run"))
+    kroberta.export_hf(model, str(tmp_path / "hf"))
+    kroberta.export_keras_hub(model, str(tmp_path / "preset"))
+    (tmp_path / "hf" / "tokenizer.json").write_text('{"version": "1.0", "truncated')
+    with pytest.raises(InputError, match=rf"{tmp_path / 'hf' / 'tokenizer.json'}"):
+        kroberta.from_hf(str(tmp_path / "hf"))
+    damaged = [(tmp_path / "run" / "model.weights.h5", kroberta.load, tmp_path / "run"),
+               (tmp_path / "hf" / "model.safetensors", kroberta.from_hf, tmp_path / "hf"),
+               (tmp_path / "preset" / "task.weights.h5", kroberta.from_keras_hub,
+                tmp_path / "preset")]
+    for path, read, directory in damaged:  # a copy cut short
+        _truncate(path)
+        with pytest.raises(InputError, match=r"cannot read this .*: damaged"):
+            read(str(directory))
+    assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out",
+                                     str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {tmp_path / 'run' / 'model.weights.h5'}: cannot read this "
+                            "weights file: damaged, truncated or not this model's (")
+    assert error.count("\n") == 1
+    (tmp_path / "run" / "tokenizer.json").write_text('{"version": "1.0", "truncated')
+    with pytest.raises(InputError, match=rf"{tmp_path / 'run' / 'tokenizer.json'}: cannot read "
+                                         r"this tokenizer: damaged"):
+        kroberta.load(str(tmp_path / "run"))

@@ -145,6 +145,17 @@ def test_keeps_only_the_last_checkpoints(tiny_data, tmp_path):
     train(tiny_config(tiny_data, run_dir, steps=60, checkpoint_every=10, eval_every=0,
                            keep_checkpoints=3))
     assert [s for s, _ in checkpoint.list_checkpoints(str(run_dir))] == [40, 50, 60]
+    # A checkpoint whose data files were cut short (a partial copy): one error naming it.
+    import glob
+
+    import kroberta
+
+    step = dict(checkpoint.list_checkpoints(str(run_dir)))[60]
+    for path in glob.glob(os.path.join(step, "state", "**", "d", "*"), recursive=True):
+        with open(path, "r+b") as f:
+            f.truncate(10)
+    with pytest.raises(InputError, match=rf"{step}: cannot read this checkpoint: damaged"):
+        kroberta.load(str(run_dir), checkpoint=60)
 
 
 def test_nan_loss_stops_with_the_step_and_the_run_resumes_from_the_last_good_checkpoint(
