@@ -149,7 +149,18 @@ def test_a_wrong_argument_is_one_line_and_names_an_expanded_pattern(tmp_path, ca
     with pytest.raises(SystemExit):
         parser.parse_args(["--inptu", str(tmp_path / "a.txt")])
     assert capsys.readouterr().err == (f"python -m kroberta.x: error: unrecognized arguments: "
-                                       f"--inptu {tmp_path / 'a.txt'} (see --help)\n")
+                                       f"--inptu {tmp_path / 'a.txt'}; --inptu: did you mean "
+                                       f"--input? (see --help)\n")
+    # A misspelt required flag: argparse names the missing one first, the typo is named too.
+    required = cli.ArgumentParser(prog="python -m kroberta.x")
+    required.add_argument("--model", required=True)
+    required.add_argument("--data")
+    for argv, hint in ((["--modle", "m"], "--modle: did you mean --model?"),
+                       (["--zzz", "m"], "--zzz: unrecognized")):
+        with pytest.raises(SystemExit):
+            required.parse_args(argv)
+        assert capsys.readouterr().err == ("python -m kroberta.x: error: the following arguments "
+                                           f"are required: --model; {hint} (see --help)\n")
     with pytest.raises(SystemExit) as exited:
         parser.parse_args(["--labels", "dynamic"])
     assert exited.value.code == 2

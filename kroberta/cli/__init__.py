@@ -8,6 +8,7 @@
 """
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -22,24 +23,38 @@ PREEMPTED = 143  # 128 + SIGTERM, as if the signal had ended the process
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse's parser whose errors are one line (no usage block) with exit code 2, and
-    which names the likely cause of extra path arguments: the input option left out, or a
-    pattern the shell expanded."""
+    """argparse's parser whose errors are one line (no usage block) with exit code 2, which
+    names a misspelt flag's likely meaning and the likely cause of extra path arguments: the
+    input option left out, or a pattern the shell expanded."""
 
     def __init__(self, *args, inputs: str | None = None, **kwargs):
         """`inputs`: the option that takes the command's input paths (`--input`), named
         when paths are given without it."""
+        self._flags = []  # before argparse adds --help through add_argument
         # `--vocab 500` must not quietly mean `--vocab-size 500`: a flag is spelled whole.
         super().__init__(*args, allow_abbrev=False, **kwargs)
         self._inputs = inputs
         self._words = []
+
+    def add_argument(self, *names, **kwargs):
+        self._flags.extend(name for name in names if name.startswith("-"))  # for `error`
+        return super().add_argument(*names, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
         self._words = list(sys.argv[1:] if args is None else args)  # for `error`
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
-        extra = message.removeprefix("unrecognized arguments:").split()
+        # A misspelt flag, named with the one meant; `--modle x` makes argparse name the
+        # missing `--model` first. (Dotted words are train's config keys, checked there.)
+        for word in dict.fromkeys(word.split("=")[0] for word in self._words):
+            if word.startswith("--") and "." not in word and word not in self._flags:
+                close = difflib.get_close_matches(word, self._flags, n=1)
+                if close:
+                    message += f"; {word}: did you mean {close[0]}?"
+                elif not message.startswith("unrecognized arguments:"):
+                    message += f"; {word}: unrecognized"
+        extra = message.removeprefix("unrecognized arguments:").split(";")[0].split()
         # An unknown option (`--inptu x.csv`) explains its own words; paths alone suggest a
         # left-out option or a pattern.
         if (message.startswith("unrecognized arguments:") and any(map(os.path.exists, extra))

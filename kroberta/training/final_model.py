@@ -9,9 +9,11 @@ A run directory holds `config.toml` (the resolved config), `model.weights.h5`
 import dataclasses
 import logging
 import os
+import re
 
 from kroberta.training import checkpoint
-from kroberta.training.checkpoint import list_checkpoints  # `load`'s argument is named checkpoint
+# `load`'s argument is named checkpoint: the module's names it uses, by name.
+from kroberta.training.checkpoint import CHECKPOINT_DIR, list_checkpoints
 from kroberta.config import load_toml, to_toml
 from kroberta import storage
 from kroberta.errors import ArgumentKindError, InputError, NotFoundError
@@ -114,9 +116,18 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
                          f"kroberta.load_classifier({path!r})")
     if not storage.isfile(storage.join(path, CONFIG_FILE)):
         finished = "" if checkpoint is not None else "finished "
-        other = ("; it holds a config.json: read a Hugging Face directory with kroberta.from_hf, "
-                 "a keras-hub preset with kroberta.from_keras_hub"
-                 if storage.isfile(storage.join(path, "config.json")) else "")
+        parent, name = os.path.split(os.path.normpath(path))
+        if storage.isfile(storage.join(path, "config.json")):
+            other = ("; it holds a config.json: read a Hugging Face directory with "
+                     "kroberta.from_hf, a keras-hub preset with kroberta.from_keras_hub")
+        elif storage.isfile(storage.join(path, "manifest.json")):
+            other = "; it is prepared data (manifest.json), not a model"
+        elif os.path.basename(parent) == CHECKPOINT_DIR and re.fullmatch(r"step_\d+", name):
+            run = os.path.dirname(parent)
+            other = (f"; it is a checkpoint of the run {run}: give the run (kroberta.load("
+                     f"{run!r}, checkpoint={int(name[5:])}); the commands take its latest)")
+        else:
+            other = ""
         raise NotFoundError(f"{path}: not a {finished}kroberta run ({CONFIG_FILE} is missing)"
                             + other)
     if checkpoint is not None:

@@ -114,6 +114,10 @@ TRAINING_KEYS = {
               "min_learning_rate", "decay_steps", "decay_fraction"),
 }
 CHANGES_FILE = "config_changes.jsonl"
+# Other outputs a run would mix into: (the file that marks one, what it is).
+_NOT_RUNS = (("manifest.json", "prepared data"),
+             (final_model.CLASSIFIER_FILE, "a fine-tuned classifier's folder"),
+             ("model.safetensors", "a Hugging Face export"), ("metadata.json", "a keras-hub preset"))
 
 
 def _comparable(section: str, key: str, value):
@@ -158,6 +162,10 @@ def prepare_run_dir(config: Config, force: bool, write: bool = True,
 
     Every process checks; only process 0 (`write`) changes the run directory.
     """
+    for marker, kind in _NOT_RUNS:
+        if storage.isfile(storage.join(config.run_dir, marker)):
+            raise ConfigError(f"run_dir: {config.run_dir} holds {kind} ({marker}); a run goes "
+                              "into a directory of its own: use another --run_dir")
     storage.makedirs(config.run_dir)
     path = storage.join(config.run_dir, final_model.CONFIG_FILE)
     saved = checkpoint.list_checkpoints(config.run_dir)

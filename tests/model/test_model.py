@@ -158,6 +158,15 @@ def test_load_of_an_unfinished_run_is_a_clear_error(tmp_path):
     with pytest.raises(KrobertaError, match=r"config.toml is missing\); it holds a config.json: "
                                             r"read a Hugging Face directory with kroberta.from_hf"):
         final_model.load(str(tmp_path))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "manifest.json").write_text("{}")
+    with pytest.raises(KrobertaError, match=r"it is prepared data \(manifest.json\), not a model"):
+        final_model.load(str(tmp_path / "data"))
+    step = tmp_path / "checkpoints" / "step_00000020"
+    step.mkdir(parents=True)
+    with pytest.raises(KrobertaError, match=rf"it is a checkpoint of the run {tmp_path}: give the "
+                                            rf"run \(kroberta.load\('{tmp_path}', checkpoint=20\)"):
+        final_model.load(str(step))
     (tmp_path / "config.toml").write_text("")
     with pytest.raises(KrobertaError, match=r"checkpoint: expected None.*got 'latest'"):
         final_model.load(str(tmp_path), checkpoint="latest")

@@ -175,6 +175,16 @@ def test_refuses_to_resume_a_different_model(trained_run, tiny_data):
         train(other)
 
 
+def test_a_run_dir_holding_other_output_is_refused_before_any_write(tiny_data, tmp_path):
+    data = tmp_path / "data"  # as prepare leaves it: the run would mix into it
+    data.mkdir()
+    (data / "manifest.json").write_text("{}")
+    with pytest.raises(ConfigError, match=rf"run_dir: {data} holds prepared data "
+                                          r"\(manifest.json\); a run goes into a directory of its own"):
+        train(tiny_config(tiny_data, data))
+    assert os.listdir(data) == ["manifest.json"]
+
+
 def test_a_new_start_is_not_a_new_model(trained_run, tiny_data, tmp_path):
     # model.initializer_range shapes only the first weights; the checkpoint holds them.
     import dataclasses
