@@ -45,6 +45,15 @@ def test_report_draws_a_png_and_summarizes(tmp_path, caplog):
     assert summary["compile_seconds"] == 12.5
     out = caplog.text
     assert "best loss 3.5" in out and "MFU" in out and "compile 12.5 s" in out
+    assert "steps: 200   final" in out  # no config.toml: nothing says how many were planned
+    # A run stopped early (--until-step, Ctrl-C) says so against its config's train.steps.
+    from kroberta.config import Config, to_toml
+
+    (tmp_path / "config.toml").write_text(to_toml(Config()))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="kroberta"):
+        assert report(str(tmp_path))["planned_steps"] == Config().train.steps
+    assert f"steps: 200 of {Config().train.steps} (unfinished)   final" in caplog.text
 
 
 @pytest.mark.fast

@@ -15,6 +15,7 @@ import statistics
 from kroberta import storage
 from kroberta.errors import ArgumentKindError, InputError
 from kroberta.runtime import logs
+from kroberta.training import final_model
 from kroberta.training.run_dir import METRICS_FILE, metrics_rows
 
 REPORT_FILE = "report.png"
@@ -119,7 +120,9 @@ def _format(summary: dict) -> list[str]:
         value = summary.get(key)
         return fmt.format(value) if isinstance(value, (int, float)) else "-"
 
-    lines = [f"steps: {summary['steps']}   final train loss: {g('final_train_loss')}"]
+    planned = summary.get("planned_steps")
+    unfinished = f" of {planned} (unfinished)" if planned and summary["steps"] < planned else ""
+    lines = [f"steps: {summary['steps']}{unfinished}   final train loss: {g('final_train_loss')}"]
     if "final_validation_loss" in summary:
         lines.append(f"validation: final loss {g('final_validation_loss')}, accuracy "
                      f"{g('final_validation_accuracy')}; best loss {g('best_validation_loss')} "
@@ -148,9 +151,10 @@ def report(run_dir: str, show: bool | None = None) -> dict:
         show: display the picture inline; None = when running in a Jupyter notebook.
 
     Returns:
-        The summary (steps, final and best losses, median throughput and MFU, compile
-        time, grad_norm when logged, the best kept checkpoint), with `report_png` (the picture's path) and `figure` (the matplotlib
-        Figure, for further use) added.
+        The summary (steps, the config's `planned_steps`, final and best losses, median
+        throughput and MFU, compile time, grad_norm when logged, the best kept checkpoint),
+        with `report_png` (the picture's path) and `figure` (the matplotlib Figure, for
+        further use) added.
     """
     from kroberta.training import console, signals
 
@@ -160,6 +164,8 @@ def report(run_dir: str, show: bool | None = None) -> dict:
     logs.show_messages()
     rows = read_metrics(run_dir)
     summary = summarize(rows)
+    if storage.isfile(storage.join(run_dir, final_model.CONFIG_FILE)):
+        summary["planned_steps"] = final_model.load_run_config(run_dir).train.steps
     best = signals.best_checkpoint(run_dir)
     if best is not None:
         summary.update(best_checkpoint_step=best[0], best_checkpoint=best[1],
