@@ -33,11 +33,11 @@ def atomic_path(path):
             os.remove(tmp)
         raise
     if os.path.isfile(tmp):
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~umask())
     os.replace(tmp, path)
 
 
-def _umask() -> int:
+def umask() -> int:
     """The process's umask, read without changing it where Linux shows it (another thread
     creating a file meanwhile would get the wrong mode); else set and restored."""
     with contextlib.suppress(OSError, ValueError, IndexError):

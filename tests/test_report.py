@@ -54,6 +54,11 @@ def test_report_draws_a_png_and_summarizes(tmp_path, caplog):
     with caplog.at_level("INFO", logger="kroberta"):
         assert report(str(tmp_path))["planned_steps"] == Config().train.steps
     assert f"steps: 200 of {Config().train.steps} (unfinished)   final" in caplog.text
+    (tmp_path / "model.weights.h5").write_bytes(b"")  # ended: stopped early, not unfinished
+    caplog.clear()
+    with caplog.at_level("INFO", logger="kroberta"):
+        report(str(tmp_path))
+    assert f"steps: 200 of {Config().train.steps} (stopped early)   final" in caplog.text
 
 
 @pytest.mark.fast

@@ -5,25 +5,26 @@ import os
 import shutil
 import tempfile
 
+from kroberta.atomic import umask
 from kroberta.errors import ArgumentKindError, InputError, NotFoundError
 
 EXPORT_FORMATS = ("hf", "keras-hub")  # `kroberta.training.final_model.export`'s formats
 # A file that marks a directory as another kind of kroberta output, which an export into it
 # would mix with or replace: (file, what the directory is).
-_NOT_EXPORTS = (("config.toml", "a kroberta run"), ("checkpoints", "a kroberta run"),
-                ("classifier.json", "a fine-tuned classifier's folder"),
+_NOT_EXPORTS = (("classifier.json", "a fine-tuned classifier's folder"),
+                ("config.toml", "a kroberta run"), ("checkpoints", "a kroberta run"),
                 ("manifest.json", "prepared data"))
 # The file that marks each format's export (neither format writes the other's).
 _FORMAT_MARKERS = {"hf": ("model.safetensors", "a Hugging Face export"),
                    "keras-hub": ("metadata.json", "a keras-hub preset")}
 
 
-def check_out_dir(out_dir, overwrite: bool, name: str = "out_dir",
-                  format: str | None = None) -> bool:
+def check_out_dir(out_dir, overwrite: bool, name: str, format: str) -> bool:
     """Refuses an `out_dir` that is a file, or a non-empty directory unless `overwrite`
     (an export must not mix into, or replace, files it did not write), and even then one
-    that holds a run, prepared data or the other `format`'s export; returns whether it
-    holds files. `name`: the argument the messages name."""
+    that holds no `format` export (a run, a run's subfolder, prepared data, the other
+    format's export); returns whether it holds files. `name`: the argument the messages
+    name."""
     if not isinstance(out_dir, (str, os.PathLike)) or not os.fspath(out_dir):
         raise ArgumentKindError(f"{name}: expected a directory's path, got {out_dir!r}")
     out_dir = os.fspath(out_dir)
@@ -39,6 +40,11 @@ def check_out_dir(out_dir, overwrite: bool, name: str = "out_dir",
             if os.path.exists(os.path.join(out_dir, file)):
                 raise InputError(f"{name} {out_dir}: holds {kind} ({file}), which an export "
                                  "must not replace; export into a directory of its own")
+        marker, kind = _FORMAT_MARKERS[format]
+        if not os.path.exists(os.path.join(out_dir, marker)):
+            raise InputError(f"{name} {out_dir}: holds files, but not {kind} ({marker} is "
+                             "missing); --overwrite replaces an export of the same format only: "
+                             "export into a directory of its own")
     return non_empty
 
 
@@ -76,12 +82,18 @@ def staged_export(out_dir: str, overwrite: bool, files, format: str):
     the export is whole it becomes `out_dir`. An interrupted or failed export leaves
     `out_dir` as it was (a previous export included); with `overwrite`, the files of
     `out_dir` that an export does not write (`files`) are kept."""
-    non_empty = check_out_dir(out_dir, overwrite, format=format)
+    non_empty = check_out_dir(out_dir, overwrite, "out_dir", format)
     out_dir = os.path.abspath(out_dir)
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.", suffix=".partial",
                                dir=parent)
+    # mkdtemp's directory is its owner's only; the export gets the mode a directory made
+    # here would have (or the one it replaces has).
+    if os.path.isdir(out_dir):
+        shutil.copymode(out_dir, staging)
+    else:
+        os.chmod(staging, 0o777 & ~umask())
     previous = staging + ".previous"
     try:
         yield staging
@@ -99,4 +111,7 @@ def staged_export(out_dir: str, overwrite: bool, files, format: str):
             os.rename(previous, out_dir)  # interrupted between the two renames
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    shutil.rmtree(previous, ignore_errors=True)
+    try:
+        shutil.rmtree(previous, ignore_errors=True)
+    finally:  # a Ctrl-C while it is removed: the export is in place, its leftover goes too
+        shutil.rmtree(previous, ignore_errors=True)

@@ -24,6 +24,7 @@ from kroberta.model.layer_norm import epsilon_of
 from kroberta.model.mlm import build_model
 from kroberta.interop import check_source_dir, check_tokenizer, hf_weights, staged_export
 from kroberta import storage
+from kroberta.atomic import atomic_path
 from kroberta import tokens
 from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
 from kroberta.text.tokenizer import HF_MERGES_FILE, HF_VOCABULARY_FILE, load_tokenizer
@@ -154,8 +155,9 @@ def export_hf(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> s
             `overwrite`.
         tokenizer: a `tokenizers.Tokenizer` to export alongside; None uses
             `model.tokenizer` when the model has one, else no tokenizer is written.
-        overwrite: export into a non-empty `out_dir`, replacing the files an export
-            writes (a previous export's, tokenizer included); other files stay.
+        overwrite: replace the export of this format in `out_dir` (its tokenizer
+            included); the files an export does not write stay. A directory holding
+            no such export is refused even so.
 
     Returns:
         `out_dir`.
@@ -166,9 +168,10 @@ def export_hf(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> s
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
     with staged_export(out_dir, overwrite, EXPORT_FILES, "hf") as staging:
-        # transformers refuses safetensors files without this metadata.
-        save_file(hf_weights.to_hf_tensors(model), os.path.join(staging, SAFETENSORS_FILE),
-                  metadata={"format": "pt"})
+        # transformers refuses safetensors files without this metadata; atomic_path gives
+        # the file the usual mode (save_file makes it its owner's only).
+        with atomic_path(os.path.join(staging, SAFETENSORS_FILE)) as path:
+            save_file(hf_weights.to_hf_tensors(model), path, metadata={"format": "pt"})
         _write_json(os.path.join(staging, CONFIG_FILE), hf_config(model))
         if tokenizer is not None:
             _export_tokenizer(tokenizer, staging, getattr(model, "max_length", None)

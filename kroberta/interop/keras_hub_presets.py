@@ -177,12 +177,12 @@ def _load_weights_into(model, directory: str):
     """Copies the preset's weights into `model` (same shape); returns whether the MLM
     head came from the preset (a backbone-only preset leaves the head as it was)."""
     if os.path.isfile(os.path.join(directory, TASK_WEIGHTS_FILE)):
-        with storage.reading(directory, "preset's weights"):
+        with storage.reading(os.path.join(directory, TASK_WEIGHTS_FILE), "weights file"):
             task = keras_hub.models.RobertaMaskedLM.from_preset(directory, preprocessor=None,
                                                                 dtype="float32")
         model.set_weights(task.get_weights())
         return True
-    with storage.reading(directory, "preset's weights"):
+    with storage.reading(os.path.join(directory, "model.weights.h5"), "weights file"):
         backbone = keras_hub.models.RobertaBackbone.from_preset(directory, dtype="float32")
     model.backbone.set_weights(backbone.get_weights())
     return False

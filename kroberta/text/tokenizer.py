@@ -102,7 +102,8 @@ def load_tokenizer(path):
     try:
         tokenizer = Tokenizer.from_str(gfile_read_text(json_path))
     except Exception as e:  # the library raises a bare Exception on malformed JSON
-        raise InputError(f"cannot read tokenizer {json_path}: {e}") from None
+        raise InputError(f"{json_path}: cannot read this tokenizer: damaged or not a "
+                         f"tokenizer's JSON ({e})") from None
     special_token_ids(tokenizer, source=json_path)
     return tokenizer
 

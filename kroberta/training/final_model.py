@@ -265,7 +265,7 @@ def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> s
     if format not in EXPORT_FORMATS:
         raise InputError(f"--format {format!r}: expected one of {', '.join(EXPORT_FORMATS)}")
     # Before the model is loaded: the mistake is named at once.
-    check_out_dir(out, overwrite, "--out", format=format)
+    check_out_dir(out, overwrite, "--out", format)
     try:
         if storage.isfile(storage.join(run, CLASSIFIER_FILE)):
             model = load_classifier(run)

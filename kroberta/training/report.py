@@ -121,8 +121,9 @@ def _format(summary: dict) -> list[str]:
         return fmt.format(value) if isinstance(value, (int, float)) else "-"
 
     planned = summary.get("planned_steps")
-    unfinished = f" of {planned} (unfinished)" if planned and summary["steps"] < planned else ""
-    lines = [f"steps: {summary['steps']}{unfinished}   final train loss: {g('final_train_loss')}"]
+    short = (f" of {planned} ({'stopped early' if summary.get('finished') else 'unfinished'})"
+             if planned and summary["steps"] < planned else "")
+    lines = [f"steps: {summary['steps']}{short}   final train loss: {g('final_train_loss')}"]
     if "final_validation_loss" in summary:
         lines.append(f"validation: final loss {g('final_validation_loss')}, accuracy "
                      f"{g('final_validation_accuracy')}; best loss {g('best_validation_loss')} "
@@ -151,9 +152,9 @@ def report(run_dir: str, show: bool | None = None) -> dict:
         show: display the picture inline; None = when running in a Jupyter notebook.
 
     Returns:
-        The summary (steps, the config's `planned_steps`, final and best losses, median
-        throughput and MFU, compile time, grad_norm when logged, the best kept checkpoint),
-        with `report_png` (the picture's path) and `figure` (the matplotlib Figure, for
+        The summary (steps, the config's `planned_steps` and whether the run `finished`,
+        final and best losses, median throughput and MFU, compile time, grad_norm when
+        logged, the best kept checkpoint), with `report_png` (the picture's path) and `figure` (the matplotlib Figure, for
         further use) added.
     """
     from kroberta.training import console, signals
@@ -166,6 +167,8 @@ def report(run_dir: str, show: bool | None = None) -> dict:
     summary = summarize(rows)
     if storage.isfile(storage.join(run_dir, final_model.CONFIG_FILE)):
         summary["planned_steps"] = final_model.load_run_config(run_dir).train.steps
+        # The final model is written when a run ends, early stopping included.
+        summary["finished"] = storage.isfile(storage.join(run_dir, final_model.WEIGHTS_FILE))
     best = signals.best_checkpoint(run_dir)
     if best is not None:
         summary.update(best_checkpoint_step=best[0], best_checkpoint=best[1],

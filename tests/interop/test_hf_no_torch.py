@@ -346,10 +346,12 @@ def test_python_exports_refuse_a_directory_holding_files(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError, match="file: exists and is not a directory"):
         kroberta.export_hf(model, str(tmp_path / "file"))
-    # overwrite=True replaces what an export writes and keeps the rest.
-    hf.export_hf(model, str(out), overwrite=True)
-    assert (out / "notes.txt").read_text() == "mine"
-    assert_same_weights(model, hf.from_hf(str(out)))
+    # overwrite=True replaces an export only: these files are no export.
+    for export in (kroberta.export_hf, kroberta.export_keras_hub):
+        with pytest.raises(InputError, match=rf"out_dir {out}: holds files, but not .* is missing\); "
+                                             r"--overwrite replaces an export of the same format"):
+            export(model, str(out), overwrite=True)
+    assert sorted(os.listdir(out)) == ["config.json", "notes.txt"]
 
 
 def _tree(directory) -> dict:
@@ -371,6 +373,13 @@ def test_overwrite_never_replaces_a_run_data_or_the_other_format(tmp_path, capsy
                 f"error: --out {out}: holds {kind}, which an export must not replace; export "
                 "into a directory of its own\n")
     assert _tree(tmp_path / "run") == run
+    # A run's subfolder (its logs, checkpoints) holds no export either.
+    (tmp_path / "run" / "tensorboard").mkdir()
+    (tmp_path / "run" / "tensorboard" / "events.out.tfevents.1").write_text("")
+    assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out",
+                                     str(tmp_path / "run" / "tensorboard"), "--overwrite"]) == 2
+    assert "holds files, but not a Hugging Face export (model.safetensors is missing)" in \
+        capsys.readouterr().err
     model = randomized_model()
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "manifest.json").write_text("{}")
@@ -497,3 +506,32 @@ def test_damaged_files_are_one_error_naming_the_file(tmp_path, capsys):
     with pytest.raises(InputError, match=rf"{tmp_path / 'run' / 'tokenizer.json'}: cannot read "
                                          r"this tokenizer: damaged"):
         kroberta.load(str(tmp_path / "run"))
+
+
+def test_an_export_has_the_usual_modes_and_no_leftover_when_interrupted_at_its_end(
+        tmp_path, monkeypatch):
+    import shutil
+
+    from kroberta.atomic import umask
+    from kroberta import interop
+
+    model = randomized_model()
+    out = tmp_path / "export"
+    kroberta.export_hf(model, str(out))
+    # Not mkdtemp's owner-only 0700 (nor safetensors' 0600): others may read an export.
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask()
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask()
+    removals, rmtree = [], shutil.rmtree
+
+    def interrupted_once(path, ignore_errors=False):  # Ctrl-C while the old export is removed
+        removals.append(path)
+        if len(removals) == 1:
+            raise KeyboardInterrupt
+        rmtree(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(interop.shutil, "rmtree", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        kroberta.export_hf(randomized_model(seed=3), str(out), overwrite=True)
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == ["export"]  # the old one went all the same
+    assert_same_weights(randomized_model(seed=3), hf.from_hf(str(out)))
