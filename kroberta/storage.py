@@ -318,6 +318,23 @@ def free_bytes(path) -> int:
     return shutil.disk_usage(tempfile.gettempdir() if is_url(path) else path).free
 
 
+def directory_argument(path, function: str, what: str = "directory") -> str:
+    """A public function's directory argument as a str: anything but a path (a model
+    included), or a file's path, refused with what to give instead. `what`: the kind of
+    directory the messages name ("run directory")."""
+    from kroberta.errors import ArgumentKindError
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentKindError(f"{function}: expected a {what}'s path, got "
+                                f"{type(path).__name__}" + (" (a model already: use it as it is)"
+                                                            if hasattr(path, "predict") else ""))
+    path = os.fspath(path)
+    if isfile(path):
+        raise NotFoundError(f"{path}: a file, not a {what}; give the directory that holds it "
+                            f"({os.path.dirname(path) or '.'})")
+    return path
+
+
 @contextlib.contextmanager
 def reading(path, what: str = "file"):
     """A library's error reading the `what` at `path` becomes one InputError naming it:

@@ -6,7 +6,7 @@ import shutil
 import tempfile
 
 from kroberta.atomic import umask
-from kroberta.errors import ArgumentKindError, InputError, NotFoundError
+from kroberta.errors import ArgumentKindError, InputError
 
 EXPORT_FORMATS = ("hf", "keras-hub")  # `kroberta.training.final_model.export`'s formats
 # A file that marks a directory as another kind of kroberta output, which an export into it
@@ -46,22 +46,6 @@ def check_out_dir(out_dir, overwrite: bool, name: str, format: str) -> bool:
                              "missing); --overwrite replaces an export of the same format only: "
                              "export into a directory of its own")
     return non_empty
-
-
-def check_source_dir(directory, function: str) -> str:
-    """`directory` (a model directory to read) as a str; anything but a path, or a file's
-    path, refused with what to give instead."""
-    from kroberta import storage
-
-    if not isinstance(directory, (str, os.PathLike)):
-        raise ArgumentKindError(
-            f"{function}: expected a directory's path, got {type(directory).__name__}"
-            + (" (a model already: use it as it is)" if hasattr(directory, "predict") else ""))
-    directory = os.fspath(directory)
-    if storage.isfile(directory):
-        raise NotFoundError(f"{directory}: a file, not a directory; give the directory that "
-                            f"holds it ({os.path.dirname(directory) or '.'})")
-    return directory
 
 
 def check_tokenizer(tokenizer, function: str):

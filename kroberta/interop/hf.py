@@ -22,7 +22,7 @@ from kroberta.model.attention import attention_layers
 from kroberta.model.masked_lm import check_model
 from kroberta.model.layer_norm import epsilon_of
 from kroberta.model.mlm import build_model
-from kroberta.interop import check_source_dir, check_tokenizer, hf_weights, staged_export
+from kroberta.interop import check_tokenizer, hf_weights, staged_export
 from kroberta import storage
 from kroberta.atomic import atomic_path
 from kroberta import tokens
@@ -323,7 +323,7 @@ def from_hf(directory: str, mixed_precision: bool = False):
         ConversionError: the config or a tensor cannot be represented (names the key).
         InputError: the directory holds a fine-tuned classifier (`kroberta.load_classifier`).
     """
-    directory = check_source_dir(directory, "kroberta.from_hf")
+    directory = storage.directory_argument(directory, "kroberta.from_hf")
     with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
         hf, config, tokenizer, tensors, source = read_hf_model(local, classifier=False)
     model = build_model(config.model, mixed_precision, config=config, tokenizer=tokenizer)

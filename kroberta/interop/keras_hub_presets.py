@@ -30,7 +30,7 @@ import keras_hub
 
 from kroberta.config import Config, DataConfig, ModelConfig, load_toml, to_toml
 from kroberta.errors import ConversionError
-from kroberta.interop import check_source_dir, check_tokenizer, hf_weights, staged_export
+from kroberta.interop import check_tokenizer, hf_weights, staged_export
 from kroberta.interop.hf import attention_dropout_of, bpe_of, check_kind, read_json_in, task_of
 from kroberta.model.masked_lm import check_model
 from kroberta import storage
@@ -203,7 +203,7 @@ def from_keras_hub(directory: str, mixed_precision: bool = False):
     Raises:
         InputError: the preset holds a fine-tuned classifier (`kroberta.load_classifier`).
     """
-    directory = check_source_dir(directory, "kroberta.from_keras_hub")
+    directory = storage.directory_argument(directory, "kroberta.from_keras_hub")
     with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
         config = preset_config(local, classifier=False)
         model = build_model(config.model, mixed_precision, seed=0, config=config,

@@ -9,11 +9,10 @@ the lowest validation loss, `kroberta.load(run_dir, checkpoint="best")`).
 
 import logging
 import math
-import os
 import statistics
 
 from kroberta import storage
-from kroberta.errors import ArgumentKindError, InputError
+from kroberta.errors import InputError
 from kroberta.runtime import logs
 from kroberta.training import final_model
 from kroberta.training.run_dir import METRICS_FILE, metrics_rows
@@ -33,9 +32,6 @@ logger = logging.getLogger(__name__)
 
 def read_metrics(run_dir: str) -> list[dict]:
     path = storage.join(run_dir, METRICS_FILE)
-    if storage.isfile(run_dir):
-        raise InputError(f"{run_dir}: a file, not a run directory; give the directory that "
-                         f"holds it ({os.path.dirname(run_dir) or '.'})")
     if not storage.isfile(path):
         what = "no such directory" if not storage.isdir(run_dir) else f"no {METRICS_FILE} in it"
         raise InputError(f"{run_dir}: {what}; train a run there first "
@@ -154,14 +150,12 @@ def report(run_dir: str, show: bool | None = None) -> dict:
     Returns:
         The summary (steps, the config's `planned_steps` and whether the run `finished`,
         final and best losses, median throughput and MFU, compile time, grad_norm when
-        logged, the best kept checkpoint), with `report_png` (the picture's path) and `figure` (the matplotlib Figure, for
-        further use) added.
+        logged, the best kept checkpoint), with `report_png` (the picture's path) and
+        `figure` (the matplotlib Figure, for further use) added.
     """
     from kroberta.training import console, signals
 
-    if not isinstance(run_dir, (str, os.PathLike)):
-        raise ArgumentKindError(f"kroberta.report: expected a run directory's path, got "
-                                f"{type(run_dir).__name__}")
+    run_dir = storage.directory_argument(run_dir, "kroberta.report", "run directory")
     logs.show_messages()
     rows = read_metrics(run_dir)
     summary = summarize(rows)
