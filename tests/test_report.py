@@ -71,6 +71,23 @@ def test_the_report_command_prints_its_summary_on_stdout(tmp_path, capsys):
 
 
 @pytest.mark.fast
+def test_a_reader_that_left_gets_no_logging_tracebacks(tmp_path, capsys, monkeypatch):
+    # `python -m kroberta.report RUN | head -1`: every line after the first met a closed pipe.
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+    _write_rows(tmp_path)
+    monkeypatch.setattr("sys.stdout", Closed())
+    assert kroberta.cli.report.main([str(tmp_path)]) == 0
+    monkeypatch.undo()
+    assert "Logging error" not in capsys.readouterr().err
+
+
+@pytest.mark.fast
 def test_report_without_metrics_is_a_clear_error(tmp_path, capsys):
     assert kroberta.cli.report.main([str(tmp_path)]) == 2
     assert "no metrics.jsonl" in capsys.readouterr().err

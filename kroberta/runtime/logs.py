@@ -51,6 +51,12 @@ class _StandardStream(logging.StreamHandler):
     def stream(self, value):  # StreamHandler.__init__ sets it: the name decides instead
         pass
 
+    def handleError(self, record):
+        # `python -m kroberta.report RUN | head -1`: the reader is gone, so the other lines
+        # have nowhere to go; logging's traceback for each of them would say nothing.
+        if not isinstance(sys.exc_info()[1], BrokenPipeError):
+            super().handleError(record)
+
 
 def _install(stream_name: str):
     logger = logging.getLogger(PACKAGE)
