@@ -15,9 +15,13 @@ import argparse
 import dataclasses
 import json
 import os
+import sys
 
 from kroberta.errors import InputError
 from kroberta import cli
+from kroberta.downstream import rate_grid
+
+RANDOM_START_DIR = "random-start"  # --out's folder for the random start's classifier
 
 # JAX, Keras and TensorFlow load in the functions that use them: --help answers at once.
 
@@ -33,13 +37,21 @@ def _parser():
     p.add_argument("--data", help="the GLUE directory, or the labelled training file")
     p.add_argument("--validation", help="the labelled validation file")
     p.add_argument("--text-field", action="append", default=None,
-                   help="the field of the text; twice for a pair (default: text; with "
-                   "--predict: the classifier's)")
+                   help="the field of the text; twice for a pair (default: text, else the "
+                   "fields besides the label, as run_glue; with --predict: the classifier's)")
     p.add_argument("--label-field", default="label", help="the field of the label")
     p.add_argument("--kind", default="classification", choices=("classification", "regression"))
     p.add_argument("--learning-rates", help="comma-separated grid (default: by model size)")
+    p.add_argument("--baseline-learning-rates", help="the random start's own grid (default: "
+                   "as --learning-rates)")
+    p.add_argument("--widen", action=argparse.BooleanOptionalAction, default=True,
+                   help="while the best rate is at an edge of its grid, add the rate 3x beyond "
+                   "it (default: on)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per learning rate")
-    p.add_argument("--epochs", type=int, default=3, help="passes over the training data (1-5)")
+    p.add_argument("--epochs", type=int, default=3, help="the most passes over the training "
+                   "data; each trial keeps its best epoch")
+    p.add_argument("--early-stopping", type=int, default=None, metavar="PATIENCE",
+                   help="stop a trial after PATIENCE epochs without a better validation score")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per step, all devices")
     p.add_argument("--max-length", type=int, default=None, help="tokens per sequence")
     p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=None,
@@ -49,24 +61,55 @@ def _parser():
                    "trials (the same command again resumes an interrupted fine-tune)")
     p.add_argument("--classifier", help="a fine-tuned classifier's folder (--out), to predict")
     p.add_argument("--predict", help="a labelled-format file whose texts --classifier predicts")
-    p.add_argument("--predictions", help="the JSON-lines file predictions go to")
+    p.add_argument("--predictions", help="the JSON-lines file predictions go to (and, for a "
+                   "file with labels, its metrics to PREDICTIONS.metrics.json)")
+    p.add_argument("--per-class", action="store_true",
+                   help="also print precision, recall and F1 of each class")
     return p
 
 
-def _rates(text):
-    try:
-        return tuple(float(r) for r in text.split(",")) if text else None
-    except ValueError:
-        raise InputError(f"--learning-rates {text!r}: expected numbers separated by "
-                         "commas, e.g. 1e-5,3e-5") from None
-
-
 def _row(result, name=None) -> str:
-    """One table row: task (or `name`), metric, median [min, max] over seeds per split, best rate."""
+    """One table row: task (or `name`), metric, median [min, max] over seeds per split, best
+    rate, and how many of its trials diverged."""
     scores = ", ".join(f"{split} {100 * result.median[split]:.1f} "
                        f"[{100 * result.low[split]:.1f}, {100 * result.high[split]:.1f}]"
                        for split in result.median)
-    return f"{name or result.task:<12} {result.metric:<9} {scores}  (lr {result.best_learning_rate:g})"
+    trials = [t for t in result.trials if t.learning_rate == result.best_learning_rate]
+    diverged = sum(t.diverged is not None for t in trials)
+    note = f", {diverged} of {len(trials)} seeds diverged" if diverged else ""
+    return (f"{name or result.task:<12} {result.metric:<9} {scores}  "
+            f"(lr {result.best_learning_rate:g}{note})")
+
+
+def _kept(result, folder) -> str:
+    """Which trial the saved classifier is, its own score beside its rate's median."""
+    kept = result.kept
+    return (f"{'':<12} classifier: lr {kept.learning_rate:g} seed {kept.seed} epoch "
+            f"{kept.best_epoch}, {result.split} {result.metric} "
+            f"{100 * kept.scores[result.split][result.metric]:.1f} (the best seed; the row's "
+            f"median {100 * result.median[result.split]:.1f})" + (f" -> {folder}" if folder else ""))
+
+
+def _comparison(comparison) -> str:
+    return (f"{'':<12} pretrained - random: {100 * comparison['difference']:+.1f} points "
+            f"({100 * comparison['confidence']:.0f}% interval {100 * comparison['low']:+.1f} to "
+            f"{100 * comparison['high']:+.1f}; {comparison['method']})")
+
+
+def _per_class_table(per_class: dict) -> str:
+    lines = []
+    for split, classes in per_class.items():
+        width = max(12, *(len(str(name)) for name in classes))
+        lines.append(f"{split:<{width}} {'precision':>9} {'recall':>7} {'f1':>7} {'support':>8}")
+        lines += [f"{str(name):<{width}} {100 * c['precision']:9.1f} {100 * c['recall']:7.1f} "
+                  f"{100 * c['f1']:7.1f} {c['support']:8d}" for name, c in classes.items()]
+    return "\n".join(lines)
+
+
+def _write_json(path: str, value):
+    """Strict JSON (no bare NaN, which JSON readers refuse)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=1, allow_nan=False)
 
 
 def _run_tasks(args) -> int:
@@ -80,17 +123,27 @@ def _run_tasks(args) -> int:
     for task in tasks:
         out = os.path.join(args.out, task.split("/")[-1]) if args.suite and args.out else args.out
         result = finetune(args.run, task, args.data, args.validation,
-                          text_fields=tuple(args.text_field or ("text",)),
+                          text_fields=tuple(args.text_field) if args.text_field else None,
                           label_field=args.label_field, kind=args.kind,
-                          learning_rates=_rates(args.learning_rates), seeds=args.seeds,
-                          epochs=args.epochs, batch_size=args.batch_size,
+                          learning_rates=rate_grid.parse(args.learning_rates),
+                          baseline_learning_rates=rate_grid.parse(
+                              args.baseline_learning_rates, "--baseline-learning-rates"),
+                          widen=args.widen, seeds=args.seeds, epochs=args.epochs,
+                          early_stopping=args.early_stopping, batch_size=args.batch_size,
                           max_length=args.max_length, baseline=baseline, out=out)
         averages.append(result.median[result.split])
+        random_folder = os.path.join(out, RANDOM_START_DIR) if out else None
         if out:
             save_classifier(result.classifier, out)  # creates the folder
-            with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as f:
-                json.dump(result.to_json(), f, indent=1)
-        rows = [_row(result)] + ([_row(result.baseline, "random init")] if result.baseline else [])
+            if result.baseline:
+                save_classifier(result.baseline.classifier, random_folder)
+            _write_json(os.path.join(out, "result.json"), result.to_json())
+        rows = [_row(result), _kept(result, out)]
+        if result.baseline:
+            rows += [_row(result.baseline, "random init"), _kept(result.baseline, random_folder),
+                     _comparison(result.comparison)]
+        if args.per_class and result.per_class:
+            rows.append(_per_class_table(result.per_class))
         print("\n".join(rows), flush=True)
     if args.suite:
         print(f"{'average':<12} {'':<9} {100 * sum(averages) / len(averages):.1f}")
@@ -98,7 +151,9 @@ def _run_tasks(args) -> int:
 
 
 def _predict(args) -> int:
-    from kroberta.downstream import examples, prediction
+    import numpy as np
+
+    from kroberta.downstream import examples, metrics, prediction
 
     folder = os.path.dirname(os.path.abspath(args.predictions))
     if not os.path.isdir(folder):  # before the seconds of loading and predicting
@@ -111,20 +166,47 @@ def _predict(args) -> int:
                              f"text field(s) ({', '.join(spec.text_fields)}), got "
                              f"{len(args.text_field)}")
         spec = dataclasses.replace(spec, text_fields=tuple(args.text_field))
+    # A file with labels (its first record has the label field) is scored too.
     labelled = examples.read_labelled(args.predict, spec, classifier.label_names,
-                                      require_labels=False)[0]
+                                      require_labels=None)[0]
     predicted = prediction.predict_texts(classifier, labelled.texts)
+    outputs = predicted["values"] if "values" in predicted else predicted["probabilities"]
+    finite = np.isfinite(outputs)
+    broken = int(np.sum(~(finite.all(-1) if finite.ndim > 1 else finite)))
+    if broken:  # never a bare NaN in the file: null, and a word why
+        print(f"warning: {broken} of {len(labelled)} prediction(s) are not finite numbers (written "
+              f"as null): the classifier's weights in {args.classifier} are damaged", file=sys.stderr)
     with open(args.predictions, "w", encoding="utf-8") as f:
         for i in range(len(labelled)):
             if "values" in predicted:
-                record = {"value": float(predicted["values"][i])}
+                value = float(predicted["values"][i])
+                record = {"value": value if np.isfinite(value) else None}
             else:
                 # Each probability under its class's name: the order needs no explaining.
-                record = {"label": predicted["labels"][i],
-                          "probabilities": {str(name): round(float(p), 6) for name, p in zip(
-                              classifier.label_names, predicted["probabilities"][i])}}
-            f.write(json.dumps(record) + "\n")
+                row = predicted["probabilities"][i]
+                record = {"label": predicted["labels"][i] if np.isfinite(row).all() else None,
+                          "probabilities": {str(name): round(float(p), 6) if np.isfinite(p)
+                                            else None
+                                            for name, p in zip(classifier.label_names, row)}}
+            f.write(json.dumps(record, allow_nan=False) + "\n")
     print(f"wrote {args.predictions}: {len(labelled)} prediction(s)")
+    if labelled.has_labels:
+        if "values" in predicted:
+            chosen = predicted["values"]
+        else:
+            chosen = predicted["probabilities"].argmax(-1)
+        names = spec.metrics(len(classifier.label_names or ()))
+        scores = metrics.score(names, labelled.labels, chosen)
+        result = {"file": args.predict, "examples": len(labelled), "metrics": scores}
+        print(f"{args.predict}: " + ", ".join(f"{k} {100 * v:.1f}" for k, v in scores.items()))
+        if classifier.label_names:
+            per_class = metrics.per_class(labelled.labels, chosen, len(classifier.label_names))
+            result["per_class"] = dict(zip(classifier.label_names, per_class))
+            if args.per_class:
+                print(_per_class_table({os.path.basename(args.predict): result["per_class"]}))
+        path = os.path.splitext(args.predictions)[0] + ".metrics.json"
+        _write_json(path, result)
+        print(f"wrote {path}")
     return 0
 
 

@@ -54,18 +54,21 @@ class TaskSpec:
         if self.kind == REGRESSION:
             extra = ("pearson", "spearman")
         else:
-            extra = ("accuracy", "f1", "matthews") if num_classes == 2 else ("accuracy",)
+            extra = (("accuracy", "f1", "matthews", "macro_f1") if num_classes == 2
+                     else ("accuracy", "macro_f1"))
         return (self.metric,) + tuple(m for m in extra if m != self.metric)
 
 
 @dataclasses.dataclass(frozen=True)
 class LabelledSet:
     """One split: `texts` holds one list of strings per text field (n each); `labels`
-    is (n,) int32 class ids or float32 values."""
+    is (n,) int32 class ids or float32 values (zeros when `has_labels` is False: texts
+    to predict)."""
 
     path: str
     texts: tuple
     labels: np.ndarray
+    has_labels: bool = True
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -133,7 +136,54 @@ def _value(raw, spec: TaskSpec, path: str, where: str) -> float:
     return value
 
 
-def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: bool = True):
+ID_COLUMNS = ("id", "idx", "index", "guid")  # never a text: left out when fields are chosen
+
+
+def _check_path(path: str) -> str:
+    """The record format of a labelled file; an error when it is missing or of no format read."""
+    if not (storage.gfile_isfile(path) or recordfiles.is_dataset_dir(path)):
+        raise InputError(f"{path}: no such file")
+    fmt = recordfiles.record_format(path)
+    if fmt is None:
+        raise InputError(f"{path}: not a labelled file kroberta reads (.tsv, .csv, .jsonl, .json, "
+                         ".parquet, optionally .gz, or a datasets directory)")
+    return fmt
+
+
+def first_record_fields(path: str, quoting: int | None = None) -> list:
+    """The field names of a labelled file's first record (a CSV/TSV's header)."""
+    fmt = _check_path(path)
+    kwargs = {} if quoting is None else {"quoting": quoting}
+    for where, record in recordfiles.iter_records(path, fmt, {}, **kwargs):
+        if not isinstance(record, dict):
+            raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, not an object")
+        return list(record)
+    raise InputError(f"{path}: holds no records")
+
+
+def choose_text_fields(path: str, label_field: str) -> tuple:
+    """The text field(s) of a labelled file when none is named, as Hugging Face's run_glue
+    chooses them: "text" when the file has it; else "sentence1" and "sentence2"; else its
+    columns other than the label (and an id column): one is a single text, two a pair."""
+    fields = first_record_fields(path)
+    if "text" in fields:
+        return ("text",)
+    if "sentence1" in fields and "sentence2" in fields:
+        chosen = ("sentence1", "sentence2")
+    else:
+        chosen = tuple(f for f in fields if f != label_field and str(f).lower() not in ID_COLUMNS)
+        if not 1 <= len(chosen) <= 2:
+            raise InputError(
+                f"{path}: no field 'text', and {len(chosen)} fields besides the label "
+                f"{label_field!r} ({', '.join(map(str, chosen)) or 'none'}); name the text with "
+                "--text-field (twice for a pair)")
+    logger.info("%s: no field 'text'; reading %s (the fields besides the label %r; name others "
+                "with --text-field)", path, " and ".join(map(repr, chosen)) +
+                (" as a text pair" if len(chosen) == 2 else " as the text"), label_field)
+    return chosen
+
+
+def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: bool | None = True):
     """Reads one labelled file with prepare's readers (each format parsed one way).
 
     Args:
@@ -142,17 +192,16 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
         spec: the task.
         label_names: the class names in id order (from the training file); None to
             take them from this file (spec.labels when the task fixes them).
-        require_labels: False for texts to predict: labels are then read as 0.
+        require_labels: False for texts to predict: labels are then read as 0 (and
+            `has_labels` is False); None: read when the first record has the label
+            field (a labelled file given to predict, to score it), else as False.
 
     Returns:
         (LabelledSet, label_names): label_names is None for regression.
     """
-    if not (storage.gfile_isfile(path) or recordfiles.is_dataset_dir(path)):
-        raise InputError(f"{path}: no such file")
-    fmt = recordfiles.record_format(path)
-    if fmt is None:
-        raise InputError(f"{path}: not a labelled file kroberta reads (.tsv, .csv, .jsonl, .json, "
-                         ".parquet, optionally .gz, or a datasets directory)")
+    fmt = _check_path(path)
+    if require_labels is None:
+        require_labels = spec.label_field in first_record_fields(path, spec.quoting)
     # field -> the option that names it, for a CSV header or Arrow schema that lacks it.
     fields = dict.fromkeys(spec.text_fields, recordfiles.TEXT_FIELD_OPTION)
     if require_labels:
@@ -177,7 +226,7 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
         raise InputError(f"{path}: holds no records")
     if not require_labels:
         zeros = np.zeros(len(texts[0]), np.float32 if spec.kind == REGRESSION else np.int32)
-        return LabelledSet(path, tuple(texts), zeros), label_names
+        return LabelledSet(path, tuple(texts), zeros, has_labels=False), label_names
     if spec.kind == REGRESSION:
         labels = np.array([_value(v, spec, path, w) for v, w in zip(raw_labels, wheres)],
                           np.float32)

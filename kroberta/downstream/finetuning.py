@@ -6,7 +6,6 @@ standard directory, or, with no data, the embedded standard-library task
 from a random initialisation of the same shape, which shows what pretraining is worth.
 """
 
-import dataclasses
 import functools
 import logging
 import os
@@ -15,8 +14,10 @@ import numpy as np
 
 from kroberta.errors import InputError
 from kroberta.downstream import classifiers
-from kroberta.downstream import encoding, glue, prediction, recipe, stdlib_task
-from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec, read_labelled
+from kroberta.downstream import (encoding, glue, metrics, prediction, rate_grid, recipe,
+                                 stdlib_task, trial_run, verdict)
+from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, TaskSpec,
+                                          choose_text_fields, read_labelled)
 from kroberta.downstream.trials import TRIALS_FILE, TrialLog, fingerprint
 from kroberta.model.masked_lm import check_model
 from kroberta.training.final_model import CLASSIFIER_FILE, CONFIG_FILE
@@ -48,6 +49,8 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
             raise InputError(f"--kind {kind!r}: expected {CLASSIFICATION} or {REGRESSION}")
         if isinstance(text_fields, str):
             text_fields = (text_fields,)
+        if text_fields is None:  # as run_glue: "text", else the fields besides the label
+            text_fields = choose_text_fields(os.fspath(data), label_field)
         if not 1 <= len(text_fields) <= 2:
             raise InputError(f"--text-field: one text or a pair, got {len(text_fields)}")
         metric = "pearson" if kind == REGRESSION else "accuracy"
@@ -60,14 +63,18 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
     return spec, names, train, evaluation
 
 
-def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int | None):
+def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int | None,
+                     patience: int | None):
     """Refuses the arguments of `finetune` no fine-tune can run with (before any work)."""
     import jax
 
     if out is not None:
         _check_out(os.fspath(out))
-    if not 1 <= epochs <= recipe.MAX_EPOCHS:
-        raise InputError(f"--epochs {epochs}: expected 1 to {recipe.MAX_EPOCHS}")
+    if not (isinstance(epochs, int) and epochs >= 1):
+        raise InputError(f"--epochs {epochs}: expected a whole number of at least 1")
+    if patience is not None and not (isinstance(patience, int) and patience >= 1):
+        raise InputError(f"--early-stopping {patience}: expected a patience of at least 1 "
+                         "epoch")
     if batch_size < 1 or batch_size % jax.local_device_count():
         raise InputError(f"--batch-size {batch_size}: must be a positive multiple of the "
                          f"{jax.local_device_count()} devices")
@@ -101,13 +108,15 @@ def _settings(setup: recipe.Setup) -> dict:
     splits = [setup.train, *setup.evaluation.values()]
     data = fingerprint([a for s in splits for a in (*map(np.asarray, s.ids), s.labels)])
     return {"task": setup.spec.name, "data": data, "epochs": setup.epochs,
-            "batch_size": setup.batch_size, "max_length": setup.max_length}
+            "patience": setup.patience, "batch_size": setup.batch_size,
+            "max_length": setup.max_length}
 
 
 def finetune(model, task: str | None = None, data=None, validation=None, *,
-             text_fields=("text",), label_field: str = "label", kind: str = CLASSIFICATION,
+             text_fields=None, label_field: str = "label", kind: str = CLASSIFICATION,
              learning_rates=None, seeds=3, epochs: int = 3, batch_size: int = 32,
-             max_length: int | None = None, baseline: bool = False,
+             max_length: int | None = None, early_stopping: int | None = None,
+             baseline: bool = False, baseline_learning_rates=None, widen: bool = True,
              out: str | None = None) -> recipe.FinetuneResult:
     """Fine-tunes a pretrained model on a task and scores it on the validation split(s).
 
@@ -117,15 +126,24 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
             for a labelled file pair, or None / "stdlib" with no data: the embedded task.
         data: the GLUE directory for a GLUE task, else the training file.
         validation: the validation file of a labelled file pair.
-        text_fields: the field holding the text, or two fields holding a pair.
+        text_fields: the field holding the text, or two fields holding a pair (default:
+            "text"; without one, the training file's fields besides the label, as
+            Hugging Face's run_glue chooses them).
         label_field: the field holding the label.
         kind: "classification" (string or integer labels) or "regression" (floats).
         learning_rates: the grid (default: 1e-5, 3e-5, 5e-5 for hidden >= 768, else 1e-4, 3e-4).
         seeds: the number of seeds per learning rate, or the seeds themselves.
-        epochs: passes over the training data (at most 5).
+        epochs: the most passes over the training data; each trial keeps its best epoch
+            (scored after every pass).
         batch_size: sequences per step over all devices.
         max_length: tokens per sequence (default and cap: the model's max_sequence_length).
-        baseline: also run the recipe from a random initialisation (`result.baseline`).
+        early_stopping: a trial stops after this many epochs without a better score
+            (None: it runs every epoch).
+        baseline: also run the recipe from a random initialisation (`result.baseline`,
+            and `result.comparison`: the difference with its interval).
+        baseline_learning_rates: the random start's own grid (default: as `learning_rates`).
+        widen: while a grid's best rate is at its edge, add the rate 3x beyond it (grids
+            of two rates or more); else the next rate to try is said.
         out: a folder to keep each finished trial in (`kroberta.downstream.trials`): run
             again with the same arguments, an interrupted fine-tune resumes there and ends
             with the result an uninterrupted one gives.
@@ -133,11 +151,17 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     Returns:
         A `FinetuneResult`: every run's scores, the best learning rate, the median and
         range over its seeds, and the fine-tuned classifier.
+
+    Raises:
+        DivergedError: every trial's loss became NaN or inf.
     """
     from kroberta.parallel.distribute import global_distribution
     from kroberta.training.final_model import load_model_at
 
-    _check_arguments(out, epochs, batch_size, seeds, max_length)
+    _check_arguments(out, epochs, batch_size, seeds, max_length, early_stopping)
+    rates = rate_grid.check(learning_rates) if learning_rates is not None else None
+    baseline_rates = (rate_grid.check(baseline_learning_rates, "baseline_learning_rates")
+                      if baseline_learning_rates is not None else rates)
     if isinstance(model, (str, os.PathLike)):  # a run directory, a Hugging Face export, a preset
         model = load_model_at(model)
     else:
@@ -153,25 +177,51 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     setup = recipe.Setup(
         spec, names, encoding.encode(model.tokenizer, train.texts, train.labels, max_length),
         {split: encoding.encode(model.tokenizer, s.texts, s.labels, max_length)
-         for split, s in evaluation.items()}, max_length, batch_size, epochs)
+         for split, s in evaluation.items()}, max_length, batch_size, epochs, early_stopping)
     seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    rates = tuple(learning_rates or recipe.learning_rates(config.model))
+    default_rates = recipe.learning_rates(config.model)
     with global_distribution(classifiers.data_parallel()):
         classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
         classifiers.compile_classifier(classifier, spec.kind, setup.steps,
                                        setup.steps_per_execution)
         # Hashing the data and the starting weights is only needed to resume from `out`.
         settings = _settings(setup) if out else {}
-        # The baseline first: the classifier then ends holding the pretrained run's weights.
-        random_start = functools.cache(functools.partial(_random_start, config.model))
-        scratch = (recipe.run_grid(classifier, setup, random_start, rates, seeds,
-                                   TrialLog(out, "random", dict(settings, start="random")))
-                   if baseline else None)
+        scratch = None
+        if baseline:  # first, and kept in a classifier of its own
+            random_start = functools.cache(functools.partial(_random_start, config.model))
+            scratch = recipe.run_grid(classifier, setup, random_start,
+                                      baseline_rates or default_rates, seeds,
+                                      TrialLog(out, "random", dict(settings, start="random")),
+                                      widen)
+            scratch.classifier = _copy(classifier, config, model.tokenizer, setup)
         start = classifiers.backbone_weights(model)
         pretrained = dict(settings, start=fingerprint(start) if out else None)
-        result = recipe.run_grid(classifier, setup, lambda seed: start, rates, seeds,
-                                 TrialLog(out, "pretrained", pretrained))
+        result = recipe.run_grid(classifier, setup, lambda seed: start, rates or default_rates,
+                                 seeds, TrialLog(out, "pretrained", pretrained), widen)
+        prediction.describe(classifier, config, model.tokenizer, spec, names, max_length)
+        result.per_class = _per_class(classifier, setup)
+        if scratch is not None:
+            scratch.per_class = _per_class(scratch.classifier, setup)
     if scratch is not None:
-        result.baseline = dataclasses.replace(scratch, classifier=None)
-    prediction.describe(classifier, config, model.tokenizer, spec, names, max_length)
+        result.baseline = scratch
+        result.comparison = verdict.compare(result, scratch, setup.evaluation[result.split].labels)
     return result
+
+
+def _copy(classifier, config, tokenizer, setup: recipe.Setup):
+    """A classifier of its own holding `classifier`'s weights (which go on training)."""
+    copy = classifiers.build_classifier(config.model, len(setup.label_names or ()) or 1)
+    copy.set_weights(classifier.get_weights())
+    return prediction.describe(copy, config, tokenizer, setup.spec, setup.label_names,
+                               setup.max_length)
+
+
+def _per_class(classifier, setup: recipe.Setup) -> dict | None:
+    """{split: {class name: precision, recall, f1, support}} of the classifier (None for
+    regression)."""
+    if setup.spec.kind == REGRESSION:
+        return None
+    names = setup.label_names
+    return {split: dict(zip(names, metrics.per_class(
+                encoded.labels, trial_run.predictions_of(classifier, setup, split), len(names))))
+            for split, encoded in setup.evaluation.items()}

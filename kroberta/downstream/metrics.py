@@ -1,9 +1,11 @@
 """Downstream metrics in numpy, as GLUE scores them (scikit-learn's and scipy's
 definitions, without needing either).
 
-Classification metrics take (n,) integer labels and predictions; F1 and Matthews
-correlation are for two classes (class 1 positive; Matthews' general form is used,
-so it also holds for more). Pearson and Spearman take (n,) floats.
+Classification metrics take (n,) integer labels and predictions; F1 is for two
+classes (class 1 positive), macro-F1 the unweighted mean of every class's F1 (as
+scikit-learn's `f1_score(average="macro")`, which an unbalanced set needs beside
+accuracy); Matthews' general form holds for any number of classes. Pearson and
+Spearman take (n,) floats. `per_class` is scikit-learn's classification report.
 """
 
 import numpy as np
@@ -62,8 +64,34 @@ def spearman(labels, predictions) -> float:
     return pearson(_ranks(labels), _ranks(predictions))
 
 
-METRICS = {"accuracy": accuracy, "f1": f1, "matthews": matthews, "pearson": pearson,
-           "spearman": spearman}
+def per_class(labels, predictions, num_classes: int) -> list:
+    """Precision, recall, F1 and support of each class id 0..num_classes-1 (a list of
+    dicts in id order); a ratio with nothing to divide is 0, as scikit-learn's
+    `zero_division=0`."""
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    result = []
+    for k in range(num_classes):
+        true_positive = float(np.sum((labels == k) & (predictions == k)))
+        predicted, actual = float(np.sum(predictions == k)), float(np.sum(labels == k))
+        precision = true_positive / predicted if predicted else 0.0
+        recall = true_positive / actual if actual else 0.0
+        both = precision + recall
+        result.append({"precision": precision, "recall": recall,
+                       "f1": 2 * precision * recall / both if both else 0.0,
+                       "support": int(actual)})
+    return result
+
+
+def macro_f1(labels, predictions) -> float:
+    """The mean F1 over the classes present in the labels or the predictions."""
+    classes = np.union1d(np.asarray(labels), np.asarray(predictions))
+    # Relabelled 0..K-1, so per_class covers exactly the classes present.
+    labels, predictions = (np.searchsorted(classes, a) for a in (labels, predictions))
+    return float(np.mean([row["f1"] for row in per_class(labels, predictions, len(classes))]))
+
+
+METRICS = {"accuracy": accuracy, "f1": f1, "macro_f1": macro_f1, "matthews": matthews,
+           "pearson": pearson, "spearman": spearman}
 
 
 def score(names, labels, predictions) -> dict:

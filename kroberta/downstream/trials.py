@@ -64,21 +64,23 @@ class TrialLog:
     def _weights_path(self, learning_rate: float) -> str:
         return os.path.join(self.directory, WEIGHTS_DIR, f"{self.grid}-lr{learning_rate:g}.npz")
 
-    def record(self, learning_rate: float, seed: int, scores: dict, seconds: float,
-               best_weights: list | None):
-        """Keeps a finished trial (and its weights when it is its rate's best so far):
-        the weights first, so a row never names weights that were not written."""
+    def record(self, trial, best_weights: list | None):
+        """Keeps a finished trial (`recipe.Trial`; a diverged one too, so a resumed grid
+        does not run it again) and its weights when it is its rate's best so far: the
+        weights first, so a row never names weights that were not written."""
         if self.directory is None:
             return
         os.makedirs(os.path.join(self.directory, WEIGHTS_DIR), exist_ok=True)
         if best_weights is not None:
-            with atomic_path(self._weights_path(learning_rate)) as tmp:
+            with atomic_path(self._weights_path(trial.learning_rate)) as tmp:
                 np.savez(tmp, *best_weights)
-        row = {"grid": self.grid, "learning_rate": learning_rate, "seed": seed,
-               "scores": scores, "seconds": seconds, "settings": self.settings}
+        row = {"grid": self.grid, "learning_rate": trial.learning_rate, "seed": trial.seed,
+               "scores": trial.scores, "seconds": trial.seconds, "best_epoch": trial.best_epoch,
+               "epochs_run": trial.epochs_run, "diverged": trial.diverged,
+               "predictions": trial.predictions, "settings": self.settings}
         rows = self._rows() + [row]
         with atomic_write(os.path.join(self.directory, TRIALS_FILE)) as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
+            f.writelines(json.dumps(r, allow_nan=False) + "\n" for r in rows)
 
     def best_weights(self, learning_rate: float) -> list:
         """The weights of the rate's best finished trial, as `get_weights` gives them."""

@@ -17,7 +17,7 @@ def test_a_task_decided_by_a_token_is_learned_and_predicted(downstream_model, tm
     assert [(t.learning_rate, t.seed) for t in result.trials] == [(3e-3, 0)]
     assert result.metric == "accuracy" and result.label_names == ("0", "1")
     assert result.median["validation"] >= 0.95
-    assert set(result.trials[0].scores["validation"]) == {"accuracy", "f1", "matthews"}
+    assert set(result.trials[0].scores["validation"]) == {"accuracy", "f1", "matthews", "macro_f1"}
     texts = [f"The apple {MARKER} river stone cloud", "The apple river stone cloud green"]
     predicted = prediction.predict_texts(result.classifier, texts)
     assert predicted["labels"] == ["1", "0"]
@@ -74,8 +74,14 @@ def test_a_model_kroberta_did_not_load_is_refused(downstream_model):
 
 def test_epochs_and_batch_size_are_checked(downstream_model, tmp_path):
     train, validation = marker_task(tmp_path, train=8, validation=8)
-    with pytest.raises(InputError, match="--epochs 9: expected 1 to 5"):
-        finetuning.finetune(downstream_model, data=train, validation=validation, epochs=9)
+    with pytest.raises(InputError, match="--epochs 0: expected a whole number of at least 1"):
+        finetuning.finetune(downstream_model, data=train, validation=validation, epochs=0)
+    with pytest.raises(InputError, match="--early-stopping 0: expected a patience of at least 1"):
+        finetuning.finetune(downstream_model, data=train, validation=validation, early_stopping=0)
+    with pytest.raises(InputError, match=r"--learning-rates 30000: outside 1e-08 to 1 .*"
+                                         r"did you mean 0.0003\?"):
+        finetuning.finetune(downstream_model, data=train, validation=validation,
+                            learning_rates=[3e4])
     with pytest.raises(InputError, match="--batch-size 6: must be a positive multiple of the 4"):
         finetuning.finetune(downstream_model, data=train, validation=validation, batch_size=6)
 
@@ -140,7 +146,8 @@ def test_a_grid_builds_the_validation_batches_once(downstream_model, tmp_path, m
     monkeypatch.setattr(classifiers, "compile_classifier", counted_compile)
     train, validation = marker_task(tmp_path, train=100, validation=40)
     result = finetuning.finetune(downstream_model, data=train, validation=validation,
-                                 **{**RECIPE, "learning_rates": [3e-3, 1e-3], "seeds": 2, "epochs": 2})
+                                 **{**RECIPE, "learning_rates": [3e-3, 1e-3], "seeds": 2, "epochs": 2},
+                                 widen=False)
     assert len(result.trials) == 4
     assert [seed for seed, _ in built if seed is None] == [None]  # the validation batches
     passes = [(seed, count) for seed, count in built if seed is not None]

@@ -11,7 +11,8 @@ from kroberta.downstream import finetuning, recipe
 from kroberta.downstream.trials import TRIALS_FILE
 from kroberta.errors import InputError
 
-GRID = dict(learning_rates=[3e-3, 1e-3], seeds=2, epochs=1, batch_size=32, max_length=16)
+GRID = dict(learning_rates=[3e-3, 1e-3], seeds=2, epochs=1, batch_size=32, max_length=16,
+            widen=False)
 
 
 def _scores(result):
