@@ -63,6 +63,11 @@ def test_a_run_writes_result_and_classifier_then_predicts(downstream_model, tmp_
     assert all(max(r["probabilities"], key=r["probabilities"].get) == str(r["label"]) for r in rows)
     agreement = sum(str(r["label"]) == str(y) for r, y in zip(rows, labels)) / len(rows)
     assert agreement == pytest.approx(result["median"]["validation"])
+    # A file with labels is scored too: printed, and written beside the predictions.
+    scored = json.loads((tmp_path / "p.metrics.json").read_text())
+    assert scored["metrics"]["accuracy"] == pytest.approx(agreement)
+    assert scored["per_class"]["1"]["support"] == sum(str(y) == "1" for y in labels)
+    assert f"{validation}: accuracy {100 * agreement:.1f}" in capsys.readouterr().out
     # A file that names the text field otherwise: --text-field names it.
     renamed = tmp_path / "renamed.jsonl"
     renamed.write_text("".join(json.dumps({"sentence": json.loads(line)["text"]}) + "\n"
@@ -81,6 +86,60 @@ def test_a_run_writes_result_and_classifier_then_predicts(downstream_model, tmp_
                          "--out", str(tmp_path / "p.npz")]) == 2
     assert f"{out} is a fine-tuned classifier, not a masked LM; predict its labels with " \
         f"python -m kroberta.finetune --classifier {out} --predict" in capsys.readouterr().err
+
+
+def test_a_glue_style_file_needs_no_text_field_and_both_starts_are_kept(downstream_model,
+                                                                       tmp_path, capsys):
+    from kroberta.training import final_model
+
+    run = tmp_path / "run"
+    final_model.save(downstream_model, str(run))
+    paths = []
+    for path in marker_task(tmp_path, train=128, validation=32):  # as a GLUE TSV: sentence, label
+        records = [json.loads(line) for line in open(path)]
+        tsv = tmp_path / path.replace(".jsonl", ".tsv")
+        tsv.write_text("sentence\tlabel\n" + "".join(f"{r['text']}\t{r['label']}\n"
+                                                    for r in records))
+        paths.append(str(tsv))
+    out = tmp_path / "out"
+    assert finetune.main(["--run", str(run), "--data", paths[0], "--validation", paths[1],
+                          "--learning-rates", "3e-3", "--seeds", "2", "--epochs", "1",
+                          "--max-length", "16", "--baseline", "--per-class",
+                          "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "no field 'text'; reading 'sentence' as the text" in captured.err
+    lines = captured.out.splitlines()
+    assert lines[0].startswith("train.tsv") and "(lr 0.003)" in lines[0]
+    assert "classifier: lr 0.003 seed" in lines[1] and f"-> {out}" in lines[1]
+    assert lines[2].startswith("random init") and f"-> {out / 'random-start'}" in lines[3]
+    assert "pretrained - random:" in lines[4] and "bootstrap over the validation examples" in lines[4]
+    assert lines[5].split() == ["validation", "precision", "recall", "f1", "support"]
+    result = json.loads((out / "result.json").read_text())
+    assert result["kept"]["seed"] in (0, 1) and result["baseline"]["kept"]["learning_rate"] == 3e-3
+    assert set(result["per_class"]["validation"]) == {"0", "1"}
+    assert result["comparison"]["low"] <= result["comparison"]["high"]
+    # The random start's classifier is a classifier of its own, which predicts.
+    assert finetune.main(["--classifier", str(out / "random-start"), "--predict", paths[1],
+                          "--predictions", str(tmp_path / "r.jsonl")]) == 0
+    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 32
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--learning-rates", "3e4"], "--learning-rates 30000: outside 1e-08 to 1"),
+    (["--baseline-learning-rates", "0"], "--baseline-learning-rates 0: outside"),
+    (["--early-stopping", "0"], "--early-stopping 0: expected a patience of at least 1"),
+])
+def test_fine_tuning_settings_out_of_range_are_one_line(downstream_model, tmp_path, capsys,
+                                                        argv, message):
+    from kroberta.training import final_model
+
+    run = tmp_path / "run"
+    final_model.save(downstream_model, str(run))
+    train, validation = marker_task(tmp_path, train=16, validation=8)
+    assert finetune.main(["--run", str(run), "--data", train, "--validation", validation,
+                          *argv]) == 2
+    error = capsys.readouterr().err.strip()
+    assert message in error and "\n" not in error
 
 
 @pytest.mark.slow
@@ -123,6 +182,7 @@ def test_result_json_leaves_the_classifier_alone():
                                      {"validation": 0.4}, classifier=NoCopy())
     data = json.loads(json.dumps(result.to_json()))
     assert data["trials"] == [{"learning_rate": 1e-3, "seed": 0, "seconds": 1.0,
-                               "scores": {"validation": {"accuracy": 0.5}}}]
+                               "scores": {"validation": {"accuracy": 0.5}}, "best_epoch": None,
+                               "epochs_run": None, "diverged": None}]
     assert data["label_names"] == ["a", "b"] and data["baseline"]["median"] == {"validation": 0.4}
     assert "classifier" not in data and "classifier" not in data["baseline"]
