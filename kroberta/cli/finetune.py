@@ -91,9 +91,10 @@ def _kept(result, folder) -> str:
 
 
 def _comparison(comparison) -> str:
-    return (f"{'':<12} pretrained - random: {100 * comparison['difference']:+.1f} points "
-            f"({100 * comparison['confidence']:.0f}% interval {100 * comparison['low']:+.1f} to "
-            f"{100 * comparison['high']:+.1f}; {comparison['method']})")
+    return (f"{'':<12} pretrained - random: {100 * comparison['difference']:+.1f} points, "
+            f"{100 * comparison['confidence']:.0f}% interval [{100 * comparison['low']:+.1f}, "
+            f"{100 * comparison['high']:+.1f}] (bootstrap over the {comparison['examples']} "
+            f"validation examples)")
 
 
 def _per_class_table(per_class: dict) -> str:

@@ -109,8 +109,8 @@ class _Watch(keras.callbacks.Callback):
             logger.info(line)
 
     def close(self):
-        if self.bar is not None:
-            self.bar.close()
+        if self.bar is not None:  # the trial's summary line takes its place
+            self.bar.erase()
 
 
 def run_trial(classifier, setup, start: list, seed: int, learning_rate: float,

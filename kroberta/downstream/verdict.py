@@ -36,7 +36,7 @@ def compare(pretrained, baseline, labels: np.ndarray, seed: int = 0) -> dict:
         seed: the resampling's seed (the interval is reproducible).
 
     Returns:
-        {"metric", "difference", "low", "high", "confidence", "method"}.
+        {"metric", "difference", "low", "high", "confidence", "examples", "method"}.
     """
     score = metrics.METRICS[pretrained.metric]
     ours, theirs = _best_predictions(pretrained), _best_predictions(baseline)  # (seeds, n)
@@ -51,4 +51,5 @@ def compare(pretrained, baseline, labels: np.ndarray, seed: int = 0) -> dict:
     low, high = np.quantile(differences, [tail, 1 - tail])
     return {"metric": pretrained.metric,
             "difference": pretrained.median[pretrained.split] - baseline.median[baseline.split],
-            "low": float(low), "high": float(high), "confidence": CONFIDENCE, "method": METHOD}
+            "low": float(low), "high": float(high), "confidence": CONFIDENCE, "examples": n,
+            "method": METHOD}

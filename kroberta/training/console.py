@@ -87,6 +87,13 @@ class TerminalBar(_Bar):
             self.stream.flush()
             self._width = 0
 
+    def erase(self):
+        """Blanks the bar's line (a bar that made way for a summary line)."""
+        if self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+            self._width = 0
+
 
 class NotebookBar(_Bar):
     """One notebook output, replaced in place at every update."""
@@ -110,4 +117,7 @@ class NotebookBar(_Bar):
         print(line, flush=True)  # below the bar, which keeps its place
 
     def close(self):
+        pass
+
+    def erase(self):
         pass

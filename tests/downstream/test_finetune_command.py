@@ -112,7 +112,7 @@ def test_a_glue_style_file_needs_no_text_field_and_both_starts_are_kept(downstre
     assert lines[0].startswith("train.tsv") and "(lr 0.003)" in lines[0]
     assert "classifier: lr 0.003 seed" in lines[1] and f"-> {out}" in lines[1]
     assert lines[2].startswith("random init") and f"-> {out / 'random-start'}" in lines[3]
-    assert "pretrained - random:" in lines[4] and "bootstrap over the validation examples" in lines[4]
+    assert "pretrained - random:" in lines[4] and "(bootstrap over the 32 validation examples)" in lines[4]
     assert lines[5].split() == ["validation", "precision", "recall", "f1", "support"]
     result = json.loads((out / "result.json").read_text())
     assert result["kept"]["seed"] in (0, 1) and result["baseline"]["kept"]["learning_rate"] == 3e-3

@@ -27,7 +27,7 @@ def test_an_interrupted_grid_resumes_to_the_uninterrupted_result(downstream_mode
     run_trial, calls = recipe._run_trial, []
 
     def interrupted_at_the_third(*args):
-        calls.append(args[3:])
+        calls.append(args[3:5])  # (seed, learning rate)
         if len(calls) == 3:
             raise KeyboardInterrupt
         return run_trial(*args)
