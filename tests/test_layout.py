@@ -30,7 +30,8 @@ FORBIDDEN = {
     "interop": {"data", "training", "inference"},
 }
 # The top of the flow: the config and the conventions every layer shares.
-FOUNDATIONS = {"config", "tokens", "counter_hash", "masking", "errors", "atomic", "storage"}
+FOUNDATIONS = {"config", "tokens", "counter_hash", "masking", "errors", "atomic", "storage",
+               "run_layout"}
 
 
 def _nodes(path):

@@ -36,9 +36,9 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
 
     def body():
-        from kroberta.training.final_model import export
+        from kroberta.downstream.exports import export_run
 
-        out = export(args.run, args.out, args.overwrite, args.format)
+        out = export_run(args.run, args.out, args.overwrite, args.format)
         print(f"exported {args.run} -> {out}")
 
     return cli.run(body)

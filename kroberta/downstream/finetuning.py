@@ -20,7 +20,7 @@ from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, TaskSpec,
                                           choose_text_fields, read_labelled)
 from kroberta.downstream.trials import TRIALS_FILE, TrialLog, fingerprint
 from kroberta.model.masked_lm import check_model
-from kroberta.training.final_model import CLASSIFIER_FILE, CONFIG_FILE
+from kroberta.run_layout import CLASSIFIER_FILE, CONFIG_FILE
 
 STDLIB = "stdlib"
 
@@ -155,7 +155,6 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     Raises:
         DivergedError: every trial's loss became NaN or inf.
     """
-    from kroberta.parallel.distribute import global_distribution
     from kroberta.training.final_model import load_model_at
 
     _check_arguments(out, epochs, batch_size, seeds, max_length, early_stopping)
@@ -180,6 +179,17 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
          for split, s in evaluation.items()}, max_length, batch_size, epochs, early_stopping)
     seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     default_rates = recipe.learning_rates(config.model)
+    return _run_grids(model, setup, seeds, rates or default_rates,
+                      (baseline_rates or default_rates) if baseline else None, widen, out)
+
+
+def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, widen: bool,
+               out) -> recipe.FinetuneResult:
+    """The pretrained start's grid, and the random start's first when `baseline_rates`
+    is given; the result holds both and their comparison."""
+    from kroberta.parallel.distribute import global_distribution
+
+    config, spec, names = model.kroberta_config, setup.spec, setup.label_names
     with global_distribution(classifiers.data_parallel()):
         classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
         classifiers.compile_classifier(classifier, spec.kind, setup.steps,
@@ -187,18 +197,17 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         # Hashing the data and the starting weights is only needed to resume from `out`.
         settings = _settings(setup) if out else {}
         scratch = None
-        if baseline:  # first, and kept in a classifier of its own
+        if baseline_rates:  # first, and kept in a classifier of its own
             random_start = functools.cache(functools.partial(_random_start, config.model))
-            scratch = recipe.run_grid(classifier, setup, random_start,
-                                      baseline_rates or default_rates, seeds,
+            scratch = recipe.run_grid(classifier, setup, random_start, baseline_rates, seeds,
                                       TrialLog(out, "random", dict(settings, start="random")),
                                       widen)
             scratch.classifier = _copy(classifier, config, model.tokenizer, setup)
         start = classifiers.backbone_weights(model)
         pretrained = dict(settings, start=fingerprint(start) if out else None)
-        result = recipe.run_grid(classifier, setup, lambda seed: start, rates or default_rates,
-                                 seeds, TrialLog(out, "pretrained", pretrained), widen)
-        prediction.describe(classifier, config, model.tokenizer, spec, names, max_length)
+        result = recipe.run_grid(classifier, setup, lambda seed: start, rates, seeds,
+                                 TrialLog(out, "pretrained", pretrained), widen)
+        prediction.describe(classifier, config, model.tokenizer, spec, names, setup.max_length)
         result.per_class = _per_class(classifier, setup)
         if scratch is not None:
             scratch.per_class = _per_class(scratch.classifier, setup)

@@ -21,8 +21,8 @@ from kroberta.downstream import classifiers
 from kroberta.downstream import encoding
 from kroberta import storage
 from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec
-from kroberta.training.final_model import (CLASSIFIER_FILE, CONFIG_FILE, TOKENIZER_FILE,
-                                           load_run_config, load_tokenizer)
+from kroberta.run_layout import (CLASSIFIER_FILE, CONFIG_FILE, TOKENIZER_FILE,
+                                 load_run_config, load_tokenizer)
 
 WEIGHTS_FILE = "classifier.weights.h5"
 

@@ -14,15 +14,11 @@ import re
 from kroberta.training import checkpoint
 # `load`'s argument is named checkpoint: the module's names it uses, by name.
 from kroberta.training.checkpoint import CHECKPOINT_DIR, list_checkpoints
-from kroberta.config import load_toml, to_toml
+from kroberta.config import to_toml
 from kroberta import storage
 from kroberta.errors import ArgumentKindError, InputError, NotFoundError
-from kroberta.interop import EXPORT_FORMATS, check_out_dir
-
-WEIGHTS_FILE = "model.weights.h5"
-CONFIG_FILE = "config.toml"
-TOKENIZER_FILE = "tokenizer.json"
-CLASSIFIER_FILE = "classifier.json"  # marks a fine-tuned classifier's folder (downstream.prediction)
+from kroberta.run_layout import (CLASSIFIER_FILE, CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE,
+                                 load_run_config, load_tokenizer)
 
 logger = logging.getLogger(__name__)
 
@@ -231,51 +227,3 @@ def _chosen_checkpoint(path: str, which: str | int) -> tuple[str, int]:
         return found[which], which
     raise InputError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
                      f"got {which!r}")
-
-
-def load_run_config(run_dir: str):
-    """The run's resolved config (its config.toml)."""
-    path = storage.join(run_dir, CONFIG_FILE)
-    with storage.local_copy(path) as local:
-        return load_toml(local)
-
-
-def load_tokenizer(run_dir: str):
-    tokenizer_path = storage.join(run_dir, TOKENIZER_FILE)
-    if not storage.isfile(tokenizer_path):
-        return None
-    from tokenizers import Tokenizer
-
-    text = storage.read_text(tokenizer_path)
-    try:
-        return Tokenizer.from_str(text)
-    except Exception as e:  # the library raises a bare Exception on malformed JSON
-        raise InputError(f"{tokenizer_path}: cannot read this tokenizer: damaged or not a "
-                         f"tokenizer's JSON ({e})") from None
-
-
-def export(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str:
-    """Exports the run at `run` (with its tokenizer, if any) into `out` in `format`
-    ("hf" or "keras-hub"); returns `out`. A fine-tuned classifier's folder
-    (`kroberta.finetune`'s `--out`) becomes a `RobertaForSequenceClassification`
-    directory or a `RobertaTextClassifier` preset."""
-    from kroberta.downstream.prediction import load_classifier
-    from kroberta.interop import hf, keras_hub_presets
-
-    if format not in EXPORT_FORMATS:
-        raise InputError(f"--format {format!r}: expected one of {', '.join(EXPORT_FORMATS)}")
-    # Before the model is loaded: the mistake is named at once.
-    check_out_dir(out, overwrite, "--out", format)
-    try:
-        if storage.isfile(storage.join(run, CLASSIFIER_FILE)):
-            model = load_classifier(run)
-        else:
-            model = load(run, mixed_precision=False)  # float32 weights either way
-    except (FileNotFoundError, ValueError) as e:  # no such run; ConfigError is a ValueError
-        raise InputError(str(e)) from None
-    if format == "hf":
-        hf.export_hf(model, out, tokenizer=model.tokenizer, overwrite=overwrite)
-    else:
-        keras_hub_presets.export_keras_hub(model, out, tokenizer=model.tokenizer,
-                                           overwrite=overwrite)
-    return out

@@ -11,7 +11,8 @@ import tempfile
 from kroberta.errors import ConfigError, StorageError
 from kroberta import storage
 from kroberta.config import Config, to_dict, to_toml
-from kroberta.training import checkpoint, final_model, trackers
+from kroberta import run_layout
+from kroberta.training import checkpoint, trackers
 
 METRICS_FILE = "metrics.jsonl"  # a JSON row per log interval and evaluation
 
@@ -116,7 +117,7 @@ TRAINING_KEYS = {
 CHANGES_FILE = "config_changes.jsonl"
 # Other outputs a run would mix into: (the file that marks one, what it is).
 _NOT_RUNS = (("manifest.json", "prepared data"),
-             (final_model.CLASSIFIER_FILE, "a fine-tuned classifier's folder"),
+             (run_layout.CLASSIFIER_FILE, "a fine-tuned classifier's folder"),
              ("model.safetensors", "a Hugging Face export"), ("metadata.json", "a keras-hub preset"))
 
 
@@ -167,11 +168,11 @@ def prepare_run_dir(config: Config, force: bool, write: bool = True,
             raise ConfigError(f"run_dir: {config.run_dir} holds {kind} ({marker}); a run goes "
                               "into a directory of its own: use another --run_dir")
     storage.makedirs(config.run_dir)
-    path = storage.join(config.run_dir, final_model.CONFIG_FILE)
+    path = storage.join(config.run_dir, run_layout.CONFIG_FILE)
     saved = checkpoint.list_checkpoints(config.run_dir)
     changes, starts_over = {}, False
     if storage.isfile(path) and saved:
-        previous = final_model.load_run_config(config.run_dir)
+        previous = run_layout.load_run_config(config.run_dir)
         # A new start (initializer_range) is not a new model: the checkpoint holds its weights.
         before, now = previous.model.trained_model(), config.model.trained_model()
         other_model = before != now
@@ -211,7 +212,7 @@ def keep_tokenizer(tokenizer_path: str | None, run_dir: str):
     """Copies the run's tokenizer file (when it has one) into the run directory."""
     from kroberta.text import locations
     if tokenizer_path:
-        target = storage.join(run_dir, final_model.TOKENIZER_FILE)
+        target = storage.join(run_dir, run_layout.TOKENIZER_FILE)
         if storage.absolute(tokenizer_path) == storage.absolute(target):
             return
         with locations.open_binary(tokenizer_path) as f:  # a URL: read as the records are

@@ -23,7 +23,7 @@ from kroberta.downstream import classifiers, prediction  # noqa: E402
 from kroberta.downstream.examples import REGRESSION, TaskSpec  # noqa: E402
 from kroberta.errors import InputError  # noqa: E402
 from kroberta.interop import hf, keras_hub_presets  # noqa: E402
-from kroberta.training.final_model import export  # noqa: E402
+from kroberta.downstream.exports import export_run  # noqa: E402
 from tests.interop.test_hf import TINY, TOLERANCE, hf_logits, padded_batch  # noqa: E402
 
 LABELS = ("negative", "neutral", "positive")
@@ -56,7 +56,7 @@ def exported(downstream_model, tmp_path_factory):
     root = tmp_path_factory.mktemp("classifier")
     paths = {"saved": saved_classifier(downstream_model, root / "saved")}
     for format in ("hf", "keras-hub"):
-        paths[format] = export(paths["saved"], str(root / format), format=format)
+        paths[format] = export_run(paths["saved"], str(root / format), format=format)
     return paths
 
 
@@ -113,7 +113,7 @@ def test_load_classifier_reads_an_export_back(exported, batch, format):
 
 def test_a_regression_exports_with_problem_type_regression(downstream_model, tmp_path, batch):
     saved = saved_classifier(downstream_model, tmp_path / "saved", label_names=None, seed=1)
-    out = export(saved, str(tmp_path / "hf"))
+    out = export_run(saved, str(tmp_path / "hf"))
     with open(os.path.join(out, "config.json"), encoding="utf-8") as f:
         assert json.load(f)["problem_type"] == "regression"
     model = transformers.RobertaForSequenceClassification.from_pretrained(out)
