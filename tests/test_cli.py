@@ -35,6 +35,46 @@ def test_interrupt_is_130_with_the_command_s_line(capsys):
 
 
 @pytest.mark.fast
+def test_sigterm_is_143_after_the_cleanups_an_interrupt_runs(capsys):
+    import signal
+
+    cleaned = []
+
+    def body():
+        try:
+            signal.raise_signal(signal.SIGTERM)  # at its default, it would end pytest
+        finally:
+            cleaned.append(True)
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.run(body, interrupted="interrupted; nothing was written") == cli.PREEMPTED == 143
+    assert capsys.readouterr().err == "stopped by SIGTERM; nothing was written\n"
+    assert cleaned == [True]
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is undone
+
+
+@pytest.mark.fast
+def test_sigint_inherited_ignored_still_interrupts(capsys):
+    """A command a script starts with `&` inherits SIGINT ignored: it stops all the same."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert cli.run(lambda: signal.raise_signal(signal.SIGINT)) == 130
+        assert capsys.readouterr().err == "interrupted\n"
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # given back as it was
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    # A handler installed in Python is the caller's choice: it stays.
+    calls = []
+    previous = signal.signal(signal.SIGINT, lambda *_: calls.append(1))
+    try:
+        assert cli.run(lambda: signal.raise_signal(signal.SIGINT)) == 0 and calls == [1]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.fast
 def test_exit_codes_pass_through_and_other_errors_propagate(capsys):
     assert cli.run(lambda: None) == 0
     assert cli.run(lambda: cli.PREEMPTED) == 143
