@@ -18,6 +18,7 @@ import os
 
 from kroberta.errors import InputError
 from kroberta import cli
+from kroberta.downstream.arguments import check_finetune_arguments
 
 # JAX, Keras and TensorFlow load in the functions that use them: --help answers at once.
 
@@ -128,6 +129,13 @@ def _predict(args) -> int:
     return 0
 
 
+def _main(args) -> int:
+    # The checks that need no model, before JAX, Keras and TensorFlow are imported.
+    check_finetune_arguments(args)
+    _rates(args.learning_rates)
+    return _predict(args) if args.classifier else _run_tasks(args)
+
+
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -141,7 +149,6 @@ def main(argv=None) -> int:
     interrupted = ("interrupted" if not args.out or args.classifier else
                    f"interrupted; the same command again resumes from the trials that finished "
                    f"(kept in {args.out})")
-    return cli.run(lambda: _predict(args) if args.classifier else _run_tasks(args),
-                   also=(FileNotFoundError,), interrupted=interrupted,
+    return cli.run(lambda: _main(args), also=(FileNotFoundError,), interrupted=interrupted,
                    when_out_of_memory="--batch-size (or --max-length)")
 
