@@ -35,6 +35,46 @@ def test_interrupt_is_130_with_the_command_s_line(capsys):
 
 
 @pytest.mark.fast
+def test_sigterm_is_143_after_the_cleanups_an_interrupt_runs(capsys):
+    import signal
+
+    cleaned = []
+
+    def body():
+        try:
+            signal.raise_signal(signal.SIGTERM)  # at its default, it would end pytest
+        finally:
+            cleaned.append(True)
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.run(body, interrupted="interrupted; nothing was written") == cli.PREEMPTED == 143
+    assert capsys.readouterr().err == "stopped by SIGTERM; nothing was written\n"
+    assert cleaned == [True]
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is undone
+
+
+@pytest.mark.fast
+def test_sigint_inherited_ignored_still_interrupts(capsys):
+    """A command a script starts with `&` inherits SIGINT ignored: it stops all the same."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert cli.run(lambda: signal.raise_signal(signal.SIGINT)) == 130
+        assert capsys.readouterr().err == "interrupted\n"
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # given back as it was
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    # A handler installed in Python is the caller's choice: it stays.
+    calls = []
+    previous = signal.signal(signal.SIGINT, lambda *_: calls.append(1))
+    try:
+        assert cli.run(lambda: signal.raise_signal(signal.SIGINT)) == 0 and calls == [1]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.fast
 def test_exit_codes_pass_through_and_other_errors_propagate(capsys):
     assert cli.run(lambda: None) == 0
     assert cli.run(lambda: cli.PREEMPTED) == 143
@@ -178,3 +218,75 @@ def test_a_flag_is_spelled_whole(capsys):
         prepare.main(["--input", "x.txt", "--out", "o", "--vocab", "500"])
     assert exited.value.code == 2
     assert "error: unrecognized arguments: --vocab 500" in capsys.readouterr().err
+
+
+def test_a_wrong_path_fails_before_jax_keras_or_tensorflow_are_imported(tmp_path):
+    """Every check that needs no model runs first: the error comes at once (exit 2, its
+    line), with none of the heavy libraries imported (each command in an interpreter of
+    its own)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    run = tmp_path / "run"  # what the path checks take for a run: its config.toml
+    run.mkdir()
+    (run / "config.toml").write_text("")
+    train_tsv = tmp_path / "train.tsv"
+    train_tsv.write_text("sentence\tgold\na\tb\n")
+    missing = str(tmp_path / "missing")
+    cases = [
+        (["train", f"--run_dir={tmp_path / 'r'}", f"--data.train={missing}.tfrecord"],
+         f"error: data.train: no file matches '{missing}.tfrecord'"),
+        (["train", f"--run_dir={tmp_path / 'r'}", f"--data.dir={missing}"],
+         f"error: data.dir: {missing} is not a directory; give the --out of python -m "
+         "kroberta.prepare"),
+        (["predict", "--run", missing, "--data", "x.tfrecord", "--out", str(tmp_path / "p.npz")],
+         f"error: {missing}: not a kroberta run directory (no such directory)"),
+        (["predict", "--run", str(run), "--data", f"{missing}/*.tfrecord", "--out",
+          str(tmp_path / "p.npz")], f"error: --data: no file matches '{missing}/*.tfrecord'"),
+        (["evaluate", "--model", missing, "--data", "x"],
+         f"error: --model: '{missing}': no such directory; give a training run, a Hugging Face "
+         "RoBERTa directory or a keras-hub preset directory"),
+        (["evaluate", "--model", str(run), "--data", missing],
+         f"error: --data: no file matches '{missing}'"),
+        (["export", "--run", missing, "--out", str(tmp_path / "e")],
+         f"error: {missing}: not a kroberta run directory (no such directory)"),
+        (["finetune", "--run", missing, "--data", "t.tsv", "--validation", "d.tsv"],
+         f"error: --run: '{missing}': no such directory; give a training run, a Hugging Face "
+         "RoBERTa directory or a keras-hub preset directory"),
+        (["finetune", "--run", str(run), "--validation", "d.tsv"],
+         "error: validation (--validation) without data (--data, the training file): a "
+         "labelled task needs both"),
+        (["finetune", "--run", str(run), "--data", f"{missing}.tsv", "--validation", "d.tsv"],
+         f"error: --data {missing}.tsv: no such file"),
+        (["finetune", "--run", str(run), "--data", str(train_tsv), "--validation",
+          str(train_tsv)], f"error: {train_tsv}: no column 'label' (columns: sentence, gold; "
+         "the first line is read as the header); pick one with --label-field"),
+        (["finetune", "--run", str(run), "--data", str(train_tsv), "--validation",
+          str(train_tsv), "--label-field", "gold", "--learning-rates", "1e-4;3e-4"],
+         "error: --learning-rates '1e-4;3e-4': expected numbers separated by commas, "
+         "e.g. 1e-5,3e-5"),
+        (["finetune", "--classifier", missing, "--predict", "p.tsv", "--predictions", "o.jsonl"],
+         f"error: --classifier {missing}: no such directory"),
+        (["finetune", "--classifier", str(run), "--predict", f"{missing}.tsv", "--predictions",
+          str(tmp_path / "o.jsonl")], f"error: --predict {missing}.tsv: no such file"),
+        (["prepare", "--input", f"{missing}.txt", "--out", str(tmp_path / "d")],
+         f"{missing}.txt"),
+    ]
+    code = ("import runpy, sys\n"
+            "sys.argv = sys.argv[1:]\n"
+            "try:\n"
+            "    runpy.run_module(sys.argv[0], run_name='__main__')\n"
+            "except SystemExit as e:\n"
+            "    print('EXIT', e.code)\n"
+            "print('LOADED', sorted(m for m in ('jax', 'keras', 'tensorflow', 'keras_hub')"
+            " if m in sys.modules))\n")
+    for (command, *argv), message in cases:
+        result = subprocess.run([sys.executable, "-c", code, f"kroberta.{command}", *argv],
+                                capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                                env={**os.environ, "PYTHONPATH": REPO})
+        assert result.stdout.strip().splitlines()[-2:] == ["EXIT 2", "LOADED []"], \
+            (command, argv, result.stdout, result.stderr[-2000:])
+        assert message in result.stderr.strip().splitlines()[-1], (command, argv, result.stderr)

@@ -3,15 +3,22 @@
     0    done
     2    bad input or config (any KrobertaError, and the errors a command adds)
     3    the training loss diverged
-    130  interrupted (Ctrl-C)
-    143  preempted (SIGTERM), returned by the command itself after its checkpoint
+    130  interrupted (Ctrl-C, SIGINT)
+    143  preempted or stopped (SIGTERM): by train after its checkpoint, by the others at once
+
+Every command takes SIGINT and SIGTERM itself (`stop_signals`), whatever it inherited: a
+command a script starts in the background inherits SIGINT ignored, and would otherwise
+run on through every Ctrl-C or `kill -INT`.
 """
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from kroberta.errors import KrobertaError
 from kroberta.runtime import logs
@@ -20,6 +27,40 @@ BAD_INPUT = 2
 DIVERGED = 3
 INTERRUPTED = 130
 PREEMPTED = 143  # 128 + SIGTERM, as if the signal had ended the process
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as an interrupt is, so that whatever a Ctrl-C cleans up (a partly
+    written file, a run directory with no checkpoint) a SIGTERM cleans up too."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """SIGINT raises KeyboardInterrupt and SIGTERM raises `Terminated` inside the block,
+    also where the process inherited them ignored (`cmd &` in a script ignores SIGINT) or
+    at their default (SIGTERM would end the process with no cleanup). A handler the
+    caller installed in Python stays; training replaces these with its own while it fits
+    (`kroberta.training.preemption`: a checkpoint first). The previous handlers come back
+    after the block. Outside the main thread, where no handler can be set, nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    inherited = (signal.SIG_IGN, signal.SIG_DFL, None)  # None: set outside Python
+    previous = {}
+    for signum, handler in ((signal.SIGINT, signal.default_int_handler),
+                            (signal.SIGTERM, _raise_terminated)):
+        if signal.getsignal(signum) in inherited:
+            previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -78,7 +119,8 @@ def run(body, *, interrupted: str = "interrupted",
 
     Args:
         body: the command's work, a function of no arguments.
-        interrupted: the line printed on KeyboardInterrupt.
+        interrupted: the line printed on KeyboardInterrupt (SIGINT); on SIGTERM its first
+            word becomes "stopped by SIGTERM".
         also: other exception types that mean bad input to this command.
         messages: where the library's messages go: "stderr", or "stdout" for a command
             whose messages are its output (the report's summary).
@@ -86,7 +128,7 @@ def run(body, *, interrupted: str = "interrupted",
             ("--batch-size"), or None to leave its error as it is.
     """
     try:
-        with logs.configured(messages):  # the library's messages: one line each
+        with stop_signals(), logs.configured(messages):  # the library's messages: one line each
             return body() or 0
     except FloatingPointError as error:  # a DivergedError, or one raised by JAX's debug_nans
         print(f"error: {error}", file=sys.stderr)
@@ -94,6 +136,9 @@ def run(body, *, interrupted: str = "interrupted",
     except (KrobertaError, *also) as error:
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
+    except Terminated:
+        print("stopped by SIGTERM" + interrupted.removeprefix("interrupted"), file=sys.stderr)
+        return PREEMPTED
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)
         return INTERRUPTED

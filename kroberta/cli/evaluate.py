@@ -12,8 +12,10 @@ The Python API is `kroberta.evaluate(model, data)` (kroberta/training/evaluation
 
 import json
 
-from kroberta import cli
-from kroberta.training.final_model import MODEL_KINDS, load_model_at
+from kroberta import cli, storage
+from kroberta.data.file_patterns import resolve_files
+from kroberta.data.manifest import load_manifest
+from kroberta.training.final_model import MODEL_KINDS, load_model_at, model_kind_at
 
 # JAX, Keras and TensorFlow are imported when the model is loaded, so that `--help` and
 # argument errors answer at once.
@@ -39,10 +41,21 @@ def _table(model: str, data: list[str], result: dict) -> str:
     return "\n".join(f"{name:<16} {value}" for name, value in rows)
 
 
+def _check_data(data: list[str]):
+    """A prepared directory holds its manifest; files and globs match something."""
+    if len(data) == 1 and storage.isdir(data[0]):
+        load_manifest(data[0])
+    else:
+        resolve_files(data, "--data")
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
 
     def body():
+        # The paths, checked before JAX, Keras and TensorFlow are imported: a mistake at once.
+        model_kind_at(args.model, "--model")
+        _check_data(args.data)
         from kroberta.training.evaluation import evaluate
 
         data = args.data[0] if len(args.data) == 1 else args.data

@@ -20,6 +20,7 @@ import sys
 from kroberta.errors import InputError
 from kroberta import cli
 from kroberta.downstream import rate_grid
+from kroberta.downstream.arguments import check_finetune_arguments
 
 RANDOM_START_DIR = "random-start"  # --out's folder for the random start's classifier
 
@@ -156,9 +157,6 @@ def _predict(args) -> int:
 
     from kroberta.downstream import examples, metrics, prediction
 
-    folder = os.path.dirname(os.path.abspath(args.predictions))
-    if not os.path.isdir(folder):  # before the seconds of loading and predicting
-        raise InputError(f"--predictions {args.predictions}: no folder {folder}")
     classifier = prediction.load_classifier(args.classifier)
     spec = classifier.task_spec
     if args.text_field:  # the file's own names for the fields the classifier was trained on
@@ -211,6 +209,12 @@ def _predict(args) -> int:
     return 0
 
 
+def _main(args) -> int:
+    # The checks that need no model, before JAX, Keras and TensorFlow are imported.
+    check_finetune_arguments(args)
+    return _predict(args) if args.classifier else _run_tasks(args)
+
+
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -224,7 +228,6 @@ def main(argv=None) -> int:
     interrupted = ("interrupted" if not args.out or args.classifier else
                    f"interrupted; the same command again resumes from the trials that finished "
                    f"(kept in {args.out})")
-    return cli.run(lambda: _predict(args) if args.classifier else _run_tasks(args),
-                   also=(FileNotFoundError,), interrupted=interrupted,
+    return cli.run(lambda: _main(args), also=(FileNotFoundError,), interrupted=interrupted,
                    when_out_of_memory="--batch-size (or --max-length)")
 

@@ -17,6 +17,7 @@ import warnings
 from kroberta.errors import InputError
 import kroberta
 from kroberta import cli, storage
+from kroberta.data.file_patterns import resolve_files
 from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS
 from kroberta.training import final_model
 from kroberta.inference.npz_file import write_npz
@@ -75,8 +76,7 @@ def main(argv=None) -> int:
 
 
 def _main(args) -> int:
-    from kroberta.inference import prediction
-
+    # Every check before the prediction engine is imported: a mistake is named at once.
     if not args.out.endswith(".npz"):
         raise InputError(f"--out: {args.out!r} must end with .npz")
     # Where the file goes is checked before the prediction's work, not after it.
@@ -91,14 +91,18 @@ def _main(args) -> int:
         raise InputError(f"--run: {args.run} is a fine-tuned classifier, not a masked LM; "
                          f"predict its labels with python -m kroberta.finetune --classifier "
                          f"{args.run} --predict FILE --predictions OUT.jsonl")
+    final_model.check_run_dir(args.run)
+    files = resolve_files(args.data, "--data")
+    from kroberta.inference import prediction
+
     model = kroberta.load(args.run)
     chunks = prediction.predict_batches(model, args.data, output=args.output, k=args.k,
                                         positions=args.positions, batch_size=args.batch_size,
                                         slots=args.slots,
                                         max_output_bytes=int(args.max_output_gib * 2**30))
-    from kroberta.data.pipeline import inspect_files, resolve_files
+    from kroberta.data.pipeline import inspect_files
 
-    total = inspect_files(resolve_files(args.data, "--data"), "--data").records
+    total = inspect_files(files, "--data").records
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         shapes = write_npz(chunks, args.out, Progress(total, not args.no_progress))

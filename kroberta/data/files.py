@@ -1,9 +1,9 @@
-"""Finding and inspecting the TFRecord files of a run or a predict call.
+"""Inspecting the TFRecord files of a run or a predict call (`kroberta.data.file_patterns`
+finds them).
 
-`resolve_files` expands globs in order; `inspect_files` learns the sequence length
-and whether there are labels from the first records, and counts the records of
-local files by walking their framing (no parsing), so the pipelines know their
-sizes before reading.
+`inspect_files` learns the sequence length and whether there are labels from the first
+records, and counts the records of local files by walking their framing (no parsing),
+so the pipelines know their sizes before reading.
 """
 
 import dataclasses
@@ -15,7 +15,6 @@ from google.protobuf.message import DecodeError
 
 from kroberta.errors import ConfigError, InputError
 from kroberta.config import DataConfig, ModelConfig
-from kroberta.data.manifest import MANIFEST_NAME
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.storage import is_url
 
@@ -29,30 +28,6 @@ class DataSpec:
     has_labels: bool
     records: int | None = None  # total records, when every file is local (framing walked)
     file_records: tuple[int, ...] | None = None  # records per file, likewise
-
-
-def resolve_files(patterns, key: str) -> tuple[str, ...]:
-    """Expands files and globs in order; an unmatched pattern is an error naming `key`."""
-    files = []
-    for pattern in patterns:
-        matched = sorted(tf.io.gfile.glob(pattern))
-        if not matched:
-            looks_like_text = " " in pattern and "/" not in pattern
-            hint = ("; it reads as text, not a path: kroberta.fill_mask(model, texts) fills "
-                    "the <mask> in sentences" if looks_like_text else "")
-            raise InputError(f"{key}: no file matches {pattern!r}{hint}")
-        # Local paths only: a stat per shard of an object store would slow every start.
-        for path in (p for p in matched if not is_url(p) and os.path.isdir(p)):
-            # What to give instead: its files, or for training a prepared directory's data.dir.
-            if os.path.isfile(os.path.join(path, MANIFEST_NAME)):
-                raise InputError(f"{key}: {path} is a directory made by prepare: training takes "
-                                 f"it as --data.dir={path}; elsewhere name its files, e.g. "
-                                 f"'{os.path.join(path, 'validation-*.tfrecord')}'")
-            raise InputError(f"{key}: {path} is a directory; name its TFRecord files, e.g. "
-                             f"'{os.path.join(path, '*.tfrecord')}' (text goes through python -m "
-                             "kroberta.prepare first)")
-        files.extend(m for m in matched if m not in files)
-    return tuple(files)
 
 
 def _read_first_record(path: str):

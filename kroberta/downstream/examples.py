@@ -8,7 +8,6 @@ values (regression). Every bad record is an error naming the file, record and fi
 """
 
 import collections
-import csv
 import dataclasses
 import logging
 import math
@@ -37,7 +36,6 @@ class TaskSpec:
         metric: the metric that chooses the learning rate and goes into tables.
         labels: the class names in id order (None: the training file's, sorted).
         columns: the column names of headerless delimited files (CoLA's).
-        quoting: the csv module's quoting for delimited files.
     """
 
     name: str
@@ -47,7 +45,6 @@ class TaskSpec:
     metric: str = "accuracy"
     labels: tuple | None = None
     columns: tuple | None = None
-    quoting: int = csv.QUOTE_MINIMAL
 
     def metrics(self, num_classes: int) -> tuple:
         """The metrics reported: the main one first."""
@@ -207,8 +204,7 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
     if require_labels:
         fields[spec.label_field] = "--label-field"
     texts, raw_labels, wheres = [[] for _ in spec.text_fields], [], []
-    for where, record in recordfiles.iter_records(path, fmt, fields, columns=spec.columns,
-                                                  quoting=spec.quoting):
+    for where, record in recordfiles.iter_records(path, fmt, fields, columns=spec.columns):
         if not isinstance(record, dict):
             raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, not an object")
         for column, field in zip(texts, spec.text_fields):

@@ -16,11 +16,11 @@ from kroberta.errors import InputError
 from kroberta.downstream import classifiers
 from kroberta.downstream import (encoding, glue, metrics, prediction, rate_grid, recipe,
                                  stdlib_task, trial_run, verdict)
+from kroberta.downstream.arguments import check_out
 from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, TaskSpec,
                                           choose_text_fields, read_labelled)
-from kroberta.downstream.trials import TRIALS_FILE, TrialLog, fingerprint
+from kroberta.downstream.trials import TrialLog, fingerprint
 from kroberta.model.masked_lm import check_model
-from kroberta.run_layout import CLASSIFIER_FILE, CONFIG_FILE
 
 STDLIB = "stdlib"
 
@@ -69,7 +69,7 @@ def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int |
     import jax
 
     if out is not None:
-        _check_out(os.fspath(out))
+        check_out(out)
     if not (isinstance(epochs, int) and epochs >= 1):
         raise InputError(f"--epochs {epochs}: expected a whole number of at least 1")
     if patience is not None and not (isinstance(patience, int) and patience >= 1):
@@ -82,18 +82,6 @@ def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int |
         raise InputError(f"--seeds {seeds}: expected at least one seed")
     if max_length is not None and max_length < encoding.MIN_LENGTH:
         raise InputError(f"--max-length {max_length}: expected at least {encoding.MIN_LENGTH}")
-
-
-def _check_out(out: str):
-    """Refuses an --out that is a file, or a folder holding other files than a fine-tune's
-    (a pretraining run's: its config.toml and tokenizer.json would be overwritten)."""
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise InputError(f"--out {out}: a file, not a folder; name a folder (it is created)")
-    names = set(os.listdir(out)) if os.path.isdir(out) else set()
-    if names and not names & {TRIALS_FILE, CLASSIFIER_FILE}:
-        kind = "a pretraining run" if CONFIG_FILE in names else "other files"
-        raise InputError(f"--out {out}: holds {kind}, not a fine-tune's trials; give a new or "
-                         "empty folder (or one an earlier fine-tune wrote, to resume it)")
 
 
 def _random_start(model_config, seed: int) -> list:

@@ -3,13 +3,12 @@
 Each task's folder (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI, as GLUE's
 download script names them) holds train.tsv and dev.tsv (MNLI: dev_matched.tsv and
 dev_mismatched.tsv). The columns, label sets and headerless CoLA follow Hugging
-Face's `transformers.data.processors.glue`, which reads the TSVs without quoting
-(quotechar=None: GLUE's sentences hold stray quotes). The main metric is the one the
-RoBERTa paper's GLUE table reports: Matthews correlation for CoLA, Pearson for STS-B,
-accuracy elsewhere (F1 and Spearman are reported beside them).
+Face's `transformers.data.processors.glue`; kroberta reads every TSV as it does,
+without quoting (quotechar=None: GLUE's sentences hold stray quotes). The main metric
+is the one the RoBERTa paper's GLUE table reports: Matthews correlation for CoLA,
+Pearson for STS-B, accuracy elsewhere (F1 and Spearman are reported beside them).
 """
 
-import csv
 import os
 
 from kroberta.errors import InputError
@@ -20,7 +19,7 @@ _NLI = ("entailment", "not_entailment")
 
 
 def _spec(name, fields, label, **kwargs):
-    return TaskSpec(f"glue/{name}", fields, label, quoting=csv.QUOTE_NONE, **kwargs)
+    return TaskSpec(f"glue/{name}", fields, label, **kwargs)
 
 
 # task -> (folder in the GLUE directory, spec)

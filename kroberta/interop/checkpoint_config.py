@@ -55,15 +55,10 @@ def checkpoint_of(config: Config) -> Checkpoint | None:
             unreadable or describes a model kroberta cannot hold (names the file and key).
         InputError: the keras-hub preset holds a fine-tuned classifier.
     """
-    if config.init_from_hf:
-        key, directory = HF_KEY, config.init_from_hf
-    elif config.init_from_keras_hub:
-        key, directory = KERAS_HUB_KEY, config.init_from_keras_hub
-    else:
+    named = checkpoint_directory(config)
+    if named is None:
         return None
-    if not storage.isdir(directory):
-        what = "a Hugging Face model directory" if key == HF_KEY else "a keras-hub preset directory"
-        raise ConfigError(f"{key}: {directory!r} is not a directory (it should be {what})")
+    key, directory = named
     from kroberta.interop import hf, keras_hub_presets
 
     with storage.local_copy(directory) as local:  # gs://...: a temporary copy
@@ -73,6 +68,25 @@ def checkpoint_of(config: Config) -> Checkpoint | None:
         else:  # with what keras-hub's config cannot hold, from kroberta_config.toml
             model = keras_hub_presets.preset_config(local, classifier=False).model
     return Checkpoint(key, directory, os.path.join(directory, "config.json"), model)
+
+
+def checkpoint_directory(config: Config) -> tuple[str, str] | None:
+    """(key, directory) of the checkpoint `config` starts from (None: a fresh start), once
+    the directory is there; reads nothing in it, so it is checked before any other work.
+
+    Raises:
+        ConfigError: `init_from_*` names no directory.
+    """
+    if config.init_from_hf:
+        key, directory = HF_KEY, config.init_from_hf
+    elif config.init_from_keras_hub:
+        key, directory = KERAS_HUB_KEY, config.init_from_keras_hub
+    else:
+        return None
+    if not storage.isdir(directory):
+        what = "a Hugging Face model directory" if key == HF_KEY else "a keras-hub preset directory"
+        raise ConfigError(f"{key}: {directory!r} is not a directory (it should be {what})")
+    return key, directory
 
 
 def with_checkpoint_model(config: Config, sources: dict | None = None,

@@ -13,6 +13,7 @@ import csv
 import gzip
 import io
 import json
+import logging
 import os
 import re
 import sys
@@ -36,6 +37,13 @@ DATASET_DICT_FILE = "dataset_dict.json"
 _PROGRESS_EVERY = 1 << 20  # characters per read of a JSON array
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, which some tools write first
 _SPACE = re.compile(r"\s*")  # what str.isspace calls space
+# csv's quoting per delimited format. TSV is read as GLUE's processors (Hugging Face's
+# `transformers.data.processors`) read it: split at tabs, a quote is a character like
+# any other, so one sentence that begins with `"` cannot swallow the rows after it.
+# CSV keeps RFC 4180's quoting, which is how a field holds commas or line breaks.
+_QUOTING = {"csv": csv.QUOTE_MINIMAL, "tsv": csv.QUOTE_NONE}
+
+logger = logging.getLogger(__name__)
 
 
 def is_dataset_dir(path: str) -> bool:
@@ -162,13 +170,23 @@ def _jsonl_records(path, on_bytes):
 # ---------------------------------------------------------------- CSV / TSV
 
 
-def _csv_rows(path, stream, delimiter, quoting):
+class _DataLines:
+    """Counts the lines of a delimited file that hold something (the csv reader yields no
+    row for an empty line), to compare with the records read."""
+
+    def __init__(self):
+        self.count = 0
+
+
+def _csv_rows(path, stream, delimiter, quoting, data_lines: _DataLines):
     """csv rows of a binary stream, decoded line by line, so that bytes that are not
     UTF-8 are named by their line (a text wrapper decodes blocks ahead of the reader)."""
     def lines():
         for number, line in enumerate(stream, start=1):  # bytes, with their line ends
             if number == 1 and line.startswith(_BOM):
                 line = line[len(_BOM):]
+            if line.rstrip(b"\r\n"):
+                data_lines.count += 1
             try:
                 yield line.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -178,27 +196,62 @@ def _csv_rows(path, stream, delimiter, quoting):
     return csv.reader(lines(), delimiter=delimiter, quoting=quoting)
 
 
-def _csv_records(path, on_bytes, delimiter, fields, columns, quoting):
+def _csv_records(path, on_bytes, fmt, fields, columns):
     """Rows as dicts of column -> str; `columns` names a headerless file's columns (None:
     the first row does)."""
     raw, stream = locations.open_stream(path)
     progress = ByteProgress(raw, on_bytes)
+    data_lines = _DataLines()
     with raw, stream:
-        rows = _csv_rows(path, stream, delimiter, quoting)
+        rows = _csv_rows(path, stream, "\t" if fmt == "tsv" else ",", _QUOTING[fmt], data_lines)
         try:
             names = list(columns) if columns else next(rows, [])
         except csv.Error as e:
             raise InputError(f"{path}: line 1: cannot read the header: {e}") from None
         check_columns(path, names, fields, header=not columns)
+        header_lines = data_lines.count
         first = {name: i for i, name in reversed(list(enumerate(names)))}  # a repeated name: its first column
+        records, spanning = 0, None  # spanning: the line where the first multi-line record starts
         try:
+            start = rows.line_num
             for row in rows:
                 if row:
+                    if spanning is None and rows.line_num - start > 1:
+                        spanning = start + 1
+                    if fmt == "tsv" and len(row) < len(names):
+                        _check_short_row(path, rows.line_num, row, names, fields)
+                    records += 1
                     yield f"line {rows.line_num}", {name: row[i] for name, i in first.items() if i < len(row)}
                     progress.poll()
+                start = rows.line_num
         except csv.Error as e:
             raise InputError(f"{path}: line {rows.line_num}: {e}") from None
         progress.finish(locations.size(path))
+    _check_record_count(path, records, data_lines.count - header_lines, spanning)
+
+
+def _check_short_row(path, line: int, row: list, names: list, fields: dict):
+    """A TSV row without one of `fields`' columns: most often a text with a line break
+    that a writer quoted (a TSV has no quoting here), so the message says so."""
+    missing = [field for field in fields if names.index(field) >= len(row)]
+    if missing:
+        raise InputError(f"{path}: line {line}: {len(row)} column(s), the header has "
+                         f"{len(names)}: no field {missing[0]!r}; a TSV is read as GLUE's "
+                         "processors read it, split at tabs with no quoting, so a record cannot "
+                         "span lines: write such texts with their line breaks to a .csv (RFC "
+                         "4180 quoting) or a .jsonl")
+
+
+def _check_record_count(path, records: int, lines: int, spanning: int | None):
+    """Warns when a delimited file's records are fewer than its data lines: in a CSV a
+    quoted field may hold line breaks (RFC 4180), but a stray quote merges rows the same
+    way, each merged record keeping one label; the numbers tell which it was."""
+    if records == lines:
+        return
+    where = f" (the first from line {spanning})" if spanning else ""
+    logger.warning(f"warning: {path}: read {records:,} record(s) from {lines:,} data line(s): "
+                   f"a quoted field spans lines{where}; if its opening quote is a stray one, "
+                   "the rows up to the next quote were merged into one record")
 
 
 def check_columns(path, columns, fields: dict, header: bool = False):
@@ -237,13 +290,14 @@ def check_source(path: str, fmt: str, field: str, split: str):
     return locations.size(path)
 
 
-def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=None, columns=None,
-                 quoting: int = csv.QUOTE_MINIMAL):
+def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=None, columns=None):
     """Yield (where, record) for each record of `path`, streaming: where is "line N" or
     "record N"; a record is a JSON value (an object when the file is well formed) or a
     dict of column -> value. A CSV/TSV header, Parquet or `datasets` without one of the
     `fields` (field -> the option that names it, for the message) is an error (the last two read only those columns); `columns` names a
-    headerless CSV/TSV's columns, `quoting` is its csv quoting (GLUE's TSVs: QUOTE_NONE)."""
+    headerless CSV/TSV's columns. A TSV is split at tabs with no quote processing (as
+    GLUE's processors read it); a CSV keeps RFC 4180 quoting, and a record whose quoted
+    field spans lines is logged as a warning with the counts of records and data lines."""
     if fmt == "jsonl":  # JSON lines, or a JSON array of objects (`[{...}, ...]`)
         def records():  # the first byte is read inside, where a damaged .gz is named
             reader = _json_array_records if _first_byte(path) == b"[" else _jsonl_records
@@ -251,8 +305,7 @@ def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=Non
 
         return _gzip_errors_named(records(), path)
     if fmt in ("csv", "tsv"):
-        delimiter = "\t" if fmt == "tsv" else ","
-        return _gzip_errors_named(_csv_records(path, on_bytes, delimiter, fields, columns, quoting), path)
+        return _gzip_errors_named(_csv_records(path, on_bytes, fmt, fields, columns), path)
     from kroberta.text import arrowfiles  # Parquet or `datasets`
 
     return arrowfiles.iter_records(path, fmt, fields, split, on_bytes)

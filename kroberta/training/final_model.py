@@ -97,6 +97,29 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
         `kroberta_config` (the run's `Config`), `tokenizer` (a `tokenizers.Tokenizer`,
         or None when the run had none) and `kroberta_step` (a checkpoint's step).
     """
+    path = check_run_dir(path, finished=checkpoint is None)
+    if checkpoint is not None:
+        return _model(path, mixed_precision, *_chosen_checkpoint(path, checkpoint))
+    if storage.isfile(storage.join(path, WEIGHTS_FILE)):
+        return _model(path, mixed_precision)
+    # An unfinished run (interrupted, preempted, --until-step) loads its last checkpoint.
+    saved = list_checkpoints(path)
+    if not saved:
+        raise NotFoundError(f"{path}: not a finished kroberta run ({WEIGHTS_FILE} is missing)")
+    step, checkpoint_path = saved[-1]
+    logger.warning(f"{path}: no final model yet; loading the checkpoint at step {step}")
+    return _model(path, mixed_precision, checkpoint_path, step)
+
+
+def check_run_dir(path, finished: bool = True) -> str:
+    """`path` as a str when it is a kroberta run directory (config.toml), else the error
+    `load` raises, naming what `path` is instead; imports nothing heavy, so a command
+    names the mistake before JAX, Keras and TensorFlow start.
+
+    Args:
+        path: the directory given.
+        finished: a final model is asked for (not a checkpoint), for the message.
+    """
     if not isinstance(path, (str, os.PathLike)):
         raise ArgumentKindError(f"kroberta.load: expected a run directory's path, got "
                                 f"{type(path).__name__}" + (" (a model already: use it as it is)"
@@ -111,7 +134,7 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
         raise InputError(f"{path}: a fine-tuned classifier, not a masked LM; load it with "
                          f"kroberta.load_classifier({path!r})")
     if not storage.isfile(storage.join(path, CONFIG_FILE)):
-        finished = "" if checkpoint is not None else "finished "
+        finished = "finished " if finished else ""
         parent, name = os.path.split(os.path.normpath(path))
         if storage.isfile(storage.join(path, "config.json")):
             other = ("; it holds a config.json: read a Hugging Face directory with "
@@ -126,17 +149,7 @@ def load(path: str, mixed_precision: bool | None = None, checkpoint: str | int |
             other = ""
         raise NotFoundError(f"{path}: not a {finished}kroberta run ({CONFIG_FILE} is missing)"
                             + other)
-    if checkpoint is not None:
-        return _model(path, mixed_precision, *_chosen_checkpoint(path, checkpoint))
-    if storage.isfile(storage.join(path, WEIGHTS_FILE)):
-        return _model(path, mixed_precision)
-    # An unfinished run (interrupted, preempted, --until-step) loads its last checkpoint.
-    saved = list_checkpoints(path)
-    if not saved:
-        raise NotFoundError(f"{path}: not a finished kroberta run ({WEIGHTS_FILE} is missing)")
-    step, checkpoint_path = saved[-1]
-    logger.warning(f"{path}: no final model yet; loading the checkpoint at step {step}")
-    return _model(path, mixed_precision, checkpoint_path, step)
+    return path
 
 
 MODEL_KINDS = "a training run, a Hugging Face RoBERTa directory or a keras-hub preset directory"
@@ -157,17 +170,35 @@ def load_model_at(path, key: str = "model"):
     Raises:
         NotFoundError: no such directory, or it holds none of the three.
     """
-    import json
+    path = os.fspath(path)
+    kind = model_kind_at(path, key)
+    if kind == "run":
+        return load(path)
+    if kind == "keras-hub":
+        from kroberta.interop.keras_hub_presets import from_keras_hub
 
+        return from_keras_hub(path)
     from kroberta.interop.hf import from_hf
-    from kroberta.interop.keras_hub_presets import from_keras_hub
+
+    return from_hf(path)
+
+
+def model_kind_at(path, key: str = "model") -> str:
+    """Which of `load_model_at`'s three kinds directory `path` holds: "run", "keras-hub" or
+    "hf"; from its files alone (nothing heavy is imported), so a command names a wrong
+    path at once.
+
+    Raises:
+        NotFoundError: no such directory, or it holds none of the three.
+    """
+    import json
 
     path = os.fspath(path)
     if not storage.isdir(path):
         what = "a file, not a directory" if storage.isfile(path) else "no such directory"
         raise NotFoundError(f"{key}: {path!r}: {what}; give {MODEL_KINDS}")
     if storage.isfile(storage.join(path, CONFIG_FILE)):
-        return load(path)
+        return "run"
     if storage.isfile(storage.join(path, "manifest.json")):
         raise NotFoundError(f"{key}: {path} is prepared data (python -m kroberta.prepare's "
                             f"output), not a model; give {MODEL_KINDS}")
@@ -177,9 +208,9 @@ def load_model_at(path, key: str = "model"):
         described = None
     described = described if isinstance(described, dict) else {}
     if storage.isfile(storage.join(path, "metadata.json")) or "registered_name" in described:
-        return from_keras_hub(path)
+        return "keras-hub"
     if "model_type" in described:
-        return from_hf(path)
+        return "hf"
     raise NotFoundError(f"{key}: {path} holds neither config.toml (a training run) nor a "
                         "config.json of a Hugging Face model or keras-hub preset (config.toml "
                         f"is missing, config.json names no model); give {MODEL_KINDS}")

@@ -172,12 +172,9 @@ def _local_home(run_dir: str) -> str:
 
 
 def _from_manifest(config: Config, directory: str, key: str) -> tuple[Config, str]:
-    from kroberta.data.manifest import load_manifest
+    from kroberta.data.manifest import load_prepared
 
-    if not storage.is_url(directory) and not os.path.isdir(directory):  # a URL: the manifest says
-        raise ConfigError(f"{key}: {directory} is not a directory; give the --out of "
-                          "python -m kroberta.prepare")
-    manifest = load_manifest(directory)
+    manifest = load_prepared(directory, key)
     if manifest.vocabulary_size != config.model.vocabulary_size:
         raise ConfigError(
             f"{key}: {directory} was prepared with a vocabulary of {manifest.vocabulary_size} "

@@ -117,6 +117,7 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
 def _set_up(config: Config, force: bool, accept_changes: bool) -> _Run:
     """Joins the job, resolves the data, checks and writes the run directory, builds the
     model; says what it built."""
+    _check_paths(config)  # before JAX and TensorFlow start: a wrong path at once
     import jax
 
     from kroberta.model.mlm import build_compiled_model
@@ -150,6 +151,25 @@ def _set_up(config: Config, force: bool, accept_changes: bool) -> _Run:
     check_free_space(config.run_dir, 2 * checkpoint.estimated_bytes(run.model),
                      "a checkpoint (weights and optimizer state)")
     return run
+
+
+def _check_paths(config: Config):
+    """The directory to initialise from and the local data the run names are there: a
+    prepared directory holds its manifest, files and globs match (`run_data_for` reads
+    them later, with TensorFlow; an object store's are left to it, to be listed once)."""
+    from kroberta.data.file_patterns import resolve_files
+    from kroberta.data.manifest import load_prepared
+    from kroberta.interop.checkpoint_config import checkpoint_directory
+
+    checkpoint_directory(config)
+
+    if config.data.dir:
+        if not storage.is_url(config.data.dir):
+            load_prepared(config.data.dir, "data.dir")
+        return
+    for split in ("train", "validation"):
+        patterns = [p for p in getattr(config.data, split) if not storage.is_url(p)]
+        resolve_files(patterns, f"data.{split}")
 
 
 def _describe(run: _Run):

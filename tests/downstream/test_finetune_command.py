@@ -26,12 +26,14 @@ def test_bad_input_is_one_line_naming_it(capsys, tmp_path):
     assert finetune.main(["--run", str(tmp_path), "--task", "glue/squad", "--data", "x"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: ") and "config.toml is missing" in error and "\n" not in error
-    assert finetune.main(["--classifier", str(tmp_path), "--predict", "p.jsonl",
+    texts = tmp_path.parent / f"{tmp_path.name}-texts.jsonl"  # beside: the folder stays empty
+    texts.write_text('{"text": "a"}\n')
+    assert finetune.main(["--classifier", str(tmp_path), "--predict", str(texts),
                          "--predictions", "o.jsonl"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: ") and "not a fine-tuned classifier" in error
     # A --predictions folder that does not exist is named before the classifier is loaded.
-    assert finetune.main(["--classifier", str(tmp_path), "--predict", "p.jsonl",
+    assert finetune.main(["--classifier", str(tmp_path), "--predict", str(texts),
                          "--predictions", str(tmp_path / "nodir" / "o.jsonl")]) == 2
     error = capsys.readouterr().err.strip()
     assert error == f"error: --predictions {tmp_path / 'nodir' / 'o.jsonl'}: no folder " \

@@ -84,6 +84,8 @@ def _assert_same_as_reference(reference, out, manifest):
             np.testing.assert_array_equal(a, b) if a is not None else None
 
 
+# A TSV is left out: it is split at tabs with no quoting, so its records cannot hold the
+# line breaks these documents have (tests/text/test_delimited_files.py reads TSVs).
 WRITERS = {
     "txt.gz": lambda p, d: write_corpus_gz(p, d),
     "jsonl": lambda p, d: write_jsonl(p, d),
@@ -91,7 +93,6 @@ WRITERS = {
     "json": lambda p, d: write_jsonl(p, d),
     "array.json": lambda p, d: write_json_array(p, d),
     "csv": lambda p, d: write_csv(p, d),
-    "tsv": lambda p, d: write_csv(p, d, delimiter="\t"),
     "parquet": lambda p, d: write_parquet(p, d),
 }
 
@@ -307,7 +308,7 @@ def test_every_format_end_to_end_trains_the_same_tokenizer_and_a_model(tmp_path)
         (tmp_path / "from_all" / "tokenizer.json").read_text()
     for split in ("train", "validation"):
         assert records[split]["tokens"] == text[split]["tokens"]
-    assert len(records["source"]["files"]) == len(inputs) == 9
+    assert len(records["source"]["files"]) == len(inputs) == 8
     config = load_config("tiny")
     config = dataclasses.replace(
         config, run_dir=str(tmp_path / "run"),

@@ -247,8 +247,12 @@ def test_a_missing_tracker_package_is_a_one_line_error(tiny_data, tmp_path, monk
 @pytest.mark.fast
 def test_a_missing_tracker_package_is_named_before_the_data_are_read(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)
-    # No data there: reading them first would be a InputError.
-    config = tiny_config(tmp_path / "no-data", tmp_path / "run", trackers=("wandb",))
+    # Files that are no TFRecords: reading them first would be an InputError.
+    data = tmp_path / "no-data"
+    data.mkdir()
+    for name in ("train-0.tfrecord", "validation.tfrecord"):
+        (data / name).write_text("not a TFRecord")
+    config = tiny_config(data, tmp_path / "run", trackers=("wandb",))
     with pytest.raises(ConfigError, match=r'"wandb" needs the wandb package'):
         train(config)
 

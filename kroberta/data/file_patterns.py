@@ -1,0 +1,46 @@
+"""Expanding the file names and globs a command is given, before TensorFlow is imported.
+
+Local patterns are matched with Python's glob, so a missing or mistyped path is named
+at once; only an object store's (gs://...) needs TensorFlow's file system, imported then.
+"""
+
+import glob
+import os
+
+from kroberta.data.manifest import MANIFEST_NAME
+from kroberta.errors import InputError
+from kroberta.storage import is_url
+
+
+def matching(pattern: str) -> list[str]:
+    """The paths `pattern` matches, sorted (a name without wildcards matches itself when
+    it exists). Hidden files match a `*` as TensorFlow's glob matches them."""
+    if is_url(pattern):
+        import tensorflow as tf  # its file systems read gs:// and the other object stores
+
+        return sorted(tf.io.gfile.glob(pattern))
+    return sorted(glob.glob(pattern, include_hidden=True))
+
+
+def resolve_files(patterns, key: str) -> tuple[str, ...]:
+    """Expands files and globs in order; an unmatched pattern is an error naming `key`."""
+    files = []
+    for pattern in patterns:
+        matched = matching(pattern)
+        if not matched:
+            looks_like_text = " " in pattern and "/" not in pattern
+            hint = ("; it reads as text, not a path: kroberta.fill_mask(model, texts) fills "
+                    "the <mask> in sentences" if looks_like_text else "")
+            raise InputError(f"{key}: no file matches {pattern!r}{hint}")
+        # Local paths only: a stat per shard of an object store would slow every start.
+        for path in (p for p in matched if not is_url(p) and os.path.isdir(p)):
+            # What to give instead: its files, or for training a prepared directory's data.dir.
+            if os.path.isfile(os.path.join(path, MANIFEST_NAME)):
+                raise InputError(f"{key}: {path} is a directory made by prepare: training takes "
+                                 f"it as --data.dir={path}; elsewhere name its files, e.g. "
+                                 f"'{os.path.join(path, 'validation-*.tfrecord')}'")
+            raise InputError(f"{key}: {path} is a directory; name its TFRecord files, e.g. "
+                             f"'{os.path.join(path, '*.tfrecord')}' (text goes through python -m "
+                             "kroberta.prepare first)")
+        files.extend(m for m in matched if m not in files)
+    return tuple(files)

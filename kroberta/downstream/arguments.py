@@ -1,0 +1,98 @@
+"""The checks of `python -m kroberta.finetune`'s arguments that need no model: the paths,
+the files and their header, the output folder. They run before JAX, Keras and TensorFlow
+are imported (this module imports none of them), so a mistake is named at once instead
+of after the seconds those take to start.
+"""
+
+import os
+
+from kroberta import storage
+from kroberta.downstream import glue, rate_grid
+from kroberta.errors import InputError, NotFoundError
+from kroberta.downstream.trials import TRIALS_FILE
+from kroberta.run_layout import CLASSIFIER_FILE, CONFIG_FILE
+from kroberta.text import recordfiles
+from kroberta.training.final_model import model_kind_at
+
+
+def check_finetune_arguments(args):
+    """Raises the error a fine-tune (or a prediction with --classifier) would stop with
+    on a path, a file, a field of a CSV/TSV header or an output folder.
+
+    Args:
+        args: the command's parsed arguments (`kroberta.cli.finetune`).
+    """
+    if args.classifier:
+        _check_prediction(args)
+        return
+    if args.validation is not None and args.data is None:
+        raise InputError("validation (--validation) without data (--data, the training "
+                         "file): a labelled task needs both")
+    rate_grid.parse(args.learning_rates)
+    rate_grid.parse(args.baseline_learning_rates, "--baseline-learning-rates")
+    if args.epochs < 1:
+        raise InputError(f"--epochs {args.epochs}: expected a whole number of at least 1")
+    if args.early_stopping is not None and args.early_stopping < 1:
+        raise InputError(f"--early-stopping {args.early_stopping}: expected a patience of at "
+                         "least 1 epoch")
+    if args.seeds < 1:
+        raise InputError(f"--seeds {args.seeds}: expected at least one seed")
+    model_kind_at(args.run, "--run")
+    if args.suite:
+        glue.tasks_present(args.data)
+    elif args.task is not None and args.task.lower().startswith("glue/"):
+        glue.task_name(args.task)
+        if args.data is not None:
+            glue.task_files(args.task, args.data)
+    elif args.data is not None:
+        if args.validation is None:
+            raise InputError("a labelled task needs both data (the training file, "
+                             "--data) and validation (--validation)")
+        # The header's fields where a CSV/TSV names them: the label, and the text fields
+        # given (without --text-field the fields are chosen from the training file).
+        fields = dict.fromkeys(args.text_field or (), recordfiles.TEXT_FIELD_OPTION)
+        fields[args.label_field] = "--label-field"
+        for option, path in (("--data", args.data), ("--validation", args.validation)):
+            _check_labelled_file(path, option, fields)
+    if args.out is not None and not args.suite:
+        check_out(args.out)
+
+
+def _check_prediction(args):
+    if not os.path.isdir(args.classifier):
+        raise NotFoundError(f"--classifier {args.classifier}: no such directory")
+    _check_labelled_file(args.predict, "--predict", {})
+    folder = os.path.dirname(os.path.abspath(args.predictions))
+    if not os.path.isdir(folder):
+        raise InputError(f"--predictions {args.predictions}: no folder {folder}")
+
+
+def _check_labelled_file(path: str, option: str, fields: dict):
+    """`path` is a labelled file kroberta reads, and a CSV/TSV header holds `fields`
+    (field -> the option that names it)."""
+    if not (storage.gfile_isfile(path) or recordfiles.is_dataset_dir(path)):
+        what = "a folder, not a file" if os.path.isdir(path) else "no such file"
+        raise NotFoundError(f"{option} {path}: {what}")
+    fmt = recordfiles.record_format(path)
+    if fmt is None:
+        raise InputError(f"{option} {path}: not a labelled file kroberta reads (.tsv, .csv, "
+                         ".jsonl, .json, .parquet, optionally .gz, or a datasets directory)")
+    if fmt in ("csv", "tsv") and fields:
+        records = recordfiles.iter_records(path, fmt, fields)
+        try:
+            next(records, None)  # the header, checked, and the first row
+        finally:
+            records.close()
+
+
+def check_out(out: str):
+    """Refuses an --out that is a file, or a folder holding other files than a fine-tune's
+    (a pretraining run's: its config.toml and tokenizer.json would be overwritten)."""
+    out = os.fspath(out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise InputError(f"--out {out}: a file, not a folder; name a folder (it is created)")
+    names = set(os.listdir(out)) if os.path.isdir(out) else set()
+    if names and not names & {TRIALS_FILE, CLASSIFIER_FILE}:
+        kind = "a pretraining run" if CONFIG_FILE in names else "other files"
+        raise InputError(f"--out {out}: holds {kind}, not a fine-tune's trials; give a new or "
+                         "empty folder (or one an earlier fine-tune wrote, to resume it)")
