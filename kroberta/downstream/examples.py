@@ -147,11 +147,11 @@ def _check_path(path: str) -> str:
     return fmt
 
 
-def first_record_fields(path: str, quoting: int | None = None) -> list:
-    """The field names of a labelled file's first record (a CSV/TSV's header)."""
+def first_record_fields(path: str, columns: tuple | None = None) -> list:
+    """The field names of a labelled file's first record (a CSV/TSV's header, or
+    `columns`: a headerless file's)."""
     fmt = _check_path(path)
-    kwargs = {} if quoting is None else {"quoting": quoting}
-    for where, record in recordfiles.iter_records(path, fmt, {}, **kwargs):
+    for where, record in recordfiles.iter_records(path, fmt, {}, columns=columns):
         if not isinstance(record, dict):
             raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, not an object")
         return list(record)
@@ -198,7 +198,7 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
     """
     fmt = _check_path(path)
     if require_labels is None:
-        require_labels = spec.label_field in first_record_fields(path, spec.quoting)
+        require_labels = spec.label_field in first_record_fields(path, spec.columns)
     # field -> the option that names it, for a CSV header or Arrow schema that lacks it.
     fields = dict.fromkeys(spec.text_fields, recordfiles.TEXT_FIELD_OPTION)
     if require_labels:
