@@ -8,6 +8,7 @@ a local temporary directory, then uploaded with the manifest last.
 """
 
 import contextlib
+import logging
 import math
 import numbers
 import os
@@ -31,8 +32,10 @@ from kroberta.text.packing import one_per_document, pack_documents
 from kroberta.text.progress import Progress
 from kroberta.text.recordfiles import check_source
 from kroberta.text.splits import SplitWriter, in_validation
-from kroberta.text.textfiles import Source, expand_inputs, iter_documents, scan_file
+from kroberta.text.textfiles import LONG_DOCUMENT_LINES, ReadCounts, Source, expand_inputs, iter_documents, scan_file
 from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, shortfall_note, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
+
+logger = logging.getLogger(__name__)
 
 MIN_SEQ_LEN = 8
 TARGET_SHARD_BYTES = 200e6  # shards of ~100-200 MB: few files, yet parallel reads
@@ -190,14 +193,14 @@ def _shard_counts(job, total_bytes):
             max(1, math.ceil(estimate * job.validation_fraction / TARGET_SHARD_BYTES)))
 
 
-def _records(job, tok, files, specials, on_bytes):
+def _records(job, tok, files, specials, on_bytes, counts):
     """Yields (serialized record, goes to validation, real tokens) per sequence, in order."""
     # Never chosen for static masking nor drawn as a random replacement.
     special_ids = set(specials.values()) | {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
     vocab = vocabulary_size(tok)
     if job.labels == "static":
         from kroberta.masking import static_labels  # JAX, imported only to make static labels
-    docs = encoded_documents(tok, files, on_bytes, line_by_line=job.line_by_line)
+    docs = encoded_documents(tok, files, on_bytes, line_by_line=job.line_by_line, counts=counts)
     arrange = one_per_document if job.line_by_line else pack_documents
     sequences = arrange(docs, job.seq_len, specials["bos"], specials["eos"], PAD_ID)
     start = 0
@@ -255,6 +258,19 @@ def _write_splits(job, records, shards, written):
     return infos
 
 
+def _tell_counts(job, counts, files):
+    """Logs the documents read; warns of text files read as a few huge documents."""
+    kind = "line(s)" if job.line_by_line else "document(s)"
+    logger.info(f"read {counts.documents} {kind} from {files} file(s)")
+    for path, (lines, first) in counts.long_documents.items():
+        # A file of one document per line is one document here: its documents get no
+        # </s> between them. Splitting at every line instead would cut each paragraph of
+        # hard-wrapped prose (man pages, books) into fragments, so the rule stays.
+        warnings.warn(f"{path}: one document of {lines} lines from line {first}: documents end at blank lines, "
+                      "and none is between these; if each line is a document, separate them with blank lines, "
+                      "or pass --line-by-line for one sequence per line", PrepareWarning, stacklevel=4)
+
+
 def _manifest(job, tok, specials, splits, scanned, shortfall, timing):
     good, skipped, total_bytes = scanned
     inputs = [job.inputs] if isinstance(job.inputs, (str, os.PathLike)) else job.inputs
@@ -293,11 +309,13 @@ def _build(job, scanned, written, started):
     bar = Progress("encode+pack+write", total_bytes, enabled=job.progress)
     previous_flag = tok.encode_special_tokens
     tok.encode_special_tokens = True  # "<s>" in the text is text, not a control token
+    counts = ReadCounts()
     try:
-        splits = _write_splits(job, _records(job, tok, good, specials, bar.update),
+        splits = _write_splits(job, _records(job, tok, good, specials, bar.update, counts),
                                _shard_counts(job, total_bytes), written)
     finally:
         tok.encode_special_tokens = previous_flag
+    _tell_counts(job, counts, len(good))
     timing = {"tokenizer": round(tok_time, 3), "encode_pack_write": round(bar.close(), 3)}
     _save_tokenizer(job, tok, written)
     manifest = _manifest(job, tok, specials, splits, scanned, shortfall, timing)

@@ -118,21 +118,45 @@ def _scan_stream(f):
     return offset, None, None, has_text
 
 
-def iter_documents(sources, on_bytes=None, line_by_line=False):
+LONG_DOCUMENT_LINES = 1000  # lines without a blank one, above which a text file is told of
+
+
+@dataclasses.dataclass
+class ReadCounts:
+    """What `iter_documents` read: documents yielded, and per text file (path -> (lines,
+    first line number)) its longest document when that ran over `LONG_DOCUMENT_LINES`."""
+
+    documents: int = 0
+    long_documents: dict = dataclasses.field(default_factory=dict)
+
+
+def iter_documents(sources, on_bytes=None, line_by_line=False, counts=None):
     """Each non-empty document (str) of the `Source`s, streaming: text files accepted by
     `scan_file`, record files checked by `recordfiles.check_source`. A document's lines
     are joined with "\\n", whitespace-only lines dropped (`\\r\\n` -> `\\n`, no trailing
     newline); a record is one document, a text file's end at blank lines (or lines,
     with `line_by_line`). `on_bytes(n)` hears the bytes read, about 1 MB at a time,
-    adding up to the sizes `scan_file` / `check_source` returned."""
+    adding up to the sizes `scan_file` / `check_source` returned; `counts` (a
+    `ReadCounts`), when given, hears what was read."""
+    counts = ReadCounts() if counts is None else counts
     for source in sources:
         if source.format is None:
-            for document in _text_documents(source.path, on_bytes):
-                yield from document.split("\n") if line_by_line else (document,)
+            for document, first_line in _text_documents(source.path, on_bytes):
+                lines = document.count("\n") + 1
+                if lines > LONG_DOCUMENT_LINES and not line_by_line and \
+                        lines > counts.long_documents.get(source.path, (0,))[0]:
+                    counts.long_documents[source.path] = (lines, first_line)
+                if line_by_line:
+                    counts.documents += lines
+                    yield from document.split("\n")
+                else:
+                    counts.documents += 1
+                    yield document
             continue
         for value in recordfiles.iter_values(source.path, source.format, source.text_field,
                                              source.split, on_bytes):
             if value and (document := record_document(value)):
+                counts.documents += 1
                 yield document
 
 
@@ -144,7 +168,8 @@ def record_document(text: str) -> str:
 
 
 def _text_documents(path, on_bytes):
-    lines = []
+    """(document, its first line's number from 1) of a text file."""
+    lines, first = [], 0
     raw, stream = locations.open_stream(path)
     progress = ByteProgress(raw, on_bytes)
     with raw, stream:
@@ -158,10 +183,11 @@ def _text_documents(path, on_bytes):
             if number == 0 and line.startswith("\ufeff"):
                 line = line[1:]  # a byte-order mark is not text
             if line.strip():
+                first = first if lines else number + 1
                 lines.append(line)
             elif lines:
-                yield "\n".join(lines)
+                yield "\n".join(lines), first
                 lines = []
         progress.finish(locations.size(path))
     if lines:
-        yield "\n".join(lines)
+        yield "\n".join(lines), first
