@@ -47,11 +47,11 @@ class Progress:
 
 
 class ByteProgress:
-    """Reports a raw file's position to `on_bytes` (None: no-op) about once per MB, and
-    all of `size` at the end."""
+    """Reports a raw file's position to `on_bytes` (None: no-op) about once per MB, from
+    `start` (where its reading begins), and all up to `size` at the end."""
 
-    def __init__(self, raw, on_bytes):
-        self.raw, self.on_bytes, self.reported, self.calls = raw, on_bytes, 0, 0
+    def __init__(self, raw, on_bytes, start=0):
+        self.raw, self.on_bytes, self.reported, self.calls = raw, on_bytes, start, 0
 
     def poll(self):
         self.calls += 1
