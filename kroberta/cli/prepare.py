@@ -9,11 +9,12 @@ Inputs: text (.txt, .txt.gz: documents end at blank lines), JSON lines (.jsonl,
 .json, gzipped or not), CSV/TSV, Parquet and `datasets` directories (save_to_disk;
 a DatasetDict's --split): one document per record, its --text-field column.
 
-Steps: scan the inputs (skip binary / non-UTF-8 text files), train a byte-level BPE
-tokenizer streaming over them (or reuse --tokenizer), encode in parallel batches,
-pack into full sequences, split whole sequences into train/validation by a seeded
-hash, optionally add static labels, write shards atomically, and write the
-manifest last: a directory with a manifest is complete.
+Steps: scan the inputs (skip binary / non-UTF-8 text files), cut them into chunks,
+train a byte-level BPE tokenizer on a sample of them (or reuse --tokenizer), then in
+--workers processes tokenize, pack and write each chunk (train/validation chosen per
+sequence by a seeded hash, optional static labels), join the chunks into the shards
+and write the manifest last: a directory with a manifest is complete. A stopped run
+keeps its finished chunks in OUT/.prepare: the same command resumes it.
 """
 
 import argparse

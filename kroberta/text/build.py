@@ -329,10 +329,12 @@ def _build(job, work, key, plan, scanned, written, started):
     if not any(r["train"]["sequences"] + r["validation"]["sequences"] for r in results.values()):
         raise InputError("no text in the inputs: every document is empty")
     _tell(job, results, chunks)
+    joining = time.perf_counter()
     splits = assemble_splits(job.out_dir, work, results, _shard_counts(job, plan["total_bytes"]),
                              job.validation_fraction, written)
     _warn_of_validation(job, splits)
     _save_tokenizer(job, tok, written)
+    timing["assemble"] = round(time.perf_counter() - joining, 3)
     documents = sum(r["documents"] for r in results.values())
     manifest = _manifest(job, tok, plan["specials"], splits, plan, documents, timing)
     write_manifest(job.out_dir, manifest)

@@ -16,6 +16,7 @@ from kroberta.text.textfiles import Source
 
 CHUNK_BYTES = 64 << 20  # of input text per chunk: ~a minute of one worker, ~50 MB of records
 SEARCH_BYTES = 1 << 20  # how far past a target offset a blank line is looked for
+MAX_LINE_BYTES = 64 << 20  # a "line" longer than this (a binary file, skipped later) is not cut
 _BLANK_LINE = re.compile(rb"\n[ \t\r\f\v]*\n")
 
 
@@ -56,7 +57,7 @@ def _cut_after(f, target: int, size: int) -> int | None:
         cut = target - 1 + found.end()
         return cut if cut < size else None
     newline = window.find(b"\n")
-    while newline < 0 and len(window):  # a line longer than the window: read on to its end
+    while newline < 0 and len(window) < MAX_LINE_BYTES:  # a line longer than the window: read on
         more = f.read(SEARCH_BYTES)
         if not more:
             return None
