@@ -205,9 +205,11 @@ def main():
         for n in map(int, args.workers_list.split(",")):
             rows += [(f"prepare --workers {n}", "prepare", n), (f"datasets.map num_proc={n}", "datasets", n)]
         results = {}
-        for _ in range(args.rounds):  # interleaved: a load that comes and goes hits every contender alike
+        for round_ in range(args.rounds):  # interleaved: a load that comes and goes hits every contender alike
             for name, mode, n in rows:
-                r = measure(mode, n, paths, tokenizer_path, os.path.join(root, f"{mode}-{n}"), args)
+                out = os.path.join(root, f"{mode}-{n}-{round_}")  # fresh: datasets would reuse its cache
+                r = measure(mode, n, paths, tokenizer_path, out, args)
+                shutil.rmtree(out, ignore_errors=True)
                 print(f"  {name}: {r}", file=sys.stderr)
                 if name not in results or r["seconds"] < results[name]["seconds"]:
                     results[name] = r  # the least disturbed round
