@@ -431,6 +431,12 @@ def prepare(
     # prepare's arguments, checked, as the steps below read them
     job = types.SimpleNamespace(**{**arguments, "out_dir": os.fspath(out_dir), "line_by_line": bool(line_by_line),
                                    "workers": workers or default_workers()})
+    return _prepare_into(job, overwrite, started)
+
+
+def _prepare_into(job, overwrite, started):
+    """`prepare` into a local directory, after the arguments' checks."""
+    inputs, tokenizer, strict, text_field, split = job.inputs, job.tokenizer, job.strict, job.text_field, job.split
     _refuse_existing(job.out_dir, overwrite)
     # A tokenizer named by its path is read now: a wrong path fails before any reading.
     job.given_tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
