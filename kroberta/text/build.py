@@ -214,16 +214,16 @@ def _chunk_bytes(job, total_bytes):
 def _tell(job, results, chunks):
     """Logs the documents read; warns of text files read as a few huge documents."""
     documents = sum(r["documents"] for r in results.values())
-    files = len({c.source.path for c in chunks})
+    files = len({s.path for c in chunks for s in c.sources})
     logger.info(f"read {documents} {'line(s)' if job.line_by_line else 'document(s)'} from {files} file(s)")
     lines_before, longest = {}, {}
-    for chunk in chunks:  # a chunk's line numbers count from its start: made the file's
-        path, result = chunk.source.path, results[chunk.index]
-        offset = lines_before.get(path, 0)
-        for lines, first in result["long_documents"].values():
+    for chunk in chunks:  # line numbers count from a piece's start: made the file's
+        result = results[chunk.index]
+        for path, (lines, first) in result["long_documents"].items():
             if lines > longest.get(path, (0,))[0]:
-                longest[path] = (lines, offset + first)
-        lines_before[path] = offset + result["lines"]
+                longest[path] = (lines, lines_before.get(path, 0) + first)
+        for path, lines in result["lines"].items():
+            lines_before[path] = lines_before.get(path, 0) + lines
     for path, (lines, first) in longest.items():
         # A file of one document per line is one document here: its documents get no
         # </s> between them. Splitting at every line instead would cut each paragraph of

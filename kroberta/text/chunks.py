@@ -3,7 +3,9 @@
 A plain text file larger than the chunk size is cut into byte ranges, each cut just
 after a blank line near the target offset (documents stay whole), or, where no blank
 line comes within `SEARCH_BYTES`, at the next line start; a gzipped text file and a
-record file (JSON lines, CSV, Parquet, `datasets`) is one chunk. The cuts depend only
+record file (JSON lines, CSV, Parquet, `datasets`) is read whole. Consecutive files
+smaller than a chunk share one (a chunk is packed on its own, its last sequence
+padded: a corpus of many small files must not pad each). The cuts depend only
 on the files and the chunk size, never on the number of workers: the same corpus
 gives the same chunks, so the same records in the same order, for any `--workers`.
 """
@@ -22,12 +24,16 @@ _BLANK_LINE = re.compile(rb"\n[ \t\r\f\v]*\n")
 
 @dataclasses.dataclass(frozen=True)
 class Chunk:
-    """The `index`-th chunk (from 0, in corpus order): `source` (a file, or a byte range
-    of one) holding `size` bytes of input."""
+    """The `index`-th chunk (from 0, in corpus order): `sources` (files, or byte ranges
+    of one), read one after another, holding `sizes` bytes of input each."""
 
     index: int
-    source: Source
-    size: int
+    sources: tuple
+    sizes: tuple
+
+    @property
+    def size(self) -> int:
+        return sum(self.sizes)
 
 
 def cut_points(path: str, size: int, chunk_bytes: int) -> list[int]:
@@ -72,15 +78,24 @@ def _cut_after(f, target: int, size: int) -> int | None:
 
 
 def plan_chunks(sources: list[Source], sizes: list[int], chunk_bytes: int = CHUNK_BYTES) -> list[Chunk]:
-    """The chunks of the `sources` (whose sizes in bytes are `sizes`), in corpus order."""
-    chunks = []
+    """The chunks of the `sources` (whose sizes in bytes are `sizes`), in corpus order:
+    pieces (whole files, ranges of large ones) gathered until a chunk holds `chunk_bytes`."""
+    pieces = []
     for source, size in zip(sources, sizes):
         splittable = source.format is None and not source.path.lower().endswith(".gz")
         cuts = cut_points(source.path, size, chunk_bytes) if splittable and size > chunk_bytes else []
         if not cuts:
-            chunks.append(Chunk(len(chunks), source, size))
+            pieces.append((source, size))
             continue
         bounds = [0, *cuts, size]
-        for start, end in zip(bounds, bounds[1:]):
-            chunks.append(Chunk(len(chunks), dataclasses.replace(source, start=start, end=end), end - start))
+        pieces += [(dataclasses.replace(source, start=start, end=end), end - start)
+                   for start, end in zip(bounds, bounds[1:])]
+    chunks, gathered = [], []
+    for piece in pieces:
+        gathered.append(piece)
+        if sum(size for _, size in gathered) >= chunk_bytes:
+            chunks.append(Chunk(len(chunks), *map(tuple, zip(*gathered))))
+            gathered = []
+    if gathered:
+        chunks.append(Chunk(len(chunks), *map(tuple, zip(*gathered))))
     return chunks

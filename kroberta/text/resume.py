@@ -70,11 +70,11 @@ def save_plan(work, plan):
 
 
 def chunk_entries(chunks) -> list:
-    return [[c.index, dataclasses.asdict(c.source), c.size] for c in chunks]
+    return [[c.index, [dataclasses.asdict(s) for s in c.sources], list(c.sizes)] for c in chunks]
 
 
 def chunks_of(plan) -> list[Chunk]:
-    return [Chunk(index, Source(**source), size) for index, source, size in plan["chunks"]]
+    return [Chunk(index, tuple(Source(**s) for s in sources), tuple(sizes)) for index, sources, sizes in plan["chunks"]]
 
 
 def finished(work, chunks) -> dict:

@@ -132,12 +132,12 @@ LONG_DOCUMENT_LINES = 1000  # lines without a blank one, above which a text file
 
 @dataclasses.dataclass
 class ReadCounts:
-    """What `iter_documents` read: documents yielded, lines of text files, and per text
-    file (path -> (lines, first line number, counted from the `Source`'s start)) its
-    longest document when that ran over `LONG_DOCUMENT_LINES`."""
+    """What `iter_documents` read: documents yielded, lines per text file (path ->
+    lines), and per text file (path -> (lines, first line number, counted from the
+    `Source`'s start)) its longest document when that ran over `LONG_DOCUMENT_LINES`."""
 
     documents: int = 0
-    lines: int = 0
+    lines: dict = dataclasses.field(default_factory=dict)
     long_documents: dict = dataclasses.field(default_factory=dict)
 
 
@@ -221,6 +221,6 @@ def _text_documents(source, on_bytes, counts):
                 yield "\n".join(lines), first
                 lines = []
         progress.finish(end)
-    counts.lines += number + 1
+    counts.lines[path] = counts.lines.get(path, 0) + number + 1
     if lines:
         yield "\n".join(lines), first

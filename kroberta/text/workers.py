@@ -73,7 +73,7 @@ def prepare_chunk(job, tok, chunk, on_bytes=None):
     if job["labels"] == "static":
         from kroberta.masking import static_labels  # JAX, imported only to make static labels
     counts = ReadCounts()
-    docs = encoded_documents(tok, [chunk.source], on_bytes, line_by_line=job["line_by_line"], counts=counts)
+    docs = encoded_documents(tok, chunk.sources, on_bytes, line_by_line=job["line_by_line"], counts=counts)
     arrange = one_per_document if job["line_by_line"] else pack_documents
     specials = job["specials"]
     sequences = arrange(docs, job["seq_len"], specials["bos"], specials["eos"], PAD_ID)

@@ -60,7 +60,7 @@ def test_cuts_fall_at_blank_lines_and_the_chunks_give_the_file_s_documents(tmp_p
     assert all(data[c - 2:c] == b"\n\n" for c in cuts), "each cut right after a blank line"
     chunks = plan_chunks([Source.of(path)], [size], 2000)
     assert sum(c.size for c in chunks) == size and [c.index for c in chunks] == list(range(len(chunks)))
-    read = [d for c in chunks for d in iter_documents([c.source])]
+    read = [d for c in chunks for d in iter_documents(c.sources)]
     assert read == list(iter_documents([Source.of(path)])) == docs
 
 
@@ -72,7 +72,7 @@ def test_a_file_without_blank_lines_is_cut_at_line_starts(tmp_path):
     cuts = cut_points(str(path), len(data), 1000)
     assert len(cuts) > 10 and all(data[c - 1:c] == b"\n" for c in cuts)
     chunks = plan_chunks([Source.of(path)], [len(data)], 1000)
-    lines = [line for c in chunks for d in iter_documents([c.source]) for line in d.split("\n")]
+    lines = [line for c in chunks for d in iter_documents(c.sources) for line in d.split("\n")]
     assert lines == data.decode().splitlines()
 
 
@@ -166,9 +166,9 @@ def test_the_tokenizer_sample_is_deterministic_bounded_and_spread(tmp_path):
     longest = max(len(d.encode()) + 1 for d in first)
     assert budget / 2 < taken[0] <= budget + len(chunks) * longest
     assert sum(len(d.encode()) + 1 for d in first) == taken[0]
-    everything = [d for c in chunks for d in iter_documents([c.source])]
+    everything = [d for c in chunks for d in iter_documents(c.sources)]
     assert set(first) <= set(everything) and len(first) < len(everything) / 2
-    from_files = {c.source.path for c in chunks for d in iter_documents([c.source]) if d in set(first)}
+    from_files = {s.path for c in chunks for s in c.sources for d in iter_documents([s]) if d in set(first)}
     assert from_files == set(paths), "every file gives some"
     whole = [0]
     assert list(sample_documents(chunks, total, total, taken=whole)) == everything and whole[0] == total
@@ -226,3 +226,20 @@ def test_a_worker_s_memory_stays_flat(tmp_path):
     assert peak["chunks"] >= 20
     # In KiB; RUSAGE_CHILDREN: the largest of the workers.
     assert peak["workers"] < 400 * 1024 and peak["main"] < 400 * 1024, peak
+
+
+def test_small_files_share_a_chunk_and_its_one_padded_sequence(tmp_path):
+    root = tmp_path / "many"
+    root.mkdir()
+    for i in range(40):
+        write_corpus(root / f"{i:03d}.txt", make_docs(4, seed=100 + i))
+    paths = sorted(str(p) for p in root.iterdir())
+    sizes = [os.path.getsize(p) for p in paths]
+    chunks = plan_chunks([Source.of(p) for p in paths], sizes, 3000)
+    assert [s.path for c in chunks for s in c.sources] == paths
+    assert len(chunks) < len(paths) / 3 and all(c.size >= 3000 for c in chunks[:-1])
+    manifest = prepare([str(root)], tmp_path / "o", workers=2, **SETTINGS)
+    from tests.text.test_prepare import read_split
+
+    padded = sum(int((read_split(tmp_path / "o", split)[1] == 0).any(axis=1).sum()) for split in ("train", "validation"))
+    assert manifest["source"]["chunks"] == len(chunks) and padded <= len(chunks)
