@@ -74,7 +74,7 @@ def test_every_worker_streams_url_inputs(tmp_path):
     """file:// URLs go through fsspec as gs:// would, and every worker process opens them."""
     (tmp_path / "corpus").mkdir()
     _corpus(str(tmp_path / "corpus"))
-    settings = dict(vocab_size=300, seq_len=32, validation_fraction=0.1, progress=False, chunk_bytes=4000)
+    settings = dict(vocab_size=300, seq_len=32, validation_fraction=0.1, progress=False, chunk_bytes=1500)
     local = prepare([str(tmp_path / "corpus" / "*")], str(tmp_path / "local"), workers=1, **settings)
     remote = prepare([f"file://{tmp_path}/corpus/*"], str(tmp_path / "remote"), workers=3, **settings)
     assert local["source"]["chunks"] == remote["source"]["chunks"] > 3
