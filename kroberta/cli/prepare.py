@@ -9,11 +9,12 @@ Inputs: text (.txt, .txt.gz: documents end at blank lines), JSON lines (.jsonl,
 .json, gzipped or not), CSV/TSV, Parquet and `datasets` directories (save_to_disk;
 a DatasetDict's --split): one document per record, its --text-field column.
 
-Steps: scan the inputs (skip binary / non-UTF-8 text files), train a byte-level BPE
-tokenizer streaming over them (or reuse --tokenizer), encode in parallel batches,
-pack into full sequences, split whole sequences into train/validation by a seeded
-hash, optionally add static labels, write shards atomically, and write the
-manifest last: a directory with a manifest is complete.
+Steps: scan the inputs (skip binary / non-UTF-8 text files), cut them into chunks,
+train a byte-level BPE tokenizer on a sample of them (or reuse --tokenizer), then in
+--workers processes tokenize, pack and write each chunk (train/validation chosen per
+sequence by a seeded hash, optional static labels), join the chunks into the shards
+and write the manifest last: a directory with a manifest is complete. A stopped run
+keeps its finished chunks in OUT/.prepare: the same command resumes it.
 """
 
 import argparse
@@ -25,6 +26,7 @@ from kroberta.errors import InputError
 from kroberta import cli, storage
 from kroberta.data.manifest import MANIFEST_NAME, load_manifest
 from kroberta.text.build import PrepareWarning, prepare
+from kroberta.text.sample import DEFAULT_SAMPLE_BYTES
 from kroberta.text.textfiles import expand_inputs
 from kroberta.text import locations
 
@@ -68,16 +70,37 @@ def _parser():
     p.add_argument("--line-by-line", action="store_true",
                    help="one sequence per non-empty line (per record of JSON/CSV/Parquet inputs), cut to "
                    "--seq-len and padded, instead of packing documents into full sequences")
+    p.add_argument("--workers", type=int,
+                   help="processes that tokenize, pack and write (default: one per CPU core); the output is "
+                   "the same for any number")
+    p.add_argument("--tokenizer-sample-bytes", type=_size, default=DEFAULT_SAMPLE_BYTES, metavar="BYTES",
+                   help="train the tokenizer on a sample of about this much text from every part of the corpus "
+                   "(e.g. 500M, 2G; default 1G; the whole corpus when smaller)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the validation split, the shard order and static masks (default 0)")
     p.add_argument("--strict", action="store_true", help="fail on binary / non-UTF-8 files")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing prepared directory")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing prepared directory, or start a stopped prepare over instead of "
+                   "resuming it")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--check", metavar="PATH",
                    help="validate TFRecords: a prepared dir, any dir of .tfrecord files (with --vocab-size), "
                    "a file or a glob")
     p.add_argument("--max-records", type=int, help="with --check: only the first N records per file")
     return p
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _size(text):
+    """A byte count: 1000, 500M, 2G (binary units)."""
+    number, unit = text.rstrip("KMGTkmgtBb"), text[len(text.rstrip("KMGTkmgtBb")):].upper().rstrip("B")
+    try:
+        value = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 1000000, 500M, 2G)") from None
+    return int(value)
 
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
@@ -136,7 +159,8 @@ def _run(args) -> int:
         validation_fraction=args.validation_fraction, shards=args.shards, labels=args.labels,
         mask_rate=args.mask_rate, tokenizer=args.tokenizer, seed=args.seed, strict=args.strict,
         progress=not args.no_progress, overwrite=args.overwrite, text_field=args.text_field,
-        split=args.split, line_by_line=args.line_by_line,
+        split=args.split, line_by_line=args.line_by_line, workers=args.workers,
+        tokenizer_sample_bytes=args.tokenizer_sample_bytes,
     )  # fmt: skip
     print(_summary(manifest, args.out))
     return 0
@@ -149,4 +173,5 @@ def main(argv=None) -> int:
         # One line per warning on stderr, no source line: these are messages for users.
         warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
         return cli.run(lambda: _run(args),
-                       interrupted="interrupted: no manifest written; what prepare wrote was removed")
+                       interrupted=f"interrupted: no manifest written; the finished chunks are kept in "
+                       f"{args.out}/.prepare: the same command resumes, --overwrite starts over")

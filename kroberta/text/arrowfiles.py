@@ -35,7 +35,7 @@ def parquet_file(path):
     try:
         # Buffered page reads, no pre-buffering of whole row groups: the reader holds
         # about one row group's column (about half the memory of the defaults).
-        source = locations.open_binary(path) if storage.is_url(path) else path
+        source = locations.open_input(path) if storage.is_url(path) else path
         return pq.ParquetFile(source, buffer_size=1 << 20, pre_buffer=False)
     except Exception as e:  # pyarrow raises ArrowInvalid / OSError with its own text
         raise InputError(f"{path}: not a readable Parquet file: {e}") from None

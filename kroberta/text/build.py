@@ -1,13 +1,19 @@
 """Building a prepared directory: raw text -> tokenizer -> packed TFRecord shards + manifest.json.
 
 `prepare()` is `python -m kroberta.prepare` as a function (and what a run without
-data builds from the embedded corpus; steps: `kroberta.cli.prepare`). Shards are written
-atomically and the manifest last: a directory with a manifest is complete. An
-`out_dir` on a URL (gs://, any fsspec filesystem: `kroberta.storage`) is prepared in
-a local temporary directory, then uploaded with the manifest last.
+data builds from the embedded corpus; steps: `kroberta.cli.prepare`). The corpus is
+cut into chunks (`kroberta.text.chunks`) that worker processes tokenize, pack and
+write as parts (`kroberta.text.workers`) in `out_dir/.prepare/`, with the plan and
+the tokenizer; the parts are then joined into the shards (`kroberta.text.assembly`)
+and the manifest is written last: a directory with a manifest is complete. A prepare
+stopped midway (an interrupt, kill -9, a crash) keeps `.prepare/`: run again with the
+same arguments, it keeps the finished chunks and ends with the same files as a run
+never stopped. An `out_dir` on a URL (gs://, any fsspec filesystem: `kroberta.storage`)
+is prepared in a local temporary directory, then uploaded with the manifest last.
 """
 
 import contextlib
+import logging
 import math
 import numbers
 import os
@@ -21,23 +27,28 @@ import numpy as np
 
 from kroberta import storage
 from kroberta.atomic import atomic_path
+from tokenizers import Tokenizer
+
 from kroberta.data.manifest import FORMAT, MANIFEST_NAME, load_manifest, write_manifest
-from kroberta.data.records import encode_examples
 from kroberta.tokens import PAD_ID
 from kroberta.errors import InputError, StorageError
 from kroberta.text import locations
-from kroberta.text.encode import blocks, encoded_documents
-from kroberta.text.packing import one_per_document, pack_documents
+from kroberta.text.assembly import assemble_splits
+from kroberta.text.chunks import CHUNK_BYTES, plan_chunks
 from kroberta.text.progress import Progress
 from kroberta.text.recordfiles import check_source
-from kroberta.text.splits import SplitWriter, in_validation
-from kroberta.text.textfiles import Source, expand_inputs, iter_documents, scan_file
+from kroberta.text.resume import PLAN_FILE, chunk_entries, chunks_of, finished, load_plan, remove_stray, resume_key, save_plan, work_dir
+from kroberta.text.sample import DEFAULT_SAMPLE_BYTES, sample_documents
+from kroberta.text.textfiles import Source, expand_inputs, scan_file
 from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, shortfall_note, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
+from kroberta.text.workers import default_workers, run_chunks
+
+logger = logging.getLogger(__name__)
 
 MIN_SEQ_LEN = 8
 TARGET_SHARD_BYTES = 200e6  # shards of ~100-200 MB: few files, yet parallel reads
 STEADY_VALIDATION = 100  # validation sequences below which prepare warns
-BLOCK = 1024  # sequences per block: the unit of static masking and of serialization
+MIN_CHUNK_BYTES = 1 << 20  # below this, a chunk's start-up and padded last sequence start to count
 
 
 class PrepareWarning(UserWarning):
@@ -104,7 +115,7 @@ def _scan_inputs(files, strict, text_field, split):
     A record file whose column, split or reader is missing is an error, not a skip:
     its documents cannot be read at all.
     """
-    good, skipped, total, has_text = [], [], 0, False
+    good, skipped, sizes, has_text = [], [], [], False
     for path in files:
         source = Source.of(path, text_field, split)
         if source.format is not None:
@@ -113,7 +124,7 @@ def _scan_inputs(files, strict, text_field, split):
             except OSError as e:
                 raise InputError(f"{path}: unreadable ({e.strerror or e})") from None
             good.append(source)
-            total += size
+            sizes.append(size)
             # Empty records are known only once read (an all-empty corpus is refused then);
             # an empty file now, before a tokenizer is trained on nothing.
             has_text |= size > 0
@@ -124,7 +135,7 @@ def _scan_inputs(files, strict, text_field, split):
             size, problem, offset, text = 0, f"unreadable ({e.strerror or e})", None, False
         if problem is None:
             good.append(source)
-            total += size
+            sizes.append(size)
             has_text |= text
             continue
         where = "" if offset is None else f" at byte {offset}"
@@ -136,26 +147,25 @@ def _scan_inputs(files, strict, text_field, split):
         raise InputError(
             f"no text in the inputs: {len(files)} file(s), {len(skipped)} skipped, the rest empty or whitespace"
         )
-    return good, skipped, total
+    return good, skipped, sizes
 
 
-def _tokenizer(job, files, total_bytes):
-    """(the tokenizer trained or loaded, its shortfall note or None, its special ids).
-
-    Nothing is written yet: `_save_tokenizer` puts it into the directory once the shards are."""
+def _tokenizer(job, chunks, total_bytes, taken):
+    """(the tokenizer trained on the sample or loaded, its shortfall note or None, its
+    special ids). Nothing is written into out_dir yet: `_save_tokenizer` puts it there
+    once the shards are."""
     shortfall = None
     if job.tokenizer is None:
-        bar = Progress("tokenizer", total_bytes, enabled=job.progress)
+        bar = Progress("tokenizer", min(total_bytes, job.tokenizer_sample_bytes), enabled=job.progress)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", VocabularyShortfallWarning)  # recorded as a PrepareWarning
-            tok = train_tokenizer(iter_documents(files, bar.update), job.vocab_size, out_path=None)
+            documents = sample_documents(chunks, total_bytes, job.tokenizer_sample_bytes, bar.update, taken)
+            tok = train_tokenizer(documents, job.vocab_size, out_path=None)
         bar.close()
         if shortfall := shortfall_note(tok, job.vocab_size):
-            warnings.warn(shortfall, PrepareWarning, stacklevel=4)
-    elif isinstance(job.tokenizer, (str, os.PathLike)):
-        tok = load_tokenizer(job.tokenizer)
+            warnings.warn(shortfall, PrepareWarning, stacklevel=5)
     else:
-        tok = job.tokenizer
+        tok = job.given_tokenizer
     specials = special_token_ids(tok)
     if specials["pad"] != PAD_ID:
         raise InputError(f"the tokenizer's <pad> id is {specials['pad']}; the record format needs {PAD_ID}")
@@ -190,60 +200,44 @@ def _shard_counts(job, total_bytes):
             max(1, math.ceil(estimate * job.validation_fraction / TARGET_SHARD_BYTES)))
 
 
-def _records(job, tok, files, specials, on_bytes):
-    """Yields (serialized record, goes to validation, real tokens) per sequence, in order."""
-    # Never chosen for static masking nor drawn as a random replacement.
-    special_ids = set(specials.values()) | {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
-    vocab = vocabulary_size(tok)
-    if job.labels == "static":
-        from kroberta.masking import static_labels  # JAX, imported only to make static labels
-    docs = encoded_documents(tok, files, on_bytes, line_by_line=job.line_by_line)
-    arrange = one_per_document if job.line_by_line else pack_documents
-    sequences = arrange(docs, job.seq_len, specials["bos"], specials["eos"], PAD_ID)
-    start = 0
-    for ids, mask in blocks(sequences, BLOCK):
-        label_block = None
-        indices = np.arange(start, start + len(ids))
-        if job.labels == "static":  # each sequence's mask: a function of (seed, its index)
-            ids, label_block = static_labels(
-                ids, mask, job.seed, indices, mask_rate=job.mask_rate,
-                mask_token_id=specials["mask"], special_token_ids=special_ids, vocabulary_size=vocab)
-        held_out = in_validation(indices, job.validation_fraction, job.seed)
-        yield from zip(encode_examples(ids, mask, label_block), held_out.tolist(), mask.sum(axis=1).tolist())
-        start += len(ids)
+def _chunk_bytes(job, total_bytes):
+    """Input bytes per chunk: as asked, else about 1/64 of the corpus (work for every
+    core), 1-64 MB, and small enough for the train shards asked (one part per shard at
+    least). A function of the corpus and arguments only: the same chunks for any
+    number of workers."""
+    if job.chunk_bytes is not None:
+        return job.chunk_bytes
+    size = min(CHUNK_BYTES, max(MIN_CHUNK_BYTES, total_bytes // 64))
+    return max(1, min(size, math.ceil(total_bytes / _shard_counts(job, total_bytes)[0])))
 
 
-def _write_splits(job, records, shards, written):
-    """Writes the records into train and validation shards; returns their manifest entries.
+def _tell(job, results, chunks):
+    """Logs the documents read; warns of text files read as a few huge documents."""
+    documents = sum(r["documents"] for r in results.values())
+    files = len({s.path for c in chunks for s in c.sources})
+    logger.info(f"read {documents} {'line(s)' if job.line_by_line else 'document(s)'} from {files} file(s)")
+    lines_before, longest = {}, {}
+    for chunk in chunks:  # line numbers count from a piece's start: made the file's
+        result = results[chunk.index]
+        for path, (lines, first) in result["long_documents"].items():
+            if lines > longest.get(path, (0,))[0]:
+                longest[path] = (lines, lines_before.get(path, 0) + first)
+        for path, lines in result["lines"].items():
+            lines_before[path] = lines_before.get(path, 0) + lines
+    for path, (lines, first) in longest.items():
+        # A file of one document per line is one document here: its documents get no
+        # </s> between them. Splitting at every line instead would cut each paragraph of
+        # hard-wrapped prose (man pages, books) into fragments, so the rule stays.
+        warnings.warn(f"{path}: one document of {lines} lines from line {first}: documents end at blank lines, "
+                      "and none is between these; if each line is a document, separate them with blank lines, "
+                      "or pass --line-by-line for one sequence per line", PrepareWarning, stacklevel=5)
 
-    The newest record is held back so that both splits can be made non-empty."""
-    train = SplitWriter(job.out_dir, "train", shards[0])
-    validation = SplitWriter(job.out_dir, "validation", shards[1])
-    pending = None
-    try:
-        for record in records:
-            if pending is not None:
-                (validation if pending[1] else train).write(pending[0], pending[2])
-            pending = record
-        if pending is None:
-            raise InputError("no text in the inputs: every document is empty")
-        to_validation = pending[1]
-        if job.validation_fraction > 0 and validation.sequences == 0 and train.sequences > 0:
-            to_validation = True
-        elif train.sequences == 0:
-            to_validation = False
-        (validation if to_validation else train).write(pending[0], pending[2])
-        infos = train.finish(), validation.finish()
-    except BaseException as e:
-        train.abort()
-        validation.abort()
-        if isinstance(e, InputError):  # a bad record, named by file and line
-            raise InputError(str(e)) from None
-        raise
-    written.extend(os.path.join(job.out_dir, name) for info in infos for name in info["files"])
-    held_out, total = validation.sequences, train.sequences + validation.sequences
+
+def _warn_of_validation(job, splits):
+    held_out = splits[1]["sequences"]
+    total = splits[0]["sequences"] + held_out
     if job.validation_fraction > 0 and held_out == 0:
-        warnings.warn("only one sequence: nothing left for validation", PrepareWarning, stacklevel=4)
+        warnings.warn("only one sequence: nothing left for validation", PrepareWarning, stacklevel=5)
     elif 0 < held_out < STEADY_VALIDATION < total:
         # A loss over a few sequences moves with which ones they are: two runs (or a
         # baseline and a run) would differ by chance, not by their models.
@@ -251,13 +245,12 @@ def _write_splits(job, records, shards, written):
         warnings.warn(f"the validation split holds {held_out} of {total} sequences "
                       f"(--validation-fraction {job.validation_fraction}): its loss is noisy; "
                       f"--validation-fraction {fraction} holds about {round(fraction * total)}",
-                      PrepareWarning, stacklevel=4)
-    return infos
+                      PrepareWarning, stacklevel=5)
 
 
-def _manifest(job, tok, specials, splits, scanned, shortfall, timing):
-    good, skipped, total_bytes = scanned
+def _manifest(job, tok, specials, splits, plan, documents, timing):
     inputs = [job.inputs] if isinstance(job.inputs, (str, os.PathLike)) else job.inputs
+    formats = [f[1] for f in plan["files"]]
     return {
         "format": FORMAT,
         "train": splits[0],
@@ -274,34 +267,78 @@ def _manifest(job, tok, specials, splits, scanned, shortfall, timing):
         "line_by_line": job.line_by_line,
         "source": {
             "inputs": [os.fspath(i) for i in inputs],
-            "files": [storage.absolute(f.path) for f in good],
-            "text_field": job.text_field if any(f.format for f in good) else None,
-            "split": job.split if any(f.format == "datasets" for f in good) else None,
-            "bytes": total_bytes,
-            "skipped_files": skipped,
-            "vocabulary_note": shortfall,
+            "files": [storage.absolute(f[0]) for f in plan["files"]],
+            "text_field": job.text_field if any(formats) else None,
+            "split": job.split if "datasets" in formats else None,
+            "bytes": plan["total_bytes"],
+            "documents": documents,
+            "chunks": len(plan["chunks"]),
+            "skipped_files": plan["skipped"],
+            "vocabulary_note": plan["shortfall"],
+            "tokenizer_sample_bytes": plan["tokenizer_sample_bytes"],
         },
         "timing_s": timing,
     }
 
 
-def _build(job, scanned, written, started):
-    """The work after the checks: tokenizer, shards, tokenizer.json, manifest (last)."""
-    good, _, total_bytes = scanned
-    tok, shortfall, specials = _tokenizer(job, good, total_bytes)
-    tok_time = time.perf_counter() - started
-    bar = Progress("encode+pack+write", total_bytes, enabled=job.progress)
-    previous_flag = tok.encode_special_tokens
-    tok.encode_special_tokens = True  # "<s>" in the text is text, not a control token
-    try:
-        splits = _write_splits(job, _records(job, tok, good, specials, bar.update),
-                               _shard_counts(job, total_bytes), written)
-    finally:
-        tok.encode_special_tokens = previous_flag
-    timing = {"tokenizer": round(tok_time, 3), "encode_pack_write": round(bar.close(), 3)}
+def _plan(job, scanned, key, work, started):
+    """Cuts the scanned inputs into chunks, trains the tokenizer (or takes the one
+    given) and saves it and the plan into `work`; returns the plan."""
+    good, skipped, sizes = scanned
+    total = sum(sizes)
+    chunks = plan_chunks(good, sizes, _chunk_bytes(job, total))
+    taken = [0]
+    tok, shortfall, specials = _tokenizer(job, chunks, total, taken)
+    tok.save(os.path.join(work, TOKENIZER_FILE))
+    plan = {"key": key, "chunks": chunk_entries(chunks), "skipped": skipped, "total_bytes": total,
+            "files": [[g.path, g.format] for g in good], "shortfall": shortfall, "specials": specials,
+            "tokenizer_sample_bytes": None if job.tokenizer is not None else taken[0],
+            "tokenizer_s": round(time.perf_counter() - started, 3)}
+    save_plan(work, plan)
+    return plan
+
+
+def _worker_job(job, tok, specials, work):
+    """What every worker needs, picklable."""
+    special_ids = set(specials.values()) | {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
+    return {"tokenizer_json": tok.to_str(), "seq_len": job.seq_len, "line_by_line": job.line_by_line,
+            "labels": job.labels, "mask_rate": job.mask_rate, "seed": job.seed, "specials": specials,
+            "special_ids": sorted(special_ids), "vocabulary_size": vocabulary_size(tok),
+            "validation_fraction": job.validation_fraction, "work_dir": work}
+
+
+def _build(job, work, key, plan, scanned, written, started):
+    """The work after the checks: the plan (unless a stopped run's is taken up), the
+    chunks, the shards, tokenizer.json, the manifest (last); the work directory goes
+    once the manifest is there."""
+    if plan is None:  # nothing, or a run stopped before its plan was saved
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        plan = _plan(job, scanned, key, work, started)
+    chunks = chunks_of(plan)
+    tok = Tokenizer.from_file(os.path.join(work, TOKENIZER_FILE))
+    remove_stray(work)
+    results = finished(work, chunks)
+    if results:
+        logger.info(f"resuming {job.out_dir}: {len(results)} of {len(chunks)} chunks done before")
+    bar = Progress("encode+pack+write", plan["total_bytes"], enabled=job.progress)
+    bar.update(sum(c.size for c in chunks if c.index in results))
+    pending = [c for c in chunks if c.index not in results]
+    results.update(run_chunks(_worker_job(job, tok, plan["specials"], work), pending, job.workers, bar))
+    timing = {"tokenizer": plan["tokenizer_s"], "encode_pack_write": round(bar.close(), 3)}
+    if not any(r["train"]["sequences"] + r["validation"]["sequences"] for r in results.values()):
+        raise InputError("no text in the inputs: every document is empty")
+    _tell(job, results, chunks)
+    joining = time.perf_counter()
+    splits = assemble_splits(job.out_dir, work, results, _shard_counts(job, plan["total_bytes"]),
+                             job.validation_fraction, written)
+    _warn_of_validation(job, splits)
     _save_tokenizer(job, tok, written)
-    manifest = _manifest(job, tok, specials, splits, scanned, shortfall, timing)
+    timing["assemble"] = round(time.perf_counter() - joining, 3)
+    documents = sum(r["documents"] for r in results.values())
+    manifest = _manifest(job, tok, plan["specials"], splits, plan, documents, timing)
     write_manifest(job.out_dir, manifest)
+    shutil.rmtree(work, ignore_errors=True)
     return manifest
 
 
@@ -342,6 +379,9 @@ def prepare(
     text_field="text",
     split="train",
     line_by_line=False,
+    workers=None,
+    tokenizer_sample_bytes=DEFAULT_SAMPLE_BYTES,
+    chunk_bytes=None,
 ):
     """Turn a corpus into a prepared directory of TFRecord shards.
 
@@ -370,6 +410,13 @@ def prepare(
         line_by_line: one sequence per non-empty line of a text file (per record
             of a record file), cut to `seq_len` and padded, instead of packing
             documents into full sequences (Hugging Face run_mlm.py's --line_by_line).
+        workers: processes that tokenize, pack and write (None: one per CPU core;
+            1: this process alone). The output is the same for any number.
+        tokenizer_sample_bytes: train the tokenizer on a deterministic sample of
+            about this many bytes, taken from every part of the corpus (the whole
+            corpus when it is smaller).
+        chunk_bytes: input bytes per chunk, the unit of work and of resuming (None:
+            about 1/64 of the corpus, 1-64 MB). Part of what decides the output.
 
     Returns:
         The manifest dict (also written to out_dir/manifest.json). Raises
@@ -380,19 +427,50 @@ def prepare(
         return _prepare_to_url(overwrite, arguments)
     started = time.perf_counter()
     _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer)
+    _check_scale(workers, tokenizer_sample_bytes, chunk_bytes)
     # prepare's arguments, checked, as the steps below read them
-    job = types.SimpleNamespace(**{**arguments, "out_dir": os.fspath(out_dir), "line_by_line": bool(line_by_line)})
+    job = types.SimpleNamespace(**{**arguments, "out_dir": os.fspath(out_dir), "line_by_line": bool(line_by_line),
+                                   "workers": workers or default_workers()})
+    return _prepare_into(job, overwrite, started)
+
+
+def _prepare_into(job, overwrite, started):
+    """`prepare` into a local directory, after the arguments' checks."""
+    inputs, tokenizer, strict, text_field, split = job.inputs, job.tokenizer, job.strict, job.text_field, job.split
     _refuse_existing(job.out_dir, overwrite)
-    scanned = _scan_inputs(expand_inputs(inputs), strict, text_field, split)
+    # A tokenizer named by its path is read now: a wrong path fails before any reading.
+    job.given_tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
+    files = expand_inputs(inputs)
+    work, key = work_dir(job.out_dir), resume_key(job, files)
+    plan = None if overwrite else load_plan(work)
+    if plan is not None and plan["key"] != key:
+        raise InputError(f"{job.out_dir} holds an unfinished prepare of other inputs or arguments ({work}); "
+                         "run that command again to finish it, or pass --overwrite to start over")
+    scanned = None if plan is not None else _scan_inputs(files, strict, text_field, split)
     _clear_previous(job.out_dir)
+    if overwrite:
+        shutil.rmtree(work, ignore_errors=True)
     created = _first_missing(job.out_dir)
     os.makedirs(job.out_dir, exist_ok=True)
     written = []  # files this prepare put into out_dir under their final names
     try:
-        return _build(job, scanned, written, started)
-    except BaseException:
-        _remove_partial(created, written)
+        return _build(job, work, key, plan, scanned, written, started)
+    except BaseException as error:
+        if not isinstance(error, InputError) and os.path.exists(os.path.join(work, PLAN_FILE)):
+            _remove_partial(None, written)  # the finished chunks stay, for the next run
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+            _remove_partial(created, written)
         raise
+
+
+def _check_scale(workers, tokenizer_sample_bytes, chunk_bytes):
+    for option, value in (("--workers", workers), ("--tokenizer-sample-bytes", tokenizer_sample_bytes),
+                          ("chunk_bytes", chunk_bytes)):
+        if value is None and option != "--tokenizer-sample-bytes":
+            continue
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{option} must be a positive integer, got {value!r}")
 
 
 def _prepare_to_url(overwrite: bool, arguments: dict) -> dict:

@@ -16,11 +16,11 @@ from kroberta.text.textfiles import iter_documents
 ENCODE_BATCH_CHARS = 1 << 20  # text per encode_batch call: enough to keep its threads busy
 
 
-def _encode_batches(tok, files, on_bytes, line_by_line):
+def _encode_batches(tok, files, on_bytes, line_by_line, counts):
     """Lists of token-id lists (no special tokens) of the files' documents
     (`iter_documents`), about 1 MB of text per `encode_batch_fast` call."""
     batch, chars = [], 0
-    for doc in iter_documents(files, on_bytes, line_by_line):
+    for doc in iter_documents(files, on_bytes, line_by_line, counts):
         batch.append(doc)
         chars += len(doc)
         if chars >= ENCODE_BATCH_CHARS:
@@ -30,9 +30,9 @@ def _encode_batches(tok, files, on_bytes, line_by_line):
         yield [e.ids for e in tok.encode_batch_fast(batch, add_special_tokens=False)]
 
 
-def encoded_documents(tok, files, on_bytes=None, line_by_line=False):
+def encoded_documents(tok, files, on_bytes=None, line_by_line=False, counts=None):
     """One token-id list per document, in file order, read and encoded in a background
-    thread. The bounded queue (4 batches) keeps memory flat; an error in the thread is
+    thread (`counts`: a `textfiles.ReadCounts` to fill). The bounded queue (4 batches) keeps memory flat; an error in the thread is
     re-raised here; stopping early (error, interrupt) stops the thread."""
     out = queue.Queue(maxsize=4)
     stop = threading.Event()
@@ -40,7 +40,7 @@ def encoded_documents(tok, files, on_bytes=None, line_by_line=False):
 
     def produce():
         try:
-            for ids in _encode_batches(tok, files, on_bytes, line_by_line):
+            for ids in _encode_batches(tok, files, on_bytes, line_by_line, counts):
                 while True:
                     if stop.is_set():
                         return

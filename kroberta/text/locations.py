@@ -1,6 +1,8 @@
 """Where prepare's inputs live: local paths (the standard library), or URLs (gs://, any
-filesystem TensorFlow knows) read through `tf.io.gfile`, as training reads its records:
-globbed, sized and streamed here, never copied whole.
+fsspec filesystem: `kroberta.storage.filesystem`) globbed, sized and streamed here, never
+copied whole; every prepare worker opens its own stream. Prepared data and tokenizers at
+a URL (`isdir`, `files_under`, `open_binary`) are read through `tf.io.gfile`, as training
+reads its records.
 """
 
 import glob as globbing
@@ -8,7 +10,7 @@ import gzip
 import io
 import os
 
-from kroberta.storage import is_url
+from kroberta.storage import filesystem, is_url
 
 
 def _gfile():
@@ -17,11 +19,34 @@ def _gfile():
     return tf.io.gfile
 
 
+def _url(like: str, path: str) -> str:
+    """A path fsspec returned (`/bucket/a.txt`, `bucket/a.txt`), as a URL spelled like
+    `like` (`memory://bucket/*`, `file:///tmp/*`)."""
+    if is_url(path):
+        return path
+    protocol, rest = like.split("://", 1)
+    return f"{protocol}://{path if rest.startswith('/') else path.lstrip('/')}"
+
+
 def glob(pattern: str) -> list[str]:
-    """Sorted matches; `**` recurses for local patterns."""
+    """Sorted matches of an input pattern; `**` recurses for local patterns."""
     if is_url(pattern):
-        return sorted(_gfile().glob(pattern))
+        fs, path = filesystem(pattern)
+        return sorted(_url(pattern, p) for p in fs.glob(path))
     return sorted(globbing.glob(pattern, recursive=True))
+
+
+def input_isdir(path: str) -> bool:
+    if is_url(path):
+        fs, inside = filesystem(path)
+        return fs.isdir(inside)
+    return os.path.isdir(path)
+
+
+def input_files_under(directory: str) -> list[str]:
+    """Every file under an input URL directory, sorted."""
+    fs, path = filesystem(directory)
+    return sorted(_url(directory, p) for p in fs.find(path))
 
 
 def isdir(path: str) -> bool:
@@ -37,7 +62,19 @@ def files_under(directory: str) -> list[str]:
 
 
 def size(path: str) -> int:
-    return _gfile().stat(path).length if is_url(path) else os.path.getsize(path)
+    """An input's size in bytes."""
+    if is_url(path):
+        fs, inside = filesystem(path)
+        return int(fs.size(inside))
+    return os.path.getsize(path)
+
+
+def open_input(path: str):
+    """A seekable binary file object reading an input (a URL: streamed in blocks)."""
+    if not is_url(path):
+        return open(path, "rb")
+    fs, inside = filesystem(path)
+    return fs.open(inside, "rb", block_size=1 << 22)
 
 
 def open_binary(path: str):
@@ -50,7 +87,7 @@ def open_binary(path: str):
 def open_stream(path: str):
     """(raw file, binary stream of its bytes, gunzipped for a name ending in .gz): the raw
     file's position is the progress in bytes."""
-    raw = open_binary(path)
+    raw = open_input(path)
     if path.lower().endswith(".gz"):
         return raw, gzip.GzipFile(fileobj=raw, mode="rb")
     return raw, raw

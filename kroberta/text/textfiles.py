@@ -11,12 +11,13 @@ flat however large the corpus is.
 
 import codecs
 import dataclasses
+import io
 import os
 import zlib
 
 from kroberta import storage
 from kroberta.text import locations, recordfiles
-from kroberta.errors import InputError
+from kroberta.errors import InputError, StorageError
 from kroberta.text.progress import ByteProgress
 
 _SCAN_BLOCK = 1 << 20
@@ -27,13 +28,17 @@ class Source:
     """One input: a file (or a `datasets` directory) and how to read documents from it.
 
     `format` is None for text, else a `recordfiles` format; `text_field` names the
-    records' text column; `split` the DatasetDict split to read.
+    records' text column; `split` the DatasetDict split to read. A text file may be read
+    from byte `start` to byte `end` (None: its end), boundaries at line starts
+    (`kroberta.text.chunks`).
     """
 
     path: str
     format: str | None = None
     text_field: str = "text"
     split: str = "train"
+    start: int = 0
+    end: int | None = None
 
     @classmethod
     def of(cls, path, text_field="text", split="train"):
@@ -56,9 +61,13 @@ def expand_inputs(inputs):
     for pattern in patterns:
         pattern = os.fspath(pattern)
         found = []
-        for match in locations.glob(pattern):
-            if storage.is_url(match):  # gs://...: through tf.io.gfile (kroberta.text.locations)
-                found.extend(locations.files_under(match) if locations.isdir(match) else [match])
+        try:
+            matches = locations.glob(pattern)
+        except StorageError as error:
+            raise InputError(f"--input {pattern}: {error}") from None
+        for match in matches:
+            if storage.is_url(match):  # gs://...: through fsspec (kroberta.text.locations)
+                found.extend(locations.input_files_under(match) if locations.input_isdir(match) else [match])
             elif recordfiles.is_dataset_dir(match):
                 found.append(match)  # a `datasets` directory is one input
             elif os.path.isdir(match):
@@ -118,21 +127,47 @@ def _scan_stream(f):
     return offset, None, None, has_text
 
 
-def iter_documents(sources, on_bytes=None, line_by_line=False):
+LONG_DOCUMENT_LINES = 1000  # lines without a blank one, above which a text file is told of
+
+
+@dataclasses.dataclass
+class ReadCounts:
+    """What `iter_documents` read: documents yielded, lines per text file (path ->
+    lines), and per text file (path -> (lines, first line number, counted from the
+    `Source`'s start)) its longest document when that ran over `LONG_DOCUMENT_LINES`."""
+
+    documents: int = 0
+    lines: dict = dataclasses.field(default_factory=dict)
+    long_documents: dict = dataclasses.field(default_factory=dict)
+
+
+def iter_documents(sources, on_bytes=None, line_by_line=False, counts=None):
     """Each non-empty document (str) of the `Source`s, streaming: text files accepted by
     `scan_file`, record files checked by `recordfiles.check_source`. A document's lines
     are joined with "\\n", whitespace-only lines dropped (`\\r\\n` -> `\\n`, no trailing
     newline); a record is one document, a text file's end at blank lines (or lines,
     with `line_by_line`). `on_bytes(n)` hears the bytes read, about 1 MB at a time,
-    adding up to the sizes `scan_file` / `check_source` returned."""
+    adding up to the sizes `scan_file` / `check_source` returned; `counts` (a
+    `ReadCounts`), when given, hears what was read."""
+    counts = ReadCounts() if counts is None else counts
     for source in sources:
         if source.format is None:
-            for document in _text_documents(source.path, on_bytes):
-                yield from document.split("\n") if line_by_line else (document,)
+            for document, first_line in _text_documents(source, on_bytes, counts):
+                lines = document.count("\n") + 1
+                if lines > LONG_DOCUMENT_LINES and not line_by_line and \
+                        lines > counts.long_documents.get(source.path, (0,))[0]:
+                    counts.long_documents[source.path] = (lines, first_line)
+                if line_by_line:
+                    counts.documents += lines
+                    yield from document.split("\n")
+                else:
+                    counts.documents += 1
+                    yield document
             continue
         for value in recordfiles.iter_values(source.path, source.format, source.text_field,
                                              source.split, on_bytes):
             if value and (document := record_document(value)):
+                counts.documents += 1
                 yield document
 
 
@@ -143,10 +178,32 @@ def record_document(text: str) -> str:
     return "\n".join(line for line in lines if line.strip())
 
 
-def _text_documents(path, on_bytes):
-    lines = []
+class _Range(io.RawIOBase):
+    """Bytes `start` to `end` of a binary file object, as a raw stream of their own."""
+
+    def __init__(self, raw, start, end):
+        raw.seek(start)
+        self._raw, self._left = raw, end - start
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        data = self._raw.read(min(len(buffer), self._left))
+        buffer[:len(data)] = data
+        self._left -= len(data)
+        return len(data)
+
+
+def _text_documents(source, on_bytes, counts):
+    """(document, its first line's number from 1) of a text file's byte range."""
+    lines, first, number = [], 0, -1
+    path = source.path
     raw, stream = locations.open_stream(path)
-    progress = ByteProgress(raw, on_bytes)
+    end = locations.size(path) if source.end is None else source.end
+    progress = ByteProgress(raw, on_bytes, source.start)
+    if source.start or source.end is not None:  # a plain text file (never .gz) cut in ranges
+        stream = io.BufferedReader(_Range(raw, source.start, end), 1 << 20)
     with raw, stream:
         for number, line_bytes in enumerate(stream):
             progress.poll()
@@ -155,13 +212,15 @@ def _text_documents(path, on_bytes):
                 if line_bytes.endswith(b"\r"):
                     line_bytes = line_bytes[:-1]
             line = line_bytes.decode("utf-8")
-            if number == 0 and line.startswith("\ufeff"):
+            if number == 0 and source.start == 0 and line.startswith("\ufeff"):
                 line = line[1:]  # a byte-order mark is not text
             if line.strip():
+                first = first if lines else number + 1
                 lines.append(line)
             elif lines:
-                yield "\n".join(lines)
+                yield "\n".join(lines), first
                 lines = []
-        progress.finish(locations.size(path))
+        progress.finish(end)
+    counts.lines[path] = counts.lines.get(path, 0) + number + 1
     if lines:
-        yield "\n".join(lines)
+        yield "\n".join(lines), first

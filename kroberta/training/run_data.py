@@ -155,6 +155,7 @@ def _prepare_embedded(config: Config, out_dir: str):
         validation_fraction=0.02,
         seed=config.train.seed,
         progress=False,
+        workers=1,  # a few MB, prepared in this process: no worker processes started from a training one
     )
 
 

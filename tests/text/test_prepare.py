@@ -289,16 +289,17 @@ def _interrupt_on_second_block(monkeypatch):
             raise KeyboardInterrupt
         return encode_examples(*args)
 
-    monkeypatch.setattr("kroberta.text.build.BLOCK", 16)
-    monkeypatch.setattr("kroberta.text.build.encode_examples", failing)
+    monkeypatch.setattr("kroberta.text.workers.BLOCK", 16)
+    monkeypatch.setattr("kroberta.text.workers.encode_examples", failing)
 
 
-def test_interrupted_prepare_removes_the_directory_it_created(tmp_path, tokenizer_path, monkeypatch):
+def test_interrupted_prepare_keeps_only_its_work_directory(tmp_path, tokenizer_path, monkeypatch):
     corpus = write_corpus(tmp_path / "c.txt", make_docs(400))
     _interrupt_on_second_block(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        prepare(corpus, tmp_path / "new" / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
-    assert sorted(os.listdir(tmp_path)) == ["c.txt"], "the parent it created goes too"
+        prepare(corpus, tmp_path / "new" / "o", seq_len=16, tokenizer=tokenizer_path, progress=False, workers=1)
+    assert os.listdir(tmp_path / "new" / "o") == [".prepare"], "what the next run resumes from, nothing else"
+    assert not [n for n in os.listdir(tmp_path / "new" / "o" / ".prepare") if n.startswith(".tmp")]
 
 
 @pytest.mark.parametrize("failure", ["interrupt", "manifest"])
@@ -318,8 +319,8 @@ def test_failed_prepare_in_an_existing_directory_removes_only_its_files(tmp_path
 
         monkeypatch.setattr("kroberta.text.build.write_manifest", no_manifest)
     with pytest.raises((KeyboardInterrupt, OSError)):
-        prepare(corpus, out, seq_len=16, tokenizer=tokenizer_path, progress=False)
-    assert sorted(os.listdir(out)) == ["notes.txt"]
+        prepare(corpus, out, seq_len=16, tokenizer=tokenizer_path, progress=False, workers=1)
+    assert sorted(os.listdir(out)) == [".prepare", "notes.txt"]
 
 
 @pytest.mark.parametrize("problem", ["tokenizer", "input"])

@@ -1,6 +1,6 @@
-"""prepare on URLs: inputs globbed and streamed through tf.io.gfile (TensorFlow's ram://
-filesystem stands in for gs://), the output uploaded through fsspec (memory://); the
-result is byte for byte the local one's."""
+"""prepare on URLs: inputs globbed and streamed through fsspec (memory:// stands in for
+gs://; file:// URLs for a filesystem every worker process reaches), the output uploaded
+through fsspec; the result is byte for byte the local one's."""
 
 import gzip
 import io
@@ -33,18 +33,17 @@ def _corpus(root):
         "d.parquet": parquet.getvalue(),
     }
     for name, data in files.items():
-        with tf.io.gfile.GFile(f"{root}/{name}", "wb") as f:
-            f.write(data)
+        storage.write_bytes(f"{root}/{name}", data)
 
 
 def test_prepare_reads_url_inputs_and_writes_a_url_like_local_paths(tmp_path, capsys):
-    ram = f"ram://kroberta-{uuid.uuid4().hex[:8]}/corpus"
-    tf.io.gfile.makedirs(ram)
+    ram = f"memory://kroberta-{uuid.uuid4().hex[:8]}/corpus"
     _corpus(ram)
     (tmp_path / "corpus").mkdir()
     _corpus(str(tmp_path / "corpus"))
     out = f"memory://kroberta-{uuid.uuid4().hex[:8]}/data"
-    settings = dict(vocab_size=300, seq_len=32, validation_fraction=0.1, progress=False)
+    # memory:// lives in this process only: one worker, this one.
+    settings = dict(vocab_size=300, seq_len=32, validation_fraction=0.1, progress=False, workers=1)
 
     local = prepare([str(tmp_path / "corpus" / "*")], str(tmp_path / "data"), **settings)
     remote = prepare([f"{ram}/*"], out, **settings)
@@ -56,7 +55,7 @@ def test_prepare_reads_url_inputs_and_writes_a_url_like_local_paths(tmp_path, ca
 
     with pytest.raises(InputError, match="already holds a prepared dataset"):
         prepare([f"{ram}/*"], out, **settings)
-    assert kroberta.cli.prepare.main(["--input", f"{ram}/*.txt", "--out", out, "--overwrite",
+    assert kroberta.cli.prepare.main(["--input", f"{ram}/*.txt", "--out", out, "--overwrite", "--workers", "1",
                              "--vocab-size", "300", "--seq-len", "32", "--no-progress"]) == 0
     manifest = json.loads(storage.read_text(f"{out}/manifest.json"))
     assert manifest["source"]["files"] == [f"{ram}/a.txt"]
@@ -69,3 +68,15 @@ def test_prepare_reads_url_inputs_and_writes_a_url_like_local_paths(tmp_path, ca
             f.write(storage.read_bytes(f"{out}/{name}"))
     capsys.readouterr()
     assert kroberta.cli.prepare.main(["--check", ram_data]) == 0, capsys.readouterr()
+
+
+def test_every_worker_streams_url_inputs(tmp_path):
+    """file:// URLs go through fsspec as gs:// would, and every worker process opens them."""
+    (tmp_path / "corpus").mkdir()
+    _corpus(str(tmp_path / "corpus"))
+    settings = dict(vocab_size=300, seq_len=32, validation_fraction=0.1, progress=False, chunk_bytes=1500)
+    local = prepare([str(tmp_path / "corpus" / "*")], str(tmp_path / "local"), workers=1, **settings)
+    remote = prepare([f"file://{tmp_path}/corpus/*"], str(tmp_path / "remote"), workers=3, **settings)
+    assert local["source"]["chunks"] == remote["source"]["chunks"] > 3
+    for name in [*local["train"]["files"], *local["validation"]["files"], "tokenizer.json"]:
+        assert (tmp_path / "remote" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name

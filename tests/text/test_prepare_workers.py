@@ -1,0 +1,245 @@
+"""prepare at scale: chunks, workers, resuming, the tokenizer's sample, TFRecords without
+TensorFlow, memory per process."""
+
+import gzip
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kroberta.data.records import encode_examples
+from kroberta.errors import InputError
+from kroberta.text.build import prepare
+from kroberta.text.chunks import cut_points, plan_chunks
+from kroberta.text.sample import sample_documents
+from kroberta.text.textfiles import Source, iter_documents
+from kroberta.text.tfrecord_files import RecordFileWriter, read_records
+from tests.text.test_prepare import REPO, make_docs, write_corpus
+
+SETTINGS = dict(vocab_size=300, seq_len=16, validation_fraction=0.1, progress=False, chunk_bytes=3000,
+                tokenizer_sample_bytes=20_000)
+
+
+def _corpus(root):
+    """Three text files (one gzipped: a chunk of its own) and a JSON lines file, ~50 KB."""
+    root.mkdir()
+    write_corpus(root / "a.txt", make_docs(400, seed=1))
+    with gzip.open(root / "b.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("\n\n".join(make_docs(100, seed=2)))
+    write_corpus(root / "c.txt", make_docs(300, seed=3))
+    with open(root / "d.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": d}) + "\n" for d in make_docs(100, seed=4))
+    return [str(root / "*")]
+
+
+def _files(directory):
+    """Every file of a prepared directory (manifest without its timings) by name."""
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        data = (directory / name).read_bytes()
+        if name == "manifest.json":
+            manifest = json.loads(data)
+            manifest.pop("timing_s")
+            data = manifest
+        out[name] = data
+    return out
+
+
+@pytest.mark.fast
+def test_cuts_fall_at_blank_lines_and_the_chunks_give_the_file_s_documents(tmp_path):
+    docs = make_docs(300, seed=7)
+    path = write_corpus(tmp_path / "c.txt", docs)
+    size = os.path.getsize(path)
+    cuts = cut_points(path, size, 2000)
+    data = open(path, "rb").read()
+    assert len(cuts) > 5 and cuts == sorted(set(cuts)) and 0 < cuts[0] and cuts[-1] < size
+    assert all(data[c - 2:c] == b"\n\n" for c in cuts), "each cut right after a blank line"
+    chunks = plan_chunks([Source.of(path)], [size], 2000)
+    assert sum(c.size for c in chunks) == size and [c.index for c in chunks] == list(range(len(chunks)))
+    read = [d for c in chunks for d in iter_documents(c.sources)]
+    assert read == list(iter_documents([Source.of(path)])) == docs
+
+
+@pytest.mark.fast
+def test_a_file_without_blank_lines_is_cut_at_line_starts(tmp_path):
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"line {i} of many\n" for i in range(2000)), encoding="utf-8")
+    data = path.read_bytes()
+    cuts = cut_points(str(path), len(data), 1000)
+    assert len(cuts) > 10 and all(data[c - 1:c] == b"\n" for c in cuts)
+    chunks = plan_chunks([Source.of(path)], [len(data)], 1000)
+    lines = [line for c in chunks for d in iter_documents(c.sources) for line in d.split("\n")]
+    assert lines == data.decode().splitlines()
+
+
+def test_the_same_records_in_the_same_order_for_any_number_of_workers(tmp_path):
+    inputs = _corpus(tmp_path / "corpus")
+    prepared = {}
+    for workers in (1, 2, 3):
+        manifest = prepare(inputs, tmp_path / f"w{workers}", workers=workers, **SETTINGS)
+        assert manifest["source"]["chunks"] > 6, "several chunks per worker"
+        prepared[workers] = _files(tmp_path / f"w{workers}")
+    assert prepared[1] == prepared[2] == prepared[3]
+    assert 0 < manifest["validation"]["sequences"] < manifest["train"]["sequences"]
+    assert manifest["source"]["documents"] == 900
+
+
+def test_static_labels_are_the_same_for_any_number_of_workers(tmp_path):
+    inputs = _corpus(tmp_path / "corpus")
+    one = prepare(inputs, tmp_path / "w1", workers=1, labels="static", **SETTINGS)
+    two = prepare(inputs, tmp_path / "w2", workers=2, labels="static", **SETTINGS)
+    assert one["train"] == two["train"]
+    assert _files(tmp_path / "w1") == _files(tmp_path / "w2")
+
+
+_KILL_AFTER_CHUNKS = """
+import os, signal, sys
+import kroberta.text.workers as workers
+from kroberta.text.build import prepare
+real, done = workers.prepare_chunk, []
+def prepare_chunk(*args, **kwargs):
+    result = real(*args, **kwargs)
+    done.append(result)
+    if len(done) == int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)  # as kill -9 would
+    return result
+workers.prepare_chunk = prepare_chunk
+prepare([sys.argv[1]], sys.argv[2], workers=1, **eval(sys.argv[4]))
+"""
+
+
+def test_a_killed_prepare_resumes_to_the_same_output(tmp_path):
+    inputs = _corpus(tmp_path / "corpus")
+    whole = prepare(inputs, tmp_path / "whole", workers=2, **SETTINGS)
+    out = tmp_path / "stopped"
+    killed = subprocess.run([sys.executable, "-c", _KILL_AFTER_CHUNKS, inputs[0], str(out), "4", repr(SETTINGS)],
+                            env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    assert os.listdir(out) == [".prepare"]
+    finished = sorted(n for n in os.listdir(out / ".prepare") if n.startswith("chunk-") and n.endswith(".json"))
+    assert len(finished) == 4
+    with pytest.raises(InputError, match="unfinished prepare of other inputs or arguments.*--overwrite"):
+        prepare(inputs, out, workers=2, **{**SETTINGS, "seq_len": 32})
+    resumed = prepare(inputs, out, workers=2, **SETTINGS)
+    assert resumed["train"] == whole["train"] and _files(out) == _files(tmp_path / "whole")
+    assert not (out / ".prepare").exists()
+
+
+def test_overwrite_starts_a_stopped_prepare_over(tmp_path, monkeypatch):
+    inputs = _corpus(tmp_path / "corpus")
+    out = tmp_path / "o"
+    calls = []
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return encode_examples(*args)
+
+    monkeypatch.setattr("kroberta.text.workers.encode_examples", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(inputs, out, workers=1, **SETTINGS)
+    monkeypatch.undo()
+    done_before = {n for n in os.listdir(out / ".prepare") if n.endswith(".json") and n.startswith("chunk-")}
+    assert len(done_before) == 2
+    seen = []
+    monkeypatch.setattr("kroberta.text.workers.encode_examples", lambda *a: seen.append(1) or encode_examples(*a))
+    fresh = prepare(inputs, out, workers=1, overwrite=True, **SETTINGS)
+    assert len(seen) >= fresh["source"]["chunks"], "every chunk made again"
+
+
+@pytest.mark.fast
+def test_the_tokenizer_sample_is_deterministic_bounded_and_spread(tmp_path):
+    inputs = _corpus(tmp_path / "corpus")
+    paths = sorted(str(p) for p in (tmp_path / "corpus").iterdir())
+    sources = [Source.of(p) for p in paths]
+    sizes = [os.path.getsize(p) for p in paths]
+    chunks = plan_chunks(sources, sizes, 3000)
+    total, budget = sum(sizes), 10_000
+    taken = [0]
+    first = list(sample_documents(chunks, total, budget, taken=taken))
+    assert first == list(sample_documents(chunks, total, budget))
+    longest = max(len(d.encode()) + 1 for d in first)
+    assert budget / 2 < taken[0] <= budget + len(chunks) * longest
+    assert sum(len(d.encode()) + 1 for d in first) == taken[0]
+    everything = [d for c in chunks for d in iter_documents(c.sources)]
+    assert set(first) <= set(everything) and len(first) < len(everything) / 2
+    from_files = {s.path for c in chunks for s in c.sources for d in iter_documents([s]) if d in set(first)}
+    assert from_files == set(paths), "every file gives some"
+    whole = [0]
+    assert list(sample_documents(chunks, total, total, taken=whole)) == everything and whole[0] == total
+    manifest = prepare(inputs, tmp_path / "o", workers=1, **SETTINGS)
+    assert 10_000 < manifest["source"]["tokenizer_sample_bytes"] < 30_000 < total
+
+
+@pytest.mark.fast
+def test_tfrecord_files_are_tensorflow_s_bytes(tmp_path):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 70000, (50, 40))
+    records = encode_examples(ids, np.ones_like(ids), np.where(ids % 3 == 0, ids, -100)) + [b"", b"x" * 300]
+    with tf.io.TFRecordWriter(str(tmp_path / "tf.tfrecord")) as writer:
+        for record in records:
+            writer.write(record)
+    mine = RecordFileWriter(tmp_path / "mine.tfrecord")
+    mine.write_many(records[:20])
+    mine.write_many(records[20:])
+    mine.close()
+    assert (tmp_path / "mine.tfrecord").read_bytes() == (tmp_path / "tf.tfrecord").read_bytes()
+    assert read_records(tmp_path / "mine.tfrecord") == records
+
+
+_PEAK_MEMORY = """
+import json, resource, sys
+from kroberta.text.build import prepare
+if __name__ == "__main__":
+    manifest = prepare([sys.argv[1]], sys.argv[2], workers=2, vocab_size=2000, progress=False,
+                       chunk_bytes=int(sys.argv[3]), tokenizer_sample_bytes=int(sys.argv[3]))
+    # This process's own peak (VmHWM: ru_maxrss would count the test process it was forked from).
+    main = [int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
+    print(json.dumps({"chunks": manifest["source"]["chunks"], "main": main,
+                      "workers": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_s_memory_stays_flat(tmp_path):
+    """A corpus of 20 chunks: each process's peak resident memory under 400 MB."""
+    chunk = 1 << 20
+    corpus = tmp_path / "c.txt"
+    with open(corpus, "w", encoding="utf-8") as f:
+        for seed in itertools.count():
+            f.write("\n\n".join(make_docs(600, seed=seed, max_words=60)) + "\n\n")
+            if f.tell() > 21 * chunk:
+                break
+    script = tmp_path / "peak.py"
+    script.write_text(_PEAK_MEMORY)
+    done = subprocess.run([sys.executable, str(script), str(corpus), str(tmp_path / "o"), str(chunk)],
+                          env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    peak = json.loads(done.stdout.strip().splitlines()[-1])
+    assert peak["chunks"] >= 20
+    # In KiB; RUSAGE_CHILDREN: the largest of the workers.
+    assert peak["workers"] < 400 * 1024 and peak["main"] < 400 * 1024, peak
+
+
+def test_small_files_share_a_chunk_and_its_one_padded_sequence(tmp_path):
+    root = tmp_path / "many"
+    root.mkdir()
+    for i in range(40):
+        write_corpus(root / f"{i:03d}.txt", make_docs(4, seed=100 + i))
+    paths = sorted(str(p) for p in root.iterdir())
+    sizes = [os.path.getsize(p) for p in paths]
+    chunks = plan_chunks([Source.of(p) for p in paths], sizes, 3000)
+    assert [s.path for c in chunks for s in c.sources] == paths
+    assert len(chunks) < len(paths) / 3 and all(c.size >= 3000 for c in chunks[:-1])
+    manifest = prepare([str(root)], tmp_path / "o", workers=2, **SETTINGS)
+    from tests.text.test_prepare import read_split
+
+    padded = sum(int((read_split(tmp_path / "o", split)[1] == 0).any(axis=1).sum()) for split in ("train", "validation"))
+    assert manifest["source"]["chunks"] == len(chunks) and padded <= len(chunks)
