@@ -119,7 +119,7 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
             Hugging Face's run_glue chooses them).
         label_field: the field holding the label.
         kind: "classification" (string or integer labels) or "regression" (floats).
-        learning_rates: the grid (default: 1e-5, 3e-5, 5e-5 for hidden >= 768, else 1e-4, 3e-4).
+        learning_rates: the grid (default: 1e-5, 3e-5, 5e-5 for hidden >= 768, else 3e-4, 1e-3, 3e-3).
         seeds: the number of seeds per learning rate, or the seeds themselves.
         epochs: the most passes over the training data; each trial keeps its best epoch
             (scored after every pass).
