@@ -23,8 +23,8 @@ each start's best rate, the median [min, max] over seeds, and pretrained - rando
 Results are appended to <out>/results.jsonl as they finish: a re-run skips what is
 there (pretrained runs resume too), so it can be stopped and continued.
 
-  python tools/bench_downstream.py --out /tmp/bench-downstream --steps 1200 \
-      --variants baseline mask30 dropout10 onecycle
+  python tools/bench_downstream.py --out /tmp/bench-downstream --steps 1800 \
+      --variants baseline mask30 onecycle
 """
 
 import argparse
@@ -191,7 +191,9 @@ def pretrain(args, variant: str) -> str:
         "train.log_every": 50 if args.steps % 50 == 0 else args.steps, "train.eval_every": args.steps, "train.checkpoint_every": args.steps,
         "train.eval_steps": 20, "train.trackers": [], **overrides})
     started = time.perf_counter()
-    kroberta.train(config)
+    summary = kroberta.train(config)
+    if summary["final_step"] < args.steps:  # stopped (SIGTERM, early stop): no fair comparison
+        sys.exit(f"{variant}: pretraining stopped at step {summary['final_step']} of {args.steps}")
     record(args, {"kind": "pretrain", "variant": variant,
                   "seconds": time.perf_counter() - started,
                   "validation": last_validation(run_dir)})
