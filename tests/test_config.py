@@ -31,8 +31,19 @@ def test_every_shipped_config_loads_and_validates(name):
 
 
 @pytest.mark.fast
+def test_the_small_config_matches_what_prepare_writes_for_its_command():
+    # small.toml's command prepares --vocab-size 4096 --seq-len 64: the model must take both.
+    config = load_toml(config_path("small"))
+    with open(config_path("small")) as f:
+        header = f.read().split("\n\n")[0]
+    assert "--vocab-size 4096 --seq-len 64" in header and "--config small" in header
+    assert (config.model.vocabulary_size, config.model.max_sequence_length) == (4096, 64)
+    assert config.train.eval_every % config.train.log_every == 0
+
+
+@pytest.mark.fast
 def test_shipped_configs_exist_inside_the_package():
-    assert {"seed", "tiny", "base"} <= set(SHIPPED)
+    assert {"seed", "tiny", "base", "small"} <= set(SHIPPED)
     package = os.path.dirname(os.path.abspath(kroberta.__file__))
     for name in SHIPPED:
         assert config_path(name) == os.path.join(package, "configs", f"{name}.toml")
@@ -166,7 +177,7 @@ def test_a_config_is_found_by_name_or_by_path(tmp_path, monkeypatch):
 def test_an_unknown_config_lists_the_shipped_names():
     for value in ("nope", "configs/absent.toml"):
         with pytest.raises(ConfigError, match=rf"config '{value}': neither a shipped config "
-                           r"\(base, seed, tiny\) nor a file"):
+                           r"\(base, seed, small, tiny\) nor a file"):
             from_command_line(value, [])
 
 
@@ -200,7 +211,7 @@ def test_load_config_matches_the_command_line():
                                      r"hidden_dim=300"),
     (None, {"a.b.c": 1}, r"^overrides: 'a.b.c': expected 'section.key'"),
     (None, ["train.steps=3"], r"^overrides: expected a dict"),
-    ("nope", None, r"^config 'nope': neither a shipped config \(base, seed, tiny\)"),
+    ("nope", None, r"^config 'nope': neither a shipped config \(base, seed, small, tiny\)"),
 ])
 @pytest.mark.fast
 def test_load_config_errors_name_the_key(name, overrides, message):

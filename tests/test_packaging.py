@@ -84,6 +84,6 @@ def test_a_fresh_venv_with_the_wheel_resolves_named_configs(tmp_path):
     unknown = run("-m", "kroberta.train", "--config", "sead")
     assert unknown.returncode == 2
     assert unknown.stderr.strip().splitlines()[-1] == (
-        "error: config 'sead': neither a shipped config (base, seed, tiny) nor a file; give one "
+        "error: config 'sead': neither a shipped config (base, seed, small, tiny) nor a file; give one "
         "of those names, the path of a TOML file or a run directory")
     assert not (work / "runs").exists()

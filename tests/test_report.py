@@ -173,3 +173,47 @@ def test_report_shows_grad_norm_and_marks_the_best_checkpoint(tmp_path, caplog):
     out = caplog.text
     assert "best checkpoint: step 200 (validation loss 3.5)" in out
     assert "grad_norm: final 2.5, median 1.55, max 2.5" in out
+
+
+def _write_probe_rows(run_dir, probe_values, reference=0.40):
+    _write_rows(run_dir)
+    rows = [{"step": 50, "split": "downstream/stdlib/random_init", "accuracy": reference,
+             "f1": 0.1, "seconds": 0.5}]
+    rows += [{"step": step, "split": "downstream/stdlib", "accuracy": value, "f1": 0.2,
+              "seconds": 0.5} for step, value in zip((50, 100, 150, 200), probe_values)]
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+@pytest.mark.fast
+def test_report_names_the_first_checkpoint_whose_probe_beats_a_random_start(tmp_path, caplog):
+    # Equal is not better: step 100 ties the random initialisation; 150 is the first above
+    # it (200 dips below again: the first step is named, with the best).
+    _write_probe_rows(tmp_path, (0.30, 0.40, 0.45, 0.39))
+    with caplog.at_level("INFO", logger="kroberta"):
+        summary = report(str(tmp_path))
+    verdict = summary["probe"]["downstream/stdlib"]
+    assert verdict["pays_from_step"] == 150 and verdict["random_init"] == 0.40
+    assert (verdict["best_step"], verdict["best"]) == (150, 0.45)
+    assert verdict["metric"] == "accuracy"  # the task's first metric
+    assert ("probe stdlib: pretraining pays from step 150 (accuracy 0.45 vs 0.4 on a random "
+            "initialisation; best 0.45 at step 150)") in caplog.text
+    # The probe's panel: the pretrained curve and the random initialisation's line.
+    figure = summary["figure"]
+    assert len(figure.axes) == len(PANELS) + 1
+    probe_axis = figure.axes[-1]
+    assert probe_axis.get_ylabel() == "probe accuracy"
+    labels = [line.get_label() for line in probe_axis.lines]
+    assert labels == ["stdlib: pretrained", "stdlib: random initialisation"]
+    assert list(probe_axis.lines[0].get_ydata()) == [0.30, 0.40, 0.45, 0.39]
+    assert list(probe_axis.lines[1].get_ydata()) == [0.40, 0.40]
+
+
+@pytest.mark.fast
+def test_report_says_when_pretraining_does_not_pay_yet(tmp_path, caplog):
+    _write_probe_rows(tmp_path, (0.30, 0.35, 0.38, 0.40))
+    with caplog.at_level("INFO", logger="kroberta"):
+        summary = report(str(tmp_path))
+    assert summary["probe"]["downstream/stdlib"]["pays_from_step"] is None
+    assert ("probe stdlib: pretraining does not pay yet: best accuracy 0.4 (step 200) vs 0.4 "
+            "on a random initialisation") in caplog.text

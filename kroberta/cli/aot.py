@@ -42,7 +42,7 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
         "(needs libtpu) and report per-device memory, FLOPs and the compute floor. Any "
         "config key can be overridden as --section.key=value, as in kroberta.train.",
     )
-    parser.add_argument("--config", help="a shipped config by name (base, seed, tiny: "
+    parser.add_argument("--config", help="a shipped config by name (base, seed, small, tiny: "
                         "kroberta/configs/) or the path of a TOML file")
     parser.add_argument("--topology", default="v2:2x2",
                         help="TPU topology (default v2:2x2, a v2-8); e.g. "

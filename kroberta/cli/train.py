@@ -22,7 +22,7 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
         description="Pretrain a RoBERTa masked-language model. Any config key can be "
         "overridden as --section.key=value (e.g. --train.steps=4114 --run_dir=runs/x).",
     )
-    parser.add_argument("--config", help="a shipped config by name (base, seed, tiny: "
+    parser.add_argument("--config", help="a shipped config by name (base, seed, small, tiny: "
                         "kroberta/configs/) or the path of a TOML file")
     parser.add_argument("--force", action="store_true",
                         help="start over in a run_dir that holds a run of a different model "

@@ -4,11 +4,11 @@ Text every machine has, as the default pretraining corpus (`kroberta.text.corpus
 whose reader this reuses: docstrings read with `ast`, never by importing). The label
 is the top-level package (asyncio, email, ...); the split is by module, so no file
 gives docstrings to both training and validation, and a model must recognise a
-package's register, not memorise a file. Each class is capped so that no package
+package's register, not memorise a file. The default pretraining corpus leaves the
+validation modules out: the task scores text the pretrained model never read. Each class is capped so that no package
 dominates (chance is about 1 / the number of classes).
 """
 
-import os
 import sysconfig
 
 import numpy as np
@@ -16,23 +16,17 @@ import numpy as np
 from kroberta.downstream.examples import LabelledSet, TaskSpec
 from kroberta.text import corpus
 
-# Packages with many docstrings in every CPython 3.9-3.13, in the order they are tried.
-PACKAGES = ("asyncio", "email", "multiprocessing", "unittest", "xml", "importlib", "tkinter",
-            "http", "concurrent", "logging")
+PACKAGES = corpus.TASK_PACKAGES  # tried in this order
 NUM_CLASSES = 6
 PER_CLASS = (320, 80)  # at most this many (training, validation) docstrings per package
-VALIDATION_EVERY = 4  # every 4th module of a package (sorted by path) is for validation
 SPEC = TaskSpec("stdlib", ("text",), "label")
 
 
 def _package_splits(root: str, package: str) -> tuple[list, list]:
-    """(training, validation) docstrings of one package, split by module."""
-    files = corpus.stdlib_files(os.path.join(root, package))
-    splits = ([], [])
-    for index, path in enumerate(files):
-        splits[index % VALIDATION_EVERY == 1].extend(
-            " ".join(doc.split()) for doc in corpus.file_docstrings(path))
-    return splits
+    """(training, validation) docstrings of one package, split by module
+    (`corpus.task_modules`: the default pretraining corpus leaves the validation ones out)."""
+    return tuple([" ".join(doc.split()) for path in files for doc in corpus.file_docstrings(path)]
+                 for files in corpus.task_modules(root, package))
 
 
 def splits(root: str | None = None, seed: int = 0):

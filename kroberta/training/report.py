@@ -5,6 +5,11 @@ one validation row per evaluation), draws loss, masked accuracy, learning rate,
 tokens/s, MFU and (when the step logs it) the gradient norm into `runs/x/report.png`
 and logs a short summary (the `kroberta` logger), which names the best checkpoint (the kept checkpoint with
 the lowest validation loss, `kroberta.load(run_dir, checkpoint="best")`).
+
+With `train.downstream`, a panel shows the probe's main metric per checkpoint beside the
+same probe on a random initialisation of the run's shape, and the summary gives the
+verdict: the first checkpoint whose probe beats the random initialisation's
+("pretraining pays from step N"), or that none does yet.
 """
 
 import logging
@@ -15,7 +20,8 @@ from kroberta import storage
 from kroberta.errors import InputError
 from kroberta.runtime import logs
 from kroberta.training import final_model
-from kroberta.training.run_dir import METRICS_FILE, metrics_rows
+from kroberta.training.run_dir import (METRICS_FILE, PROBE_PREFIX, RANDOM_INIT, is_probe_reference,
+                                      metrics_rows)
 
 REPORT_FILE = "report.png"
 PANELS = (
@@ -49,6 +55,43 @@ def _series(rows, split, key):
     return [p[0] for p in points], [p[1] for p in points]
 
 
+def _main_metric(row: dict):
+    """A probe row's main metric (the task's first) and its value, or (None, None)."""
+    for key, value in row.items():
+        if key not in ("step", "split", "seconds") and isinstance(value, (int, float)):
+            return key, value
+    return None, None
+
+
+def probe_verdicts(rows: list[dict]) -> dict:
+    """Per probed split ("downstream/<task>[/<split>]"), the probe against its random
+    initialisation: {split: {"metric", "points" [(step, value)], "random_init" (None when
+    not logged), "pays_from_step" (the first step whose value beats it, or None),
+    "best", "best_step"}}."""
+    verdicts = {}
+    for row in rows:
+        split = row.get("split", "")
+        if not split.startswith(PROBE_PREFIX):
+            continue
+        metric, value = _main_metric(row)
+        if metric is None or not math.isfinite(value):
+            continue
+        reference = is_probe_reference(split)
+        name = split[:-len(RANDOM_INIT) - 1] if reference else split
+        entry = verdicts.setdefault(name, {"metric": metric, "points": [], "random_init": None})
+        if reference:
+            entry["random_init"] = value
+        else:
+            entry["points"].append((row["step"], value))
+    for entry in verdicts.values():
+        points, reference = entry["points"], entry["random_init"]
+        entry["pays_from_step"] = next((step for step, value in points if value > reference),
+                                       None) if reference is not None else None
+        if points:
+            entry["best_step"], entry["best"] = max(points, key=lambda p: p[1])
+    return verdicts
+
+
 def summarize(rows: list[dict]) -> dict:
     train = [r for r in rows if r.get("split") == "train"]
     validation = [r for r in rows if r.get("split") == "validation" and "loss" in r]
@@ -72,6 +115,9 @@ def summarize(rows: list[dict]) -> dict:
     if norms:
         out.update(final_grad_norm=norms[-1], median_grad_norm=statistics.median(norms),
                    max_grad_norm=max(norms))
+    probes = probe_verdicts(rows)
+    if probes:
+        out["probe"] = probes
     return out
 
 
@@ -86,8 +132,11 @@ def draw(rows: list[dict], path: str, title: str = "", best_step: int | None = N
 
     logged = any("grad_norm" in r for r in rows if r.get("split") == "train")
     panels = PANELS + ((GRAD_NORM_PANEL,) if logged else ())
-    fig = Figure(figsize=(8, 2.3 * len(panels)))
-    axes = fig.subplots(len(panels), 1, sharex=True)
+    probes = probe_verdicts(rows)
+    fig = Figure(figsize=(8, 2.3 * (len(panels) + bool(probes))))
+    axes = fig.subplots(len(panels) + bool(probes), 1, sharex=True)
+    if probes:
+        _draw_probes(axes[-1], probes)
     for ax, (key, label) in zip(axes, panels):
         for split, style in (("train", "-"), ("validation", "o-")):
             steps, values = _series(rows, split, key)
@@ -111,6 +160,45 @@ def draw(rows: list[dict], path: str, title: str = "", best_step: int | None = N
     return fig
 
 
+def _draw_probes(ax, probes: dict):
+    """The probe per checkpoint, and its random initialisation as a dashed line."""
+    for split, entry in probes.items():
+        task = split[len(PROBE_PREFIX):]
+        if entry["points"]:
+            steps, values = zip(*entry["points"])
+            line, = ax.plot(steps, values, "o-", markersize=4, label=f"{task}: pretrained")
+            color = line.get_color()
+        else:
+            color = None
+        if entry["random_init"] is not None:
+            ax.axhline(entry["random_init"], color=color, linestyle="--", alpha=0.7,
+                       label=f"{task}: random initialisation")
+    metrics = sorted({entry["metric"] for entry in probes.values()})
+    ax.set_ylabel(f"probe {' / '.join(metrics)}", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+
+
+def verdict_lines(probes: dict) -> list[str]:
+    """The summary's line per probed split: where pretraining beats a random start."""
+    lines = []
+    for split, entry in probes.items():
+        task, metric, reference = split[len(PROBE_PREFIX):], entry["metric"], entry["random_init"]
+        if reference is None or not entry["points"]:
+            continue  # a run from before the reference was logged, or no checkpoint yet
+        if entry["pays_from_step"] is not None:
+            step = entry["pays_from_step"]
+            value = dict(entry["points"])[step]
+            lines.append(f"probe {task}: pretraining pays from step {step} ({metric} {value:.4g} "
+                         f"vs {reference:.4g} on a random initialisation; best {entry['best']:.4g} "
+                         f"at step {entry['best_step']})")
+        else:
+            lines.append(f"probe {task}: pretraining does not pay yet: best {metric} "
+                         f"{entry['best']:.4g} (step {entry['best_step']}) vs {reference:.4g} on "
+                         "a random initialisation")
+    return lines
+
+
 def _format(summary: dict) -> list[str]:
     def g(key, fmt="{:.4g}"):
         value = summary.get(key)
@@ -129,6 +217,7 @@ def _format(summary: dict) -> list[str]:
         lines.append(f"best checkpoint: step {summary['best_checkpoint_step']} (validation loss "
                      f"{g('best_checkpoint_loss')}), {summary['best_checkpoint']}: "
                      "kroberta.load(run_dir, checkpoint=\"best\")")
+    lines += verdict_lines(summary.get("probe", {}))
     if "final_grad_norm" in summary:
         lines.append(f"grad_norm: final {g('final_grad_norm')}, median "
                      f"{g('median_grad_norm')}, max {g('max_grad_norm')}")
@@ -150,7 +239,7 @@ def report(run_dir: str, show: bool | None = None) -> dict:
     Returns:
         The summary (steps, the config's `planned_steps` and whether the run `finished`,
         final and best losses, median throughput and MFU, compile time, grad_norm when
-        logged, the best kept checkpoint), with `report_png` (the picture's path) and
+        logged, the best kept checkpoint, `probe`: `probe_verdicts` with train.downstream), with `report_png` (the picture's path) and
         `figure` (the matplotlib Figure, for further use) added.
     """
     from kroberta.training import console, signals

@@ -29,7 +29,8 @@ from kroberta import storage
 from kroberta.errors import ConfigError, DivergedError
 from kroberta.training import checkpoint, console, final_model, signals, trackers
 from kroberta.training.compile_clock import CompileClock
-from kroberta.training.run_dir import METRICS_FILE, metrics_rows
+from kroberta.training.run_dir import (METRICS_FILE, PROBE_PREFIX, RANDOM_INIT, is_probe_reference,
+                                      metrics_rows)
 
 REDRAW_SECONDS = 1.0  # a live bar's position between log intervals
 
@@ -42,7 +43,9 @@ class RunLogger(keras.callbacks.Callback):
     Every row also goes to the trackers of `train.trackers` (process 0). After each
     evaluation `signals.EvalWatch` decides the best checkpoint (kept beside the newest
     ones with `train.keep_best`) and whether the run ends early (`stopped_early`).
-    With `train.downstream`, a linear probe's scores follow each checkpoint (`_probe`).
+    With `train.downstream`, a linear probe's scores follow each checkpoint (`_probe`),
+    and once per run the same probe on a random initialisation of the run's shape: the
+    line pretraining must beat (`kroberta.report` names the step where it does).
     """
 
     def __init__(self, config, start_step, global_batch, sequence_length, evaluate_fn,
@@ -77,6 +80,9 @@ class RunLogger(keras.callbacks.Callback):
         self.watch = signals.EvalWatch(config.train, signals.validation_losses(rows))
         self._evaluated_at_start = any(r["step"] == start_step and r.get("split") == "validation"
                                        for r in rows)
+        # Once per run: a resumed run finds the reference in its rows.
+        self._reference_due = self._probe_task is not None and not any(
+            is_probe_reference(r.get("split", "")) for r in rows)
         self.stopped_early = None  # why the run ended before stop_step, or None
         if self.checkpoints is not None and config.train.keep_best:
             self.checkpoints.protected_step = self.watch.best_step
@@ -208,13 +214,30 @@ class RunLogger(keras.callbacks.Callback):
             return
         from kroberta.downstream import probe
 
+        if self._reference_due:
+            self._reference_due = False
+            self._emit_probe(*self._timed(probe.scores, self._random_init(), self._probe_task),
+                             suffix=f"/{RANDOM_INIT}")
+        self._emit_probe(*self._timed(probe.scores, self.model, self._probe_task))
+
+    @staticmethod
+    def _timed(function, *args):
         started = time.perf_counter()
-        results = probe.scores(self.model, self._probe_task)
-        seconds = time.perf_counter() - started
+        return function(*args), time.perf_counter() - started
+
+    def _emit_probe(self, results: dict, seconds: float, suffix: str = ""):
         for split, values in results.items():
             where = "" if len(results) == 1 else f"/{split}"
-            self._emit({"step": self.step, "split": f"downstream/{self._probe_task.name}{where}",
+            self._emit({"step": self.step,
+                        "split": f"{PROBE_PREFIX}{self._probe_task.name}{where}{suffix}",
                         **values, "seconds": seconds})
+
+    def _random_init(self):
+        """A model of the run's shape as training would start it from `train.seed`
+        (a run from step 0 probes its own start), built apart from the trained one."""
+        from kroberta.model.mlm import build_model
+
+        return build_model(self.config.model, seed=self.config.train.seed, config=self.config)
 
     def _save_checkpoint(self):
         if self.checkpoints is not None:

@@ -15,6 +15,16 @@ from kroberta import run_layout
 from kroberta.training import checkpoint, trackers
 
 METRICS_FILE = "metrics.jsonl"  # a JSON row per log interval and evaluation
+# The probe's rows (`train.downstream`): split "downstream/<task>" (with "/<split>" when the
+# task has several); the same probe on a random initialisation of the run's shape, once
+# per run, is "<that>/random_init": the line a pretrained model must beat.
+PROBE_PREFIX = "downstream/"
+RANDOM_INIT = "random_init"
+
+
+def is_probe_reference(split: str) -> bool:
+    """Whether a metrics row's split is the probe's random-initialisation reference."""
+    return split.startswith(PROBE_PREFIX) and split.endswith("/" + RANDOM_INIT)
 
 logger = logging.getLogger(__name__)
 

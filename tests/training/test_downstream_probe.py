@@ -35,12 +35,13 @@ def _rows(run_dir):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The same tiny run (4 steps, checkpoints at 2 and 4) with the probe on a labelled
-    JSON-lines task and without it."""
+    JSON-lines task (stopped after step 2 and resumed) and without it."""
     root = tmp_path_factory.mktemp("downstream")
     data = prepare_word_corpus(root, WORDS, documents=200)
     train_file, validation_file = marker_task(root, train=64, validation=32)
     probed = _config(data, root / "probed", {"task": "marker", "data": train_file,
                                              "validation": validation_file})
+    kroberta.train(probed, until_step=2)
     kroberta.train(probed)
     kroberta.train(_config(data, root / "plain", {}))
     return _rows(probed.run_dir), _rows(root / "plain"), probed.run_dir
@@ -54,6 +55,17 @@ def test_each_checkpoint_has_a_row_of_finite_probe_scores(runs):
         assert {"accuracy", "f1", "matthews", "seconds"} <= set(row)
         assert all(math.isfinite(row[key]) for key in ("accuracy", "f1", "matthews"))
         assert 0.0 <= row["accuracy"] <= 1.0 and row["seconds"] > 0
+
+
+def test_the_random_initialisations_probe_is_one_row_per_run_across_a_resume(runs):
+    probed, _, _ = runs
+    rows = [r for r in probed if r["split"] == "downstream/marker/random_init"]
+    assert [r["step"] for r in rows] == [2]  # with the first probe, not again on resume
+    assert {"accuracy", "f1", "matthews", "seconds"} <= set(rows[0])
+    assert 0.0 <= rows[0]["accuracy"] <= 1.0
+    # Written before the trained model's probe at the same step.
+    splits = [r["split"] for r in probed if r["split"].startswith("downstream/")]
+    assert splits == ["downstream/marker/random_init", "downstream/marker", "downstream/marker"]
 
 
 def test_the_probe_changes_no_training_loss(runs):
@@ -131,5 +143,6 @@ def test_a_run_that_evaluates_at_its_start_probes_there_once(downstream_model, t
         logger.evaluate_at_start()
         logger.close()
     rows = _rows(run_dir)
-    assert [(r["step"], r["split"]) for r in rows] == [(0, "validation"), (0, "downstream/train")]
-    assert rows[1]["accuracy"] >= 0.9  # the marker task: even random embeddings hold the token
+    assert [(r["step"], r["split"]) for r in rows] == [
+        (0, "validation"), (0, "downstream/train/random_init"), (0, "downstream/train")]
+    assert rows[2]["accuracy"] >= 0.9  # the marker task: even random embeddings hold the token
