@@ -37,7 +37,7 @@ def test_the_wheel_ships_the_configs(tmp_path):
         names = set(archive.namelist())
         shipped = sorted(n for n in names if n.startswith("kroberta/configs/"))
         assert shipped == ["kroberta/configs/base.toml", "kroberta/configs/seed.toml",
-                           "kroberta/configs/tiny.toml"]
+                           "kroberta/configs/small.toml", "kroberta/configs/tiny.toml"]
         for name in shipped:
             with open(os.path.join(REPO, name), "rb") as f:
                 assert archive.read(name) == f.read()
