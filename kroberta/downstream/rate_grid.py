@@ -29,7 +29,8 @@ def check(rates, option: str = "--learning-rates") -> tuple:
     for rate in rates:
         if not LOWEST <= rate <= HIGHEST:
             raise InputError(f"{option} {rate:g}: outside {LOWEST:g} to {HIGHEST:g} (fine-tuning "
-                             f"uses about 1e-5 to 1e-3){_likely_meant(rate)}")
+                             "uses about 1e-5 for large models to 3e-3 for small ones)"
+                             f"{_likely_meant(rate)}")
     return rates
 
 
