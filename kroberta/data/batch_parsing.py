@@ -122,7 +122,7 @@ def _value_problems(row_max, vocabulary_size: int, with_labels: bool):
         def bad(v, rule=rule):
             return rule.bad(v, vocabulary_size)
 
-        words = f"feature '{rule.feature}' " + rule.holds(vocabulary_size)
+        words = f"feature '{rule.feature}' " + rule.holds(rule.upper_bound(vocabulary_size))
         if "{}" in words:  # the message names the largest offending |value| of the row
             worst = row_max(rule.feature, lambda v, bad=bad: tf.where(bad(v), tf.abs(v), -1))
             before, after = words.split("{}")

@@ -220,7 +220,7 @@ class _FileChecker:
             feature_rows, values = dense[rule.feature]
             if len(feature_rows):  # labels are optional
                 flag_rows(feature_rows, rule.bad(values, V), values, rule.feature,
-                          lambda p, rule=rule: rule.found(p, V))
+                          lambda p, rule=rule: rule.found(p, rule.upper_bound(V)))
 
 
 def _words(parts) -> str:

@@ -48,17 +48,17 @@ class ValueRule:
     """Every value of `feature` lies in [0, upper), or equals `exempt`.
 
     `upper` is an int or `VOCABULARY`: the vocabulary size, and without one (None) only
-    negative values break the rule. `found(position, vocabulary_size)` words a broken
-    rule for `prepare --check` (the value and its position are known);
-    `holds(vocabulary_size)` for the pipeline, where "{}" (if present) stands for the
-    largest offending |value| of the record.
+    negative values break the rule. `found(position, upper)` words a broken rule for
+    `prepare --check` (the value and its position are known); `holds(upper)` for the
+    pipeline, where "{}" (if present) stands for the largest offending |value| of the
+    record; `upper` is `upper_bound(vocabulary_size)`.
     """
 
     feature: str
     upper: int | str
     exempt: int | None
     found: Callable[[int, int | None], str]
-    holds: Callable[[int], str]
+    holds: Callable[[int | None], str]
 
     def upper_bound(self, vocabulary_size=None):
         """The exclusive upper bound of the values (None: unbounded)."""
@@ -84,24 +84,24 @@ class LayoutRule:
     found: Callable[[int, int], str]
 
 
-def _vocabulary_words(vocabulary_size, unknown, known):
-    return unknown if vocabulary_size is None else known.format(vocabulary_size)
+def _vocabulary_words(upper, unknown, known):
+    return unknown if upper is None else known.format(upper)
 
 
 INPUT_IDS = ValueRule(
     "input_ids", VOCABULARY, None,
-    found=lambda p, V: f"id {_vocabulary_words(V, 'negative', 'outside [0, {})')} at position {p}",
-    holds=lambda V: f"holds id {{}} outside the vocabulary [0, {V})")
+    found=lambda p, upper: f"id {_vocabulary_words(upper, 'negative', 'outside [0, {})')} at position {p}",
+    holds=lambda upper: f"holds id {{}} outside the vocabulary [0, {upper})")
 ATTENTION_MASK = ValueRule(
     "attention_mask", 2, None,
-    found=lambda p, V: f"not 0/1 at position {p}",
-    holds=lambda V: "holds values other than 0 and 1")
+    found=lambda p, upper: f"not 0/1 at position {p}",
+    holds=lambda upper: "holds values other than 0 and 1")
 LABELS = ValueRule(
     "labels", VOCABULARY, IGNORE_LABEL,
-    found=lambda p, V: (f"neither {IGNORE_LABEL} nor "
-                        f"{_vocabulary_words(V, 'a non-negative id', 'an id in [0, {})')} "
-                        f"at position {p}"),
-    holds=lambda V: f"holds a value that is neither {IGNORE_LABEL} nor a vocabulary id")
+    found=lambda p, upper: (f"neither {IGNORE_LABEL} nor "
+                            f"{_vocabulary_words(upper, 'a non-negative id', 'an id in [0, {})')} "
+                            f"at position {p}"),
+    holds=lambda upper: f"holds a value that is neither {IGNORE_LABEL} nor a vocabulary id")
 
 RECORD_RULES = (
     INPUT_IDS,
