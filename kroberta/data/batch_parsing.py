@@ -1,7 +1,7 @@
 """Parsing and checking a whole batch of serialized records in one go.
 
-One `tf.io.parse_example` per batch, then every rule of the record format as a
-tensor reduction over the batch. Only when a batch breaks a rule is a message
+One `tf.io.parse_example` per batch, then every value rule of the record format
+(`kroberta.data.rules`) as a tensor reduction over the batch. Only when a batch breaks a rule is a message
 built, inside a `tf.cond` branch that healthy batches never run: it names the
 first bad record of the batch (stream order) by file, record index and feature.
 

@@ -1,7 +1,8 @@
 """Validate TFRecords of any origin against the kroberta record format.
 
-Records are parsed in batches with `tf.io.parse_example` and `VarLenFeature`s (so a
-wrong length is visible rather than a parse error) and checked with numpy. Only
+Records are parsed in batches with `tf.io.parse_example` and `RaggedFeature`s (so a
+wrong length is visible rather than a parse error) and checked with numpy against
+every rule of `kroberta.data.rules` (the pipeline's and the layout rules). Only
 when a batch fails to parse (wrong dtype, not an Example) is it re-examined record
 by record in Python, to name the bad one.
 """
