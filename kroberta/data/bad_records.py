@@ -14,7 +14,8 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from kroberta.data.batch_parsing import parse_checked_batch, parse_spec
-from kroberta.data.rules import FEATURE_KIND, FEATURES, REQUIRED_FEATURES
+from kroberta.data.records import FEATURES, REQUIRED_FEATURES
+from kroberta.data.rules import FEATURE_KIND
 from kroberta.errors import InputError
 
 _ASSERT_MESSAGE = re.compile(r"<<(.*?)>>", re.S)

@@ -21,7 +21,7 @@ the record by replaying the stream (`data.first_bad_record`).
 import tensorflow as tf
 
 from kroberta.data import rules
-from kroberta.data.rules import FEATURES, REQUIRED_FEATURES
+from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 
 
 def parse_spec(with_labels: bool, length: int | None = None) -> dict:

@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from kroberta.data import rules
-from kroberta.data.rules import FEATURES, REQUIRED_FEATURES
+from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.storage import gfile_isfile
 from kroberta.tokens import PAD_ID
 

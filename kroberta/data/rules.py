@@ -2,36 +2,31 @@
 
 A record (`kroberta.data.records`) is a `tf.train.Example` whose features are all
 int64 lists (`FEATURE_KIND`): `input_ids` and `attention_mask` (required) and
-`labels` (optional), every one of the same length L. Its values obey `RECORD_RULES`,
+`labels` (optional; `records.FEATURES`, `records.REQUIRED_FEATURES`), every one of
+the same length L. Its values obey `RECORD_RULES`,
 in the order a record is judged (its first broken rule is the one reported).
 
 Three readers apply these rules: the tf.data pipeline's in-graph check
 (`batch_parsing`, whole batches as TF reductions), the replay that names the bad
 record of a failed pipeline (`bad_records`, through the same in-graph check) and
-`prepare --check` (`check`, batches of numpy arrays). Every rule is an elementwise
-expression that works alike on numpy arrays and on TF tensors, and each carries its
-own words, so a rule changes here and nowhere else.
+`prepare --check` (`check`, batches of numpy arrays). Each rule carries its own
+words, so a rule changes here and nowhere else.
 
 Two kinds of rules:
 - `ValueRule`s: each value of a feature lies in [0, upper) or is the one exempt
-  value. Every reader enforces them (predict's in-memory arrays too,
+  value, an elementwise test that works alike on numpy arrays and on TF tensors.
+  Every reader enforces them (predict's in-memory arrays too,
   `kroberta.inference.inputs`): an id outside the vocabulary would make JAX read
   another embedding row, a label outside it a NaN loss.
-- `LayoutRule`s: the padding is a suffix of <pad> tokens. Only `prepare --check`
-  enforces them: the model reads any layout the mask describes, and the pipeline's
-  check stays a few whole-batch reductions (its speed, docs/design.md, "The input
-  pipeline").
+- `LayoutRule`s: the padding is a suffix of <pad> tokens (numpy). Only `prepare
+  --check` enforces them, so that the pipeline's check stays a few whole-batch
+  reductions (its speed, docs/design.md, "The input pipeline").
 """
 
 import dataclasses
 from typing import Callable
 
-from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.tokens import IGNORE_LABEL
-
-__all__ = ["FEATURES", "REQUIRED_FEATURES", "FEATURE_KIND", "ValueRule", "LayoutRule",
-           "RECORD_RULES", "VALUE_RULES", "LAYOUT_RULES", "wrong_length", "bad_id",
-           "bad_attention", "bad_label"]
 
 FEATURE_KIND = "int64_list"  # the `tf.train.Feature` kind of every feature
 VOCABULARY = "vocabulary"  # a ValueRule's `upper`: the vocabulary size, when known
@@ -117,7 +112,6 @@ RECORD_RULES = (
     LABELS,
 )
 VALUE_RULES = tuple(rule for rule in RECORD_RULES if isinstance(rule, ValueRule))
-LAYOUT_RULES = tuple(rule for rule in RECORD_RULES if isinstance(rule, LayoutRule))
 
 # The value rules one feature at a time, for arrays held in memory.
 bad_id = INPUT_IDS.bad  # (ids, vocabulary_size=None): outside [0, V) (negatives when V is None)

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from kroberta.data import batch_parsing, bad_records, rules
 from kroberta.data.check import check_records
+from kroberta.data.records import FEATURES
 from tests.conftest import serialize_example, write_records
 
 # The fast tier (docs/contributing.md): builds no model and starts no process.
@@ -28,9 +29,9 @@ def test_the_pipelines_fast_check_is_the_value_rules():
                       np.iinfo(np.int64).max], np.int64)
     rng = np.random.default_rng(0)
     for _ in range(200):
-        dense = {name: np.zeros((2, L), np.int64) for name in rules.FEATURES}
+        dense = {name: np.zeros((2, L), np.int64) for name in FEATURES}
         dense["attention_mask"][:] = 1
-        name = rng.choice(rules.FEATURES)
+        name = rng.choice(FEATURES)
         dense[name][rng.integers(2), rng.integers(L)] = rng.choice(edges)
         expected = not any(rule.bad(dense[rule.feature], V).any() for rule in rules.VALUE_RULES)
         tensors = {n: tf.constant(v) for n, v in dense.items()}
