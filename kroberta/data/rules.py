@@ -3,8 +3,8 @@
 A record (`kroberta.data.records`) is a `tf.train.Example` whose features are all
 int64 lists (`FEATURE_KIND`): `input_ids` and `attention_mask` (required) and
 `labels` (optional; `records.FEATURES`, `records.REQUIRED_FEATURES`), every one of
-the same length L. Its values obey `RECORD_RULES`,
-in the order a record is judged (its first broken rule is the one reported).
+the same length L. Its values obey `RECORD_RULES`, in the order a record is judged
+(its first broken rule is the one reported).
 
 Three readers apply these rules: the tf.data pipeline's in-graph check
 (`batch_parsing`, whole batches as TF reductions), the replay that names the bad
