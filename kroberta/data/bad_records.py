@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 
 from kroberta.data.batch_parsing import parse_checked_batch, parse_spec
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
+from kroberta.data.rules import FEATURE_KIND
 from kroberta.errors import InputError
 
 _ASSERT_MESSAGE = re.compile(r"<<(.*?)>>", re.S)
@@ -35,8 +36,8 @@ def payload_problem(serialized: bytes, with_labels: bool) -> str | None:
         if name not in example.features.feature:
             continue  # missing features are reported by the length checks
         kind = example.features.feature[name].WhichOneof("kind")
-        if kind != "int64_list":
-            return f"feature '{name}' has the wrong dtype: {kind or 'empty'}, expected int64_list"
+        if kind != FEATURE_KIND:
+            return f"feature '{name}' has the wrong dtype: {kind or 'empty'}, expected {FEATURE_KIND}"
     try:
         tf.io.parse_example(tf.constant([serialized]), parse_spec(with_labels))
     except PARSE_FAILURES as error:

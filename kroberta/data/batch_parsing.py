@@ -1,7 +1,7 @@
 """Parsing and checking a whole batch of serialized records in one go.
 
-One `tf.io.parse_example` per batch, then every rule of the record format as a
-tensor reduction over the batch. Only when a batch breaks a rule is a message
+One `tf.io.parse_example` per batch, then every value rule of the record format
+(`kroberta.data.rules`) as a tensor reduction over the batch. Only when a batch breaks a rule is a message
 built, inside a `tf.cond` branch that healthy batches never run: it names the
 first bad record of the batch (stream order) by file, record index and feature.
 
@@ -22,7 +22,6 @@ import tensorflow as tf
 
 from kroberta.data import rules
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
-from kroberta.tokens import IGNORE_LABEL
 
 
 def parse_spec(with_labels: bool, length: int | None = None) -> dict:
@@ -91,18 +90,25 @@ def _checked_values(paths, record_indices, dense, vocabulary_size: int, with_lab
         return {name: tf.cast(value, tf.int32) for name, value in dense.items()}
 
 
+def _rules(with_labels: bool):
+    """The value rules (`rules.VALUE_RULES`) for the features parsed, in order."""
+    return [rule for rule in rules.VALUE_RULES if with_labels or rule.feature != "labels"]
+
+
 def _values_in_range(dense, vocabulary_size: int, with_labels: bool):
-    """() bool: every value of the (B, L) int64 batch obeys the record format."""
+    """() bool: every value of the (B, L) int64 batch obeys the value rules."""
     def at_most(values, high):
         # 0 <= values <= high in one pass: as uint64 (a free bitcast) a negative int64
         # is above 2^63, so one maximum checks both ends.
         return tf.reduce_max(tf.bitcast(values, tf.uint64)) <= high
 
-    ok = at_most(dense["input_ids"], vocabulary_size - 1) & at_most(dense["attention_mask"], 1)
-    if with_labels:
-        labels = dense["labels"]
-        ok &= at_most(tf.where(labels == IGNORE_LABEL, tf.zeros_like(labels), labels),
-                      vocabulary_size - 1)
+    ok = None
+    for rule in _rules(with_labels):
+        values = dense[rule.feature]
+        if rule.exempt is not None:  # the exempt value counts as 0, which is in range
+            values = tf.where(values == rule.exempt, tf.zeros_like(values), values)
+        in_range = at_most(values, rule.upper_bound(vocabulary_size) - 1)
+        ok = in_range if ok is None else ok & in_range
     return ok
 
 
@@ -111,22 +117,20 @@ def _value_problems(row_max, vocabulary_size: int, with_labels: bool):
 
     row_max(name, score) -> (B,): the row maxima of score(values) for a feature.
     """
-    def rows_where(name, predicate):
-        return row_max(name, lambda v: tf.cast(predicate(v), tf.int64)) > 0
+    problems = []
+    for rule in _rules(with_labels):
+        def bad(v, rule=rule):
+            return rule.bad(v, vocabulary_size)
 
-    # The largest offending |id| of each row, for the message.
-    worst = row_max("input_ids", lambda v: tf.where(rules.bad_id(v, vocabulary_size), tf.abs(v), -1))
-    problems = [
-        (worst >= 0, lambda r: tf.strings.join([
-            "feature 'input_ids' holds id ", tf.strings.as_string(worst[r]),
-            f" outside the vocabulary [0, {vocabulary_size})"])),
-        (rows_where("attention_mask", rules.bad_attention),
-         lambda r: tf.constant("feature 'attention_mask' holds values other than 0 and 1")),
-    ]
-    if with_labels:
-        bad = lambda v: rules.bad_label(v, vocabulary_size)
-        problems.append((rows_where("labels", bad), lambda r: tf.constant(
-            f"feature 'labels' holds a value that is neither {IGNORE_LABEL} nor a vocabulary id")))
+        words = f"feature '{rule.feature}' " + rule.holds(rule.upper_bound(vocabulary_size))
+        if "{}" in words:  # the message names the largest offending |value| of the row
+            worst = row_max(rule.feature, lambda v, bad=bad: tf.where(bad(v), tf.abs(v), -1))
+            before, after = words.split("{}")
+            problems.append((worst >= 0, lambda r, worst=worst, before=before, after=after:
+                             tf.strings.join([before, tf.strings.as_string(worst[r]), after])))
+        else:
+            flagged = row_max(rule.feature, lambda v, bad=bad: tf.cast(bad(v), tf.int64)) > 0
+            problems.append((flagged, lambda r, words=words: tf.constant(words)))
     return problems
 
 
@@ -154,5 +158,7 @@ def _fail_on_first(paths, record_indices, any_bad, problems):
 
 
 def _length_message(name, sizes, length):
-    return lambda r: tf.strings.join([f"feature '{name}' has ", tf.strings.as_string(sizes[r]),
-                                      f" values, expected {length}"])
+    def words(r):
+        parts = rules.wrong_length(tf.strings.as_string(sizes[r]), length)
+        return tf.strings.join([f"feature '{name}' " + parts[0], *parts[1:]])
+    return words

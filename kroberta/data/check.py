@@ -1,7 +1,8 @@
 """Validate TFRecords of any origin against the kroberta record format.
 
-Records are parsed in batches with `tf.io.parse_example` and `VarLenFeature`s (so a
-wrong length is visible rather than a parse error) and checked with numpy. Only
+Records are parsed in batches with `tf.io.parse_example` and `RaggedFeature`s (so a
+wrong length is visible rather than a parse error) and checked with numpy against
+every rule of `kroberta.data.rules` (the pipeline's and the layout rules). Only
 when a batch fails to parse (wrong dtype, not an Example) is it re-examined record
 by record in Python, to name the bad one.
 """
@@ -14,7 +15,7 @@ import numpy as np
 from kroberta.data import rules
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.storage import gfile_isfile
-from kroberta.tokens import IGNORE_LABEL, PAD_ID
+from kroberta.tokens import PAD_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,11 +177,11 @@ class _FileChecker:
             length = columns[name][0]
             flag(length == 0, name, None, "missing feature (or empty list)")
             if L is not None:
-                flag(length != L, name, None, lambda r: f"has {length[r]} values, expected {L}")
+                flag(length != L, name, None, lambda r: _words(rules.wrong_length(length[r], L)))
         lengths_labels = columns["labels"][0]
         if L is not None:
             flag((lengths_labels != 0) & (lengths_labels != L), "labels", None,
-                 lambda r: f"has {lengths_labels[r]} values, expected {L}")
+                 lambda r: _words(rules.wrong_length(lengths_labels[r], L)))
         good = np.flatnonzero(~bad)
         if not len(good) or L is None:
             return
@@ -195,11 +196,13 @@ class _FileChecker:
         self._check_values(dense, indices, flag)
 
     def _check_values(self, dense, indices, flag):
+        """The record rules (`rules.RECORD_RULES`, in order) over the dense (rows, L)
+        features of the records whose lengths are right."""
         n = len(indices)
         V, pad = self.state["V"], self.state["pad"]
 
         def flag_rows(rows, matrix_bad, matrix, feature, problem):
-            """Flags the records `rows` of a (rows, L) defect matrix with their first bad
+            """Flags the records `rows` of a (rows, K) defect matrix with their first bad
             value of `matrix`; `problem(position)` words it."""
             hit, first, where = np.zeros(n, bool), np.zeros(n, np.int64), np.zeros(n, np.int64)
             pos = matrix_bad.argmax(axis=1)
@@ -210,22 +213,19 @@ class _FileChecker:
 
         rows, ids = dense["input_ids"]
         _, mask = dense["attention_mask"]
-        bound = "negative" if V is None else f"outside [0, {V})"
-        flag_rows(rows, rules.bad_id(ids, V), ids, "input_ids", lambda p: f"id {bound} at position {p}")
-        flag_rows(rows, rules.bad_attention(mask), mask, "attention_mask",
-                  lambda p: f"not 0/1 at position {p}")
-        # Padding must be a suffix: once 0, never 1 again.
-        flag_rows(rows, np.diff(mask, axis=1) > 0, mask[:, 1:], "attention_mask",
-                  lambda p: f"1 after padding at position {p + 1}")
-        flag_rows(rows, (mask == 0).all(axis=1, keepdims=True), mask[:, :1], "attention_mask",
-                  lambda p: "all zeros: no real tokens")
-        flag_rows(rows, (mask == 0) & (ids != pad), ids, "input_ids",
-                  lambda p: f"not the pad id {pad} where attention_mask is 0 (position {p})")
-        rows, labels = dense["labels"]
-        if len(rows):
-            ids_allowed = "a non-negative id" if V is None else f"an id in [0, {V})"
-            flag_rows(rows, rules.bad_label(labels, V), labels, "labels",
-                      lambda p: f"neither {IGNORE_LABEL} nor {ids_allowed} at position {p}")
+        for rule in rules.RECORD_RULES:
+            if isinstance(rule, rules.LayoutRule):
+                matrix_bad, matrix = rule.where(ids, mask, pad)
+                flag_rows(rows, matrix_bad, matrix, rule.feature, lambda p, rule=rule: rule.found(p, pad))
+                continue
+            feature_rows, values = dense[rule.feature]
+            if len(feature_rows):  # labels are optional
+                flag_rows(feature_rows, rule.bad(values, V), values, rule.feature,
+                          lambda p, rule=rule: rule.found(p, rule.upper_bound(V)))
+
+
+def _words(parts) -> str:
+    return "".join(map(str, parts))
 
 
 def _read_batches(path, batch_size, max_records):
