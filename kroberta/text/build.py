@@ -23,7 +23,6 @@ import time
 import types
 import warnings
 
-import numpy as np
 
 from kroberta import storage
 from kroberta.atomic import atomic_path

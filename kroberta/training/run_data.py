@@ -11,7 +11,6 @@ import logging
 import os
 
 from kroberta.errors import ConfigError, InputError
-from kroberta import storage
 from kroberta.data import pipeline
 from kroberta.config import AUTO, Config, validate
 from kroberta.runtime import logs
