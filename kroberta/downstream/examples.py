@@ -151,11 +151,16 @@ def first_record_fields(path: str, columns: tuple | None = None) -> list:
     """The field names of a labelled file's first record (a CSV/TSV's header, or
     `columns`: a headerless file's)."""
     fmt = _check_path(path)
-    for where, record in recordfiles.iter_records(path, fmt, {}, columns=columns):
-        if not isinstance(record, dict):
-            raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, not an object")
-        return list(record)
-    raise InputError(f"{path}: holds no records")
+    records = recordfiles.iter_records(path, fmt, {}, columns=columns)
+    try:
+        where, record = next(records, (None, None))
+    finally:
+        records.close()  # only the first record is read: the file closes now
+    if where is None:
+        raise InputError(f"{path}: holds no records")
+    if not isinstance(record, dict):
+        raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, not an object")
+    return list(record)
 
 
 def choose_text_fields(path: str, label_field: str) -> tuple:
