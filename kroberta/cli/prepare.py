@@ -124,14 +124,14 @@ def _run_check(args):
     from kroberta.data.check import check_records
 
     vocab, length = args.vocab_size, args.seq_len
-    # A URL (gs://...) is read through tf.io.gfile (kroberta.text.locations).
+    # A URL (gs://...): listed through kroberta.storage; its records are read by tf.data.
     manifest = storage.join(args.check, MANIFEST_NAME)
-    if locations.isdir(args.check) and not storage.gfile_isfile(manifest):
+    if storage.isdir(args.check) and not storage.isfile(manifest):
         paths = _tfrecords_in(args.check)
         if vocab is None:
             raise InputError(f"--check {args.check}: a directory without {MANIFEST_NAME} needs "
                              "--vocab-size (the tokenizer's vocabulary size) to check the ids against")
-    elif locations.isdir(args.check):
+    elif storage.isdir(args.check):
         m = load_manifest(args.check)
         paths = list(m.files)
         vocab = vocab if vocab is not None else m.vocabulary_size
