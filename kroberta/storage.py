@@ -16,6 +16,7 @@ weights, Orbax's checkpoints, a picture) go through a local temporary copy:
 """
 
 import contextlib
+import glob as globbing
 import os
 import posixpath
 import shutil
@@ -70,6 +71,38 @@ def filesystem(url):
     except ValueError as error:  # an unknown protocol
         raise StorageError(f"{url}: {error}") from None
     return fs, path
+
+
+def _as_url(like: str, path: str) -> str:
+    """A path fsspec returned (`/bucket/a.txt`, `bucket/a.txt`), as a URL spelled like
+    `like` (`memory://bucket/*`, `file:///tmp/*`)."""
+    if is_url(path):
+        return path
+    protocol, rest = like.split("://", 1)
+    return f"{protocol}://{path if rest.startswith('/') else path.lstrip('/')}"
+
+
+def glob(pattern, recursive: bool = False, include_hidden: bool = False) -> list[str]:
+    """The paths `pattern` matches, sorted. A local pattern goes through Python's glob
+    (`recursive`: `**` recurses; `include_hidden`: `*` matches hidden files), whose
+    matches keep the pattern's spelling (relative stays relative, where fsspec's local
+    filesystem would make them absolute); a URL's through its filesystem (`**` recurses,
+    `*` matches hidden files), spelled as URLs."""
+    pattern = os.fspath(pattern)
+    if not is_url(pattern):
+        return sorted(globbing.glob(pattern, recursive=recursive, include_hidden=include_hidden))
+    fs, path = filesystem(pattern)
+    return sorted(_as_url(pattern, p) for p in fs.glob(path))
+
+
+def files_under(directory) -> list[str]:
+    """Every file under `directory` (at any depth), sorted; [] when there is none."""
+    directory = os.fspath(directory)
+    if not is_url(directory):  # the local spelling kept (relative stays relative)
+        return sorted(os.path.join(folder, name) for folder, _, names in os.walk(directory)
+                      for name in names)
+    fs, path = filesystem(directory)
+    return sorted(_as_url(directory, p) for p in fs.find(path))
 
 
 def _fresh(path):

@@ -1,39 +1,12 @@
 """Where prepare's inputs and prepared directories live: local paths (the standard
-library), or URLs (gs://, any fsspec filesystem: `kroberta.storage.filesystem`) globbed,
+library), or URLs (gs://, any fsspec filesystem: `kroberta.storage.filesystem`) listed,
 sized and streamed here, never copied whole; every prepare worker opens its own stream.
 """
 
-import glob as globbing
 import gzip
 import os
 
 from kroberta.storage import filesystem, is_url
-
-
-def _url(like: str, path: str) -> str:
-    """A path fsspec returned (`/bucket/a.txt`, `bucket/a.txt`), as a URL spelled like
-    `like` (`memory://bucket/*`, `file:///tmp/*`)."""
-    if is_url(path):
-        return path
-    protocol, rest = like.split("://", 1)
-    return f"{protocol}://{path if rest.startswith('/') else path.lstrip('/')}"
-
-
-def glob(pattern: str) -> list[str]:
-    """Sorted matches of an input pattern; `**` recurses for local patterns."""
-    # A local pattern's matches keep its spelling (relative stays relative), which fsspec's
-    # local filesystem would make absolute.
-    if is_url(pattern):
-        fs, path = filesystem(pattern)
-        return sorted(_url(pattern, p) for p in fs.glob(path))
-    return sorted(globbing.glob(pattern, recursive=True))
-
-
-def files_under(directory: str) -> list[str]:
-    """Every file under a URL directory, sorted (`kroberta.storage.isdir` says whether a
-    path is one)."""
-    fs, path = filesystem(directory)
-    return sorted(_url(directory, p) for p in fs.find(path))
 
 
 def size(path: str) -> int:
