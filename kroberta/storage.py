@@ -1,8 +1,10 @@
-"""The run directory's files on a local path or on any fsspec URL (gs://, s3://, memory://).
+"""Files on a local path or on any fsspec URL (gs://, s3://, memory://): the one storage
+layer for run directories, prepared data (manifests, tokenizers), prepare's inputs and
+outputs; only TensorFlow's record reading (tf.data) goes through its own filesystem.
 
 A local path goes through os, open and shutil, exactly as before URLs were allowed
-(whole-file writes through `kroberta.atomic`'s rename). A URL goes through fsspec,
-imported only then. Object stores have neither append nor rename, so on a URL a
+(whole-file writes through `kroberta.atomic`'s rename), without importing fsspec. A URL
+goes through fsspec. Object stores have neither append nor rename, so on a URL a
 file is always written whole at its final name: an object write is atomic (the
 object appears whole or not at all), an append rewrites the whole (small) file, and
 a directory that must appear complete (a checkpoint) is uploaded with its marker
@@ -14,6 +16,7 @@ weights, Orbax's checkpoints, a picture) go through a local temporary copy:
 """
 
 import contextlib
+import glob as globbing
 import os
 import posixpath
 import shutil
@@ -56,10 +59,8 @@ def filesystem(url):
     protocol = url.split("://", 1)[0]
     extra, package = EXTRAS.get(protocol, (None, None))
     install = f'pip install "kroberta[{extra}]"' if extra else "pip install fsspec"
-    try:
-        import fsspec
-    except ImportError:
-        raise StorageError(f"{url} is a URL, which needs fsspec; {install}") from None
+    import fsspec  # start-up time: only a URL needs it
+
     try:
         # A local file:// tree needs its directories made, as an object store does not.
         options = {"auto_mkdir": True} if protocol in ("file", "local") else {}
@@ -70,6 +71,38 @@ def filesystem(url):
     except ValueError as error:  # an unknown protocol
         raise StorageError(f"{url}: {error}") from None
     return fs, path
+
+
+def _as_url(like: str, path: str) -> str:
+    """A path fsspec returned (`/bucket/a.txt`, `bucket/a.txt`), as a URL spelled like
+    `like` (`memory://bucket/*`, `file:///tmp/*`)."""
+    if is_url(path):
+        return path
+    protocol, rest = like.split("://", 1)
+    return f"{protocol}://{path if rest.startswith('/') else path.lstrip('/')}"
+
+
+def glob(pattern, recursive: bool = False, include_hidden: bool = False) -> list[str]:
+    """The paths `pattern` matches, sorted. A local pattern goes through Python's glob
+    (`recursive`: `**` recurses; `include_hidden`: `*` matches hidden files), whose
+    matches keep the pattern's spelling (relative stays relative, where fsspec's local
+    filesystem would make them absolute); a URL's through its filesystem (`**` recurses,
+    `*` matches hidden files), spelled as URLs."""
+    pattern = os.fspath(pattern)
+    if not is_url(pattern):
+        return sorted(globbing.glob(pattern, recursive=recursive, include_hidden=include_hidden))
+    fs, path = filesystem(pattern)
+    return sorted(_as_url(pattern, p) for p in fs.glob(path))
+
+
+def files_under(directory) -> list[str]:
+    """Every file under `directory` (at any depth), sorted; [] when there is none."""
+    directory = os.fspath(directory)
+    if not is_url(directory):  # the local spelling kept (relative stays relative)
+        return sorted(os.path.join(folder, name) for folder, _, names in os.walk(directory)
+                      for name in names)
+    fs, path = filesystem(directory)
+    return sorted(_as_url(directory, p) for p in fs.find(path))
 
 
 def _fresh(path):
@@ -159,29 +192,6 @@ def open_file(path, mode: str = "r", **kwargs):
 def read_text(path) -> str:
     with open_file(path, "r", encoding="utf-8") as f:
         return f.read()
-
-
-# Prepared data (records, manifests, tokenizers) are read as tf.data reads the records:
-# a URL through `tf.io.gfile` (gs:// built in, any filesystem TensorFlow registered).
-
-
-def gfile_isfile(path) -> bool:
-    """`isfile`, a URL's asked of `tf.io.gfile`."""
-    if not is_url(path):
-        return os.path.isfile(path)
-    import tensorflow as tf
-
-    return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
-
-
-def gfile_read_text(path) -> str:
-    """`read_text`, a URL's read through `tf.io.gfile`."""
-    if not is_url(path):
-        return read_text(path)
-    import tensorflow as tf
-
-    with tf.io.gfile.GFile(path, "rb") as f:
-        return f.read().decode("utf-8")
 
 
 def read_bytes(path) -> bytes:

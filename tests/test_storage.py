@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from kroberta import storage
+from kroberta.data.file_patterns import resolve_files
 from tests.conftest import REPO
 
 
@@ -105,3 +106,39 @@ def test_local_paths_keep_their_meaning():
     assert storage.absolute("runs/a") == os.path.abspath("runs/a")
     assert storage.absolute("gs://b/runs/a") == "gs://b/runs/a"
     assert storage.basename("gs://b/runs/a/") == "a"
+
+
+@pytest.mark.parametrize("where", ["local", "url"])
+@pytest.mark.fast
+def test_globs_and_listings_alike(where, url, tmp_path):
+    root = str(tmp_path / "run") if where == "local" else url
+    storage.makedirs(storage.join(root, "sub"))
+    for name in ("a.tfrecord", ".hidden.tfrecord", "b.txt", "sub/c.tfrecord"):
+        storage.write_text(storage.join(root, name), name)
+    assert storage.files_under(root) == [storage.join(root, n) for n in (
+        ".hidden.tfrecord", "a.tfrecord", "b.txt", "sub/c.tfrecord")]
+    # Hidden files match `*` as TensorFlow's glob matches them (kroberta.data.file_patterns).
+    assert resolve_files([storage.join(root, "*.tfrecord")], "data.train") == (
+        storage.join(root, ".hidden.tfrecord"), storage.join(root, "a.tfrecord"))
+    assert storage.glob(storage.join(root, "**", "*.tfrecord"), recursive=True)[-1] == storage.join(
+        root, "sub", "c.tfrecord")
+    assert storage.files_under(storage.join(root, "none")) == []
+
+
+def test_prepared_data_on_gs_without_gcsfs_is_one_line_naming_the_extra():
+    # Manifests, tokenizers and record patterns go through kroberta.storage like a run directory.
+    code = ("import sys; sys.modules['gcsfs'] = None\n"
+            "from kroberta.data.file_patterns import resolve_files\n"
+            "from kroberta.data.manifest import load_manifest\n"
+            "from kroberta.text.tokenizer import load_tokenizer\n"
+            "for call, arg in ((load_manifest, 'gs://b/data'), (load_tokenizer, 'gs://b/t.json'),\n"
+            "                  (lambda p: resolve_files([p], 'data.train'), 'gs://b/*.tfrecord')):\n"
+            "    try:\n        call(arg)\n"
+            "    except Exception as e:\n        print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.splitlines() == [
+        'StorageError gs://b/data/manifest.json needs gcsfs; pip install "kroberta[gcs]"',
+        'StorageError gs://b/t.json needs gcsfs; pip install "kroberta[gcs]"',
+        'StorageError gs://b/*.tfrecord needs gcsfs; pip install "kroberta[gcs]"',
+    ], out.stderr[-2000:]

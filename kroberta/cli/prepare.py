@@ -28,7 +28,6 @@ from kroberta.data.manifest import MANIFEST_NAME, load_manifest
 from kroberta.text.build import PrepareWarning, prepare
 from kroberta.text.sample import DEFAULT_SAMPLE_BYTES
 from kroberta.text.textfiles import expand_inputs
-from kroberta.text import locations
 
 
 def _summary(manifest, out_dir):
@@ -108,8 +107,7 @@ TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
 
 def _tfrecords_in(directory):
     """Every TFRecord file under `directory` (by name: *.tfrecord[s], *.tfr, *.tfrecord-00000-of-00004)."""
-    every = locations.files_under(directory) if storage.is_url(directory) else sorted(
-        os.path.join(folder, name) for folder, _, names in os.walk(directory) for name in names)
+    every = storage.files_under(directory)
     names = [os.path.basename(path).lower() for path in every]
     found = [path for path, name in zip(every, names) if name.endswith(TFRECORD_SUFFIXES)
              or ".tfrecord-" in name or ".tfrecords-" in name]
@@ -124,14 +122,14 @@ def _run_check(args):
     from kroberta.data.check import check_records
 
     vocab, length = args.vocab_size, args.seq_len
-    # A URL (gs://...) is read through tf.io.gfile (kroberta.text.locations).
+    # A URL (gs://...): listed through kroberta.storage; its records are read by tf.data.
     manifest = storage.join(args.check, MANIFEST_NAME)
-    if locations.isdir(args.check) and not storage.gfile_isfile(manifest):
+    if storage.isdir(args.check) and not storage.isfile(manifest):
         paths = _tfrecords_in(args.check)
         if vocab is None:
             raise InputError(f"--check {args.check}: a directory without {MANIFEST_NAME} needs "
                              "--vocab-size (the tokenizer's vocabulary size) to check the ids against")
-    elif locations.isdir(args.check):
+    elif storage.isdir(args.check):
         m = load_manifest(args.check)
         paths = list(m.files)
         vocab = vocab if vocab is not None else m.vocabulary_size

@@ -14,7 +14,7 @@ import numpy as np
 
 from kroberta.data import rules
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
-from kroberta.storage import gfile_isfile
+from kroberta.storage import isfile
 from kroberta.tokens import PAD_ID
 
 
@@ -292,7 +292,7 @@ def check_records(
         file_report = FileReport(path)
         report.files.append(file_report)
         checker = _FileChecker(file_report, state, max_errors)
-        if not gfile_isfile(path):
+        if not isfile(path):
             checker.defect(None, None, None, "file does not exist")
         else:
             try:

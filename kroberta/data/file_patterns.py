@@ -1,25 +1,21 @@
 """Expanding the file names and globs a command is given, before TensorFlow is imported.
 
 Local patterns are matched with Python's glob, so a missing or mistyped path is named
-at once; only an object store's (gs://...) needs TensorFlow's file system, imported then.
+at once; an object store's (gs://...) through `kroberta.storage` (fsspec).
 """
 
-import glob
 import os
 
 from kroberta.data.manifest import MANIFEST_NAME
 from kroberta.errors import InputError
+from kroberta import storage
 from kroberta.storage import is_url
 
 
 def matching(pattern: str) -> list[str]:
     """The paths `pattern` matches, sorted (a name without wildcards matches itself when
     it exists). Hidden files match a `*` as TensorFlow's glob matches them."""
-    if is_url(pattern):
-        import tensorflow as tf  # its file systems read gs:// and the other object stores
-
-        return sorted(tf.io.gfile.glob(pattern))
-    return sorted(glob.glob(pattern, include_hidden=True))
+    return storage.glob(pattern, include_hidden=True)
 
 
 def resolve_files(patterns, key: str) -> tuple[str, ...]:

@@ -1,8 +1,8 @@
 """`manifest.json`: what `prepare` wrote, read back by training and `--check`.
 
 The manifest is written last, so its presence means the directory is complete.
-A directory on a URL (gs://, or any filesystem TensorFlow knows) is read through
-`tf.io.gfile` (`kroberta.storage.gfile_*`), as the record files themselves are by tf.data.
+A directory on a URL (gs://, any fsspec filesystem) is read through `kroberta.storage`;
+the record files themselves are read by tf.data.
 """
 
 import dataclasses
@@ -11,7 +11,7 @@ import os
 
 from kroberta.errors import ConfigError, InputError
 from kroberta.atomic import atomic_write
-from kroberta.storage import gfile_isfile, gfile_read_text, is_url, join
+from kroberta.storage import is_url, isfile, join, read_text
 
 FORMAT = "kroberta-tfrecord-v1"
 MANIFEST_NAME = "manifest.json"
@@ -53,7 +53,7 @@ def _split(data, key, path, base):
         raise InputError(f"{path}: key {key}.files must be a list of file names")
     resolved = tuple(join(base, f) for f in files)
     for name, full in zip(files, resolved):
-        if not gfile_isfile(full):
+        if not isfile(full):
             raise InputError(f"{path}: {key}.files lists {name}, which does not exist ({full})")
     return resolved, _int(section, "sequences", path, f"{key}.sequences"), _int(section, "tokens", path, f"{key}.tokens")
 
@@ -95,10 +95,10 @@ def load_manifest(directory):
     directory = os.fspath(directory)
     base = directory.rstrip("/") if is_url(directory) else os.path.abspath(directory)
     path = join(base, MANIFEST_NAME)
-    if not gfile_isfile(path):
+    if not isfile(path):
         raise InputError(f"no {MANIFEST_NAME} in {base} (prepare one with `python -m kroberta.prepare`)")
     try:
-        data = json.loads(gfile_read_text(path))
+        data = json.loads(read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: malformed JSON ({e})") from None
     _require(data, _REQUIRED, path, "expected a JSON object at the top level", repr)
@@ -110,7 +110,7 @@ def load_manifest(directory):
     for name in _SPECIALS:
         _int(specials, name, path, f"special_tokens.{name}")
     tokenizer_path = join(base, str(data["tokenizer"]))
-    if not gfile_isfile(tokenizer_path):
+    if not isfile(tokenizer_path):
         raise InputError(f"{path}: tokenizer {data['tokenizer']} does not exist ({tokenizer_path})")
     train = _split(data, "train", path, base)
     validation = _split(data, "validation", path, base)
@@ -189,7 +189,7 @@ def check_prepared_with(directories, key: str, vocabulary_size: int, tokenizer=N
         if manifest.vocabulary_size != vocabulary_size:
             differs = (f"a vocabulary of {manifest.vocabulary_size} tokens; the {holder} has "
                        f"{vocabulary_size}")
-        elif tokenizer is not None and Tokenizer.from_str(gfile_read_text(
+        elif tokenizer is not None and Tokenizer.from_str(read_text(
                 manifest.tokenizer_path)).get_vocab() != tokenizer.get_vocab():
             differs = f"another tokenizer than the {holder}'s (other tokens at the same ids)"
         if differs is not None:

@@ -70,7 +70,7 @@ def _check_prediction(args):
 def _check_labelled_file(path: str, option: str, fields: dict):
     """`path` is a labelled file kroberta reads, and a CSV/TSV header holds `fields`
     (field -> the option that names it)."""
-    if not (storage.gfile_isfile(path) or recordfiles.is_dataset_dir(path)):
+    if not (storage.isfile(path) or recordfiles.is_dataset_dir(path)):
         what = "a folder, not a file" if os.path.isdir(path) else "no such file"
         raise NotFoundError(f"{option} {path}: {what}")
     fmt = recordfiles.record_format(path)

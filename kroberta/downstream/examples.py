@@ -138,7 +138,7 @@ ID_COLUMNS = ("id", "idx", "index", "guid")  # never a text: left out when field
 
 def _check_path(path: str) -> str:
     """The record format of a labelled file; an error when it is missing or of no format read."""
-    if not (storage.gfile_isfile(path) or recordfiles.is_dataset_dir(path)):
+    if not (storage.isfile(path) or recordfiles.is_dataset_dir(path)):
         raise InputError(f"{path}: no such file")
     fmt = recordfiles.record_format(path)
     if fmt is None:

@@ -185,7 +185,7 @@ def _save_tokenizer(job, tok, written):
         if source is None:
             tok.save(tmp)
         else:
-            with locations.open_binary(source) as f, open(tmp, "wb") as copy:
+            with locations.open_input(source) as f, open(tmp, "wb") as copy:
                 shutil.copyfileobj(f, copy)
 
 

@@ -33,6 +33,8 @@ def work_dir(out_dir) -> str:
 
 def _stamp(path):
     """(size, modification time in ns) of a local file, (size, None) of a URL's object."""
+    # An object's modification time is no one field across fsspec filesystems (gcsfs'
+    # "updated", s3fs' "LastModified", memory://'s "created"): a URL's size alone is compared.
     if storage.is_url(path):
         return locations.size(path), None
     if os.path.isdir(path):  # a `datasets` directory: its files' stamps

@@ -62,12 +62,14 @@ def expand_inputs(inputs):
         pattern = os.fspath(pattern)
         found = []
         try:
-            matches = locations.glob(pattern)
+            matches = storage.glob(pattern, recursive=True)
         except StorageError as error:
             raise InputError(f"--input {pattern}: {error}") from None
         for match in matches:
-            if storage.is_url(match):  # gs://...: through fsspec (kroberta.text.locations)
-                found.extend(locations.input_files_under(match) if locations.input_isdir(match) else [match])
+            # A URL (gs://...): every file under a directory, since `datasets` directories
+            # (read by `datasets.load_from_disk`) are local only.
+            if storage.is_url(match):
+                found.extend(storage.files_under(match) if storage.isdir(match) else [match])
             elif recordfiles.is_dataset_dir(match):
                 found.append(match)  # a `datasets` directory is one input
             elif os.path.isdir(match):

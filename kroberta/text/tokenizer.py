@@ -12,8 +12,7 @@ import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from kroberta.errors import InputError
-from kroberta.storage import gfile_isfile, gfile_read_text
-from kroberta.text import locations
+from kroberta.storage import isdir, isfile, read_text
 
 from kroberta.tokens import SPECIAL_TOKENS  # in id order: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4
 
@@ -82,11 +81,11 @@ def tokenizer_json_of(path):
     keras-hub preset's tokenizer.json is a Keras layer config, not such a file: its
     tokenizer is in assets/tokenizer/."""
     path = os.fspath(path)
-    if locations.isdir(path):
+    if isdir(path):
         inside = path.rstrip("/") + "/" + TOKENIZER_FILE
-        keras_hub = gfile_isfile(path.rstrip("/") + "/" + KERAS_HUB_VOCABULARY_FILE)
-        return inside if gfile_isfile(inside) and not keras_hub else None
-    return path if gfile_isfile(path) else None
+        keras_hub = isfile(path.rstrip("/") + "/" + KERAS_HUB_VOCABULARY_FILE)
+        return inside if isfile(inside) and not keras_hub else None
+    return path if isfile(path) else None
 
 
 def load_tokenizer(path):
@@ -96,11 +95,11 @@ def load_tokenizer(path):
     path = os.fspath(path)
     json_path = tokenizer_json_of(path)
     if json_path is None:
-        if locations.isdir(path):
+        if isdir(path):
             return _directory_tokenizer(path)
         raise InputError(f"tokenizer not found: {path}; expected {ACCEPTED}")
     try:
-        tokenizer = Tokenizer.from_str(gfile_read_text(json_path))
+        tokenizer = Tokenizer.from_str(read_text(json_path))
     except Exception as e:  # the library raises a bare Exception on malformed JSON
         raise InputError(f"{json_path}: cannot read this tokenizer: damaged or not a "
                          f"tokenizer's JSON ({e})") from None
@@ -115,7 +114,7 @@ def _directory_tokenizer(directory):
     for vocabulary, merges in ((KERAS_HUB_VOCABULARY_FILE, KERAS_HUB_MERGES_FILE),
                                (HF_VOCABULARY_FILE, HF_MERGES_FILE)):
         vocabulary, merges = f"{directory}/{vocabulary}", f"{directory}/{merges}"
-        if gfile_isfile(vocabulary) and gfile_isfile(merges):
+        if isfile(vocabulary) and isfile(merges):
             return byte_level_bpe(vocabulary, merges, _add_prefix_space(directory))
     raise InputError(f"{directory}: no tokenizer in this directory; expected {ACCEPTED}")
 
@@ -123,10 +122,10 @@ def _directory_tokenizer(directory):
 def _add_prefix_space(directory):
     """A Hugging Face tokenizer_config.json's add_prefix_space (transformers' default: False)."""
     path = f"{directory}/{HF_TOKENIZER_CONFIG}"
-    if not gfile_isfile(path):
+    if not isfile(path):
         return False
     try:
-        return bool(json.loads(gfile_read_text(path)).get("add_prefix_space", False))
+        return bool(json.loads(read_text(path)).get("add_prefix_space", False))
     except (ValueError, AttributeError) as e:
         raise InputError(f"cannot read {path}: {e}") from None
 
@@ -142,13 +141,13 @@ def byte_level_bpe(vocabulary, merges, add_prefix_space=False):
     """
     vocabulary, merges = os.fspath(vocabulary), os.fspath(merges)
     try:
-        # Read as text (tf.io.gfile: a gs:// directory too) and parsed as `BPE.from_file`
+        # Read as text (kroberta.storage: a gs:// directory too) and parsed as `BPE.from_file`
         # parses the files: merges.txt's "a b" lines after its "#version" line.
-        lines = gfile_read_text(merges).split("\n")
+        lines = read_text(merges).split("\n")
         lines = lines[:-1] if lines[-1] == "" else lines  # a final newline ends the last line
         pairs = [tuple(line.removesuffix("\r").split(" ")) for line in lines
                  if not line.startswith("#version")]
-        model = models.BPE(json.loads(gfile_read_text(vocabulary)), pairs)
+        model = models.BPE(json.loads(read_text(vocabulary)), pairs)
     except Exception as e:  # the library raises a bare Exception on malformed files
         raise InputError(f"cannot read {vocabulary} + {merges}: {e}") from None
     tokenizer = Tokenizer(model)

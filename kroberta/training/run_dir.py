@@ -225,5 +225,5 @@ def keep_tokenizer(tokenizer_path: str | None, run_dir: str):
         target = storage.join(run_dir, run_layout.TOKENIZER_FILE)
         if storage.absolute(tokenizer_path) == storage.absolute(target):
             return
-        with locations.open_binary(tokenizer_path) as f:  # a URL: read as the records are
+        with locations.open_input(tokenizer_path) as f:
             storage.write_bytes(target, f.read())

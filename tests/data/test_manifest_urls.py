@@ -1,6 +1,6 @@
-"""Data on URLs goes through tf.io.gfile: a prepared directory on TensorFlow's in-process
-ram:// filesystem (the code path gs:// takes, which no local emulator can serve to
-TensorFlow) resolves, and its batches equal those of the same files on disk."""
+"""Data on URLs: a prepared directory at a file:// URL (the code path gs:// takes: its
+manifest and tokenizer through kroberta.storage, its records through tf.data, both of
+which read file:// URLs) resolves, and its batches equal those of the same files on disk."""
 
 import dataclasses
 import os
@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import kroberta
+from kroberta import storage
 from kroberta.data.manifest import load_manifest
 from kroberta.text.tokenizer import load_tokenizer
 from tests.conftest import prepare_word_corpus
@@ -19,17 +20,16 @@ from tests.conftest import prepare_word_corpus
 pytestmark = pytest.mark.fast
 
 
-def _copy_to_ram(local_dir) -> str:
-    url = f"ram://kroberta-{uuid.uuid4().hex[:8]}/data"
-    tf.io.gfile.makedirs(url)
+def _copy_to_url(local_dir, root) -> str:
+    url = f"file://{root}/kroberta-{uuid.uuid4().hex[:8]}/data"
     for name in os.listdir(local_dir):
-        tf.io.gfile.copy(os.path.join(local_dir, name), f"{url}/{name}")
+        storage.write_bytes(f"{url}/{name}", storage.read_bytes(os.path.join(local_dir, name)))
     return url
 
 
 def test_a_prepared_directory_on_a_url_reads_like_the_local_one(tmp_path):
     local = prepare_word_corpus(tmp_path, ["red", "green", "blue", "sky", "sea"], 200)
-    url = _copy_to_ram(local)
+    url = _copy_to_url(local, tmp_path)
     on_disk, remote = load_manifest(local), load_manifest(url)
     assert remote.train_files == tuple(f"{url}/{os.path.basename(f)}" for f in on_disk.train_files)
     assert remote.tokenizer_path == f"{url}/tokenizer.json"

@@ -9,8 +9,8 @@ import uuid
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
+from kroberta import storage
 from kroberta.errors import InputError
 from kroberta.cli.prepare import main
 from kroberta.text.build import prepare
@@ -47,14 +47,13 @@ def sources(tmp_path_factory):
     preset = root / "preset"  # tokenizer.json (a Keras layer config) + assets/tokenizer/
     keras_hub.models.RobertaTokenizer(vocabulary=str(bpe_dir / "vocab.json"),
                                       merges=str(bpe_dir / "merges.txt")).save_to_preset(str(preset))
-    urls = {}  # the same directories at a URL (TensorFlow's ram://, the code path of gs://)
+    urls = {}  # the same directories at a URL (fsspec's memory://, the code path of gs://)
     for name, local in (("hf-vocab", hf_vocab), ("preset", preset)):
-        urls[f"{name} at a URL"] = f"ram://kroberta-{uuid.uuid4().hex[:8]}/{name}"
+        urls[f"{name} at a URL"] = f"memory://kroberta-{uuid.uuid4().hex[:8]}/{name}"
         for path in local.rglob("*"):
             if path.is_file():
                 target = f"{urls[f'{name} at a URL']}/{path.relative_to(local).as_posix()}"
-                tf.io.gfile.makedirs(target.rsplit("/", 1)[0])
-                tf.io.gfile.copy(str(path), target)
+                storage.write_bytes(target, path.read_bytes())
     return {"reference": reference, "tokenizer.json": str(hf_json / "tokenizer.json"), "hf-json": str(hf_json),
             "hf-vocab": str(hf_vocab), "preset": str(preset), **urls}
 
