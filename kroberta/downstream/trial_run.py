@@ -19,7 +19,7 @@ import numpy as np
 
 from kroberta.downstream import classifiers, encoding, metrics, prediction
 from kroberta.downstream.examples import REGRESSION
-from kroberta.training import console
+from kroberta import console
 
 EPOCH_SEEDS = 1000  # pass p of seed s shuffles with s * 1000 + p
 ROW_SECONDS = 10.0  # a progress row this often where there is no live bar

@@ -137,7 +137,7 @@ def _run_in_worker(chunk):
 
 def run_chunks(job, chunks, workers, progress):
     """Prepares the `chunks` with `workers` processes (1: in this one); `progress` (a
-    `Progress`) hears the bytes read. Returns the results, by chunk index."""
+    `kroberta.console.Counter`) hears the bytes read. Returns the results, by chunk index."""
     results = {}
     if workers <= 1 or len(chunks) <= 1:
         tok = load_tokenizer_of(job)

@@ -1,10 +1,10 @@
-"""Training progress: one redrawn line in a terminal, plain lines in a log file."""
+"""Progress (train, finetune, prepare): one redrawn line in a terminal, rows in a log file."""
 
 import io
 
 import pytest
 
-from kroberta.training import console
+from kroberta import console
 
 # The fast tier (docs/contributing.md): builds no model and starts no process.
 pytestmark = pytest.mark.fast
@@ -58,3 +58,31 @@ def test_the_bar_text_at_the_start_and_half_way():
     bar.step, bar.values = 20, {"samples_per_second": 512.25, "perplexity": 9.0}
     assert bar.text(width=10).startswith(
         "step 20/40 [=====>....]  50%  samples_per_second 512.2  eta ")
+
+
+def test_a_byte_count_in_a_log_file_gets_a_row_every_few_seconds(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(console.time, "perf_counter", lambda: clock[0])
+    out = io.StringIO()
+    counter = console.Counter("encode+pack+write", 10_000_000, stream=out)
+    for _ in range(40):  # 4 MB in 40 s
+        clock[0] += 1.0
+        counter.update(100_000)
+    assert counter.close() == 40.0
+    rows = out.getvalue().splitlines()
+    assert len(rows) == 40 // console.LOG_EVERY_S + 1, "a row every LOG_EVERY_S and one at the end"
+    assert rows[0].startswith("encode+pack+write: [===>") and "1.0/10.0 MB  0.10 MB/s  eta 1:30" in rows[0]
+    assert "4.0/10.0 MB" in rows[-1] and "\r" not in out.getvalue()
+
+
+def test_a_byte_count_in_a_terminal_is_one_line_and_off_when_disabled():
+    out = _Terminal()
+    counter = console.Counter("tokenizer", 2_000_000, stream=out)
+    assert isinstance(counter.display, console.TerminalBar)
+    counter.update(2_000_000)
+    counter.close()
+    assert _screen(out.getvalue())[0].startswith("tokenizer: [" + "=" * 30 + "] 2.0/2.0 MB")
+    assert out.getvalue().endswith("\n") and out.getvalue().count("\n") == 1
+    quiet = _Terminal()
+    console.Counter("tokenizer", 10, enabled=False, stream=quiet).update(10)
+    assert quiet.getvalue() == ""
