@@ -94,9 +94,9 @@ def csv_cut_points(path: str, size: int, chunk_bytes: int) -> list[int]:
     """The byte offsets (0 < offset < size, increasing) where a CSV file is cut into
     chunks of about `chunk_bytes`, each at the start of a record as `csv` reads it
     (RFC 4180: a quoted field may span lines). Reads the whole file; a file the parser
-    stops on is not cut after that point (its reader names the error). Warns, as a whole
-    file's reader does, when its records are fewer than its data lines (its pieces'
-    readers do not: the warning comes once per file)."""
+    stops on is not cut after that point (its reader names the error). A file it cuts
+    gets the warning a whole file's reader gives when its records are fewer than its
+    data lines (its pieces' readers do not: the warning comes once per file)."""
     cuts, offset, target = [], 0, chunk_bytes
     data_lines, records, spanning = 0, 0, None
 
@@ -131,7 +131,7 @@ def csv_cut_points(path: str, size: int, chunk_bytes: int) -> list[int]:
                 row_start = rows.line_num
         except csv.Error:
             return cuts
-    if records:
+    if cuts:  # a file left whole is counted by its reader
         check_record_count(path, records - 1, data_lines - header_lines, spanning)
     return cuts
 

@@ -152,6 +152,20 @@ def test_a_csv_is_cut_at_record_starts_into_the_same_records(tmp_path, chunk_byt
 
 
 @pytest.mark.fast
+def test_a_csv_s_multi_line_records_are_told_once_whether_cut_or_not(tmp_path, caplog):
+    path = _write_csv(tmp_path / "d.csv", _quoted_docs(60, seed=11))
+    caplog.set_level("WARNING", "kroberta.text.recordfiles")
+    told = {}
+    for chunk_bytes in (300, 10**6):
+        caplog.clear()
+        pieces, _ = _pieces_read(Source.of(path), chunk_bytes)
+        assert (len(pieces) > 1) == (chunk_bytes == 300)
+        told[chunk_bytes] = [r.getMessage() for r in caplog.records if "a quoted field spans lines" in r.getMessage()]
+    assert len(told[300]) == 1 and told[300] == told[10**6]
+    assert re.search(r"read 60 record\(s\) from \d+ data line\(s\).*\(the first from line \d+\)", told[300][0])
+
+
+@pytest.mark.fast
 def test_gzipped_files_and_json_arrays_are_one_piece(tmp_path):
     docs = make_docs(80, seed=10)
     gz = tmp_path / "d.jsonl.gz"
