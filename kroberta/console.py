@@ -2,8 +2,9 @@
 
 In a terminal: one line redrawn in place. In a Jupyter notebook: one display (an
 HTML progress bar with a text fallback) updated in place, never a line per update.
-Anywhere else (a log file, a pipe): rows, a few seconds apart (prepare's byte count,
-`Counter`) or one per log interval, which the caller prints (train, finetune).
+Anywhere else (a log file, a pipe): rows, a few seconds apart (`Progress`: prepare's
+bytes, a fine-tune's steps), or train's rows of metrics, one per log interval, which
+it prints itself.
 
 Why our own and not Keras' `Progbar`, `tqdm` or `rich`, all installed through the
 dependencies: `Progbar` writes nothing to a file or a pipe until an epoch ends and
@@ -12,7 +13,7 @@ line that never ends) and needs `ipywidgets`, which is not installed, for its
 notebook bar; `rich` draws from a thread of its own and costs a large import in
 every command. Each would need this module's choices around it (when to draw,
 rows for logs, lines above the bar) and none removes code, so the one display is
-these ~150 lines, which prepare's byte count now uses too.
+this module, which prepare's byte counts use too.
 """
 
 import html
@@ -145,52 +146,76 @@ class NotebookBar(_Bar):
 
 
 class _Rows(_Bar):
-    """A file or a pipe: each draw a row of its own."""
+    """A file or a pipe: each draw a row of its own, handed to `write`."""
 
-    def __init__(self, total_steps, stream, label):
-        super().__init__(total_steps, 0, label)
-        self.stream = stream
+    def __init__(self, total_steps, start_step, label, write):
+        super().__init__(total_steps, start_step, label)
+        self.write = write
 
     def _draw(self):
-        self.stream.write(self.text() + "\n")
-        self.stream.flush()
+        self.write(self.text())
+
+    def note(self, line: str):
+        self.write(line)
 
     def close(self):
         pass
 
+    def erase(self):
+        pass
 
-class Counter:
-    """A count of bytes (prepare's) shown where it runs: a live bar redrawn at most every
-    `LIVE_EVERY_S`, or rows every `LOG_EVERY_S` on a file or a pipe; nothing when not
-    `enabled`.
+
+class Progress:
+    """A count shown where it runs (prepare's bytes, a fine-tune's steps): a live bar
+    redrawn at most every `LIVE_EVERY_S`, or rows every `LOG_EVERY_S` in a file or a
+    pipe; nothing when not `enabled`.
 
     Args:
-        label: what is counted ("tokenizer", "encode+pack+write").
-        total_bytes: the count at the end.
+        total: the count at the end (steps, or bytes with a `label`).
+        label: what is counted in bytes ("tokenizer", "encode+pack+write"); None: steps.
+        start: the count at the start (a resumed run's step).
         enabled: False: shows nothing.
-        stream: where to draw (default: stderr, beside the command's output).
+        stream: where to draw (default: stderr).
+        rows: where a row goes instead of a live bar (default: a line on `stream`).
     """
 
-    def __init__(self, label: str, total_bytes: int, enabled: bool = True, stream=None):
+    def __init__(self, total: int, label: str | None = None, start: int = 0, enabled: bool = True,
+                 stream=None, rows=None):
         stream = stream or sys.stderr
-        self.display = None
-        if enabled:
-            self.display = live_progress(total_bytes, stream=stream, label=label) or _Rows(total_bytes, stream, label)
-        self.every = LOG_EVERY_S if isinstance(self.display, _Rows) else LIVE_EVERY_S
-        self.done = 0
+        self.display = live_progress(total, start, stream, label) if enabled else None
+        self.every = LIVE_EVERY_S
+        if enabled and self.display is None:
+            write = rows or (lambda text: (stream.write(text + "\n"), stream.flush()))
+            self.display, self.every = _Rows(total, start, label, write), LOG_EVERY_S
+        self.done, self.values = start, {}
         self.start = self._last_draw = time.perf_counter()
 
-    def update(self, nbytes: int):
-        """Counts `nbytes` more; draws when the last draw is old enough."""
-        self.done += nbytes
+    def update(self, done: int, values: dict | None = None):
+        """The count is `done`, with the metrics `values`; draws when the last draw is
+        old enough."""
+        self.done, self.values = done, values or {}
         now = time.perf_counter()
         if self.display is not None and now - self._last_draw >= self.every:
             self._last_draw = now
-            self.display.update(self.done, {})
+            self.display.update(self.done, self.values)
+
+    def add(self, count: int):
+        """Counts `count` more (an `on_bytes` callback)."""
+        self.update(self.done + count)
+
+    def note(self, line: str):
+        """A line of its own: above a live bar, or a row."""
+        if self.display is not None:
+            self.display.note(line)
 
     def close(self) -> float:
         """Draws the final count and ends the line; returns the seconds since the start."""
         if self.display is not None:
-            self.display.update(self.done, {})
+            self.display.update(self.done, self.values)
             self.display.close()
         return time.perf_counter() - self.start
+
+    def erase(self):
+        """Takes a live bar off the screen (a summary line takes its place)."""
+        if self.display is not None:
+            self.display.erase()
