@@ -212,6 +212,10 @@ def test_the_same_records_in_the_same_order_for_any_number_of_workers(tmp_path):
     assert prepared[1] == prepared[2] == prepared[3]
     assert 0 < manifest["validation"]["sequences"] < manifest["train"]["sequences"]
     assert manifest["source"]["documents"] == 1100
+    paths = sorted(str(p) for p in (tmp_path / "corpus").iterdir())
+    chunks = plan_chunks([Source.of(p) for p in paths], [os.path.getsize(p) for p in paths], SETTINGS["chunk_bytes"])
+    pieces = [os.path.basename(s.path) for c in chunks for s in c.sources]
+    assert all(pieces.count(name) > 3 for name in ("a.txt", "d.jsonl", "e.csv", "f.tsv")), "record files cut too"
 
 
 def test_static_labels_are_the_same_for_any_number_of_workers(tmp_path):
