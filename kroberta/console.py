@@ -7,13 +7,14 @@ bytes, a fine-tune's steps), or train's rows of metrics, one per log interval, w
 it prints itself.
 
 Why our own and not Keras' `Progbar`, `tqdm` or `rich`, all installed through the
-dependencies: `Progbar` writes nothing to a file or a pipe until an epoch ends and
-counts steps only; `tqdm` writes its carriage-return redraws into a log file (one
-line that never ends) and needs `ipywidgets`, which is not installed, for its
-notebook bar; `rich` draws from a thread of its own and costs a large import in
-every command. Each would need this module's choices around it (when to draw,
-rows for logs, lines above the bar) and none removes code, so the one display is
-this module, which prepare's byte counts use too.
+dependencies: `Progbar` writes terminal escape codes into a file or a pipe (or,
+with `verbose=2`, one line at the end) and knows steps, not bytes per second;
+`tqdm` writes its carriage-return redraws into a log file (one line that never
+ends) and needs `ipywidgets`, which is not installed, for its notebook bar; `rich`
+draws from a thread of its own, beside prepare's worker pool and Keras' `fit`. Each
+would need this module's choices around it (when to draw, rows for logs, lines
+above the bar) and none removes code, so the one display is this module, which
+prepare's byte counts use too.
 """
 
 import html
