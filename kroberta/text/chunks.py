@@ -8,8 +8,8 @@ A file larger than the chunk size is cut into byte ranges, each starting a recor
 - CSV at the first record start at or after it: RFC 4180 lets a quoted field hold
   line breaks, and whether a line starts a record depends on every quote before it
   (a quote inside an unquoted field is a plain character), so the file is read once
-  with the reader's own parser (`csv`) to find them: a serial pass, at the speed of
-  reading, that cuts no record in two.
+  with the reader's own parser (`csv`) to find them: a serial pass in the main
+  process, cheaper than reading the records, that cuts no record in two.
 A gzipped file cannot be cut (a gzip stream has no seek points: reading from the
 middle means decompressing everything before it), nor can a JSON array, Parquet or
 a `datasets` directory: each is one piece, read whole. Consecutive files

@@ -1,4 +1,4 @@
-"""A file's reading progress in bytes, for `on_bytes` callbacks (shown by `kroberta.console.Counter`)."""
+"""A file's reading progress in bytes, for `on_bytes` callbacks (shown by `kroberta.console.Progress`)."""
 
 
 class ByteProgress:
