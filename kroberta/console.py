@@ -37,7 +37,7 @@ def in_jupyter() -> bool:
 
 
 def live_progress(total_steps: int, start_step: int = 0, stream=None, label: str | None = None):
-    """A live bar for a run of `total_steps` (or of bytes, with a `label`: `Counter`),
+    """A live bar for a run of `total_steps` (or of bytes, with a `label`: `Progress`),
     or None where plain rows fit better (a file, a pipe)."""
     if in_jupyter():
         return NotebookBar(total_steps, start_step, label=label)
