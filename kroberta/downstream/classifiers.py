@@ -25,22 +25,6 @@ WARMUP_FRACTION = 0.06  # RoBERTa's GLUE recipe: 6% of the steps
 WEIGHT_DECAY = 0.01  # RoBERTa's GLUE recipe
 
 
-@keras.saving.register_keras_serializable(package="kroberta")
-class ScaledWarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """peak * linear warmup then linear decay to 0 (`schedules.WarmupSchedule` at peak
-    1). `peak` is an optimizer variable set before each run (`set_peak`)."""
-
-    def __init__(self, warmup_steps: int, total_steps: int):
-        self.shape = schedules.WarmupSchedule(1.0, warmup_steps, total_steps, "linear")
-        self.peak = None
-
-    def __call__(self, step):
-        return self.peak * self.shape(step)
-
-    def get_config(self):
-        return {"warmup_steps": self.shape.warmup_steps, "total_steps": self.shape.total_steps}
-
-
 def backbone_weights(model) -> list:
     """The backbone's weights of a kroberta model as host arrays (the starting point)."""
     return [np.asarray(w) for w in model.backbone.get_weights()]
@@ -104,14 +88,15 @@ def build_classifier(model_config, num_outputs: int):
 
 def compile_classifier(classifier, kind: str, total_steps: int, steps_per_execution: int = 1):
     """AdamW as RoBERTa fine-tunes (betas 0.9/0.98, eps 1e-6, no decay on biases and
-    LayerNorm), linear decay after 6% warmup; XLA-compiled steps."""
-    schedule = ScaledWarmupSchedule(max(1, round(WARMUP_FRACTION * total_steps)), total_steps)
+    LayerNorm), linear decay after 6% warmup, its peak the schedule's `scale` (set by
+    `reset`); XLA-compiled steps."""
+    schedule = schedules.WarmupSchedule(1.0, max(1, round(WARMUP_FRACTION * total_steps)), total_steps)
     optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=WEIGHT_DECAY,
                                        beta_1=0.9, beta_2=0.98, epsilon=1e-6,
                                        name=mlm.OPTIMIZER_NAME)
     optimizer.exclude_from_weight_decay(var_names=mlm.NO_DECAY_NAMES)
     optimizer.build(classifier.trainable_variables)
-    schedule.peak = optimizer.add_variable((), name="peak_learning_rate")
+    schedule.scale = optimizer.add_variable((), name="peak_learning_rate")
     loss = (keras.losses.MeanSquaredError() if kind == REGRESSION
             else keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     classifier.compile(optimizer=optimizer, loss=loss, jit_compile=True,
@@ -142,4 +127,4 @@ def reset(classifier, start: list, seed: int, learning_rate: float):
     optimizer = classifier.optimizer
     for variable in optimizer.variables:
         variable.assign(np.zeros(variable.shape, variable.dtype))
-    classifier.kroberta_schedule.peak.assign(learning_rate)
+    classifier.kroberta_schedule.scale.assign(learning_rate)

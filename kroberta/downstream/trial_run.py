@@ -12,18 +12,16 @@ seconds (a file, a pipe) shows its step, loss and time left.
 import dataclasses
 import logging
 import math
-import time
+import sys
 
 import keras
 import numpy as np
 
+from kroberta import console
 from kroberta.downstream import classifiers, encoding, metrics, prediction
 from kroberta.downstream.examples import REGRESSION
-from kroberta.training import console
 
 EPOCH_SEEDS = 1000  # pass p of seed s shuffles with s * 1000 + p
-ROW_SECONDS = 10.0  # a progress row this often where there is no live bar
-REDRAW_SECONDS = 0.25
 
 logger = logging.getLogger(__name__)
 
@@ -71,15 +69,14 @@ class _Watch(keras.callbacks.Callback):
 
     def __init__(self, title: str, steps_per_epoch: int, epochs: int):
         super().__init__()
-        self.title, self.steps_per_epoch = title, steps_per_epoch
+        self.steps_per_epoch = steps_per_epoch
         self.total = epochs * steps_per_epoch
         self.first_step = 0  # steps of the trial before this epoch
         self.step = 0
         self.loss = math.nan
         self.diverged = None
-        self.bar = console.live_progress(self.total)  # None: logged rows
-        self._last_row = self._last_draw = time.perf_counter()
-        self._began = time.perf_counter()
+        # A live line, or (in a log) a row every 10 seconds.
+        self.bar = console.Progress(self.total, stream=sys.stdout, rows=lambda text: logger.info("%s: %s", title, text))
 
     def on_train_batch_end(self, batch, logs=None):
         # `batch` is the dispatch's last step counted from 0 in this epoch (Keras counts a
@@ -90,27 +87,14 @@ class _Watch(keras.callbacks.Callback):
             self.diverged = f"step {self.step}: loss {self.loss}"
             self.model.stop_training = True
             return
-        now = time.perf_counter()
-        if self.bar is not None:
-            if now - self._last_draw >= REDRAW_SECONDS:
-                self._last_draw = now
-                self.bar.update(self.step, {"loss": self.loss})
-        elif now - self._last_row >= ROW_SECONDS:
-            self._last_row = now
-            left = (now - self._began) / self.step * (self.total - self.step)
-            logger.info("%s: step %d/%d, loss %.4f, %d:%02d left", self.title, self.step,
-                        self.total, self.loss, int(left) // 60, int(left) % 60)
+        self.bar.update(self.step, {"loss": self.loss})
 
     def say(self, line: str):
         """A line of its own: above the live bar, or logged."""
-        if self.bar is not None:
-            self.bar.note(line)
-        else:
-            logger.info(line)
+        self.bar.note(line)
 
     def close(self):
-        if self.bar is not None:  # the trial's summary line takes its place
-            self.bar.erase()
+        self.bar.erase()  # the trial's summary line takes its place
 
 
 def run_trial(classifier, setup, start: list, seed: int, learning_rate: float,

@@ -13,7 +13,8 @@ and q = (step - (T - D)) / D, for step >= w:
                   (warmup-stable-decay: the run's length can grow without a new warmup)
 
 and peak * step / w before. Steps are optimizer steps (accumulated micro-batches
-count once).
+count once). Fine-tuning uses the linear one at peak 1 times its `scale`, an optimizer
+variable holding the peak: one compiled step serves every learning rate of a grid.
 """
 
 import math
@@ -28,8 +29,8 @@ from kroberta.config import SCHEDULES  # the names train.schedule accepts
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """lr(step): linear warmup over `warmup_steps`, then the `decay` above.
 
-    A pure function of the optimizer's step counter, so a resumed run continues the
-    schedule exactly where the checkpoint left it.
+    A pure function of the optimizer's step counter (and `scale`), so a resumed run
+    continues the schedule exactly where the checkpoint left it.
 
     Args:
         peak_learning_rate: the rate reached at the end of the warmup.
@@ -38,6 +39,10 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         decay: one of `SCHEDULES`.
         min_learning_rate: the floor every decaying schedule ends at (m above).
         decay_steps: for "wsd", the steps of the final decay (D above).
+
+    Attributes:
+        scale: None, or a variable the rate is multiplied by (set after the optimizer
+            is built, which owns it): fine-tuning's peak, changed without recompiling.
     """
 
     def __init__(self, peak_learning_rate, warmup_steps, total_steps, decay="linear",
@@ -50,12 +55,14 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.decay = decay
         self.min_learning_rate = float(min_learning_rate)
         self.decay_steps = int(decay_steps)
+        self.scale = None
 
     def __call__(self, step):
         step = ops.cast(step, "float32")
         warmup = float(max(self.warmup_steps, 1))
         rising = self.peak_learning_rate * step / warmup
-        return ops.where(step < self.warmup_steps, rising, self._after_warmup(step))
+        rate = ops.where(step < self.warmup_steps, rising, self._after_warmup(step))
+        return rate if self.scale is None else self.scale * rate
 
     def _after_warmup(self, step):
         """The rate from warmup_steps on."""

@@ -25,6 +25,7 @@ import warnings
 
 
 from kroberta import storage
+from kroberta.console import Progress
 from kroberta.atomic import atomic_path
 from tokenizers import Tokenizer
 
@@ -34,7 +35,6 @@ from kroberta.errors import InputError, StorageError
 from kroberta.text import locations
 from kroberta.text.assembly import assemble_splits
 from kroberta.text.chunks import CHUNK_BYTES, plan_chunks
-from kroberta.text.progress import Progress
 from kroberta.text.recordfiles import check_source
 from kroberta.text.resume import PLAN_FILE, chunk_entries, chunks_of, finished, load_plan, remove_stray, resume_key, save_plan, work_dir
 from kroberta.text.sample import DEFAULT_SAMPLE_BYTES, sample_documents
@@ -155,10 +155,10 @@ def _tokenizer(job, chunks, total_bytes, taken):
     once the shards are."""
     shortfall = None
     if job.tokenizer is None:
-        bar = Progress("tokenizer", min(total_bytes, job.tokenizer_sample_bytes), enabled=job.progress)
+        bar = Progress(min(total_bytes, job.tokenizer_sample_bytes), "tokenizer", enabled=job.progress)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", VocabularyShortfallWarning)  # recorded as a PrepareWarning
-            documents = sample_documents(chunks, total_bytes, job.tokenizer_sample_bytes, bar.update, taken)
+            documents = sample_documents(chunks, total_bytes, job.tokenizer_sample_bytes, bar.add, taken)
             tok = train_tokenizer(documents, job.vocab_size, out_path=None)
         bar.close()
         if shortfall := shortfall_note(tok, job.vocab_size):
@@ -320,8 +320,8 @@ def _build(job, work, key, plan, scanned, written, started):
     results = finished(work, chunks)
     if results:
         logger.info(f"resuming {job.out_dir}: {len(results)} of {len(chunks)} chunks done before")
-    bar = Progress("encode+pack+write", plan["total_bytes"], enabled=job.progress)
-    bar.update(sum(c.size for c in chunks if c.index in results))
+    bar = Progress(plan["total_bytes"], "encode+pack+write", enabled=job.progress)
+    bar.add(sum(c.size for c in chunks if c.index in results))
     pending = [c for c in chunks if c.index not in results]
     results.update(run_chunks(_worker_job(job, tok, plan["specials"], work), pending, job.workers, bar))
     timing = {"tokenizer": plan["tokenizer_s"], "encode_pack_write": round(bar.close(), 3)}

@@ -4,6 +4,7 @@ sized and streamed here, never copied whole; every prepare worker opens its own 
 """
 
 import gzip
+import io
 import os
 
 from kroberta.storage import filesystem, is_url
@@ -32,3 +33,30 @@ def open_stream(path: str):
     if path.lower().endswith(".gz"):
         return raw, gzip.GzipFile(fileobj=raw, mode="rb")
     return raw, raw
+
+
+def open_range(path: str, start: int, end: int | None):
+    """(raw file, binary stream of bytes `start` to `end` (None: the end) of an input that
+    is not gzipped): a piece of a file cut into chunks (`kroberta.text.chunks`); the raw
+    file's position is the progress in bytes."""
+    raw = open_input(path)
+    end = size(path) if end is None else end
+    return raw, io.BufferedReader(_Range(raw, start, end), 1 << 20)
+
+
+class _Range(io.RawIOBase):
+    """Bytes `start` to `end` of a binary file object, as a raw stream of their own."""
+
+    def __init__(self, raw, start, end):
+        raw.seek(start)
+        self._raw, self._left = raw, end - start
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        data = self._raw.read(min(len(buffer), self._left))
+        buffer[:len(data)] = data
+        self._left -= len(data)
+        return len(data)
+

@@ -42,6 +42,7 @@ _SPACE = re.compile(r"\s*")  # what str.isspace calls space
 # any other, so one sentence that begins with `"` cannot swallow the rows after it.
 # CSV keeps RFC 4180's quoting, which is how a field holds commas or line breaks.
 _QUOTING = {"csv": csv.QUOTE_MINIMAL, "tsv": csv.QUOTE_NONE}
+_DELIMITER = {"csv": ",", "tsv": "\t"}
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def record_format(path: str) -> str | None:
 # ---------------------------------------------------------------- JSON lines
 
 
-def _first_byte(path):
+def first_byte(path):
     """The first non-whitespace byte of a (possibly gzipped) file, b"" when it has none."""
     raw, stream = locations.open_stream(path)
     with raw, stream:
@@ -144,27 +145,41 @@ def _json_array_records(path, on_bytes):
         progress.finish(locations.size(path))
 
 
-def _jsonl_records(path, on_bytes):
-    raw, stream = locations.open_stream(path)
-    progress = ByteProgress(raw, on_bytes)
+def _open(path, start, end):
+    """(raw file, stream): the whole (possibly gzipped) file, or its bytes `start` to
+    `end` (a piece of a file cut into chunks: never gzipped)."""
+    if start or end is not None:
+        return locations.open_range(path, start, end)
+    return locations.open_stream(path)
+
+
+def _line(number, start):
+    """Where a line is, for messages: in a piece that starts inside the file, its number
+    counts from the piece's first byte."""
+    return f"line {number}" if not start else f"line {number} from byte {start}"
+
+
+def _jsonl_records(path, on_bytes, start=0, end=None):
+    raw, stream = _open(path, start, end)
+    progress = ByteProgress(raw, on_bytes, start)
     with raw, stream:
         for number, line in enumerate(stream, start=1):
-            if number == 1:
+            if number == 1 and not start:
                 line = line.removeprefix(_BOM)
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except UnicodeDecodeError as e:
-                raise InputError(f"{path}: line {number}: not UTF-8 ({e.reason})") from None
+                raise InputError(f"{path}: {_line(number, start)}: not UTF-8 ({e.reason})") from None
             except json.JSONDecodeError as e:
                 # A first line that does not parse: most often one object over many lines.
                 hint = ("; JSON lines hold one whole object per line (or give a JSON array, "
-                        "[{...}, ...])") if number == 1 else ""
-                raise InputError(f"{path}: line {number}: not a JSON object: {e.msg}{hint}") from None
-            yield f"line {number}", record
+                        "[{...}, ...])") if number == 1 and not start else ""
+                raise InputError(f"{path}: {_line(number, start)}: not a JSON object: {e.msg}{hint}") from None
+            yield _line(number, start), record
             progress.poll()
-        progress.finish(locations.size(path))
+        progress.finish(locations.size(path) if end is None else end)
 
 
 # ---------------------------------------------------------------- CSV / TSV
@@ -178,77 +193,95 @@ class _DataLines:
         self.count = 0
 
 
-def _csv_rows(path, stream, delimiter, quoting, data_lines: _DataLines):
+def _csv_rows(path, stream, delimiter, quoting, data_lines: _DataLines, start=0):
     """csv rows of a binary stream, decoded line by line, so that bytes that are not
-    UTF-8 are named by their line (a text wrapper decodes blocks ahead of the reader)."""
+    UTF-8 are named by their line (a text wrapper decodes blocks ahead of the reader);
+    `start`: the stream's first byte in the file (for messages)."""
     def lines():
         for number, line in enumerate(stream, start=1):  # bytes, with their line ends
-            if number == 1 and line.startswith(_BOM):
+            if number == 1 and not start and line.startswith(_BOM):
                 line = line[len(_BOM):]
             if line.rstrip(b"\r\n"):
                 data_lines.count += 1
             try:
                 yield line.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise InputError(f"{path}: line {number}: not UTF-8 ({e.reason})") from None
+                raise InputError(f"{path}: {_line(number, start)}: not UTF-8 ({e.reason})") from None
 
     csv.field_size_limit(sys.maxsize)  # a document is one field: no 128 KB cap
     return csv.reader(lines(), delimiter=delimiter, quoting=quoting)
 
 
-def _csv_records(path, on_bytes, fmt, fields, columns):
-    """Rows as dicts of column -> str; `columns` names a headerless file's columns (None:
-    the first row does)."""
+def _csv_header(path, fmt):
+    """The first row of a delimited file (its header)."""
     raw, stream = locations.open_stream(path)
-    progress = ByteProgress(raw, on_bytes)
-    data_lines = _DataLines()
     with raw, stream:
-        rows = _csv_rows(path, stream, "\t" if fmt == "tsv" else ",", _QUOTING[fmt], data_lines)
         try:
-            names = list(columns) if columns else next(rows, [])
+            return next(_csv_rows(path, stream, _DELIMITER[fmt], _QUOTING[fmt], _DataLines()), [])
         except csv.Error as e:
             raise InputError(f"{path}: line 1: cannot read the header: {e}") from None
+
+
+def _csv_records(path, on_bytes, fmt, fields, columns, start=0, end=None):
+    """Rows as dicts of column -> str; `columns` names a headerless file's columns (None:
+    the first row does). A piece from byte `start` > 0 (after the header) to `end` takes
+    its column names from the file's first row."""
+    raw, stream = _open(path, start, end)
+    progress = ByteProgress(raw, on_bytes, start)
+    data_lines = _DataLines()
+    with raw, stream:
+        rows = _csv_rows(path, stream, _DELIMITER[fmt], _QUOTING[fmt], data_lines, start)
+        if columns:
+            names = list(columns)
+        elif start:
+            names = _csv_header(path, fmt)
+        else:
+            try:
+                names = next(rows, [])
+            except csv.Error as e:
+                raise InputError(f"{path}: line 1: cannot read the header: {e}") from None
         check_columns(path, names, fields, header=not columns)
         header_lines = data_lines.count
         first = {name: i for i, name in reversed(list(enumerate(names)))}  # a repeated name: its first column
         records, spanning = 0, None  # spanning: the line where the first multi-line record starts
         try:
-            start = rows.line_num
+            row_start = rows.line_num
             for row in rows:
                 if row:
-                    if spanning is None and rows.line_num - start > 1:
-                        spanning = start + 1
+                    if spanning is None and rows.line_num - row_start > 1:
+                        spanning = _line(row_start + 1, start)
                     if fmt == "tsv" and len(row) < len(names):
-                        _check_short_row(path, rows.line_num, row, names, fields)
+                        _check_short_row(path, _line(rows.line_num, start), row, names, fields)
                     records += 1
-                    yield f"line {rows.line_num}", {name: row[i] for name, i in first.items() if i < len(row)}
+                    yield _line(rows.line_num, start), {name: row[i] for name, i in first.items() if i < len(row)}
                     progress.poll()
-                start = rows.line_num
+                row_start = rows.line_num
         except csv.Error as e:
-            raise InputError(f"{path}: line {rows.line_num}: {e}") from None
-        progress.finish(locations.size(path))
-    _check_record_count(path, records, data_lines.count - header_lines, spanning)
+            raise InputError(f"{path}: {_line(rows.line_num, start)}: {e}") from None
+        progress.finish(locations.size(path) if end is None else end)
+    if not start and end is None:  # a file cut into pieces is counted whole when cut (`kroberta.text.chunks`)
+        check_record_count(path, records, data_lines.count - header_lines, spanning)
 
 
-def _check_short_row(path, line: int, row: list, names: list, fields: dict):
+def _check_short_row(path, line: str, row: list, names: list, fields: dict):
     """A TSV row without one of `fields`' columns: most often a text with a line break
     that a writer quoted (a TSV has no quoting here), so the message says so."""
     missing = [field for field in fields if names.index(field) >= len(row)]
     if missing:
-        raise InputError(f"{path}: line {line}: {len(row)} column(s), the header has "
+        raise InputError(f"{path}: {line}: {len(row)} column(s), the header has "
                          f"{len(names)}: no field {missing[0]!r}; a TSV is read as GLUE's "
                          "processors read it, split at tabs with no quoting, so a record cannot "
                          "span lines: write such texts with their line breaks to a .csv (RFC "
                          "4180 quoting) or a .jsonl")
 
 
-def _check_record_count(path, records: int, lines: int, spanning: int | None):
+def check_record_count(path, records: int, lines: int, spanning: str | None):
     """Warns when a delimited file's records are fewer than its data lines: in a CSV a
     quoted field may hold line breaks (RFC 4180), but a stray quote merges rows the same
     way, each merged record keeping one label; the numbers tell which it was."""
     if records == lines:
         return
-    where = f" (the first from line {spanning})" if spanning else ""
+    where = f" (the first from {spanning})" if spanning else ""
     logger.warning(f"warning: {path}: read {records:,} record(s) from {lines:,} data line(s): "
                    f"a quoted field spans lines{where}; if its opening quote is a stray one, "
                    "the rows up to the next quote were merged into one record")
@@ -290,33 +323,39 @@ def check_source(path: str, fmt: str, field: str, split: str):
     return locations.size(path)
 
 
-def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=None, columns=None):
+def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=None, columns=None,
+                 start: int = 0, end: int | None = None):
     """Yield (where, record) for each record of `path`, streaming: where is "line N" or
     "record N"; a record is a JSON value (an object when the file is well formed) or a
     dict of column -> value. A CSV/TSV header, Parquet or `datasets` without one of the
     `fields` (field -> the option that names it, for the message) is an error (the last two read only those columns); `columns` names a
     headerless CSV/TSV's columns. A TSV is split at tabs with no quote processing (as
     GLUE's processors read it); a CSV keeps RFC 4180 quoting, and a record whose quoted
-    field spans lines is logged as a warning with the counts of records and data lines."""
+    field spans lines is logged as a warning with the counts of records and data lines.
+    A JSON lines or CSV/TSV file that is not gzipped may be read from byte `start` to
+    byte `end` (None: its end), both at record starts (`kroberta.text.chunks`)."""
+    if fmt == "jsonl" and (start or end is not None):  # a piece of a JSON lines file
+        return _jsonl_records(path, on_bytes, start, end)
     if fmt == "jsonl":  # JSON lines, or a JSON array of objects (`[{...}, ...]`)
         def records():  # the first byte is read inside, where a damaged .gz is named
-            reader = _json_array_records if _first_byte(path) == b"[" else _jsonl_records
+            reader = _json_array_records if first_byte(path) == b"[" else _jsonl_records
             yield from reader(path, on_bytes)
 
         return _gzip_errors_named(records(), path)
     if fmt in ("csv", "tsv"):
-        return _gzip_errors_named(_csv_records(path, on_bytes, fmt, fields, columns), path)
+        return _gzip_errors_named(_csv_records(path, on_bytes, fmt, fields, columns, start, end), path)
     from kroberta.text import arrowfiles  # Parquet or `datasets`
 
     return arrowfiles.iter_records(path, fmt, fields, split, on_bytes)
 
 
-def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):
-    """Yield the `field` value (a str or None) of each record of `path`, streaming."""
+def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None, start=0, end=None):
+    """Yield the `field` value (a str or None) of each record of `path` (or of its bytes
+    `start` to `end`: `iter_records`), streaming."""
     if fmt in ("parquet", DATASETS_FORMAT):  # a column at a time: no record built per row
         from kroberta.text import arrowfiles
 
         yield from arrowfiles.iter_values(path, fmt, field, split, on_bytes)
         return
-    for where, record in iter_records(path, fmt, {field: TEXT_FIELD_OPTION}, split, on_bytes):
+    for where, record in iter_records(path, fmt, {field: TEXT_FIELD_OPTION}, split, on_bytes, start=start, end=end):
         yield _record_text(record, path, where, field)

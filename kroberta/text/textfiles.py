@@ -11,7 +11,6 @@ flat however large the corpus is.
 
 import codecs
 import dataclasses
-import io
 import os
 import zlib
 
@@ -28,9 +27,9 @@ class Source:
     """One input: a file (or a `datasets` directory) and how to read documents from it.
 
     `format` is None for text, else a `recordfiles` format; `text_field` names the
-    records' text column; `split` the DatasetDict split to read. A text file may be read
-    from byte `start` to byte `end` (None: its end), boundaries at line starts
-    (`kroberta.text.chunks`).
+    records' text column; `split` the DatasetDict split to read. A text, JSON lines or
+    CSV/TSV file that is not gzipped may be read from byte `start` to byte `end` (None:
+    its end), boundaries at record starts (`kroberta.text.chunks`).
     """
 
     path: str
@@ -167,7 +166,7 @@ def iter_documents(sources, on_bytes=None, line_by_line=False, counts=None):
                     yield document
             continue
         for value in recordfiles.iter_values(source.path, source.format, source.text_field,
-                                             source.split, on_bytes):
+                                             source.split, on_bytes, source.start, source.end):
             if value and (document := record_document(value)):
                 counts.documents += 1
                 yield document
@@ -180,32 +179,16 @@ def record_document(text: str) -> str:
     return "\n".join(line for line in lines if line.strip())
 
 
-class _Range(io.RawIOBase):
-    """Bytes `start` to `end` of a binary file object, as a raw stream of their own."""
-
-    def __init__(self, raw, start, end):
-        raw.seek(start)
-        self._raw, self._left = raw, end - start
-
-    def readable(self):
-        return True
-
-    def readinto(self, buffer):
-        data = self._raw.read(min(len(buffer), self._left))
-        buffer[:len(data)] = data
-        self._left -= len(data)
-        return len(data)
-
-
 def _text_documents(source, on_bytes, counts):
     """(document, its first line's number from 1) of a text file's byte range."""
     lines, first, number = [], 0, -1
     path = source.path
-    raw, stream = locations.open_stream(path)
     end = locations.size(path) if source.end is None else source.end
-    progress = ByteProgress(raw, on_bytes, source.start)
     if source.start or source.end is not None:  # a plain text file (never .gz) cut in ranges
-        stream = io.BufferedReader(_Range(raw, source.start, end), 1 << 20)
+        raw, stream = locations.open_range(path, source.start, end)
+    else:
+        raw, stream = locations.open_stream(path)
+    progress = ByteProgress(raw, on_bytes, source.start)
     with raw, stream:
         for number, line_bytes in enumerate(stream):
             progress.poll()

@@ -137,12 +137,12 @@ def _run_in_worker(chunk):
 
 def run_chunks(job, chunks, workers, progress):
     """Prepares the `chunks` with `workers` processes (1: in this one); `progress` (a
-    `Progress`) hears the bytes read. Returns the results, by chunk index."""
+    `kroberta.console.Progress`) hears the bytes read. Returns the results, by chunk index."""
     results = {}
     if workers <= 1 or len(chunks) <= 1:
         tok = load_tokenizer_of(job)
         for chunk in chunks:
-            results[chunk.index] = prepare_chunk(job, tok, chunk, progress.update)
+            results[chunk.index] = prepare_chunk(job, tok, chunk, progress.add)
         return results
     context = multiprocessing.get_context(start_method())
     counter = context.Value("q", 0)
@@ -166,7 +166,7 @@ def run_chunks(job, chunks, workers, progress):
             except multiprocessing.TimeoutError:
                 pass
             now = counter.value
-            progress.update(now - reported)
+            progress.add(now - reported)
             reported = now
         pool.close()
     except BaseException:

@@ -16,7 +16,7 @@ import logging
 import math
 import statistics
 
-from kroberta import storage
+from kroberta import console, storage
 from kroberta.errors import InputError
 from kroberta.runtime import logs
 from kroberta.training import final_model
@@ -242,7 +242,7 @@ def report(run_dir: str, show: bool | None = None) -> dict:
         logged, the best kept checkpoint, `probe`: `probe_verdicts` with train.downstream), with `report_png` (the picture's path) and
         `figure` (the matplotlib Figure, for further use) added.
     """
-    from kroberta.training import console, signals
+    from kroberta.training import signals
 
     run_dir = storage.directory_argument(run_dir, "kroberta.report", "run directory")
     logs.show_messages()

@@ -25,9 +25,9 @@ import time
 import keras
 import numpy as np
 
-from kroberta import storage
+from kroberta import console, storage
 from kroberta.errors import ConfigError, DivergedError
-from kroberta.training import checkpoint, console, final_model, signals, trackers
+from kroberta.training import checkpoint, final_model, signals, trackers
 from kroberta.training.compile_clock import CompileClock
 from kroberta.training.run_dir import (METRICS_FILE, PROBE_PREFIX, RANDOM_INIT, is_probe_reference,
                                       metrics_rows)

@@ -4,6 +4,7 @@ config key that picks one, and the rate logged every interval."""
 import dataclasses
 import math
 
+import keras
 import numpy as np
 import pytest
 
@@ -81,6 +82,17 @@ def test_impossible_floor_or_decay_is_a_config_error(tiny_data, tmp_path, key, v
 def test_without_warmup_every_schedule_starts_at_the_peak():
     for decay in schedules.SCHEDULES:
         assert float(np.asarray(schedules.WarmupSchedule(3.0, 0, 100, decay)(0))) == 3.0
+
+
+def test_a_scale_multiplies_the_rate_and_changes_without_a_new_schedule():
+    """Fine-tuning's schedule: peak 1 times a variable holding the peak, bit for bit the
+    product of the two (the rate a fine-tune's earlier schedule class computed)."""
+    schedule = schedules.WarmupSchedule(1.0, 6, 100)
+    shape = _values(schedule, range(0, 120, 7))
+    schedule.scale = keras.Variable(3e-5, dtype="float32")
+    for peak in (3e-5, 1e-3):
+        schedule.scale.assign(peak)
+        assert _values(schedule, shape) == {s: float(np.float32(peak) * np.float32(v)) for s, v in shape.items()}
 
 
 def test_schedule_config_round_trips():

@@ -1,10 +1,12 @@
 """prepare at scale: chunks, workers, resuming, the tokenizer's sample, TFRecords without
 TensorFlow, memory per process."""
 
+import csv
 import gzip
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -14,7 +16,7 @@ import pytest
 from kroberta.data.records import encode_examples
 from kroberta.errors import InputError
 from kroberta.text.build import prepare
-from kroberta.text.chunks import cut_points, plan_chunks
+from kroberta.text.chunks import csv_cut_points, cut_points, plan_chunks
 from kroberta.text.sample import sample_documents
 from kroberta.text.textfiles import Source, iter_documents
 from kroberta.text.tfrecord_files import RecordFileWriter, read_records
@@ -24,8 +26,31 @@ SETTINGS = dict(vocab_size=300, seq_len=16, validation_fraction=0.1, progress=Fa
                 tokenizer_sample_bytes=20_000)
 
 
+def _quoted_docs(n, seed):
+    """Documents that a CSV must quote: line breaks, commas, quotes (a stray one in an
+    unquoted field too, which the reader keeps as a character)."""
+    docs = make_docs(n, seed=seed)
+    return [d.replace("cat", 'the "cat"').replace("mat", "mat, rug") if i % 3 else d.split("\n")[0] + ' 5" tall'
+            for i, d in enumerate(docs)]
+
+
+def _write_csv(path, docs):
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text"])
+        writer.writerows([i, d] for i, d in enumerate(docs))
+    return str(path)
+
+
+def _write_tsv(path, docs):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("text\tid\n" + "".join(f"{d.replace(chr(10), ' ')}\t{i}\n" for i, d in enumerate(docs)))
+    return str(path)
+
+
 def _corpus(root):
-    """Three text files (one gzipped: a chunk of its own) and a JSON lines file, ~50 KB."""
+    """Three text files (one gzipped: a chunk of its own), a JSON lines, a CSV (quoted
+    fields spanning lines) and a TSV file, ~80 KB: each file but the gzipped one cut."""
     root.mkdir()
     write_corpus(root / "a.txt", make_docs(400, seed=1))
     with gzip.open(root / "b.txt.gz", "wt", encoding="utf-8") as f:
@@ -33,6 +58,8 @@ def _corpus(root):
     write_corpus(root / "c.txt", make_docs(300, seed=3))
     with open(root / "d.jsonl", "w", encoding="utf-8") as f:
         f.writelines(json.dumps({"text": d}) + "\n" for d in make_docs(100, seed=4))
+    _write_csv(root / "e.csv", _quoted_docs(100, seed=5))
+    _write_tsv(root / "f.tsv", make_docs(100, seed=6))
     return [str(root / "*")]
 
 
@@ -65,6 +92,105 @@ def test_cuts_fall_at_blank_lines_and_the_chunks_give_the_file_s_documents(tmp_p
 
 
 @pytest.mark.fast
+def _pieces_read(source, chunk_bytes):
+    """(the pieces of one file, its documents read piece by piece)."""
+    size = os.path.getsize(source.path)
+    chunks = plan_chunks([source], [size], chunk_bytes)
+    pieces = [s for c in chunks for s in c.sources]
+    assert sum(c.size for c in chunks) == size
+    return pieces, [d for piece in pieces for d in iter_documents([piece])]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("chunk_bytes", [1, 97, 1000, 4000])
+def test_json_lines_and_tsv_files_are_cut_at_line_starts_into_the_same_records(tmp_path, chunk_bytes):
+    docs = make_docs(120, seed=8)
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    tsv = _write_tsv(tmp_path / "d.tsv", docs)
+    for path in (str(jsonl), tsv):
+        data = open(path, "rb").read()
+        pieces, read = _pieces_read(Source.of(path), chunk_bytes)
+        assert len(pieces) >= min(5, len(data) // chunk_bytes), "several pieces"
+        assert all(data[p.start - 1:p.start] == b"\n" for p in pieces[1:])
+        assert read == list(iter_documents([Source.of(path)]))
+    assert _pieces_read(Source.of(jsonl), chunk_bytes)[1] == docs
+
+
+@pytest.mark.fast
+def test_a_record_that_straddles_the_target_offset_stays_whole(tmp_path):
+    """A JSON line and a CSV record (a quoted field of many lines, the target inside it)
+    over the cut's target: the cut comes after it, and the record is read once, whole."""
+    long_doc = "\n".join(f"line {i}, of a \"quoted\" field" for i in range(60))  # ~1.7 KB
+    docs = ["short one", long_doc, "after it", 'a stray 5" quote, unquoted'] * 3
+    csv_path = _write_csv(tmp_path / "d.csv", docs)
+    data = open(csv_path, "rb").read()
+    target = data.index(b"line 30")  # inside the second record
+    cuts = csv_cut_points(csv_path, len(data), target)
+    assert cuts and cuts[0] == data.index(b"\r\n2,after it") + 2, "after the record, at the next one's start"
+    pieces, read = _pieces_read(Source.of(csv_path, text_field="text"), target)
+    assert len(pieces) > 3 and read == [d for d in docs]
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    data = jsonl.read_bytes()
+    target = data.index(b"line 30")
+    assert cut_points(str(jsonl), len(data), target, blank_lines=False)[0] == data.index(b'{"text": "after it"}')
+    assert _pieces_read(Source.of(jsonl), target)[1] == docs
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("chunk_bytes", [1, 50, 700, 5000])
+def test_a_csv_is_cut_at_record_starts_into_the_same_records(tmp_path, chunk_bytes):
+    docs = _quoted_docs(150, seed=9)
+    path = _write_csv(tmp_path / "d.csv", docs)
+    text = open(path, "rb").read()
+    pieces, read = _pieces_read(Source.of(path), chunk_bytes)
+    assert len(pieces) >= min(5, len(text) // chunk_bytes)
+    # Each piece starts a record: its id, then a comma, right after the previous record's end.
+    assert all(re.match(rb"\d+,", text[p.start:]) and text[p.start - 2:p.start] == b"\r\n" for p in pieces[1:])
+    assert read == docs
+
+
+@pytest.mark.fast
+def test_a_csv_s_multi_line_records_are_told_once_whether_cut_or_not(tmp_path, caplog):
+    path = _write_csv(tmp_path / "d.csv", _quoted_docs(60, seed=11))
+    caplog.set_level("WARNING", "kroberta.text.recordfiles")
+    told = {}
+    for chunk_bytes in (300, 10**6):
+        caplog.clear()
+        pieces, _ = _pieces_read(Source.of(path), chunk_bytes)
+        assert (len(pieces) > 1) == (chunk_bytes == 300)
+        told[chunk_bytes] = [r.getMessage() for r in caplog.records if "a quoted field spans lines" in r.getMessage()]
+    assert len(told[300]) == 1 and told[300] == told[10**6]
+    assert re.search(r"read 60 record\(s\) from \d+ data line\(s\).*\(the first from line \d+\)", told[300][0])
+
+
+@pytest.mark.fast
+def test_gzipped_files_and_json_arrays_are_one_piece(tmp_path):
+    docs = make_docs(80, seed=10)
+    gz = tmp_path / "d.jsonl.gz"
+    with gzip.open(gz, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": d}) + "\n" for d in docs)
+    array = tmp_path / "d.json"
+    array.write_text(json.dumps([{"text": d} for d in docs], indent=1), encoding="utf-8")
+    for path in (gz, array):
+        pieces, read = _pieces_read(Source.of(path), 100)
+        assert len(pieces) == 1 and pieces[0].start == 0 and pieces[0].end is None and read == docs
+
+
+@pytest.mark.fast
+def test_a_bad_record_in_a_piece_is_named_from_the_piece_s_first_byte(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(50)) + "{oops\n",
+                    encoding="utf-8")
+    size = os.path.getsize(path)
+    last = plan_chunks([Source.of(path)], [size], 200)[-1].sources[-1]
+    assert last.start > 0
+    with pytest.raises(InputError, match=rf"d.jsonl: line \d+ from byte {last.start}: not a JSON object"):
+        list(iter_documents([last]))
+
+
+@pytest.mark.fast
 def test_a_file_without_blank_lines_is_cut_at_line_starts(tmp_path):
     path = tmp_path / "lines.txt"
     path.write_text("".join(f"line {i} of many\n" for i in range(2000)), encoding="utf-8")
@@ -85,7 +211,11 @@ def test_the_same_records_in_the_same_order_for_any_number_of_workers(tmp_path):
         prepared[workers] = _files(tmp_path / f"w{workers}")
     assert prepared[1] == prepared[2] == prepared[3]
     assert 0 < manifest["validation"]["sequences"] < manifest["train"]["sequences"]
-    assert manifest["source"]["documents"] == 900
+    assert manifest["source"]["documents"] == 1100
+    paths = sorted(str(p) for p in (tmp_path / "corpus").iterdir())
+    chunks = plan_chunks([Source.of(p) for p in paths], [os.path.getsize(p) for p in paths], SETTINGS["chunk_bytes"])
+    pieces = [os.path.basename(s.path) for c in chunks for s in c.sources]
+    assert all(pieces.count(name) > 3 for name in ("a.txt", "d.jsonl", "e.csv", "f.tsv")), "record files cut too"
 
 
 def test_static_labels_are_the_same_for_any_number_of_workers(tmp_path):

@@ -1,10 +1,10 @@
-"""Training progress: one redrawn line in a terminal, plain lines in a log file."""
+"""Progress (train, finetune, prepare): one redrawn line in a terminal, rows in a log file."""
 
 import io
 
 import pytest
 
-from kroberta.training import console
+from kroberta import console
 
 # The fast tier (docs/contributing.md): builds no model and starts no process.
 pytestmark = pytest.mark.fast
@@ -58,3 +58,48 @@ def test_the_bar_text_at_the_start_and_half_way():
     bar.step, bar.values = 20, {"samples_per_second": 512.25, "perplexity": 9.0}
     assert bar.text(width=10).startswith(
         "step 20/40 [=====>....]  50%  samples_per_second 512.2  eta ")
+
+
+def test_a_byte_count_in_a_log_file_gets_a_row_every_few_seconds(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(console.time, "perf_counter", lambda: clock[0])
+    out = io.StringIO()
+    progress = console.Progress(10_000_000, "encode+pack+write", stream=out)
+    for _ in range(40):  # 4 MB in 40 s
+        clock[0] += 1.0
+        progress.add(100_000)
+    assert progress.close() == 40.0
+    rows = out.getvalue().splitlines()
+    assert len(rows) == 40 // console.LOG_EVERY_S + 1, "a row every LOG_EVERY_S and one at the end"
+    assert rows[0].startswith("encode+pack+write: [===>") and "1.0/10.0 MB  0.10 MB/s  eta 1:30" in rows[0]
+    assert "4.0/10.0 MB" in rows[-1] and "\r" not in out.getvalue()
+
+
+def test_a_byte_count_in_a_terminal_is_one_line_and_off_when_disabled():
+    out = _Terminal()
+    progress = console.Progress(2_000_000, "tokenizer", stream=out)
+    assert isinstance(progress.display, console.TerminalBar)
+    progress.add(2_000_000)
+    progress.close()
+    assert _screen(out.getvalue())[0].startswith("tokenizer: [" + "=" * 30 + "] 2.0/2.0 MB")
+    assert out.getvalue().endswith("\n") and out.getvalue().count("\n") == 1
+    quiet = _Terminal()
+    off = console.Progress(10, "tokenizer", enabled=False, stream=quiet)
+    off.add(10)
+    off.note("a line")
+    off.close()
+    assert quiet.getvalue() == ""
+
+
+def test_steps_in_a_log_go_to_the_rows_callable_with_notes_between(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(console.time, "perf_counter", lambda: clock[0])
+    rows = []
+    progress = console.Progress(100, stream=io.StringIO(), rows=rows.append)
+    for step in range(1, 31):
+        clock[0] += 1.0
+        progress.update(step, {"loss": 1.0 / step})
+    progress.note("epoch 1/3: loss 0.05")
+    progress.erase()
+    assert len(rows) == 4 and rows[-1] == "epoch 1/3: loss 0.05"
+    assert rows[0].startswith("step 10/100 [===>") and "loss 0.1  eta 1:30" in rows[0]
