@@ -128,9 +128,20 @@ LAYERS = [
      "kroberta"),
 ]
 TOP = "kroberta"  # the package itself: `import kroberta` reaches its public API
-# Files whose imports still break the checks below while their owners rework them
-# (file -> why); empty once they are done.
+# Files whose imports still break the checks below while the one loader, the one
+# prediction path and the one storage layer rework them (file -> what is left); the
+# set only shrinks, and empties when they land.
 WAITING = {
+    "__init__.py": "an import inside a function without its why",
+    "cli/export.py": "an import inside a function without its why",
+    "cli/predict.py": "imports inside functions without their why",
+    "downstream/prediction.py": "imports inside functions without their why",
+    "inference/prediction.py": "imports downstream.prediction (up) inside a function",
+    "interop/hf.py": "imports inside functions without their why",
+    "run_layout.py": "an import inside a function without its why",
+    "storage.py": "imports inside functions without their why",
+    "text/locations.py": "an import inside a function without its why",
+    "training/final_model.py": "imports inside functions without their why",
 }
 
 
@@ -233,21 +244,26 @@ def _commented_lines(path):
 
 def _uncommented_imports(path):
     """Lines of imports inside a function (any module, not only the package's) with no
-    comment saying why on their line or the line directly above; a run of import lines
-    directly under one comment shares it."""
-    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    comment saying why: on their line, or on a line of its own directly above them or
+    above the block of imports (blank lines between its groups allowed) they stand in."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    tree = ast.parse("\n".join(lines), path)
     with_comment, comment_only = _commented_lines(path)
+    statements = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    import_lines = {line for node in statements for line in range(node.lineno, node.end_lineno + 1)}
     inside = sorted({node.lineno for function in ast.walk(tree)
                      if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
                      for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom))})
-    import_lines = {node.lineno for node in ast.walk(tree)
-                    if isinstance(node, (ast.Import, ast.ImportFrom))}
     offences = []
     for line in inside:
         above = line - 1
-        while above in import_lines and above not in with_comment:
-            above -= 1  # the run of imports this one closes
-        if line not in with_comment and above not in comment_only and above not in with_comment:
+        while above > 0 and above not in with_comment and (
+                above in import_lines or not lines[above - 1].strip()):
+            above -= 1  # up the block of imports this one stands in
+        explained = line in with_comment or above in comment_only or (
+            above in import_lines and above in with_comment)
+        if not explained:
             offences.append(line)
     return offences
 
@@ -321,9 +337,12 @@ def test_the_layout_checks_find_a_circle_an_upward_import_and_an_uncommented_one
         "training/__init__.py": "",
         "training/run.py": "import kroberta.config\n",
         "storage.py": "def g():\n    import json\n\n    from kroberta.training import run\n",
-        # Commented: on the line, above it, and a run of imports under one comment.
+        # Commented: on the line, above it, and a block of imports under one comment.
         "masking.py": ("def h():\n    import json  # start-up\n    # an optional extra\n"
-                       "    import csv\n    import io\n"),
+                       "    import csv\n\n    from kroberta import (\n        errors)\n"
+                       "    import io\n"),
+        # A comment on the code above is that code's, not the import's.
+        "tokens.py": "def k():\n    x = 1  # one\n    import json\n",
         "elsewhere.py": "",
     }
     for name, text in files.items():
@@ -332,7 +351,7 @@ def test_the_layout_checks_find_a_circle_an_upward_import_and_an_uncommented_one
     assert found["circles"] == ["model.a -> model.b"]
     assert found["upward"] == ["storage.py:4: storage -> training.run"]
     assert found["unplaced"] == ["elsewhere"]
-    assert found["uncommented"] == ["storage.py:2", "storage.py:4"]
+    assert found["uncommented"] == ["storage.py:2", "storage.py:4", "tokens.py:3"]
 
 
 # The only modules that reach into JAX's or Keras' private modules (`jax._src`,

@@ -32,6 +32,7 @@ def parquet_file(path):
     """`path` as a `pyarrow.parquet.ParquetFile` (local or a URL); InputError naming the
     file, or the extra to install, when it cannot be read."""
     try:
+        # the parquet extra: loads when a Parquet file is read
         import pyarrow.parquet as pq
     except ImportError:
         raise extra_missing(f"{path}: reading Parquet", "parquet", "pyarrow") from None
@@ -51,6 +52,7 @@ def load_dataset(path, split):
     """The `split` of the `datasets` directory `path` (`save_to_disk`'s); InputError naming
     the directory, the missing split, or the extra to install."""
     try:
+        # the datasets extra: loads when a datasets directory is read
         import datasets
     except ImportError:
         raise extra_missing(f"{path}: reading a datasets directory", "datasets", "datasets") from None

@@ -100,6 +100,7 @@ class NotebookBar(_Bar):
 
     def __init__(self, total_steps, start_step):
         super().__init__(total_steps, start_step)
+        # IPython: there in a notebook only
         from IPython.display import display
 
         self._handle = display(self._bundle(), raw=True, display_id=True)
