@@ -54,7 +54,6 @@ class Plan:
         steps = self.requested.train.steps_per_execution
         if steps != AUTO:
             return steps, ""
-
         return dispatch_size.steps_for(self.requested, self.peak_flops, self.global_batch,
                                        self.sequence_length)
 

@@ -74,7 +74,6 @@ def initialize(config: Config) -> bool:
     if not 0 <= pid < num:
         raise ConfigError(f"distributed.process_id: needed with distributed.coordinator, in "
                           f"[0, {num}), got {pid}")
-
     logger.info(f"distributed: process {pid} of {num}, coordinator {coordinator} "
                 f"(waiting up to {timeout} s for the others)")
     rendezvous.meet(coordinator, num, pid, timeout)

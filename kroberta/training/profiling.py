@@ -57,7 +57,6 @@ class ProfileWindow(keras.callbacks.Callback):
         step = self.step + batch  # steps done before this dispatch
         if not self.active and self.start <= step < self.stop:
             self._wait_for_devices()
-
             os.makedirs(self._local, exist_ok=True)
             jax.profiler.start_trace(self._local, create_perfetto_trace=True)
             self.active = True
