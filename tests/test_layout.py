@@ -1,10 +1,13 @@
 """The package's layers, checked from the source: data flows one way.
 
-config -> data + model -> training / inference -> run dir. Every import counts,
-module level or inside a function (a lazy import is still a dependency).
+`LAYERS` names them low to high: no import runs up a layer or closes a circle, and the
+packages of a layer that know nothing of each other stay apart (`FORBIDDEN`). Every
+import counts, module level or inside a function (a lazy import is still a
+dependency), and one inside a function says why it is there.
 """
 
 import ast
+import functools
 import io
 import os
 import tokenize
@@ -20,7 +23,8 @@ PACKAGE = os.path.dirname(os.path.abspath(kroberta.__file__))
 CLIS = {"train", "predict", "prepare", "export", "aot", "report", "evaluate", "cli"}
 SUBPACKAGES = {"data", "text", "model", "training", "inference", "parallel", "interop", "perf", "runtime"}
 
-# What each subpackage may not import (besides the command-line modules, which none may).
+# What each subpackage may not import (besides the command-line modules, which none may):
+# within a layer of `LAYERS`, which packages stay apart.
 FORBIDDEN = {
     "runtime": SUBPACKAGES - {"runtime"},  # runs at `import kroberta`, before anything else
     "data": {"model", "training", "inference", "interop", "text", "parallel"},  # knows no layers
@@ -136,7 +140,8 @@ WAITING = {
     "cli/export.py": "an import inside a function without its why",
     "cli/predict.py": "imports inside functions without their why",
     "downstream/prediction.py": "imports inside functions without their why",
-    "inference/prediction.py": "imports downstream.prediction (up) inside a function",
+    "inference/prediction.py": "imports downstream.prediction (up a layer); imports inside "
+                               "functions without their why",
     "interop/hf.py": "imports inside functions without their why",
     "run_layout.py": "an import inside a function without its why",
     "storage.py": "imports inside functions without their why",
@@ -157,10 +162,11 @@ def _package(root):
     return found
 
 
-def _imports_of(path, modules):
+def _imports_of(path, modules, module=None):
     """(module imported, line, inside a function) for every import of the package in the
-    module at `path`: `from kroberta.x import y` imports x.y when that is a module, else x;
-    `import kroberta` and `from kroberta import name` (not a module) import TOP."""
+    module at `path` (named `module`, for its relative imports): `from kroberta.x import
+    y` imports x.y when that is a module, else x; `import kroberta` and `from kroberta
+    import name` (not a module) import TOP."""
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
     found = []
 
@@ -176,8 +182,8 @@ def _imports_of(path, modules):
             names = []
             if isinstance(child, ast.Import):
                 names = [a.name for a in child.names]
-            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
-                names = [f"{child.module}.{a.name}" for a in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                names = [f"{_absolute(child, path, module)}.{a.name}" for a in child.names]
             for name in names:
                 if name == TOP or name.startswith(f"{TOP}."):
                     below = name[len(TOP) + 1:]
@@ -187,6 +193,16 @@ def _imports_of(path, modules):
 
     visit(tree, False)
     return found
+
+
+def _absolute(node, path, module):
+    """The dotted module an `ImportFrom` names, a relative one made absolute."""
+    if node.level == 0:
+        return node.module
+    package = (module or "").split(".") if path.endswith("__init__.py") else \
+        (module or "").split(".")[:-1]
+    base = [TOP] + [p for p in package[:len(package) - node.level + 1] if p and p != TOP]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _layer_of(module):
@@ -268,6 +284,7 @@ def _uncommented_imports(path):
     return offences
 
 
+@functools.cache  # one reading of the package for the four tests below
 def layout_offences(root):
     """{"circles": [...], "upward": [...], "unplaced": [...], "uncommented": [...]} of the
     package at `root` (each a list of readable strings)."""
@@ -277,7 +294,7 @@ def layout_offences(root):
     for module, path in sorted(modules.items()):
         if _layer_of(module) is None:
             unplaced.append(module)
-        for target, line, _ in _imports_of(path, modules):
+        for target, line, _ in _imports_of(path, modules, module):
             if target == module:
                 continue
             graph[module].add(target)
@@ -332,11 +349,11 @@ def test_the_layout_checks_find_a_circle_an_upward_import_and_an_uncommented_one
         "model/__init__.py": "",
         # A circle through an import inside a function (the comment does not excuse it).
         "model/a.py": "from kroberta.model import b\n",
-        "model/b.py": "def f():\n    # a real cycle\n    from kroberta.model import a\n",
-        # config (layer 1) reaching up to training: an upward import, and no comment.
+        "model/b.py": "def f():\n    # a real cycle\n    from . import a\n",  # relative
+        # storage (layer 1) reaching up to training: an upward import, uncommented.
         "training/__init__.py": "",
-        "training/run.py": "import kroberta.config\n",
-        "storage.py": "def g():\n    import json\n\n    from kroberta.training import run\n",
+        "training/run.py": "import kroberta.config\nfrom ..model import a\n",
+        "storage.py": "def g():\n    import json\n\n    from .training import run\n",
         # Commented: on the line, above it, and a block of imports under one comment.
         "masking.py": ("def h():\n    import json  # start-up\n    # an optional extra\n"
                        "    import csv\n\n    from kroberta import (\n        errors)\n"
