@@ -25,6 +25,8 @@ import tomllib
 import typing
 from dataclasses import dataclass, field, replace
 
+import tomli_w
+
 from kroberta import tokens
 from kroberta.errors import ConfigError
 
@@ -727,6 +729,4 @@ def to_dict(config: Config) -> dict:
 
 
 def to_toml(config: Config) -> str:
-    import tomli_w
-
     return tomli_w.dumps(to_dict(config))

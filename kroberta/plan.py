@@ -19,8 +19,11 @@ is resolved when first read, the peak looked up once per plan.
 import dataclasses
 import functools
 
+import jax
+
 from kroberta.config import AUTO, Config
 from kroberta.parallel import distribute
+from kroberta.perf import dispatch_size, throughput
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +47,6 @@ class Plan:
     @functools.cached_property
     def peak_flops(self) -> float | None:
         """The devices' peak FLOP/s together (`kroberta.perf.throughput`); None if unknown."""
-        from kroberta.perf import throughput
-
         return throughput.peak_flops(self.topology.devices)
 
     @functools.cached_property
@@ -53,8 +54,6 @@ class Plan:
         steps = self.requested.train.steps_per_execution
         if steps != AUTO:
             return steps, ""
-        from kroberta.perf import dispatch_size
-
         return dispatch_size.steps_for(self.requested, self.peak_flops, self.global_batch,
                                        self.sequence_length)
 
@@ -92,8 +91,6 @@ class Plan:
         for "auto" `kroberta.perf.dispatch_size.prediction_group`; else the steps per
         dispatch, but never more than the batches of `examples` rounded up to a power of
         two (a large model's padding batches are not cheap)."""
-        from kroberta.perf import dispatch_size
-
         if self.auto_steps:
             return dispatch_size.prediction_group(self.requested, self.peak_flops, global_batch,
                                                   slots, self.sequence_length)
@@ -129,3 +126,10 @@ def make_plan(config: Config, devices=None, sequence_length: int | None = None,
         process_batch=t.batch_size_per_device * topology.local_device_count
         * t.gradient_accumulation_steps,
         slots=config.data.prediction_slots(length))
+
+
+def for_local_devices(config: Config) -> Config:
+    """`config` with "auto" steps per dispatch resolved for every local device in one batch
+    axis: for a model compiled outside a run, whose mesh is not known (a run compiles
+    with its own plan's `config`)."""
+    return make_plan(config, jax.devices(), strategy="data").config

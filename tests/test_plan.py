@@ -124,3 +124,18 @@ def test_the_peak_is_looked_up_once_and_only_when_needed(monkeypatch):
     plan.prediction_group(16, 3)
     assert plan.config.train.steps_per_execution == plan.steps_per_dispatch >= 1
     assert calls == [plan.topology.devices]
+
+
+def test_a_model_compiled_outside_a_run_gets_its_steps_from_the_plan(monkeypatch):
+    from kroberta.model import mlm
+    from kroberta.plan import for_local_devices
+
+    config = _config(train={"steps_per_execution": AUTO})
+    monkeypatch.setattr(throughput, "peak_flops", lambda devices: None)  # unknown: 32 wanted
+    resolved = for_local_devices(config)
+    assert resolved == make_plan(config, jax.devices(), strategy="data").config
+    assert isinstance(resolved.train.steps_per_execution, int)
+    assert dataclasses.replace(resolved.train, steps_per_execution=AUTO) == config.train
+    # The model takes a count: "auto" is the plan's to resolve, refused before any work.
+    with pytest.raises(ConfigError, match=r'steps_per_execution="auto" must be resolved'):
+        mlm.compile_model(None, config)

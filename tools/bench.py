@@ -63,6 +63,7 @@ def main():
     from kroberta.data import pipeline
     from kroberta.perf import flops, throughput
     from kroberta.model.mlm import build_compiled_model
+    from kroberta.plan import for_local_devices
     from kroberta.data.synthetic import write_seed_format
 
     skip = set(filter(None, args.skip.split(",")))
@@ -93,7 +94,7 @@ def main():
         c = dataclasses.replace(config, train=dataclasses.replace(
             config.train, batch_size_per_device=B // n), distributed=dataclasses.replace(
             config.distributed, devices=n))
-        model = build_compiled_model(c)
+        model = build_compiled_model(for_local_devices(c))
         ds = pipeline.train_dataset(spec, c.data, V, B, c.train.seed, device_masks=True)
         kroberta_models[n] = (model, ds, distribution)
 

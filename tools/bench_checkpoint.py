@@ -53,9 +53,10 @@ def main(argv=None) -> int:
     from kroberta.training import checkpoint
     from kroberta.config import config_path, load_toml
     from kroberta.model.mlm import build_compiled_model
+    from kroberta.plan import for_local_devices
 
     config = load_toml(config_path(args.config))
-    model = build_compiled_model(config)
+    model = build_compiled_model(for_local_devices(config))
     size = checkpoint.estimated_bytes(model)
     print(f"{args.config}: {size / 2**30:.2f} GiB of weights and optimizer state", flush=True)
     scratch = args.dir or tempfile.mkdtemp(prefix="bench_checkpoint-")

@@ -50,6 +50,7 @@ def main():
     from kroberta.parallel import distribute
     from kroberta.plan import make_plan
     from kroberta.model.mlm import build_compiled_model
+    from kroberta.plan import for_local_devices
     from kroberta.data.synthetic import write_seed_format
 
     tmp = tempfile.mkdtemp(prefix="bench_predict_")
@@ -71,7 +72,7 @@ def main():
     predict_spec = pipeline.inspect_files((predict_path,), "predict")
     eval_ds = pipeline.eval_dataset(predict_spec, config.data, V, batch, 0)
     x_ds = eval_ds.map(lambda x, y: x)
-    model = build_compiled_model(config)
+    model = build_compiled_model(for_local_devices(config))
     n = args.examples
 
     def train():

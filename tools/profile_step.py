@@ -49,6 +49,7 @@ def main():
     from kroberta.config import config_path, load_toml
     from kroberta.data import pipeline
     from kroberta.model.mlm import build_compiled_model
+    from kroberta.plan import for_local_devices
     from kroberta.data.synthetic import write_seed_format
 
     config = load_toml(config_path(args.config))
@@ -59,7 +60,7 @@ def main():
         config, run_dir=work, data=dataclasses.replace(config.data, train=(path,)),
         train=dataclasses.replace(config.train, steps=10**6, batch_size_per_device=args.batch))
     spec = pipeline.inspect_files(config.data.train, "data.train")
-    model = build_compiled_model(config)
+    model = build_compiled_model(for_local_devices(config))
     dataset = pipeline.train_dataset(spec, config.data, V, args.batch, config.train.seed,
                                      device_masks=True)  # what training feeds
 

@@ -156,6 +156,7 @@ def _out_of_memory(error: Exception) -> str | None:
     `kroberta.data.bad_records.explain_pipeline_error`.)"""
     if "jax" not in sys.modules:
         return None
+    # start-up: read only after a failure, and it loads JAX and the model
     from kroberta.perf import aot_programs
 
     if not aot_programs.out_of_memory(error)[0]:

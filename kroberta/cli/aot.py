@@ -30,9 +30,13 @@ import importlib.metadata  # noqa: E402
 from kroberta.errors import ConfigError
 from kroberta import cli  # noqa: E402
 from kroberta.config import Config, from_command_line, validate  # noqa: E402
+from kroberta.inference.program import make_predict_step  # noqa: E402
 from kroberta.perf.hardware import GiB  # noqa: E402
-# kroberta.perf.tpu_compile.compile_for_topology(config, topology) is the command as a function.
-from kroberta.perf.tpu_compile import KNOWN_TOPOLOGIES, compile_for_topology  # noqa: E402
+# kroberta.perf.tpu_compile.compile_for_topology(config, topology, make_predict_step) is the
+# command as a function.
+from kroberta.perf.tpu_compile import (KNOWN_TOPOLOGIES, compile_for_topology,  # noqa: E402
+                                       per_device_chip, topology_devices)
+from kroberta.perf import memory_plan  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
@@ -60,15 +64,11 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
 
 def _devices_and_budget(args) -> tuple[list, float]:
     """The topology's devices and the bytes per device to plan for."""
-    from kroberta.perf.tpu_compile import per_device_chip, topology_devices
-
     devices = topology_devices(args.topology)
     return devices, args.device_memory * GiB if args.device_memory else per_device_chip(devices)[0]
 
 
 def _max_batch(config: Config, args) -> None:
-    from kroberta.perf import memory_plan
-
     devices, budget = _devices_and_budget(args)
     print(f"kroberta.aot --max-batch: {args.config or 'default config'} for {args.topology}, "
           f"{budget / GiB:.2f} GiB per device; train.remat={config.train.remat}, attention "
@@ -89,8 +89,6 @@ FAR_BEYOND = 3
 
 def _suggest(config: Config, args, problem: str, needed: float | None) -> str:
     """Compiles the changes that could make the training step fit; prints them."""
-    from kroberta.perf import memory_plan
-
     devices, budget = _devices_and_budget(args)
     if needed is None or needed > FAR_BEYOND * budget:
         return (f"{problem} (far beyond what one change recovers: python -m kroberta.aot "
@@ -111,7 +109,7 @@ def _compile(argv) -> None:
         return _max_batch(config, args)
     hbm = args.device_memory * GiB if args.device_memory else None
     try:
-        report = compile_for_topology(config, args.topology, hbm_bytes=hbm)
+        report = compile_for_topology(config, args.topology, make_predict_step, hbm_bytes=hbm)
     except ConfigError as error:
         needed = getattr(error, "needed_bytes", None)  # set for a train step out of HBM
         if needed is None:

@@ -56,6 +56,7 @@ def main(argv=None) -> int:
         # The paths, checked before JAX, Keras and TensorFlow are imported: a mistake at once.
         model_kind_at(args.model, "--model")
         _check_data(args.data)
+        # start-up: JAX and the model load after the arguments were checked
         from kroberta.training.evaluation import evaluate
 
         data = args.data[0] if len(args.data) == 1 else args.data

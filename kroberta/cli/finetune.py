@@ -115,6 +115,7 @@ def _write_json(path: str, value):
 
 
 def _run_tasks(args) -> int:
+    # start-up: `--help` and argument errors answer before JAX and Keras load
     from kroberta.downstream import glue
     from kroberta.downstream.finetuning import finetune
     from kroberta.downstream.prediction import save_classifier
@@ -153,6 +154,7 @@ def _run_tasks(args) -> int:
 
 
 def _predict(args) -> int:
+    # start-up: as in `_run_tasks`
     import numpy as np
 
     from kroberta.downstream import examples, metrics, prediction

@@ -119,6 +119,7 @@ def _tfrecords_in(directory):
 
 
 def _run_check(args):
+    # start-up: NumPy and TensorFlow load only for --check
     from kroberta.data.check import check_records
 
     vocab, length = args.vocab_size, args.seq_len

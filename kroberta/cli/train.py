@@ -8,6 +8,7 @@ The Python API is `kroberta.train(config)` (kroberta/training/train.py).
 
 import argparse
 
+import kroberta
 from kroberta import cli
 from kroberta.config import Config, from_command_line, validate
 from kroberta.interop.checkpoint_config import with_checkpoint_model
@@ -54,8 +55,6 @@ EXAMPLES = (
 
 
 def _print_examples(run_dir: str, top_k: int = 3):
-    import kroberta
-
     model = kroberta.load(run_dir)
     results = kroberta.fill_mask(model, list(EXAMPLES), top_k=top_k)
     print(f"fill-mask examples (top {top_k}):")
@@ -65,12 +64,14 @@ def _print_examples(run_dir: str, top_k: int = 3):
 
 
 def _train(argv) -> int:
+    # start-up: `--help` and config errors answer before JAX and Keras load
     from kroberta.training.train import Outcome, train
 
     config, args = parse_args(argv)
     # --init_from_hf / --init_from_keras_hub: the model section is the checkpoint's.
     config, args.sources = with_checkpoint_model(config, args.sources)
     if args.explain:  # kroberta.perf.advisor: trains nothing, creates no run dir
+        # start-up: JAX and the model load for --explain only
         from kroberta.perf import advisor
 
         config = validate(config, args.sources or "config")

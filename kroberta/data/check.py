@@ -119,6 +119,7 @@ class _FileChecker:
 
     def check_batch(self, serialized, start):
         """Check a list of serialized records whose first index in the file is `start`."""
+        # start-up: TensorFlow loads when records are read, after the arguments' checks
         import tensorflow as tf
 
         from kroberta.data.batch_parsing import parse_spec
@@ -140,6 +141,7 @@ class _FileChecker:
 
     def _examine_one_by_one(self, serialized, start):
         """Name records that do not parse as kroberta Examples; return the indices of the rest."""
+        # start-up: TensorFlow (bad_records) loads when records are read
         from kroberta.data.bad_records import payload_problem
 
         good = []
@@ -230,6 +232,7 @@ def _words(parts) -> str:
 
 def _read_batches(path, batch_size, max_records):
     """Yield (start_index, [serialized]) and, at a corrupt record, (index, DataLossError)."""
+    # start-up: TensorFlow loads when records are read
     import tensorflow as tf
 
     dataset = tf.data.TFRecordDataset(path)
@@ -278,6 +281,7 @@ def check_records(
         A `CheckReport`: per-file record counts, defective-record counts and the
         first defects, each printable as `FILE: record N: feature 'F' value V: problem`.
     """
+    # start-up: TensorFlow loads when records are read
     import tensorflow as tf
 
     from kroberta.data.bad_records import describe_read_error

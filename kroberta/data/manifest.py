@@ -172,6 +172,7 @@ def check_prepared_with(directories, key: str, vocabulary_size: int, tokenizer=N
     Raises:
         InputError naming the directory, the difference and the `prepare` command.
     """
+    # start-up: tokenizers loads only to compare two tokenizers
     from tokenizers import Tokenizer
 
     for directory in directories:

@@ -12,6 +12,7 @@ from kroberta.errors import InputError, NotFoundError
 from kroberta.downstream.trials import TRIALS_FILE
 from kroberta.run_layout import CLASSIFIER_FILE, CONFIG_FILE
 from kroberta.text import recordfiles
+from kroberta.text.columns import TEXT_FIELD_OPTION
 from kroberta.training.final_model import model_kind_at
 
 
@@ -50,7 +51,7 @@ def check_finetune_arguments(args):
                              "--data) and validation (--validation)")
         # The header's fields where a CSV/TSV names them: the label, and the text fields
         # given (without --text-field the fields are chosen from the training file).
-        fields = dict.fromkeys(args.text_field or (), recordfiles.TEXT_FIELD_OPTION)
+        fields = dict.fromkeys(args.text_field or (), TEXT_FIELD_OPTION)
         fields[args.label_field] = "--label-field"
         for option, path in (("--data", args.data), ("--validation", args.validation)):
             _check_labelled_file(path, option, fields)

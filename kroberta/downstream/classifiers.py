@@ -10,14 +10,17 @@ new head from the seed and zeroes the optimizer, and the peak learning rate is a
 optimizer variable, so the compiled steps (one per bucket length) are never rebuilt.
 """
 
+import jax
 import keras
 import keras_hub
 import numpy as np
 
+from kroberta.config import Config
 from kroberta.downstream.examples import REGRESSION
 from kroberta.errors import InputError
 from kroberta.model import mlm, schedules
 from kroberta.model.masked_lm import call_keeping_variables
+from kroberta.parallel import distribute
 
 HEAD_LAYERS = ("pooled_dense", "logits")
 CLASSIFIER_DROPOUT = 0.1  # Hugging Face's classifier dropout (hidden_dropout_prob)
@@ -33,11 +36,6 @@ def backbone_weights(model) -> list:
 def data_parallel():
     """Keras' DataParallel over this process's devices (None for one device): where a
     classifier's variables live and its batches are split, in fine-tuning and prediction."""
-    import jax
-
-    from kroberta.config import Config
-    from kroberta.parallel import distribute
-
     devices = jax.local_devices()
     return distribute.make_distribution(Config(), devices) if len(devices) > 1 else None
 

@@ -115,6 +115,7 @@ def dataset(encoded: Encoded, batch_size: int, max_length: int, seed: int | None
     for Keras' fit and predict: `rows` (batches * B,) is the example of each output row
     (-1 for padding rows). Each bucket's batches are one tensor (no Python generator
     runs beside the compiled steps); the batches come in `batches`' order."""
+    # start-up: TensorFlow loads when batches are built, not for a command's --help
     import tensorflow as tf
 
     items = batches(encoded, batch_size, max_length, seed)

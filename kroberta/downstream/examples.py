@@ -17,6 +17,7 @@ import numpy as np
 from kroberta import storage
 from kroberta.errors import InputError
 from kroberta.text import recordfiles
+from kroberta.text.columns import TEXT_FIELD_OPTION
 
 CLASSIFICATION, REGRESSION = "classification", "regression"
 SHOWN_LABELS = 10  # class names a line lists before "... (N in all)"
@@ -205,7 +206,7 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
     if require_labels is None:
         require_labels = spec.label_field in first_record_fields(path, spec.columns)
     # field -> the option that names it, for a CSV header or Arrow schema that lacks it.
-    fields = dict.fromkeys(spec.text_fields, recordfiles.TEXT_FIELD_OPTION)
+    fields = dict.fromkeys(spec.text_fields, TEXT_FIELD_OPTION)
     if require_labels:
         fields[spec.label_field] = "--label-field"
     texts, raw_labels, wheres = [[] for _ in spec.text_fields], [], []

@@ -10,6 +10,7 @@ import functools
 import logging
 import os
 
+import jax
 import numpy as np
 
 from kroberta.errors import InputError
@@ -21,6 +22,9 @@ from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, TaskSpec,
                                           choose_text_fields, read_labelled)
 from kroberta.downstream.trials import TrialLog, fingerprint
 from kroberta.model.masked_lm import check_model
+from kroberta.model.mlm import build_model
+from kroberta.parallel.distribute import global_distribution
+from kroberta.training.final_model import load_model_at
 
 STDLIB = "stdlib"
 
@@ -66,8 +70,6 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
 def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int | None,
                      patience: int | None):
     """Refuses the arguments of `finetune` no fine-tune can run with (before any work)."""
-    import jax
-
     if out is not None:
         check_out(out)
     if not (isinstance(epochs, int) and epochs >= 1):
@@ -86,8 +88,6 @@ def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int |
 
 def _random_start(model_config, seed: int) -> list:
     """The backbone weights of a fresh model of `model_config`'s shape."""
-    from kroberta.model.mlm import build_model
-
     return classifiers.backbone_weights(build_model(model_config, seed=10_000 + seed))
 
 
@@ -143,8 +143,6 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     Raises:
         DivergedError: every trial's loss became NaN or inf.
     """
-    from kroberta.training.final_model import load_model_at
-
     _check_arguments(out, epochs, batch_size, seeds, max_length, early_stopping)
     rates = rate_grid.check(learning_rates) if learning_rates is not None else None
     baseline_rates = (rate_grid.check(baseline_learning_rates, "baseline_learning_rates")
@@ -175,8 +173,6 @@ def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, w
                out) -> recipe.FinetuneResult:
     """The pretrained start's grid, and the random start's first when `baseline_rates`
     is given; the result holds both and their comparison."""
-    from kroberta.parallel.distribute import global_distribution
-
     config, spec, names = model.kroberta_config, setup.spec, setup.label_names
     with global_distribution(classifiers.data_parallel()):
         classifier = classifiers.build_classifier(config.model, len(names) if names else 1)

@@ -11,10 +11,14 @@ gradient step touches the model.
 import dataclasses
 import os
 
+import jax
 import numpy as np
 
 from kroberta.downstream import encoding, finetuning, metrics
 from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec
+from kroberta.errors import ConfigError
+from kroberta.inference.prediction import predict
+from kroberta.run_layout import load_tokenizer
 
 RIDGE = 1.0  # the L2 penalty on standardised features
 
@@ -30,6 +34,10 @@ class ProbeTask:
     label_names: tuple | None
     inputs: dict
     labels: dict
+
+    def score(self, model) -> dict:
+        """`scores(model, self)`: what a run's callback calls after each checkpoint."""
+        return scores(model, self)
 
 
 def prepare_task(tokenizer, spec, label_names, splits: dict, max_length: int,
@@ -54,13 +62,27 @@ def from_setting(downstream: dict, tokenizer, max_length: int) -> ProbeTask:
     return prepare_task(tokenizer, spec, names, {"train": train, **evaluation}, max_length, name)
 
 
+def for_run(config, sequence_length: int) -> ProbeTask | None:
+    """The probe of a pretraining run (`train.downstream`, None when it names no task),
+    tokenised with the run's tokenizer; the run's callback scores each checkpoint on it
+    (`kroberta.training.run_callbacks.RunLogger`)."""
+    if not config.train.downstream:
+        return None
+    if jax.process_count() > 1:
+        raise ConfigError("train.downstream: the probe runs in single-process jobs only "
+                          "(kroberta.predict gathers its results on one host); remove it here")
+    tokenizer = load_tokenizer(config.run_dir)
+    if tokenizer is None:
+        raise ConfigError("train.downstream: needs the run's tokenizer; train on a prepared "
+                          "directory (data.dir) or the embedded default data")
+    return from_setting(config.train.downstream, tokenizer, sequence_length)
+
+
 def scores(model, task: ProbeTask) -> dict:
     """{split: {metric: value}} of a ridge probe fitted on the "train" split's embeddings,
     for each other split of `task`."""
-    import kroberta
-
     # (n, hidden): every split in one prediction pass.
-    embeddings = kroberta.predict(model, task.inputs, output="embeddings")["embeddings"]
+    embeddings = predict(model, task.inputs, output="embeddings")["embeddings"]
     ends = np.cumsum([len(labels) for labels in task.labels.values()])[:-1]
     features = dict(zip(task.labels, np.split(np.asarray(embeddings, np.float64), ends)))
     train = features.pop("train")

@@ -50,6 +50,7 @@ def check_out_dir(out_dir, overwrite: bool, name: str, format: str) -> bool:
 
 def check_tokenizer(tokenizer, function: str):
     """Refuses a `tokenizer` argument that is not a `tokenizers.Tokenizer` (or None)."""
+    # start-up: commands read this package's names before tokenizers loads
     from tokenizers import Tokenizer
 
     if tokenizer is not None and not isinstance(tokenizer, Tokenizer):

@@ -59,6 +59,7 @@ def checkpoint_of(config: Config) -> Checkpoint | None:
     if named is None:
         return None
     key, directory = named
+    # start-up: `train` reads this module before JAX and Keras load
     from kroberta.interop import hf, keras_hub_presets
 
     with storage.local_copy(directory) as local:  # gs://...: a temporary copy
@@ -164,9 +165,11 @@ def checkpoint_tokenizer(checkpoint: Checkpoint):
     with the run or None): HF's `tokenizer.json`, else its `vocab.json` + `merges.txt`;
     a keras-hub preset's `assets/tokenizer/` vocabulary and merges
     (`kroberta.text.tokenizer.load_tokenizer` reads them all)."""
+    # start-up: tokenizers loads only when a checkpoint's tokenizer is read
     from kroberta.text.tokenizer import load_tokenizer, tokenizer_json_of
 
     if checkpoint.key == KERAS_HUB_KEY:  # its tokenizer.json is keras-hub's, not a `tokenizers` file
+        # start-up: `train` reads this module before keras-hub loads
         from kroberta.interop.keras_hub_presets import preset_tokenizer
 
         with storage.local_copy(checkpoint.directory) as local:

@@ -61,6 +61,7 @@ def _from_hf(kind: str, t: np.ndarray, shape: tuple) -> np.ndarray:
 
 def is_classifier(model) -> bool:
     """Whether `model` is keras-hub's `RobertaTextClassifier` (else a masked LM)."""
+    # start-up: the weight names are read without Keras; keras-hub loads to ask of a model
     import keras_hub
 
     return isinstance(model, keras_hub.models.RobertaTextClassifier)

@@ -25,7 +25,9 @@ import dataclasses
 import keras
 import keras_hub
 
+from kroberta import masking
 from kroberta.config import AUTO, Config, ModelConfig
+from kroberta.errors import ConfigError
 from kroberta.model.attention import use_attention_dropout
 from kroberta.model.dropout import use_fast_dropout
 from kroberta.model.gelu import use_erf_gelu
@@ -34,6 +36,7 @@ from kroberta.model.masked_lm import MaskedLM
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
 from kroberta.model.remat import use_remat
 from kroberta.model import schedules
+from kroberta.parallel.distribute import global_distribution, to_host
 
 # Names the optimizer's variables are saved under; an unnamed optimizer gets a
 # process-dependent name and restored state could silently fail to match.
@@ -106,8 +109,6 @@ def stock_copy(model, preprocessor=None):
 
     In a multi-process run every process must call it (weights split across processes
     are gathered, a collective)."""
-    from kroberta.parallel.distribute import global_distribution, to_host
-
     weights = [to_host(v.value) for v in model.weights]
     with global_distribution(None):  # the copy's arrays live on this host only
         backbone = keras_hub.models.RobertaBackbone.from_config(model.backbone.get_config())
@@ -159,17 +160,13 @@ def compile_model(model, config: Config, word_starts=None):
     that finish batches carrying mask keys or file labels on the device
     (`kroberta.masking`; `word_starts`: the tokenizer's (V,) table, for whole-word
     masking), train.gradient_accumulation_steps micro-batches per optimizer step and
-    train.steps_per_execution steps per dispatch ("auto" is resolved here for all local
-    devices unless the caller resolved it). Returns it."""
-    from kroberta import masking
-
+    train.steps_per_execution steps per dispatch: a count, "auto" resolved by the
+    caller's plan (`kroberta.plan.Plan.config`, or `kroberta.plan.for_local_devices`).
+    Returns it."""
     if config.train.steps_per_execution == AUTO:
-        import jax
-
-        from kroberta.plan import make_plan
-
-        # Every local device in one batch axis: the caller's mesh is not known here.
-        config = make_plan(config, jax.devices(), strategy="data").config
+        raise ConfigError('train.steps_per_execution="auto" must be resolved before the model '
+                          "is compiled: compile with a plan's config (kroberta.plan.make_plan("
+                          "config).config, or kroberta.plan.for_local_devices(config))")
     model.compile(
         optimizer=build_optimizer(config),
         loss=MaskedLMLoss(),
@@ -188,8 +185,9 @@ def compile_model(model, config: Config, word_starts=None):
 
 
 def build_compiled_model(config: Config, word_starts=None, tokenizer=None):
-    """The training model for `config` (its `kroberta_config`, with `tokenizer`): built
-    with its seed, compiled (`word_starts` as in `compile_model`), optimizer built."""
+    """The training model for `config` (its `kroberta_config`, with `tokenizer`; its
+    steps per dispatch resolved, as `compile_model` needs): built with its seed, compiled
+    (`word_starts` as in `compile_model`), optimizer built."""
     model = build_model(config.model, config.train.mixed_precision, seed=config.train.seed,
                         remat=config.train.remat, config=config, tokenizer=tokenizer)
     compile_model(model, config, word_starts)

@@ -29,6 +29,8 @@ training step (K steps per dispatch, accumulation, masking) and distribution.
 import jax
 import keras
 import keras_hub
+# Keras exports StatelessScope but no getter for the current one (3.15, 3.16).
+from keras.src.backend.common.stateless_scope import get_stateless_scope, in_stateless_scope
 
 from kroberta.config import REMATS
 from kroberta.model.swap import swap_layers
@@ -44,8 +46,6 @@ assert set(REMATS) == {"none", *REMAT_POLICIES}
 def _outer_value(variable):
     """The variable's value in the enclosing stateless scope, not autocast (the block
     casts as it would without remat). Keras 3.15 has no public getter for it."""
-    from keras.src.backend.common.stateless_scope import get_stateless_scope
-
     value = get_stateless_scope().get_current_value(variable)
     return variable._value if value is None else value
 
@@ -63,8 +63,6 @@ class TransformerEncoder(keras_hub.layers.TransformerEncoder):
 
     def call(self, inputs, padding_mask=None, attention_mask=None, training=None,
              return_attention_scores=False):
-        from keras.src.backend.common.stateless_scope import in_stateless_scope
-
         if self.remat == "none" or return_attention_scores or not in_stateless_scope():
             return super().call(inputs, padding_mask=padding_mask,
                                 attention_mask=attention_mask, training=training,

@@ -22,6 +22,7 @@ import dataclasses
 import jax
 import keras
 import numpy as np
+from jax.experimental import multihost_utils
 
 from kroberta.errors import ConfigError
 from kroberta.config import Config
@@ -222,7 +223,6 @@ def to_host(value) -> np.ndarray:
     """
     if getattr(value, "is_fully_addressable", True) or value.is_fully_replicated:
         return np.asarray(value)
-    from jax.experimental import multihost_utils
 
     return np.asarray(multihost_utils.process_allgather(value, tiled=True))
 
@@ -230,8 +230,6 @@ def to_host(value) -> np.ndarray:
 def barrier(name: str):
     """Waits until every process got here (a no-op in a single process)."""
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
         multihost_utils.sync_global_devices(name)
 
 

@@ -14,6 +14,7 @@ import jax
 
 from kroberta.errors import ConfigError
 from kroberta.config import Config
+from kroberta.parallel import rendezvous
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def _environment(config: Config) -> tuple[str, int, int]:
 def _on_cloud_tpu_vm() -> bool:
     # Set by `import jax` when libtpu found a TPU; reading it starts no backend.
     try:
-        from jax._src import cloud_tpu_init
+        from jax._src import cloud_tpu_init  # private (no public API); a JAX may lack it
     except ImportError:
         return False
     return bool(getattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False))
@@ -73,8 +74,6 @@ def initialize(config: Config) -> bool:
     if not 0 <= pid < num:
         raise ConfigError(f"distributed.process_id: needed with distributed.coordinator, in "
                           f"[0, {num}), got {pid}")
-    from kroberta.parallel import rendezvous
-
     logger.info(f"distributed: process {pid} of {num}, coordinator {coordinator} "
                 f"(waiting up to {timeout} s for the others)")
     rendezvous.meet(coordinator, num, pid, timeout)

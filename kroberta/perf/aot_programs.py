@@ -13,7 +13,7 @@ The steps are the ones the runtime runs, not re-implementations:
            (`kroberta.model.masked_lm.finish_batch`), each step's slice sharded by the
            distribution's data layout.
   predict: `kroberta.inference.program.make_predict_step`, the function `kroberta.predict` jits
-           (G batches per dispatch).
+           (G batches per dispatch), handed in by the caller (prediction sits above).
 
 XLA's cost analysis counts a loop's body once, whatever its trip count (checked on
 this jaxlib: a scan of 4 matmuls reports the FLOPs of one), so the FLOPs of a K-step
@@ -29,10 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from kroberta.config import Config
-from kroberta.inference.program import make_predict_step
+from kroberta.model.mlm import build_compiled_model
 from kroberta.model.super_batch import scan_steps, super_batch_sharding
 from kroberta.parallel import distribute
-from kroberta.plan import make_plan
+from kroberta.plan import for_local_devices, make_plan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,14 +60,12 @@ class Program:
 def build_model(config: Config):
     """The training model, built on the host with no distribution (so variables carry no
     layout of the host's devices); its values are never sent anywhere."""
-    from kroberta.model.mlm import build_compiled_model
-
     # Whole-word masking without the tokenizer: a (V,) word-start table whose values
     # change the masks, not the program.
     word_starts = (np.ones(config.model.vocabulary_size, bool)
                    if config.data.whole_word_masking else None)
     with distribute.global_distribution(None):
-        return build_compiled_model(config, word_starts)
+        return build_compiled_model(for_local_devices(config), word_starts)
 
 
 def _optimizer_shardings(model, distribution, trainable_shardings):
@@ -177,10 +175,11 @@ def compile_train(model, distribution, global_batch: int, length: int, slots: in
                                          steps, step_input), steps)
 
 
-def compile_predict(model, devices, global_batch: int, length: int, slots: int,
-                    output: str = "top_k", k: int = 5, group: int = 1) -> Program:
+def compile_predict(make_predict_step, model, devices, global_batch: int, length: int,
+                    slots: int, output: str = "top_k", k: int = 5, group: int = 1) -> Program:
     """Lowers and compiles `kroberta.predict`'s program (`group` batches per dispatch)
-    for a batch-axis mesh of `devices`."""
+    for a batch-axis mesh of `devices`; `make_predict_step` makes it
+    (`kroberta.inference.program.make_predict_step`)."""
     mesh = jax.sharding.Mesh(np.array(list(devices)), ("batch",))
     with distribute.global_distribution(None):
         step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, slots, group)

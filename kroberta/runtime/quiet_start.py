@@ -32,6 +32,7 @@ import os
 import re
 import sys
 import threading
+import warnings
 
 # TF_CPP_MIN_LOG_LEVEL: 0 shows everything, 1 hides INFO, 2 WARNING, 3 ERROR.
 _SEVERITIES = "IWEF"
@@ -140,6 +141,7 @@ def _jax_plugins_installed() -> bool:
             return True
     except (ImportError, ValueError):
         return True
+    # start-up: runs at `import kroberta`, only on this path
     from importlib.metadata import entry_points
 
     return bool(entry_points(group="jax_plugins"))
@@ -170,6 +172,7 @@ def skip_absent_accelerators() -> bool:
     if _accelerator_present() or _jax_plugins_installed():
         return False
     if "jax" in sys.modules:
+        # only when JAX is loaded already: importing it here would load it (start-up)
         import jax
 
         from kroberta.runtime.xla_cpu import backend_started
@@ -190,6 +193,4 @@ TQDM_NOTEBOOK_NOTICE = r"IProgress not found"
 
 def ignore_tqdm_notebook_notice():
     """Drop tqdm's import-time ipywidgets notice (only that message)."""
-    import warnings
-
     warnings.filterwarnings("ignore", message=TQDM_NOTEBOOK_NOTICE)

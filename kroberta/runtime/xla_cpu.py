@@ -52,6 +52,7 @@ def backend_started() -> bool:
     if "jax" not in sys.modules:
         return False
     try:
+        # start-up: only when JAX is loaded (a private module, no public API)
         from jax._src import xla_bridge
 
         return xla_bridge.backends_are_initialized()

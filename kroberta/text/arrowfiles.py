@@ -4,7 +4,8 @@ Both are read one Arrow batch at a time (a Parquet row group's batch; a memory-m
 `datasets` table's batch), so memory stays flat; progress is the files' size in
 proportion to the rows read. Parquet needs `pyarrow` (the `parquet` extra), a
 `datasets` directory `datasets` (the `datasets` extra); without them the error says
-what to install. `kroberta.text.recordfiles` dispatches here.
+what to install; neither loads until a file is read. `kroberta.text.recordfiles`
+dispatches here.
 """
 
 import os
@@ -12,8 +13,10 @@ import os
 from kroberta.errors import InputError
 from kroberta import storage
 from kroberta.text import locations
-from kroberta.text.recordfiles import DATASETS_FORMAT, TEXT_FIELD_OPTION, check_columns
+from kroberta.text.columns import TEXT_FIELD_OPTION, check_columns
 
+DATASETS_FORMAT = "datasets"  # a directory `datasets`' save_to_disk wrote
+ARROW_FORMATS = ("parquet", DATASETS_FORMAT)  # the formats read here
 ARROW_BATCH_ROWS = 1024  # rows per Parquet/Arrow batch: flat memory, few Python calls
 
 
@@ -29,6 +32,7 @@ def parquet_file(path):
     """`path` as a `pyarrow.parquet.ParquetFile` (local or a URL); InputError naming the
     file, or the extra to install, when it cannot be read."""
     try:
+        # the parquet extra: loads when a Parquet file is read
         import pyarrow.parquet as pq
     except ImportError:
         raise extra_missing(f"{path}: reading Parquet", "parquet", "pyarrow") from None
@@ -48,6 +52,7 @@ def load_dataset(path, split):
     """The `split` of the `datasets` directory `path` (`save_to_disk`'s); InputError naming
     the directory, the missing split, or the extra to install."""
     try:
+        # the datasets extra: loads when a datasets directory is read
         import datasets
     except ImportError:
         raise extra_missing(f"{path}: reading a datasets directory", "datasets", "datasets") from None

@@ -20,7 +20,9 @@ import sys
 import zlib
 
 from kroberta.errors import InputError
-from kroberta.text import locations
+from kroberta.text import arrowfiles, locations
+from kroberta.text.arrowfiles import ARROW_FORMATS, DATASETS_FORMAT
+from kroberta.text.columns import TEXT_FIELD_OPTION, check_columns
 from kroberta.text.progress import ByteProgress
 
 FORMATS = {  # name suffix -> format (the longest matching suffix wins)
@@ -29,8 +31,6 @@ FORMATS = {  # name suffix -> format (the longest matching suffix wins)
     ".csv": "csv", ".csv.gz": "csv", ".tsv": "tsv", ".tsv.gz": "tsv",
     ".parquet": "parquet",
 }
-DATASETS_FORMAT = "datasets"
-TEXT_FIELD_OPTION = "--text-field"  # names prepare's (and fine-tuning's) text field
 # Files `save_to_disk` writes: a Dataset's state, or a DatasetDict's split list.
 DATASET_FILES = ("state.json", "dataset_info.json")
 DATASET_DICT_FILE = "dataset_dict.json"
@@ -287,18 +287,6 @@ def check_record_count(path, records: int, lines: int, spanning: str | None):
                    "the rows up to the next quote were merged into one record")
 
 
-def check_columns(path, columns, fields: dict, header: bool = False):
-    """InputError for the first of `fields` (field -> the option that names it) not in
-    `columns` (`header`: a CSV's first line, which may be a record of a headerless file)."""
-    if fields and not columns:  # a CSV without even a header line
-        raise InputError(f"{path}: empty (no header line, no records)")
-    for field, option in fields.items():
-        if field not in columns:
-            first_line = "; the first line is read as the header" if header else ""
-            raise InputError(f"{path}: no column {field!r} (columns: {', '.join(columns)}"
-                             f"{first_line}); pick one with {option}")
-
-
 # ---------------------------------------------------------------- entry points
 
 
@@ -315,9 +303,7 @@ def check_source(path: str, fmt: str, field: str, split: str):
 
     Returns the source's size in bytes for the progress bar.
     """
-    if fmt in ("parquet", DATASETS_FORMAT):
-        from kroberta.text import arrowfiles  # pyarrow and datasets load only when used
-
+    if fmt in ARROW_FORMATS:
         return arrowfiles.text_column_size(path, fmt, field, split)
     next(iter_values(path, fmt, field, split), None)  # the header, or the first record, has the field
     return locations.size(path)
@@ -344,17 +330,13 @@ def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=Non
         return _gzip_errors_named(records(), path)
     if fmt in ("csv", "tsv"):
         return _gzip_errors_named(_csv_records(path, on_bytes, fmt, fields, columns, start, end), path)
-    from kroberta.text import arrowfiles  # Parquet or `datasets`
-
     return arrowfiles.iter_records(path, fmt, fields, split, on_bytes)
 
 
 def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None, start=0, end=None):
     """Yield the `field` value (a str or None) of each record of `path` (or of its bytes
     `start` to `end`: `iter_records`), streaming."""
-    if fmt in ("parquet", DATASETS_FORMAT):  # a column at a time: no record built per row
-        from kroberta.text import arrowfiles
-
+    if fmt in ARROW_FORMATS:  # a column at a time: no record built per row
         yield from arrowfiles.iter_values(path, fmt, field, split, on_bytes)
         return
     for where, record in iter_records(path, fmt, {field: TEXT_FIELD_OPTION}, split, on_bytes, start=start, end=end):

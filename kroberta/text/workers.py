@@ -24,6 +24,7 @@ import signal
 import sys
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from kroberta.atomic import atomic_write
 from kroberta.data.records import encode_examples
@@ -59,8 +60,6 @@ def load_result(work_dir, index):
 
 def load_tokenizer_of(job):
     """The tokenizer the job names (its JSON), set to read "<s>" in text as text."""
-    from tokenizers import Tokenizer
-
     tok = Tokenizer.from_str(job["tokenizer_json"])
     tok.encode_special_tokens = True
     return tok

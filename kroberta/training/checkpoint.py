@@ -92,6 +92,7 @@ class Writer:
     """
 
     def __init__(self, run_dir: str, keep: int, asynchronous: bool = True):
+        # start-up: `train` reads this module before JAX loads
         import jax
 
         self.run_dir = run_dir
@@ -123,6 +124,7 @@ class Writer:
         checkpoint's commit, copying the state to host memory and, when
         synchronous, writing it.
         """
+        # start-up: see the note on Orbax at the top
         import orbax.checkpoint as ocp
 
         started = time.perf_counter()
@@ -133,6 +135,7 @@ class Writer:
             os.makedirs(self._staging, exist_ok=True)  # `close` removed it
         state, meta = _state_and_meta(model, step, extra)
         if self._gathered:
+            # start-up: the mesh's module loads JAX and Keras
             from kroberta.parallel.distribute import to_host
 
             state = {group: [to_host(value) for value in values]  # a collective
@@ -171,6 +174,7 @@ class Writer:
                 self._failed(step, error)
         finally:
             if self._gathered:
+                # start-up: the mesh's module loads JAX and Keras
                 from kroberta.parallel.distribute import barrier
 
                 barrier(f"kroberta checkpoint {step} uploaded")
@@ -204,6 +208,7 @@ class Writer:
                 shutil.rmtree(self._staging, ignore_errors=True)
 
     def _prune(self):
+        # start-up: `train` reads this module before JAX loads
         import jax
 
         if jax.process_index() == 0:  # after the commit's final barrier: the new one is complete
@@ -234,6 +239,7 @@ def _background():
 
 
 def _checkpointer(asynchronous: bool = False):
+    # start-up: see the note on Orbax at the top
     import orbax.checkpoint as ocp
 
     handler = ocp.CompositeCheckpointHandler()
@@ -271,6 +277,7 @@ def restore(model, path: str, optimizer: bool = True) -> dict:
     Each value is restored straight into the sharding of the variable it replaces,
     so a checkpoint written on one mesh (or by N processes) loads into another.
     """
+    # start-up: JAX and Orbax (see the note at the top)
     import jax
     import orbax.checkpoint as ocp
 
@@ -300,6 +307,7 @@ def _add_unasked_groups(target: dict, ocp, path: str):
     process's first device, then dropped."""
     if set(target) == set(GROUPS):
         return
+    # start-up: JAX and Orbax (see the note at the top)
     import jax
     from etils import epath  # Orbax's path type
 

@@ -18,10 +18,16 @@ import warnings
 
 from kroberta import storage
 from kroberta.config import Config, validate
+from kroberta.data import pipeline
 from kroberta.data.manifest import check_prepared_with
 from kroberta.errors import InputError
+from kroberta.interop.keras_hub_presets import preset_model_config_of
 from kroberta.model.masked_lm import check_model
+from kroberta.model.mlm import build_model, compile_model
+from kroberta.parallel.distribute import global_distribution, make_distribution, to_host
+from kroberta.plan import make_plan
 from kroberta.runtime import logs
+from kroberta.training.run_data import run_data_for, validation_batches
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +55,6 @@ def evaluate(model, data, batch_size: int | None = None) -> dict:
         InputError / ConfigError: data prepared with another tokenizer,
             longer than the model's positions, or malformed (named); a bad batch size.
     """
-    from kroberta.model.mlm import build_model, compile_model
-    from kroberta.parallel.distribute import global_distribution, make_distribution, to_host
-    from kroberta.plan import make_plan
-    from kroberta.training.run_data import run_data_for, validation_batches
-
     check_model(model, "kroberta.evaluate", data, "kroberta.evaluate(model, data)")
     logs.show_messages()  # where the data are read from, as training says it
     config = _config_for(model, data)
@@ -95,8 +96,6 @@ def validation_row(measured: dict) -> dict:
 
 def _config_for(model, data) -> Config:
     """The model's config reading `data` for validation (and starting from nothing)."""
-    from kroberta.interop.keras_hub_presets import preset_model_config_of
-
     config = getattr(model, "kroberta_config", None) or Config(
         model=preset_model_config_of(model.backbone))
     patterns = _patterns(data)
@@ -132,8 +131,6 @@ def _with_batch_size(config: Config, batch_size: int | None, devices: int) -> Co
 
 def _directories(config: Config) -> list[str]:
     """The directories holding the files `config` reads (a prepared directory: itself)."""
-    from kroberta.data import pipeline
-
     if config.data.dir:
         return [config.data.dir]
     return sorted({os.path.dirname(f) for f in pipeline.resolve_files(config.data.train, "data")})

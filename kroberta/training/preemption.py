@@ -23,6 +23,7 @@ import time
 
 def _job_preemption_service():
     """JAX's preemption sync manager when this process is one of a multi-process job."""
+    # start-up: `train` reads this module before JAX loads
     import jax
     from jax._src import distributed
 
@@ -86,6 +87,7 @@ class PreemptionFlag:
     def poll(self) -> bool:
         """True when the run should stop after the steps about to run."""
         if self.job_wide and not self.requested:
+            # start-up: `train` reads this module before JAX loads
             from jax.experimental import multihost_utils
 
             # Blocks only while the processes agree on the sync point (after a notice).

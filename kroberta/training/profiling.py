@@ -15,6 +15,7 @@ integers per dispatch.
 import logging
 import os
 
+import jax
 import keras
 
 from kroberta import storage
@@ -56,8 +57,6 @@ class ProfileWindow(keras.callbacks.Callback):
         step = self.step + batch  # steps done before this dispatch
         if not self.active and self.start <= step < self.stop:
             self._wait_for_devices()
-            import jax
-
             os.makedirs(self._local, exist_ok=True)
             jax.profiler.start_trace(self._local, create_perfetto_trace=True)
             self.active = True
@@ -77,8 +76,6 @@ class ProfileWindow(keras.callbacks.Callback):
             self._finish()
 
     def _wait_for_devices(self):
-        import jax
-
         # During fit Keras keeps the last dispatch's output state here (for callbacks
         # that need it); between fits the model's variables hold it.
         state = getattr(self.model, "_jax_state", None)
@@ -87,8 +84,6 @@ class ProfileWindow(keras.callbacks.Callback):
         jax.block_until_ready(state)
 
     def _finish(self):
-        import jax
-
         self._wait_for_devices()
         jax.profiler.stop_trace()
         self.active = False

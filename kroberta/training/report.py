@@ -19,7 +19,7 @@ import statistics
 from kroberta import console, storage
 from kroberta.errors import InputError
 from kroberta.runtime import logs
-from kroberta.training import final_model
+from kroberta.training import final_model, signals
 from kroberta.training.run_dir import (METRICS_FILE, PROBE_PREFIX, RANDOM_INIT, is_probe_reference,
                                       metrics_rows)
 
@@ -242,8 +242,6 @@ def report(run_dir: str, show: bool | None = None) -> dict:
         logged, the best kept checkpoint, `probe`: `probe_verdicts` with train.downstream), with `report_png` (the picture's path) and
         `figure` (the matplotlib Figure, for further use) added.
     """
-    from kroberta.training import signals
-
     run_dir = storage.directory_argument(run_dir, "kroberta.report", "run directory")
     logs.show_messages()
     rows = read_metrics(run_dir)
@@ -263,6 +261,7 @@ def report(run_dir: str, show: bool | None = None) -> dict:
     for line in _format(summary) + [f"curves: {path}"]:
         logger.info(line)
     if console.in_jupyter() if show is None else show:
+        # IPython: there in a notebook only
         from IPython.display import Image, display
 
         display(Image(data=storage.read_bytes(path)))

@@ -22,12 +22,16 @@ import logging
 import math
 import time
 
+import jax
 import keras
 import numpy as np
 
 from kroberta import console, storage
-from kroberta.errors import ConfigError, DivergedError
-from kroberta.training import checkpoint, final_model, signals, trackers
+from kroberta.errors import DivergedError
+from kroberta.model.mlm import build_model
+from kroberta.perf import flops, throughput
+from kroberta.plan import make_plan
+from kroberta.training import checkpoint, signals, trackers
 from kroberta.training.compile_clock import CompileClock
 from kroberta.training.run_dir import (METRICS_FILE, PROBE_PREFIX, RANDOM_INIT, is_probe_reference,
                                       metrics_rows)
@@ -43,14 +47,15 @@ class RunLogger(keras.callbacks.Callback):
     Every row also goes to the trackers of `train.trackers` (process 0). After each
     evaluation `signals.EvalWatch` decides the best checkpoint (kept beside the newest
     ones with `train.keep_best`) and whether the run ends early (`stopped_early`).
-    With `train.downstream`, a linear probe's scores follow each checkpoint (`_probe`),
-    and once per run the same probe on a random initialisation of the run's shape: the
-    line pretraining must beat (`kroberta.report` names the step where it does).
+    With `probe` (`train.downstream`'s task, read by the caller), a linear probe's scores
+    follow each checkpoint (`_probe`), and once per run the same probe on a random
+    initialisation of the run's shape: the line pretraining must beat (`kroberta.report`
+    names the step where it does).
     """
 
     def __init__(self, config, start_step, global_batch, sequence_length, evaluate_fn,
                  stop_step=None, write_files=True, preemption=None, save_checkpoints=True,
-                 plan=None):
+                 plan=None, probe=None):
         super().__init__()
         self.config = config
         self.plan = plan  # kroberta.plan.Plan of the run (None: made from config when needed)
@@ -58,8 +63,9 @@ class RunLogger(keras.callbacks.Callback):
         self.global_batch = global_batch
         self.sequence_length = sequence_length
         self.evaluate_fn = evaluate_fn  # () -> dict of validation metrics, or None
-        # Read and tokenised once per run, before anything opens (a bad task fails first).
-        self._probe_task = self._read_probe_task() if config.train.downstream else None
+        # A `kroberta.downstream.probe.ProbeTask` (its `name`, its `score(model)` ->
+        # {split: {metric: value}}), read once per run before anything opens; or None.
+        self._probe_task = probe
         self.write_files = write_files  # False on processes other than 0: no files, no lines
         # Checkpoints are collectives: in a multi-process run every process saves.
         self.checkpoints = checkpoint.Writer(
@@ -191,34 +197,17 @@ class RunLogger(keras.callbacks.Callback):
         self._probe()
         self._compile_clock.seconds = 0.0  # the evaluation's compilation is no training step's
 
-    def _read_probe_task(self):
-        """`train.downstream`'s task, tokenised with the run's tokenizer."""
-        import jax
-
-        from kroberta.downstream import probe
-
-        if jax.process_count() > 1:
-            raise ConfigError("train.downstream: the probe runs in single-process jobs only "
-                              "(kroberta.predict gathers its results on one host); remove it here")
-        tokenizer = final_model.load_tokenizer(self.config.run_dir)
-        if tokenizer is None:
-            raise ConfigError("train.downstream: needs the run's tokenizer; train on a prepared "
-                              "directory (data.dir) or the embedded default data")
-        return probe.from_setting(self.config.train.downstream, tokenizer, self.sequence_length)
-
     def _probe(self):
         """A row per evaluated split of the linear probe on the model as it is now:
         "downstream/<task>" (with "/<split>" when the task has several) and its metrics.
         Prediction only: the training state and its random streams are not touched."""
         if self._probe_task is None:
             return
-        from kroberta.downstream import probe
-
         if self._reference_due:
             self._reference_due = False
-            self._emit_probe(*self._timed(probe.scores, self._random_init(), self._probe_task),
+            self._emit_probe(*self._timed(self._probe_task.score, self._random_init()),
                              suffix=f"/{RANDOM_INIT}")
-        self._emit_probe(*self._timed(probe.scores, self.model, self._probe_task))
+        self._emit_probe(*self._timed(self._probe_task.score, self.model))
 
     @staticmethod
     def _timed(function, *args):
@@ -235,8 +224,6 @@ class RunLogger(keras.callbacks.Callback):
     def _random_init(self):
         """A model of the run's shape as training would start it from `train.seed`
         (a run from step 0 probes its own start), built apart from the trained one."""
-        from kroberta.model.mlm import build_model
-
         return build_model(self.config.model, seed=self.config.train.seed, config=self.config)
 
     def _save_checkpoint(self):
@@ -262,13 +249,8 @@ class RunLogger(keras.callbacks.Callback):
         """step_time (s) and mfu (model FLOP/s over the devices' peak; kroberta.perf.throughput)."""
         if not samples_per_second:
             return {}
-        from kroberta.perf import flops, throughput
 
         if not hasattr(self, "_peak"):
-            import jax
-
-            from kroberta.plan import make_plan
-
             plan = self.plan or make_plan(self.config, sequence_length=self.sequence_length)
             devices = plan.topology.devices
             self._peak = throughput.peak_flops(devices)

@@ -7,13 +7,21 @@ arguments, so what a user inspects is exactly the stream the model is fed.
 """
 
 import dataclasses
+import hashlib
 import logging
 import os
+import tempfile
 
 from kroberta.errors import ConfigError, InputError
 from kroberta.data import pipeline
+from kroberta.data.manifest import check_prepared_with, load_prepared
 from kroberta.config import AUTO, Config, validate
+from kroberta.interop.checkpoint_config import checkpoint_of, checkpoint_tokenizer
+from kroberta.plan import make_plan
 from kroberta.runtime import logs
+from kroberta.text import corpus
+from kroberta.text.build import prepare
+from kroberta.text.tokenizer import load_tokenizer, word_start_table
 
 SPLITS = ("train", "validation")
 
@@ -86,8 +94,6 @@ class StartingPoint:
 def _starting_point(config: Config) -> StartingPoint | None:
     """The checkpoint `config` starts from, or None (a fresh start); named before the
     data are read when its directory is not there (`checkpoint_of`)."""
-    from kroberta.interop.checkpoint_config import checkpoint_of, checkpoint_tokenizer
-
     checkpoint = checkpoint_of(config)
     if checkpoint is None:
         return None
@@ -101,8 +107,6 @@ def _starting_point(config: Config) -> StartingPoint | None:
 def _check_prepared_for(start: StartingPoint, directories, key: str, required: bool = False):
     """Refuses prepared directories whose tokenizer or sequence length is not the
     checkpoint's, naming the `prepare` command that makes the right one."""
-    from kroberta.data.manifest import check_prepared_with
-
     checkpoint = start.checkpoint
     check_prepared_with(directories, key, checkpoint.model.vocabulary_size, start.tokenizer,
                         positions=checkpoint.model.max_sequence_length, holder="checkpoint",
@@ -137,9 +141,6 @@ def _data_sources(config: Config) -> tuple[Config, str | None]:
 
 
 def _prepare_embedded(config: Config, out_dir: str):
-    from kroberta.text.build import prepare
-    from kroberta.text import corpus
-
     home = _local_home(config.run_dir)
     os.makedirs(home, exist_ok=True)
     text_path = os.path.join(home, "embedded-corpus.txt")
@@ -164,16 +165,12 @@ def _local_home(run_dir: str) -> str:
     the same corpus every time)."""
     if "://" not in run_dir:
         return run_dir
-    import hashlib
-    import tempfile
 
     digest = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
     return os.path.join(tempfile.gettempdir(), f"kroberta-embedded-{digest}")
 
 
 def _from_manifest(config: Config, directory: str, key: str) -> tuple[Config, str]:
-    from kroberta.data.manifest import load_prepared
-
     manifest = load_prepared(directory, key)
     if manifest.vocabulary_size != config.model.vocabulary_size:
         raise ConfigError(
@@ -214,7 +211,6 @@ def _word_starts(config: Config, tokenizer_path: str | None):
     """The tokenizer's word-start table when the run masks whole words, else None."""
     if not config.data.whole_word_masking:
         return None
-    from kroberta.text.tokenizer import load_tokenizer, word_start_table
 
     return word_start_table(load_tokenizer(tokenizer_path), config.model.vocabulary_size)
 
@@ -272,8 +268,6 @@ def dataset(config: Config, split: str = "train", start_step: int = 0,
         padding_mask (B, L), token_labels (B, L)} as in the files, from which the step
         chooses the slots `masks_on_host=True` shows (`kroberta.masking`).
     """
-    from kroberta.plan import make_plan
-
     if split not in SPLITS:
         raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
     logs.show_messages()  # preparing the embedded corpus, when the config names no data

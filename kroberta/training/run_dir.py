@@ -12,6 +12,7 @@ from kroberta.errors import ConfigError, StorageError
 from kroberta import storage
 from kroberta.config import Config, to_dict, to_toml
 from kroberta import run_layout
+from kroberta.text import locations
 from kroberta.training import checkpoint, trackers
 
 METRICS_FILE = "metrics.jsonl"  # a JSON row per log interval and evaluation
@@ -62,6 +63,7 @@ def removed_unless_checkpointed(run_dir: str):
         yield
     except BaseException:
         if created and os.path.isdir(run_dir):
+            # start-up: `train` reads this module before JAX loads
             import jax
 
             metrics = os.path.join(run_dir, METRICS_FILE)
@@ -220,7 +222,6 @@ def prepare_run_dir(config: Config, force: bool, write: bool = True,
 
 def keep_tokenizer(tokenizer_path: str | None, run_dir: str):
     """Copies the run's tokenizer file (when it has one) into the run directory."""
-    from kroberta.text import locations
     if tokenizer_path:
         target = storage.join(run_dir, run_layout.TOKENIZER_FILE)
         if storage.absolute(tokenizer_path) == storage.absolute(target):

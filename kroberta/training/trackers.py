@@ -11,6 +11,7 @@ WANDB_DIR: the files default to run_dir/wandb); MLflow reads MLFLOW_TRACKING_URI
 (default: MLflow's own, a store in the current directory) and MLFLOW_EXPERIMENT_NAME (default "kroberta").
 """
 
+import importlib
 import json
 import os
 import time
@@ -52,8 +53,6 @@ def _keep_id(run_dir: str, tracker: str, run_id: str):
 
 
 def _import(tracker: str):
-    import importlib
-
     try:
         return importlib.import_module(tracker)
     except ImportError:
@@ -81,6 +80,7 @@ class TensorBoard:
     """
 
     def __init__(self, config, run_dir: str):
+        # start-up: TensorFlow loads when a TensorBoard run opens
         import tensorflow as tf
 
         self._tf = tf
@@ -139,6 +139,7 @@ class MLflow:
 
     def __init__(self, config, run_dir: str):
         _import("mlflow")
+        # the mlflow extra: loads when an MLflow run opens
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
@@ -161,6 +162,7 @@ class MLflow:
         self._run_id = run_id
 
     def log(self, row: dict):
+        # the mlflow extra
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)

@@ -18,6 +18,9 @@ import time
 from kroberta import storage
 from kroberta.errors import ConfigError
 from kroberta.config import Config, parse_window, validate
+from kroberta.data.file_patterns import resolve_files
+from kroberta.data.manifest import load_prepared
+from kroberta.interop.checkpoint_config import checkpoint_directory
 from kroberta.runtime import logs
 from kroberta.training import checkpoint, final_model, signals, trackers
 from kroberta.training.preemption import PreemptionFlag
@@ -118,6 +121,7 @@ def _set_up(config: Config, force: bool, accept_changes: bool) -> _Run:
     """Joins the job, resolves the data, checks and writes the run directory, builds the
     model; says what it built."""
     _check_paths(config)  # before JAX and TensorFlow start: a wrong path at once
+    # start-up: JAX, the model and the data load once the paths were checked
     import jax
 
     from kroberta.model.mlm import build_compiled_model
@@ -157,10 +161,6 @@ def _check_paths(config: Config):
     """The directory to initialise from and the local data the run names are there: a
     prepared directory holds its manifest, files and globs match (`run_data_for` reads
     them later, with TensorFlow; an object store's are left to it, to be listed once)."""
-    from kroberta.data.file_patterns import resolve_files
-    from kroberta.data.manifest import load_prepared
-    from kroberta.interop.checkpoint_config import checkpoint_directory
-
     checkpoint_directory(config)
 
     if config.data.dir:
@@ -174,6 +174,7 @@ def _check_paths(config: Config):
 
 def _describe(run: _Run):
     """The devices, memory, attention, model and batch, and the advice that applies."""
+    # start-up: see the note at the top
     from kroberta.data import pipeline
     from kroberta.model import attention
     from kroberta.model.mlm import count_parameters
@@ -215,11 +216,13 @@ def _restore_or_initialise(run: _Run) -> tuple[int, bool]:
         start_step = int(run.model.optimizer.iterations.numpy())
         logger.info(f"resuming from {saved[-1][1]} (step {start_step})")
     elif config.init_from_hf:
+        # start-up: the Hugging Face reader loads for an init_from_hf run only
         from kroberta.interop.hf import init_from_hf
 
         init_from_hf(run.model, config.init_from_hf)
         logger.info(f"initialised from the Hugging Face checkpoint in {config.init_from_hf}")
     elif config.init_from_keras_hub:
+        # start-up: the keras-hub reader loads for an init_from_keras_hub run only
         from kroberta.interop.keras_hub_presets import init_from_keras_hub
 
         with_head = init_from_keras_hub(run.model, config.init_from_keras_hub)
@@ -264,6 +267,7 @@ def _outcome(run: _Run, summary: dict, ended: str | None) -> Outcome:
 def _finish(run: _Run, summary: dict, ended: str | None):
     """Says how the invocation ended and saves the final model of a run that is over;
     raises KeyboardInterrupt after a Ctrl-C."""
+    # start-up: see the note at the top
     import jax
 
     outcome, step, steps = summary["outcome"], summary["final_step"], run.config.train.steps
@@ -320,6 +324,8 @@ def _log_interrupted(run_dir: str):
 
 
 def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
+    # Start-up: loaded when training starts (see the note at the top).
+    from kroberta.downstream import probe
     from kroberta.training.evaluation import validation_row
     from kroberta.training.run_callbacks import RunLogger
     from kroberta.training.run_data import train_batches, validation_batches
@@ -338,9 +344,12 @@ def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
         def evaluate():
             return validation_row(model.evaluate(eval_ds, verbose=0, return_dict=True))
 
+    # train.downstream's task, read and tokenised once, before anything opens.
+    probe_task = probe.for_run(config, run_data.train.sequence_length)
     run_logger = RunLogger(config, start_step, plan.global_batch,
                            run_data.train.sequence_length, evaluate, stop_step,
-                           preemption=preemption, write_files=run.main_process, plan=plan)
+                           preemption=preemption, write_files=run.main_process, plan=plan,
+                           probe=probe_task)
     run_logger.set_model(model)  # fit sets it too; the evaluation at the start needs it first
     callbacks = [run_logger]
     profile = _profile_window(config, start_step, run.main_process)
@@ -388,6 +397,7 @@ def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
 
 def _profile_window(config, start_step: int, main_process: bool):
     """The `train.profile` callback (process 0 only), its window on dispatch boundaries."""
+    # start-up: Keras' profiler callback loads for a profiled run only
     from kroberta.training import profiling
 
     window = parse_window(config.train.profile)
@@ -404,6 +414,7 @@ def _profile_window(config, start_step: int, main_process: bool):
 
 def _named_data_error(error, run: _Run, start_step: int, step: int):
     """The error to raise for a failure mid-fit: bad data named by file and record."""
+    # start-up: TensorFlow's pipeline loads only to name a bad record
     from kroberta.data import pipeline
 
     config, train_spec, val_spec = run.config, run.run_data.train, run.run_data.validation

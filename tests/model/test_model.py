@@ -10,6 +10,7 @@ from kroberta.training import final_model
 from kroberta.config import Config, ModelConfig, to_toml
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
 from kroberta.model.mlm import build_compiled_model, build_model
+from kroberta.plan import for_local_devices
 
 TINY = ModelConfig(vocabulary_size=200, num_layers=2, num_heads=2, hidden_dim=16,
                    intermediate_dim=32, max_sequence_length=16, dropout=0.0)
@@ -105,7 +106,7 @@ def test_get_config_round_trip():
 
 def test_save_and_load_give_identical_predictions(tmp_path):
     config = Config(model=TINY, run_dir=str(tmp_path))
-    model = build_compiled_model(config)
+    model = build_compiled_model(for_local_devices(config))
     (tmp_path / "config.toml").write_text(to_toml(config))
     final_model.save(model, str(tmp_path))
     loaded = final_model.load(str(tmp_path))
@@ -183,7 +184,7 @@ def test_mixed_precision_keeps_float32_weights_and_bf16_compute():
 
 
 def test_weight_decay_spares_biases_and_layer_norms():
-    model = build_compiled_model(Config(model=TINY))
+    model = build_compiled_model(for_local_devices(Config(model=TINY)))
     optimizer = model.optimizer
     decayed = {v.path for v in model.trainable_variables if optimizer._use_weight_decay(v)}
     assert any("kernel" in p for p in decayed)

@@ -17,6 +17,7 @@ from kroberta.errors import InputError
 from kroberta.config import Config
 from kroberta.model.masked_lm import MaskedLM
 from kroberta.model.mlm import build_compiled_model
+from kroberta.plan import for_local_devices
 from kroberta.training import final_model
 from tests.interop.test_hf_no_torch import TINY, randomized_model
 
@@ -49,7 +50,7 @@ def entry_points(tmp_path_factory):
     final_model.save(source, str(run))
     kroberta.export_hf(source, str(root / "hf"))
     kroberta.export_keras_hub(source, str(root / "keras_hub"))
-    trained = build_compiled_model(config)
+    trained = build_compiled_model(for_local_devices(config))
     trained.set_weights(source.get_weights())
     keras_file = str(root / "model.keras")
     loaded = kroberta.load(str(run))
@@ -108,7 +109,7 @@ def test_a_checkpoint_loads_without_compiling(tmp_path, monkeypatch):
     from kroberta.training import checkpoint
 
     config = dataclasses.replace(Config(model=TINY), run_dir=str(tmp_path))
-    trained = build_compiled_model(config)
+    trained = build_compiled_model(for_local_devices(config))
     trained.set_weights(randomized_model(seed=5).get_weights())
     (tmp_path / "config.toml").write_text(kroberta.config.to_toml(config))
     writer = checkpoint.Writer(str(tmp_path), keep=1, asynchronous=False)

@@ -270,11 +270,12 @@ def test_one_process_checkpoint_resumes_in_two(tiny_data, tmp_path, single_run):
 @pytest.mark.parametrize("strategy", ["fsdp", "model"])
 def test_sharded_layouts_split_the_weights(tiny_data, tmp_path, strategy):
     from kroberta.model.mlm import build_compiled_model
+    from kroberta.plan import for_local_devices
 
     config = _config(tiny_data, tmp_path, strategy=strategy, model_parallel=2)
     topology = distribute.setup(config)
     assert topology.mesh_shape == {"batch": 2, "model": 2}
-    model = build_compiled_model(config)
+    model = build_compiled_model(for_local_devices(config))
     by_path = {v.path: v.value for v in model.variables}
     table = by_path["embeddings/token_embedding/embeddings"]  # (512, 32)
     assert table.sharding.shard_shape(table.shape) == (512, 16)

@@ -13,10 +13,11 @@ from tests.conftest import REPO
 _FIT = """
 import numpy as np
 from kroberta.model.mlm import build_compiled_model
+from kroberta.plan import for_local_devices
 config = kroberta.load_config("tiny", {"model.num_layers": 1, "model.hidden_dim": 16,
                                        "model.intermediate_dim": 32, "model.vocabulary_size": 64,
                                        "model.max_sequence_length": 8})
-model = build_compiled_model(config)
+model = build_compiled_model(for_local_devices(config))
 rng = np.random.default_rng(0)
 x = {"token_ids": rng.integers(5, 64, (8, 8)).astype("int32"),
      "padding_mask": np.ones((8, 8), "int32"),

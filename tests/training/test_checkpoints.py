@@ -60,9 +60,10 @@ def test_async_and_sync_checkpoints_are_bitwise_equal_and_resume_alike(tiny_data
 @pytest.fixture
 def model(tiny_data, tmp_path):
     from kroberta.model.mlm import build_compiled_model
+    from kroberta.plan import for_local_devices
 
     keras.distribution.set_distribution(None)
-    return build_compiled_model(tiny_config(tiny_data, tmp_path))
+    return build_compiled_model(for_local_devices(tiny_config(tiny_data, tmp_path)))
 
 
 @pytest.fixture

@@ -118,13 +118,14 @@ def test_the_setting_reads_as_a_word_or_a_table(tmp_path):
 
 
 def _logger(model, run_dir, train_file, validation_file):
+    from kroberta.downstream import probe
     from kroberta.training.run_callbacks import RunLogger
 
     config = model.kroberta_config
     config = dataclasses.replace(config, run_dir=str(run_dir), train=dataclasses.replace(
         config.train, trackers=(), downstream={"data": train_file, "validation": validation_file}))
     logger = RunLogger(config, 0, 16, 32, lambda: {"loss": 1.0}, stop_step=10,
-                       save_checkpoints=False)
+                       save_checkpoints=False, probe=probe.for_run(config, 32))
     logger.set_model(model)
     return logger
 
