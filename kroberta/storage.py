@@ -23,7 +23,7 @@ import shutil
 import tempfile
 
 from kroberta.atomic import atomic_path, atomic_write
-from kroberta.errors import NotFoundError, StorageError
+from kroberta.errors import ArgumentKindError, InputError, KrobertaError, NotFoundError, StorageError
 
 # The extra that installs each protocol's fsspec implementation, for the error that names it.
 EXTRAS = {"gs": ("gcs", "gcsfs"), "gcs": ("gcs", "gcsfs")}
@@ -332,8 +332,6 @@ def directory_argument(path, function: str, what: str = "directory") -> str:
     """A public function's directory argument as a str: anything but a path (a model
     included), or a file's path, refused with what to give instead. `what`: the kind of
     directory the messages name ("run directory")."""
-    from kroberta.errors import ArgumentKindError
-
     if not isinstance(path, (str, os.PathLike)):
         raise ArgumentKindError(f"{function}: expected a {what}'s path, got "
                                 f"{type(path).__name__}" + (" (a model already: use it as it is)"
@@ -350,8 +348,6 @@ def reading(path, what: str = "file"):
     """A library's error reading the `what` at `path` becomes one InputError naming it:
     h5py's OSError on a truncated .h5, Orbax's ValueError on a damaged checkpoint, Keras'
     ValueError on weights of another shape. kroberta's own errors pass as they are."""
-    from kroberta.errors import InputError, KrobertaError
-
     try:
         yield
     except KrobertaError:

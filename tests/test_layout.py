@@ -145,7 +145,6 @@ WAITING = {
                                "functions without their why",
     "interop/hf.py": "imports inside functions without their why",
     "run_layout.py": "an import inside a function without its why",
-    "storage.py": "imports inside functions without their why",
     "training/final_model.py": "imports inside functions without their why",
 }
 
