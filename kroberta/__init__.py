@@ -34,7 +34,7 @@ __version__ = "0.1.0"
 # need the config or the data pipeline: name -> the module that defines it.
 _API = {
     "MaskedLM": "kroberta.model.masked_lm",
-    "load": "kroberta.training.final_model",
+    "load": "kroberta.downstream.loading",
     "save": "kroberta.training.final_model",
     "predict": "kroberta.inference.prediction",
     "predict_batches": "kroberta.inference.prediction",
@@ -42,15 +42,12 @@ _API = {
     "evaluate": "kroberta.training.evaluation",
     "dataset": "kroberta.training.run_data",
     "export_hf": "kroberta.interop.hf",
-    "from_hf": "kroberta.interop.hf",
     "export_keras_hub": "kroberta.interop.keras_hub_presets",
-    "from_keras_hub": "kroberta.interop.keras_hub_presets",
     "load_config": "kroberta.config",
     "prepare": "kroberta.text.build",
     "train": "kroberta.training.train",
     "report": "kroberta.training.report",
     "finetune": "kroberta.downstream.finetuning",
-    "load_classifier": "kroberta.downstream.prediction",
 }
 def __getattr__(name):
     if name not in _API:

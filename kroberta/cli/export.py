@@ -8,7 +8,7 @@ and, when the run has a tokenizer, `AutoTokenizer.from_pretrained("hf_model/")`;
 second with `keras_hub.models.RobertaMaskedLM.from_preset("preset/")` (and
 `RobertaBackbone` / `RobertaTokenizer.from_preset`). A fine-tuned classifier's folder
 (`python -m kroberta.finetune --out`) as --run becomes a `RobertaForSequenceClassification`
-directory or a `RobertaTextClassifier` preset (`kroberta.load_classifier` reads either back).
+directory or a `RobertaTextClassifier` preset (`kroberta.load` reads either back).
 Errors are one line on stderr and exit status 2.
 """
 

@@ -21,6 +21,7 @@ from kroberta.errors import InputError
 from kroberta import cli
 from kroberta.downstream import rate_grid
 from kroberta.downstream.arguments import check_finetune_arguments
+from kroberta.run_layout import CLASSIFIER, model_source
 
 RANDOM_START_DIR = "random-start"  # --out's folder for the random start's classifier
 
@@ -155,9 +156,13 @@ def _run_tasks(args) -> int:
 def _predict(args) -> int:
     import numpy as np
 
+    if model_source(args.classifier, "--classifier")[1] != CLASSIFIER:
+        raise InputError(f"--classifier: {args.classifier} holds a masked LM, not a fine-tuned "
+                         f"classifier; fine-tune it with --run {args.classifier}")
     from kroberta.downstream import examples, metrics, prediction
+    from kroberta.downstream.loading import load  # start-up time: after the checks
 
-    classifier = prediction.load_classifier(args.classifier)
+    classifier = load(args.classifier)
     spec = classifier.task_spec
     if args.text_field:  # the file's own names for the fields the classifier was trained on
         if len(args.text_field) != len(spec.text_fields):

@@ -20,8 +20,10 @@ import numpy as np
 import tensorflow as tf
 
 from kroberta.data import pipeline
+from kroberta.downstream.prediction import predict_texts
 from kroberta.inference.inputs import as_examples, batched
-from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS, program
+from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS
+from kroberta.model import predict_program as program
 from kroberta.errors import InputError
 from kroberta.model.masked_lm import check_model
 from kroberta.perf import dispatch_size
@@ -185,13 +187,14 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
             max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES, batches_per_dispatch=None):
     """Predicts with a kroberta model, reduced on the devices.
 
-    A fine-tuned classifier (`kroberta.finetune`'s, `kroberta.load_classifier`'s) takes
-    texts instead: `predict(classifier, ["a text", ...])` (a pair task: two lists) returns
-    {"probabilities": (N, K) float32, "labels": N class names}, or for regression
-    {"values": (N,) float32}; of the other arguments it reads only `batch_size` (default 32).
+    A fine-tuned classifier (`kroberta.finetune`'s, `kroberta.load`'s) takes texts
+    instead, through the same compiled program: `predict(classifier, ["a text", ...])` (a
+    pair task: two lists) returns {"probabilities": (N, K) float32, "labels": N class
+    names}, or for regression {"values": (N,) float32}; of the other arguments it reads
+    only `batch_size` (default 32).
 
     Args:
-        model: a model from `kroberta.load(run_dir)` (or `kroberta.from_hf`).
+        model: a masked LM or a fine-tuned classifier (`kroberta.load(path)`).
         inputs: a TFRecord path (str or `pathlib.Path`), glob or list of them; a
             `tf.data.Dataset` of dicts (batched or not); a dict of numpy arrays
             `input_ids` (N, L), `attention_mask` (N, L) and optionally `labels`
@@ -217,11 +220,7 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
         float32 [N, hidden]. Except for embeddings, also positions int32 [N, M]
         and valid bool [N, M] (which slots hold a real position).
     """
-    import keras_hub
-
-    if isinstance(model, keras_hub.models.RobertaTextClassifier):
-        from kroberta.downstream.prediction import predict_texts
-
+    if program.is_classifier(model):
         return predict_texts(model, inputs, batch_size or 32)
     chunks, held = [], 0
     for chunk in predict_batches(model, inputs, output, k, positions, batch_size, slots,

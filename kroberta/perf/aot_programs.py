@@ -12,7 +12,7 @@ The steps are the ones the runtime runs, not re-implementations:
            labels), or of unmasked x with mask keys when the step draws dynamic masks
            (`kroberta.model.masked_lm.finish_batch`), each step's slice sharded by the
            distribution's data layout.
-  predict: `kroberta.inference.program.make_predict_step`, the function `kroberta.predict` jits
+  predict: `kroberta.model.predict_program.make_predict_step`, the function `kroberta.predict` jits
            (G batches per dispatch).
 
 XLA's cost analysis counts a loop's body once, whatever its trip count (checked on
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kroberta.config import Config
-from kroberta.inference.program import make_predict_step
+from kroberta.model.predict_program import make_predict_step
 from kroberta.model.super_batch import scan_steps, super_batch_sharding
 from kroberta.parallel import distribute
 from kroberta.plan import make_plan
