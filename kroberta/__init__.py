@@ -5,6 +5,7 @@ Keras that tensorflow/keras/keras_hub imported first but nothing used yet; see
 `kroberta.runtime.backend`) and confines TensorFlow to the CPU before it can touch an accelerator.
 """
 
+import importlib
 import sys
 
 from kroberta.errors import BackendError
@@ -52,8 +53,6 @@ _API = {
 def __getattr__(name):
     if name not in _API:
         raise AttributeError(f"module 'kroberta' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(_API[name]), name)
 
 

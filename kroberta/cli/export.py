@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
 
     def body():
-        from kroberta.downstream.exports import export_run
+        from kroberta.downstream.exports import export_run  # start-up time: --help at once
 
         out = export_run(args.run, args.out, args.overwrite, args.format)
         print(f"exported {args.run} -> {out}")

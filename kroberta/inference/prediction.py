@@ -23,19 +23,18 @@ from kroberta.data import pipeline
 from kroberta.downstream.prediction import predict_texts
 from kroberta.inference.inputs import as_examples, batched
 from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS
-from kroberta.model import predict_program as program
+from kroberta.model import predict_program
 from kroberta.errors import InputError
 from kroberta.model.masked_lm import check_model
 from kroberta.perf import dispatch_size
 from kroberta.perf.hardware import size_text
+from kroberta.plan import make_plan
 
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 
 
 def prediction_plan(config, length: int, devices=None):
     """The plan of prediction: every device of this job (None) in one batch axis."""
-    from kroberta.plan import make_plan
-
     return make_plan(config, devices or jax.devices(), length, strategy="data")
 
 
@@ -71,9 +70,9 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     # the devices (one numpy pass per group, not per batch; a short last group is
     # filled with padding rows, so the same program serves it).
     groups = batched(source, config, positions, global_batch * group)
-    jitted, replicated, by_batch = program.compiled_step(model, output, k, mesh, plan_slots,
+    jitted, replicated, by_batch = predict_program.compiled_step(model, output, k, mesh, plan_slots,
                                                          group, positions)
-    weights = program.weights_snapshot(model, replicated)
+    weights = predict_program.weights_snapshot(model, replicated)
 
     dropped = predicted = examples = 0
     in_flight = None
@@ -220,7 +219,7 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
         float32 [N, hidden]. Except for embeddings, also positions int32 [N, M]
         and valid bool [N, M] (which slots hold a real position).
     """
-    if program.is_classifier(model):
+    if predict_program.is_classifier(model):
         return predict_texts(model, inputs, batch_size or 32)
     chunks, held = [], 0
     for chunk in predict_batches(model, inputs, output, k, positions, batch_size, slots,

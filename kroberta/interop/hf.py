@@ -14,6 +14,7 @@ import json
 import os
 
 import keras
+from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from kroberta.config import FOLLOW_DROPOUT, Config, ModelConfig
@@ -261,8 +262,6 @@ def model_config_from_hf(hf: dict, source: str):
 
 
 def _load_safetensors(path: str) -> dict:
-    from safetensors import SafetensorError
-
     try:
         return load_file(path)
     except SafetensorError as e:  # a truncated or damaged file
@@ -271,7 +270,7 @@ def _load_safetensors(path: str) -> dict:
     except (TypeError, ValueError) as e:
         # numpy has no bfloat16: read such files through torch when it is there.
         try:
-            from safetensors.torch import load_file as torch_load_file
+            from safetensors.torch import load_file as torch_load_file  # torch: an optional extra
         except ImportError:
             raise ConversionError(f"{path}: cannot read with numpy ({e}); installing torch "
                                   f"lets kroberta read it") from None
@@ -294,7 +293,7 @@ def read_hf_tensors(directory: str) -> tuple[dict, str]:
     path = os.path.join(directory, TORCH_FILE)
     if os.path.isfile(path):
         try:
-            import torch
+            import torch  # an optional extra
         except ImportError:
             raise ConversionError(f"{path}: reading a PyTorch checkpoint needs torch "
                                   f"(pip install torch), or convert it to {SAFETENSORS_FILE}") from None

@@ -11,7 +11,13 @@ import dataclasses
 import logging
 import os
 
-from kroberta.training import checkpoint
+import jax
+
+from kroberta.interop.hf_weights import SHAPE_KEYS
+from kroberta.model.masked_lm import check_model
+from kroberta.model.mlm import build_model, stock_copy
+from kroberta.parallel.distribute import global_distribution
+from kroberta.training import checkpoint, signals
 # `load_run`'s argument is named checkpoint: the module's names it uses, by name.
 from kroberta.training.checkpoint import list_checkpoints
 from kroberta.config import to_toml
@@ -36,13 +42,6 @@ def save(model, run_dir: str):
         InputError: `run_dir` holds a run of another shape (its config.toml would no
             longer describe the weights, and it would not load).
     """
-    import jax
-
-    from kroberta.interop.hf_weights import SHAPE_KEYS
-    from kroberta.model.masked_lm import check_model
-    from kroberta.model.mlm import stock_copy
-    from kroberta.parallel.distribute import global_distribution
-
     check_model(model, "kroberta.save", run_dir, "kroberta.save(model, run_dir)")
     if not isinstance(run_dir, (str, os.PathLike)):
         raise ArgumentKindError(f"kroberta.save: run_dir: expected a directory's path, got "
@@ -98,8 +97,6 @@ def load_run(path: str, mixed_precision: bool | None = None, checkpoint: str | i
 def _model(path: str, mixed_precision: bool | None, checkpoint_path: str | None = None,
            step: int | None = None):
     """The run's model (`load`'s return value) with the final weights, or a checkpoint's."""
-    from kroberta.model.mlm import build_model
-
     config = load_run_config(path)
     if mixed_precision is None:
         mixed_precision = config.train.mixed_precision
@@ -116,8 +113,6 @@ def _model(path: str, mixed_precision: bool | None, checkpoint_path: str | None 
 
 def _chosen_checkpoint(path: str, which: str | int) -> tuple[str, int]:
     """`load(path, checkpoint=which)`'s checkpoint: (its path, its step)."""
-    from kroberta.training import signals
-
     saved = list_checkpoints(path)
     if which == "best":
         best = signals.best_checkpoint(path)

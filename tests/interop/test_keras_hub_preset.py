@@ -130,7 +130,8 @@ def test_not_a_roberta_preset_is_named(exported, tmp_path):
                                                   r"presets, got 'keras_hub>BertBackbone'"):
         kroberta.load(str(tmp_path))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match=r"empty/config.json: missing \(not a keras-hub preset directory\)"):
+    with pytest.raises(FileNotFoundError, match=r"empty: not a finished kroberta run \(config.toml is missing\), "
+                                                 r"and no config.json of a Hugging Face model or keras-hub preset"):
         kroberta.load(str(tmp_path / "empty"))
 
 
