@@ -69,7 +69,7 @@ def read_json(path: str, default=None):
         return default
 
 
-def model_source(path, key: str = "kroberta.load", masked_lm: bool = False) -> tuple[str, str]:
+def model_source(path, key: str = "kroberta.load", head: str | None = None) -> tuple[str, str]:
     """(source, head) of the model in directory `path`: source `RUN` (config.toml: a
     training run, `kroberta.save`'s or a fine-tuned classifier's folder), `KERAS_HUB`
     (metadata.json, or a config.json naming its class) or `HF` (a config.json with a
@@ -78,27 +78,28 @@ def model_source(path, key: str = "kroberta.load", masked_lm: bool = False) -> t
     Args:
         path: the directory given.
         key: what named it (`--model`, `kroberta.load`), to start an error message.
-        masked_lm: refuse a classifier (the caller needs a masked LM).
+        head: the head the caller needs (`MASKED_LM`, `CLASSIFIER`); None: either.
 
     Raises:
         ArgumentKindError: `path` is no path.
         NotFoundError: no such directory, or it holds none of the three (the message says
             what it is instead: a file, prepared data, a checkpoint of a run).
-        InputError: a classifier where `masked_lm`.
+        InputError: it holds the other head than `head`.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ArgumentKindError(f"{key}: expected a directory's path, got {type(path).__name__}"
                                 + (" (a model already: use it as it is)"
                                    if hasattr(path, "predict") else ""))
     path = os.fspath(path)
-    found = _source(path, key)
-    if masked_lm and found[1] == CLASSIFIER:
-        raise InputError(f"{key}: {path} holds a fine-tuned classifier, not a masked LM; "
-                         f"give {MODEL_KINDS} of a masked LM")
+    found = _source(path, key, CLASSIFIER if head == CLASSIFIER else "finished kroberta run")
+    if head and found[1] != head:
+        raise InputError(f"{key}: {path} holds a {found[1]}, not a {head}" + (
+            f"; give {MODEL_KINDS} of a masked LM" if head == MASKED_LM
+            else f"; fine-tune it with --run {path}"))
     return found
 
 
-def _source(path: str, key: str) -> tuple[str, str]:
+def _source(path: str, key: str, wanted: str) -> tuple[str, str]:
     if storage.isfile(path):
         raise NotFoundError(f"{key}: {path}: a file, not a directory; give the directory that "
                             f"holds it ({os.path.dirname(path) or '.'})")
@@ -125,6 +126,6 @@ def _source(path: str, key: str) -> tuple[str, str]:
     if "model_type" in described:
         return HF, CLASSIFIER if HF_CLASSIFIER in (described.get("architectures") or ()) \
             else MASKED_LM
-    raise NotFoundError(f"{key}: {path}: not a finished kroberta run ({CONFIG_FILE} is "
+    raise NotFoundError(f"{key}: {path}: not a {wanted} ({CONFIG_FILE} is "
                         "missing), and no config.json of a Hugging Face model or keras-hub "
                         f"preset; give {MODEL_KINDS}")

@@ -15,7 +15,7 @@ import json
 from kroberta import cli, storage
 from kroberta.data.file_patterns import resolve_files
 from kroberta.data.manifest import load_manifest
-from kroberta.run_layout import MODEL_KINDS, model_source
+from kroberta.run_layout import MASKED_LM, MODEL_KINDS, model_source
 
 # JAX, Keras and TensorFlow are imported when the model is loaded, so that `--help` and
 # argument errors answer at once.
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
 
     def body():
         # The paths, checked before JAX, Keras and TensorFlow are imported: a mistake at once.
-        model_source(args.model, "--model", masked_lm=True)
+        model_source(args.model, "--model", head=MASKED_LM)
         _check_data(args.data)
         from kroberta.training.evaluation import evaluate
         from kroberta.downstream.loading import load  # start-up time: after the checks

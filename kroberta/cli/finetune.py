@@ -156,9 +156,7 @@ def _run_tasks(args) -> int:
 def _predict(args) -> int:
     import numpy as np
 
-    if model_source(args.classifier, "--classifier")[1] != CLASSIFIER:
-        raise InputError(f"--classifier: {args.classifier} holds a masked LM, not a fine-tuned "
-                         f"classifier; fine-tune it with --run {args.classifier}")
+    model_source(args.classifier, "--classifier", head=CLASSIFIER)
     from kroberta.downstream import examples, metrics, prediction
     from kroberta.downstream.loading import load  # start-up time: after the checks
 

@@ -10,7 +10,7 @@ from kroberta import storage
 from kroberta.downstream import glue, rate_grid
 from kroberta.errors import InputError, NotFoundError
 from kroberta.downstream.trials import TRIALS_FILE
-from kroberta.run_layout import CLASSIFIER_FILE, CONFIG_FILE, model_source
+from kroberta.run_layout import CLASSIFIER_FILE, CONFIG_FILE, MASKED_LM, model_source
 from kroberta.text import recordfiles
 
 
@@ -36,7 +36,7 @@ def check_finetune_arguments(args):
                          "least 1 epoch")
     if args.seeds < 1:
         raise InputError(f"--seeds {args.seeds}: expected at least one seed")
-    model_source(args.run, "--run", masked_lm=True)
+    model_source(args.run, "--run", head=MASKED_LM)
     if args.suite:
         glue.tasks_present(args.data)
     elif args.task is not None and args.task.lower().startswith("glue/"):

@@ -22,7 +22,7 @@ from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, TaskSpec,
 from kroberta.downstream.trials import TrialLog, fingerprint
 from kroberta.downstream.loading import load
 from kroberta.model.masked_lm import check_model
-from kroberta.run_layout import model_source
+from kroberta.run_layout import MASKED_LM, model_source
 
 STDLIB = "stdlib"
 
@@ -150,7 +150,7 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     baseline_rates = (rate_grid.check(baseline_learning_rates, "baseline_learning_rates")
                       if baseline_learning_rates is not None else rates)
     if isinstance(model, (str, os.PathLike)):  # a run directory, a Hugging Face export, a preset
-        model_source(model, "kroberta.finetune", masked_lm=True)
+        model_source(model, "kroberta.finetune", head=MASKED_LM)
         model = load(model)
     else:
         check_model(model, "kroberta.finetune")

@@ -38,7 +38,7 @@ from kroberta import storage
 from kroberta.model.layer_norm import epsilon_of
 from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE, stock_copy
 from kroberta.parallel.distribute import global_distribution
-from kroberta.run_layout import model_source
+from kroberta.run_layout import MASKED_LM, model_source
 from kroberta.text.tokenizer import KERAS_HUB_MERGES_FILE, KERAS_HUB_VOCABULARY_FILE, byte_level_bpe
 
 KROBERTA_CONFIG_FILE = "kroberta_config.toml"
@@ -191,10 +191,10 @@ def load_weights_into(model, directory: str):
 
 def preset_config(directory: str, masked_lm: bool = False):
     """kroberta's `Config` of a local preset: the exported run's (else a default one) with
-    the preset's model section; `masked_lm`: refuse a `RobertaTextClassifier` preset (a
-    model to start training from)."""
+    the preset's model section; `masked_lm`: refuse a `RobertaTextClassifier` preset (training
+    starts from a masked LM)."""
     if masked_lm:
-        model_source(directory, directory, masked_lm=True)
+        model_source(directory, "init_from_keras_hub", head=MASKED_LM)
     model_config = preset_model_config(directory)
     saved = os.path.join(directory, KROBERTA_CONFIG_FILE)
     if not os.path.isfile(saved):
@@ -216,7 +216,7 @@ def init_from_keras_hub(model, directory: str) -> bool:
     `ConversionError` naming the first shape key that differs.
     """
     with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
-        model_source(local, "init_from_keras_hub", masked_lm=True)
+        model_source(local, "init_from_keras_hub", head=MASKED_LM)
         theirs = preset_model_config(local)
         for key in hf_weights.SHAPE_KEYS:
             if getattr(theirs, key) != getattr(model.backbone, key):

@@ -1,7 +1,8 @@
 """`kroberta.MaskedLM`: the one model class, what every entry point returns.
 
-`kroberta.load` (of a run, a Hugging Face directory or a keras-hub preset), the model `train` builds and the one it
-leaves behind are all this class, built once by `kroberta.model.mlm.build_model`. It is
+`kroberta.load` of a masked LM (a run, a Hugging Face directory, a keras-hub preset), the
+model `train` builds and the one it leaves behind are all this class, built once by
+`kroberta.model.mlm.build_model`. It is
 keras-hub's `RobertaMaskedLM` (the same layers, weights and config: saved files are stock
 keras-hub) with:
 

@@ -7,7 +7,8 @@ example's place in the files, or by the files' labels), and the numbers come fro
 training model's own `evaluate` (its loss, metrics and evaluation masker), built with the
 model's config over the same devices. So on a run's model, at the step of one of its
 validation rows and on the same files, it gives that row; on a checkpoint about to be
-trained further (`kroberta.load` of a Hugging Face directory or keras-hub preset) it gives the baseline to beat.
+trained further (`kroberta.load` of a Hugging Face directory or keras-hub preset) it gives
+the baseline to beat.
 """
 
 import dataclasses

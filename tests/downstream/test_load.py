@@ -65,7 +65,9 @@ def test_load_gives_each_head_from_each_source(written, source, head):
     assert len(loaded.weights) == len(original.weights)
     for theirs, ours in zip(original.weights, loaded.weights):
         np.testing.assert_array_equal(np.asarray(ours.value), np.asarray(theirs.value), ours.path)
-    assert loaded.tokenizer.to_str() == original.tokenizer.to_str()
+    # The same ids (a keras-hub preset's is rebuilt from its vocabulary and merges).
+    assert loaded.tokenizer.get_vocab() == original.tokenizer.get_vocab()
+    assert loaded.tokenizer.encode(TEXTS[0]).ids == original.tokenizer.encode(TEXTS[0]).ids
     ids, mask = _ids()
     x = {"token_ids": ids, "padding_mask": mask}
     if head == MASKED_LM:

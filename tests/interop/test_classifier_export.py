@@ -1,7 +1,8 @@
 """A fine-tuned classifier exported to Hugging Face (`RobertaForSequenceClassification`)
 and keras-hub (`RobertaTextClassifier`) gives the classifier's logits, on the same token
 ids and attention mask (padded rows too), and `kroberta.load` reads both exports back; a
-classifier given where a masked LM goes, or the reverse, is one error (needs torch and transformers; skipped without)."""
+classifier given where a masked LM goes, or the reverse, is one error (needs torch and
+transformers; skipped without)."""
 
 import os
 
@@ -23,7 +24,7 @@ from kroberta.downstream.examples import REGRESSION, TaskSpec  # noqa: E402
 from kroberta.errors import InputError  # noqa: E402
 from kroberta.interop import hf, keras_hub_presets  # noqa: E402
 from kroberta.downstream.exports import export_run  # noqa: E402
-from kroberta.run_layout import model_source  # noqa: E402
+from kroberta.run_layout import MASKED_LM, model_source  # noqa: E402
 from tests.interop.test_hf import TINY, TOLERANCE, hf_logits, padded_batch  # noqa: E402
 
 LABELS = ("negative", "neutral", "positive")
@@ -161,7 +162,7 @@ def test_a_classifier_where_a_masked_lm_goes_is_one_error(exported):
     for where in ("saved", "hf", "keras-hub"):
         with pytest.raises(InputError, match=r"^--model: .* holds a fine-tuned classifier, not a "
                                              r"masked LM"):
-            model_source(exported[where], "--model", masked_lm=True)
+            model_source(exported[where], "--model", head=MASKED_LM)
         with pytest.raises(InputError, match=r"checkpoint: .*: only a run's masked LM has "
                                              r"checkpoints"):
             kroberta.load(exported[where], checkpoint="last")

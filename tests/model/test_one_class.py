@@ -1,7 +1,7 @@
 """Every entry point gives one model class, with one behaviour.
 
-`kroberta.load` of a run, a Hugging Face directory and a keras-hub preset, the model training builds and a
-`keras.saving` round trip are all `kroberta.MaskedLM`; Keras `fit`, `evaluate` and
+`kroberta.load` of a run, a Hugging Face directory and a keras-hub preset, the model
+training builds and a `keras.saving` round trip are all `kroberta.MaskedLM`; Keras `fit`, `evaluate` and
 `predict` take kroberta's / keras-hub's names, Hugging Face's names and a bare array on
 each of them, and evaluate the same loss on the same batch.
 """

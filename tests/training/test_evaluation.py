@@ -84,4 +84,4 @@ def test_data_from_another_tokenizer_and_bad_arguments_are_refused(trained, tmp_
     with pytest.raises(InputError, match="multiple of the 4 devices"):
         kroberta.evaluate(model, str(other), batch_size=6)
     assert kroberta.cli.evaluate.main(["--model", str(tmp_path), "--data", str(other)]) == 2
-    assert "neither config.toml" in capsys.readouterr().err
+    assert "config.toml is missing), and no config.json" in capsys.readouterr().err
