@@ -11,12 +11,6 @@ import dataclasses
 import logging
 import os
 
-import jax
-
-from kroberta.interop.hf_weights import SHAPE_KEYS
-from kroberta.model.masked_lm import check_model
-from kroberta.model.mlm import build_model, stock_copy
-from kroberta.parallel.distribute import global_distribution
 from kroberta.training import checkpoint, signals
 # `load_run`'s argument is named checkpoint: the module's names it uses, by name.
 from kroberta.training.checkpoint import list_checkpoints
@@ -42,6 +36,15 @@ def save(model, run_dir: str):
         InputError: `run_dir` holds a run of another shape (its config.toml would no
             longer describe the weights, and it would not load).
     """
+    # Start-up time: `python -m kroberta.train --help` imports this module, and answers
+    # before JAX, Keras and TensorFlow load.
+    import jax  # start-up time (above)
+
+    from kroberta.interop.hf_weights import SHAPE_KEYS  # start-up time (above)
+    from kroberta.model.masked_lm import check_model  # start-up time (above)
+    from kroberta.model.mlm import stock_copy  # start-up time (above)
+    from kroberta.parallel.distribute import global_distribution  # start-up time (above)
+
     check_model(model, "kroberta.save", run_dir, "kroberta.save(model, run_dir)")
     if not isinstance(run_dir, (str, os.PathLike)):
         raise ArgumentKindError(f"kroberta.save: run_dir: expected a directory's path, got "
@@ -97,6 +100,8 @@ def load_run(path: str, mixed_precision: bool | None = None, checkpoint: str | i
 def _model(path: str, mixed_precision: bool | None, checkpoint_path: str | None = None,
            step: int | None = None):
     """The run's model (`load`'s return value) with the final weights, or a checkpoint's."""
+    from kroberta.model.mlm import build_model  # start-up time: see `save`
+
     config = load_run_config(path)
     if mixed_precision is None:
         mixed_precision = config.train.mixed_precision
