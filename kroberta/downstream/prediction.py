@@ -1,7 +1,7 @@
 """A fine-tuned classifier's predictions, and the folder it is saved in.
 
 `predict_texts` (what `kroberta.predict` calls for a classifier) encodes texts and
-bucketes them as in training; `outputs` runs the compiled, sharded predict program both
+buckets them as in training; `outputs` runs the compiled, sharded predict program both
 heads share (`kroberta.model.predict_program`) over such batches. `save_classifier`
 writes what `kroberta.load` reads back into a run-dir-like folder: the pretrained model's
 config.toml and tokenizer.json, the classifier's weights, and classifier.json (the task,

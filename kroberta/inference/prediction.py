@@ -70,8 +70,8 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     # the devices (one numpy pass per group, not per batch; a short last group is
     # filled with padding rows, so the same program serves it).
     groups = batched(source, config, positions, global_batch * group)
-    jitted, replicated, by_batch = predict_program.compiled_step(model, output, k, mesh, plan_slots,
-                                                         group, positions)
+    jitted, replicated, by_batch = predict_program.compiled_step(model, output, k, mesh,
+                                                                 plan_slots, group, positions)
     weights = predict_program.weights_snapshot(model, replicated)
 
     dropped = predicted = examples = 0
