@@ -3,10 +3,13 @@ and a keras-hub preset, each holding a masked LM or a fine-tuned classifier, giv
 class that was written with its weights and outputs; `kroberta.predict` runs both heads
 through the one compiled program, whose classifier logits are Keras' own predict's."""
 
+import uuid
+
 import numpy as np
 import pytest
 
 import kroberta
+from kroberta import storage
 from kroberta.downstream import classifiers, encoding, prediction
 from kroberta.downstream.examples import TaskSpec
 from kroberta.model import predict_program
@@ -78,6 +81,20 @@ def test_load_gives_each_head_from_each_source(written, source, head):
         assert loaded.task_spec.kind == original.task_spec.kind
     np.testing.assert_array_equal(np.asarray(loaded(x, training=False)),
                                   np.asarray(original(x, training=False)))
+
+
+def test_a_classifier_saves_to_and_loads_from_a_url_from_every_source(written):
+    paths, models = written
+    urls = {RUN: prediction.save_classifier(models[CLASSIFIER], f"memory://kroberta-"
+                                             f"{uuid.uuid4().hex[:8]}/saved")}
+    for source in (HF, KERAS_HUB):
+        urls[source] = f"memory://kroberta-{uuid.uuid4().hex[:8]}/{source}"
+        storage.put_tree(paths[source, CLASSIFIER], urls[source])
+    for source, url in urls.items():
+        loaded = kroberta.load(url)
+        assert (loaded.label_names, loaded.max_length) == (LABELS, LENGTH), source
+        for theirs, ours in zip(models[CLASSIFIER].weights, loaded.weights):
+            np.testing.assert_array_equal(np.asarray(ours.value), np.asarray(theirs.value))
 
 
 def test_predict_runs_both_heads_through_the_one_program(written, monkeypatch):
