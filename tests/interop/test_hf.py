@@ -1,7 +1,7 @@
 """Logit parity with Hugging Face `transformers` (needs torch and transformers; skipped without).
 
 Both directions are checked at every non-padding position of a right-padded batch:
-kroberta -> `RobertaForMaskedLM.from_pretrained` and `save_pretrained` -> `from_hf`.
+kroberta -> `RobertaForMaskedLM.from_pretrained` and `save_pretrained` -> `kroberta.load`.
 """
 
 import dataclasses
@@ -97,7 +97,7 @@ def test_export_matches_transformers_logits(name, tmp_path):
 # "tiny" keeps RobertaConfig()'s default layer_norm_eps (1e-12), as every model built from
 # transformers' defaults has it.
 @pytest.mark.parametrize("name, type_vocab_size, epsilon", [("seed", 1, 1e-5), ("tiny", 2, None)])
-def test_from_hf_matches_transformers_logits(name, type_vocab_size, epsilon, tmp_path):
+def test_load_of_a_transformers_directory_matches_its_logits(name, type_vocab_size, epsilon, tmp_path):
     m = CONFIGS[name]
     torch.manual_seed(0)
     hf_config = transformers.RobertaConfig(

@@ -148,7 +148,7 @@ def test_export_writes_hf_names_shapes_and_config(tiny_export):
 
 
 @pytest.mark.stack
-def test_export_then_from_hf_gives_identical_weights(tiny_export):
+def test_export_then_load_gives_identical_weights(tiny_export):
     model, out = tiny_export
     loaded = kroberta.load(out)
     assert_same_weights(model, loaded)
@@ -163,7 +163,7 @@ def test_init_from_hf_loads_into_an_existing_model(tiny_export):
     assert_same_weights(model, other)
 
 
-def test_from_hf_and_init_from_hf_read_a_url(tiny_export):
+def test_load_and_init_from_hf_read_a_url(tiny_export):
     from kroberta import storage
 
     model, out = tiny_export

@@ -81,7 +81,7 @@ def test_keras_hub_from_preset_gives_equal_logits_and_token_ids(exported, tokeni
         assert np.asarray(theirs(text)).tolist() == tokenizer.encode(text, add_special_tokens=False).ids, text
 
 
-def test_from_keras_hub_round_trip(exported, tokenizer):
+def test_load_of_a_preset_round_trip(exported, tokenizer):
     model, out = exported
     loaded = kroberta.load(out)
     assert_same_weights(model, loaded)
@@ -91,7 +91,7 @@ def test_from_keras_hub_round_trip(exported, tokenizer):
     assert loaded.tokenizer.get_vocab() == tokenizer.get_vocab()
 
 
-def test_from_keras_hub_and_init_from_keras_hub_read_a_url(exported):
+def test_load_and_init_from_keras_hub_read_a_url(exported):
     from kroberta import storage
     from kroberta.interop.keras_hub_presets import init_from_keras_hub
 
