@@ -5,6 +5,7 @@ Keras that tensorflow/keras/keras_hub imported first but nothing used yet; see
 `kroberta.runtime.backend`) and confines TensorFlow to the CPU before it can touch an accelerator.
 """
 
+import importlib
 import sys
 
 from kroberta.errors import BackendError
@@ -34,7 +35,7 @@ __version__ = "0.1.0"
 # need the config or the data pipeline: name -> the module that defines it.
 _API = {
     "MaskedLM": "kroberta.model.masked_lm",
-    "load": "kroberta.training.final_model",
+    "load": "kroberta.downstream.loading",
     "save": "kroberta.training.final_model",
     "predict": "kroberta.inference.prediction",
     "predict_batches": "kroberta.inference.prediction",
@@ -42,21 +43,16 @@ _API = {
     "evaluate": "kroberta.training.evaluation",
     "dataset": "kroberta.training.run_data",
     "export_hf": "kroberta.interop.hf",
-    "from_hf": "kroberta.interop.hf",
     "export_keras_hub": "kroberta.interop.keras_hub_presets",
-    "from_keras_hub": "kroberta.interop.keras_hub_presets",
     "load_config": "kroberta.config",
     "prepare": "kroberta.text.build",
     "train": "kroberta.training.train",
     "report": "kroberta.training.report",
     "finetune": "kroberta.downstream.finetuning",
-    "load_classifier": "kroberta.downstream.prediction",
 }
 def __getattr__(name):
     if name not in _API:
         raise AttributeError(f"module 'kroberta' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(_API[name]), name)
 
 

@@ -243,18 +243,20 @@ def test_a_wrong_path_fails_before_jax_keras_or_tensorflow_are_imported(tmp_path
          f"error: data.dir: {missing} is not a directory; give the --out of python -m "
          "kroberta.prepare"),
         (["predict", "--run", missing, "--data", "x.tfrecord", "--out", str(tmp_path / "p.npz")],
-         f"error: {missing}: not a kroberta run directory (no such directory)"),
+         f"error: --run: {missing}: no such directory; give a training run, a Hugging Face "
+         "RoBERTa directory or a keras-hub preset directory"),
         (["predict", "--run", str(run), "--data", f"{missing}/*.tfrecord", "--out",
           str(tmp_path / "p.npz")], f"error: --data: no file matches '{missing}/*.tfrecord'"),
         (["evaluate", "--model", missing, "--data", "x"],
-         f"error: --model: '{missing}': no such directory; give a training run, a Hugging Face "
+         f"error: --model: {missing}: no such directory; give a training run, a Hugging Face "
          "RoBERTa directory or a keras-hub preset directory"),
         (["evaluate", "--model", str(run), "--data", missing],
          f"error: --data: no file matches '{missing}'"),
         (["export", "--run", missing, "--out", str(tmp_path / "e")],
-         f"error: {missing}: not a kroberta run directory (no such directory)"),
+         f"error: --run: {missing}: no such directory; give a training run, a Hugging Face "
+         "RoBERTa directory or a keras-hub preset directory"),
         (["finetune", "--run", missing, "--data", "t.tsv", "--validation", "d.tsv"],
-         f"error: --run: '{missing}': no such directory; give a training run, a Hugging Face "
+         f"error: --run: {missing}: no such directory; give a training run, a Hugging Face "
          "RoBERTa directory or a keras-hub preset directory"),
         (["finetune", "--run", str(run), "--validation", "d.tsv"],
          "error: validation (--validation) without data (--data, the training file): a "

@@ -118,12 +118,15 @@ LAYERS = [
     # Programs compiled ahead of time under a plan and the advice drawn from them (the
     # rest of perf; `aot` and `train --explain`).
     ("perf",),
-    # Prediction through the compiled program: below downstream, whose probe predicts.
-    ("inference",),
     # A pretraining run's parts: data, callbacks, checkpoints, the run directory.
     ("training",),
-    # Fine-tuning and probes of a pretrained run (they load runs through training).
+    # Fine-tuning of a pretrained run (it loads runs through training).
     ("downstream",),
+    # Prediction through the compiled program, for a masked LM or (through downstream's
+    # texts-to-inputs) a fine-tuned classifier: `kroberta.predict` takes either.
+    ("inference",),
+    # The probe of a pretrained model: a linear fit on its predicted embeddings.
+    ("downstream.probe",),
     # The run itself: builds its parts, and downstream's probe when train.downstream
     # names a task (as `downstream.finetuning` is the fine-tuning run).
     ("training.train",),
@@ -133,20 +136,6 @@ LAYERS = [
      "kroberta"),
 ]
 TOP = "kroberta"  # the package itself: `import kroberta` reaches its public API
-# Files whose imports still break the checks below while the one loader, the one
-# prediction path and the one storage layer rework them (file -> what is left); the
-# set only shrinks, and empties when they land.
-WAITING = {
-    "__init__.py": "an import inside a function without its why",
-    "cli/export.py": "an import inside a function without its why",
-    "cli/predict.py": "imports inside functions without their why",
-    "downstream/prediction.py": "imports inside functions without their why",
-    "inference/prediction.py": "imports downstream.prediction (up a layer); imports inside "
-                               "functions without their why",
-    "interop/hf.py": "imports inside functions without their why",
-    "run_layout.py": "an import inside a function without its why",
-    "training/final_model.py": "imports inside functions without their why",
-}
 
 
 def _package(root):
@@ -305,10 +294,6 @@ def layout_offences(root):
             "unplaced": unplaced, "uncommented": uncommented}
 
 
-def _not_waiting(offences):
-    return [o for o in offences if not any(o.startswith(f) for f in WAITING)]
-
-
 def test_no_import_circle():
     circles = layout_offences(PACKAGE)["circles"]
     assert circles == [], "modules that import each other in a loop:\n" + "\n".join(circles)
@@ -318,23 +303,16 @@ def test_no_import_runs_up_the_layers():
     found = layout_offences(PACKAGE)
     assert found["unplaced"] == [], "modules on no layer (add them to LAYERS):\n" + \
         "\n".join(found["unplaced"])
-    upward = _not_waiting(found["upward"])
+    upward = found["upward"]
     assert upward == [], "imports from a lower layer to a higher one:\n" + "\n".join(upward)
 
 
 def test_an_import_inside_a_function_says_why():
     # Start-up time (a command answers --help before JAX loads) or an optional extra;
     # anything else goes to the top of the module.
-    uncommented = _not_waiting(layout_offences(PACKAGE)["uncommented"])
+    uncommented = layout_offences(PACKAGE)["uncommented"]
     assert uncommented == [], ("imports inside a function without a comment saying why "
                                "(or move them to the top):\n" + "\n".join(uncommented))
-
-
-def test_the_waiting_files_still_wait():
-    found = layout_offences(PACKAGE)
-    every = found["upward"] + found["uncommented"]
-    done = [f for f in WAITING if not any(o.startswith(f) for o in every)]
-    assert done == [], "these files pass now: remove them from WAITING:\n" + "\n".join(done)
 
 
 def test_the_layout_checks_find_a_circle_an_upward_import_and_an_uncommented_one(tmp_path):

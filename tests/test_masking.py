@@ -181,7 +181,7 @@ def test_more_slots_than_positions():
 def test_static_slots_take_labels_in_position_order_and_count_overflow():
     labels = np.full(16, IGNORE_LABEL, np.int32)
     labels[[3, 5, 9, 12]] = [30, 50, 90, 120]
-    from kroberta.inference.program import choose_slots
+    from kroberta.model.predict_program import choose_slots
 
     positions, valid, slot_labels, dropped = [np.asarray(a)[0] for a in choose_slots(
         labels[None], np.ones((1, 16), np.int32), 3, "masked")]
@@ -395,7 +395,7 @@ def test_dynamic_masks_are_the_references(length, slots, rate, whole_words):
 def test_static_slots_are_the_references(length, slots, share):
     """Training's static slots and prediction's (chosen in the predict program from the
     labels or <mask> marks) against the numpy reference, with the overflow counts."""
-    from kroberta.inference.program import choose_slots
+    from kroberta.model.predict_program import choose_slots
 
     rng = np.random.default_rng(length + slots)
     labels = np.where(rng.random((9, length)) < share, rng.integers(5, VOCAB, (9, length)),

@@ -78,7 +78,6 @@ def _train(config):
 def _floors(config, devices, batch):
     """(train, predict) compute floors in seconds per step / batch on `devices`."""
     from kroberta.parallel import distribute
-    from kroberta.inference.program import make_predict_step
     from kroberta.perf import aot_programs, throughput
 
     model = aot_programs.build_model(config)
@@ -87,7 +86,7 @@ def _floors(config, devices, batch):
     slots = config.data.prediction_slots(length)
     train = aot_programs.compile_train(model, distribution, batch, length, slots, steps=1,
                                        step_input=config.data.step_input())
-    predict = aot_programs.compile_predict(make_predict_step, model, devices, batch, length,
+    predict = aot_programs.compile_predict(model, devices, batch, length,
                                            slots, group=1)
     peak = throughput.peak_flops(devices)
     if not peak:

@@ -12,7 +12,7 @@ where the compiled work per step is so small that what is left is the host's:
          each super-batch from kroberta's tf.data pipeline (what the input costs when it
          shares the CPU with the compute, as on this benchmark's CPU device);
   predict `kroberta.predict` top_k (k=5) on numpy arrays, per batch, against the
-         same jitted program (`kroberta.inference.program.make_predict_step`: slots, forward,
+         same jitted program (`kroberta.model.predict_program.make_predict_step`: slots, forward,
          top_k; one batch per call) in a Python loop over batches already on the device.
 Rounds interleave the systems; the table gives medians, best rounds and the ratios to the
 bare loops (on a shared machine the best rounds are the least disturbed).
@@ -126,7 +126,7 @@ def bare_predict_batch_seconds(model, config, batches: int, batch: int) -> float
     import jax
     import numpy as np
 
-    from kroberta.inference.program import make_predict_step, weights_snapshot
+    from kroberta.model.predict_program import make_predict_step, weights_snapshot
 
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("batch",))
     length, slots = config.model.max_sequence_length, config.data.prediction_slots(16)

@@ -30,9 +30,8 @@ import importlib.metadata  # noqa: E402
 from kroberta.errors import ConfigError
 from kroberta import cli  # noqa: E402
 from kroberta.config import Config, from_command_line, validate  # noqa: E402
-from kroberta.inference.program import make_predict_step  # noqa: E402
 from kroberta.perf.hardware import GiB  # noqa: E402
-# kroberta.perf.tpu_compile.compile_for_topology(config, topology, make_predict_step) is the
+# kroberta.perf.tpu_compile.compile_for_topology(config, topology) is the
 # command as a function.
 from kroberta.perf.tpu_compile import (KNOWN_TOPOLOGIES, compile_for_topology,  # noqa: E402
                                        per_device_chip, topology_devices)
@@ -109,7 +108,7 @@ def _compile(argv) -> None:
         return _max_batch(config, args)
     hbm = args.device_memory * GiB if args.device_memory else None
     try:
-        report = compile_for_topology(config, args.topology, make_predict_step, hbm_bytes=hbm)
+        report = compile_for_topology(config, args.topology, hbm_bytes=hbm)
     except ConfigError as error:
         needed = getattr(error, "needed_bytes", None)  # set for a train step out of HBM
         if needed is None:

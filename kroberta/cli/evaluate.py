@@ -15,7 +15,7 @@ import json
 from kroberta import cli, storage
 from kroberta.data.file_patterns import resolve_files
 from kroberta.data.manifest import load_manifest
-from kroberta.training.final_model import MODEL_KINDS, load_model_at, model_kind_at
+from kroberta.run_layout import MASKED_LM, MODEL_KINDS, model_source
 
 # JAX, Keras and TensorFlow are imported when the model is loaded, so that `--help` and
 # argument errors answer at once.
@@ -54,13 +54,14 @@ def main(argv=None) -> int:
 
     def body():
         # The paths, checked before JAX, Keras and TensorFlow are imported: a mistake at once.
-        model_kind_at(args.model, "--model")
+        model_source(args.model, "--model", head=MASKED_LM)
         _check_data(args.data)
         # start-up: JAX and the model load after the arguments were checked
         from kroberta.training.evaluation import evaluate
+        from kroberta.downstream.loading import load  # start-up time: after the checks
 
         data = args.data[0] if len(args.data) == 1 else args.data
-        result = evaluate(load_model_at(args.model, "--model"), data, batch_size=args.batch_size)
+        result = evaluate(load(args.model), data, batch_size=args.batch_size)
         print(json.dumps({"model": args.model, "data": args.data, **result}) if args.json
               else _table(args.model, args.data, result))
 

@@ -8,7 +8,7 @@ and, when the run has a tokenizer, `AutoTokenizer.from_pretrained("hf_model/")`;
 second with `keras_hub.models.RobertaMaskedLM.from_preset("preset/")` (and
 `RobertaBackbone` / `RobertaTokenizer.from_preset`). A fine-tuned classifier's folder
 (`python -m kroberta.finetune --out`) as --run becomes a `RobertaForSequenceClassification`
-directory or a `RobertaTextClassifier` preset (`kroberta.load_classifier` reads either back).
+directory or a `RobertaTextClassifier` preset (`kroberta.load` reads either back).
 Errors are one line on stderr and exit status 2.
 """
 
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
 
     def body():
-        from kroberta.downstream.exports import export_run
+        from kroberta.downstream.exports import export_run  # start-up time: --help at once
 
         out = export_run(args.run, args.out, args.overwrite, args.format)
         print(f"exported {args.run} -> {out}")

@@ -21,6 +21,7 @@ from kroberta.errors import InputError
 from kroberta import cli
 from kroberta.downstream import rate_grid
 from kroberta.downstream.arguments import check_finetune_arguments
+from kroberta.run_layout import CLASSIFIER, model_source
 
 RANDOM_START_DIR = "random-start"  # --out's folder for the random start's classifier
 
@@ -157,9 +158,12 @@ def _predict(args) -> int:
     # start-up: as in `_run_tasks`
     import numpy as np
 
+    model_source(args.classifier, "--classifier", head=CLASSIFIER)
+    # start-up time: JAX and Keras load only after the checks
     from kroberta.downstream import examples, metrics, prediction
+    from kroberta.downstream.loading import load
 
-    classifier = prediction.load_classifier(args.classifier)
+    classifier = load(args.classifier)
     spec = classifier.task_spec
     if args.text_field:  # the file's own names for the fields the classifier was trained on
         if len(args.text_field) != len(spec.text_fields):

@@ -19,7 +19,7 @@ import kroberta
 from kroberta import cli, storage
 from kroberta.data.file_patterns import resolve_files
 from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS
-from kroberta.training import final_model
+from kroberta.run_layout import CLASSIFIER, model_source
 from kroberta.inference.npz_file import write_npz
 
 # The prediction engine (JAX, Keras, TensorFlow) is imported when it is used, so that
@@ -51,7 +51,8 @@ class Progress:
 
 def _parser():
     p = cli.ArgumentParser(prog="python -m kroberta.predict", description=__doc__.split("\n")[0])
-    p.add_argument("--run", required=True, help="a training run directory (kroberta.load)")
+    p.add_argument("--run", required=True, help="the masked LM: a training run, a Hugging Face "
+                   "directory or a keras-hub preset (kroberta.load)")
     p.add_argument("--data", required=True, action="append",
                    help="TFRecord file or glob (repeatable)")
     p.add_argument("--output", default="top_k", choices=OUTPUTS,
@@ -86,21 +87,19 @@ def _main(args) -> int:
         folder = os.path.dirname(args.out)
         raise InputError(f"--out: the folder {folder!r} does not exist; create it first "
                          f"(mkdir -p {folder})")
-    if storage.isfile(storage.join(args.run, final_model.CLASSIFIER_FILE)):
-        # kroberta.load's message names the Python call; this is the command's.
+    if model_source(args.run, "--run")[1] == CLASSIFIER:
         raise InputError(f"--run: {args.run} is a fine-tuned classifier, not a masked LM; "
                          f"predict its labels with python -m kroberta.finetune --classifier "
                          f"{args.run} --predict FILE --predictions OUT.jsonl")
-    final_model.check_run_dir(args.run)
     files = resolve_files(args.data, "--data")
-    from kroberta.inference import prediction
+    from kroberta.inference import prediction  # start-up time: after the checks
 
     model = kroberta.load(args.run)
     chunks = prediction.predict_batches(model, args.data, output=args.output, k=args.k,
                                         positions=args.positions, batch_size=args.batch_size,
                                         slots=args.slots,
                                         max_output_bytes=int(args.max_output_gib * 2**30))
-    from kroberta.data.pipeline import inspect_files
+    from kroberta.data.pipeline import inspect_files  # start-up time: after the checks
 
     total = inspect_files(files, "--data").records
     with warnings.catch_warnings(record=True) as caught:

@@ -4,7 +4,7 @@ The training step finishes most batches on the device; these ops finish them in 
 input pipeline instead, with the same functions (`tf.numpy_function` into a jitted
 CPU program): `kroberta.dataset(..., masks_on_host=True)` and the training and
 evaluation pipelines built without device masks. (Prediction chooses its slots in its
-own program, `kroberta.inference.program`.) The element keys the step's masks are drawn from are
+own program, `kroberta.model.predict_program`.) The element keys the step's masks are drawn from are
 hashed here with TF's own integer ops (`element_keys`: the same hash function).
 
 The jitted programs are kept for the process (a new dataset reuses them), and rows are

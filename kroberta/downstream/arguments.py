@@ -10,10 +10,9 @@ from kroberta import storage
 from kroberta.downstream import glue, rate_grid
 from kroberta.errors import InputError, NotFoundError
 from kroberta.downstream.trials import TRIALS_FILE
-from kroberta.run_layout import CLASSIFIER_FILE, CONFIG_FILE
+from kroberta.run_layout import CLASSIFIER_FILE, CONFIG_FILE, MASKED_LM, model_source
 from kroberta.text import recordfiles
 from kroberta.text.columns import TEXT_FIELD_OPTION
-from kroberta.training.final_model import model_kind_at
 
 
 def check_finetune_arguments(args):
@@ -38,7 +37,7 @@ def check_finetune_arguments(args):
                          "least 1 epoch")
     if args.seeds < 1:
         raise InputError(f"--seeds {args.seeds}: expected at least one seed")
-    model_kind_at(args.run, "--run")
+    model_source(args.run, "--run", head=MASKED_LM)
     if args.suite:
         glue.tasks_present(args.data)
     elif args.task is not None and args.task.lower().startswith("glue/"):

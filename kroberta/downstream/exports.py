@@ -1,15 +1,10 @@
-"""`python -m kroberta.export`'s work: a run's masked LM, or a fine-tuned classifier's
-folder, written as a Hugging Face directory or a keras-hub preset.
+"""`python -m kroberta.export`'s work: the masked LM or the fine-tuned classifier a
+kroberta directory holds (`kroberta.load`), written as a Hugging Face directory or a
+keras-hub preset."""
 
-It sits with the classifiers because it reads both heads: a run directory through
-`training.final_model.load`, a classifier's folder through `prediction.load_classifier`.
-"""
-
-from kroberta import storage
 from kroberta.errors import InputError
 from kroberta.interop import EXPORT_FORMATS, check_out_dir
-from kroberta.run_layout import CLASSIFIER_FILE
-from kroberta.training.final_model import check_run_dir, load
+from kroberta.run_layout import RUN, model_source
 
 
 def export_run(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str:
@@ -22,20 +17,15 @@ def export_run(run: str, out: str, overwrite: bool = False, format: str = "hf") 
     # Before the model is loaded (and JAX, Keras and TensorFlow imported): the mistake is
     # named at once.
     check_out_dir(out, overwrite, "--out", format)
-    classifier = storage.isfile(storage.join(run, CLASSIFIER_FILE))
-    if not classifier:
-        check_run_dir(run)
-    # Keras and TensorFlow load with these: after the checks.
-    from kroberta.downstream.prediction import load_classifier
-    from kroberta.interop import hf, keras_hub_presets
+    if model_source(run, "--run")[0] != RUN:
+        raise InputError(f"--run: {run} is already a Hugging Face directory or keras-hub "
+                         "preset; give a kroberta run (or load it with kroberta.load and call "
+                         "kroberta.export_hf / export_keras_hub)")
+    # Start-up time: Keras and TensorFlow load with these, after the checks.
+    from kroberta.downstream.loading import load  # start-up time (above)
+    from kroberta.interop import hf, keras_hub_presets  # start-up time (above)
 
-    try:
-        if classifier:
-            model = load_classifier(run)
-        else:
-            model = load(run, mixed_precision=False)  # float32 weights either way
-    except (FileNotFoundError, ValueError) as e:  # no such run; ConfigError is a ValueError
-        raise InputError(str(e)) from None
+    model = load(run, mixed_precision=False)  # float32 weights either way
     if format == "hf":
         hf.export_hf(model, out, tokenizer=model.tokenizer, overwrite=overwrite)
     else:

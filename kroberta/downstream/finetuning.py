@@ -21,10 +21,11 @@ from kroberta.downstream.arguments import check_out
 from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, TaskSpec,
                                           choose_text_fields, read_labelled)
 from kroberta.downstream.trials import TrialLog, fingerprint
+from kroberta.downstream.loading import load
 from kroberta.model.masked_lm import check_model
 from kroberta.model.mlm import build_model
 from kroberta.parallel.distribute import global_distribution
-from kroberta.training.final_model import load_model_at
+from kroberta.run_layout import MASKED_LM, model_source
 
 STDLIB = "stdlib"
 
@@ -109,7 +110,7 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     """Fine-tunes a pretrained model on a task and scores it on the validation split(s).
 
     Args:
-        model: a model (`kroberta.load`, `from_hf`, `from_keras_hub`) or a path of one.
+        model: a masked LM (`kroberta.load`) or a path of one.
         task: "glue/<task>" (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli), a name
             for a labelled file pair, or None / "stdlib" with no data: the embedded task.
         data: the GLUE directory for a GLUE task, else the training file.
@@ -148,7 +149,8 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     baseline_rates = (rate_grid.check(baseline_learning_rates, "baseline_learning_rates")
                       if baseline_learning_rates is not None else rates)
     if isinstance(model, (str, os.PathLike)):  # a run directory, a Hugging Face export, a preset
-        model = load_model_at(model)
+        model_source(model, "kroberta.finetune", head=MASKED_LM)
+        model = load(model)
     else:
         check_model(model, "kroberta.finetune")
     config = model.kroberta_config

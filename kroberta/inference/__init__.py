@@ -1,4 +1,5 @@
-"""Prediction: the compiled engine, its inputs, fill-mask, top-k."""
+"""Prediction: its inputs, the engine that feeds the compiled program
+(`kroberta.model.predict_program`), fill-mask."""
 
 # What `kroberta.predict(output=...)` and `python -m kroberta.predict --output` can return.
 OUTPUTS = ("top_k", "logits", "loss", "embeddings")

@@ -9,7 +9,7 @@ Every path works on whole batches: arrays already in memory are sliced and
 completed with numpy; files and datasets are batched first in tf.data and then
 checked with batched ops (one `parse_example` per batch for files). Both give the
 same batches: the tokens and the `marks` from which the predict program chooses the
-slots on the devices (`kroberta.inference.program`).
+slots on the devices (`kroberta.model.predict_program`).
 """
 
 import dataclasses

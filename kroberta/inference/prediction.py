@@ -20,20 +20,21 @@ import numpy as np
 import tensorflow as tf
 
 from kroberta.data import pipeline
+from kroberta.downstream.prediction import predict_texts
 from kroberta.inference.inputs import as_examples, batched
-from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS, program
+from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS
+from kroberta.model import predict_program
 from kroberta.errors import InputError
 from kroberta.model.masked_lm import check_model
 from kroberta.perf import dispatch_size
 from kroberta.perf.hardware import size_text
+from kroberta.plan import make_plan
 
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 
 
 def prediction_plan(config, length: int, devices=None):
     """The plan of prediction: every device of this job (None) in one batch axis."""
-    from kroberta.plan import make_plan
-
     return make_plan(config, devices or jax.devices(), length, strategy="data")
 
 
@@ -69,9 +70,9 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     # the devices (one numpy pass per group, not per batch; a short last group is
     # filled with padding rows, so the same program serves it).
     groups = batched(source, config, positions, global_batch * group)
-    jitted, replicated, by_batch = program.compiled_step(model, output, k, mesh, plan_slots,
-                                                         group, positions)
-    weights = program.weights_snapshot(model, replicated)
+    jitted, replicated, by_batch = predict_program.compiled_step(model, output, k, mesh,
+                                                                 plan_slots, group, positions)
+    weights = predict_program.weights_snapshot(model, replicated)
 
     dropped = predicted = examples = 0
     in_flight = None
@@ -185,13 +186,14 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
             max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES, batches_per_dispatch=None):
     """Predicts with a kroberta model, reduced on the devices.
 
-    A fine-tuned classifier (`kroberta.finetune`'s, `kroberta.load_classifier`'s) takes
-    texts instead: `predict(classifier, ["a text", ...])` (a pair task: two lists) returns
-    {"probabilities": (N, K) float32, "labels": N class names}, or for regression
-    {"values": (N,) float32}; of the other arguments it reads only `batch_size` (default 32).
+    A fine-tuned classifier (`kroberta.finetune`'s, `kroberta.load`'s) takes texts
+    instead, through the same compiled program: `predict(classifier, ["a text", ...])` (a
+    pair task: two lists) returns {"probabilities": (N, K) float32, "labels": N class
+    names}, or for regression {"values": (N,) float32}; of the other arguments it reads
+    only `batch_size` (default 32).
 
     Args:
-        model: a model from `kroberta.load(run_dir)` (or `kroberta.from_hf`).
+        model: a masked LM or a fine-tuned classifier (`kroberta.load(path)`).
         inputs: a TFRecord path (str or `pathlib.Path`), glob or list of them; a
             `tf.data.Dataset` of dicts (batched or not); a dict of numpy arrays
             `input_ids` (N, L), `attention_mask` (N, L) and optionally `labels`
@@ -217,11 +219,7 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
         float32 [N, hidden]. Except for embeddings, also positions int32 [N, M]
         and valid bool [N, M] (which slots hold a real position).
     """
-    import keras_hub
-
-    if isinstance(model, keras_hub.models.RobertaTextClassifier):
-        from kroberta.downstream.prediction import predict_texts
-
+    if predict_program.is_classifier(model):
         return predict_texts(model, inputs, batch_size or 32)
     chunks, held = [], 0
     for chunk in predict_batches(model, inputs, output, k, positions, batch_size, slots,

@@ -67,7 +67,7 @@ def checkpoint_of(config: Config) -> Checkpoint | None:
             model = hf.model_config_from_hf(hf.read_hf_config(local),
                                             os.path.join(local, hf.CONFIG_FILE))
         else:  # with what keras-hub's config cannot hold, from kroberta_config.toml
-            model = keras_hub_presets.preset_config(local, classifier=False).model
+            model = keras_hub_presets.preset_config(local, masked_lm=True).model
     return Checkpoint(key, directory, os.path.join(directory, "config.json"), model)
 
 

@@ -1,5 +1,5 @@
 """Hugging Face interop: export a kroberta model as `RobertaForMaskedLM` (a fine-tuned
-classifier as `RobertaForSequenceClassification`), and import one.
+classifier as `RobertaForSequenceClassification`), and read one (`kroberta.load` builds it).
 
 An exported directory loads with `transformers.RobertaForMaskedLM.from_pretrained(dir)`
 with no missing or unexpected keys, and `AutoTokenizer.from_pretrained(dir)` when a
@@ -14,6 +14,7 @@ import json
 import os
 
 import keras
+from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from kroberta.config import FOLLOW_DROPOUT, Config, ModelConfig
@@ -21,10 +22,10 @@ from kroberta.errors import ConversionError, InputError, NotFoundError
 from kroberta.model.attention import attention_layers
 from kroberta.model.masked_lm import check_model
 from kroberta.model.layer_norm import epsilon_of
-from kroberta.model.mlm import build_model
 from kroberta.interop import check_tokenizer, hf_weights, staged_export
 from kroberta import storage
 from kroberta.atomic import atomic_path
+from kroberta.run_layout import HF_CLASSIFIER
 from kroberta import tokens
 from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
 from kroberta.text.tokenizer import HF_MERGES_FILE, HF_VOCABULARY_FILE, load_tokenizer
@@ -37,14 +38,13 @@ TOKENIZER_FILE = "tokenizer.json"
 # Every file `export_hf` may write (the export CLI clears these before --overwrite).
 EXPORT_FILES = (CONFIG_FILE, SAFETENSORS_FILE, TOKENIZER_FILE, "tokenizer_config.json",
                 "special_tokens_map.json", "vocab.json", "merges.txt")
-CLASSIFIER_ARCHITECTURE = "RobertaForSequenceClassification"
 HIDDEN_ACT = "gelu"  # exact (erf) GELU in both keras and transformers
 # RoBERTa's special tokens; HF positions are offset by pad id + 1, so pad must be 1.
 SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
                   "sep_token": "</s>", "cls_token": "<s>", "pad_token": "<pad>",
                   "mask_token": "<mask>"}
 
-__all__ = ["export_hf", "from_hf", "init_from_hf", "ConversionError"]
+__all__ = ["export_hf", "init_from_hf", "ConversionError"]
 
 
 # ---------------------------------------------------------------- export
@@ -98,7 +98,7 @@ def _classifier_config(classifier) -> dict:
                               "RobertaClassificationHead is hidden_size wide and outputs logits")
     count = int(classifier.num_classes)
     names = list(getattr(classifier, "label_names", None) or [f"LABEL_{i}" for i in range(count)])
-    return {"architectures": [CLASSIFIER_ARCHITECTURE], "kroberta_task": task_of(classifier),
+    return {"architectures": [HF_CLASSIFIER], "kroberta_task": task_of(classifier),
             "id2label": {str(i): name for i, name in enumerate(names)},
             "label2id": {name: i for i, name in enumerate(names)},
             "problem_type": "regression" if count == 1 else "single_label_classification",
@@ -150,7 +150,7 @@ def export_hf(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> s
 
     Args:
         model: a `kroberta.MaskedLM` (e.g. from `kroberta.load`), or a fine-tuned
-            classifier (`kroberta.load_classifier`).
+            classifier (`kroberta.load`).
         out_dir: created if needed; a directory holding files is refused unless
             `overwrite`.
         tokenizer: a `tokenizers.Tokenizer` to export alongside; None uses
@@ -215,8 +215,8 @@ def model_config_from_hf(hf: dict, source: str):
 
     if hf.get("model_type") != "roberta":
         fail("model_type", f"kroberta imports 'roberta' models only, got {hf.get('model_type')!r}"
-             + ("; this is a keras-hub preset's config: read it with kroberta.from_keras_hub "
-                "(init_from_keras_hub in a config)" if "registered_name" in hf else ""))
+             + ("; this is a keras-hub preset's config: start from it with init_from_keras_hub"
+               if "registered_name" in hf else ""))
     if hf.get("position_embedding_type", "absolute") != "absolute":
         fail("position_embedding_type", f"only 'absolute' is supported, got {hf['position_embedding_type']!r}")
     if hf.get("hidden_act", HIDDEN_ACT) != HIDDEN_ACT:
@@ -262,8 +262,6 @@ def model_config_from_hf(hf: dict, source: str):
 
 
 def _load_safetensors(path: str) -> dict:
-    from safetensors import SafetensorError
-
     try:
         return load_file(path)
     except SafetensorError as e:  # a truncated or damaged file
@@ -272,7 +270,7 @@ def _load_safetensors(path: str) -> dict:
     except (TypeError, ValueError) as e:
         # numpy has no bfloat16: read such files through torch when it is there.
         try:
-            from safetensors.torch import load_file as torch_load_file
+            from safetensors.torch import load_file as torch_load_file  # torch: an optional extra
         except ImportError:
             raise ConversionError(f"{path}: cannot read with numpy ({e}); installing torch "
                                   f"lets kroberta read it") from None
@@ -295,7 +293,7 @@ def read_hf_tensors(directory: str) -> tuple[dict, str]:
     path = os.path.join(directory, TORCH_FILE)
     if os.path.isfile(path):
         try:
-            import torch
+            import torch  # an optional extra
         except ImportError:
             raise ConversionError(f"{path}: reading a PyTorch checkpoint needs torch "
                                   f"(pip install torch), or convert it to {SAFETENSORS_FILE}") from None
@@ -304,40 +302,10 @@ def read_hf_tensors(directory: str) -> tuple[dict, str]:
     raise NotFoundError(f"{directory}: no weights ({SAFETENSORS_FILE} or {TORCH_FILE}) found")
 
 
-def from_hf(directory: str, mixed_precision: bool = False):
-    """Builds a kroberta model from a local Hugging Face RoBERTa MLM directory.
-
-    Args:
-        directory: holds `config.json` and `model.safetensors` (or
-            `pytorch_model.bin`, read with torch), and optionally `tokenizer.json`.
-        mixed_precision: build with the bf16 policy (weights stay float32).
-
-    Returns:
-        A `kroberta.MaskedLM`, as `kroberta.load` returns, whose `kroberta_config` is a
-        default `Config` with the checkpoint's model section (and the tokenizer's special
-        ids in its data section) and whose `tokenizer` is the directory's tokenizer.json
-        (None without one).
-
-    Raises:
-        FileNotFoundError: config or weights are missing.
-        ConversionError: the config or a tensor cannot be represented (names the key).
-        InputError: the directory holds a fine-tuned classifier (`kroberta.load_classifier`).
-    """
-    directory = storage.directory_argument(directory, "kroberta.from_hf")
-    with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
-        hf, config, tokenizer, tensors, source = read_hf_model(local, classifier=False)
-    model = build_model(config.model, mixed_precision, config=config, tokenizer=tokenizer)
-    hf_weights.load_hf_tensors(model, tensors, source, tied=hf.get("tie_word_embeddings", True))
-    return model
-
-
-def read_hf_model(directory: str, classifier: bool):
+def read_hf_model(directory: str):
     """(HF config, kroberta `Config`, tokenizer or None, tensors, weights file) of a local
-    HF RoBERTa directory; InputError unless it holds a `RobertaForSequenceClassification`
-    (`classifier`) or a masked LM (not `classifier`), naming the call that loads it."""
+    HF RoBERTa directory (`kroberta.load` builds the head from them)."""
     hf = read_hf_config(directory)
-    check_kind(directory, CLASSIFIER_ARCHITECTURE in (hf.get("architectures") or ()), classifier,
-               ", ".join(hf.get("architectures") or ["RobertaForMaskedLM"]), "from_hf")
     model_config = model_config_from_hf(hf, os.path.join(directory, CONFIG_FILE))
     tensors, source = read_hf_tensors(directory)
     tokenizer = None
@@ -357,22 +325,12 @@ def read_hf_model(directory: str, classifier: bool):
     return hf, config, tokenizer, tensors, source
 
 
-def check_kind(directory: str, holds_classifier: bool, classifier: bool, found: str, loader: str):
-    """InputError unless `directory` holds a fine-tuned classifier exactly when `classifier`,
-    naming what it holds (`found`) and the call that loads it (`loader` for a masked LM)."""
-    if holds_classifier != classifier:
-        raise InputError(f"{directory}: " + (
-            f"a masked LM ({found}), not a fine-tuned classifier; load it with "
-            f"kroberta.{loader}({directory!r})" if classifier else f"a fine-tuned classifier "
-            f"({found}), not a masked LM; load it with kroberta.load_classifier({directory!r})"))
-
-
 def init_from_hf(model, directory: str):
     """Loads an HF RoBERTa MLM checkpoint's weights into an existing model of the same shape.
 
     Args:
         model: a keras-hub `RobertaMaskedLM` (e.g. the training model before `fit`).
-        directory: as for `from_hf`.
+        directory: a Hugging Face RoBERTa directory, as `kroberta.load` reads it.
 
     Returns:
         `model`, with its weights replaced.

@@ -1,4 +1,5 @@
-"""keras-hub presets: export a kroberta model as one, and start from one.
+"""keras-hub presets: export a kroberta model as one, read one (`kroberta.load` builds
+it), and start training from one.
 
 A kroberta model *is* a keras-hub `RobertaMaskedLM`, so the export is keras-hub's
 own `save_to_preset` on a stock copy of it (`kroberta.model.mlm.stock_copy`: the
@@ -10,9 +11,9 @@ files hold nothing kroberta-specific). With a tokenizer it holds keras-hub's
 backbone config has one `dropout`: kroberta writes the hidden rate there (a stock
 keras-hub load applies it to the attention weights too); the attention rate and the
 layer-norm epsilon (keras-hub hard-codes 1e-5) travel in `kroberta_config.toml`, the
-run's config, which keras-hub ignores and `from_keras_hub` reads back. A fine-tuned
+run's config, which keras-hub ignores and `kroberta.load` reads back. A fine-tuned
 classifier is saved the same way as a `RobertaTextClassifier` (its class names and
-task in `kroberta_classifier.json`), which `kroberta.load_classifier` reads back.
+task in `kroberta_classifier.json`), which `kroberta.load` reads back too.
 
 Token ids: keras-hub's byte-level BPE gives the ids of kroberta's tokenizer for
 ordinary text, but not on runs of spaces (`"a  b"`: Hugging Face's and kroberta's
@@ -31,12 +32,13 @@ import keras_hub
 from kroberta.config import Config, DataConfig, ModelConfig, load_toml, to_toml
 from kroberta.errors import ConversionError
 from kroberta.interop import check_tokenizer, hf_weights, staged_export
-from kroberta.interop.hf import attention_dropout_of, bpe_of, check_kind, read_json_in, task_of
+from kroberta.interop.hf import attention_dropout_of, bpe_of, read_json_in, task_of
 from kroberta.model.masked_lm import check_model
 from kroberta import storage
 from kroberta.model.layer_norm import epsilon_of
-from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE, build_model, stock_copy
+from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE, stock_copy
 from kroberta.parallel.distribute import global_distribution
+from kroberta.run_layout import MASKED_LM, model_source
 from kroberta.text.tokenizer import KERAS_HUB_MERGES_FILE, KERAS_HUB_VOCABULARY_FILE, byte_level_bpe
 
 KROBERTA_CONFIG_FILE = "kroberta_config.toml"
@@ -49,9 +51,8 @@ EXPORT_FILES = (CONFIG_FILE, "model.weights.h5", "model.weights.json", "metadata
                 TASK_WEIGHTS_FILE, "preprocessor.json", "tokenizer.json", KROBERTA_CONFIG_FILE,
                 KERAS_HUB_VOCABULARY_FILE, KERAS_HUB_MERGES_FILE, CLASSIFIER_FILE)
 BACKBONE_NAME = "RobertaBackbone"
-CLASSIFIER_NAME = "RobertaTextClassifier"
 
-__all__ = ["export_keras_hub", "from_keras_hub", "init_from_keras_hub", "ConversionError"]
+__all__ = ["export_keras_hub", "init_from_keras_hub", "ConversionError"]
 
 
 # ---------------------------------------------------------------- export
@@ -152,8 +153,8 @@ def preset_model_config(directory: str):
     if not name.endswith(BACKBONE_NAME):
         raise ConversionError(f"{path}: registered_name: kroberta reads {BACKBONE_NAME} presets, got "
                               f"{name or data.get('model_type') or 'none'!r}"
-                              + ("; this is a Hugging Face config: read it with kroberta.from_hf "
-                                 "(init_from_hf in a config)" if "model_type" in data else ""))
+                              + ("; this is a Hugging Face config: start from it with init_from_hf"
+                                 if "model_type" in data else ""))
     values = data.get("config", {})
     for key in hf_weights.SHAPE_KEYS:
         if not isinstance(values.get(key), int) or isinstance(values.get(key), bool) or values[key] < 1:
@@ -173,7 +174,7 @@ def preset_tokenizer(directory: str):
         os.path.isfile(merges) else None
 
 
-def _load_weights_into(model, directory: str):
+def load_weights_into(model, directory: str):
     """Copies the preset's weights into `model` (same shape); returns whether the MLM
     head came from the preset (a backbone-only preset leaves the head as it was)."""
     if os.path.isfile(os.path.join(directory, TASK_WEIGHTS_FILE)):
@@ -188,35 +189,12 @@ def _load_weights_into(model, directory: str):
     return False
 
 
-def from_keras_hub(directory: str, mixed_precision: bool = False):
-    """Builds a kroberta model from a keras-hub RoBERTa preset directory.
-
-    Args:
-        directory: a preset (from `export_keras_hub` or keras-hub's `save_to_preset`).
-        mixed_precision: build with the bf16 policy (weights stay float32).
-
-    Returns:
-        A `kroberta.MaskedLM`, as `kroberta.load` returns, whose `kroberta_config` is the
-        exported run's config (else a default one with the preset's model section) and
-        whose `tokenizer` is rebuilt from the preset's vocabulary and merges (or None).
-
-    Raises:
-        InputError: the preset holds a fine-tuned classifier (`kroberta.load_classifier`).
-    """
-    directory = storage.directory_argument(directory, "kroberta.from_keras_hub")
-    with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
-        config = preset_config(local, classifier=False)
-        model = build_model(config.model, mixed_precision, seed=0, config=config,
-                            tokenizer=preset_tokenizer(local))
-        _load_weights_into(model, local)
-    return model
-
-
-def preset_config(directory: str, classifier: bool):
-    """kroberta's `Config` of a preset: the exported run's (else a default one) with the
-    preset's model section; InputError unless the preset holds a `RobertaTextClassifier`
-    (`classifier`) or a masked LM or backbone (not `classifier`), naming the call that loads it."""
-    check_task(directory, classifier)
+def preset_config(directory: str, masked_lm: bool = False):
+    """kroberta's `Config` of a local preset: the exported run's (else a default one) with
+    the preset's model section; `masked_lm`: refuse a `RobertaTextClassifier` preset (training
+    starts from a masked LM)."""
+    if masked_lm:
+        model_source(directory, "init_from_keras_hub", head=MASKED_LM)
     model_config = preset_model_config(directory)
     saved = os.path.join(directory, KROBERTA_CONFIG_FILE)
     if not os.path.isfile(saved):
@@ -230,17 +208,6 @@ def preset_config(directory: str, classifier: bool):
         attention_dropout=rate if rate != model_config.dropout else model_config.attention_dropout))
 
 
-def check_task(directory: str, classifier: bool):
-    """InputError unless the preset's task (task.json) is a classifier exactly when `classifier`."""
-    path = os.path.join(directory, TASK_CONFIG_FILE)
-    task = BACKBONE_NAME
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            task = str(json.load(f).get("registered_name", "")).split(">")[-1]
-    check_kind(directory, task == CLASSIFIER_NAME, classifier, f"keras-hub {task} preset",
-               "from_keras_hub")
-
-
 def init_from_keras_hub(model, directory: str) -> bool:
     """Loads a keras-hub RoBERTa preset's weights into an existing model of the same shape.
 
@@ -249,11 +216,11 @@ def init_from_keras_hub(model, directory: str) -> bool:
     `ConversionError` naming the first shape key that differs.
     """
     with storage.local_copy(directory) as local:  # gs://...: a temporary copy (fsspec)
-        check_task(local, classifier=False)
+        model_source(local, "init_from_keras_hub", head=MASKED_LM)
         theirs = preset_model_config(local)
         for key in hf_weights.SHAPE_KEYS:
             if getattr(theirs, key) != getattr(model.backbone, key):
                 raise ConversionError(f"{os.path.join(local, CONFIG_FILE)}: config.{key}="
                                       f"{getattr(theirs, key)}, but the model has "
                                       f"model.{key}={getattr(model.backbone, key)}")
-        return _load_weights_into(model, local)
+        return load_weights_into(model, local)

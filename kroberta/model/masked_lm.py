@@ -1,7 +1,8 @@
 """`kroberta.MaskedLM`: the one model class, what every entry point returns.
 
-`kroberta.load`, `from_hf`, `from_keras_hub`, the model `train` builds and the one it
-leaves behind are all this class, built once by `kroberta.model.mlm.build_model`. It is
+`kroberta.load` of a masked LM (a run, a Hugging Face directory, a keras-hub preset), the
+model `train` builds and the one it leaves behind are all this class, built once by
+`kroberta.model.mlm.build_model`. It is
 keras-hub's `RobertaMaskedLM` (the same layers, weights and config: saved files are stock
 keras-hub) with:
 
@@ -457,7 +458,7 @@ def trace_count(model, kind: str) -> int:
 
 def check_model(model, where: str, after=None, order: str | None = None):
     """Raises ArgumentKindError unless `model` is a `kroberta.MaskedLM` (as `kroberta.load`,
-    `from_hf` and `from_keras_hub` return); a path given instead gets the call to load it,
+    of every source returns); a path given instead gets the call to load it,
     a keras-hub model the call that makes it kroberta's. `after`, `order`: the call's next
     argument and its signature ("kroberta.save(model, run_dir)"): a model there and a path
     here are named as swapped arguments."""
@@ -471,9 +472,9 @@ def check_model(model, where: str, after=None, order: str | None = None):
         hint = ("; this is a fine-tuned classifier: kroberta.predict(classifier, texts) predicts "
                 "with it, python -m kroberta.export --run ITS_FOLDER exports it")
     elif isinstance(model, keras.Model):
-        hint = ("; a keras-hub model becomes kroberta's with kroberta.from_keras_hub(PRESET_DIR) "
+        hint = ("; a keras-hub model becomes kroberta's with kroberta.load(PRESET_DIR) "
                 "(save it with model.save_to_preset(PRESET_DIR) first)")
     else:
         hint = ""
-    raise ArgumentKindError(f"{where}: expected a model (kroberta.load(run_dir), "
-                            f"kroberta.from_hf(dir), ...), got {type(model).__name__}{hint}")
+    raise ArgumentKindError(f"{where}: expected a model (kroberta.load(path) of a run, a Hugging "
+                            f"Face directory or a keras-hub preset), got {type(model).__name__}{hint}")

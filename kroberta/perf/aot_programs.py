@@ -12,8 +12,8 @@ The steps are the ones the runtime runs, not re-implementations:
            labels), or of unmasked x with mask keys when the step draws dynamic masks
            (`kroberta.model.masked_lm.finish_batch`), each step's slice sharded by the
            distribution's data layout.
-  predict: `kroberta.inference.program.make_predict_step`, the function `kroberta.predict` jits
-           (G batches per dispatch), handed in by the caller (prediction sits above).
+  predict: `kroberta.model.predict_program.make_predict_step`, the function `kroberta.predict` jits
+           (G batches per dispatch).
 
 XLA's cost analysis counts a loop's body once, whatever its trip count (checked on
 this jaxlib: a scan of 4 matmuls reports the FLOPs of one), so the FLOPs of a K-step
@@ -30,6 +30,7 @@ import numpy as np
 
 from kroberta.config import Config
 from kroberta.model.mlm import build_compiled_model
+from kroberta.model.predict_program import make_predict_step
 from kroberta.model.super_batch import scan_steps, super_batch_sharding
 from kroberta.parallel import distribute
 from kroberta.plan import for_local_devices, make_plan
@@ -175,11 +176,10 @@ def compile_train(model, distribution, global_batch: int, length: int, slots: in
                                          steps, step_input), steps)
 
 
-def compile_predict(make_predict_step, model, devices, global_batch: int, length: int,
+def compile_predict(model, devices, global_batch: int, length: int,
                     slots: int, output: str = "top_k", k: int = 5, group: int = 1) -> Program:
     """Lowers and compiles `kroberta.predict`'s program (`group` batches per dispatch)
-    for a batch-axis mesh of `devices`; `make_predict_step` makes it
-    (`kroberta.inference.program.make_predict_step`)."""
+    for a batch-axis mesh of `devices`."""
     mesh = jax.sharding.Mesh(np.array(list(devices)), ("batch",))
     with distribute.global_distribution(None):
         step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, slots, group)

@@ -174,12 +174,9 @@ def _compile_or_explain(compile_fn, what, hbm, config, generation):
         raise error from None
 
 
-def compile_for_topology(config: Config, topology_name: str, make_predict_step, model=None,
+def compile_for_topology(config: Config, topology_name: str, model=None,
                          hbm_bytes: float | None = None) -> Report:
     """Compiles `config`'s train and predict steps for a TPU topology; see `Report`.
-
-    `make_predict_step`: what makes `kroberta.predict`'s program
-    (`kroberta.inference.program.make_predict_step`).
 
     `model`: the compiled model of this config (`aot_programs.build_model(config)`), to
     reuse one build for several topologies; built here when None. `hbm_bytes`: plan
@@ -204,8 +201,8 @@ def compile_for_topology(config: Config, topology_name: str, make_predict_step, 
     train = _compile_or_explain(lambda: aot_programs.compile_config_train(model, config, devices),
                                 "train", hbm, config, generation)
     predict = _compile_or_explain(
-        lambda: aot_programs.compile_predict(make_predict_step, model, devices, batch, length,
-                                             slots, group=plan.prediction_group(batch, slots)),
+        lambda: aot_programs.compile_predict(model, devices, batch, length, slots,
+                                              group=plan.prediction_group(batch, slots)),
         "predict", hbm, config, generation)
     return Report(
         topology=topology_name, device_kind=devices[0].device_kind, chips=chips, plan=plan,

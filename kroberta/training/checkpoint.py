@@ -44,11 +44,11 @@ import numpy as np
 
 from kroberta import storage
 from kroberta.errors import StorageError
+from kroberta.run_layout import CHECKPOINT_DIR
 
 # Orbax is imported where it is used: it costs ~2 s and runs that never checkpoint
 # (predict, export) do not need it.
 
-CHECKPOINT_DIR = "checkpoints"
 COMMIT_FILE = "_CHECKPOINT_METADATA"  # Orbax's; written last, so it marks a complete checkpoint
 _NAME = re.compile(r"^step_(\d{8})$")
 

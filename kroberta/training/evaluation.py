@@ -7,7 +7,8 @@ example's place in the files, or by the files' labels), and the numbers come fro
 training model's own `evaluate` (its loss, metrics and evaluation masker), built with the
 model's config over the same devices. So on a run's model, at the step of one of its
 validation rows and on the same files, it gives that row; on a checkpoint about to be
-trained further (`kroberta.from_hf`, `from_keras_hub`) it gives the baseline to beat.
+trained further (`kroberta.load` of a Hugging Face directory or keras-hub preset) it gives
+the baseline to beat.
 """
 
 import dataclasses
@@ -36,7 +37,7 @@ def evaluate(model, data, batch_size: int | None = None) -> dict:
     """The model's validation loss, masked accuracy and perplexity on `data`.
 
     Args:
-        model: a model from `kroberta.load`, `kroberta.from_hf` or `kroberta.from_keras_hub`;
+        model: a masked LM from `kroberta.load` (a run, a Hugging Face directory, a preset);
             its `kroberta_config` gives the masking (data.masking, data.mask_rate,
             data.eval_mask_rate), the seed of the masks (train.seed), train.eval_steps and
             the batch size.

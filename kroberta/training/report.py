@@ -19,7 +19,8 @@ import statistics
 from kroberta import console, storage
 from kroberta.errors import InputError
 from kroberta.runtime import logs
-from kroberta.training import final_model, signals
+from kroberta.run_layout import CONFIG_FILE, WEIGHTS_FILE, load_run_config
+from kroberta.training import signals
 from kroberta.training.run_dir import (METRICS_FILE, PROBE_PREFIX, RANDOM_INIT, is_probe_reference,
                                       metrics_rows)
 
@@ -246,10 +247,10 @@ def report(run_dir: str, show: bool | None = None) -> dict:
     logs.show_messages()
     rows = read_metrics(run_dir)
     summary = summarize(rows)
-    if storage.isfile(storage.join(run_dir, final_model.CONFIG_FILE)):
-        summary["planned_steps"] = final_model.load_run_config(run_dir).train.steps
+    if storage.isfile(storage.join(run_dir, CONFIG_FILE)):
+        summary["planned_steps"] = load_run_config(run_dir).train.steps
         # The final model is written when a run ends, early stopping included.
-        summary["finished"] = storage.isfile(storage.join(run_dir, final_model.WEIGHTS_FILE))
+        summary["finished"] = storage.isfile(storage.join(run_dir, WEIGHTS_FILE))
     best = signals.best_checkpoint(run_dir)
     if best is not None:
         summary.update(best_checkpoint_step=best[0], best_checkpoint=best[1],

@@ -32,7 +32,7 @@ def test_predict_takes_texts_and_gives_probabilities_and_labels(classifier, tmp_
     np.testing.assert_array_equal(predicted["probabilities"],
                                   prediction.predict_texts(classifier, TEXTS)["probabilities"])
     # Loaded from its folder (built over the same devices), it predicts the same.
-    loaded = kroberta.load_classifier(prediction.save_classifier(classifier, str(tmp_path / "c")))
+    loaded = kroberta.load(prediction.save_classifier(classifier, str(tmp_path / "c")))
     np.testing.assert_allclose(kroberta.predict(loaded, TEXTS)["probabilities"],
                                predicted["probabilities"], atol=1e-6)
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from tests.downstream.tasks import MARKER, marker_task, sentences
+import kroberta
 from kroberta.downstream import finetuning, prediction
 from kroberta.errors import ArgumentKindError, InputError
 
@@ -24,7 +25,7 @@ def test_a_task_decided_by_a_token_is_learned_and_predicted(downstream_model, tm
     np.testing.assert_allclose(predicted["probabilities"].sum(-1), 1.0, rtol=1e-5)
     # Saved and loaded back, the classifier gives the same probabilities.
     prediction.save_classifier(result.classifier, str(tmp_path / "out"))
-    loaded = prediction.load_classifier(str(tmp_path / "out"))
+    loaded = kroberta.load(str(tmp_path / "out"))
     assert loaded.label_names == ("0", "1") and loaded.max_length == 16
     np.testing.assert_allclose(prediction.predict_texts(loaded, texts)["probabilities"],
                                predicted["probabilities"], atol=1e-5)

@@ -152,10 +152,8 @@ def test_sequences_longer_than_the_checkpoints_positions_are_refused(checkpoint,
 
 
 def test_init_from_keras_hub_alone_gives_the_presets_model_section(checkpoint, tmp_path):
-    from kroberta.training.final_model import load_model_at
-
     _, directory = checkpoint
-    imported = kroberta.from_hf(str(directory))
+    imported = kroberta.load(str(directory))
     preset = kroberta.export_keras_hub(imported, str(tmp_path / "preset"))
     config, args = kroberta.cli.train.parse_args([f"--init_from_keras_hub={preset}"])
     config, sources = with_checkpoint_model(config, args.sources)
@@ -165,7 +163,7 @@ def test_init_from_keras_hub_alone_gives_the_presets_model_section(checkpoint, t
         assert getattr(config.model, key) == getattr(m, key), key
     assert sources["model.hidden_dim"] == os.path.join(preset, "config.json")
     # `python -m kroberta.evaluate --model` tells a preset from a Hugging Face directory.
-    loaded = load_model_at(preset)
+    loaded = kroberta.load(preset)
     assert loaded.tokenizer.get_vocab() == imported.tokenizer.get_vocab()
     with pytest.raises(ConfigError, match=r"model.num_layers=3 \(command line\) but the "
                                           r"checkpoint has config.num_layers=2"):
@@ -203,7 +201,7 @@ def test_a_keras_hub_presets_tokenizer_is_checked_too(checkpoint, tmp_path):
     from kroberta.training.run_data import run_data_for
 
     root, directory = checkpoint
-    preset = kroberta.export_keras_hub(kroberta.from_hf(str(directory)), str(tmp_path / "preset"))
+    preset = kroberta.export_keras_hub(kroberta.load(str(directory)), str(tmp_path / "preset"))
     same = _prepare(root, "for-preset", preset)
     config = kroberta.load_config(overrides={"init_from_keras_hub": preset, "data.dir": same})
     assert run_data_for(config).config.model.hidden_dim == 32
@@ -218,14 +216,14 @@ def test_a_keras_hub_presets_tokenizer_is_checked_too(checkpoint, tmp_path):
 @pytest.mark.fast
 def test_a_path_that_is_no_model_says_what_it_is(tmp_path):
     from kroberta.errors import NotFoundError
-    from kroberta.training.final_model import load_model_at
+    from kroberta.run_layout import model_source
 
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "manifest.json").write_text("{}")
-    for path, what in [("nope", r"'.*nope': no such directory; give a training run"),
-                       ("file.txt", r"'.*file.txt': a file, not a directory; give"),
-                       ("data", r".*data is prepared data \(python -m kroberta.prepare's output\), "
+    for path, what in [("nope", r".*nope: no such directory; give a training run"),
+                       ("file.txt", r".*file.txt: a file, not a directory; give"),
+                       ("data", r".*data: prepared data \(python -m kroberta.prepare's output\), "
                                 r"not a model; give a training run")]:
         with pytest.raises(NotFoundError, match=rf"^--model: {what}"):
-            load_model_at(str(tmp_path / path), "--model")
+            model_source(str(tmp_path / path), "--model")

@@ -1,8 +1,8 @@
 """A fine-tuned classifier exported to Hugging Face (`RobertaForSequenceClassification`)
 and keras-hub (`RobertaTextClassifier`) gives the classifier's logits, on the same token
-ids and attention mask (padded rows too), and `kroberta.load_classifier` reads both
-exports back; a classifier given where a masked LM goes, or the reverse, is one error
-that names the call to use (needs torch and transformers; skipped without)."""
+ids and attention mask (padded rows too), and `kroberta.load` reads both exports back; a
+classifier given where a masked LM goes, or the reverse, is one error (needs torch and
+transformers; skipped without)."""
 
 import os
 
@@ -24,6 +24,7 @@ from kroberta.downstream.examples import REGRESSION, TaskSpec  # noqa: E402
 from kroberta.errors import InputError  # noqa: E402
 from kroberta.interop import hf, keras_hub_presets  # noqa: E402
 from kroberta.downstream.exports import export_run  # noqa: E402
+from kroberta.run_layout import MASKED_LM, model_source  # noqa: E402
 from tests.interop.test_hf import TINY, TOLERANCE, hf_logits, padded_batch  # noqa: E402
 
 LABELS = ("negative", "neutral", "positive")
@@ -74,7 +75,7 @@ def test_transformers_loads_the_export_with_the_classifiers_logits(exported, bat
     assert model.config.label2id == {name: i for i, name in enumerate(LABELS)}
     tokenizer = transformers.AutoTokenizer.from_pretrained(exported["hf"])
     assert tokenizer.model_max_length == MAX_LENGTH
-    ours = keras_logits(prediction.load_classifier(exported["saved"]), *batch)
+    ours = keras_logits(kroberta.load(exported["saved"]), *batch)
     theirs = hf_logits(model, *batch)
     assert theirs.shape == ours.shape == (4, 3)
     assert np.abs(theirs - ours).max() < TOLERANCE  # measured ~1e-7 on this tiny model
@@ -85,7 +86,7 @@ def test_keras_hub_loads_the_preset_with_the_classifiers_length_and_logits(expor
 
     stock = keras_hub.models.RobertaTextClassifier.from_preset(exported["keras-hub"])
     assert stock.num_classes == 3 and stock.preprocessor.sequence_length == MAX_LENGTH
-    original = prediction.load_classifier(exported["saved"])
+    original = kroberta.load(exported["saved"])
     np.testing.assert_allclose(keras_logits(stock, *batch), keras_logits(original, *batch),
                                atol=1e-6, rtol=0)
     # Its preprocessor gives kroberta's token ids for ordinary text.
@@ -96,9 +97,9 @@ def test_keras_hub_loads_the_preset_with_the_classifiers_length_and_logits(expor
 
 
 @pytest.mark.parametrize("format", ["hf", "keras-hub"])
-def test_load_classifier_reads_an_export_back(exported, batch, format):
-    original = prediction.load_classifier(exported["saved"])
-    loaded = kroberta.load_classifier(exported[format])
+def test_load_reads_a_classifier_export_back(exported, batch, format):
+    original = kroberta.load(exported["saved"])
+    loaded = kroberta.load(exported[format])
     assert loaded.label_names == LABELS and loaded.max_length == MAX_LENGTH
     assert loaded.task_spec == original.task_spec  # a pair task's fields travel with the export
     tolerance = TOLERANCE if format == "hf" else 1e-6
@@ -118,9 +119,9 @@ def test_a_regression_exports_with_problem_type_regression(downstream_model, tmp
         assert json.load(f)["problem_type"] == "regression"
     model = transformers.RobertaForSequenceClassification.from_pretrained(out)
     assert model.config.num_labels == 1 and model.config.problem_type == "regression"
-    original = prediction.load_classifier(saved)
+    original = kroberta.load(saved)
     assert np.abs(hf_logits(model, *batch) - keras_logits(original, *batch)).max() < TOLERANCE
-    loaded = kroberta.load_classifier(out)
+    loaded = kroberta.load(out)
     assert loaded.label_names is None and loaded.task_spec.kind == REGRESSION
     texts = ["The apple river", "The stone"]
     np.testing.assert_allclose(prediction.predict_texts(loaded, texts)["values"],
@@ -141,7 +142,7 @@ def test_a_classifier_transformers_saved_loads_with_its_logits(tmp_path):
         for parameter in model.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.05)
     model.save_pretrained(str(tmp_path))
-    loaded = kroberta.load_classifier(str(tmp_path))
+    loaded = kroberta.load(str(tmp_path))
     assert loaded.label_names == ("a", "b", "c") and loaded.max_length == TINY.max_sequence_length
     ids, mask = padded_batch(TINY)
     assert np.abs(keras_logits(loaded, ids, mask) - hf_logits(model, ids, mask)).max() < TOLERANCE
@@ -157,18 +158,24 @@ def test_the_export_command_writes_a_classifier(exported, tmp_path, capsys):
         assert json.load(f)["label_names"] == list(LABELS)
 
 
-def test_a_classifier_where_a_masked_lm_goes_is_one_error_naming_the_call(exported):
-    for call in (kroberta.from_hf, kroberta.from_keras_hub, kroberta.load):
-        where = {kroberta.from_hf: "hf", kroberta.from_keras_hub: "keras-hub"}.get(call, "saved")
-        with pytest.raises(InputError, match=r"fine-tuned classifier.*kroberta\.load_classifier\("):
-            call(exported[where])
+def test_a_classifier_where_a_masked_lm_goes_is_one_error(exported):
+    for where in ("saved", "hf", "keras-hub"):
+        with pytest.raises(InputError, match=r"^--model: .* holds a fine-tuned classifier, not a "
+                                             r"masked LM"):
+            model_source(exported[where], "--model", head=MASKED_LM)
+        with pytest.raises(InputError, match=r"checkpoint: .*: only a run's masked LM has "
+                                             r"checkpoints"):
+            kroberta.load(exported[where], checkpoint="last")
 
 
-def test_a_masked_lm_where_a_classifier_goes_is_one_error_naming_the_call(downstream_model, tmp_path):
+def test_a_masked_lm_where_a_classifier_goes_is_one_error(downstream_model, tmp_path, capsys):
+    import kroberta.cli.finetune
+
     run = tmp_path / "run"
     kroberta.save(downstream_model, str(run))
-    hf_dir = hf.export_hf(downstream_model, str(tmp_path / "hf"))
-    preset = keras_hub_presets.export_keras_hub(downstream_model, str(tmp_path / "preset"))
-    for directory, call in ((hf_dir, "from_hf"), (preset, "from_keras_hub"), (str(run), "load")):
-        with pytest.raises(InputError, match=rf"not a fine-tuned classifier; load it with kroberta\.{call}\("):
-            kroberta.load_classifier(directory)
+    (tmp_path / "texts.jsonl").write_text('{"text": "a"}\n')
+    assert kroberta.cli.finetune.main(["--classifier", str(run), "--predict",
+                                       str(tmp_path / "texts.jsonl"), "--predictions",
+                                       str(tmp_path / "out.jsonl")]) == 2
+    assert "holds a masked LM, not a fine-tuned classifier; fine-tune it with --run" in \
+        capsys.readouterr().err

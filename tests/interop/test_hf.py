@@ -1,7 +1,7 @@
 """Logit parity with Hugging Face `transformers` (needs torch and transformers; skipped without).
 
 Both directions are checked at every non-padding position of a right-padded batch:
-kroberta -> `RobertaForMaskedLM.from_pretrained` and `save_pretrained` -> `from_hf`.
+kroberta -> `RobertaForMaskedLM.from_pretrained` and `save_pretrained` -> `kroberta.load`.
 """
 
 import dataclasses
@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="HF parity tests need torch (pip install torch==2.13.0)")
 transformers = pytest.importorskip("transformers", reason="HF parity tests need transformers")
 
+import kroberta  # noqa: E402
 from kroberta.interop import hf  # noqa: E402
 from kroberta.config import ModelConfig  # noqa: E402
 from kroberta.model.mlm import build_model  # noqa: E402
@@ -96,7 +97,7 @@ def test_export_matches_transformers_logits(name, tmp_path):
 # "tiny" keeps RobertaConfig()'s default layer_norm_eps (1e-12), as every model built from
 # transformers' defaults has it.
 @pytest.mark.parametrize("name, type_vocab_size, epsilon", [("seed", 1, 1e-5), ("tiny", 2, None)])
-def test_from_hf_matches_transformers_logits(name, type_vocab_size, epsilon, tmp_path):
+def test_load_of_a_transformers_directory_matches_its_logits(name, type_vocab_size, epsilon, tmp_path):
     m = CONFIGS[name]
     torch.manual_seed(0)
     hf_config = transformers.RobertaConfig(
@@ -112,7 +113,7 @@ def test_from_hf_matches_transformers_logits(name, type_vocab_size, epsilon, tmp
         for p in hf_model.parameters():
             p.add_(torch.randn_like(p) * 0.02)
     hf_model.save_pretrained(str(tmp_path))
-    model = hf.from_hf(str(tmp_path))
+    model = kroberta.load(str(tmp_path))
     assert model.kroberta_config.model == m
     ids, mask = padded_batch(m, seed=1)
     diff = max_diff_at_real_tokens(kroberta_logits(model, ids, mask), hf_logits(hf_model, ids, mask), mask)
@@ -129,7 +130,7 @@ def test_round_trip_through_transformers_is_exact(tmp_path):
     model = randomized_model(TINY)
     hf_model = load_hf(hf.export_hf(model, str(tmp_path / "a")))
     hf_model.save_pretrained(str(tmp_path / "b"))  # transformers writes its own file
-    back = hf.from_hf(str(tmp_path / "b"))
+    back = kroberta.load(str(tmp_path / "b"))
     mine = {v.path: np.asarray(v.value) for v in model.weights}
     theirs = {v.path: np.asarray(v.value) for v in back.weights}
     assert mine.keys() == theirs.keys()
@@ -154,7 +155,7 @@ def test_pytorch_bin_is_read_with_torch(tmp_path):
     (tmp_path / "b").mkdir()
     os.link(tmp_path / "a" / "config.json", tmp_path / "b" / "config.json")
     torch.save(hf_model.state_dict(), tmp_path / "b" / "pytorch_model.bin")
-    back = hf.from_hf(str(tmp_path / "b"))
+    back = kroberta.load(str(tmp_path / "b"))
     for a, b in zip(model.weights, back.weights):
         np.testing.assert_array_equal(np.asarray(a.value), np.asarray(b.value), err_msg=a.path)
 

@@ -14,6 +14,7 @@ from safetensors.numpy import load_file, save_file
 
 from kroberta.errors import ConversionError, InputError
 from kroberta.training import final_model
+import kroberta
 from kroberta.interop import hf
 from kroberta.config import Config, ModelConfig, to_toml
 from kroberta.model.mlm import build_model
@@ -147,9 +148,9 @@ def test_export_writes_hf_names_shapes_and_config(tiny_export):
 
 
 @pytest.mark.stack
-def test_export_then_from_hf_gives_identical_weights(tiny_export):
+def test_export_then_load_gives_identical_weights(tiny_export):
     model, out = tiny_export
-    loaded = hf.from_hf(out)
+    loaded = kroberta.load(out)
     assert_same_weights(model, loaded)
     assert loaded.kroberta_config.model == TINY
     assert loaded.tokenizer is None
@@ -162,18 +163,18 @@ def test_init_from_hf_loads_into_an_existing_model(tiny_export):
     assert_same_weights(model, other)
 
 
-def test_from_hf_and_init_from_hf_read_a_url(tiny_export):
+def test_load_and_init_from_hf_read_a_url(tiny_export):
     from kroberta import storage
 
     model, out = tiny_export
     url = f"memory://kroberta-{uuid.uuid4().hex[:8]}/hf"
     storage.put_tree(out, url)
-    assert_same_weights(model, hf.from_hf(url))
+    assert_same_weights(model, kroberta.load(url))
     other = build_model(TINY, seed=5)
     hf.init_from_hf(other, url)
     assert_same_weights(model, other)
-    with pytest.raises(FileNotFoundError, match=f"{url}/none: no such file or directory"):
-        hf.from_hf(f"{url}/none")
+    with pytest.raises(FileNotFoundError, match=f"{url}/none: no such directory"):
+        kroberta.load(f"{url}/none")
 
 
 @pytest.mark.parametrize("key, value, message", [
@@ -193,7 +194,7 @@ def test_token_type_row_is_folded_into_positions(tiny_export, tmp_path):
     def add_types(t):
         t["roberta.embeddings.token_type_embeddings.weight"] = np.stack([row, row * 7])  # 2 types
 
-    loaded = hf.from_hf(rewrite_tensors(out, str(tmp_path / "tt"), add_types))
+    loaded = kroberta.load(rewrite_tensors(out, str(tmp_path / "tt"), add_types))
     want = np.asarray(model.backbone.embeddings.position_embedding.position_embeddings.value) + row
     np.testing.assert_array_equal(
         np.asarray(loaded.backbone.embeddings.position_embedding.position_embeddings.value), want)
@@ -211,14 +212,14 @@ def test_tokenizer_is_exported_and_imported(tmp_path):
         tok_config = json.load(f)
     assert tok_config["model_max_length"] == 16 and tok_config["add_prefix_space"] is False
     assert tok_config["mask_token"] == "<mask>" and tok_config["pad_token"] == "<pad>"
-    loaded = hf.from_hf(out)
+    loaded = kroberta.load(out)
     assert loaded.tokenizer.encode("hello <mask>").ids == tokenizer.encode("hello <mask>").ids
     assert loaded.kroberta_config.data.mask_token_id == 4
     assert loaded.kroberta_config.data.special_token_ids == (0, 1, 2, 3, 4)
     # Without tokenizer.json, the slow tokenizer's vocab.json + merges.txt are the tokenizer
     # (as training from the checkpoint reads them), not "no tokenizer".
     os.remove(os.path.join(out, "tokenizer.json"))
-    slow = hf.from_hf(out).tokenizer
+    slow = kroberta.load(out).tokenizer
     assert slow is not None
     assert slow.encode("hello <mask>").ids == tokenizer.encode("hello <mask>").ids
 
@@ -228,16 +229,16 @@ def test_tokenizer_is_exported_and_imported(tmp_path):
 
 def test_missing_directory_and_config(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such directory"):
-        hf.from_hf(str(tmp_path / "nope"))
+        kroberta.load(str(tmp_path / "nope"))
     with pytest.raises(FileNotFoundError, match="config.json"):
-        hf.from_hf(str(tmp_path))
+        kroberta.load(str(tmp_path))
 
 
 def test_missing_weights_file_is_named(tiny_export, tmp_path):
     _, out = tiny_export
     os.link(os.path.join(out, "config.json"), tmp_path / "config.json")
     with pytest.raises(FileNotFoundError, match="model.safetensors or pytorch_model.bin"):
-        hf.from_hf(str(tmp_path))
+        kroberta.load(str(tmp_path))
 
 
 def test_pytorch_bin_without_torch_is_a_clear_error(tiny_export, tmp_path, monkeypatch):
@@ -246,7 +247,7 @@ def test_pytorch_bin_without_torch_is_a_clear_error(tiny_export, tmp_path, monke
     (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
     with pytest.raises(ConversionError, match="pytorch_model.bin: reading a PyTorch checkpoint needs torch"):
-        hf.from_hf(str(tmp_path))
+        kroberta.load(str(tmp_path))
 
 
 @pytest.mark.parametrize("key, value, message", [
@@ -265,7 +266,7 @@ def test_pytorch_bin_without_torch_is_a_clear_error(tiny_export, tmp_path, monke
 def test_unrepresentable_configs_are_refused_by_key(tiny_export, tmp_path, key, value, message):
     _, out = tiny_export
     with pytest.raises(ConversionError, match=message):
-        hf.from_hf(rewrite_config(out, str(tmp_path / "bad"), **{key: value}))
+        kroberta.load(rewrite_config(out, str(tmp_path / "bad"), **{key: value}))
 
 
 def test_missing_tensor_is_named(tiny_export, tmp_path):
@@ -273,7 +274,7 @@ def test_missing_tensor_is_named(tiny_export, tmp_path):
     bad = rewrite_tensors(out, str(tmp_path / "bad"),
                           lambda t: t.pop("roberta.encoder.layer.1.output.dense.bias"))
     with pytest.raises(ConversionError, match=r"missing tensor\(s\): roberta.encoder.layer.1.output.dense.bias"):
-        hf.from_hf(bad)
+        kroberta.load(bad)
 
 
 def test_shape_mismatch_names_tensor_expected_and_got(tiny_export, tmp_path):
@@ -284,7 +285,7 @@ def test_shape_mismatch_names_tensor_expected_and_got(tiny_export, tmp_path):
 
     with pytest.raises(ConversionError,
                        match=r"tensor lm_head.dense.weight: expected shape \(16, 16\), got \(16, 8\)"):
-        hf.from_hf(rewrite_tensors(out, str(tmp_path / "bad"), shrink))
+        kroberta.load(rewrite_tensors(out, str(tmp_path / "bad"), shrink))
 
 
 # ---------------------------------------------------------------- CLI
@@ -307,7 +308,7 @@ def test_export_cli_round_trip(tmp_path, capsys):
     model = make_run(tmp_path / "run", tokenizer=tiny_tokenizer())
     out = str(tmp_path / "hf")
     assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out", out]) == 0
-    loaded = hf.from_hf(out)
+    loaded = kroberta.load(out)
     assert_same_weights(model, loaded)
     assert loaded.tokenizer is not None
     # A non-empty --out is refused, and accepted with --overwrite.
@@ -427,8 +428,7 @@ def test_an_interrupted_export_leaves_the_previous_one_whole(tmp_path, monkeypat
     export(randomized_model(seed=3), str(out), overwrite=True)  # without a tokenizer now
     assert (out / "README.md").read_text() == "a model card"  # the user's file is kept
     assert "tokenizer.json" not in os.listdir(out)  # the previous export's is not
-    assert_same_weights(randomized_model(seed=3), (hf.from_hf if format == "hf" else
-                                                   kroberta.from_keras_hub)(str(out)))
+    assert_same_weights(randomized_model(seed=3), kroberta.load(str(out)))
 
 
 def test_export_arguments_of_the_wrong_kind_write_nothing(tmp_path):
@@ -452,19 +452,15 @@ def test_reading_the_wrong_thing_says_what_to_give(tmp_path):
     model = randomized_model()
     kroberta.export_hf(model, str(tmp_path / "hf"))
     kroberta.export_keras_hub(model, str(tmp_path / "preset"))
-    for read in (kroberta.from_hf, kroberta.from_keras_hub):
-        with pytest.raises(ArgumentKindError, match=r"expected a directory's path, got MaskedLM "
-                                                    r"\(a model already: use it as it is\)"):
-            read(model)
-        with pytest.raises(NotFoundError, match=rf"config.json: a file, not a directory; give "
-                                                rf"the directory that holds it \({tmp_path / 'hf'}\)"):
-            read(str(tmp_path / "hf" / "config.json"))
-    with pytest.raises(ConversionError, match=r"got None; this is a keras-hub preset's config: "
-                                              r"read it with kroberta.from_keras_hub"):
-        kroberta.from_hf(str(tmp_path / "preset"))
-    with pytest.raises(ConversionError, match=r"got 'roberta'; this is a Hugging Face config: "
-                                              r"read it with kroberta.from_hf"):
-        kroberta.from_keras_hub(str(tmp_path / "hf"))
+    with pytest.raises(ArgumentKindError, match=r"expected a directory's path, got MaskedLM "
+                                                r"\(a model already: use it as it is\)"):
+        kroberta.load(model)
+    with pytest.raises(NotFoundError, match=rf"config.json: a file, not a directory; give "
+                                            rf"the directory that holds it \({tmp_path / 'hf'}\)"):
+        kroberta.load(str(tmp_path / "hf" / "config.json"))
+    # One loader tells the two formats apart by their files.
+    assert_same_weights(model, kroberta.load(str(tmp_path / "preset")))
+    assert_same_weights(model, kroberta.load(str(tmp_path / "hf")))
     # Swapped arguments are named as such, not as a path to load.
     for call, name in ((kroberta.export_hf, "export_hf"), (kroberta.export_keras_hub,
                                                            "export_keras_hub")):
@@ -487,10 +483,10 @@ def test_damaged_files_are_one_error_naming_the_file(tmp_path, capsys):
     kroberta.export_keras_hub(model, str(tmp_path / "preset"))
     (tmp_path / "hf" / "tokenizer.json").write_text('{"version": "1.0", "truncated')
     with pytest.raises(InputError, match=rf"{tmp_path / 'hf' / 'tokenizer.json'}"):
-        kroberta.from_hf(str(tmp_path / "hf"))
+        kroberta.load(str(tmp_path / "hf"))
     damaged = [(tmp_path / "run" / "model.weights.h5", kroberta.load, tmp_path / "run"),
-               (tmp_path / "hf" / "model.safetensors", kroberta.from_hf, tmp_path / "hf"),
-               (tmp_path / "preset" / "task.weights.h5", kroberta.from_keras_hub,
+               (tmp_path / "hf" / "model.safetensors", kroberta.load, tmp_path / "hf"),
+               (tmp_path / "preset" / "task.weights.h5", kroberta.load,
                 tmp_path / "preset")]
     for path, read, directory in damaged:  # a copy cut short
         _truncate(path)
@@ -534,4 +530,4 @@ def test_an_export_has_the_usual_modes_and_no_leftover_when_interrupted_at_its_e
         kroberta.export_hf(randomized_model(seed=3), str(out), overwrite=True)
     monkeypatch.undo()
     assert sorted(os.listdir(tmp_path)) == ["export"]  # the old one went all the same
-    assert_same_weights(randomized_model(seed=3), hf.from_hf(str(out)))
+    assert_same_weights(randomized_model(seed=3), kroberta.load(str(out)))

@@ -81,9 +81,9 @@ def test_keras_hub_from_preset_gives_equal_logits_and_token_ids(exported, tokeni
         assert np.asarray(theirs(text)).tolist() == tokenizer.encode(text, add_special_tokens=False).ids, text
 
 
-def test_from_keras_hub_round_trip(exported, tokenizer):
+def test_load_of_a_preset_round_trip(exported, tokenizer):
     model, out = exported
-    loaded = kroberta.from_keras_hub(out)
+    loaded = kroberta.load(out)
     assert_same_weights(model, loaded)
     assert loaded.kroberta_config.model == TINY
     for text in TEXTS + ["The <mask> sat."]:
@@ -91,14 +91,14 @@ def test_from_keras_hub_round_trip(exported, tokenizer):
     assert loaded.tokenizer.get_vocab() == tokenizer.get_vocab()
 
 
-def test_from_keras_hub_and_init_from_keras_hub_read_a_url(exported):
+def test_load_and_init_from_keras_hub_read_a_url(exported):
     from kroberta import storage
     from kroberta.interop.keras_hub_presets import init_from_keras_hub
 
     model, out = exported
     url = f"memory://kroberta-{uuid.uuid4().hex[:8]}/preset"
     storage.put_tree(out, url)
-    assert_same_weights(model, kroberta.from_keras_hub(url))
+    assert_same_weights(model, kroberta.load(url))
     other = randomized_model(seed=5)
     assert init_from_keras_hub(other, url) is True
     assert_same_weights(model, other)
@@ -110,7 +110,7 @@ def test_export_cli_and_overwrite(tmp_path, tokenizer, capsys):
     assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--format", "keras-hub", "--out", out]) == 0
     assert f"exported {tmp_path / 'run'} -> {out}" in capsys.readouterr().out
     assert PRESET_FILES | {"kroberta_config.toml"} <= _files(out)
-    assert_same_weights(model, kroberta.from_keras_hub(out))
+    assert_same_weights(model, kroberta.load(out))
     assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--format", "keras-hub", "--out", out]) == 2
     assert "not empty" in capsys.readouterr().err
     # A run without a tokenizer overwrites without leaving the old tokenizer behind.
@@ -128,10 +128,11 @@ def test_not_a_roberta_preset_is_named(exported, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConversionError, match=r"config.json: registered_name: kroberta reads RobertaBackbone "
                                                   r"presets, got 'keras_hub>BertBackbone'"):
-        kroberta.from_keras_hub(str(tmp_path))
+        kroberta.load(str(tmp_path))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match=r"empty/config.json: missing \(not a keras-hub preset directory\)"):
-        kroberta.from_keras_hub(str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match=r"empty: not a finished kroberta run \(config.toml is missing\), "
+                                                 r"and no config.json of a Hugging Face model or keras-hub preset"):
+        kroberta.load(str(tmp_path / "empty"))
 
 
 def test_training_can_start_from_a_preset(tiny_data, tmp_path):

@@ -101,7 +101,7 @@ def test_hugging_face_export_carries_both_rates(tmp_path):
     back = hf.model_config_from_hf(config, "config.json")
     assert (back.dropout, back.attention_dropout_rate) == (0.1, 0.0)
     out = hf.export_hf(model, str(tmp_path))
-    loaded = hf.from_hf(out)
+    loaded = kroberta.load(out)
     assert attention.attention_layers(loaded)[0].dropout == 0.0 and loaded.backbone.dropout == 0.1
 
 
@@ -111,7 +111,7 @@ def test_keras_hub_preset_carries_both_rates(tmp_path):
     # A stock keras-hub load reads its one dropout: the hidden rate.
     stock = keras_hub.models.RobertaBackbone.from_preset(out)
     assert stock.dropout == 0.1
-    loaded = keras_hub_presets.from_keras_hub(out)
+    loaded = kroberta.load(out)
     assert loaded.kroberta_config.model.dropout == 0.1
     assert loaded.kroberta_config.model.attention_dropout_rate == 0.0
     assert attention.attention_layers(loaded)[0].dropout == 0.0

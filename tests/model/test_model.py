@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from kroberta.errors import KrobertaError
+import kroberta
 from kroberta.training import final_model
 from kroberta.config import Config, ModelConfig, to_toml
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
@@ -109,7 +110,7 @@ def test_save_and_load_give_identical_predictions(tmp_path):
     model = build_compiled_model(for_local_devices(config))
     (tmp_path / "config.toml").write_text(to_toml(config))
     final_model.save(model, str(tmp_path))
-    loaded = final_model.load(str(tmp_path))
+    loaded = kroberta.load(str(tmp_path))
     x, _ = _batch()
     np.testing.assert_allclose(np.asarray(loaded(x)), np.asarray(model(x)), atol=1e-6)
     assert loaded.kroberta_config.model == TINY and loaded.tokenizer is None
@@ -146,31 +147,32 @@ def test_save_refuses_a_run_of_another_shape_and_arguments_of_the_wrong_kind(tmp
 
 def test_load_of_an_unfinished_run_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a finished kroberta run") as raised:
-        final_model.load(str(tmp_path))
+        kroberta.load(str(tmp_path))
     assert isinstance(raised.value, KrobertaError)  # `except KrobertaError` catches it
     with pytest.raises(KrobertaError, match="no such directory"):
-        final_model.load(str(tmp_path / "nothing"))
+        kroberta.load(str(tmp_path / "nothing"))
     # A file of the run, and a directory of another kind, say what to give instead.
     (tmp_path / "model.weights.h5").write_text("")
-    with pytest.raises(KrobertaError, match=rf"model.weights.h5: a file, not a kroberta run "
-                                            rf"directory; give the directory that holds it \({tmp_path}\)"):
-        final_model.load(str(tmp_path / "model.weights.h5"))
+    with pytest.raises(KrobertaError, match=rf"model.weights.h5: a file, not a directory; "
+                                            rf"give the directory that holds it \({tmp_path}\)"):
+        kroberta.load(str(tmp_path / "model.weights.h5"))
     (tmp_path / "config.json").write_text("{}")
-    with pytest.raises(KrobertaError, match=r"config.toml is missing\); it holds a config.json: "
-                                            r"read a Hugging Face directory with kroberta.from_hf"):
-        final_model.load(str(tmp_path))
+    with pytest.raises(KrobertaError, match=r"config.toml is missing\), and no config.json of a "
+                                            r"Hugging Face model or keras-hub preset"):
+        kroberta.load(str(tmp_path))
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "manifest.json").write_text("{}")
-    with pytest.raises(KrobertaError, match=r"it is prepared data \(manifest.json\), not a model"):
-        final_model.load(str(tmp_path / "data"))
+    with pytest.raises(KrobertaError, match=r"prepared data \(python -m kroberta.prepare's output\), "
+                                            r"not a model"):
+        kroberta.load(str(tmp_path / "data"))
     step = tmp_path / "checkpoints" / "step_00000020"
     step.mkdir(parents=True)
-    with pytest.raises(KrobertaError, match=rf"it is a checkpoint of the run {tmp_path}: give the "
+    with pytest.raises(KrobertaError, match=rf"a checkpoint of the run {tmp_path}: give the "
                                             rf"run \(kroberta.load\('{tmp_path}', checkpoint=20\)"):
-        final_model.load(str(step))
+        kroberta.load(str(step))
     (tmp_path / "config.toml").write_text("")
     with pytest.raises(KrobertaError, match=r"checkpoint: expected None.*got 'latest'"):
-        final_model.load(str(tmp_path), checkpoint="latest")
+        kroberta.load(str(tmp_path), checkpoint="latest")
 
 
 def test_mixed_precision_keeps_float32_weights_and_bf16_compute():

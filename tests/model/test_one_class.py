@@ -1,7 +1,7 @@
 """Every entry point gives one model class, with one behaviour.
 
-`kroberta.load`, `from_hf`, `from_keras_hub`, the model training builds and a
-`keras.saving` round trip are all `kroberta.MaskedLM`; Keras `fit`, `evaluate` and
+`kroberta.load` of a run, a Hugging Face directory and a keras-hub preset, the model
+training builds and a `keras.saving` round trip are all `kroberta.MaskedLM`; Keras `fit`, `evaluate` and
 `predict` take kroberta's / keras-hub's names, Hugging Face's names and a bare array on
 each of them, and evaluate the same loss on the same batch.
 """
@@ -57,8 +57,8 @@ def entry_points(tmp_path_factory):
     loaded.save(keras_file)
     return {
         "load": loaded,
-        "from_hf": kroberta.from_hf(str(root / "hf")),
-        "from_keras_hub": kroberta.from_keras_hub(str(root / "keras_hub")),
+        "from_hf": kroberta.load(str(root / "hf")),
+        "from_keras_hub": kroberta.load(str(root / "keras_hub")),
         "training": trained,
         "keras.saving": keras.saving.load_model(keras_file),
     }

@@ -32,13 +32,12 @@ def _config(name, *overrides):
 @pytest.fixture(scope="module")
 def seed_reports():
     """seed.toml compiled once per topology from one model build."""
-    from kroberta.inference.program import make_predict_step
     from kroberta.perf import aot_programs
     from kroberta.perf.tpu_compile import compile_for_topology
 
     config = _config("seed")
     model = aot_programs.build_model(config)
-    return config, model, {t: compile_for_topology(config, t, make_predict_step, model=model)
+    return config, model, {t: compile_for_topology(config, t, model=model)
                            for t in TOPOLOGIES}
 
 

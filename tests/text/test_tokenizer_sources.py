@@ -125,7 +125,7 @@ def test_a_vocabulary_without_roberta_specials_is_refused(tmp_path, sources):
         prepare(str(corpus), tmp_path / "o", tokenizer=directory, progress=False)
 
 
-def test_from_keras_hub_reads_the_preset_tokenizer_the_same_way(sources):
+def test_load_of_a_preset_reads_its_tokenizer_the_same_way(sources):
     from kroberta.interop.keras_hub_presets import preset_tokenizer
 
     rebuilt = preset_tokenizer(sources["preset"])

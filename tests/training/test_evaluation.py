@@ -69,7 +69,7 @@ def test_an_exported_model_gives_the_same_loss(trained, tmp_path):
     exported = kroberta.export_hf(model, str(tmp_path / "hf"))
     # The imported model's default config draws other masks (another seed, mask rate):
     # the same config gives the same number.
-    imported = kroberta.from_hf(exported)
+    imported = kroberta.load(exported)
     imported.kroberta_config = model.kroberta_config
     assert kroberta.evaluate(imported, data)["loss"] == pytest.approx(
         kroberta.evaluate(model, data)["loss"], rel=1e-5)
@@ -84,4 +84,4 @@ def test_data_from_another_tokenizer_and_bad_arguments_are_refused(trained, tmp_
     with pytest.raises(InputError, match="multiple of the 4 devices"):
         kroberta.evaluate(model, str(other), batch_size=6)
     assert kroberta.cli.evaluate.main(["--model", str(tmp_path), "--data", str(other)]) == 2
-    assert "neither config.toml" in capsys.readouterr().err
+    assert "config.toml is missing), and no config.json" in capsys.readouterr().err

@@ -1,29 +1,50 @@
-"""The compiled predict program: the slots, the MLM and its on-device reduction, sharded
-and jitted.
+"""The compiled predict program of both heads: the slots, the MLM and its on-device
+reduction, or a fine-tuned classifier's logits; sharded and jitted.
 
 The host sends each batch's tokens and `marks` (B, L): the labels when the inputs carry
 them, else the <mask> tokens (-100 elsewhere). The program chooses each row's M slots
 from them with `kroberta.masking.first_labelled_slots`, the function training's
-static slots use, so no masking runs on the host. `make_predict_step` is the program
-as a function (also what `kroberta.aot` lowers for a TPU topology); `compiled_step`
-jits it once per model, output, slots and devices; `weights_snapshot` is what each
-call passes it.
+static slots use, so no masking runs on the host. A classifier
+(keras-hub's `RobertaTextClassifier`) takes {token_ids, padding_mask} and gives its
+(B, K) logits (`CLASSIFIER_OUTPUT`). `make_predict_step` is the program as a function
+(also what `kroberta.aot` lowers for a TPU topology); `compiled_step` jits it once per
+model, output, slots and devices; `weights_snapshot` is what each call passes it.
 """
 
 import weakref
 
 import jax
 import jax.numpy as jnp
+import keras
+import keras_hub
 
 from kroberta import masking
 from kroberta.tokens import IGNORE_LABEL
-from kroberta.inference.top_k import exact_top_k
+from kroberta.model.top_k import exact_top_k
 from kroberta.model.metrics import masked_correct, token_cross_entropy
 
 # Kept beside the model rather than on it: its jitted steps by (output, k, slots,
-# positions, group, devices). The steps hold the model's `with_hidden_states` view,
+# positions, group, devices). The steps hold the model's view (`_view`),
 # never the model, so the table keeps no model alive.
 _compiled = weakref.WeakKeyDictionary()
+_classifier_views = weakref.WeakKeyDictionary()  # classifier -> its functional view
+CLASSIFIER_OUTPUT = "logits"  # a classifier's one output: its logits (B, K), float32
+
+
+def _view(model):
+    """The Keras model the program calls, on `model`'s layers and weights but not `model`
+    itself (a step that held it would keep it alive): a classifier's functional copy, a
+    masked LM's view that also gives the last hidden states."""
+    if not is_classifier(model):
+        return model.with_hidden_states()
+    if model not in _classifier_views:
+        _classifier_views[model] = keras.Model(model.input, model.output)
+    return _classifier_views[model]
+
+
+def is_classifier(model) -> bool:
+    """Whether `model` is a fine-tuned classifier (keras-hub's `RobertaTextClassifier`)."""
+    return isinstance(model, keras_hub.models.RobertaTextClassifier)
 
 
 def choose_slots(marks, padding_mask, slots: int, positions: str):
@@ -86,15 +107,22 @@ def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots
     int32 (B,). With `group` > 1 every array has a leading axis of `group` batches,
     (group, batch, ...), mapped over inside the program (the outputs too).
     `compiled_step` jits it for the local devices; `kroberta.aot` lowers the same
-    function for a TPU topology.
+    function for a TPU topology. A classifier's step takes batch = {token_ids,
+    padding_mask} and returns {"logits": (B, K) float32} (`output`, `k`, `slots` and
+    `positions` unused).
     """
-    view = model.with_hidden_states()
+    view = _view(model)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     spec = jax.sharding.PartitionSpec("batch") if group == 1 else \
         jax.sharding.PartitionSpec(None, "batch")
     by_batch = jax.sharding.NamedSharding(mesh, spec)
 
-    def one_batch(trainable, non_trainable, batch):
+    def classify(trainable, non_trainable, batch):
+        x = {"token_ids": batch["token_ids"], "padding_mask": batch["padding_mask"]}
+        logits, _ = view.stateless_call(trainable, non_trainable, x, training=False)
+        return {CLASSIFIER_OUTPUT: logits.astype(jnp.float32)}  # (B, K)
+
+    def masked_lm(trainable, non_trainable, batch):
         where, valid, labels, dropped = choose_slots(batch["marks"], batch["padding_mask"],
                                                      slots, positions)
         x = {"token_ids": batch["token_ids"], "padding_mask": batch["padding_mask"],
@@ -105,6 +133,8 @@ def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots
         if output != "embeddings":
             result.update(positions=where, valid=valid, dropped=dropped)
         return result
+
+    one_batch = classify if is_classifier(model) else masked_lm
 
     def step(trainable, non_trainable, batch):
         if group == 1:
@@ -135,7 +165,7 @@ def weights_snapshot(model, replicated):
 
     A copy, never an alias: Keras' own fit/predict may donate or purge the
     variables' buffers, which must not pull arrays from under a cached step."""
-    view = model.with_hidden_states()
+    view = _view(model)
     return (
         [jax.device_put(v.value, replicated, may_alias=False) for v in view.trainable_variables],
         [jax.device_put(v.value, replicated, may_alias=False) for v in view.non_trainable_variables],

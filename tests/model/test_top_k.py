@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kroberta.inference.top_k import exact_top_k, uses_groups
+from kroberta.model.top_k import exact_top_k, uses_groups
 
 
 @pytest.mark.parametrize("width,k", [(10000, 5), (10007, 5), (1000, 1), (997, 3), (4000, 20)])
