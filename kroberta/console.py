@@ -49,7 +49,9 @@ def live_progress(total_steps: int, start_step: int = 0, stream=None, label: str
 
 class _Bar:
     """What a display shows: steps (`step`/`total`, the metrics in `values`) or, with a
-    `label`, bytes (MB done, MB/s)."""
+    `label`, bytes (MB done, MB/s); each line after its `title` when one is set."""
+
+    title = None  # what is counted ("sst2 lr 0.001 seed 0"): `Progress(title=...)`
 
     def __init__(self, total_steps, start_step=0, label=None):
         self.total = max(int(total_steps), 1)
@@ -74,7 +76,7 @@ class _Bar:
         if 0 < done and self.step < self.total:
             left = elapsed / done * (self.total - self.step)
             parts.append(f"eta {int(left) // 60}:{int(left) % 60:02d}")
-        return "  ".join(parts)
+        return (f"{self.title}: " if self.title else "") + "  ".join(parts)
 
     def update(self, step: int, values: dict):
         """Shows `step` and the interval's metrics (keys of `_SHOWN` that are present)."""
@@ -178,16 +180,20 @@ class Progress:
         enabled: False: shows nothing.
         stream: where to draw (default: stderr).
         rows: where a row goes instead of a live bar (default: a line on `stream`).
+        title: shown before the count on every line (a fine-tune's trial); notes are
+            shown as they are given.
     """
 
     def __init__(self, total: int, label: str | None = None, start: int = 0, enabled: bool = True,
-                 stream=None, rows=None):
+                 stream=None, rows=None, title: str | None = None):
         stream = stream or sys.stderr
         self.display = live_progress(total, start, stream, label) if enabled else None
         self.every = LIVE_EVERY_S
         if enabled and self.display is None:
             write = rows or (lambda text: (stream.write(text + "\n"), stream.flush()))
             self.display, self.every = _Rows(total, start, label, write), LOG_EVERY_S
+        if self.display is not None:
+            self.display.title = title
         self.done, self.values = start, {}
         self.start = self._last_draw = time.perf_counter()
 

@@ -103,3 +103,18 @@ def test_steps_in_a_log_go_to_the_rows_callable_with_notes_between(monkeypatch):
     progress.erase()
     assert len(rows) == 4 and rows[-1] == "epoch 1/3: loss 0.05"
     assert rows[0].startswith("step 10/100 [===>") and "loss 0.1  eta 1:30" in rows[0]
+
+
+def test_a_title_leads_every_row_once_and_notes_stay_as_given(monkeypatch):
+    # A fine-tune's log: each row names its trial once; its epoch lines already do.
+    clock = [0.0]
+    monkeypatch.setattr(console.time, "perf_counter", lambda: clock[0])
+    rows = []
+    progress = console.Progress(100, stream=io.StringIO(), rows=rows.append, title="sst2 lr 0.001 seed 0")
+    for step in range(1, 12):
+        clock[0] += 1.0
+        progress.update(step, {"loss": 0.5})
+    progress.note("sst2 lr 0.001 seed 0: epoch 1/3: loss 0.5")
+    assert rows[0].startswith("sst2 lr 0.001 seed 0: step 10/100 [")
+    assert rows[-1] == "sst2 lr 0.001 seed 0: epoch 1/3: loss 0.5"
+    assert all(row.count("sst2 lr 0.001 seed 0") == 1 for row in rows)

@@ -76,7 +76,7 @@ class _Watch(keras.callbacks.Callback):
         self.loss = math.nan
         self.diverged = None
         # A live line, or (in a log) a row every 10 seconds.
-        self.bar = console.Progress(self.total, stream=sys.stdout, rows=lambda text: logger.info("%s: %s", title, text))
+        self.bar = console.Progress(self.total, stream=sys.stdout, rows=logger.info, title=title)
 
     def on_train_batch_end(self, batch, logs=None):
         # `batch` is the dispatch's last step counted from 0 in this epoch (Keras counts a
