@@ -83,21 +83,29 @@ def test_staged_file_appears_only_when_the_block_succeeds(url):
     assert storage.read_text(path) == "whole"
 
 
-def test_a_missing_filesystem_package_is_one_line_naming_the_extra():
-    # gcsfs hidden from the import system: fsspec knows gs:// but cannot load it.
-    code = ("import sys; sys.modules['gcsfs'] = None\n"
-            "from kroberta import storage\n"
-            "from kroberta.training.run_dir import check_writable\n"
-            "for call in (storage.isdir, check_writable):\n"
-            "    try:\n        call('gs://bucket/run')\n"
+def _errors_without_gcsfs(setup: str) -> tuple[list[str], str]:
+    """(the error each of `setup`'s `calls` (function, argument) raises, as "Class message"
+    lines; stderr), in a process where gcsfs is hidden from the import system: fsspec
+    knows gs:// but cannot load it."""
+    code = ("import sys; sys.modules['gcsfs'] = None\n" + setup +
+            "for call, arg in calls:\n"
+            "    try:\n        call(arg)\n"
             "    except Exception as e:\n        print(type(e).__name__, e)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=120)
-    assert out.stdout.splitlines() == [
+    return out.stdout.splitlines(), out.stderr
+
+
+def test_a_missing_filesystem_package_is_one_line_naming_the_extra():
+    lines, stderr = _errors_without_gcsfs(
+        "from kroberta import storage\n"
+        "from kroberta.training.run_dir import check_writable\n"
+        "calls = ((storage.isdir, 'gs://bucket/run'), (check_writable, 'gs://bucket/run'))\n")
+    assert lines == [
         'StorageError gs://bucket/run needs gcsfs; pip install "kroberta[gcs]"',
         # What training says before any compute (exit status 2 from the command).
         'ConfigError run_dir: gs://bucket/run needs gcsfs; pip install "kroberta[gcs]"',
-    ], out.stderr[-2000:]
+    ], stderr[-2000:]
 
 
 @pytest.mark.fast
@@ -127,18 +135,14 @@ def test_globs_and_listings_alike(where, url, tmp_path):
 
 def test_prepared_data_on_gs_without_gcsfs_is_one_line_naming_the_extra():
     # Manifests, tokenizers and record patterns go through kroberta.storage like a run directory.
-    code = ("import sys; sys.modules['gcsfs'] = None\n"
-            "from kroberta.data.file_patterns import resolve_files\n"
-            "from kroberta.data.manifest import load_manifest\n"
-            "from kroberta.text.tokenizer import load_tokenizer\n"
-            "for call, arg in ((load_manifest, 'gs://b/data'), (load_tokenizer, 'gs://b/t.json'),\n"
-            "                  (lambda p: resolve_files([p], 'data.train'), 'gs://b/*.tfrecord')):\n"
-            "    try:\n        call(arg)\n"
-            "    except Exception as e:\n        print(type(e).__name__, e)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         timeout=120)
-    assert out.stdout.splitlines() == [
+    lines, stderr = _errors_without_gcsfs(
+        "from kroberta.data.file_patterns import resolve_files\n"
+        "from kroberta.data.manifest import load_manifest\n"
+        "from kroberta.text.tokenizer import load_tokenizer\n"
+        "calls = ((load_manifest, 'gs://b/data'), (load_tokenizer, 'gs://b/t.json'),\n"
+        "         (lambda p: resolve_files([p], 'data.train'), 'gs://b/*.tfrecord'))\n")
+    assert lines == [
         'StorageError gs://b/data/manifest.json needs gcsfs; pip install "kroberta[gcs]"',
         'StorageError gs://b/t.json needs gcsfs; pip install "kroberta[gcs]"',
         'StorageError gs://b/*.tfrecord needs gcsfs; pip install "kroberta[gcs]"',
-    ], out.stderr[-2000:]
+    ], stderr[-2000:]
