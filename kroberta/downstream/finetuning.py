@@ -194,9 +194,9 @@ def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, w
         result = recipe.run_grid(classifier, setup, lambda seed: start, rates, seeds,
                                  TrialLog(out, "pretrained", pretrained), widen)
         prediction.describe(classifier, config, model.tokenizer, spec, names, setup.max_length)
-        result.per_class = _per_class(classifier, setup)
+        result.per_class = _per_class(result, setup)
         if scratch is not None:
-            scratch.per_class = _per_class(scratch.classifier, setup)
+            scratch.per_class = _per_class(scratch, setup)
     if scratch is not None:
         result.baseline = scratch
         result.comparison = verdict.compare(result, scratch, setup.evaluation[result.split].labels)
@@ -211,12 +211,19 @@ def _copy(classifier, config, tokenizer, setup: recipe.Setup):
                                setup.max_length)
 
 
-def _per_class(classifier, setup: recipe.Setup) -> dict | None:
-    """{split: {class name: precision, recall, f1, support}} of the classifier (None for
-    regression)."""
+def _per_class(result: recipe.FinetuneResult, setup: recipe.Setup) -> dict | None:
+    """{split: {class name: precision, recall, f1, support}} of `result.classifier` (None
+    for regression). The first split's predictions are the kept trial's, made with the
+    weights the classifier holds; only the other splits are predicted again."""
     if setup.spec.kind == REGRESSION:
         return None
-    names = setup.label_names
-    return {split: dict(zip(names, metrics.per_class(
-                encoded.labels, trial_run.predictions_of(classifier, setup, split), len(names))))
+    names, kept = setup.label_names, result.kept
+
+    def predicted(split):
+        if split == result.split and kept is not None and kept.predictions is not None:
+            return np.asarray(kept.predictions)
+        return trial_run.predictions_of(result.classifier, setup, split)
+
+    return {split: dict(zip(names, metrics.per_class(encoded.labels, predicted(split),
+                                                     len(names))))
             for split, encoded in setup.evaluation.items()}

@@ -1,6 +1,8 @@
 """Fine-tuning a tiny model: it learns a task its text decides, not one it cannot; the
 result, predictions and the saved classifier agree."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -177,3 +179,45 @@ def test_a_max_length_over_the_models_positions_is_said(downstream_model, caplog
         finetuning.finetune(downstream_model, data="x.jsonl", max_length=longest + 8)
     assert (f"--max-length {longest + 8}: the model has {longest} positions; sequences of "
             f"{longest} tokens") in caplog.text
+
+
+def test_per_class_figures_equal_predicting_again(downstream_model, tmp_path, monkeypatch):
+    """The per-class figures reuse the kept trial's first-split predictions: the same
+    figures as predicting the split again with the kept weights, for both starts, with
+    no prediction after the grids (one split)."""
+    from kroberta.downstream import trial_run
+
+    seen, calls = [], []
+    per_class, predictions_of = finetuning._per_class, trial_run.predictions_of
+
+    def kept(result, setup):
+        before = len(calls)
+        figures = per_class(result, setup)
+        seen.append((result, setup, len(calls) - before))
+        return figures
+
+    def counted(classifier, setup, split):
+        calls.append(split)
+        return predictions_of(classifier, setup, split)
+
+    monkeypatch.setattr(finetuning, "_per_class", kept)
+    monkeypatch.setattr(trial_run, "predictions_of", counted)
+    train, validation = marker_task(tmp_path, train=96, validation=40)
+    # Two seeds: whichever is kept, the classifier's weights were put back from it after
+    # the other ran.
+    result = finetuning.finetune(downstream_model, data=train, validation=validation,
+                                 **{**RECIPE, "seeds": 2, "epochs": 2}, baseline=True,
+                                 baseline_learning_rates=[3e-3], widen=False)
+    assert [(r, predicted) for r, _, predicted in seen] == [(result, 0), (result.baseline, 0)]
+    for each, setup, _ in seen:
+        again = {split: dict(zip(setup.label_names, finetuning.metrics.per_class(
+                     encoded.labels, predictions_of(each.classifier, setup, split),
+                     len(setup.label_names))))
+                 for split, encoded in setup.evaluation.items()}
+        assert each.per_class == again
+        assert sum(row["support"] for row in each.per_class["validation"].values()) == 40
+    # A trial kept without its predictions (a log written before they were kept) is predicted.
+    before = len(calls)
+    result.kept = dataclasses.replace(result.kept, predictions=None)
+    assert per_class(result, seen[0][1]) == result.per_class
+    assert calls[before:] == ["validation"]
