@@ -19,7 +19,8 @@ from kroberta.downstream import (encoding, glue, metrics, prediction, rate_grid,
                                  stdlib_task, trial_run, verdict)
 from kroberta.downstream.arguments import check_out
 from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, TaskSpec,
-                                          choose_text_fields, read_labelled)
+                                          check_labelled_file, choose_text_fields,
+                                          read_labelled)
 from kroberta.downstream.trials import TrialLog, fingerprint
 from kroberta.downstream.loading import load
 from kroberta.model.masked_lm import check_model
@@ -54,10 +55,12 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
             raise InputError(f"--kind {kind!r}: expected {CLASSIFICATION} or {REGRESSION}")
         if isinstance(text_fields, str):
             text_fields = (text_fields,)
+        if text_fields is not None and not 1 <= len(text_fields) <= 2:
+            raise InputError(f"--text-field: one text or a pair, got {len(text_fields)}")
+        check_labelled_file(os.fspath(data))
+        check_labelled_file(os.fspath(validation))
         if text_fields is None:  # as run_glue: "text", else the fields besides the label
             text_fields = choose_text_fields(os.fspath(data), label_field)
-        if not 1 <= len(text_fields) <= 2:
-            raise InputError(f"--text-field: one text or a pair, got {len(text_fields)}")
         metric = "pearson" if kind == REGRESSION else "accuracy"
         spec = TaskSpec(task or os.path.basename(os.fspath(data)), tuple(text_fields),
                         label_field, kind, metric)

@@ -158,6 +158,23 @@ def test_a_grid_builds_the_validation_batches_once(downstream_model, tmp_path, m
     assert schedules == [sum(count for _, count in passes[:2])] == [2 * 4]  # ceil(100 / 32) = 4
 
 
+def test_missing_or_unread_labelled_files_are_refused_by_finetune(downstream_model, tmp_path):
+    """`kroberta.finetune` checks its files where they come in (the readers trust them)."""
+    from kroberta.errors import NotFoundError
+
+    train, _ = marker_task(tmp_path, train=8, validation=8)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "notes.txt").write_text("a")
+    for validation, error, message in (
+            (tmp_path / "nope.jsonl", NotFoundError, "nope.jsonl: no such file$"),
+            (tmp_path / "folder", NotFoundError, "folder: a folder, not a file$"),
+            (tmp_path / "notes.txt", InputError, "notes.txt: not a labelled file kroberta reads")):
+        with pytest.raises(error, match=message):
+            finetuning.finetune(downstream_model, data=train, validation=validation)
+    with pytest.raises(NotFoundError, match="nope.jsonl: no such file$"):  # before choosing fields
+        finetuning.finetune(downstream_model, data=tmp_path / "nope.jsonl", validation=train)
+
+
 def test_an_out_folder_of_other_files_is_refused(downstream_model, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
