@@ -26,7 +26,7 @@ def test_a_task_decided_by_a_token_is_learned_and_predicted(downstream_model, tm
     assert predicted["labels"] == ["1", "0"]
     np.testing.assert_allclose(predicted["probabilities"].sum(-1), 1.0, rtol=1e-5)
     # Saved and loaded back, the classifier gives the same probabilities.
-    prediction.save_classifier(result.classifier, str(tmp_path / "out"))
+    kroberta.save(result.classifier, str(tmp_path / "out"))
     loaded = kroberta.load(str(tmp_path / "out"))
     assert loaded.label_names == ("0", "1") and loaded.max_length == 16
     np.testing.assert_allclose(prediction.predict_texts(loaded, texts)["probabilities"],
