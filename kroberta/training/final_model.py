@@ -62,7 +62,8 @@ def save(model, run_dir: str):
     from kroberta.model.mlm import stock_copy  # start-up time (above)
     from kroberta.parallel.distribute import global_distribution  # start-up time (above)
 
-    classifier = getattr(model, "task_spec", None) is not None  # what `describe` gives it
+    # A classifier kroberta fine-tuned or loaded: it carries the task its folder records.
+    classifier = getattr(model, "task_spec", None) is not None
     if not classifier:
         check_model(model, "kroberta.save", run_dir, "kroberta.save(model, run_dir)")
     if not isinstance(run_dir, (str, os.PathLike)):
