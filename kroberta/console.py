@@ -1,10 +1,10 @@
-"""Progress that fits where it runs: one display for prepare, train and finetune.
+"""Progress that fits where it runs: one display for prepare, train, finetune and predict.
 
 In a terminal: one line redrawn in place. In a Jupyter notebook: one display (an
 HTML progress bar with a text fallback) updated in place, never a line per update.
 Anywhere else (a log file, a pipe): rows, a few seconds apart (`Progress`: prepare's
-bytes, a fine-tune's steps), or train's rows of metrics, one per log interval, which
-it prints itself.
+bytes, a fine-tune's steps, predict's examples), or train's rows of metrics, one per
+log interval, which it prints itself.
 
 Why our own and not Keras' `Progbar`, `tqdm` or `rich`, all installed through the
 dependencies: `Progbar` writes terminal escape codes into a file or a pipe (or,
@@ -48,13 +48,16 @@ def live_progress(total_steps: int, start_step: int = 0, stream=None, label: str
 
 
 class _Bar:
-    """What a display shows: steps (`step`/`total`, the metrics in `values`) or, with a
-    `label`, bytes (MB done, MB/s); each line after its `title` when one is set."""
+    """What a display shows: steps (`step`/`total`, the metrics in `values`), with a
+    `label` bytes (MB done, MB/s), or with a `unit` too a count of that unit (done,
+    per second, seconds; `total` None: not known); each line after its `title` when
+    one is set."""
 
     title = None  # what is counted ("sst2 lr 0.001 seed 0"): `Progress(title=...)`
+    unit = None  # what a count counts ("examples"): `Progress(unit=...)`
 
     def __init__(self, total_steps, start_step=0, label=None):
-        self.total = max(int(total_steps), 1)
+        self.total = None if total_steps is None else max(int(total_steps), 1)
         self.start_step = start_step
         self.step = start_step
         self.values = {}
@@ -62,18 +65,24 @@ class _Bar:
         self._started = time.perf_counter()
 
     def text(self, width=30) -> str:
-        fraction = min(self.step / self.total, 1.0)
+        fraction = min(self.step / (self.total or 1), 1.0)
         filled = int(fraction * width)
         bar = "=" * filled + (">" if filled < width else "") + "." * (width - filled - 1)
         elapsed = max(time.perf_counter() - self._started, 1e-9)
         done = self.step - self.start_step
-        if self.label is None:
+        if self.unit is not None:
+            rate = done / elapsed
+            count = f"{self.step}/{self.total} {self.unit} [{bar[:width]}]" if self.total \
+                else f"{self.step} {self.unit}"
+            parts = [f"{self.label}: {count}",  # a slow start is not "0/s"
+                     (f"{rate:,.1f}" if rate < 10 else f"{rate:,.0f}") + "/s", f"{elapsed:.1f}s"]
+        elif self.label is None:
             parts = [f"step {self.step}/{self.total} [{bar[:width]}] {100 * fraction:3.0f}%"]
             parts += [f"{key} {self.values[key]:.4g}" for key in _SHOWN if key in self.values]
         else:
             parts = [f"{self.label}: [{bar[:width]}] {self.step / 1e6:.1f}/{self.total / 1e6:.1f} MB",
                      f"{done / 1e6 / elapsed:.2f} MB/s"]
-        if 0 < done and self.step < self.total:
+        if self.total and 0 < done and self.step < self.total:
             left = elapsed / done * (self.total - self.step)
             parts.append(f"eta {int(left) // 60}:{int(left) % 60:02d}")
         return (f"{self.title}: " if self.title else "") + "  ".join(parts)
@@ -132,7 +141,7 @@ class NotebookBar(_Bar):
     def _bundle(self) -> dict:
         text = self.text()
         return {"text/plain": text,
-                "text/html": f"<progress value='{self.step}' max='{self.total}' "
+                "text/html": f"<progress value='{self.step}' max='{self.total or 1}' "
                              f"style='width:30em'></progress> <code>{html.escape(text)}</code>"}
 
     def _draw(self):
@@ -169,13 +178,17 @@ class _Rows(_Bar):
 
 
 class Progress:
-    """A count shown where it runs (prepare's bytes, a fine-tune's steps): a live bar
+    """A count shown where it runs (prepare's bytes, a fine-tune's steps, predict's
+    examples): a live bar
     redrawn at most every `LIVE_EVERY_S`, or rows every `LOG_EVERY_S` in a file or a
     pipe; nothing when not `enabled`.
 
     Args:
-        total: the count at the end (steps, or bytes with a `label`).
-        label: what is counted in bytes ("tokenizer", "encode+pack+write"); None: steps.
+        total: the count at the end (steps, or bytes with a `label`); None with a `unit`:
+            not known.
+        label: what is counted in bytes ("tokenizer", "encode+pack+write"), or with a
+            `unit` what counts it ("predict"); None: steps.
+        unit: what a count of `label`'s counts ("examples"); None: bytes or steps.
         start: the count at the start (a resumed run's step).
         enabled: False: shows nothing.
         stream: where to draw (default: stderr).
@@ -185,7 +198,7 @@ class Progress:
     """
 
     def __init__(self, total: int, label: str | None = None, start: int = 0, enabled: bool = True,
-                 stream=None, rows=None, title: str | None = None):
+                 stream=None, rows=None, title: str | None = None, unit: str | None = None):
         stream = stream or sys.stderr
         self.display = live_progress(total, start, stream, label) if enabled else None
         self.every = LIVE_EVERY_S
@@ -193,7 +206,7 @@ class Progress:
             write = rows or (lambda text: (stream.write(text + "\n"), stream.flush()))
             self.display, self.every = _Rows(total, start, label, write), LOG_EVERY_S
         if self.display is not None:
-            self.display.title = title
+            self.display.title, self.display.unit = title, unit
         self.done, self.values = start, {}
         self.start = self._last_draw = time.perf_counter()
 

@@ -118,3 +118,22 @@ def test_a_title_leads_every_row_once_and_notes_stay_as_given(monkeypatch):
     assert rows[0].startswith("sst2 lr 0.001 seed 0: step 10/100 [")
     assert rows[-1] == "sst2 lr 0.001 seed 0: epoch 1/3: loss 0.5"
     assert all(row.count("sst2 lr 0.001 seed 0") == 1 for row in rows)
+
+
+def test_a_count_of_examples_shows_done_rate_and_seconds_known_total_or_not(monkeypatch):
+    # predict's examples: a row at the end in a log, with or without a known total.
+    clock = [0.0]
+    monkeypatch.setattr(console.time, "perf_counter", lambda: clock[0])
+    for total, count in ((45, "45/45 examples [" + "=" * 30 + "]"), (None, "45 examples")):
+        out = io.StringIO()
+        progress = console.Progress(total, "predict", stream=out, unit="examples")
+        for _ in range(3):
+            clock[0] += 1.0
+            progress.add(15)
+        progress.close()
+        assert out.getvalue() == f"predict: {count}  15/s  3.0s\n"
+        slow = io.StringIO()
+        progress = console.Progress(total, "predict", stream=slow, unit="examples")
+        clock[0] += 20.0
+        progress.add(3)
+        assert slow.getvalue().splitlines()[0].startswith("predict: 3") and "  0.1/s  20.0s" in slow.getvalue()

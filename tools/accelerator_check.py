@@ -131,11 +131,11 @@ def _pipeline_rate(config, data_file, batch, batches):
 def main():
     args = parse_args()
     started = time.perf_counter()
-    import kroberta  # noqa: F401  (fixes the backend before keras is imported)
-    import jax
-
+    # kroberta's modules first: importing the package fixes Keras' backend and XLA's flags
+    # before JAX starts.
     from kroberta.plan import make_plan
     from kroberta.data.synthetic import write_seed_format
+    import jax
 
     work = tempfile.mkdtemp(prefix="accelerator-check-")
     base = _config(args, "", "", 1)

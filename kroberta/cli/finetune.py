@@ -18,6 +18,7 @@ import os
 import sys
 
 from kroberta.errors import InputError
+import kroberta
 from kroberta import cli
 from kroberta.downstream import rate_grid
 from kroberta.downstream.arguments import check_finetune_arguments
@@ -119,7 +120,6 @@ def _run_tasks(args) -> int:
     # start-up: `--help` and argument errors answer before JAX and Keras load
     from kroberta.downstream import glue
     from kroberta.downstream.finetuning import finetune
-    from kroberta.downstream.prediction import save_classifier
 
     tasks = [f"glue/{t}" for t in glue.tasks_present(args.data)] if args.suite else [args.task]
     baseline = args.baseline if args.baseline is not None else (args.task is None and not args.data)
@@ -138,9 +138,9 @@ def _run_tasks(args) -> int:
         averages.append(result.median[result.split])
         random_folder = os.path.join(out, RANDOM_START_DIR) if out else None
         if out:
-            save_classifier(result.classifier, out)  # creates the folder
+            kroberta.save(result.classifier, out)  # creates the folder
             if result.baseline:
-                save_classifier(result.baseline.classifier, random_folder)
+                kroberta.save(result.baseline.classifier, random_folder)
             _write_json(os.path.join(out, "result.json"), result.to_json())
         rows = [_row(result), _kept(result, out)]
         if result.baseline:

@@ -11,12 +11,11 @@ The Python API is `kroberta.predict(...)` (kroberta/inference/prediction.py).
 
 import os
 import sys
-import time
 import warnings
 
 from kroberta.errors import InputError
 import kroberta
-from kroberta import cli, storage
+from kroberta import cli, console, storage
 from kroberta.data.file_patterns import resolve_files
 from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS
 from kroberta.run_layout import CLASSIFIER, model_source
@@ -24,29 +23,6 @@ from kroberta.inference.npz_file import write_npz
 
 # The prediction engine (JAX, Keras, TensorFlow) is imported when it is used, so that
 # `--help` and argument errors answer at once.
-
-
-class Progress:
-    """examples done / total and examples per second, on stderr."""
-
-    def __init__(self, total, enabled):
-        self.total, self.enabled, self.done = total, enabled, 0
-        self.live = enabled and sys.stderr.isatty()
-        self.start = time.perf_counter()
-
-    def update(self, count, final=False):
-        self.done += count
-        if not self.enabled or not (self.live or final):
-            return
-        seconds = max(time.perf_counter() - self.start, 1e-9)
-        total = f"/{self.total}" if self.total else ""
-        rate = self.done / seconds
-        rate = f"{rate:,.1f}" if rate < 10 else f"{rate:,.0f}"  # a slow start is not "0/s"
-        # Redrawn in place on a terminal; a log file gets the final line alone.
-        sys.stderr.write(("\r" if self.live else "")
-                         + f"predict: {self.done}{total} examples, {rate}/s, "
-                         f"{seconds:.1f}s" + ("\n" if final else ""))
-        sys.stderr.flush()
 
 
 def _parser():
@@ -104,7 +80,9 @@ def _main(args) -> int:
     total = inspect_files(files, "--data").records
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
-        shapes = write_npz(chunks, args.out, Progress(total, not args.no_progress))
+        progress = console.Progress(total, "predict", enabled=not args.no_progress,
+                                    unit="examples")
+        shapes = write_npz(chunks, args.out, progress)
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     summary = ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())

@@ -6,12 +6,11 @@ of after the seconds those take to start.
 
 import os
 
-from kroberta import storage
 from kroberta.downstream import glue, rate_grid
+from kroberta.downstream.examples import check_labelled_file
 from kroberta.errors import InputError, NotFoundError
 from kroberta.downstream.trials import TRIALS_FILE
 from kroberta.run_layout import CLASSIFIER_FILE, CONFIG_FILE, MASKED_LM, model_source
-from kroberta.text import recordfiles
 from kroberta.text.columns import TEXT_FIELD_OPTION
 
 
@@ -53,7 +52,7 @@ def check_finetune_arguments(args):
         fields = dict.fromkeys(args.text_field or (), TEXT_FIELD_OPTION)
         fields[args.label_field] = "--label-field"
         for option, path in (("--data", args.data), ("--validation", args.validation)):
-            _check_labelled_file(path, option, fields)
+            check_labelled_file(path, option, fields)
     if args.out is not None and not args.suite:
         check_out(args.out)
 
@@ -61,28 +60,10 @@ def check_finetune_arguments(args):
 def _check_prediction(args):
     if not os.path.isdir(args.classifier):
         raise NotFoundError(f"--classifier {args.classifier}: no such directory")
-    _check_labelled_file(args.predict, "--predict", {})
+    check_labelled_file(args.predict, "--predict")
     folder = os.path.dirname(os.path.abspath(args.predictions))
     if not os.path.isdir(folder):
         raise InputError(f"--predictions {args.predictions}: no folder {folder}")
-
-
-def _check_labelled_file(path: str, option: str, fields: dict):
-    """`path` is a labelled file kroberta reads, and a CSV/TSV header holds `fields`
-    (field -> the option that names it)."""
-    if not (storage.isfile(path) or recordfiles.is_dataset_dir(path)):
-        what = "a folder, not a file" if os.path.isdir(path) else "no such file"
-        raise NotFoundError(f"{option} {path}: {what}")
-    fmt = recordfiles.record_format(path)
-    if fmt is None:
-        raise InputError(f"{option} {path}: not a labelled file kroberta reads (.tsv, .csv, "
-                         ".jsonl, .json, .parquet, optionally .gz, or a datasets directory)")
-    if fmt in ("csv", "tsv") and fields:
-        records = recordfiles.iter_records(path, fmt, fields)
-        try:
-            next(records, None)  # the header, checked, and the first row
-        finally:
-            records.close()
 
 
 def check_out(out: str):

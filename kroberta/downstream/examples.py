@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from kroberta import storage
-from kroberta.errors import InputError
+from kroberta.errors import InputError, NotFoundError
 from kroberta.text import recordfiles
 from kroberta.text.columns import TEXT_FIELD_OPTION
 
@@ -137,22 +137,37 @@ def _value(raw, spec: TaskSpec, path: str, where: str) -> float:
 ID_COLUMNS = ("id", "idx", "index", "guid")  # never a text: left out when fields are chosen
 
 
-def _check_path(path: str) -> str:
-    """The record format of a labelled file; an error when it is missing or of no format read."""
+def check_labelled_file(path: str, option: str | None = None, fields: dict | None = None):
+    """Refuses a labelled file that is missing or of no format kroberta reads, and a CSV/TSV
+    whose header lacks one of `fields` (field -> the option that names it). The check of
+    `kroberta.finetune` and of the command line (which runs it before JAX starts): the
+    readers below trust the path.
+
+    Args:
+        path: the file (or `datasets` directory).
+        option: the option that named it, said before the path (None: the path alone).
+        fields: the fields a CSV/TSV header must hold (None: none checked).
+    """
+    named = f"{option} {path}" if option else path
     if not (storage.isfile(path) or recordfiles.is_dataset_dir(path)):
-        raise InputError(f"{path}: no such file")
+        what = "a folder, not a file" if storage.isdir(path) else "no such file"
+        raise NotFoundError(f"{named}: {what}")
     fmt = recordfiles.record_format(path)
     if fmt is None:
-        raise InputError(f"{path}: not a labelled file kroberta reads (.tsv, .csv, .jsonl, .json, "
-                         ".parquet, optionally .gz, or a datasets directory)")
-    return fmt
+        raise InputError(f"{named}: not a labelled file kroberta reads (.tsv, .csv, .jsonl, "
+                         ".json, .parquet, optionally .gz, or a datasets directory)")
+    if fmt in ("csv", "tsv") and fields:
+        records = recordfiles.iter_records(path, fmt, fields)
+        try:
+            next(records, None)  # the header, checked, and the first row
+        finally:
+            records.close()
 
 
 def first_record_fields(path: str, columns: tuple | None = None) -> list:
     """The field names of a labelled file's first record (a CSV/TSV's header, or
     `columns`: a headerless file's)."""
-    fmt = _check_path(path)
-    records = recordfiles.iter_records(path, fmt, {}, columns=columns)
+    records = recordfiles.iter_records(path, recordfiles.record_format(path), {}, columns=columns)
     try:
         where, record = next(records, (None, None))
     finally:
@@ -202,7 +217,7 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
     Returns:
         (LabelledSet, label_names): label_names is None for regression.
     """
-    fmt = _check_path(path)
+    fmt = recordfiles.record_format(path)
     if require_labels is None:
         require_labels = spec.label_field in first_record_fields(path, spec.columns)
     # field -> the option that names it, for a CSV header or Arrow schema that lacks it.

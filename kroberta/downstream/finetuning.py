@@ -19,7 +19,8 @@ from kroberta.downstream import (encoding, glue, metrics, prediction, rate_grid,
                                  stdlib_task, trial_run, verdict)
 from kroberta.downstream.arguments import check_out
 from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, TaskSpec,
-                                          choose_text_fields, read_labelled)
+                                          check_labelled_file, choose_text_fields,
+                                          read_labelled)
 from kroberta.downstream.trials import TrialLog, fingerprint
 from kroberta.downstream.loading import load
 from kroberta.model.masked_lm import check_model
@@ -54,10 +55,12 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
             raise InputError(f"--kind {kind!r}: expected {CLASSIFICATION} or {REGRESSION}")
         if isinstance(text_fields, str):
             text_fields = (text_fields,)
+        if text_fields is not None and not 1 <= len(text_fields) <= 2:
+            raise InputError(f"--text-field: one text or a pair, got {len(text_fields)}")
+        check_labelled_file(os.fspath(data))
+        check_labelled_file(os.fspath(validation))
         if text_fields is None:  # as run_glue: "text", else the fields besides the label
             text_fields = choose_text_fields(os.fspath(data), label_field)
-        if not 1 <= len(text_fields) <= 2:
-            raise InputError(f"--text-field: one text or a pair, got {len(text_fields)}")
         metric = "pearson" if kind == REGRESSION else "accuracy"
         spec = TaskSpec(task or os.path.basename(os.fspath(data)), tuple(text_fields),
                         label_field, kind, metric)
@@ -194,9 +197,9 @@ def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, w
         result = recipe.run_grid(classifier, setup, lambda seed: start, rates, seeds,
                                  TrialLog(out, "pretrained", pretrained), widen)
         prediction.describe(classifier, config, model.tokenizer, spec, names, setup.max_length)
-        result.per_class = _per_class(classifier, setup)
+        result.per_class = _per_class(result, setup)
         if scratch is not None:
-            scratch.per_class = _per_class(scratch.classifier, setup)
+            scratch.per_class = _per_class(scratch, setup)
     if scratch is not None:
         result.baseline = scratch
         result.comparison = verdict.compare(result, scratch, setup.evaluation[result.split].labels)
@@ -211,12 +214,19 @@ def _copy(classifier, config, tokenizer, setup: recipe.Setup):
                                setup.max_length)
 
 
-def _per_class(classifier, setup: recipe.Setup) -> dict | None:
-    """{split: {class name: precision, recall, f1, support}} of the classifier (None for
-    regression)."""
+def _per_class(result: recipe.FinetuneResult, setup: recipe.Setup) -> dict | None:
+    """{split: {class name: precision, recall, f1, support}} of `result.classifier` (None
+    for regression). The first split's predictions are the kept trial's, made with the
+    weights the classifier holds; only the other splits are predicted again."""
     if setup.spec.kind == REGRESSION:
         return None
-    names = setup.label_names
-    return {split: dict(zip(names, metrics.per_class(
-                encoded.labels, trial_run.predictions_of(classifier, setup, split), len(names))))
+    names, kept = setup.label_names, result.kept
+
+    def predicted(split):
+        if split == result.split and kept is not None and kept.predictions is not None:
+            return np.asarray(kept.predictions)
+        return trial_run.predictions_of(result.classifier, setup, split)
+
+    return {split: dict(zip(names, metrics.per_class(encoded.labels, predicted(split),
+                                                     len(names))))
             for split, encoded in setup.evaluation.items()}

@@ -97,7 +97,7 @@ def _keras_hub_masked_lm(directory: str, mixed_precision: bool):
 
 
 def _run_classifier(directory: str):
-    """The classifier of a folder `prediction.save_classifier` wrote."""
+    """The classifier of a folder `kroberta.save` wrote."""
     missing = [name for name in (TOKENIZER_FILE, CLASSIFIER_WEIGHTS_FILE)
                if not storage.isfile(storage.join(directory, name))]
     description = read_json(storage.join(directory, CLASSIFIER_FILE))

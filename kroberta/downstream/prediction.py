@@ -1,52 +1,22 @@
-"""A fine-tuned classifier's predictions, and the folder it is saved in.
+"""A fine-tuned classifier's predictions.
 
 `predict_texts` (what `kroberta.predict` calls for a classifier) encodes texts and
 buckets them as in training; `outputs` runs the compiled, sharded predict program both
-heads share (`kroberta.model.predict_program`) over such batches. `save_classifier`
-writes what `kroberta.load` reads back into a run-dir-like folder: the pretrained model's
-config.toml and tokenizer.json, the classifier's weights, and classifier.json (the task,
-its label names, the sequence length).
+heads share (`kroberta.model.predict_program`) over such batches. `kroberta.save` writes
+a classifier's folder, which `kroberta.load` reads back.
 """
-
-import dataclasses
-import json
 
 import jax
 import numpy as np
 
 from kroberta.errors import InputError
-from kroberta.config import to_toml
 from kroberta.downstream import encoding
-from kroberta import storage
 from kroberta.downstream.examples import REGRESSION
 from kroberta.model import predict_program
-from kroberta.model.mlm import stock_copy
-from kroberta.parallel.distribute import global_distribution
-from kroberta.run_layout import (CLASSIFIER_FILE, CLASSIFIER_WEIGHTS_FILE, CONFIG_FILE,
-                                 TOKENIZER_FILE)
-
-
-def save_classifier(classifier, directory: str) -> str:
-    """Writes a fine-tuned classifier (`FinetuneResult.classifier`) into `directory`
-    (local or a URL), which `kroberta.load` reads back."""
-    storage.makedirs(directory)
-    config = dataclasses.replace(classifier.kroberta_config, run_dir=str(directory))
-    storage.write_text(storage.join(directory, CONFIG_FILE), to_toml(config))
-    storage.write_text(storage.join(directory, TOKENIZER_FILE), classifier.tokenizer.to_str())
-    description = {"task": dataclasses.asdict(classifier.task_spec),
-                   "label_names": list(classifier.label_names or []) or None,
-                   "max_length": classifier.max_length}
-    storage.write_text(storage.join(directory, CLASSIFIER_FILE), json.dumps(description, indent=1))
-    # Weights only, as kroberta.save: a stock copy on this host (no optimizer state).
-    stock = stock_copy(classifier)
-    weights = storage.join(directory, CLASSIFIER_WEIGHTS_FILE)
-    with global_distribution(None), storage.staged_file(weights) as local:  # h5: a local file
-        stock.save_weights(local)
-    return directory
 
 
 def describe(classifier, config, tokenizer, spec, names, max_length: int):
-    """`classifier` with what prediction and `save_classifier` read from it."""
+    """`classifier` with what prediction and `kroberta.save` read from it."""
     classifier.tokenizer, classifier.kroberta_config, classifier.task_spec = tokenizer, config, spec
     classifier.label_names = tuple(names) if names else None
     classifier.max_length = int(max_length)

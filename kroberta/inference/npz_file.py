@@ -19,7 +19,8 @@ from kroberta import storage
 
 def write_npz(chunks, out_path: str, progress) -> dict:
     """Streams chunks (dicts of arrays, rows first) into `out_path` (.npz); returns shapes.
-    `progress.update(rows, final=False)` is called after each chunk and once at the end."""
+    `progress.add(rows)` is called after each chunk and `progress.close()` once at the
+    end (`kroberta.console.Progress`)."""
     # Beside the output (one filesystem for the raw files and the archive), or for a
     # URL in the local temporary directory.
     beside = None if storage.is_url(out_path) else os.path.dirname(os.path.abspath(out_path))
@@ -33,8 +34,8 @@ def write_npz(chunks, out_path: str, progress) -> dict:
                     meta[name] = [array.dtype, array.shape[1:], 0]
                 raw[name].write(np.ascontiguousarray(array).tobytes())
                 meta[name][2] += len(array)
-            progress.update(len(next(iter(chunk.values()))))
-        progress.update(0, final=True)
+            progress.add(len(next(iter(chunk.values()))))
+        progress.close()
         for handle in raw.values():
             handle.close()
         with storage.staged_file(out_path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:

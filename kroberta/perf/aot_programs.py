@@ -48,7 +48,6 @@ class Program:
     code_bytes: int
     flops: float  # per device per step: cost_analysis of the SPMD-partitioned program
     steps: int  # steps (or batches) the program runs per dispatch; memory is for all of them
-    bytes_accessed: float
     compile_seconds: float
 
     @property
@@ -150,7 +149,6 @@ def _analyse(name: str, lowered, steps: int = 1) -> Program | None:
         code_bytes=int(memory.generated_code_size_in_bytes),
         flops=float(cost.get("flops", 0.0)),  # the loop body once: one step's
         steps=steps,
-        bytes_accessed=float(cost.get("bytes accessed", 0.0)),
         compile_seconds=seconds,
     )
 

@@ -1,13 +1,17 @@
-"""The final model of a run: saved into the run directory (`kroberta.save`), read back
+"""A model's folder: a run's final masked LM saved into the run directory, or a
+fine-tuned classifier into a folder of its own (`kroberta.save`); a run's read back
 (`load_run`, what `kroberta.load` calls for a run).
 
 A run directory holds `config.toml` (the resolved config), `model.weights.h5`
 (Keras weights of the final model) and, when the data came with one,
 `tokenizer.json` (`kroberta.run_layout`). `load_run` rebuilds the model from the config
-and loads the weights.
+and loads the weights. A classifier's folder holds the pretrained model's config.toml
+and tokenizer.json, the classifier's weights and classifier.json (the task, its label
+names, the sequence length), which `kroberta.load` reads back.
 """
 
 import dataclasses
+import json
 import logging
 import os
 
@@ -17,19 +21,32 @@ from kroberta.training.checkpoint import list_checkpoints
 from kroberta.config import to_toml
 from kroberta import storage
 from kroberta.errors import ArgumentKindError, InputError, NotFoundError
-from kroberta.run_layout import (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, load_run_config,
-                                 load_tokenizer)
+from kroberta.run_layout import (CLASSIFIER_FILE, CLASSIFIER_WEIGHTS_FILE, CONFIG_FILE,
+                                 TOKENIZER_FILE, WEIGHTS_FILE, load_run_config, load_tokenizer)
 
 logger = logging.getLogger(__name__)
 
 
 def save(model, run_dir: str):
-    """Writes the model's weights (not the optimizer's) into `run_dir` atomically, and
-    where `run_dir` holds no run yet, the model's config and tokenizer too, so that
-    `kroberta.load(run_dir)` reads it back (a fine-tuned or imported model).
+    """Writes a masked LM or a fine-tuned classifier into directory `run_dir` (local or a
+    URL), which `kroberta.load(run_dir)` reads back; weights only, not the optimizer's.
 
-    In a multi-process run every process must call this (weights split across
-    processes are gathered, a collective); only process 0 writes.
+    A masked LM: its weights atomically, and where `run_dir` holds no run yet its config
+    and tokenizer too (a fine-tuned or imported model). In a multi-process run every
+    process must call this (weights split across processes are gathered, a collective);
+    only process 0 writes.
+
+    A fine-tuned classifier (`kroberta.finetune`'s or `kroberta.load`'s): the pretrained
+    model's config and tokenizer, the classifier's description (classifier.json) and
+    its weights, each written as given (what `run_dir` held is replaced).
+
+    Args:
+        model: a `kroberta.MaskedLM` or a fine-tuned classifier.
+        run_dir: the directory (created).
+
+    Returns:
+        A masked LM's weights file (None in the processes that do not write), or the
+        classifier's directory.
 
     Raises:
         ArgumentKindError: `model` is no kroberta model, or `run_dir` no path.
@@ -45,11 +62,16 @@ def save(model, run_dir: str):
     from kroberta.model.mlm import stock_copy  # start-up time (above)
     from kroberta.parallel.distribute import global_distribution  # start-up time (above)
 
-    check_model(model, "kroberta.save", run_dir, "kroberta.save(model, run_dir)")
+    # A classifier kroberta fine-tuned or loaded: it carries the task its folder records.
+    classifier = getattr(model, "task_spec", None) is not None
+    if not classifier:
+        check_model(model, "kroberta.save", run_dir, "kroberta.save(model, run_dir)")
     if not isinstance(run_dir, (str, os.PathLike)):
         raise ArgumentKindError(f"kroberta.save: run_dir: expected a directory's path, got "
                                 f"{type(run_dir).__name__} (kroberta.save(model, run_dir))")
     run_dir = os.fspath(run_dir)
+    if classifier:
+        return _save_classifier(model, run_dir)
     if storage.isfile(storage.join(run_dir, CONFIG_FILE)):
         theirs = load_run_config(run_dir).model
         differ = [f"{key} {getattr(theirs, key)} there, {getattr(model.backbone, key)} here"
@@ -78,6 +100,28 @@ def save(model, run_dir: str):
     if tokenizer is not None and not storage.isfile(storage.join(run_dir, TOKENIZER_FILE)):
         storage.write_text(storage.join(run_dir, TOKENIZER_FILE), tokenizer.to_str())
     return final
+
+
+def _save_classifier(classifier, directory: str) -> str:
+    """`save` of a fine-tuned classifier; every process that calls it writes (the same
+    files)."""
+    from kroberta.model.mlm import stock_copy  # start-up time: see `save`
+    from kroberta.parallel.distribute import global_distribution  # start-up time: see `save`
+
+    storage.makedirs(directory)
+    config = dataclasses.replace(classifier.kroberta_config, run_dir=str(directory))
+    storage.write_text(storage.join(directory, CONFIG_FILE), to_toml(config))
+    storage.write_text(storage.join(directory, TOKENIZER_FILE), classifier.tokenizer.to_str())
+    description = {"task": dataclasses.asdict(classifier.task_spec),
+                   "label_names": list(classifier.label_names or []) or None,
+                   "max_length": classifier.max_length}
+    storage.write_text(storage.join(directory, CLASSIFIER_FILE), json.dumps(description, indent=1))
+    # Weights only, as a masked LM's: a stock copy on this host (no optimizer state).
+    stock = stock_copy(classifier)
+    weights = storage.join(directory, CLASSIFIER_WEIGHTS_FILE)
+    with global_distribution(None), storage.staged_file(weights) as local:  # h5: a local file
+        stock.save_weights(local)
+    return directory
 
 
 def load_run(path: str, mixed_precision: bool | None = None, checkpoint: str | int | None = None):

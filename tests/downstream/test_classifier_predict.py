@@ -32,9 +32,24 @@ def test_predict_takes_texts_and_gives_probabilities_and_labels(classifier, tmp_
     np.testing.assert_array_equal(predicted["probabilities"],
                                   prediction.predict_texts(classifier, TEXTS)["probabilities"])
     # Loaded from its folder (built over the same devices), it predicts the same.
-    loaded = kroberta.load(prediction.save_classifier(classifier, str(tmp_path / "c")))
+    loaded = kroberta.load(kroberta.save(classifier, str(tmp_path / "c")))
     np.testing.assert_allclose(kroberta.predict(loaded, TEXTS)["probabilities"],
                                predicted["probabilities"], atol=1e-6)
+
+
+def test_save_takes_a_classifier_and_checks_its_path(classifier, tmp_path):
+    """kroberta.save writes either head: a classifier's folder holds its own files, and the
+    path is checked as a masked LM's is."""
+    from kroberta.run_layout import CLASSIFIER, model_source
+
+    folder = str(tmp_path / "c")
+    assert kroberta.save(classifier, folder) == folder
+    assert model_source(folder, "--run")[1] == CLASSIFIER
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == [
+        "classifier.json", "classifier.weights.h5", "config.toml", "tokenizer.json"]
+    with pytest.raises(ArgumentKindError, match=r"kroberta.save: run_dir: expected a "
+                                                r"directory's path, got int"):
+        kroberta.save(classifier, 3)
 
 
 def test_bad_texts_and_mlm_functions_on_a_classifier_are_clear_errors(classifier):

@@ -1,6 +1,8 @@
 """Fine-tuning a tiny model: it learns a task its text decides, not one it cannot; the
 result, predictions and the saved classifier agree."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -24,7 +26,7 @@ def test_a_task_decided_by_a_token_is_learned_and_predicted(downstream_model, tm
     assert predicted["labels"] == ["1", "0"]
     np.testing.assert_allclose(predicted["probabilities"].sum(-1), 1.0, rtol=1e-5)
     # Saved and loaded back, the classifier gives the same probabilities.
-    prediction.save_classifier(result.classifier, str(tmp_path / "out"))
+    kroberta.save(result.classifier, str(tmp_path / "out"))
     loaded = kroberta.load(str(tmp_path / "out"))
     assert loaded.label_names == ("0", "1") and loaded.max_length == 16
     np.testing.assert_allclose(prediction.predict_texts(loaded, texts)["probabilities"],
@@ -156,6 +158,23 @@ def test_a_grid_builds_the_validation_batches_once(downstream_model, tmp_path, m
     assert schedules == [sum(count for _, count in passes[:2])] == [2 * 4]  # ceil(100 / 32) = 4
 
 
+def test_missing_or_unread_labelled_files_are_refused_by_finetune(downstream_model, tmp_path):
+    """`kroberta.finetune` checks its files where they come in (the readers trust them)."""
+    from kroberta.errors import NotFoundError
+
+    train, _ = marker_task(tmp_path, train=8, validation=8)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "notes.txt").write_text("a")
+    for validation, error, message in (
+            (tmp_path / "nope.jsonl", NotFoundError, "nope.jsonl: no such file$"),
+            (tmp_path / "folder", NotFoundError, "folder: a folder, not a file$"),
+            (tmp_path / "notes.txt", InputError, "notes.txt: not a labelled file kroberta reads")):
+        with pytest.raises(error, match=message):
+            finetuning.finetune(downstream_model, data=train, validation=validation)
+    with pytest.raises(NotFoundError, match="nope.jsonl: no such file$"):  # before choosing fields
+        finetuning.finetune(downstream_model, data=tmp_path / "nope.jsonl", validation=train)
+
+
 def test_an_out_folder_of_other_files_is_refused(downstream_model, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -177,3 +196,45 @@ def test_a_max_length_over_the_models_positions_is_said(downstream_model, caplog
         finetuning.finetune(downstream_model, data="x.jsonl", max_length=longest + 8)
     assert (f"--max-length {longest + 8}: the model has {longest} positions; sequences of "
             f"{longest} tokens") in caplog.text
+
+
+def test_per_class_figures_equal_predicting_again(downstream_model, tmp_path, monkeypatch):
+    """The per-class figures reuse the kept trial's first-split predictions: the same
+    figures as predicting the split again with the kept weights, for both starts, with
+    no prediction after the grids (one split)."""
+    from kroberta.downstream import trial_run
+
+    seen, calls = [], []
+    per_class, predictions_of = finetuning._per_class, trial_run.predictions_of
+
+    def kept(result, setup):
+        before = len(calls)
+        figures = per_class(result, setup)
+        seen.append((result, setup, len(calls) - before))
+        return figures
+
+    def counted(classifier, setup, split):
+        calls.append(split)
+        return predictions_of(classifier, setup, split)
+
+    monkeypatch.setattr(finetuning, "_per_class", kept)
+    monkeypatch.setattr(trial_run, "predictions_of", counted)
+    train, validation = marker_task(tmp_path, train=96, validation=40)
+    # Two seeds: whichever is kept, the classifier's weights were put back from it after
+    # the other ran.
+    result = finetuning.finetune(downstream_model, data=train, validation=validation,
+                                 **{**RECIPE, "seeds": 2, "epochs": 2}, baseline=True,
+                                 baseline_learning_rates=[3e-3], widen=False)
+    assert [(r, predicted) for r, _, predicted in seen] == [(result, 0), (result.baseline, 0)]
+    for each, setup, _ in seen:
+        again = {split: dict(zip(setup.label_names, finetuning.metrics.per_class(
+                     encoded.labels, predictions_of(each.classifier, setup, split),
+                     len(setup.label_names))))
+                 for split, encoded in setup.evaluation.items()}
+        assert each.per_class == again
+        assert sum(row["support"] for row in each.per_class["validation"].values()) == 40
+    # A trial kept without its predictions (a log written before they were kept) is predicted.
+    before = len(calls)
+    result.kept = dataclasses.replace(result.kept, predictions=None)
+    assert per_class(result, seen[0][1]) == result.per_class
+    assert calls[before:] == ["validation"]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kroberta.errors import InputError, KrobertaError
-from kroberta.downstream.examples import REGRESSION, TaskSpec, read_labelled
+from kroberta.downstream.examples import REGRESSION, TaskSpec, check_labelled_file, read_labelled
 
 RECORDS = [{"text": "a cat", "other": "x", "label": "pos"},
            {"text": "a dog", "other": "y", "label": "neg"},
@@ -94,8 +94,8 @@ def test_a_missing_label_and_a_missing_file_are_named(tmp_path):
     with pytest.raises(InputError, match=r"e\.jsonl: line 2: the label \(field 'label'\) is "
                                          r"empty$"):
         read_labelled(path, SPEC)
-    with pytest.raises(KrobertaError) as missing:
-        read_labelled(str(tmp_path / "nope.jsonl"), SPEC)
+    with pytest.raises(KrobertaError) as missing:  # checked once, where a path comes in
+        check_labelled_file(str(tmp_path / "nope.jsonl"))
     assert "nope.jsonl: no such file" in str(missing.value)
 
 

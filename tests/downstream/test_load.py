@@ -41,7 +41,7 @@ def written(downstream_model, tmp_path_factory):
             kroberta.save(model, str(root / f"{name}-run"))
             paths[RUN, head] = str(root / f"{name}-run")
         else:
-            paths[RUN, head] = prediction.save_classifier(model, str(root / f"{name}-run"))
+            paths[RUN, head] = kroberta.save(model, str(root / f"{name}-run"))
         paths[HF, head] = kroberta.export_hf(model, str(root / f"{name}-hf"))
         paths[KERAS_HUB, head] = kroberta.export_keras_hub(model, str(root / f"{name}-preset"))
     return paths, models
@@ -85,7 +85,7 @@ def test_load_gives_each_head_from_each_source(written, source, head):
 
 def test_a_classifier_saves_to_and_loads_from_a_url_from_every_source(written):
     paths, models = written
-    urls = {RUN: prediction.save_classifier(models[CLASSIFIER], f"memory://kroberta-"
+    urls = {RUN: kroberta.save(models[CLASSIFIER], f"memory://kroberta-"
                                              f"{uuid.uuid4().hex[:8]}/saved")}
     for source in (HF, KERAS_HUB):
         urls[source] = f"memory://kroberta-{uuid.uuid4().hex[:8]}/{source}"

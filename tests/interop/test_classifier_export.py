@@ -32,7 +32,7 @@ MAX_LENGTH = 24  # below the tiny model's 32 positions: the exports must keep it
 
 
 def saved_classifier(model, directory, label_names=LABELS, seed=0):
-    """A `save_classifier` folder of a classifier on `model`'s shape with random weights
+    """A `kroberta.save` folder of a classifier on `model`'s shape with random weights
     (nonzero biases, so every head tensor matters)."""
     outputs = len(label_names) if label_names else 1
     classifier = classifiers.build_classifier(model.kroberta_config.model, outputs)
@@ -43,7 +43,7 @@ def saved_classifier(model, directory, label_names=LABELS, seed=0):
     classifier.task_spec = (TaskSpec("toy", kind=REGRESSION, metric="pearson") if outputs == 1 else
                             TaskSpec("toy pairs", ("premise", "hypothesis"), "gold"))
     classifier.label_names, classifier.max_length = label_names, MAX_LENGTH
-    return prediction.save_classifier(classifier, str(directory))
+    return kroberta.save(classifier, str(directory))
 
 
 def keras_logits(classifier, ids, mask):
