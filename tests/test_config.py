@@ -248,6 +248,57 @@ def test_a_combination_names_the_source_of_each_key_it_involves():
 
 
 @pytest.mark.fast
+def test_a_warmup_fraction_counts_its_steps_from_train_steps():
+    train = dataclasses.replace(Config().train, steps=1800, warmup_steps=0, warmup_fraction=0.5)
+    assert train.effective_warmup_steps() == 900
+    assert dataclasses.replace(train, steps=10, warmup_fraction=0.26).effective_warmup_steps() == 3
+    # 0 = the absolute warmup_steps, whatever the run's length.
+    assert dataclasses.replace(train, warmup_fraction=0.0, warmup_steps=37).effective_warmup_steps() == 37
+    assert dataclasses.replace(train, warmup_fraction=0.0).effective_warmup_steps() == 0
+
+
+@pytest.mark.fast
+def test_small_config_warms_up_over_half_of_any_budget():
+    config, sources = from_command_line("small", [])
+    assert validate(config, sources).train.effective_warmup_steps() == 900 == config.train.steps // 2
+    config, sources = from_command_line("small", ["--train.steps=3000"])
+    assert validate(config, sources).train.effective_warmup_steps() == 1500
+
+
+@pytest.mark.fast
+def test_warmup_steps_and_fraction_both_set_is_refused_naming_both():
+    config, sources = from_command_line("small", ["--train.warmup_steps=300"])
+    with pytest.raises(ConfigError) as raised:
+        validate(config, sources)
+    assert str(raised.value) == (
+        f"{config_path('small')}: train.warmup_fraction: train.warmup_steps=300 and "
+        "train.warmup_fraction=0.5 both set the warmup: set one, the other to 0 "
+        "(train.warmup_steps from command line)")
+    # Setting the other to 0 is the way out.
+    config, sources = from_command_line("small", ["--train.warmup_steps=300", "--train.warmup_fraction=0"])
+    assert validate(config, sources).train.effective_warmup_steps() == 300
+
+
+@pytest.mark.parametrize("fraction", [1.0, 1.5, -0.1])
+@pytest.mark.fast
+def test_a_warmup_fraction_outside_zero_to_one_is_refused(fraction):
+    config = apply_overrides(Config(), ["train.warmup_steps=0", f"train.warmup_fraction={fraction}"])
+    with pytest.raises(ConfigError, match=rf"^command line: train.warmup_fraction: must be in \[0, 1\) "
+                                          rf"\(0 = train.warmup_steps\), got {fraction}$"):
+        validate(config, "command line")
+
+
+@pytest.mark.fast
+def test_the_wsd_decay_leaves_room_for_a_warmup_given_as_a_fraction():
+    config = apply_overrides(Config(), ["train.warmup_steps=0", "train.warmup_fraction=0.5",
+                                        "train.steps=100", "train.schedule=wsd", "train.decay_steps=60"])
+    with pytest.raises(ConfigError, match=r"train.decay_steps: must be in \[0, train.steps - "
+                                          r"round\(train.warmup_fraction \* train.steps\) = 50\], got 60"):
+        validate(config, "command line")
+    validate(dataclasses.replace(config, train=dataclasses.replace(config.train, decay_steps=50)))
+
+
+@pytest.mark.fast
 def test_model_parallel_with_the_data_strategy_is_refused():
     config = apply_overrides(Config(), ["distributed.model_parallel=2"])
     with pytest.raises(ConfigError, match=r"command line: distributed.model_parallel: 2 has no "
