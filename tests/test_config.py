@@ -265,6 +265,19 @@ def test_small_config_warms_up_over_half_of_any_budget():
     assert validate(config, sources).train.effective_warmup_steps() == 1500
 
 
+@pytest.mark.parametrize("name, warmup, mask_rate", [
+    ("seed", 0, 0.15), ("tiny", 20, 0.15), ("base", 24000, 0.15), ("small", 900, 0.3)])
+@pytest.mark.fast
+def test_each_shipped_config_states_its_own_warmup_and_mask_rate(name, warmup, mask_rate):
+    # A key a file leaves out takes the dataclass default: each shipped config says its
+    # recipe's warmup and mask rate itself, so a change of the defaults leaves it alone.
+    with open(config_path(name), "rb") as f:
+        stated = __import__("tomllib").load(f)
+    assert {"warmup_steps", "warmup_fraction"} <= set(stated["train"]) and "mask_rate" in stated["data"]
+    config = validate(load_toml(config_path(name)))
+    assert (config.train.effective_warmup_steps(), config.data.mask_rate) == (warmup, mask_rate)
+
+
 @pytest.mark.fast
 def test_warmup_steps_and_fraction_both_set_is_refused_naming_both():
     config, sources = from_command_line("small", ["--train.warmup_steps=300"])
