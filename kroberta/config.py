@@ -146,9 +146,9 @@ class DataConfig:
     labels (the step chooses the slots from them); "auto": static when the files carry labels
     (the seed's format), dynamic when they do not (what `python -m kroberta.prepare` writes). A
     run records what "auto" became."""
-    mask_rate: float = 0.15
+    mask_rate: float = 0.3
     """Fraction of real, non-special tokens chosen for prediction (80% `<mask>`, 10% a random id,
-    10% kept)."""
+    10% kept); RoBERTa's is 0.15, MosaicBERT's 0.3 (docs/benchmarks/downstream.md)."""
     max_predictions: int = 0
     """Prediction slots per sequence M (a static shape); 0 = follow the sequence length L: ceil(1.25 * mask_rate * L), and for static labels (a binomial count) at least ceil(mask_rate * L + 2 * sqrt(L * mask_rate * (1 - mask_rate))). A value below what `mask_rate` needs caps the masks; training names the rate it then masks."""
     shuffle_buffer: int = 10_000
@@ -234,10 +234,10 @@ class TrainConfig:
     """Optimizer steps in the whole run."""
     learning_rate: float = 2e-3
     """Peak learning rate, reached after the warmup."""
-    warmup_steps: int = 100
+    warmup_steps: int = 0
     """Steps of the linear warmup from 0 to `learning_rate`, then `schedule`; used when
     `warmup_fraction` is 0."""
-    warmup_fraction: float = 0.0
+    warmup_fraction: float = 0.5
     """The warmup as a fraction of `steps` (round(warmup_fraction * steps) steps), so it follows the
     run's length: 0.5 with "linear" is Cramming's one-cycle (the peak mid-run, `min_learning_rate`
     at `steps`); 0 = `warmup_steps`. Set one of the two, the other to 0."""

@@ -118,7 +118,7 @@ def test_invalid_toml_and_missing_file(tmp_path):
     (["train.batch_size_per_device=0"], r"train.batch_size_per_device: must be >= 1"),
     (["data.masking=sometimes"], r"data.masking: must be one of"),
     (["data.mask_rate=1.5"], r"data.mask_rate: must be in \(0, 1\]"),
-    (["train.warmup_steps=5000"], r"train.warmup_steps: 5000 exceeds train.steps"),
+    (["train.warmup_steps=5000", "train.warmup_fraction=0"], r"train.warmup_steps: 5000 exceeds train.steps"),
     (["model.dropout=1.0"], r"model.dropout"),
     (["model.initializer_range=0"], r"model.initializer_range: must be in \(0, 1\]"),
     (["data.mask_token_id=99999"], r"data.mask_token_id: 99999 is outside the vocabulary"),
@@ -139,7 +139,7 @@ def test_toml_round_trip():
 
 @pytest.mark.fast
 def test_prediction_slots_auto_and_explicit():
-    assert Config().data.prediction_slots(64) == 12  # ceil(1.25 * 0.15 * 64)
+    assert Config().data.prediction_slots(64) == 24  # ceil(1.25 * 0.3 * 64)
     assert dataclasses.replace(Config().data, max_predictions=5).prediction_slots(64) == 5
 
 
@@ -237,14 +237,14 @@ def test_a_combination_names_the_source_of_each_key_it_involves():
     assert str(raised.value) == (
         f"{tiny}: train.warmup_steps: 20 exceeds train.steps=2; set a smaller "
         "train.warmup_steps or more train.steps (train.steps from command line)")
-    # The default config leaves warmup_steps at its default: the line starts with the
+    # The default config leaves warmup_fraction at its default: the line starts with the
     # source of the key that was set.
-    config, sources = from_command_line(None, ["--train.steps=10"])
+    config, sources = from_command_line(None, ["--train.warmup_steps=300"])
     with pytest.raises(ConfigError) as raised:
         validate(config, sources)
     assert str(raised.value) == (
-        "command line: train.warmup_steps (at its default): 100 exceeds train.steps=10; set a "
-        "smaller train.warmup_steps or more train.steps")
+        "command line: train.warmup_fraction (at its default): train.warmup_steps=300 and "
+        "train.warmup_fraction=0.5 both set the warmup: set one, the other to 0")
 
 
 @pytest.mark.fast
