@@ -146,9 +146,9 @@ class DataConfig:
     labels (the step chooses the slots from them); "auto": static when the files carry labels
     (the seed's format), dynamic when they do not (what `python -m kroberta.prepare` writes). A
     run records what "auto" became."""
-    mask_rate: float = 0.15
+    mask_rate: float = 0.3
     """Fraction of real, non-special tokens chosen for prediction (80% `<mask>`, 10% a random id,
-    10% kept)."""
+    10% kept); RoBERTa's is 0.15, MosaicBERT's 0.3 (docs/benchmarks/downstream.md)."""
     max_predictions: int = 0
     """Prediction slots per sequence M (a static shape); 0 = follow the sequence length L: ceil(1.25 * mask_rate * L), and for static labels (a binomial count) at least ceil(mask_rate * L + 2 * sqrt(L * mask_rate * (1 - mask_rate))). A value below what `mask_rate` needs caps the masks; training names the rate it then masks."""
     shuffle_buffer: int = 10_000
@@ -234,12 +234,17 @@ class TrainConfig:
     """Optimizer steps in the whole run."""
     learning_rate: float = 2e-3
     """Peak learning rate, reached after the warmup."""
-    warmup_steps: int = 100
-    """Linear warmup from 0 to `learning_rate`, then `schedule`."""
+    warmup_steps: int = 0
+    """Steps of the linear warmup from 0 to `learning_rate`, then `schedule`; used when
+    `warmup_fraction` is 0."""
+    warmup_fraction: float = 0.5
+    """The warmup as a fraction of `steps` (round(warmup_fraction * steps) steps), so it follows the
+    run's length: 0.5 with "linear" is Cramming's one-cycle (the peak mid-run, `min_learning_rate`
+    at `steps`); 0 = `warmup_steps`. Set one of the two, the other to 0."""
     schedule: str = "linear"
     """After warmup: "linear" (to `min_learning_rate` at `steps`), "cosine" (half a cosine to
     `min_learning_rate` at `steps`), "constant", "inverse_sqrt" (learning_rate *
-    sqrt(warmup_steps / step), fairseq's), "wsd" (warmup-stable-decay: constant, then a linear
+    sqrt(warmup / step), fairseq's), "wsd" (warmup-stable-decay: constant, then a linear
     decay over the last `decay_steps`); `kroberta.model.schedules`."""
     weight_decay: float = 0.01
     """AdamW weight decay; never applied to biases or LayerNorm."""
@@ -305,6 +310,10 @@ class TrainConfig:
     and `task` (its name in the metrics; the training file's stem), or `task = "glue/<name>"`
     with `data` = the GLUE directory. {} = off. Needs the run's tokenizer and a single process."""
 
+    def effective_warmup_steps(self) -> int:
+        """The steps of the warmup: `warmup_steps`, or `warmup_fraction` of `steps` when set."""
+        return round(self.warmup_fraction * self.steps) if self.warmup_fraction else self.warmup_steps
+
     def wsd_decay_steps(self) -> int:
         """The steps of the "wsd" schedule's final decay."""
         return self.decay_steps or round(self.decay_fraction * self.steps)
@@ -317,6 +326,7 @@ class TrainConfig:
             "warmup_steps eval_every eval_steps checkpoint_every": ">= 0",
             "learning_rate": "> 0", "remat": REMATS, "schedule": SCHEDULES,
             "weight_decay clip_norm": ">= 0", "decay_fraction": "in (0, 1]",
+            "warmup_fraction": "in [0, 1) (0 = train.warmup_steps)",
             "early_stop_patience target_eval_loss": ">= 0 (0 = never)"})
         try:
             window = parse_window(self.profile)
@@ -324,8 +334,12 @@ class TrainConfig:
             fail("profile", str(error))
         if window and window[0] >= self.steps:
             fail("profile", f"starts at step {window[0]}, but the run ends at train.steps={self.steps}")
-        if self.warmup_steps > self.steps:
-            fail("warmup_steps", f"{self.warmup_steps} exceeds train.steps={self.steps}; "
+        if self.warmup_steps and self.warmup_fraction:
+            fail("warmup_fraction", f"train.warmup_steps={self.warmup_steps} and train.warmup_fraction="
+                 f"{self.warmup_fraction:g} both set the warmup: set one, the other to 0")
+        warmup = self.effective_warmup_steps()
+        if warmup > self.steps:  # a fraction below 1 never exceeds: only warmup_steps can
+            fail("warmup_steps", f"{warmup} exceeds train.steps={self.steps}; "
                                  "set a smaller train.warmup_steps or more train.steps")
         # Evaluations and checkpoints happen at log boundaries, where the metrics of the
         # interval are complete and the device state is already synced to the host.
@@ -344,9 +358,11 @@ class TrainConfig:
         if not 0.0 <= self.min_learning_rate <= self.learning_rate:
             fail("min_learning_rate",
                  f"must be in [0, train.learning_rate={self.learning_rate}], got {self.min_learning_rate}")
-        if not 0 <= self.decay_steps <= self.steps - self.warmup_steps:
-            fail("decay_steps", f"must be in [0, train.steps - train.warmup_steps = "
-                 f"{self.steps - self.warmup_steps}], got {self.decay_steps}")
+        if not 0 <= self.decay_steps <= self.steps - warmup:
+            set_by = ("round(train.warmup_fraction * train.steps)" if self.warmup_fraction
+                      else "train.warmup_steps")
+            fail("decay_steps", f"must be in [0, train.steps - {set_by} = "
+                 f"{self.steps - warmup}], got {self.decay_steps}")
         for name in self.trackers:
             if name not in TRACKERS:
                 fail("trackers", f"unknown tracker {name!r}; choose from {TRACKERS}")

@@ -40,7 +40,7 @@ COMMAND = re.compile(r"python -m (?P<module>kroberta(?:\.\w+)+)")
 # The one table of small sizes: flags appended to `python -m MODULE` commands.
 SMALL = {
     "kroberta.train": [
-        "--train.steps=2", "--train.warmup_steps=1", "--train.log_every=1",
+        "--train.steps=2", "--train.warmup_steps=1", "--train.warmup_fraction=0", "--train.log_every=1",
         "--train.eval_every=2", "--train.eval_steps=1", "--train.checkpoint_every=1",
         "--train.steps_per_execution=1", "--train.batch_size_per_device=2",
         "--model.num_layers=1", "--model.hidden_dim=32", "--model.num_heads=2",

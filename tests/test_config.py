@@ -118,7 +118,7 @@ def test_invalid_toml_and_missing_file(tmp_path):
     (["train.batch_size_per_device=0"], r"train.batch_size_per_device: must be >= 1"),
     (["data.masking=sometimes"], r"data.masking: must be one of"),
     (["data.mask_rate=1.5"], r"data.mask_rate: must be in \(0, 1\]"),
-    (["train.warmup_steps=5000"], r"train.warmup_steps: 5000 exceeds train.steps"),
+    (["train.warmup_steps=5000", "train.warmup_fraction=0"], r"train.warmup_steps: 5000 exceeds train.steps"),
     (["model.dropout=1.0"], r"model.dropout"),
     (["model.initializer_range=0"], r"model.initializer_range: must be in \(0, 1\]"),
     (["data.mask_token_id=99999"], r"data.mask_token_id: 99999 is outside the vocabulary"),
@@ -139,7 +139,7 @@ def test_toml_round_trip():
 
 @pytest.mark.fast
 def test_prediction_slots_auto_and_explicit():
-    assert Config().data.prediction_slots(64) == 12  # ceil(1.25 * 0.15 * 64)
+    assert Config().data.prediction_slots(64) == 24  # ceil(1.25 * 0.3 * 64)
     assert dataclasses.replace(Config().data, max_predictions=5).prediction_slots(64) == 5
 
 
@@ -237,14 +237,78 @@ def test_a_combination_names_the_source_of_each_key_it_involves():
     assert str(raised.value) == (
         f"{tiny}: train.warmup_steps: 20 exceeds train.steps=2; set a smaller "
         "train.warmup_steps or more train.steps (train.steps from command line)")
-    # The default config leaves warmup_steps at its default: the line starts with the
+    # The default config leaves warmup_fraction at its default: the line starts with the
     # source of the key that was set.
-    config, sources = from_command_line(None, ["--train.steps=10"])
+    config, sources = from_command_line(None, ["--train.warmup_steps=300"])
     with pytest.raises(ConfigError) as raised:
         validate(config, sources)
     assert str(raised.value) == (
-        "command line: train.warmup_steps (at its default): 100 exceeds train.steps=10; set a "
-        "smaller train.warmup_steps or more train.steps")
+        "command line: train.warmup_fraction (at its default): train.warmup_steps=300 and "
+        "train.warmup_fraction=0.5 both set the warmup: set one, the other to 0")
+
+
+@pytest.mark.fast
+def test_a_warmup_fraction_counts_its_steps_from_train_steps():
+    train = dataclasses.replace(Config().train, steps=1800, warmup_steps=0, warmup_fraction=0.5)
+    assert train.effective_warmup_steps() == 900
+    assert dataclasses.replace(train, steps=10, warmup_fraction=0.26).effective_warmup_steps() == 3
+    # 0 = the absolute warmup_steps, whatever the run's length.
+    assert dataclasses.replace(train, warmup_fraction=0.0, warmup_steps=37).effective_warmup_steps() == 37
+    assert dataclasses.replace(train, warmup_fraction=0.0).effective_warmup_steps() == 0
+
+
+@pytest.mark.fast
+def test_small_config_warms_up_over_half_of_any_budget():
+    config, sources = from_command_line("small", [])
+    assert validate(config, sources).train.effective_warmup_steps() == 900 == config.train.steps // 2
+    config, sources = from_command_line("small", ["--train.steps=3000"])
+    assert validate(config, sources).train.effective_warmup_steps() == 1500
+
+
+@pytest.mark.parametrize("name, warmup, mask_rate", [
+    ("seed", 0, 0.15), ("tiny", 20, 0.15), ("base", 24000, 0.15), ("small", 900, 0.3)])
+@pytest.mark.fast
+def test_each_shipped_config_states_its_own_warmup_and_mask_rate(name, warmup, mask_rate):
+    # A key a file leaves out takes the dataclass default: each shipped config says its
+    # recipe's warmup and mask rate itself, so a change of the defaults leaves it alone.
+    with open(config_path(name), "rb") as f:
+        stated = __import__("tomllib").load(f)
+    assert {"warmup_steps", "warmup_fraction"} <= set(stated["train"]) and "mask_rate" in stated["data"]
+    config = validate(load_toml(config_path(name)))
+    assert (config.train.effective_warmup_steps(), config.data.mask_rate) == (warmup, mask_rate)
+
+
+@pytest.mark.fast
+def test_warmup_steps_and_fraction_both_set_is_refused_naming_both():
+    config, sources = from_command_line("small", ["--train.warmup_steps=300"])
+    with pytest.raises(ConfigError) as raised:
+        validate(config, sources)
+    assert str(raised.value) == (
+        f"{config_path('small')}: train.warmup_fraction: train.warmup_steps=300 and "
+        "train.warmup_fraction=0.5 both set the warmup: set one, the other to 0 "
+        "(train.warmup_steps from command line)")
+    # Setting the other to 0 is the way out.
+    config, sources = from_command_line("small", ["--train.warmup_steps=300", "--train.warmup_fraction=0"])
+    assert validate(config, sources).train.effective_warmup_steps() == 300
+
+
+@pytest.mark.parametrize("fraction", [1.0, 1.5, -0.1])
+@pytest.mark.fast
+def test_a_warmup_fraction_outside_zero_to_one_is_refused(fraction):
+    config = apply_overrides(Config(), ["train.warmup_steps=0", f"train.warmup_fraction={fraction}"])
+    with pytest.raises(ConfigError, match=rf"^command line: train.warmup_fraction: must be in \[0, 1\) "
+                                          rf"\(0 = train.warmup_steps\), got {fraction}$"):
+        validate(config, "command line")
+
+
+@pytest.mark.fast
+def test_the_wsd_decay_leaves_room_for_a_warmup_given_as_a_fraction():
+    config = apply_overrides(Config(), ["train.warmup_steps=0", "train.warmup_fraction=0.5",
+                                        "train.steps=100", "train.schedule=wsd", "train.decay_steps=60"])
+    with pytest.raises(ConfigError, match=r"train.decay_steps: must be in \[0, train.steps - "
+                                          r"round\(train.warmup_fraction \* train.steps\) = 50\], got 60"):
+        validate(config, "command line")
+    validate(dataclasses.replace(config, train=dataclasses.replace(config.train, decay_steps=50)))
 
 
 @pytest.mark.fast

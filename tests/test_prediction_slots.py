@@ -13,12 +13,12 @@ from kroberta.tokens import BOS_ID, EOS_ID, MASK_ID, SPECIAL_IDS
 
 
 def test_dynamic_auto_slots_are_unchanged():
-    data = DataConfig(masking="dynamic")
+    data = DataConfig(mask_rate=0.15, masking="dynamic")
     assert [data.prediction_slots(L) for L in (16, 32, 64, 128, 512)] == [3, 6, 12, 24, 96]
 
 
 def test_static_auto_slots_cover_the_binomial_spread():
-    data = DataConfig(masking="static")
+    data = DataConfig(mask_rate=0.15, masking="static")
     # ceil(0.15 L + 2 sqrt(L 0.15 0.85)); from ~363 tokens on 1.25 * 0.15 L is larger.
     assert [data.prediction_slots(L) for L in (64, 128, 512)] == [16, 28, 96]
 
@@ -43,7 +43,7 @@ def test_no_shipped_config_caps_the_masks(name, has_labels):
 
 
 def test_an_explicit_cap_is_named_with_the_rate_it_masks():
-    data = DataConfig(masking="dynamic", max_predictions=16)
+    data = DataConfig(mask_rate=0.15, masking="dynamic", max_predictions=16)
     assert data.capped_masking(64) is None
     message = data.capped_masking(128)
     assert message == ("data.max_predictions=16 caps the masks at 16 of 126 tokens in a full sequence of 128: "
@@ -56,7 +56,7 @@ def test_an_explicit_cap_is_named_with_the_rate_it_masks():
 @pytest.mark.parametrize("max_predictions, expected", [(0, 19), (16, 16)])
 def test_the_masked_share_of_a_full_sequence(max_predictions, expected):
     L, rows = 128, 8
-    data = DataConfig(masking="dynamic", max_predictions=max_predictions)
+    data = DataConfig(mask_rate=0.15, masking="dynamic", max_predictions=max_predictions)
     ids = np.random.default_rng(0).integers(len(SPECIAL_IDS), 1000, (rows, L)).astype(np.int32)
     ids[:, 0], ids[:, -1] = BOS_ID, EOS_ID
     keys = element_keys(0, np.arange(rows, dtype=np.int64))

@@ -50,7 +50,7 @@ def _config(args, data_file, run_dir, k):
     interval = max(1, args.steps // 4)  # four log intervals; "auto" divides it
     if k != "auto":
         interval = max(k, interval - interval % k)
-    train = dataclasses.replace(config.train, steps=args.steps, warmup_steps=0,
+    train = dataclasses.replace(config.train, steps=args.steps, warmup_steps=0, warmup_fraction=0.0,
                                 steps_per_execution=k, log_every=interval, eval_every=0,
                                 checkpoint_every=0,
                                 mixed_precision=args.mixed_precision

@@ -44,10 +44,10 @@ def micro_config(data_file: str, run_dir: str, k: int, dispatches: int):
     model = ModelConfig(vocabulary_size=512, num_layers=1, num_heads=2, hidden_dim=16,
                         intermediate_dim=32, max_sequence_length=16)
     steps = k * dispatches
-    train = TrainConfig(batch_size_per_device=8, steps=steps, warmup_steps=0,
+    train = TrainConfig(batch_size_per_device=8, steps=steps, warmup_steps=0, warmup_fraction=0.0,
                         steps_per_execution=k, log_every=k * 5, eval_every=0,
                         checkpoint_every=0, learning_rate=1e-3)
-    data = DataConfig(train=(data_file,), shuffle_buffer=64)
+    data = DataConfig(train=(data_file,), shuffle_buffer=64, mask_rate=0.15)  # the measured rate
     return Config(model=model, data=data, train=train, run_dir=run_dir)
 
 

@@ -117,7 +117,8 @@ def _write_preset(model, out_dir: str, tokenizer, classifier: bool):
     preprocessor = classifier_preprocessor = None
     if tokenizer is not None:
         length = int(model.backbone.max_sequence_length)
-        data = config.data if config is not None else DataConfig()
+        # A model with no run config (a Hugging Face checkpoint's): RoBERTa's 15%, keras-hub's default.
+        data = config.data if config is not None else DataConfig(mask_rate=0.15)
         keras_hub_tokenizer = _keras_hub_tokenizer(tokenizer, int(model.backbone.vocabulary_size))
         preprocessor = None if classifier else keras_hub.models.RobertaMaskedLMPreprocessor(
             tokenizer=keras_hub_tokenizer, sequence_length=length,

@@ -1,9 +1,9 @@
 """Learning-rate schedules: linear warmup to the peak, then "linear", "cosine",
 "constant", "inverse_sqrt" or "wsd" (`train.schedule`).
 
-With w = warmup_steps, T = total_steps, p = (step - w) / (T - w) the fraction of
-the decay done, m = min_learning_rate (the floor) and, for "wsd", D = decay_steps
-and q = (step - (T - D)) / D, for step >= w:
+With w = warmup_steps (a config's `train.effective_warmup_steps()`), T = total_steps,
+p = (step - w) / (T - w) the fraction of the decay done, m = min_learning_rate (the
+floor) and, for "wsd", D = decay_steps and q = (step - (T - D)) / D, for step >= w:
 
     linear        m + (peak - m) * (1 - p)                    m at T (BERT, RoBERTa: m = 0)
     cosine        m + (peak - m) * (1 + cos(pi * p)) / 2      m at T
@@ -97,6 +97,6 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 def from_train_config(t) -> WarmupSchedule:
     """The schedule `train.*` describes (a `TrainConfig`)."""
-    return WarmupSchedule(t.learning_rate, t.warmup_steps, t.steps, t.schedule,
+    return WarmupSchedule(t.learning_rate, t.effective_warmup_steps(), t.steps, t.schedule,
                           min_learning_rate=t.min_learning_rate, decay_steps=t.wsd_decay_steps())
 

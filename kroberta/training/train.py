@@ -192,6 +192,10 @@ def _describe(run: _Run):
     logger.info(f"model: {count_parameters(run.model):,} parameters; batch {run.plan.global_batch} "
                 f"({per_device}) x {train_spec.sequence_length} tokens, {slots} prediction "
                 f"slots per sequence; {len(train_spec.files)} training file(s)")
+    t = config.train
+    fraction = f" (train.warmup_fraction={t.warmup_fraction:g})" if t.warmup_fraction else ""
+    logger.info(f"schedule: warmup over {t.effective_warmup_steps()} of {t.steps} steps{fraction} to "
+                f"learning rate {t.learning_rate:g}, then {t.schedule}")
     # TPU-alignment advice only where it applies; `--explain` shows it anywhere.
     for line in advisor.warnings_for(config, topology.platform, shapes=topology.platform == "tpu"):
         logger.warning(f"warning: {line}")

@@ -102,7 +102,7 @@ def test_train_with_only_init_from_hf_builds_the_checkpoints_model_and_keeps_its
     run_dir = tmp_path / "run"
     code = kroberta.cli.train.main([f"--init_from_hf={directory}", f"--data.dir={data}",
                            f"--run_dir={run_dir}", "--train.steps=2", "--train.warmup_steps=1",
-                           "--train.log_every=1", "--train.eval_every=2",
+                           "--train.warmup_fraction=0", "--train.log_every=1", "--train.eval_every=2",
                            "--train.batch_size_per_device=2", "--train.steps_per_execution=1",
                            "--no-examples"])
     assert code == 0

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kroberta.errors import ConfigError
-from kroberta.config import validate
+from kroberta.config import TrainConfig, validate
 from kroberta.model import schedules
 from kroberta.model.mlm import build_optimizer
 from tests.conftest import tiny_config
@@ -77,6 +77,19 @@ def test_wsd_decay_spans_decay_steps_or_a_fraction_of_the_run(tiny_data, tmp_pat
 def test_impossible_floor_or_decay_is_a_config_error(tiny_data, tmp_path, key, value, message):
     with pytest.raises(ConfigError, match=message):
         validate(tiny_config(tiny_data, tmp_path, **{key: value}))
+
+
+@pytest.mark.parametrize("decay", schedules.SCHEDULES)
+def test_a_warmup_fraction_builds_the_schedule_of_the_equal_warmup_steps(decay):
+    train = TrainConfig(steps=1800, learning_rate=2e-3, schedule=decay, min_learning_rate=1e-4)
+    by_fraction = dataclasses.replace(train, warmup_steps=0, warmup_fraction=0.5)
+    by_steps = dataclasses.replace(train, warmup_steps=900, warmup_fraction=0.0)
+    every_step = np.arange(0, 2001)
+    fraction_rates = np.asarray(schedules.from_train_config(by_fraction)(every_step))
+    steps_rates = np.asarray(schedules.from_train_config(by_steps)(every_step))
+    assert fraction_rates.shape == (2001,)
+    np.testing.assert_array_equal(fraction_rates, steps_rates)
+    assert fraction_rates[900] == pytest.approx(2e-3) and fraction_rates[450] == pytest.approx(1e-3)
 
 
 def test_without_warmup_every_schedule_starts_at_the_peak():

@@ -27,7 +27,7 @@ SLOTS = DATA.prediction_slots(MODEL.max_sequence_length)
 def _config(accumulation=1, k=1, clip_norm=0.0):
     # The micro-batch is the batch divided by N: the optimizer step always sees ROWS rows.
     train = TrainConfig(batch_size_per_device=ROWS // accumulation, steps=STEPS, warmup_steps=0,
-                        steps_per_execution=k, log_every=STEPS, eval_every=0,
+                        warmup_fraction=0.0, steps_per_execution=k, log_every=STEPS, eval_every=0,
                         checkpoint_every=0, learning_rate=1e-2, seed=SEED,
                         gradient_accumulation_steps=accumulation, clip_norm=clip_norm)
     return Config(model=MODEL, data=DATA, train=train,

@@ -51,6 +51,7 @@ def test_tiny_training_on_cpu_starts_quietly(tiny_data, tmp_path):
     assert _noisy_lines(run.stderr) == [], run.stderr[-2000:]
     assert "not a multiple of" not in run.stderr  # TPU-shape advice only on a TPU
     assert "cpu device(s)" in run.stderr
+    assert "schedule: warmup over 0 of 2 steps to learning rate 0.003, then linear" in run.stderr
 
 
 @ON_CPU_ONLY
