@@ -52,6 +52,8 @@ VARIANTS = {
     "onecycle": {"train.warmup_steps": "half"},  # Cramming's one-cycle: peak mid-budget, 0 at its end
     "lr1e-3": {"train.learning_rate": 1e-3},
     "mask30+onecycle": {"data.mask_rate": 0.3, "train.warmup_steps": "half"},
+    # The same pair on a second pretraining seed: is its gain more than one run's luck?
+    "mask30+onecycle+seed1": {"data.mask_rate": 0.3, "train.warmup_steps": "half", "train.seed": 1},
 }
 
 
