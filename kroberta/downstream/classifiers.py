@@ -47,6 +47,22 @@ def data_parallel():
 
 
 @keras.saving.register_keras_serializable(package="kroberta")
+class MaskedMean(keras.layers.Layer):
+    """The mean of `hidden` (batch, length, hidden) over the positions whose
+    `padding_mask` (batch, length) is 1: (batch, hidden). A row with no such position
+    (a batch's filler row, of weight 0) gives 0, not 0 / 0."""
+
+    def call(self, hidden, padding_mask):
+        mask = keras.ops.cast(padding_mask, hidden.dtype)[:, :, None]  # (batch, length, 1)
+        total = keras.ops.sum(hidden * mask, axis=1)  # (batch, hidden)
+        count = keras.ops.maximum(keras.ops.sum(mask, axis=1), 1.0)  # (batch, 1)
+        return total / count
+
+    def compute_output_shape(self, hidden_shape, padding_mask_shape):
+        return (hidden_shape[0], hidden_shape[2])
+
+
+@keras.saving.register_keras_serializable(package="kroberta")
 class Classifier(keras_hub.models.RobertaTextClassifier):
     """keras-hub's `RobertaTextClassifier` (its layers and config; saved as the stock
     class, `mlm.stock_copy`) whose Keras `fit` / `evaluate` / `predict` refuse texts,
@@ -80,9 +96,8 @@ class Classifier(keras_hub.models.RobertaTextClassifier):
             dtype=policy, name="logits")
         inputs = backbone.input
         hidden = backbone(inputs)  # (batch, length, hidden)
-        # sum over length of hidden * mask / sum of mask: (batch, hidden); padding adds 0
-        pooled = keras.layers.GlobalAveragePooling1D(dtype=policy, name="mean_pooling")(
-            hidden, mask=inputs["padding_mask"])
+        pooled = MaskedMean(dtype=policy, name="mean_pooling")(
+            hidden, inputs["padding_mask"])  # (batch, hidden)
         outputs = self.output_dense(self.output_dropout(self.pooled_dense(
             self.pooled_dropout(pooled))))  # (batch, num_classes)
         keras_hub.models.TextClassifier.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
