@@ -14,6 +14,7 @@ from kroberta.downstream.examples import TaskSpec
 from kroberta.errors import ConversionError, InputError
 from kroberta.run_layout import CLASSIFIER_FILE
 from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
+from tests.downstream.tasks import marker_task
 
 LABELS = ("no", "yes", "maybe")
 TOKENS = [BOS_ID, 7, 8, 9, 10, EOS_ID]  # one text's ids
@@ -102,3 +103,16 @@ def test_the_exports_refuse_a_mean_pooled_head(classifier, tmp_path, export, hea
     assert "pooling='mean'" in message and f"{head} reads the first token (<s>)" in message
     assert "--pooling first" in message
     assert not (tmp_path / "export").exists() or not any((tmp_path / "export").iterdir())
+
+
+def test_finetune_gives_both_starts_the_head_asked_for(downstream_model, tmp_path):
+    train, validation = marker_task(tmp_path, train=32, validation=16)
+    result = kroberta.finetune(downstream_model, "marker", train, validation, seeds=1, epochs=1,
+                               learning_rates=[1e-3], widen=False, pooling="mean", baseline=True)
+    assert result.classifier.pooling == result.baseline.classifier.pooling == classifiers.MEAN
+    assert result.classifier.get_layer("mean_pooling") is not None
+
+
+def test_finetune_refuses_an_unknown_pooling_before_any_work(downstream_model):
+    with pytest.raises(InputError, match="--pooling 'max': expected one of first, mean"):
+        kroberta.finetune(downstream_model, pooling="max")
