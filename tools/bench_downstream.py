@@ -20,11 +20,18 @@ start gets its own learning-rate grid, widened by x3 steps while its best rate (
 highest median over seeds) is at an edge (at most `--widen` times). Prints, per task,
 each start's best rate, the median [min, max] over seeds, and pretrained - random.
 
+`--pooling` and `--epochs` change fine-tuning only (both starts, a row each): the
+classifier's head reading `<s>` ("first", the default) or the mean of the tokens' states
+("mean"), and the passes over the task's training set. A finished variant's pretrained
+run is reused.
+
 Results are appended to <out>/results.jsonl as they finish: a re-run skips what is
 there (pretrained runs resume too), so it can be stopped and continued.
 
   python tools/bench_downstream.py --out /tmp/bench-downstream --steps 1800 \
       --variants baseline mask30 onecycle
+  python tools/bench_downstream.py --out /tmp/bench-downstream --steps 1800 \
+      --variants baseline --pooling mean --epochs 3 5
 """
 
 import argparse
