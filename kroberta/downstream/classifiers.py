@@ -17,7 +17,6 @@ import jax
 import keras
 import keras_hub
 import numpy as np
-from keras_hub.src.models.roberta.roberta_backbone import roberta_kernel_initializer
 
 from kroberta.config import Config
 from kroberta.downstream.examples import REGRESSION
@@ -91,9 +90,9 @@ class Classifier(keras_hub.models.RobertaTextClassifier):
         self.pooled_dense = keras.layers.Dense(hidden_dim, activation="tanh", dtype=policy,
                                                name="pooled_dense")
         self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
-        self.output_dense = keras.layers.Dense(
-            num_classes, kernel_initializer=roberta_kernel_initializer(), activation=activation,
-            dtype=policy, name="logits")
+        self.output_dense = keras.layers.Dense(  # keras-hub's roberta_kernel_initializer
+            num_classes, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            activation=activation, dtype=policy, name="logits")
         inputs = backbone.input
         hidden = backbone(inputs)  # (batch, length, hidden)
         pooled = MaskedMean(dtype=policy, name="mean_pooling")(
