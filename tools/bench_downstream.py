@@ -20,15 +20,23 @@ start gets its own learning-rate grid, widened by x3 steps while its best rate (
 highest median over seeds) is at an edge (at most `--widen` times). Prints, per task,
 each start's best rate, the median [min, max] over seeds, and pretrained - random.
 
+`--pooling` and `--epochs` change fine-tuning only (both starts, a row each): the
+classifier's head reading `<s>` ("first", the default) or the mean of the tokens' states
+("mean"), and the passes over the task's training set. A finished variant's pretrained
+run is reused.
+
 Results are appended to <out>/results.jsonl as they finish: a re-run skips what is
 there (pretrained runs resume too), so it can be stopped and continued.
 
   python tools/bench_downstream.py --out /tmp/bench-downstream --steps 1800 \
       --variants baseline mask30 onecycle
+  python tools/bench_downstream.py --out /tmp/bench-downstream --steps 1800 \
+      --variants baseline --pooling mean --epochs 3 5
 """
 
 import argparse
 import gzip
+import itertools
 import json
 import os
 import random
@@ -246,7 +254,7 @@ def task_arguments(args, task: str) -> dict:
             "validation": os.path.join(args.out, f"{task}-dev.jsonl")}
 
 
-def finetune_start(args, model_for_seed, task: str, epochs: int) -> dict:
+def finetune_start(args, model_for_seed, task: str, epochs: int, pooling: str) -> dict:
     """Tunes one start on one task: {"trials": [(rate, score, seed)], best rate, median...}."""
     import kroberta
 
@@ -256,7 +264,8 @@ def finetune_start(args, model_for_seed, task: str, epochs: int) -> dict:
         scores = []
         for seeds, model in model_for_seed():
             result = kroberta.finetune(model, **task_arguments(args, task), learning_rates=rates,
-                                       seeds=seeds, epochs=epochs, max_length=args.seq_len)
+                                       seeds=seeds, epochs=epochs, pooling=pooling,
+                                       max_length=args.seq_len)
             for trial in result.trials:
                 value = trial.scores[result.split][result.metric]
                 scores.append((trial.learning_rate, value))
@@ -341,10 +350,12 @@ def table(args):
               f"{'- random':>8s}")
         for r in (r for r in fine if r["task"] == task):
             random_row = next((x for x in fine if x["task"] == task and x["start"] == "random"
-                               and x["epochs"] == r["epochs"]), None)
+                               and x["epochs"] == r["epochs"]
+                               and x.get("pooling") == r.get("pooling")), None)
             gap = f"{100 * (r['median'] - random_row['median']):+8.1f}" \
                 if random_row and r["start"] != "random" else ""
-            name = f"{r['start']} (e{r['epochs']})"
+            name = f"{r['start']} (e{r['epochs']}" + (
+                f", {r['pooling']}" if r.get("pooling") else "") + ")"
             print(f"  {name:28s} {r['best_rate']:9.0e}  {100 * r['median']:6.1f}  "
                   f"[{100 * r['low']:.1f}, {100 * r['high']:.1f}]  {gap}"
                   + (f"  ({r['note']})" if r["note"] else ""))
@@ -368,6 +379,9 @@ def main():
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, nargs="+", default=[3],
                         help="fine-tuning epochs to try (each a row)")
+    parser.add_argument("--pooling", nargs="+", default=["first"], choices=["first", "mean"],
+                        help="what the classifier's head reads, `<s>` or the tokens' mean "
+                             "(each a row; both starts)")
     parser.add_argument("--grid", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3])
     parser.add_argument("--widen", type=int, default=2, help="most x3 widenings per start")
     parser.add_argument("--table-only", action="store_true")
@@ -398,15 +412,21 @@ def main():
                               make(run_dir, args.seeds)()]
                     record(args, {"kind": "probe", "start": start, "task": task,
                                   "scores": scores})
-                for epochs in args.epochs:
-                    if done(args, kind="finetune", start=start, task=task, epochs=epochs):
+                for epochs, pooling in itertools.product(args.epochs, args.pooling):
+                    # A row names its pooling only when it is not "first" (the rows
+                    # recorded before the option read `<s>`).
+                    key = {"pooling": pooling} if pooling != "first" else {}
+                    if done(args, kind="finetune", start=start, task=task, epochs=epochs,
+                            pooling=key.get("pooling")):
                         continue
                     started = time.perf_counter()
-                    result = finetune_start(args, make(run_dir, args.seeds), task, epochs)
+                    result = finetune_start(args, make(run_dir, args.seeds), task, epochs,
+                                            pooling)
                     record(args, {"kind": "finetune", "start": start, "task": task,
-                                  "epochs": epochs, "seconds": time.perf_counter() - started,
-                                  **result})
-                    print(f"{start} on {task} (epochs {epochs}): {result['median']:.3f} at "
+                                  "epochs": epochs, **key,
+                                  "seconds": time.perf_counter() - started, **result})
+                    print(f"{start} on {task} (epochs {epochs}, {pooling}): "
+                          f"{result['median']:.3f} at "
                           f"{result['best_rate']:g} [{result['low']:.3f}, {result['high']:.3f}]",
                           flush=True)
     table(args)

@@ -55,6 +55,10 @@ def _parser():
                    "data; each trial keeps its best epoch")
     p.add_argument("--early-stopping", type=int, default=None, metavar="PATIENCE",
                    help="stop a trial after PATIENCE epochs without a better validation score")
+    p.add_argument("--pooling", default="first", choices=("first", "mean"),
+                   help="what the classifier's head reads: the first token <s> (as Hugging "
+                   "Face's and keras-hub's heads; exportable) or the mean over the tokens "
+                   "that are not padding (not exportable); the random start's too")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per step, all devices")
     p.add_argument("--max-length", type=int, default=None, help="tokens per sequence")
     p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=None,
@@ -133,8 +137,9 @@ def _run_tasks(args) -> int:
                           baseline_learning_rates=rate_grid.parse(
                               args.baseline_learning_rates, "--baseline-learning-rates"),
                           widen=args.widen, seeds=args.seeds, epochs=args.epochs,
-                          early_stopping=args.early_stopping, batch_size=args.batch_size,
-                          max_length=args.max_length, baseline=baseline, out=out)
+                          early_stopping=args.early_stopping, pooling=args.pooling,
+                          batch_size=args.batch_size, max_length=args.max_length,
+                          baseline=baseline, out=out)
         averages.append(result.median[result.split])
         random_folder = os.path.join(out, RANDOM_START_DIR) if out else None
         if out:

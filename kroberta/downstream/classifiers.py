@@ -3,6 +3,9 @@
 Its head is Hugging Face's `RobertaClassificationHead`: dropout, dense + tanh on the
 first token's (`<s>`) hidden state, dropout, then the output projection
 (`pooled_dense`, `logits`). Regression is one output under a mean-squared error.
+With `pooling="mean"` the head reads the mean of the last hidden states over the
+tokens the padding mask keeps instead of `<s>` (the same layers and weights; it has
+no Hugging Face or keras-hub equivalent, so such a classifier is not exported).
 
 One classifier is built and compiled per task and reused for every learning rate,
 seed and starting point: `reset` puts back the backbone's starting weights, draws a
@@ -26,6 +29,8 @@ HEAD_LAYERS = ("pooled_dense", "logits")
 CLASSIFIER_DROPOUT = 0.1  # Hugging Face's classifier dropout (hidden_dropout_prob)
 WARMUP_FRACTION = 0.06  # RoBERTa's GLUE recipe: 6% of the steps
 WEIGHT_DECAY = 0.01  # RoBERTa's GLUE recipe
+FIRST, MEAN = "first", "mean"
+POOLINGS = (FIRST, MEAN)  # what the head reads: the `<s>` state, or the tokens' mean
 
 
 def backbone_weights(model) -> list:
@@ -41,11 +46,65 @@ def data_parallel():
 
 
 @keras.saving.register_keras_serializable(package="kroberta")
+class MaskedMean(keras.layers.Layer):
+    """The mean of `hidden` (batch, length, hidden) over the positions whose
+    `padding_mask` (batch, length) is 1: (batch, hidden). A row with no such position
+    (a batch's filler row, of weight 0) gives 0, not 0 / 0."""
+
+    def call(self, hidden, padding_mask):
+        mask = keras.ops.cast(padding_mask, hidden.dtype)[:, :, None]  # (batch, length, 1)
+        total = keras.ops.sum(hidden * mask, axis=1)  # (batch, hidden)
+        count = keras.ops.maximum(keras.ops.sum(mask, axis=1), 1.0)  # (batch, 1)
+        return total / count
+
+    def compute_output_shape(self, hidden_shape, padding_mask_shape):
+        return (hidden_shape[0], hidden_shape[2])
+
+
+@keras.saving.register_keras_serializable(package="kroberta")
 class Classifier(keras_hub.models.RobertaTextClassifier):
     """keras-hub's `RobertaTextClassifier` (its layers and config; saved as the stock
     class, `mlm.stock_copy`) whose Keras `fit` / `evaluate` / `predict` refuse texts,
     naming `kroberta.predict` (it has no keras-hub preprocessor: the tokenizer is a
-    `tokenizers.Tokenizer`), and leave the model usable when they fail."""
+    `tokenizers.Tokenizer`), and leave the model usable when they fail.
+
+    `pooling` is what the head reads: FIRST, the `<s>` state (keras-hub's and Hugging
+    Face's head), or MEAN, the mean over the tokens whose padding mask is 1."""
+
+    def __init__(self, backbone, num_classes, preprocessor=None, activation=None,
+                 hidden_dim=None, dropout=0.0, pooling=FIRST, **kwargs):
+        if pooling not in POOLINGS:
+            raise InputError(f"pooling {pooling!r}: expected one of {', '.join(POOLINGS)}")
+        self.pooling = pooling
+        if pooling == FIRST:
+            super().__init__(backbone=backbone, num_classes=num_classes,
+                             preprocessor=preprocessor, activation=activation,
+                             hidden_dim=hidden_dim, dropout=dropout, **kwargs)
+            return
+        # keras-hub's RobertaTextClassifier.__init__ with the pooling changed: the same
+        # layers (names, initializers, dtypes), so weights move between the two as they are.
+        self.backbone, self.preprocessor = backbone, preprocessor
+        policy = backbone.dtype_policy
+        self.pooled_dropout = keras.layers.Dropout(dropout, dtype=policy, name="pooled_dropout")
+        hidden_dim = hidden_dim or backbone.hidden_dim
+        self.pooled_dense = keras.layers.Dense(hidden_dim, activation="tanh", dtype=policy,
+                                               name="pooled_dense")
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
+        self.output_dense = keras.layers.Dense(  # keras-hub's roberta_kernel_initializer
+            num_classes, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            activation=activation, dtype=policy, name="logits")
+        inputs = backbone.input
+        hidden = backbone(inputs)  # (batch, length, hidden)
+        pooled = MaskedMean(dtype=policy, name="mean_pooling")(
+            hidden, inputs["padding_mask"])  # (batch, hidden)
+        outputs = self.output_dense(self.output_dropout(self.pooled_dense(
+            self.pooled_dropout(pooled))))  # (batch, num_classes)
+        keras_hub.models.TextClassifier.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+        self.num_classes, self.hidden_dim, self.dropout = num_classes, hidden_dim, dropout
+        self.activation = keras.activations.get(activation)
+
+    def get_config(self):
+        return {**super().get_config(), "pooling": self.pooling}
 
     def fit(self, x=None, y=None, *args, **kwargs):
         return call_keeping_variables(self, super().fit, _token_ids(x, "fit"), y, *args,
@@ -74,14 +133,15 @@ def _token_ids(x, where: str):
     return x
 
 
-def build_classifier(model_config, num_outputs: int):
+def build_classifier(model_config, num_outputs: int, pooling: str = FIRST):
     """A `Classifier` with `num_outputs` logits on a fresh backbone of `model_config`'s
     shape, built by `kroberta.model.mlm.build_model` (kroberta's cheaper layer norm,
-    dropout and GELU); weights are set by `reset`."""
+    dropout and GELU), its head reading `pooling` (FIRST: `<s>`, MEAN: the tokens'
+    mean); weights are set by `reset`."""
     backbone = mlm.build_model(model_config).backbone
     return Classifier(
         backbone=backbone, num_classes=num_outputs, preprocessor=None,
-        dropout=CLASSIFIER_DROPOUT)
+        dropout=CLASSIFIER_DROPOUT, pooling=pooling)
 
 
 def compile_classifier(classifier, kind: str, total_steps: int, steps_per_execution: int = 1):

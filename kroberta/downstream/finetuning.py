@@ -72,8 +72,11 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
 
 
 def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int | None,
-                     patience: int | None):
+                     patience: int | None, pooling: str):
     """Refuses the arguments of `finetune` no fine-tune can run with (before any work)."""
+    if pooling not in classifiers.POOLINGS:
+        raise InputError(f"--pooling {pooling!r}: expected one of "
+                         f"{', '.join(classifiers.POOLINGS)}")
     if out is not None:
         check_out(out)
     if not (isinstance(epochs, int) and epochs >= 1):
@@ -101,14 +104,16 @@ def _settings(setup: recipe.Setup) -> dict:
     data = fingerprint([a for s in splits for a in (*map(np.asarray, s.ids), s.labels)])
     return {"task": setup.spec.name, "data": data, "epochs": setup.epochs,
             "patience": setup.patience, "batch_size": setup.batch_size,
-            "max_length": setup.max_length}
+            "max_length": setup.max_length,
+            **({"pooling": setup.pooling} if setup.pooling != classifiers.FIRST else {})}
 
 
 def finetune(model, task: str | None = None, data=None, validation=None, *,
              text_fields=None, label_field: str = "label", kind: str = CLASSIFICATION,
              learning_rates=None, seeds=3, epochs: int = 3, batch_size: int = 32,
              max_length: int | None = None, early_stopping: int | None = None,
-             baseline: bool = False, baseline_learning_rates=None, widen: bool = True,
+             pooling: str = classifiers.FIRST, baseline: bool = False,
+             baseline_learning_rates=None, widen: bool = True,
              out: str | None = None) -> recipe.FinetuneResult:
     """Fine-tunes a pretrained model on a task and scores it on the validation split(s).
 
@@ -131,6 +136,10 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         max_length: tokens per sequence (default and cap: the model's max_sequence_length).
         early_stopping: a trial stops after this many epochs without a better score
             (None: it runs every epoch).
+        pooling: what the classifier's head reads: "first", the `<s>` state (as Hugging
+            Face's and keras-hub's heads, exportable to both), or "mean", the mean over
+            the tokens that are not padding (not exportable); the random start of
+            `baseline` uses it too.
         baseline: also run the recipe from a random initialisation (`result.baseline`,
             and `result.comparison`: the difference with its interval).
         baseline_learning_rates: the random start's own grid (default: as `learning_rates`).
@@ -147,7 +156,7 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     Raises:
         DivergedError: every trial's loss became NaN or inf.
     """
-    _check_arguments(out, epochs, batch_size, seeds, max_length, early_stopping)
+    _check_arguments(out, epochs, batch_size, seeds, max_length, early_stopping, pooling)
     rates = rate_grid.check(learning_rates) if learning_rates is not None else None
     baseline_rates = (rate_grid.check(baseline_learning_rates, "baseline_learning_rates")
                       if baseline_learning_rates is not None else rates)
@@ -167,7 +176,8 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     setup = recipe.Setup(
         spec, names, encoding.encode(model.tokenizer, train.texts, train.labels, max_length),
         {split: encoding.encode(model.tokenizer, s.texts, s.labels, max_length)
-         for split, s in evaluation.items()}, max_length, batch_size, epochs, early_stopping)
+         for split, s in evaluation.items()}, max_length, batch_size, epochs, early_stopping,
+        pooling=pooling)
     seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     default_rates = recipe.learning_rates(config.model)
     return _run_grids(model, setup, seeds, rates or default_rates,
@@ -180,7 +190,8 @@ def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, w
     is given; the result holds both and their comparison."""
     config, spec, names = model.kroberta_config, setup.spec, setup.label_names
     with global_distribution(classifiers.data_parallel()):
-        classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
+        classifier = classifiers.build_classifier(config.model, len(names) if names else 1,
+                                                  setup.pooling)
         classifiers.compile_classifier(classifier, spec.kind, setup.steps,
                                        setup.steps_per_execution)
         # Hashing the data and the starting weights is only needed to resume from `out`.
@@ -208,7 +219,8 @@ def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, w
 
 def _copy(classifier, config, tokenizer, setup: recipe.Setup):
     """A classifier of its own holding `classifier`'s weights (which go on training)."""
-    copy = classifiers.build_classifier(config.model, len(setup.label_names or ()) or 1)
+    copy = classifiers.build_classifier(config.model, len(setup.label_names or ()) or 1,
+                                        setup.pooling)
     copy.set_weights(classifier.get_weights())
     return prediction.describe(copy, config, tokenizer, setup.spec, setup.label_names,
                                setup.max_length)

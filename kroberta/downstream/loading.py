@@ -107,7 +107,11 @@ def _run_classifier(directory: str):
                          "write one with python -m kroberta.finetune --out")
     names = description["label_names"]
     config = load_run_config(directory)
-    classifier = classifiers.build_classifier(config.model, len(names) if names else 1)
+    pooling = description.get("pooling", classifiers.FIRST)
+    if pooling not in classifiers.POOLINGS:
+        raise InputError(f"{storage.join(directory, CLASSIFIER_FILE)}: pooling {pooling!r}: "
+                         f"expected one of {', '.join(classifiers.POOLINGS)}")
+    classifier = classifiers.build_classifier(config.model, len(names) if names else 1, pooling)
     weights = storage.join(directory, CLASSIFIER_WEIGHTS_FILE)
     with storage.local_copy(weights) as local, storage.reading(weights, "weights file"):
         classifier.load_weights(local)  # h5: a local file

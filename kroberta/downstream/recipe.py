@@ -124,6 +124,7 @@ class Setup:
     epochs: int
     patience: int | None = None  # epochs without a better score before a trial stops
     steps_per_execution: int = 8
+    pooling: str = "first"  # what the head reads (`classifiers.POOLINGS`)
 
     @functools.cached_property
     def evaluation_batches(self) -> dict:

@@ -164,6 +164,9 @@ def export_hf(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> s
     """
     if not hf_weights.is_classifier(model):
         check_model(model, "export_hf", out_dir, "kroberta.export_hf(model, out_dir)")
+    else:
+        hf_weights.check_first_token_head(model, "export_hf",
+                                          "Hugging Face's RobertaForSequenceClassification")
     check_tokenizer(tokenizer, "export_hf")
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)

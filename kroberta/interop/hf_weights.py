@@ -67,6 +67,19 @@ def is_classifier(model) -> bool:
     return isinstance(model, keras_hub.models.RobertaTextClassifier)
 
 
+def check_first_token_head(classifier, where: str, head: str):
+    """Refuses a classifier whose head does not read the first token (`<s>`), as `head`
+    (the other library's classifier) does: its export would predict differently."""
+    pooling = getattr(classifier, "pooling", "first")
+    if pooling != "first":
+        raise ConversionError(
+            f"{where}: this classifier's head reads the {pooling} of its tokens "
+            f"(pooling={pooling!r}), but {head} reads the first token (<s>) only, so the "
+            f"export would predict differently; fine-tune with pooling='first' (--pooling "
+            f"first) to export, or keep this one in kroberta (--out, kroberta.load, "
+            f"kroberta.predict)")
+
+
 def weight_specs(model) -> list[tuple[str, object, str]]:
     """(HF tensor name, Keras variable, layout kind) for every weight but the position
     table: the backbone's, then the masked LM's or the classifier's head."""

@@ -104,6 +104,9 @@ def export_keras_hub(model, out_dir: str, tokenizer=None, overwrite: bool = Fals
     if not classifier:
         check_model(model, "export_keras_hub", out_dir,
                     "kroberta.export_keras_hub(model, out_dir)")
+    else:
+        hf_weights.check_first_token_head(model, "export_keras_hub",
+                                          "keras-hub's RobertaTextClassifier")
     check_tokenizer(tokenizer, "export_keras_hub")
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)

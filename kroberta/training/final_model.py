@@ -114,7 +114,8 @@ def _save_classifier(classifier, directory: str) -> str:
     storage.write_text(storage.join(directory, TOKENIZER_FILE), classifier.tokenizer.to_str())
     description = {"task": dataclasses.asdict(classifier.task_spec),
                    "label_names": list(classifier.label_names or []) or None,
-                   "max_length": classifier.max_length}
+                   "max_length": classifier.max_length,
+                   "pooling": classifier.pooling}
     storage.write_text(storage.join(directory, CLASSIFIER_FILE), json.dumps(description, indent=1))
     # Weights only, as a masked LM's: a stock copy on this host (no optimizer state).
     stock = stock_copy(classifier)

@@ -13,6 +13,7 @@ from kroberta.cli import finetune
     ([], "--run is required"),
     (["--run", "r", "--suite", "glue"], "--suite glue needs --data"),
     (["--classifier", "c"], "prediction needs --classifier, --predict and --predictions"),
+    (["--run", "r", "--pooling", "max"], "--pooling: invalid choice: 'max'"),
 ])
 def test_argument_errors_are_one_line_with_exit_code_2(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
