@@ -83,7 +83,8 @@ def test_the_default_group_is_the_same_for_every_input_size(model):
 
 
 def test_full_logits_are_dispatched_in_bounded_groups(model, monkeypatch):
-    monkeypatch.setattr(prediction, "MAX_LOGITS_BYTES", 2 * 16 * 3 * V * 4)  # two batches
+    slots = model.kroberta_config.data.prediction_slots(L)
+    monkeypatch.setattr(prediction, "MAX_LOGITS_BYTES", 2 * 16 * slots * V * 4)  # two batches
     chunks = list(prediction.predict_batches(model, _arrays(70), output="logits"))
     assert [len(c["logits"]) for c in chunks] == [32, 32, 6]
 
