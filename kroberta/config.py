@@ -336,7 +336,8 @@ class TrainConfig:
             fail("profile", f"starts at step {window[0]}, but the run ends at train.steps={self.steps}")
         if self.warmup_steps and self.warmup_fraction:
             fail("warmup_fraction", f"train.warmup_steps={self.warmup_steps} and train.warmup_fraction="
-                 f"{self.warmup_fraction:g} both set the warmup: set one, the other to 0")
+                 f"{self.warmup_fraction:g} both set the warmup: set one, the other to 0 "
+                 f"(--train.warmup_fraction=0 counts it in steps)")
         warmup = self.effective_warmup_steps()
         if warmup > self.steps:  # a fraction below 1 never exceeds: only warmup_steps can
             fail("warmup_steps", f"{warmup} exceeds train.steps={self.steps}; "

@@ -244,7 +244,8 @@ def test_a_combination_names_the_source_of_each_key_it_involves():
         validate(config, sources)
     assert str(raised.value) == (
         "command line: train.warmup_fraction (at its default): train.warmup_steps=300 and "
-        "train.warmup_fraction=0.5 both set the warmup: set one, the other to 0")
+        "train.warmup_fraction=0.5 both set the warmup: set one, the other to 0 "
+        "(--train.warmup_fraction=0 counts it in steps)")
 
 
 @pytest.mark.fast
@@ -286,7 +287,7 @@ def test_warmup_steps_and_fraction_both_set_is_refused_naming_both():
     assert str(raised.value) == (
         f"{config_path('small')}: train.warmup_fraction: train.warmup_steps=300 and "
         "train.warmup_fraction=0.5 both set the warmup: set one, the other to 0 "
-        "(train.warmup_steps from command line)")
+        "(--train.warmup_fraction=0 counts it in steps) (train.warmup_steps from command line)")
     # Setting the other to 0 is the way out.
     config, sources = from_command_line("small", ["--train.warmup_steps=300", "--train.warmup_fraction=0"])
     assert validate(config, sources).train.effective_warmup_steps() == 300
