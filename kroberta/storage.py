@@ -328,6 +328,36 @@ def free_bytes(path) -> int:
     return shutil.disk_usage(tempfile.gettempdir() if is_url(path) else path).free
 
 
+def free_text(path) -> str:
+    """The free space on the disk that holds `path` (or its nearest existing parent), in
+    words, for a message about a failed write; "" where it cannot be read."""
+    folder = os.path.abspath(os.fspath(path)) if not is_url(path) else path
+    while not is_url(folder) and not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    try:
+        return f"{free_bytes(folder) / 2**20:.1f} MiB free there"
+    except OSError:
+        return ""
+
+
+@contextlib.contextmanager
+def writing(path, what: str = "file", then: str = ""):
+    """An OSError writing the `what` at `path` (a full disk, a read-only directory, a quota)
+    becomes one StorageError naming the path, the reason and the free space, so that the
+    command exits 2 with one line; `then` says what to do ("a re-run resumes from ...").
+    kroberta's own errors pass as they are."""
+    try:
+        yield
+    except KrobertaError:
+        raise
+    except OSError as error:
+        reason = error.strerror or str(error)
+        free = free_text(path)
+        raise StorageError(f"could not write the {what} at {path}: {reason}"
+                           + (f" ({free})" if free else "")
+                           + (f"; {then}" if then else "")) from None
+
+
 def directory_argument(path, function: str, what: str = "directory") -> str:
     """A public function's directory argument as a str: anything but a path (a model
     included), or a file's path, refused with what to give instead. `what`: the kind of
