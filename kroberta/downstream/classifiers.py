@@ -20,7 +20,7 @@ import numpy as np
 
 from kroberta.config import Config
 from kroberta.downstream.examples import REGRESSION
-from kroberta.downstream.layer_decay import LayerDecayAdamW, layer_scales as layer_decay_scales
+from kroberta.downstream.layer_decay import LayerDecayAdamW, layer_scales
 from kroberta.errors import InputError
 from kroberta.model import mlm, schedules
 from kroberta.model.masked_lm import call_keeping_variables
@@ -154,8 +154,8 @@ def compile_classifier(classifier, kind: str, total_steps: int, steps_per_execut
     (a frozen backbone: the head alone)."""
     schedule = schedules.WarmupSchedule(1.0, max(1, round(WARMUP_FRACTION * total_steps)), total_steps)
     if layer_decay != 1.0:
-        scales = layer_decay_scales(classifier.trainable_variables,
-                                    classifier.backbone.num_layers, layer_decay)
+        scales = layer_scales(classifier.trainable_variables,
+                              classifier.backbone.num_layers, layer_decay)
         optimizer = LayerDecayAdamW(scales, WEIGHT_DECAY, learning_rate=schedule, beta_1=0.9,
                                     beta_2=0.98, epsilon=1e-6, name=mlm.OPTIMIZER_NAME)
     else:

@@ -73,8 +73,9 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
 
 
 def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int | None,
-                     patience: int | None, pooling: str, options: RecipeOptions):
-    """Refuses the arguments of `finetune` no fine-tune can run with (before any work)."""
+                     patience: int | None, pooling: str, options: RecipeOptions, model):
+    """Refuses the arguments of `finetune` no fine-tune can run with (before any work);
+    `model` as given (a path is checked against `options` again once loaded)."""
     if pooling not in classifiers.POOLINGS:
         raise InputError(f"--pooling {pooling!r}: expected one of "
                          f"{', '.join(classifiers.POOLINGS)}")
@@ -94,23 +95,39 @@ def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int |
         raise InputError(f"--max-length {max_length}: expected at least {encoding.MIN_LENGTH}")
     check_recipe_options(options.probe_epochs, options.layer_decay, options.adapt_steps,
                          options.reinit_layers)
+    _check_against_model(model, options)
 
 
 def _check_against_model(model, options: RecipeOptions):
     """Refuses the recipe options the model given cannot take (before it is loaded when
     it is a path)."""
-    if options.adapt_steps and (
-            getattr(model, "task_spec", None) is not None or isinstance(model, (str, os.PathLike))
-            and model_source(model, "kroberta.finetune")[1] == CLASSIFIER):
+    path = isinstance(model, (str, os.PathLike))
+
+    def classifier():
+        if path:
+            return model_source(model, "kroberta.finetune")[1] == CLASSIFIER
+        return getattr(model, "task_spec", None) is not None
+
+    if options.adapt_steps and classifier():
         raise InputError(f"--adapt-steps {options.adapt_steps}: the model is a fine-tuned "
                          "classifier, which has no masked-LM head to adapt; give the pretrained "
                          "masked LM (--run: a run, a Hugging Face or keras-hub masked LM)")
-    if isinstance(model, (str, os.PathLike)):
-        return
-    layers = int(model.backbone.num_layers) if hasattr(model, "backbone") else None
+    layers = None if path else getattr(getattr(model, "backbone", None), "num_layers", None)
     if layers is not None and options.reinit_layers > layers:
         raise InputError(f"--reinit-layers {options.reinit_layers}: the model has {layers} "
                          f"encoder layer(s); give 0 to {layers}")
+
+
+def _loaded(model, options: RecipeOptions):
+    """The masked LM `model` is or names (a run directory, a Hugging Face export, a
+    preset), checked against the recipe's options."""
+    if isinstance(model, (str, os.PathLike)):
+        model_source(model, "kroberta.finetune", head=MASKED_LM)
+        model = load(model)
+    else:
+        check_model(model, "kroberta.finetune")
+    _check_against_model(model, options)
+    return model
 
 
 def _settings(setup: recipe.Setup) -> dict:
@@ -165,17 +182,11 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         out: a folder to keep each finished trial in (`kroberta.downstream.trials`): run
             again with the same arguments, an interrupted fine-tune resumes there and ends
             with the result an uninterrupted one gives.
-        probe_epochs: LP-FT (Kumar et al. 2022): first this many epochs train the head
-            alone, the body frozen, at the trial's learning rate; then `epochs` train
-            everything (0: off).
-        layer_decay: layer-wise learning-rate decay (Clark et al. 2020), in (0, 1]: the
-            head and top encoder layer learn at the trial's rate, each layer below at
-            this times the one above, the embeddings at its L-th power (1: off).
-        adapt_steps: task-adaptive pretraining (Gururangan et al. 2020): this many
-            masked-LM steps on the training texts before fine-tuning; with `baseline`,
-            each random start is adapted the same way (0: off).
-        reinit_layers: the top this many encoder layers of the pretrained start drawn
-            afresh, as a random start draws them (0: off).
+        probe_epochs, layer_decay, adapt_steps, reinit_layers: the recipe's optional
+            steps, each off by default (`recipe_options.RecipeOptions`): epochs training
+            the head alone first (LP-FT), the layer-wise rate decay in (0, 1], masked-LM
+            steps on the training texts (with `baseline`, the random starts' too), the top
+            encoder layers of the pretrained start drawn afresh.
 
     Returns:
         A `FinetuneResult`: every run's scores, the best learning rate, the median and
@@ -187,17 +198,11 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     """
     options = RecipeOptions(probe_epochs, layer_decay, adapt_steps, reinit_layers)
     _check_arguments(out, epochs, batch_size, seeds, max_length, early_stopping, pooling,
-                     options)
-    _check_against_model(model, options)
+                     options, model)
     rates = rate_grid.check(learning_rates) if learning_rates is not None else None
     baseline_rates = (rate_grid.check(baseline_learning_rates, "baseline_learning_rates")
                       if baseline_learning_rates is not None else rates)
-    if isinstance(model, (str, os.PathLike)):  # a run directory, a Hugging Face export, a preset
-        model_source(model, "kroberta.finetune", head=MASKED_LM)
-        model = load(model)
-    else:
-        check_model(model, "kroberta.finetune")
-    _check_against_model(model, options)
+    model = _loaded(model, options)
     config = model.kroberta_config
     longest = config.model.max_sequence_length
     if max_length and max_length > longest:
@@ -223,7 +228,8 @@ def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, w
     """The pretrained start's grid, and the random start's first when `baseline_rates`
     is given; the result holds both and their comparison. `texts`: the training texts
     (one list per field), for `adapt_steps`."""
-    config, spec, names, options = model.kroberta_config, setup.spec, setup.label_names, setup.options
+    config, spec, names = model.kroberta_config, setup.spec, setup.label_names
+    options = setup.options
     with global_distribution(classifiers.data_parallel()):
         classifier = classifiers.build_classifier(config.model, len(names) if names else 1,
                                                   setup.pooling)

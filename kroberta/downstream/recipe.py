@@ -132,7 +132,8 @@ class Setup:
     patience: int | None = None  # epochs without a better score before a trial stops
     steps_per_execution: int = 8
     pooling: str = "first"  # what the head reads (`classifiers.POOLINGS`)
-    options: RecipeOptions = RecipeOptions()  # the optional steps, off by default
+    # The optional steps (`recipe_options`), off by default.
+    options: RecipeOptions = dataclasses.field(default_factory=RecipeOptions)
 
     @functools.cached_property
     def evaluation_batches(self) -> dict:

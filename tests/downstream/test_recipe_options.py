@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.downstream.tasks import marker_task
-from kroberta.cli import finetune as command
+from kroberta.cli import finetune
 from kroberta.downstream import (classifiers, finetuning, recipe, starts, trial_run,
                                  adaptation)
 from kroberta.downstream.recipe_options import RecipeOptions
@@ -195,8 +195,8 @@ def test_reinit_draws_the_top_layer_afresh(downstream_model, task, plain, monkey
     (dict(layer_decay=float("nan")), r"^--layer-decay nan: expected a factor"),
     (dict(adapt_steps=-2), r"^--adapt-steps -2: expected a whole number of masked-LM steps"),
     (dict(reinit_layers=-1), r"^--reinit-layers -1: expected a whole number of top layers"),
-    (dict(reinit_layers=3), r"^--reinit-layers 3: the model has 2 encoder layer\(s\); give 0 "
-                            r"to 2$"),
+    (dict(reinit_layers=3), (r"^--reinit-layers 3: the model has 2 encoder layer\(s\); give 0 "
+                             r"to 2$")),
 ])
 def test_an_option_that_cannot_apply_is_refused_in_one_line(downstream_model, task, option,
                                                             message):
@@ -224,8 +224,8 @@ def test_adapting_a_classifier_is_refused(downstream_model, plain, task, tmp_pat
     (["--layer-decay", "0"], r"error: --layer-decay 0.0: expected a factor in (0, 1]"),
     (["--adapt-steps", "-3"], "error: --adapt-steps -3: expected a whole number"),
     (["--reinit-layers", "-1"], "error: --reinit-layers -1: expected a whole number"),
-    (["--reinit-layers", "3"], "error: --reinit-layers 3: the model has 2 encoder layer(s); "
-                               "give 0 to 2"),
+    (["--reinit-layers", "3"], ("error: --reinit-layers 3: the model has 2 encoder layer(s); "
+                                "give 0 to 2")),
 ])
 def test_the_command_refuses_an_option_in_one_line_with_exit_code_2(
         downstream_model, task, tmp_path_factory, capsys, argv, message):
@@ -234,7 +234,7 @@ def test_the_command_refuses_an_option_in_one_line_with_exit_code_2(
     run = tmp_path_factory.getbasetemp() / "recipe_run"
     if not run.exists():
         final_model.save(downstream_model, str(run))
-    code = command.main(["--run", str(run), "--data", task[0], "--validation", task[1],
+    code = finetune.main(["--run", str(run), "--data", task[0], "--validation", task[1],
                          "--learning-rates", "3e-3", "--seeds", "1", "--epochs", "1", *argv])
     assert code == 2
     error = capsys.readouterr().err.strip()
@@ -246,7 +246,7 @@ def test_the_command_records_the_options_in_the_result(downstream_model, task, t
 
     final_model.save(downstream_model, str(tmp_path / "run"))
     out = tmp_path / "out"
-    assert command.main(["--run", str(tmp_path / "run"), "--data", task[0], "--validation",
+    assert finetune.main(["--run", str(tmp_path / "run"), "--data", task[0], "--validation",
                          task[1], "--learning-rates", "3e-3", "--seeds", "1", "--epochs", "1",
                          "--max-length", "16", "--layer-decay", "0.5", "--out", str(out)]) == 0
     result = json.loads((out / "result.json").read_text())
@@ -271,3 +271,37 @@ def test_a_changed_option_does_not_reuse_the_trials(downstream_model, task, tmp_
     with pytest.raises(InputError, match=r"\(layer_decay differ\)"):
         finetuning.finetune(downstream_model, data=task[0], validation=task[1], out=other,
                             layer_decay=0.25, **ONE)
+
+
+def test_layer_decay_adamw_is_keras_adamw_with_each_rate_scaled():
+    from kroberta.downstream.layer_decay import LayerDecayAdamW
+    from kroberta.model.mlm import NO_DECAY_NAMES
+
+    def trained(optimizer, scale_of_rate=1.0):
+        rng = np.random.default_rng(0)
+        kernel = keras.Variable(rng.normal(size=(3, 2)).astype("float32"), name="kernel")
+        bias = keras.Variable(rng.normal(size=(2,)).astype("float32"), name="bias")
+        for _ in range(3):
+            grads = [keras.ops.convert_to_tensor(rng.normal(size=v.shape).astype("float32"))
+                     for v in (kernel, bias)]
+            optimizer.apply(grads, [kernel, bias])
+        return np.array(kernel.value), np.array(bias.value)
+
+    def adamw(rate):
+        optimizer = keras.optimizers.AdamW(learning_rate=rate, weight_decay=0.1, beta_1=0.9,
+                                           beta_2=0.98, epsilon=1e-6)
+        optimizer.exclude_from_weight_decay(var_names=NO_DECAY_NAMES)
+        return optimizer
+
+    def decayed(scales):
+        return LayerDecayAdamW(scales, 0.1, learning_rate=0.01, beta_1=0.9, beta_2=0.98,
+                               epsilon=1e-6)
+
+    kernel, bias = trained(decayed({}))
+    expected_kernel, expected_bias = trained(adamw(0.01))
+    np.testing.assert_allclose(kernel, expected_kernel, rtol=1e-6)
+    np.testing.assert_allclose(bias, expected_bias, rtol=1e-6)
+    # The kernel at half the rate (its decay too): AdamW at half the rate, for the kernel.
+    kernel, bias = trained(decayed({"kernel": 0.5}))
+    np.testing.assert_allclose(kernel, trained(adamw(0.005))[0], rtol=1e-6)
+    np.testing.assert_allclose(bias, expected_bias, rtol=1e-6)
