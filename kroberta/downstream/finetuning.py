@@ -238,6 +238,8 @@ def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, w
         # Hashing the data and the starting weights is only needed to resume from `out`.
         settings = _settings(setup) if out else {}
         adapted = starts.Adaptation(model, texts, setup) if options.adapt_steps else None
+        if adapted:  # now, so that the result has its losses even when every trial resumes
+            adapted.pretrained(model)
         scratch = None
         if baseline_rates:  # first, and kept in a classifier of its own
             random_start = functools.cache(functools.partial(

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.downstream.tasks import marker_task
+from tests.downstream.tasks import marker_task, sentences
 from kroberta.cli import finetune
 from kroberta.downstream import (classifiers, finetuning, recipe, starts, trial_run,
                                  adaptation)
@@ -161,6 +161,21 @@ def test_the_sequences_are_the_training_texts_packed(downstream_model):
     assert list(ids[0, 1:1 + len(tokens)]) == tokens and mask[:-1].all()
 
 
+def test_adapting_again_gives_the_same_weights(downstream_model):
+    """A resumed fine-tune adapts its start again: it must be the start the finished
+    trials ran from."""
+    from kroberta.parallel.distribute import global_distribution
+
+    sequences = adaptation.task_sequences(downstream_model.tokenizer,
+                                          (sentences(64, 3),), 16)
+    with global_distribution(classifiers.data_parallel()):
+        first, losses = adaptation.adapt(downstream_model, sequences, 3, 32, seed=0)
+        again, losses_again = adaptation.adapt(downstream_model, sequences, 3, 32, seed=0)
+    assert losses == losses_again
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.slow
 def test_the_random_start_is_adapted_alike_with_a_baseline(downstream_model, task):
     result = finetuning.finetune(downstream_model, data=task[0], validation=task[1],
@@ -255,7 +270,8 @@ def test_the_command_records_the_options_in_the_result(downstream_model, task, t
     assert settings["layer_decay"] == 0.5
 
 
-def test_a_changed_option_does_not_reuse_the_trials(downstream_model, task, tmp_path):
+def test_a_changed_option_does_not_reuse_the_trials(downstream_model, task, tmp_path,
+                                                    monkeypatch):
     out = str(tmp_path / "out")
     finetuning.finetune(downstream_model, data=task[0], validation=task[1], out=out, **ONE)
     with pytest.raises(InputError, match=r"holds trials of another fine-tune \(probe_epochs "
@@ -263,8 +279,13 @@ def test_a_changed_option_does_not_reuse_the_trials(downstream_model, task, tmp_
         finetuning.finetune(downstream_model, data=task[0], validation=task[1], out=out,
                             probe_epochs=1, **ONE)
     other = str(tmp_path / "other")
-    finetuning.finetune(downstream_model, data=task[0], validation=task[1], out=other,
-                        layer_decay=0.5, **ONE)
+    first = finetuning.finetune(downstream_model, data=task[0], validation=task[1], out=other,
+                                layer_decay=0.5, **ONE)
+    # The same options resume: no trial runs again.
+    monkeypatch.setattr(recipe, "_run_trial", None)
+    resumed = finetuning.finetune(downstream_model, data=task[0], validation=task[1], out=other,
+                                  layer_decay=0.5, **ONE)
+    assert [t.scores for t in resumed.trials] == [t.scores for t in first.trials]
     with pytest.raises(InputError, match=r"\(layer_decay differ\)"):  # switched off again
         finetuning.finetune(downstream_model, data=task[0], validation=task[1], out=other,
                             **ONE)
@@ -277,7 +298,7 @@ def test_layer_decay_adamw_is_keras_adamw_with_each_rate_scaled():
     from kroberta.downstream.layer_decay import LayerDecayAdamW
     from kroberta.model.mlm import NO_DECAY_NAMES
 
-    def trained(optimizer, scale_of_rate=1.0):
+    def trained(optimizer):
         rng = np.random.default_rng(0)
         kernel = keras.Variable(rng.normal(size=(3, 2)).astype("float32"), name="kernel")
         bias = keras.Variable(rng.normal(size=(2,)).astype("float32"), name="bias")
