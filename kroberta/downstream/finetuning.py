@@ -16,8 +16,7 @@ import numpy as np
 from kroberta.errors import InputError
 from kroberta.downstream import classifiers
 from kroberta.downstream import (encoding, glue, metrics, prediction, rate_grid, recipe,
-                                 stdlib_task, trial_run, verdict)
-from kroberta.downstream import starts
+                                 starts, stdlib_task, trial_run, verdict)
 from kroberta.downstream.arguments import check_out, check_recipe_options
 from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, TaskSpec,
                                           check_labelled_file, choose_text_fields,
@@ -182,11 +181,11 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         out: a folder to keep each finished trial in (`kroberta.downstream.trials`): run
             again with the same arguments, an interrupted fine-tune resumes there and ends
             with the result an uninterrupted one gives.
-        probe_epochs, layer_decay, adapt_steps, reinit_layers: the recipe's optional
-            steps, each off by default (`recipe_options.RecipeOptions`): epochs training
-            the head alone first (LP-FT), the layer-wise rate decay in (0, 1], masked-LM
-            steps on the training texts (with `baseline`, the random starts' too), the top
-            encoder layers of the pretrained start drawn afresh.
+        probe_epochs: LP-FT's epochs training the head alone first (0: off; this and
+            the next three: `recipe_options.RecipeOptions`).
+        layer_decay: the layer-wise learning-rate decay, in (0, 1] (1: off).
+        adapt_steps: masked-LM steps on the training texts first (0: off).
+        reinit_layers: top encoder layers of the pretrained start drawn afresh (0: off).
 
     Returns:
         A `FinetuneResult`: every run's scores, the best learning rate, the median and
