@@ -59,6 +59,17 @@ def _parser():
                    help="what the classifier's head reads: the first token <s> (as Hugging "
                    "Face's and keras-hub's heads; exportable) or the mean over the tokens "
                    "that are not padding (not exportable); the random start's too")
+    p.add_argument("--probe-epochs", type=int, default=0, metavar="N",
+                   help="LP-FT: first N epochs train the head alone, the body frozen, at the "
+                   "trial's learning rate (default 0: off)")
+    p.add_argument("--layer-decay", type=float, default=1.0, metavar="D",
+                   help="layer-wise learning-rate decay in (0, 1]: each encoder layer below "
+                   "the top learns at D times the rate of the one above (default 1: off)")
+    p.add_argument("--adapt-steps", type=int, default=0, metavar="N",
+                   help="task-adaptive pretraining: N masked-LM steps on the training texts "
+                   "before fine-tuning, the random start's too (default 0: off)")
+    p.add_argument("--reinit-layers", type=int, default=0, metavar="K",
+                   help="draw the pretrained start's top K encoder layers afresh (default 0: off)")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per step, all devices")
     p.add_argument("--max-length", type=int, default=None, help="tokens per sequence")
     p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=None,
@@ -139,7 +150,9 @@ def _run_tasks(args) -> int:
                           widen=args.widen, seeds=args.seeds, epochs=args.epochs,
                           early_stopping=args.early_stopping, pooling=args.pooling,
                           batch_size=args.batch_size, max_length=args.max_length,
-                          baseline=baseline, out=out)
+                          baseline=baseline, out=out, probe_epochs=args.probe_epochs,
+                          layer_decay=args.layer_decay, adapt_steps=args.adapt_steps,
+                          reinit_layers=args.reinit_layers)
         averages.append(result.median[result.split])
         random_folder = os.path.join(out, RANDOM_START_DIR) if out else None
         if out:

@@ -36,6 +36,8 @@ def check_finetune_arguments(args):
                          "least 1 epoch")
     if args.seeds < 1:
         raise InputError(f"--seeds {args.seeds}: expected at least one seed")
+    check_recipe_options(args.probe_epochs, args.layer_decay, args.adapt_steps,
+                         args.reinit_layers)
     model_source(args.run, "--run", head=MASKED_LM)
     if args.suite:
         glue.tasks_present(args.data)
@@ -55,6 +57,28 @@ def check_finetune_arguments(args):
             check_labelled_file(path, option, fields)
     if args.out is not None and not args.suite:
         check_out(args.out)
+
+
+def check_recipe_options(probe_epochs, layer_decay, adapt_steps, reinit_layers):
+    """Refuses a recipe option (`kroberta.downstream.recipe_options`) no fine-tune can run
+    with; `reinit_layers` above the model's layers is refused once the model is loaded."""
+    if not (_whole(probe_epochs) and probe_epochs >= 0):
+        raise InputError(f"--probe-epochs {probe_epochs}: expected a whole number of epochs "
+                         "(0, the default, trains the head only together with the body)")
+    if not (isinstance(layer_decay, (int, float)) and not isinstance(layer_decay, bool)
+            and 0 < layer_decay <= 1):
+        raise InputError(f"--layer-decay {layer_decay}: expected a factor in (0, 1] (1, the "
+                         "default, gives every layer the trial's learning rate)")
+    if not (_whole(adapt_steps) and adapt_steps >= 0):
+        raise InputError(f"--adapt-steps {adapt_steps}: expected a whole number of masked-LM "
+                         "steps (0, the default, adapts nothing)")
+    if not (_whole(reinit_layers) and reinit_layers >= 0):
+        raise InputError(f"--reinit-layers {reinit_layers}: expected a whole number of top "
+                         "layers to re-initialise (0, the default, keeps them all)")
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_prediction(args):

@@ -20,6 +20,7 @@ import numpy as np
 
 from kroberta.config import Config
 from kroberta.downstream.examples import REGRESSION
+from kroberta.downstream.layer_decay import LayerDecayAdamW, layer_scales
 from kroberta.errors import InputError
 from kroberta.model import mlm, schedules
 from kroberta.model.masked_lm import call_keeping_variables
@@ -144,15 +145,24 @@ def build_classifier(model_config, num_outputs: int, pooling: str = FIRST):
         dropout=CLASSIFIER_DROPOUT, pooling=pooling)
 
 
-def compile_classifier(classifier, kind: str, total_steps: int, steps_per_execution: int = 1):
+def compile_classifier(classifier, kind: str, total_steps: int, steps_per_execution: int = 1,
+                       layer_decay: float = 1.0):
     """AdamW as RoBERTa fine-tunes (betas 0.9/0.98, eps 1e-6, no decay on biases and
     LayerNorm), linear decay after 6% warmup, its peak the schedule's `scale` (set by
-    `reset`); XLA-compiled steps."""
+    `reset`); XLA-compiled steps. `layer_decay` below 1: each layer's rate scaled
+    (`kroberta.downstream.layer_decay`). Only the trainable variables are optimized
+    (a frozen backbone: the head alone)."""
     schedule = schedules.WarmupSchedule(1.0, max(1, round(WARMUP_FRACTION * total_steps)), total_steps)
-    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=WEIGHT_DECAY,
-                                       beta_1=0.9, beta_2=0.98, epsilon=1e-6,
-                                       name=mlm.OPTIMIZER_NAME)
-    optimizer.exclude_from_weight_decay(var_names=mlm.NO_DECAY_NAMES)
+    if layer_decay != 1.0:
+        scales = layer_scales(classifier.trainable_variables,
+                              classifier.backbone.num_layers, layer_decay)
+        optimizer = LayerDecayAdamW(scales, WEIGHT_DECAY, learning_rate=schedule, beta_1=0.9,
+                                    beta_2=0.98, epsilon=1e-6, name=mlm.OPTIMIZER_NAME)
+    else:
+        optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=WEIGHT_DECAY,
+                                           beta_1=0.9, beta_2=0.98, epsilon=1e-6,
+                                           name=mlm.OPTIMIZER_NAME)
+        optimizer.exclude_from_weight_decay(var_names=mlm.NO_DECAY_NAMES)
     optimizer.build(classifier.trainable_variables)
     schedule.scale = optimizer.add_variable((), name="peak_learning_rate")
     loss = (keras.losses.MeanSquaredError() if kind == REGRESSION

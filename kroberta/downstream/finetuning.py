@@ -16,17 +16,17 @@ import numpy as np
 from kroberta.errors import InputError
 from kroberta.downstream import classifiers
 from kroberta.downstream import (encoding, glue, metrics, prediction, rate_grid, recipe,
-                                 stdlib_task, trial_run, verdict)
-from kroberta.downstream.arguments import check_out
+                                 starts, stdlib_task, trial_run, verdict)
+from kroberta.downstream.arguments import check_out, check_recipe_options
 from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, TaskSpec,
                                           check_labelled_file, choose_text_fields,
                                           read_labelled)
+from kroberta.downstream.recipe_options import RecipeOptions
 from kroberta.downstream.trials import TrialLog, fingerprint
 from kroberta.downstream.loading import load
 from kroberta.model.masked_lm import check_model
-from kroberta.model.mlm import build_model
 from kroberta.parallel.distribute import global_distribution
-from kroberta.run_layout import MASKED_LM, model_source
+from kroberta.run_layout import CLASSIFIER, MASKED_LM, model_source
 
 STDLIB = "stdlib"
 
@@ -72,8 +72,9 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
 
 
 def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int | None,
-                     patience: int | None, pooling: str):
-    """Refuses the arguments of `finetune` no fine-tune can run with (before any work)."""
+                     patience: int | None, pooling: str, options: RecipeOptions, model):
+    """Refuses the arguments of `finetune` no fine-tune can run with (before any work);
+    `model` as given (a path is checked against `options` again once loaded)."""
     if pooling not in classifiers.POOLINGS:
         raise InputError(f"--pooling {pooling!r}: expected one of "
                          f"{', '.join(classifiers.POOLINGS)}")
@@ -91,11 +92,41 @@ def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int |
         raise InputError(f"--seeds {seeds}: expected at least one seed")
     if max_length is not None and max_length < encoding.MIN_LENGTH:
         raise InputError(f"--max-length {max_length}: expected at least {encoding.MIN_LENGTH}")
+    check_recipe_options(options.probe_epochs, options.layer_decay, options.adapt_steps,
+                         options.reinit_layers)
+    _check_against_model(model, options)
 
 
-def _random_start(model_config, seed: int) -> list:
-    """The backbone weights of a fresh model of `model_config`'s shape."""
-    return classifiers.backbone_weights(build_model(model_config, seed=10_000 + seed))
+def _check_against_model(model, options: RecipeOptions):
+    """Refuses the recipe options the model given cannot take (before it is loaded when
+    it is a path)."""
+    path = isinstance(model, (str, os.PathLike))
+
+    def classifier():
+        if path:
+            return model_source(model, "kroberta.finetune")[1] == CLASSIFIER
+        return getattr(model, "task_spec", None) is not None
+
+    if options.adapt_steps and classifier():
+        raise InputError(f"--adapt-steps {options.adapt_steps}: the model is a fine-tuned "
+                         "classifier, which has no masked-LM head to adapt; give the pretrained "
+                         "masked LM (--run: a run, a Hugging Face or keras-hub masked LM)")
+    layers = None if path else getattr(getattr(model, "backbone", None), "num_layers", None)
+    if layers is not None and options.reinit_layers > layers:
+        raise InputError(f"--reinit-layers {options.reinit_layers}: the model has {layers} "
+                         f"encoder layer(s); give 0 to {layers}")
+
+
+def _loaded(model, options: RecipeOptions):
+    """The masked LM `model` is or names (a run directory, a Hugging Face export, a
+    preset), checked against the recipe's options."""
+    if isinstance(model, (str, os.PathLike)):
+        model_source(model, "kroberta.finetune", head=MASKED_LM)
+        model = load(model)
+    else:
+        check_model(model, "kroberta.finetune")
+    _check_against_model(model, options)
+    return model
 
 
 def _settings(setup: recipe.Setup) -> dict:
@@ -105,7 +136,8 @@ def _settings(setup: recipe.Setup) -> dict:
     return {"task": setup.spec.name, "data": data, "epochs": setup.epochs,
             "patience": setup.patience, "batch_size": setup.batch_size,
             "max_length": setup.max_length,
-            **({"pooling": setup.pooling} if setup.pooling != classifiers.FIRST else {})}
+            **({"pooling": setup.pooling} if setup.pooling != classifiers.FIRST else {}),
+            **setup.options.switched_on()}
 
 
 def finetune(model, task: str | None = None, data=None, validation=None, *,
@@ -114,7 +146,8 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
              max_length: int | None = None, early_stopping: int | None = None,
              pooling: str = classifiers.FIRST, baseline: bool = False,
              baseline_learning_rates=None, widen: bool = True,
-             out: str | None = None) -> recipe.FinetuneResult:
+             out: str | None = None, probe_epochs: int = 0, layer_decay: float = 1.0,
+             adapt_steps: int = 0, reinit_layers: int = 0) -> recipe.FinetuneResult:
     """Fine-tunes a pretrained model on a task and scores it on the validation split(s).
 
     Args:
@@ -148,6 +181,11 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         out: a folder to keep each finished trial in (`kroberta.downstream.trials`): run
             again with the same arguments, an interrupted fine-tune resumes there and ends
             with the result an uninterrupted one gives.
+        probe_epochs: LP-FT's epochs training the head alone first (0: off; this and
+            the next three: `recipe_options.RecipeOptions`).
+        layer_decay: the layer-wise learning-rate decay, in (0, 1] (1: off).
+        adapt_steps: masked-LM steps on the training texts first (0: off).
+        reinit_layers: top encoder layers of the pretrained start drawn afresh (0: off).
 
     Returns:
         A `FinetuneResult`: every run's scores, the best learning rate, the median and
@@ -155,16 +193,15 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
 
     Raises:
         DivergedError: every trial's loss became NaN or inf.
+        InputError: an argument no fine-tune can run with (names it).
     """
-    _check_arguments(out, epochs, batch_size, seeds, max_length, early_stopping, pooling)
+    options = RecipeOptions(probe_epochs, layer_decay, adapt_steps, reinit_layers)
+    _check_arguments(out, epochs, batch_size, seeds, max_length, early_stopping, pooling,
+                     options, model)
     rates = rate_grid.check(learning_rates) if learning_rates is not None else None
     baseline_rates = (rate_grid.check(baseline_learning_rates, "baseline_learning_rates")
                       if baseline_learning_rates is not None else rates)
-    if isinstance(model, (str, os.PathLike)):  # a run directory, a Hugging Face export, a preset
-        model_source(model, "kroberta.finetune", head=MASKED_LM)
-        model = load(model)
-    else:
-        check_model(model, "kroberta.finetune")
+    model = _loaded(model, options)
     config = model.kroberta_config
     longest = config.model.max_sequence_length
     if max_length and max_length > longest:
@@ -177,36 +214,50 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         spec, names, encoding.encode(model.tokenizer, train.texts, train.labels, max_length),
         {split: encoding.encode(model.tokenizer, s.texts, s.labels, max_length)
          for split, s in evaluation.items()}, max_length, batch_size, epochs, early_stopping,
-        pooling=pooling)
+        pooling=pooling, options=options)
     seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     default_rates = recipe.learning_rates(config.model)
     return _run_grids(model, setup, seeds, rates or default_rates,
-                      (baseline_rates or default_rates) if baseline else None, widen, out)
+                      (baseline_rates or default_rates) if baseline else None, widen, out,
+                      train.texts)
 
 
 def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, widen: bool,
-               out) -> recipe.FinetuneResult:
+               out, texts) -> recipe.FinetuneResult:
     """The pretrained start's grid, and the random start's first when `baseline_rates`
-    is given; the result holds both and their comparison."""
+    is given; the result holds both and their comparison. `texts`: the training texts
+    (one list per field), for `adapt_steps`."""
     config, spec, names = model.kroberta_config, setup.spec, setup.label_names
+    options = setup.options
     with global_distribution(classifiers.data_parallel()):
         classifier = classifiers.build_classifier(config.model, len(names) if names else 1,
                                                   setup.pooling)
         classifiers.compile_classifier(classifier, spec.kind, setup.steps,
-                                       setup.steps_per_execution)
+                                       setup.steps_per_execution, options.layer_decay)
         # Hashing the data and the starting weights is only needed to resume from `out`.
         settings = _settings(setup) if out else {}
+        adapted = starts.Adaptation(model, texts, setup) if options.adapt_steps else None
+        if adapted:  # now, so that the result has its losses even when every trial resumes
+            adapted.pretrained(model)
         scratch = None
         if baseline_rates:  # first, and kept in a classifier of its own
-            random_start = functools.cache(functools.partial(_random_start, config.model))
+            random_start = functools.cache(functools.partial(
+                starts.random_start, model, options, adapted))
             scratch = recipe.run_grid(classifier, setup, random_start, baseline_rates, seeds,
                                       TrialLog(out, "random", dict(settings, start="random")),
                                       widen)
             scratch.classifier = _copy(classifier, config, model.tokenizer, setup)
+            scratch.recipe = options.to_json()
+            scratch.adaptation = adapted.losses(random=True) if adapted else None
         start = classifiers.backbone_weights(model)
         pretrained = dict(settings, start=fingerprint(start) if out else None)
-        result = recipe.run_grid(classifier, setup, lambda seed: start, rates, seeds,
+        # Not cached: with `reinit_layers` each seed's start is one more copy of the body.
+        pretrained_start = functools.partial(starts.pretrained_start, model, start, options,
+                                             adapted)
+        result = recipe.run_grid(classifier, setup, pretrained_start, rates, seeds,
                                  TrialLog(out, "pretrained", pretrained), widen)
+        result.recipe = options.to_json()
+        result.adaptation = adapted.losses(random=False) if adapted else None
         prediction.describe(classifier, config, model.tokenizer, spec, names, setup.max_length)
         result.per_class = _per_class(result, setup)
         if scratch is not None:

@@ -24,6 +24,7 @@ import numpy as np
 from kroberta.downstream import encoding, rate_grid, trial_run
 from kroberta.downstream.trials import TrialLog
 from kroberta.downstream.examples import TaskSpec
+from kroberta.downstream.recipe_options import RecipeOptions
 from kroberta.errors import DivergedError
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,10 @@ class FinetuneResult:
         baseline: the same recipe from a random initialisation, when asked for.
         comparison: the pretrained start's median minus the baseline's, with its
             interval (`verdict.compare`), when there is a baseline.
+        recipe: the optional steps it ran with (`RecipeOptions.to_json`).
+        adaptation: with `adapt_steps`, the masked-LM loss on the training texts before
+            and after adapting each start ({"seed" (None: the one pretrained start),
+            "loss_before", "loss_after"}); None without.
     """
 
     task: str
@@ -92,6 +97,8 @@ class FinetuneResult:
     per_class: dict | None = None
     baseline: "FinetuneResult | None" = None
     comparison: dict | None = None
+    recipe: dict | None = None
+    adaptation: list | None = None
 
     def to_json(self) -> dict:
         """The result as JSON values (strict JSON: a diverged trial's scores are null)."""
@@ -125,6 +132,8 @@ class Setup:
     patience: int | None = None  # epochs without a better score before a trial stops
     steps_per_execution: int = 8
     pooling: str = "first"  # what the head reads (`classifiers.POOLINGS`)
+    # The optional steps (`recipe_options`), off by default.
+    options: RecipeOptions = dataclasses.field(default_factory=RecipeOptions)
 
     @functools.cached_property
     def evaluation_batches(self) -> dict:

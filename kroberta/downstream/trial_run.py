@@ -22,6 +22,7 @@ from kroberta.downstream import classifiers, encoding, metrics, prediction
 from kroberta.downstream.examples import REGRESSION
 
 EPOCH_SEEDS = 1000  # pass p of seed s shuffles with s * 1000 + p
+HEAD_EPOCHS = 500  # LP-FT's head-only pass p of seed s: s * 1000 + 500 + p
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +104,10 @@ def run_trial(classifier, setup, start: list, seed: int, learning_rate: float,
     without a better score before it stops), scoring every split after each; leaves
     the classifier holding the best epoch's weights."""
     classifiers.reset(classifier, start, seed, learning_rate)
+    if setup.options.probe_epochs:
+        diverged = train_head(classifier, setup, seed, learning_rate, title)
+        if diverged:
+            return Outcome(None, None, None, 0, diverged)
     split = next(iter(setup.evaluation))
     steps_per_epoch = encoding.batch_count(setup.train, setup.batch_size, setup.max_length)
     watch = _Watch(title, steps_per_epoch, setup.epochs)
@@ -137,3 +142,33 @@ def run_trial(classifier, setup, start: list, seed: int, learning_rate: float,
     if best_epoch != epoch:
         classifier.set_weights(weights)
     return Outcome(scores, predicted.tolist(), best_epoch, epoch)
+
+
+def train_head(classifier, setup, seed: int, learning_rate: float, title: str) -> str | None:
+    """LP-FT's first phase (Kumar et al. 2022): `setup.options.probe_epochs` passes that
+    train the head alone, the backbone frozen (`trainable = False`, compiled again so the
+    optimizer holds the head's variables only), at the trial's learning rate with the
+    recipe's warmup and decay over these passes; then the classifier is compiled again
+    for the whole model (`setup.steps`). Returns where the loss diverged, else None."""
+    epochs = setup.options.probe_epochs
+    steps_per_epoch = encoding.batch_count(setup.train, setup.batch_size, setup.max_length)
+    watch = _Watch(f"{title} (head)", steps_per_epoch, epochs)
+    classifier.backbone.trainable = False
+    try:
+        classifiers.compile_classifier(classifier, setup.spec.kind, epochs * steps_per_epoch,
+                                       setup.steps_per_execution)
+        classifier.kroberta_schedule.scale.assign(learning_rate)
+        for epoch in range(1, epochs + 1):
+            train, _ = encoding.dataset(setup.train, setup.batch_size, setup.max_length,
+                                        seed * EPOCH_SEEDS + HEAD_EPOCHS + epoch - 1)
+            watch.first_step = (epoch - 1) * steps_per_epoch
+            classifier.fit(train, epochs=1, verbose=0, shuffle=False, callbacks=[watch])
+            if watch.diverged:
+                return f"head epoch {epoch}, {watch.diverged}"
+    finally:
+        watch.close()
+        classifier.backbone.trainable = True
+        classifiers.compile_classifier(classifier, setup.spec.kind, setup.steps,
+                                       setup.steps_per_execution, setup.options.layer_decay)
+        classifier.kroberta_schedule.scale.assign(learning_rate)
+    return None

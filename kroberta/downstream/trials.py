@@ -43,7 +43,9 @@ class TrialLog:
             if row["grid"] != grid:
                 continue
             if row["settings"] != self.settings:
-                changed = sorted(k for k in self.settings if row["settings"].get(k) != self.settings[k])
+                # Both sides' keys: an option on in only one of them is named too.
+                changed = sorted(k for k in {**row["settings"], **self.settings}
+                                 if row["settings"].get(k) != self.settings.get(k))
                 raise InputError(
                     f"--out {directory}: holds trials of another fine-tune ({', '.join(changed)} "
                     "differ); give another --out, or remove its trials.jsonl to start over")
