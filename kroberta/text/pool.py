@@ -33,7 +33,7 @@ import time
 from concurrent.futures.process import BrokenProcessPool
 
 from kroberta.errors import WorkerError
-from kroberta.text.workers import load_tokenizer_of, prepare_chunk
+from kroberta.text import workers  # by module: a replaced `workers.prepare_chunk` reaches the workers
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 POLL_S = 0.5  # how often the progress bar hears the workers' bytes
@@ -52,7 +52,7 @@ def _start_worker(job, counter, running):
     # One thread of `tokenizers` per worker: the workers are the parallelism.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     busy = threading.Lock()  # held while a chunk is under way
-    _worker.update(job=job, tok=load_tokenizer_of(job), counter=counter, running=running, busy=busy)
+    _worker.update(job=job, tok=workers.load_tokenizer_of(job), counter=counter, running=running, busy=busy)
     threading.Thread(target=_exit_when_orphaned, args=(os.getppid(), busy), daemon=True).start()
 
 
@@ -73,21 +73,21 @@ def _count(nbytes):
 def _run_in_worker(position, chunk):
     with _worker["busy"]:
         _worker["running"][position] = os.getpid()
-        return prepare_chunk(_worker["job"], _worker["tok"], chunk, _count)
+        return workers.prepare_chunk(_worker["job"], _worker["tok"], chunk, _count)
 
 
-def run_chunks(job, chunks, workers, progress):
-    """Prepares the `chunks` with `workers` processes (1: in this one); `progress` (a
+def run_chunks(job, chunks, processes, progress):
+    """Prepares the `chunks` with `processes` worker processes (1: in this one); `progress` (a
     `kroberta.console.Progress`) hears the bytes read. Returns the results, by chunk
     index. A worker that dies raises `WorkerError` naming the chunk it was on."""
-    if workers <= 1 or len(chunks) <= 1:
-        tok = load_tokenizer_of(job)
-        return {chunk.index: prepare_chunk(job, tok, chunk, progress.add) for chunk in chunks}
+    if processes <= 1 or len(chunks) <= 1:
+        tok = workers.load_tokenizer_of(job)
+        return {chunk.index: workers.prepare_chunk(job, tok, chunk, progress.add) for chunk in chunks}
     context = multiprocessing.get_context(start_method())
     counter = context.Value("q", 0)
     running = context.Array("q", len(chunks), lock=False)  # chunk position -> pid of the worker that took it
     executor = concurrent.futures.ProcessPoolExecutor(
-        min(workers, len(chunks)), mp_context=context, initializer=_start_worker,
+        min(processes, len(chunks)), mp_context=context, initializer=_start_worker,
         initargs=(job, counter, running))
     results = {}
     try:
@@ -96,10 +96,10 @@ def run_chunks(job, chunks, workers, progress):
                          for position, chunk in enumerate(chunks)}
         _collect(submitted, counter, progress, results)
     except BrokenProcessPool:
-        processes = _processes_of(executor)
-        early = {p.pid: p.exitcode for p in processes}  # before `_stop` ends the others
-        _stop(executor, processes)
-        final = {p.pid: p.exitcode for p in processes}
+        children = _processes_of(executor)
+        early = {p.pid: p.exitcode for p in children}  # before `_stop` ends the others
+        _stop(executor, children)
+        final = {p.pid: p.exitcode for p in children}
         raise WorkerError(_lost(chunks, running, early, final, results, job["work_dir"])) from None
     except BaseException:  # an error in one chunk, Ctrl-C, SIGTERM: the others stop too
         _stop(executor, _processes_of(executor))
