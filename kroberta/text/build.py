@@ -26,7 +26,7 @@ import warnings
 
 from kroberta import storage
 from kroberta.console import Progress
-from kroberta.atomic import atomic_path, atomic_write
+from kroberta.atomic import atomic_path
 from tokenizers import Tokenizer
 
 from kroberta.data.manifest import FORMAT, MANIFEST_NAME, load_manifest, write_manifest
@@ -39,7 +39,7 @@ from kroberta.text.recordfiles import check_source
 from kroberta.text.resume import PLAN_FILE, chunk_entries, chunks_of, finished, load_plan, remove_stray, resume_key, save_plan, work_dir
 from kroberta.text.sample import DEFAULT_SAMPLE_BYTES, sample_documents
 from kroberta.text.textfiles import Source, expand_inputs, scan_file
-from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, shortfall_note, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
+from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, save_tokenizer, shortfall_note, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
 from kroberta.text.pool import default_workers, run_chunks
 from kroberta.text.workers import writing
 
@@ -184,17 +184,10 @@ def _save_tokenizer(job, tok, written):
     written.append(out_path)
     with writing(work_dir(job.out_dir), out_path, "tokenizer"):
         if source is None:
-            _write_tokenizer(tok, out_path)
+            save_tokenizer(tok, out_path)
             return
         with atomic_path(out_path) as tmp, locations.open_input(source) as f, open(tmp, "wb") as copy:
             shutil.copyfileobj(f, copy)
-
-
-def _write_tokenizer(tok, path):
-    """`tok.save(path)`, but atomic and failing with an OSError (`tokenizers` raises a bare
-    Exception when its write fails)."""
-    with atomic_write(path, encoding="utf-8") as f:
-        f.write(tok.to_str(pretty=True))
 
 
 def _shard_counts(job, total_bytes):
@@ -297,7 +290,7 @@ def _plan(job, scanned, key, work, started):
     taken = [0]
     tok, shortfall, specials = _tokenizer(job, chunks, total, taken)
     with storage.writing(os.path.join(work, TOKENIZER_FILE), "tokenizer"):
-        _write_tokenizer(tok, os.path.join(work, TOKENIZER_FILE))
+        save_tokenizer(tok, os.path.join(work, TOKENIZER_FILE))
     plan = {"key": key, "chunks": chunk_entries(chunks), "skipped": skipped, "total_bytes": total,
             "files": [[g.path, g.format] for g in good], "shortfall": shortfall, "specials": specials,
             "tokenizer_sample_bytes": None if job.tokenizer is not None else taken[0],

@@ -142,11 +142,11 @@ def _workers_starting():
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if previous is None:
             del os.environ["TOKENIZERS_PARALLELISM"]
         else:
             os.environ["TOKENIZERS_PARALLELISM"] = previous
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # last: a pending Ctrl-C raises here
 
 
 def _processes_of(executor) -> list:
