@@ -327,7 +327,11 @@ def _build(job, work, key, plan, scanned, written, started):
     bar = Progress(plan["total_bytes"], "encode+pack+write", enabled=job.progress)
     bar.add(sum(c.size for c in chunks if c.index in results))
     pending = [c for c in chunks if c.index not in results]
-    results.update(run_chunks(_worker_job(job, tok, plan["specials"], work), pending, job.workers, bar))
+    try:
+        results.update(run_chunks(_worker_job(job, tok, plan["specials"], work), pending, job.workers, bar))
+    except BaseException:
+        bar.erase()  # the command's one line takes its place
+        raise
     timing = {"tokenizer": plan["tokenizer_s"], "encode_pack_write": round(bar.close(), 3)}
     if not any(r["train"]["sequences"] + r["validation"]["sequences"] for r in results.values()):
         raise InputError("no text in the inputs: every document is empty")

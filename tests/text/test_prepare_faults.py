@@ -14,7 +14,9 @@ import time
 import psutil
 import pytest
 
+from kroberta.text.chunks import Chunk
 from kroberta.text.resume import PLAN_FILE, chunks_of
+from kroberta.text.textfiles import Source
 from tests.text.test_prepare import REPO, make_docs, write_corpus
 from tests.text.test_prepare_workers import _files
 
@@ -30,6 +32,8 @@ from kroberta.cli.prepare import main
 build.MIN_CHUNK_BYTES = 1
 real_chunk, gated, marks = workers.prepare_chunk, os.environ.get("GATE", ""), os.environ.get("GATE_DIR")
 def prepare_chunk(job, tok, chunk, on_bytes=None):
+    if str(chunk.index) == os.environ.get("EXIT_IN_CHUNK"):
+        os._exit(3)  # a crash in C code, or a library that exits
     if str(chunk.index) in gated.split(","):
         with open(os.path.join(marks, f"started-{chunk.index}"), "w") as f:
             f.write(str(os.getpid()))
@@ -172,6 +176,26 @@ def test_a_killed_worker_is_named_and_the_same_command_resumes(corpus, reference
     assert _gone(holders.values()), "the other worker stopped"
     assert os.listdir(out) == [".prepare"]
     _assert_resumes(corpus, out, reference)
+
+
+@pytest.mark.slow
+def test_a_worker_that_exits_is_named_with_its_exit_code(corpus, tmp_path):
+    out = tmp_path / "out"
+    code, _, stderr = _run(corpus, out, EXIT_IN_CHUNK="5")
+    assert code == 2
+    line = _the_line(stderr)
+    assert line.startswith(f"error: a worker process exited (code 3) while preparing {_described(out, 5)}")
+    assert line.endswith(f"the finished chunks are kept in {out}/.prepare: the same command resumes")
+
+
+@pytest.mark.fast
+def test_a_chunk_is_described_by_its_files_and_byte_ranges():
+    piece = Chunk(7, (Source("c/a.txt", start=2048, end=4096),), (2048,))
+    assert piece.describe() == "chunk 7 (c/a.txt bytes 2048-4096)"
+    last = Chunk(8, (Source("c/a.txt", start=4096), Source("c/b.jsonl", "jsonl")), (100, 50))
+    assert last.describe() == "chunk 8 (c/a.txt bytes 4096-4196, c/b.jsonl)"
+    many = Chunk(0, tuple(Source(f"c/{i}.txt") for i in range(5)), (10,) * 5)
+    assert many.describe() == "chunk 0 (c/0.txt, c/1.txt and 3 more file(s))"
 
 
 @pytest.mark.slow
