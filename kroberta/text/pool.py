@@ -45,15 +45,15 @@ ORPHAN_CHECK_S = 1.0  # how often a worker looks whether its parent is still the
 _worker = {}
 
 
-def _start_worker(job, counter, running):
+def _start_worker(job, parent, read, running):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by `_workers_starting`
     # One thread of `tokenizers` per worker: the workers are the parallelism.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     busy = threading.Lock()  # held while a chunk is under way
-    _worker.update(job=job, tok=workers.load_tokenizer_of(job), counter=counter, running=running, busy=busy)
-    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(), busy), daemon=True).start()
+    _worker.update(job=job, tok=workers.load_tokenizer_of(job), read=read, running=running, busy=busy)
+    threading.Thread(target=_exit_when_orphaned, args=(parent, busy), daemon=True).start()
 
 
 def _exit_when_orphaned(parent, busy):
@@ -65,15 +65,13 @@ def _exit_when_orphaned(parent, busy):
         os._exit(0)
 
 
-def _count(nbytes):
-    with _worker["counter"].get_lock():
-        _worker["counter"].value += nbytes
-
-
 def _run_in_worker(position, chunk):
+    def count(nbytes):  # the chunk's own slot: no lock, which a killed worker could leave held
+        _worker["read"][position] += nbytes
+
     with _worker["busy"]:
         _worker["running"][position] = os.getpid()
-        return workers.prepare_chunk(_worker["job"], _worker["tok"], chunk, _count)
+        return workers.prepare_chunk(_worker["job"], _worker["tok"], chunk, count)
 
 
 def run_chunks(job, chunks, processes, progress):
@@ -84,17 +82,18 @@ def run_chunks(job, chunks, processes, progress):
         tok = workers.load_tokenizer_of(job)
         return {chunk.index: workers.prepare_chunk(job, tok, chunk, progress.add) for chunk in chunks}
     context = multiprocessing.get_context(start_method())
-    counter = context.Value("q", 0)
-    running = context.Array("q", len(chunks), lock=False)  # chunk position -> pid of the worker that took it
+    # By chunk position, each written by the one worker on that chunk: its bytes read, its pid.
+    read = context.Array("q", len(chunks), lock=False)
+    running = context.Array("q", len(chunks), lock=False)
     executor = concurrent.futures.ProcessPoolExecutor(
         min(processes, len(chunks)), mp_context=context, initializer=_start_worker,
-        initargs=(job, counter, running))
+        initargs=(job, os.getpid(), read, running))
     results = {}
     try:
         with _workers_starting():
             submitted = {executor.submit(_run_in_worker, position, chunk): chunk
                          for position, chunk in enumerate(chunks)}
-        _collect(submitted, counter, progress, results)
+        _collect(submitted, read, progress, results)
     except BrokenProcessPool:
         children = _processes_of(executor)
         early = {p.pid: p.exitcode for p in children}  # before `_stop` ends the others
@@ -108,15 +107,15 @@ def run_chunks(job, chunks, processes, progress):
     return results
 
 
-def _collect(submitted, counter, progress, results):
+def _collect(submitted, read, progress, results):
     """Waits for the `submitted` futures (future -> chunk), putting their results into
-    `results` as they come; the progress bar hears the bytes counted meanwhile."""
+    `results` as they come; the progress bar hears the bytes `read` (by chunk) meanwhile."""
     pending, reported = set(submitted), 0
     try:
         while pending:
             done, pending = concurrent.futures.wait(pending, timeout=POLL_S,
                                                     return_when=concurrent.futures.FIRST_COMPLETED)
-            now = counter.value
+            now = sum(read)
             progress.add(now - reported)
             reported = now
             for future in done:
