@@ -94,6 +94,7 @@ def run_chunks(job, chunks, processes, progress):
             submitted = {executor.submit(_run_in_worker, position, chunk): chunk
                          for position, chunk in enumerate(chunks)}
         _collect(submitted, read, progress, results)
+        executor.shutdown()  # the workers are idle: they exit
     except BrokenProcessPool:
         children = _processes_of(executor)
         early = {p.pid: p.exitcode for p in children}  # before `_stop` ends the others
@@ -103,7 +104,6 @@ def run_chunks(job, chunks, processes, progress):
     except BaseException:  # an error in one chunk, Ctrl-C, SIGTERM: the others stop too
         _stop(executor, _processes_of(executor))
         raise
-    executor.shutdown()
     return results
 
 
