@@ -159,10 +159,9 @@ def _processes_of(executor) -> list:
 
 
 def _stop(executor, processes):
-    """Stops the executor and its `processes` now: queued chunks cancelled, workers sent
-    SIGTERM, then SIGKILL after `STOP_GRACE_S`; an interrupt meanwhile kills them too."""
+    """Stops the executor and its `processes` now: workers sent SIGTERM, then SIGKILL
+    after `STOP_GRACE_S` (an interrupt meanwhile kills them too), queued chunks cancelled."""
     try:
-        executor.shutdown(wait=False, cancel_futures=True)
         if not processes and hasattr(executor, "kill_workers"):  # Python 3.14 and later
             executor.kill_workers()
         for process in processes:
@@ -177,6 +176,9 @@ def _stop(executor, processes):
                 with contextlib.suppress(OSError, ValueError):
                     process.kill()
                 process.join(STOP_GRACE_S)
+    # With no worker left, the pool's own thread ends at once: waited for, it cannot close
+    # its pipes while the interpreter's exit writes to them (a traceback at exit).
+    executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _lost(chunks, running, early, final, results, work_dir) -> str:
