@@ -34,6 +34,11 @@ class StorageError(KrobertaError, OSError):
     disk, a checkpoint that could not be written."""
 
 
+class WorkerError(KrobertaError, RuntimeError):
+    """A worker process died (a signal, the out-of-memory killer): the message names what it
+    was working on and how the work goes on."""
+
+
 class DivergedError(KrobertaError, FloatingPointError):
     """The training loss became NaN or inf."""
 

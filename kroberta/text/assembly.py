@@ -9,8 +9,9 @@ no more than there are parts.
 import math
 import os
 
+from kroberta.atomic import atomic_write
 from kroberta.text.tfrecord_files import concatenate, record_offsets
-from kroberta.text.workers import part_path
+from kroberta.text.workers import part_path, writing
 
 SPLITS = ("train", "validation")
 
@@ -75,12 +76,13 @@ def assemble_splits(out_dir, work_dir, results, shards, fraction, written):
                 written.append(target)
                 parts = [part_path(work_dir, order[m], split) for m in members]
                 limit = trim[1] if trim is not None and order[members[-1]] == trim[0] else None
-                concatenate(parts, target, last_part_bytes=limit)
+                with writing(work_dir, target, "shard"):
+                    concatenate(parts, target, last_part_bytes=limit)
         elif moved is not None:  # the split's one record, moved here
             names.append(f"{split}-00000-of-00001.tfrecord")
             target = os.path.join(out_dir, names[-1])
             written.append(target)
-            with open(target, "wb") as f:
+            with writing(work_dir, target, "shard"), atomic_write(target, "wb") as f:
                 f.write(moved[2])
             entries[moved[1]]["sequences"] += 1
             entries[moved[1]]["tokens"] += results[moved[1]]["last_tokens"][moved[0]]

@@ -39,8 +39,9 @@ from kroberta.text.recordfiles import check_source
 from kroberta.text.resume import PLAN_FILE, chunk_entries, chunks_of, finished, load_plan, remove_stray, resume_key, save_plan, work_dir
 from kroberta.text.sample import DEFAULT_SAMPLE_BYTES, sample_documents
 from kroberta.text.textfiles import Source, expand_inputs, scan_file
-from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, shortfall_note, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
-from kroberta.text.workers import default_workers, run_chunks
+from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, save_tokenizer, shortfall_note, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
+from kroberta.text.pool import default_workers, run_chunks
+from kroberta.text.workers import writing
 
 logger = logging.getLogger(__name__)
 
@@ -181,12 +182,12 @@ def _save_tokenizer(job, tok, written):
         if source is not None and storage.absolute(source) == os.path.abspath(out_path):
             return  # the directory's own tokenizer, reused
     written.append(out_path)
-    with atomic_path(out_path) as tmp:
+    with writing(work_dir(job.out_dir), out_path, "tokenizer"):
         if source is None:
-            tok.save(tmp)
-        else:
-            with locations.open_input(source) as f, open(tmp, "wb") as copy:
-                shutil.copyfileobj(f, copy)
+            save_tokenizer(tok, out_path)
+            return
+        with atomic_path(out_path) as tmp, locations.open_input(source) as f, open(tmp, "wb") as copy:
+            shutil.copyfileobj(f, copy)
 
 
 def _shard_counts(job, total_bytes):
@@ -288,12 +289,14 @@ def _plan(job, scanned, key, work, started):
     chunks = plan_chunks(good, sizes, _chunk_bytes(job, total))
     taken = [0]
     tok, shortfall, specials = _tokenizer(job, chunks, total, taken)
-    tok.save(os.path.join(work, TOKENIZER_FILE))
+    with storage.writing(os.path.join(work, TOKENIZER_FILE), "tokenizer"):
+        save_tokenizer(tok, os.path.join(work, TOKENIZER_FILE))
     plan = {"key": key, "chunks": chunk_entries(chunks), "skipped": skipped, "total_bytes": total,
             "files": [[g.path, g.format] for g in good], "shortfall": shortfall, "specials": specials,
             "tokenizer_sample_bytes": None if job.tokenizer is not None else taken[0],
             "tokenizer_s": round(time.perf_counter() - started, 3)}
-    save_plan(work, plan)
+    with storage.writing(os.path.join(work, PLAN_FILE), "plan"):
+        save_plan(work, plan)
     return plan
 
 
@@ -312,7 +315,8 @@ def _build(job, work, key, plan, scanned, written, started):
     once the manifest is there."""
     if plan is None:  # nothing, or a run stopped before its plan was saved
         shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work)
+        with storage.writing(work, "work directory"):
+            os.makedirs(work)
         plan = _plan(job, scanned, key, work, started)
     chunks = chunks_of(plan)
     tok = Tokenizer.from_file(os.path.join(work, TOKENIZER_FILE))
@@ -323,7 +327,11 @@ def _build(job, work, key, plan, scanned, written, started):
     bar = Progress(plan["total_bytes"], "encode+pack+write", enabled=job.progress)
     bar.add(sum(c.size for c in chunks if c.index in results))
     pending = [c for c in chunks if c.index not in results]
-    results.update(run_chunks(_worker_job(job, tok, plan["specials"], work), pending, job.workers, bar))
+    try:
+        results.update(run_chunks(_worker_job(job, tok, plan["specials"], work), pending, job.workers, bar))
+    except BaseException:
+        bar.erase()  # the command's one line takes its place
+        raise
     timing = {"tokenizer": plan["tokenizer_s"], "encode_pack_write": round(bar.close(), 3)}
     if not any(r["train"]["sequences"] + r["validation"]["sequences"] for r in results.values()):
         raise InputError("no text in the inputs: every document is empty")
@@ -336,7 +344,8 @@ def _build(job, work, key, plan, scanned, written, started):
     timing["assemble"] = round(time.perf_counter() - joining, 3)
     documents = sum(r["documents"] for r in results.values())
     manifest = _manifest(job, tok, plan["specials"], splits, plan, documents, timing)
-    write_manifest(job.out_dir, manifest)
+    with writing(work, os.path.join(job.out_dir, MANIFEST_NAME), "manifest"):
+        write_manifest(job.out_dir, manifest)
     shutil.rmtree(work, ignore_errors=True)
     return manifest
 
@@ -450,13 +459,15 @@ def _prepare_into(job, overwrite, started):
     if overwrite:
         shutil.rmtree(work, ignore_errors=True)
     created = _first_missing(job.out_dir)
-    os.makedirs(job.out_dir, exist_ok=True)
+    with storage.writing(job.out_dir, "output directory"):
+        os.makedirs(job.out_dir, exist_ok=True)
     written = []  # files this prepare put into out_dir under their final names
     try:
         return _build(job, work, key, plan, scanned, written, started)
     except BaseException as error:
         if not isinstance(error, InputError) and os.path.exists(os.path.join(work, PLAN_FILE)):
             _remove_partial(None, written)  # the finished chunks stay, for the next run
+            remove_stray(work)  # what stopped workers were writing: the space comes back now
         else:
             shutil.rmtree(work, ignore_errors=True)
             _remove_partial(created, written)

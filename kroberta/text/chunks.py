@@ -47,6 +47,14 @@ class Chunk:
     def size(self) -> int:
         return sum(self.sizes)
 
+    def describe(self) -> str:
+        """`chunk 3 (corpus/a.txt bytes 2400-3600)`: the chunk and the input it holds."""
+        pieces = [source.path if source.start == 0 and source.end is None
+                  else f"{source.path} bytes {source.start}-{source.start + size}"
+                  for source, size in zip(self.sources, self.sizes)]
+        more = f" and {len(pieces) - 2} more file(s)" if len(pieces) > 2 else ""
+        return f"chunk {self.index} ({', '.join(pieces[:2])}{more})"
+
 
 def cut_points(path: str, size: int, chunk_bytes: int, blank_lines: bool = True) -> list[int]:
     """The byte offsets (0 < offset < size, increasing) where a file of `size` bytes of

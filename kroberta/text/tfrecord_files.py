@@ -87,10 +87,13 @@ class RecordFileWriter:
         os.replace(self.tmp_path, self.path)
 
     def abort(self):
-        """Discard everything written; no file is left under either name."""
-        self._file.close()
-        if os.path.exists(self.tmp_path):
-            os.remove(self.tmp_path)
+        """Discard everything written; no file is left under either name (also where
+        closing fails: a full disk fails the flush of the last bytes)."""
+        try:
+            self._file.close()
+        finally:
+            if os.path.exists(self.tmp_path):
+                os.remove(self.tmp_path)
 
 
 def record_offsets(path) -> list[int]:

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from kroberta.atomic import atomic_write
 from kroberta.errors import InputError
 from kroberta.storage import isdir, isfile, read_text
 
@@ -53,8 +54,15 @@ def train_tokenizer(text_iterator, vocab_size, out_path=None, min_frequency=2):
     if note := shortfall_note(tokenizer, vocab_size):
         warnings.warn(note, VocabularyShortfallWarning, stacklevel=2)
     if out_path is not None:
-        tokenizer.save(os.fspath(out_path))
+        save_tokenizer(tokenizer, out_path)
     return tokenizer
+
+
+def save_tokenizer(tokenizer, path):
+    """`tokenizer.save(path)` (the same bytes), written atomically, and failing with the
+    OSError of the write (`tokenizers` raises a bare Exception that names no file)."""
+    with atomic_write(path, encoding="utf-8") as f:
+        f.write(tokenizer.to_str(pretty=True))
 
 
 def shortfall_note(tokenizer, vocab_size):
