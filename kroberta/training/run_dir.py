@@ -121,7 +121,7 @@ def truncate_metrics(run_dir: str, last_step: int) -> int:
 TRAINING_KEYS = {
     "data": ("dir", "train", "masking", "mask_rate", "max_predictions", "shuffle_buffer",
              "pad_token_id", "mask_token_id", "special_token_ids", "whole_word_masking"),
-    "train": ("batch_size_per_device", "gradient_accumulation_steps", "steps",
+    "train": ("batch_size_per_device", "gradient_accumulation_steps", "steps", "time_budget",
               "learning_rate", "warmup_steps", "warmup_fraction", "schedule", "weight_decay",
               "clip_norm", "adam_beta_1", "adam_beta_2", "adam_epsilon", "mixed_precision", "seed",
               "min_learning_rate", "decay_steps", "decay_fraction"),
