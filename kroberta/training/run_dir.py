@@ -21,6 +21,9 @@ METRICS_FILE = "metrics.jsonl"  # a JSON row per log interval and evaluation
 # per run, is "<that>/random_init": the line a pretrained model must beat.
 PROBE_PREFIX = "downstream/"
 RANDOM_INIT = "random_init"
+# A probe row's main metric minus the random initialisation's on the same texts, and the
+# ends of its 95% bootstrap interval over them: PROBE_GAP, PROBE_GAP + "_low", + "_high".
+PROBE_GAP = "vs_random_init"
 
 
 def is_probe_reference(split: str) -> bool:
