@@ -24,6 +24,7 @@ step loop and the final model's save; a run with a slow probe ends after its bud
 """
 
 import dataclasses
+import gc
 import logging
 import math
 import time
@@ -116,6 +117,7 @@ def fix_steps(config: Config, run_data, plan, started: float) -> Config:
     t = plan.config.train
     budget = parse_duration(t.time_budget)
     measured = measure(plan, dataclasses.replace(run_data, config=plan.config))
+    gc.collect()  # the throwaway model's buffers, before the run's own model is built
     elapsed = time.perf_counter() - started
     k = t.steps_per_execution
     steps = distribute.broadcast_from_main(

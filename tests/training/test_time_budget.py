@@ -4,14 +4,17 @@ import dataclasses
 import json
 import os
 import re
+import time
+import types
 
 import h5py
 import numpy as np
 import pytest
 
 from kroberta import train
-from kroberta.config import load_toml
+from kroberta.config import load_config, load_toml
 from kroberta.errors import ConfigError
+from kroberta.parallel import distribute  # noqa: F401 (its import is no step's time)
 from kroberta.training import time_budget
 from kroberta.training.time_budget import Measurement, steps_within
 from tests.conftest import tiny_config
@@ -103,3 +106,34 @@ def test_a_resumed_budget_run_uses_its_recorded_steps_and_equals_a_run_of_those_
             f"train.time_budget: {resumed} holds a run of 30 steps fixed by the budget '1m', "
             "not by '2m'; a budget fixes the steps once")):
         train(_budget_config(tiny_data, resumed, "2m", **kwargs))
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunData:  # what fix_steps reads of a RunData before it measures
+    config: object
+
+
+@pytest.mark.fast
+def test_the_fixed_steps_are_logged_and_too_few_for_the_warmup_are_refused(monkeypatch, caplog):
+    measured = Measurement(step_seconds=0.5, first_step=6, last_step=25, build_seconds=1.0,
+                           compile_seconds=4.0)
+    monkeypatch.setattr(time_budget, "measure", lambda plan, run_data: measured)
+    config = load_config("tiny", {"train.time_budget": "1m", "train.steps_per_execution": 5,
+                                  "train.eval_every": 0})
+    plan = types.SimpleNamespace(config=config)
+    run_data = _RunData(config)
+    # 60 s - 10 s so far (and the moments this call takes) - 1 - 4 = 44.x s: 89 steps of
+    # 0.5 s, 85 in whole dispatches.
+    with caplog.at_level("INFO", logger="kroberta"):
+        fixed = time_budget.fix_steps(config, run_data, plan, time.perf_counter() - 10.0)
+    assert fixed.train.steps == 85
+    assert fixed.train.time_budget == "1m" and fixed.train.warmup_steps == 20
+    assert re.fullmatch(r"time budget 1m: 85 steps at 0.5 s/step measured over steps 6-25 "
+                        r"\(start-up, measurement and compilation 1[5-7] s, in place of "
+                        r"train.steps=200\)", caplog.messages[-1]), caplog.messages[-1]
+    # 22 s: 6.x s left, 10 steps (whole dispatches of 5), fewer than tiny's 20 warmup steps.
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, time_budget="22s"))
+    with pytest.raises(ConfigError, match=r"^train.time_budget='22s' fits \d+ steps; .*train."
+                       r"warmup_steps: 20 exceeds train.steps=10.*; give a longer budget$"):
+        time_budget.fix_steps(config, run_data, types.SimpleNamespace(config=config),
+                              time.perf_counter() - 10.0)
