@@ -5,13 +5,14 @@ The learning-rate schedule depends on `train.steps` (the decay ends there, and w
 `train.warmup_fraction` the warmup's length too), and Keras builds it into the compiled
 step, so the steps must be known before the run's first step. A run with a budget
 therefore measures first, on a throwaway model of the same shape, batch and program:
-one dispatch that compiles (not timed), then `MEASURED_STEPS` steps timed, and one
-evaluation when the run evaluates (its compilation apart from its time). The run's own
+one dispatch that compiles (not timed), then about `MEASURED_STEPS` steps, each
+dispatch's end timed (the median dispatch is the pace), and one evaluation when the run
+evaluates (its compilation apart from its time). The run's own
 model never trains the measured steps; it is built afterwards for the steps that fit, so
 every step it trains has the learning rate of the final schedule:
 
-    steps = (budget - time so far - the run's build and compilations - one evaluation)
-            / (step time + evaluation time / train.eval_every)
+    steps = (budget - time so far - the run's build, compilations and fit start - one
+             evaluation) / (step time + evaluation time / train.eval_every)
 
 rounded down to whole dispatches (`train.steps_per_execution`). The budget counts from
 the call of `train`. Process 0's number is every process's
@@ -27,6 +28,7 @@ import dataclasses
 import gc
 import logging
 import math
+import statistics
 import time
 
 from kroberta import run_layout, storage
@@ -34,7 +36,7 @@ from kroberta.config import Config, TrainConfig, parse_duration, validate
 from kroberta.errors import ConfigError
 from kroberta.training import checkpoint
 
-MEASURED_STEPS = 20  # timed after the first dispatch; rounded up to whole dispatches
+MEASURED_STEPS = 20  # timed after the first dispatch; at least two dispatches
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,8 @@ class Measurement:
     compile_seconds: float  # the training step's compilation (the run compiles its own)
     eval_seconds: float = 0.0  # one evaluation without its compilation; 0: no validation data
     eval_compile_seconds: float = 0.0
+    start_seconds: float = 0.0  # what a `fit` takes before its steps (the pipeline's shuffle
+    # buffer filling): the run pays it once
 
 
 def steps_within(budget_seconds: float, elapsed: float, measured: Measurement,
@@ -58,7 +62,7 @@ def steps_within(budget_seconds: float, elapsed: float, measured: Measurement,
     whole dispatches of `steps_per_dispatch`, each evaluation's share counted (one every
     `eval_every` steps, and one at the end); 0 when none fits."""
     m = measured
-    left = (budget_seconds - elapsed - m.build_seconds - m.compile_seconds
+    left = (budget_seconds - elapsed - m.build_seconds - m.compile_seconds - m.start_seconds
             - m.eval_compile_seconds - m.eval_seconds)  # the evaluation at the end
     per_step = m.step_seconds + (m.eval_seconds / eval_every if eval_every else 0.0)
     if left <= 0 or per_step <= 0:
@@ -122,7 +126,7 @@ def fix_steps(config: Config, run_data, plan, started: float) -> Config:
     k = t.steps_per_execution
     steps = distribute.broadcast_from_main(
         steps_within(budget, elapsed, measured, t.eval_every, k))
-    before = elapsed + measured.build_seconds + measured.compile_seconds
+    before = elapsed + measured.build_seconds + measured.compile_seconds + measured.start_seconds
     if steps < 1:
         raise ConfigError(
             f"train.time_budget={t.time_budget!r}: no training step fits: start-up, the "
@@ -147,29 +151,35 @@ def fix_steps(config: Config, run_data, plan, started: float) -> Config:
 def measure(plan, run_data) -> Measurement:
     """Times the run's program on a throwaway model (built as the run's is, then dropped)."""
     # start-up: JAX, Keras and the model load with the run
+    import keras
+
     from kroberta.model.mlm import build_compiled_model
     from kroberta.training.compile_clock import CompileClock
     from kroberta.training.run_data import train_batches, validation_batches
 
     config = plan.config
     k = config.train.steps_per_execution
-    timed = k * max(2, math.ceil(MEASURED_STEPS / k))  # at least two dispatches
-
-    def fit(begin, steps):
-        batches = train_batches(run_data, plan.process_batch, begin, shard=plan.data_shard)
-        model.fit(batches.take(steps), steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
-        model.optimizer.iterations.numpy()  # waits for the last dispatch to finish
+    dispatches = 1 + max(2, math.ceil(MEASURED_STEPS / k))  # the first compiles
 
     built = time.perf_counter()
     model = build_compiled_model(config, run_data.word_starts)
     build_seconds = time.perf_counter() - built
     with CompileClock() as clock:
-        fit(0, k)  # the first dispatch: traces and compiles
-        compile_seconds = clock.seconds
+        # When each dispatch ended: a callback with on_train_batch_end makes Keras bring the
+        # step's logs to the host first, so the time is the dispatch's end, not its start.
+        ends = []
+        ended = keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: ends.append(time.perf_counter()))
         began = time.perf_counter()
-        fit(k, timed)
-        # A compilation in the timed steps (there should be none) is no step's time.
-        step_seconds = (time.perf_counter() - began - (clock.seconds - compile_seconds)) / timed
+        batches = train_batches(run_data, plan.process_batch, 0, shard=plan.data_shard)
+        model.fit(batches.take(dispatches * k), steps_per_epoch=dispatches * k, epochs=1,
+                  verbose=0, shuffle=False, callbacks=[ended])
+        compile_seconds = clock.seconds
+        # The median dispatch: a moment when other jobs took the machine is not the run's pace.
+        step_seconds = statistics.median(b - a for a, b in zip(ends, ends[1:])) / k
+        # Before the first dispatch ended: the compilation, the pipeline's start (its shuffle
+        # buffer filling, which the run pays once) and the dispatch itself.
+        start_seconds = max(ends[0] - began - compile_seconds - k * step_seconds, 0.0)
         eval_seconds = eval_compile_seconds = 0.0
         if run_data.validation is not None:
             before, began = clock.seconds, time.perf_counter()
@@ -177,6 +187,8 @@ def measure(plan, run_data) -> Measurement:
                            verbose=0)
             eval_compile_seconds = clock.seconds - before
             eval_seconds = max(time.perf_counter() - began - eval_compile_seconds, 0.0)
-    return Measurement(step_seconds=step_seconds, first_step=k + 1, last_step=k + timed,
+    return Measurement(step_seconds=step_seconds, first_step=k + 1, last_step=dispatches * k,
                        build_seconds=build_seconds, compile_seconds=compile_seconds,
-                       eval_seconds=eval_seconds, eval_compile_seconds=eval_compile_seconds)
+                       eval_seconds=eval_seconds, eval_compile_seconds=eval_compile_seconds,
+                       start_seconds=start_seconds)
+

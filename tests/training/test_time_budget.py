@@ -41,12 +41,13 @@ def _budget_config(tiny_data, run_dir, budget, **train):
 @pytest.mark.fast
 def test_the_steps_that_fit_count_compilation_evaluations_and_whole_dispatches():
     measured = Measurement(step_seconds=0.5, first_step=11, last_step=30, build_seconds=2.0,
-                           compile_seconds=10.0, eval_seconds=4.0, eval_compile_seconds=3.0)
-    # 100 s left - 2 - 10 - 3 - 4 (the final evaluation) = 81 s; a step 0.5 + 4 / 40 = 0.6 s:
-    # 135 steps, 130 in whole dispatches of 10.
+                           compile_seconds=10.0, eval_seconds=4.0, eval_compile_seconds=3.0,
+                           start_seconds=1.0)
+    # 100 s left - 2 - 10 - 1 - 3 - 4 (the final evaluation) = 80 s; a step 0.5 + 4 / 40 =
+    # 0.6 s: 133 steps, 130 in whole dispatches of 10.
     assert steps_within(120.0, 20.0, measured, eval_every=40, steps_per_dispatch=10) == 130
-    # No evaluation between: 81 / 0.5 = 162, in dispatches of 1.
-    assert steps_within(120.0, 20.0, measured, eval_every=0, steps_per_dispatch=1) == 162
+    # No evaluation between: 80 / 0.5 = 160, in dispatches of 1.
+    assert steps_within(120.0, 20.0, measured, eval_every=0, steps_per_dispatch=1) == 160
     # Start-up took the whole budget: no step fits.
     assert steps_within(30.0, 20.0, measured, eval_every=40, steps_per_dispatch=1) == 0
 
@@ -57,7 +58,7 @@ def test_a_budget_run_ends_its_schedule_at_the_steps_it_recorded(tiny_data, tmp_
     # of 10 s is what is left after them (the measured step and evaluation times count).
     measure_from_now = lambda budget, elapsed, measured, *rest: steps_within(  # noqa: E731
         budget, 0.0, dataclasses.replace(measured, build_seconds=0.0, compile_seconds=0.0,
-                                         eval_compile_seconds=0.0), *rest)
+                                         eval_compile_seconds=0.0, start_seconds=0.0), *rest)
     monkeypatch.setattr(time_budget, "steps_within", measure_from_now)
     run_dir = tmp_path / "run"
     summary = train(_budget_config(tiny_data, run_dir, "10s", eval_every=0))
