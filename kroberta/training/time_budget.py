@@ -7,9 +7,9 @@ step, so the steps must be known before the run's first step. A run with a budge
 therefore measures first, on a throwaway model of the same shape, batch and program:
 one dispatch that compiles (not timed), then about `MEASURED_STEPS` steps, each
 dispatch's end timed (the median dispatch is the pace), and one evaluation when the run
-evaluates (its compilation apart from its time). The run's own
-model never trains the measured steps; it is built afterwards for the steps that fit, so
-every step it trains has the learning rate of the final schedule:
+evaluates (its compilation apart from its time). The run's own model never trains the
+measured steps; it is built afterwards for the steps that fit, so every step it trains
+has the learning rate of the final schedule:
 
     steps = (budget - time so far - the run's build, compilations and fit start - one
              evaluation) / (step time + evaluation time / train.eval_every)
