@@ -732,8 +732,21 @@ def _load(name_or_path: str | None, values: dict, source: str) -> tuple[Config, 
     for name, value in data.items():
         found.update(dict.fromkeys([f"{name}.{k}" for k in value] if isinstance(value, dict)
                                    else [name], path))
+    if path and _recorded_budget_run(path, data):
+        del found["train.steps"]  # the steps its budget fixed: derived, not given beside it
     found.update(dict.fromkeys(values, source))
     return apply_dict(apply_dict(Config(), data, path), values, source), found
+
+
+def _recorded_budget_run(path: str, data: dict) -> bool:
+    """Whether `path` is the config.toml a run with `train.time_budget` recorded (with the
+    steps the budget fixed) in its run directory (beside its metrics or checkpoints)."""
+    train = data.get("train")
+    folder = os.path.dirname(path)
+    return (isinstance(train, dict) and bool(train.get("time_budget")) and "steps" in train
+            and os.path.basename(path) == "config.toml"
+            and any(os.path.exists(os.path.join(folder, name))
+                    for name in ("metrics.jsonl", "checkpoints")))
 
 
 def load_config(name_or_path: str | None = None, overrides: dict | None = None) -> Config:

@@ -407,3 +407,19 @@ def test_train_steps_given_with_a_time_budget_is_refused_in_one_line():
     assert validate(config, sources).train.steps == 3000
     config, sources = from_command_line("tiny", ["--train.time_budget=2m"])
     assert validate(config, sources).train.time_budget == "2m"
+
+
+@pytest.mark.fast
+def test_a_budget_runs_recorded_config_names_its_fixed_steps_without_a_conflict(tmp_path):
+    # A run directory given to --config: its config.toml holds the budget and the steps it fixed.
+    config = dataclasses.replace(Config(), train=dataclasses.replace(
+        Config().train, time_budget="15m", steps=2340))
+    (tmp_path / "config.toml").write_text(to_toml(config))
+    (tmp_path / "metrics.jsonl").write_text("")
+    loaded, sources = from_command_line(str(tmp_path), [])
+    assert validate(loaded, sources).train.steps == 2340
+    # The same file elsewhere is a file that gives both.
+    (tmp_path / "metrics.jsonl").unlink()
+    loaded, sources = from_command_line(str(tmp_path), [])
+    with pytest.raises(ConfigError, match=r"train.steps: 2340 and train.time_budget='15m' both"):
+        validate(loaded, sources)
