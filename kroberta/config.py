@@ -231,7 +231,13 @@ class TrainConfig:
     """Micro-batches per optimizer step: one update from a batch N times larger, the loss
     normalised by the masked tokens of the whole batch (`kroberta.model.masked_lm.micro_batches`)."""
     steps: int = 1800
-    """Optimizer steps in the whole run."""
+    """Optimizer steps in the whole run; with `time_budget`, leave it out: the budget sets it."""
+    time_budget: str = ""
+    """The run's wall-clock length ("90s", "15m", "2h", "1h30m"; "" = off, `steps` counts): a few
+    measured steps fix `steps` so that the schedule (warmup and decay) ends at the budget, from
+    the start of training, start-up and compilation included (Cramming's budget-defined schedule;
+    `kroberta.training.time_budget`). The run records the steps it fixed and a resumed run uses
+    them."""
     learning_rate: float = 2e-3
     """Peak learning rate, reached after the warmup."""
     warmup_steps: int = 0
@@ -328,6 +334,11 @@ class TrainConfig:
             "weight_decay clip_norm": ">= 0", "decay_fraction": "in (0, 1]",
             "warmup_fraction": "in [0, 1) (0 = train.warmup_steps)",
             "early_stop_patience target_eval_loss": ">= 0 (0 = never)"})
+        if self.time_budget:
+            try:
+                parse_duration(self.time_budget)
+            except ValueError as error:
+                fail("time_budget", str(error))
         try:
             window = parse_window(self.profile)
         except ValueError as error:
@@ -404,6 +415,22 @@ def parse_window(text: str) -> tuple[int, int] | None:
     if start >= stop:
         raise ValueError(f"START must be below STOP, got {text!r}")
     return start, stop
+
+
+# "1h30m", "15m", "90s": hours, minutes and seconds in that order, each at most once.
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def parse_duration(text: str) -> int:
+    """`train.time_budget`'s "1h30m" -> 5400 (seconds). Raises ValueError saying what is wrong."""
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or match is None:
+        raise ValueError(f"{text!r} is not a duration; write 90s, 15m, 2h or 1h30m")
+    hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    total = 3600 * hours + 60 * minutes + seconds
+    if total <= 0:
+        raise ValueError(f"{text!r} is no time at all; write 90s, 15m, 2h or 1h30m")
+    return total
 
 
 @dataclass(frozen=True)
@@ -519,7 +546,20 @@ def validate(config: Config, source: str | dict = "config") -> Config:
                           f"got {type(config).__name__}")
     config = _typed(config, source_of)
     config.check(fail)
+    if isinstance(source, dict) and config.train.time_budget and "train.steps" in source and \
+            _precedence(source["train.steps"]) >= _precedence(source.get("train.time_budget")):
+        # A budget on the command line overrides a file's steps (tiny.toml's, a run's
+        # config.toml's); steps given where the budget was, or later, conflict with it.
+        fail("train.steps", f"{config.train.steps} and train.time_budget="
+             f"{config.train.time_budget!r} both set the run's length: set one (leave "
+             "train.steps out and the budget fixes it; --train.time_budget='' counts the run "
+             "in steps)")
     return config
+
+
+def _precedence(source: str | None) -> int:
+    """Which of two sources wins: the command line and `overrides` over a file."""
+    return 1 if source in ("command line", OVERRIDES) else 0
 
 
 def _typed(config: Config, source_of) -> Config:
@@ -692,8 +732,21 @@ def _load(name_or_path: str | None, values: dict, source: str) -> tuple[Config, 
     for name, value in data.items():
         found.update(dict.fromkeys([f"{name}.{k}" for k in value] if isinstance(value, dict)
                                    else [name], path))
+    if path and _recorded_budget_run(path, data):
+        del found["train.steps"]  # the steps its budget fixed: derived, not given beside it
     found.update(dict.fromkeys(values, source))
     return apply_dict(apply_dict(Config(), data, path), values, source), found
+
+
+def _recorded_budget_run(path: str, data: dict) -> bool:
+    """Whether `path` is the config.toml a run with `train.time_budget` recorded (with the
+    steps the budget fixed) in its run directory (beside its metrics or checkpoints)."""
+    train = data.get("train")
+    folder = os.path.dirname(path)
+    return (isinstance(train, dict) and bool(train.get("time_budget")) and "steps" in train
+            and os.path.basename(path) == "config.toml"
+            and any(os.path.exists(os.path.join(folder, name))
+                    for name in ("metrics.jsonl", "checkpoints")))
 
 
 def load_config(name_or_path: str | None = None, overrides: dict | None = None) -> Config:

@@ -7,7 +7,7 @@ import pytest
 
 from kroberta.errors import ConfigError
 import kroberta
-from kroberta.config import Config, apply_dict, apply_overrides, config_path, from_command_line, load_toml, shipped_names, to_toml, validate
+from kroberta.config import Config, apply_dict, apply_overrides, config_path, from_command_line, load_toml, parse_duration, shipped_names, to_toml, validate
 import kroberta.cli.train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -259,10 +259,15 @@ def test_a_warmup_fraction_counts_its_steps_from_train_steps():
 
 
 @pytest.mark.fast
-def test_small_config_warms_up_over_half_of_any_budget():
+def test_small_config_runs_15_minutes_and_warms_up_over_half_of_them():
+    # The budget fixes the steps: the file leaves train.steps out.
+    with open(config_path("small"), "rb") as f:
+        stated = __import__("tomllib").load(f)["train"]
+    assert stated["time_budget"] == "15m" and "steps" not in stated
     config, sources = from_command_line("small", [])
-    assert validate(config, sources).train.effective_warmup_steps() == 900 == config.train.steps // 2
-    config, sources = from_command_line("small", ["--train.steps=3000"])
+    fixed = dataclasses.replace(config.train, steps=2340)  # as the budget fixes them
+    assert fixed.effective_warmup_steps() == 1170
+    config, sources = from_command_line("small", ["--train.steps=3000", "--train.time_budget="])
     assert validate(config, sources).train.effective_warmup_steps() == 1500
 
 
@@ -364,3 +369,57 @@ def test_what_dataclasses_replace_or_python_puts_in_is_typed_or_refused_by_key(t
     with pytest.raises(ConfigError, match="expected a shipped config's name or a TOML file's "
                                           "path, got int"):
         kroberta.load_config(5)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("budget, seconds", [("90s", 90), ("15m", 900), ("2h", 7200),
+                                             ("1h30m", 5400)])
+def test_a_time_budget_reads_hours_minutes_and_seconds(budget, seconds):
+    assert parse_duration(budget) == seconds
+    assert kroberta.load_config("tiny", {"train.time_budget": budget}).train.time_budget == budget
+
+
+@pytest.mark.fast
+def test_a_time_budget_that_is_no_duration_is_one_line_naming_the_key():
+    config, sources = from_command_line("small", ["--train.time_budget=15 mins"])
+    with pytest.raises(ConfigError) as raised:
+        validate(config, sources)
+    assert str(raised.value) == ("command line: train.time_budget: '15 mins' is not a duration; "
+                                 "write 90s, 15m, 2h or 1h30m")
+    with pytest.raises(ConfigError, match=r"^overrides: train.time_budget: '0m' is no time at all"):
+        kroberta.load_config("small", {"train.time_budget": "0m"})
+
+
+@pytest.mark.fast
+def test_train_steps_given_with_a_time_budget_is_refused_in_one_line():
+    small = str(config_path("small"))
+    config, sources = from_command_line("small", ["--train.steps=3000"])
+    with pytest.raises(ConfigError) as raised:
+        validate(config, sources)
+    assert str(raised.value) == (
+        "command line: train.steps: 3000 and train.time_budget='15m' both set the run's length: "
+        "set one (leave train.steps out and the budget fixes it; --train.time_budget='' counts "
+        f"the run in steps) (train.time_budget from {small})")
+    with pytest.raises(ConfigError, match=r"^overrides: train.steps: 10 and train.time_budget='1m'"):
+        kroberta.load_config(None, {"train.steps": 10, "train.time_budget": "1m"})
+    # Counting in steps again, or a budget on the command line over a file's steps: one length.
+    config, sources = from_command_line("small", ["--train.steps=3000", "--train.time_budget="])
+    assert validate(config, sources).train.steps == 3000
+    config, sources = from_command_line("tiny", ["--train.time_budget=2m"])
+    assert validate(config, sources).train.time_budget == "2m"
+
+
+@pytest.mark.fast
+def test_a_budget_runs_recorded_config_names_its_fixed_steps_without_a_conflict(tmp_path):
+    # A run directory given to --config: its config.toml holds the budget and the steps it fixed.
+    config = dataclasses.replace(Config(), train=dataclasses.replace(
+        Config().train, time_budget="15m", steps=2340))
+    (tmp_path / "config.toml").write_text(to_toml(config))
+    (tmp_path / "metrics.jsonl").write_text("")
+    loaded, sources = from_command_line(str(tmp_path), [])
+    assert validate(loaded, sources).train.steps == 2340
+    # The same file elsewhere is a file that gives both.
+    (tmp_path / "metrics.jsonl").unlink()
+    loaded, sources = from_command_line(str(tmp_path), [])
+    with pytest.raises(ConfigError, match=r"train.steps: 2340 and train.time_budget='15m' both"):
+        validate(loaded, sources)

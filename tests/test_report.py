@@ -175,38 +175,65 @@ def test_report_shows_grad_norm_and_marks_the_best_checkpoint(tmp_path, caplog):
     assert "grad_norm: final 2.5, median 1.55, max 2.5" in out
 
 
-def _write_probe_rows(run_dir, probe_values, reference=0.40):
+def _write_probe_rows(run_dir, probe_values, reference=0.40, noise=0.03,
+                     steps=(50, 100, 150, 200)):
+    """Probe rows as training writes them: each with its difference to the random line
+    and that difference's interval, +-`noise` around it."""
     _write_rows(run_dir)
-    rows = [{"step": 50, "split": "downstream/stdlib/random_init", "accuracy": reference,
+    rows = [{"step": steps[0], "split": "downstream/stdlib/random_init", "accuracy": reference,
              "f1": 0.1, "seconds": 0.5}]
     rows += [{"step": step, "split": "downstream/stdlib", "accuracy": value, "f1": 0.2,
-              "seconds": 0.5} for step, value in zip((50, 100, 150, 200), probe_values)]
+              "vs_random_init": value - reference, "vs_random_init_low": value - reference - noise,
+              "vs_random_init_high": value - reference + noise, "seconds": 0.5}
+             for step, value in zip(steps, probe_values)]
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
 
 
 @pytest.mark.fast
-def test_report_names_the_first_checkpoint_whose_probe_beats_a_random_start(tmp_path, caplog):
-    # Equal is not better: step 100 ties the random initialisation; 150 is the first above
-    # it (200 dips below again: the first step is named, with the best).
-    _write_probe_rows(tmp_path, (0.30, 0.40, 0.45, 0.39))
+def test_report_names_the_first_checkpoint_whose_probe_clears_the_noise(tmp_path, caplog):
+    # Above the line is not enough: step 100 beats it by 0.02, inside the noise of 0.03;
+    # 150 is the first beyond it (200 dips again: the first step is named, with the best).
+    _write_probe_rows(tmp_path, (0.30, 0.42, 0.45, 0.39))
     with caplog.at_level("INFO", logger="kroberta"):
         summary = report(str(tmp_path))
     verdict = summary["probe"]["downstream/stdlib"]
     assert verdict["pays_from_step"] == 150 and verdict["random_init"] == 0.40
     assert (verdict["best_step"], verdict["best"]) == (150, 0.45)
     assert verdict["metric"] == "accuracy"  # the task's first metric
-    assert ("probe stdlib: pretraining pays from step 150 (accuracy 0.45 vs 0.4 on a random "
-            "initialisation; best 0.45 at step 150)") in caplog.text
-    # The probe's panel: the pretrained curve and the random initialisation's line.
+    assert verdict["gaps"][150] == pytest.approx((0.05, 0.02, 0.08))
+    assert ("probe stdlib: pretraining pays from step 150 (accuracy 0.45 vs 0.4, +0.05 [+0.02, "
+            "+0.08]: beyond the noise of a 95% bootstrap over the validation texts; best 0.45 at "
+            "step 150)") in caplog.messages
+    # The probe's panel: the pretrained curve, the random initialisation's line and the
+    # noise's band around it (from each checkpoint's interval).
     figure = summary["figure"]
     assert len(figure.axes) == len(PANELS) + 1
     probe_axis = figure.axes[-1]
     assert probe_axis.get_ylabel() == "probe accuracy"
     labels = [line.get_label() for line in probe_axis.lines]
     assert labels == ["stdlib: pretrained", "stdlib: random initialisation"]
-    assert list(probe_axis.lines[0].get_ydata()) == [0.30, 0.40, 0.45, 0.39]
+    assert list(probe_axis.lines[0].get_ydata()) == [0.30, 0.42, 0.45, 0.39]
     assert list(probe_axis.lines[1].get_ydata()) == [0.40, 0.40]
+    bands = [c for c in probe_axis.collections if c.get_label().startswith("stdlib: noise")]
+    assert len(bands) == 1
+    low, high = bands[0].get_paths()[0].vertices[:, 1].min(), \
+        bands[0].get_paths()[0].vertices[:, 1].max()
+    assert (low, high) == pytest.approx((0.37, 0.43))  # the line -+ the noise
+    assert (tmp_path / "report.png").stat().st_size > 0
+
+
+@pytest.mark.fast
+def test_a_probe_above_the_line_by_less_than_its_noise_does_not_pay_yet(tmp_path, caplog):
+    # +0.3 points on 600 texts: the interval of the difference holds 0.
+    _write_probe_rows(tmp_path, (0.3301, 0.3417, 0.3392), reference=0.3383, noise=0.038,
+                      steps=(300, 900, 1800))
+    with caplog.at_level("INFO", logger="kroberta"):
+        summary = report(str(tmp_path))
+    assert summary["probe"]["downstream/stdlib"]["pays_from_step"] is None
+    assert ("probe stdlib: not yet beyond the noise (best: step 900, accuracy 0.3417 vs 0.3383, "
+            "+0.0034 [-0.0346, +0.0414]; a 95% bootstrap over the validation texts)"
+            ) in caplog.messages
 
 
 @pytest.mark.fast
@@ -215,5 +242,5 @@ def test_report_says_when_pretraining_does_not_pay_yet(tmp_path, caplog):
     with caplog.at_level("INFO", logger="kroberta"):
         summary = report(str(tmp_path))
     assert summary["probe"]["downstream/stdlib"]["pays_from_step"] is None
-    assert ("probe stdlib: pretraining does not pay yet: best accuracy 0.4 (step 200) vs 0.4 "
-            "on a random initialisation") in caplog.text
+    assert ("probe stdlib: not yet beyond the noise (best: step 200, accuracy 0.4 vs 0.4, +0 "
+            "[-0.03, +0.03]; a 95% bootstrap over the validation texts)") in caplog.messages

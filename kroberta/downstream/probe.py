@@ -14,11 +14,12 @@ import os
 import jax
 import numpy as np
 
-from kroberta.downstream import encoding, finetuning, metrics
+from kroberta.downstream import encoding, finetuning, metrics, verdict
 from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec
 from kroberta.errors import ConfigError
 from kroberta.inference.prediction import predict
 from kroberta.run_layout import load_tokenizer
+from kroberta.training.run_dir import PROBE_GAP
 
 RIDGE = 1.0  # the L2 penalty on standardised features
 
@@ -35,9 +36,23 @@ class ProbeTask:
     inputs: dict
     labels: dict
 
-    def score(self, model) -> dict:
-        """`scores(model, self)`: what a run's callback calls after each checkpoint."""
-        return scores(model, self)
+    # What a run's callback calls (it holds the task, not this module: below it).
+    def predictions(self, model) -> dict:
+        """`predictions(model, self)`."""
+        return predictions(model, self)
+
+    def scores(self, predicted: dict) -> dict:
+        """`scores_of(self, predicted)`."""
+        return scores_of(self, predicted)
+
+    def gaps(self, predicted: dict, reference: dict) -> dict:
+        """`gaps(self, predicted, reference)`."""
+        return gaps(self, predicted, reference)
+
+    @property
+    def main_metric(self) -> str:
+        """The task's first metric: the one a run's verdict is about."""
+        return self.spec.metrics(len(self.label_names or ()))[0]
 
 
 def prepare_task(tokenizer, spec, label_names, splits: dict, max_length: int,
@@ -81,6 +96,12 @@ def for_run(config, sequence_length: int) -> ProbeTask | None:
 def scores(model, task: ProbeTask) -> dict:
     """{split: {metric: value}} of a ridge probe fitted on the "train" split's embeddings,
     for each other split of `task`."""
+    return scores_of(task, predictions(model, task))
+
+
+def predictions(model, task: ProbeTask) -> dict:
+    """{split: (n_split,) predictions} of a ridge probe fitted on the "train" split's
+    embeddings, for each other split of `task` (class ids, or values for regression)."""
     # (n, hidden): every split in one prediction pass.
     embeddings = predict(model, task.inputs, output="embeddings")["embeddings"]
     ends = np.cumsum([len(labels) for labels in task.labels.values()])[:-1]
@@ -97,13 +118,35 @@ def scores(model, task: ProbeTask) -> dict:
         np.eye(len(task.label_names))[labels]  # (n, K)
     gram = x_train.T @ x_train + RIDGE * np.eye(x_train.shape[1])
     weights = np.linalg.solve(gram, x_train.T @ targets)  # (hidden + 1, K)
-    names = task.spec.metrics(len(task.label_names or ()))
     result = {}
     for split, f in features.items():
         outputs = standardised(f) @ weights
-        predictions = outputs[:, 0] if regression else outputs.argmax(-1)
-        result[split] = metrics.score(names, task.labels[split], predictions)
+        result[split] = outputs[:, 0] if regression else outputs.argmax(-1)
     return result
+
+
+def scores_of(task: ProbeTask, predicted: dict) -> dict:
+    """{split: {metric: value}} of `predictions`' result."""
+    names = task.spec.metrics(len(task.label_names or ()))
+    return {split: metrics.score(names, task.labels[split], p) for split, p in predicted.items()}
+
+
+def gaps(task: ProbeTask, predicted: dict, reference: dict) -> dict:
+    """{split: {PROBE_GAP, PROBE_GAP + "_low", PROBE_GAP + "_high"}}: the main
+    metric of `predicted` minus that of `reference` (the same probe on a random
+    initialisation, `predictions`' results both) on each split's texts, with its 95%
+    bootstrap interval over those texts (`verdict.bootstrap_interval`): how far the
+    pretrained model is above the random line, and how much of that the choice of texts
+    could make."""
+    metric = task.main_metric
+    out = {}
+    for split, ours in predicted.items():
+        labels, theirs = task.labels[split], reference[split]
+        score = metrics.METRICS[metric]
+        low, high = verdict.bootstrap_interval(metric, labels, ours[None], theirs[None])
+        out[split] = {PROBE_GAP: score(labels, ours) - score(labels, theirs),
+                      f"{PROBE_GAP}_low": low, f"{PROBE_GAP}_high": high}
+    return out
 
 
 def linear_probe(model, spec, train, validation, label_names, max_length: int | None = None):

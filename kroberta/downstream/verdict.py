@@ -38,8 +38,30 @@ def compare(pretrained, baseline, labels: np.ndarray, seed: int = 0) -> dict:
     Returns:
         {"metric", "difference", "low", "high", "confidence", "examples", "method"}.
     """
-    score = metrics.METRICS[pretrained.metric]
-    ours, theirs = _best_predictions(pretrained), _best_predictions(baseline)  # (seeds, n)
+    low, high = bootstrap_interval(pretrained.metric, labels, _best_predictions(pretrained),
+                                   _best_predictions(baseline), seed)
+    return {"metric": pretrained.metric,
+            "difference": pretrained.median[pretrained.split] - baseline.median[baseline.split],
+            "low": low, "high": high, "confidence": CONFIDENCE, "examples": len(labels),
+            "method": METHOD}
+
+
+def bootstrap_interval(metric: str, labels: np.ndarray, ours: np.ndarray, theirs: np.ndarray,
+                       seed: int = 0) -> tuple[float, float]:
+    """The `CONFIDENCE` interval of `metric`(ours) - `metric`(theirs) over the examples:
+    each resample draws the n examples with replacement, scores every row of predictions
+    on it, takes each side's median over its rows and subtracts.
+
+    Args:
+        metric: a name in `metrics.METRICS`.
+        labels: (n,) the examples' labels (or targets).
+        ours, theirs: (rows, n) predictions of the same examples (seeds, or one row).
+        seed: the resampling's seed (the interval is reproducible).
+
+    Returns:
+        (low, high), in the metric's units.
+    """
+    score = metrics.METRICS[metric]
     rng = np.random.default_rng(seed)
     n = len(labels)
     differences = np.empty(RESAMPLES)
@@ -49,7 +71,4 @@ def compare(pretrained, baseline, labels: np.ndarray, seed: int = 0) -> dict:
                           - np.median([score(labels[rows], p[rows]) for p in theirs]))
     tail = (1 - CONFIDENCE) / 2
     low, high = np.quantile(differences, [tail, 1 - tail])
-    return {"metric": pretrained.metric,
-            "difference": pretrained.median[pretrained.split] - baseline.median[baseline.split],
-            "low": float(low), "high": float(high), "confidence": CONFIDENCE, "examples": n,
-            "method": METHOD}
+    return float(low), float(high)

@@ -227,6 +227,14 @@ def to_host(value) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(value, tiled=True))
 
 
+def broadcast_from_main(value: int) -> int:
+    """Process 0's integer `value` on every process (a collective: every process calls it;
+    `value` itself in a single process)."""
+    if jax.process_count() == 1:
+        return int(value)
+    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+
+
 def barrier(name: str):
     """Waits until every process got here (a no-op in a single process)."""
     if jax.process_count() > 1:

@@ -7,9 +7,11 @@ and logs a short summary (the `kroberta` logger), which names the best checkpoin
 the lowest validation loss, `kroberta.load(run_dir, checkpoint="best")`).
 
 With `train.downstream`, a panel shows the probe's main metric per checkpoint beside the
-same probe on a random initialisation of the run's shape, and the summary gives the
-verdict: the first checkpoint whose probe beats the random initialisation's
-("pretraining pays from step N"), or that none does yet.
+same probe on a random initialisation of the run's shape with the band of its noise, and
+the summary gives the verdict: the first checkpoint whose probe beats the random
+initialisation's by more than the noise ("pretraining pays from step N": the 95%
+bootstrap interval over the validation texts of the difference is above 0), or "not
+yet beyond the noise" with the best checkpoint's difference and interval.
 """
 
 import logging
@@ -21,8 +23,8 @@ from kroberta.errors import InputError
 from kroberta.runtime import logs
 from kroberta.run_layout import CONFIG_FILE, WEIGHTS_FILE, load_run_config
 from kroberta.training import signals
-from kroberta.training.run_dir import (METRICS_FILE, PROBE_PREFIX, RANDOM_INIT, is_probe_reference,
-                                      metrics_rows)
+from kroberta.training.run_dir import (METRICS_FILE, PROBE_GAP, PROBE_PREFIX, RANDOM_INIT,
+                                      is_probe_reference, metrics_rows)
 
 REPORT_FILE = "report.png"
 PANELS = (
@@ -67,8 +69,10 @@ def _main_metric(row: dict):
 def probe_verdicts(rows: list[dict]) -> dict:
     """Per probed split ("downstream/<task>[/<split>]"), the probe against its random
     initialisation: {split: {"metric", "points" [(step, value)], "random_init" (None when
-    not logged), "pays_from_step" (the first step whose value beats it, or None),
-    "best", "best_step"}}."""
+    not logged), "gaps" {step: (difference, low, high)} (the main metric minus the random
+    initialisation's on the same texts, with its 95% bootstrap interval, where the row has
+    it), "pays_from_step" (the first step whose interval is above 0: beyond the noise of
+    which texts were drawn; or None), "best", "best_step"}}."""
     verdicts = {}
     for row in rows:
         split = row.get("split", "")
@@ -79,17 +83,21 @@ def probe_verdicts(rows: list[dict]) -> dict:
             continue
         reference = is_probe_reference(split)
         name = split[:-len(RANDOM_INIT) - 1] if reference else split
-        entry = verdicts.setdefault(name, {"metric": metric, "points": [], "random_init": None})
+        entry = verdicts.setdefault(name, {"metric": metric, "points": [], "random_init": None,
+                                           "gaps": {}})
         if reference:
             entry["random_init"] = value
-        else:
-            entry["points"].append((row["step"], value))
+            continue
+        entry["points"].append((row["step"], value))
+        gap = tuple(row.get(f"{PROBE_GAP}{end}") for end in ("", "_low", "_high"))
+        if all(isinstance(v, (int, float)) and math.isfinite(v) for v in gap):
+            entry["gaps"][row["step"]] = gap
     for entry in verdicts.values():
-        points, reference = entry["points"], entry["random_init"]
-        entry["pays_from_step"] = next((step for step, value in points if value > reference),
-                                       None) if reference is not None else None
-        if points:
-            entry["best_step"], entry["best"] = max(points, key=lambda p: p[1])
+        entry["pays_from_step"] = next((step for step, _ in entry["points"]
+                                        if step in entry["gaps"] and entry["gaps"][step][1] > 0),
+                                       None)
+        if entry["points"]:
+            entry["best_step"], entry["best"] = max(entry["points"], key=lambda p: p[1])
     return verdicts
 
 
@@ -162,7 +170,9 @@ def draw(rows: list[dict], path: str, title: str = "", best_step: int | None = N
 
 
 def _draw_probes(ax, probes: dict):
-    """The probe per checkpoint, and its random initialisation as a dashed line."""
+    """The probe per checkpoint, its random initialisation as a dashed line and around it
+    the band of the noise: a checkpoint above the band's top is beyond the noise (its
+    interval of the difference clears 0)."""
     for split, entry in probes.items():
         task = split[len(PROBE_PREFIX):]
         if entry["points"]:
@@ -171,9 +181,21 @@ def _draw_probes(ax, probes: dict):
             color = line.get_color()
         else:
             color = None
-        if entry["random_init"] is not None:
-            ax.axhline(entry["random_init"], color=color, linestyle="--", alpha=0.7,
-                       label=f"{task}: random initialisation")
+        reference = entry["random_init"]
+        if reference is None:
+            continue
+        ax.axhline(reference, color=color, linestyle="--", alpha=0.7,
+                   label=f"{task}: random initialisation")
+        if entry["gaps"]:
+            # At each checkpoint the band spans the difference's interval moved to 0:
+            # (difference - high, difference - low) around the line.
+            steps = sorted(entry["gaps"])
+            below = [reference - (entry["gaps"][s][2] - entry["gaps"][s][0]) for s in steps]
+            above = [reference + (entry["gaps"][s][0] - entry["gaps"][s][1]) for s in steps]
+            if len(steps) == 1:  # a band needs two ends: the one checkpoint's, as wide as a bar
+                steps, below, above = [steps[0] * 0.95, steps[0] * 1.05], below * 2, above * 2
+            ax.fill_between(steps, below, above, color=color, alpha=0.15,
+                            label=f"{task}: noise (95% bootstrap over the texts)")
     metrics = sorted({entry["metric"] for entry in probes.values()})
     ax.set_ylabel(f"probe {' / '.join(metrics)}", fontsize=8)
     ax.grid(alpha=0.3)
@@ -181,22 +203,30 @@ def _draw_probes(ax, probes: dict):
 
 
 def verdict_lines(probes: dict) -> list[str]:
-    """The summary's line per probed split: where pretraining beats a random start."""
+    """The summary's line per probed split: where pretraining beats a random start by more
+    than the noise of the texts it is scored on."""
     lines = []
     for split, entry in probes.items():
         task, metric, reference = split[len(PROBE_PREFIX):], entry["metric"], entry["random_init"]
         if reference is None or not entry["points"]:
             continue  # a run from before the reference was logged, or no checkpoint yet
+        values = dict(entry["points"])
+
+        def measured(step):
+            gap = entry["gaps"].get(step)
+            interval = (f"{gap[0]:+.4g} [{gap[1]:+.4g}, {gap[2]:+.4g}]" if gap
+                        else "no interval logged")
+            return f"{metric} {values[step]:.4g} vs {reference:.4g}, {interval}"
+
         if entry["pays_from_step"] is not None:
             step = entry["pays_from_step"]
-            value = dict(entry["points"])[step]
-            lines.append(f"probe {task}: pretraining pays from step {step} ({metric} {value:.4g} "
-                         f"vs {reference:.4g} on a random initialisation; best {entry['best']:.4g} "
-                         f"at step {entry['best_step']})")
+            lines.append(f"probe {task}: pretraining pays from step {step} ({measured(step)}: "
+                         "beyond the noise of a 95% bootstrap over the validation texts; best "
+                         f"{entry['best']:.4g} at step {entry['best_step']})")
         else:
-            lines.append(f"probe {task}: pretraining does not pay yet: best {metric} "
-                         f"{entry['best']:.4g} (step {entry['best_step']}) vs {reference:.4g} on "
-                         "a random initialisation")
+            lines.append(f"probe {task}: not yet beyond the noise (best: step "
+                         f"{entry['best_step']}, {measured(entry['best_step'])}; a 95% bootstrap "
+                         "over the validation texts)")
     return lines
 
 

@@ -63,8 +63,9 @@ class RunLogger(keras.callbacks.Callback):
         self.global_batch = global_batch
         self.sequence_length = sequence_length
         self.evaluate_fn = evaluate_fn  # () -> dict of validation metrics, or None
-        # A `kroberta.downstream.probe.ProbeTask` (its `name`, its `score(model)` ->
-        # {split: {metric: value}}), read once per run before anything opens; or None.
+        # A `kroberta.downstream.probe.ProbeTask` (its `name`, `predictions(model)`,
+        # `scores(predictions)` and `gaps(predictions, reference)`), read once per run
+        # before anything opens; or None.
         self._probe_task = probe
         self.write_files = write_files  # False on processes other than 0: no files, no lines
         # Checkpoints are collectives: in a multi-process run every process saves.
@@ -89,6 +90,7 @@ class RunLogger(keras.callbacks.Callback):
         # Once per run: a resumed run finds the reference in its rows.
         self._reference_due = self._probe_task is not None and not any(
             is_probe_reference(r.get("split", "")) for r in rows)
+        self._reference = None  # {split: predictions} of the random initialisation's probe
         self.stopped_early = None  # why the run ended before stop_step, or None
         if self.checkpoints is not None and config.train.keep_best:
             self.checkpoints.protected_step = self.watch.best_step
@@ -199,20 +201,27 @@ class RunLogger(keras.callbacks.Callback):
 
     def _probe(self):
         """A row per evaluated split of the linear probe on the model as it is now:
-        "downstream/<task>" (with "/<split>" when the task has several) and its metrics.
-        Prediction only: the training state and its random streams are not touched."""
-        if self._probe_task is None:
+        "downstream/<task>" (with "/<split>" when the task has several), its metrics and
+        how far its main metric is above the random initialisation's on the same texts,
+        with a bootstrap interval (`ProbeTask.gaps`). Prediction only: the training state and
+        its random streams are not touched."""
+        task = self._probe_task
+        if task is None:
             return
-        if self._reference_due:
-            self._reference_due = False
-            self._emit_probe(*self._timed(self._probe_task.score, self._random_init()),
-                             suffix=f"/{RANDOM_INIT}")
-        self._emit_probe(*self._timed(self._probe_task.score, self.model))
-
-    @staticmethod
-    def _timed(function, *args):
+        if self._reference is None:
+            # The random initialisation's predictions, once per invocation (a resumed run
+            # predicts them again: the same model from the same seed); its row once per run.
+            started = time.perf_counter()
+            self._reference = task.predictions(self._random_init())
+            if self._reference_due:
+                self._reference_due = False
+                self._emit_probe(task.scores(self._reference), time.perf_counter() - started,
+                                 suffix=f"/{RANDOM_INIT}")
         started = time.perf_counter()
-        return function(*args), time.perf_counter() - started
+        predicted = task.predictions(self.model)
+        results, gaps = task.scores(predicted), task.gaps(predicted, self._reference)
+        self._emit_probe({split: {**values, **gaps[split]} for split, values in results.items()},
+                         time.perf_counter() - started)
 
     def _emit_probe(self, results: dict, seconds: float, suffix: str = ""):
         for split, values in results.items():

@@ -21,6 +21,9 @@ METRICS_FILE = "metrics.jsonl"  # a JSON row per log interval and evaluation
 # per run, is "<that>/random_init": the line a pretrained model must beat.
 PROBE_PREFIX = "downstream/"
 RANDOM_INIT = "random_init"
+# A probe row's main metric minus the random initialisation's on the same texts, and the
+# ends of its 95% bootstrap interval over them: PROBE_GAP, PROBE_GAP + "_low", + "_high".
+PROBE_GAP = "vs_random_init"
 
 
 def is_probe_reference(split: str) -> bool:
@@ -121,7 +124,7 @@ def truncate_metrics(run_dir: str, last_step: int) -> int:
 TRAINING_KEYS = {
     "data": ("dir", "train", "masking", "mask_rate", "max_predictions", "shuffle_buffer",
              "pad_token_id", "mask_token_id", "special_token_ids", "whole_word_masking"),
-    "train": ("batch_size_per_device", "gradient_accumulation_steps", "steps",
+    "train": ("batch_size_per_device", "gradient_accumulation_steps", "steps", "time_budget",
               "learning_rate", "warmup_steps", "warmup_fraction", "schedule", "weight_decay",
               "clip_norm", "adam_beta_1", "adam_beta_2", "adam_epsilon", "mixed_precision", "seed",
               "min_learning_rate", "decay_steps", "decay_fraction"),

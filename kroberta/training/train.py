@@ -22,7 +22,7 @@ from kroberta.data.file_patterns import resolve_files
 from kroberta.data.manifest import load_prepared
 from kroberta.interop.checkpoint_config import checkpoint_directory
 from kroberta.runtime import logs
-from kroberta.training import checkpoint, final_model, signals, trackers
+from kroberta.training import checkpoint, final_model, signals, time_budget, trackers
 from kroberta.training.preemption import PreemptionFlag
 from kroberta.training.run_dir import check_free_space, check_writable, keep_tokenizer, prepare_run_dir, removed_unless_checkpointed, truncate_metrics
 
@@ -81,14 +81,17 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
     checkpoint (`removed_unless_checkpointed`). KeyboardInterrupt after a Ctrl-C, once
     the checkpoint it asked for is written.
     """
+    started = time.perf_counter()  # train.time_budget counts from here
     logs.show_messages()
     config = validate(config, sources or "config")
     if until_step is not None and (not isinstance(until_step, numbers.Integral)
                                    or isinstance(until_step, bool) or until_step < 1):
         raise ConfigError(f"until_step (--until-step) = {until_step!r}: give the step to stop "
                           f"after, 1 to train.steps ({config.train.steps})")
+    # A budget's steps: recorded by the run to resume, or measured once the model can run.
+    config, measure = time_budget.resolve(config, force)
     with removed_unless_checkpointed(config.run_dir):
-        run = _set_up(config, force, accept_changes)
+        run = _set_up(config, force, accept_changes, budget_started=started if measure else None)
         start_step, resumed = _restore_or_initialise(run)
         summary = {"run_dir": run.config.run_dir, "start_step": start_step,
                    "steps": run.config.train.steps, "devices": run.plan.topology.num_devices,
@@ -117,9 +120,11 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
         return summary
 
 
-def _set_up(config: Config, force: bool, accept_changes: bool) -> _Run:
-    """Joins the job, resolves the data, checks and writes the run directory, builds the
-    model; says what it built."""
+def _set_up(config: Config, force: bool, accept_changes: bool,
+            budget_started: float | None = None) -> _Run:
+    """Joins the job, resolves the data, checks and writes the run directory, fixes the
+    steps of a time budget (`budget_started`: when the budget began; None: the steps are
+    known), builds the model; says what it built."""
     _check_paths(config)  # before JAX and TensorFlow start: a wrong path at once
     # start-up: JAX, the model and the data load once the paths were checked
     import jax
@@ -137,7 +142,9 @@ def _set_up(config: Config, force: bool, accept_changes: bool) -> _Run:
     run_data = run_data_for(config)
     config = run_data.config
     _check_signals(config, run_data)
-    prepare_run_dir(config, force, write=main_process, accept_changes=accept_changes)
+    # A budget's config.toml is written once its steps are fixed (below).
+    prepare_run_dir(config, force, write=main_process and budget_started is None,
+                    accept_changes=accept_changes)
     if main_process:
         keep_tokenizer(run_data.tokenizer_path, config.run_dir)
         checkpoint.clean_temporaries(config.run_dir)
@@ -145,6 +152,12 @@ def _set_up(config: Config, force: bool, accept_changes: bool) -> _Run:
 
     topology = distribute.setup(config)
     plan = make_plan(config, topology=topology, sequence_length=run_data.train.sequence_length)
+    if budget_started is not None:
+        config = time_budget.fix_steps(config, run_data, plan, budget_started)
+        prepare_run_dir(config, force, write=main_process, accept_changes=accept_changes)
+        distribute.barrier("steps fixed")
+        plan = make_plan(config, topology=topology,
+                         sequence_length=run_data.train.sequence_length)
     if plan.auto_steps:
         logger.info(f"steps per dispatch: {plan.steps_per_dispatch} "
                     f"(train.steps_per_execution=\"auto\": {plan.steps_reason})")

@@ -57,6 +57,17 @@ def test_each_checkpoint_has_a_row_of_finite_probe_scores(runs):
         assert 0.0 <= row["accuracy"] <= 1.0 and row["seconds"] > 0
 
 
+def test_each_probe_row_says_how_far_it_is_above_the_random_line_and_its_noise(runs):
+    probed, _, _ = runs
+    (reference,) = [r for r in probed if r["split"] == "downstream/marker/random_init"]
+    rows = [r for r in probed if r["split"] == "downstream/marker"]
+    # Step 4 was probed after a resume: the random initialisation predicted again, the same.
+    for row in rows:
+        assert row["vs_random_init"] == pytest.approx(row["accuracy"] - reference["accuracy"])
+        assert row["vs_random_init_low"] <= row["vs_random_init"] <= row["vs_random_init_high"]
+        assert row["vs_random_init_high"] - row["vs_random_init_low"] > 0  # 32 texts: noisy
+
+
 def test_the_random_initialisations_probe_is_one_row_per_run_across_a_resume(runs):
     probed, _, _ = runs
     rows = [r for r in probed if r["split"] == "downstream/marker/random_init"]
