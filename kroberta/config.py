@@ -549,7 +549,8 @@ def validate(config: Config, source: str | dict = "config") -> Config:
     if isinstance(source, dict) and config.train.time_budget and "train.steps" in source and \
             _precedence(source["train.steps"]) >= _precedence(source.get("train.time_budget")):
         # A budget on the command line overrides a file's steps (tiny.toml's, a run's
-        # config.toml's); steps given where the budget was, or later, conflict with it.
+        # config.toml's), and steps there turn a file's budget off (`_closer_setting_wins`):
+        # both given in one place conflict.
         fail("train.steps", f"{config.train.steps} and train.time_budget="
              f"{config.train.time_budget!r} both set the run's length: set one (leave "
              "train.steps out and the budget fixes it; --train.time_budget='' counts the run "
@@ -735,7 +736,36 @@ def _load(name_or_path: str | None, values: dict, source: str) -> tuple[Config, 
     if path and _recorded_budget_run(path, data):
         del found["train.steps"]  # the steps its budget fixed: derived, not given beside it
     found.update(dict.fromkeys(values, source))
-    return apply_dict(apply_dict(Config(), data, path), values, source), found
+    config = apply_dict(apply_dict(Config(), data, path), values, source)
+    return _closer_setting_wins(config, found), found
+
+
+# Pairs of keys that set one quantity two ways, and the value that turns each off.
+RIVALS = (("train.warmup_steps", "train.warmup_fraction"), ("train.steps", "train.time_budget"))
+OFF = {"train.warmup_steps": 0, "train.warmup_fraction": 0.0, "train.time_budget": ""}
+
+
+def _closer_setting_wins(config: Config, found: dict) -> Config:
+    """Where two keys set one quantity (the warmup in steps or as a fraction; the run's
+    length in steps or in time), the one given closer to the run wins, as Hugging Face's
+    `warmup_steps` overrides `warmup_ratio`: the command line or `overrides` over a file,
+    a file over the defaults. The other is turned off, and `found` says which decided
+    (the run's config.toml then holds only the winner). Both given in the same place stay
+    both set, for `validate` to refuse naming both. (A budget that beats a file's steps
+    keeps them: the budget replaces them when the run starts.)"""
+    for pair in RIVALS:
+        ranks = [_precedence(found[key]) + 1 if key in found else 0 for key in pair]
+        if ranks[0] == ranks[1]:
+            continue
+        winner, loser = pair if ranks[0] > ranks[1] else pair[::-1]
+        if loser not in OFF:
+            continue
+        section, name = loser.split(".")
+        if getattr(getattr(config, section), name) != OFF[loser]:
+            part = dataclasses.replace(getattr(config, section), **{name: OFF[loser]})
+            config = dataclasses.replace(config, **{section: part})
+            found[loser] = f"{found[winner]} (by {winner})"
+    return config
 
 
 def _recorded_budget_run(path: str, data: dict) -> bool:

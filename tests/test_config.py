@@ -237,14 +237,14 @@ def test_a_combination_names_the_source_of_each_key_it_involves():
     assert str(raised.value) == (
         f"{tiny}: train.warmup_steps: 20 exceeds train.steps=2; set a smaller "
         "train.warmup_steps or more train.steps (train.steps from command line)")
-    # The default config leaves warmup_fraction at its default: the line starts with the
-    # source of the key that was set.
-    config, sources = from_command_line(None, ["--train.warmup_steps=300"])
+    # Both set in one place: the line names both, and their source once.
+    config, sources = from_command_line(None, ["--train.warmup_steps=300",
+                                               "--train.warmup_fraction=0.25"])
     with pytest.raises(ConfigError) as raised:
         validate(config, sources)
     assert str(raised.value) == (
-        "command line: train.warmup_fraction (at its default): train.warmup_steps=300 and "
-        "train.warmup_fraction=0.5 both set the warmup: set one, the other to 0 "
+        "command line: train.warmup_fraction: train.warmup_steps=300 and "
+        "train.warmup_fraction=0.25 both set the warmup: set one, the other to 0 "
         "(--train.warmup_fraction=0 counts it in steps)")
 
 
@@ -285,17 +285,39 @@ def test_each_shipped_config_states_its_own_warmup_and_mask_rate(name, warmup, m
 
 
 @pytest.mark.fast
-def test_warmup_steps_and_fraction_both_set_is_refused_naming_both():
-    config, sources = from_command_line("small", ["--train.warmup_steps=300"])
+def test_warmup_steps_and_fraction_both_set_in_one_place_is_refused_naming_both(tmp_path):
+    path = tmp_path / "both.toml"
+    path.write_text("[train]\nwarmup_steps = 300\nwarmup_fraction = 0.5\n")
     with pytest.raises(ConfigError) as raised:
-        validate(config, sources)
+        kroberta.load_config(str(path))
     assert str(raised.value) == (
-        f"{config_path('small')}: train.warmup_fraction: train.warmup_steps=300 and "
+        f"{path}: train.warmup_fraction: train.warmup_steps=300 and "
         "train.warmup_fraction=0.5 both set the warmup: set one, the other to 0 "
-        "(--train.warmup_fraction=0 counts it in steps) (train.warmup_steps from command line)")
+        "(--train.warmup_fraction=0 counts it in steps)")
     # Setting the other to 0 is the way out.
     config, sources = from_command_line("small", ["--train.warmup_steps=300", "--train.warmup_fraction=0"])
     assert validate(config, sources).train.effective_warmup_steps() == 300
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", [None, "small"])
+def test_a_setting_given_closer_to_the_run_wins_over_the_configs_way_of_setting_it(name):
+    # The default job's and small.toml's warmup is a fraction: warmup_steps on the command
+    # line (or in overrides) decides, as Hugging Face's warmup_steps beats warmup_ratio,
+    # and the sources say which key decided.
+    config, sources = from_command_line(name, ["--train.warmup_steps=2"])
+    train = validate(config, sources).train
+    assert (train.warmup_steps, train.warmup_fraction, train.effective_warmup_steps()) == (2, 0.0, 2)
+    assert sources["train.warmup_fraction"] == "command line (by train.warmup_steps)"
+    assert kroberta.load_config(name, {"train.warmup_steps": 2}).train.warmup_fraction == 0.0
+    # The fraction on the command line beats a file's steps (tiny.toml: warmup_steps = 20).
+    config, sources = from_command_line("tiny", ["--train.warmup_fraction=0.5"])
+    train = validate(config, sources).train
+    assert (train.warmup_steps, train.effective_warmup_steps()) == (0, round(0.5 * train.steps))
+    # Steps on the command line turn a file's time budget off; the run is counted in steps.
+    config, sources = from_command_line("small", ["--train.steps=3000"])
+    train = validate(config, sources).train
+    assert (train.steps, train.time_budget, train.effective_warmup_steps()) == (3000, "", 1500)
 
 
 @pytest.mark.parametrize("fraction", [1.0, 1.5, -0.1])
@@ -392,14 +414,13 @@ def test_a_time_budget_that_is_no_duration_is_one_line_naming_the_key():
 
 @pytest.mark.fast
 def test_train_steps_given_with_a_time_budget_is_refused_in_one_line():
-    small = str(config_path("small"))
-    config, sources = from_command_line("small", ["--train.steps=3000"])
+    config, sources = from_command_line("small", ["--train.steps=3000", "--train.time_budget=15m"])
     with pytest.raises(ConfigError) as raised:
         validate(config, sources)
     assert str(raised.value) == (
         "command line: train.steps: 3000 and train.time_budget='15m' both set the run's length: "
         "set one (leave train.steps out and the budget fixes it; --train.time_budget='' counts "
-        f"the run in steps) (train.time_budget from {small})")
+        "the run in steps)")
     with pytest.raises(ConfigError, match=r"^overrides: train.steps: 10 and train.time_budget='1m'"):
         kroberta.load_config(None, {"train.steps": 10, "train.time_budget": "1m"})
     # Counting in steps again, or a budget on the command line over a file's steps: one length.
