@@ -139,13 +139,15 @@ def _run_tasks(args, config: FinetuneConfig) -> int:
     # start-up: `--help` and argument errors answer before JAX and Keras load
     from kroberta.downstream import glue
     from kroberta.downstream.finetuning import finetune
+    from kroberta.downstream.loading import load
 
     tasks = [f"glue/{t}" for t in glue.tasks_present(args.data)] if args.suite else [args.task]
+    model = load(args.run)  # once for every task; --run was checked with the arguments
     averages = []
     for task in tasks:
         out = os.path.join(args.out, task.split("/")[-1]) if args.suite and args.out else args.out
         try:
-            result = finetune(args.run, task, args.data, args.validation,
+            result = finetune(model, task, args.data, args.validation,
                               text_fields=tuple(args.text_field) if args.text_field else None,
                               label_field=args.label_field, kind=args.kind, out=out,
                               config=config)

@@ -10,16 +10,11 @@ so a setting no fine-tune can run with is refused before they load.
 A refused setting is a `SettingError`: its message names the keyword (`epochs=0: ...`);
 the command line names the flag instead (`--epochs 0: ...`, `SettingError.flag_message`).
 
-The recipe's optional steps, each off by default (and then changing nothing):
-
-    probe_epochs   LP-FT (Kumar et al. 2022): the head alone first, the body frozen
-    layer_decay    layer-wise learning-rate decay (ELECTRA, Clark et al. 2020)
-    adapt_steps    task-adaptive pretraining (TAPT, Gururangan et al. 2020): masked-LM
-                   steps on the task's own training texts before fine-tuning
-    reinit_layers  the top layers drawn afresh before fine-tuning (Zhang et al. 2021)
-
-The ones switched on are part of a trial's settings (`TrialLog`), so a resumed fine-tune
-never reuses trials made without them, and all four are recorded in the result.
+The recipe's four optional steps (`RECIPE_OPTIONS`: LP-FT, Kumar et al. 2022; layer-wise
+learning-rate decay, ELECTRA; task-adaptive pretraining, Gururangan et al. 2020; the top
+layers drawn afresh, Zhang et al. 2021) are off by default, and then change nothing; the
+ones switched on are part of a trial's settings (`TrialLog`), so a resumed fine-tune never
+reuses trials made without them.
 """
 
 import dataclasses

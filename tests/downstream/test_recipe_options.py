@@ -2,6 +2,7 @@
 `--reinit-layers`): off they change nothing; on, each does what it says, is recorded,
 is part of the trials' settings, and is refused in one line where it cannot apply."""
 
+import dataclasses
 import json
 
 import keras
@@ -266,6 +267,9 @@ def test_the_command_records_the_options_in_the_result(downstream_model, task, t
                          "--max-length", "16", "--layer-decay", "0.5", "--out", str(out)]) == 0
     result = json.loads((out / "result.json").read_text())
     assert result["recipe"] == {**OFF, "layer_decay": 0.5} and result["adaptation"] is None
+    config = FinetuneConfig(learning_rates=[3e-3], seeds=1, epochs=1, max_length=16,
+                            layer_decay=0.5)
+    assert result["config"] == json.loads(json.dumps(dataclasses.asdict(config)))
     settings = json.loads((out / TRIALS_FILE).read_text().splitlines()[0])["settings"]
     assert settings["layer_decay"] == 0.5
 
