@@ -32,7 +32,7 @@ BAD = [  # (keyword arguments, the same as flags, the problem both name)
 @pytest.mark.parametrize("settings, argv, problem", BAD)
 def test_a_bad_setting_names_the_keyword_in_python_and_the_flag_on_the_command_line(
         capsys, settings, argv, problem):
-    (name, value), = settings.items()
+    (name,) = settings
     with pytest.raises(InputError) as refused:
         FinetuneConfig(**settings)
     assert str(refused.value).startswith(f"{name}={problem}")
