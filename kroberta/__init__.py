@@ -49,6 +49,7 @@ _API = {
     "train": "kroberta.training.train",
     "report": "kroberta.training.report",
     "finetune": "kroberta.downstream.finetuning",
+    "FinetuneConfig": "kroberta.downstream.settings",
 }
 def __getattr__(name):
     if name not in _API:

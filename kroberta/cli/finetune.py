@@ -20,8 +20,8 @@ import sys
 from kroberta.errors import InputError
 import kroberta
 from kroberta import cli
-from kroberta.downstream import rate_grid
 from kroberta.downstream.arguments import check_finetune_arguments
+from kroberta.downstream.settings import POOLINGS, FinetuneConfig, SettingError
 from kroberta.run_layout import CLASSIFIER, model_source
 
 RANDOM_START_DIR = "random-start"  # --out's folder for the random start's classifier
@@ -47,31 +47,35 @@ def _parser():
     p.add_argument("--learning-rates", help="comma-separated grid (default: by model size)")
     p.add_argument("--baseline-learning-rates", help="the random start's own grid (default: "
                    "as --learning-rates)")
-    p.add_argument("--widen", action=argparse.BooleanOptionalAction, default=True,
+    p.add_argument("--widen", action=argparse.BooleanOptionalAction, default=FinetuneConfig.widen,
                    help="while the best rate is at an edge of its grid, add the rate 3x beyond "
                    "it (default: on)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per learning rate")
-    p.add_argument("--epochs", type=int, default=3, help="the most passes over the training "
-                   "data; each trial keeps its best epoch")
-    p.add_argument("--early-stopping", type=int, default=None, metavar="PATIENCE",
+    p.add_argument("--seeds", type=int, default=FinetuneConfig.seeds,
+                   help="seeds per learning rate")
+    p.add_argument("--epochs", type=int, default=FinetuneConfig.epochs, help="the most passes over "
+                   "the training data; each trial keeps its best epoch")
+    p.add_argument("--early-stopping", type=int, default=FinetuneConfig.early_stopping,
+                   metavar="PATIENCE",
                    help="stop a trial after PATIENCE epochs without a better validation score")
-    p.add_argument("--pooling", default="first", choices=("first", "mean"),
+    p.add_argument("--pooling", default=FinetuneConfig.pooling, choices=POOLINGS,
                    help="what the classifier's head reads: the first token <s> (as Hugging "
                    "Face's and keras-hub's heads; exportable) or the mean over the tokens "
                    "that are not padding (not exportable); the random start's too")
-    p.add_argument("--probe-epochs", type=int, default=0, metavar="N",
+    p.add_argument("--probe-epochs", type=int, default=FinetuneConfig.probe_epochs, metavar="N",
                    help="LP-FT: first N epochs train the head alone, the body frozen, at the "
                    "trial's learning rate (default 0: off)")
-    p.add_argument("--layer-decay", type=float, default=1.0, metavar="D",
+    p.add_argument("--layer-decay", type=float, default=FinetuneConfig.layer_decay, metavar="D",
                    help="layer-wise learning-rate decay in (0, 1]: each encoder layer below "
                    "the top learns at D times the rate of the one above (default 1: off)")
-    p.add_argument("--adapt-steps", type=int, default=0, metavar="N",
+    p.add_argument("--adapt-steps", type=int, default=FinetuneConfig.adapt_steps, metavar="N",
                    help="task-adaptive pretraining: N masked-LM steps on the training texts "
                    "before fine-tuning, the random start's too (default 0: off)")
-    p.add_argument("--reinit-layers", type=int, default=0, metavar="K",
+    p.add_argument("--reinit-layers", type=int, default=FinetuneConfig.reinit_layers, metavar="K",
                    help="draw the pretrained start's top K encoder layers afresh (default 0: off)")
-    p.add_argument("--batch-size", type=int, default=32, help="sequences per step, all devices")
-    p.add_argument("--max-length", type=int, default=None, help="tokens per sequence")
+    p.add_argument("--batch-size", type=int, default=FinetuneConfig.batch_size,
+                   help="sequences per step, all devices")
+    p.add_argument("--max-length", type=int, default=FinetuneConfig.max_length,
+                   help="tokens per sequence")
     p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=None,
                    help="also fine-tune a random initialisation (default: on for the "
                    "embedded task)")
@@ -131,28 +135,24 @@ def _write_json(path: str, value):
         json.dump(value, f, indent=1, allow_nan=False)
 
 
-def _run_tasks(args) -> int:
+def _run_tasks(args, config: FinetuneConfig) -> int:
     # start-up: `--help` and argument errors answer before JAX and Keras load
     from kroberta.downstream import glue
     from kroberta.downstream.finetuning import finetune
+    from kroberta.downstream.loading import load
 
     tasks = [f"glue/{t}" for t in glue.tasks_present(args.data)] if args.suite else [args.task]
-    baseline = args.baseline if args.baseline is not None else (args.task is None and not args.data)
+    model = load(args.run)  # once for every task; --run was checked with the arguments
     averages = []
     for task in tasks:
         out = os.path.join(args.out, task.split("/")[-1]) if args.suite and args.out else args.out
-        result = finetune(args.run, task, args.data, args.validation,
-                          text_fields=tuple(args.text_field) if args.text_field else None,
-                          label_field=args.label_field, kind=args.kind,
-                          learning_rates=rate_grid.parse(args.learning_rates),
-                          baseline_learning_rates=rate_grid.parse(
-                              args.baseline_learning_rates, "--baseline-learning-rates"),
-                          widen=args.widen, seeds=args.seeds, epochs=args.epochs,
-                          early_stopping=args.early_stopping, pooling=args.pooling,
-                          batch_size=args.batch_size, max_length=args.max_length,
-                          baseline=baseline, out=out, probe_epochs=args.probe_epochs,
-                          layer_decay=args.layer_decay, adapt_steps=args.adapt_steps,
-                          reinit_layers=args.reinit_layers)
+        try:
+            result = finetune(model, task, args.data, args.validation,
+                              text_fields=tuple(args.text_field) if args.text_field else None,
+                              label_field=args.label_field, kind=args.kind, out=out,
+                              config=config)
+        except SettingError as error:  # one the model refuses: named as its flag
+            raise InputError(error.flag_message) from None
         averages.append(result.median[result.split])
         random_folder = os.path.join(out, RANDOM_START_DIR) if out else None
         if out:
@@ -235,8 +235,8 @@ def _predict(args) -> int:
 
 def _main(args) -> int:
     # The checks that need no model, before JAX, Keras and TensorFlow are imported.
-    check_finetune_arguments(args)
-    return _predict(args) if args.classifier else _run_tasks(args)
+    config = check_finetune_arguments(args)
+    return _predict(args) if args.classifier else _run_tasks(args, config)
 
 
 def main(argv=None) -> int:

@@ -1,84 +1,87 @@
-"""The checks of `python -m kroberta.finetune`'s arguments that need no model: the paths,
-the files and their header, the output folder. They run before JAX, Keras and TensorFlow
+"""The checks of `python -m kroberta.finetune`'s arguments that need no model: the
+settings (`FinetuneConfig`, built from the flags), the paths, the files and their header,
+the output folder. They run before JAX, Keras and TensorFlow
 are imported (this module imports none of them), so a mistake is named at once instead
 of after the seconds those take to start.
 """
 
+import dataclasses
 import os
 
 from kroberta.downstream import glue, rate_grid
 from kroberta.downstream.examples import check_labelled_file
-from kroberta.errors import InputError, NotFoundError
+from kroberta.downstream.settings import FinetuneConfig, SettingError
 from kroberta.downstream.trials import TRIALS_FILE
+from kroberta.errors import InputError, NotFoundError
 from kroberta.run_layout import CLASSIFIER_FILE, CONFIG_FILE, MASKED_LM, model_source
 from kroberta.text.columns import TEXT_FIELD_OPTION
 
+STDLIB = "stdlib"  # the embedded task's name (`kroberta.downstream.stdlib_task`)
 
-def check_finetune_arguments(args):
+
+def check_finetune_arguments(args) -> FinetuneConfig | None:
     """Raises the error a fine-tune (or a prediction with --classifier) would stop with
-    on a path, a file, a field of a CSV/TSV header or an output folder.
+    on a setting, a path, a file, a field of a CSV/TSV header or an output folder.
 
     Args:
         args: the command's parsed arguments (`kroberta.cli.finetune`).
+
+    Returns:
+        The fine-tune's settings (None for a prediction).
     """
     if args.classifier:
         _check_prediction(args)
-        return
-    if args.validation is not None and args.data is None:
-        raise InputError("validation (--validation) without data (--data, the training "
-                         "file): a labelled task needs both")
-    rate_grid.parse(args.learning_rates)
-    rate_grid.parse(args.baseline_learning_rates, "--baseline-learning-rates")
-    if args.epochs < 1:
-        raise InputError(f"--epochs {args.epochs}: expected a whole number of at least 1")
-    if args.early_stopping is not None and args.early_stopping < 1:
-        raise InputError(f"--early-stopping {args.early_stopping}: expected a patience of at "
-                         "least 1 epoch")
-    if args.seeds < 1:
-        raise InputError(f"--seeds {args.seeds}: expected at least one seed")
-    check_recipe_options(args.probe_epochs, args.layer_decay, args.adapt_steps,
-                         args.reinit_layers)
+        return None
+    config = finetune_config(args)
     model_source(args.run, "--run", head=MASKED_LM)
     if args.suite:
         glue.tasks_present(args.data)
-    elif args.task is not None and args.task.lower().startswith("glue/"):
-        glue.task_name(args.task)
-        if args.data is not None:
-            glue.task_files(args.task, args.data)
-    elif args.data is not None:
-        if args.validation is None:
-            raise InputError("a labelled task needs both data (the training file, "
-                             "--data) and validation (--validation)")
-        # The header's fields where a CSV/TSV names them: the label, and the text fields
-        # given (without --text-field the fields are chosen from the training file).
-        fields = dict.fromkeys(args.text_field or (), TEXT_FIELD_OPTION)
-        fields[args.label_field] = "--label-field"
-        for option, path in (("--data", args.data), ("--validation", args.validation)):
-            check_labelled_file(path, option, fields)
+    else:
+        check_task(args.task, args.data, args.validation)
+        if args.task is not None and args.task.lower().startswith("glue/"):
+            if args.data is not None:
+                glue.task_files(args.task, args.data)
+        elif args.data is not None:
+            # The header's fields where a CSV/TSV names them: the label, and the text fields
+            # given (without --text-field the fields are chosen from the training file).
+            fields = dict.fromkeys(args.text_field or (), TEXT_FIELD_OPTION)
+            fields[args.label_field] = "--label-field"
+            for option, path in (("--data", args.data), ("--validation", args.validation)):
+                check_labelled_file(path, option, fields)
     if args.out is not None and not args.suite:
         check_out(args.out)
+    return config
 
 
-def check_recipe_options(probe_epochs, layer_decay, adapt_steps, reinit_layers):
-    """Refuses a recipe option (`kroberta.downstream.recipe_options`) no fine-tune can run
-    with; `reinit_layers` above the model's layers is refused once the model is loaded."""
-    if not (_whole(probe_epochs) and probe_epochs >= 0):
-        raise InputError(f"--probe-epochs {probe_epochs}: expected a whole number of epochs "
-                         "(0, the default, trains the head only together with the body)")
-    if not (isinstance(layer_decay, (int, float)) and not isinstance(layer_decay, bool)
-            and 0 < layer_decay <= 1):
-        raise InputError(f"--layer-decay {layer_decay}: expected a factor in (0, 1] (1, the "
-                         "default, gives every layer the trial's learning rate)")
-    if not (_whole(adapt_steps) and adapt_steps >= 0):
-        raise InputError(f"--adapt-steps {adapt_steps}: expected a whole number of masked-LM "
-                         "steps (0, the default, adapts nothing)")
-    if not (_whole(reinit_layers) and reinit_layers >= 0):
-        raise InputError(f"--reinit-layers {reinit_layers}: expected a whole number of top "
-                         "layers to re-initialise (0, the default, keeps them all)")
+def finetune_config(args) -> FinetuneConfig:
+    """The command's settings: each of `FinetuneConfig`'s fields from the flag of its name
+    (a refused one named as the flag)."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)}
+    values.update(learning_rates=rate_grid.parse(args.learning_rates),
+                  baseline_learning_rates=rate_grid.parse(args.baseline_learning_rates,
+                                                          "--baseline-learning-rates"))
+    if args.baseline is None:  # on for the embedded task, where it says what pretraining is worth
+        values["baseline"] = args.task is None and not args.data
+    try:
+        return FinetuneConfig(**values)
+    except SettingError as error:
+        raise InputError(error.flag_message) from None
 
 
-def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def check_task(task: str | None, data, validation):
+    """Refuses a task without the files it needs (`kroberta.finetune`'s `task`, `data`
+    and `validation`; the command's --task, --data and --validation)."""
+    if validation is not None and data is None:
+        raise InputError("validation (--validation) without data (--data, the training "
+                         "file): a labelled task needs both")
+    if task is not None and task.lower().startswith("glue/"):
+        glue.task_name(task)
+        if data is None:
+            raise InputError(f"--task {task}: needs --data, the GLUE directory (or the "
+                             "task's folder) holding train.tsv and dev.tsv")
+    elif (task not in (None, STDLIB) or data is not None) and validation is None:
+        raise InputError("a labelled task needs both data (the training file, "
+                         "--data) and validation (--validation)")
 
 
 def _check_prediction(args):

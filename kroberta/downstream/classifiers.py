@@ -21,6 +21,7 @@ import numpy as np
 from kroberta.config import Config
 from kroberta.downstream.examples import REGRESSION
 from kroberta.downstream.layer_decay import LayerDecayAdamW, layer_scales
+from kroberta.downstream.settings import FIRST, MEAN, POOLINGS  # noqa: F401
 from kroberta.errors import InputError
 from kroberta.model import mlm, schedules
 from kroberta.model.masked_lm import call_keeping_variables
@@ -30,8 +31,6 @@ HEAD_LAYERS = ("pooled_dense", "logits")
 CLASSIFIER_DROPOUT = 0.1  # Hugging Face's classifier dropout (hidden_dropout_prob)
 WARMUP_FRACTION = 0.06  # RoBERTa's GLUE recipe: 6% of the steps
 WEIGHT_DECAY = 0.01  # RoBERTa's GLUE recipe
-FIRST, MEAN = "first", "mean"
-POOLINGS = (FIRST, MEAN)  # what the head reads: the `<s>` state, or the tokens' mean
 
 
 def backbone_weights(model) -> list:

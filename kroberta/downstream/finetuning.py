@@ -6,6 +6,7 @@ standard directory, or, with no data, the embedded standard-library task
 from a random initialisation of the same shape, which shows what pretraining is worth.
 """
 
+import dataclasses
 import functools
 import logging
 import os
@@ -15,42 +16,32 @@ import numpy as np
 
 from kroberta.errors import InputError
 from kroberta.downstream import classifiers
-from kroberta.downstream import (encoding, glue, metrics, prediction, rate_grid, recipe,
+from kroberta.downstream import (encoding, glue, metrics, prediction, recipe,
                                  starts, stdlib_task, trial_run, verdict)
-from kroberta.downstream.arguments import check_out, check_recipe_options
+from kroberta.downstream.arguments import STDLIB, check_out, check_task
 from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, TaskSpec,
                                           check_labelled_file, choose_text_fields,
                                           read_labelled)
-from kroberta.downstream.recipe_options import RecipeOptions
+from kroberta.downstream.settings import FinetuneConfig, SettingError
 from kroberta.downstream.trials import TrialLog, fingerprint
 from kroberta.downstream.loading import load
 from kroberta.model.masked_lm import check_model
 from kroberta.parallel.distribute import global_distribution
 from kroberta.run_layout import CLASSIFIER, MASKED_LM, model_source
 
-STDLIB = "stdlib"
-
 logger = logging.getLogger(__name__)
 
 
 def task_splits(task, data, validation, text_fields, label_field, kind):
     """(spec, label_names, train LabelledSet, {split: LabelledSet}) of the task asked for."""
-    if data is None and validation is not None:
-        raise InputError("validation (--validation) without data (--data, the training "
-                         "file): a labelled task needs both")
+    check_task(task, data, validation)
     if task in (None, STDLIB) and data is None:
         train, evaluation, names = stdlib_task.splits()
         return stdlib_task.SPEC, names, train, {"validation": evaluation}
     if task is not None and task.lower().startswith("glue/"):
-        if data is None:
-            raise InputError(f"--task {task}: needs --data, the GLUE directory (or the "
-                             "task's folder) holding train.tsv and dev.tsv")
         spec = glue.spec(task)
         train_path, evaluation_paths = glue.task_files(task, os.fspath(data))
     else:
-        if data is None or validation is None:
-            raise InputError("a labelled task needs both data (the training file, "
-                             "--data) and validation (--validation)")
         if kind not in (CLASSIFICATION, REGRESSION):
             raise InputError(f"--kind {kind!r}: expected {CLASSIFICATION} or {REGRESSION}")
         if isinstance(text_fields, str):
@@ -71,33 +62,26 @@ def task_splits(task, data, validation, text_fields, label_field, kind):
     return spec, names, train, evaluation
 
 
-def _check_arguments(out, epochs: int, batch_size: int, seeds, max_length: int | None,
-                     patience: int | None, pooling: str, options: RecipeOptions, model):
-    """Refuses the arguments of `finetune` no fine-tune can run with (before any work);
-    `model` as given (a path is checked against `options` again once loaded)."""
-    if pooling not in classifiers.POOLINGS:
-        raise InputError(f"--pooling {pooling!r}: expected one of "
-                         f"{', '.join(classifiers.POOLINGS)}")
-    if out is not None:
-        check_out(out)
-    if not (isinstance(epochs, int) and epochs >= 1):
-        raise InputError(f"--epochs {epochs}: expected a whole number of at least 1")
-    if patience is not None and not (isinstance(patience, int) and patience >= 1):
-        raise InputError(f"--early-stopping {patience}: expected a patience of at least 1 "
-                         "epoch")
-    if batch_size < 1 or batch_size % jax.local_device_count():
-        raise InputError(f"--batch-size {batch_size}: must be a positive multiple of the "
-                         f"{jax.local_device_count()} devices")
-    if not (seeds >= 1 if isinstance(seeds, int) else len(seeds)):
-        raise InputError(f"--seeds {seeds}: expected at least one seed")
-    if max_length is not None and max_length < encoding.MIN_LENGTH:
-        raise InputError(f"--max-length {max_length}: expected at least {encoding.MIN_LENGTH}")
-    check_recipe_options(options.probe_epochs, options.layer_decay, options.adapt_steps,
-                         options.reinit_layers)
-    _check_against_model(model, options)
+def _config(config: FinetuneConfig | None, settings: dict) -> FinetuneConfig:
+    """`config`, or the one `settings` (keyword arguments: its fields) make."""
+    unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(FinetuneConfig)})
+    if unknown:
+        raise TypeError(f"finetune() got an unexpected keyword argument {unknown[0]!r}")
+    if config is not None and settings:
+        raise InputError(f"kroberta.finetune: config= and {', '.join(f'{k}=' for k in settings)} "
+                         "given together; give the settings in the config (dataclasses.replace("
+                         "config, ...)) or as keyword arguments, not both")
+    return config if config is not None else FinetuneConfig(**settings)
 
 
-def _check_against_model(model, options: RecipeOptions):
+def _check_devices(config: FinetuneConfig):
+    """Refuses a batch the devices cannot share evenly (the one check needing JAX)."""
+    if config.batch_size % jax.local_device_count():
+        raise SettingError("batch_size", config.batch_size, "must be a positive multiple of "
+                           f"the {jax.local_device_count()} devices")
+
+
+def _check_against_model(model, options: FinetuneConfig):
     """Refuses the recipe options the model given cannot take (before it is loaded when
     it is a path)."""
     path = isinstance(model, (str, os.PathLike))
@@ -108,16 +92,16 @@ def _check_against_model(model, options: RecipeOptions):
         return getattr(model, "task_spec", None) is not None
 
     if options.adapt_steps and classifier():
-        raise InputError(f"--adapt-steps {options.adapt_steps}: the model is a fine-tuned "
-                         "classifier, which has no masked-LM head to adapt; give the pretrained "
-                         "masked LM (--run: a run, a Hugging Face or keras-hub masked LM)")
+        raise SettingError("adapt_steps", options.adapt_steps, "the model is a fine-tuned "
+                           "classifier, which has no masked-LM head to adapt; give the pretrained "
+                           "masked LM (--run: a run, a Hugging Face or keras-hub masked LM)")
     layers = None if path else getattr(getattr(model, "backbone", None), "num_layers", None)
     if layers is not None and options.reinit_layers > layers:
-        raise InputError(f"--reinit-layers {options.reinit_layers}: the model has {layers} "
-                         f"encoder layer(s); give 0 to {layers}")
+        raise SettingError("reinit_layers", options.reinit_layers, f"the model has {layers} "
+                           f"encoder layer(s); give 0 to {layers}")
 
 
-def _loaded(model, options: RecipeOptions):
+def _loaded(model, options: FinetuneConfig):
     """The masked LM `model` is or names (a run directory, a Hugging Face export, a
     preset), checked against the recipe's options."""
     if isinstance(model, (str, os.PathLike)):
@@ -137,17 +121,13 @@ def _settings(setup: recipe.Setup) -> dict:
             "patience": setup.patience, "batch_size": setup.batch_size,
             "max_length": setup.max_length,
             **({"pooling": setup.pooling} if setup.pooling != classifiers.FIRST else {}),
-            **setup.options.switched_on()}
+            **setup.config.recipe_switched_on()}
 
 
 def finetune(model, task: str | None = None, data=None, validation=None, *,
              text_fields=None, label_field: str = "label", kind: str = CLASSIFICATION,
-             learning_rates=None, seeds=3, epochs: int = 3, batch_size: int = 32,
-             max_length: int | None = None, early_stopping: int | None = None,
-             pooling: str = classifiers.FIRST, baseline: bool = False,
-             baseline_learning_rates=None, widen: bool = True,
-             out: str | None = None, probe_epochs: int = 0, layer_decay: float = 1.0,
-             adapt_steps: int = 0, reinit_layers: int = 0) -> recipe.FinetuneResult:
+             out: str | None = None, config: FinetuneConfig | None = None,
+             **settings) -> recipe.FinetuneResult:
     """Fine-tunes a pretrained model on a task and scores it on the validation split(s).
 
     Args:
@@ -161,49 +141,29 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
             Hugging Face's run_glue chooses them).
         label_field: the field holding the label.
         kind: "classification" (string or integer labels) or "regression" (floats).
-        learning_rates: the grid (default: 1e-5, 3e-5, 5e-5 for hidden >= 768, else 3e-4, 1e-3, 3e-3).
-        seeds: the number of seeds per learning rate, or the seeds themselves.
-        epochs: the most passes over the training data; each trial keeps its best epoch
-            (scored after every pass).
-        batch_size: sequences per step over all devices.
-        max_length: tokens per sequence (default and cap: the model's max_sequence_length).
-        early_stopping: a trial stops after this many epochs without a better score
-            (None: it runs every epoch).
-        pooling: what the classifier's head reads: "first", the `<s>` state (as Hugging
-            Face's and keras-hub's heads, exportable to both), or "mean", the mean over
-            the tokens that are not padding (not exportable); the random start of
-            `baseline` uses it too.
-        baseline: also run the recipe from a random initialisation (`result.baseline`,
-            and `result.comparison`: the difference with its interval).
-        baseline_learning_rates: the random start's own grid (default: as `learning_rates`).
-        widen: while a grid's best rate is at its edge, add the rate 3x beyond it (grids
-            of two rates or more); else the next rate to try is said.
         out: a folder to keep each finished trial in (`kroberta.downstream.trials`): run
             again with the same arguments, an interrupted fine-tune resumes there and ends
             with the result an uninterrupted one gives.
-        probe_epochs: LP-FT's epochs training the head alone first (0: off; this and
-            the next three: `recipe_options.RecipeOptions`).
-        layer_decay: the layer-wise learning-rate decay, in (0, 1] (1: off).
-        adapt_steps: masked-LM steps on the training texts first (0: off).
-        reinit_layers: top encoder layers of the pretrained start drawn afresh (0: off).
+        config: the settings (`FinetuneConfig`: learning rates, seeds, epochs, batch size,
+            the recipe's options...); None: its defaults, or those `settings` give.
+        **settings: `FinetuneConfig`'s fields as keywords (`epochs=5`), instead of `config`.
 
     Returns:
         A `FinetuneResult`: every run's scores, the best learning rate, the median and
-        range over its seeds, and the fine-tuned classifier.
+        range over its seeds, the fine-tuned classifier, and `config` (the settings).
 
     Raises:
         DivergedError: every trial's loss became NaN or inf.
         InputError: an argument no fine-tune can run with (names it).
     """
-    options = RecipeOptions(probe_epochs, layer_decay, adapt_steps, reinit_layers)
-    _check_arguments(out, epochs, batch_size, seeds, max_length, early_stopping, pooling,
-                     options, model)
-    rates = rate_grid.check(learning_rates) if learning_rates is not None else None
-    baseline_rates = (rate_grid.check(baseline_learning_rates, "baseline_learning_rates")
-                      if baseline_learning_rates is not None else rates)
-    model = _loaded(model, options)
-    config = model.kroberta_config
-    longest = config.model.max_sequence_length
+    config = _config(config, settings)
+    if out is not None:
+        check_out(out)
+    _check_devices(config)
+    _check_against_model(model, config)
+    model = _loaded(model, config)
+    longest = model.kroberta_config.model.max_sequence_length
+    max_length = config.max_length
     if max_length and max_length > longest:
         logger.warning("--max-length %d: the model has %d positions; sequences of %d tokens",
                        max_length, longest, longest)
@@ -213,13 +173,14 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
     setup = recipe.Setup(
         spec, names, encoding.encode(model.tokenizer, train.texts, train.labels, max_length),
         {split: encoding.encode(model.tokenizer, s.texts, s.labels, max_length)
-         for split, s in evaluation.items()}, max_length, batch_size, epochs, early_stopping,
-        pooling=pooling, options=options)
-    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    default_rates = recipe.learning_rates(config.model)
-    return _run_grids(model, setup, seeds, rates or default_rates,
-                      (baseline_rates or default_rates) if baseline else None, widen, out,
-                      train.texts)
+         for split, s in evaluation.items()}, max_length, config.batch_size, config.epochs,
+        config.early_stopping, pooling=config.pooling, config=config)
+    seeds = list(range(config.seeds)) if isinstance(config.seeds, int) else list(config.seeds)
+    default_rates = recipe.learning_rates(model.kroberta_config.model)
+    rates = config.learning_rates or default_rates
+    baseline_rates = config.baseline_learning_rates or rates
+    return _run_grids(model, setup, seeds, rates, baseline_rates if config.baseline else None,
+                      config.widen, out, train.texts)
 
 
 def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, widen: bool,
@@ -228,7 +189,7 @@ def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, w
     is given; the result holds both and their comparison. `texts`: the training texts
     (one list per field), for `adapt_steps`."""
     config, spec, names = model.kroberta_config, setup.spec, setup.label_names
-    options = setup.options
+    options = setup.config
     with global_distribution(classifiers.data_parallel()):
         classifier = classifiers.build_classifier(config.model, len(names) if names else 1,
                                                   setup.pooling)
@@ -247,7 +208,8 @@ def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, w
                                       TrialLog(out, "random", dict(settings, start="random")),
                                       widen)
             scratch.classifier = _copy(classifier, config, model.tokenizer, setup)
-            scratch.recipe = options.to_json()
+            scratch.recipe = options.recipe()
+            scratch.config = dataclasses.asdict(options)
             scratch.adaptation = adapted.losses(random=True) if adapted else None
         start = classifiers.backbone_weights(model)
         pretrained = dict(settings, start=fingerprint(start) if out else None)
@@ -256,7 +218,8 @@ def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, w
                                              adapted)
         result = recipe.run_grid(classifier, setup, pretrained_start, rates, seeds,
                                  TrialLog(out, "pretrained", pretrained), widen)
-        result.recipe = options.to_json()
+        result.recipe = options.recipe()
+        result.config = dataclasses.asdict(options)
         result.adaptation = adapted.losses(random=False) if adapted else None
         prediction.describe(classifier, config, model.tokenizer, spec, names, setup.max_length)
         result.per_class = _per_class(result, setup)

@@ -24,7 +24,7 @@ import numpy as np
 from kroberta.downstream import encoding, rate_grid, trial_run
 from kroberta.downstream.trials import TrialLog
 from kroberta.downstream.examples import TaskSpec
-from kroberta.downstream.recipe_options import RecipeOptions
+from kroberta.downstream.settings import FinetuneConfig
 from kroberta.errors import DivergedError
 
 logger = logging.getLogger(__name__)
@@ -76,10 +76,11 @@ class FinetuneResult:
         baseline: the same recipe from a random initialisation, when asked for.
         comparison: the pretrained start's median minus the baseline's, with its
             interval (`verdict.compare`), when there is a baseline.
-        recipe: the optional steps it ran with (`RecipeOptions.to_json`).
+        recipe: the optional steps it ran with (`FinetuneConfig.recipe`).
         adaptation: with `adapt_steps`, the masked-LM loss on the training texts before
             and after adapting each start ({"seed" (None: the one pretrained start),
             "loss_before", "loss_after"}); None without.
+        config: the settings it ran with (`FinetuneConfig`'s fields).
     """
 
     task: str
@@ -99,6 +100,7 @@ class FinetuneResult:
     comparison: dict | None = None
     recipe: dict | None = None
     adaptation: list | None = None
+    config: dict | None = None
 
     def to_json(self) -> dict:
         """The result as JSON values (strict JSON: a diverged trial's scores are null)."""
@@ -131,9 +133,9 @@ class Setup:
     epochs: int
     patience: int | None = None  # epochs without a better score before a trial stops
     steps_per_execution: int = 8
-    pooling: str = "first"  # what the head reads (`classifiers.POOLINGS`)
-    # The optional steps (`recipe_options`), off by default.
-    options: RecipeOptions = dataclasses.field(default_factory=RecipeOptions)
+    pooling: str = "first"  # what the head reads (`settings.POOLINGS`)
+    # The settings it was made from (their recipe options: `starts`, `trial_run`).
+    config: FinetuneConfig = dataclasses.field(default_factory=FinetuneConfig)
 
     @functools.cached_property
     def evaluation_batches(self) -> dict:

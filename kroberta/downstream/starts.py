@@ -14,7 +14,7 @@ import logging
 from kroberta.downstream import adaptation
 from kroberta.downstream.classifiers import backbone_weights
 from kroberta.downstream.layer_decay import ENCODER_LAYER
-from kroberta.downstream.recipe_options import RecipeOptions
+from kroberta.downstream.settings import FinetuneConfig
 from kroberta.model.mlm import build_model
 
 RANDOM_SEEDS = 10_000  # the random start of seed s is drawn with seed 10,000 + s
@@ -30,7 +30,7 @@ class Adaptation:
     def __init__(self, model, texts: tuple, setup):
         self.config, self.tokenizer = model.kroberta_config, model.tokenizer
         self.sequences = adaptation.task_sequences(self.tokenizer, texts, setup.max_length)
-        self.steps, self.batch_size = setup.options.adapt_steps, setup.batch_size
+        self.steps, self.batch_size = setup.config.adapt_steps, setup.batch_size
         self.seed = self.config.train.seed  # the same masks and order for every start
         self.measured = {}  # the random start's seed, or None for the pretrained one -> losses
         self._pretrained = None
@@ -56,7 +56,7 @@ class Adaptation:
             if (seed is not None) == random]
 
 
-def random_start(model, options: RecipeOptions, adapted: Adaptation | None, seed: int) -> list:
+def random_start(model, options: FinetuneConfig, adapted: Adaptation | None, seed: int) -> list:
     """The random start of `seed` (of `model`'s shape), adapted when `adapted` is given."""
     if adapted is None:
         return backbone_weights(build_model(model.kroberta_config.model, seed=RANDOM_SEEDS + seed))
@@ -65,7 +65,7 @@ def random_start(model, options: RecipeOptions, adapted: Adaptation | None, seed
     return adapted.adapt(fresh, seed)
 
 
-def pretrained_start(model, start: list, options: RecipeOptions, adapted: Adaptation | None,
+def pretrained_start(model, start: list, options: FinetuneConfig, adapted: Adaptation | None,
                      seed: int) -> list:
     """`start` (the model's body), adapted when `adapted` is given, its top
     `options.reinit_layers` layers drawn as the random start of `seed` draws them."""

@@ -104,7 +104,7 @@ def run_trial(classifier, setup, start: list, seed: int, learning_rate: float,
     without a better score before it stops), scoring every split after each; leaves
     the classifier holding the best epoch's weights."""
     classifiers.reset(classifier, start, seed, learning_rate)
-    if setup.options.probe_epochs:
+    if setup.config.probe_epochs:
         diverged = train_head(classifier, setup, seed, learning_rate, title)
         if diverged:
             return Outcome(None, None, None, 0, diverged)
@@ -145,12 +145,12 @@ def run_trial(classifier, setup, start: list, seed: int, learning_rate: float,
 
 
 def train_head(classifier, setup, seed: int, learning_rate: float, title: str) -> str | None:
-    """LP-FT's first phase (Kumar et al. 2022): `setup.options.probe_epochs` passes that
+    """LP-FT's first phase (Kumar et al. 2022): `setup.config.probe_epochs` passes that
     train the head alone, the backbone frozen (`trainable = False`, compiled again so the
     optimizer holds the head's variables only), at the trial's learning rate with the
     recipe's warmup and decay over these passes; then the classifier is compiled again
     for the whole model (`setup.steps`). Returns where the loss diverged, else None."""
-    epochs = setup.options.probe_epochs
+    epochs = setup.config.probe_epochs
     steps_per_epoch = encoding.batch_count(setup.train, setup.batch_size, setup.max_length)
     watch = _Watch(f"{title} (head)", steps_per_epoch, epochs)
     classifier.backbone.trainable = False
@@ -169,6 +169,6 @@ def train_head(classifier, setup, seed: int, learning_rate: float, title: str) -
         watch.close()
         classifier.backbone.trainable = True
         classifiers.compile_classifier(classifier, setup.spec.kind, setup.steps,
-                                       setup.steps_per_execution, setup.options.layer_decay)
+                                       setup.steps_per_execution, setup.config.layer_decay)
         classifier.kroberta_schedule.scale.assign(learning_rate)
     return None

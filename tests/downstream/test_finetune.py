@@ -52,10 +52,10 @@ def test_the_models_weights_are_left_as_they_were(downstream_model, tmp_path):
     (dict(data="x.jsonl"), "needs both data"),
     (dict(validation="dev.jsonl"), r"validation \(--validation\) without data \(--data"),
     (dict(task="stdlib", validation="dev.jsonl"), "without data"),
-    (dict(seeds=0), "--seeds 0: expected at least one seed"),
-    (dict(seeds=[]), r"--seeds \[\]: expected at least one seed"),
-    (dict(batch_size=0), "--batch-size 0: must be a positive multiple of the 4 devices"),
-    (dict(max_length=4), "--max-length 4: expected at least 8"),
+    (dict(seeds=0), "seeds=0: expected at least one seed"),
+    (dict(seeds=[]), r"seeds=\[\]: expected at least one seed"),
+    (dict(batch_size=0), "batch_size=0: must be a positive multiple of the devices"),
+    (dict(max_length=4), "max_length=4: expected at least 8"),
     (dict(task="glue/rte"), "needs --data"),
     (dict(task="glue/squad", data="."), "not a GLUE task"),
     (dict(data="a", validation="b", kind="ranking"), "expected classification or regression"),
@@ -77,15 +77,15 @@ def test_a_model_kroberta_did_not_load_is_refused(downstream_model):
 
 def test_epochs_and_batch_size_are_checked(downstream_model, tmp_path):
     train, validation = marker_task(tmp_path, train=8, validation=8)
-    with pytest.raises(InputError, match="--epochs 0: expected a whole number of at least 1"):
+    with pytest.raises(InputError, match="epochs=0: expected a whole number of at least 1"):
         finetuning.finetune(downstream_model, data=train, validation=validation, epochs=0)
-    with pytest.raises(InputError, match="--early-stopping 0: expected a patience of at least 1"):
+    with pytest.raises(InputError, match="early_stopping=0: expected a patience of at least 1"):
         finetuning.finetune(downstream_model, data=train, validation=validation, early_stopping=0)
-    with pytest.raises(InputError, match=r"--learning-rates 30000: outside 1e-08 to 1 .*"
+    with pytest.raises(InputError, match=r"learning_rates 30000: outside 1e-08 to 1 .*"
                                          r"did you mean 0.0003\?"):
         finetuning.finetune(downstream_model, data=train, validation=validation,
                             learning_rates=[3e4])
-    with pytest.raises(InputError, match="--batch-size 6: must be a positive multiple of the 4"):
+    with pytest.raises(InputError, match="batch_size=6: must be a positive multiple of the 4"):
         finetuning.finetune(downstream_model, data=train, validation=validation, batch_size=6)
 
 

@@ -114,5 +114,5 @@ def test_finetune_gives_both_starts_the_head_asked_for(downstream_model, tmp_pat
 
 
 def test_finetune_refuses_an_unknown_pooling_before_any_work(downstream_model):
-    with pytest.raises(InputError, match="--pooling 'max': expected one of first, mean"):
+    with pytest.raises(InputError, match="pooling='max': expected one of first, mean"):
         kroberta.finetune(downstream_model, pooling="max")

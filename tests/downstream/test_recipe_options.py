@@ -2,6 +2,7 @@
 `--reinit-layers`): off they change nothing; on, each does what it says, is recorded,
 is part of the trials' settings, and is refused in one line where it cannot apply."""
 
+import dataclasses
 import json
 
 import keras
@@ -12,7 +13,7 @@ from tests.downstream.tasks import marker_task, sentences
 from kroberta.cli import finetune
 from kroberta.downstream import (classifiers, finetuning, recipe, starts, trial_run,
                                  adaptation)
-from kroberta.downstream.recipe_options import RecipeOptions
+from kroberta.downstream.settings import FinetuneConfig
 from kroberta.downstream.trials import TRIALS_FILE
 from kroberta.errors import InputError
 
@@ -191,7 +192,7 @@ def test_reinit_draws_the_top_layer_afresh(downstream_model, task, plain, monkey
                                  reinit_layers=1, **ONE)
     start, = seen
     pretrained = classifiers.backbone_weights(downstream_model)
-    random = starts.random_start(downstream_model, RecipeOptions(), None, 0)
+    random = starts.random_start(downstream_model, FinetuneConfig(), None, 0)
     top = set(starts.top_layer_indices(downstream_model.backbone, 1))
     assert top and len(top) < len(start)
     for i, weights in enumerate(start):
@@ -203,14 +204,14 @@ def test_reinit_draws_the_top_layer_afresh(downstream_model, task, plain, monkey
 
 
 @pytest.mark.parametrize("option, message", [
-    (dict(probe_epochs=-1), r"^--probe-epochs -1: expected a whole number of epochs"),
-    (dict(probe_epochs=1.5), r"^--probe-epochs 1.5: expected a whole number"),
-    (dict(layer_decay=0.0), r"^--layer-decay 0.0: expected a factor in \(0, 1\]"),
-    (dict(layer_decay=1.5), r"^--layer-decay 1.5: expected a factor in \(0, 1\]"),
-    (dict(layer_decay=float("nan")), r"^--layer-decay nan: expected a factor"),
-    (dict(adapt_steps=-2), r"^--adapt-steps -2: expected a whole number of masked-LM steps"),
-    (dict(reinit_layers=-1), r"^--reinit-layers -1: expected a whole number of top layers"),
-    (dict(reinit_layers=3), (r"^--reinit-layers 3: the model has 2 encoder layer\(s\); give 0 "
+    (dict(probe_epochs=-1), r"^probe_epochs=-1: expected a whole number of epochs"),
+    (dict(probe_epochs=1.5), r"^probe_epochs=1.5: expected a whole number"),
+    (dict(layer_decay=0.0), r"^layer_decay=0.0: expected a factor in \(0, 1\]"),
+    (dict(layer_decay=1.5), r"^layer_decay=1.5: expected a factor in \(0, 1\]"),
+    (dict(layer_decay=float("nan")), r"^layer_decay=nan: expected a factor"),
+    (dict(adapt_steps=-2), r"^adapt_steps=-2: expected a whole number of masked-LM steps"),
+    (dict(reinit_layers=-1), r"^reinit_layers=-1: expected a whole number of top layers"),
+    (dict(reinit_layers=3), (r"^reinit_layers=3: the model has 2 encoder layer\(s\); give 0 "
                              r"to 2$")),
 ])
 def test_an_option_that_cannot_apply_is_refused_in_one_line(downstream_model, task, option,
@@ -223,7 +224,7 @@ def test_an_option_that_cannot_apply_is_refused_in_one_line(downstream_model, ta
 def test_adapting_a_classifier_is_refused(downstream_model, plain, task, tmp_path):
     import kroberta
 
-    message = (r"^--adapt-steps 5: the model is a fine-tuned classifier, which has no "
+    message = (r"^adapt_steps=5: the model is a fine-tuned classifier, which has no "
                r"masked-LM head to adapt; give the pretrained masked LM")
     with pytest.raises(InputError, match=message):
         finetuning.finetune(plain.classifier, data=task[0], validation=task[1], adapt_steps=5,
@@ -266,6 +267,9 @@ def test_the_command_records_the_options_in_the_result(downstream_model, task, t
                          "--max-length", "16", "--layer-decay", "0.5", "--out", str(out)]) == 0
     result = json.loads((out / "result.json").read_text())
     assert result["recipe"] == {**OFF, "layer_decay": 0.5} and result["adaptation"] is None
+    config = FinetuneConfig(learning_rates=[3e-3], seeds=1, epochs=1, max_length=16,
+                            layer_decay=0.5)
+    assert result["config"] == json.loads(json.dumps(dataclasses.asdict(config)))
     settings = json.loads((out / TRIALS_FILE).read_text().splitlines()[0])["settings"]
     assert settings["layer_decay"] == 0.5
 

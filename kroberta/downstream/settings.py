@@ -1,0 +1,149 @@
+"""`FinetuneConfig`: every setting of a fine-tune and its default, checked once.
+
+The one place of fine-tuning's settings, as `kroberta.config.Config` is pretraining's:
+`kroberta.finetune(model, ..., config=FinetuneConfig(epochs=5))` takes it, and
+`python -m kroberta.finetune` builds it from its flags (whose defaults are the fields'
+below). It holds neither the model nor the data (the task, its files and fields, and
+`--out` are `finetune`'s own arguments). This module imports no JAX, Keras or TensorFlow,
+so a setting no fine-tune can run with is refused before they load.
+
+A refused setting is a `SettingError`: its message names the keyword (`epochs=0: ...`);
+the command line names the flag instead (`--epochs 0: ...`, `SettingError.flag_message`).
+
+The recipe's four optional steps (`RECIPE_OPTIONS`: LP-FT, Kumar et al. 2022; layer-wise
+learning-rate decay, ELECTRA; task-adaptive pretraining, Gururangan et al. 2020; the top
+layers drawn afresh, Zhang et al. 2021) are off by default, and then change nothing; the
+ones switched on are part of a trial's settings (`TrialLog`), so a resumed fine-tune never
+reuses trials made without them.
+"""
+
+import dataclasses
+
+from kroberta.downstream import rate_grid
+from kroberta.downstream.encoding import MIN_LENGTH
+from kroberta.errors import InputError
+
+FIRST, MEAN = "first", "mean"
+POOLINGS = (FIRST, MEAN)  # what the head reads: the `<s>` state, or the tokens' mean
+RECIPE_OPTIONS = ("probe_epochs", "layer_decay", "adapt_steps", "reinit_layers")
+
+
+class SettingError(InputError):
+    """A setting no fine-tune can run with: `setting` is its keyword (`FinetuneConfig`'s
+    field); the message names it as the keyword, `flag_message` as the command's flag."""
+
+    def __init__(self, setting: str, value: str, problem: str):
+        self.setting, self.value, self.problem = setting, value, problem
+        super().__init__(f"{setting}={value}: {problem}")
+
+    @property
+    def flag_message(self) -> str:
+        """The message as `python -m kroberta.finetune` says it: `--epochs 0: ...`."""
+        return f"--{self.setting.replace('_', '-')} {self.value}: {self.problem}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+    """The settings of a fine-tune (`kroberta.finetune`); each field is also the flag of
+    `python -m kroberta.finetune` with `-` for `_` (`epochs`: `--epochs`).
+
+    Attributes:
+        learning_rates: the grid (None: 1e-5, 3e-5, 5e-5 for hidden >= 768, else 3e-4,
+            1e-3, 3e-3).
+        baseline_learning_rates: the random start's own grid (None: as `learning_rates`).
+        widen: while a grid's best rate is at its edge, add the rate 3x beyond it (grids
+            of two rates or more); else the next rate to try is said.
+        seeds: the number of seeds per learning rate, or the seeds themselves.
+        epochs: the most passes over the training data; each trial keeps its best epoch
+            (scored after every pass).
+        early_stopping: a trial stops after this many epochs without a better score
+            (None: it runs every epoch).
+        batch_size: sequences per step over all devices (a multiple of their number).
+        max_length: tokens per sequence (None, the default, and the cap: the model's
+            max_sequence_length).
+        pooling: what the classifier's head reads: "first", the `<s>` state (as Hugging
+            Face's and keras-hub's heads, exportable to both), or "mean", the mean over
+            the tokens that are not padding (not exportable); the random start's too.
+        baseline: also run the recipe from a random initialisation (`result.baseline`,
+            and `result.comparison`: the difference with its interval).
+        probe_epochs: LP-FT: epochs training only the classifier's head, the body frozen,
+            before `epochs` of training everything (0: off).
+        layer_decay: D in (0, 1]: the head and the top encoder layer learn at the trial's
+            rate, each layer below at D times the one above, the embeddings at D^L (1: off).
+        adapt_steps: masked-LM steps on the training texts before fine-tuning (0: off).
+        reinit_layers: the top K encoder layers of the pretrained start drawn afresh
+            (0: off; at most the model's layers, checked once it is loaded).
+
+    Raises:
+        SettingError: a setting no fine-tune can run with (names it).
+    """
+
+    learning_rates: tuple | None = None
+    baseline_learning_rates: tuple | None = None
+    widen: bool = True
+    seeds: int | tuple = 3
+    epochs: int = 3
+    early_stopping: int | None = None
+    batch_size: int = 32
+    max_length: int | None = None
+    pooling: str = FIRST
+    baseline: bool = False
+    probe_epochs: int = 0
+    layer_decay: float = 1.0
+    adapt_steps: int = 0
+    reinit_layers: int = 0
+
+    def __post_init__(self):
+        for name in ("learning_rates", "baseline_learning_rates"):
+            if getattr(self, name) is not None:  # as a tuple of floats: the config is hashable
+                object.__setattr__(self, name, rate_grid.check(getattr(self, name), name))
+        if not (self.seeds >= 1 if _whole(self.seeds) else len(self.seeds)):
+            raise SettingError("seeds", self.seeds, "expected at least one seed")
+        if not _whole(self.seeds):
+            object.__setattr__(self, "seeds", tuple(self.seeds))
+        if not (_whole(self.epochs) and self.epochs >= 1):
+            raise SettingError("epochs", self.epochs, "expected a whole number of at least 1")
+        if self.early_stopping is not None and not (_whole(self.early_stopping)
+                                                    and self.early_stopping >= 1):
+            raise SettingError("early_stopping", self.early_stopping,
+                               "expected a patience of at least 1 epoch")
+        if not (_whole(self.batch_size) and self.batch_size >= 1):
+            raise SettingError("batch_size", self.batch_size,
+                               "must be a positive multiple of the devices")
+        if self.max_length is not None and not (_whole(self.max_length)
+                                                and self.max_length >= MIN_LENGTH):
+            raise SettingError("max_length", self.max_length, f"expected at least {MIN_LENGTH}")
+        if self.pooling not in POOLINGS:
+            raise SettingError("pooling", repr(self.pooling),
+                               f"expected one of {', '.join(POOLINGS)}")
+        self._check_recipe_options()
+
+    def _check_recipe_options(self):
+        if not (_whole(self.probe_epochs) and self.probe_epochs >= 0):
+            raise SettingError("probe_epochs", self.probe_epochs, "expected a whole number of "
+                               "epochs (0, the default, trains the head only together with "
+                               "the body)")
+        decay = self.layer_decay
+        if not (isinstance(decay, (int, float)) and not isinstance(decay, bool)
+                and 0 < decay <= 1):
+            raise SettingError("layer_decay", decay, "expected a factor in (0, 1] (1, the "
+                               "default, gives every layer the trial's learning rate)")
+        if not (_whole(self.adapt_steps) and self.adapt_steps >= 0):
+            raise SettingError("adapt_steps", self.adapt_steps, "expected a whole number of "
+                               "masked-LM steps (0, the default, adapts nothing)")
+        if not (_whole(self.reinit_layers) and self.reinit_layers >= 0):
+            raise SettingError("reinit_layers", self.reinit_layers, "expected a whole number "
+                               "of top layers to re-initialise (0, the default, keeps them all)")
+
+    def recipe(self) -> dict:
+        """The four optional steps' values (the result's record `recipe`)."""
+        return {name: getattr(self, name) for name in RECIPE_OPTIONS}
+
+    def recipe_switched_on(self) -> dict:
+        """{name: value} of the optional steps that are not off (a trial's settings)."""
+        return {name: value for name, value in self.recipe().items()
+                if value != getattr(FinetuneConfig, name)}
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
