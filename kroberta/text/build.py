@@ -20,7 +20,6 @@ import os
 import shutil
 import tempfile
 import time
-import types
 import warnings
 
 
@@ -35,13 +34,14 @@ from kroberta.errors import InputError, StorageError
 from kroberta.text import locations
 from kroberta.text.assembly import assemble_splits
 from kroberta.text.chunks import CHUNK_BYTES, plan_chunks
+from kroberta.text.job import PrepareJob
 from kroberta.text.recordfiles import check_source
-from kroberta.text.resume import PLAN_FILE, chunk_entries, chunks_of, finished, load_plan, remove_stray, resume_key, save_plan, work_dir
+from kroberta.text.resume import PLAN_FILE, Plan, finished, load_plan, remove_stray, resume_key, save_plan, work_dir
 from kroberta.text.sample import DEFAULT_SAMPLE_BYTES, sample_documents
 from kroberta.text.textfiles import Source, expand_inputs, scan_file
 from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, save_tokenizer, shortfall_note, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
 from kroberta.text.pool import default_workers, run_chunks
-from kroberta.text.workers import writing
+from kroberta.text.workers import WorkerJob, writing
 
 logger = logging.getLogger(__name__)
 
@@ -213,16 +213,16 @@ def _chunk_bytes(job, total_bytes):
 
 def _tell(job, results, chunks):
     """Logs the documents read; warns of text files read as a few huge documents."""
-    documents = sum(r["documents"] for r in results.values())
+    documents = sum(r.documents for r in results.values())
     files = len({s.path for c in chunks for s in c.sources})
     logger.info(f"read {documents} {'line(s)' if job.line_by_line else 'document(s)'} from {files} file(s)")
     lines_before, longest = {}, {}
     for chunk in chunks:  # line numbers count from a piece's start: made the file's
         result = results[chunk.index]
-        for path, (lines, first) in result["long_documents"].items():
+        for path, (lines, first) in result.long_documents.items():
             if lines > longest.get(path, (0,))[0]:
                 longest[path] = (lines, lines_before.get(path, 0) + first)
-        for path, lines in result["lines"].items():
+        for path, lines in result.lines.items():
             lines_before[path] = lines_before.get(path, 0) + lines
     for path, (lines, first) in longest.items():
         # A file of one document per line is one document here: its documents get no
@@ -250,7 +250,7 @@ def _warn_of_validation(job, splits):
 
 def _manifest(job, tok, specials, splits, plan, documents, timing):
     inputs = [job.inputs] if isinstance(job.inputs, (str, os.PathLike)) else job.inputs
-    formats = [f[1] for f in plan["files"]]
+    formats = [f[1] for f in plan.files]
     return {
         "format": FORMAT,
         "train": splits[0],
@@ -267,15 +267,15 @@ def _manifest(job, tok, specials, splits, plan, documents, timing):
         "line_by_line": job.line_by_line,
         "source": {
             "inputs": [os.fspath(i) for i in inputs],
-            "files": [storage.absolute(f[0]) for f in plan["files"]],
+            "files": [storage.absolute(f[0]) for f in plan.files],
             "text_field": job.text_field if any(formats) else None,
             "split": job.split if "datasets" in formats else None,
-            "bytes": plan["total_bytes"],
+            "bytes": plan.total_bytes,
             "documents": documents,
-            "chunks": len(plan["chunks"]),
-            "skipped_files": plan["skipped"],
-            "vocabulary_note": plan["shortfall"],
-            "tokenizer_sample_bytes": plan["tokenizer_sample_bytes"],
+            "chunks": len(plan.chunks),
+            "skipped_files": plan.skipped,
+            "vocabulary_note": plan.shortfall,
+            "tokenizer_sample_bytes": plan.tokenizer_sample_bytes,
         },
         "timing_s": timing,
     }
@@ -291,10 +291,10 @@ def _plan(job, scanned, key, work, started):
     tok, shortfall, specials = _tokenizer(job, chunks, total, taken)
     with storage.writing(os.path.join(work, TOKENIZER_FILE), "tokenizer"):
         save_tokenizer(tok, os.path.join(work, TOKENIZER_FILE))
-    plan = {"key": key, "chunks": chunk_entries(chunks), "skipped": skipped, "total_bytes": total,
-            "files": [[g.path, g.format] for g in good], "shortfall": shortfall, "specials": specials,
-            "tokenizer_sample_bytes": None if job.tokenizer is not None else taken[0],
-            "tokenizer_s": round(time.perf_counter() - started, 3)}
+    plan = Plan(key=key, chunks=chunks, skipped=skipped, total_bytes=total,
+                files=[[g.path, g.format] for g in good], shortfall=shortfall, specials=specials,
+                tokenizer_sample_bytes=None if job.tokenizer is not None else taken[0],
+                tokenizer_s=round(time.perf_counter() - started, 3))
     with storage.writing(os.path.join(work, PLAN_FILE), "plan"):
         save_plan(work, plan)
     return plan
@@ -303,10 +303,10 @@ def _plan(job, scanned, key, work, started):
 def _worker_job(job, tok, specials, work):
     """What every worker needs, picklable."""
     special_ids = set(specials.values()) | {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
-    return {"tokenizer_json": tok.to_str(), "seq_len": job.seq_len, "line_by_line": job.line_by_line,
-            "labels": job.labels, "mask_rate": job.mask_rate, "seed": job.seed, "specials": specials,
-            "special_ids": sorted(special_ids), "vocabulary_size": vocabulary_size(tok),
-            "validation_fraction": job.validation_fraction, "work_dir": work}
+    return WorkerJob(tokenizer_json=tok.to_str(), seq_len=job.seq_len, line_by_line=job.line_by_line,
+                     labels=job.labels, mask_rate=job.mask_rate, seed=job.seed, specials=specials,
+                     special_ids=sorted(special_ids), vocabulary_size=vocabulary_size(tok),
+                     validation_fraction=job.validation_fraction, work_dir=work)
 
 
 def _build(job, work, key, plan, scanned, written, started):
@@ -318,32 +318,32 @@ def _build(job, work, key, plan, scanned, written, started):
         with storage.writing(work, "work directory"):
             os.makedirs(work)
         plan = _plan(job, scanned, key, work, started)
-    chunks = chunks_of(plan)
+    chunks = plan.chunks
     tok = Tokenizer.from_file(os.path.join(work, TOKENIZER_FILE))
     remove_stray(work)
     results = finished(work, chunks)
     if results:
         logger.info(f"resuming {job.out_dir}: {len(results)} of {len(chunks)} chunks done before")
-    bar = Progress(plan["total_bytes"], "encode+pack+write", enabled=job.progress)
+    bar = Progress(plan.total_bytes, "encode+pack+write", enabled=job.progress)
     bar.add(sum(c.size for c in chunks if c.index in results))
     pending = [c for c in chunks if c.index not in results]
     try:
-        results.update(run_chunks(_worker_job(job, tok, plan["specials"], work), pending, job.workers, bar))
+        results.update(run_chunks(_worker_job(job, tok, plan.specials, work), pending, job.workers, bar))
     except BaseException:
         bar.erase()  # the command's one line takes its place
         raise
-    timing = {"tokenizer": plan["tokenizer_s"], "encode_pack_write": round(bar.close(), 3)}
-    if not any(r["train"]["sequences"] + r["validation"]["sequences"] for r in results.values()):
+    timing = {"tokenizer": plan.tokenizer_s, "encode_pack_write": round(bar.close(), 3)}
+    if not any(r.train.sequences + r.validation.sequences for r in results.values()):
         raise InputError("no text in the inputs: every document is empty")
     _tell(job, results, chunks)
     joining = time.perf_counter()
-    splits = assemble_splits(job.out_dir, work, results, _shard_counts(job, plan["total_bytes"]),
+    splits = assemble_splits(job.out_dir, work, results, _shard_counts(job, plan.total_bytes),
                              job.validation_fraction, written)
     _warn_of_validation(job, splits)
     _save_tokenizer(job, tok, written)
     timing["assemble"] = round(time.perf_counter() - joining, 3)
-    documents = sum(r["documents"] for r in results.values())
-    manifest = _manifest(job, tok, plan["specials"], splits, plan, documents, timing)
+    documents = sum(r.documents for r in results.values())
+    manifest = _manifest(job, tok, plan.specials, splits, plan, documents, timing)
     with writing(work, os.path.join(job.out_dir, MANIFEST_NAME), "manifest"):
         write_manifest(job.out_dir, manifest)
     shutil.rmtree(work, ignore_errors=True)
@@ -436,25 +436,23 @@ def prepare(
     started = time.perf_counter()
     _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer)
     _check_scale(workers, tokenizer_sample_bytes, chunk_bytes)
-    # prepare's arguments, checked, as the steps below read them
-    job = types.SimpleNamespace(**{**arguments, "out_dir": os.fspath(out_dir), "line_by_line": bool(line_by_line),
-                                   "workers": workers or default_workers()})
-    return _prepare_into(job, overwrite, started)
+    return _prepare_into(arguments, workers or default_workers(), overwrite, started)
 
 
-def _prepare_into(job, overwrite, started):
+def _prepare_into(arguments, workers, overwrite, started):
     """`prepare` into a local directory, after the arguments' checks."""
-    inputs, tokenizer, strict, text_field, split = job.inputs, job.tokenizer, job.strict, job.text_field, job.split
-    _refuse_existing(job.out_dir, overwrite)
+    _refuse_existing(os.fspath(arguments["out_dir"]), overwrite)
     # A tokenizer named by its path is read now: a wrong path fails before any reading.
-    job.given_tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
-    files = expand_inputs(inputs)
+    tokenizer = arguments["tokenizer"]
+    given = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
+    job = PrepareJob.of(arguments, workers, given)
+    files = expand_inputs(job.inputs)
     work, key = work_dir(job.out_dir), resume_key(job, files)
     plan = None if overwrite else load_plan(work)
-    if plan is not None and plan["key"] != key:
+    if plan is not None and plan.key != key:
         raise InputError(f"{job.out_dir} holds an unfinished prepare of other inputs or arguments ({work}); "
                          "run that command again to finish it, or pass --overwrite to start over")
-    scanned = None if plan is not None else _scan_inputs(files, strict, text_field, split)
+    scanned = None if plan is not None else _scan_inputs(files, job.strict, job.text_field, job.split)
     _clear_previous(job.out_dir)
     if overwrite:
         shutil.rmtree(work, ignore_errors=True)

@@ -57,26 +57,43 @@ def resume_key(job, files) -> dict:
             "inputs": [[storage.absolute(f), *_stamp(f)] for f in files]}
 
 
-def load_plan(work) -> dict | None:
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the first run decided, saved for the runs that take it up (plan.json)."""
+
+    key: dict  # `resume_key`: what the plan was made for
+    chunks: list[Chunk]
+    skipped: list[dict]  # the text files skipped: {"path", "problem", "offset"}
+    total_bytes: int  # of the inputs used
+    files: list[list]  # [path, format (None: text)] of each input used
+    shortfall: str | None  # the tokenizer's vocabulary shortfall note
+    specials: dict[str, int]  # special token name -> id
+    tokenizer_sample_bytes: int | None  # the sample the tokenizer was trained on (None: given)
+    tokenizer_s: float  # seconds to the tokenizer, for the manifest's timing
+
+    def to_json(self) -> dict:
+        chunks = [[c.index, [dataclasses.asdict(s) for s in c.sources], list(c.sizes)] for c in self.chunks]
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, "chunks": chunks}
+
+    @classmethod
+    def from_json(cls, entries: dict) -> "Plan":
+        chunks = [Chunk(index, tuple(Source(**s) for s in sources), tuple(sizes))
+                  for index, sources, sizes in entries["chunks"]]
+        return cls(**{**entries, "chunks": chunks})
+
+
+def load_plan(work) -> Plan | None:
     try:
         with open(os.path.join(work, PLAN_FILE), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
+            return Plan.from_json(json.load(f))
+    except (OSError, ValueError, TypeError, KeyError):  # TypeError, KeyError: an older plan's fields
         return None
 
 
-def save_plan(work, plan):
+def save_plan(work, plan: Plan):
     """Written last of the plan's files: a work directory without one starts over."""
     with atomic_write(os.path.join(work, PLAN_FILE), encoding="utf-8") as f:
-        json.dump(plan, f)
-
-
-def chunk_entries(chunks) -> list:
-    return [[c.index, [dataclasses.asdict(s) for s in c.sources], list(c.sizes)] for c in chunks]
-
-
-def chunks_of(plan) -> list[Chunk]:
-    return [Chunk(index, tuple(Source(**s) for s in sources), tuple(sizes)) for index, sources, sizes in plan["chunks"]]
+        json.dump(plan.to_json(), f)
 
 
 def finished(work, chunks) -> dict:
@@ -86,7 +103,7 @@ def finished(work, chunks) -> dict:
     for chunk in chunks:
         result = load_result(work, chunk.index)
         if result is not None and all(os.path.exists(part_path(work, chunk.index, split))
-                                      for split in ("train", "validation") if result[split]["sequences"]):
+                                      for split in ("train", "validation") if result.split(split).sequences):
             done[chunk.index] = result
     return done
 

@@ -15,6 +15,7 @@ static labels, no JAX.
 """
 
 import contextlib
+import dataclasses
 import json
 import os
 
@@ -38,6 +39,52 @@ CHUNK_ID_SHIFT = 40  # a sequence's id: its chunk's index * 2**40 + its index in
 SPLITS = ("train", "validation")
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkerJob:
+    """What every worker needs to prepare any chunk (picklable: spawned workers get it)."""
+
+    tokenizer_json: str  # the tokenizer, `Tokenizer.to_str()`
+    seq_len: int
+    line_by_line: bool
+    labels: str | None  # "static" or None
+    mask_rate: float
+    seed: int
+    specials: dict[str, int]  # special token name -> id
+    special_ids: list[int]  # every special token's id, never masked
+    vocabulary_size: int
+    validation_fraction: float
+    work_dir: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitCount:
+    sequences: int
+    tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkResult:
+    """A finished chunk's counts, saved as its result file (JSON, `to_json`)."""
+
+    index: int
+    train: SplitCount
+    validation: SplitCount
+    documents: int
+    lines: dict[str, int]  # path -> lines read of it (text files)
+    long_documents: dict[str, tuple]  # path -> (lines, first line) of its longest document
+    last_tokens: dict[str, int]  # split -> tokens of its last record, for `assembly`
+
+    def split(self, name) -> SplitCount:
+        return getattr(self, name)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, entries: dict) -> "ChunkResult":
+        return cls(**{**entries, **{split: SplitCount(**entries[split]) for split in SPLITS}})
+
+
 def writing(work_dir, path, what):
     """`kroberta.storage.writing` for prepare's files: a write that fails (a full disk, a
     read-only directory) is one StorageError naming the `what` at `path` and the free
@@ -56,34 +103,32 @@ def result_path(work_dir, index):
     return os.path.join(work_dir, f"chunk-{index:06d}.json")
 
 
-def load_result(work_dir, index):
+def load_result(work_dir, index) -> ChunkResult | None:
     """The result of a finished chunk, or None."""
     try:
         with open(result_path(work_dir, index), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
+            return ChunkResult.from_json(json.load(f))
+    except (OSError, ValueError, TypeError, KeyError):  # TypeError, KeyError: an older result's fields
         return None
 
 
 def load_tokenizer_of(job):
     """The tokenizer the job names (its JSON), set to read "<s>" in text as text."""
-    tok = Tokenizer.from_str(job["tokenizer_json"])
+    tok = Tokenizer.from_str(job.tokenizer_json)
     tok.encode_special_tokens = True
     return tok
 
 
-def prepare_chunk(job, tok, chunk, on_bytes=None):
-    """Tokenizes, packs, splits and writes one chunk; returns (and writes) its result:
-    {"index", "train": {"sequences", "tokens"}, "validation": {...}, "documents",
-    "lines", "long_documents", "last_tokens": {split: tokens of its last record}}."""
-    if job["labels"] == "static":
+def prepare_chunk(job: WorkerJob, tok, chunk, on_bytes=None) -> ChunkResult:
+    """Tokenizes, packs, splits and writes one chunk; returns (and writes) its result."""
+    if job.labels == "static":
         from kroberta.masking import static_labels  # JAX, imported only to make static labels
     counts = ReadCounts()
-    docs = encoded_documents(tok, chunk.sources, on_bytes, line_by_line=job["line_by_line"], counts=counts)
-    arrange = one_per_document if job["line_by_line"] else pack_documents
-    specials = job["specials"]
-    sequences = arrange(docs, job["seq_len"], specials["bos"], specials["eos"], PAD_ID)
-    work = job["work_dir"]
+    docs = encoded_documents(tok, chunk.sources, on_bytes, line_by_line=job.line_by_line, counts=counts)
+    arrange = one_per_document if job.line_by_line else pack_documents
+    specials = job.specials
+    sequences = arrange(docs, job.seq_len, specials["bos"], specials["eos"], PAD_ID)
+    work = job.work_dir
     parts = {split: part_path(work, chunk.index, split) for split in SPLITS}
     writers = {}
     totals = {split: {"sequences": 0, "tokens": 0} for split in SPLITS}
@@ -96,11 +141,11 @@ def prepare_chunk(job, tok, chunk, on_bytes=None):
         for ids, mask in blocks(sequences, BLOCK):  # (n, L) each
             indices = (chunk.index << CHUNK_ID_SHIFT) + np.arange(start, start + len(ids), dtype=np.int64)
             labels = None
-            if job["labels"] == "static":  # each sequence's mask: a function of (seed, its id)
+            if job.labels == "static":  # each sequence's mask: a function of (seed, its id)
                 ids, labels = static_labels(
-                    ids, mask, job["seed"], indices, mask_rate=job["mask_rate"], mask_token_id=specials["mask"],
-                    special_token_ids=job["special_ids"], vocabulary_size=job["vocabulary_size"])
-            held_out = in_validation(indices, job["validation_fraction"], job["seed"])  # (n,)
+                    ids, mask, job.seed, indices, mask_rate=job.mask_rate, mask_token_id=specials["mask"],
+                    special_token_ids=job.special_ids, vocabulary_size=job.vocabulary_size)
+            held_out = in_validation(indices, job.validation_fraction, job.seed)  # (n,)
             records = encode_examples(ids, mask, labels)
             tokens = mask.sum(axis=1).tolist()
             for split, chosen in (("train", ~held_out), ("validation", held_out)):
@@ -119,9 +164,9 @@ def prepare_chunk(job, tok, chunk, on_bytes=None):
             with contextlib.suppress(OSError, ValueError):
                 writer.abort()
         raise
-    result = {"index": chunk.index, **totals, "documents": counts.documents, "lines": counts.lines,
-              "long_documents": counts.long_documents, "last_tokens": last_tokens}
+    result = ChunkResult(chunk.index, SplitCount(**totals["train"]), SplitCount(**totals["validation"]),
+                         counts.documents, counts.lines, counts.long_documents, last_tokens)
     path = result_path(work, chunk.index)
     with writing(work, path, "chunk's result"), atomic_write(path, encoding="utf-8") as f:
-        json.dump(result, f)
+        json.dump(result.to_json(), f)
     return result

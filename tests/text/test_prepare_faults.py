@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from kroberta.text.chunks import Chunk
-from kroberta.text.resume import PLAN_FILE, chunks_of
+from kroberta.text.resume import PLAN_FILE, Plan
 from kroberta.text.textfiles import Source
 from tests.text.test_prepare import REPO, make_docs, write_corpus
 from tests.text.test_prepare_workers import _files
@@ -149,7 +149,7 @@ def _gone(pids):
 
 def _described(out, index):
     with open(os.path.join(out, ".prepare", PLAN_FILE)) as f:
-        return chunks_of(json.load(f))[index].describe()
+        return Plan.from_json(json.load(f)).chunks[index].describe()
 
 
 def _assert_resumes(corpus, out, reference):
