@@ -11,10 +11,8 @@ import os
 from typing import NamedTuple
 
 from kroberta.atomic import atomic_write
+from kroberta.text.job import SPLITS, SplitCount
 from kroberta.text.tfrecord_files import concatenate, record_offsets
-from kroberta.text.workers import SplitCount, part_path, writing
-
-SPLITS = ("train", "validation")
 
 
 class MovedRecord(NamedTuple):
@@ -64,7 +62,7 @@ def assemble_splits(out_dir, work_dir, results, shards, fraction, written):
     moved = None
     if move is not None:
         source, last = move
-        path = part_path(work_dir, last, source)
+        path = work_dir.part_path(last, source)
         offsets = record_offsets(path)
         with open(path, "rb") as f:
             f.seek(offsets[-2])
@@ -85,15 +83,15 @@ def assemble_splits(out_dir, work_dir, results, shards, fraction, written):
                 names.append(f"{split}-{number:05d}-of-{len(grouped):05d}.tfrecord")
                 target = os.path.join(out_dir, names[-1])
                 written.append(target)
-                parts = [part_path(work_dir, order[m], split) for m in members]
+                parts = [work_dir.part_path(order[m], split) for m in members]
                 limit = trim[1] if trim is not None and order[members[-1]] == trim[0] else None
-                with writing(work_dir, target, "shard"):
+                with work_dir.writing(target, "shard"):
                     concatenate(parts, target, last_part_bytes=limit)
         elif moved is not None:  # the split's one record, moved here
             names.append(f"{split}-00000-of-00001.tfrecord")
             target = os.path.join(out_dir, names[-1])
             written.append(target)
-            with writing(work_dir, target, "shard"), atomic_write(target, "wb") as f:
+            with work_dir.writing(target, "shard"), atomic_write(target, "wb") as f:
                 f.write(moved.frame)
             got = entries[moved.chunk]
             entries[moved.chunk] = SplitCount(got.sequences + 1, got.tokens + moved.tokens)

@@ -34,14 +34,14 @@ from kroberta.errors import InputError, StorageError
 from kroberta.text import locations
 from kroberta.text.assembly import assemble_splits
 from kroberta.text.chunks import CHUNK_BYTES, plan_chunks
-from kroberta.text.job import PrepareJob
+from kroberta.text.job import PrepareJob, WorkerJob
 from kroberta.text.recordfiles import check_source
-from kroberta.text.resume import PLAN_FILE, Plan, finished, load_plan, remove_stray, resume_key, save_plan, work_dir
+from kroberta.text.resume import Plan, resume_key
 from kroberta.text.sample import DEFAULT_SAMPLE_BYTES, sample_documents
 from kroberta.text.textfiles import Source, expand_inputs, scan_file
 from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, save_tokenizer, shortfall_note, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
 from kroberta.text.pool import default_workers, run_chunks
-from kroberta.text.workers import WorkerJob, writing
+from kroberta.text.work_dir import WorkDir
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def _save_tokenizer(job, tok, written):
         if source is not None and storage.absolute(source) == os.path.abspath(out_path):
             return  # the directory's own tokenizer, reused
     written.append(out_path)
-    with writing(work_dir(job.out_dir), out_path, "tokenizer"):
+    with WorkDir.of(job.out_dir).writing(out_path, "tokenizer"):
         if source is None:
             save_tokenizer(tok, out_path)
             return
@@ -289,14 +289,13 @@ def _plan(job, scanned, key, work, started):
     chunks = plan_chunks(good, sizes, _chunk_bytes(job, total))
     taken = [0]
     tok, shortfall, specials = _tokenizer(job, chunks, total, taken)
-    with storage.writing(os.path.join(work, TOKENIZER_FILE), "tokenizer"):
-        save_tokenizer(tok, os.path.join(work, TOKENIZER_FILE))
+    with storage.writing(work.tokenizer_path, "tokenizer"):
+        save_tokenizer(tok, work.tokenizer_path)
     plan = Plan(key=key, chunks=chunks, skipped=skipped, total_bytes=total,
                 files=[[g.path, g.format] for g in good], shortfall=shortfall, specials=specials,
                 tokenizer_sample_bytes=None if job.tokenizer is not None else taken[0],
                 tokenizer_s=round(time.perf_counter() - started, 3))
-    with storage.writing(os.path.join(work, PLAN_FILE), "plan"):
-        save_plan(work, plan)
+    work.save_plan(plan)
     return plan
 
 
@@ -314,14 +313,12 @@ def _build(job, work, key, plan, scanned, written, started):
     chunks, the shards, tokenizer.json, the manifest (last); the work directory goes
     once the manifest is there."""
     if plan is None:  # nothing, or a run stopped before its plan was saved
-        shutil.rmtree(work, ignore_errors=True)
-        with storage.writing(work, "work directory"):
-            os.makedirs(work)
+        work.create()
         plan = _plan(job, scanned, key, work, started)
     chunks = plan.chunks
-    tok = Tokenizer.from_file(os.path.join(work, TOKENIZER_FILE))
-    remove_stray(work)
-    results = finished(work, chunks)
+    tok = Tokenizer.from_file(work.tokenizer_path)
+    work.remove_stray()
+    results = work.finished(chunks)
     if results:
         logger.info(f"resuming {job.out_dir}: {len(results)} of {len(chunks)} chunks done before")
     bar = Progress(plan.total_bytes, "encode+pack+write", enabled=job.progress)
@@ -344,9 +341,9 @@ def _build(job, work, key, plan, scanned, written, started):
     timing["assemble"] = round(time.perf_counter() - joining, 3)
     documents = sum(r.documents for r in results.values())
     manifest = _manifest(job, tok, plan.specials, splits, plan, documents, timing)
-    with writing(work, os.path.join(job.out_dir, MANIFEST_NAME), "manifest"):
+    with work.writing(os.path.join(job.out_dir, MANIFEST_NAME), "manifest"):
         write_manifest(job.out_dir, manifest)
-    shutil.rmtree(work, ignore_errors=True)
+    work.remove()
     return manifest
 
 
@@ -447,15 +444,15 @@ def _prepare_into(arguments, workers, overwrite, started):
     given = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
     job = PrepareJob.of(arguments, workers, given)
     files = expand_inputs(job.inputs)
-    work, key = work_dir(job.out_dir), resume_key(job, files)
-    plan = None if overwrite else load_plan(work)
+    work, key = WorkDir.of(job.out_dir), resume_key(job, files)
+    plan = None if overwrite else work.load_plan()
     if plan is not None and plan.key != key:
         raise InputError(f"{job.out_dir} holds an unfinished prepare of other inputs or arguments ({work}); "
                          "run that command again to finish it, or pass --overwrite to start over")
     scanned = None if plan is not None else _scan_inputs(files, job.strict, job.text_field, job.split)
     _clear_previous(job.out_dir)
     if overwrite:
-        shutil.rmtree(work, ignore_errors=True)
+        work.remove()
     created = _first_missing(job.out_dir)
     with storage.writing(job.out_dir, "output directory"):
         os.makedirs(job.out_dir, exist_ok=True)
@@ -463,11 +460,11 @@ def _prepare_into(arguments, workers, overwrite, started):
     try:
         return _build(job, work, key, plan, scanned, written, started)
     except BaseException as error:
-        if not isinstance(error, InputError) and os.path.exists(os.path.join(work, PLAN_FILE)):
+        if not isinstance(error, InputError) and work.has_plan():
             _remove_partial(None, written)  # the finished chunks stay, for the next run
-            remove_stray(work)  # what stopped workers were writing: the space comes back now
+            work.remove_stray()  # what stopped workers were writing: the space comes back now
         else:
-            shutil.rmtree(work, ignore_errors=True)
+            work.remove()
             _remove_partial(created, written)
         raise
 

@@ -1,34 +1,25 @@
-"""What lets a stopped prepare go on: its plan and finished chunks in `out_dir/.prepare/`.
+"""What lets a stopped prepare go on: its plan, kept in the work directory (`kroberta.text.work_dir`).
 
-The plan (plan.json) records the arguments and the inputs (path, size, modification
-time) it was made for, the chunks, the scan's findings and the tokenizer (saved next
-to it): a run with the same arguments on the same files takes it up and redoes only
-the chunks without a result (`kroberta.text.workers`); other arguments or changed
-files are refused until `--overwrite` starts over.
+The plan records the arguments and the inputs (path, size, modification time) it was
+made for, the chunks, the scan's findings and the tokenizer (saved next to it): a run
+with the same arguments on the same files takes it up and redoes only the chunks
+without a result (`kroberta.text.workers`); other arguments or changed files are
+refused until `--overwrite` starts over.
 """
 
 import dataclasses
 import glob
 import hashlib
-import json
 import os
 
 from kroberta import storage
-from kroberta.atomic import atomic_write
 from kroberta.text import locations
 from kroberta.text.chunks import Chunk
 from kroberta.text.textfiles import Source
-from kroberta.text.workers import load_result, part_path
 
-WORK_DIR = ".prepare"
-PLAN_FILE = "plan.json"
 # prepare's arguments that decide its output (`workers` and `progress` do not).
 DECIDING = ("vocab_size", "seq_len", "validation_fraction", "shards", "labels", "mask_rate", "seed", "strict",
             "text_field", "split", "line_by_line", "chunk_bytes", "tokenizer_sample_bytes")
-
-
-def work_dir(out_dir) -> str:
-    return os.path.join(os.fspath(out_dir), WORK_DIR)
 
 
 def _stamp(path):
@@ -80,38 +71,3 @@ class Plan:
         chunks = [Chunk(index, tuple(Source(**s) for s in sources), tuple(sizes))
                   for index, sources, sizes in entries["chunks"]]
         return cls(**{**entries, "chunks": chunks})
-
-
-def load_plan(work) -> Plan | None:
-    try:
-        with open(os.path.join(work, PLAN_FILE), encoding="utf-8") as f:
-            return Plan.from_json(json.load(f))
-    except (OSError, ValueError, TypeError, KeyError):  # TypeError, KeyError: an older plan's fields
-        return None
-
-
-def save_plan(work, plan: Plan):
-    """Written last of the plan's files: a work directory without one starts over."""
-    with atomic_write(os.path.join(work, PLAN_FILE), encoding="utf-8") as f:
-        json.dump(plan.to_json(), f)
-
-
-def finished(work, chunks) -> dict:
-    """Chunk index -> result of the chunks done: a result file, and the parts it counts
-    (a part already moved into a shard by an assembly that was stopped is redone)."""
-    done = {}
-    for chunk in chunks:
-        result = load_result(work, chunk.index)
-        if result is not None and all(os.path.exists(part_path(work, chunk.index, split))
-                                      for split in ("train", "validation") if result.split(split).sequences):
-            done[chunk.index] = result
-    return done
-
-
-def remove_stray(work):
-    """Temporary files of processes that were stopped mid-write."""
-    for path in glob.glob(os.path.join(work, ".tmp-*")):
-        try:
-            os.remove(path)
-        except OSError:
-            pass

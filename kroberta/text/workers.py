@@ -7,7 +7,7 @@ validation split and its static mask. So any number of processes, in any order,
 write the same parts, and a chunk whose result file exists is done: a run that was
 stopped skips it. Parts are written under temporary names and renamed, the result
 file last. A write that fails (a full disk, a read-only directory) is one
-`StorageError` naming the file and the free space (`writing`).
+`StorageError` naming the file and the free space (`WorkDir.writing`).
 
 The worker processes (`kroberta.text.pool`) hold the tokenizer, numpy and nothing
 more: no TensorFlow (`kroberta.text.tfrecord_files` writes the files) and, without
@@ -15,17 +15,13 @@ static labels, no JAX.
 """
 
 import contextlib
-import dataclasses
-import json
-import os
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from kroberta import storage
-from kroberta.atomic import atomic_write
 from kroberta.data.records import encode_examples
 from kroberta.text.encode import blocks, encoded_documents
+from kroberta.text.job import SPLITS, ChunkResult, SplitCount, WorkerJob
 from kroberta.text.packing import one_per_document, pack_documents
 from kroberta.text.splits import in_validation
 from kroberta.text.textfiles import ReadCounts
@@ -34,82 +30,6 @@ from kroberta.tokens import PAD_ID
 
 BLOCK = 1024  # sequences per block: the unit of static masking and of serialization
 CHUNK_ID_SHIFT = 40  # a sequence's id: its chunk's index * 2**40 + its index in the chunk
-
-
-SPLITS = ("train", "validation")
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerJob:
-    """What every worker needs to prepare any chunk (picklable: spawned workers get it)."""
-
-    tokenizer_json: str  # the tokenizer, `Tokenizer.to_str()`
-    seq_len: int
-    line_by_line: bool
-    labels: str | None  # "static" or None
-    mask_rate: float
-    seed: int
-    specials: dict[str, int]  # special token name -> id
-    special_ids: list[int]  # every special token's id, never masked
-    vocabulary_size: int
-    validation_fraction: float
-    work_dir: str
-
-
-@dataclasses.dataclass(frozen=True)
-class SplitCount:
-    sequences: int
-    tokens: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ChunkResult:
-    """A finished chunk's counts, saved as its result file (JSON, `to_json`)."""
-
-    index: int
-    train: SplitCount
-    validation: SplitCount
-    documents: int
-    lines: dict[str, int]  # path -> lines read of it (text files)
-    long_documents: dict[str, tuple]  # path -> (lines, first line) of its longest document
-    last_tokens: dict[str, int]  # split -> tokens of its last record, for `assembly`
-
-    def split(self, name) -> SplitCount:
-        return getattr(self, name)
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, entries: dict) -> "ChunkResult":
-        return cls(**{**entries, **{split: SplitCount(**entries[split]) for split in SPLITS}})
-
-
-def writing(work_dir, path, what):
-    """`kroberta.storage.writing` for prepare's files: a write that fails (a full disk, a
-    read-only directory) is one StorageError naming the `what` at `path` and the free
-    space, which says that the same command resumes from the chunks in `work_dir`."""
-    return storage.writing(path, what, then="free space there (or make it writable) and run the same "
-                           f"command again: it resumes from the finished chunks in {work_dir}")
-
-
-def part_path(work_dir, index, split):
-    """A chunk's records of one split."""
-    return os.path.join(work_dir, f"chunk-{index:06d}.{split}.tfrecord")
-
-
-def result_path(work_dir, index):
-    """A chunk's result (counts), written last: the chunk is done when it exists."""
-    return os.path.join(work_dir, f"chunk-{index:06d}.json")
-
-
-def load_result(work_dir, index) -> ChunkResult | None:
-    """The result of a finished chunk, or None."""
-    try:
-        with open(result_path(work_dir, index), encoding="utf-8") as f:
-            return ChunkResult.from_json(json.load(f))
-    except (OSError, ValueError, TypeError, KeyError):  # TypeError, KeyError: an older result's fields
-        return None
 
 
 def load_tokenizer_of(job):
@@ -129,14 +49,14 @@ def prepare_chunk(job: WorkerJob, tok, chunk, on_bytes=None) -> ChunkResult:
     specials = job.specials
     sequences = arrange(docs, job.seq_len, specials["bos"], specials["eos"], PAD_ID)
     work = job.work_dir
-    parts = {split: part_path(work, chunk.index, split) for split in SPLITS}
+    parts = {split: work.part_path(chunk.index, split) for split in SPLITS}
     writers = {}
     totals = {split: {"sequences": 0, "tokens": 0} for split in SPLITS}
     last_tokens = {split: 0 for split in SPLITS}  # of each split's last record, for `assembly.hold_back`
     start = 0
     try:
         for split, path in parts.items():
-            with writing(work, path, "records"):
+            with work.writing(path, "records"):
                 writers[split] = RecordFileWriter(path)
         for ids, mask in blocks(sequences, BLOCK):  # (n, L) each
             indices = (chunk.index << CHUNK_ID_SHIFT) + np.arange(start, start + len(ids), dtype=np.int64)
@@ -150,14 +70,14 @@ def prepare_chunk(job: WorkerJob, tok, chunk, on_bytes=None) -> ChunkResult:
             tokens = mask.sum(axis=1).tolist()
             for split, chosen in (("train", ~held_out), ("validation", held_out)):
                 rows = np.flatnonzero(chosen).tolist()
-                with writing(work, parts[split], "records"):
+                with work.writing(parts[split], "records"):
                     writers[split].write_many([records[i] for i in rows])
                 totals[split]["sequences"] += len(rows)
                 totals[split]["tokens"] += sum(tokens[i] for i in rows)
                 last_tokens[split] = tokens[rows[-1]] if rows else last_tokens[split]
             start += len(ids)
         for split, writer in writers.items():
-            with writing(work, parts[split], "records"):
+            with work.writing(parts[split], "records"):
                 writer.close() if writer.records else writer.abort()
     except BaseException:
         for writer in writers.values():
@@ -166,7 +86,5 @@ def prepare_chunk(job: WorkerJob, tok, chunk, on_bytes=None) -> ChunkResult:
         raise
     result = ChunkResult(chunk.index, SplitCount(**totals["train"]), SplitCount(**totals["validation"]),
                          counts.documents, counts.lines, counts.long_documents, last_tokens)
-    path = result_path(work, chunk.index)
-    with writing(work, path, "chunk's result"), atomic_write(path, encoding="utf-8") as f:
-        json.dump(result.to_json(), f)
+    work.save_result(result)
     return result
