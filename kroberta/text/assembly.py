@@ -11,8 +11,8 @@ import os
 from typing import NamedTuple
 
 from kroberta.atomic import atomic_write
+from kroberta.data.tfrecord_files import concatenate, record_offsets
 from kroberta.text.job import SPLITS, SplitCount
-from kroberta.text.tfrecord_files import concatenate, record_offsets
 
 
 class MovedRecord(NamedTuple):

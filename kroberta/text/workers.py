@@ -10,7 +10,7 @@ file last. A write that fails (a full disk, a read-only directory) is one
 `StorageError` naming the file and the free space (`WorkDir.writing`).
 
 The worker processes (`kroberta.text.pool`) hold the tokenizer, numpy and nothing
-more: no TensorFlow (`kroberta.text.tfrecord_files` writes the files) and, without
+more: no TensorFlow (`kroberta.data.tfrecord_files` writes the files) and, without
 static labels, no JAX.
 """
 
@@ -20,12 +20,12 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from kroberta.data.records import encode_examples
+from kroberta.data.tfrecord_files import RecordFileWriter
 from kroberta.text.encode import blocks, encoded_documents
 from kroberta.text.job import SPLITS, ChunkResult, SplitCount, WorkerJob
 from kroberta.text.packing import one_per_document, pack_documents
 from kroberta.text.splits import in_validation
 from kroberta.text.textfiles import ReadCounts
-from kroberta.text.tfrecord_files import RecordFileWriter
 from kroberta.tokens import PAD_ID
 
 BLOCK = 1024  # sequences per block: the unit of static masking and of serialization

@@ -45,7 +45,7 @@ if os.environ.get("STOP_BEFORE_ASSEMBLY"):  # every chunk done, nothing assemble
         raise KeyboardInterrupt
     build.assemble_splits = stop
 if os.environ.get("FULL_AFTER_WRITES"):  # where no filesystem can be mounted: a full disk told by Python
-    import kroberta.text.tfrecord_files as files
+    import kroberta.data.tfrecord_files as files
     real_write, writes = files.RecordFileWriter.write_many, []
     def write_many(self, records):
         writes.append(1)

@@ -19,7 +19,7 @@ from kroberta.text.build import prepare
 from kroberta.text.chunks import csv_cut_points, cut_points, plan_chunks
 from kroberta.text.sample import sample_documents
 from kroberta.text.textfiles import Source, iter_documents
-from kroberta.text.tfrecord_files import RecordFileWriter, read_records
+from kroberta.data.tfrecord_files import RecordFileWriter, read_records
 from tests.text.test_prepare import REPO, make_docs, write_corpus
 
 SETTINGS = dict(vocab_size=300, seq_len=16, validation_fraction=0.1, progress=False, chunk_bytes=3000,
@@ -322,6 +322,9 @@ def test_tfrecord_files_are_tensorflow_s_bytes(tmp_path):
     mine.close()
     assert (tmp_path / "mine.tfrecord").read_bytes() == (tmp_path / "tf.tfrecord").read_bytes()
     assert read_records(tmp_path / "mine.tfrecord") == records
+    # tf.data checks each record's CRCs as it reads: TensorFlow takes the file as its own.
+    read = tf.data.TFRecordDataset(str(tmp_path / "mine.tfrecord")).as_numpy_iterator()
+    assert list(read) == records
 
 
 _PEAK_MEMORY = """
