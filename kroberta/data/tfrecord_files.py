@@ -18,6 +18,7 @@ import struct
 import numpy as np
 
 from kroberta.atomic import temporary_name
+from kroberta.errors import InputError
 
 _POLYNOMIAL = 0x82F63B78  # CRC-32C (Castagnoli), reflected
 
@@ -106,17 +107,34 @@ class RecordFileWriter:
         return False
 
 
-def record_offsets(path) -> list[int]:
-    """The byte offset of each record of a TFRecord file, then the file's size."""
-    offsets, position = [], 0
+def frames(path):
+    """Yields the byte offset of each record of a local TFRecord file, walking its
+    framing (headers only). TensorFlow silently stops at a file cut inside a record
+    header: a file cut inside a record is an `InputError` naming the record here."""
     size = os.path.getsize(path)
+    position = count = 0
     with open(path, "rb") as f:
         while position < size:
-            offsets.append(position)
-            f.seek(position)
-            (length,) = struct.unpack("<Q", f.read(8))
-            position += 8 + 4 + length + 4
-    return offsets + [position]
+            header = f.read(8)
+            if len(header) < 8 or size - position < 16:
+                raise InputError(f"{path}: record {count}: truncated (the file ends inside a record "
+                                 f"header at byte {size})")
+            (length,) = struct.unpack("<Q", header)
+            end = position + 8 + 4 + length + 4
+            if end > size:
+                # A first "record" longer than the file: most likely not a TFRecord at all.
+                hint = ("; is it a TFRecord file? Text goes through python -m kroberta.prepare "
+                        "first" if count == 0 else "")
+                raise InputError(f"{path}: record {count}: truncated (the record needs {length} "
+                                 f"bytes; the file ends at byte {size}){hint}")
+            yield position
+            f.seek(end)
+            position, count = end, count + 1
+
+
+def record_offsets(path) -> list[int]:
+    """The byte offset of each record of a TFRecord file, then the file's size."""
+    return [*frames(path), os.path.getsize(path)]
 
 
 def read_records(path) -> list[bytes]:
