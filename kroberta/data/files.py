@@ -7,8 +7,6 @@ so the pipelines know their sizes before reading.
 """
 
 import dataclasses
-import os
-import struct
 
 import tensorflow as tf
 from google.protobuf.message import DecodeError
@@ -16,6 +14,7 @@ from google.protobuf.message import DecodeError
 from kroberta.errors import ConfigError, InputError
 from kroberta.config import DataConfig, ModelConfig
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
+from kroberta.data.tfrecord_files import frames
 from kroberta.storage import is_url
 
 
@@ -42,33 +41,10 @@ def _read_first_record(path: str):
 
 
 def count_framed_records(path: str) -> int | None:
-    """Walks a local TFRecord file's framing (headers only) and counts its records.
-
-    TFRecord framing is: uint64 length, uint32 crc, data, uint32 crc. TensorFlow
-    silently stops at a file cut inside a record header, so a truncated tail is
-    found here, at start-up. Returns None for remote files (gs://...).
-    """
-    if is_url(path):
-        return None
-    size = os.path.getsize(path)
-    offset = count = 0
-    with open(path, "rb") as f:
-        while offset < size:
-            header = f.read(8)
-            if len(header) < 8 or size - offset < 16:
-                raise InputError(f"{path}: record {count}: truncated (the file ends inside a record "
-                                 f"header at byte {size})")
-            (length,) = struct.unpack("<Q", header)
-            end = offset + 8 + 4 + length + 4
-            if end > size:
-                # A first "record" longer than the file: most likely not a TFRecord at all.
-                hint = ("; is it a TFRecord file? Text goes through python -m kroberta.prepare "
-                        "first" if count == 0 else "")
-                raise InputError(f"{path}: record {count}: truncated (the record needs {length} "
-                                 f"bytes; the file ends at byte {size}){hint}")
-            f.seek(end)
-            offset, count = end, count + 1
-    return count
+    """The records of a local TFRecord file, counted by walking its framing
+    (`tfrecord_files.frames`: a truncated tail is found here, at start-up); None for
+    remote files (gs://...)."""
+    return None if is_url(path) else sum(1 for _ in frames(path))
 
 
 def inspect_files(files, key: str) -> DataSpec:

@@ -10,15 +10,13 @@ Each record is a serialized `tf.train.Example` with int64-list features:
 Records are serialized by hand: `tf.train.Example(...).SerializeToString()` one
 record at a time made serialization the slowest step of `prepare`; the numpy varint
 encoder below does a whole batch at once and produces bytes that
-`tf.io.parse_example` reads identically (tests compare both ways).
+`tf.io.parse_example` reads identically (tests compare both ways). Files of records
+are written by `kroberta.data.tfrecord_files`.
 """
 
 import functools
-import os
 
 import numpy as np
-
-from kroberta.atomic import temporary_name
 
 FEATURES = ("input_ids", "attention_mask", "labels")
 REQUIRED_FEATURES = FEATURES[:2]  # labels are optional
@@ -104,52 +102,3 @@ def encode_examples(input_ids, attention_mask, labels=None):
         body = b"".join(parts)
         records.append(_TAG_1 + _varint(len(body)) + body)
     return records
-
-
-class ShardWriter:
-    """Atomic TFRecord writer: records go to a temporary name, renamed on success.
-
-    An interrupted or failing run therefore never leaves a half-written shard under
-    its final name. `path` may be changed before the writer closes (prepare renames
-    shards once it knows how many are non-empty). Use as a context manager, or call
-    `close()` / `abort()` yourself.
-    """
-
-    def __init__(self, path):
-        import tensorflow as tf  # deferred: importing this module stays cheap
-
-        self.path = os.fspath(path)
-        self.tmp_path = temporary_name(self.path)
-        self.records = 0
-        self._writer = tf.io.TFRecordWriter(self.tmp_path)
-
-    def write(self, record):
-        """Append one serialized record (bytes)."""
-        self._writer.write(record)
-        self.records += 1
-
-    def close(self):
-        """Flush and move the shard to its final name."""
-        if self._writer is None:
-            return
-        self._writer.close()
-        self._writer = None
-        os.replace(self.tmp_path, self.path)
-
-    def abort(self):
-        """Discard everything written; no file is left under either name."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if os.path.exists(self.tmp_path):
-            os.remove(self.tmp_path)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-        return False

@@ -10,7 +10,8 @@ tokens, 80% <mask> / 10% random / 10% kept, -100 elsewhere; `kroberta.masking`).
 import numpy as np
 
 from kroberta.masking import static_labels
-from kroberta.data.records import ShardWriter, encode_examples
+from kroberta.data.records import encode_examples
+from kroberta.data.tfrecord_files import RecordFileWriter
 from kroberta.tokens import BOS_ID, EOS_ID, FIRST_REGULAR_ID, MASK_ID, PAD_ID, SPECIAL_IDS
 
 
@@ -43,9 +44,8 @@ def mask_once(ids, mask, vocabulary_size, seed=0, rate=0.15):
 
 def write_tfrecord(path, input_ids, attention_mask, labels=None):
     """Writes one record per row in the record format: input_ids, attention_mask[, labels]."""
-    with ShardWriter(path) as writer:
-        for record in encode_examples(input_ids, attention_mask, labels):
-            writer.write(record)
+    with RecordFileWriter(path) as writer:
+        writer.write_many(encode_examples(input_ids, attention_mask, labels))
 
 
 def write_seed_format(path, count, length=64, vocabulary_size=10000, seed=0, **kwargs):

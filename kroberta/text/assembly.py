@@ -8,12 +8,21 @@ no more than there are parts.
 
 import math
 import os
+from typing import NamedTuple
 
 from kroberta.atomic import atomic_write
-from kroberta.text.tfrecord_files import concatenate, record_offsets
-from kroberta.text.workers import part_path, writing
+from kroberta.data.tfrecord_files import concatenate, record_offsets
+from kroberta.text.job import SPLITS, SplitCount
 
-SPLITS = ("train", "validation")
+
+class MovedRecord(NamedTuple):
+    """The one record moved to the other split (`_move`)."""
+
+    split: str  # the split it leaves
+    chunk: int  # the chunk whose last record of `split` it is
+    frame: bytes  # the record's whole frame, as its part holds it
+    offset: int  # where that frame starts in the part
+    tokens: int
 
 
 def groups(counts: list[int], shards: int) -> list[list[int]]:
@@ -35,14 +44,14 @@ def _move(results, fraction):
     chunks): the corpus's last train record when validation got none (and `fraction`
     > 0), its last validation record when train got none. None when nothing moves."""
     order = sorted(results)
-    count = {split: sum(results[i][split]["sequences"] for i in order) for split in SPLITS}
+    count = {split: sum(results[i].split(split).sequences for i in order) for split in SPLITS}
     if fraction > 0 and count["validation"] == 0 and count["train"] > 1:
         source = "train"
     elif count["train"] == 0 and count["validation"] > 0:
         source = "validation"
     else:
         return None
-    return source, max(i for i in order if results[i][source]["sequences"])
+    return source, max(i for i in order if results[i].split(source).sequences)
 
 
 def assemble_splits(out_dir, work_dir, results, shards, fraction, written):
@@ -53,39 +62,39 @@ def assemble_splits(out_dir, work_dir, results, shards, fraction, written):
     moved = None
     if move is not None:
         source, last = move
-        path = part_path(work_dir, last, source)
+        path = work_dir.part_path(last, source)
         offsets = record_offsets(path)
         with open(path, "rb") as f:
             f.seek(offsets[-2])
-            moved = (source, last, f.read(), offsets[-2])  # the whole frame of the last record
+            moved = MovedRecord(source, last, f.read(), offsets[-2], results[last].last_tokens[source])
     infos = []
     for split, count in zip(SPLITS, shards):
-        entries = {i: dict(results[i][split]) for i in results}
+        entries = {i: results[i].split(split) for i in results}
         trim = None
-        if moved is not None and moved[0] == split:
-            entries[moved[1]]["sequences"] -= 1
-            entries[moved[1]]["tokens"] -= results[moved[1]]["last_tokens"][split]
-            trim = (moved[1], moved[3])
-        order = [i for i in sorted(entries) if entries[i]["sequences"]]
+        if moved is not None and moved.split == split:
+            left = entries[moved.chunk]
+            entries[moved.chunk] = SplitCount(left.sequences - 1, left.tokens - moved.tokens)
+            trim = (moved.chunk, moved.offset)
+        order = [i for i in sorted(entries) if entries[i].sequences]
         names = []
         if order:
-            grouped = groups([entries[i]["sequences"] for i in order], count)
+            grouped = groups([entries[i].sequences for i in order], count)
             for number, members in enumerate(grouped):
                 names.append(f"{split}-{number:05d}-of-{len(grouped):05d}.tfrecord")
                 target = os.path.join(out_dir, names[-1])
                 written.append(target)
-                parts = [part_path(work_dir, order[m], split) for m in members]
+                parts = [work_dir.part_path(order[m], split) for m in members]
                 limit = trim[1] if trim is not None and order[members[-1]] == trim[0] else None
-                with writing(work_dir, target, "shard"):
+                with work_dir.writing(target, "shard"):
                     concatenate(parts, target, last_part_bytes=limit)
         elif moved is not None:  # the split's one record, moved here
             names.append(f"{split}-00000-of-00001.tfrecord")
             target = os.path.join(out_dir, names[-1])
             written.append(target)
-            with writing(work_dir, target, "shard"), atomic_write(target, "wb") as f:
-                f.write(moved[2])
-            entries[moved[1]]["sequences"] += 1
-            entries[moved[1]]["tokens"] += results[moved[1]]["last_tokens"][moved[0]]
-        infos.append({"files": names, "sequences": sum(e["sequences"] for e in entries.values()),
-                      "tokens": sum(e["tokens"] for e in entries.values())})
+            with work_dir.writing(target, "shard"), atomic_write(target, "wb") as f:
+                f.write(moved.frame)
+            got = entries[moved.chunk]
+            entries[moved.chunk] = SplitCount(got.sequences + 1, got.tokens + moved.tokens)
+        infos.append({"files": names, "sequences": sum(e.sequences for e in entries.values()),
+                      "tokens": sum(e.tokens for e in entries.values())})
     return tuple(infos)

@@ -20,7 +20,6 @@ import os
 import shutil
 import tempfile
 import time
-import types
 import warnings
 
 
@@ -35,13 +34,14 @@ from kroberta.errors import InputError, StorageError
 from kroberta.text import locations
 from kroberta.text.assembly import assemble_splits
 from kroberta.text.chunks import CHUNK_BYTES, plan_chunks
+from kroberta.text.job import PrepareJob, WorkerJob
 from kroberta.text.recordfiles import check_source
-from kroberta.text.resume import PLAN_FILE, chunk_entries, chunks_of, finished, load_plan, remove_stray, resume_key, save_plan, work_dir
+from kroberta.text.resume import Plan, resume_key
 from kroberta.text.sample import DEFAULT_SAMPLE_BYTES, sample_documents
 from kroberta.text.textfiles import Source, expand_inputs, scan_file
 from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, save_tokenizer, shortfall_note, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
 from kroberta.text.pool import default_workers, run_chunks
-from kroberta.text.workers import writing
+from kroberta.text.work_dir import WorkDir
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def _save_tokenizer(job, tok, written):
         if source is not None and storage.absolute(source) == os.path.abspath(out_path):
             return  # the directory's own tokenizer, reused
     written.append(out_path)
-    with writing(work_dir(job.out_dir), out_path, "tokenizer"):
+    with WorkDir.of(job.out_dir).writing(out_path, "tokenizer"):
         if source is None:
             save_tokenizer(tok, out_path)
             return
@@ -213,16 +213,16 @@ def _chunk_bytes(job, total_bytes):
 
 def _tell(job, results, chunks):
     """Logs the documents read; warns of text files read as a few huge documents."""
-    documents = sum(r["documents"] for r in results.values())
+    documents = sum(r.documents for r in results.values())
     files = len({s.path for c in chunks for s in c.sources})
     logger.info(f"read {documents} {'line(s)' if job.line_by_line else 'document(s)'} from {files} file(s)")
     lines_before, longest = {}, {}
     for chunk in chunks:  # line numbers count from a piece's start: made the file's
         result = results[chunk.index]
-        for path, (lines, first) in result["long_documents"].items():
+        for path, (lines, first) in result.long_documents.items():
             if lines > longest.get(path, (0,))[0]:
                 longest[path] = (lines, lines_before.get(path, 0) + first)
-        for path, lines in result["lines"].items():
+        for path, lines in result.lines.items():
             lines_before[path] = lines_before.get(path, 0) + lines
     for path, (lines, first) in longest.items():
         # A file of one document per line is one document here: its documents get no
@@ -250,7 +250,7 @@ def _warn_of_validation(job, splits):
 
 def _manifest(job, tok, specials, splits, plan, documents, timing):
     inputs = [job.inputs] if isinstance(job.inputs, (str, os.PathLike)) else job.inputs
-    formats = [f[1] for f in plan["files"]]
+    formats = [f[1] for f in plan.files]
     return {
         "format": FORMAT,
         "train": splits[0],
@@ -267,15 +267,15 @@ def _manifest(job, tok, specials, splits, plan, documents, timing):
         "line_by_line": job.line_by_line,
         "source": {
             "inputs": [os.fspath(i) for i in inputs],
-            "files": [storage.absolute(f[0]) for f in plan["files"]],
+            "files": [storage.absolute(f[0]) for f in plan.files],
             "text_field": job.text_field if any(formats) else None,
             "split": job.split if "datasets" in formats else None,
-            "bytes": plan["total_bytes"],
+            "bytes": plan.total_bytes,
             "documents": documents,
-            "chunks": len(plan["chunks"]),
-            "skipped_files": plan["skipped"],
-            "vocabulary_note": plan["shortfall"],
-            "tokenizer_sample_bytes": plan["tokenizer_sample_bytes"],
+            "chunks": len(plan.chunks),
+            "skipped_files": plan.skipped,
+            "vocabulary_note": plan.shortfall,
+            "tokenizer_sample_bytes": plan.tokenizer_sample_bytes,
         },
         "timing_s": timing,
     }
@@ -289,24 +289,23 @@ def _plan(job, scanned, key, work, started):
     chunks = plan_chunks(good, sizes, _chunk_bytes(job, total))
     taken = [0]
     tok, shortfall, specials = _tokenizer(job, chunks, total, taken)
-    with storage.writing(os.path.join(work, TOKENIZER_FILE), "tokenizer"):
-        save_tokenizer(tok, os.path.join(work, TOKENIZER_FILE))
-    plan = {"key": key, "chunks": chunk_entries(chunks), "skipped": skipped, "total_bytes": total,
-            "files": [[g.path, g.format] for g in good], "shortfall": shortfall, "specials": specials,
-            "tokenizer_sample_bytes": None if job.tokenizer is not None else taken[0],
-            "tokenizer_s": round(time.perf_counter() - started, 3)}
-    with storage.writing(os.path.join(work, PLAN_FILE), "plan"):
-        save_plan(work, plan)
+    with storage.writing(work.tokenizer_path, "tokenizer"):
+        save_tokenizer(tok, work.tokenizer_path)
+    plan = Plan(key=key, chunks=chunks, skipped=skipped, total_bytes=total,
+                files=[[g.path, g.format] for g in good], shortfall=shortfall, specials=specials,
+                tokenizer_sample_bytes=None if job.tokenizer is not None else taken[0],
+                tokenizer_s=round(time.perf_counter() - started, 3))
+    work.save_plan(plan)
     return plan
 
 
 def _worker_job(job, tok, specials, work):
     """What every worker needs, picklable."""
     special_ids = set(specials.values()) | {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
-    return {"tokenizer_json": tok.to_str(), "seq_len": job.seq_len, "line_by_line": job.line_by_line,
-            "labels": job.labels, "mask_rate": job.mask_rate, "seed": job.seed, "specials": specials,
-            "special_ids": sorted(special_ids), "vocabulary_size": vocabulary_size(tok),
-            "validation_fraction": job.validation_fraction, "work_dir": work}
+    return WorkerJob(tokenizer_json=tok.to_str(), seq_len=job.seq_len, line_by_line=job.line_by_line,
+                     labels=job.labels, mask_rate=job.mask_rate, seed=job.seed, specials=specials,
+                     special_ids=sorted(special_ids), vocabulary_size=vocabulary_size(tok),
+                     validation_fraction=job.validation_fraction, work_dir=work)
 
 
 def _build(job, work, key, plan, scanned, written, started):
@@ -314,39 +313,37 @@ def _build(job, work, key, plan, scanned, written, started):
     chunks, the shards, tokenizer.json, the manifest (last); the work directory goes
     once the manifest is there."""
     if plan is None:  # nothing, or a run stopped before its plan was saved
-        shutil.rmtree(work, ignore_errors=True)
-        with storage.writing(work, "work directory"):
-            os.makedirs(work)
+        work.create()
         plan = _plan(job, scanned, key, work, started)
-    chunks = chunks_of(plan)
-    tok = Tokenizer.from_file(os.path.join(work, TOKENIZER_FILE))
-    remove_stray(work)
-    results = finished(work, chunks)
+    chunks = plan.chunks
+    tok = Tokenizer.from_file(work.tokenizer_path)
+    work.remove_stray()
+    results = work.finished(chunks)
     if results:
         logger.info(f"resuming {job.out_dir}: {len(results)} of {len(chunks)} chunks done before")
-    bar = Progress(plan["total_bytes"], "encode+pack+write", enabled=job.progress)
+    bar = Progress(plan.total_bytes, "encode+pack+write", enabled=job.progress)
     bar.add(sum(c.size for c in chunks if c.index in results))
     pending = [c for c in chunks if c.index not in results]
     try:
-        results.update(run_chunks(_worker_job(job, tok, plan["specials"], work), pending, job.workers, bar))
+        results.update(run_chunks(_worker_job(job, tok, plan.specials, work), pending, job.workers, bar))
     except BaseException:
         bar.erase()  # the command's one line takes its place
         raise
-    timing = {"tokenizer": plan["tokenizer_s"], "encode_pack_write": round(bar.close(), 3)}
-    if not any(r["train"]["sequences"] + r["validation"]["sequences"] for r in results.values()):
+    timing = {"tokenizer": plan.tokenizer_s, "encode_pack_write": round(bar.close(), 3)}
+    if not any(r.train.sequences + r.validation.sequences for r in results.values()):
         raise InputError("no text in the inputs: every document is empty")
     _tell(job, results, chunks)
     joining = time.perf_counter()
-    splits = assemble_splits(job.out_dir, work, results, _shard_counts(job, plan["total_bytes"]),
+    splits = assemble_splits(job.out_dir, work, results, _shard_counts(job, plan.total_bytes),
                              job.validation_fraction, written)
     _warn_of_validation(job, splits)
     _save_tokenizer(job, tok, written)
     timing["assemble"] = round(time.perf_counter() - joining, 3)
-    documents = sum(r["documents"] for r in results.values())
-    manifest = _manifest(job, tok, plan["specials"], splits, plan, documents, timing)
-    with writing(work, os.path.join(job.out_dir, MANIFEST_NAME), "manifest"):
+    documents = sum(r.documents for r in results.values())
+    manifest = _manifest(job, tok, plan.specials, splits, plan, documents, timing)
+    with work.writing(os.path.join(job.out_dir, MANIFEST_NAME), "manifest"):
         write_manifest(job.out_dir, manifest)
-    shutil.rmtree(work, ignore_errors=True)
+    work.remove()
     return manifest
 
 
@@ -436,28 +433,26 @@ def prepare(
     started = time.perf_counter()
     _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer)
     _check_scale(workers, tokenizer_sample_bytes, chunk_bytes)
-    # prepare's arguments, checked, as the steps below read them
-    job = types.SimpleNamespace(**{**arguments, "out_dir": os.fspath(out_dir), "line_by_line": bool(line_by_line),
-                                   "workers": workers or default_workers()})
-    return _prepare_into(job, overwrite, started)
+    return _prepare_into(arguments, workers or default_workers(), overwrite, started)
 
 
-def _prepare_into(job, overwrite, started):
+def _prepare_into(arguments, workers, overwrite, started):
     """`prepare` into a local directory, after the arguments' checks."""
-    inputs, tokenizer, strict, text_field, split = job.inputs, job.tokenizer, job.strict, job.text_field, job.split
-    _refuse_existing(job.out_dir, overwrite)
+    _refuse_existing(os.fspath(arguments["out_dir"]), overwrite)
     # A tokenizer named by its path is read now: a wrong path fails before any reading.
-    job.given_tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
-    files = expand_inputs(inputs)
-    work, key = work_dir(job.out_dir), resume_key(job, files)
-    plan = None if overwrite else load_plan(work)
-    if plan is not None and plan["key"] != key:
+    tokenizer = arguments["tokenizer"]
+    given = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
+    job = PrepareJob.of(arguments, workers, given)
+    files = expand_inputs(job.inputs)
+    work, key = WorkDir.of(job.out_dir), resume_key(job, files)
+    plan = None if overwrite else work.load_plan()
+    if plan is not None and plan.key != key:
         raise InputError(f"{job.out_dir} holds an unfinished prepare of other inputs or arguments ({work}); "
                          "run that command again to finish it, or pass --overwrite to start over")
-    scanned = None if plan is not None else _scan_inputs(files, strict, text_field, split)
+    scanned = None if plan is not None else _scan_inputs(files, job.strict, job.text_field, job.split)
     _clear_previous(job.out_dir)
     if overwrite:
-        shutil.rmtree(work, ignore_errors=True)
+        work.remove()
     created = _first_missing(job.out_dir)
     with storage.writing(job.out_dir, "output directory"):
         os.makedirs(job.out_dir, exist_ok=True)
@@ -465,11 +460,11 @@ def _prepare_into(job, overwrite, started):
     try:
         return _build(job, work, key, plan, scanned, written, started)
     except BaseException as error:
-        if not isinstance(error, InputError) and os.path.exists(os.path.join(work, PLAN_FILE)):
+        if not isinstance(error, InputError) and work.has_plan():
             _remove_partial(None, written)  # the finished chunks stay, for the next run
-            remove_stray(work)  # what stopped workers were writing: the space comes back now
+            work.remove_stray()  # what stopped workers were writing: the space comes back now
         else:
-            shutil.rmtree(work, ignore_errors=True)
+            work.remove()
             _remove_partial(created, written)
         raise
 

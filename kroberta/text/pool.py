@@ -100,7 +100,7 @@ def run_chunks(job, chunks, processes, progress):
         early = {p.pid: p.exitcode for p in children}  # before `_stop` ends the others
         _stop(executor, children)
         final = {p.pid: p.exitcode for p in children}
-        raise WorkerError(_lost(chunks, running, early, final, results, job["work_dir"])) from None
+        raise WorkerError(_lost(chunks, running, early, final, results, job.work_dir)) from None
     except BaseException:  # an error in one chunk, Ctrl-C, SIGTERM: the others stop too
         _stop(executor, _processes_of(executor))
         raise
@@ -120,7 +120,7 @@ def _collect(submitted, read, progress, results):
             reported = now
             for future in done:
                 result = future.result()  # a worker's error, raised here
-                results[result["index"]] = result
+                results[result.index] = result
     except BrokenProcessPool:
         # The chunks that finished before the pool broke are not in flight.
         for future, chunk in submitted.items():

@@ -1,34 +1,25 @@
-"""What lets a stopped prepare go on: its plan and finished chunks in `out_dir/.prepare/`.
+"""What lets a stopped prepare go on: its plan, kept in the work directory (`kroberta.text.work_dir`).
 
-The plan (plan.json) records the arguments and the inputs (path, size, modification
-time) it was made for, the chunks, the scan's findings and the tokenizer (saved next
-to it): a run with the same arguments on the same files takes it up and redoes only
-the chunks without a result (`kroberta.text.workers`); other arguments or changed
-files are refused until `--overwrite` starts over.
+The plan records the arguments and the inputs (path, size, modification time) it was
+made for, the chunks, the scan's findings and the tokenizer (saved next to it): a run
+with the same arguments on the same files takes it up and redoes only the chunks
+without a result (`kroberta.text.workers`); other arguments or changed files are
+refused until `--overwrite` starts over.
 """
 
 import dataclasses
 import glob
 import hashlib
-import json
 import os
 
 from kroberta import storage
-from kroberta.atomic import atomic_write
 from kroberta.text import locations
 from kroberta.text.chunks import Chunk
 from kroberta.text.textfiles import Source
-from kroberta.text.workers import load_result, part_path
 
-WORK_DIR = ".prepare"
-PLAN_FILE = "plan.json"
 # prepare's arguments that decide its output (`workers` and `progress` do not).
 DECIDING = ("vocab_size", "seq_len", "validation_fraction", "shards", "labels", "mask_rate", "seed", "strict",
             "text_field", "split", "line_by_line", "chunk_bytes", "tokenizer_sample_bytes")
-
-
-def work_dir(out_dir) -> str:
-    return os.path.join(os.fspath(out_dir), WORK_DIR)
 
 
 def _stamp(path):
@@ -57,44 +48,26 @@ def resume_key(job, files) -> dict:
             "inputs": [[storage.absolute(f), *_stamp(f)] for f in files]}
 
 
-def load_plan(work) -> dict | None:
-    try:
-        with open(os.path.join(work, PLAN_FILE), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the first run decided, saved for the runs that take it up (plan.json)."""
 
+    key: dict  # `resume_key`: what the plan was made for
+    chunks: list[Chunk]
+    skipped: list[dict]  # the text files skipped: {"path", "problem", "offset"}
+    total_bytes: int  # of the inputs used
+    files: list[list]  # [path, format (None: text)] of each input used
+    shortfall: str | None  # the tokenizer's vocabulary shortfall note
+    specials: dict[str, int]  # special token name -> id
+    tokenizer_sample_bytes: int | None  # the sample the tokenizer was trained on (None: given)
+    tokenizer_s: float  # seconds to the tokenizer, for the manifest's timing
 
-def save_plan(work, plan):
-    """Written last of the plan's files: a work directory without one starts over."""
-    with atomic_write(os.path.join(work, PLAN_FILE), encoding="utf-8") as f:
-        json.dump(plan, f)
+    def to_json(self) -> dict:
+        chunks = [[c.index, [dataclasses.asdict(s) for s in c.sources], list(c.sizes)] for c in self.chunks]
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, "chunks": chunks}
 
-
-def chunk_entries(chunks) -> list:
-    return [[c.index, [dataclasses.asdict(s) for s in c.sources], list(c.sizes)] for c in chunks]
-
-
-def chunks_of(plan) -> list[Chunk]:
-    return [Chunk(index, tuple(Source(**s) for s in sources), tuple(sizes)) for index, sources, sizes in plan["chunks"]]
-
-
-def finished(work, chunks) -> dict:
-    """Chunk index -> result of the chunks done: a result file, and the parts it counts
-    (a part already moved into a shard by an assembly that was stopped is redone)."""
-    done = {}
-    for chunk in chunks:
-        result = load_result(work, chunk.index)
-        if result is not None and all(os.path.exists(part_path(work, chunk.index, split))
-                                      for split in ("train", "validation") if result[split]["sequences"]):
-            done[chunk.index] = result
-    return done
-
-
-def remove_stray(work):
-    """Temporary files of processes that were stopped mid-write."""
-    for path in glob.glob(os.path.join(work, ".tmp-*")):
-        try:
-            os.remove(path)
-        except OSError:
-            pass
+    @classmethod
+    def from_json(cls, entries: dict) -> "Plan":
+        chunks = [Chunk(index, tuple(Source(**s) for s in sources), tuple(sizes))
+                  for index, sources, sizes in entries["chunks"]]
+        return cls(**{**entries, "chunks": chunks})

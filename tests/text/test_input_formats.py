@@ -276,18 +276,19 @@ def test_parquet_streams_by_batches(tmp_path, monkeypatch):
 
 
 def test_check_a_plain_directory_with_a_planted_defect(tmp_path, capsys):
-    from kroberta.data.records import ShardWriter, encode_examples
+    from kroberta.data.records import encode_examples
+    from kroberta.data.tfrecord_files import RecordFileWriter
 
     folder = tmp_path / "elsewhere"
     folder.mkdir()
     good = np.arange(5, 21, dtype=np.int64)
     for name, bad_id in (("a.tfrecord", None), ("b.tfrecords", 999)):
-        with ShardWriter(str(folder / name)) as writer:
+        with RecordFileWriter(folder / name) as writer:
             for i in range(3):
                 ids = good.copy()
                 if bad_id is not None and i == 2:
                     ids[4] = bad_id
-                writer.write(encode_examples(ids, np.ones(16, np.int64))[0])
+                writer.write_many(encode_examples(ids, np.ones(16, np.int64)))
     (folder / "notes.txt").write_text("not a record file")
     assert main(["--check", str(folder)]) == 2
     assert "needs --vocab-size" in capsys.readouterr().err

@@ -16,7 +16,8 @@ from kroberta.data.manifest import load_manifest
 from kroberta.text.packing import pack_documents
 from kroberta.cli.prepare import main
 from kroberta.text.build import PrepareWarning, prepare
-from kroberta.data.records import ShardWriter, encode_examples
+from kroberta.data.records import encode_examples
+from kroberta.data.tfrecord_files import RecordFileWriter
 from kroberta.masking import static_labels
 from kroberta.text.tokenizer import load_tokenizer, special_token_ids, train_tokenizer
 
@@ -268,15 +269,15 @@ def test_vocabulary_larger_than_the_data_is_recorded(tmp_path):
     assert "must equal" in m["source"]["vocabulary_note"]
 
 
-def test_shard_writer_is_atomic(tmp_path):
+def test_record_file_writer_is_atomic(tmp_path):
     path = tmp_path / "x.tfrecord"
     with pytest.raises(RuntimeError):
-        with ShardWriter(path) as w:
-            w.write(encode_examples([0, 5, 2], [1, 1, 1])[0])
+        with RecordFileWriter(path) as w:
+            w.write_many(encode_examples([0, 5, 2], [1, 1, 1]))
             raise RuntimeError("interrupted")
     assert os.listdir(tmp_path) == []
-    with ShardWriter(path) as w:
-        w.write(encode_examples([0, 5, 2], [1, 1, 1])[0])
+    with RecordFileWriter(path) as w:
+        w.write_many(encode_examples([0, 5, 2], [1, 1, 1]))
     assert os.listdir(tmp_path) == ["x.tfrecord"]
 
 

@@ -4,7 +4,6 @@ killed, SIGINT and SIGTERM to it or to its process group, a full disk and a read
 same command then resumes to the files of a run never stopped."""
 
 import errno
-import json
 import os
 import signal
 import subprocess
@@ -15,8 +14,8 @@ import psutil
 import pytest
 
 from kroberta.text.chunks import Chunk
-from kroberta.text.resume import PLAN_FILE, chunks_of
 from kroberta.text.textfiles import Source
+from kroberta.text.work_dir import WorkDir
 from tests.text.test_prepare import REPO, make_docs, write_corpus
 from tests.text.test_prepare_workers import _files
 
@@ -46,7 +45,7 @@ if os.environ.get("STOP_BEFORE_ASSEMBLY"):  # every chunk done, nothing assemble
         raise KeyboardInterrupt
     build.assemble_splits = stop
 if os.environ.get("FULL_AFTER_WRITES"):  # where no filesystem can be mounted: a full disk told by Python
-    import kroberta.text.tfrecord_files as files
+    import kroberta.data.tfrecord_files as files
     real_write, writes = files.RecordFileWriter.write_many, []
     def write_many(self, records):
         writes.append(1)
@@ -148,8 +147,7 @@ def _gone(pids):
 
 
 def _described(out, index):
-    with open(os.path.join(out, ".prepare", PLAN_FILE)) as f:
-        return chunks_of(json.load(f))[index].describe()
+    return WorkDir.of(out).load_plan().chunks[index].describe()
 
 
 def _assert_resumes(corpus, out, reference):

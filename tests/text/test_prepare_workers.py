@@ -16,10 +16,12 @@ import pytest
 from kroberta.data.records import encode_examples
 from kroberta.errors import InputError
 from kroberta.text.build import prepare
-from kroberta.text.chunks import csv_cut_points, cut_points, plan_chunks
+from kroberta.text.chunks import Chunk, csv_cut_points, cut_points, plan_chunks
+from kroberta.text.job import ChunkResult, SplitCount
 from kroberta.text.sample import sample_documents
 from kroberta.text.textfiles import Source, iter_documents
-from kroberta.text.tfrecord_files import RecordFileWriter, read_records
+from kroberta.text.work_dir import WorkDir
+from kroberta.data.tfrecord_files import RecordFileWriter, read_records
 from tests.text.test_prepare import REPO, make_docs, write_corpus
 
 SETTINGS = dict(vocab_size=300, seq_len=16, validation_fraction=0.1, progress=False, chunk_bytes=3000,
@@ -322,6 +324,9 @@ def test_tfrecord_files_are_tensorflow_s_bytes(tmp_path):
     mine.close()
     assert (tmp_path / "mine.tfrecord").read_bytes() == (tmp_path / "tf.tfrecord").read_bytes()
     assert read_records(tmp_path / "mine.tfrecord") == records
+    # tf.data checks each record's CRCs as it reads: TensorFlow takes the file as its own.
+    read = tf.data.TFRecordDataset(str(tmp_path / "mine.tfrecord")).as_numpy_iterator()
+    assert list(read) == records
 
 
 _PEAK_MEMORY = """
@@ -373,3 +378,23 @@ def test_small_files_share_a_chunk_and_its_one_padded_sequence(tmp_path):
 
     padded = sum(int((read_split(tmp_path / "o", split)[1] == 0).any(axis=1).sum()) for split in ("train", "validation"))
     assert manifest["source"]["chunks"] == len(chunks) and padded <= len(chunks)
+
+
+@pytest.mark.fast
+def test_a_chunk_result_is_saved_in_its_json_format_and_read_back_equal(tmp_path):
+    work = WorkDir.of(tmp_path)
+    os.makedirs(work.path)
+    result = ChunkResult(3, SplitCount(5, 300), SplitCount(1, 64), 7, {"a.txt": 40}, {"a.txt": [30, 2]},
+                         {"train": 60, "validation": 64})
+    work.save_result(result)
+    # The format a stopped prepare left before: its .prepare/ resumes.
+    assert (tmp_path / ".prepare" / "chunk-000003.json").read_text() == (
+        '{"index": 3, "train": {"sequences": 5, "tokens": 300}, "validation": {"sequences": 1, "tokens": 64}, '
+        '"documents": 7, "lines": {"a.txt": 40}, "long_documents": {"a.txt": [30, 2]}, '
+        '"last_tokens": {"train": 60, "validation": 64}}')
+    assert work.load_result(3) == result
+    assert work.finished([Chunk(3, (), ())]) == {}, "its parts are missing: not finished"
+    for split in ("train", "validation"):
+        open(work.part_path(3, split), "wb").close()
+    assert work.finished([Chunk(3, (), ())]) == {3: result}
+    assert work.load_result(4) is None
