@@ -54,6 +54,31 @@ def test_sigterm_is_143_after_the_cleanups_an_interrupt_runs(capsys):
 
 
 @pytest.mark.fast
+@pytest.mark.parametrize("signum, code, line", [("SIGTERM", 143, "stopped by SIGTERM"),
+                                                ("SIGINT", 130, "interrupted")])
+def test_a_stop_that_lands_in_a_garbage_collector_callback_still_stops(signum, code, line, capsys):
+    """JAX's gc callback (`_xla_gc_callback`): an exception raised there is only printed
+    ("Exception ignored in ..."), and the command would run on to the end."""
+    import gc
+    import signal
+    import time
+
+    def landing_in_the_callback(phase, info):
+        gc.callbacks.remove(landing_in_the_callback)
+        signal.raise_signal(getattr(signal, signum))  # the handler runs here, inside gc
+
+    def body():
+        gc.callbacks.append(landing_in_the_callback)
+        gc.collect()
+        for _ in range(200):  # 10 s: the stop, sent again, ends this long before
+            time.sleep(0.05)
+        return 0
+
+    assert cli.run(body) == code
+    assert capsys.readouterr().err == line + "\n"  # nothing printed from inside gc
+
+
+@pytest.mark.fast
 def test_sigint_inherited_ignored_still_interrupts(capsys):
     """A command a script starts with `&` inherits SIGINT ignored: it stops all the same."""
     import signal

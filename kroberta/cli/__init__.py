@@ -38,6 +38,33 @@ def _raise_terminated(signum, frame):
     raise Terminated
 
 
+# How long a swallowed stop waits before it is delivered again: long enough for the code
+# that swallowed it (a garbage-collector callback) to have returned.
+REDELIVERY_SECONDS = 0.05
+
+
+def _redeliver_stops(previous_hook):
+    """A `sys.unraisablehook` for a stop (KeyboardInterrupt, `Terminated`) that Python
+    could not raise: a signal handler's exception raised inside a garbage-collector
+    callback or a finalizer (JAX registers one, `_xla_gc_callback`) is printed as
+    "Exception ignored in ..." with a traceback and the command runs on. The signal is
+    sent again a moment later, to land in the command's own code; other unraisable
+    errors go to `previous_hook`."""
+
+    def hook(unraisable):
+        if not (isinstance(unraisable.exc_type, type)
+                and issubclass(unraisable.exc_type, KeyboardInterrupt)):
+            previous_hook(unraisable)
+            return
+        signum = signal.SIGTERM if issubclass(unraisable.exc_type, Terminated) else signal.SIGINT
+        # A thread sends it, after this hook returned: raised here, it would be lost again.
+        timer = threading.Timer(REDELIVERY_SECONDS, os.kill, (os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+
+    return hook
+
+
 @contextlib.contextmanager
 def stop_signals():
     """SIGINT raises KeyboardInterrupt and SIGTERM raises `Terminated` inside the block,
@@ -56,9 +83,12 @@ def stop_signals():
                             (signal.SIGTERM, _raise_terminated)):
         if signal.getsignal(signum) in inherited:
             previous[signum] = signal.signal(signum, handler)
+    unraisable_hook = sys.unraisablehook
+    sys.unraisablehook = _redeliver_stops(unraisable_hook)
     try:
         yield
     finally:
+        sys.unraisablehook = unraisable_hook
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
