@@ -4,7 +4,9 @@
 
 Each batch's reduced result is appended to one raw file per output array as soon
 as it arrives; at the end the arrays are packed into the .npz (written under a
-temporary name and renamed, so an interrupted run leaves no partial file).
+temporary name and renamed, so an interrupted run, a kill or a full disk leaves no
+partial file). A full disk or a read-only folder is one line naming --out and the free
+space, exit 2.
 
 The Python API is `kroberta.predict(...)` (kroberta/inference/prediction.py).
 """
@@ -82,7 +84,11 @@ def _main(args) -> int:
         warnings.simplefilter("always", UserWarning)
         progress = console.Progress(total, "predict", enabled=not args.no_progress,
                                     unit="examples")
-        shapes = write_npz(chunks, args.out, progress)
+        # The raw files beside --out, then the archive: a failed write leaves neither.
+        with storage.writing(args.out, "predictions",
+                             then="nothing was written; free some space or choose another "
+                             "--out, and run the same command again"):
+            shapes = write_npz(chunks, args.out, progress)
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     summary = ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
