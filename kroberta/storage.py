@@ -360,6 +360,22 @@ def check_room_for_hdf5(path, weights):
                "the weights file")
 
 
+def check_writable(path, key: str):
+    """Refuses, before any work, an output `path` (local) that could not be written: its
+    folder (or nearest existing parent), or `path` itself when it is a folder, is on a
+    read-only file system or lacks write permission. A URL is found out when written.
+    `key`: the option that names `path` in the message."""
+    if is_url(path):
+        return
+    path = os.path.abspath(os.fspath(path))
+    for folder in dict.fromkeys([_existing_folder(os.path.dirname(path)),
+                                 *([path] if os.path.isdir(path) else [])]):
+        if not os.access(folder, os.W_OK):
+            why = ("on a read-only file system" if os.statvfs(folder).f_flag & os.ST_RDONLY
+                   else "not writable (permission denied)")
+            raise StorageError(f"{key} {path}: {folder} is {why}; choose another {key}")
+
+
 def _existing_folder(path):
     """`path` or its nearest existing parent (a URL as it is)."""
     if is_url(path):

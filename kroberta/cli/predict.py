@@ -65,6 +65,7 @@ def _main(args) -> int:
         folder = os.path.dirname(args.out)
         raise InputError(f"--out: the folder {folder!r} does not exist; create it first "
                          f"(mkdir -p {folder})")
+    storage.check_writable(args.out, "--out")
     if model_source(args.run, "--run")[1] == CLASSIFIER:
         raise InputError(f"--run: {args.run} is a fine-tuned classifier, not a masked LM; "
                          f"predict its labels with python -m kroberta.finetune --classifier "

@@ -18,6 +18,7 @@ def export_run(run: str, out: str, overwrite: bool = False, format: str = "hf") 
     # Before the model is loaded (and JAX, Keras and TensorFlow imported): the mistake is
     # named at once.
     check_out_dir(out, overwrite, "--out", format)
+    storage.check_writable(out, "--out")  # staged beside it, then renamed
     if model_source(run, "--run")[0] != RUN:
         raise InputError(f"--run: {run} is already a Hugging Face directory or keras-hub "
                          "preset; give a kroberta run (or load it with kroberta.load and call "
