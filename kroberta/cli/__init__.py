@@ -21,7 +21,7 @@ import sys
 import threading
 
 from kroberta.errors import KrobertaError
-from kroberta.runtime import logs
+from kroberta.runtime import logs, quiet_start
 
 BAD_INPUT = 2
 DIVERGED = 3
@@ -187,13 +187,13 @@ def run(body, *, interrupted: str = "interrupted",
         """A stop inside an import (JAX, Keras and TensorFlow load for seconds): the command
         ends now, as a kill would end it (what it wrote is whole or under a temporary name),
         with its line and code. Written to the descriptor: the handler may run while the
-        main thread holds sys.stderr's lock."""
+        main thread holds sys.stderr's lock, or while TensorFlow's start filters it."""
         terminated = signum == signal.SIGTERM
         line = "stopped by SIGTERM" + interrupted.removeprefix("interrupted") if terminated \
             else interrupted
         with contextlib.suppress(Exception):
             sys.stdout.flush()
-        os.write(sys.stderr.fileno(), (line + "\n").encode())
+        os.write(quiet_start.stderr_descriptor(), (line + "\n").encode())
         os._exit(PREEMPTED if terminated else INTERRUPTED)
 
     try:
