@@ -9,6 +9,7 @@ Mounting needs root (or CAP_SYS_ADMIN); where it is refused, the disk tests skip
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -369,14 +370,17 @@ def trained(files):
     return of
 
 
-# (tmpfs size, steps, the line's start). A checkpoint of the tiny model takes 0.5 MiB and
-# needs 0.8 MiB free to start: room for two checkpoints, not a third; room for two and
-# not for the final model beside them.
+# (tmpfs size, steps, checkpoint every, the line). A checkpoint of the tiny model takes
+# 0.5 MiB and needs 0.8 MiB free to start (and training 0.85 MiB at its start): room for a
+# checkpoint or two, not for four; room for the one checkpoint, not the final model beside it.
 TRAIN_DISKS = {
-    "checkpoint": ("1500k", 40, "could not write the checkpoint at step 30 in {run}/checkpoints: "
-                   "No space left on device: a checkpoint needs about "),
-    "final model": ("1400k", 20, "could not write the final model at {run}/model.weights.h5: No "
-                    "space left on device: the weights file needs about "),
+    "checkpoint": ("1500k", 40, 10, r"error: could not write the checkpoint at step (\d+) in "
+                   r"{run}/checkpoints: No space left on device: a checkpoint needs about [\d.]+ "
+                   r"MiB \([\d.]+ MiB free there\); the previous checkpoints are intact"),
+    "final model": ("1000k", 20, 20, r"error: could not write the final model at {run}/"
+                    r"model.weights.h5: No space left on device: the weights file needs about "
+                    r"[\d.]+ MiB \([\d.]+ MiB free there\); the checkpoint at step (20) is kept; "
+                    r"free some space and run the same training again to save it"),
 }
 
 
@@ -384,16 +388,24 @@ TRAIN_DISKS = {
 @pytest.mark.parametrize("what", list(TRAIN_DISKS))
 def test_a_full_disk_during_train_keeps_the_checkpoints_and_a_rerun_resumes(
         files, trained, small_disk, what):
-    size, steps, start = TRAIN_DISKS[what]
+    from kroberta.training.checkpoint import list_checkpoints
+
+    size, steps, every, pattern = TRAIN_DISKS[what]
     run_dir = small_disk(size) / "run"
-    full = _run(_train(files, run_dir, steps))
+    full = _run(_train(files, run_dir, steps, every))
     assert full.returncode == 2, full.stderr[-3000:]
     line = _one_line(full.stderr)
-    assert line.startswith("error: " + start.format(run=run_dir)), line
+    match = re.fullmatch(pattern.format(run=re.escape(str(run_dir))), line)
+    assert match, line
+    failed_at = int(match.group(1))
+    # The checkpoints before the failure are kept (the one of the failed step, for the model).
+    kept = [step for step, _ in list_checkpoints(str(run_dir))]
+    assert kept and kept[-1] == (failed_at if what == "final model" else failed_at - every)
     assert not (run_dir / "model.weights.h5").exists()
     _grow(run_dir.parent, "20m")
-    resumed = _run(_train(files, run_dir, steps))
+    resumed = _run(_train(files, run_dir, steps, every))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from {run_dir}/checkpoints/step_{kept[-1]:08d}" in resumed.stderr
     for a, b in zip(_final_weights(run_dir), trained(steps)):
         np.testing.assert_array_equal(a, b)
 
@@ -417,7 +429,23 @@ def test_a_disk_filled_by_another_program_while_train_runs_is_one_line(files, tr
                             f"error: could not write the metrics at {run_dir}/metrics.jsonl: No "
                             "space left on device (")), line
     filler.unlink()
+    _grow(disk, "20m")
     again = _run(command)
     assert again.returncode == 0, again.stderr[-3000:]
     for a, b in zip(_final_weights(run_dir), trained(200)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_ctrl_c_to_train_s_group_still_writes_a_checkpoint_at_the_current_step(files, tmp_path):
+    """The commands' own SIGINT handler gives way to training's, which checkpoints first."""
+    from kroberta.training.checkpoint import list_checkpoints
+
+    run_dir = tmp_path / "run"
+    command = _train(files, run_dir, steps=100_000, checkpoint_every=100_000)
+    metrics = run_dir / "metrics.jsonl"
+    # Its first row: training is in its step loop (the file itself is opened before).
+    process = _started(command, lambda p: metrics.is_file() and metrics.stat().st_size > 0)
+    code, stderr = _stopped(process, signal.SIGINT, group=True)
+    assert (code, _one_line(stderr)) == (130, "interrupted")
+    step = list_checkpoints(str(run_dir))[-1][0]
+    assert f"interrupted at step {step}: checkpoint written" in stderr

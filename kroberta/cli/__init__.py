@@ -69,6 +69,9 @@ def _stopper(in_import):
             return
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
+    # Python's default, as far as training is concerned: it installs its own Ctrl-C
+    # handler (a checkpoint first) in place of either (`kroberta.training.preemption`).
+    stop.interrupts_by_default = True
     return stop
 
 
