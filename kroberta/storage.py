@@ -16,6 +16,7 @@ weights, Orbax's checkpoints, a picture) go through a local temporary copy:
 """
 
 import contextlib
+import errno
 import glob as globbing
 import os
 import posixpath
@@ -242,7 +243,10 @@ class Appender:
 
     def close(self):
         if not self._url:
-            self._file.close()
+            # Each line was flushed by `write`: a close that fails (a full disk) only
+            # repeats the error that write raised, and would hide it.
+            with contextlib.suppress(OSError):
+                self._file.close()
 
 
 def append_text(path, text: str):
@@ -328,14 +332,65 @@ def free_bytes(path) -> int:
     return shutil.disk_usage(tempfile.gettempdir() if is_url(path) else path).free
 
 
+def weights_bytes(weights) -> int:
+    """The bytes of `weights` (variables or arrays: their shapes and dtypes)."""
+    import numpy as np  # start-up: the commands read this module before NumPy is needed
+
+    return sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in weights)
+
+
+def check_room(path, needed_bytes: int, what: str):
+    """Raises OSError(ENOSPC) when the disk that is to hold `path` (or, for a URL, the local
+    temporary directory that stages it) has less than `needed_bytes` free; `writing` turns
+    it into one line. For the writers that cannot fail cleanly on a full disk: h5py (under
+    Keras' .weights.h5) fails again in each object's finalizer, a screen of "Exception
+    ignored" tracebacks, then the process dies of a segmentation fault; Orbax's tensorstore
+    threads print "Event loop is closed" tracebacks. `what`: the file, in words."""
+    free = free_bytes(_existing_folder(path))
+    if free < needed_bytes:
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: {what} needs about "
+                      f"{needed_bytes / 2**20:.1f} MiB")
+
+
+def check_room_for_hdf5(path, weights):
+    """`check_room` for an HDF5 weights file of `weights`: their bytes, a tenth more, and
+    8 KiB of layout per array (the tiny model's 41 arrays of 0.14 MiB took 0.24 MiB)."""
+    weights = list(weights)
+    check_room(path, int(1.1 * weights_bytes(weights)) + 8 * 2**10 * (len(weights) + 8),
+               "the weights file")
+
+
+def check_writable(path, key: str):
+    """Refuses, before any work, an output `path` (local) that could not be written: its
+    folder (or nearest existing parent), or `path` itself when it is a folder, is on a
+    read-only file system or lacks write permission. A URL is found out when written.
+    `key`: the option that names `path` in the message."""
+    if is_url(path):
+        return
+    path = os.path.abspath(os.fspath(path))
+    for folder in dict.fromkeys([_existing_folder(os.path.dirname(path)),
+                                 *([path] if os.path.isdir(path) else [])]):
+        if not os.access(folder, os.W_OK):
+            why = ("on a read-only file system" if os.statvfs(folder).f_flag & os.ST_RDONLY
+                   else "not writable (permission denied)")
+            raise StorageError(f"{key} {path}: {folder} is {why}; choose another {key}")
+
+
+def _existing_folder(path):
+    """`path` or its nearest existing parent (a URL as it is)."""
+    if is_url(path):
+        return path
+    folder = os.path.abspath(os.fspath(path))
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return folder
+
+
 def free_text(path) -> str:
     """The free space on the disk that holds `path` (or its nearest existing parent), in
     words, for a message about a failed write; "" where it cannot be read."""
-    folder = os.path.abspath(os.fspath(path)) if not is_url(path) else path
-    while not is_url(folder) and not os.path.exists(folder) and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
     try:
-        return f"{free_bytes(folder) / 2**20:.1f} MiB free there"
+        return f"{free_bytes(_existing_folder(path)) / 2**20:.1f} MiB free there"
     except OSError:
         return ""
 

@@ -54,6 +54,63 @@ def test_sigterm_is_143_after_the_cleanups_an_interrupt_runs(capsys):
 
 
 @pytest.mark.fast
+@pytest.mark.parametrize("signum, code, line", [("SIGTERM", 143, "stopped by SIGTERM"),
+                                                ("SIGINT", 130, "interrupted")])
+def test_a_stop_that_lands_in_a_garbage_collector_callback_still_stops(signum, code, line, capsys):
+    """JAX's gc callback (`_xla_gc_callback`): an exception raised there is only printed
+    ("Exception ignored in ..."), and the command would run on to the end."""
+    import gc
+    import signal
+    import time
+
+    def landing_in_the_callback(phase, info):
+        gc.callbacks.remove(landing_in_the_callback)
+        signal.raise_signal(getattr(signal, signum))  # the handler runs here, inside gc
+
+    def body():
+        gc.callbacks.append(landing_in_the_callback)
+        gc.collect()
+        for _ in range(200):  # 10 s: the stop, sent again, ends this long before
+            time.sleep(0.05)
+        return 0
+
+    assert cli.run(body) == code
+    assert capsys.readouterr().err == line + "\n"  # nothing printed from inside gc
+
+
+def test_a_stop_inside_an_import_ends_the_command_at_once_with_its_line(tmp_path):
+    """Raised inside an import, a KeyboardInterrupt can leave NumPy half imported, and JAX's
+    extension then dies of a segmentation fault: the command ends at once instead."""
+    import subprocess
+    import sys
+
+    (tmp_path / "stopped_in_import.py").write_text(
+        "import signal, time\nsignal.raise_signal(signal.SIGTERM)\ntime.sleep(30)\n")
+    program = ("import sys; from kroberta import cli; sys.path.insert(0, sys.argv[1]); "
+               "sys.exit(cli.run(lambda: __import__('stopped_in_import'), "
+               "interrupted='interrupted; nothing was written'))")
+    done = subprocess.run([sys.executable, "-c", program, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (143, "stopped by SIGTERM; nothing was written\n")
+
+
+@pytest.mark.fast
+def test_without_a_way_to_end_at_once_a_stop_waits_for_the_import(tmp_path, monkeypatch):
+    import sys
+    import time
+
+    (tmp_path / "stopped_mid_import.py").write_text(
+        "import signal\nsignal.raise_signal(signal.SIGTERM)\nWHOLE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(cli.Terminated):
+        with cli.stop_signals():
+            import stopped_mid_import
+            for _ in range(200):  # 10 s: the stop, sent again after the import, ends this
+                time.sleep(0.05)
+    assert sys.modules["stopped_mid_import"].WHOLE  # imported whole, then stopped
+
+
+@pytest.mark.fast
 def test_sigint_inherited_ignored_still_interrupts(capsys):
     """A command a script starts with `&` inherits SIGINT ignored: it stops all the same."""
     import signal

@@ -21,7 +21,7 @@ import sys
 import threading
 
 from kroberta.errors import KrobertaError
-from kroberta.runtime import logs
+from kroberta.runtime import logs, quiet_start
 
 BAD_INPUT = 2
 DIVERGED = 3
@@ -34,12 +34,68 @@ class Terminated(KeyboardInterrupt):
     written file, a run directory with no checkpoint) a SIGTERM cleans up too."""
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated
+# How long a stop that could not be raised waits before it is sent again: long enough
+# for the code that held it back (an import, a garbage-collector callback) to go on.
+REDELIVERY_SECONDS = 0.05
+
+
+def _send_again(signum):
+    """Sends `signum` to this process a moment later, from a thread: raised now, the stop
+    would be lost or do harm."""
+    timer = threading.Timer(REDELIVERY_SECONDS, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
+
+
+def _importing(frame) -> bool:
+    """Whether `frame` (or a caller of it) runs an import."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _stopper(in_import):
+    """The handler of SIGINT (KeyboardInterrupt) and SIGTERM (`Terminated`). A stop that
+    lands in an import must not be raised there: a KeyboardInterrupt in NumPy's import
+    leaves it half made, and JAX's extension, importing it next, dies of a segmentation
+    fault (exit -11, no message). There `in_import(signum)` is called instead (None: the
+    stop waits until the import is done)."""
+
+    def stop(signum, frame):
+        if _importing(frame):
+            (in_import or _send_again)(signum)
+            return
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    # Python's default, as far as training is concerned: it installs its own Ctrl-C
+    # handler (a checkpoint first) in place of either (`kroberta.training.preemption`).
+    stop.interrupts_by_default = True
+    return stop
+
+
+def _redeliver_stops(previous_hook):
+    """A `sys.unraisablehook` for a stop (KeyboardInterrupt, `Terminated`) that Python
+    could not raise: a signal handler's exception raised inside a garbage-collector
+    callback or a finalizer (JAX registers one, `_xla_gc_callback`) is printed as
+    "Exception ignored in ..." with a traceback and the command runs on. The signal is
+    sent again, to land in the command's own code; other unraisable errors go to
+    `previous_hook`."""
+
+    def hook(unraisable):
+        if not (isinstance(unraisable.exc_type, type)
+                and issubclass(unraisable.exc_type, KeyboardInterrupt)):
+            previous_hook(unraisable)
+            return
+        _send_again(signal.SIGTERM if issubclass(unraisable.exc_type, Terminated)
+                    else signal.SIGINT)
+
+    return hook
 
 
 @contextlib.contextmanager
-def stop_signals():
+def stop_signals(in_import=None):
     """SIGINT raises KeyboardInterrupt and SIGTERM raises `Terminated` inside the block,
     also where the process inherited them ignored (`cmd &` in a script ignores SIGINT) or
     at their default (SIGTERM would end the process with no cleanup). A handler the
@@ -50,15 +106,18 @@ def stop_signals():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    inherited = (signal.SIG_IGN, signal.SIG_DFL, None)  # None: set outside Python
+    # None: set outside Python; Python's own Ctrl-C handler, which raises inside imports.
+    inherited = (signal.SIG_IGN, signal.SIG_DFL, None, signal.default_int_handler)
     previous = {}
-    for signum, handler in ((signal.SIGINT, signal.default_int_handler),
-                            (signal.SIGTERM, _raise_terminated)):
+    for signum in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(signum) in inherited:
-            previous[signum] = signal.signal(signum, handler)
+            previous[signum] = signal.signal(signum, _stopper(in_import))
+    unraisable_hook = sys.unraisablehook
+    sys.unraisablehook = _redeliver_stops(unraisable_hook)
     try:
         yield
     finally:
+        sys.unraisablehook = unraisable_hook
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
@@ -127,8 +186,21 @@ def run(body, *, interrupted: str = "interrupted",
         when_out_of_memory: what to lower when XLA runs out of device memory
             ("--batch-size"), or None to leave its error as it is.
     """
+    def at_once(signum):
+        """A stop inside an import (JAX, Keras and TensorFlow load for seconds): the command
+        ends now, as a kill would end it (what it wrote is whole or under a temporary name),
+        with its line and code. Written to the descriptor: the handler may run while the
+        main thread holds sys.stderr's lock, or while TensorFlow's start filters it."""
+        terminated = signum == signal.SIGTERM
+        line = "stopped by SIGTERM" + interrupted.removeprefix("interrupted") if terminated \
+            else interrupted
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os.write(quiet_start.stderr_descriptor(), (line + "\n").encode())
+        os._exit(PREEMPTED if terminated else INTERRUPTED)
+
     try:
-        with stop_signals(), logs.configured(messages):  # the library's messages: one line each
+        with stop_signals(at_once), logs.configured(messages):  # messages: one line each
             return body() or 0
     except FloatingPointError as error:  # a DivergedError, or one raised by JAX's debug_nans
         print(f"error: {error}", file=sys.stderr)

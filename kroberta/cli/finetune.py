@@ -19,7 +19,7 @@ import sys
 
 from kroberta.errors import InputError
 import kroberta
-from kroberta import cli
+from kroberta import cli, storage
 from kroberta.downstream.arguments import check_finetune_arguments
 from kroberta.downstream.settings import POOLINGS, FinetuneConfig, SettingError
 from kroberta.run_layout import CLASSIFIER, model_source
@@ -130,9 +130,27 @@ def _per_class_table(per_class: dict) -> str:
 
 
 def _write_json(path: str, value):
-    """Strict JSON (no bare NaN, which JSON readers refuse)."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=1, allow_nan=False)
+    """Strict JSON (no bare NaN, which JSON readers refuse), whole or not at all."""
+    storage.write_text(path, json.dumps(value, indent=1, allow_nan=False))
+
+
+def _save_outputs(result, out: str, random_folder: str):
+    """The classifiers, then result.json: a folder with result.json is complete. A full
+    disk or a read-only folder is one StorageError; the finished trials stay for a re-run."""
+    then = (f"the finished trials are kept in {out}; free some space and run the same command "
+            "again to resume from them")
+    result_file = os.path.join(out, "result.json")
+    # A result.json of an earlier run must not vouch for classifiers half replaced.
+    with storage.writing(result_file, "result", then):
+        if os.path.isfile(result_file):
+            os.remove(result_file)
+    with storage.writing(out, "fine-tuned classifier", then):
+        kroberta.save(result.classifier, out)  # creates the folder
+    if result.baseline:
+        with storage.writing(random_folder, "random start's classifier", then):
+            kroberta.save(result.baseline.classifier, random_folder)
+    with storage.writing(result_file, "result", then):
+        _write_json(result_file, result.to_json())
 
 
 def _run_tasks(args, config: FinetuneConfig) -> int:
@@ -156,10 +174,7 @@ def _run_tasks(args, config: FinetuneConfig) -> int:
         averages.append(result.median[result.split])
         random_folder = os.path.join(out, RANDOM_START_DIR) if out else None
         if out:
-            kroberta.save(result.classifier, out)  # creates the folder
-            if result.baseline:
-                kroberta.save(result.baseline.classifier, random_folder)
-            _write_json(os.path.join(out, "result.json"), result.to_json())
+            _save_outputs(result, out, random_folder)
         rows = [_row(result), _kept(result, out)]
         if result.baseline:
             rows += [_row(result.baseline, "random init"), _kept(result.baseline, random_folder),
@@ -199,7 +214,10 @@ def _predict(args) -> int:
     if broken:  # never a bare NaN in the file: null, and a word why
         print(f"warning: {broken} of {len(labelled)} prediction(s) are not finite numbers (written "
               f"as null): the classifier's weights in {args.classifier} are damaged", file=sys.stderr)
-    with open(args.predictions, "w", encoding="utf-8") as f:
+    then = "nothing was written; free some space or choose another --predictions"
+    # Under a temporary name until whole: a kill or a full disk leaves no partial file.
+    with (storage.writing(args.predictions, "predictions", then),
+          storage.staged_file(args.predictions) as local, open(local, "w", encoding="utf-8") as f):
         for i in range(len(labelled)):
             if "values" in predicted:
                 value = float(predicted["values"][i])
@@ -228,7 +246,8 @@ def _predict(args) -> int:
             if args.per_class:
                 print(_per_class_table({os.path.basename(args.predict): result["per_class"]}))
         path = os.path.splitext(args.predictions)[0] + ".metrics.json"
-        _write_json(path, result)
+        with storage.writing(path, "metrics", f"the predictions are in {args.predictions}"):
+            _write_json(path, result)
         print(f"wrote {path}")
     return 0
 

@@ -4,7 +4,9 @@
 
 Each batch's reduced result is appended to one raw file per output array as soon
 as it arrives; at the end the arrays are packed into the .npz (written under a
-temporary name and renamed, so an interrupted run leaves no partial file).
+temporary name and renamed, so an interrupted run, a kill or a full disk leaves no
+partial file). A full disk or a read-only folder is one line naming --out and the free
+space, exit 2.
 
 The Python API is `kroberta.predict(...)` (kroberta/inference/prediction.py).
 """
@@ -63,6 +65,7 @@ def _main(args) -> int:
         folder = os.path.dirname(args.out)
         raise InputError(f"--out: the folder {folder!r} does not exist; create it first "
                          f"(mkdir -p {folder})")
+    storage.check_writable(args.out, "--out")
     if model_source(args.run, "--run")[1] == CLASSIFIER:
         raise InputError(f"--run: {args.run} is a fine-tuned classifier, not a masked LM; "
                          f"predict its labels with python -m kroberta.finetune --classifier "
@@ -82,7 +85,11 @@ def _main(args) -> int:
         warnings.simplefilter("always", UserWarning)
         progress = console.Progress(total, "predict", enabled=not args.no_progress,
                                     unit="examples")
-        shapes = write_npz(chunks, args.out, progress)
+        # The raw files beside --out, then the archive: a failed write leaves neither.
+        with storage.writing(args.out, "predictions",
+                             then="nothing was written; free some space or choose another "
+                             "--out, and run the same command again"):
+            shapes = write_npz(chunks, args.out, progress)
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     summary = ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())

@@ -8,6 +8,7 @@ of after the seconds those take to start.
 import dataclasses
 import os
 
+from kroberta import storage
 from kroberta.downstream import glue, rate_grid
 from kroberta.downstream.examples import check_labelled_file
 from kroberta.downstream.settings import FinetuneConfig, SettingError
@@ -50,6 +51,8 @@ def check_finetune_arguments(args) -> FinetuneConfig | None:
                 check_labelled_file(path, option, fields)
     if args.out is not None and not args.suite:
         check_out(args.out)
+    if args.out is not None:
+        storage.check_writable(args.out, "--out")
     return config
 
 
@@ -91,6 +94,7 @@ def _check_prediction(args):
     folder = os.path.dirname(os.path.abspath(args.predictions))
     if not os.path.isdir(folder):
         raise InputError(f"--predictions {args.predictions}: no folder {folder}")
+    storage.check_writable(args.predictions, "--predictions")
 
 
 def check_out(out: str):

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from kroberta import storage
 from kroberta.atomic import atomic_path, atomic_write
 from kroberta.errors import InputError
 
@@ -69,19 +70,25 @@ class TrialLog:
     def record(self, trial, best_weights: list | None):
         """Keeps a finished trial (`recipe.Trial`; a diverged one too, so a resumed grid
         does not run it again) and its weights when it is its rate's best so far: the
-        weights first, so a row never names weights that were not written."""
+        weights first, so a row never names weights that were not written. A failed write
+        (a full disk) is a StorageError; the trials recorded before it stay."""
         if self.directory is None:
             return
-        os.makedirs(os.path.join(self.directory, WEIGHTS_DIR), exist_ok=True)
-        if best_weights is not None:
-            with atomic_path(self._weights_path(trial.learning_rate)) as tmp:
-                np.savez(tmp, *best_weights)
+        then = ("the trials that finished before are kept; free some space and run the same "
+                "command again to resume from them")
+        folder = os.path.join(self.directory, WEIGHTS_DIR)
+        with storage.writing(folder, "trial's weights", then):
+            os.makedirs(folder, exist_ok=True)
+            if best_weights is not None:
+                with atomic_path(self._weights_path(trial.learning_rate)) as tmp:
+                    np.savez(tmp, *best_weights)
         row = {"grid": self.grid, "learning_rate": trial.learning_rate, "seed": trial.seed,
                "scores": trial.scores, "seconds": trial.seconds, "best_epoch": trial.best_epoch,
                "epochs_run": trial.epochs_run, "diverged": trial.diverged,
                "predictions": trial.predictions, "settings": self.settings}
         rows = self._rows() + [row]
-        with atomic_write(os.path.join(self.directory, TRIALS_FILE)) as f:
+        path = os.path.join(self.directory, TRIALS_FILE)
+        with storage.writing(path, "trial log", then), atomic_write(path) as f:
             f.writelines(json.dumps(r, allow_nan=False) + "\n" for r in rows)
 
     def best_weights(self, learning_rate: float) -> list:

@@ -25,8 +25,8 @@ def write_npz(chunks, out_path: str, progress) -> dict:
     # URL in the local temporary directory.
     beside = None if storage.is_url(out_path) else os.path.dirname(os.path.abspath(out_path))
     work = tempfile.mkdtemp(prefix=".kroberta-predict-", dir=beside)
+    raw, meta = {}, {}
     try:
-        raw, meta = {}, {}
         for chunk in chunks:
             for name, array in chunk.items():
                 if name not in raw:
@@ -48,4 +48,6 @@ def write_npz(chunks, out_path: str, progress) -> dict:
                         shutil.copyfileobj(source, entry, 16 * 2**20)
         return {name: (rows, *row_shape) for name, (_, row_shape, rows) in meta.items()}
     finally:
+        for handle in raw.values():  # open after a failed write: their space is freed too
+            handle.close()
         shutil.rmtree(work, ignore_errors=True)

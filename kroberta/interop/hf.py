@@ -15,7 +15,7 @@ import os
 
 import keras
 from safetensors import SafetensorError
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file, save
 
 from kroberta.config import FOLLOW_DROPOUT, Config, ModelConfig
 from kroberta.errors import ConversionError, InputError, NotFoundError
@@ -24,7 +24,6 @@ from kroberta.model.masked_lm import check_model
 from kroberta.model.layer_norm import epsilon_of
 from kroberta.interop import check_tokenizer, hf_weights, staged_export
 from kroberta import storage
-from kroberta.atomic import atomic_path
 from kroberta.run_layout import HF_CLASSIFIER
 from kroberta import tokens
 from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -171,10 +170,13 @@ def export_hf(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> s
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
     with staged_export(out_dir, overwrite, EXPORT_FILES, "hf") as staging:
-        # transformers refuses safetensors files without this metadata; atomic_path gives
-        # the file the usual mode (save_file makes it its owner's only).
-        with atomic_path(os.path.join(staging, SAFETENSORS_FILE)) as path:
-            save_file(hf_weights.to_hf_tensors(model), path, metadata={"format": "pt"})
+        # transformers refuses safetensors files without this metadata. Serialised here and
+        # written by Python: a full disk is an OSError (safetensors' `save_file` raises
+        # its own SafetensorError), and the file gets the usual mode (`save_file` makes
+        # it its owner's only).
+        data = save(hf_weights.to_hf_tensors(model), metadata={"format": "pt"})
+        with open(os.path.join(staging, SAFETENSORS_FILE), "wb") as f:
+            f.write(data)
         _write_json(os.path.join(staging, CONFIG_FILE), hf_config(model))
         if tokenizer is not None:
             _export_tokenizer(tokenizer, staging, getattr(model, "max_length", None)

@@ -134,6 +134,8 @@ def _write_preset(model, out_dir: str, tokenizer, classifier: bool):
             tokenizer=keras_hub_tokenizer, sequence_length=getattr(model, "max_length", None) or length)
     stock = stock_copy(model, classifier_preprocessor if classifier else preprocessor)
     with global_distribution(None):  # saving builds variables: none of them a collective
+        # model.weights.h5 and task.weights.h5 together hold each weight at most once.
+        storage.check_room_for_hdf5(os.path.join(out_dir, "model.weights.h5"), stock.weights)
         stock.save_to_preset(out_dir)
         if classifier_preprocessor is not None and not classifier:
             classifier_preprocessor.save_to_preset(out_dir)

@@ -86,6 +86,18 @@ def quiet_libtpu_probe():
         yield
 
 
+# The descriptors stderr had before `filtered_native_stderr` pointed descriptor 2 at its
+# pipe, outermost first.
+_ORIGINAL_STDERR = []
+
+
+def stderr_descriptor() -> int:
+    """The process's stderr as a descriptor: 2, or while TensorFlow starts (descriptor 2
+    then feeds a filter thread) the one 2 stood for, for a line that must reach the
+    terminal although the process ends at once (`os._exit`)."""
+    return _ORIGINAL_STDERR[0] if _ORIGINAL_STDERR else 2
+
+
 @contextlib.contextmanager
 def filtered_native_stderr(noise=None):
     """Pass file descriptor 2 through `noise` (default: `is_noise` at TF_CPP_MIN_LOG_LEVEL)
@@ -120,11 +132,13 @@ def filtered_native_stderr(noise=None):
 
     reader = threading.Thread(target=forward, name="kroberta-stderr-filter", daemon=True)
     reader.start()
+    _ORIGINAL_STDERR.append(original)
     os.dup2(write_end, 2)
     os.close(write_end)
     try:
         yield
     finally:
+        _ORIGINAL_STDERR.remove(original)
         try:
             sys.stderr.flush()
         except (OSError, ValueError):

@@ -141,6 +141,11 @@ class Writer:
             state = {group: [to_host(value) for value in values]  # a collective
                      for group, values in state.items()}
         try:
+            # Twice Orbax's variables and 256 KiB: it writes per-process files, then merges
+            # them into a second copy before it commits (a checkpoint of the tiny model
+            # took 0.5 MiB, more than 0.8 MiB while it was written).
+            storage.check_room(self._written(step),
+                               2 * estimated_bytes(model) + 2**18, "a checkpoint")
             self._checkpointer.save(os.path.abspath(self._written(step)), force=True,
                                     args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                             meta=ocp.args.JsonSave(meta)))
@@ -221,9 +226,15 @@ class Writer:
         if self._staging is not None:
             shutil.rmtree(self._written(step), ignore_errors=True)
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        # tensorstore's wrapper of an OSError (a ValueError of several hundred characters)
+        # ends with the system's error code.
+        code = re.search(r"os_error_code='(\d+)'", reason)
+        if code:
+            reason = os.strerror(int(code.group(1)))
+        free = storage.free_text(self._root)
         raise StorageError(
-            f"could not write the checkpoint at step {step} in {self._root}: {reason}; "
-            "the previous checkpoints are intact") from error
+            f"could not write the checkpoint at step {step} in {self._root}: {reason}"
+            + (f" ({free})" if free else "") + "; the previous checkpoints are intact") from error
 
 
 def remove(path: str):

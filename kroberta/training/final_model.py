@@ -92,6 +92,7 @@ def save(model, run_dir: str):
     # `save_weights` builds a throwaway optimizer variable: under the run's distribution
     # that is a cross-process check which only this process would enter.
     with global_distribution(None), storage.staged_file(final) as tmp:  # a rename, or one upload
+        storage.check_room_for_hdf5(tmp, stock.weights)
         stock.save_weights(tmp)
     config, tokenizer = model.kroberta_config, model.tokenizer
     if config is not None and not storage.isfile(storage.join(run_dir, CONFIG_FILE)):
@@ -121,6 +122,7 @@ def _save_classifier(classifier, directory: str) -> str:
     stock = stock_copy(classifier)
     weights = storage.join(directory, CLASSIFIER_WEIGHTS_FILE)
     with global_distribution(None), storage.staged_file(weights) as local:  # h5: a local file
+        storage.check_room_for_hdf5(local, stock.weights)
         stock.save_weights(local)
     return directory
 

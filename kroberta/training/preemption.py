@@ -80,7 +80,11 @@ class PreemptionFlag:
         # reaches one process, and only SIGTERM has a job-wide agreement on the step.
         if not self.job_wide and threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)
-            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            # Python's default handler, or the commands' (`kroberta.cli.stop_signals`);
+            # a handler of the caller's own stays.
+            interrupt = signal.getsignal(signal.SIGINT)
+            if interrupt is signal.default_int_handler or \
+                    getattr(interrupt, "interrupts_by_default", False):
                 self._previous_interrupt = signal.signal(signal.SIGINT, self._handle_interrupt)
         return self
 

@@ -295,7 +295,9 @@ class RunLogger(keras.callbacks.Callback):
         if not self.write_files:
             return
         row = {k: v for k, v in row.items() if v is not None}
-        self._jsonl.write(json.dumps(row) + "\n")
+        with storage.writing(self._jsonl.path, "metrics", "the checkpoints are intact; free "
+                             "some space and run the same training again to resume"):
+            self._jsonl.write(json.dumps(row) + "\n")
         if any(True for _ in trackers.numeric_items(row)):
             for tracker in self._trackers:
                 tracker.log(row)

@@ -11,6 +11,8 @@ WANDB_DIR: the files default to run_dir/wandb); MLflow reads MLFLOW_TRACKING_URI
 (default: MLflow's own, a store in the current directory) and MLFLOW_EXPERIMENT_NAME (default "kroberta").
 """
 
+import contextlib
+import errno
 import importlib
 import json
 import os
@@ -89,17 +91,36 @@ class TensorBoard:
         self._writer = tf.summary.create_file_writer(self._staging or self._target)
 
     def log(self, row: dict):
-        with self._writer.as_default(step=row["step"]):
-            for key, value in numeric_items(row):
-                self._tf.summary.scalar(f"{row['split']}/{key}", value)
-        if self._staging is not None:
-            self._writer.flush()
-            storage.put_tree(self._staging, self._target)
+        with self._writing():
+            with self._writer.as_default(step=row["step"]):
+                for key, value in numeric_items(row):
+                    self._tf.summary.scalar(f"{row['split']}/{key}", value)
+            if self._staging is not None:
+                self._writer.flush()
+                storage.put_tree(self._staging, self._target)
 
     def close(self, failed: bool = False):
-        self._writer.close()
-        if self._staging is not None:
-            storage.put_tree(self._staging, self._target, remove=True)
+        # After a failure (a full disk, say) the first error is the one to report.
+        with contextlib.suppress(Exception) if failed else contextlib.nullcontext(), \
+                self._writing():
+            self._writer.close()
+            if self._staging is not None:
+                storage.put_tree(self._staging, self._target, remove=True)
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """A failed write is one StorageError (`storage.writing`). TensorFlow's event writer
+        reports a full disk as its ResourceExhaustedError, which would read as the host's
+        memory running out: it becomes the OSError it stands for."""
+        with storage.writing(self._target, "TensorBoard events", "the checkpoints are "
+                             "intact; free some space and run the same training again to resume"):
+            try:
+                yield
+            except self._tf.errors.OpError as error:
+                full = "No space left on device" in error.message
+                raise OSError(errno.ENOSPC if full else errno.EIO,
+                              os.strerror(errno.ENOSPC) if full
+                              else error.message.strip().splitlines()[0]) from None
 
 
 class WandB:

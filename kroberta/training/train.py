@@ -143,18 +143,20 @@ def _set_up(config: Config, force: bool, accept_changes: bool,
     config = run_data.config
     _check_signals(config, run_data)
     # A budget's config.toml is written once its steps are fixed (below).
-    prepare_run_dir(config, force, write=main_process and budget_started is None,
-                    accept_changes=accept_changes)
-    if main_process:
-        keep_tokenizer(run_data.tokenizer_path, config.run_dir)
-        checkpoint.clean_temporaries(config.run_dir)
+    with storage.writing(config.run_dir, "run directory's config and tokenizer"):
+        prepare_run_dir(config, force, write=main_process and budget_started is None,
+                        accept_changes=accept_changes)
+        if main_process:
+            keep_tokenizer(run_data.tokenizer_path, config.run_dir)
+            checkpoint.clean_temporaries(config.run_dir)
     distribute.barrier("run_dir ready")  # the others read it (checkpoints) from here on
 
     topology = distribute.setup(config)
     plan = make_plan(config, topology=topology, sequence_length=run_data.train.sequence_length)
     if budget_started is not None:
         config = time_budget.fix_steps(config, run_data, plan, budget_started)
-        prepare_run_dir(config, force, write=main_process, accept_changes=accept_changes)
+        with storage.writing(config.run_dir, "run directory's config"):
+            prepare_run_dir(config, force, write=main_process, accept_changes=accept_changes)
         distribute.barrier("steps fixed")
         plan = make_plan(config, topology=topology,
                          sequence_length=run_data.train.sequence_length)
@@ -310,7 +312,10 @@ def _finish(run: _Run, summary: dict, ended: str | None):
     else:
         if outcome is Outcome.STOPPED_EARLY and not ended:
             logger.info(f"early stop at step {step} of {steps}: {summary['stopped_early']}")
-        final_model.save(run.model, run.config.run_dir)
+        model_file = storage.join(run.config.run_dir, final_model.WEIGHTS_FILE)
+        with storage.writing(model_file, "final model", f"the checkpoint at step {step} is "
+                             "kept; free some space and run the same training again to save it"):
+            final_model.save(run.model, run.config.run_dir)
         logger.info(f"model saved in {run.config.run_dir}")
 
 

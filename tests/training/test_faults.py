@@ -223,7 +223,8 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_ones(tiny_data, tmp_pa
     monkeypatch.setattr(checkpoint, "_checkpointer",
                         lambda asynchronous=False: FullDisk(real()))
     with pytest.raises(StorageError,
-                       match=r"step 40 .*No space left on device; the previous checkpoints are intact"):
+                       match=r"step 40 .*No space left on device \([0-9.]+ MiB free there\); "
+                             r"the previous checkpoints are intact"):
         train(config)
     assert checkpoint.list_checkpoints(str(run_dir)) == before
     assert not [n for n in os.listdir(run_dir / "checkpoints") if "tmp" in n]
@@ -257,7 +258,8 @@ def test_disk_full_in_the_background_write_fails_the_run_and_keeps_the_previous_
         FullDiskLater(real(asynchronous)) if asynchronous else real()))
     # The step-40 write fails after its save returned: the end of the run waits for it.
     with pytest.raises(StorageError,
-                       match=r"step 40 .*No space left on device; the previous checkpoints are intact"):
+                       match=r"step 40 .*No space left on device \([0-9.]+ MiB free there\); "
+                             r"the previous checkpoints are intact"):
         train(config)
     assert checkpoint.list_checkpoints(str(run_dir)) == before
     assert not [n for n in os.listdir(run_dir / "checkpoints") if "tmp" in n]
