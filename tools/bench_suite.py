@@ -175,6 +175,22 @@ def table(args):
         print(f"suite at {budget}x: median difference "
               f"{100 * statistics.median(differences.values()):+.1f} over {len(at)} tasks; "
               f"worst {worst} {100 * differences[worst]:+.1f}")
+    budget_axis(fine)
+
+
+def budget_axis(fine: list):
+    """pretrained - random per task and budget, and the suite's median at each budget."""
+    budgets = sorted({r["budget"] for r in fine})
+    if len(budgets) < 2:
+        return
+    print("\nthe budget axis: pretrained - random | task | "
+          + " | ".join(f"{b}x ({BASE_STEPS * b} steps)" for b in budgets))
+    cell = {(r["task"], r["budget"]): 100 * r["comparison"]["difference"] for r in fine}
+    for task in dict.fromkeys(r["task"] for r in fine):
+        print(f"| {task} | " + " | ".join(f"{cell[task, b]:+.1f}" if (task, b) in cell else "-"
+                                          for b in budgets) + " |")
+    medians = [statistics.median(v for (_, b2), v in cell.items() if b2 == b) for b in budgets]
+    print("| median over the tasks run | " + " | ".join(f"{m:+.1f}" for m in medians) + " |")
 
 
 def main():
