@@ -47,6 +47,7 @@ import hashlib
 import os
 import random
 import re
+import subprocess
 import sys
 import sysconfig
 import zlib
@@ -68,8 +69,12 @@ def man_source():
 
 
 def debian_source():
-    """(package, section, one-line description) of `apt-cache dumpavail`."""
-    return list(common.debian_packages())
+    """(package, section, one-line description) of `apt-cache dumpavail` (none without apt;
+    an empty list means `apt-get update` has not run)."""
+    try:
+        return list(common.debian_packages())
+    except (OSError, subprocess.CalledProcessError):
+        return []
 
 
 def _docstrings(path: str):
@@ -316,6 +321,10 @@ def build_tasks(sources: dict, seed: int = 0, only=None) -> list:
             tasks.append(docstring_task(name, source, rows, rng, per_class, semantic,
                                         own_text, corpus_bytes))
     tasks = [t for t in tasks if only is None or t.name in only]
+    built = {t.source for t in tasks}
+    for source in sorted(set(SOURCES) - built if only is None else ()):
+        print(f"suite: no text from the source {source!r} here: its tasks are left out",
+              file=sys.stderr)
     for task in tasks:
         _drop_shared_texts(task)
         check_disjoint(task)
