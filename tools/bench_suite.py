@@ -1,0 +1,232 @@
+"""Does pretraining pay on tasks no one here chose? The downstream suite, at 1x, 2x, 4x.
+
+Builds the suite's tasks (tools/suite_tasks.py: seven classification tasks from six
+sources on this machine, split by a stable hash of their units so no validation text is
+pretrained on) and one pretraining corpus holding each task's share (its own training
+texts, or only neighbouring text). Then runs the recipe the docs give a user's corpus:
+
+  python -m kroberta.prepare --input corpus.txt --out prepared --vocab-size 4096 --seq-len 64
+  python -m kroberta.train --config small --data.dir=prepared --train.steps=<1800 x budget>
+  python -m kroberta.finetune --run <run> --data T-train.jsonl --validation T-dev.jsonl \
+      --baseline --epochs 5
+
+for each budget (`--budgets 1 2 4`: 1800, 3600 and 7200 steps of `--config small`), and on
+each task: both starts' median [min, max] over seeds at their own best rate (each grid
+widened x3 while its best is at an edge), the difference with its bootstrap interval
+(`kroberta.downstream.verdict`), and the frozen probe (`bench_downstream.probe_scores`)
+of the pretrained model against a random initialisation (one per seed). The random
+start's trials do not depend on the budget: later budgets reuse the first one's.
+
+Results go to <out>/results.jsonl as they finish; a re-run skips what is there (a
+fine-tune resumes its finished trials), so it can be stopped and continued.
+
+  python tools/bench_suite.py --out /tmp/suite --budgets 1 2 4
+  python tools/bench_suite.py --out /tmp/suite --table-only
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_downstream as common  # noqa: E402
+import suite_tasks  # noqa: E402
+
+BASE_STEPS = 1800  # small.toml's train.steps
+
+
+def build(args) -> dict:
+    """Writes <out>/<task>-{train,dev}.jsonl, <out>/corpus.txt and <out>/tasks.json."""
+    tasks = suite_tasks.build_tasks(suite_tasks.SOURCES, only=args.tasks)
+    for task in tasks:
+        for part in ("train", "dev"):
+            with open(os.path.join(args.out, f"{task.name}-{part}.jsonl"), "w") as f:
+                f.writelines(json.dumps({"text": text, "label": label}) + "\n"
+                             for _, label, text in getattr(task, part))
+    documents = suite_tasks.corpus_documents(tasks, random.Random(1))
+    with open(os.path.join(args.out, "corpus.txt"), "w", encoding="utf-8") as f:
+        f.writelines(doc + "\n\n" for doc in documents)
+    described = {t.name: {"source": t.source, "few_shot": t.few_shot, "semantic": t.semantic,
+                          "corpus": "own text" if t.own_text else "neighbouring",
+                          "labels": sorted({r[1] for r in t.train}), "train": len(t.train),
+                          "dev": len(t.dev), "corpus_texts": len(t.corpus),
+                          "corpus_bytes": sum(len(x) for _, x in t.corpus)} for t in tasks}
+    described["corpus"] = {"documents": len(documents),
+                           "bytes": os.path.getsize(os.path.join(args.out, "corpus.txt"))}
+    with open(os.path.join(args.out, "tasks.json"), "w") as f:
+        json.dump(described, f, indent=1)
+    return described
+
+
+def pretrain(args, budget: int) -> str:
+    import kroberta
+
+    run_dir = os.path.join(args.out, "runs", f"small-{budget}x")
+    if os.path.isfile(os.path.join(run_dir, "model.weights.h5")):
+        return run_dir
+    steps = BASE_STEPS * budget
+    config = kroberta.load_config("small", {
+        "run_dir": run_dir, "data.dir": os.path.join(args.out, "prepared"),
+        "train.steps": steps, "train.trackers": []})
+    started = time.perf_counter()
+    summary = kroberta.train(config)
+    if summary["final_step"] < steps:
+        sys.exit(f"{budget}x: pretraining stopped at step {summary['final_step']} of {steps}")
+    common.record(args, {"kind": "pretrain", "budget": budget, "steps": steps,
+                         "seconds": time.perf_counter() - started,
+                         "validation": common.last_validation(run_dir)})
+    return run_dir
+
+
+def _reuse_random_trials(args, budget: int, task: str, folder: str):
+    """Copies the first budget's random-start trials into `folder` (same task, tokenizer,
+    shape and seeds: `TrialLog` checks the settings and refuses others)."""
+    first = os.path.join(args.out, "finetune", f"{args.budgets[0]}x", task)
+    trials = os.path.join(first, "trials.jsonl")
+    if budget == args.budgets[0] or os.path.exists(folder) or not os.path.isfile(trials):
+        return
+    os.makedirs(os.path.join(folder, "trials"))
+    with open(trials) as f, open(os.path.join(folder, "trials.jsonl"), "w") as out:
+        out.writelines(line for line in f if json.loads(line).get("grid") == "random")
+    for name in os.listdir(os.path.join(first, "trials")):
+        if name.startswith("random-"):
+            shutil.copy(os.path.join(first, "trials", name), os.path.join(folder, "trials", name))
+
+
+def _start(result) -> dict:
+    split = result.split
+    return {"best_rate": result.best_learning_rate, "median": result.median[split],
+            "low": result.low[split], "high": result.high[split],
+            "rates": sorted({t.learning_rate for t in result.trials})}
+
+
+def finetune_task(args, budget: int, run_dir: str, task: str):
+    import kroberta
+
+    if common.done(args, kind="finetune", budget=budget, task=task):
+        return
+    if not common.done(args, kind="probe", start="random", task=task):
+        scores = [common.probe_scores(args, model, task)
+                  for _, model in common.random_models(run_dir, args.seeds)()]
+        common.record(args, {"kind": "probe", "start": "random", "task": task, "scores": scores})
+    if not common.done(args, kind="probe", budget=budget, task=task):
+        score = common.probe_scores(args, kroberta.load(run_dir), task)
+        common.record(args, {"kind": "probe", "start": "pretrained", "budget": budget,
+                             "task": task, "scores": [score]})
+    folder = os.path.join(args.out, "finetune", f"{budget}x", task)
+    _reuse_random_trials(args, budget, task, folder)
+    started = time.perf_counter()
+    a = common.task_arguments(args, task)
+    result = kroberta.finetune(run_dir, task, a["data"], a["validation"], seeds=args.seeds,
+                               epochs=args.epochs, baseline=True, out=folder,
+                               max_length=args.seq_len)
+    row = {"kind": "finetune", "budget": budget, "task": task, "epochs": args.epochs,
+           "seeds": args.seeds, "seconds": time.perf_counter() - started,
+           "pretrained": _start(result), "random": _start(result.baseline),
+           "comparison": {k: result.comparison[k] for k in ("difference", "low", "high",
+                                                            "examples")}}
+    common.record(args, row)
+    print(f"{budget}x {task}: {format_row(row)}", flush=True)
+
+
+def _pct(start: dict) -> str:
+    return (f"{100 * start['median']:.1f} [{100 * start['low']:.1f}, "
+            f"{100 * start['high']:.1f}] at {start['best_rate']:g}")
+
+
+def format_row(row: dict) -> str:
+    c = row["comparison"]
+    return (f"pretrained {_pct(row['pretrained'])}, random {_pct(row['random'])}: "
+            f"{100 * c['difference']:+.1f} [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}]")
+
+
+def table(args):
+    rows = common.recorded(args)
+    described = json.load(open(os.path.join(args.out, "tasks.json")))
+    for r in (r for r in rows if r["kind"] == "pretrain"):
+        v = r["validation"]
+        print(f"pretraining {r['budget']}x ({r['steps']} steps): {r['seconds'] / 60:.1f} min, "
+              f"validation masked accuracy {100 * v.get('masked_accuracy', float('nan')):.1f}%")
+    probes = {(r["start"], r.get("budget"), r["task"]): r["scores"]
+              for r in rows if r["kind"] == "probe"}
+    fine = [r for r in rows if r["kind"] == "finetune"]
+    for budget in sorted({r["budget"] for r in fine}):
+        at = [r for r in fine if r["budget"] == budget]
+        print(f"\n{budget}x ({BASE_STEPS * budget} steps): | task | kind | random | pretrained | "
+              "pretrained - random [95%] | probe: pretrained / random")
+        for r in at:
+            d = described[r["task"]]
+            kind = ", ".join([d["corpus"]] + ["few-shot"] * d["few_shot"]
+                             + ["semantic"] * d["semantic"])
+            c = r["comparison"]
+            random_probe = "/".join(f"{100 * s:.1f}" for s in probes.get(("random", None,
+                                                                          r["task"]), []))
+            pre_probe = probes.get(("pretrained", budget, r["task"]), [float("nan")])[0]
+            print(f"| {r['task']} | {kind} | {_pct(r['random'])} | {_pct(r['pretrained'])} | "
+                  f"**{100 * c['difference']:+.1f}** [{100 * c['low']:+.1f}, "
+                  f"{100 * c['high']:+.1f}] | {100 * pre_probe:.1f} / {random_probe} |")
+        differences = {r["task"]: r["comparison"]["difference"] for r in at}
+        worst = min(differences, key=differences.get)
+        print(f"suite at {budget}x: median difference "
+              f"{100 * statistics.median(differences.values()):+.1f} over {len(at)} tasks; "
+              f"worst {worst} {100 * differences[worst]:+.1f}")
+    budget_axis(fine)
+
+
+def budget_axis(fine: list):
+    """pretrained - random per task and budget, and the suite's median at each budget."""
+    budgets = sorted({r["budget"] for r in fine})
+    if len(budgets) < 2:
+        return
+    print("\nthe budget axis: pretrained - random | task | "
+          + " | ".join(f"{b}x ({BASE_STEPS * b} steps)" for b in budgets))
+    cell = {(r["task"], r["budget"]): 100 * r["comparison"]["difference"] for r in fine}
+    for task in dict.fromkeys(r["task"] for r in fine):
+        print(f"| {task} | " + " | ".join(f"{cell[task, b]:+.1f}" if (task, b) in cell else "-"
+                                          for b in budgets) + " |")
+    medians = [statistics.median(v for (_, b2), v in cell.items() if b2 == b) for b in budgets]
+    print("| median over the tasks run | " + " | ".join(f"{m:+.1f}" for m in medians) + " |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="/tmp/bench-suite")
+    parser.add_argument("--budgets", type=int, nargs="+", default=[1, 2, 4],
+                        help="pretraining steps as multiples of small.toml's 1800")
+    parser.add_argument("--tasks", nargs="+", default=None,
+                        help="task names (default: every task whose source is here)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--table-only", action="store_true")
+    args = parser.parse_args()
+    args.seq_len = 64  # prepare --seq-len 64, small.toml's max_sequence_length
+    os.makedirs(args.out, exist_ok=True)
+    if args.table_only:
+        return table(args)
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    if not os.path.isfile(os.path.join(args.out, "tasks.json")):
+        print("tasks:", json.dumps(build(args)), flush=True)
+    tasks = [t for t in json.load(open(os.path.join(args.out, "tasks.json"))) if t != "corpus"]
+    if not os.path.isfile(os.path.join(args.out, "prepared", "manifest.json")):
+        import kroberta
+
+        kroberta.prepare([os.path.join(args.out, "corpus.txt")], os.path.join(args.out, "prepared"),
+                         vocab_size=4096, seq_len=64, progress=False)
+    for budget in args.budgets:
+        run_dir = pretrain(args, budget)
+        print(f"pretrained {budget}x: {common.last_validation(run_dir)}", flush=True)
+        for task in tasks:
+            if args.tasks is None or task in args.tasks:
+                finetune_task(args, budget, run_dir, task)
+    table(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
