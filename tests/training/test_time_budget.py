@@ -1,13 +1,10 @@
 """train.time_budget: the steps measured once, recorded, and resumed from the record."""
 
 import dataclasses
-import json
-import os
 import re
 import time
 import types
 
-import h5py
 import numpy as np
 import pytest
 
@@ -18,19 +15,7 @@ from kroberta.parallel import distribute  # noqa: F401 (its import is no step's 
 from kroberta.training import time_budget
 from kroberta.training.time_budget import Measurement, steps_within
 from tests.conftest import tiny_config
-
-
-def _rows(run_dir, split="train"):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r["split"] == split]
-
-
-def _weights(run_dir):
-    out = {}
-    with h5py.File(os.path.join(run_dir, "model.weights.h5")) as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, obj[()])
-                     if isinstance(obj, h5py.Dataset) else None)
-    return out
+from tests.training.test_train import _rows, _weights
 
 
 def _budget_config(tiny_data, run_dir, budget, **train):
