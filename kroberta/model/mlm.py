@@ -161,12 +161,12 @@ def compile_model(model, config: Config, word_starts=None):
     (`kroberta.masking`; `word_starts`: the tokenizer's (V,) table, for whole-word
     masking), train.gradient_accumulation_steps micro-batches per optimizer step and
     train.steps_per_execution steps per dispatch: a count, "auto" resolved by the
-    caller's plan (`kroberta.plan.Plan.config`, or `kroberta.plan.for_local_devices`).
+    caller's plan (`kroberta.perf.plan.Plan.config`, or `kroberta.perf.plan.for_local_devices`).
     Returns it."""
     if config.train.steps_per_execution == AUTO:
         raise ConfigError('train.steps_per_execution="auto" must be resolved before the model '
-                          "is compiled: compile with a plan's config (kroberta.plan.make_plan("
-                          "config).config, or kroberta.plan.for_local_devices(config))")
+                          "is compiled: compile with a plan's config (kroberta.perf.plan.make_plan("
+                          "config).config, or kroberta.perf.plan.for_local_devices(config))")
     model.compile(
         optimizer=build_optimizer(config),
         loss=MaskedLMLoss(),

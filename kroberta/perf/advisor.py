@@ -21,7 +21,7 @@ from kroberta.perf.hardware import size_text
 from kroberta.config import Config, ModelConfig
 from kroberta.model import attention
 from kroberta.parallel.distribute import select_devices
-from kroberta.plan import make_plan
+from kroberta.perf.plan import make_plan
 
 LANES = 128
 HEAD_LANES = 64

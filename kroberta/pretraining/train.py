@@ -48,7 +48,7 @@ class _Run:
     """What the set-up resolved: the data, the plan, the model."""
 
     run_data: object  # kroberta.training.run_data.RunData
-    plan: object  # kroberta.plan.Plan: the config, devices, batches, steps per dispatch, slots
+    plan: object  # kroberta.perf.plan.Plan: the config, devices, batches, steps per dispatch, slots
     model: object  # the compiled masked-LM
 
     @property
@@ -131,7 +131,7 @@ def _set_up(config: Config, force: bool, accept_changes: bool,
 
     from kroberta.model.mlm import build_compiled_model
     from kroberta.parallel import distribute, startup
-    from kroberta.plan import make_plan
+    from kroberta.perf.plan import make_plan
     from kroberta.training.run_data import run_data_for
 
     startup.initialize(config)  # joins a multi-host job before anything starts a JAX backend
@@ -342,7 +342,7 @@ def _log_interrupted(run_dir: str):
 
 def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
     # Start-up: loaded when training starts (see the note at the top).
-    from kroberta.downstream import probe
+    from kroberta.pretraining import probe
     from kroberta.training.evaluation import validation_row
     from kroberta.training.run_callbacks import RunLogger
     from kroberta.training.run_data import train_batches, validation_batches
