@@ -138,7 +138,7 @@ def _set_up(config: Config, force: bool, accept_changes: bool,
     main_process = jax.process_index() == 0
     check_writable(config.run_dir)
     if main_process:
-        trackers.check_installed(config)  # before the data are read or built
+        trackers.check_installed(config.train.trackers)  # before the data are read or built
     run_data = run_data_for(config)
     config = run_data.config
     _check_signals(config, run_data)
@@ -198,7 +198,7 @@ def _describe(run: _Run):
     slots = run.plan.slots
     logger.info(f"devices: {topology.describe()}")
     logger.info(distribute.describe_memory(run.model, topology))
-    logger.info(attention.describe(config))
+    logger.info(attention.describe(config.model, config.train.mixed_precision, config.train.remat))
     accumulation = config.train.gradient_accumulation_steps
     per_device = f"{config.train.batch_size_per_device} per device" + (
         f" x {accumulation} accumulated micro-batches" if accumulation > 1 else "")
