@@ -46,7 +46,7 @@ _API = {
     "export_keras_hub": "kroberta.interop.keras_hub_presets",
     "load_config": "kroberta.config",
     "prepare": "kroberta.text.build",
-    "train": "kroberta.training.train",
+    "train": "kroberta.pretraining.train",
     "report": "kroberta.training.report",
     "finetune": "kroberta.downstream.finetuning",
     "FinetuneConfig": "kroberta.downstream.settings",

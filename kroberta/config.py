@@ -309,7 +309,7 @@ class TrainConfig:
     downstream: dict = field(default_factory=dict)
     """A linear probe at every checkpoint (and with the validation row a run logs at its start):
     ridge regression on the frozen model's pooled embeddings of a labelled task, logged as
-    `downstream/<task>/<metric>` (`kroberta.downstream.probe`). "stdlib" (the embedded task:
+    `downstream/<task>/<metric>` (`kroberta.pretraining.probe`). "stdlib" (the embedded task:
     `--train.downstream=stdlib`), or a table `[train.downstream]` with `data` and `validation`
     (labelled files, as `kroberta.finetune` reads them) and optionally `text_fields` (one field
     or a pair; ["text"]), `label_field` ("label"), `kind` ("classification" or "regression")

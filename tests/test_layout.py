@@ -21,7 +21,8 @@ pytestmark = pytest.mark.fast
 
 PACKAGE = os.path.dirname(os.path.abspath(kroberta.__file__))
 CLIS = {"train", "predict", "prepare", "export", "aot", "report", "evaluate", "cli"}
-SUBPACKAGES = {"data", "text", "model", "training", "inference", "parallel", "interop", "perf", "runtime"}
+SUBPACKAGES = {"data", "text", "model", "training", "inference", "parallel", "interop", "perf", "runtime",
+               "downstream", "pretraining"}
 
 # What each subpackage may not import (besides the command-line modules, which none may):
 # within a layer of `LAYERS`, which packages stay apart.
@@ -71,7 +72,7 @@ def _modules():
 def test_the_walk_sees_the_package():
     modules = dict(_modules())
     assert {"train", "cli.train", "data.pipeline", "model.mlm", "training.run_callbacks"} <= set(modules)
-    assert "data.pipeline" in _kroberta_imports(modules["training.train"])
+    assert "data.pipeline" in _kroberta_imports(modules["pretraining.train"])
 
 
 def test_no_subpackage_imports_a_command_line_module():
@@ -109,15 +110,10 @@ LAYERS = [
     ("data", "parallel", "run_layout"),
     # The network (model) and prepare's machinery (text, which writes data's records).
     ("model", "text"),
-    # Other formats (interop: a model to and from Hugging Face / keras-hub), and what a
-    # step costs on these devices (perf's FLOPs, peaks, dispatch sizes), which the plan
-    # reads.
-    ("interop", "perf.hardware", "perf.flops", "perf.throughput", "perf.dispatch_size"),
-    # Every setting derived from a config and the devices, resolved once.
-    ("plan",),
-    # Programs compiled ahead of time under a plan and the advice drawn from them (the
-    # rest of perf; `aot` and `train --explain`).
-    ("perf",),
+    # Other formats (interop: a model to and from Hugging Face / keras-hub), and cost and
+    # speed (perf: FLOPs, peaks, dispatch sizes, the plan of every setting derived from a
+    # config and the devices, programs compiled ahead of time and the advice drawn from them).
+    ("interop", "perf"),
     # A pretraining run's parts: data, callbacks, checkpoints, the run directory.
     ("training",),
     # Fine-tuning of a pretrained run (it loads runs through training).
@@ -125,11 +121,10 @@ LAYERS = [
     # Prediction through the compiled program, for a masked LM or (through downstream's
     # texts-to-inputs) a fine-tuned classifier: `kroberta.predict` takes either.
     ("inference",),
-    # The probe of a pretrained model: a linear fit on its predicted embeddings.
-    ("downstream.probe",),
-    # The run itself: builds its parts, and downstream's probe when train.downstream
-    # names a task (as `downstream.finetuning` is the fine-tuning run).
-    ("training.train",),
+    # The pretraining run itself: builds training's parts, and its linear probe (which
+    # reads a task as downstream does and predicts embeddings through inference) when
+    # train.downstream names a task.
+    ("pretraining",),
     # What a user calls: the commands, their `python -m kroberta.X` entry modules, and
     # the package's lazy public API (kroberta/__init__.py's `kroberta.train`, ...).
     ("cli", "aot", "evaluate", "export", "finetune", "predict", "prepare", "report", "train",
@@ -299,12 +294,38 @@ def test_no_import_circle():
     assert circles == [], "modules that import each other in a loop:\n" + "\n".join(circles)
 
 
-def test_no_import_runs_up_the_layers():
-    found = layout_offences(PACKAGE)
+def check_layers(root):
+    """Fails (AssertionError, the offences listed) when a module of the package at `root`
+    stands on no layer or imports a module of a higher layer."""
+    found = layout_offences(root)
     assert found["unplaced"] == [], "modules on no layer (add them to LAYERS):\n" + \
         "\n".join(found["unplaced"])
     upward = found["upward"]
     assert upward == [], "imports from a lower layer to a higher one:\n" + "\n".join(upward)
+
+
+def test_no_import_runs_up_the_layers():
+    check_layers(PACKAGE)
+
+
+def test_the_layer_check_fails_on_one_upward_import(tmp_path):
+    # Two layers (data below training) and a single import that runs up: a module of a
+    # package reaching a package above it, as once the plan reached perf's advice.
+    package = tmp_path / "scratch"
+    for folder in ("data", "training"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "data" / "records.py").write_text("import json\n")
+    (package / "data" / "pipeline.py").write_text(
+        "from kroberta.data import records\nfrom kroberta.training import run\n")
+    (package / "training" / "run.py").write_text("from kroberta.data import records\n")
+    with pytest.raises(AssertionError, match="data/pipeline.py:2: data.pipeline -> training.run"):
+        check_layers(str(package))
+    assert layout_offences(str(package))["upward"] == [
+        "data/pipeline.py:2: data.pipeline -> training.run"]
+    (package / "data" / "pipeline.py").write_text("from kroberta.data import records\n")
+    layout_offences.cache_clear()  # the package changed: read it again
+    check_layers(str(package))
 
 
 def test_an_import_inside_a_function_says_why():

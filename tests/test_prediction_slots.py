@@ -70,7 +70,7 @@ def test_the_masked_share_of_a_full_sequence(max_predictions, expected):
 
 @pytest.mark.slow  # a whole (one-step) run: ~70 s here
 def test_a_run_names_the_rate_it_really_masks_at_its_start(tiny_data, tmp_path, caplog):
-    from kroberta.training.train import train
+    from kroberta.pretraining.train import train
     from tests.conftest import tiny_config
 
     config = tiny_config(tiny_data, tmp_path / "run", steps=1, warmup_steps=0, eval_every=1, log_every=1,

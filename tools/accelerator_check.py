@@ -133,7 +133,7 @@ def main():
     started = time.perf_counter()
     # kroberta's modules first: importing the package fixes Keras' backend and XLA's flags
     # before JAX starts.
-    from kroberta.plan import make_plan
+    from kroberta.perf.plan import make_plan
     from kroberta.data.synthetic import write_seed_format
     import jax
 

@@ -63,7 +63,7 @@ def main():
     from kroberta.data import pipeline
     from kroberta.perf import flops, throughput
     from kroberta.model.mlm import build_compiled_model
-    from kroberta.plan import for_local_devices
+    from kroberta.perf.plan import for_local_devices
     from kroberta.data.synthetic import write_seed_format
 
     skip = set(filter(None, args.skip.split(",")))

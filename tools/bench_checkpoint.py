@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     from kroberta.training import checkpoint
     from kroberta.config import config_path, load_toml
     from kroberta.model.mlm import build_compiled_model
-    from kroberta.plan import for_local_devices
+    from kroberta.perf.plan import for_local_devices
 
     config = load_toml(config_path(args.config))
     model = build_compiled_model(for_local_devices(config))

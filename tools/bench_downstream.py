@@ -288,8 +288,9 @@ def finetune_start(args, model_for_seed, task: str, epochs: int, pooling: str) -
 
 
 def probe_scores(args, model, task: str) -> float:
-    """The frozen model's mean-pooled linear probe (`kroberta.downstream.probe`) accuracy."""
-    from kroberta.downstream import finetuning, probe
+    """The frozen model's mean-pooled linear probe (`kroberta.pretraining.probe`) accuracy."""
+    from kroberta.downstream import finetuning
+    from kroberta.pretraining import probe
 
     a = task_arguments(args, task)
     spec, names, train, evaluation = finetuning.task_splits(

@@ -20,7 +20,7 @@ interleave the two and the table gives medians and the best round, whole calls t
 start to end. Shapes: "origin" (the small RoBERTa kroberta grew from: vocab 10000, 3 layers,
 6 heads, hidden 300, intermediate 600, 64 tokens) or "default" (the default job's: vocab
 2048, 2 layers, 4 heads, hidden 128, intermediate 512, 16 tokens).
-With --probe-run, also times `kroberta.downstream.probe.linear_probe` on the embedded
+With --probe-run, also times `kroberta.pretraining.probe.linear_probe` on the embedded
 standard-library task for that run's model (first call, with its compilation, and again).
 Needs the bench extra (`pip install -e ".[bench]"`): transformers, torch and accelerate
 (transformers' Trainer imports it).
@@ -132,7 +132,7 @@ def probe_seconds(run: str) -> tuple:
     """(first call, second call, validation accuracy) of the linear probe on the embedded task."""
     import kroberta
     from kroberta.downstream import stdlib_task
-    from kroberta.downstream.probe import linear_probe
+    from kroberta.pretraining.probe import linear_probe
 
     model = kroberta.load(run)
     train, validation, names = stdlib_task.splits()

@@ -48,9 +48,9 @@ def main():
     from kroberta.config import config_path, load_toml
     from kroberta.data import pipeline
     from kroberta.parallel import distribute
-    from kroberta.plan import make_plan
+    from kroberta.perf.plan import make_plan
     from kroberta.model.mlm import build_compiled_model
-    from kroberta.plan import for_local_devices
+    from kroberta.perf.plan import for_local_devices
     from kroberta.data.synthetic import write_seed_format
 
     tmp = tempfile.mkdtemp(prefix="bench_predict_")

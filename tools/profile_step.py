@@ -49,7 +49,7 @@ def main():
     from kroberta.config import config_path, load_toml
     from kroberta.data import pipeline
     from kroberta.model.mlm import build_compiled_model
-    from kroberta.plan import for_local_devices
+    from kroberta.perf.plan import for_local_devices
     from kroberta.data.synthetic import write_seed_format
 
     config = load_toml(config_path(args.config))

@@ -3,7 +3,7 @@
 With no arguments it runs the embedded default job: a small model on a corpus made
 from the Python standard library's docstrings, a few minutes on a laptop CPU.
 Re-running the same command resumes from the run directory's latest checkpoint.
-The Python API is `kroberta.train(config)` (kroberta/training/train.py).
+The Python API is `kroberta.train(config)` (kroberta/pretraining/train.py).
 """
 
 import argparse
@@ -65,7 +65,7 @@ def _print_examples(run_dir: str, top_k: int = 3):
 
 def _train(argv) -> int:
     # start-up: `--help` and config errors answer before JAX and Keras load
-    from kroberta.training.train import Outcome, train
+    from kroberta.pretraining.train import Outcome, train
 
     config, args = parse_args(argv)
     # --init_from_hf / --init_from_keras_hub: the model section is the checkpoint's.

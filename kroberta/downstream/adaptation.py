@@ -60,7 +60,7 @@ def adapt(model, sequences: tuple, steps: int, batch_size: int, seed: int) -> tu
     word_starts = word_start_table(tokenizer, vocabulary) if data.whole_word_masking else None
     twin = build_model(config.model, seed=seed, config=config, tokenizer=tokenizer)
     twin.set_weights([np.asarray(w) for w in model.get_weights()])
-    twin.compile(optimizer=build_optimizer(dataclasses.replace(config, train=train)),
+    twin.compile(optimizer=build_optimizer(train),
                  masker=masking.masker(data, vocabulary, word_starts), jit_compile=True)
 
     token_ids, padding_mask = sequences  # (n, length) each

@@ -28,7 +28,7 @@ from kroberta.errors import InputError
 from kroberta.model.masked_lm import check_model
 from kroberta.perf import dispatch_size
 from kroberta.perf.hardware import size_text
-from kroberta.plan import make_plan
+from kroberta.perf.plan import make_plan
 
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 

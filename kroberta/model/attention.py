@@ -91,9 +91,9 @@ def attention_path(rate: float, length: int, heads: int, head_dim: int,
     return f"attention: ops.dot_product_attention -> XLA's attention ({platform}: no flash kernel)"
 
 
-def describe(config) -> str:
-    """The log line of a training run: the attention path and `train.remat`."""
-    m = config.model
+def describe(m, mixed_precision: bool, remat: str) -> str:
+    """The log line of a training run of the model `m` (a `ModelConfig`): the attention
+    path and `train.remat`."""
     return (attention_path(m.attention_dropout_rate, m.max_sequence_length, m.num_heads,
-                           m.head_dim, config.train.mixed_precision)
-            + f"; train.remat={config.train.remat}")
+                           m.head_dim, mixed_precision)
+            + f"; train.remat={remat}")

@@ -26,7 +26,7 @@ import keras
 import keras_hub
 
 from kroberta import masking
-from kroberta.config import AUTO, Config, ModelConfig
+from kroberta.config import AUTO, Config, ModelConfig, TrainConfig
 from kroberta.errors import ConfigError
 from kroberta.model.attention import use_attention_dropout
 from kroberta.model.dropout import use_fast_dropout
@@ -138,8 +138,8 @@ def _set_initializer_range(model, initializer_range: float):
             variable.assign(variable * scale)
 
 
-def build_optimizer(config: Config) -> keras.optimizers.AdamW:
-    t = config.train
+def build_optimizer(t: TrainConfig) -> keras.optimizers.AdamW:
+    """AdamW with `t`'s (the `train` section's) schedule, betas, decay and clipping."""
     optimizer = keras.optimizers.AdamW(
         learning_rate=schedules.from_train_config(t),
         weight_decay=t.weight_decay,
@@ -161,14 +161,14 @@ def compile_model(model, config: Config, word_starts=None):
     (`kroberta.masking`; `word_starts`: the tokenizer's (V,) table, for whole-word
     masking), train.gradient_accumulation_steps micro-batches per optimizer step and
     train.steps_per_execution steps per dispatch: a count, "auto" resolved by the
-    caller's plan (`kroberta.plan.Plan.config`, or `kroberta.plan.for_local_devices`).
+    caller's plan (`kroberta.perf.plan.Plan.config`, or `kroberta.perf.plan.for_local_devices`).
     Returns it."""
     if config.train.steps_per_execution == AUTO:
         raise ConfigError('train.steps_per_execution="auto" must be resolved before the model '
-                          "is compiled: compile with a plan's config (kroberta.plan.make_plan("
-                          "config).config, or kroberta.plan.for_local_devices(config))")
+                          "is compiled: compile with a plan's config (kroberta.perf.plan.make_plan("
+                          "config).config, or kroberta.perf.plan.for_local_devices(config))")
     model.compile(
-        optimizer=build_optimizer(config),
+        optimizer=build_optimizer(config.train),
         loss=MaskedLMLoss(),
         metrics=[MaskedAccuracy(), Perplexity()],
         weighted_metrics=None,

@@ -21,7 +21,7 @@ from kroberta.perf.hardware import size_text
 from kroberta.config import Config, ModelConfig
 from kroberta.model import attention
 from kroberta.parallel.distribute import select_devices
-from kroberta.plan import make_plan
+from kroberta.perf.plan import make_plan
 
 LANES = 128
 HEAD_LANES = 64
@@ -148,7 +148,7 @@ def explain(config: Config, compile_step: bool | None = None):
                    f"{size_text(measured.output_bytes - measured.alias_bytes)} + code "
                    f"{size_text(measured.code_bytes)}; XLA counts {measured.flops / 1e9:.2f} "
                    "GFLOP per device step")
-    yield attention.describe(config)
+    yield attention.describe(config.model, config.train.mixed_precision, config.train.remat)
     chip = hardware.chip_for_device_kind(devices[0].device_kind)
     if chip:
         needed = measured.total_bytes if measured else estimate.total

@@ -33,7 +33,7 @@ from kroberta.model.mlm import build_compiled_model
 from kroberta.model.predict_program import make_predict_step
 from kroberta.model.super_batch import scan_steps, super_batch_sharding
 from kroberta.parallel import distribute
-from kroberta.plan import for_local_devices, make_plan
+from kroberta.perf.plan import for_local_devices, make_plan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +190,7 @@ def compile_predict(model, devices, global_batch: int, length: int,
 
 
 def program_plan(config: Config, devices):
-    """The `kroberta.plan.Plan` of `config` on `devices` as one process (a TPU topology's,
+    """The `kroberta.perf.plan.Plan` of `config` on `devices` as one process (a TPU topology's,
     or this host's)."""
     return make_plan(config, topology=distribute.topology_for(config, devices, processes=(1, 0)))
 

@@ -35,7 +35,7 @@ class Report:
     topology: str
     device_kind: str
     chips: int
-    plan: object  # kroberta.plan.Plan: the config, batch, length, slots, mesh and steps compiled
+    plan: object  # kroberta.perf.plan.Plan: the config, batch, length, slots, mesh and steps compiled
     parameters: int
     hbm_bytes: float  # per device
     peak_flops: float  # bf16 FLOP/s per device

@@ -26,7 +26,7 @@ from kroberta.interop.keras_hub_presets import preset_model_config_of
 from kroberta.model.masked_lm import check_model
 from kroberta.model.mlm import build_model, compile_model
 from kroberta.parallel.distribute import global_distribution, make_distribution, to_host
-from kroberta.plan import make_plan
+from kroberta.perf.plan import make_plan
 from kroberta.runtime import logs
 from kroberta.training.run_data import run_data_for, validation_batches
 

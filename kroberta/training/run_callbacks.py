@@ -30,7 +30,7 @@ from kroberta import console, storage
 from kroberta.errors import DivergedError
 from kroberta.model.mlm import build_model
 from kroberta.perf import flops, throughput
-from kroberta.plan import make_plan
+from kroberta.perf.plan import make_plan
 from kroberta.training import checkpoint, signals, trackers
 from kroberta.training.compile_clock import CompileClock
 from kroberta.training.run_dir import (METRICS_FILE, PROBE_PREFIX, RANDOM_INIT, is_probe_reference,
@@ -58,12 +58,12 @@ class RunLogger(keras.callbacks.Callback):
                  plan=None, probe=None):
         super().__init__()
         self.config = config
-        self.plan = plan  # kroberta.plan.Plan of the run (None: made from config when needed)
+        self.plan = plan  # kroberta.perf.plan.Plan of the run (None: made from config when needed)
         self.step = start_step
         self.global_batch = global_batch
         self.sequence_length = sequence_length
         self.evaluate_fn = evaluate_fn  # () -> dict of validation metrics, or None
-        # A `kroberta.downstream.probe.ProbeTask` (its `name`, `predictions(model)`,
+        # A `kroberta.pretraining.probe.ProbeTask` (its `name`, `predictions(model)`,
         # `scores(predictions)` and `gaps(predictions, reference)`), read once per run
         # before anything opens; or None.
         self._probe_task = probe

@@ -17,7 +17,7 @@ from kroberta.data import pipeline
 from kroberta.data.manifest import check_prepared_with, load_prepared
 from kroberta.config import AUTO, Config, validate
 from kroberta.interop.checkpoint_config import checkpoint_of, checkpoint_tokenizer
-from kroberta.plan import make_plan
+from kroberta.perf.plan import make_plan
 from kroberta.runtime import logs
 from kroberta.text import corpus
 from kroberta.text.build import prepare

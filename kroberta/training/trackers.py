@@ -197,9 +197,10 @@ class MLflow:
 _KINDS = {"tensorboard": TensorBoard, "wandb": WandB, "mlflow": MLflow}
 
 
-def check_installed(config):
-    """Raises the one-line ConfigError of a tracker whose package is missing."""
-    for name in config.train.trackers:
+def check_installed(names):
+    """Raises the one-line ConfigError of a tracker of `names` (`train.trackers`) whose
+    package is missing."""
+    for name in names:
         if name != "tensorboard":
             _import(name)
 

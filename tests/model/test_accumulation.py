@@ -13,7 +13,7 @@ from kroberta.config import validate
 from kroberta.data import pipeline
 from kroberta.model import masked_lm
 from tests.conftest import tiny_config
-from tests.training.test_train import _rows, _weights
+from tests.pretraining.test_train import _rows, _weights
 
 RUN = dict(steps=20, warmup_steps=4, log_every=10, eval_every=20, checkpoint_every=20)
 

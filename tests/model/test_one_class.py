@@ -17,7 +17,7 @@ from kroberta.errors import InputError
 from kroberta.config import Config
 from kroberta.model.masked_lm import MaskedLM
 from kroberta.model.mlm import build_compiled_model
-from kroberta.plan import for_local_devices
+from kroberta.perf.plan import for_local_devices
 from kroberta.training import final_model
 from tests.interop.test_hf_no_torch import TINY, randomized_model
 

@@ -13,7 +13,7 @@ from kroberta import train
 from kroberta.config import ModelConfig, validate
 from kroberta.model.mlm import build_model
 from tests.conftest import tiny_config
-from tests.training.test_train import _rows, _weights
+from tests.pretraining.test_train import _rows, _weights
 
 MODEL = ModelConfig(vocabulary_size=64, num_layers=2, num_heads=2, hidden_dim=16,
                     intermediate_dim=32, max_sequence_length=8, dropout=0.1)

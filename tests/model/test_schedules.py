@@ -61,11 +61,11 @@ def test_min_learning_rate_is_every_decaying_schedules_floor(decay):
 def test_wsd_decay_spans_decay_steps_or_a_fraction_of_the_run(tiny_data, tmp_path):
     by_fraction = tiny_config(tiny_data, tmp_path, schedule="wsd", steps=200, warmup_steps=10,
                               learning_rate=1.0, decay_fraction=0.25)
-    rate = build_optimizer(validate(by_fraction))._learning_rate
+    rate = build_optimizer(validate(by_fraction).train)._learning_rate
     assert _values(rate, [150, 175, 200]) == pytest.approx({150: 1.0, 175: 0.5, 200: 0.0})
     by_steps = dataclasses.replace(by_fraction, train=dataclasses.replace(
         by_fraction.train, decay_steps=20, min_learning_rate=0.2))
-    rate = build_optimizer(validate(by_steps))._learning_rate
+    rate = build_optimizer(validate(by_steps).train)._learning_rate
     assert _values(rate, [180, 190, 200]) == pytest.approx({180: 1.0, 190: 0.6, 200: 0.2})
 
 
@@ -118,7 +118,7 @@ def test_schedule_config_round_trips():
 def test_train_schedule_picks_the_optimizer_schedule(tiny_data, tmp_path):
     config = tiny_config(tiny_data, tmp_path, schedule="inverse_sqrt", warmup_steps=4,
                          learning_rate=1e-2)
-    rate = build_optimizer(validate(config))._learning_rate  # the schedule, not its value
+    rate = build_optimizer(validate(config).train)._learning_rate  # the schedule, not its value
     assert isinstance(rate, schedules.WarmupSchedule) and rate.decay == "inverse_sqrt"
     assert float(np.asarray(rate(16))) == pytest.approx(5e-3)
 

@@ -270,7 +270,7 @@ def test_one_process_checkpoint_resumes_in_two(tiny_data, tmp_path, single_run):
 @pytest.mark.parametrize("strategy", ["fsdp", "model"])
 def test_sharded_layouts_split_the_weights(tiny_data, tmp_path, strategy):
     from kroberta.model.mlm import build_compiled_model
-    from kroberta.plan import for_local_devices
+    from kroberta.perf.plan import for_local_devices
 
     config = _config(tiny_data, tmp_path, strategy=strategy, model_parallel=2)
     topology = distribute.setup(config)

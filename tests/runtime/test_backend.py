@@ -21,7 +21,7 @@ def test_keras_runs_on_jax():
 def test_tensorflow_sees_no_accelerator_and_torch_is_never_imported():
     result = _run(
         "import sys, kroberta, tensorflow as tf\n"
-        "import kroberta.training.train, kroberta.data.pipeline, kroberta.model.mlm\n"
+        "import kroberta.pretraining.train, kroberta.data.pipeline, kroberta.model.mlm\n"
         "assert tf.config.get_visible_devices('GPU') == [], tf.config.get_visible_devices()\n"
         "assert tf.config.get_visible_devices('TPU') == []\n"
         "assert all(d.device_type == 'CPU' for d in tf.config.get_visible_devices())\n"

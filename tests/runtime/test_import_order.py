@@ -13,7 +13,7 @@ from tests.conftest import REPO
 _FIT = """
 import numpy as np
 from kroberta.model.mlm import build_compiled_model
-from kroberta.plan import for_local_devices
+from kroberta.perf.plan import for_local_devices
 config = kroberta.load_config("tiny", {"model.num_layers": 1, "model.hidden_dim": 16,
                                        "model.intermediate_dim": 32, "model.vocabulary_size": 64,
                                        "model.max_sequence_length": 8})

@@ -12,7 +12,7 @@ import pytest
 from kroberta import train
 from kroberta.training import checkpoint
 from tests.conftest import tiny_config
-from tests.training.test_train import _weights
+from tests.pretraining.test_train import _weights
 
 
 def _state(path):
@@ -60,7 +60,7 @@ def test_async_and_sync_checkpoints_are_bitwise_equal_and_resume_alike(tiny_data
 @pytest.fixture
 def model(tiny_data, tmp_path):
     from kroberta.model.mlm import build_compiled_model
-    from kroberta.plan import for_local_devices
+    from kroberta.perf.plan import for_local_devices
 
     keras.distribution.set_distribution(None)
     return build_compiled_model(for_local_devices(tiny_config(tiny_data, tmp_path)))

@@ -17,7 +17,7 @@ from kroberta import train
 from kroberta.training import checkpoint
 from kroberta.data.synthetic import make_sequences, write_tfrecord
 from tests.conftest import REPO, tiny_config
-from tests.training.test_train import _rows, _weights
+from tests.pretraining.test_train import _rows, _weights
 
 STEPS = 200
 

@@ -83,7 +83,7 @@ def test_synchronous_checkpoints_on_a_url_restore_exactly_and_prune_marker_first
     import dataclasses
 
     from kroberta.model.mlm import build_compiled_model
-    from kroberta.plan import for_local_devices
+    from kroberta.perf.plan import for_local_devices
 
     config = for_local_devices(tiny_config(tiny_data, tmp_path))
     model = build_compiled_model(config)

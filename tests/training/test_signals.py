@@ -53,7 +53,7 @@ def stopped_run(tiny_data, tmp_path_factory):
     heard.emit = lambda record: lines.append(record.getMessage())
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(keras_hub.models.RobertaMaskedLM, "evaluate", evaluate)
-        patch.setattr(logging.getLogger("kroberta.training.train"), "handlers", [heard])
+        patch.setattr(logging.getLogger("kroberta.pretraining.train"), "handlers", [heard])
         first = train(config, until_step=20)
         model_file = os.path.join(run_dir, "model.weights.h5")
         assert not os.path.exists(model_file)  # --until-step: the run is not over

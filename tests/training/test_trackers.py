@@ -241,7 +241,7 @@ def test_a_missing_tracker_package_is_a_one_line_error(tiny_data, tmp_path, monk
     config = validate(tiny_config(tiny_data, tmp_path, trackers=(name,)))
     with pytest.raises(ConfigError, match=rf'"{name}" needs the {name} package: '
                                           rf'pip install "kroberta\[{name}\]"'):
-        trackers.check_installed(config)
+        trackers.check_installed(config.train.trackers)
 
 
 @pytest.mark.fast

@@ -2,7 +2,7 @@
 labels are not."""
 
 from tests.downstream.tasks import marker_task
-from kroberta.downstream import probe
+from kroberta.pretraining import probe
 from kroberta.downstream.examples import TaskSpec, read_labelled
 
 

@@ -129,7 +129,7 @@ def test_the_setting_reads_as_a_word_or_a_table(tmp_path):
 
 
 def _logger(model, run_dir, train_file, validation_file):
-    from kroberta.downstream import probe
+    from kroberta.pretraining import probe
     from kroberta.training.run_callbacks import RunLogger
 
     config = model.kroberta_config

@@ -48,7 +48,7 @@ class _Run:
     """What the set-up resolved: the data, the plan, the model."""
 
     run_data: object  # kroberta.training.run_data.RunData
-    plan: object  # kroberta.plan.Plan: the config, devices, batches, steps per dispatch, slots
+    plan: object  # kroberta.perf.plan.Plan: the config, devices, batches, steps per dispatch, slots
     model: object  # the compiled masked-LM
 
     @property
@@ -131,14 +131,14 @@ def _set_up(config: Config, force: bool, accept_changes: bool,
 
     from kroberta.model.mlm import build_compiled_model
     from kroberta.parallel import distribute, startup
-    from kroberta.plan import make_plan
+    from kroberta.perf.plan import make_plan
     from kroberta.training.run_data import run_data_for
 
     startup.initialize(config)  # joins a multi-host job before anything starts a JAX backend
     main_process = jax.process_index() == 0
     check_writable(config.run_dir)
     if main_process:
-        trackers.check_installed(config)  # before the data are read or built
+        trackers.check_installed(config.train.trackers)  # before the data are read or built
     run_data = run_data_for(config)
     config = run_data.config
     _check_signals(config, run_data)
@@ -200,7 +200,7 @@ def _describe(run: _Run):
     slots = run.plan.slots
     logger.info(f"devices: {topology.describe()}")
     logger.info(distribute.describe_memory(run.model, topology))
-    logger.info(attention.describe(config))
+    logger.info(attention.describe(config.model, config.train.mixed_precision, config.train.remat))
     accumulation = config.train.gradient_accumulation_steps
     per_device = f"{config.train.batch_size_per_device} per device" + (
         f" x {accumulation} accumulated micro-batches" if accumulation > 1 else "")
@@ -347,7 +347,7 @@ def _log_interrupted(run_dir: str):
 
 def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
     # Start-up: loaded when training starts (see the note at the top).
-    from kroberta.downstream import probe
+    from kroberta.pretraining import probe
     from kroberta.training.evaluation import validation_row
     from kroberta.training.run_callbacks import RunLogger
     from kroberta.training.run_data import train_batches, validation_batches

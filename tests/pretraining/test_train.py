@@ -13,7 +13,7 @@ from kroberta.errors import ConfigError
 import kroberta
 from kroberta import train
 from kroberta.model.schedules import WarmupSchedule
-from kroberta.training.train import Outcome
+from kroberta.pretraining.train import Outcome
 from tests.conftest import REPO, TINY_VOCAB, tiny_config
 
 

@@ -9,7 +9,7 @@ from kroberta.errors import ConfigError
 from kroberta.config import AUTO, config_path, load_toml
 from kroberta.parallel import distribute
 from kroberta.perf import dispatch_size, flops, hardware, throughput
-from kroberta.plan import make_plan
+from kroberta.perf.plan import make_plan
 
 pytestmark = pytest.mark.fast
 
@@ -128,7 +128,7 @@ def test_the_peak_is_looked_up_once_and_only_when_needed(monkeypatch):
 
 def test_a_model_compiled_outside_a_run_gets_its_steps_from_the_plan(monkeypatch):
     from kroberta.model import mlm
-    from kroberta.plan import for_local_devices
+    from kroberta.perf.plan import for_local_devices
 
     config = _config(train={"steps_per_execution": AUTO})
     monkeypatch.setattr(throughput, "peak_flops", lambda devices: None)  # unknown: 32 wanted
