@@ -15,7 +15,7 @@ from kroberta.parallel import distribute  # noqa: F401 (its import is no step's 
 from kroberta.training import time_budget
 from kroberta.training.time_budget import Measurement, steps_within
 from tests.conftest import tiny_config
-from tests.training.test_train import _rows, _weights
+from tests.pretraining.test_train import _rows, _weights
 
 
 def _budget_config(tiny_data, run_dir, budget, **train):
