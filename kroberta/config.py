@@ -30,7 +30,6 @@ import tomli_w
 from kroberta import tokens
 from kroberta.errors import ConfigError
 
-
 # The words some fields accept.
 AUTO = "auto"  # train.steps_per_execution: from the FLOPs and peak; data.masking: from the files
 FOLLOW_DROPOUT = -1.0  # model.attention_dropout: the same rate as model.dropout

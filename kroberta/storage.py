@@ -24,7 +24,13 @@ import shutil
 import tempfile
 
 from kroberta.atomic import atomic_path, atomic_write
-from kroberta.errors import ArgumentKindError, InputError, KrobertaError, NotFoundError, StorageError
+from kroberta.errors import (
+    ArgumentKindError,
+    InputError,
+    KrobertaError,
+    NotFoundError,
+    StorageError,
+)
 
 # The extra that installs each protocol's fsspec implementation, for the error that names it.
 EXTRAS = {"gs": ("gcs", "gcsfs"), "gcs": ("gcs", "gcsfs")}

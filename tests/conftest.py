@@ -12,13 +12,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Fixes the backend before any test imports keras, and adds kroberta's CPU flags to
 # XLA_FLAGS (Eigen matmuls; an hour before a late collective rendezvous aborts:
 # kroberta/runtime/xla_cpu.py), for this process and the subprocesses it starts.
-import kroberta  # noqa: E402,F401
-
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 
 import pytest  # noqa: E402
 
+import kroberta  # noqa: E402,F401
 from kroberta.config import Config, config_path, load_toml, to_toml  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -5,10 +5,21 @@ import sys
 
 import pytest
 
-from kroberta.errors import ConfigError
 import kroberta
-from kroberta.config import Config, apply_dict, apply_overrides, config_path, from_command_line, load_toml, parse_duration, shipped_names, to_toml, validate
 import kroberta.cli.train
+from kroberta.config import (
+    Config,
+    apply_dict,
+    apply_overrides,
+    config_path,
+    from_command_line,
+    load_toml,
+    parse_duration,
+    shipped_names,
+    to_toml,
+    validate,
+)
+from kroberta.errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = shipped_names()

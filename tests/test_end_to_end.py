@@ -6,10 +6,10 @@ import random
 import numpy as np
 import pytest
 
-from kroberta.errors import ConfigError, InputError
 import kroberta
 from kroberta import prepare, train
 from kroberta.config import config_path, load_toml
+from kroberta.errors import ConfigError, InputError
 
 WORDS = ["alpha", "beta", "gamma", "delta", "omega", "river", "stone", "cloud", "light", "north"]
 

@@ -133,7 +133,7 @@ def test_a_full_disk_during_finetune_keeps_the_finished_trials_and_a_rerun_compl
     line = _one_line(full.stderr)
     assert line.startswith(f"error: could not write the trial's weights at {out}/trials: No space "
                            "left on device (")
-    assert line.endswith(f" MiB free there); the trials that finished before are kept; free some "
+    assert line.endswith(" MiB free there); the trials that finished before are kept; free some "
                          "space and run the same command again to resume from them")
     assert not (out / "result.json").exists()
     assert len((out / "trials.jsonl").read_text().splitlines()) == 1

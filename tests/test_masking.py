@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.errors import ConfigError
 from kroberta import masking
+from kroberta.errors import ConfigError
 from kroberta.tokens import IGNORE_LABEL
 from tests import masking_reference
 
@@ -345,8 +345,8 @@ def test_the_training_pipeline_masks_whole_words_of_the_tokenizer(tmp_path):
 def test_whole_word_masking_needs_dynamic_masking_and_a_tokenizer(tmp_path):
     import dataclasses
 
-    from kroberta.training import run_data
     from kroberta.config import Config, validate
+    from kroberta.training import run_data
 
     config = Config()
     static = dataclasses.replace(config.data, masking="static", whole_word_masking=True)

@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-from kroberta import report, train
-from kroberta.training.report import PANELS
-from kroberta.perf import throughput
-from tests.conftest import tiny_config
 import kroberta.cli.report
+from kroberta import report, train
+from kroberta.perf import throughput
+from kroberta.training.report import PANELS
+from tests.conftest import tiny_config
 
 
 def _write_rows(run_dir):

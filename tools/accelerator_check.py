@@ -97,8 +97,8 @@ def _floors(config, devices, batch):
 
 def _predict(config, run_dir, batch, batches, group):
     import kroberta
-    from kroberta.inference import prediction
     from kroberta.data.synthetic import make_sequences, mask_once
+    from kroberta.inference import prediction
 
     model = kroberta.load(run_dir)
     rows = batch * batches
@@ -133,9 +133,10 @@ def main():
     started = time.perf_counter()
     # kroberta's modules first: importing the package fixes Keras' backend and XLA's flags
     # before JAX starts.
-    from kroberta.perf.plan import make_plan
-    from kroberta.data.synthetic import write_seed_format
     import jax
+
+    from kroberta.data.synthetic import write_seed_format
+    from kroberta.perf.plan import make_plan
 
     work = tempfile.mkdtemp(prefix="accelerator-check-")
     base = _config(args, "", "", 1)

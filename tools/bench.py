@@ -54,17 +54,17 @@ def main():
 
     import dataclasses
 
-    import kroberta
     import jax
     import keras
     import numpy as np
 
+    import kroberta
     from kroberta.config import config_path, load_toml
     from kroberta.data import pipeline
-    from kroberta.perf import flops, throughput
-    from kroberta.model.mlm import build_compiled_model
-    from kroberta.perf.plan import for_local_devices
     from kroberta.data.synthetic import write_seed_format
+    from kroberta.model.mlm import build_compiled_model
+    from kroberta.perf import flops, throughput
+    from kroberta.perf.plan import for_local_devices
 
     skip = set(filter(None, args.skip.split(",")))
     config = load_toml(config_path(args.config))
@@ -168,7 +168,7 @@ def main():
             start = time.perf_counter()
             with torch.inference_mode():
                 for ids, mask in hf_pred:
-                    hf(input_ids=ids, attention_mask=mask).logits  # (B, L, V)
+                    _ = hf(input_ids=ids, attention_mask=mask).logits  # (B, L, V)
             return predict_n / (time.perf_counter() - start)
 
         cases["train HF torch"] = (hf_train, flops.Shape.from_config(config, L, L), True)

@@ -50,10 +50,10 @@ def main(argv=None) -> int:
     parser.add_argument("--dir", default=None, help="scratch directory (default: a new temp dir)")
     args = parser.parse_args(argv)
 
-    from kroberta.training import checkpoint
     from kroberta.config import config_path, load_toml
     from kroberta.model.mlm import build_compiled_model
     from kroberta.perf.plan import for_local_devices
+    from kroberta.training import checkpoint
 
     config = load_toml(config_path(args.config))
     model = build_compiled_model(for_local_devices(config))
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                 if mode == "async":  # the step loop's stand-in runs while the write goes on
                     final = os.path.join(run_dir, checkpoint.CHECKPOINT_DIR,
                                          f"step_{round_index + 1:08d}")
-                    rate = _matmuls_per_second(0, until=lambda: os.path.isdir(final))
+                    rate = _matmuls_per_second(0, until=lambda final=final: os.path.isdir(final))
                 writer.close()
                 committed = time.perf_counter() - started
                 rows[mode].append((blocked, committed, rate))

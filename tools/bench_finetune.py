@@ -156,11 +156,11 @@ def main():
     # torch's OpenMP threads spin while they wait: on a shared, loaded machine a spinning
     # thread holds a core another needs (measured: 2 s a step, against 0.13 s passive).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    import kroberta  # noqa: F401  (fixes the backend before keras is imported)
     import jax
     import torch
     import transformers
 
+    import kroberta  # noqa: F401  (fixes the backend before keras is imported)
     from kroberta.config import ModelConfig
 
     threads = os.cpu_count()  # XLA's CPU backend: one intra-op thread per core

@@ -69,8 +69,8 @@ def bare_scan_step_seconds(config, spec, read_input: bool = False) -> float:
     import numpy as np
 
     from kroberta.data import pipeline
-    from kroberta.model.super_batch import scan_steps
     from kroberta.model.mlm import build_compiled_model
+    from kroberta.model.super_batch import scan_steps
 
     t = config.train
     model = build_compiled_model(config)
@@ -152,8 +152,8 @@ def main():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import kroberta  # noqa: F401  (fixes the backend before keras is imported)
     from kroberta.data import pipeline
-    from kroberta.model.mlm import build_compiled_model
     from kroberta.data.synthetic import write_seed_format
+    from kroberta.model.mlm import build_compiled_model
 
     k = args.steps_per_execution
     work = tempfile.mkdtemp(prefix="bench-overhead-")

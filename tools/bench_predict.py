@@ -42,16 +42,15 @@ def main():
 
     import dataclasses
 
-    import kroberta
     import numpy as np
 
+    import kroberta
     from kroberta.config import config_path, load_toml
     from kroberta.data import pipeline
-    from kroberta.parallel import distribute
-    from kroberta.perf.plan import make_plan
-    from kroberta.model.mlm import build_compiled_model
-    from kroberta.perf.plan import for_local_devices
     from kroberta.data.synthetic import write_seed_format
+    from kroberta.model.mlm import build_compiled_model
+    from kroberta.parallel import distribute
+    from kroberta.perf.plan import for_local_devices, make_plan
 
     tmp = tempfile.mkdtemp(prefix="bench_predict_")
     path = os.path.join(tmp, "seed.tfrecord")

@@ -182,7 +182,6 @@ def main():
     if args.run:
         return run_one(args.run, args.workers, args.paths, args.tokenizer, args.out, args)
     from kroberta.text.build import prepare  # after argparse: --help stays fast
-    from kroberta.text.tokenizer import train_tokenizer
 
     root = args.keep or tempfile.mkdtemp(prefix="bench_prepare_")
     os.makedirs(os.path.join(root, "corpus"), exist_ok=True)

@@ -71,8 +71,8 @@ def main():
         print(f"{'format':<7} {'MB':>7} {'cuts':>6} {'cut CPU s/MB':>13} {'read CPU s/MB':>14} {'cut / read':>11}")
         for name, path in paths.items():
             size, source = os.path.getsize(path), Source.of(path)
-            cut_s, cuts = cpu_seconds(lambda: file_cut_points(source, size, int(args.chunk_mb * 1e6)))
-            read_s, _ = cpu_seconds(lambda: sum(1 for _ in iter_documents([source])))
+            cut_s, cuts = cpu_seconds(lambda source=source, size=size: file_cut_points(source, size, int(args.chunk_mb * 1e6)))
+            read_s, _ = cpu_seconds(lambda source=source: sum(1 for _ in iter_documents([source])))
             megabytes = size / 1e6
             print(f"{name:<7} {megabytes:7.1f} {len(cuts):6d} {cut_s / megabytes:13.4f} "
                   f"{read_s / megabytes:14.4f} {cut_s / read_s:11.3f}")

@@ -43,14 +43,14 @@ def main():
                                f" --xla_dump_to={dump} --xla_dump_hlo_as_text")
     simulate_cpu_devices(1)
 
-    import kroberta  # noqa: F401  (selects the JAX backend before keras loads)
     import jax
 
+    import kroberta  # noqa: F401  (selects the JAX backend before keras loads)
     from kroberta.config import config_path, load_toml
     from kroberta.data import pipeline
+    from kroberta.data.synthetic import write_seed_format
     from kroberta.model.mlm import build_compiled_model
     from kroberta.perf.plan import for_local_devices
-    from kroberta.data.synthetic import write_seed_format
 
     config = load_toml(config_path(args.config))
     L, V = config.model.max_sequence_length, config.model.vocabulary_size

@@ -27,15 +27,20 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the model is built on the host 
 import argparse  # noqa: E402
 import importlib.metadata  # noqa: E402
 
-from kroberta.errors import ConfigError
 from kroberta import cli  # noqa: E402
 from kroberta.config import Config, from_command_line, validate  # noqa: E402
+from kroberta.errors import ConfigError
+from kroberta.perf import memory_plan  # noqa: E402
 from kroberta.perf.hardware import GiB  # noqa: E402
+
 # kroberta.perf.tpu_compile.compile_for_topology(config, topology) is the
 # command as a function.
-from kroberta.perf.tpu_compile import (KNOWN_TOPOLOGIES, compile_for_topology,  # noqa: E402
-                                       per_device_chip, topology_devices)
-from kroberta.perf import memory_plan  # noqa: E402
+from kroberta.perf.tpu_compile import (  # noqa: E402
+    KNOWN_TOPOLOGIES,
+    compile_for_topology,
+    per_device_chip,
+    topology_devices,
+)
 
 
 def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:

@@ -57,8 +57,8 @@ def main(argv=None) -> int:
         model_source(args.model, "--model", head=MASKED_LM)
         _check_data(args.data)
         # start-up: JAX and the model load after the arguments were checked
-        from kroberta.training.evaluation import evaluate
         from kroberta.downstream.loading import load  # start-up time: after the checks
+        from kroberta.training.evaluation import evaluate
 
         data = args.data[0] if len(args.data) == 1 else args.data
         result = evaluate(load(args.model), data, batch_size=args.batch_size)

@@ -17,11 +17,11 @@ import json
 import os
 import sys
 
-from kroberta.errors import InputError
 import kroberta
 from kroberta import cli, storage
 from kroberta.downstream.arguments import check_finetune_arguments
 from kroberta.downstream.settings import POOLINGS, FinetuneConfig, SettingError
+from kroberta.errors import InputError
 from kroberta.run_layout import CLASSIFIER, model_source
 
 RANDOM_START_DIR = "random-start"  # --out's folder for the random start's classifier

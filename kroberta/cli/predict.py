@@ -15,13 +15,13 @@ import os
 import sys
 import warnings
 
-from kroberta.errors import InputError
 import kroberta
 from kroberta import cli, console, storage
 from kroberta.data.file_patterns import resolve_files
+from kroberta.errors import InputError
 from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS
-from kroberta.run_layout import CLASSIFIER, model_source
 from kroberta.inference.npz_file import write_npz
+from kroberta.run_layout import CLASSIFIER, model_source
 
 # The prediction engine (JAX, Keras, TensorFlow) is imported when it is used, so that
 # `--help` and argument errors answer at once.

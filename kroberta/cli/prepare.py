@@ -22,9 +22,9 @@ import os
 import sys
 import warnings
 
-from kroberta.errors import InputError
 from kroberta import cli, storage
 from kroberta.data.manifest import MANIFEST_NAME, load_manifest
+from kroberta.errors import InputError
 from kroberta.text.build import PrepareWarning, prepare
 from kroberta.text.sample import DEFAULT_SAMPLE_BYTES
 from kroberta.text.textfiles import expand_inputs
@@ -151,7 +151,8 @@ def _run(args) -> int:
     if not args.input or not args.out:
         raise InputError("--input and --out are required (or --check PATH)")
     if args.tokenizer and args.vocab_size is not None:
-        warnings.warn("--vocab-size is ignored with --tokenizer: the tokenizer's own vocabulary is used", PrepareWarning)
+        warnings.warn("--vocab-size is ignored with --tokenizer: the tokenizer's own vocabulary is used", PrepareWarning,
+                      stacklevel=1)
     manifest = prepare(
         args.input, args.out,
         vocab_size=args.vocab_size or 10000, seq_len=args.seq_len or 64,

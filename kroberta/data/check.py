@@ -179,7 +179,7 @@ class _FileChecker:
             length = columns[name][0]
             flag(length == 0, name, None, "missing feature (or empty list)")
             if L is not None:
-                flag(length != L, name, None, lambda r: _words(rules.wrong_length(length[r], L)))
+                flag(length != L, name, None, lambda r, length=length: _words(rules.wrong_length(length[r], L)))
         lengths_labels = columns["labels"][0]
         if L is not None:
             flag((lengths_labels != 0) & (lengths_labels != L), "labels", None,

@@ -6,9 +6,9 @@ at once; an object store's (gs://...) through `kroberta.storage` (fsspec).
 
 import os
 
+from kroberta import storage
 from kroberta.data.manifest import MANIFEST_NAME
 from kroberta.errors import InputError
-from kroberta import storage
 from kroberta.storage import is_url
 
 

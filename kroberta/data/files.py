@@ -11,10 +11,10 @@ import dataclasses
 import tensorflow as tf
 from google.protobuf.message import DecodeError
 
-from kroberta.errors import ConfigError, InputError
 from kroberta.config import DataConfig, ModelConfig
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
 from kroberta.data.tfrecord_files import frames
+from kroberta.errors import ConfigError, InputError
 from kroberta.storage import is_url
 
 

@@ -19,7 +19,6 @@ import tensorflow as tf
 
 from kroberta import counter_hash, masking
 
-
 # Not empty once the interpreter exits, before JAX shuts its backends down (atexit runs
 # in reverse order, and this module registers after JAX's): a map still running then
 # must not call JAX, or the thread that tears the pipeline down waits for it forever.

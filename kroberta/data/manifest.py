@@ -9,8 +9,8 @@ import dataclasses
 import json
 import os
 
-from kroberta.errors import ConfigError, InputError
 from kroberta.atomic import atomic_write
+from kroberta.errors import ConfigError, InputError
 from kroberta.storage import is_url, isfile, join, read_text
 
 FORMAT = "kroberta-tfrecord-v1"

@@ -23,15 +23,15 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from kroberta.errors import InputError
+from kroberta.config import DataConfig
 from kroberta.data import epochs, host_masking
 from kroberta.data.bad_records import explain_pipeline_error, first_bad_record
 from kroberta.data.batch_parsing import parse_checked_batch
-from kroberta.config import DataConfig
 from kroberta.data.epochs import FileOrder
 from kroberta.data.file_patterns import resolve_files
 from kroberta.data.files import DataSpec, check_against_model, inspect_files, spec_records
 from kroberta.data.records import FEATURES
+from kroberta.errors import InputError
 from kroberta.tokens import IGNORE_LABEL
 
 AUTOTUNE = tf.data.AUTOTUNE

@@ -9,9 +9,9 @@ tokens, 80% <mask> / 10% random / 10% kept, -100 elsewhere; `kroberta.masking`).
 
 import numpy as np
 
-from kroberta.masking import static_labels
 from kroberta.data.records import encode_examples
 from kroberta.data.tfrecord_files import RecordFileWriter
+from kroberta.masking import static_labels
 from kroberta.tokens import BOS_ID, EOS_ID, FIRST_REGULAR_ID, MASK_ID, PAD_ID, SPECIAL_IDS
 
 

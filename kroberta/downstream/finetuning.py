@@ -14,17 +14,31 @@ import os
 import jax
 import numpy as np
 
-from kroberta.errors import InputError
-from kroberta.downstream import classifiers
-from kroberta.downstream import (encoding, glue, metrics, prediction, recipe,
-                                 starts, stdlib_task, trial_run, verdict)
+from kroberta.downstream import (
+    classifiers,
+    encoding,
+    glue,
+    metrics,
+    prediction,
+    recipe,
+    starts,
+    stdlib_task,
+    trial_run,
+    verdict,
+)
 from kroberta.downstream.arguments import STDLIB, check_out, check_task
-from kroberta.downstream.examples import (CLASSIFICATION, REGRESSION, TaskSpec,
-                                          check_labelled_file, choose_text_fields,
-                                          read_labelled)
+from kroberta.downstream.examples import (
+    CLASSIFICATION,
+    REGRESSION,
+    TaskSpec,
+    check_labelled_file,
+    choose_text_fields,
+    read_labelled,
+)
+from kroberta.downstream.loading import load
 from kroberta.downstream.settings import FinetuneConfig, SettingError
 from kroberta.downstream.trials import TrialLog, fingerprint
-from kroberta.downstream.loading import load
+from kroberta.errors import InputError
 from kroberta.model.masked_lm import check_model
 from kroberta.parallel.distribute import global_distribution
 from kroberta.run_layout import CLASSIFIER, MASKED_LM, model_source

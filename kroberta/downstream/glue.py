@@ -11,8 +11,8 @@ Pearson for STS-B, accuracy elsewhere (F1 and Spearman are reported beside them)
 
 import os
 
-from kroberta.errors import InputError
 from kroberta.downstream.examples import REGRESSION, TaskSpec
+from kroberta.errors import InputError
 
 _BINARY = ("0", "1")
 _NLI = ("entailment", "not_entailment")

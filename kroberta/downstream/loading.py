@@ -24,9 +24,19 @@ from kroberta.errors import ConversionError, InputError
 from kroberta.interop import hf, hf_weights, keras_hub_presets
 from kroberta.model.mlm import build_model
 from kroberta.parallel.distribute import global_distribution
-from kroberta.run_layout import (CLASSIFIER, CLASSIFIER_FILE, CLASSIFIER_WEIGHTS_FILE, HF,
-                                 MASKED_LM, RUN, TOKENIZER_FILE, load_run_config, load_tokenizer,
-                                 model_source, read_json)
+from kroberta.run_layout import (
+    CLASSIFIER,
+    CLASSIFIER_FILE,
+    CLASSIFIER_WEIGHTS_FILE,
+    HF,
+    MASKED_LM,
+    RUN,
+    TOKENIZER_FILE,
+    load_run_config,
+    load_tokenizer,
+    model_source,
+    read_json,
+)
 from kroberta.training.final_model import load_run
 
 

@@ -9,9 +9,9 @@ a classifier's folder, which `kroberta.load` reads back.
 import jax
 import numpy as np
 
-from kroberta.errors import InputError
 from kroberta.downstream import encoding
 from kroberta.downstream.examples import REGRESSION
+from kroberta.errors import InputError
 from kroberta.model import predict_program
 
 

@@ -22,9 +22,9 @@ import time
 import numpy as np
 
 from kroberta.downstream import encoding, rate_grid, trial_run
-from kroberta.downstream.trials import TrialLog
 from kroberta.downstream.examples import TaskSpec
 from kroberta.downstream.settings import FinetuneConfig
+from kroberta.downstream.trials import TrialLog
 from kroberta.errors import DivergedError
 
 logger = logging.getLogger(__name__)

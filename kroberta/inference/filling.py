@@ -3,8 +3,8 @@
 import numpy as np
 
 from kroberta.errors import InputError
-from kroberta.model.masked_lm import check_model
 from kroberta.inference.prediction import predict
+from kroberta.model.masked_lm import check_model
 
 MASK_TOKEN = "<mask>"
 

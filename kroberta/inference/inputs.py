@@ -18,13 +18,12 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from kroberta.errors import InputError
-from kroberta.data import pipeline
+from kroberta.data import pipeline, rules
 from kroberta.data.manifest import check_prepared_with
-from kroberta.data import rules
 from kroberta.data.records import FEATURES, REQUIRED_FEATURES
-from kroberta.tokens import IGNORE_LABEL
+from kroberta.errors import InputError
 from kroberta.model.model_inputs import HF_NAMES
+from kroberta.tokens import IGNORE_LABEL
 
 AUTOTUNE = tf.data.AUTOTUNE
 

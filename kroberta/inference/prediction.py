@@ -21,10 +21,10 @@ import tensorflow as tf
 
 from kroberta.data import pipeline
 from kroberta.downstream.prediction import predict_texts
-from kroberta.inference.inputs import as_examples, batched
-from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS
-from kroberta.model import predict_program
 from kroberta.errors import InputError
+from kroberta.inference import DEFAULT_MAX_OUTPUT_BYTES, OUTPUTS
+from kroberta.inference.inputs import as_examples, batched
+from kroberta.model import predict_program
 from kroberta.model.masked_lm import check_model
 from kroberta.perf import dispatch_size
 from kroberta.perf.hardware import size_text

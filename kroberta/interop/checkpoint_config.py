@@ -13,10 +13,10 @@ import dataclasses
 import logging
 import os
 
-from kroberta.errors import ConfigError, InputError
 from kroberta import storage
-from kroberta.interop.hf_weights import HF_NAMES, POSITION_OFFSET, SHAPE_KEYS
 from kroberta.config import Config, ModelConfig, config_path, shipped_names
+from kroberta.errors import ConfigError, InputError
+from kroberta.interop.hf_weights import HF_NAMES, POSITION_OFFSET, SHAPE_KEYS
 
 logger = logging.getLogger(__name__)
 

@@ -17,17 +17,16 @@ import keras
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save
 
+from kroberta import storage, tokens
 from kroberta.config import FOLLOW_DROPOUT, Config, ModelConfig
 from kroberta.errors import ConversionError, InputError, NotFoundError
-from kroberta.model.attention import attention_layers
-from kroberta.model.masked_lm import check_model
-from kroberta.model.layer_norm import epsilon_of
 from kroberta.interop import check_tokenizer, hf_weights, staged_export
-from kroberta import storage
+from kroberta.model.attention import attention_layers
+from kroberta.model.layer_norm import epsilon_of
+from kroberta.model.masked_lm import check_model
 from kroberta.run_layout import HF_CLASSIFIER
-from kroberta import tokens
-from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
 from kroberta.text.tokenizer import HF_MERGES_FILE, HF_VOCABULARY_FILE, load_tokenizer
+from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"

@@ -29,13 +29,13 @@ import os
 
 import keras_hub
 
+from kroberta import storage
 from kroberta.config import Config, DataConfig, ModelConfig, load_toml, to_toml
 from kroberta.errors import ConversionError
 from kroberta.interop import check_tokenizer, hf_weights, staged_export
 from kroberta.interop.hf import attention_dropout_of, bpe_of, read_json_in, task_of
-from kroberta.model.masked_lm import check_model
-from kroberta import storage
 from kroberta.model.layer_norm import epsilon_of
+from kroberta.model.masked_lm import check_model
 from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE, stock_copy
 from kroberta.parallel.distribute import global_distribution
 from kroberta.run_layout import MASKED_LM, model_source

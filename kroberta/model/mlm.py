@@ -28,6 +28,7 @@ import keras_hub
 from kroberta import masking
 from kroberta.config import AUTO, Config, ModelConfig, TrainConfig
 from kroberta.errors import ConfigError
+from kroberta.model import schedules
 from kroberta.model.attention import use_attention_dropout
 from kroberta.model.dropout import use_fast_dropout
 from kroberta.model.gelu import use_erf_gelu
@@ -35,7 +36,6 @@ from kroberta.model.layer_norm import use_fused_layer_norm
 from kroberta.model.masked_lm import MaskedLM
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
 from kroberta.model.remat import use_remat
-from kroberta.model import schedules
 from kroberta.parallel.distribute import global_distribution, to_host
 
 # Names the optimizer's variables are saved under; an unnamed optimizer gets a

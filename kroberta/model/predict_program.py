@@ -19,9 +19,9 @@ import keras
 import keras_hub
 
 from kroberta import masking
-from kroberta.tokens import IGNORE_LABEL
-from kroberta.model.top_k import exact_top_k
 from kroberta.model.metrics import masked_correct, token_cross_entropy
+from kroberta.model.top_k import exact_top_k
+from kroberta.tokens import IGNORE_LABEL
 
 # Kept beside the model rather than on it: its jitted steps by (output, k, slots,
 # positions, group, devices). The steps hold the model's view (`_view`),

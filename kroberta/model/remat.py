@@ -29,6 +29,7 @@ training step (K steps per dispatch, accumulation, masking) and distribution.
 import jax
 import keras
 import keras_hub
+
 # Keras exports StatelessScope but no getter for the current one (3.15, 3.16).
 from keras.src.backend.common.stateless_scope import get_stateless_scope, in_stateless_scope
 

@@ -24,8 +24,8 @@ import keras
 import numpy as np
 from jax.experimental import multihost_utils
 
-from kroberta.errors import ConfigError
 from kroberta.config import Config
+from kroberta.errors import ConfigError
 
 MODEL_AXIS = "model"
 BATCH_AXIS = "batch"

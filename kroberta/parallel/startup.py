@@ -12,8 +12,8 @@ import os
 
 import jax
 
-from kroberta.errors import ConfigError
 from kroberta.config import Config
+from kroberta.errors import ConfigError
 from kroberta.parallel import rendezvous
 
 logger = logging.getLogger(__name__)

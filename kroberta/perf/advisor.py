@@ -16,11 +16,11 @@ model's matmul FLOPs with the flagged dims padded up, compared to the real ones.
 
 import dataclasses
 
-from kroberta.perf import aot_programs, flops, hardware, memory_plan
-from kroberta.perf.hardware import size_text
 from kroberta.config import Config, ModelConfig
 from kroberta.model import attention
 from kroberta.parallel.distribute import select_devices
+from kroberta.perf import aot_programs, flops, hardware, memory_plan
+from kroberta.perf.hardware import size_text
 from kroberta.perf.plan import make_plan
 
 LANES = 128

@@ -15,8 +15,8 @@ On a CPU one seed step takes far longer than the target, so "auto" is 1 there.
 
 import math
 
-from kroberta.perf import flops
 from kroberta.config import Config
+from kroberta.perf import flops
 
 TARGET_SECONDS = 0.02  # compute per dispatch: ~1 ms of host work is then <= 5% of it
 MAX_STEPS = 256

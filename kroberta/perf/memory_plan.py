@@ -12,8 +12,8 @@ mixed precision and the distribution's sharding are all counted as they will run
 import dataclasses
 import logging
 
-from kroberta.errors import ConfigError
 from kroberta.config import Config
+from kroberta.errors import ConfigError
 from kroberta.perf import aot_programs
 from kroberta.perf.hardware import GiB
 

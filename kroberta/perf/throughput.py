@@ -22,12 +22,12 @@ import platform
 import time
 
 import jax
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 
+from kroberta.atomic import atomic_write
 from kroberta.perf import hardware
 from kroberta.runtime import xla_cpu
-from kroberta.atomic import atomic_write
 
 MATMUL_SIZE = 2048
 CACHE_FILE = "cpu_peak.json"

@@ -16,15 +16,22 @@ import numbers
 import time
 
 from kroberta import storage
-from kroberta.errors import ConfigError
 from kroberta.config import Config, parse_window, validate
 from kroberta.data.file_patterns import resolve_files
 from kroberta.data.manifest import load_prepared
+from kroberta.errors import ConfigError
 from kroberta.interop.checkpoint_config import checkpoint_directory
 from kroberta.runtime import logs
 from kroberta.training import checkpoint, final_model, signals, time_budget, trackers
 from kroberta.training.preemption import PreemptionFlag
-from kroberta.training.run_dir import check_free_space, check_writable, keep_tokenizer, prepare_run_dir, removed_unless_checkpointed, truncate_metrics
+from kroberta.training.run_dir import (
+    check_free_space,
+    check_writable,
+    keep_tokenizer,
+    prepare_run_dir,
+    removed_unless_checkpointed,
+    truncate_metrics,
+)
 
 # JAX, Keras and TensorFlow are imported by the functions that use them, so that
 # `--help`, config errors and `--explain` answer without their seconds of start-up.

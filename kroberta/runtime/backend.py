@@ -201,4 +201,4 @@ def _hide_from_tensorflow(tf):
                 raise BackendError(
                     "TensorFlow was initialised before kroberta and holds "
                     f"{len(visible)} {kind}(s); import kroberta before running any TF op."
-                )
+                ) from None

@@ -10,8 +10,8 @@ dispatches here.
 
 import os
 
-from kroberta.errors import InputError
 from kroberta import storage
+from kroberta.errors import InputError
 from kroberta.text import locations
 from kroberta.text.columns import TEXT_FIELD_OPTION, check_columns
 

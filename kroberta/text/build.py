@@ -22,26 +22,36 @@ import tempfile
 import time
 import warnings
 
-
-from kroberta import storage
-from kroberta.console import Progress
-from kroberta.atomic import atomic_path
 from tokenizers import Tokenizer
 
+from kroberta import storage
+from kroberta.atomic import atomic_path
+from kroberta.console import Progress
 from kroberta.data.manifest import FORMAT, MANIFEST_NAME, load_manifest, write_manifest
-from kroberta.tokens import PAD_ID
 from kroberta.errors import InputError, StorageError
 from kroberta.text import locations
 from kroberta.text.assembly import assemble_splits
 from kroberta.text.chunks import CHUNK_BYTES, plan_chunks
 from kroberta.text.job import PrepareJob, WorkerJob
+from kroberta.text.pool import default_workers, run_chunks
 from kroberta.text.recordfiles import check_source
 from kroberta.text.resume import Plan, resume_key
 from kroberta.text.sample import DEFAULT_SAMPLE_BYTES, sample_documents
 from kroberta.text.textfiles import Source, expand_inputs, scan_file
-from kroberta.text.tokenizer import MIN_VOCABULARY_SIZE, TOKENIZER_FILE, VocabularyShortfallWarning, load_tokenizer, save_tokenizer, shortfall_note, special_token_ids, tokenizer_json_of, train_tokenizer, vocabulary_size
-from kroberta.text.pool import default_workers, run_chunks
+from kroberta.text.tokenizer import (
+    MIN_VOCABULARY_SIZE,
+    TOKENIZER_FILE,
+    VocabularyShortfallWarning,
+    load_tokenizer,
+    save_tokenizer,
+    shortfall_note,
+    special_token_ids,
+    tokenizer_json_of,
+    train_tokenizer,
+    vocabulary_size,
+)
 from kroberta.text.work_dir import WorkDir
+from kroberta.tokens import PAD_ID
 
 logger = logging.getLogger(__name__)
 

@@ -29,11 +29,12 @@ import signal
 import sys
 import threading
 import time
-
 from concurrent.futures.process import BrokenProcessPool
 
 from kroberta.errors import WorkerError
-from kroberta.text import workers  # by module: a replaced `workers.prepare_chunk` reaches the workers
+from kroberta.text import (
+    workers,  # by module: a replaced `workers.prepare_chunk` reaches the workers
+)
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 POLL_S = 0.5  # how often the progress bar hears the workers' bytes

@@ -15,8 +15,8 @@ import os
 import zlib
 
 from kroberta import storage
-from kroberta.text import locations, recordfiles
 from kroberta.errors import InputError, StorageError
+from kroberta.text import locations, recordfiles
 from kroberta.text.progress import ByteProgress
 
 _SCAN_BLOCK = 1 << 20

@@ -14,7 +14,6 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 from kroberta.atomic import atomic_write
 from kroberta.errors import InputError
 from kroberta.storage import isdir, isfile, read_text
-
 from kroberta.tokens import SPECIAL_TOKENS  # in id order: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4
 
 MIN_VOCABULARY_SIZE = len(SPECIAL_TOKENS) + 256  # the special tokens and the 256 bytes

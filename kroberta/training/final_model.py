@@ -15,14 +15,22 @@ import json
 import logging
 import os
 
+from kroberta import storage
+from kroberta.config import to_toml
+from kroberta.errors import ArgumentKindError, InputError, NotFoundError
+from kroberta.run_layout import (
+    CLASSIFIER_FILE,
+    CLASSIFIER_WEIGHTS_FILE,
+    CONFIG_FILE,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    load_run_config,
+    load_tokenizer,
+)
 from kroberta.training import checkpoint, signals
+
 # `load_run`'s argument is named checkpoint: the module's names it uses, by name.
 from kroberta.training.checkpoint import list_checkpoints
-from kroberta.config import to_toml
-from kroberta import storage
-from kroberta.errors import ArgumentKindError, InputError, NotFoundError
-from kroberta.run_layout import (CLASSIFIER_FILE, CLASSIFIER_WEIGHTS_FILE, CONFIG_FILE,
-                                 TOKENIZER_FILE, WEIGHTS_FILE, load_run_config, load_tokenizer)
 
 logger = logging.getLogger(__name__)
 

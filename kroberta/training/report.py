@@ -20,11 +20,17 @@ import statistics
 
 from kroberta import console, storage
 from kroberta.errors import InputError
-from kroberta.runtime import logs
 from kroberta.run_layout import CONFIG_FILE, WEIGHTS_FILE, load_run_config
+from kroberta.runtime import logs
 from kroberta.training import signals
-from kroberta.training.run_dir import (METRICS_FILE, PROBE_GAP, PROBE_PREFIX, RANDOM_INIT,
-                                      is_probe_reference, metrics_rows)
+from kroberta.training.run_dir import (
+    METRICS_FILE,
+    PROBE_GAP,
+    PROBE_PREFIX,
+    RANDOM_INIT,
+    is_probe_reference,
+    metrics_rows,
+)
 
 REPORT_FILE = "report.png"
 PANELS = (
@@ -202,30 +208,29 @@ def _draw_probes(ax, probes: dict):
     ax.legend(fontsize=7, loc="best")
 
 
+def _measured(entry: dict, step: int) -> str:
+    """A probe's score at `step` against the random initialisation's, with its interval."""
+    gap = entry["gaps"].get(step)
+    interval = f"{gap[0]:+.4g} [{gap[1]:+.4g}, {gap[2]:+.4g}]" if gap else "no interval logged"
+    return f"{entry['metric']} {dict(entry['points'])[step]:.4g} vs {entry['random_init']:.4g}, {interval}"
+
+
 def verdict_lines(probes: dict) -> list[str]:
     """The summary's line per probed split: where pretraining beats a random start by more
     than the noise of the texts it is scored on."""
     lines = []
     for split, entry in probes.items():
-        task, metric, reference = split[len(PROBE_PREFIX):], entry["metric"], entry["random_init"]
+        task, reference = split[len(PROBE_PREFIX):], entry["random_init"]
         if reference is None or not entry["points"]:
             continue  # a run from before the reference was logged, or no checkpoint yet
-        values = dict(entry["points"])
-
-        def measured(step):
-            gap = entry["gaps"].get(step)
-            interval = (f"{gap[0]:+.4g} [{gap[1]:+.4g}, {gap[2]:+.4g}]" if gap
-                        else "no interval logged")
-            return f"{metric} {values[step]:.4g} vs {reference:.4g}, {interval}"
-
         if entry["pays_from_step"] is not None:
             step = entry["pays_from_step"]
-            lines.append(f"probe {task}: pretraining pays from step {step} ({measured(step)}: "
+            lines.append(f"probe {task}: pretraining pays from step {step} ({_measured(entry, step)}: "
                          "beyond the noise of a 95% bootstrap over the validation texts; best "
                          f"{entry['best']:.4g} at step {entry['best_step']})")
         else:
             lines.append(f"probe {task}: not yet beyond the noise (best: step "
-                         f"{entry['best_step']}, {measured(entry['best_step'])}; a 95% bootstrap "
+                         f"{entry['best_step']}, {_measured(entry, entry['best_step'])}; a 95% bootstrap "
                          "over the validation texts)")
     return lines
 

@@ -33,8 +33,13 @@ from kroberta.perf import flops, throughput
 from kroberta.perf.plan import make_plan
 from kroberta.training import checkpoint, signals, trackers
 from kroberta.training.compile_clock import CompileClock
-from kroberta.training.run_dir import (METRICS_FILE, PROBE_PREFIX, RANDOM_INIT, is_probe_reference,
-                                      metrics_rows)
+from kroberta.training.run_dir import (
+    METRICS_FILE,
+    PROBE_PREFIX,
+    RANDOM_INIT,
+    is_probe_reference,
+    metrics_rows,
+)
 
 REDRAW_SECONDS = 1.0  # a live bar's position between log intervals
 

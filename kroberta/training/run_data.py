@@ -12,10 +12,10 @@ import logging
 import os
 import tempfile
 
-from kroberta.errors import ConfigError, InputError
+from kroberta.config import AUTO, Config, validate
 from kroberta.data import pipeline
 from kroberta.data.manifest import check_prepared_with, load_prepared
-from kroberta.config import AUTO, Config, validate
+from kroberta.errors import ConfigError, InputError
 from kroberta.interop.checkpoint_config import checkpoint_of, checkpoint_tokenizer
 from kroberta.perf.plan import make_plan
 from kroberta.runtime import logs

@@ -8,10 +8,9 @@ import os
 import shutil
 import tempfile
 
-from kroberta.errors import ConfigError, StorageError
-from kroberta import storage
+from kroberta import run_layout, storage
 from kroberta.config import Config, to_dict, to_toml
-from kroberta import run_layout
+from kroberta.errors import ConfigError, StorageError
 from kroberta.text import locations
 from kroberta.training import checkpoint, trackers
 

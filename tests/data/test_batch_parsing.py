@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.data import pipeline
-from kroberta.inference import inputs
-from kroberta.data.check import check_records
 from kroberta.config import Config
-from kroberta.tokens import IGNORE_LABEL
-from tests.test_masking import dynamic_mask_batch
+from kroberta.data import pipeline
+from kroberta.data.check import check_records
 from kroberta.data.synthetic import make_sequences
+from kroberta.inference import inputs
+from kroberta.tokens import IGNORE_LABEL
 from tests.conftest import serialize_example, write_records
+from tests.test_masking import dynamic_mask_batch
 
 L, V = 32, 512
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from kroberta.data.check import check_records
 from kroberta.cli.prepare import main
+from kroberta.data.check import check_records
 from tests.conftest import serialize_example, write_records
 
 # The fast tier (docs/contributing.md): builds no model and starts no process.

@@ -7,11 +7,11 @@ import random
 import numpy as np
 import pytest
 
-from kroberta.errors import ConfigError, InputError
 import kroberta
-from kroberta.data import pipeline
 from kroberta.config import Config
+from kroberta.data import pipeline
 from kroberta.data.synthetic import write_tfrecord
+from kroberta.errors import ConfigError, InputError
 from tests.conftest import prepare_word_corpus
 
 L, V = 16, 512
@@ -249,7 +249,6 @@ def test_files_read_in_blocks_are_the_records_batched(tmp_path, block):
     import tensorflow as tf
 
     from kroberta.data import epochs
-
     from kroberta.data.epochs import FileOrder
 
     paths = _write_files(tmp_path, [23, 41, 0, 17])

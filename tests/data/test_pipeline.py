@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.errors import ConfigError, InputError
-from kroberta.data import pipeline
 from kroberta.config import Config
+from kroberta.data import pipeline
 from kroberta.data.synthetic import make_sequences, write_seed_format, write_tfrecord
+from kroberta.errors import ConfigError, InputError
 
 L, V = 32, 512
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.data import batch_parsing, bad_records, rules
+from kroberta.data import bad_records, batch_parsing, rules
 from kroberta.data.check import check_records
 from kroberta.data.records import FEATURES
 from tests.conftest import serialize_example, write_records

@@ -3,8 +3,6 @@ tokenizer is the `downstream_model` fixture of tests/conftest.py)."""
 
 import json
 import random
-import warnings
-
 
 WORDS = ("apple", "river", "stone", "cloud", "green", "table", "music", "paper", "light",
          "house", "dream", "bread", "clock", "water", "tiger", "zebra")
@@ -35,7 +33,7 @@ def marker_task(root, train: int = 384, validation: int = 128, random_labels: bo
     for name, count, seed in (("train", train, 1), ("validation", validation, 2)):
         rng = random.Random(seed + 100)
         flags = [rng.random() < 0.5 for _ in range(count)]
-        texts = sentences(count, seed, marked=lambda i: flags[i])
+        texts = sentences(count, seed, marked=lambda i, flags=flags: flags[i])
         labels = [int(rng.random() < 0.5) if random_labels else int(f) for f in flags]
         paths.append(write_jsonl(root / f"{name}.jsonl",
                                  [{"text": t, "label": y} for t, y in zip(texts, labels)]))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import kroberta
-from tests.downstream.tasks import MARKER, marker_task
 from kroberta.downstream import finetuning, prediction
 from kroberta.errors import ArgumentKindError, InputError
+from tests.downstream.tasks import MARKER, marker_task
 
 TEXTS = [f"The apple {MARKER} river stone cloud", "The apple river stone cloud green",
          "stone cloud", f"{MARKER} green"]
@@ -72,7 +72,7 @@ def test_keras_predict_on_texts_is_refused_and_a_failed_call_leaves_the_classifi
     with pytest.raises(InputError, match=r"classifier.evaluate: texts"):
         classifier.evaluate(TEXTS, np.zeros(4))
     # A call Keras itself fails (ids of the wrong rank) re-attaches the variables.
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 (whichever error Keras raises)
         classifier.predict({"token_ids": np.zeros((4,), "int32"),
                             "padding_mask": np.ones((4,), "int32")})
     np.testing.assert_array_equal(kroberta.predict(classifier, TEXTS)["probabilities"], before)

@@ -6,10 +6,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.downstream.tasks import MARKER, marker_task, sentences
 import kroberta
 from kroberta.downstream import finetuning, prediction
 from kroberta.errors import ArgumentKindError, InputError
+from tests.downstream.tasks import MARKER, marker_task, sentences
 
 RECIPE = dict(learning_rates=[3e-3], seeds=1, epochs=3, batch_size=32, max_length=16)
 

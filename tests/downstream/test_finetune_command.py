@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from tests.downstream.tasks import marker_task
 from kroberta.cli import finetune
+from tests.downstream.tasks import marker_task
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -147,8 +147,9 @@ def test_fine_tuning_settings_out_of_range_are_one_line(downstream_model, tmp_pa
 
 @pytest.mark.slow
 def test_the_glue_suite_prints_a_row_per_task_and_the_average(downstream_model, tmp_path, capsys):
-    from kroberta.training import final_model
     from test_glue import LAYOUTS, write_glue
+
+    from kroberta.training import final_model
 
     run = tmp_path / "run"
     final_model.save(downstream_model, str(run))

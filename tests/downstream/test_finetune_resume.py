@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from tests.downstream.tasks import marker_task
 from kroberta.downstream import finetuning, recipe
 from kroberta.downstream.trials import TRIALS_FILE
 from kroberta.errors import InputError
+from tests.downstream.tasks import marker_task
 
 GRID = dict(learning_rates=[3e-3, 1e-3], seeds=2, epochs=1, batch_size=32, max_length=16,
             widen=False)

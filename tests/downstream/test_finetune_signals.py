@@ -7,9 +7,9 @@ import subprocess
 import sys
 import time
 
+from kroberta.downstream.trials import TRIALS_FILE
 from tests.conftest import REPO
 from tests.downstream.tasks import marker_task
-from kroberta.downstream.trials import TRIALS_FILE
 
 TIMEOUT = 600  # seconds: JAX's start and the first trial's compilation on a loaded machine
 

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from tests.downstream.tasks import marker_task, write_jsonl
 from kroberta.downstream import finetuning, rate_grid, recipe, trial_run, verdict
 from kroberta.downstream.examples import TaskSpec
 from kroberta.downstream.trials import TrialLog
 from kroberta.errors import DivergedError
+from tests.downstream.tasks import marker_task, write_jsonl
 
 RECIPE = dict(seeds=1, epochs=2, batch_size=32, max_length=16)
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from kroberta.errors import InputError
 from kroberta.downstream import glue
 from kroberta.downstream.examples import read_labelled
+from kroberta.errors import InputError
 
 # folder -> (header or None, rows); each row's texts and label as GLUE's TSVs place them.
 LAYOUTS = {

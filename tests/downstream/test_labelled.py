@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from kroberta.errors import InputError, KrobertaError
 from kroberta.downstream.examples import REGRESSION, TaskSpec, check_labelled_file, read_labelled
+from kroberta.errors import InputError, KrobertaError
 
 RECORDS = [{"text": "a cat", "other": "x", "label": "pos"},
            {"text": "a dog", "other": "y", "label": "neg"},

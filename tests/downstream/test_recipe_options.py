@@ -9,13 +9,12 @@ import keras
 import numpy as np
 import pytest
 
-from tests.downstream.tasks import marker_task, sentences
 from kroberta.cli import finetune
-from kroberta.downstream import (classifiers, finetuning, recipe, starts, trial_run,
-                                 adaptation)
+from kroberta.downstream import adaptation, classifiers, finetuning, recipe, starts, trial_run
 from kroberta.downstream.settings import FinetuneConfig
 from kroberta.downstream.trials import TRIALS_FILE
 from kroberta.errors import InputError
+from tests.downstream.tasks import marker_task, sentences
 
 ONE = dict(learning_rates=[3e-3], seeds=1, epochs=1, batch_size=32, max_length=16, widen=False)
 OFF = dict(probe_epochs=0, layer_decay=1.0, adapt_steps=0, reinit_layers=0)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.errors import InputError
 import kroberta
+from kroberta.errors import InputError
 from tests.conftest import TINY_LENGTH, TINY_VOCAB
 
 

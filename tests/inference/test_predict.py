@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.errors import ArgumentKindError, InputError
 import kroberta
 from kroberta.config import Config, ModelConfig
-from kroberta.model.metrics import MaskedLMLoss
 from kroberta.data.synthetic import make_sequences, mask_once, write_tfrecord
+from kroberta.errors import ArgumentKindError, InputError
+from kroberta.model.metrics import MaskedLMLoss
 from tests.conftest import jit_traces, saved_tiny_model
 
 V, L = 300, 16

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.errors import InputError
 import kroberta
-from kroberta.inference import prediction
 from kroberta.config import Config, ModelConfig, TrainConfig
 from kroberta.data.synthetic import make_sequences, mask_once
+from kroberta.errors import InputError
+from kroberta.inference import prediction
 from tests.conftest import jit_traces, saved_tiny_model
 
 V, L = 300, 16

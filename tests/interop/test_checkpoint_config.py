@@ -14,10 +14,10 @@ import pytest  # noqa: E402
 transformers = pytest.importorskip("transformers", reason="needs transformers (the hf extra)")
 pytest.importorskip("torch", reason="transformers saves the checkpoint with torch")
 
-from kroberta.errors import ConfigError, InputError
 import kroberta  # noqa: E402
 import kroberta.cli.train  # noqa: E402
 from kroberta.config import config_path  # noqa: E402
+from kroberta.errors import ConfigError, InputError
 from kroberta.interop import hf  # noqa: E402
 from kroberta.interop.checkpoint_config import with_checkpoint_model  # noqa: E402
 from kroberta.text.tokenizer import train_tokenizer, vocabulary_size  # noqa: E402

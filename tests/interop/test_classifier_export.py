@@ -21,9 +21,9 @@ import kroberta  # noqa: E402
 import kroberta.cli.export  # noqa: E402
 from kroberta.downstream import classifiers, prediction  # noqa: E402
 from kroberta.downstream.examples import REGRESSION, TaskSpec  # noqa: E402
-from kroberta.errors import InputError  # noqa: E402
-from kroberta.interop import hf, keras_hub_presets  # noqa: E402
 from kroberta.downstream.exports import export_run  # noqa: E402
+from kroberta.errors import InputError  # noqa: E402
+from kroberta.interop import keras_hub_presets  # noqa: E402
 from kroberta.run_layout import MASKED_LM, model_source  # noqa: E402
 from tests.interop.test_hf import TINY, TOLERANCE, hf_logits, padded_batch  # noqa: E402
 

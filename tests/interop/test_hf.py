@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch", reason="HF parity tests need torch (pip ins
 transformers = pytest.importorskip("transformers", reason="HF parity tests need transformers")
 
 import kroberta  # noqa: E402
-from kroberta.interop import hf  # noqa: E402
 from kroberta.config import ModelConfig  # noqa: E402
+from kroberta.interop import hf  # noqa: E402
 from kroberta.model.mlm import build_model  # noqa: E402
 
 # The seed configuration and a tiny one, started as RoBERTa (and Hugging Face's default,

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from kroberta.errors import ConversionError, InputError
-from kroberta.training import final_model
 import kroberta
-from kroberta.interop import hf
-from kroberta.config import Config, ModelConfig, to_toml
-from kroberta.model.mlm import build_model
 import kroberta.cli.export
+from kroberta.config import Config, ModelConfig, to_toml
+from kroberta.errors import ConversionError, InputError
+from kroberta.interop import hf
+from kroberta.model.mlm import build_model
+from kroberta.training import final_model
 
 # Started at 0.02: what a Hugging Face or keras-hub import records.
 TINY = ModelConfig(vocabulary_size=300, num_layers=2, num_heads=2, hidden_dim=16,
@@ -508,8 +508,8 @@ def test_an_export_has_the_usual_modes_and_no_leftover_when_interrupted_at_its_e
         tmp_path, monkeypatch):
     import shutil
 
-    from kroberta.atomic import umask
     from kroberta import interop
+    from kroberta.atomic import umask
 
     model = randomized_model()
     out = tmp_path / "export"

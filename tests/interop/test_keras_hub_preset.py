@@ -10,15 +10,15 @@ import keras_hub
 import numpy as np
 import pytest
 
-from kroberta.errors import ConfigError, ConversionError
 import kroberta
+import kroberta.cli.export
 from kroberta import train
+from kroberta.errors import ConfigError, ConversionError
 from kroberta.interop import keras_hub_presets
 from kroberta.text.tokenizer import train_tokenizer
 from tests.conftest import TINY_LENGTH, TINY_VOCAB, tiny_config
 from tests.interop.test_hf_no_torch import TINY, assert_same_weights, make_run, randomized_model
 from tests.text.test_prepare import make_docs
-import kroberta.cli.export
 
 TEXTS = ["the cat sat on a mat while dogs ran far away", "über naïve café 日本 résumé",
          "two  spaces\nand a new line", "The cat, the mat; dogs!"]

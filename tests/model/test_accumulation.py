@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kroberta.errors import ConfigError
 from kroberta import train
 from kroberta.config import validate
 from kroberta.data import pipeline
+from kroberta.errors import ConfigError
 from kroberta.model import masked_lm
 from tests.conftest import tiny_config
 from tests.pretraining.test_train import _rows, _weights

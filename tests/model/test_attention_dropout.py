@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 from keras.src import ops as keras_src_ops  # the module MultiHeadAttention calls through
 
-from kroberta.errors import ConfigError
 import kroberta
 from kroberta.config import Config, ModelConfig, apply_dict, apply_overrides, to_dict, validate
+from kroberta.errors import ConfigError
 from kroberta.interop import hf
-from kroberta.interop import keras_hub_presets
 from kroberta.model import attention
 from kroberta.model.mlm import build_model
 

@@ -8,8 +8,8 @@ import keras_hub
 import numpy as np
 import pytest
 
-from kroberta.model import dropout
 from kroberta.config import ModelConfig
+from kroberta.model import dropout
 from kroberta.model.mlm import build_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -7,15 +7,18 @@ import jax
 import numpy as np
 import pytest
 
-from kroberta.errors import ConfigError
-from kroberta.data import pipeline
 from kroberta import train
-from kroberta.perf import dispatch_size
-from kroberta.model import fused_steps, masked_lm
 from kroberta.config import AUTO, validate
+from kroberta.data import pipeline
+from kroberta.errors import ConfigError
+from kroberta.model import fused_steps, masked_lm
+from kroberta.perf import dispatch_size
 from kroberta.perf.plan import make_plan
 from tests.conftest import tiny_config
-from tests.pretraining.test_train import _rows, _weights  # the run-dir readers the training tests use
+from tests.pretraining.test_train import (  # the run-dir readers the training tests use
+    _rows,
+    _weights,
+)
 
 # 20 steps: two log intervals of 8, then a last one of 4 (a short group for K = 8).
 RUN = dict(steps=20, warmup_steps=4, eval_every=16, checkpoint_every=16)

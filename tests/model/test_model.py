@@ -5,13 +5,13 @@ import keras_hub
 import numpy as np
 import pytest
 
-from kroberta.errors import KrobertaError
 import kroberta
-from kroberta.training import final_model
 from kroberta.config import Config, ModelConfig, to_toml
+from kroberta.errors import KrobertaError
 from kroberta.model.metrics import MaskedAccuracy, MaskedLMLoss, Perplexity
 from kroberta.model.mlm import build_compiled_model, build_model
 from kroberta.perf.plan import for_local_devices
+from kroberta.training import final_model
 
 TINY = ModelConfig(vocabulary_size=200, num_layers=2, num_heads=2, hidden_dim=16,
                    intermediate_dim=32, max_sequence_length=16, dropout=0.0)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import kroberta
-from kroberta.errors import InputError
 from kroberta.config import Config
+from kroberta.errors import InputError
 from kroberta.model.masked_lm import MaskedLM
 from kroberta.model.mlm import build_compiled_model
 from kroberta.perf.plan import for_local_devices

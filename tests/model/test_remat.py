@@ -8,9 +8,9 @@ import jax
 import numpy as np
 import pytest
 
-from kroberta.errors import ConfigError
 from kroberta import train
 from kroberta.config import ModelConfig, validate
+from kroberta.errors import ConfigError
 from kroberta.model.mlm import build_model
 from tests.conftest import tiny_config
 from tests.pretraining.test_train import _rows, _weights

@@ -8,8 +8,8 @@ import keras
 import numpy as np
 import pytest
 
-from kroberta.errors import ConfigError
 from kroberta.config import TrainConfig, validate
+from kroberta.errors import ConfigError
 from kroberta.model import schedules
 from kroberta.model.mlm import build_optimizer
 from tests.conftest import tiny_config

@@ -201,7 +201,7 @@ def test_training_on_keyed_batches_is_training_on_host_masked_batches(tiny_data,
         evaluation = model.evaluate(validation, verbose=0, return_dict=True)
         # predict on keyed batches: the logits at the slots the step draws.
         logits = model.predict(validation.take(1).map(
-            lambda *batch: batch[0] if device_masks else (batch[0],)), verbose=0)
+            lambda *batch, device_masks=device_masks: batch[0] if device_masks else (batch[0],)), verbose=0)
         results[device_masks] = (history.history, evaluation,
                                  [np.asarray(w) for w in model.trainable_weights], logits)
     (history, evaluation, weights, logits), (host_history, host_evaluation, host_weights,

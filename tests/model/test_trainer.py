@@ -11,8 +11,8 @@ import keras_hub
 import numpy as np
 import pytest
 
-from kroberta.config import Config, DataConfig, ModelConfig, TrainConfig
 from kroberta import masking
+from kroberta.config import Config, DataConfig, ModelConfig, TrainConfig
 from kroberta.model.masked_lm import MaskedLM
 from kroberta.model.metrics import MaskedLMLoss
 from kroberta.model.mlm import build_compiled_model

@@ -22,8 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import numpy as np  # noqa: E402
 
-from kroberta.training import final_model  # noqa: E402
 import kroberta.cli.train
+from kroberta.training import final_model  # noqa: E402
 
 
 def main() -> int:

@@ -24,11 +24,11 @@ import keras
 import numpy as np
 import pytest
 
-from kroberta.errors import ConfigError
-from kroberta.data import pipeline
 from kroberta import train
-from kroberta.parallel import distribute
 from kroberta.config import DataConfig, validate
+from kroberta.data import pipeline
+from kroberta.errors import ConfigError
+from kroberta.parallel import distribute
 from tests.conftest import REPO, TINY_VOCAB, tiny_config
 
 # Losses of the pair / the sharded layouts vs one DataParallel process. Measured:

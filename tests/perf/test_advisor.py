@@ -1,8 +1,8 @@
 import pytest
 
-from kroberta.perf import advisor, flops
-from kroberta.config import apply_overrides, config_path, load_toml, validate
 import kroberta.cli.train
+from kroberta.config import apply_overrides, config_path, load_toml, validate
+from kroberta.perf import advisor, flops
 
 
 def _seed():

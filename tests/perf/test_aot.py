@@ -13,11 +13,10 @@ import sys
 import jax
 import numpy as np
 import pytest
+from conftest import REPO
 
 from kroberta.config import apply_overrides, config_path, load_toml
 from kroberta.parallel import distribute
-
-from conftest import REPO
 
 needs_libtpu = pytest.mark.skipif(
     importlib.util.find_spec("libtpu") is None,
@@ -117,8 +116,8 @@ def test_unknown_topology_lists_the_valid_ones(capsys):
 
 
 def test_predict_batch_is_what_predict_puts_on_the_devices():
-    from kroberta.perf import aot_programs
     from kroberta.inference import inputs
+    from kroberta.perf import aot_programs
 
     config = _config("tiny")
     L, B = config.model.max_sequence_length, 8
@@ -140,8 +139,8 @@ def test_lowered_train_step_is_the_step_fit_runs(step_input):
     import keras
     import tensorflow as tf
 
-    from kroberta.perf import aot_programs
     from kroberta.model.mlm import build_compiled_model
+    from kroberta.perf import aot_programs
 
     config = _config("tiny", "train.mixed_precision=true", "model.dropout=0.1",
                      "train.steps_per_execution=2")

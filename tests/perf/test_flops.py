@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from kroberta.perf import flops, throughput
 from kroberta.config import ModelConfig, config_path, load_toml
+from kroberta.perf import flops, throughput
 
 # 1 layer, hidden 2 (1 head of 2), intermediate 4, vocabulary 3, 2 tokens, 1 slot.
 DEGENERATE = flops.Shape(layers=1, hidden=2, intermediate=4, heads=1, vocabulary=3, length=2,

@@ -5,8 +5,8 @@ import dataclasses
 import jax
 import pytest
 
-from kroberta.errors import ConfigError
 from kroberta.config import AUTO, config_path, load_toml
+from kroberta.errors import ConfigError
 from kroberta.parallel import distribute
 from kroberta.perf import dispatch_size, flops, hardware, throughput
 from kroberta.perf.plan import make_plan

@@ -1,9 +1,9 @@
 """The linear probe on frozen embeddings: a token the embeddings hold is found, random
 labels are not."""
 
-from tests.downstream.tasks import marker_task
-from kroberta.pretraining import probe
 from kroberta.downstream.examples import TaskSpec, read_labelled
+from kroberta.pretraining import probe
+from tests.downstream.tasks import marker_task
 
 
 def _probe(model, tmp_path, random_labels):

@@ -9,9 +9,9 @@ import h5py
 import numpy as np
 import pytest
 
-from kroberta.errors import ConfigError
 import kroberta
 from kroberta import train
+from kroberta.errors import ConfigError
 from kroberta.model.schedules import WarmupSchedule
 from kroberta.pretraining.train import Outcome
 from tests.conftest import REPO, TINY_VOCAB, tiny_config

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
+from kroberta.config import load_config
 from kroberta.perf import advisor
 from kroberta.runtime import quiet_start
-from kroberta.config import load_config
 from tests.conftest import REPO
 
 NOISE_MARKERS = ("cuInit", "TPU_", "E0000")

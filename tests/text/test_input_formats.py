@@ -11,11 +11,11 @@ import sys
 import numpy as np
 import pytest
 
+from kroberta.cli.prepare import main
+from kroberta.config import load_config
 from kroberta.errors import InputError
 from kroberta.text import build
-from kroberta.cli.prepare import main
 from kroberta.text.build import prepare
-from kroberta.config import load_config
 from kroberta.text.textfiles import iter_documents, record_document
 from tests.text.test_prepare import make_docs, read_split, tokenizer_path, write_corpus  # noqa: F401
 

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kroberta.errors import InputError
-from kroberta.data.manifest import load_manifest
-from kroberta.text.packing import pack_documents
 from kroberta.cli.prepare import main
-from kroberta.text.build import PrepareWarning, prepare
+from kroberta.data.manifest import load_manifest
 from kroberta.data.records import encode_examples
 from kroberta.data.tfrecord_files import RecordFileWriter
+from kroberta.errors import InputError
 from kroberta.masking import static_labels
+from kroberta.text.build import PrepareWarning, prepare
+from kroberta.text.packing import pack_documents
 from kroberta.text.tokenizer import load_tokenizer, special_token_ids, train_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -117,7 +117,7 @@ def _ended(process, timeout=HANG):
         _, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-        raise AssertionError(f"still running {timeout} s after the fault: {process.communicate()[1]}")
+        raise AssertionError(f"still running {timeout} s after the fault: {process.communicate()[1]}") from None
     return process.returncode, stderr
 
 
@@ -285,7 +285,7 @@ def test_a_full_disk_is_one_line_and_the_same_command_resumes_once_there_is_room
     code, _, stderr = _run(corpus, out, workers)
     line = _the_line(stderr)
     assert code == 2
-    assert line.startswith(f"error: could not write the ") and f" at {out}/.prepare/chunk-" in line
+    assert line.startswith("error: could not write the ") and f" at {out}/.prepare/chunk-" in line
     assert ": No space left on device (" in line and " MiB free there); " in line
     assert line.endswith(f"it resumes from the finished chunks in {out}/.prepare")
     _no_partial_files(out)

@@ -10,11 +10,11 @@ import uuid
 import pytest
 import tensorflow as tf
 
-from kroberta.errors import InputError
+import kroberta.cli.prepare
 from kroberta import prepare, storage
+from kroberta.errors import InputError
 from kroberta.text.textfiles import Source, expand_inputs, iter_documents, scan_file
 from kroberta.text.tokenizer import load_tokenizer, train_tokenizer
-import kroberta.cli.prepare
 
 # The fast tier (docs/contributing.md): builds no model and starts no process.
 pytestmark = pytest.mark.fast

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from kroberta.data.records import encode_examples
+from kroberta.data.tfrecord_files import RecordFileWriter, read_records
 from kroberta.errors import InputError
 from kroberta.text.build import prepare
 from kroberta.text.chunks import Chunk, csv_cut_points, cut_points, plan_chunks
@@ -21,7 +22,6 @@ from kroberta.text.job import ChunkResult, SplitCount
 from kroberta.text.sample import sample_documents
 from kroberta.text.textfiles import Source, iter_documents
 from kroberta.text.work_dir import WorkDir
-from kroberta.data.tfrecord_files import RecordFileWriter, read_records
 from tests.text.test_prepare import REPO, make_docs, write_corpus
 
 SETTINGS = dict(vocab_size=300, seq_len=16, validation_fraction=0.1, progress=False, chunk_bytes=3000,

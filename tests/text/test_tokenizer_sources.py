@@ -4,15 +4,14 @@ vocab.json + merges.txt) or a keras-hub preset directory; ids equal Hugging Face
 import json
 import os
 import shutil
-
 import uuid
 
 import numpy as np
 import pytest
 
 from kroberta import storage
-from kroberta.errors import InputError
 from kroberta.cli.prepare import main
+from kroberta.errors import InputError
 from kroberta.text.build import prepare
 from kroberta.text.tokenizer import load_tokenizer
 from tests.text.test_prepare import read_split

@@ -14,8 +14,8 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from kroberta.training import checkpoint  # noqa: E402
 import kroberta.cli.train
+from kroberta.training import checkpoint  # noqa: E402
 
 
 def main() -> int:

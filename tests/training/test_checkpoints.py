@@ -50,7 +50,7 @@ def test_async_and_sync_checkpoints_are_bitwise_equal_and_resume_alike(tiny_data
     for key in final_sync:
         np.testing.assert_array_equal(final_async[key], final_sync[key])
     # One row per checkpoint with the time the step loop was blocked.
-    for mode, run_dir in runs.items():
+    for run_dir in runs.values():
         rows = _checkpoint_rows(run_dir)
         assert [r["step"] for r in rows] == [10, 20, 30, 40]
         assert all(isinstance(r["checkpoint_blocked_seconds"], float) and

@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from kroberta.errors import InputError
 import kroberta
 import kroberta.cli.evaluate
-from kroberta.config import load_toml, config_path
+from kroberta.config import config_path, load_toml
+from kroberta.errors import InputError
 from tests.conftest import prepare_word_corpus
 
 WORDS = ("alpha beta gamma delta epsilon zeta theta iota kappa lambda sigma omega river stone "

@@ -12,10 +12,10 @@ import time
 import numpy as np
 import pytest
 
-from kroberta.errors import ConfigError, InputError, StorageError
 from kroberta import train
-from kroberta.training import checkpoint
 from kroberta.data.synthetic import make_sequences, write_tfrecord
+from kroberta.errors import ConfigError, InputError, StorageError
+from kroberta.training import checkpoint
 from tests.conftest import REPO, tiny_config
 from tests.pretraining.test_train import _rows, _weights
 

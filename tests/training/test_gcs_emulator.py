@@ -22,9 +22,9 @@ import time
 import numpy as np
 import pytest
 
-from kroberta import storage
 import kroberta.cli.predict
 import kroberta.cli.report
+from kroberta import storage
 from kroberta.training import checkpoint
 from tests.conftest import REPO
 

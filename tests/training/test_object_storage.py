@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import kroberta
-from kroberta import storage
 import kroberta.cli.predict
+from kroberta import storage
 from kroberta.training import checkpoint
 from tests.conftest import tiny_config
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from kroberta.errors import ConfigError
 from kroberta import train
 from kroberta.config import parse_window, validate
+from kroberta.errors import ConfigError
 from kroberta.training import profiling
 from tests.conftest import tiny_config
 

@@ -4,8 +4,8 @@ flowing into every row, and evaluation masks fixed per example (data.eval_mask_r
 
 import dataclasses
 import json
-import math
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -15,12 +15,11 @@ import keras_hub
 import numpy as np
 import pytest
 
-from kroberta.errors import ConfigError
 import kroberta
 from kroberta import masking, train
 from kroberta.config import validate
-from kroberta.training import run_data
-from kroberta.training import signals
+from kroberta.errors import ConfigError
+from kroberta.training import run_data, signals
 from tests.conftest import REPO, tiny_config
 
 # The validation losses the scripted evaluations return at steps 5, 10, 15, ...: down,

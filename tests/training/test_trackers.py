@@ -15,9 +15,9 @@ import types
 import numpy as np
 import pytest
 
-from kroberta.errors import ConfigError, TrackerError
 from kroberta import train
 from kroberta.config import validate
+from kroberta.errors import ConfigError, TrackerError
 from kroberta.training import run_callbacks, trackers
 from tests.conftest import tiny_config
 
@@ -169,6 +169,7 @@ def _wandb_history(run_dir, run_id) -> list[dict]:
 @needs_wandb
 def test_the_wandb_tracker_resumes_its_run(tmp_path, monkeypatch):
     import wandb
+
     from kroberta.config import Config
 
     monkeypatch.setenv("WANDB_MODE", "offline")
