@@ -104,6 +104,7 @@ def test_without_a_way_to_end_at_once_a_stop_waits_for_the_import(tmp_path, monk
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(cli.Terminated):
         with cli.stop_signals():
+            import stopped_mid_import  # noqa: F401 (the import is what is stopped)
             for _ in range(200):  # 10 s: the stop, sent again after the import, ends this
                 time.sleep(0.05)
     assert sys.modules["stopped_mid_import"].WHOLE  # imported whole, then stopped
