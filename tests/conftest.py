@@ -88,6 +88,17 @@ def saved_tiny_model(run_dir, config, seed: int):
     return kroberta.load(str(run_dir))
 
 
+def load_tool(name: str):
+    """The module of the standalone script tools/<name>.py (tools are scripts, not a
+    package: loaded by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "tools", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def tiny_config(data_dir, run_dir, **train_overrides) -> Config:
     """The shipped tiny config pointed at `data_dir`, writing to `run_dir`."""
     config = load_toml(config_path("tiny"))

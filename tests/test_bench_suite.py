@@ -2,20 +2,14 @@
 pretraining corpus or the training set, and a neighbouring task's training texts are not
 in the corpus either (checked on small fake sources, and on the standard library)."""
 
-import importlib.util
-import os
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.conftest import load_tool
 
 
 def _suite_tasks():
-    spec = importlib.util.spec_from_file_location(
-        "suite_tasks", os.path.join(REPO, "tools", "suite_tasks.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("suite_tasks")
 
 
 suite_tasks = _suite_tasks()

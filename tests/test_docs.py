@@ -4,7 +4,6 @@ fresh, every command in the docs names a real module and real flags, the README 
 import ast
 import contextlib
 import dataclasses
-import importlib.util
 import io
 import os
 import re
@@ -18,6 +17,7 @@ import pytest
 
 from kroberta.config import SECTIONS, TOP_LEVEL_KEYS, Config, apply_overrides, shipped_names
 from tests import doc_examples
+from tests.conftest import load_tool
 
 REPO = doc_examples.REPO
 # Modules whose leftover `--section.key=value` arguments are config overrides.
@@ -25,11 +25,7 @@ TAKES_OVERRIDES = ("kroberta.train", "kroberta.aot")
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location(
-        "gen_config_reference", os.path.join(REPO, "tools", "gen_config_reference.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("gen_config_reference")
 
 
 @pytest.mark.fast
