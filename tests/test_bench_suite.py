@@ -127,3 +127,15 @@ def test_the_standard_library_task_is_disjoint():
     (task,) = suite_tasks.build_tasks(sources, only=["docstring-kind"])
     _assert_disjoint(task, unique_words=False)
     assert {label for _, label, _ in task.dev} == {"module", "class", "function", "method"}
+
+
+def test_a_recipe_is_read_checked_and_named():
+    bench_suite = load_tool("bench_suite")
+    recipe = bench_suite.parse_recipe(["probe_epochs=2", "layer_decay=0.8"])
+    assert recipe == {"probe_epochs": 2, "layer_decay": 0.8}
+    assert bench_suite.recipe_label(recipe) == "layer_decay=0.8,probe_epochs=2"
+    assert bench_suite.recipe_label({}) == ""
+    with pytest.raises(SystemExit, match="--recipe adapt_step=3: expected NAME=VALUE"):
+        bench_suite.parse_recipe(["adapt_step=3"])
+    with pytest.raises(SystemExit, match=r"--recipe layer_decay=2.0: expected a factor in \(0, 1\]"):
+        bench_suite.parse_recipe(["layer_decay=2"])

@@ -17,10 +17,18 @@ widened x3 while its best is at an edge), the difference with its bootstrap inte
 of the pretrained model against a random initialisation (one per seed). The random
 start's trials do not depend on the budget: later budgets reuse the first one's.
 
+`--recipe NAME=VALUE ...` fine-tunes with the recipe's optional steps
+(`kroberta.FinetuneConfig`'s `probe_epochs`, `layer_decay`, `adapt_steps`,
+`reinit_layers`), both starts alike, into finetune/<budget>x-<recipe>/; the table then
+sets each recipe beside the plain one on the tasks both ran: how it moves the difference
+and the pretrained start's own score. Choose a recipe on some tasks (`--tasks`) and
+judge it on the others.
+
 Results go to <out>/results.jsonl as they finish; a re-run skips what is there (a
 fine-tune resumes its finished trials), so it can be stopped and continued.
 
   python tools/bench_suite.py --out /tmp/suite --budgets 1 2 4
+  python tools/bench_suite.py --out /tmp/suite --budgets 1 --tasks man --recipe adapt_steps=300
   python tools/bench_suite.py --out /tmp/suite --table-only
 """
 
@@ -83,10 +91,39 @@ def pretrain(args, budget: int) -> str:
     return run_dir
 
 
+def recipe_label(recipe: dict) -> str:
+    """"adapt_steps=300,layer_decay=0.8" ("" for the plain recipe)."""
+    return ",".join(f"{name}={value}" for name, value in sorted(recipe.items()))
+
+
+def parse_recipe(settings: list) -> dict:
+    """["adapt_steps=300"] -> {"adapt_steps": 300}, checked by `kroberta.FinetuneConfig`."""
+    from kroberta.downstream.settings import RECIPE_OPTIONS, FinetuneConfig
+    from kroberta.errors import InputError
+
+    recipe = {}
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        if name not in RECIPE_OPTIONS or not value:
+            sys.exit(f"--recipe {setting}: expected NAME=VALUE, NAME one of "
+                     f"{', '.join(RECIPE_OPTIONS)}")
+        recipe[name] = float(value) if name == "layer_decay" else int(value)
+    try:
+        FinetuneConfig(**recipe)  # refuses a value no fine-tune takes, naming it
+    except InputError as error:
+        sys.exit(f"--recipe {error}")
+    return recipe
+
+
+def finetune_folder(args, budget: int, task: str) -> str:
+    label = recipe_label(args.recipe)
+    return os.path.join(args.out, "finetune", f"{budget}x" + (f"-{label}" if label else ""), task)
+
+
 def _reuse_random_trials(args, budget: int, task: str, folder: str):
     """Copies the first budget's random-start trials into `folder` (same task, tokenizer,
-    shape and seeds: `TrialLog` checks the settings and refuses others)."""
-    first = os.path.join(args.out, "finetune", f"{args.budgets[0]}x", task)
+    shape, seeds and recipe: `TrialLog` checks the settings and refuses others)."""
+    first = finetune_folder(args, args.budgets[0], task)
     trials = os.path.join(first, "trials.jsonl")
     if budget == args.budgets[0] or os.path.exists(folder) or not os.path.isfile(trials):
         return
@@ -108,7 +145,8 @@ def _start(result) -> dict:
 def finetune_task(args, budget: int, run_dir: str, task: str):
     import kroberta
 
-    if common.done(args, kind="finetune", budget=budget, task=task):
+    recipe = args.recipe or None  # the plain recipe's rows have none
+    if common.done(args, kind="finetune", budget=budget, task=task, recipe=recipe):
         return
     if not common.done(args, kind="probe", start="random", task=task):
         scores = [common.probe_scores(args, model, task)
@@ -118,20 +156,22 @@ def finetune_task(args, budget: int, run_dir: str, task: str):
         score = common.probe_scores(args, kroberta.load(run_dir), task)
         common.record(args, {"kind": "probe", "start": "pretrained", "budget": budget,
                              "task": task, "scores": [score]})
-    folder = os.path.join(args.out, "finetune", f"{budget}x", task)
+    folder = finetune_folder(args, budget, task)
     _reuse_random_trials(args, budget, task, folder)
     started = time.perf_counter()
     a = common.task_arguments(args, task)
     result = kroberta.finetune(run_dir, task, a["data"], a["validation"], seeds=args.seeds,
                                epochs=args.epochs, baseline=True, out=folder,
-                               max_length=args.seq_len)
+                               max_length=args.seq_len, **args.recipe)
     row = {"kind": "finetune", "budget": budget, "task": task, "epochs": args.epochs,
            "seeds": args.seeds, "seconds": time.perf_counter() - started,
            "pretrained": _start(result), "random": _start(result.baseline),
            "comparison": {k: result.comparison[k] for k in ("difference", "low", "high",
                                                             "examples")}}
+    if recipe:
+        row["recipe"] = recipe
     common.record(args, row)
-    print(f"{budget}x {task}: {format_row(row)}", flush=True)
+    print(f"{budget}x {recipe_label(args.recipe)} {task}: {format_row(row)}", flush=True)
 
 
 def _pct(start: dict) -> str:
@@ -154,7 +194,7 @@ def table(args):
               f"validation masked accuracy {100 * v.get('masked_accuracy', float('nan')):.1f}%")
     probes = {(r["start"], r.get("budget"), r["task"]): r["scores"]
               for r in rows if r["kind"] == "probe"}
-    fine = [r for r in rows if r["kind"] == "finetune"]
+    fine = [r for r in rows if r["kind"] == "finetune" and "recipe" not in r]
     for budget in sorted({r["budget"] for r in fine}):
         at = [r for r in fine if r["budget"] == budget]
         print(f"\n{budget}x ({BASE_STEPS * budget} steps): | task | kind | random | pretrained | "
@@ -176,6 +216,33 @@ def table(args):
               f"{100 * statistics.median(differences.values()):+.1f} over {len(at)} tasks; "
               f"worst {worst} {100 * differences[worst]:+.1f}")
     budget_axis(fine)
+    recipes([r for r in rows if r["kind"] == "finetune"])
+
+
+def recipes(rows: list):
+    """Each recipe beside the plain one, at the same budget, on the tasks both ran: the
+    change of the difference (pretrained - random) and of the pretrained start's median."""
+    plain = {(r["budget"], r["task"]): r for r in rows if "recipe" not in r}
+    tried = [r for r in rows if "recipe" in r and (r["budget"], r["task"]) in plain]
+    for label in dict.fromkeys(recipe_label(r["recipe"]) for r in tried):
+        at = [r for r in tried if recipe_label(r["recipe"]) == label]
+        print(f"\nrecipe {label}: | budget | task | pretrained - random: plain -> recipe "
+              "[95%] | pretrained start: plain -> recipe | random start: plain -> recipe")
+        moved = {}
+        for r in at:
+            p, c = plain[r["budget"], r["task"]], r["comparison"]
+            moved[r["budget"], r["task"]] = 100 * (c["difference"]
+                                                   - p["comparison"]["difference"])
+            print(f"| {r['budget']}x | {r['task']} | "
+                  f"{100 * p['comparison']['difference']:+.1f} -> "
+                  f"**{100 * c['difference']:+.1f}** [{100 * c['low']:+.1f}, "
+                  f"{100 * c['high']:+.1f}] | {100 * p['pretrained']['median']:.1f} -> "
+                  f"{100 * r['pretrained']['median']:.1f} | {100 * p['random']['median']:.1f} "
+                  f"-> {100 * r['random']['median']:.1f} |")
+        worst = min(moved, key=moved.get)
+        print(f"recipe {label} over {len(at)} tasks: the difference moves by a median "
+              f"{statistics.median(moved.values()):+.1f}; most against it: "
+              f"{worst[0]}x {worst[1]} {moved[worst]:+.1f}")
 
 
 def budget_axis(fine: list):
@@ -202,8 +269,11 @@ def main():
                         help="task names (default: every task whose source is here)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--recipe", nargs="+", default=[], metavar="NAME=VALUE",
+                        help="the recipe's optional steps, e.g. adapt_steps=300 probe_epochs=2")
     parser.add_argument("--table-only", action="store_true")
     args = parser.parse_args()
+    args.recipe = parse_recipe(args.recipe)
     args.seq_len = 64  # prepare --seq-len 64, small.toml's max_sequence_length
     os.makedirs(args.out, exist_ok=True)
     if args.table_only:
