@@ -102,12 +102,12 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
     # A budget's steps: recorded by the run to resume, or measured once the model can run.
     config, measure = time_budget.resolve(config, None if force else run_dir.recorded)
     with removed_unless_checkpointed(run_dir):
-        run = _set_up(config, run_dir, force, accept_changes,
-                      budget_started=started if measure else None)
-        start_step, resumed = _restore_or_initialise(run)
+        run = _set_up(config, run_dir, force, accept_changes, started if measure else None)
+        start_step = _restore_or_initialise(run)
         summary = {"run_dir": run.config.run_dir, "start_step": start_step,
                    "steps": run.config.train.steps, "devices": run.plan.topology.num_devices,
                    "global_batch": run.plan.global_batch}
+        resumed = bool(run.run_dir.checkpoints)
         ended = resumed and signals.ended_early(run.config.run_dir, start_step, run.config.train)
         stop_step = start_step if ended else min(until_step or run.config.train.steps,
                                                  run.config.train.steps)
@@ -146,7 +146,7 @@ def _set_up(config: Config, run_dir: RunDirState, force: bool, accept_changes: b
     from kroberta.perf.plan import make_plan
     from kroberta.training.run_data import run_data_for
 
-    startup.initialize(config)  # joins a multi-host job before anything starts a JAX backend
+    startup.initialize(config.distributed)  # a multi-host job, before any JAX backend starts
     main_process = jax.process_index() == 0
     check_writable(config.run_dir)
     if main_process:
@@ -154,25 +154,19 @@ def _set_up(config: Config, run_dir: RunDirState, force: bool, accept_changes: b
     run_data = run_data_for(config)
     config = run_data.config
     _check_signals(config, run_data)
-    # A budget's config.toml is written once its steps are fixed (below).
+    topology = distribute.setup(config)
+    plan = make_plan(config, topology=topology, sequence_length=run_data.train.sequence_length)
+    if budget_started is not None:  # the run directory refused before measuring, if it must be
+        prepare_run_dir(config, run_dir, force, accept_changes, write=False)
+        config = time_budget.fix_steps(config, run_data, plan, budget_started)
+        plan = make_plan(config, topology=topology,
+                         sequence_length=run_data.train.sequence_length)
     with storage.writing(config.run_dir, "run directory's config and tokenizer"):
-        going_on = prepare_run_dir(config, run_dir, force, accept_changes=accept_changes,
-                                   write=main_process and budget_started is None)
+        going_on = prepare_run_dir(config, run_dir, force, accept_changes, write=main_process)
         if main_process:
             keep_tokenizer(run_data.tokenizer_path, config.run_dir)
             checkpoint.clean_temporaries(config.run_dir)
     distribute.barrier("run_dir ready")  # the others read it (checkpoints) from here on
-
-    topology = distribute.setup(config)
-    plan = make_plan(config, topology=topology, sequence_length=run_data.train.sequence_length)
-    if budget_started is not None:
-        config = time_budget.fix_steps(config, run_data, plan, budget_started)
-        with storage.writing(config.run_dir, "run directory's config"):
-            going_on = prepare_run_dir(config, run_dir, force, write=main_process,
-                                       accept_changes=accept_changes)
-        distribute.barrier("steps fixed")
-        plan = make_plan(config, topology=topology,
-                         sequence_length=run_data.train.sequence_length)
     if plan.auto_steps:
         logger.info(f"steps per dispatch: {plan.steps_per_dispatch} "
                     f"(train.steps_per_execution=\"auto\": {plan.steps_reason})")
@@ -238,9 +232,9 @@ def _describe(run: _Run):
         logger.warning(f"warning: {capped}")
 
 
-def _restore_or_initialise(run: _Run) -> tuple[int, bool]:
+def _restore_or_initialise(run: _Run) -> int:
     """The weights to start from: the run's latest checkpoint, else config.init_from_hf /
-    init_from_keras_hub, else the fresh ones. Returns (start step, resumed)."""
+    init_from_keras_hub, else the fresh ones. Returns the step it starts from."""
     config, start_step = run.config, 0
     saved = run.run_dir.checkpoints
     if saved:
@@ -264,7 +258,7 @@ def _restore_or_initialise(run: _Run) -> tuple[int, bool]:
     if dropped:
         logger.info(f"metrics.jsonl: dropped {dropped} row(s) logged after step {start_step}, "
                     "the checkpoint this run resumes from")
-    return start_step, bool(saved)
+    return start_step
 
 
 def _remove_stale_model(run: _Run, start_step: int):

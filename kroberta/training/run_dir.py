@@ -54,6 +54,12 @@ def metrics_rows(run_dir: str, last_step: int | None = None, warn: bool = False)
     return rows
 
 
+# Other outputs a run would mix into: (the file that marks one, what it is).
+_NOT_RUNS = (("manifest.json", "prepared data"),
+             (run_layout.CLASSIFIER_FILE, "a fine-tuned classifier's folder"),
+             ("model.safetensors", "a Hugging Face export"), ("metadata.json", "a keras-hub preset"))
+
+
 @dataclasses.dataclass(frozen=True)
 class RunDirState:
     """What a run directory holds when `train` starts, read once (`read_run_dir`) and
@@ -67,7 +73,13 @@ class RunDirState:
 
 
 def read_run_dir(run_dir: str) -> RunDirState:
-    """The state of `run_dir` (checked by `config.validate` already)."""
+    """The state of `run_dir` (checked by `config.validate` already).
+
+    Raises ConfigError when it holds another kind of output (`_NOT_RUNS`)."""
+    for marker, kind in _NOT_RUNS:
+        if storage.isfile(storage.join(run_dir, marker)):
+            raise ConfigError(f"run_dir: {run_dir} holds {kind} ({marker}); a run goes "
+                              "into a directory of its own: use another --run_dir")
     saved = tuple(checkpoint.list_checkpoints(run_dir))
     recorded = None
     if saved and storage.isfile(storage.join(run_dir, run_layout.CONFIG_FILE)):
@@ -153,10 +165,6 @@ TRAINING_KEYS = {
               "min_learning_rate", "decay_steps", "decay_fraction"),
 }
 CHANGES_FILE = "config_changes.jsonl"
-# Other outputs a run would mix into: (the file that marks one, what it is).
-_NOT_RUNS = (("manifest.json", "prepared data"),
-             (run_layout.CLASSIFIER_FILE, "a fine-tuned classifier's folder"),
-             ("model.safetensors", "a Hugging Face export"), ("metadata.json", "a keras-hub preset"))
 
 
 def _comparable(section: str, key: str, value):
@@ -193,20 +201,15 @@ def describe_changes(changes: dict) -> str:
     return ", ".join(f"{key} {before!r} -> {now!r}" for key, (before, now) in changes.items())
 
 
-def prepare_run_dir(config: Config, state: RunDirState, force: bool, write: bool = True,
-                    accept_changes: bool = False) -> RunDirState:
-    """Creates the run dir and writes config.toml; refuses a run with another model, or
+def prepare_run_dir(config: Config, state: RunDirState, force: bool, accept_changes: bool,
+                    write: bool) -> RunDirState:
+    """Writes config.toml into the run dir (`check_writable` made it); refuses a run with another model, or
     with other training settings (`TRAINING_KEYS`) unless `accept_changes`;
     records every change of setting in config_changes.jsonl.
 
     Every process checks; only process 0 (`write`) changes the run directory.
     Returns `state` as the run goes on from it: without checkpoints when it starts over.
     """
-    for marker, kind in _NOT_RUNS:
-        if storage.isfile(storage.join(config.run_dir, marker)):
-            raise ConfigError(f"run_dir: {config.run_dir} holds {kind} ({marker}); a run goes "
-                              "into a directory of its own: use another --run_dir")
-    storage.makedirs(config.run_dir)
     saved, previous = state.checkpoints, state.recorded
     changes, starts_over = {}, False
     if previous is not None:
