@@ -107,8 +107,7 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
         summary = {"run_dir": run.config.run_dir, "start_step": start_step,
                    "steps": run.config.train.steps, "devices": run.plan.topology.num_devices,
                    "global_batch": run.plan.global_batch}
-        resumed = bool(run.run_dir.checkpoints)
-        ended = resumed and signals.ended_early(run.config.run_dir, start_step, run.config.train)
+        ended = signals.ended_early(run.config.run_dir, start_step, run.config.train)
         stop_step = start_step if ended else min(until_step or run.config.train.steps,
                                                  run.config.train.steps)
         if ended:
@@ -327,10 +326,6 @@ def _finish(run: _Run, summary: dict, ended: str | None):
 def _check_signals(config: Config, run_data):
     """Before any compute: the validation data that keep_best and the early stop need."""
     t = config.train
-    if config.data.eval_mask_rate and config.data.masking == "static":  # "auto" became static
-        raise ConfigError("data.eval_mask_rate: the files carry labels, so data.masking is "
-                          "static and evaluation uses them; set data.masking = \"dynamic\" "
-                          "or leave data.eval_mask_rate at 0")
     if run_data.validation is None:
         for key, on in (("keep_best", t.keep_best), ("early_stop_patience", t.early_stop_patience),
                         ("target_eval_loss", t.target_eval_loss)):

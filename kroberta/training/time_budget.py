@@ -74,11 +74,8 @@ def resolve(config: Config, previous: Config | None) -> tuple[Config, bool]:
     """Before any compute: the config with the steps its run directory recorded for the
     budget, and whether the steps must be measured (a budget, and no run to resume).
     A budget overrides `train.steps` (`config.validate` refuses the two given together).
-
-    Args:
-        config: the run's validated config.
-        previous: the recorded config of the run to resume (`RunDirState.recorded`);
-            None when there is none, or the run starts over (`force`).
+    `previous`: the recorded config of the run to resume (`RunDirState.recorded`); None
+    when there is none, or the run starts over (`force`).
 
     Raises ConfigError when the run directory holds a run whose steps another budget (or
     none) fixed.
