@@ -12,17 +12,17 @@ import os
 
 import jax
 
-from kroberta.config import Config
+from kroberta.config import DistributedConfig
 from kroberta.errors import ConfigError
 from kroberta.parallel import rendezvous
 
 logger = logging.getLogger(__name__)
 
 
-def _environment(config: Config) -> tuple[str, int, int]:
+def _environment(d: DistributedConfig) -> tuple[str, int, int]:
     """(coordinator, num_processes, process_id): the config, else the variables that
     `keras.distribution.initialize` reads, else JAX's own (unset: "", 0, -1)."""
-    d, env = config.distributed, os.environ
+    env = os.environ
     coordinator = d.coordinator or env.get("KERAS_DISTRIBUTION_JOB_ADDRESSES", "").split(",")[0] \
         or env.get("JAX_COORDINATOR_ADDRESS", "")
     num = d.num_processes or int(env.get("KERAS_DISTRIBUTION_NUM_PROCESSES", 0))
@@ -39,7 +39,7 @@ def _on_cloud_tpu_vm() -> bool:
     return bool(getattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False))
 
 
-def initialize(config: Config) -> bool:
+def initialize(distributed: DistributedConfig) -> bool:
     """Joins a multi-process job when one is configured or detected; True if it did.
 
     Sources, first found wins: --distributed.coordinator/num_processes/process_id,
@@ -49,8 +49,8 @@ def initialize(config: Config) -> bool:
     """
     if jax.distributed.is_initialized():
         return jax.process_count() > 1
-    coordinator, num, pid = _environment(config)
-    timeout = config.distributed.initialization_timeout
+    coordinator, num, pid = _environment(distributed)
+    timeout = distributed.initialization_timeout
     if num == 1 and pid <= 0:
         return False
     # CPU collectives between processes (the default in jax 0.10; explicit for clarity).

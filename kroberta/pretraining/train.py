@@ -25,10 +25,12 @@ from kroberta.runtime import logs
 from kroberta.training import checkpoint, final_model, signals, time_budget, trackers
 from kroberta.training.preemption import PreemptionFlag
 from kroberta.training.run_dir import (
+    RunDirState,
     check_free_space,
     check_writable,
     keep_tokenizer,
     prepare_run_dir,
+    read_run_dir,
     removed_unless_checkpointed,
     truncate_metrics,
 )
@@ -52,8 +54,9 @@ class Outcome(enum.Enum):
 
 @dataclasses.dataclass
 class _Run:
-    """What the set-up resolved: the data, the plan, the model."""
+    """What the set-up resolved: the run directory, the data, the plan, the model."""
 
+    run_dir: RunDirState  # as the run goes on from it (no checkpoints when it starts over)
     run_data: object  # kroberta.training.run_data.RunData
     plan: object  # kroberta.perf.plan.Plan: the config, devices, batches, steps per dispatch, slots
     model: object  # the compiled masked-LM
@@ -95,15 +98,16 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
                                    or isinstance(until_step, bool) or until_step < 1):
         raise ConfigError(f"until_step (--until-step) = {until_step!r}: give the step to stop "
                           f"after, 1 to train.steps ({config.train.steps})")
+    run_dir = read_run_dir(config.run_dir)  # the one look at what it holds
     # A budget's steps: recorded by the run to resume, or measured once the model can run.
-    config, measure = time_budget.resolve(config, force)
-    with removed_unless_checkpointed(config.run_dir):
-        run = _set_up(config, force, accept_changes, budget_started=started if measure else None)
-        start_step, resumed = _restore_or_initialise(run)
+    config, measure = time_budget.resolve(config, None if force else run_dir.recorded)
+    with removed_unless_checkpointed(run_dir):
+        run = _set_up(config, run_dir, force, accept_changes, started if measure else None)
+        start_step = _restore_or_initialise(run)
         summary = {"run_dir": run.config.run_dir, "start_step": start_step,
                    "steps": run.config.train.steps, "devices": run.plan.topology.num_devices,
                    "global_batch": run.plan.global_batch}
-        ended = resumed and signals.ended_early(run.config.run_dir, start_step, run.config.train)
+        ended = signals.ended_early(run.config.run_dir, start_step, run.config.train)
         stop_step = start_step if ended else min(until_step or run.config.train.steps,
                                                  run.config.train.steps)
         if ended:
@@ -127,11 +131,11 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
         return summary
 
 
-def _set_up(config: Config, force: bool, accept_changes: bool,
+def _set_up(config: Config, run_dir: RunDirState, force: bool, accept_changes: bool,
             budget_started: float | None = None) -> _Run:
-    """Joins the job, resolves the data, checks and writes the run directory, fixes the
-    steps of a time budget (`budget_started`: when the budget began; None: the steps are
-    known), builds the model; says what it built."""
+    """Joins the job, resolves the data, checks and writes the run directory (`run_dir`:
+    what it held), fixes the steps of a time budget (`budget_started`: when the budget
+    began; None: the steps are known), builds the model; says what it built."""
     _check_paths(config)  # before JAX and TensorFlow start: a wrong path at once
     # start-up: JAX, the model and the data load once the paths were checked
     import jax
@@ -141,7 +145,7 @@ def _set_up(config: Config, force: bool, accept_changes: bool,
     from kroberta.perf.plan import make_plan
     from kroberta.training.run_data import run_data_for
 
-    startup.initialize(config)  # joins a multi-host job before anything starts a JAX backend
+    startup.initialize(config.distributed)  # a multi-host job, before any JAX backend starts
     main_process = jax.process_index() == 0
     check_writable(config.run_dir)
     if main_process:
@@ -149,30 +153,25 @@ def _set_up(config: Config, force: bool, accept_changes: bool,
     run_data = run_data_for(config)
     config = run_data.config
     _check_signals(config, run_data)
-    # A budget's config.toml is written once its steps are fixed (below).
+    topology = distribute.setup(config)
+    plan = make_plan(config, topology=topology, sequence_length=run_data.train.sequence_length)
+    if budget_started is not None:  # the run directory refused before measuring, if it must be
+        prepare_run_dir(config, run_dir, force, accept_changes, write=False)
+        config = time_budget.fix_steps(config, run_data, plan, budget_started)
+        plan = make_plan(config, topology=topology,
+                         sequence_length=run_data.train.sequence_length)
     with storage.writing(config.run_dir, "run directory's config and tokenizer"):
-        prepare_run_dir(config, force, write=main_process and budget_started is None,
-                        accept_changes=accept_changes)
+        going_on = prepare_run_dir(config, run_dir, force, accept_changes, write=main_process)
         if main_process:
             keep_tokenizer(run_data.tokenizer_path, config.run_dir)
             checkpoint.clean_temporaries(config.run_dir)
     distribute.barrier("run_dir ready")  # the others read it (checkpoints) from here on
-
-    topology = distribute.setup(config)
-    plan = make_plan(config, topology=topology, sequence_length=run_data.train.sequence_length)
-    if budget_started is not None:
-        config = time_budget.fix_steps(config, run_data, plan, budget_started)
-        with storage.writing(config.run_dir, "run directory's config"):
-            prepare_run_dir(config, force, write=main_process, accept_changes=accept_changes)
-        distribute.barrier("steps fixed")
-        plan = make_plan(config, topology=topology,
-                         sequence_length=run_data.train.sequence_length)
     if plan.auto_steps:
         logger.info(f"steps per dispatch: {plan.steps_per_dispatch} "
                     f"(train.steps_per_execution=\"auto\": {plan.steps_reason})")
     config = plan.config
     run_data = dataclasses.replace(run_data, config=config)  # K resolved for the pipelines too
-    run = _Run(run_data, plan, build_compiled_model(config, run_data.word_starts))
+    run = _Run(going_on, run_data, plan, build_compiled_model(config, run_data.word_starts))
     _describe(run)
     check_free_space(config.run_dir, 2 * checkpoint.estimated_bytes(run.model),
                      "a checkpoint (weights and optimizer state)")
@@ -232,11 +231,11 @@ def _describe(run: _Run):
         logger.warning(f"warning: {capped}")
 
 
-def _restore_or_initialise(run: _Run) -> tuple[int, bool]:
+def _restore_or_initialise(run: _Run) -> int:
     """The weights to start from: the run's latest checkpoint, else config.init_from_hf /
-    init_from_keras_hub, else the fresh ones. Returns (start step, resumed)."""
+    init_from_keras_hub, else the fresh ones. Returns the step it starts from."""
     config, start_step = run.config, 0
-    saved = checkpoint.list_checkpoints(config.run_dir)
+    saved = run.run_dir.checkpoints
     if saved:
         checkpoint.restore(run.model, saved[-1][1])
         start_step = int(run.model.optimizer.iterations.numpy())
@@ -258,16 +257,15 @@ def _restore_or_initialise(run: _Run) -> tuple[int, bool]:
     if dropped:
         logger.info(f"metrics.jsonl: dropped {dropped} row(s) logged after step {start_step}, "
                     "the checkpoint this run resumes from")
-    return start_step, bool(saved)
+    return start_step
 
 
 def _remove_stale_model(run: _Run, start_step: int):
     """A finished run trained on (--accept-changes): its model file would outlive the
     newer checkpoints, and kroberta.load reads it first. The checkpoint resumed from
     (written at the run's last step) holds the same weights."""
-    model_file = storage.join(run.config.run_dir, final_model.WEIGHTS_FILE)
-    if run.main_process and storage.isfile(model_file):
-        storage.remove(model_file)
+    if run.main_process and run.run_dir.model:
+        storage.remove(run.run_dir.model)
         logger.info(f"{final_model.WEIGHTS_FILE} of step {start_step} removed: the run trains "
                     f"on (the checkpoint at step {start_step} holds the same weights)")
 
@@ -276,8 +274,7 @@ def _outcome(run: _Run, summary: dict, ended: str | None) -> Outcome:
     """The one place that decides how this invocation ended."""
     steps, start_step, final_step = run.config.train.steps, summary["start_step"], \
         summary["final_step"]
-    model_file = storage.join(run.config.run_dir, final_model.WEIGHTS_FILE)
-    if final_step == start_step and (ended or start_step >= steps) and storage.isfile(model_file):
+    if final_step == start_step and (ended or start_step >= steps) and run.run_dir.model:
         return Outcome.NOTHING_TO_DO
     if summary.get("interrupted"):
         return Outcome.INTERRUPTED
@@ -329,10 +326,6 @@ def _finish(run: _Run, summary: dict, ended: str | None):
 def _check_signals(config: Config, run_data):
     """Before any compute: the validation data that keep_best and the early stop need."""
     t = config.train
-    if config.data.eval_mask_rate and config.data.masking == "static":  # "auto" became static
-        raise ConfigError("data.eval_mask_rate: the files carry labels, so data.masking is "
-                          "static and evaluation uses them; set data.masking = \"dynamic\" "
-                          "or leave data.eval_mask_rate at 0")
     if run_data.validation is None:
         for key, on in (("keep_best", t.keep_best), ("early_stop_patience", t.early_stop_patience),
                         ("target_eval_loss", t.target_eval_loss)):
@@ -354,43 +347,21 @@ def _log_interrupted(run_dir: str):
 
 def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
     # Start-up: loaded when training starts (see the note at the top).
-    from kroberta.pretraining import probe
-    from kroberta.training.evaluation import validation_row
-    from kroberta.training.run_callbacks import RunLogger
-    from kroberta.training.run_data import train_batches, validation_batches
+    from kroberta.training.run_data import train_batches
 
-    model, run_data, plan, config = run.model, run.run_data, run.plan, run.config
-    t = config.train
-    # Each process reads its own share; Keras assembles the global batch from them.
-    shard, process_batch = plan.data_shard, plan.process_batch
+    model, t = run.model, run.config.train
     preemption = PreemptionFlag()
-    if run_data.validation is None:
-        evaluate = None
-    else:
-        # Evaluation needs no gradients to accumulate: batches of one micro-batch.
-        eval_ds = validation_batches(run_data, plan.micro_batch, shard=shard)
-
-        def evaluate():
-            return validation_row(model.evaluate(eval_ds, verbose=0, return_dict=True))
-
-    # train.downstream's task, read and tokenised once, before anything opens.
-    probe_task = probe.for_run(config, run_data.train.sequence_length)
-    run_logger = RunLogger(config, start_step, plan.global_batch,
-                           run_data.train.sequence_length, evaluate, stop_step,
-                           preemption=preemption, write_files=run.main_process, plan=plan,
-                           probe=probe_task)
-    run_logger.set_model(model)  # fit sets it too; the evaluation at the start needs it first
-    callbacks = [run_logger]
-    profile = _profile_window(config, start_step, run.main_process)
-    if profile is not None:
-        callbacks.insert(0, profile)  # its interval end (a trace's end) before the evaluation
+    run_logger, profile = _callbacks(run, start_step, stop_step, preemption)
+    callbacks = [run_logger] if profile is None else [profile, run_logger]
+    # (a profile's interval end, a trace's end, comes before the evaluation)
 
     def fit_segment(begin, end, interval):
         # One Keras epoch per log interval (kroberta.training.run_callbacks).
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
         # Exactly `end - begin` batches: fused dispatches take K of them at a time
         # (kroberta.model.super_batch), and a last group that ends at `end` takes the rest.
-        train_ds = train_batches(run_data, process_batch, begin, shard=shard)
+        train_ds = train_batches(run.run_data, run.plan.process_batch, begin,
+                                 shard=run.plan.data_shard)
         model.fit(train_ds.take(end - begin), steps_per_epoch=interval,
                   epochs=math.ceil((end - begin) / interval), verbose=0,
                   callbacks=callbacks, shuffle=False)
@@ -399,7 +370,7 @@ def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
     failed = True
     try:
         with preemption:
-            if start_step == 0 and (config.init_from_hf or config.init_from_keras_hub):
+            if start_step == 0 and (run.config.init_from_hf or run.config.init_from_keras_hub):
                 run_logger.evaluate_at_start()  # the checkpoint's own loss, to improve on
             step = start_step
             if step % t.log_every:
@@ -422,6 +393,35 @@ def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
             "preempted": preemption.requested and not preemption.interrupted,
             "interrupted": preemption.interrupted, "job_wide": preemption.job_wide,
             "stopped_early": run_logger.stopped_early}
+
+
+def _callbacks(run: _Run, start_step: int, stop_step: int, preemption: PreemptionFlag):
+    """The run's logger (rows, evaluations, checkpoints, the probe) and its profile
+    window (None when it has none)."""
+    # Start-up: loaded when training starts (see the note at the top).
+    from kroberta.pretraining import probe
+    from kroberta.training.evaluation import validation_row
+    from kroberta.training.run_callbacks import RunLogger
+    from kroberta.training.run_data import validation_batches
+
+    model, run_data, plan, config = run.model, run.run_data, run.plan, run.config
+    evaluate = None
+    if run_data.validation is not None:
+        # Evaluation needs no gradients to accumulate: batches of one micro-batch.
+        # Each process reads its own share; Keras assembles the global batch from them.
+        eval_ds = validation_batches(run_data, plan.micro_batch, shard=plan.data_shard)
+
+        def evaluate():
+            return validation_row(model.evaluate(eval_ds, verbose=0, return_dict=True))
+
+    # train.downstream's task, read and tokenised once, before anything opens.
+    probe_task = probe.for_run(config, run_data.train.sequence_length)
+    run_logger = RunLogger(config, start_step, plan.global_batch,
+                           run_data.train.sequence_length, evaluate, stop_step,
+                           preemption=preemption, write_files=run.main_process, plan=plan,
+                           probe=probe_task)
+    run_logger.set_model(model)  # fit sets it too; the evaluation at the start needs it first
+    return run_logger, _profile_window(config, start_step, run.main_process)
 
 
 def _profile_window(config, start_step: int, main_process: bool):

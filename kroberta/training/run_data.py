@@ -63,7 +63,8 @@ def run_data_for(config: Config) -> RunData:
         data = config.data.with_masking_for(train.has_labels)
         logger.info(f"data.masking: auto -> {data.masking} (the training files "
                     f"{'carry' if train.has_labels else 'have no'} labels)")
-        config = dataclasses.replace(config, data=data)
+        config = validate(dataclasses.replace(config, data=data),  # static: no eval_mask_rate
+                          f"data.masking=\"auto\" ({data.masking}: the training files' labels)")
     if start is not None:
         _check_prepared_for(start, _other_directories(train.files, config.data.dir), "data.train")
     pipeline.check_against_model(train, config.data, config.model, "data.train")

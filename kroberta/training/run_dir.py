@@ -2,6 +2,7 @@
 resumed run may change; its config.toml and tokenizer written (`prepare_run_dir`)."""
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -53,18 +54,53 @@ def metrics_rows(run_dir: str, last_step: int | None = None, warn: bool = False)
     return rows
 
 
+# Other outputs a run would mix into: (the file that marks one, what it is).
+_NOT_RUNS = (("manifest.json", "prepared data"),
+             (run_layout.CLASSIFIER_FILE, "a fine-tuned classifier's folder"),
+             ("model.safetensors", "a Hugging Face export"), ("metadata.json", "a keras-hub preset"))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDirState:
+    """What a run directory holds when `train` starts, read once (`read_run_dir`) and
+    handed to whatever decides from it: starting afresh or resuming, and from what."""
+
+    path: str
+    created: bool  # a local directory that was not there: this call creates it
+    checkpoints: tuple  # the complete checkpoints as (step, path), oldest first
+    recorded: Config | None  # the config.toml of a run with a checkpoint to resume
+    model: str | None  # the final model's weights file, when a finished run saved one
+
+
+def read_run_dir(run_dir: str) -> RunDirState:
+    """The state of `run_dir` (checked by `config.validate` already).
+
+    Raises ConfigError when it holds another kind of output (`_NOT_RUNS`)."""
+    for marker, kind in _NOT_RUNS:
+        if storage.isfile(storage.join(run_dir, marker)):
+            raise ConfigError(f"run_dir: {run_dir} holds {kind} ({marker}); a run goes "
+                              "into a directory of its own: use another --run_dir")
+    saved = tuple(checkpoint.list_checkpoints(run_dir))
+    recorded = None
+    if saved and storage.isfile(storage.join(run_dir, run_layout.CONFIG_FILE)):
+        recorded = run_layout.load_run_config(run_dir)
+    created = "://" not in run_dir and not os.path.exists(run_dir)
+    model = storage.join(run_dir, run_layout.WEIGHTS_FILE)
+    return RunDirState(run_dir, created, saved, recorded, model if storage.isfile(model) else None)
+
+
 @contextlib.contextmanager
-def removed_unless_checkpointed(run_dir: str):
-    """Removes `run_dir` when the block fails and the directory did not exist before it and
-    holds no checkpoint and no logged step: a run that never started leaves nothing
-    half-made behind.
+def removed_unless_checkpointed(state: RunDirState):
+    """Removes the run directory when the block fails and the directory did not exist
+    before it and holds no checkpoint and no logged step: a run that never started leaves
+    nothing half-made behind.
     Local directories of a single-process run only (in a job another process may be
     writing there)."""
-    created = "://" not in run_dir and not os.path.exists(run_dir)
+    run_dir = state.path
     try:
         yield
     except BaseException:
-        if created and os.path.isdir(run_dir):
+        if state.created and os.path.isdir(run_dir):
             # start-up: `train` reads this module before JAX loads
             import jax
 
@@ -129,10 +165,6 @@ TRAINING_KEYS = {
               "min_learning_rate", "decay_steps", "decay_fraction"),
 }
 CHANGES_FILE = "config_changes.jsonl"
-# Other outputs a run would mix into: (the file that marks one, what it is).
-_NOT_RUNS = (("manifest.json", "prepared data"),
-             (run_layout.CLASSIFIER_FILE, "a fine-tuned classifier's folder"),
-             ("model.safetensors", "a Hugging Face export"), ("metadata.json", "a keras-hub preset"))
 
 
 def _comparable(section: str, key: str, value):
@@ -169,24 +201,18 @@ def describe_changes(changes: dict) -> str:
     return ", ".join(f"{key} {before!r} -> {now!r}" for key, (before, now) in changes.items())
 
 
-def prepare_run_dir(config: Config, force: bool, write: bool = True,
-                     accept_changes: bool = False):
-    """Creates the run dir and writes config.toml; refuses a run with another model, or
+def prepare_run_dir(config: Config, state: RunDirState, force: bool, accept_changes: bool,
+                    write: bool) -> RunDirState:
+    """Writes config.toml into the run dir (`check_writable` made it); refuses a run with another model, or
     with other training settings (`TRAINING_KEYS`) unless `accept_changes`;
     records every change of setting in config_changes.jsonl.
 
     Every process checks; only process 0 (`write`) changes the run directory.
+    Returns `state` as the run goes on from it: without checkpoints when it starts over.
     """
-    for marker, kind in _NOT_RUNS:
-        if storage.isfile(storage.join(config.run_dir, marker)):
-            raise ConfigError(f"run_dir: {config.run_dir} holds {kind} ({marker}); a run goes "
-                              "into a directory of its own: use another --run_dir")
-    storage.makedirs(config.run_dir)
-    path = storage.join(config.run_dir, run_layout.CONFIG_FILE)
-    saved = checkpoint.list_checkpoints(config.run_dir)
+    saved, previous = state.checkpoints, state.recorded
     changes, starts_over = {}, False
-    if storage.isfile(path) and saved:
-        previous = run_layout.load_run_config(config.run_dir)
+    if previous is not None:
         # A new start (initializer_range) is not a new model: the checkpoint holds its weights.
         before, now = previous.model.trained_model(), config.model.trained_model()
         other_model = before != now
@@ -208,8 +234,9 @@ def prepare_run_dir(config: Config, force: bool, write: bool = True,
                 f"these settings (recorded in {CHANGES_FILE})")
         starts_over = force and bool(other_model or training)
         changes = {} if starts_over else {**training, **other}
+    going_on = dataclasses.replace(state, checkpoints=(), recorded=None) if starts_over else state
     if not write:
-        return
+        return going_on
     if starts_over:
         storage.rmtree(storage.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
         trackers.forget_runs(config.run_dir)  # a new start: new tracker runs
@@ -219,7 +246,8 @@ def prepare_run_dir(config: Config, force: bool, write: bool = True,
                             json.dumps({"step": saved[-1][0], "changed": changes}) + "\n")
         logger.info(f"run_dir: continuing step {saved[-1][0]} with changed settings: "
                     f"{describe_changes(changes)} (recorded in {CHANGES_FILE})")
-    storage.write_text(path, to_toml(config))
+    storage.write_text(storage.join(config.run_dir, run_layout.CONFIG_FILE), to_toml(config))
+    return going_on
 
 
 def keep_tokenizer(tokenizer_path: str | None, run_dir: str):

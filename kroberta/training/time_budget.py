@@ -31,10 +31,9 @@ import math
 import statistics
 import time
 
-from kroberta import run_layout, storage
+from kroberta import run_layout
 from kroberta.config import Config, TrainConfig, parse_duration, validate
 from kroberta.errors import ConfigError
-from kroberta.training import checkpoint
 
 MEASURED_STEPS = 20  # timed after the first dispatch; at least two dispatches
 
@@ -71,10 +70,12 @@ def steps_within(budget_seconds: float, elapsed: float, measured: Measurement,
     return steps - steps % steps_per_dispatch
 
 
-def resolve(config: Config, force: bool) -> tuple[Config, bool]:
+def resolve(config: Config, previous: Config | None) -> tuple[Config, bool]:
     """Before any compute: the config with the steps its run directory recorded for the
     budget, and whether the steps must be measured (a budget, and no run to resume).
     A budget overrides `train.steps` (`config.validate` refuses the two given together).
+    `previous`: the recorded config of the run to resume (`RunDirState.recorded`); None
+    when there is none, or the run starts over (`force`).
 
     Raises ConfigError when the run directory holds a run whose steps another budget (or
     none) fixed.
@@ -82,7 +83,6 @@ def resolve(config: Config, force: bool) -> tuple[Config, bool]:
     t = config.train
     if not t.time_budget:
         return config, False
-    previous = None if force else _resumable_run(config.run_dir)
     if previous is None:
         return config, True
     was = previous.train.time_budget
@@ -96,15 +96,6 @@ def resolve(config: Config, force: bool) -> tuple[Config, bool]:
     logger.info(f"time budget {t.time_budget}: {fixed:,} steps, fixed when the run started "
                 f"(its {run_layout.CONFIG_FILE})")
     return dataclasses.replace(config, train=dataclasses.replace(t, steps=fixed)), False
-
-
-def _resumable_run(run_dir: str) -> Config | None:
-    """The recorded config of the run in `run_dir` when it has a checkpoint to resume."""
-    if not storage.isfile(storage.join(run_dir, run_layout.CONFIG_FILE)):
-        return None
-    if not checkpoint.list_checkpoints(run_dir):
-        return None  # nothing trained yet: the run starts over and measures
-    return run_layout.load_run_config(run_dir)
 
 
 def fix_steps(config: Config, run_data, plan, started: float) -> Config:
