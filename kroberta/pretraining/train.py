@@ -26,7 +26,6 @@ from kroberta.training import checkpoint, final_model, signals, time_budget, tra
 from kroberta.training.preemption import PreemptionFlag
 from kroberta.training.run_dir import (
     check_free_space,
-    check_writable,
     keep_tokenizer,
     prepare_run_dir,
     removed_unless_checkpointed,
@@ -143,7 +142,7 @@ def _set_up(config: Config, force: bool, accept_changes: bool,
 
     startup.initialize(config)  # joins a multi-host job before anything starts a JAX backend
     main_process = jax.process_index() == 0
-    check_writable(config.run_dir)
+    storage.check_writable(config.run_dir, "run_dir", folder=True)
     if main_process:
         trackers.check_installed(config.train.trackers)  # before the data are read or built
     run_data = run_data_for(config)
