@@ -153,9 +153,9 @@ def _whole_word_slots(token_ids, candidates, count, scores, word_starts, slots: 
     """(positions (B, M), valid (B, M)) for whole-word masking: words in random order,
     a word's tokens in consecutive slots, the words that fit the budget a prefix.
 
-    scores: (B, L) random scores; the row's w-th word takes the w-th. A word spans slots
-    [before, after); it is kept when it fits the slots and its middle lies within `count`
-    tokens, or when it is the first.
+    scores: (B, L) random scores, the w-th for a row's w-th word. A word spans slots [before,
+    after); it is kept when it fits the slots and its middle lies within `count` tokens, or
+    when it is the first.
     """
     length = token_ids.shape[1]
     words = _words_of(token_ids, candidates, word_starts)
@@ -216,8 +216,7 @@ def dynamic_mask_batch(token_ids, padding_mask, keys, *, mask_rate: float, slots
     token_ids = jnp.asarray(token_ids).astype(jnp.int32)
     keys = jnp.asarray(keys).astype(jnp.uint32)
     rows, length = token_ids.shape
-    candidates = jnp.asarray(padding_mask).astype(bool) & ~_is_special(token_ids,
-                                                                        special_token_ids)
+    candidates = jnp.asarray(padding_mask).astype(bool) & ~_is_special(token_ids, special_token_ids)
     num_candidates = jnp.sum(candidates, axis=1, dtype=jnp.int32)  # (B,)
     # A float32 product and round-half-to-even, as the masks have always been counted.
     wanted = jnp.round(np.float32(mask_rate) * num_candidates.astype(jnp.float32)).astype(jnp.int32)

@@ -373,7 +373,6 @@ def check_writable(path, key: str, folder: bool = False):
     is a folder) must be a writable folder; `folder`: `path` is a folder written into (a run
     directory), a file there is refused too. A URL: an object is written in its folder and
     removed (a missing filesystem package, credentials and permissions found now)."""
-    path = os.fspath(path)
     if is_url(path):
         try:
             filesystem(path)  # a missing package named for `path`, not for the probe

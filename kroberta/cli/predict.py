@@ -81,8 +81,7 @@ def _main(args) -> int:
     total = inspect_files(files, "--data").records
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
-        progress = console.Progress(total, "predict", enabled=not args.no_progress,
-                                    unit="examples")
+        progress = console.Progress(total, "predict", enabled=not args.no_progress, unit="examples")
         # The raw files beside --out, then the archive: a failed write leaves neither.
         with storage.writing(args.out, "predictions",
                              then="nothing was written; free some space or choose another "

@@ -87,7 +87,6 @@ def _parser():
 
 
 def _add_check_arguments(p):
-    """--check's own flags: it validates TFRecords instead of preparing (`_run_check`)."""
     p.add_argument("--check", metavar="PATH",
                    help="validate TFRecords: a prepared dir, any dir of .tfrecord files (with --vocab-size), "
                    "a file or a glob")

@@ -20,9 +20,8 @@ def fill_mask(model, texts, top_k=5):
     Returns:
         Like Hugging Face's fill-mask pipeline: for a text with one mask, a list of
         `{"score", "token", "token_str", "sequence"}` dicts (and `token_id`, the same as
-        `token`), best first (score
-        is a probability); for a text with several masks, one such list per mask.
-        A single string gives that text's result; a list gives a list of results.
+        `token`), best first (score is a probability); for a text with several masks, one
+        such list per mask. A single string gives that text's result; a list, a list of them.
     """
     check_model(model, "fill_mask")
     single = isinstance(texts, str)

@@ -113,8 +113,7 @@ def _checked_source(model, inputs, output, k, positions):
                          "prepare writes them with --labels static")
     if output == "top_k" and (not isinstance(k, numbers.Integral) or isinstance(k, bool)
                               or not 1 <= k <= config.model.vocabulary_size):
-        raise InputError(f"k must be an integer in [1, {config.model.vocabulary_size}], "
-                         f"got {k!r}")
+        raise InputError(f"k must be an integer in [1, {config.model.vocabulary_size}], got {k!r}")
     return config, source
 
 

@@ -189,8 +189,7 @@ def prepare_run_dir(config: Config, force: bool, write: bool = True,
                 f"run_dir: {config.run_dir} holds a run trained with other settings "
                 f"({describe_changes(training)}); use another --run_dir, --force (force=True) "
                 "to start over there, or --accept-changes (accept_changes=True) to continue its "
-                "checkpoint with "
-                f"these settings (recorded in {CHANGES_FILE})")
+                f"checkpoint with these settings (recorded in {CHANGES_FILE})")
         starts_over = force and bool(other_model or training)
         changes = {} if starts_over else {**training, **other}
     if not write:
