@@ -352,20 +352,7 @@ class TrainConfig:
         if warmup > self.steps:  # a fraction below 1 never exceeds: only warmup_steps can
             fail("warmup_steps", f"{warmup} exceeds train.steps={self.steps}; "
                                  "set a smaller train.warmup_steps or more train.steps")
-        # Evaluations and checkpoints happen at log boundaries, where the metrics of the
-        # interval are complete and the device state is already synced to the host.
-        for key in ("eval_every", "checkpoint_every"):
-            if getattr(self, key) % self.log_every:
-                fail(key, f"{getattr(self, key)} is not a multiple of train.log_every={self.log_every}")
-        k = self.steps_per_execution
-        if k != AUTO:
-            if k < 1:
-                fail("steps_per_execution", f"must be >= 1 or \"{AUTO}\", got {k}")
-            # Logs, evaluations and checkpoints happen between dispatches of K fused steps.
-            for key in ("log_every", "eval_every", "checkpoint_every"):
-                if getattr(self, key) % k:
-                    fail(key, f"{getattr(self, key)} is not a multiple of train.steps_per_execution="
-                         f"{k} (steps fused per dispatch); change one of them")
+        self._check_intervals(fail)
         if not 0.0 <= self.min_learning_rate <= self.learning_rate:
             fail("min_learning_rate",
                  f"must be in [0, train.learning_rate={self.learning_rate}], got {self.min_learning_rate}")
@@ -381,6 +368,20 @@ class TrainConfig:
             fail("trackers", f"names a tracker twice: {list(self.trackers)}")
         if self.downstream:
             self._check_downstream(lambda problem: fail("downstream", problem))
+
+    def _check_intervals(self, fail):
+        """Logs, evaluations and checkpoints happen between dispatches of K fused steps;
+        evaluations and checkpoints at log boundaries (the metrics complete, the state on the host)."""
+        k = self.steps_per_execution
+        if k != AUTO and k < 1:
+            fail("steps_per_execution", f"must be >= 1 or \"{AUTO}\", got {k}")
+        for key in ("log_every", "eval_every", "checkpoint_every"):
+            every = getattr(self, key)
+            if every % self.log_every:  # log_every itself always passes
+                fail(key, f"{every} is not a multiple of train.log_every={self.log_every}")
+            if k != AUTO and every % k:
+                fail(key, f"{every} is not a multiple of train.steps_per_execution={k} (steps "
+                     "fused per dispatch); change one of them")
 
     def _check_downstream(self, fail):
         """`downstream`: "stdlib", a GLUE task and its directory, or a labelled file pair."""
@@ -579,7 +580,6 @@ def _typed(config: Config, source_of) -> Config:
                          source_of(f"{name}.{key}")) for key in types})
     top = {key: _coerce(getattr(config, key), str, key, source_of(key)) for key in TOP_LEVEL_KEYS}
     return replace(config, **sections, **top)
-
 
 
 def _coerce(value, expected, key: str, source: str):

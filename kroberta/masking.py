@@ -37,18 +37,19 @@ SALT_SCORE, SALT_ACTION, SALT_RANDOM_ID = 1, 2, 3
 SCORE_BITS = 24  # random scores are integers in [0, 2^24): exact in float32
 
 
-def _random_ids(uniforms, special_token_ids, vocabulary_size: int):
-    """(B, M) int32 ids for the "random token" replacement, from uniforms (B, M) in [0, 1):
-    the i-th regular id (every id below `vocabulary_size` that is not special, ascending)
-    for i = floor(u * count). Where the regular ids are one run (the specials all below
-    them: 5 ... V-1 after <s> <pad> </s> <unk> <mask> = 0 ... 4), that is lowest + i,
-    computed without a table (a reused tokenizer may put <mask> last, at 50264)."""
+def _random_ids(keys, slots: int, special_token_ids, vocabulary_size: int):
+    """(B, M) int32 ids for the "random token" replacement: the i-th regular id (every id
+    below `vocabulary_size` that is not special, ascending) for i = floor(u * count), u the
+    keys' uniforms (B, M). Where the regular ids are one run (the specials all below them:
+    5 ... V-1 after <s> <pad> </s> <unk> <mask> = 0 ... 4), that is lowest + i, computed
+    without a table (a reused tokenizer may put <mask> last, at 50264)."""
     regular = np.setdiff1d(np.arange(vocabulary_size),
                            np.asarray(list(special_token_ids), np.int64)).astype(np.int32)
     if regular.size == 0:
         raise ValueError(f"every id below the vocabulary size {vocabulary_size} is a special "
                          "token: no id to draw random replacements from")
     count = len(regular)
+    uniforms = hash_uniform(keys, SALT_RANDOM_ID, slots)
     index = jnp.minimum((uniforms * np.float32(count)).astype(jnp.int32), count - 1)
     if regular[-1] - regular[0] + 1 == count:
         return int(regular[0]) + index
@@ -148,18 +149,19 @@ def _words_of(token_ids, candidates, word_starts) -> _Words:
                   jnp.where(candidates, per_position(size), 0))
 
 
-def _whole_word_slots(token_ids, candidates, count, keys, word_starts, slots: int):
+def _whole_word_slots(token_ids, candidates, count, scores, word_starts, slots: int):
     """(positions (B, M), valid (B, M)) for whole-word masking: words in random order,
     a word's tokens in consecutive slots, the words that fit the budget a prefix.
 
-    A word spans slots [before, after); it is kept when it fits the slots and its middle
-    lies within `count` tokens, or when it is the first.
+    scores: (B, L) random scores, the w-th for a row's w-th word. A word spans slots [before,
+    after); it is kept when it fits the slots and its middle lies within `count` tokens, or
+    when it is the first.
     """
     length = token_ids.shape[1]
     words = _words_of(token_ids, candidates, word_starts)
     # One random score per word (B, L); ties keep position order, so a word's tokens
     # come out together, in order.
-    scores = jnp.take_along_axis(hash_bits(keys, SALT_SCORE, length), words.index, axis=1)
+    scores = jnp.take_along_axis(scores, words.index, axis=1)
     # (B, M) positions in descending word-score order (positions >= L are padding).
     _, chosen = _top(jnp.where(candidates, scores, -1).astype(jnp.float32), slots, -2.0)
     width = max(slots - length, 0)
@@ -199,8 +201,7 @@ def dynamic_mask_batch(token_ids, padding_mask, keys, *, mask_rate: float, slots
         slots: M, the static number of prediction slots.
         mask_token_id: id written at masked positions.
         special_token_ids: ids that are never chosen (<s>, <pad>, </s>, ...).
-        vocabulary_size: random replacements are drawn from the ids above the
-            largest special id and below this.
+        vocabulary_size: random replacements are the non-special ids below this.
         mask_fraction: share of the chosen tokens that become <mask>.
         random_fraction: share of the chosen tokens that become a random id.
         word_starts: None, or a bool (vocabulary_size,) table: True for the ids that
@@ -215,31 +216,29 @@ def dynamic_mask_batch(token_ids, padding_mask, keys, *, mask_rate: float, slots
     token_ids = jnp.asarray(token_ids).astype(jnp.int32)
     keys = jnp.asarray(keys).astype(jnp.uint32)
     rows, length = token_ids.shape
-    candidates = jnp.asarray(padding_mask).astype(bool) & ~_is_special(token_ids,
-                                                                        special_token_ids)
+    candidates = jnp.asarray(padding_mask).astype(bool) & ~_is_special(token_ids, special_token_ids)
     num_candidates = jnp.sum(candidates, axis=1, dtype=jnp.int32)  # (B,)
     # A float32 product and round-half-to-even, as the masks have always been counted.
     wanted = jnp.round(np.float32(mask_rate) * num_candidates.astype(jnp.float32)).astype(jnp.int32)
     wanted = jnp.where((num_candidates > 0) & (mask_rate > 0), jnp.maximum(wanted, 1), 0)
     count = jnp.minimum(jnp.minimum(wanted, num_candidates), slots)  # (B,)
 
+    scores = hash_bits(keys, SALT_SCORE, length)  # (B, L)
     if word_starts is None:  # the `count` candidates of highest random score
-        positions, valid = chosen_slots(hash_bits(keys, SALT_SCORE, length), candidates, count,
-                                        slots)  # (B, M) each
+        positions, valid = chosen_slots(scores, candidates, count, slots)  # (B, M) each
     else:
-        positions, valid = _whole_word_slots(token_ids, candidates, count, keys, word_starts, slots)
+        positions, valid = _whole_word_slots(token_ids, candidates, count, scores, word_starts,
+                                             slots)
     originals = jnp.take_along_axis(token_ids, positions, axis=1)  # (B, M)
     labels = jnp.where(valid, originals, IGNORE_LABEL)
 
     draw = hash_uniform(keys, SALT_ACTION, slots)  # (B, M)
-    random_ids = _random_ids(hash_uniform(keys, SALT_RANDOM_ID, slots), special_token_ids,
-                             vocabulary_size)  # (B, M)
+    random_ids = _random_ids(keys, slots, special_token_ids, vocabulary_size)  # (B, M)
     replacement = jnp.where(
         draw < np.float32(mask_fraction), mask_token_id,
         jnp.where(draw < np.float32(mask_fraction + random_fraction), random_ids, originals))
-    # Unused slots write out of bounds, and are dropped.
-    row = jnp.broadcast_to(jnp.arange(rows)[:, None], positions.shape)
-    masked = token_ids.at[row, jnp.where(valid, positions, length)].set(
+    # Unused slots write out of bounds, and are dropped. Rows (B, 1) x slots (B, M).
+    masked = token_ids.at[jnp.arange(rows)[:, None], jnp.where(valid, positions, length)].set(
         replacement.astype(jnp.int32), mode="drop")
     return masked, positions, labels.astype(jnp.int32)
 

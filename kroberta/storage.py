@@ -366,20 +366,34 @@ def check_room_for_hdf5(path, weights):
                "the weights file")
 
 
-def check_writable(path, key: str):
-    """Refuses, before any work, an output `path` (local) that could not be written: its
-    folder (or nearest existing parent), or `path` itself when it is a folder, is on a
-    read-only file system or lacks write permission. A URL is found out when written.
-    `key`: the option that names `path` in the message."""
+def check_writable(path, key: str, folder: bool = False):
+    """Refuses, before any work, an output `path` that could not be written, in one line
+    naming `key` (the option or config key that gives it), the place at fault and what to
+    do. Local: the nearest existing folder that would hold `path` (and `path` itself when it
+    is a folder) must be a writable folder; `folder`: `path` is a folder written into (a run
+    directory), a file there is refused too. A URL: an object is written in its folder and
+    removed (a missing filesystem package, credentials and permissions found now)."""
     if is_url(path):
+        try:
+            filesystem(path)  # a missing package named for `path`, not for the probe
+            probe = join(path if folder else posixpath.dirname(path), f".write-test-{os.getpid()}")
+            write_text(probe, "ok")
+            remove(probe)
+        except StorageError as error:  # the URL's filesystem package is missing
+            raise StorageError(f"{key}: {error}") from None
+        except OSError as error:
+            raise StorageError(f"{key} {path}: not writable ({error.strerror or error}); "
+                               f"choose another {key}") from None
         return
-    path = os.path.abspath(os.fspath(path))
-    for folder in dict.fromkeys([_existing_folder(os.path.dirname(path)),
-                                 *([path] if os.path.isdir(path) else [])]):
-        if not os.access(folder, os.W_OK):
-            why = ("on a read-only file system" if os.statvfs(folder).f_flag & os.ST_RDONLY
-                   else "not writable (permission denied)")
-            raise StorageError(f"{key} {path}: {folder} is {why}; choose another {key}")
+    path = os.path.abspath(path)
+    itself = [path] if os.path.isdir(path) or folder and os.path.exists(path) else []
+    for place in dict.fromkeys([_existing_folder(os.path.dirname(path)), *itself]):
+        if os.path.isdir(place) and os.access(place, os.W_OK):
+            continue
+        why = ("a file, not a folder" if not os.path.isdir(place) else
+               "on a read-only file system" if os.statvfs(place).f_flag & os.ST_RDONLY else
+               "not writable (permission denied)")
+        raise StorageError(f"{key} {path}: {place} is {why}; choose another {key}")
 
 
 def _existing_folder(path):

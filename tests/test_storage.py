@@ -9,6 +9,7 @@ import pytest
 
 from kroberta import storage
 from kroberta.data.file_patterns import resolve_files
+from kroberta.errors import StorageError
 from tests.conftest import REPO
 
 
@@ -99,13 +100,37 @@ def _errors_without_gcsfs(setup: str) -> tuple[list[str], str]:
 def test_a_missing_filesystem_package_is_one_line_naming_the_extra():
     lines, stderr = _errors_without_gcsfs(
         "from kroberta import storage\n"
-        "from kroberta.training.run_dir import check_writable\n"
-        "calls = ((storage.isdir, 'gs://bucket/run'), (check_writable, 'gs://bucket/run'))\n")
+        "run_dir = lambda path: storage.check_writable(path, 'run_dir', folder=True)\n"
+        "calls = ((storage.isdir, 'gs://bucket/run'), (run_dir, 'gs://bucket/run'),\n"
+        "         (lambda path: storage.check_writable(path, '--out'), 'gs://bucket/p.npz'))\n")
     assert lines == [
         'StorageError gs://bucket/run needs gcsfs; pip install "kroberta[gcs]"',
-        # What training says before any compute (exit status 2 from the command).
-        'ConfigError run_dir: gs://bucket/run needs gcsfs; pip install "kroberta[gcs]"',
+        # What training and predict say before any compute (exit status 2 from the command).
+        'StorageError run_dir: gs://bucket/run needs gcsfs; pip install "kroberta[gcs]"',
+        'StorageError --out: gs://bucket/p.npz needs gcsfs; pip install "kroberta[gcs]"',
     ], stderr[-2000:]
+
+
+@pytest.mark.fast
+def test_an_output_where_a_file_stands_for_a_folder_is_refused_naming_both(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    cases = ((blocker / "p.npz", "--out", False), (blocker / "run", "run_dir", True),
+             (blocker, "run_dir", True))
+    for path, key, folder in cases:
+        with pytest.raises(StorageError) as raised:
+            storage.check_writable(path, key, folder=folder)
+        assert str(raised.value) == (f"{key} {path}: {blocker} is a file, not a folder; "
+                                     f"choose another {key}")
+    storage.check_writable(blocker, "--out")  # a file output replaced: its folder counts
+    storage.check_writable(tmp_path / "new" / "run", "run_dir", folder=True)
+    assert os.listdir(tmp_path) == ["a_file"]  # a local check makes nothing
+
+
+@pytest.mark.fast
+def test_a_url_run_dir_is_probed_and_left_as_it_was(url):
+    storage.check_writable(url, "run_dir", folder=True)
+    assert storage.listdir(url) == []
 
 
 @pytest.mark.fast

@@ -59,13 +59,11 @@ def _main(args) -> int:
     if not args.out.endswith(".npz"):
         raise InputError(f"--out: {args.out!r} must end with .npz")
     # Where the file goes is checked before the prediction's work, not after it.
-    if storage.is_url(args.out):
-        storage.filesystem(args.out)  # a missing fsspec implementation: one line naming the extra
-    elif not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-        folder = os.path.dirname(args.out)
+    folder = os.path.dirname(args.out)
+    if not storage.is_url(args.out) and not os.path.isdir(os.path.abspath(folder)):
         raise InputError(f"--out: the folder {folder!r} does not exist; create it first "
                          f"(mkdir -p {folder})")
-    storage.check_writable(args.out, "--out")
+    storage.check_writable(args.out, "--out")  # a URL: an object written there and removed
     if model_source(args.run, "--run")[1] == CLASSIFIER:
         raise InputError(f"--run: {args.run} is a fine-tuned classifier, not a masked LM; "
                          f"predict its labels with python -m kroberta.finetune --classifier "
@@ -83,8 +81,7 @@ def _main(args) -> int:
     total = inspect_files(files, "--data").records
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
-        progress = console.Progress(total, "predict", enabled=not args.no_progress,
-                                    unit="examples")
+        progress = console.Progress(total, "predict", enabled=not args.no_progress, unit="examples")
         # The raw files beside --out, then the archive: a failed write leaves neither.
         with storage.writing(args.out, "predictions",
                              then="nothing was written; free some space or choose another "

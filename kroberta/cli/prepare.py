@@ -46,7 +46,7 @@ def _summary(manifest, out_dir):
 def _parser():
     p = cli.ArgumentParser(
         prog="python -m kroberta.prepare", inputs="--input",
-        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
+        description="\n\n".join(__doc__.split("\n\n")[:2]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--input", action="append",
@@ -82,11 +82,15 @@ def _parser():
                    help="replace an existing prepared directory, or start a stopped prepare over instead of "
                    "resuming it")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_check_arguments(p)
+    return p
+
+
+def _add_check_arguments(p):
     p.add_argument("--check", metavar="PATH",
                    help="validate TFRecords: a prepared dir, any dir of .tfrecord files (with --vocab-size), "
                    "a file or a glob")
     p.add_argument("--max-records", type=int, help="with --check: only the first N records per file")
-    return p
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

@@ -20,9 +20,8 @@ def fill_mask(model, texts, top_k=5):
     Returns:
         Like Hugging Face's fill-mask pipeline: for a text with one mask, a list of
         `{"score", "token", "token_str", "sequence"}` dicts (and `token_id`, the same as
-        `token`), best first (score
-        is a probability); for a text with several masks, one such list per mask.
-        A single string gives that text's result; a list gives a list of results.
+        `token`), best first (score is a probability); for a text with several masks, one
+        such list per mask. A single string gives that text's result; a list, a list of them.
     """
     check_model(model, "fill_mask")
     single = isinstance(texts, str)
@@ -31,8 +30,7 @@ def fill_mask(model, texts, top_k=5):
                   if isinstance(texts, (list, tuple)) else None)
         if others is None or others:
             got = type(texts).__name__ + (f" holding {', '.join(others)}" if others else "")
-            raise InputError(f"fill_mask: texts must be a string or a list of strings, "
-                             f"got {got}")
+            raise InputError(f"fill_mask: texts must be a string or a list of strings, got {got}")
     tokenizer = model.tokenizer
     if tokenizer is None:
         raise InputError("fill_mask needs a tokenizer: this model has none (a run trained "
@@ -41,8 +39,7 @@ def fill_mask(model, texts, top_k=5):
     texts = [texts] if single else list(texts)
     if not texts:
         raise InputError("fill_mask: no texts given")
-    config = model.kroberta_config
-    length = config.model.max_sequence_length
+    length = model.kroberta_config.model.max_sequence_length
     mask_id = tokenizer.token_to_id(MASK_TOKEN)
     pad_id = tokenizer.token_to_id("<pad>")
     if mask_id is None or pad_id is None:
@@ -61,25 +58,29 @@ def fill_mask(model, texts, top_k=5):
     slots = int((ids == mask_id).sum(axis=1).max())
     out = predict(model, {"input_ids": ids, "attention_mask": attention}, output="top_k",
                   k=top_k, positions="masked", slots=slots)
-    results = []
-    for row in range(len(texts)):
-        per_mask = []
-        real = ids[row][attention[row] == 1]
-        for slot in np.flatnonzero(out["valid"][row]):
-            position = int(out["positions"][row, slot])
-            candidates = []
-            for token_id, log_prob in zip(out["token_ids"][row, slot], out["log_probs"][row, slot]):
-                filled = real.copy()
-                filled[position] = token_id
-                candidates.append({
-                    "token": int(token_id),  # Hugging Face's pipeline's name for the id
-                    "token_id": int(token_id),
-                    "token_str": tokenizer.decode([int(token_id)]),
-                    "score": float(np.exp(log_prob)),
-                    # Other masks stay as <mask>, as in Hugging Face's pipeline.
-                    "sequence": tokenizer.decode([int(t) for t in filled], skip_special_tokens=False)
-                    .replace("<s>", "").replace("</s>", ""),
-                })
-            per_mask.append(candidates)
-        results.append(per_mask[0] if len(per_mask) == 1 else per_mask)
+    results = [_answers(tokenizer, ids[row][attention[row] == 1], out, row)
+               for row in range(len(texts))]
     return results[0] if single else results
+
+
+def _answers(tokenizer, real, out, row: int):
+    """Text `row`'s candidates in Hugging Face's shape (a list per mask; the list when one),
+    from `predict`'s top_k `out` of every text; `real`: its token ids, no padding."""
+    per_mask = []
+    for slot in np.flatnonzero(out["valid"][row]):
+        position = int(out["positions"][row, slot])
+        candidates = []
+        for token_id, log_prob in zip(out["token_ids"][row, slot], out["log_probs"][row, slot]):
+            filled = real.copy()
+            filled[position] = token_id
+            candidates.append({
+                "token": int(token_id),  # Hugging Face's pipeline's name for the id
+                "token_id": int(token_id),
+                "token_str": tokenizer.decode([int(token_id)]),
+                "score": float(np.exp(log_prob)),
+                # Other masks stay as <mask>, as in Hugging Face's pipeline.
+                "sequence": tokenizer.decode([int(t) for t in filled], skip_special_tokens=False)
+                .replace("<s>", "").replace("</s>", ""),
+            })
+        per_mask.append(candidates)
+    return per_mask[0] if len(per_mask) == 1 else per_mask

@@ -47,22 +47,7 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     Same arguments as `predict`; use this to stream results to disk with host
     memory bounded by two dispatches' worth of rows.
     """
-    if output not in OUTPUTS:
-        raise InputError(f"output must be one of {OUTPUTS}, got {output!r}")
-    if positions not in ("masked", "all"):
-        raise InputError(f"positions must be 'masked' or 'all', got {positions!r}")
-    check_model(model, "predict")
-    config = model.kroberta_config
-    if config is None:
-        raise InputError("model has no kroberta_config: load it with kroberta.load(run_dir)")
-    source = as_examples(inputs, config, model.tokenizer)
-    if output == "loss" and not source.has_labels:
-        raise InputError("output='loss' needs labels (a 'labels' array or feature, -100 = none); "
-                         "prepare writes them with --labels static")
-    if output == "top_k" and (not isinstance(k, numbers.Integral) or isinstance(k, bool)
-                              or not 1 <= k <= config.model.vocabulary_size):
-        raise InputError(f"k must be an integer in [1, {config.model.vocabulary_size}], "
-                         f"got {k!r}")
+    config, source = _checked_source(model, inputs, output, k, positions)
     plan_slots, global_batch, group, mesh = _program_shapes(
         config, source, output, positions, batch_size, slots, batches_per_dispatch,
         max_output_bytes)
@@ -112,6 +97,26 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
             "predicted; pass slots=N (or positions='all') to predict them", stacklevel=2)
 
 
+def _checked_source(model, inputs, output, k, positions):
+    """(config, examples of `inputs`) once the arguments that need no program are checked."""
+    if output not in OUTPUTS:
+        raise InputError(f"output must be one of {OUTPUTS}, got {output!r}")
+    if positions not in ("masked", "all"):
+        raise InputError(f"positions must be 'masked' or 'all', got {positions!r}")
+    check_model(model, "predict")
+    config = model.kroberta_config
+    if config is None:
+        raise InputError("model has no kroberta_config: load it with kroberta.load(run_dir)")
+    source = as_examples(inputs, config, model.tokenizer)
+    if output == "loss" and not source.has_labels:
+        raise InputError("output='loss' needs labels (a 'labels' array or feature, -100 = none); "
+                         "prepare writes them with --labels static")
+    if output == "top_k" and (not isinstance(k, numbers.Integral) or isinstance(k, bool)
+                              or not 1 <= k <= config.model.vocabulary_size):
+        raise InputError(f"k must be an integer in [1, {config.model.vocabulary_size}], got {k!r}")
+    return config, source
+
+
 def _program_shapes(config, source, output, positions, batch_size, slots,
                     batches_per_dispatch, max_output_bytes):
     """(slots, global batch, G, mesh) of the program for `predict_batches`' arguments
@@ -124,10 +129,7 @@ def _program_shapes(config, source, output, positions, batch_size, slots,
     if slots is not None and not 1 <= slots <= length:
         raise InputError(f"slots must be in [1, {length}] (positions predicted per sequence "
                          f"of {length} tokens), got {slots}")
-    if positions == "all":
-        plan_slots = length
-    else:
-        plan_slots = slots if slots is not None else config.data.prediction_slots(length)
+    plan_slots = length if positions == "all" else slots or config.data.prediction_slots(length)
     if batches_per_dispatch is not None and batches_per_dispatch < 1:
         raise InputError(f"batches_per_dispatch must be >= 1, got {batches_per_dispatch}")
     resolved = prediction_plan(config, length)
@@ -142,8 +144,7 @@ def _program_shapes(config, source, output, positions, batch_size, slots,
         group = dispatch_size.at_most_needed(max(1, min(group, MAX_LOGITS_BYTES // per_batch)),
                                              source.examples, global_batch)
     if output == "logits" and source.examples is not None:
-        size = source.examples * (length if positions == "all" else plan_slots) \
-            * config.model.vocabulary_size * 4
+        size = source.examples * plan_slots * config.model.vocabulary_size * 4
         if size > max_output_bytes:
             raise InputError(
                 f"output='logits' for {source.examples} examples x {plan_slots} positions x "

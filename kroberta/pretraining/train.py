@@ -27,7 +27,6 @@ from kroberta.training.preemption import PreemptionFlag
 from kroberta.training.run_dir import (
     RunDirState,
     check_free_space,
-    check_writable,
     keep_tokenizer,
     prepare_run_dir,
     read_run_dir,
@@ -147,7 +146,7 @@ def _set_up(config: Config, run_dir: RunDirState, force: bool, accept_changes: b
 
     startup.initialize(config.distributed)  # a multi-host job, before any JAX backend starts
     main_process = jax.process_index() == 0
-    check_writable(config.run_dir)
+    storage.check_writable(config.run_dir, "run_dir", folder=True)
     if main_process:
         trackers.check_installed(config.train.trackers)  # before the data are read or built
     run_data = run_data_for(config)

@@ -68,7 +68,6 @@ def save(model, run_dir: str):
     from kroberta.interop.hf_weights import SHAPE_KEYS  # start-up time (above)
     from kroberta.model.masked_lm import check_model  # start-up time (above)
     from kroberta.model.mlm import stock_copy  # start-up time (above)
-    from kroberta.parallel.distribute import global_distribution  # start-up time (above)
 
     # A classifier kroberta fine-tuned or loaded: it carries the task its folder records.
     classifier = getattr(model, "task_spec", None) is not None
@@ -97,11 +96,7 @@ def save(model, run_dir: str):
         return None
     storage.makedirs(run_dir)
     final = storage.join(run_dir, WEIGHTS_FILE)
-    # `save_weights` builds a throwaway optimizer variable: under the run's distribution
-    # that is a cross-process check which only this process would enter.
-    with global_distribution(None), storage.staged_file(final) as tmp:  # a rename, or one upload
-        storage.check_room_for_hdf5(tmp, stock.weights)
-        stock.save_weights(tmp)
+    _save_weights(stock, final)
     config, tokenizer = model.kroberta_config, model.tokenizer
     if config is not None and not storage.isfile(storage.join(run_dir, CONFIG_FILE)):
         storage.write_text(storage.join(run_dir, CONFIG_FILE),
@@ -115,7 +110,6 @@ def _save_classifier(classifier, directory: str) -> str:
     """`save` of a fine-tuned classifier; every process that calls it writes (the same
     files)."""
     from kroberta.model.mlm import stock_copy  # start-up time: see `save`
-    from kroberta.parallel.distribute import global_distribution  # start-up time: see `save`
 
     storage.makedirs(directory)
     config = dataclasses.replace(classifier.kroberta_config, run_dir=str(directory))
@@ -127,12 +121,19 @@ def _save_classifier(classifier, directory: str) -> str:
                    "pooling": classifier.pooling}
     storage.write_text(storage.join(directory, CLASSIFIER_FILE), json.dumps(description, indent=1))
     # Weights only, as a masked LM's: a stock copy on this host (no optimizer state).
-    stock = stock_copy(classifier)
-    weights = storage.join(directory, CLASSIFIER_WEIGHTS_FILE)
-    with global_distribution(None), storage.staged_file(weights) as local:  # h5: a local file
+    _save_weights(stock_copy(classifier), storage.join(directory, CLASSIFIER_WEIGHTS_FILE))
+    return directory
+
+
+def _save_weights(stock, path: str):
+    """`stock.save_weights` into `path` (local or a URL), staged once the disk has room."""
+    from kroberta.parallel.distribute import global_distribution  # start-up time: see `save`
+
+    # `save_weights` builds a throwaway optimizer variable: under the run's distribution
+    # that is a cross-process check which only the writing process would enter.
+    with global_distribution(None), storage.staged_file(path) as local:  # h5: a local file
         storage.check_room_for_hdf5(local, stock.weights)
         stock.save_weights(local)
-    return directory
 
 
 def load_run(path: str, mixed_precision: bool | None = None, checkpoint: str | int | None = None):

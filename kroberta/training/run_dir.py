@@ -1,4 +1,4 @@
-"""The run directory before any compute: writable, enough disk, clean history, what a
+"""The run directory before any compute: enough disk, clean history, what a
 resumed run may change; its config.toml and tokenizer written (`prepare_run_dir`)."""
 
 import contextlib
@@ -11,7 +11,7 @@ import tempfile
 
 from kroberta import run_layout, storage
 from kroberta.config import Config, to_dict, to_toml
-from kroberta.errors import ConfigError, StorageError
+from kroberta.errors import ConfigError
 from kroberta.text import locations
 from kroberta.training import checkpoint, trackers
 
@@ -110,21 +110,6 @@ def removed_unless_checkpointed(state: RunDirState):
                     not (os.path.isfile(metrics) and os.path.getsize(metrics) > 0):
                 shutil.rmtree(run_dir, ignore_errors=True)
         raise
-
-
-def check_writable(run_dir: str):
-    """Fails clearly when the run directory cannot be created or written to (a URL: when
-    its filesystem package is missing, or an object cannot be written there)."""
-    try:
-        storage.makedirs(run_dir)
-        probe = storage.join(run_dir, f".write-test-{os.getpid()}")
-        storage.write_text(probe, "ok")
-        storage.remove(probe)
-    except StorageError as error:  # the URL's package is missing
-        raise ConfigError(f"run_dir: {error}") from None
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise ConfigError(f"run_dir: cannot write to {run_dir}: {reason}") from None
 
 
 def check_free_space(run_dir: str, needed_bytes: int, what: str):
@@ -230,8 +215,7 @@ def prepare_run_dir(config: Config, state: RunDirState, force: bool, accept_chan
                 f"run_dir: {config.run_dir} holds a run trained with other settings "
                 f"({describe_changes(training)}); use another --run_dir, --force (force=True) "
                 "to start over there, or --accept-changes (accept_changes=True) to continue its "
-                "checkpoint with "
-                f"these settings (recorded in {CHANGES_FILE})")
+                f"checkpoint with these settings (recorded in {CHANGES_FILE})")
         starts_over = force and bool(other_model or training)
         changes = {} if starts_over else {**training, **other}
     going_on = dataclasses.replace(state, checkpoints=(), recorded=None) if starts_over else state

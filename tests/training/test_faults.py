@@ -14,7 +14,7 @@ import pytest
 
 from kroberta import train
 from kroberta.data.synthetic import make_sequences, write_tfrecord
-from kroberta.errors import ConfigError, InputError, StorageError
+from kroberta.errors import InputError, StorageError
 from kroberta.training import checkpoint
 from tests.conftest import REPO, tiny_config
 from tests.pretraining.test_train import _rows, _weights
@@ -182,7 +182,8 @@ def test_unwritable_run_dir_fails_before_any_work(tiny_data, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     config = tiny_config(tiny_data, blocker / "run", steps=10, warmup_steps=0)
-    with pytest.raises(ConfigError, match=r"run_dir: cannot write to .*a_file/run"):
+    with pytest.raises(StorageError, match=r"^run_dir .*/a_file/run: .*/a_file is a file, not a "
+                                           r"folder; choose another run_dir$"):
         train(config)
 
 
