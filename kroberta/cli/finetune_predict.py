@@ -83,10 +83,8 @@ def _write_metrics(args, classifier, spec, predicted: dict, labelled):
     """Prints the file's scores and writes them (per class too) beside the predictions."""
     from kroberta.downstream import metrics  # start-up time: as in `predict`
 
-    if "values" in predicted:
-        chosen = predicted["values"]
-    else:
-        chosen = predicted["probabilities"].argmax(-1)
+    # (n,) values, or class ids
+    chosen = predicted["values"] if "values" in predicted else predicted["probabilities"].argmax(-1)
     names = spec.metrics(len(classifier.label_names or ()))
     scores = metrics.score(names, labelled.labels, chosen)
     result = {"file": args.predict, "examples": len(labelled), "metrics": scores}

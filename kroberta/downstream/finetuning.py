@@ -129,9 +129,10 @@ def finetune(model, task: str | Task | None = None, data=None, validation=None, 
     _check_devices(config)
     _check_against_model(model, config)
     model = _loaded(model, config)
+    max_length = _max_length(model, config.max_length)
     if not isinstance(task, Task):
         task = read_task(task, data, validation, text_fields, label_field, kind)
-    setup = _setup(model, task, config)
+    setup = _setup(model, task, config, max_length)
     seeds = list(range(config.seeds)) if isinstance(config.seeds, int) else list(config.seeds)
     rates = config.learning_rates or search.learning_rates(model.kroberta_config.model)
     baseline_rates = config.baseline_learning_rates or rates
@@ -139,15 +140,17 @@ def finetune(model, task: str | Task | None = None, data=None, validation=None, 
                       config.widen, out, task.train.texts)
 
 
-def _setup(model, task: Task, config: FinetuneConfig) -> Setup:
-    """The task's splits encoded for `model` at the length asked for (at most the model's
-    positions), with the schedule `config` sets."""
+def _max_length(model, asked: int | None) -> int:
+    """The tokens per sequence: `asked` (None: the model's positions), at most the model's."""
     longest = model.kroberta_config.model.max_sequence_length
-    max_length = config.max_length
-    if max_length and max_length > longest:
+    if asked and asked > longest:
         logger.warning("--max-length %d: the model has %d positions; sequences of %d tokens",
-                       max_length, longest, longest)
-    max_length = min(max_length or longest, longest)
+                       asked, longest, longest)
+    return min(asked or longest, longest)
+
+
+def _setup(model, task: Task, config: FinetuneConfig, max_length: int) -> Setup:
+    """The task's splits encoded for `model` at `max_length`, with the schedule `config` sets."""
 
     def encoded(labelled):
         return encoding.encode(model.tokenizer, labelled.texts, labelled.labels, max_length)
