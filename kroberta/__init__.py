@@ -35,7 +35,7 @@ __version__ = "0.1.0"
 # need the config or the data pipeline: name -> the module that defines it.
 _API = {
     "MaskedLM": "kroberta.model.masked_lm",
-    "load": "kroberta.downstream.loading",
+    "load": "kroberta.downstream.model_files",
     "save": "kroberta.training.final_model",
     "predict": "kroberta.inference.prediction",
     "predict_batches": "kroberta.inference.prediction",

@@ -10,10 +10,12 @@ below both.
     tokenizer.json          the tokenizer the data was prepared with (when it had one)
     classifier.json         marks a fine-tuned classifier's folder (its task, labels, length)
     classifier.weights.h5   the fine-tuned classifier's Keras weights
+    trials.jsonl            a fine-tune's finished trials, which resume it (`downstream.trial`)
 
 `model_source` tells the three sources `kroberta.load` reads (a kroberta directory, a
 Hugging Face directory, a keras-hub preset) and the head each holds from their files
-alone, through `kroberta.storage`: a command names a wrong path before JAX starts.
+alone, through `kroberta.storage`: a command names a wrong path before JAX starts, as
+it names an --out a fine-tune must not write into (`check_finetune_out`).
 """
 
 import json
@@ -29,6 +31,7 @@ CONFIG_FILE = "config.toml"
 TOKENIZER_FILE = "tokenizer.json"
 CLASSIFIER_FILE = "classifier.json"
 CLASSIFIER_WEIGHTS_FILE = "classifier.weights.h5"
+TRIALS_FILE = "trials.jsonl"
 CHECKPOINT_DIR = "checkpoints"  # a run's checkpoints/step_N folders
 
 # The sources `model_source` tells apart, and the two heads.
@@ -129,3 +132,18 @@ def _source(path: str, key: str, wanted: str) -> tuple[str, str]:
     raise NotFoundError(f"{key}: {path}: not a {wanted} ({CONFIG_FILE} is "
                         "missing), and no config.json of a Hugging Face model or keras-hub "
                         f"preset; give {MODEL_KINDS}")
+
+
+def check_finetune_out(out: str | None):
+    """Refuses a fine-tune's --out that is a file, or a folder holding other files than a
+    fine-tune's (a pretraining run's: its config.toml and tokenizer.json would be overwritten)."""
+    if out is None:
+        return
+    out = os.fspath(out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise InputError(f"--out {out}: a file, not a folder; name a folder (it is created)")
+    names = set(os.listdir(out)) if os.path.isdir(out) else set()
+    if names and not names & {TRIALS_FILE, CLASSIFIER_FILE}:
+        kind = "a pretraining run" if CONFIG_FILE in names else "other files"
+        raise InputError(f"--out {out}: holds {kind}, not a fine-tune's trials; give a new or "
+                         "empty folder (or one an earlier fine-tune wrote, to resume it)")

@@ -289,11 +289,11 @@ def finetune_start(args, model_for_seed, task: str, epochs: int, pooling: str) -
 
 def probe_scores(args, model, task: str) -> float:
     """The frozen model's mean-pooled linear probe (`kroberta.pretraining.probe`) accuracy."""
-    from kroberta.downstream import finetuning
+    from kroberta.downstream.tasks import read_task
     from kroberta.pretraining import probe
 
     a = task_arguments(args, task)
-    spec, names, train, evaluation = finetuning.task_splits(
+    spec, names, train, evaluation = read_task(
         a["task"], a.get("data"), a.get("validation"), ("text",), "label", "classification")
     return probe.linear_probe(model, spec, train, evaluation["validation"], names,
                               args.seq_len)[spec.metric]

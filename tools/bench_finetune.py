@@ -12,7 +12,7 @@ transformers' `RobertaForSequenceClassification`. Both train on the same token i
 so both see (batch, length) batches), 6 classes, with the recipe's optimizer (AdamW,
 betas 0.9/0.98, eps 1e-6, weight decay 0.01, linear decay after 6% warmup) and dropout 0.1
 (hidden, attention, classifier head).
-  kroberta  one pass as `kroberta.downstream.recipe` runs it: `encoding.dataset` of the
+  kroberta  one pass as `kroberta.downstream.trial` runs it: `encoding.dataset` of the
             split shuffled by a seed, then `fit` (jit-compiled steps, steps_per_execution 8);
   HF        `Trainer.train()` with max_steps = steps (its own shuffled DataLoader).
 Each side runs once untimed first (compilation; the first Trainer's set-up); then rounds
@@ -73,7 +73,7 @@ def synthetic_split(config, count: int):
 def kroberta_classifier(config, steps: int):
     """The compiled classifier as `kroberta.finetune` builds it, head and weights from seed 0."""
     from kroberta.downstream import classifiers
-    from kroberta.downstream.examples import CLASSIFICATION
+    from kroberta.downstream.tasks import CLASSIFICATION
     from kroberta.model.mlm import build_model
 
     classifier = classifiers.build_classifier(config, NUM_CLASSES)
@@ -131,15 +131,15 @@ def hf_pass_seconds(model, state, examples, arguments) -> float:
 def probe_seconds(run: str) -> tuple:
     """(first call, second call, validation accuracy) of the linear probe on the embedded task."""
     import kroberta
-    from kroberta.downstream import stdlib_task
+    from kroberta.downstream import tasks
     from kroberta.pretraining.probe import linear_probe
 
     model = kroberta.load(run)
-    train, validation, names = stdlib_task.splits()
+    train, validation, names = tasks.stdlib_splits()
     times = []
     for _ in range(2):
         began = time.perf_counter()
-        scores = linear_probe(model, stdlib_task.SPEC, train, validation, names)
+        scores = linear_probe(model, tasks.STDLIB_SPEC, train, validation, names)
         times.append(time.perf_counter() - began)
     return times[0], times[1], scores["accuracy"], len(train.labels), len(validation.labels)
 

@@ -13,7 +13,7 @@ texts, or only neighbouring text). Then runs the recipe the docs give a user's c
 for each budget (`--budgets 1 2 4`: 1800, 3600 and 7200 steps of `--config small`), and on
 each task: both starts' median [min, max] over seeds at their own best rate (each grid
 widened x3 while its best is at an edge), the difference with its bootstrap interval
-(`kroberta.downstream.verdict`), and the frozen probe (`bench_downstream.probe_scores`)
+(`kroberta.downstream.results.compare`), and the frozen probe (`bench_downstream.probe_scores`)
 of the pretrained model against a random initialisation (one per seed). The random
 start's trials do not depend on the budget: later budgets reuse the first one's.
 

@@ -57,7 +57,7 @@ def main(argv=None) -> int:
         model_source(args.model, "--model", head=MASKED_LM)
         _check_data(args.data)
         # start-up: JAX and the model load after the arguments were checked
-        from kroberta.downstream.loading import load  # start-up time: after the checks
+        from kroberta.downstream.model_files import load  # start-up time: after the checks
         from kroberta.training.evaluation import evaluate
 
         data = args.data[0] if len(args.data) == 1 else args.data

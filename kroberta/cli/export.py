@@ -14,8 +14,10 @@ Errors are one line on stderr and exit status 2.
 
 import argparse
 
-from kroberta import cli
-from kroberta.interop import EXPORT_FORMATS
+from kroberta import cli, storage
+from kroberta.errors import InputError
+from kroberta.interop import EXPORT_FORMATS, check_out_dir
+from kroberta.run_layout import RUN, model_source
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,7 +38,15 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
 
     def body():
-        from kroberta.downstream.exports import export_run  # start-up time: --help at once
+        # Before the model is loaded (and JAX, Keras and TensorFlow imported): the mistake
+        # is named at once.
+        check_out_dir(args.out, args.overwrite, "--out", args.format)
+        storage.check_writable(args.out, "--out")  # staged beside it, then renamed
+        if model_source(args.run, "--run")[0] != RUN:
+            raise InputError(f"--run: {args.run} is already a Hugging Face directory or keras-hub "
+                             "preset; give a kroberta run (or load it with kroberta.load and call "
+                             "kroberta.export_hf / export_keras_hub)")
+        from kroberta.downstream.model_files import export_run  # start-up time: after the checks
 
         out = export_run(args.run, args.out, args.overwrite, args.format)
         print(f"exported {args.run} -> {out}")

@@ -8,21 +8,22 @@
 
 With no data, the embedded task (which package of the standard library a docstring
 is from) runs, beside the same recipe from a random initialisation. The Python API
-is `kroberta.finetune(...)` (kroberta/downstream/finetuning.py).
+is `kroberta.finetune(...)` (kroberta/downstream/finetuning.py); the prediction mode
+(--classifier) is kroberta/cli/finetune_predict.py.
 """
 
 import argparse
 import dataclasses
-import json
 import os
-import sys
 
 import kroberta
 from kroberta import cli, storage
-from kroberta.downstream.arguments import check_finetune_arguments
-from kroberta.downstream.settings import POOLINGS, FinetuneConfig, SettingError
+from kroberta.cli import finetune_predict
+from kroberta.cli.finetune_predict import per_class_table, write_json
+from kroberta.downstream.settings import POOLINGS, FinetuneConfig, SettingError, parse_rates
+from kroberta.downstream.tasks import glue_tasks_present, read_task
 from kroberta.errors import InputError
-from kroberta.run_layout import CLASSIFIER, model_source
+from kroberta.run_layout import MASKED_LM, check_finetune_out, model_source
 
 RANDOM_START_DIR = "random-start"  # --out's folder for the random start's classifier
 
@@ -44,6 +45,22 @@ def _parser():
                    "fields besides the label, as run_glue; with --predict: the classifier's)")
     p.add_argument("--label-field", default="label", help="the field of the label")
     p.add_argument("--kind", default="classification", choices=("classification", "regression"))
+    _grid_arguments(p)
+    _recipe_arguments(p)
+    p.add_argument("--out", help="folder for result.json, the best classifier and the finished "
+                   "trials (the same command again resumes an interrupted fine-tune)")
+    p.add_argument("--classifier", help="a fine-tuned classifier's folder (--out), to predict")
+    p.add_argument("--predict", help="a labelled-format file whose texts --classifier predicts")
+    p.add_argument("--predictions", help="the JSON-lines file predictions go to (and, for a "
+                   "file with labels, its metrics to PREDICTIONS.metrics.json)")
+    p.add_argument("--per-class", action="store_true",
+                   help="also print precision, recall and F1 of each class")
+    return p
+
+
+def _grid_arguments(p):
+    """The flags of the learning-rate grid and its trials (`FinetuneConfig`'s fields, whose
+    defaults they take)."""
     p.add_argument("--learning-rates", help="comma-separated grid (default: by model size)")
     p.add_argument("--baseline-learning-rates", help="the random start's own grid (default: "
                    "as --learning-rates)")
@@ -57,6 +74,11 @@ def _parser():
     p.add_argument("--early-stopping", type=int, default=FinetuneConfig.early_stopping,
                    metavar="PATIENCE",
                    help="stop a trial after PATIENCE epochs without a better validation score")
+
+
+def _recipe_arguments(p):
+    """The flags of the recipe's head, optional steps, batch and baseline (`FinetuneConfig`'s
+    fields, whose defaults they take)."""
     p.add_argument("--pooling", default=FinetuneConfig.pooling, choices=POOLINGS,
                    help="what the classifier's head reads: the first token <s> (as Hugging "
                    "Face's and keras-hub's heads; exportable) or the mean over the tokens "
@@ -79,15 +101,6 @@ def _parser():
     p.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=None,
                    help="also fine-tune a random initialisation (default: on for the "
                    "embedded task)")
-    p.add_argument("--out", help="folder for result.json, the best classifier and the finished "
-                   "trials (the same command again resumes an interrupted fine-tune)")
-    p.add_argument("--classifier", help="a fine-tuned classifier's folder (--out), to predict")
-    p.add_argument("--predict", help="a labelled-format file whose texts --classifier predicts")
-    p.add_argument("--predictions", help="the JSON-lines file predictions go to (and, for a "
-                   "file with labels, its metrics to PREDICTIONS.metrics.json)")
-    p.add_argument("--per-class", action="store_true",
-                   help="also print precision, recall and F1 of each class")
-    return p
 
 
 def _row(result, name=None) -> str:
@@ -119,21 +132,6 @@ def _comparison(comparison) -> str:
             f"validation examples)")
 
 
-def _per_class_table(per_class: dict) -> str:
-    lines = []
-    for split, classes in per_class.items():
-        width = max(12, *(len(str(name)) for name in classes))
-        lines.append(f"{split:<{width}} {'precision':>9} {'recall':>7} {'f1':>7} {'support':>8}")
-        lines += [f"{str(name):<{width}} {100 * c['precision']:9.1f} {100 * c['recall']:7.1f} "
-                  f"{100 * c['f1']:7.1f} {c['support']:8d}" for name, c in classes.items()]
-    return "\n".join(lines)
-
-
-def _write_json(path: str, value):
-    """Strict JSON (no bare NaN, which JSON readers refuse), whole or not at all."""
-    storage.write_text(path, json.dumps(value, indent=1, allow_nan=False))
-
-
 def _save_outputs(result, out: str, random_folder: str):
     """The classifiers, then result.json: a folder with result.json is complete. A full
     disk or a read-only folder is one StorageError; the finished trials stay for a re-run."""
@@ -150,25 +148,58 @@ def _save_outputs(result, out: str, random_folder: str):
         with storage.writing(random_folder, "random start's classifier", then):
             kroberta.save(result.baseline.classifier, random_folder)
     with storage.writing(result_file, "result", then):
-        _write_json(result_file, result.to_json())
+        write_json(result_file, result.to_json())
 
 
-def _run_tasks(args, config: FinetuneConfig) -> int:
+def _checked(args) -> tuple[FinetuneConfig, list]:
+    """(the fine-tune's settings, [its task read] or a suite's GLUE task names), or the
+    error a fine-tune would stop with on a setting, a path, a file, a field of a labelled
+    file or an output folder: the checks that need no model, before JAX, Keras and
+    TensorFlow are imported, so a mistake is named at once."""
+    config = finetune_config(args)
+    model_source(args.run, "--run", head=MASKED_LM)
+    names = glue_tasks_present(args.data) if args.suite else None
+    if not args.suite:
+        check_finetune_out(args.out)
+    if args.out is not None:
+        storage.check_writable(args.out, "--out")
+    if args.suite:
+        return config, names
+    text_fields = tuple(args.text_field) if args.text_field else None
+    return config, [read_task(args.task, args.data, args.validation, text_fields,
+                              args.label_field, args.kind, flags=True)]
+
+
+def finetune_config(args) -> FinetuneConfig:
+    """The command's settings: each of `FinetuneConfig`'s fields from the flag of its name
+    (a refused one named as the flag)."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneConfig)}
+    values.update(learning_rates=parse_rates(args.learning_rates),
+                  baseline_learning_rates=parse_rates(args.baseline_learning_rates,
+                                                      "--baseline-learning-rates"))
+    if args.baseline is None:  # on for the embedded task, where it says what pretraining is worth
+        values["baseline"] = args.task is None and not args.data
+    try:
+        return FinetuneConfig(**values)
+    except SettingError as error:
+        raise InputError(error.flag_message) from None
+
+
+def _run_tasks(args, config: FinetuneConfig, tasks: list) -> int:
+    """Fine-tunes on each of `tasks` (`_checked`'s), printing its rows."""
     # start-up: `--help` and argument errors answer before JAX and Keras load
-    from kroberta.downstream import glue
     from kroberta.downstream.finetuning import finetune
-    from kroberta.downstream.loading import load
+    from kroberta.downstream.model_files import load
 
-    tasks = [f"glue/{t}" for t in glue.tasks_present(args.data)] if args.suite else [args.task]
     model = load(args.run)  # once for every task; --run was checked with the arguments
     averages = []
     for task in tasks:
-        out = os.path.join(args.out, task.split("/")[-1]) if args.suite and args.out else args.out
+        out = args.out
+        if args.suite:  # a name: each of a suite's tasks is read when its turn comes
+            out = os.path.join(args.out, task) if args.out else None
+            task = read_task(f"glue/{task}", args.data)
         try:
-            result = finetune(model, task, args.data, args.validation,
-                              text_fields=tuple(args.text_field) if args.text_field else None,
-                              label_field=args.label_field, kind=args.kind, out=out,
-                              config=config)
+            result = finetune(model, task, out=out, config=config)
         except SettingError as error:  # one the model refuses: named as its flag
             raise InputError(error.flag_message) from None
         averages.append(result.median[result.split])
@@ -180,82 +211,18 @@ def _run_tasks(args, config: FinetuneConfig) -> int:
             rows += [_row(result.baseline, "random init"), _kept(result.baseline, random_folder),
                      _comparison(result.comparison)]
         if args.per_class and result.per_class:
-            rows.append(_per_class_table(result.per_class))
+            rows.append(per_class_table(result.per_class))
         print("\n".join(rows), flush=True)
     if args.suite:
         print(f"{'average':<12} {'':<9} {100 * sum(averages) / len(averages):.1f}")
     return 0
 
 
-def _predict(args) -> int:
-    # start-up: as in `_run_tasks`
-    import numpy as np
-
-    model_source(args.classifier, "--classifier", head=CLASSIFIER)
-    # start-up time: JAX and Keras load only after the checks
-    from kroberta.downstream import examples, metrics, prediction
-    from kroberta.downstream.loading import load
-
-    classifier = load(args.classifier)
-    spec = classifier.task_spec
-    if args.text_field:  # the file's own names for the fields the classifier was trained on
-        if len(args.text_field) != len(spec.text_fields):
-            raise InputError(f"--text-field: the classifier reads {len(spec.text_fields)} "
-                             f"text field(s) ({', '.join(spec.text_fields)}), got "
-                             f"{len(args.text_field)}")
-        spec = dataclasses.replace(spec, text_fields=tuple(args.text_field))
-    # A file with labels (its first record has the label field) is scored too.
-    labelled = examples.read_labelled(args.predict, spec, classifier.label_names,
-                                      require_labels=None)[0]
-    predicted = prediction.predict_texts(classifier, labelled.texts)
-    outputs = predicted["values"] if "values" in predicted else predicted["probabilities"]
-    finite = np.isfinite(outputs)
-    broken = int(np.sum(~(finite.all(-1) if finite.ndim > 1 else finite)))
-    if broken:  # never a bare NaN in the file: null, and a word why
-        print(f"warning: {broken} of {len(labelled)} prediction(s) are not finite numbers (written "
-              f"as null): the classifier's weights in {args.classifier} are damaged", file=sys.stderr)
-    then = "nothing was written; free some space or choose another --predictions"
-    # Under a temporary name until whole: a kill or a full disk leaves no partial file.
-    with (storage.writing(args.predictions, "predictions", then),
-          storage.staged_file(args.predictions) as local, open(local, "w", encoding="utf-8") as f):
-        for i in range(len(labelled)):
-            if "values" in predicted:
-                value = float(predicted["values"][i])
-                record = {"value": value if np.isfinite(value) else None}
-            else:
-                # Each probability under its class's name: the order needs no explaining.
-                row = predicted["probabilities"][i]
-                record = {"label": predicted["labels"][i] if np.isfinite(row).all() else None,
-                          "probabilities": {str(name): round(float(p), 6) if np.isfinite(p)
-                                            else None
-                                            for name, p in zip(classifier.label_names, row)}}
-            f.write(json.dumps(record, allow_nan=False) + "\n")
-    print(f"wrote {args.predictions}: {len(labelled)} prediction(s)")
-    if labelled.has_labels:
-        if "values" in predicted:
-            chosen = predicted["values"]
-        else:
-            chosen = predicted["probabilities"].argmax(-1)
-        names = spec.metrics(len(classifier.label_names or ()))
-        scores = metrics.score(names, labelled.labels, chosen)
-        result = {"file": args.predict, "examples": len(labelled), "metrics": scores}
-        print(f"{args.predict}: " + ", ".join(f"{k} {100 * v:.1f}" for k, v in scores.items()))
-        if classifier.label_names:
-            per_class = metrics.per_class(labelled.labels, chosen, len(classifier.label_names))
-            result["per_class"] = dict(zip(classifier.label_names, per_class))
-            if args.per_class:
-                print(_per_class_table({os.path.basename(args.predict): result["per_class"]}))
-        path = os.path.splitext(args.predictions)[0] + ".metrics.json"
-        with storage.writing(path, "metrics", f"the predictions are in {args.predictions}"):
-            _write_json(path, result)
-        print(f"wrote {path}")
-    return 0
-
-
 def _main(args) -> int:
-    # The checks that need no model, before JAX, Keras and TensorFlow are imported.
-    config = check_finetune_arguments(args)
-    return _predict(args) if args.classifier else _run_tasks(args, config)
+    if args.classifier:
+        finetune_predict.check(args)
+        return finetune_predict.predict(args)
+    return _run_tasks(args, *_checked(args))
 
 
 def main(argv=None) -> int:

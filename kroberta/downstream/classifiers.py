@@ -19,9 +19,9 @@ import keras_hub
 import numpy as np
 
 from kroberta.config import Config
-from kroberta.downstream.examples import REGRESSION
 from kroberta.downstream.layer_decay import LayerDecayAdamW, layer_scales
 from kroberta.downstream.settings import FIRST, MEAN, POOLINGS  # noqa: F401
+from kroberta.downstream.tasks import REGRESSION
 from kroberta.errors import InputError
 from kroberta.model import mlm, schedules
 from kroberta.model.masked_lm import call_keeping_variables
@@ -131,6 +131,15 @@ def _token_ids(x, where: str):
             f"(batch, length), 'padding_mask': (batch, length)}}); for texts use "
             f"kroberta.predict(classifier, texts)")
     return x
+
+
+def describe(classifier, config, tokenizer, spec, names, max_length: int):
+    """`classifier` with what prediction and `kroberta.save` read from it: the tokenizer,
+    the pretrained model's config, the task (`TaskSpec`), the class names, the length."""
+    classifier.tokenizer, classifier.kroberta_config, classifier.task_spec = tokenizer, config, spec
+    classifier.label_names = tuple(names) if names else None
+    classifier.max_length = int(max_length)
+    return classifier
 
 
 def build_classifier(model_config, num_outputs: int, pooling: str = FIRST):

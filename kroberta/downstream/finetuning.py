@@ -2,7 +2,8 @@
 
 The task is a labelled file pair (train and validation), a GLUE task read from its
 standard directory, or, with no data, the embedded standard-library task
-(`kroberta.downstream.stdlib_task`). With `baseline=True` the same recipe also runs
+(`kroberta.downstream.tasks`). The learning-rate search (`search`) runs its trials
+(`trial`) from each start (`starts`) and returns a `results.FinetuneResult`. With `baseline=True` the same recipe also runs
 from a random initialisation of the same shape, which shows what pretraining is worth.
 """
 
@@ -14,66 +15,18 @@ import os
 import jax
 import numpy as np
 
-from kroberta.downstream import (
-    classifiers,
-    encoding,
-    glue,
-    metrics,
-    prediction,
-    recipe,
-    starts,
-    stdlib_task,
-    trial_run,
-    verdict,
-)
-from kroberta.downstream.arguments import STDLIB, check_out, check_task
-from kroberta.downstream.examples import (
-    CLASSIFICATION,
-    REGRESSION,
-    TaskSpec,
-    check_labelled_file,
-    choose_text_fields,
-    read_labelled,
-)
-from kroberta.downstream.loading import load
+from kroberta.downstream import classifiers, encoding, metrics, search, starts, trial
+from kroberta.downstream.model_files import load
+from kroberta.downstream.results import FinetuneResult, compare
 from kroberta.downstream.settings import FinetuneConfig, SettingError
-from kroberta.downstream.trials import TrialLog, fingerprint
+from kroberta.downstream.tasks import CLASSIFICATION, REGRESSION, Task, read_task
+from kroberta.downstream.trial import Setup, TrialLog, fingerprint
 from kroberta.errors import InputError
 from kroberta.model.masked_lm import check_model
 from kroberta.parallel.distribute import global_distribution
-from kroberta.run_layout import CLASSIFIER, MASKED_LM, model_source
+from kroberta.run_layout import CLASSIFIER, MASKED_LM, check_finetune_out, model_source
 
 logger = logging.getLogger(__name__)
-
-
-def task_splits(task, data, validation, text_fields, label_field, kind):
-    """(spec, label_names, train LabelledSet, {split: LabelledSet}) of the task asked for."""
-    check_task(task, data, validation)
-    if task in (None, STDLIB) and data is None:
-        train, evaluation, names = stdlib_task.splits()
-        return stdlib_task.SPEC, names, train, {"validation": evaluation}
-    if task is not None and task.lower().startswith("glue/"):
-        spec = glue.spec(task)
-        train_path, evaluation_paths = glue.task_files(task, os.fspath(data))
-    else:
-        if kind not in (CLASSIFICATION, REGRESSION):
-            raise InputError(f"--kind {kind!r}: expected {CLASSIFICATION} or {REGRESSION}")
-        if isinstance(text_fields, str):
-            text_fields = (text_fields,)
-        if text_fields is not None and not 1 <= len(text_fields) <= 2:
-            raise InputError(f"--text-field: one text or a pair, got {len(text_fields)}")
-        check_labelled_file(os.fspath(data))
-        check_labelled_file(os.fspath(validation))
-        if text_fields is None:  # as run_glue: "text", else the fields besides the label
-            text_fields = choose_text_fields(os.fspath(data), label_field)
-        metric = "pearson" if kind == REGRESSION else "accuracy"
-        spec = TaskSpec(task or os.path.basename(os.fspath(data)), tuple(text_fields),
-                        label_field, kind, metric)
-        train_path, evaluation_paths = os.fspath(data), {"validation": os.fspath(validation)}
-    train, names = read_labelled(train_path, spec)
-    evaluation = {split: read_labelled(path, spec, names)[0]
-                  for split, path in evaluation_paths.items()}
-    return spec, names, train, evaluation
 
 
 def _config(config: FinetuneConfig | None, settings: dict) -> FinetuneConfig:
@@ -127,7 +80,7 @@ def _loaded(model, options: FinetuneConfig):
     return model
 
 
-def _settings(setup: recipe.Setup) -> dict:
+def _settings(setup: Setup) -> dict:
     """What besides its rate and seed decides a trial's result (`TrialLog`'s settings)."""
     splits = [setup.train, *setup.evaluation.values()]
     data = fingerprint([a for s in splits for a in (*map(np.asarray, s.ids), s.labels)])
@@ -138,16 +91,17 @@ def _settings(setup: recipe.Setup) -> dict:
             **setup.config.recipe_switched_on()}
 
 
-def finetune(model, task: str | None = None, data=None, validation=None, *,
+def finetune(model, task: str | Task | None = None, data=None, validation=None, *,
              text_fields=None, label_field: str = "label", kind: str = CLASSIFICATION,
              out: str | None = None, config: FinetuneConfig | None = None,
-             **settings) -> recipe.FinetuneResult:
+             **settings) -> FinetuneResult:
     """Fine-tunes a pretrained model on a task and scores it on the validation split(s).
 
     Args:
         model: a masked LM (`kroberta.load`) or a path of one.
         task: "glue/<task>" (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli), a name
-            for a labelled file pair, or None / "stdlib" with no data: the embedded task.
+            for a labelled file pair, or None / "stdlib" with no data: the embedded task;
+            or a `Task` read already (`kroberta.downstream.tasks.read_task`).
         data: the GLUE directory for a GLUE task, else the training file.
         validation: the validation file of a labelled file pair.
         text_fields: the field holding the text, or two fields holding a pair (default:
@@ -155,7 +109,7 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
             Hugging Face's run_glue chooses them).
         label_field: the field holding the label.
         kind: "classification" (string or integer labels) or "regression" (floats).
-        out: a folder to keep each finished trial in (`kroberta.downstream.trials`): run
+        out: a folder to keep each finished trial in (`kroberta.downstream.trial`): run
             again with the same arguments, an interrupted fine-tune resumes there and ends
             with the result an uninterrupted one gives.
         config: the settings (`FinetuneConfig`: learning rates, seeds, epochs, batch size,
@@ -171,34 +125,44 @@ def finetune(model, task: str | None = None, data=None, validation=None, *,
         InputError: an argument no fine-tune can run with (names it).
     """
     config = _config(config, settings)
-    if out is not None:
-        check_out(out)
+    check_finetune_out(out)
     _check_devices(config)
     _check_against_model(model, config)
     model = _loaded(model, config)
-    longest = model.kroberta_config.model.max_sequence_length
-    max_length = config.max_length
-    if max_length and max_length > longest:
-        logger.warning("--max-length %d: the model has %d positions; sequences of %d tokens",
-                       max_length, longest, longest)
-    max_length = min(max_length or longest, longest)
-    spec, names, train, evaluation = task_splits(task, data, validation, text_fields,
-                                                 label_field, kind)
-    setup = recipe.Setup(
-        spec, names, encoding.encode(model.tokenizer, train.texts, train.labels, max_length),
-        {split: encoding.encode(model.tokenizer, s.texts, s.labels, max_length)
-         for split, s in evaluation.items()}, max_length, config.batch_size, config.epochs,
-        config.early_stopping, pooling=config.pooling, config=config)
+    max_length = _max_length(model, config.max_length)
+    if not isinstance(task, Task):
+        task = read_task(task, data, validation, text_fields, label_field, kind)
+    setup = _setup(model, task, config, max_length)
     seeds = list(range(config.seeds)) if isinstance(config.seeds, int) else list(config.seeds)
-    default_rates = recipe.learning_rates(model.kroberta_config.model)
-    rates = config.learning_rates or default_rates
+    rates = config.learning_rates or search.learning_rates(model.kroberta_config.model)
     baseline_rates = config.baseline_learning_rates or rates
     return _run_grids(model, setup, seeds, rates, baseline_rates if config.baseline else None,
-                      config.widen, out, train.texts)
+                      config.widen, out, task.train.texts)
 
 
-def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, widen: bool,
-               out, texts) -> recipe.FinetuneResult:
+def _max_length(model, asked: int | None) -> int:
+    """The tokens per sequence: `asked` (None: the model's positions), at most the model's."""
+    longest = model.kroberta_config.model.max_sequence_length
+    if asked and asked > longest:
+        logger.warning("--max-length %d: the model has %d positions; sequences of %d tokens",
+                       asked, longest, longest)
+    return min(asked or longest, longest)
+
+
+def _setup(model, task: Task, config: FinetuneConfig, max_length: int) -> Setup:
+    """The task's splits encoded for `model` at `max_length`, with the schedule `config` sets."""
+
+    def encoded(labelled):
+        return encoding.encode(model.tokenizer, labelled.texts, labelled.labels, max_length)
+
+    return Setup(task.spec, task.label_names, encoded(task.train),
+                 {split: encoded(s) for split, s in task.evaluation.items()}, max_length,
+                 config.batch_size, config.epochs, config.early_stopping, pooling=config.pooling,
+                 config=config)
+
+
+def _run_grids(model, setup: Setup, seeds: list, rates, baseline_rates, widen: bool,
+               out, texts) -> FinetuneResult:
     """The pretrained start's grid, and the random start's first when `baseline_rates`
     is given; the result holds both and their comparison. `texts`: the training texts
     (one list per field), for `adapt_steps`."""
@@ -218,7 +182,7 @@ def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, w
         if baseline_rates:  # first, and kept in a classifier of its own
             random_start = functools.cache(functools.partial(
                 starts.random_start, model, options, adapted))
-            scratch = recipe.run_grid(classifier, setup, random_start, baseline_rates, seeds,
+            scratch = search.run_grid(classifier, setup, random_start, baseline_rates, seeds,
                                       TrialLog(out, "random", dict(settings, start="random")),
                                       widen)
             scratch.classifier = _copy(classifier, config, model.tokenizer, setup)
@@ -230,31 +194,31 @@ def _run_grids(model, setup: recipe.Setup, seeds: list, rates, baseline_rates, w
         # Not cached: with `reinit_layers` each seed's start is one more copy of the body.
         pretrained_start = functools.partial(starts.pretrained_start, model, start, options,
                                              adapted)
-        result = recipe.run_grid(classifier, setup, pretrained_start, rates, seeds,
+        result = search.run_grid(classifier, setup, pretrained_start, rates, seeds,
                                  TrialLog(out, "pretrained", pretrained), widen)
         result.recipe = options.recipe()
         result.config = dataclasses.asdict(options)
         result.adaptation = adapted.losses(random=False) if adapted else None
-        prediction.describe(classifier, config, model.tokenizer, spec, names, setup.max_length)
+        classifiers.describe(classifier, config, model.tokenizer, spec, names, setup.max_length)
         result.per_class = _per_class(result, setup)
         if scratch is not None:
             scratch.per_class = _per_class(scratch, setup)
     if scratch is not None:
         result.baseline = scratch
-        result.comparison = verdict.compare(result, scratch, setup.evaluation[result.split].labels)
+        result.comparison = compare(result, scratch, setup.evaluation[result.split].labels)
     return result
 
 
-def _copy(classifier, config, tokenizer, setup: recipe.Setup):
+def _copy(classifier, config, tokenizer, setup: Setup):
     """A classifier of its own holding `classifier`'s weights (which go on training)."""
     copy = classifiers.build_classifier(config.model, len(setup.label_names or ()) or 1,
                                         setup.pooling)
     copy.set_weights(classifier.get_weights())
-    return prediction.describe(copy, config, tokenizer, setup.spec, setup.label_names,
+    return classifiers.describe(copy, config, tokenizer, setup.spec, setup.label_names,
                                setup.max_length)
 
 
-def _per_class(result: recipe.FinetuneResult, setup: recipe.Setup) -> dict | None:
+def _per_class(result: FinetuneResult, setup: Setup) -> dict | None:
     """{split: {class name: precision, recall, f1, support}} of `result.classifier` (None
     for regression). The first split's predictions are the kept trial's, made with the
     weights the classifier holds; only the other splits are predicted again."""
@@ -265,7 +229,7 @@ def _per_class(result: recipe.FinetuneResult, setup: recipe.Setup) -> dict | Non
     def predicted(split):
         if split == result.split and kept is not None and kept.predictions is not None:
             return np.asarray(kept.predictions)
-        return trial_run.predictions_of(result.classifier, setup, split)
+        return trial.predictions_of(result.classifier, setup, split)  # (n,)
 
     return {split: dict(zip(names, metrics.per_class(encoded.labels, predicted(split),
                                                      len(names))))

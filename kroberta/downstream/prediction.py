@@ -10,17 +10,9 @@ import jax
 import numpy as np
 
 from kroberta.downstream import encoding
-from kroberta.downstream.examples import REGRESSION
+from kroberta.downstream.tasks import REGRESSION
 from kroberta.errors import InputError
 from kroberta.model import predict_program
-
-
-def describe(classifier, config, tokenizer, spec, names, max_length: int):
-    """`classifier` with what prediction and `kroberta.save` read from it."""
-    classifier.tokenizer, classifier.kroberta_config, classifier.task_spec = tokenizer, config, spec
-    classifier.label_names = tuple(names) if names else None
-    classifier.max_length = int(max_length)
-    return classifier
 
 
 def outputs(classifier, data, rows: np.ndarray, count: int) -> np.ndarray:

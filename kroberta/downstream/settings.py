@@ -19,13 +19,49 @@ reuses trials made without them.
 
 import dataclasses
 
-from kroberta.downstream import rate_grid
 from kroberta.downstream.encoding import MIN_LENGTH
 from kroberta.errors import InputError
 
 FIRST, MEAN = "first", "mean"
 POOLINGS = (FIRST, MEAN)  # what the head reads: the `<s>` state, or the tokens' mean
 RECIPE_OPTIONS = ("probe_epochs", "layer_decay", "adapt_steps", "reinit_layers")
+LOWEST, HIGHEST = 1e-8, 1.0
+
+
+def _likely_meant(rate: float) -> str:
+    """ '; did you mean 3e-4?' for 3e4 (the exponent's sign left out), else ''."""
+    mantissa, exponent = f"{rate:e}".split("e")
+    if int(exponent) > 0:
+        flipped = float(f"{mantissa}e-{int(exponent)}")
+        if LOWEST <= flipped <= HIGHEST:
+            return f"; did you mean {flipped:g}?"
+    return ""
+
+
+def check_rates(rates, option: str = "--learning-rates") -> tuple:
+    """`rates` as a tuple of floats; an InputError naming `option` for an empty grid or
+    a rate outside LOWEST..HIGHEST."""
+    rates = tuple(float(r) for r in rates)
+    if not rates:
+        raise InputError(f"{option}: expected at least one learning rate")
+    for rate in rates:
+        if not LOWEST <= rate <= HIGHEST:
+            raise InputError(f"{option} {rate:g}: outside {LOWEST:g} to {HIGHEST:g} (fine-tuning "
+                             "uses about 1e-5 for large models to 3e-3 for small ones)"
+                             f"{_likely_meant(rate)}")
+    return rates
+
+
+def parse_rates(text: str | None, option: str = "--learning-rates") -> tuple | None:
+    """A comma-separated grid from the command line (None: the default grid)."""
+    if not text:
+        return None
+    try:
+        values = [float(r) for r in text.split(",")]
+    except ValueError:
+        raise InputError(f"{option} {text!r}: expected numbers separated by commas, "
+                         "e.g. 1e-5,3e-5") from None
+    return check_rates(values, option)
 
 
 class SettingError(InputError):
@@ -96,7 +132,7 @@ class FinetuneConfig:
     def __post_init__(self):
         for name in ("learning_rates", "baseline_learning_rates"):
             if getattr(self, name) is not None:  # as a tuple of floats: the config is hashable
-                object.__setattr__(self, name, rate_grid.check(getattr(self, name), name))
+                object.__setattr__(self, name, check_rates(getattr(self, name), name))
         if not (self.seeds >= 1 if _whole(self.seeds) else len(self.seeds)):
             raise SettingError("seeds", self.seeds, "expected at least one seed")
         if not _whole(self.seeds):

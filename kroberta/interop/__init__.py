@@ -8,7 +8,7 @@ import tempfile
 from kroberta.atomic import umask
 from kroberta.errors import ArgumentKindError, InputError
 
-EXPORT_FORMATS = ("hf", "keras-hub")  # `kroberta.downstream.exports.export_run`'s formats
+EXPORT_FORMATS = ("hf", "keras-hub")  # `python -m kroberta.export`'s formats
 # A file that marks a directory as another kind of kroberta output, which an export into it
 # would mix with or replace: (file, what the directory is).
 _NOT_EXPORTS = (("classifier.json", "a fine-tuned classifier's folder"),

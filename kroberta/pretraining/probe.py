@@ -14,8 +14,8 @@ import os
 import jax
 import numpy as np
 
-from kroberta.downstream import encoding, finetuning, metrics, verdict
-from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec
+from kroberta.downstream import encoding, metrics, results
+from kroberta.downstream.tasks import CLASSIFICATION, REGRESSION, TaskSpec, read_task
 from kroberta.errors import ConfigError
 from kroberta.inference.prediction import predict
 from kroberta.run_layout import load_tokenizer
@@ -69,7 +69,7 @@ def prepare_task(tokenizer, spec, label_names, splits: dict, max_length: int,
 def from_setting(downstream: dict, tokenizer, max_length: int) -> ProbeTask:
     """The task `train.downstream` names (checked by the config), read and tokenised."""
     setting = dict(downstream)
-    spec, names, train, evaluation = finetuning.task_splits(
+    spec, names, train, evaluation = read_task(
         setting.get("task"), setting.get("data"), setting.get("validation"),
         setting.get("text_fields", ("text",)), setting.get("label_field", "label"),
         setting.get("kind", CLASSIFICATION))
@@ -135,7 +135,7 @@ def gaps(task: ProbeTask, predicted: dict, reference: dict) -> dict:
     """{split: {PROBE_GAP, PROBE_GAP + "_low", PROBE_GAP + "_high"}}: the main
     metric of `predicted` minus that of `reference` (the same probe on a random
     initialisation, `predictions`' results both) on each split's texts, with its 95%
-    bootstrap interval over those texts (`verdict.bootstrap_interval`): how far the
+    bootstrap interval over those texts (`results.bootstrap_interval`): how far the
     pretrained model is above the random line, and how much of that the choice of texts
     could make."""
     metric = task.main_metric
@@ -143,7 +143,7 @@ def gaps(task: ProbeTask, predicted: dict, reference: dict) -> dict:
     for split, ours in predicted.items():
         labels, theirs = task.labels[split], reference[split]
         score = metrics.METRICS[metric]
-        low, high = verdict.bootstrap_interval(metric, labels, ours[None], theirs[None])
+        low, high = results.bootstrap_interval(metric, labels, ours[None], theirs[None])
         out[split] = {PROBE_GAP: score(labels, ours) - score(labels, theirs),
                       f"{PROBE_GAP}_low": low, f"{PROBE_GAP}_high": high}
     return out

@@ -16,7 +16,7 @@ from kroberta.atomic import atomic_write
 # Directories whose files are not library prose: tests, the IDLE GUI, installed packages.
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"}
 
-# The embedded fine-tuning task (`kroberta.downstream.stdlib_task`): which package a
+# The embedded fine-tuning task (`kroberta.downstream.tasks`): which package a
 # docstring is from, among these (packages with many docstrings in every CPython
 # 3.9-3.13, in the order the task tries them). It validates on every VALIDATION_EVERY-th
 # module of a package (sorted by path, from the second), and the pretraining corpus

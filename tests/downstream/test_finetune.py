@@ -202,10 +202,10 @@ def test_per_class_figures_equal_predicting_again(downstream_model, tmp_path, mo
     """The per-class figures reuse the kept trial's first-split predictions: the same
     figures as predicting the split again with the kept weights, for both starts, with
     no prediction after the grids (one split)."""
-    from kroberta.downstream import trial_run
+    from kroberta.downstream import trial
 
     seen, calls = [], []
-    per_class, predictions_of = finetuning._per_class, trial_run.predictions_of
+    per_class, predictions_of = finetuning._per_class, trial.predictions_of
 
     def kept(result, setup):
         before = len(calls)
@@ -218,7 +218,7 @@ def test_per_class_figures_equal_predicting_again(downstream_model, tmp_path, mo
         return predictions_of(classifier, setup, split)
 
     monkeypatch.setattr(finetuning, "_per_class", kept)
-    monkeypatch.setattr(trial_run, "predictions_of", counted)
+    monkeypatch.setattr(trial, "predictions_of", counted)
     train, validation = marker_task(tmp_path, train=96, validation=40)
     # Two seeds: whichever is kept, the classifier's weights were put back from it after
     # the other ran.

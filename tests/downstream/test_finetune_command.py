@@ -92,8 +92,18 @@ def test_a_run_writes_result_and_classifier_then_predicts(downstream_model, tmp_
 
 
 def test_a_glue_style_file_needs_no_text_field_and_both_starts_are_kept(downstream_model,
-                                                                       tmp_path, capsys):
+                                                                       tmp_path, capsys,
+                                                                       monkeypatch):
+    from kroberta.text import recordfiles
     from kroberta.training import final_model
+
+    read, iter_records = [], recordfiles.iter_records
+
+    def counted(path, *args, **kwargs):
+        read.append(path)
+        return iter_records(path, *args, **kwargs)
+
+    monkeypatch.setattr(recordfiles, "iter_records", counted)
 
     run = tmp_path / "run"
     final_model.save(downstream_model, str(run))
@@ -109,6 +119,7 @@ def test_a_glue_style_file_needs_no_text_field_and_both_starts_are_kept(downstre
                           "--learning-rates", "3e-3", "--seeds", "2", "--epochs", "1",
                           "--max-length", "16", "--baseline", "--per-class",
                           "--out", str(out)]) == 0
+    assert read == paths  # each file once: its header, the text field chosen, its records
     captured = capsys.readouterr()
     assert "no field 'text'; reading 'sentence' as the text" in captured.err
     lines = captured.out.splitlines()
@@ -171,7 +182,7 @@ def test_the_glue_suite_prints_a_row_per_task_and_the_average(downstream_model, 
 def test_result_json_leaves_the_classifier_alone():
     # dataclasses.asdict deep-copies every field: for a Keras model that is a save and a
     # reload of the whole classifier (and Keras' warnings about its optimizer).
-    from kroberta.downstream.recipe import FinetuneResult, Trial
+    from kroberta.downstream.results import FinetuneResult, Trial
 
     class NoCopy:
         def __deepcopy__(self, memo):

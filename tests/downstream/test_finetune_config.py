@@ -10,7 +10,7 @@ import pytest
 
 from kroberta import FinetuneConfig
 from kroberta.cli import finetune
-from kroberta.downstream.arguments import finetune_config
+from kroberta.cli.finetune import finetune_config
 from kroberta.errors import InputError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from kroberta.downstream import finetuning, recipe
-from kroberta.downstream.trials import TRIALS_FILE
+from kroberta.downstream import finetuning, trial
 from kroberta.errors import InputError
+from kroberta.run_layout import TRIALS_FILE
 from tests.downstream.tasks import marker_task
 
 GRID = dict(learning_rates=[3e-3, 1e-3], seeds=2, epochs=1, batch_size=32, max_length=16,
@@ -24,7 +24,7 @@ def test_an_interrupted_grid_resumes_to_the_uninterrupted_result(downstream_mode
     train, validation = marker_task(tmp_path, train=96, validation=32)
     whole = finetuning.finetune(downstream_model, data=train, validation=validation,
                                 out=str(tmp_path / "whole"), **GRID)
-    run_trial, calls = recipe._run_trial, []
+    run_trial, calls = trial.run_trial, []
 
     def interrupted_at_the_third(*args):
         calls.append(args[3:5])  # (seed, learning rate)
@@ -32,7 +32,7 @@ def test_an_interrupted_grid_resumes_to_the_uninterrupted_result(downstream_mode
             raise KeyboardInterrupt
         return run_trial(*args)
 
-    monkeypatch.setattr(recipe, "_run_trial", interrupted_at_the_third)
+    monkeypatch.setattr(trial, "run_trial", interrupted_at_the_third)
     out = tmp_path / "resumed"
     with pytest.raises(KeyboardInterrupt):
         finetuning.finetune(downstream_model, data=train, validation=validation, out=str(out), **GRID)

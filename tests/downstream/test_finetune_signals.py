@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from kroberta.downstream.trials import TRIALS_FILE
+from kroberta.run_layout import TRIALS_FILE
 from tests.conftest import REPO
 from tests.downstream.tasks import marker_task
 

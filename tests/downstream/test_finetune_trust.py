@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from kroberta.downstream import finetuning, rate_grid, recipe, trial_run, verdict
-from kroberta.downstream.examples import TaskSpec
-from kroberta.downstream.trials import TrialLog
+from kroberta.downstream import finetuning, results, search, settings
+from kroberta.downstream.tasks import TaskSpec
+from kroberta.downstream.trial import Outcome, Setup, TrialLog
 from kroberta.errors import DivergedError
 from tests.downstream.tasks import marker_task, write_jsonl
 
@@ -19,8 +19,8 @@ RECIPE = dict(seeds=1, epochs=2, batch_size=32, max_length=16)
 
 def test_a_rate_whose_loss_becomes_nan_is_dropped_never_scored(downstream_model, tmp_path,
                                                               monkeypatch, caplog):
-    # The command line refuses 3e4 (rate_grid.check); here it is let through to diverge.
-    monkeypatch.setattr(rate_grid, "check", lambda rates, option=None: tuple(rates))
+    # The command line refuses 3e4 (settings.check_rates); here it is let through to diverge.
+    monkeypatch.setattr(settings, "check_rates", lambda rates, option=None: tuple(rates))
     train, validation = marker_task(tmp_path, train=128, validation=32)
     out = tmp_path / "out"
     result = finetuning.finetune(downstream_model, data=train, validation=validation,
@@ -91,17 +91,17 @@ def _known_peak(peak: float, diverge_above: float = math.inf):
     """A trial whose score is highest at `peak` and falls with the distance in log10."""
     def run(classifier, setup, start, seed, learning_rate, title):
         if learning_rate > diverge_above:
-            return trial_run.Outcome(None, None, None, 1, "epoch 1, step 3: loss nan")
+            return Outcome(None, None, None, 1, "epoch 1, step 3: loss nan")
         score = 1 - abs(math.log10(learning_rate / peak)) / 10 + seed / 1000
-        return trial_run.Outcome({"validation": {"accuracy": score}}, [0], 1, 1)
+        return Outcome({"validation": {"accuracy": score}}, [0], 1, 1)
 
     return run
 
 
 def _grid(monkeypatch, rates, peak, widen=True, diverge_above=math.inf):
-    monkeypatch.setattr(recipe, "_run_trial", _known_peak(peak, diverge_above))
-    setup = recipe.Setup(TaskSpec("known"), ("0", "1"), None, {"validation": None}, 16, 4, 1)
-    return recipe.run_grid(_Weights(), setup, lambda seed: [], rates, [0, 1, 2],
+    monkeypatch.setattr("kroberta.downstream.trial.run_trial", _known_peak(peak, diverge_above))
+    setup = Setup(TaskSpec("known"), ("0", "1"), None, {"validation": None}, 16, 4, 1)
+    return search.run_grid(_Weights(), setup, lambda seed: [], rates, [0, 1, 2],
                            TrialLog(None, "pretrained", {}), widen)
 
 
@@ -148,16 +148,16 @@ def test_a_learning_rate_out_of_range_is_refused_naming_the_likely_one(raw, mess
     from kroberta.errors import InputError
 
     with pytest.raises(InputError, match=message):
-        rate_grid.parse(raw)
-    assert rate_grid.parse("1e-4,3e-4") == (1e-4, 3e-4)
+        settings.parse_rates(raw)
+    assert settings.parse_rates("1e-4,3e-4") == (1e-4, 3e-4)
 
 
 def _result(predictions, rate=1e-3):
-    trials = [recipe.Trial(rate, s, {"v": {"accuracy": 0.0}}, 1.0, 1, 1, None, list(p))
+    trials = [results.Trial(rate, s, {"v": {"accuracy": 0.0}}, 1.0, 1, 1, None, list(p))
               for s, p in enumerate(predictions)]
     labels = np.array([0, 1, 1, 0, 1, 0, 0, 1])
     scores = [float(np.mean(np.asarray(p) == labels)) for p in predictions]
-    return recipe.FinetuneResult("t", "accuracy", "v", ("0", "1"), trials, rate,
+    return results.FinetuneResult("t", "accuracy", "v", ("0", "1"), trials, rate,
                                  {"v": float(np.median(scores))}, {"v": min(scores)},
                                  {"v": max(scores)}), labels
 
@@ -168,14 +168,14 @@ def test_the_comparison_is_the_difference_of_medians_with_a_bootstrap_interval()
     wrong = [1 - y for y in right]
     ours, labels = _result([right, right, wrong])  # median: all right
     theirs, _ = _result([wrong, wrong, right])  # median: all wrong
-    compared = verdict.compare(ours, theirs, labels)
+    compared = results.compare(ours, theirs, labels)
     # Every resample: each start's median is all right / all wrong: the interval is a point.
     assert compared["difference"] == 1.0 and (compared["low"], compared["high"]) == (1.0, 1.0)
-    same = verdict.compare(ours, ours, labels)
+    same = results.compare(ours, ours, labels)
     assert (same["difference"], same["low"], same["high"]) == (0.0, 0.0, 0.0)
     half = [0, 1, 1, 0, 0, 1, 1, 0]  # right on the first four only
     mixed, _ = _result([half, half, half])
-    compared = verdict.compare(mixed, theirs, labels)
+    compared = results.compare(mixed, theirs, labels)
     assert compared["difference"] == 0.5
     assert compared["low"] < 0.5 < compared["high"] and "bootstrap" in compared["method"]
-    assert verdict.compare(mixed, theirs, labels) == compared  # a fixed seed: reproducible
+    assert results.compare(mixed, theirs, labels) == compared  # a fixed seed: reproducible

@@ -2,8 +2,7 @@
 
 import pytest
 
-from kroberta.downstream import glue
-from kroberta.downstream.examples import read_labelled
+from kroberta.downstream.tasks import glue_files, glue_spec, glue_tasks_present, read_labelled
 from kroberta.errors import InputError
 
 # folder -> (header or None, rows); each row's texts and label as GLUE's TSVs place them.
@@ -60,8 +59,8 @@ def write_glue(root, folders=LAYOUTS):
 @pytest.mark.parametrize("task", list(EXPECTED))
 def test_each_task_reads_its_columns_and_labels(tmp_path, task):
     write_glue(tmp_path)
-    spec = glue.spec(f"glue/{task}")
-    train_path, evaluation = glue.task_files(f"glue/{task}", str(tmp_path))
+    spec = glue_spec(f"glue/{task}")
+    train_path, evaluation = glue_files(f"glue/{task}", str(tmp_path))
     labelled, names = read_labelled(train_path, spec)
     texts, labels = EXPECTED[task]
     assert tuple(column[0] for column in labelled.texts) == texts
@@ -74,24 +73,24 @@ def test_each_task_reads_its_columns_and_labels(tmp_path, task):
 
 def test_the_task_folder_itself_may_be_given(tmp_path):
     write_glue(tmp_path)
-    train_path, _ = glue.task_files("glue/rte", str(tmp_path / "RTE"))
+    train_path, _ = glue_files("glue/rte", str(tmp_path / "RTE"))
     assert train_path == str(tmp_path / "RTE" / "train.tsv")
 
 
 def test_tasks_present_in_glue_order_and_errors_name_what_is_missing(tmp_path):
     write_glue(tmp_path, {k: LAYOUTS[k] for k in ("RTE", "CoLA")})
-    assert glue.tasks_present(str(tmp_path)) == ["cola", "rte"]
+    assert glue_tasks_present(str(tmp_path)) == ["cola", "rte"]
     with pytest.raises(InputError, match="glue/sst2 needs .*SST-2/train.tsv"):
-        glue.task_files("glue/sst2", str(tmp_path))
+        glue_files("glue/sst2", str(tmp_path))
     with pytest.raises(InputError, match="not a GLUE task .*glue/cola"):
-        glue.spec("glue/squad")
+        glue_spec("glue/squad")
     with pytest.raises(InputError, match="holds no GLUE task folder"):
-        glue.tasks_present(str(tmp_path / "RTE"))
+        glue_tasks_present(str(tmp_path / "RTE"))
 
 
 def test_a_label_outside_the_task_set_is_named(tmp_path):
     rows = [["0", "A.", "B.", "entailment"], ["1", "C.", "D.", "maybe"]]
     write_glue(tmp_path, {"RTE": (LAYOUTS["RTE"][0], rows)})
-    train_path, _ = glue.task_files("glue/rte", str(tmp_path))
+    train_path, _ = glue_files("glue/rte", str(tmp_path))
     with pytest.raises(InputError, match=r"train\.tsv: line 3: field 'label' holds the label 'maybe'"):
-        read_labelled(train_path, glue.spec("glue/rte"))
+        read_labelled(train_path, glue_spec("glue/rte"))

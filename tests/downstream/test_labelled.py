@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from kroberta.downstream.examples import REGRESSION, TaskSpec, check_labelled_file, read_labelled
+from kroberta.downstream.tasks import REGRESSION, TaskSpec, check_labelled_file, read_labelled
 from kroberta.errors import InputError, KrobertaError
 
 RECORDS = [{"text": "a cat", "other": "x", "label": "pos"},

@@ -11,7 +11,7 @@ import pytest
 import kroberta
 from kroberta import storage
 from kroberta.downstream import classifiers, encoding, prediction
-from kroberta.downstream.examples import TaskSpec
+from kroberta.downstream.tasks import TaskSpec
 from kroberta.model import predict_program
 from kroberta.parallel.distribute import global_distribution
 from kroberta.run_layout import CLASSIFIER, HF, KERAS_HUB, MASKED_LM, RUN, model_source
@@ -31,7 +31,7 @@ def written(downstream_model, tmp_path_factory):
     rng = np.random.default_rng(0)  # nonzero biases: every head tensor matters
     classifier.set_weights([(w + rng.normal(0, 0.05, w.shape)).astype("float32")
                             for w in classifier.get_weights()])
-    prediction.describe(classifier, config, downstream_model.tokenizer, TaskSpec("toy"), LABELS,
+    classifiers.describe(classifier, config, downstream_model.tokenizer, TaskSpec("toy"), LABELS,
                         LENGTH)
     models = {MASKED_LM: downstream_model, CLASSIFIER: classifier}
     paths = {}

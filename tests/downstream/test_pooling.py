@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import kroberta
-from kroberta.downstream import classifiers, prediction
-from kroberta.downstream.examples import TaskSpec
+from kroberta.downstream import classifiers
+from kroberta.downstream.tasks import TaskSpec
 from kroberta.errors import ConversionError, InputError
 from kroberta.run_layout import CLASSIFIER_FILE
 from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -27,8 +27,8 @@ def mean_classifier(model, seed=0):
     rng = np.random.default_rng(seed)
     classifier.set_weights([(w + rng.normal(0, 0.05, w.shape)).astype("float32")
                             for w in classifier.get_weights()])
-    return prediction.describe(classifier, model.kroberta_config, model.tokenizer,
-                               TaskSpec("toy"), LABELS, 16)
+    return classifiers.describe(classifier, model.kroberta_config, model.tokenizer,
+                                TaskSpec("toy"), LABELS, 16)
 
 
 def padded(tokens, length, rows=1):

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from kroberta.cli import finetune
-from kroberta.downstream import adaptation, classifiers, finetuning, recipe, starts, trial_run
+from kroberta.downstream import adaptation, classifiers, finetuning, starts, trial
 from kroberta.downstream.settings import FinetuneConfig
-from kroberta.downstream.trials import TRIALS_FILE
 from kroberta.errors import InputError
+from kroberta.run_layout import TRIALS_FILE
 from tests.downstream.tasks import marker_task, sentences
 
 ONE = dict(learning_rates=[3e-3], seeds=1, epochs=1, batch_size=32, max_length=16, widen=False)
@@ -37,13 +37,13 @@ def _weights_differ(a, b) -> bool:
 
 def _starts(monkeypatch) -> list:
     """The backbone weights each trial starts from, as they are handed to it."""
-    seen, run_trial = [], recipe._run_trial
+    seen, run_trial = [], trial.run_trial
 
     def recording(classifier, setup, start, *args):
         seen.append([np.array(w) for w in start])
         return run_trial(classifier, setup, start, *args)
 
-    monkeypatch.setattr(recipe, "_run_trial", recording)
+    monkeypatch.setattr(trial, "run_trial", recording)
     return seen
 
 
@@ -52,7 +52,7 @@ def test_options_off_are_the_recipe_as_it_was(downstream_model, task, plain, mon
     def never(*args, **kwargs):
         raise AssertionError("an option's code ran while the option was off")
 
-    for module, name in ((adaptation, "adapt"), (trial_run, "train_head"),
+    for module, name in ((adaptation, "adapt"), (trial, "train_head"),
                          (starts, "reinitialised")):
         monkeypatch.setattr(module, name, never)
     out = tmp_path / "out"
@@ -72,7 +72,7 @@ def test_options_off_are_the_recipe_as_it_was(downstream_model, task, plain, mon
 
 def test_lp_ft_trains_the_head_alone_then_everything(downstream_model, task, plain,
                                                      monkeypatch):
-    phases, train_head = [], trial_run.train_head
+    phases, train_head = [], trial.train_head
 
     def watched(classifier, *args):
         before = [np.array(w) for w in classifier.get_weights()]
@@ -83,7 +83,7 @@ def test_lp_ft_trains_the_head_alone_then_everything(downstream_model, task, pla
         assert classifier.backbone.trainable  # thawed again for the whole-model epochs
         return diverged
 
-    monkeypatch.setattr(trial_run, "train_head", watched)
+    monkeypatch.setattr(trial, "train_head", watched)
     result = finetuning.finetune(downstream_model, data=task[0], validation=task[1],
                                  probe_epochs=1, **ONE)
     (body_before, body_after, head_before, head_after), = phases
@@ -252,8 +252,10 @@ def test_the_command_refuses_an_option_in_one_line_with_exit_code_2(
     code = finetune.main(["--run", str(run), "--data", task[0], "--validation", task[1],
                          "--learning-rates", "3e-3", "--seeds", "1", "--epochs", "1", *argv])
     assert code == 2
-    error = capsys.readouterr().err.strip()
-    assert error.startswith(message) and "\n" not in error
+    *before, error = capsys.readouterr().err.strip().splitlines()
+    assert error.startswith(message)
+    # Before it at most the training file's classes: the command reads its task with its checks.
+    assert all("examples of 2 classes" in line for line in before)
 
 
 def test_the_command_records_the_options_in_the_result(downstream_model, task, tmp_path):
@@ -285,7 +287,7 @@ def test_a_changed_option_does_not_reuse_the_trials(downstream_model, task, tmp_
     first = finetuning.finetune(downstream_model, data=task[0], validation=task[1], out=other,
                                 layer_decay=0.5, **ONE)
     # The same options resume: no trial runs again.
-    monkeypatch.setattr(recipe, "_run_trial", None)
+    monkeypatch.setattr(trial, "run_trial", None)
     resumed = finetuning.finetune(downstream_model, data=task[0], validation=task[1], out=other,
                                   layer_decay=0.5, **ONE)
     assert [t.scores for t in resumed.trials] == [t.scores for t in first.trials]

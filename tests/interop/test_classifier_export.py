@@ -20,8 +20,8 @@ transformers = pytest.importorskip("transformers", reason="HF parity tests need 
 import kroberta  # noqa: E402
 import kroberta.cli.export  # noqa: E402
 from kroberta.downstream import classifiers, prediction  # noqa: E402
-from kroberta.downstream.examples import REGRESSION, TaskSpec  # noqa: E402
-from kroberta.downstream.exports import export_run  # noqa: E402
+from kroberta.downstream.model_files import export_run  # noqa: E402
+from kroberta.downstream.tasks import REGRESSION, TaskSpec  # noqa: E402
 from kroberta.errors import InputError  # noqa: E402
 from kroberta.interop import keras_hub_presets  # noqa: E402
 from kroberta.run_layout import MASKED_LM, model_source  # noqa: E402

@@ -1,7 +1,7 @@
 """The linear probe on frozen embeddings: a token the embeddings hold is found, random
 labels are not."""
 
-from kroberta.downstream.examples import TaskSpec, read_labelled
+from kroberta.downstream.tasks import TaskSpec, read_labelled
 from kroberta.pretraining import probe
 from tests.downstream.tasks import marker_task
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kroberta.downstream import stdlib_task
+from kroberta.downstream import tasks
 from kroberta.text import corpus
 
 
@@ -25,7 +25,7 @@ def test_every_fourth_module_of_a_task_package_is_held_out_of_the_corpus(tmp_pat
     assert "email module 1." not in written and "email module 5." not in written
     assert "email module 0." in written and "other module 2." in written
     # The task validates on exactly the held-out modules.
-    train, validation = stdlib_task._package_splits(str(root), "email")
+    train, validation = tasks._stdlib_package_splits(str(root), "email")
     assert validation == ["email module 1.", "email module 5."]
     assert set(train).isdisjoint(validation) and len(train) == 6
 
@@ -35,7 +35,7 @@ def test_the_embedded_tasks_validation_texts_are_not_in_the_built_corpus(tmp_pat
     stats = corpus.write_stdlib_corpus(tmp_path / "c.txt")
     assert stats["held_out_files"] > 0
     documents = {" ".join(d.split()) for d in (tmp_path / "c.txt").read_text().split("\n\n")}
-    _, validation, _ = stdlib_task.splits()
+    _, validation, _ = tasks.stdlib_splits()
     held_out = corpus.held_out_files()
     # A validation text found in the corpus must come from a kept file too (a docstring
     # repeated word for word elsewhere, e.g. "Return self."), never from a held-out one.

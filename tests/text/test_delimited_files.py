@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from kroberta.downstream.examples import TaskSpec, read_labelled
+from kroberta.downstream.tasks import TaskSpec, read_labelled
 from kroberta.errors import InputError
 from kroberta.text import recordfiles
 

@@ -1,5 +1,7 @@
-"""`kroberta.load`: the model a directory holds, whichever of the three sources it is and
-whichever head.
+"""A model's files: `kroberta.load` reads the model a directory holds, whichever of the
+three sources it is and whichever head; `export_run` (`python -m kroberta.export`) writes a
+kroberta folder as either of the other two (`kroberta.save` writes a kroberta folder:
+`training.final_model`).
 
     source \\ head         masked LM                        fine-tuned classifier
     kroberta directory    a run, `kroberta.save`'s folder  `finetune --out`'s folder
@@ -18,8 +20,8 @@ import keras_hub
 
 from kroberta import storage
 from kroberta.downstream import classifiers
-from kroberta.downstream.examples import CLASSIFICATION, REGRESSION, TaskSpec
-from kroberta.downstream.prediction import describe
+from kroberta.downstream.classifiers import describe
+from kroberta.downstream.tasks import CLASSIFICATION, REGRESSION, TaskSpec
 from kroberta.errors import ConversionError, InputError
 from kroberta.interop import hf, hf_weights, keras_hub_presets
 from kroberta.model.mlm import build_model
@@ -175,3 +177,22 @@ def _task_spec(directory: str, regression: bool, task: dict | None) -> TaskSpec:
     return TaskSpec(os.path.basename(os.path.normpath(directory)),
                     kind=REGRESSION if regression else CLASSIFICATION,
                     metric="pearson" if regression else "accuracy")
+
+
+def export_run(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str:
+    """Exports the run at `run` (with its tokenizer, if any) into `out` in `format`
+    ("hf" or "keras-hub"); returns `out`. A fine-tuned classifier's folder
+    (`kroberta.finetune`'s `--out`) becomes a `RobertaForSequenceClassification`
+    directory or a `RobertaTextClassifier` preset. The command checked its arguments
+    (`kroberta.cli.export`)."""
+    model = load(run, mixed_precision=False)  # float32 weights either way
+    # Staged beside `out` and renamed when whole (`interop.staged_export`): a full disk
+    # leaves `out` as it was.
+    with storage.writing(out, f"{format} export", "nothing was written there (an earlier "
+                         "export is kept); free some space and run the same command again"):
+        if format == "hf":
+            hf.export_hf(model, out, tokenizer=model.tokenizer, overwrite=overwrite)
+        else:
+            keras_hub_presets.export_keras_hub(model, out, tokenizer=model.tokenizer,
+                                               overwrite=overwrite)
+    return out
