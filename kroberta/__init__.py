@@ -51,6 +51,8 @@ _API = {
     "finetune": "kroberta.downstream.finetuning",
     "FinetuneConfig": "kroberta.downstream.settings",
 }
+
+
 def __getattr__(name):
     if name not in _API:
         raise AttributeError(f"module 'kroberta' has no attribute {name!r}")

@@ -58,8 +58,10 @@ def _check_values(section, fail, rules: dict):
                     fail(key, f"must be one of {rule}, got {value!r}")
                 continue
             lower, low, high, upper = _BOUND.match(rule).groups()
-            if not (_ABOVE[lower](value, float(low))
-                    and (high is None or _BELOW[upper](value, float(high)))):
+            if not (
+                _ABOVE[lower](value, float(low))
+                and (high is None or _BELOW[upper](value, float(high)))
+            ):
                 fail(key, f"must be {rule}, got {value}")
 
 
@@ -110,16 +112,24 @@ class ModelConfig:
 
     def check(self, fail):
         """Rejects an impossible shape or rate: `fail(key, problem)` raises."""
-        _check_values(self, fail, {
-            "vocabulary_size num_layers num_heads hidden_dim intermediate_dim "
-            "max_sequence_length": ">= 1",
-            "dropout": "in [0, 1)", "initializer_range": "in (0, 1]",
-            "layer_norm_epsilon": "in (0, 1)"})
+        _check_values(
+            self,
+            fail,
+            {
+                "vocabulary_size num_layers num_heads hidden_dim intermediate_dim "
+                "max_sequence_length": ">= 1",
+                "dropout": "in [0, 1)",
+                "initializer_range": "in (0, 1]",
+                "layer_norm_epsilon": "in (0, 1)",
+            },
+        )
         if self.hidden_dim % self.num_heads:
             fail("num_heads", f"{self.num_heads} heads do not divide hidden_dim={self.hidden_dim}")
         if self.attention_dropout != FOLLOW_DROPOUT and not 0.0 <= self.attention_dropout < 1.0:
-            fail("attention_dropout",
-                 f"must be in [0, 1) or -1 (follow model.dropout), got {self.attention_dropout}")
+            fail(
+                "attention_dropout",
+                f"must be in [0, 1) or -1 (follow model.dropout), got {self.attention_dropout}",
+            )
 
     def check_model_axis(self, size: int, fail):
         """A "model" mesh axis of `size` must divide every dimension the layouts shard;
@@ -203,22 +213,36 @@ class DataConfig:
         if self.masking == "static" or not self.max_predictions or self.max_predictions >= wanted:
             return None
         auto = replace(self, max_predictions=0).prediction_slots(sequence_length)
-        return (f"data.max_predictions={self.max_predictions} caps the masks at {self.max_predictions} of "
-                f"{tokens} tokens in a full sequence of {sequence_length}: {self.max_predictions / tokens:.1%} "
-                f"masked, not data.mask_rate={self.mask_rate:g} ({wanted} tokens); set "
-                f"data.max_predictions=0 (follows the sequence length: {auto} here) or at least {wanted}")
+        return (
+            f"data.max_predictions={self.max_predictions} caps the masks at {self.max_predictions} of "
+            f"{tokens} tokens in a full sequence of {sequence_length}: {self.max_predictions / tokens:.1%} "
+            f"masked, not data.mask_rate={self.mask_rate:g} ({wanted} tokens); set "
+            f"data.max_predictions=0 (follows the sequence length: {auto} here) or at least {wanted}"
+        )
 
     def check(self, fail):
         """Rejects an impossible masking setting: `fail(key, problem)` raises. The ids and
         `max_predictions` depend on the model (`Config.check`)."""
-        _check_values(self, fail, {"masking": MASKINGS, "mask_rate": "in (0, 1]",
-                                   "shuffle_buffer": ">= 1",
-                                   "eval_mask_rate": "in [0, 1] (0 = data.mask_rate)"})
+        _check_values(
+            self,
+            fail,
+            {
+                "masking": MASKINGS,
+                "mask_rate": "in (0, 1]",
+                "shuffle_buffer": ">= 1",
+                "eval_mask_rate": "in [0, 1] (0 = data.mask_rate)",
+            },
+        )
         if self.whole_word_masking and self.masking != "dynamic":
-            fail("whole_word_masking", "needs data.masking='dynamic' (static labels are the file's)")
+            fail(
+                "whole_word_masking", "needs data.masking='dynamic' (static labels are the file's)"
+            )
         if self.eval_mask_rate and self.masking == "static":
-            fail("eval_mask_rate", "static masking evaluates the files' own labels; "
-                 "set data.masking = \"dynamic\" or leave data.eval_mask_rate at 0")
+            fail(
+                "eval_mask_rate",
+                "static masking evaluates the files' own labels; "
+                'set data.masking = "dynamic" or leave data.eval_mask_rate at 0',
+            )
 
 
 @dataclass(frozen=True)
@@ -317,7 +341,9 @@ class TrainConfig:
 
     def effective_warmup_steps(self) -> int:
         """The steps of the warmup: `warmup_steps`, or `warmup_fraction` of `steps` when set."""
-        return round(self.warmup_fraction * self.steps) if self.warmup_fraction else self.warmup_steps
+        return (
+            round(self.warmup_fraction * self.steps) if self.warmup_fraction else self.warmup_steps
+        )
 
     def wsd_decay_steps(self) -> int:
         """The steps of the "wsd" schedule's final decay."""
@@ -325,14 +351,21 @@ class TrainConfig:
 
     def check(self, fail):
         """Rejects an impossible schedule, interval or signal: `fail(key, problem)` raises."""
-        _check_values(self, fail, {
-            "batch_size_per_device gradient_accumulation_steps steps log_every keep_checkpoints":
-                ">= 1",
-            "warmup_steps eval_every eval_steps checkpoint_every": ">= 0",
-            "learning_rate": "> 0", "remat": REMATS, "schedule": SCHEDULES,
-            "weight_decay clip_norm": ">= 0", "decay_fraction": "in (0, 1]",
-            "warmup_fraction": "in [0, 1) (0 = train.warmup_steps)",
-            "early_stop_patience target_eval_loss": ">= 0 (0 = never)"})
+        _check_values(
+            self,
+            fail,
+            {
+                "batch_size_per_device gradient_accumulation_steps steps log_every keep_checkpoints": ">= 1",
+                "warmup_steps eval_every eval_steps checkpoint_every": ">= 0",
+                "learning_rate": "> 0",
+                "remat": REMATS,
+                "schedule": SCHEDULES,
+                "weight_decay clip_norm": ">= 0",
+                "decay_fraction": "in (0, 1]",
+                "warmup_fraction": "in [0, 1) (0 = train.warmup_steps)",
+                "early_stop_patience target_eval_loss": ">= 0 (0 = never)",
+            },
+        )
         if self.time_budget:
             try:
                 parse_duration(self.time_budget)
@@ -343,24 +376,41 @@ class TrainConfig:
         except ValueError as error:
             fail("profile", str(error))
         if window and window[0] >= self.steps:
-            fail("profile", f"starts at step {window[0]}, but the run ends at train.steps={self.steps}")
+            fail(
+                "profile",
+                f"starts at step {window[0]}, but the run ends at train.steps={self.steps}",
+            )
         if self.warmup_steps and self.warmup_fraction:
-            fail("warmup_fraction", f"train.warmup_steps={self.warmup_steps} and train.warmup_fraction="
-                 f"{self.warmup_fraction:g} both set the warmup: set one, the other to 0 "
-                 f"(--train.warmup_fraction=0 counts it in steps)")
+            fail(
+                "warmup_fraction",
+                f"train.warmup_steps={self.warmup_steps} and train.warmup_fraction="
+                f"{self.warmup_fraction:g} both set the warmup: set one, the other to 0 "
+                f"(--train.warmup_fraction=0 counts it in steps)",
+            )
         warmup = self.effective_warmup_steps()
         if warmup > self.steps:  # a fraction below 1 never exceeds: only warmup_steps can
-            fail("warmup_steps", f"{warmup} exceeds train.steps={self.steps}; "
-                                 "set a smaller train.warmup_steps or more train.steps")
+            fail(
+                "warmup_steps",
+                f"{warmup} exceeds train.steps={self.steps}; "
+                "set a smaller train.warmup_steps or more train.steps",
+            )
         self._check_intervals(fail)
         if not 0.0 <= self.min_learning_rate <= self.learning_rate:
-            fail("min_learning_rate",
-                 f"must be in [0, train.learning_rate={self.learning_rate}], got {self.min_learning_rate}")
+            fail(
+                "min_learning_rate",
+                f"must be in [0, train.learning_rate={self.learning_rate}], got {self.min_learning_rate}",
+            )
         if not 0 <= self.decay_steps <= self.steps - warmup:
-            set_by = ("round(train.warmup_fraction * train.steps)" if self.warmup_fraction
-                      else "train.warmup_steps")
-            fail("decay_steps", f"must be in [0, train.steps - {set_by} = "
-                 f"{self.steps - warmup}], got {self.decay_steps}")
+            set_by = (
+                "round(train.warmup_fraction * train.steps)"
+                if self.warmup_fraction
+                else "train.warmup_steps"
+            )
+            fail(
+                "decay_steps",
+                f"must be in [0, train.steps - {set_by} = "
+                f"{self.steps - warmup}], got {self.decay_steps}",
+            )
         for name in self.trackers:
             if name not in TRACKERS:
                 fail("trackers", f"unknown tracker {name!r}; choose from {TRACKERS}")
@@ -374,33 +424,45 @@ class TrainConfig:
         evaluations and checkpoints at log boundaries (the metrics complete, the state on the host)."""
         k = self.steps_per_execution
         if k != AUTO and k < 1:
-            fail("steps_per_execution", f"must be >= 1 or \"{AUTO}\", got {k}")
+            fail("steps_per_execution", f'must be >= 1 or "{AUTO}", got {k}')
         for key in ("log_every", "eval_every", "checkpoint_every"):
             every = getattr(self, key)
             if every % self.log_every:  # log_every itself always passes
                 fail(key, f"{every} is not a multiple of train.log_every={self.log_every}")
             if k != AUTO and every % k:
-                fail(key, f"{every} is not a multiple of train.steps_per_execution={k} (steps "
-                     "fused per dispatch); change one of them")
+                fail(
+                    key,
+                    f"{every} is not a multiple of train.steps_per_execution={k} (steps "
+                    "fused per dispatch); change one of them",
+                )
 
     def _check_downstream(self, fail):
         """`downstream`: "stdlib", a GLUE task and its directory, or a labelled file pair."""
         d = self.downstream
         if set(d) - set(DOWNSTREAM_KEYS):
-            fail(f"unknown key(s) {', '.join(sorted(set(d) - set(DOWNSTREAM_KEYS)))}; "
-                 f"known: {', '.join(DOWNSTREAM_KEYS)}")
+            fail(
+                f"unknown key(s) {', '.join(sorted(set(d) - set(DOWNSTREAM_KEYS)))}; "
+                f"known: {', '.join(DOWNSTREAM_KEYS)}"
+            )
         for key, value in d.items():
             texts = value if key == "text_fields" and isinstance(value, list) else [value]
             if not 1 <= len(texts) <= (2 if key == "text_fields" else 1) or not all(
-                    isinstance(t, str) and t for t in texts):
-                fail(f"{key} = {value!r}: expected a non-empty string"
-                     + (" or a list of two" if key == "text_fields" else ""))
+                isinstance(t, str) and t for t in texts
+            ):
+                fail(
+                    f"{key} = {value!r}: expected a non-empty string"
+                    + (" or a list of two" if key == "text_fields" else "")
+                )
         if d.get("kind", "classification") not in ("classification", "regression"):
-            fail(f"kind = {d['kind']!r}: expected \"classification\" or \"regression\"")
+            fail(f'kind = {d["kind"]!r}: expected "classification" or "regression"')
         glue = d.get("task", "").lower().startswith("glue/")
-        if not ("data" in d and (glue or "validation" in d)) and (glue or d.get("task") != "stdlib"):
-            fail(f'expected "stdlib", a table with data and validation (labelled files), or '
-                 f'task = "glue/<name>" with data (the GLUE directory); got {d!r}')
+        if not ("data" in d and (glue or "validation" in d)) and (
+            glue or d.get("task") != "stdlib"
+        ):
+            fail(
+                f'expected "stdlib", a table with data and validation (labelled files), or '
+                f'task = "glue/<name>" with data (the GLUE directory); got {d!r}'
+            )
 
 
 def parse_window(text: str) -> tuple[int, int] | None:
@@ -410,7 +472,7 @@ def parse_window(text: str) -> tuple[int, int] | None:
         return None
     parts = text.split(":")
     if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise ValueError(f"expected \"START:STOP\" (two step numbers, e.g. \"100:120\"), got {text!r}")
+        raise ValueError(f'expected "START:STOP" (two step numbers, e.g. "100:120"), got {text!r}')
     start, stop = (int(p) for p in parts)
     if start >= stop:
         raise ValueError(f"START must be below STOP, got {text!r}")
@@ -458,11 +520,21 @@ class DistributedConfig:
 
     def check(self, fail):
         """Rejects an impossible strategy or process setting: `fail(key, problem)` raises."""
-        _check_values(self, fail, {"strategy": STRATEGIES, "initialization_timeout": ">= 1",
-                                   "devices model_parallel num_processes": ">= 0"})
+        _check_values(
+            self,
+            fail,
+            {
+                "strategy": STRATEGIES,
+                "initialization_timeout": ">= 1",
+                "devices model_parallel num_processes": ">= 0",
+            },
+        )
         if self.process_id < -1 or (self.num_processes and self.process_id >= self.num_processes):
-            fail("process_id", f"must be -1 (auto) or in [0, num_processes="
-                 f"{self.num_processes or 'auto'}), got {self.process_id}")
+            fail(
+                "process_id",
+                f"must be -1 (auto) or in [0, num_processes="
+                f"{self.num_processes or 'auto'}), got {self.process_id}",
+            )
         if self.coordinator and not re.fullmatch(r"\[?[\w.:-]+\]?:\d+", self.coordinator):
             fail("coordinator", f"expected HOST:PORT, got {self.coordinator!r}")
 
@@ -491,30 +563,44 @@ class Config:
         """Each section's check, then the combinations of sections: `fail(dotted key,
         problem)` raises."""
         for name in SECTIONS:
-            getattr(self, name).check(lambda key, problem, name=name: fail(f"{name}.{key}", problem))
+            getattr(self, name).check(
+                lambda key, problem, name=name: fail(f"{name}.{key}", problem)
+            )
         m, d, dist = self.model, self.data, self.distributed
         if not 0 <= d.max_predictions <= m.max_sequence_length:
-            fail("data.max_predictions",
-                 f"must be in [0, max_sequence_length={m.max_sequence_length}], got {d.max_predictions}")
+            fail(
+                "data.max_predictions",
+                f"must be in [0, max_sequence_length={m.max_sequence_length}], got {d.max_predictions}",
+            )
         for key in ("pad_token_id", "mask_token_id"):
             if not 0 <= getattr(d, key) < m.vocabulary_size:
-                fail(f"data.{key}", f"{getattr(d, key)} is outside the vocabulary [0, {m.vocabulary_size})")
+                fail(
+                    f"data.{key}",
+                    f"{getattr(d, key)} is outside the vocabulary [0, {m.vocabulary_size})",
+                )
         if dist.model_parallel > 1 and dist.strategy == "data":
-            fail("distributed.model_parallel",
-                 f"{dist.model_parallel} has no effect with distributed.strategy='data' (every "
-                 "device holds the whole model); set distributed.strategy to 'fsdp' or 'model', "
-                 "or leave model_parallel at 0")
+            fail(
+                "distributed.model_parallel",
+                f"{dist.model_parallel} has no effect with distributed.strategy='data' (every "
+                "device holds the whole model); set distributed.strategy to 'fsdp' or 'model', "
+                "or leave model_parallel at 0",
+            )
         if dist.model_parallel and dist.strategy in ("fsdp", "model"):
-            m.check_model_axis(dist.model_parallel,
-                               lambda problem: fail("distributed.model_parallel", problem))
+            m.check_model_axis(
+                dist.model_parallel, lambda problem: fail("distributed.model_parallel", problem)
+            )
         if not self.run_dir:
             fail("run_dir", "must not be empty")
         if self.init_from_hf and self.init_from_keras_hub:
             fail("init_from_keras_hub", "set init_from_hf or init_from_keras_hub, not both")
 
 
-SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig,
-            "distributed": DistributedConfig}
+SECTIONS = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "train": TrainConfig,
+    "distributed": DistributedConfig,
+}
 TOP_LEVEL_KEYS = ("run_dir", "init_from_hf", "init_from_keras_hub")
 
 
@@ -524,6 +610,7 @@ def validate(config: Config, source: str | dict = "config") -> Config:
     `source` is one name for every key, or a dict {dotted key: where it was set}
     (`from_command_line` returns one); keys missing from it were left at their defaults.
     """
+
     def source_of(key):
         return source.get(key, "default") if isinstance(source, dict) else source
 
@@ -537,24 +624,34 @@ def validate(config: Config, source: str | dict = "config") -> Config:
         others = [other for other in named if other != key and source_of(other) != "default"]
         if where == "default" and others:
             where, key = source_of(others[0]), f"{key} (at its default)"
-        also = "".join(f" ({other} from {source_of(other)})" for other in others
-                       if source_of(other) != where)
+        also = "".join(
+            f" ({other} from {source_of(other)})" for other in others if source_of(other) != where
+        )
         raise ConfigError(f"{where}: {key}: {problem}{also}")
 
     if not isinstance(config, Config):
-        raise ConfigError(f"expected a kroberta Config (kroberta.load_config(name, overrides)), "
-                          f"got {type(config).__name__}")
+        raise ConfigError(
+            f"expected a kroberta Config (kroberta.load_config(name, overrides)), "
+            f"got {type(config).__name__}"
+        )
     config = _typed(config, source_of)
     config.check(fail)
-    if isinstance(source, dict) and config.train.time_budget and "train.steps" in source and \
-            _precedence(source["train.steps"]) >= _precedence(source.get("train.time_budget")):
+    if (
+        isinstance(source, dict)
+        and config.train.time_budget
+        and "train.steps" in source
+        and _precedence(source["train.steps"]) >= _precedence(source.get("train.time_budget"))
+    ):
         # A budget on the command line overrides a file's steps (tiny.toml's, a run's
         # config.toml's), and steps there turn a file's budget off (`_closer_setting_wins`):
         # both given in one place conflict.
-        fail("train.steps", f"{config.train.steps} and train.time_budget="
-             f"{config.train.time_budget!r} both set the run's length: set one (leave "
-             "train.steps out and the budget fixes it; --train.time_budget='' counts the run "
-             "in steps)")
+        fail(
+            "train.steps",
+            f"{config.train.steps} and train.time_budget="
+            f"{config.train.time_budget!r} both set the run's length: set one (leave "
+            "train.steps out and the budget fixes it; --train.time_budget='' counts the run "
+            "in steps)",
+        )
     return config
 
 
@@ -571,13 +668,21 @@ def _typed(config: Config, source_of) -> Config:
     for name, section_type in SECTIONS.items():
         section = getattr(config, name)
         if not isinstance(section, section_type):
-            raise ConfigError(f"{source_of(name)}: {name}: expected a {section_type.__name__} "
-                              f"(the config's own .{name}, changed with dataclasses.replace), "
-                              f"got {type(section).__name__}")
+            raise ConfigError(
+                f"{source_of(name)}: {name}: expected a {section_type.__name__} "
+                f"(the config's own .{name}, changed with dataclasses.replace), "
+                f"got {type(section).__name__}"
+            )
         types = typing.get_type_hints(section_type)
-        sections[name] = replace(section, **{
-            key: _coerce(getattr(section, key), types[key], f"{name}.{key}",
-                         source_of(f"{name}.{key}")) for key in types})
+        sections[name] = replace(
+            section,
+            **{
+                key: _coerce(
+                    getattr(section, key), types[key], f"{name}.{key}", source_of(f"{name}.{key}")
+                )
+                for key in types
+            },
+        )
     top = {key: _coerce(getattr(config, key), str, key, source_of(key)) for key in TOP_LEVEL_KEYS}
     return replace(config, **sections, **top)
 
@@ -594,7 +699,9 @@ def _coerce(value, expected, key: str, source: str):
     # numbers.Real: numpy's scalars too (np.int64(50) is not an int).
     number = isinstance(value, numbers.Real) and not isinstance(value, bool)
     integer = number and (isinstance(value, numbers.Integral) or float(value).is_integer())
-    if (expected is bool and isinstance(value, bool)) or (expected is str and isinstance(value, str)):
+    if (expected is bool and isinstance(value, bool)) or (
+        expected is str and isinstance(value, str)
+    ):
         return value
     if expected is str and isinstance(value, os.PathLike):
         return os.fspath(value)
@@ -602,13 +709,20 @@ def _coerce(value, expected, key: str, source: str):
         return int(value)  # 1e4 written for 10000
     if expected is float and number:
         return float(value)
-    if expected == (int | str) and (value == AUTO or (number and
-                                                      isinstance(value, numbers.Integral))):
+    if expected == (int | str) and (
+        value == AUTO or (number and isinstance(value, numbers.Integral))
+    ):
         return value if isinstance(value, str) else int(value)  # a count, or the word "auto"
     if expected is dict and isinstance(value, (str, dict)):  # a table; a word is its "task"
         return dict(value) if isinstance(value, dict) else ({"task": value} if value else {})
-    wanted = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-              int | str: f"an integer or \"{AUTO}\"", dict: "a table or a task's name"}[expected]
+    wanted = {
+        bool: "true or false",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        int | str: f'an integer or "{AUTO}"',
+        dict: "a table or a task's name",
+    }[expected]
     raise ConfigError(f"{source}: {key}: expected {wanted}, got {value!r}")
 
 
@@ -637,8 +751,11 @@ def apply_dict(config: Config, updates: dict, source: str) -> Config:
             changes = {}
             for key, item in value.items():
                 if key not in types:
-                    where = (f"a top-level key: {key}, above any [section] in a file"
-                             if key in TOP_LEVEL_KEYS else f"known: {', '.join(types)}")
+                    where = (
+                        f"a top-level key: {key}, above any [section] in a file"
+                        if key in TOP_LEVEL_KEYS
+                        else f"known: {', '.join(types)}"
+                    )
                     raise ConfigError(f"{source}: unknown key {f'{name}.{key}'!r} ({where})")
                 changes[key] = _coerce(item, types[key], f"{name}.{key}", source)
             sections[name] = replace(sections.get(name, getattr(config, name)), **changes)
@@ -694,8 +811,11 @@ def _shipped_dir():
 
 def shipped_names() -> list[str]:
     """The shipped configs' names, sorted: ["base", "seed", "tiny"]."""
-    return sorted(entry.name[: -len(".toml")] for entry in _shipped_dir().iterdir()
-                  if entry.name.endswith(".toml"))
+    return sorted(
+        entry.name[: -len(".toml")]
+        for entry in _shipped_dir().iterdir()
+        if entry.name.endswith(".toml")
+    )
 
 
 def config_path(name_or_path: str | os.PathLike) -> str:
@@ -708,8 +828,10 @@ def config_path(name_or_path: str | os.PathLike) -> str:
     if isinstance(name_or_path, os.PathLike):
         name_or_path = os.fspath(name_or_path)
     if not isinstance(name_or_path, str):
-        raise ConfigError(f"config: expected a shipped config's name or a TOML file's path, got "
-                          f"{type(name_or_path).__name__}")
+        raise ConfigError(
+            f"config: expected a shipped config's name or a TOML file's path, got "
+            f"{type(name_or_path).__name__}"
+        )
     if _NAME.match(name_or_path):
         shipped = _shipped_dir() / f"{name_or_path}.toml"
         if shipped.is_file():
@@ -720,7 +842,8 @@ def config_path(name_or_path: str | os.PathLike) -> str:
         return os.path.join(name_or_path, "config.toml")
     raise ConfigError(
         f"config {name_or_path!r}: neither a shipped config ({', '.join(shipped_names())}) nor "
-        "a file; give one of those names, the path of a TOML file or a run directory")
+        "a file; give one of those names, the path of a TOML file or a run directory"
+    )
 
 
 def _load(name_or_path: str | None, values: dict, source: str) -> tuple[Config, dict]:
@@ -730,8 +853,11 @@ def _load(name_or_path: str | None, values: dict, source: str) -> tuple[Config, 
     data = _read_toml(path) if path else {}
     found = {}
     for name, value in data.items():
-        found.update(dict.fromkeys([f"{name}.{k}" for k in value] if isinstance(value, dict)
-                                   else [name], path))
+        found.update(
+            dict.fromkeys(
+                [f"{name}.{k}" for k in value] if isinstance(value, dict) else [name], path
+            )
+        )
     if path and _recorded_budget_run(path, data):
         del found["train.steps"]  # the steps its budget fixed: derived, not given beside it
     found.update(dict.fromkeys(values, source))
@@ -772,10 +898,15 @@ def _recorded_budget_run(path: str, data: dict) -> bool:
     steps the budget fixed) in its run directory (beside its metrics or checkpoints)."""
     train = data.get("train")
     folder = os.path.dirname(path)
-    return (isinstance(train, dict) and bool(train.get("time_budget")) and "steps" in train
-            and os.path.basename(path) == "config.toml"
-            and any(os.path.exists(os.path.join(folder, name))
-                    for name in ("metrics.jsonl", "checkpoints")))
+    return (
+        isinstance(train, dict)
+        and bool(train.get("time_budget"))
+        and "steps" in train
+        and os.path.basename(path) == "config.toml"
+        and any(
+            os.path.exists(os.path.join(folder, name)) for name in ("metrics.jsonl", "checkpoints")
+        )
+    )
 
 
 def load_config(name_or_path: str | None = None, overrides: dict | None = None) -> Config:
@@ -797,8 +928,10 @@ def load_config(name_or_path: str | None = None, overrides: dict | None = None) 
             names the key and where it was set, as on the command line.
     """
     if overrides is not None and not isinstance(overrides, dict):
-        raise ConfigError(f"{OVERRIDES}: expected a dict like {{'train.steps': 100}}, "
-                          f"got {type(overrides).__name__}")
+        raise ConfigError(
+            f"{OVERRIDES}: expected a dict like {{'train.steps': 100}}, "
+            f"got {type(overrides).__name__}"
+        )
     return validate(*_load(name_or_path, overrides or {}, OVERRIDES))
 
 
@@ -811,9 +944,16 @@ def from_command_line(name_or_path: str | None, rest: list[str]) -> tuple[Config
             # `--train.steps 20`, `--run_dir runs/x`: a key's value written after a space.
             key = previous[2:] if previous.startswith("--") and "=" not in previous else ""
             spaced = "." in key or key in TOP_LEVEL_KEYS
-            hint = f"; a value goes after '=': --{key}={item}" if spaced else (
-                f" after {previous!r}, which is no option of this command (see --help) and no "
-                "config key" if key else "")
+            hint = (
+                f"; a value goes after '=': --{key}={item}"
+                if spaced
+                else (
+                    f" after {previous!r}, which is no option of this command (see --help) and no "
+                    "config key"
+                    if key
+                    else ""
+                )
+            )
             raise ConfigError(f"command line: unexpected argument {item!r}{hint}")
     return _load(name_or_path, _parse_overrides([item[2:] for item in rest]), "command line")
 
@@ -822,8 +962,10 @@ def to_dict(config: Config) -> dict:
     """The config as plain TOML-able data (tuples become lists)."""
     out = {key: getattr(config, key) for key in TOP_LEVEL_KEYS}
     for name in SECTIONS:
-        out[name] = {key: list(value) if isinstance(value, tuple) else value
-                     for key, value in dataclasses.asdict(getattr(config, name)).items()}
+        out[name] = {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in dataclasses.asdict(getattr(config, name)).items()
+        }
     return out
 
 

@@ -72,16 +72,24 @@ class _Bar:
         done = self.step - self.start_step
         if self.unit is not None:
             rate = done / elapsed
-            count = f"{self.step}/{self.total} {self.unit} [{bar[:width]}]" if self.total \
+            count = (
+                f"{self.step}/{self.total} {self.unit} [{bar[:width]}]"
+                if self.total
                 else f"{self.step} {self.unit}"
-            parts = [f"{self.label}: {count}",  # a slow start is not "0/s"
-                     (f"{rate:,.1f}" if rate < 10 else f"{rate:,.0f}") + "/s", f"{elapsed:.1f}s"]
+            )
+            parts = [
+                f"{self.label}: {count}",  # a slow start is not "0/s"
+                (f"{rate:,.1f}" if rate < 10 else f"{rate:,.0f}") + "/s",
+                f"{elapsed:.1f}s",
+            ]
         elif self.label is None:
             parts = [f"step {self.step}/{self.total} [{bar[:width]}] {100 * fraction:3.0f}%"]
             parts += [f"{key} {self.values[key]:.4g}" for key in _SHOWN if key in self.values]
         else:
-            parts = [f"{self.label}: [{bar[:width]}] {self.step / 1e6:.1f}/{self.total / 1e6:.1f} MB",
-                     f"{done / 1e6 / elapsed:.2f} MB/s"]
+            parts = [
+                f"{self.label}: [{bar[:width]}] {self.step / 1e6:.1f}/{self.total / 1e6:.1f} MB",
+                f"{done / 1e6 / elapsed:.2f} MB/s",
+            ]
         if self.total and 0 < done and self.step < self.total:
             left = elapsed / done * (self.total - self.step)
             parts.append(f"eta {int(left) // 60}:{int(left) % 60:02d}")
@@ -140,9 +148,11 @@ class NotebookBar(_Bar):
 
     def _bundle(self) -> dict:
         text = self.text()
-        return {"text/plain": text,
-                "text/html": f"<progress value='{self.step}' max='{self.total or 1}' "
-                             f"style='width:30em'></progress> <code>{html.escape(text)}</code>"}
+        return {
+            "text/plain": text,
+            "text/html": f"<progress value='{self.step}' max='{self.total or 1}' "
+            f"style='width:30em'></progress> <code>{html.escape(text)}</code>",
+        }
 
     def _draw(self):
         self._handle.update(self._bundle(), raw=True)
@@ -197,8 +207,17 @@ class Progress:
             shown as they are given.
     """
 
-    def __init__(self, total: int, label: str | None = None, start: int = 0, enabled: bool = True,
-                 stream=None, rows=None, title: str | None = None, unit: str | None = None):
+    def __init__(
+        self,
+        total: int,
+        label: str | None = None,
+        start: int = 0,
+        enabled: bool = True,
+        stream=None,
+        rows=None,
+        title: str | None = None,
+        unit: str | None = None,
+    ):
         stream = stream or sys.stderr
         self.display = live_progress(total, start, stream, label) if enabled else None
         self.every = LIVE_EVERY_S

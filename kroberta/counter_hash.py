@@ -32,8 +32,15 @@ def mix(x, xor=operator.xor, shift_right=operator.rshift, uint32=np.uint32):
     return xor(x, shift_right(x, uint32(16)))
 
 
-def keys_of_words(seed_low, seed_high, index_low, index_high, xor=operator.xor,
-                  shift_right=operator.rshift, uint32=np.uint32):
+def keys_of_words(
+    seed_low,
+    seed_high,
+    index_low,
+    index_high,
+    xor=operator.xor,
+    shift_right=operator.rshift,
+    uint32=np.uint32,
+):
     """One uint32 key per element from the run seed's and the element indices' 32-bit
     words (the seed's: scalars; the indices': (B,)): the key dynamic masks are drawn
     from (`kroberta.masking`). Array operations as in `mix`."""

@@ -43,11 +43,14 @@ def _random_ids(keys, slots: int, special_token_ids, vocabulary_size: int):
     keys' uniforms (B, M). Where the regular ids are one run (the specials all below them:
     5 ... V-1 after <s> <pad> </s> <unk> <mask> = 0 ... 4), that is lowest + i, computed
     without a table (a reused tokenizer may put <mask> last, at 50264)."""
-    regular = np.setdiff1d(np.arange(vocabulary_size),
-                           np.asarray(list(special_token_ids), np.int64)).astype(np.int32)
+    regular = np.setdiff1d(
+        np.arange(vocabulary_size), np.asarray(list(special_token_ids), np.int64)
+    ).astype(np.int32)
     if regular.size == 0:
-        raise ValueError(f"every id below the vocabulary size {vocabulary_size} is a special "
-                         "token: no id to draw random replacements from")
+        raise ValueError(
+            f"every id below the vocabulary size {vocabulary_size} is a special "
+            "token: no id to draw random replacements from"
+        )
     count = len(regular)
     uniforms = hash_uniform(keys, SALT_RANDOM_ID, slots)
     index = jnp.minimum((uniforms * np.float32(count)).astype(jnp.int32), count - 1)
@@ -59,8 +62,7 @@ def _random_ids(keys, slots: int, special_token_ids, vocabulary_size: int):
 def _words(value):
     """int64 numpy (any shape) -> (low, high) uint32 words, split on the host."""
     value = np.asarray(value, np.int64)
-    return ((value & 0xFFFFFFFF).astype(np.uint32),
-            ((value >> 32) & 0xFFFFFFFF).astype(np.uint32))
+    return ((value & 0xFFFFFFFF).astype(np.uint32), ((value >> 32) & 0xFFFFFFFF).astype(np.uint32))
 
 
 _keys_of_words = jax.jit(keys_of_words)
@@ -141,12 +143,14 @@ def _words_of(token_ids, candidates, word_starts) -> _Words:
     segment = (jnp.arange(rows)[:, None] * length + index).reshape(-1)  # (B * L,) row's words
     position = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32)[None, :], (rows, length))
     # Only candidates count; a non-candidate's entries are never used.
-    first = jax.ops.segment_min(jnp.where(candidates, position, length).reshape(-1), segment,
-                                rows * length)
+    first = jax.ops.segment_min(
+        jnp.where(candidates, position, length).reshape(-1), segment, rows * length
+    )
     size = jax.ops.segment_sum(candidates.astype(jnp.int32).reshape(-1), segment, rows * length)
     per_position = lambda table: table[segment].reshape(rows, length)
-    return _Words(index, position - per_position(first),
-                  jnp.where(candidates, per_position(size), 0))
+    return _Words(
+        index, position - per_position(first), jnp.where(candidates, per_position(size), 0)
+    )
 
 
 def _whole_word_slots(token_ids, candidates, count, scores, word_starts, slots: int):
@@ -177,10 +181,20 @@ def _whole_word_slots(token_ids, candidates, count, scores, word_starts, slots: 
     return jnp.where(valid, chosen, 0).astype(jnp.int32), valid
 
 
-def dynamic_mask_batch(token_ids, padding_mask, keys, *, mask_rate: float, slots: int,
-                       mask_token_id: int, special_token_ids, vocabulary_size: int,
-                       mask_fraction: float = 0.8, random_fraction: float = 0.1,
-                       word_starts=None):
+def dynamic_mask_batch(
+    token_ids,
+    padding_mask,
+    keys,
+    *,
+    mask_rate: float,
+    slots: int,
+    mask_token_id: int,
+    special_token_ids,
+    vocabulary_size: int,
+    mask_fraction: float = 0.8,
+    random_fraction: float = 0.1,
+    word_starts=None,
+):
     """RoBERTa masking of a batch, each row a function of its element key alone.
 
     Chooses round(mask_rate * n) of a row's n real, non-special tokens (at least one
@@ -227,19 +241,23 @@ def dynamic_mask_batch(token_ids, padding_mask, keys, *, mask_rate: float, slots
     if word_starts is None:  # the `count` candidates of highest random score
         positions, valid = chosen_slots(scores, candidates, count, slots)  # (B, M) each
     else:
-        positions, valid = _whole_word_slots(token_ids, candidates, count, scores, word_starts,
-                                             slots)
+        positions, valid = _whole_word_slots(
+            token_ids, candidates, count, scores, word_starts, slots
+        )
     originals = jnp.take_along_axis(token_ids, positions, axis=1)  # (B, M)
     labels = jnp.where(valid, originals, IGNORE_LABEL)
 
     draw = hash_uniform(keys, SALT_ACTION, slots)  # (B, M)
     random_ids = _random_ids(keys, slots, special_token_ids, vocabulary_size)  # (B, M)
     replacement = jnp.where(
-        draw < np.float32(mask_fraction), mask_token_id,
-        jnp.where(draw < np.float32(mask_fraction + random_fraction), random_ids, originals))
+        draw < np.float32(mask_fraction),
+        mask_token_id,
+        jnp.where(draw < np.float32(mask_fraction + random_fraction), random_ids, originals),
+    )
     # Unused slots write out of bounds, and are dropped. Rows (B, 1) x slots (B, M).
     masked = token_ids.at[jnp.arange(rows)[:, None], jnp.where(valid, positions, length)].set(
-        replacement.astype(jnp.int32), mode="drop")
+        replacement.astype(jnp.int32), mode="drop"
+    )
     return masked, positions, labels.astype(jnp.int32)
 
 
@@ -276,25 +294,39 @@ def masker(data, vocabulary_size: int, word_starts=None):
         mask_keys (B,) uint32 or token_labels (B, L)} returning ({token_ids (B, L),
         padding_mask (B, L), mask_positions (B, M)}, labels (B, M)).
     """
-    word_starts = np.asarray(word_starts, bool) if data.whole_word_masking and \
-        word_starts is not None else None
+    word_starts = (
+        np.asarray(word_starts, bool)
+        if data.whole_word_masking and word_starts is not None
+        else None
+    )
 
     def mask(x):
         slots = data.prediction_slots(x["token_ids"].shape[1])
         if data.whole_word_masking and word_starts is None and TOKEN_LABELS not in x:
-            raise ValueError("data.whole_word_masking: the masks need the tokenizer's "
-                             "word-start table (word_starts)")
+            raise ValueError(
+                "data.whole_word_masking: the masks need the tokenizer's "
+                "word-start table (word_starts)"
+            )
         if TOKEN_LABELS in x:
             positions, labels = first_labelled_slots(x[TOKEN_LABELS], slots)
             ids = x["token_ids"]
         else:
             ids, positions, labels = dynamic_mask_batch(
-                x["token_ids"], x["padding_mask"], x[KEYS], mask_rate=data.mask_rate,
-                slots=slots, mask_token_id=data.mask_token_id,
-                special_token_ids=data.special_token_ids, vocabulary_size=vocabulary_size,
-                word_starts=word_starts)
-        return {"token_ids": ids, "padding_mask": x["padding_mask"],
-                "mask_positions": positions}, labels
+                x["token_ids"],
+                x["padding_mask"],
+                x[KEYS],
+                mask_rate=data.mask_rate,
+                slots=slots,
+                mask_token_id=data.mask_token_id,
+                special_token_ids=data.special_token_ids,
+                vocabulary_size=vocabulary_size,
+                word_starts=word_starts,
+            )
+        return {
+            "token_ids": ids,
+            "padding_mask": x["padding_mask"],
+            "mask_positions": positions,
+        }, labels
 
     return mask
 
@@ -312,8 +344,17 @@ def host_function(function):
     return call
 
 
-def static_labels(token_ids, padding_mask, seed: int, indices, *, mask_rate: float,
-                  mask_token_id: int, special_token_ids, vocabulary_size: int):
+def static_labels(
+    token_ids,
+    padding_mask,
+    seed: int,
+    indices,
+    *,
+    mask_rate: float,
+    mask_token_id: int,
+    special_token_ids,
+    vocabulary_size: int,
+):
     """Labels made once for files (`prepare --labels static`, synthetic data): the dynamic
     masks of (seed, each row's index), written per position. Every chosen token fits:
     the slots are the whole row.
@@ -329,26 +370,40 @@ def static_labels(token_ids, padding_mask, seed: int, indices, *, mask_rate: flo
         (masked ids (N, L) int64, labels (N, L) int64: the original id where chosen,
         -100 elsewhere), numpy.
     """
-    label = _static_labels(float(mask_rate), int(mask_token_id),
-                           tuple(sorted(special_token_ids)), int(vocabulary_size))
-    masked, labels = label(np.asarray(token_ids, np.int32), np.asarray(padding_mask, np.int32),
-                           element_keys(seed, indices))
+    label = _static_labels(
+        float(mask_rate), int(mask_token_id), tuple(sorted(special_token_ids)), int(vocabulary_size)
+    )
+    masked, labels = label(
+        np.asarray(token_ids, np.int32),
+        np.asarray(padding_mask, np.int32),
+        element_keys(seed, indices),
+    )
     return masked.astype(np.int64), labels.astype(np.int64)
 
 
 @functools.cache
 def _static_labels(mask_rate, mask_token_id, special_token_ids, vocabulary_size):
     """The host function of `static_labels` for one run's settings."""
+
     def label(token_ids, padding_mask, keys):
         rows, length = token_ids.shape
         masked, positions, labels = dynamic_mask_batch(
-            token_ids, padding_mask, keys, mask_rate=mask_rate, slots=length,
-            mask_token_id=mask_token_id, special_token_ids=special_token_ids,
-            vocabulary_size=vocabulary_size)
+            token_ids,
+            padding_mask,
+            keys,
+            mask_rate=mask_rate,
+            slots=length,
+            mask_token_id=mask_token_id,
+            special_token_ids=special_token_ids,
+            vocabulary_size=vocabulary_size,
+        )
         row = jnp.arange(rows)[:, None]
         # Unused slots (label -100) write out of bounds, and are dropped. (N, L)
-        written = jnp.full((rows, length), IGNORE_LABEL, jnp.int32).at[
-            row, jnp.where(labels != IGNORE_LABEL, positions, length)].set(labels, mode="drop")
+        written = (
+            jnp.full((rows, length), IGNORE_LABEL, jnp.int32)
+            .at[row, jnp.where(labels != IGNORE_LABEL, positions, length)]
+            .set(labels, mode="drop")
+        )
         return masked, written
 
     return host_function(label)

@@ -60,8 +60,9 @@ def load_tokenizer(run_dir: str):
     try:
         return Tokenizer.from_str(text)
     except Exception as e:  # the library raises a bare Exception on malformed JSON
-        raise InputError(f"{tokenizer_path}: cannot read this tokenizer: damaged or not a "
-                         f"tokenizer's JSON ({e})") from None
+        raise InputError(
+            f"{tokenizer_path}: cannot read this tokenizer: damaged or not a tokenizer's JSON ({e})"
+        ) from None
 
 
 def read_json(path: str, default=None):
@@ -90,36 +91,48 @@ def model_source(path, key: str = "kroberta.load", head: str | None = None) -> t
         InputError: it holds the other head than `head`.
     """
     if not isinstance(path, (str, os.PathLike)):
-        raise ArgumentKindError(f"{key}: expected a directory's path, got {type(path).__name__}"
-                                + (" (a model already: use it as it is)"
-                                   if hasattr(path, "predict") else ""))
+        raise ArgumentKindError(
+            f"{key}: expected a directory's path, got {type(path).__name__}"
+            + (" (a model already: use it as it is)" if hasattr(path, "predict") else "")
+        )
     path = os.fspath(path)
     found = _source(path, key, CLASSIFIER if head == CLASSIFIER else "finished kroberta run")
     if head and found[1] != head:
-        raise InputError(f"{key}: {path} holds a {found[1]}, not a {head}" + (
-            f"; give {MODEL_KINDS} of a masked LM" if head == MASKED_LM
-            else f"; fine-tune it with --run {path}"))
+        raise InputError(
+            f"{key}: {path} holds a {found[1]}, not a {head}"
+            + (
+                f"; give {MODEL_KINDS} of a masked LM"
+                if head == MASKED_LM
+                else f"; fine-tune it with --run {path}"
+            )
+        )
     return found
 
 
 def _source(path: str, key: str, wanted: str) -> tuple[str, str]:
     if storage.isfile(path):
-        raise NotFoundError(f"{key}: {path}: a file, not a directory; give the directory that "
-                            f"holds it ({os.path.dirname(path) or '.'})")
+        raise NotFoundError(
+            f"{key}: {path}: a file, not a directory; give the directory that "
+            f"holds it ({os.path.dirname(path) or '.'})"
+        )
     if not storage.isdir(path):
         raise NotFoundError(f"{key}: {path}: no such directory; give {MODEL_KINDS}")
     if storage.isfile(storage.join(path, CONFIG_FILE)):
         classifier = storage.isfile(storage.join(path, CLASSIFIER_FILE))
         return RUN, CLASSIFIER if classifier else MASKED_LM
     if storage.isfile(storage.join(path, "manifest.json")):
-        raise NotFoundError(f"{key}: {path}: prepared data (python -m kroberta.prepare's "
-                            f"output), not a model; give {MODEL_KINDS}")
+        raise NotFoundError(
+            f"{key}: {path}: prepared data (python -m kroberta.prepare's "
+            f"output), not a model; give {MODEL_KINDS}"
+        )
     parent, name = os.path.split(os.path.normpath(path))
     if os.path.basename(parent) == CHECKPOINT_DIR and re.fullmatch(r"step_\d+", name):
         run = os.path.dirname(parent)
-        raise NotFoundError(f"{key}: {path}: a checkpoint of the run {run}: give the run "
-                            f"(kroberta.load({run!r}, checkpoint={int(name[5:])}); the "
-                            "commands take its latest)")
+        raise NotFoundError(
+            f"{key}: {path}: a checkpoint of the run {run}: give the run "
+            f"(kroberta.load({run!r}, checkpoint={int(name[5:])}); the "
+            "commands take its latest)"
+        )
     described = read_json(storage.join(path, "config.json"))
     described = described if isinstance(described, dict) else {}
     if storage.isfile(storage.join(path, "metadata.json")) or "registered_name" in described:
@@ -127,11 +140,14 @@ def _source(path: str, key: str, wanted: str) -> tuple[str, str]:
         task = str(task.get("registered_name", "") if isinstance(task, dict) else "")
         return KERAS_HUB, CLASSIFIER if task.endswith(KERAS_HUB_CLASSIFIER) else MASKED_LM
     if "model_type" in described:
-        return HF, CLASSIFIER if HF_CLASSIFIER in (described.get("architectures") or ()) \
-            else MASKED_LM
-    raise NotFoundError(f"{key}: {path}: not a {wanted} ({CONFIG_FILE} is "
-                        "missing), and no config.json of a Hugging Face model or keras-hub "
-                        f"preset; give {MODEL_KINDS}")
+        return HF, CLASSIFIER if HF_CLASSIFIER in (
+            described.get("architectures") or ()
+        ) else MASKED_LM
+    raise NotFoundError(
+        f"{key}: {path}: not a {wanted} ({CONFIG_FILE} is "
+        "missing), and no config.json of a Hugging Face model or keras-hub "
+        f"preset; give {MODEL_KINDS}"
+    )
 
 
 def check_finetune_out(out: str | None):
@@ -145,5 +161,7 @@ def check_finetune_out(out: str | None):
     names = set(os.listdir(out)) if os.path.isdir(out) else set()
     if names and not names & {TRIALS_FILE, CLASSIFIER_FILE}:
         kind = "a pretraining run" if CONFIG_FILE in names else "other files"
-        raise InputError(f"--out {out}: holds {kind}, not a fine-tune's trials; give a new or "
-                         "empty folder (or one an earlier fine-tune wrote, to resume it)")
+        raise InputError(
+            f"--out {out}: holds {kind}, not a fine-tune's trials; give a new or "
+            "empty folder (or one an earlier fine-tune wrote, to resume it)"
+        )

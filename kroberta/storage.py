@@ -106,8 +106,9 @@ def files_under(directory) -> list[str]:
     """Every file under `directory` (at any depth), sorted; [] when there is none."""
     directory = os.fspath(directory)
     if not is_url(directory):  # the local spelling kept (relative stays relative)
-        return sorted(os.path.join(folder, name) for folder, _, names in os.walk(directory)
-                      for name in names)
+        return sorted(
+            os.path.join(folder, name) for folder, _, names in os.walk(directory) for name in names
+        )
     fs, path = filesystem(directory)
     return sorted(_as_url(directory, p) for p in fs.find(path))
 
@@ -280,8 +281,9 @@ def put_tree(local_dir, url: str, last: str | None = None, remove: bool = False)
         files.extend(os.path.relpath(os.path.join(dirpath, f), local_dir) for f in filenames)
     files.sort(key=lambda f: (f == last, f))
     for relative in files:
-        fs.put_file(os.path.join(local_dir, relative),
-                    posixpath.join(root, *relative.split(os.sep)))
+        fs.put_file(
+            os.path.join(local_dir, relative), posixpath.join(root, *relative.split(os.sep))
+        )
     if remove:
         shutil.rmtree(local_dir, ignore_errors=True)
 
@@ -291,7 +293,7 @@ def get_tree(url: str, local_dir):
     fs, root = _fresh(url)
     root = root.rstrip("/")
     for remote in fs.find(root):
-        relative = remote[len(root):].lstrip("/")
+        relative = remote[len(root) :].lstrip("/")
         target = os.path.join(local_dir, *relative.split("/"))
         os.makedirs(os.path.dirname(target), exist_ok=True)
         fs.get_file(remote, target)
@@ -354,16 +356,19 @@ def check_room(path, needed_bytes: int, what: str):
     threads print "Event loop is closed" tracebacks. `what`: the file, in words."""
     free = free_bytes(_existing_folder(path))
     if free < needed_bytes:
-        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: {what} needs about "
-                      f"{needed_bytes / 2**20:.1f} MiB")
+        raise OSError(
+            errno.ENOSPC,
+            f"{os.strerror(errno.ENOSPC)}: {what} needs about {needed_bytes / 2**20:.1f} MiB",
+        )
 
 
 def check_room_for_hdf5(path, weights):
     """`check_room` for an HDF5 weights file of `weights`: their bytes, a tenth more, and
     8 KiB of layout per array (the tiny model's 41 arrays of 0.14 MiB took 0.24 MiB)."""
     weights = list(weights)
-    check_room(path, int(1.1 * weights_bytes(weights)) + 8 * 2**10 * (len(weights) + 8),
-               "the weights file")
+    check_room(
+        path, int(1.1 * weights_bytes(weights)) + 8 * 2**10 * (len(weights) + 8), "the weights file"
+    )
 
 
 def check_writable(path, key: str, folder: bool = False):
@@ -382,17 +387,22 @@ def check_writable(path, key: str, folder: bool = False):
         except StorageError as error:  # the URL's filesystem package is missing
             raise StorageError(f"{key}: {error}") from None
         except OSError as error:
-            raise StorageError(f"{key} {path}: not writable ({error.strerror or error}); "
-                               f"choose another {key}") from None
+            raise StorageError(
+                f"{key} {path}: not writable ({error.strerror or error}); choose another {key}"
+            ) from None
         return
     path = os.path.abspath(path)
     itself = [path] if os.path.isdir(path) or folder and os.path.exists(path) else []
     for place in dict.fromkeys([_existing_folder(os.path.dirname(path)), *itself]):
         if os.path.isdir(place) and os.access(place, os.W_OK):
             continue
-        why = ("a file, not a folder" if not os.path.isdir(place) else
-               "on a read-only file system" if os.statvfs(place).f_flag & os.ST_RDONLY else
-               "not writable (permission denied)")
+        why = (
+            "a file, not a folder"
+            if not os.path.isdir(place)
+            else "on a read-only file system"
+            if os.statvfs(place).f_flag & os.ST_RDONLY
+            else "not writable (permission denied)"
+        )
         raise StorageError(f"{key} {path}: {place} is {why}; choose another {key}")
 
 
@@ -428,9 +438,11 @@ def writing(path, what: str = "file", then: str = ""):
     except OSError as error:
         reason = error.strerror or str(error)
         free = free_text(path)
-        raise StorageError(f"could not write the {what} at {path}: {reason}"
-                           + (f" ({free})" if free else "")
-                           + (f"; {then}" if then else "")) from None
+        raise StorageError(
+            f"could not write the {what} at {path}: {reason}"
+            + (f" ({free})" if free else "")
+            + (f"; {then}" if then else "")
+        ) from None
 
 
 def directory_argument(path, function: str, what: str = "directory") -> str:
@@ -438,13 +450,17 @@ def directory_argument(path, function: str, what: str = "directory") -> str:
     included), or a file's path, refused with what to give instead. `what`: the kind of
     directory the messages name ("run directory")."""
     if not isinstance(path, (str, os.PathLike)):
-        raise ArgumentKindError(f"{function}: expected a {what}'s path, got "
-                                f"{type(path).__name__}" + (" (a model already: use it as it is)"
-                                                            if hasattr(path, "predict") else ""))
+        raise ArgumentKindError(
+            f"{function}: expected a {what}'s path, got "
+            f"{type(path).__name__}"
+            + (" (a model already: use it as it is)" if hasattr(path, "predict") else "")
+        )
     path = os.fspath(path)
     if isfile(path):
-        raise NotFoundError(f"{path}: a file, not a {what}; give the directory that holds it "
-                            f"({os.path.dirname(path) or '.'})")
+        raise NotFoundError(
+            f"{path}: a file, not a {what}; give the directory that holds it "
+            f"({os.path.dirname(path) or '.'})"
+        )
     return path
 
 
@@ -459,5 +475,7 @@ def reading(path, what: str = "file"):
         raise
     except (OSError, ValueError) as error:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise InputError(f"{path}: cannot read this {what}: damaged, truncated or not this "
-                         f"model's ({first[:300]})") from None
+        raise InputError(
+            f"{path}: cannot read this {what}: damaged, truncated or not this "
+            f"model's ({first[:300]})"
+        ) from None

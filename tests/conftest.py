@@ -32,7 +32,9 @@ def tiny_data(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("tiny_data")
     for i in range(2):
-        write_seed_format(str(root / f"train-{i}.tfrecord"), 256, TINY_LENGTH, TINY_VOCAB, seed=i + 1)
+        write_seed_format(
+            str(root / f"train-{i}.tfrecord"), 256, TINY_LENGTH, TINY_VOCAB, seed=i + 1
+        )
     write_seed_format(str(root / "validation.tfrecord"), 70, TINY_LENGTH, TINY_VOCAB, seed=9)
     return root
 
@@ -44,11 +46,19 @@ def prepare_word_corpus(root, words, documents: int, vocab_size: int = 300, seq_
     from kroberta import prepare
 
     rng = random.Random(0)
-    text = "".join("The " + " ".join(rng.choice(words) for _ in range(rng.randint(5, 15)))
-                   + " ends here.\n\n" for _ in range(documents))
+    text = "".join(
+        "The " + " ".join(rng.choice(words) for _ in range(rng.randint(5, 15))) + " ends here.\n\n"
+        for _ in range(documents)
+    )
     (root / "corpus.txt").write_text(text)
-    prepare([str(root / "corpus.txt")], str(root / "data"), vocab_size=vocab_size,
-                    seq_len=seq_len, validation_fraction=0.05, progress=False)
+    prepare(
+        [str(root / "corpus.txt")],
+        str(root / "data"),
+        vocab_size=vocab_size,
+        seq_len=seq_len,
+        validation_fraction=0.05,
+        progress=False,
+    )
     return root / "data"
 
 
@@ -62,7 +72,9 @@ def serialize_example(features: dict, floats=()) -> bytes:
         if values is None:
             continue
         if name in floats:
-            feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=list(map(float, values))))
+            feature[name] = tf.train.Feature(
+                float_list=tf.train.FloatList(value=list(map(float, values)))
+            )
         else:
             feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
@@ -125,8 +137,7 @@ def downstream_model():
     config = load_toml(config_path("tiny"))
     with warnings.catch_warnings():  # fewer tokens than asked for: expected, and fine
         warnings.simplefilter("ignore", VocabularyShortfallWarning)
-        tokenizer = train_tokenizer(sentences(400, 0, marked=lambda i: i % 2), 400,
-                                    min_frequency=1)
+        tokenizer = train_tokenizer(sentences(400, 0, marked=lambda i: i % 2), 400, min_frequency=1)
     assert tokenizer.get_vocab_size() <= config.model.vocabulary_size
     return build_model(config.model, seed=0, config=config, tokenizer=tokenizer)
 

@@ -40,11 +40,20 @@ COMMAND = re.compile(r"python -m (?P<module>kroberta(?:\.\w+)+)")
 # The one table of small sizes: flags appended to `python -m MODULE` commands.
 SMALL = {
     "kroberta.train": [
-        "--train.steps=2", "--train.warmup_steps=1", "--train.warmup_fraction=0", "--train.log_every=1",
-        "--train.eval_every=2", "--train.eval_steps=1", "--train.checkpoint_every=1",
-        "--train.steps_per_execution=1", "--train.batch_size_per_device=2",
-        "--model.num_layers=1", "--model.hidden_dim=32", "--model.num_heads=2",
-        "--model.intermediate_dim=64", "--no-examples",
+        "--train.steps=2",
+        "--train.warmup_steps=1",
+        "--train.warmup_fraction=0",
+        "--train.log_every=1",
+        "--train.eval_every=2",
+        "--train.eval_steps=1",
+        "--train.checkpoint_every=1",
+        "--train.steps_per_execution=1",
+        "--train.batch_size_per_device=2",
+        "--model.num_layers=1",
+        "--model.hidden_dim=32",
+        "--model.num_heads=2",
+        "--model.intermediate_dim=64",
+        "--no-examples",
     ],
     "kroberta.finetune": ["--seeds=1", "--epochs=1", "--learning-rates=1e-4"],
 }
@@ -134,8 +143,10 @@ def commands(block: Block) -> list[list[str]]:
         for part in re.split(r"&&|;|\|\|", line):
             match = COMMAND.search(part)
             if match:
-                rest = part[match.end():]
-                if rest.count('"') % 2:  # the end of a quoted remote command (gcloud --command="...")
+                rest = part[match.end() :]
+                if (
+                    rest.count('"') % 2
+                ):  # the end of a quoted remote command (gcloud --command="...")
                     rest = rest.replace('"', "")
                 found.append([match.group("module"), *shlex.split(rest)])
     return found
@@ -151,8 +162,10 @@ def write_corpus(root: str) -> None:
     def document():
         sentences = []
         for _ in range(rng.randint(2, 5)):
-            sentence = " ".join(rng.choice(common) if rng.random() < 0.4 else rng.choice(words)
-                                for _ in range(rng.randint(6, 16)))
+            sentence = " ".join(
+                rng.choice(common) if rng.random() < 0.4 else rng.choice(words)
+                for _ in range(rng.randint(6, 16))
+            )
             sentences.append(sentence.capitalize() + ".")
         return " ".join(sentences)
 
@@ -169,12 +182,16 @@ def write_corpus(root: str) -> None:
 def write_python_shim(root: str, python: str) -> str:
     """Writes root/bin/python, which appends SMALL's flags to `-m MODULE` commands and runs
     `python`; returns the bin directory (put it first on the PATH)."""
-    cases = "".join(f"    {module}) set -- \"$@\" {' '.join(shlex.quote(f) for f in flags)} ;;\n"
-                    for module, flags in SMALL.items())
-    script = ("#!/usr/bin/env bash\n"
-              "# tests/doc_examples.py: the docs' commands with small sizes appended.\n"
-              "if [ \"$1\" = \"-m\" ]; then\n  case \"$2\" in\n" + cases + "  esac\nfi\n"
-              f"exec {shlex.quote(python)} \"$@\"\n")
+    cases = "".join(
+        f'    {module}) set -- "$@" {" ".join(shlex.quote(f) for f in flags)} ;;\n'
+        for module, flags in SMALL.items()
+    )
+    script = (
+        "#!/usr/bin/env bash\n"
+        "# tests/doc_examples.py: the docs' commands with small sizes appended.\n"
+        'if [ "$1" = "-m" ]; then\n  case "$2" in\n' + cases + "  esac\nfi\n"
+        f'exec {shlex.quote(python)} "$@"\n'
+    )
     bin_dir = os.path.join(root, "bin")
     os.makedirs(bin_dir, exist_ok=True)
     path = os.path.join(bin_dir, "python")

@@ -82,8 +82,19 @@ def _chosen_words(ids, candidates, count, slots, key, word_starts):
     return chosen
 
 
-def dynamic_mask(ids, real, seed, indices, *, mask_rate, slots, mask_token_id,
-                 special_token_ids, vocabulary_size, word_starts=None):
+def dynamic_mask(
+    ids,
+    real,
+    seed,
+    indices,
+    *,
+    mask_rate,
+    slots,
+    mask_token_id,
+    special_token_ids,
+    vocabulary_size,
+    word_starts=None,
+):
     """(masked ids (B, L), positions (B, M), labels (B, M)) int32, row by row."""
     ids = np.asarray(ids, np.int64)
     rows, length = ids.shape
@@ -93,8 +104,9 @@ def dynamic_mask(ids, real, seed, indices, *, mask_rate, slots, mask_token_id,
     regular = [i for i in range(vocabulary_size) if i not in special_token_ids]  # random ids
     for r in range(rows):
         key = element_key(seed, int(indices[r]))
-        candidates = [bool(real[r, i]) and int(ids[r, i]) not in special_token_ids
-                      for i in range(length)]
+        candidates = [
+            bool(real[r, i]) and int(ids[r, i]) not in special_token_ids for i in range(length)
+        ]
         count = _budget(sum(candidates), mask_rate, slots)
         if word_starts is None:
             chosen = _chosen_tokens(hashed(key, 1, length), candidates, count)
@@ -106,8 +118,9 @@ def dynamic_mask(ids, real, seed, indices, *, mask_rate, slots, mask_token_id,
             if draws[j] < np.float32(0.8):
                 masked[r, p] = mask_token_id
             elif draws[j] < np.float32(0.9):
-                masked[r, p] = regular[min(int(randoms[j] * np.float32(len(regular))),
-                                           len(regular) - 1)]
+                masked[r, p] = regular[
+                    min(int(randoms[j] * np.float32(len(regular))), len(regular) - 1)
+                ]
     return masked.astype(np.int32), positions.astype(np.int32), labels.astype(np.int32)
 
 
@@ -120,9 +133,11 @@ def static_slots(labels, slots):
     slot_labels = np.full((rows, slots), IGNORE, np.int32)
     dropped = np.zeros(rows, np.int32)
     for r in range(rows):
-        labelled = np.argsort(labels[r] == IGNORE, kind="stable")[:int((labels[r] != IGNORE).sum())]
+        labelled = np.argsort(labels[r] == IGNORE, kind="stable")[
+            : int((labels[r] != IGNORE).sum())
+        ]
         kept = labelled[:slots]
-        positions[r, :len(kept)] = kept
-        slot_labels[r, :len(kept)] = labels[r, kept]
+        positions[r, : len(kept)] = kept
+        slot_labels[r, : len(kept)] = labels[r, kept]
         dropped[r] = len(labelled) - len(kept)
     return positions, slot_labels, dropped

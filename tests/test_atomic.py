@@ -53,8 +53,16 @@ def test_export_hf_files_are_readable_by_others(tmp_path, umask_022):
     from kroberta.config import ModelConfig
     from kroberta.model.mlm import build_model
 
-    model = build_model(ModelConfig(vocabulary_size=40, num_layers=1, num_heads=2, hidden_dim=16,
-                                    intermediate_dim=32, max_sequence_length=16))
+    model = build_model(
+        ModelConfig(
+            vocabulary_size=40,
+            num_layers=1,
+            num_heads=2,
+            hidden_dim=16,
+            intermediate_dim=32,
+            max_sequence_length=16,
+        )
+    )
     out = kroberta.export_hf(model, str(tmp_path / "hf"))
     modes = {name: mode(os.path.join(out, name)) for name in os.listdir(out)}
     assert modes and set(modes.values()) == {0o644}, modes

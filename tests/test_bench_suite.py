@@ -2,7 +2,6 @@
 pretraining corpus or the training set, and a neighbouring task's training texts are not
 in the corpus either (checked on small fake sources, and on the standard library)."""
 
-
 import pytest
 
 from tests.conftest import load_tool
@@ -23,22 +22,42 @@ def _words(unit: str, n: int) -> str:
 def _fake_sources() -> dict:
     """Every source as a few hundred rows of unique words (so a text names its unit), and
     one description shared by a labelled package and a package of another section."""
-    man = [(f"page{i}.1.gz", suite_tasks.common.SECTIONS_MAN[i % 6], _words(f"p{i}", 150))
-           for i in range(300)]
+    man = [
+        (f"page{i}.1.gz", suite_tasks.common.SECTIONS_MAN[i % 6], _words(f"p{i}", 150))
+        for i in range(300)
+    ]
     sections = suite_tasks.common.SECTIONS_DEBIAN + ("libs", "devel")
     debian = [(f"pkg{i}", sections[i % 8], _words(f"d{i}", 12)) for i in range(800)]
-    debian += [(f"shared{i}", section, SHARED)
-               for i, section in enumerate(suite_tasks.common.SECTIONS_DEBIAN + ("libs",))]
-    library = [(f"{lib}/f{i}.py", lib, _words(f"{lib}{i}", 20))
-               for lib in suite_tasks.LIBRARIES for i in range(60)]
-    stdlib = [(f"mod{i // 4}.py", ("module", "class", "function", "method")[i % 4],
-               _words(f"s{i}", 20)) for i in range(800)]
+    debian += [
+        (f"shared{i}", section, SHARED)
+        for i, section in enumerate(suite_tasks.common.SECTIONS_DEBIAN + ("libs",))
+    ]
+    library = [
+        (f"{lib}/f{i}.py", lib, _words(f"{lib}{i}", 20))
+        for lib in suite_tasks.LIBRARIES
+        for i in range(60)
+    ]
+    stdlib = [
+        (f"mod{i // 4}.py", ("module", "class", "function", "method")[i % 4], _words(f"s{i}", 20))
+        for i in range(800)
+    ]
     registry = [(f"{r}/n{i}", r, _words(f"{r}{i}", 8)) for r in ("pypi", "npm") for i in range(300)]
-    changelog = [(f"src{i // 3}", ("new-upstream", "revision", "non-maintainer",
-                                   "stable-update")[i % 4], _words(f"c{i}", 15))
-                 for i in range(600)]
-    rows = {"man": man, "debian": debian, "library": library, "stdlib": stdlib,
-            "registry": registry, "changelog": changelog}
+    changelog = [
+        (
+            f"src{i // 3}",
+            ("new-upstream", "revision", "non-maintainer", "stable-update")[i % 4],
+            _words(f"c{i}", 15),
+        )
+        for i in range(600)
+    ]
+    rows = {
+        "man": man,
+        "debian": debian,
+        "library": library,
+        "stdlib": stdlib,
+        "registry": registry,
+        "changelog": changelog,
+    }
     return {name: (lambda r=r: r) for name, r in rows.items()}
 
 
@@ -65,17 +84,29 @@ def _assert_disjoint(task, unique_words=True):
 @pytest.mark.fast
 def test_every_task_keeps_validation_out_of_training_and_corpus():
     tasks = suite_tasks.build_tasks(_fake_sources())
-    assert [t.name for t in tasks] == ["man", "debian-other", "debian-few", "library",
-                                       "docstring-kind", "registry", "changelog"]
+    assert [t.name for t in tasks] == [
+        "man",
+        "debian-other",
+        "debian-few",
+        "library",
+        "docstring-kind",
+        "registry",
+        "changelog",
+    ]
     for task in tasks:
         _assert_disjoint(task)
     by_name = {t.name: t for t in tasks}
     # The shared description is a corpus text (another section's package): never an example.
-    assert all(text != SHARED for t in tasks for _, _, text in t.dev + t.train
-               if t.name.startswith("debian"))
+    assert all(
+        text != SHARED
+        for t in tasks
+        for _, _, text in t.dev + t.train
+        if t.name.startswith("debian")
+    )
     # debian-*: the corpus holds only the other sections' packages.
     assert {unit for unit, _ in by_name["debian-other"].corpus} == {
-        f"pkg{i}" for i in range(800) if i % 8 >= 6} | {"shared6"}
+        f"pkg{i}" for i in range(800) if i % 8 >= 6
+    } | {"shared6"}
     assert {t.name for t in tasks if t.own_text} == {"man", "library"}
     assert {t.name for t in tasks if t.few_shot} == {"debian-few", "library", "changelog"}
     for task in tasks:
@@ -113,10 +144,19 @@ def test_a_source_with_no_rows_leaves_its_tasks_out():
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("version, kind", [
-    ("2.3.1-1", "new-upstream"), ("2.3.1-4", "revision"), ("2.3.1-12", "revision"),
-    ("2.3.1-1.1", "non-maintainer"), ("2.3.1-2+deb12u1", "stable-update"),
-    ("2.3.1-1~deb12u1", "stable-update"), ("2.3.1", None), ("2.3.1-0experimental1", None)])
+@pytest.mark.parametrize(
+    "version, kind",
+    [
+        ("2.3.1-1", "new-upstream"),
+        ("2.3.1-4", "revision"),
+        ("2.3.1-12", "revision"),
+        ("2.3.1-1.1", "non-maintainer"),
+        ("2.3.1-2+deb12u1", "stable-update"),
+        ("2.3.1-1~deb12u1", "stable-update"),
+        ("2.3.1", None),
+        ("2.3.1-0experimental1", None),
+    ],
+)
 def test_a_changelog_version_names_its_kind_of_change(version, kind):
     assert suite_tasks.changelog_kind(version) == kind
 
@@ -137,5 +177,7 @@ def test_a_recipe_is_read_checked_and_named():
     assert bench_suite.recipe_label({}) == ""
     with pytest.raises(SystemExit, match="--recipe adapt_step=3: expected NAME=VALUE"):
         bench_suite.parse_recipe(["adapt_step=3"])
-    with pytest.raises(SystemExit, match=r"--recipe layer_decay=2.0: expected a factor in \(0, 1\]"):
+    with pytest.raises(
+        SystemExit, match=r"--recipe layer_decay=2.0: expected a factor in \(0, 1\]"
+    ):
         bench_suite.parse_recipe(["layer_decay=2"])

@@ -9,6 +9,7 @@ from kroberta.errors import ConfigError, DivergedError, KrobertaError, StorageEr
 def _raise(error):
     def body():
         raise error
+
     return body
 
 
@@ -30,7 +31,9 @@ def test_divergence_is_3_and_still_a_floating_point_error(capsys):
 
 @pytest.mark.fast
 def test_interrupt_is_130_with_the_command_s_line(capsys):
-    assert cli.run(_raise(KeyboardInterrupt()), interrupted="interrupted; nothing was written") == 130
+    assert (
+        cli.run(_raise(KeyboardInterrupt()), interrupted="interrupted; nothing was written") == 130
+    )
     assert capsys.readouterr().err == "interrupted; nothing was written\n"
 
 
@@ -54,8 +57,9 @@ def test_sigterm_is_143_after_the_cleanups_an_interrupt_runs(capsys):
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("signum, code, line", [("SIGTERM", 143, "stopped by SIGTERM"),
-                                                ("SIGINT", 130, "interrupted")])
+@pytest.mark.parametrize(
+    "signum, code, line", [("SIGTERM", 143, "stopped by SIGTERM"), ("SIGINT", 130, "interrupted")]
+)
 def test_a_stop_that_lands_in_a_garbage_collector_callback_still_stops(signum, code, line, capsys):
     """JAX's gc callback (`_xla_gc_callback`): an exception raised there is only printed
     ("Exception ignored in ..."), and the command would run on to the end."""
@@ -85,12 +89,16 @@ def test_a_stop_inside_an_import_ends_the_command_at_once_with_its_line(tmp_path
     import sys
 
     (tmp_path / "stopped_in_import.py").write_text(
-        "import signal, time\nsignal.raise_signal(signal.SIGTERM)\ntime.sleep(30)\n")
-    program = ("import sys; from kroberta import cli; sys.path.insert(0, sys.argv[1]); "
-               "sys.exit(cli.run(lambda: __import__('stopped_in_import'), "
-               "interrupted='interrupted; nothing was written'))")
-    done = subprocess.run([sys.executable, "-c", program, str(tmp_path)], capture_output=True,
-                          text=True, timeout=120)
+        "import signal, time\nsignal.raise_signal(signal.SIGTERM)\ntime.sleep(30)\n"
+    )
+    program = (
+        "import sys; from kroberta import cli; sys.path.insert(0, sys.argv[1]); "
+        "sys.exit(cli.run(lambda: __import__('stopped_in_import'), "
+        "interrupted='interrupted; nothing was written'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert (done.returncode, done.stderr) == (143, "stopped by SIGTERM; nothing was written\n")
 
 
@@ -100,11 +108,13 @@ def test_without_a_way_to_end_at_once_a_stop_waits_for_the_import(tmp_path, monk
     import time
 
     (tmp_path / "stopped_mid_import.py").write_text(
-        "import signal\nsignal.raise_signal(signal.SIGTERM)\nWHOLE = True\n")
+        "import signal\nsignal.raise_signal(signal.SIGTERM)\nWHOLE = True\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(cli.Terminated):
         with cli.stop_signals():
             import stopped_mid_import  # noqa: F401 (the import is what is stopped)
+
             for _ in range(200):  # 10 s: the stop, sent again after the import, ends this
                 time.sleep(0.05)
     assert sys.modules["stopped_mid_import"].WHOLE  # imported whole, then stopped
@@ -150,7 +160,8 @@ def test_running_out_of_device_memory_names_what_to_lower(capsys):
     assert cli.run(allocate, when_out_of_memory="--batch-size") == 2
     assert capsys.readouterr().err == (
         "error: the device ran out of memory (RESOURCE_EXHAUSTED: Out of memory allocating "
-        f"{2**44} bytes.); lower --batch-size\n")
+        f"{2**44} bytes.); lower --batch-size\n"
+    )
     with pytest.raises(Exception, match="RESOURCE_EXHAUSTED"):  # a command that says nothing
         cli.run(allocate)
     # Other errors keep their ways: bad input, and a bug's traceback.
@@ -168,16 +179,19 @@ def test_help_answers_without_starting_jax_keras_or_tensorflow(command):
 
     from tests.conftest import REPO
 
-    code = ("import runpy, sys\n"
-            f"sys.argv = ['kroberta.{command}', '--help']\n"
-            "try:\n"
-            f"    runpy.run_module('kroberta.{command}', run_name='__main__')\n"
-            "except SystemExit as e:\n"
-            "    assert e.code in (0, None), e.code\n"
-            "print('LOADED', sorted(m for m in ('jax', 'keras', 'tensorflow', 'keras_hub')"
-            " if m in sys.modules))\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            cwd=REPO, timeout=120)
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['kroberta.{command}', '--help']\n"
+        "try:\n"
+        f"    runpy.run_module('kroberta.{command}', run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        "print('LOADED', sorted(m for m in ('jax', 'keras', 'tensorflow', 'keras_hub')"
+        " if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "usage: python -m kroberta." in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "LOADED []"
@@ -214,7 +228,6 @@ def test_the_python_api_is_functions():
         assert not hasattr(getattr(kroberta, name), "main")  # no former spellings kept
 
 
-
 @pytest.mark.fast
 def test_a_wrong_argument_is_one_line_and_names_an_expanded_pattern(tmp_path, capsys):
     for name in ("a.txt", "b.txt"):
@@ -229,7 +242,8 @@ def test_a_wrong_argument_is_one_line_and_names_an_expanded_pattern(tmp_path, ca
     assert capsys.readouterr().err == (
         f"python -m kroberta.x: error: unrecognized arguments: {tmp_path / 'b.txt'}; if the "
         f"shell expanded an unquoted pattern into these, quote it: '{tmp_path}/*.txt' "
-        "(see --help)\n")
+        "(see --help)\n"
+    )
     # A path given alone, as many commands take it: the option it needs is named.
     inputs = cli.ArgumentParser(prog="python -m kroberta.x", inputs="--input")
     inputs.add_argument("--input")
@@ -238,26 +252,33 @@ def test_a_wrong_argument_is_one_line_and_names_an_expanded_pattern(tmp_path, ca
         inputs.parse_args([str(tmp_path / "a.txt"), "--out", "data"])
     assert capsys.readouterr().err == (
         f"python -m kroberta.x: error: unrecognized arguments: {tmp_path / 'a.txt'}; input "
-        f"paths follow --input: --input {tmp_path / 'a.txt'} (see --help)\n")
+        f"paths follow --input: --input {tmp_path / 'a.txt'} (see --help)\n"
+    )
     with pytest.raises(SystemExit):  # --input=... given: the pattern is the likely cause
         inputs.parse_args([f"--input={tmp_path / 'a.txt'}", str(tmp_path / "b.txt")])
     assert "quote it" in capsys.readouterr().err
     # A misspelt option before an existing file: the option is the cause, not a pattern.
     with pytest.raises(SystemExit):
         parser.parse_args(["--inptu", str(tmp_path / "a.txt")])
-    assert capsys.readouterr().err == (f"python -m kroberta.x: error: unrecognized arguments: "
-                                       f"--inptu {tmp_path / 'a.txt'}; --inptu: did you mean "
-                                       f"--input? (see --help)\n")
+    assert capsys.readouterr().err == (
+        f"python -m kroberta.x: error: unrecognized arguments: "
+        f"--inptu {tmp_path / 'a.txt'}; --inptu: did you mean "
+        f"--input? (see --help)\n"
+    )
     # A misspelt required flag: argparse names the missing one first, the typo is named too.
     required = cli.ArgumentParser(prog="python -m kroberta.x")
     required.add_argument("--model", required=True)
     required.add_argument("--data")
-    for argv, hint in ((["--modle", "m"], "--modle: did you mean --model?"),
-                       (["--zzz", "m"], "--zzz: unrecognized")):
+    for argv, hint in (
+        (["--modle", "m"], "--modle: did you mean --model?"),
+        (["--zzz", "m"], "--zzz: unrecognized"),
+    ):
         with pytest.raises(SystemExit):
             required.parse_args(argv)
-        assert capsys.readouterr().err == ("python -m kroberta.x: error: the following arguments "
-                                           f"are required: --model; {hint} (see --help)\n")
+        assert capsys.readouterr().err == (
+            "python -m kroberta.x: error: the following arguments "
+            f"are required: --model; {hint} (see --help)\n"
+        )
     with pytest.raises(SystemExit) as exited:
         parser.parse_args(["--labels", "dynamic"])
     assert exited.value.code == 2
@@ -294,58 +315,131 @@ def test_a_wrong_path_fails_before_jax_keras_or_tensorflow_are_imported(tmp_path
     train_tsv.write_text("sentence\tgold\na\tb\n")
     missing = str(tmp_path / "missing")
     cases = [
-        (["train", f"--run_dir={tmp_path / 'r'}", f"--data.train={missing}.tfrecord"],
-         f"error: data.train: no file matches '{missing}.tfrecord'"),
-        (["train", f"--run_dir={tmp_path / 'r'}", f"--data.dir={missing}"],
-         f"error: data.dir: {missing} is not a directory; give the --out of python -m "
-         "kroberta.prepare"),
-        (["predict", "--run", missing, "--data", "x.tfrecord", "--out", str(tmp_path / "p.npz")],
-         f"error: --run: {missing}: no such directory; give a training run, a Hugging Face "
-         "RoBERTa directory or a keras-hub preset directory"),
-        (["predict", "--run", str(run), "--data", f"{missing}/*.tfrecord", "--out",
-          str(tmp_path / "p.npz")], f"error: --data: no file matches '{missing}/*.tfrecord'"),
-        (["evaluate", "--model", missing, "--data", "x"],
-         f"error: --model: {missing}: no such directory; give a training run, a Hugging Face "
-         "RoBERTa directory or a keras-hub preset directory"),
-        (["evaluate", "--model", str(run), "--data", missing],
-         f"error: --data: no file matches '{missing}'"),
-        (["export", "--run", missing, "--out", str(tmp_path / "e")],
-         f"error: --run: {missing}: no such directory; give a training run, a Hugging Face "
-         "RoBERTa directory or a keras-hub preset directory"),
-        (["finetune", "--run", missing, "--data", "t.tsv", "--validation", "d.tsv"],
-         f"error: --run: {missing}: no such directory; give a training run, a Hugging Face "
-         "RoBERTa directory or a keras-hub preset directory"),
-        (["finetune", "--run", str(run), "--validation", "d.tsv"],
-         "error: validation (--validation) without data (--data, the training file): a "
-         "labelled task needs both"),
-        (["finetune", "--run", str(run), "--data", f"{missing}.tsv", "--validation", "d.tsv"],
-         f"error: --data {missing}.tsv: no such file"),
-        (["finetune", "--run", str(run), "--data", str(train_tsv), "--validation",
-          str(train_tsv)], f"error: {train_tsv}: no column 'label' (columns: sentence, gold; "
-         "the first line is read as the header); pick one with --label-field"),
-        (["finetune", "--run", str(run), "--data", str(train_tsv), "--validation",
-          str(train_tsv), "--label-field", "gold", "--learning-rates", "1e-4;3e-4"],
-         "error: --learning-rates '1e-4;3e-4': expected numbers separated by commas, "
-         "e.g. 1e-5,3e-5"),
-        (["finetune", "--classifier", missing, "--predict", "p.tsv", "--predictions", "o.jsonl"],
-         f"error: --classifier {missing}: no such directory"),
-        (["finetune", "--classifier", str(run), "--predict", f"{missing}.tsv", "--predictions",
-          str(tmp_path / "o.jsonl")], f"error: --predict {missing}.tsv: no such file"),
-        (["prepare", "--input", f"{missing}.txt", "--out", str(tmp_path / "d")],
-         f"{missing}.txt"),
+        (
+            ["train", f"--run_dir={tmp_path / 'r'}", f"--data.train={missing}.tfrecord"],
+            f"error: data.train: no file matches '{missing}.tfrecord'",
+        ),
+        (
+            ["train", f"--run_dir={tmp_path / 'r'}", f"--data.dir={missing}"],
+            f"error: data.dir: {missing} is not a directory; give the --out of python -m "
+            "kroberta.prepare",
+        ),
+        (
+            ["predict", "--run", missing, "--data", "x.tfrecord", "--out", str(tmp_path / "p.npz")],
+            f"error: --run: {missing}: no such directory; give a training run, a Hugging Face "
+            "RoBERTa directory or a keras-hub preset directory",
+        ),
+        (
+            [
+                "predict",
+                "--run",
+                str(run),
+                "--data",
+                f"{missing}/*.tfrecord",
+                "--out",
+                str(tmp_path / "p.npz"),
+            ],
+            f"error: --data: no file matches '{missing}/*.tfrecord'",
+        ),
+        (
+            ["evaluate", "--model", missing, "--data", "x"],
+            f"error: --model: {missing}: no such directory; give a training run, a Hugging Face "
+            "RoBERTa directory or a keras-hub preset directory",
+        ),
+        (
+            ["evaluate", "--model", str(run), "--data", missing],
+            f"error: --data: no file matches '{missing}'",
+        ),
+        (
+            ["export", "--run", missing, "--out", str(tmp_path / "e")],
+            f"error: --run: {missing}: no such directory; give a training run, a Hugging Face "
+            "RoBERTa directory or a keras-hub preset directory",
+        ),
+        (
+            ["finetune", "--run", missing, "--data", "t.tsv", "--validation", "d.tsv"],
+            f"error: --run: {missing}: no such directory; give a training run, a Hugging Face "
+            "RoBERTa directory or a keras-hub preset directory",
+        ),
+        (
+            ["finetune", "--run", str(run), "--validation", "d.tsv"],
+            "error: validation (--validation) without data (--data, the training file): a "
+            "labelled task needs both",
+        ),
+        (
+            ["finetune", "--run", str(run), "--data", f"{missing}.tsv", "--validation", "d.tsv"],
+            f"error: --data {missing}.tsv: no such file",
+        ),
+        (
+            [
+                "finetune",
+                "--run",
+                str(run),
+                "--data",
+                str(train_tsv),
+                "--validation",
+                str(train_tsv),
+            ],
+            f"error: {train_tsv}: no column 'label' (columns: sentence, gold; "
+            "the first line is read as the header); pick one with --label-field",
+        ),
+        (
+            [
+                "finetune",
+                "--run",
+                str(run),
+                "--data",
+                str(train_tsv),
+                "--validation",
+                str(train_tsv),
+                "--label-field",
+                "gold",
+                "--learning-rates",
+                "1e-4;3e-4",
+            ],
+            "error: --learning-rates '1e-4;3e-4': expected numbers separated by commas, "
+            "e.g. 1e-5,3e-5",
+        ),
+        (
+            ["finetune", "--classifier", missing, "--predict", "p.tsv", "--predictions", "o.jsonl"],
+            f"error: --classifier {missing}: no such directory",
+        ),
+        (
+            [
+                "finetune",
+                "--classifier",
+                str(run),
+                "--predict",
+                f"{missing}.tsv",
+                "--predictions",
+                str(tmp_path / "o.jsonl"),
+            ],
+            f"error: --predict {missing}.tsv: no such file",
+        ),
+        (["prepare", "--input", f"{missing}.txt", "--out", str(tmp_path / "d")], f"{missing}.txt"),
     ]
-    code = ("import runpy, sys\n"
-            "sys.argv = sys.argv[1:]\n"
-            "try:\n"
-            "    runpy.run_module(sys.argv[0], run_name='__main__')\n"
-            "except SystemExit as e:\n"
-            "    print('EXIT', e.code)\n"
-            "print('LOADED', sorted(m for m in ('jax', 'keras', 'tensorflow', 'keras_hub')"
-            " if m in sys.modules))\n")
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = sys.argv[1:]\n"
+        "try:\n"
+        "    runpy.run_module(sys.argv[0], run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    print('EXIT', e.code)\n"
+        "print('LOADED', sorted(m for m in ('jax', 'keras', 'tensorflow', 'keras_hub')"
+        " if m in sys.modules))\n"
+    )
     for (command, *argv), message in cases:
-        result = subprocess.run([sys.executable, "-c", code, f"kroberta.{command}", *argv],
-                                capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                                env={**os.environ, "PYTHONPATH": REPO})
-        assert result.stdout.strip().splitlines()[-2:] == ["EXIT 2", "LOADED []"], \
-            (command, argv, result.stdout, result.stderr[-2000:])
+        result = subprocess.run(
+            [sys.executable, "-c", code, f"kroberta.{command}", *argv],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": REPO},
+        )
+        assert result.stdout.strip().splitlines()[-2:] == ["EXIT 2", "LOADED []"], (
+            command,
+            argv,
+            result.stdout,
+            result.stderr[-2000:],
+        )
         assert message in result.stderr.strip().splitlines()[-1], (command, argv, result.stderr)

@@ -63,16 +63,29 @@ def test_shipped_configs_exist_inside_the_package():
 @pytest.mark.fast
 def test_seed_config_is_the_reports_model():
     m = load_toml(config_path("seed")).model
-    assert (m.vocabulary_size, m.max_sequence_length, m.num_layers, m.num_heads, m.hidden_dim,
-            m.intermediate_dim) == (10000, 64, 3, 6, 300, 600)
+    assert (
+        m.vocabulary_size,
+        m.max_sequence_length,
+        m.num_layers,
+        m.num_heads,
+        m.hidden_dim,
+        m.intermediate_dim,
+    ) == (10000, 64, 3, 6, 300, 600)
 
 
 @pytest.mark.fast
 def test_overrides_parse_types():
-    config = apply_overrides(Config(), [
-        "train.steps=4114", "train.learning_rate=3e-4", "train.mixed_precision=true",
-        "data.train=data/*.tfrecords", "run_dir=runs/x", "data.special_token_ids=[0, 2]",
-    ])
+    config = apply_overrides(
+        Config(),
+        [
+            "train.steps=4114",
+            "train.learning_rate=3e-4",
+            "train.mixed_precision=true",
+            "data.train=data/*.tfrecords",
+            "run_dir=runs/x",
+            "data.special_token_ids=[0, 2]",
+        ],
+    )
     assert config.train.steps == 4114 and isinstance(config.train.steps, int)
     assert config.train.learning_rate == 3e-4
     assert config.train.mixed_precision is True
@@ -100,8 +113,11 @@ def test_unknown_key_names_key_and_source(tmp_path):
         apply_overrides(Config(), ["optimizer.lr=3"])
     # A top-level key written inside a section (after [model] in a file) says where it goes.
     path.write_text('[model]\ninit_from_hf = "roberta"\n')
-    with pytest.raises(ConfigError, match=r"unknown key 'model.init_from_hf' \(a top-level "
-                                          r"key: init_from_hf, above any \[section\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown key 'model.init_from_hf' \(a top-level "
+        r"key: init_from_hf, above any \[section\]",
+    ):
         load_toml(str(path))
 
 
@@ -109,7 +125,9 @@ def test_unknown_key_names_key_and_source(tmp_path):
 def test_wrong_type_in_file(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[train]\nmixed_precision = "yes"\n')
-    with pytest.raises(ConfigError, match=r"bad.toml: train.mixed_precision: expected true or false"):
+    with pytest.raises(
+        ConfigError, match=r"bad.toml: train.mixed_precision: expected true or false"
+    ):
         load_toml(str(path))
 
 
@@ -123,17 +141,23 @@ def test_invalid_toml_and_missing_file(tmp_path):
         load_toml(str(tmp_path / "absent.toml"))
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["model.num_heads=7"], r"model.num_heads: 7 heads do not divide hidden_dim=128"),
-    (["train.eval_every=75"], r"train.eval_every: 75 is not a multiple of train.log_every=50"),
-    (["train.batch_size_per_device=0"], r"train.batch_size_per_device: must be >= 1"),
-    (["data.masking=sometimes"], r"data.masking: must be one of"),
-    (["data.mask_rate=1.5"], r"data.mask_rate: must be in \(0, 1\]"),
-    (["train.warmup_steps=5000", "train.warmup_fraction=0"], r"train.warmup_steps: 5000 exceeds train.steps"),
-    (["model.dropout=1.0"], r"model.dropout"),
-    (["model.initializer_range=0"], r"model.initializer_range: must be in \(0, 1\]"),
-    (["data.mask_token_id=99999"], r"data.mask_token_id: 99999 is outside the vocabulary"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["model.num_heads=7"], r"model.num_heads: 7 heads do not divide hidden_dim=128"),
+        (["train.eval_every=75"], r"train.eval_every: 75 is not a multiple of train.log_every=50"),
+        (["train.batch_size_per_device=0"], r"train.batch_size_per_device: must be >= 1"),
+        (["data.masking=sometimes"], r"data.masking: must be one of"),
+        (["data.mask_rate=1.5"], r"data.mask_rate: must be in \(0, 1\]"),
+        (
+            ["train.warmup_steps=5000", "train.warmup_fraction=0"],
+            r"train.warmup_steps: 5000 exceeds train.steps",
+        ),
+        (["model.dropout=1.0"], r"model.dropout"),
+        (["model.initializer_range=0"], r"model.initializer_range: must be in \(0, 1\]"),
+        (["data.mask_token_id=99999"], r"data.mask_token_id: 99999 is outside the vocabulary"),
+    ],
+)
 @pytest.mark.fast
 def test_impossible_values(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -142,7 +166,7 @@ def test_impossible_values(overrides, message):
 
 @pytest.mark.fast
 def test_toml_round_trip():
-    config = apply_overrides(Config(), ["data.train=[\"a\", \"b\"]", "train.steps=7"])
+    config = apply_overrides(Config(), ['data.train=["a", "b"]', "train.steps=7"])
     text = to_toml(config)
     again = apply_dict(Config(), __import__("tomllib").loads(text), "round trip")
     assert again == config
@@ -156,9 +180,16 @@ def test_prediction_slots_auto_and_explicit():
 
 def test_cli_config_error_is_one_line_exit_2(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "kroberta.train", "--model.num_heads=7",
-         f"--run_dir={tmp_path / 'run'}"],
-        capture_output=True, text=True, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "kroberta.train",
+            "--model.num_heads=7",
+            f"--run_dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     assert result.returncode == 2
     assert "error: command line: model.num_heads: 7 heads do not divide" in result.stderr
@@ -187,15 +218,25 @@ def test_a_config_is_found_by_name_or_by_path(tmp_path, monkeypatch):
 @pytest.mark.fast
 def test_an_unknown_config_lists_the_shipped_names():
     for value in ("nope", "configs/absent.toml"):
-        with pytest.raises(ConfigError, match=rf"config '{value}': neither a shipped config "
-                           r"\(base, seed, small, tiny\) nor a file"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"config '{value}': neither a shipped config "
+            r"\(base, seed, small, tiny\) nor a file",
+        ):
             from_command_line(value, [])
 
 
 @pytest.mark.fast
 def test_load_config_applies_overrides_over_a_named_config():
-    config = kroberta.load_config("seed", {"train.steps": 100, "data.dir": "data/x",
-                                           "data.train": "a/*.tfrecords", "run_dir": "runs/y"})
+    config = kroberta.load_config(
+        "seed",
+        {
+            "train.steps": 100,
+            "data.dir": "data/x",
+            "data.train": "a/*.tfrecords",
+            "run_dir": "runs/y",
+        },
+    )
     seed = load_toml(config_path("seed"))
     assert config.train.steps == 100 and config.data.dir == "data/x"
     assert config.data.train == ("a/*.tfrecords",) and config.run_dir == "runs/y"
@@ -207,23 +248,36 @@ def test_load_config_applies_overrides_over_a_named_config():
 @pytest.mark.fast
 def test_load_config_matches_the_command_line():
 
-    from_python = kroberta.load_config("tiny", {"train.steps": 30, "train.learning_rate": 1e-3,
-                                                "run_dir": "runs/z"})
-    from_cli, _ = kroberta.cli.train.parse_args(["--config", "tiny", "--train.steps=30",
-                                    "--train.learning_rate=1e-3", "--run_dir=runs/z"])
+    from_python = kroberta.load_config(
+        "tiny", {"train.steps": 30, "train.learning_rate": 1e-3, "run_dir": "runs/z"}
+    )
+    from_cli, _ = kroberta.cli.train.parse_args(
+        ["--config", "tiny", "--train.steps=30", "--train.learning_rate=1e-3", "--run_dir=runs/z"]
+    )
     assert from_python == from_cli
 
 
-@pytest.mark.parametrize("name, overrides, message", [
-    ("seed", {"train.stepz": 3}, r"^overrides: unknown key 'train.stepz' \(known: "),
-    ("seed", {"optimizer.lr": 3}, r"^overrides: unknown key 'optimizer'"),
-    ("tiny", {"train.steps": "100"}, r"^overrides: train.steps: expected an integer, got '100'"),
-    ("seed", {"model.num_heads": 7}, r"^overrides: model.num_heads: 7 heads do not divide "
-                                     r"hidden_dim=300"),
-    (None, {"a.b.c": 1}, r"^overrides: 'a.b.c': expected 'section.key'"),
-    (None, ["train.steps=3"], r"^overrides: expected a dict"),
-    ("nope", None, r"^config 'nope': neither a shipped config \(base, seed, small, tiny\)"),
-])
+@pytest.mark.parametrize(
+    "name, overrides, message",
+    [
+        ("seed", {"train.stepz": 3}, r"^overrides: unknown key 'train.stepz' \(known: "),
+        ("seed", {"optimizer.lr": 3}, r"^overrides: unknown key 'optimizer'"),
+        (
+            "tiny",
+            {"train.steps": "100"},
+            r"^overrides: train.steps: expected an integer, got '100'",
+        ),
+        (
+            "seed",
+            {"model.num_heads": 7},
+            r"^overrides: model.num_heads: 7 heads do not divide "
+            r"hidden_dim=300",
+        ),
+        (None, {"a.b.c": 1}, r"^overrides: 'a.b.c': expected 'section.key'"),
+        (None, ["train.steps=3"], r"^overrides: expected a dict"),
+        ("nope", None, r"^config 'nope': neither a shipped config \(base, seed, small, tiny\)"),
+    ],
+)
 @pytest.mark.fast
 def test_load_config_errors_name_the_key(name, overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -234,8 +288,11 @@ def test_load_config_errors_name_the_key(name, overrides, message):
 def test_load_config_names_the_file_for_an_impossible_value_it_holds(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("[train]\neval_every = 75\n")
-    with pytest.raises(ConfigError, match=rf"^{path}: train.eval_every: 75 is not a multiple "
-                       r"of train.log_every=50$"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^{path}: train.eval_every: 75 is not a multiple "
+        r"of train.log_every=50$",
+    ):
         kroberta.load_config(str(path))
 
 
@@ -247,16 +304,19 @@ def test_a_combination_names_the_source_of_each_key_it_involves():
     tiny = str(config_path("tiny"))
     assert str(raised.value) == (
         f"{tiny}: train.warmup_steps: 20 exceeds train.steps=2; set a smaller "
-        "train.warmup_steps or more train.steps (train.steps from command line)")
+        "train.warmup_steps or more train.steps (train.steps from command line)"
+    )
     # Both set in one place: the line names both, and their source once.
-    config, sources = from_command_line(None, ["--train.warmup_steps=300",
-                                               "--train.warmup_fraction=0.25"])
+    config, sources = from_command_line(
+        None, ["--train.warmup_steps=300", "--train.warmup_fraction=0.25"]
+    )
     with pytest.raises(ConfigError) as raised:
         validate(config, sources)
     assert str(raised.value) == (
         "command line: train.warmup_fraction: train.warmup_steps=300 and "
         "train.warmup_fraction=0.25 both set the warmup: set one, the other to 0 "
-        "(--train.warmup_fraction=0 counts it in steps)")
+        "(--train.warmup_fraction=0 counts it in steps)"
+    )
 
 
 @pytest.mark.fast
@@ -265,7 +325,10 @@ def test_a_warmup_fraction_counts_its_steps_from_train_steps():
     assert train.effective_warmup_steps() == 900
     assert dataclasses.replace(train, steps=10, warmup_fraction=0.26).effective_warmup_steps() == 3
     # 0 = the absolute warmup_steps, whatever the run's length.
-    assert dataclasses.replace(train, warmup_fraction=0.0, warmup_steps=37).effective_warmup_steps() == 37
+    assert (
+        dataclasses.replace(train, warmup_fraction=0.0, warmup_steps=37).effective_warmup_steps()
+        == 37
+    )
     assert dataclasses.replace(train, warmup_fraction=0.0).effective_warmup_steps() == 0
 
 
@@ -282,15 +345,19 @@ def test_small_config_runs_15_minutes_and_warms_up_over_half_of_them():
     assert validate(config, sources).train.effective_warmup_steps() == 1500
 
 
-@pytest.mark.parametrize("name, warmup, mask_rate", [
-    ("seed", 0, 0.15), ("tiny", 20, 0.15), ("base", 24000, 0.15), ("small", 900, 0.3)])
+@pytest.mark.parametrize(
+    "name, warmup, mask_rate",
+    [("seed", 0, 0.15), ("tiny", 20, 0.15), ("base", 24000, 0.15), ("small", 900, 0.3)],
+)
 @pytest.mark.fast
 def test_each_shipped_config_states_its_own_warmup_and_mask_rate(name, warmup, mask_rate):
     # A key a file leaves out takes the dataclass default: each shipped config says its
     # recipe's warmup and mask rate itself, so a change of the defaults leaves it alone.
     with open(config_path(name), "rb") as f:
         stated = __import__("tomllib").load(f)
-    assert {"warmup_steps", "warmup_fraction"} <= set(stated["train"]) and "mask_rate" in stated["data"]
+    assert {"warmup_steps", "warmup_fraction"} <= set(stated["train"]) and "mask_rate" in stated[
+        "data"
+    ]
     config = validate(load_toml(config_path(name)))
     assert (config.train.effective_warmup_steps(), config.data.mask_rate) == (warmup, mask_rate)
 
@@ -304,9 +371,12 @@ def test_warmup_steps_and_fraction_both_set_in_one_place_is_refused_naming_both(
     assert str(raised.value) == (
         f"{path}: train.warmup_fraction: train.warmup_steps=300 and "
         "train.warmup_fraction=0.5 both set the warmup: set one, the other to 0 "
-        "(--train.warmup_fraction=0 counts it in steps)")
+        "(--train.warmup_fraction=0 counts it in steps)"
+    )
     # Setting the other to 0 is the way out.
-    config, sources = from_command_line("small", ["--train.warmup_steps=300", "--train.warmup_fraction=0"])
+    config, sources = from_command_line(
+        "small", ["--train.warmup_steps=300", "--train.warmup_fraction=0"]
+    )
     assert validate(config, sources).train.effective_warmup_steps() == 300
 
 
@@ -318,7 +388,11 @@ def test_a_setting_given_closer_to_the_run_wins_over_the_configs_way_of_setting_
     # and the sources say which key decided.
     config, sources = from_command_line(name, ["--train.warmup_steps=2"])
     train = validate(config, sources).train
-    assert (train.warmup_steps, train.warmup_fraction, train.effective_warmup_steps()) == (2, 0.0, 2)
+    assert (train.warmup_steps, train.warmup_fraction, train.effective_warmup_steps()) == (
+        2,
+        0.0,
+        2,
+    )
     assert sources["train.warmup_fraction"] == "command line (by train.warmup_steps)"
     assert kroberta.load_config(name, {"train.warmup_steps": 2}).train.warmup_fraction == 0.0
     # The fraction on the command line beats a file's steps (tiny.toml: warmup_steps = 20).
@@ -334,18 +408,34 @@ def test_a_setting_given_closer_to_the_run_wins_over_the_configs_way_of_setting_
 @pytest.mark.parametrize("fraction", [1.0, 1.5, -0.1])
 @pytest.mark.fast
 def test_a_warmup_fraction_outside_zero_to_one_is_refused(fraction):
-    config = apply_overrides(Config(), ["train.warmup_steps=0", f"train.warmup_fraction={fraction}"])
-    with pytest.raises(ConfigError, match=rf"^command line: train.warmup_fraction: must be in \[0, 1\) "
-                                          rf"\(0 = train.warmup_steps\), got {fraction}$"):
+    config = apply_overrides(
+        Config(), ["train.warmup_steps=0", f"train.warmup_fraction={fraction}"]
+    )
+    with pytest.raises(
+        ConfigError,
+        match=rf"^command line: train.warmup_fraction: must be in \[0, 1\) "
+        rf"\(0 = train.warmup_steps\), got {fraction}$",
+    ):
         validate(config, "command line")
 
 
 @pytest.mark.fast
 def test_the_wsd_decay_leaves_room_for_a_warmup_given_as_a_fraction():
-    config = apply_overrides(Config(), ["train.warmup_steps=0", "train.warmup_fraction=0.5",
-                                        "train.steps=100", "train.schedule=wsd", "train.decay_steps=60"])
-    with pytest.raises(ConfigError, match=r"train.decay_steps: must be in \[0, train.steps - "
-                                          r"round\(train.warmup_fraction \* train.steps\) = 50\], got 60"):
+    config = apply_overrides(
+        Config(),
+        [
+            "train.warmup_steps=0",
+            "train.warmup_fraction=0.5",
+            "train.steps=100",
+            "train.schedule=wsd",
+            "train.decay_steps=60",
+        ],
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"train.decay_steps: must be in \[0, train.steps - "
+        r"round\(train.warmup_fraction \* train.steps\) = 50\], got 60",
+    ):
         validate(config, "command line")
     validate(dataclasses.replace(config, train=dataclasses.replace(config.train, decay_steps=50)))
 
@@ -353,23 +443,32 @@ def test_the_wsd_decay_leaves_room_for_a_warmup_given_as_a_fraction():
 @pytest.mark.fast
 def test_model_parallel_with_the_data_strategy_is_refused():
     config = apply_overrides(Config(), ["distributed.model_parallel=2"])
-    with pytest.raises(ConfigError, match=r"command line: distributed.model_parallel: 2 has no "
-                                          r"effect with distributed.strategy='data'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"command line: distributed.model_parallel: 2 has no "
+        r"effect with distributed.strategy='data'",
+    ):
         validate(config, "command line")
     validate(apply_overrides(Config(), ["distributed.model_parallel=1"]), "command line")
 
 
 @pytest.mark.fast
 def test_a_value_after_a_space_says_to_use_equals():
-    with pytest.raises(ConfigError, match=r"unexpected argument '20'; a value goes after '=': "
-                                          r"--train.steps=20$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unexpected argument '20'; a value goes after '=': "
+        r"--train.steps=20$",
+    ):
         from_command_line("tiny", ["--train.steps", "20"])
     # A top-level key too; a stray word after a flag that is no key gets no hint.
     with pytest.raises(ConfigError, match=r"'runs/x'; a value goes after '=': --run_dir=runs/x$"):
         from_command_line("tiny", ["--run_dir", "runs/x"])
     # A misspelt option (`--confg seed`) is named.
-    with pytest.raises(ConfigError, match=r"unexpected argument 'seed' after '--confg', which is "
-                                          r"no option of this command \(see --help\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unexpected argument 'seed' after '--confg', which is "
+        r"no option of this command \(see --help\)",
+    ):
         from_command_line("tiny", ["--confg", "seed"])
     with pytest.raises(ConfigError, match=r"unexpected argument 'runs/x'$"):
         from_command_line("tiny", ["--train.steps=3", "runs/x"])
@@ -384,29 +483,39 @@ def test_what_dataclasses_replace_or_python_puts_in_is_typed_or_refused_by_key(t
 
     import numpy as np
 
-    config = kroberta.load_config("tiny", {"train.steps": np.int64(50)})  # numpy's integers are integers
+    config = kroberta.load_config(
+        "tiny", {"train.steps": np.int64(50)}
+    )  # numpy's integers are integers
     assert config.train.steps == 50 and type(config.train.steps) is int
-    typed = validate(dataclasses.replace(
-        config, run_dir=pathlib.Path("runs/p"),
-        data=dataclasses.replace(config.data, train="data/x/train-0.tfrecord")))
+    typed = validate(
+        dataclasses.replace(
+            config,
+            run_dir=pathlib.Path("runs/p"),
+            data=dataclasses.replace(config.data, train="data/x/train-0.tfrecord"),
+        )
+    )
     assert typed.run_dir == "runs/p" and typed.data.train == ("data/x/train-0.tfrecord",)
     with pytest.raises(ConfigError, match=r"^config: train.steps: expected an integer, got '20'$"):
         validate(dataclasses.replace(config, train=dataclasses.replace(config.train, steps="20")))
     with pytest.raises(ConfigError, match=r"^config: train: expected a TrainConfig .*got dict$"):
         validate(dataclasses.replace(config, train={"steps": 5}))
     for wrong in ({"train.steps": 5}, "tiny", None):
-        with pytest.raises(ConfigError, match=r"^expected a kroberta Config \(kroberta.load_config"):
+        with pytest.raises(
+            ConfigError, match=r"^expected a kroberta Config \(kroberta.load_config"
+        ):
             validate(wrong)
     (tmp_path / "my.toml").write_text("[train]\nsteps = 700\n")
     assert kroberta.load_config(tmp_path / "my.toml").train.steps == 700  # a Path names a file too
-    with pytest.raises(ConfigError, match="expected a shipped config's name or a TOML file's "
-                                          "path, got int"):
+    with pytest.raises(
+        ConfigError, match="expected a shipped config's name or a TOML file's path, got int"
+    ):
         kroberta.load_config(5)
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("budget, seconds", [("90s", 90), ("15m", 900), ("2h", 7200),
-                                             ("1h30m", 5400)])
+@pytest.mark.parametrize(
+    "budget, seconds", [("90s", 90), ("15m", 900), ("2h", 7200), ("1h30m", 5400)]
+)
 def test_a_time_budget_reads_hours_minutes_and_seconds(budget, seconds):
     assert parse_duration(budget) == seconds
     assert kroberta.load_config("tiny", {"train.time_budget": budget}).train.time_budget == budget
@@ -417,8 +526,9 @@ def test_a_time_budget_that_is_no_duration_is_one_line_naming_the_key():
     config, sources = from_command_line("small", ["--train.time_budget=15 mins"])
     with pytest.raises(ConfigError) as raised:
         validate(config, sources)
-    assert str(raised.value) == ("command line: train.time_budget: '15 mins' is not a duration; "
-                                 "write 90s, 15m, 2h or 1h30m")
+    assert str(raised.value) == (
+        "command line: train.time_budget: '15 mins' is not a duration; write 90s, 15m, 2h or 1h30m"
+    )
     with pytest.raises(ConfigError, match=r"^overrides: train.time_budget: '0m' is no time at all"):
         kroberta.load_config("small", {"train.time_budget": "0m"})
 
@@ -431,8 +541,11 @@ def test_train_steps_given_with_a_time_budget_is_refused_in_one_line():
     assert str(raised.value) == (
         "command line: train.steps: 3000 and train.time_budget='15m' both set the run's length: "
         "set one (leave train.steps out and the budget fixes it; --train.time_budget='' counts "
-        "the run in steps)")
-    with pytest.raises(ConfigError, match=r"^overrides: train.steps: 10 and train.time_budget='1m'"):
+        "the run in steps)"
+    )
+    with pytest.raises(
+        ConfigError, match=r"^overrides: train.steps: 10 and train.time_budget='1m'"
+    ):
         kroberta.load_config(None, {"train.steps": 10, "train.time_budget": "1m"})
     # Counting in steps again, or a budget on the command line over a file's steps: one length.
     config, sources = from_command_line("small", ["--train.steps=3000", "--train.time_budget="])
@@ -444,8 +557,9 @@ def test_train_steps_given_with_a_time_budget_is_refused_in_one_line():
 @pytest.mark.fast
 def test_a_budget_runs_recorded_config_names_its_fixed_steps_without_a_conflict(tmp_path):
     # A run directory given to --config: its config.toml holds the budget and the steps it fixed.
-    config = dataclasses.replace(Config(), train=dataclasses.replace(
-        Config().train, time_budget="15m", steps=2340))
+    config = dataclasses.replace(
+        Config(), train=dataclasses.replace(Config().train, time_budget="15m", steps=2340)
+    )
     (tmp_path / "config.toml").write_text(to_toml(config))
     (tmp_path / "metrics.jsonl").write_text("")
     loaded, sources = from_command_line(str(tmp_path), [])

@@ -57,7 +57,8 @@ def test_the_bar_text_at_the_start_and_half_way():
     assert bar.text(width=10) == "step 0/40 [>.........]   0%"
     bar.step, bar.values = 20, {"samples_per_second": 512.25, "perplexity": 9.0}
     assert bar.text(width=10).startswith(
-        "step 20/40 [=====>....]  50%  samples_per_second 512.2  eta ")
+        "step 20/40 [=====>....]  50%  samples_per_second 512.2  eta "
+    )
 
 
 def test_a_byte_count_in_a_log_file_gets_a_row_every_few_seconds(monkeypatch):
@@ -71,7 +72,10 @@ def test_a_byte_count_in_a_log_file_gets_a_row_every_few_seconds(monkeypatch):
     assert progress.close() == 40.0
     rows = out.getvalue().splitlines()
     assert len(rows) == 40 // console.LOG_EVERY_S + 1, "a row every LOG_EVERY_S and one at the end"
-    assert rows[0].startswith("encode+pack+write: [===>") and "1.0/10.0 MB  0.10 MB/s  eta 1:30" in rows[0]
+    assert (
+        rows[0].startswith("encode+pack+write: [===>")
+        and "1.0/10.0 MB  0.10 MB/s  eta 1:30" in rows[0]
+    )
     assert "4.0/10.0 MB" in rows[-1] and "\r" not in out.getvalue()
 
 
@@ -110,7 +114,9 @@ def test_a_title_leads_every_row_once_and_notes_stay_as_given(monkeypatch):
     clock = [0.0]
     monkeypatch.setattr(console.time, "perf_counter", lambda: clock[0])
     rows = []
-    progress = console.Progress(100, stream=io.StringIO(), rows=rows.append, title="sst2 lr 0.001 seed 0")
+    progress = console.Progress(
+        100, stream=io.StringIO(), rows=rows.append, title="sst2 lr 0.001 seed 0"
+    )
     for step in range(1, 12):
         clock[0] += 1.0
         progress.update(step, {"loss": 0.5})
@@ -136,4 +142,7 @@ def test_a_count_of_examples_shows_done_rate_and_seconds_known_total_or_not(monk
         progress = console.Progress(total, "predict", stream=slow, unit="examples")
         clock[0] += 20.0
         progress.add(3)
-        assert slow.getvalue().splitlines()[0].startswith("predict: 3") and "  0.1/s  20.0s" in slow.getvalue()
+        assert (
+            slow.getvalue().splitlines()[0].startswith("predict: 3")
+            and "  0.1/s  20.0s" in slow.getvalue()
+        )

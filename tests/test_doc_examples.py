@@ -14,8 +14,9 @@ import pytest
 
 from tests import doc_examples
 
-RUNNABLE = [page for page in doc_examples.pages()
-            if any(not b.skip for b in doc_examples.examples(page))]
+RUNNABLE = [
+    page for page in doc_examples.pages() if any(not b.skip for b in doc_examples.examples(page))
+]
 SKIPPED = [b for page in doc_examples.pages() for b in doc_examples.examples(page) if b.skip]
 
 # Pages whose examples wait on a change in progress elsewhere in the package: {page: reason}.
@@ -29,7 +30,9 @@ def _environment(workspace: str) -> dict:
     env["PYTHONPATH"] = doc_examples.REPO + os.pathsep + env.get("PYTHONPATH", "")
     # A user's CPU machine: one device, not the 4 simulated ones of the test suite.
     flags = env.get("XLA_FLAGS", "").split()
-    env["XLA_FLAGS"] = " ".join(f for f in flags if not f.startswith("--xla_force_host_platform_device_count"))
+    env["XLA_FLAGS"] = " ".join(
+        f for f in flags if not f.startswith("--xla_force_host_platform_device_count")
+    )
     env["JAX_PLATFORMS"] = "cpu"
     return env
 
@@ -44,13 +47,21 @@ def run_block(block: doc_examples.Block, workspace: str, env: dict) -> subproces
         with open(script, "w") as f:
             f.write(doc_examples.PYTHON_PRELUDE + "\n" + block.code)
         argv = [sys.executable, script]
-    result = subprocess.run(argv, cwd=workspace, env=env, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        argv, cwd=workspace, env=env, capture_output=True, text=True, timeout=900
+    )
     output = (result.stdout + result.stderr)[-4000:]
-    assert result.returncode == 0, f"{block.name} exited {result.returncode}:\n{block.code}\n{output}"
+    assert result.returncode == 0, (
+        f"{block.name} exited {result.returncode}:\n{block.code}\n{output}"
+    )
     for path in block.writes():
-        assert os.path.exists(os.path.join(workspace, path)), f"{block.name} did not write {path}:\n{output}"
+        assert os.path.exists(os.path.join(workspace, path)), (
+            f"{block.name} did not write {path}:\n{output}"
+        )
     for text in block.prints():
-        assert text in result.stdout + result.stderr, f"{block.name} did not print {text!r}:\n{output}"
+        assert text in result.stdout + result.stderr, (
+            f"{block.name} did not print {text!r}:\n{output}"
+        )
     return result
 
 
@@ -59,9 +70,13 @@ def run_block(block: doc_examples.Block, workspace: str, env: dict) -> subproces
 DEFAULT_SUITE_PAGES = ("README.md",)
 
 
-@pytest.mark.parametrize("page", [
-    page if page in DEFAULT_SUITE_PAGES else pytest.param(page, marks=pytest.mark.slow)
-    for page in RUNNABLE])
+@pytest.mark.parametrize(
+    "page",
+    [
+        page if page in DEFAULT_SUITE_PAGES else pytest.param(page, marks=pytest.mark.slow)
+        for page in RUNNABLE
+    ],
+)
 def test_the_examples_of_a_page_run_in_order(page, tmp_path, request):
     if page in EXPECTED_TO_FAIL:
         request.applymarker(pytest.mark.xfail(strict=False, reason=EXPECTED_TO_FAIL[page]))
@@ -85,7 +100,8 @@ def test_every_example_is_bash_or_python_or_says_why_not():
         for block in doc_examples.blocks(page):
             assert block.lang in ("bash", "python", "text", "toml", "json", "yaml"), (
                 f"{block.name}: a ```{block.lang} block; use bash or python (run by the tests), "
-                "or text for what is not a command")
+                "or text for what is not a command"
+            )
 
 
 def test_the_python_shim_appends_the_small_sizes(tmp_path):
@@ -93,11 +109,22 @@ def test_the_python_shim_appends_the_small_sizes(tmp_path):
     flags after its own; other commands pass through unchanged."""
     bin_dir = doc_examples.write_python_shim(str(tmp_path), "echo")
     shim = os.path.join(bin_dir, "python")
-    out = subprocess.run([shim, "-m", "kroberta.train", "--config", "seed"], capture_output=True,
-                         text=True, check=True).stdout.split()
-    assert out == ["-m", "kroberta.train", "--config", "seed", *doc_examples.SMALL["kroberta.train"]]
-    out = subprocess.run([shim, "-m", "kroberta.report", "runs/x"], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [shim, "-m", "kroberta.train", "--config", "seed"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == [
+        "-m",
+        "kroberta.train",
+        "--config",
+        "seed",
+        *doc_examples.SMALL["kroberta.train"],
+    ]
+    out = subprocess.run(
+        [shim, "-m", "kroberta.report", "runs/x"], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["-m", "kroberta.report", "runs/x"]
 
 

@@ -31,8 +31,10 @@ def _generator():
 @pytest.mark.fast
 def test_every_config_field_has_a_docstring():
     missing = _generator().undocumented()
-    assert not missing, (f"config fields without an attribute docstring in kroberta/config.py: "
-                         f"{', '.join(missing)}; document each on the line after it")
+    assert not missing, (
+        f"config fields without an attribute docstring in kroberta/config.py: "
+        f"{', '.join(missing)}; document each on the line after it"
+    )
 
 
 @pytest.mark.fast
@@ -41,7 +43,8 @@ def test_the_configuration_reference_is_fresh():
     with open(generator.PAGE, encoding="utf-8") as f:
         checked_in = f.read()
     assert checked_in == generator.render(), (
-        f"docs/reference/config.md is stale: run `{generator.COMMAND}`")
+        f"docs/reference/config.md is stale: run `{generator.COMMAND}`"
+    )
 
 
 @pytest.mark.fast
@@ -57,9 +60,13 @@ def test_the_site_builds_strictly(tmp_path):
     mkdocs = shutil.which("mkdocs", path=os.path.dirname(sys.executable)) or shutil.which("mkdocs")
     if mkdocs is None:
         pytest.skip('mkdocs is not installed (pip install -e ".[docs]")')
-    result = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                            cwd=REPO, capture_output=True, text=True,
-                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    result = subprocess.run(
+        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "site" / "reference" / "config" / "index.html").exists()
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
@@ -78,8 +85,15 @@ def _help_texts() -> dict:
     """{module: its --help text}, for every module the docs' commands name, each run as
     `python -m MODULE --help` would run it (in this process: the modules are mostly imported
     already)."""
-    modules = sorted({c[0] for page in doc_examples.pages() for b in doc_examples.examples(page)
-                      if b.lang == "bash" for c in doc_examples.commands(b)})
+    modules = sorted(
+        {
+            c[0]
+            for page in doc_examples.pages()
+            for b in doc_examples.examples(page)
+            if b.lang == "bash"
+            for c in doc_examples.commands(b)
+        }
+    )
     texts = {}
     argv = sys.argv
     for module in modules:
@@ -132,7 +146,8 @@ def test_every_command_in_the_docs_names_a_real_module_and_real_flags():
                     if flag in options:
                         continue
                     assert module in TAKES_OVERRIDES and flag[2:] in keys, (
-                        f"{where}: {flag} is neither an option of {module} nor a config key")
+                        f"{where}: {flag} is neither an option of {module} nor a config key"
+                    )
                     overrides.append(word[2:])
                 apply_overrides(Config(), overrides)  # types, as the CLI does
                 if "--config" in argv:
@@ -153,7 +168,9 @@ def test_troubleshooting_covers_every_error_class():
                     tree = ast.parse(f.read())
                 for node in ast.walk(tree):
                     if isinstance(node, ast.ClassDef):
-                        bases[node.name] = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+                        bases[node.name] = {
+                            getattr(b, "id", getattr(b, "attr", "")) for b in node.bases
+                        }
     errors = {"KrobertaError"}
     while True:
         more = {n for n, b in bases.items() if b & errors} - errors
@@ -173,7 +190,9 @@ def test_reliability_lists_every_exit_code():
     with open(os.path.join(REPO, "docs", "reliability.md"), encoding="utf-8") as f:
         page = f.read()
     for name in ("BAD_INPUT", "DIVERGED", "INTERRUPTED", "PREEMPTED"):
-        assert f"| {getattr(cli, name)} |" in page, f"exit code {name} missing from docs/reliability.md"
+        assert f"| {getattr(cli, name)} |" in page, (
+            f"exit code {name} missing from docs/reliability.md"
+        )
 
 
 @pytest.mark.fast

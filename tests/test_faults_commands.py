@@ -31,8 +31,15 @@ def _command(name, *args):
 
 
 def _run(command, **kwargs):
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT,
-                          env={**os.environ, "PYTHONPATH": REPO}, **kwargs)
+    return subprocess.run(
+        command,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "PYTHONPATH": REPO},
+        **kwargs,
+    )
 
 
 def _one_line(stderr: str) -> str:
@@ -57,15 +64,21 @@ def files(downstream_model, tmp_path_factory):
     records = root / "records.tfrecord"
     write_seed_format(str(records), 70, TINY_LENGTH, TINY_VOCAB, seed=9)
     train, validation = marker_task(root, train=128, validation=32)
-    return {"run": root / "run", "records": records, "train": train, "validation": validation,
-            "root": root}
+    return {
+        "run": root / "run",
+        "records": records,
+        "train": train,
+        "validation": validation,
+        "root": root,
+    }
 
 
 @contextlib.contextmanager
 def _mounted(path, options: str):
     path.mkdir(exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -102,15 +115,34 @@ def read_only(tmp_path):
 
 
 def _finetune(files, out):
-    return _command("finetune", "--run", files["run"], "--data", files["train"], "--validation",
-                    files["validation"], "--learning-rates", "1e-3,3e-3", "--seeds", 2,
-                    "--epochs", 1, "--max-length", 16, "--no-widen", "--out", out)
+    return _command(
+        "finetune",
+        "--run",
+        files["run"],
+        "--data",
+        files["train"],
+        "--validation",
+        files["validation"],
+        "--learning-rates",
+        "1e-3,3e-3",
+        "--seeds",
+        2,
+        "--epochs",
+        1,
+        "--max-length",
+        16,
+        "--no-widen",
+        "--out",
+        out,
+    )
 
 
 def _without_timings(result: dict) -> dict:
-    return {**result, "trials": [{k: v for k, v in t.items() if k != "seconds"}
-                                 for t in result["trials"]],
-            "kept": {k: v for k, v in result["kept"].items() if k != "seconds"}}
+    return {
+        **result,
+        "trials": [{k: v for k, v in t.items() if k != "seconds"} for t in result["trials"]],
+        "kept": {k: v for k, v in result["kept"].items() if k != "seconds"},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +155,8 @@ def finetuned(files):
 
 
 def test_a_full_disk_during_finetune_keeps_the_finished_trials_and_a_rerun_completes(
-        files, finetuned, small_disk):
+    files, finetuned, small_disk
+):
     # Room for one trial's weights, not for the second's beside it (written under a
     # temporary name, then renamed over the first).
     disk = small_disk(f"{TRIAL_WEIGHTS_BYTES * 3 // 2 // 1024}k")
@@ -131,10 +164,13 @@ def test_a_full_disk_during_finetune_keeps_the_finished_trials_and_a_rerun_compl
     full = _run(_finetune(files, out))
     assert full.returncode == 2, full.stderr[-3000:]
     line = _one_line(full.stderr)
-    assert line.startswith(f"error: could not write the trial's weights at {out}/trials: No space "
-                           "left on device (")
-    assert line.endswith(" MiB free there); the trials that finished before are kept; free some "
-                         "space and run the same command again to resume from them")
+    assert line.startswith(
+        f"error: could not write the trial's weights at {out}/trials: No space left on device ("
+    )
+    assert line.endswith(
+        " MiB free there); the trials that finished before are kept; free some "
+        "space and run the same command again to resume from them"
+    )
     assert not (out / "result.json").exists()
     assert len((out / "trials.jsonl").read_text().splitlines()) == 1
     assert not [name for name in os.listdir(out / "trials") if name.startswith(".tmp-")]
@@ -143,15 +179,18 @@ def test_a_full_disk_during_finetune_keeps_the_finished_trials_and_a_rerun_compl
     resumed = _run(_finetune(files, out))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "1 finished pretrained trial(s) kept from an earlier run" in resumed.stderr
-    assert _without_timings(json.loads((out / "result.json").read_text())) == \
-        _without_timings(json.loads((finetuned / "result.json").read_text()))
-    assert (out / "classifier.weights.h5").read_bytes() == \
-        (finetuned / "classifier.weights.h5").read_bytes()
+    assert _without_timings(json.loads((out / "result.json").read_text())) == _without_timings(
+        json.loads((finetuned / "result.json").read_text())
+    )
+    assert (out / "classifier.weights.h5").read_bytes() == (
+        finetuned / "classifier.weights.h5"
+    ).read_bytes()
 
 
 @pytest.mark.slow
 def test_a_full_disk_while_finetune_saves_its_classifier_leaves_no_result(
-        files, finetuned, small_disk):
+    files, finetuned, small_disk
+):
     # Room for every trial's weights, not for the classifier after them.
     disk = small_disk("400k")
     out = disk / "ft"
@@ -159,26 +198,42 @@ def test_a_full_disk_while_finetune_saves_its_classifier_leaves_no_result(
     assert full.returncode == 2, full.stderr[-3000:]
     line = _one_line(full.stderr)
     assert line.startswith(f"error: could not write the fine-tuned classifier at {out}: ")
-    assert line.endswith(f"; the finished trials are kept in {out}; free some space and run the "
-                         "same command again to resume from them")
+    assert line.endswith(
+        f"; the finished trials are kept in {out}; free some space and run the "
+        "same command again to resume from them"
+    )
     assert not (out / "result.json").exists()
     assert len((out / "trials.jsonl").read_text().splitlines()) == 4
     _grow(disk, "20m")
     resumed = _run(_finetune(files, out))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "4 finished pretrained trial(s) kept from an earlier run" in resumed.stderr
-    assert _without_timings(json.loads((out / "result.json").read_text())) == \
-        _without_timings(json.loads((finetuned / "result.json").read_text()))
+    assert _without_timings(json.loads((out / "result.json").read_text())) == _without_timings(
+        json.loads((finetuned / "result.json").read_text())
+    )
 
 
 def _predict(files, out):
     # Logits at every position: 70 x 32 x 512 float32, 4.6 MB.
-    return _command("predict", "--run", files["run"], "--data", files["records"], "--output",
-                    "logits", "--positions", "all", "--no-progress", "--out", out)
+    return _command(
+        "predict",
+        "--run",
+        files["run"],
+        "--data",
+        files["records"],
+        "--output",
+        "logits",
+        "--positions",
+        "all",
+        "--no-progress",
+        "--out",
+        out,
+    )
 
 
 def test_a_full_disk_during_predict_leaves_no_file_and_a_rerun_writes_it_whole(
-        files, tmp_path, small_disk):
+    files, tmp_path, small_disk
+):
     whole = tmp_path / "whole.npz"
     done = _run(_predict(files, whole))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -187,7 +242,8 @@ def test_a_full_disk_during_predict_leaves_no_file_and_a_rerun_writes_it_whole(
     full = _run(_predict(files, out))
     assert full.returncode == 2, full.stderr[-3000:]
     assert _one_line(full.stderr).startswith(
-        f"error: could not write the predictions at {out}: No space left on device (")
+        f"error: could not write the predictions at {out}: No space left on device ("
+    )
     assert os.listdir(disk) == []  # neither the file nor its raw parts
     _grow(disk, "20m")
     again = _run(_predict(files, out))
@@ -199,14 +255,18 @@ def test_a_full_disk_during_predict_leaves_no_file_and_a_rerun_writes_it_whole(
 @pytest.mark.parametrize("name", ["predict", "finetune", "export", "train"])
 def test_a_read_only_output_folder_is_one_line_before_any_work(files, read_only, name):
     out = read_only / ("p.npz" if name == "predict" else "out")
-    command = {"predict": lambda: _predict(files, out), "finetune": lambda: _finetune(files, out),
-               "export": lambda: _command("export", "--run", files["run"], "--out", out),
-               "train": lambda: _train(files, out)}[name]()
+    command = {
+        "predict": lambda: _predict(files, out),
+        "finetune": lambda: _finetune(files, out),
+        "export": lambda: _command("export", "--run", files["run"], "--out", out),
+        "train": lambda: _train(files, out),
+    }[name]()
     done = _run(command)
     assert done.returncode == 2, done.stderr[-3000:]
     key = "run_dir" if name == "train" else "--out"
     assert _one_line(done.stderr) == (
-        f"error: {key} {out}: {read_only} is on a read-only file system; choose another {key}")
+        f"error: {key} {out}: {read_only} is on a read-only file system; choose another {key}"
+    )
 
 
 @pytest.mark.slow
@@ -217,7 +277,8 @@ def test_a_full_disk_during_export_leaves_no_export(files, small_disk, format):
     full = _run(_command("export", "--run", files["run"], "--format", format, "--out", out))
     assert full.returncode == 2, full.stderr[-3000:]
     assert _one_line(full.stderr).startswith(
-        f"error: could not write the {format} export at {out}: No space left on device")
+        f"error: could not write the {format} export at {out}: No space left on device"
+    )
     assert os.listdir(disk) == []
 
 
@@ -243,9 +304,15 @@ def _jax_loaded(process) -> bool:
 
 def _started(command, ready):
     """Starts `command` in a session of its own; returns once `ready(process)` holds."""
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True,
-                               env={**os.environ, "PYTHONPATH": REPO})
+    process = subprocess.Popen(
+        command,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     deadline = time.monotonic() + TIMEOUT
     while not ready(process):
         if process.poll() is not None:
@@ -274,38 +341,84 @@ def _stopped(process, signum, group: bool):
 def _signal_case(name, files, many_records, out):
     """(command, ready, the interrupted line's tail) of command `name` on the tiny run."""
     if name == "predict":
-        command = _command("predict", "--run", files["run"], "--data", many_records,
-                           "--no-progress", "--out", out / "p.npz")
+        command = _command(
+            "predict",
+            "--run",
+            files["run"],
+            "--data",
+            many_records,
+            "--no-progress",
+            "--out",
+            out / "p.npz",
+        )
 
         def looping(process):  # its raw files' folder is there: the prediction loop started
             return any(entry.startswith(".kroberta-predict-") for entry in os.listdir(out))
 
         return command, looping, "; nothing was written"
     if name == "finetune":
-        command = _command("finetune", "--run", files["run"], "--data", files["train"],
-                           "--validation", files["validation"], "--learning-rates", "3e-3,1e-3",
-                           "--seeds", 8, "--epochs", 2, "--max-length", 16, "--out", out / "ft")
-        return command, lambda p: (out / "ft" / "trials.jsonl").is_file(), \
-            f"; the same command again resumes from the trials that finished (kept in {out / 'ft'})"
+        command = _command(
+            "finetune",
+            "--run",
+            files["run"],
+            "--data",
+            files["train"],
+            "--validation",
+            files["validation"],
+            "--learning-rates",
+            "3e-3,1e-3",
+            "--seeds",
+            8,
+            "--epochs",
+            2,
+            "--max-length",
+            16,
+            "--out",
+            out / "ft",
+        )
+        return (
+            command,
+            lambda p: (out / "ft" / "trials.jsonl").is_file(),
+            f"; the same command again resumes from the trials that finished (kept in {out / 'ft'})",
+        )
     if name == "evaluate":
-        return _command("evaluate", "--model", files["run"], "--data", many_records), \
-            _jax_loaded, ""
+        return (
+            _command("evaluate", "--model", files["run"], "--data", many_records),
+            _jax_loaded,
+            "",
+        )
     return _command("export", "--run", files["run"], "--out", out / "export"), _jax_loaded, ""
 
 
-STOPS = [(name, signum, group) for name in ("predict", "finetune", "evaluate", "export")
-         for signum in ("SIGTERM", "SIGINT") for group in (False, True)]
+STOPS = [
+    (name, signum, group)
+    for name in ("predict", "finetune", "evaluate", "export")
+    for signum in ("SIGTERM", "SIGINT")
+    for group in (False, True)
+]
 # One case per command in the default tier; the rest are slow.
-DEFAULT_STOPS = {("predict", "SIGTERM", False), ("finetune", "SIGINT", True),
-                 ("evaluate", "SIGINT", False), ("export", "SIGTERM", True)}
+DEFAULT_STOPS = {
+    ("predict", "SIGTERM", False),
+    ("finetune", "SIGINT", True),
+    ("evaluate", "SIGINT", False),
+    ("export", "SIGTERM", True),
+}
 
 
-@pytest.mark.parametrize("name, signum, group", [
-    pytest.param(*case, marks=() if case in DEFAULT_STOPS else pytest.mark.slow,
-                 id=f"{case[0]}-{case[1]}-{'group' if case[2] else 'process'}")
-    for case in STOPS])
-def test_sigterm_and_sigint_stop_each_command_with_its_line(files, many_records, tmp_path, name,
-                                                            signum, group):
+@pytest.mark.parametrize(
+    "name, signum, group",
+    [
+        pytest.param(
+            *case,
+            marks=() if case in DEFAULT_STOPS else pytest.mark.slow,
+            id=f"{case[0]}-{case[1]}-{'group' if case[2] else 'process'}",
+        )
+        for case in STOPS
+    ],
+)
+def test_sigterm_and_sigint_stop_each_command_with_its_line(
+    files, many_records, tmp_path, name, signum, group
+):
     command, ready, tail = _signal_case(name, files, many_records, tmp_path)
     code, stderr = _stopped(_started(command, ready), getattr(signal, signum), group)
     first = "stopped by SIGTERM" if signum == "SIGTERM" else "interrupted"
@@ -318,7 +431,8 @@ def test_sigterm_and_sigint_stop_each_command_with_its_line(files, many_records,
 
 @pytest.mark.parametrize("name", ["predict", pytest.param("export", marks=pytest.mark.slow)])
 def test_a_kill_leaves_nothing_at_the_final_name_and_a_rerun_writes_it_whole(
-        files, many_records, tmp_path, name):
+    files, many_records, tmp_path, name
+):
     command, ready, _ = _signal_case(name, files, many_records, tmp_path)
     process = _started(command, ready)
     process.kill()
@@ -342,10 +456,17 @@ def test_a_kill_leaves_nothing_at_the_final_name_and_a_rerun_writes_it_whole(
 
 
 def _train(files, run_dir, steps=40, checkpoint_every=10):
-    return _command("train", "--config", "tiny", f"--data.train={files['records']}",
-                    f"--run_dir={run_dir}", f"--train.steps={steps}",
-                    f"--train.checkpoint_every={checkpoint_every}", "--train.eval_every=0",
-                    "--train.log_every=10")
+    return _command(
+        "train",
+        "--config",
+        "tiny",
+        f"--data.train={files['records']}",
+        f"--run_dir={run_dir}",
+        f"--train.steps={steps}",
+        f"--train.checkpoint_every={checkpoint_every}",
+        "--train.eval_every=0",
+        "--train.log_every=10",
+    )
 
 
 def _final_weights(run_dir):
@@ -376,16 +497,22 @@ def trained(files):
 # own check, 0.5 MiB, cannot fail on a disk that held the checkpoint before it; a disk
 # another program fills in between gives "could not write the final model at ...".)
 TRAIN_DISKS = {
-    "checkpoint": ("1500k", 40, 10, r"error: could not write the checkpoint at step (\d+) in "
-                   r"{run}/checkpoints: No space left on device: a checkpoint needs about [\d.]+ "
-                   r"MiB \([\d.]+ MiB free there\); the previous checkpoints are intact"),
+    "checkpoint": (
+        "1500k",
+        40,
+        10,
+        r"error: could not write the checkpoint at step (\d+) in "
+        r"{run}/checkpoints: No space left on device: a checkpoint needs about [\d.]+ "
+        r"MiB \([\d.]+ MiB free there\); the previous checkpoints are intact",
+    ),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("what", list(TRAIN_DISKS))
 def test_a_full_disk_during_train_keeps_the_checkpoints_and_a_rerun_resumes(
-        files, trained, small_disk, what):
+    files, trained, small_disk, what
+):
     from kroberta.training.checkpoint import list_checkpoints
 
     size, steps, every, pattern = TRAIN_DISKS[what]
@@ -409,8 +536,7 @@ def test_a_full_disk_during_train_keeps_the_checkpoints_and_a_rerun_resumes(
 
 
 @pytest.mark.slow
-def test_a_disk_filled_by_another_program_while_train_runs_is_one_line(files, trained,
-                                                                       small_disk):
+def test_a_disk_filled_by_another_program_while_train_runs_is_one_line(files, trained, small_disk):
     disk = small_disk("2m")
     run_dir = disk / "run"
     command = _train(files, run_dir, steps=200, checkpoint_every=100)
@@ -422,10 +548,14 @@ def test_a_disk_filled_by_another_program_while_train_runs_is_one_line(files, tr
     _, stderr = process.communicate(timeout=TIMEOUT)
     assert process.returncode == 2, stderr[-3000:]
     line = _one_line(stderr)
-    assert line.startswith((f"error: could not write the TensorBoard events at {run_dir}/"
-                            "tensorboard: No space left on device (",
-                            f"error: could not write the metrics at {run_dir}/metrics.jsonl: No "
-                            "space left on device (")), line
+    assert line.startswith(
+        (
+            f"error: could not write the TensorBoard events at {run_dir}/"
+            "tensorboard: No space left on device (",
+            f"error: could not write the metrics at {run_dir}/metrics.jsonl: No "
+            "space left on device (",
+        )
+    ), line
     filler.unlink()
     _grow(disk, "20m")
     again = _run(command)

@@ -21,8 +21,19 @@ pytestmark = pytest.mark.fast
 
 PACKAGE = os.path.dirname(os.path.abspath(kroberta.__file__))
 CLIS = {"train", "predict", "prepare", "export", "aot", "report", "evaluate", "cli"}
-SUBPACKAGES = {"data", "text", "model", "training", "inference", "parallel", "interop", "perf", "runtime",
-               "downstream", "pretraining"}
+SUBPACKAGES = {
+    "data",
+    "text",
+    "model",
+    "training",
+    "inference",
+    "parallel",
+    "interop",
+    "perf",
+    "runtime",
+    "downstream",
+    "pretraining",
+}
 
 # What each subpackage may not import (besides the command-line modules, which none may):
 # within a layer of `LAYERS`, which packages stay apart.
@@ -37,8 +48,16 @@ FORBIDDEN = {
     "interop": {"data", "training", "inference"},
 }
 # The top of the flow: the config and the conventions every layer shares.
-FOUNDATIONS = {"config", "tokens", "counter_hash", "masking", "errors", "atomic", "storage",
-               "run_layout"}
+FOUNDATIONS = {
+    "config",
+    "tokens",
+    "counter_hash",
+    "masking",
+    "errors",
+    "atomic",
+    "storage",
+    "run_layout",
+}
 
 
 def _nodes(path):
@@ -57,7 +76,7 @@ def _kroberta_imports(path):
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         else:
             continue
-        found |= {n[len("kroberta."):] for n in names if n.startswith("kroberta.")}
+        found |= {n[len("kroberta.") :] for n in names if n.startswith("kroberta.")}
     return found
 
 
@@ -71,15 +90,21 @@ def _modules():
 
 def test_the_walk_sees_the_package():
     modules = dict(_modules())
-    assert {"train", "cli.train", "data.pipeline", "model.mlm", "training.run_callbacks"} <= set(modules)
+    assert {"train", "cli.train", "data.pipeline", "model.mlm", "training.run_callbacks"} <= set(
+        modules
+    )
     assert "data.pipeline" in _kroberta_imports(modules["pretraining.train"])
 
 
 def test_no_subpackage_imports_a_command_line_module():
     # The commands themselves (kroberta/cli/) import each other's package, nothing else does.
-    offences = [(module, target) for module, path in _modules()
-                if "." in module and module.split(".")[0] != "cli"
-                for target in _kroberta_imports(path) if target.split(".")[0] in CLIS]
+    offences = [
+        (module, target)
+        for module, path in _modules()
+        if "." in module and module.split(".")[0] != "cli"
+        for target in _kroberta_imports(path)
+        if target.split(".")[0] in CLIS
+    ]
     assert offences == [], "\n".join(map(str, offences))
 
 
@@ -127,8 +152,18 @@ LAYERS = [
     ("pretraining",),
     # What a user calls: the commands, their `python -m kroberta.X` entry modules, and
     # the package's lazy public API (kroberta/__init__.py's `kroberta.train`, ...).
-    ("cli", "aot", "evaluate", "export", "finetune", "predict", "prepare", "report", "train",
-     "kroberta"),
+    (
+        "cli",
+        "aot",
+        "evaluate",
+        "export",
+        "finetune",
+        "predict",
+        "prepare",
+        "report",
+        "train",
+        "kroberta",
+    ),
 ]
 TOP = "kroberta"  # the package itself: `import kroberta` reaches its public API
 
@@ -160,8 +195,9 @@ def _imports_of(path, modules, module=None):
 
     def visit(node, in_function):
         for child in ast.iter_child_nodes(node):
-            inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                       ast.Lambda))
+            inside = in_function or isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+            )
             names = []
             if isinstance(child, ast.Import):
                 names = [a.name for a in child.names]
@@ -169,7 +205,7 @@ def _imports_of(path, modules, module=None):
                 names = [f"{_absolute(child, path, module)}.{a.name}" for a in child.names]
             for name in names:
                 if name == TOP or name.startswith(f"{TOP}."):
-                    below = name[len(TOP) + 1:]
+                    below = name[len(TOP) + 1 :]
                     target = resolve(below) or TOP if below else TOP
                     found.append((target, child.lineno, in_function))
             visit(child, inside)
@@ -182,9 +218,12 @@ def _absolute(node, path, module):
     """The dotted module an `ImportFrom` names, a relative one made absolute."""
     if node.level == 0:
         return node.module
-    package = (module or "").split(".") if path.endswith("__init__.py") else \
-        (module or "").split(".")[:-1]
-    base = [TOP] + [p for p in package[:len(package) - node.level + 1] if p and p != TOP]
+    package = (
+        (module or "").split(".")
+        if path.endswith("__init__.py")
+        else (module or "").split(".")[:-1]
+    )
+    base = [TOP] + [p for p in package[: len(package) - node.level + 1] if p and p != TOP]
     return ".".join(base + ([node.module] if node.module else []))
 
 
@@ -234,11 +273,16 @@ def _commented_lines(path):
     """(lines holding a comment, lines that are only a comment) of the file at `path`."""
     with open(path, encoding="utf-8") as f:
         source = f.read()
-    comments = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
-                if t.type == tokenize.COMMENT]
+    comments = [
+        t
+        for t in tokenize.generate_tokens(io.StringIO(source).readline)
+        if t.type == tokenize.COMMENT
+    ]
     lines = source.splitlines()
-    return ({t.start[0] for t in comments},
-            {t.start[0] for t in comments if not lines[t.start[0] - 1][:t.start[1]].strip()})
+    return (
+        {t.start[0] for t in comments},
+        {t.start[0] for t in comments if not lines[t.start[0] - 1][: t.start[1]].strip()},
+    )
 
 
 def _uncommented_imports(path):
@@ -251,17 +295,29 @@ def _uncommented_imports(path):
     with_comment, comment_only = _commented_lines(path)
     statements = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
     import_lines = {line for node in statements for line in range(node.lineno, node.end_lineno + 1)}
-    inside = sorted({node.lineno for function in ast.walk(tree)
-                     if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom))})
+    inside = sorted(
+        {
+            node.lineno
+            for function in ast.walk(tree)
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for node in ast.walk(function)
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+        }
+    )
     offences = []
     for line in inside:
         above = line - 1
-        while above > 0 and above not in with_comment and (
-                above in import_lines or not lines[above - 1].strip()):
+        while (
+            above > 0
+            and above not in with_comment
+            and (above in import_lines or not lines[above - 1].strip())
+        ):
             above -= 1  # up the block of imports this one stands in
-        explained = line in with_comment or above in comment_only or (
-            above in import_lines and above in with_comment)
+        explained = (
+            line in with_comment
+            or above in comment_only
+            or (above in import_lines and above in with_comment)
+        )
         if not explained:
             offences.append(line)
     return offences
@@ -284,9 +340,15 @@ def layout_offences(root):
             low, high = _layer_of(module), _layer_of(target)
             if None not in (low, high) and high > low:
                 upward.append(f"{os.path.relpath(path, root)}:{line}: {module} -> {target}")
-        uncommented += [f"{os.path.relpath(path, root)}:{line}" for line in _uncommented_imports(path)]
-    return {"circles": [" -> ".join(c) for c in _circles(graph)], "upward": upward,
-            "unplaced": unplaced, "uncommented": uncommented}
+        uncommented += [
+            f"{os.path.relpath(path, root)}:{line}" for line in _uncommented_imports(path)
+        ]
+    return {
+        "circles": [" -> ".join(c) for c in _circles(graph)],
+        "upward": upward,
+        "unplaced": unplaced,
+        "uncommented": uncommented,
+    }
 
 
 def test_no_import_circle():
@@ -298,8 +360,9 @@ def check_layers(root):
     """Fails (AssertionError, the offences listed) when a module of the package at `root`
     stands on no layer or imports a module of a higher layer."""
     found = layout_offences(root)
-    assert found["unplaced"] == [], "modules on no layer (add them to LAYERS):\n" + \
-        "\n".join(found["unplaced"])
+    assert found["unplaced"] == [], "modules on no layer (add them to LAYERS):\n" + "\n".join(
+        found["unplaced"]
+    )
     upward = found["upward"]
     assert upward == [], "imports from a lower layer to a higher one:\n" + "\n".join(upward)
 
@@ -317,12 +380,14 @@ def test_the_layer_check_fails_on_one_upward_import(tmp_path):
         (package / folder / "__init__.py").write_text("")
     (package / "data" / "records.py").write_text("import json\n")
     (package / "data" / "pipeline.py").write_text(
-        "from kroberta.data import records\nfrom kroberta.training import run\n")
+        "from kroberta.data import records\nfrom kroberta.training import run\n"
+    )
     (package / "training" / "run.py").write_text("from kroberta.data import records\n")
     with pytest.raises(AssertionError, match="data/pipeline.py:2: data.pipeline -> training.run"):
         check_layers(str(package))
     assert layout_offences(str(package))["upward"] == [
-        "data/pipeline.py:2: data.pipeline -> training.run"]
+        "data/pipeline.py:2: data.pipeline -> training.run"
+    ]
     (package / "data" / "pipeline.py").write_text("from kroberta.data import records\n")
     layout_offences.cache_clear()  # the package changed: read it again
     check_layers(str(package))
@@ -332,8 +397,10 @@ def test_an_import_inside_a_function_says_why():
     # Start-up time (a command answers --help before JAX loads) or an optional extra;
     # anything else goes to the top of the module.
     uncommented = layout_offences(PACKAGE)["uncommented"]
-    assert uncommented == [], ("imports inside a function without a comment saying why "
-                               "(or move them to the top):\n" + "\n".join(uncommented))
+    assert uncommented == [], (
+        "imports inside a function without a comment saying why "
+        "(or move them to the top):\n" + "\n".join(uncommented)
+    )
 
 
 def test_the_layout_checks_find_a_circle_an_upward_import_and_an_uncommented_one(tmp_path):
@@ -353,9 +420,11 @@ def test_the_layout_checks_find_a_circle_an_upward_import_and_an_uncommented_one
         "training/run.py": "import kroberta.config\nfrom ..model import a\n",
         "storage.py": "def g():\n    import json\n\n    from .training import run\n",
         # Commented: on the line, above it, and a block of imports under one comment.
-        "masking.py": ("def h():\n    import json  # start-up\n    # an optional extra\n"
-                       "    import csv\n\n    from kroberta import (\n        errors)\n"
-                       "    import io\n"),
+        "masking.py": (
+            "def h():\n    import json  # start-up\n    # an optional extra\n"
+            "    import csv\n\n    from kroberta import (\n        errors)\n"
+            "    import io\n"
+        ),
         # A comment on the code above is that code's, not the import's.
         "tokens.py": "def k():\n    x = 1  # one\n    import json\n",
         "elsewhere.py": "",
@@ -411,8 +480,11 @@ def _private_names(path):
 def test_private_apis_stay_in_the_named_modules():
     tools = os.path.join(os.path.dirname(PACKAGE), "tools")
     users = {module for module, path in _modules() if _private_names(path)}
-    users |= {f"tools.{name[:-3]}" for name in os.listdir(tools)
-              if name.endswith(".py") and _private_names(os.path.join(tools, name))}
+    users |= {
+        f"tools.{name[:-3]}"
+        for name in os.listdir(tools)
+        if name.endswith(".py") and _private_names(os.path.join(tools, name))
+    }
     assert users == set(PRIVATE_API_USERS)
 
 
@@ -421,10 +493,17 @@ def _renaming_imports(path):
     found = []
     for node in _nodes(path):
         if isinstance(node, ast.Import):
-            found += [(a.name, a.asname) for a in node.names
-                      if a.asname and a.name.split(".")[0] == "kroberta"]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
-                and node.module.split(".")[0] in ("kroberta", "tests"):
+            found += [
+                (a.name, a.asname)
+                for a in node.names
+                if a.asname and a.name.split(".")[0] == "kroberta"
+            ]
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module.split(".")[0] in ("kroberta", "tests")
+        ):
             found += [(f"{node.module}.{a.name}", a.asname) for a in node.names if a.asname]
     return found
 
@@ -437,8 +516,11 @@ def test_nothing_of_kroberta_is_renamed_on_import():
     for folder in ("tests", "tools"):
         for directory, _, files in os.walk(os.path.join(root, folder)):
             paths += [os.path.join(directory, name) for name in files if name.endswith(".py")]
-    offences = [(os.path.relpath(path, root), name, alias)
-                for path in paths for name, alias in _renaming_imports(path)]
+    offences = [
+        (os.path.relpath(path, root), name, alias)
+        for path in paths
+        for name, alias in _renaming_imports(path)
+    ]
     assert offences == [], "\n".join(map(str, offences))
 
 
@@ -449,8 +531,9 @@ def _imported_names(path):
     for node in _nodes(path):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.update({a.asname or a.name: node.module for a in node.names})
-        elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__"
-                                                  for t in node.targets):
+        elif isinstance(node, ast.Assign) and any(
+            getattr(t, "id", None) == "__all__" for t in node.targets
+        ):
             public |= set(ast.literal_eval(node.value))
     return {name: module for name, module in found.items() if name not in public}
 
@@ -461,8 +544,9 @@ def test_a_name_of_kroberta_is_imported_from_the_module_that_defines_it():
     # The package's own __init__ and a module's `__all__` hand names on on purpose.
     root = os.path.dirname(PACKAGE)
     paths = {f"kroberta.{name}".removesuffix(".__init__"): path for name, path in _modules()}
-    passed_on = {module: _imported_names(path) for module, path in paths.items()
-                 if module != "kroberta"}
+    passed_on = {
+        module: _imported_names(path) for module, path in paths.items() if module != "kroberta"
+    }
     users = list(paths.values())
     for folder in ("tests", "tools"):
         for directory, _, files in os.walk(os.path.join(root, folder)):
@@ -471,10 +555,16 @@ def test_a_name_of_kroberta_is_imported_from_the_module_that_defines_it():
     for path in users:
         for node in _nodes(path):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in passed_on:
-                offences += [(os.path.relpath(path, root), node.module, a.name,
-                              passed_on[node.module][a.name])
-                             for a in node.names if a.name in passed_on[node.module]
-                             and f"{node.module}.{a.name}" not in paths]
+                offences += [
+                    (
+                        os.path.relpath(path, root),
+                        node.module,
+                        a.name,
+                        passed_on[node.module][a.name],
+                    )
+                    for a in node.names
+                    if a.name in passed_on[node.module] and f"{node.module}.{a.name}" not in paths
+                ]
     assert offences == [], "\n".join(map(str, offences))
 
 
@@ -488,6 +578,7 @@ MAX_FUNCTION_LINES = 80
 
 def _functions(path, module):
     """(dotted name, lines) of every function and method defined in the module at `path`."""
+
     def walk(node, prefix):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -504,11 +595,17 @@ def _functions(path, module):
 
 
 def test_no_function_is_over_80_lines():
-    lines = {name: length for module, path in _modules() for name, length in _functions(path, module)}
-    offences = [f"{name}: {length} lines" for name, length in sorted(lines.items())
-                if length > MAX_FUNCTION_LINES and name not in LONG_FUNCTIONS_TO_SPLIT]
-    assert offences == [], f"functions over {MAX_FUNCTION_LINES} lines (split them):\n" + \
-        "\n".join(offences)
+    lines = {
+        name: length for module, path in _modules() for name, length in _functions(path, module)
+    }
+    offences = [
+        f"{name}: {length} lines"
+        for name, length in sorted(lines.items())
+        if length > MAX_FUNCTION_LINES and name not in LONG_FUNCTIONS_TO_SPLIT
+    ]
+    assert offences == [], f"functions over {MAX_FUNCTION_LINES} lines (split them):\n" + "\n".join(
+        offences
+    )
     split = [name for name in LONG_FUNCTIONS_TO_SPLIT if lines.get(name, 0) <= MAX_FUNCTION_LINES]
     assert split == [], "split (or gone): remove from LONG_FUNCTIONS_TO_SPLIT:\n" + "\n".join(split)
 
@@ -516,11 +613,29 @@ def test_no_function_is_over_80_lines():
 # Methods of Keras objects that code might swap on a live instance (`model.call = ...`):
 # a model then behaves unlike its class, and saving, cloning or tracing it surprises.
 # Subclass instead. Only the model builder (kroberta/model/) swaps, at the layer level.
-SWAPPED_METHODS = {"__call__", "call", "build", "compute_loss", "compute_metrics", "compile",
-                   "evaluate", "fit", "generate_step", "get_config", "load_weights",
-                   "make_predict_function", "make_test_function", "make_train_function",
-                   "predict", "predict_step", "save", "save_weights", "stateless_call",
-                   "test_step", "train_step"}
+SWAPPED_METHODS = {
+    "__call__",
+    "call",
+    "build",
+    "compute_loss",
+    "compute_metrics",
+    "compile",
+    "evaluate",
+    "fit",
+    "generate_step",
+    "get_config",
+    "load_weights",
+    "make_predict_function",
+    "make_test_function",
+    "make_train_function",
+    "predict",
+    "predict_step",
+    "save",
+    "save_weights",
+    "stateless_call",
+    "test_step",
+    "train_step",
+}
 
 
 def _swaps(path):
@@ -530,28 +645,43 @@ def _swaps(path):
     for node in _nodes(path):
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            found += [(node.lineno, ast.unparse(target)) for top in targets
-                      for target in ast.walk(top) if isinstance(target, ast.Attribute)
-                      and target.attr in SWAPPED_METHODS | {"__class__"}]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id == "setattr" and len(node.args) >= 2 \
-                and isinstance(node.args[1], ast.Constant) \
-                and node.args[1].value in SWAPPED_METHODS | {"__class__"}:
+            found += [
+                (node.lineno, ast.unparse(target))
+                for top in targets
+                for target in ast.walk(top)
+                if isinstance(target, ast.Attribute)
+                and target.attr in SWAPPED_METHODS | {"__class__"}
+            ]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in SWAPPED_METHODS | {"__class__"}
+        ):
             found.append((node.lineno, ast.unparse(node)))
     return found
 
 
 def test_no_class_or_method_is_swapped_on_an_instance_outside_the_model_builder():
-    offences = [f"kroberta/{module.replace('.', '/')}.py:{line}: {code}"
-                for module, path in _modules() if module.split(".")[0] != "model"
-                for line, code in _swaps(path)]
-    assert offences == [], ("a class or method swapped on a live object (subclass instead; "
-                            "only kroberta/model/'s builder may):\n" + "\n".join(offences))
+    offences = [
+        f"kroberta/{module.replace('.', '/')}.py:{line}: {code}"
+        for module, path in _modules()
+        if module.split(".")[0] != "model"
+        for line, code in _swaps(path)
+    ]
+    assert offences == [], (
+        "a class or method swapped on a live object (subclass instead; "
+        "only kroberta/model/'s builder may):\n" + "\n".join(offences)
+    )
 
 
 def test_the_swap_check_sees_a_swap(tmp_path):
     path = tmp_path / "swapping.py"
-    path.write_text("def f(model, layer, fn):\n    model.predict_step = fn\n"
-                    "    layer.__class__ = type(layer)\n    setattr(model, 'call', fn)\n"
-                    "    model.stop_training = True\n")
+    path.write_text(
+        "def f(model, layer, fn):\n    model.predict_step = fn\n"
+        "    layer.__class__ = type(layer)\n    setattr(model, 'call', fn)\n"
+        "    model.stop_training = True\n"
+    )
     assert [line for line, _ in _swaps(path)] == [2, 3, 4]

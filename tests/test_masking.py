@@ -25,7 +25,7 @@ def _sequence(length=20, real=16, seed=0):
     rng = np.random.default_rng(seed)
     ids = np.full(length, 1, np.int32)
     ids[0] = 0
-    ids[1:real - 1] = rng.integers(5, VOCAB, real - 2)
+    ids[1 : real - 1] = rng.integers(5, VOCAB, real - 2)
     ids[real - 1] = 2
     mask = (np.arange(length) < real).astype(np.int32)
     return ids, mask
@@ -36,7 +36,8 @@ def _masker(settings):
     """The jitted `dynamic_mask_batch` of ((name, value), ...) settings (numpy out)."""
     settings = dict(settings)
     return masking.host_function(
-        lambda ids, mask, keys: masking.dynamic_mask_batch(ids, mask, keys, **settings))
+        lambda ids, mask, keys: masking.dynamic_mask_batch(ids, mask, keys, **settings)
+    )
 
 
 def dynamic_mask_batch(ids, mask, seed, indices, word_starts=None, **settings):
@@ -50,18 +51,21 @@ def dynamic_mask_batch(ids, mask, seed, indices, word_starts=None, **settings):
 
 def _mask(ids, mask, seed=(7, 3), **kwargs):
     """The masks of one sequence (L,) at element seed[1] under seed[0]."""
-    params = dict(mask_rate=0.15, slots=6, mask_token_id=4, special_token_ids=SPECIAL,
-                  vocabulary_size=VOCAB)
+    params = dict(
+        mask_rate=0.15, slots=6, mask_token_id=4, special_token_ids=SPECIAL, vocabulary_size=VOCAB
+    )
     params.update(kwargs)
-    out = dynamic_mask_batch(np.asarray(ids)[None], np.asarray(mask)[None], seed[0], [seed[1]],
-                             **params)
+    out = dynamic_mask_batch(
+        np.asarray(ids)[None], np.asarray(mask)[None], seed[0], [seed[1]], **params
+    )
     return [t[0] for t in out]
 
 
 def test_rate_one_with_all_mask_selects_every_candidate():
     ids, mask = _sequence()
-    masked, positions, labels = _mask(ids, mask, mask_rate=1.0, slots=20, mask_fraction=1.0,
-                                      random_fraction=0.0)
+    masked, positions, labels = _mask(
+        ids, mask, mask_rate=1.0, slots=20, mask_fraction=1.0, random_fraction=0.0
+    )
     candidates = set(np.flatnonzero((mask == 1) & (ids >= 5)))
     valid = labels != IGNORE_LABEL
     assert set(positions[valid]) == candidates
@@ -80,16 +84,18 @@ def test_rate_zero_changes_nothing():
 
 def test_keep_fraction_one_leaves_tokens_but_labels_them():
     ids, mask = _sequence()
-    masked, positions, labels = _mask(ids, mask, mask_rate=0.5, slots=10, mask_fraction=0.0,
-                                      random_fraction=0.0)
+    masked, positions, labels = _mask(
+        ids, mask, mask_rate=0.5, slots=10, mask_fraction=0.0, random_fraction=0.0
+    )
     np.testing.assert_array_equal(masked, ids)
     assert (labels != IGNORE_LABEL).sum() == 7  # round(0.5 * 14 candidates)
 
 
 def test_random_replacements_are_regular_tokens():
     ids, mask = _sequence(length=64, real=64)
-    masked, positions, labels = _mask(ids, mask, mask_rate=1.0, slots=64, mask_fraction=0.0,
-                                      random_fraction=1.0)
+    masked, positions, labels = _mask(
+        ids, mask, mask_rate=1.0, slots=64, mask_fraction=0.0, random_fraction=1.0
+    )
     valid = labels != IGNORE_LABEL
     assert (masked[positions[valid]] >= 5).all() and (masked < VOCAB).all()
 
@@ -101,8 +107,13 @@ def test_random_replacements_skip_special_ids_above_the_regular_ones():
     rng = np.random.default_rng(0)
     ids = rng.integers(4, 39, (8, 64))  # no special among them: every position is a candidate
     mask = np.ones_like(ids)
-    settings = dict(mask_rate=1.0, slots=64, mask_token_id=39, special_token_ids=specials,
-                    vocabulary_size=vocabulary)
+    settings = dict(
+        mask_rate=1.0,
+        slots=64,
+        mask_token_id=39,
+        special_token_ids=specials,
+        vocabulary_size=vocabulary,
+    )
     got = dynamic_mask_batch(ids, mask, 5, np.arange(8), **settings)
     want = masking_reference.dynamic_mask(ids, mask, 5, np.arange(8), **settings)
     for g, w in zip(got, want):
@@ -118,7 +129,7 @@ def test_chosen_positions_fill_the_slots_in_position_order():
     ids, mask = _sequence(length=64, real=60)
     _, positions, labels = _mask(ids, mask, mask_rate=0.3, slots=20)
     valid = labels != IGNORE_LABEL
-    assert valid.sum() == round(0.3 * 58) and valid[:valid.sum()].all()
+    assert valid.sum() == round(0.3 * 58) and valid[: valid.sum()].all()
     assert (np.diff(positions[valid]) > 0).all() and (positions[~valid] == 0).all()
 
 
@@ -153,9 +164,16 @@ def test_jitted_equals_eager_and_the_host_ops_inside_a_dataset_map():
     ids, mask = _sequence(length=32, real=28)
     jitted = _mask(ids, mask, seed=(3, 4), mask_rate=0.3, slots=9)
     keys = masking.element_keys(3, np.array([4]))
-    eager = masking.dynamic_mask_batch(ids[None], mask[None], keys, mask_rate=0.3, slots=9,
-                                       mask_token_id=4, special_token_ids=SPECIAL,
-                                       vocabulary_size=VOCAB)
+    eager = masking.dynamic_mask_batch(
+        ids[None],
+        mask[None],
+        keys,
+        mask_rate=0.3,
+        slots=9,
+        mask_token_id=4,
+        special_token_ids=SPECIAL,
+        vocabulary_size=VOCAB,
+    )
     for x, y in zip(jitted, eager):
         np.testing.assert_array_equal(x, np.asarray(y)[0])
     from kroberta.config import DataConfig
@@ -164,8 +182,15 @@ def test_jitted_equals_eager_and_the_host_ops_inside_a_dataset_map():
     data = DataConfig(mask_rate=0.3, max_predictions=9, special_token_ids=SPECIAL)
     ds = tf.data.Dataset.from_tensors((ids[None], mask[None])).map(
         lambda i, m: host_masking.finished(
-            {"token_ids": i, "padding_mask": m,
-             "mask_keys": host_masking.element_keys(3, tf.constant([4], tf.int64))}, data, VOCAB))
+            {
+                "token_ids": i,
+                "padding_mask": m,
+                "mask_keys": host_masking.element_keys(3, tf.constant([4], tf.int64)),
+            },
+            data,
+            VOCAB,
+        )
+    )
     x, labels = next(iter(ds))
     assert x["mask_positions"].shape == labels.shape == (1, 9)
     for got, want in zip((x["token_ids"], x["mask_positions"], labels), jitted):
@@ -183,13 +208,16 @@ def test_static_slots_take_labels_in_position_order_and_count_overflow():
     labels[[3, 5, 9, 12]] = [30, 50, 90, 120]
     from kroberta.model.predict_program import choose_slots
 
-    positions, valid, slot_labels, dropped = [np.asarray(a)[0] for a in choose_slots(
-        labels[None], np.ones((1, 16), np.int32), 3, "masked")]
+    positions, valid, slot_labels, dropped = [
+        np.asarray(a)[0]
+        for a in choose_slots(labels[None], np.ones((1, 16), np.int32), 3, "masked")
+    ]
     np.testing.assert_array_equal(positions, [3, 5, 9])
     np.testing.assert_array_equal(slot_labels, [30, 50, 90])
     assert valid.all() and dropped == 1
-    positions, slot_labels = masking.host_function(
-        lambda t: masking.first_labelled_slots(t, 6))(labels[None])
+    positions, slot_labels = masking.host_function(lambda t: masking.first_labelled_slots(t, 6))(
+        labels[None]
+    )
     np.testing.assert_array_equal(positions[0], [3, 5, 9, 12, 0, 0])
     np.testing.assert_array_equal(slot_labels[0], [30, 50, 90, 120, IGNORE_LABEL, IGNORE_LABEL])
 
@@ -213,15 +241,21 @@ def _word_batch(rows, length, seed=0):
     ids = rng.integers(5, WORD_VOCAB, (rows, length))
     ids[:, 0], ids[:, -1] = 0, 2
     mask = np.ones_like(ids)
-    mask[::4, length // 2:] = 0  # some padded rows
-    ids[::4, length // 2:] = 1
+    mask[::4, length // 2 :] = 0  # some padded rows
+    ids[::4, length // 2 :] = 1
     ids[1::5, length // 3] = 2  # a separator inside some rows: it ends a word
     return ids, mask, starts
 
 
 def _whole_word_mask(ids, mask, starts, indices, **kwargs):
-    params = dict(mask_rate=0.15, slots=12, mask_token_id=4, special_token_ids=SPECIAL,
-                  vocabulary_size=WORD_VOCAB, word_starts=starts)
+    params = dict(
+        mask_rate=0.15,
+        slots=12,
+        mask_token_id=4,
+        special_token_ids=SPECIAL,
+        vocabulary_size=WORD_VOCAB,
+        word_starts=starts,
+    )
     params.update(kwargs)
     return dynamic_mask_batch(ids, mask, 11, indices, **params)
 
@@ -265,13 +299,23 @@ def test_whole_word_masks_depend_only_on_seed_and_index():
     indices = np.arange(500, 524)
     whole = _whole_word_mask(ids, mask, starts, indices)
     for size in (8, 1):
-        parts = [_whole_word_mask(ids[s:s + size], mask[s:s + size], starts, indices[s:s + size])
-                 for s in range(0, 24, size)]
+        parts = [
+            _whole_word_mask(ids[s : s + size], mask[s : s + size], starts, indices[s : s + size])
+            for s in range(0, 24, size)
+        ]
         for k in range(3):
             np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), whole[k])
     eager = masking.dynamic_mask_batch(
-        ids, mask, masking.element_keys(11, indices), mask_rate=0.15, slots=12, mask_token_id=4,
-        special_token_ids=SPECIAL, vocabulary_size=WORD_VOCAB, word_starts=starts)
+        ids,
+        mask,
+        masking.element_keys(11, indices),
+        mask_rate=0.15,
+        slots=12,
+        mask_token_id=4,
+        special_token_ids=SPECIAL,
+        vocabulary_size=WORD_VOCAB,
+        word_starts=starts,
+    )
     for k in range(3):
         np.testing.assert_array_equal(np.asarray(eager[k]), whole[k])
 
@@ -285,8 +329,9 @@ def test_whole_words_longer_than_the_slots_are_never_split():
     _, positions, labels = _whole_word_mask(ids, mask, starts, np.arange(1), mask_rate=1.0, slots=4)
     assert (labels == IGNORE_LABEL).all()
     # With every token its own word, rate 1 chooses every candidate.
-    _, positions, labels = _whole_word_mask(ids, mask, np.ones(WORD_VOCAB, bool), np.arange(1),
-                                            mask_rate=1.0, slots=10)
+    _, positions, labels = _whole_word_mask(
+        ids, mask, np.ones(WORD_VOCAB, bool), np.arange(1), mask_rate=1.0, slots=10
+    )
     assert sorted(positions[0][labels[0] != IGNORE_LABEL]) == list(range(1, 11))
 
 
@@ -330,11 +375,14 @@ def test_the_training_pipeline_masks_whole_words_of_the_tokenizer(tmp_path):
 
     def batches(whole_words):
         config = dataclasses.replace(
-            Config(), run_dir=str(tmp_path / "run"),
+            Config(),
+            run_dir=str(tmp_path / "run"),
             model=dataclasses.replace(Config().model, vocabulary_size=300, max_sequence_length=32),
-            data=dataclasses.replace(Config().data, dir=str(directory), mask_rate=0.3,
-                                     whole_word_masking=whole_words),
-            train=dataclasses.replace(Config().train, batch_size_per_device=4))
+            data=dataclasses.replace(
+                Config().data, dir=str(directory), mask_rate=0.3, whole_word_masking=whole_words
+            ),
+            train=dataclasses.replace(Config().train, batch_size_per_device=4),
+        )
         masked = kroberta.dataset(config, masks_on_host=True)
         return list(masked.take(8).as_numpy_iterator())
 
@@ -370,11 +418,21 @@ def test_element_keys_are_the_references():
         np.testing.assert_array_equal(got, masking_reference.element_keys(seed, indices))
 
 
-@pytest.mark.parametrize("length,slots,rate,whole_words", [
-    (1, 1, 0.15, False), (9, 24, 1.0, False), (64, 10, 0.15, False), (130, 40, 0.4, False),
-    (64, 80, 0.15, False), (9, 12, 1.0, True), (48, 12, 0.15, True), (40, 3, 0.5, True),
-    (130, 40, 0.3, True), (64, 6, 0.0, True),
-])
+@pytest.mark.parametrize(
+    "length,slots,rate,whole_words",
+    [
+        (1, 1, 0.15, False),
+        (9, 24, 1.0, False),
+        (64, 10, 0.15, False),
+        (130, 40, 0.4, False),
+        (64, 80, 0.15, False),
+        (9, 12, 1.0, True),
+        (48, 12, 0.15, True),
+        (40, 3, 0.5, True),
+        (130, 40, 0.3, True),
+        (64, 6, 0.0, True),
+    ],
+)
 def test_dynamic_masks_are_the_references(length, slots, rate, whole_words):
     rng = np.random.default_rng(length * slots)
     rows = 12
@@ -382,28 +440,37 @@ def test_dynamic_masks_are_the_references(length, slots, rate, whole_words):
     mask = (np.arange(length)[None, :] < rng.integers(0, length + 1, (rows, 1))).astype(np.int32)
     starts = rng.random(WORD_VOCAB) < 0.4 if whole_words else None
     indices = rng.integers(0, 2**36, rows)
-    settings = dict(mask_rate=rate, slots=slots, mask_token_id=4, special_token_ids=SPECIAL,
-                    vocabulary_size=WORD_VOCAB, word_starts=starts)
+    settings = dict(
+        mask_rate=rate,
+        slots=slots,
+        mask_token_id=4,
+        special_token_ids=SPECIAL,
+        vocabulary_size=WORD_VOCAB,
+        word_starts=starts,
+    )
     got = dynamic_mask_batch(ids, mask, 99, indices, **settings)
     want = masking_reference.dynamic_mask(ids, mask, 99, indices, **settings)
     for name, g, w in zip(("ids", "positions", "labels"), got, want):
         np.testing.assert_array_equal(g, w, err_msg=name)
 
 
-@pytest.mark.parametrize("length,slots,share", [(1, 1, 0.5), (16, 4, 0.15), (40, 60, 0.6),
-                                                 (64, 10, 0.0), (64, 10, 1.0)])
+@pytest.mark.parametrize(
+    "length,slots,share", [(1, 1, 0.5), (16, 4, 0.15), (40, 60, 0.6), (64, 10, 0.0), (64, 10, 1.0)]
+)
 def test_static_slots_are_the_references(length, slots, share):
     """Training's static slots and prediction's (chosen in the predict program from the
     labels or <mask> marks) against the numpy reference, with the overflow counts."""
     from kroberta.model.predict_program import choose_slots
 
     rng = np.random.default_rng(length + slots)
-    labels = np.where(rng.random((9, length)) < share, rng.integers(5, VOCAB, (9, length)),
-                      IGNORE_LABEL).astype(np.int32)
+    labels = np.where(
+        rng.random((9, length)) < share, rng.integers(5, VOCAB, (9, length)), IGNORE_LABEL
+    ).astype(np.int32)
     want = masking_reference.static_slots(labels, slots)
     got = masking.host_function(lambda t: masking.first_labelled_slots(t, slots))(labels)
     where, valid, in_predict, dropped = jax.jit(choose_slots, static_argnums=(2, 3))(
-        labels, np.ones_like(labels), slots, "masked")
+        labels, np.ones_like(labels), slots, "masked"
+    )
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     np.testing.assert_array_equal(where, want[0])
@@ -416,12 +483,27 @@ def test_static_labels_are_the_dynamic_masks_written_per_position():
     rng = np.random.default_rng(5)
     ids = rng.integers(5, VOCAB, (6, 20))
     mask = np.ones_like(ids)
-    masked, labels = masking.static_labels(ids, mask, 4, np.arange(10, 16), mask_rate=0.3,
-                                           mask_token_id=4, special_token_ids=SPECIAL,
-                                           vocabulary_size=VOCAB)
+    masked, labels = masking.static_labels(
+        ids,
+        mask,
+        4,
+        np.arange(10, 16),
+        mask_rate=0.3,
+        mask_token_id=4,
+        special_token_ids=SPECIAL,
+        vocabulary_size=VOCAB,
+    )
     want_ids, positions, slot_labels = masking_reference.dynamic_mask(
-        ids, mask, 4, np.arange(10, 16), mask_rate=0.3, slots=20, mask_token_id=4,
-        special_token_ids=SPECIAL, vocabulary_size=VOCAB)
+        ids,
+        mask,
+        4,
+        np.arange(10, 16),
+        mask_rate=0.3,
+        slots=20,
+        mask_token_id=4,
+        special_token_ids=SPECIAL,
+        vocabulary_size=VOCAB,
+    )
     np.testing.assert_array_equal(masked, want_ids)
     want = np.full_like(ids, IGNORE_LABEL)
     for row in range(6):

@@ -47,8 +47,7 @@ CELLS = [
     "filled = kroberta.fill_mask(model, ['The alpha <mask> gamma ends here.'], top_k=3)\n"
     "print('fill_mask', len(filled[0]), sorted(filled[0][0]))",
     # 4: the report, inline.
-    "report = kroberta.report('run')\n"
-    "print('figure', type(report['figure']).__name__)",
+    "report = kroberta.report('run')\nprint('figure', type(report['figure']).__name__)",
 ]
 
 
@@ -62,21 +61,31 @@ def test_a_notebook_trains_predicts_and_reports(tmp_path):
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
     env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS")}
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    client = nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=900,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
     client.execute(env=env)
     outputs = [cell["outputs"] for cell in notebook.cells]
     for i, cell_outputs in enumerate(outputs):
         assert not [o for o in cell_outputs if o["output_type"] == "error"], (i, cell_outputs)
-    stdout = ["".join(o["text"] for o in cell if o["output_type"] == "stream" and
-                      o["name"] == "stdout") for cell in outputs]
+    stdout = [
+        "".join(o["text"] for o in cell if o["output_type"] == "stream" and o["name"] == "stdout")
+        for cell in outputs
+    ]
 
     assert "backend jax\n" in stdout[0]
     assert "vocabulary " in stdout[1]
     # No start-up noise from the libraries underneath (TensorFlow's absl, oneDNN and CUDA
     # lines are native stderr, which the kernel does not capture; Python warnings are).
-    stderr = "".join(o["text"] for cell in outputs for o in cell
-                     if o["output_type"] == "stream" and o["name"] == "stderr")
+    stderr = "".join(
+        o["text"]
+        for cell in outputs
+        for o in cell
+        if o["output_type"] == "stream" and o["name"] == "stderr"
+    )
     for noise in ("TqdmWarning", "IProgress", "oneDNN", "cudart", "absl::InitializeLog"):
         assert noise not in stderr, stderr[-2000:]
 
@@ -94,8 +103,9 @@ def test_a_notebook_trains_predicts_and_reports(tmp_path):
     assert "fill_mask 3 ['score', 'sequence', 'token', 'token_id', 'token_str']\n" in stdout[3]
 
     # The report: its picture inline, its summary printed.
-    images = [o for o in outputs[4] if o["output_type"] == "display_data" and
-              "image/png" in o["data"]]
+    images = [
+        o for o in outputs[4] if o["output_type"] == "display_data" and "image/png" in o["data"]
+    ]
     assert len(images) == 1 and len(images[0]["data"]["image/png"]) > 10_000
     assert "final train loss" in stdout[4] and "figure Figure\n" in stdout[4]
     assert (tmp_path / "run" / "report.png").exists()

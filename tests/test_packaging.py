@@ -20,12 +20,29 @@ def _build_wheel(tmp_path) -> str:
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(os.path.join(REPO, name), source / name)
-    shutil.copytree(os.path.join(REPO, "kroberta"), source / "kroberta",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        os.path.join(REPO, "kroberta"),
+        source / "kroberta",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     # Offline: no build isolation (it would download setuptools), no dependencies.
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-         "-q", str(source), "-w", str(tmp_path / "dist")], capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            str(source),
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").glob("kroberta-*.whl")
     return str(wheel)
@@ -36,8 +53,12 @@ def test_the_wheel_ships_the_configs(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         shipped = sorted(n for n in names if n.startswith("kroberta/configs/"))
-        assert shipped == ["kroberta/configs/base.toml", "kroberta/configs/seed.toml",
-                           "kroberta/configs/small.toml", "kroberta/configs/tiny.toml"]
+        assert shipped == [
+            "kroberta/configs/base.toml",
+            "kroberta/configs/seed.toml",
+            "kroberta/configs/small.toml",
+            "kroberta/configs/tiny.toml",
+        ]
         for name in shipped:
             with open(os.path.join(REPO, name), "rb") as f:
                 assert archive.read(name) == f.read()
@@ -50,16 +71,36 @@ def test_a_fresh_venv_with_the_wheel_resolves_named_configs(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    result = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
-                             "--no-deps", "--no-index", wheel], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            wheel,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     # The dependencies (keras, jax, tensorflow, ...) come from this environment, added
     # after the venv's own site-packages as a plain path: its editable kroberta is not.
     venv_site = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True, text=True, check=True).stdout.strip()
-    ours = sysconfig.get_path("purelib") if sys.prefix != sys.base_prefix \
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = (
+        sysconfig.get_path("purelib")
+        if sys.prefix != sys.base_prefix
         else site.getsitepackages()[0]
+    )
     with open(os.path.join(venv_site, "dependencies.pth"), "w") as f:
         f.write(ours + "\n")
     work = tmp_path / "elsewhere"  # no configs/ folder and no repository on the path
@@ -67,11 +108,15 @@ def test_a_fresh_venv_with_the_wheel_resolves_named_configs(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KERAS_BACKEND")}
 
     def run(*args):
-        return subprocess.run([python, *args], capture_output=True, text=True, cwd=work, env=env,
-                              timeout=600)
+        return subprocess.run(
+            [python, *args], capture_output=True, text=True, cwd=work, env=env, timeout=600
+        )
 
-    found = run("-c", "import kroberta; c = kroberta.load_config('seed'); "
-                      "print(kroberta.__file__); print(c.model.hidden_dim)")
+    found = run(
+        "-c",
+        "import kroberta; c = kroberta.load_config('seed'); "
+        "print(kroberta.__file__); print(c.model.hidden_dim)",
+    )
     assert found.returncode == 0, found.stderr[-3000:]
     location, hidden = found.stdout.split()[-2:]
     assert location == os.path.join(venv_site, "kroberta", "__init__.py") and hidden == "300"
@@ -80,10 +125,12 @@ def test_a_fresh_venv_with_the_wheel_resolves_named_configs(tmp_path):
     cli = run("-m", "kroberta.train", "--config", "seed", "--model.num_heads=7")
     assert cli.returncode == 2
     assert cli.stderr.strip().splitlines()[-1] == (
-        "error: command line: model.num_heads: 7 heads do not divide hidden_dim=300")
+        "error: command line: model.num_heads: 7 heads do not divide hidden_dim=300"
+    )
     unknown = run("-m", "kroberta.train", "--config", "sead")
     assert unknown.returncode == 2
     assert unknown.stderr.strip().splitlines()[-1] == (
         "error: config 'sead': neither a shipped config (base, seed, small, tiny) nor a file; give one "
-        "of those names, the path of a TOML file or a run directory")
+        "of those names, the path of a TOML file or a run directory"
+    )
     assert not (work / "runs").exists()

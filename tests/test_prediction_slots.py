@@ -46,9 +46,11 @@ def test_an_explicit_cap_is_named_with_the_rate_it_masks():
     data = DataConfig(mask_rate=0.15, masking="dynamic", max_predictions=16)
     assert data.capped_masking(64) is None
     message = data.capped_masking(128)
-    assert message == ("data.max_predictions=16 caps the masks at 16 of 126 tokens in a full sequence of 128: "
-                       "12.7% masked, not data.mask_rate=0.15 (19 tokens); set data.max_predictions=0 "
-                       "(follows the sequence length: 24 here) or at least 19")
+    assert message == (
+        "data.max_predictions=16 caps the masks at 16 of 126 tokens in a full sequence of 128: "
+        "12.7% masked, not data.mask_rate=0.15 (19 tokens); set data.max_predictions=0 "
+        "(follows the sequence length: 24 here) or at least 19"
+    )
     assert dataclasses.replace(data, max_predictions=19).capped_masking(128) is None
     assert dataclasses.replace(data, masking="static").capped_masking(128) is None  # files' labels
 
@@ -60,9 +62,16 @@ def test_the_masked_share_of_a_full_sequence(max_predictions, expected):
     ids = np.random.default_rng(0).integers(len(SPECIAL_IDS), 1000, (rows, L)).astype(np.int32)
     ids[:, 0], ids[:, -1] = BOS_ID, EOS_ID
     keys = element_keys(0, np.arange(rows, dtype=np.int64))
-    _, _, labels = dynamic_mask_batch(ids, np.ones((rows, L), np.int32), keys, mask_rate=data.mask_rate,
-                                      slots=data.prediction_slots(L), mask_token_id=MASK_ID,
-                                      special_token_ids=SPECIAL_IDS, vocabulary_size=1000)
+    _, _, labels = dynamic_mask_batch(
+        ids,
+        np.ones((rows, L), np.int32),
+        keys,
+        mask_rate=data.mask_rate,
+        slots=data.prediction_slots(L),
+        mask_token_id=MASK_ID,
+        special_token_ids=SPECIAL_IDS,
+        vocabulary_size=1000,
+    )
     counts = (np.asarray(labels) != -100).sum(axis=1)
     assert counts.tolist() == [expected] * rows
     assert math.isclose(expected / (L - 2), 0.15, abs_tol=0.002) == (max_predictions == 0)
@@ -73,10 +82,20 @@ def test_a_run_names_the_rate_it_really_masks_at_its_start(tiny_data, tmp_path, 
     from kroberta.pretraining.train import train
     from tests.conftest import tiny_config
 
-    config = tiny_config(tiny_data, tmp_path / "run", steps=1, warmup_steps=0, eval_every=1, log_every=1,
-                         checkpoint_every=1, eval_steps=1)
+    config = tiny_config(
+        tiny_data,
+        tmp_path / "run",
+        steps=1,
+        warmup_steps=0,
+        eval_every=1,
+        log_every=1,
+        checkpoint_every=1,
+        eval_steps=1,
+    )
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, max_predictions=2))
     with caplog.at_level("INFO"):
         train(config)
-    assert ("data.max_predictions=2 caps the masks at 2 of 30 tokens in a full sequence of 32: 6.7% masked, "
-            "not data.mask_rate=0.15 (4 tokens)") in caplog.text
+    assert (
+        "data.max_predictions=2 caps the masks at 2 of 30 tokens in a full sequence of 32: 6.7% masked, "
+        "not data.mask_rate=0.15 (4 tokens)"
+    ) in caplog.text

@@ -12,14 +12,30 @@ from tests.conftest import tiny_config
 def _write_rows(run_dir):
     rows = []
     for step in range(10, 210, 10):
-        rows.append({"step": step, "split": "train", "loss": 6.0 - step / 50,
-                     "masked_accuracy": step / 400, "learning_rate": 1e-3 * (1 - step / 200),
-                     "samples_per_second": 60.0 + step % 7, "tokens_per_second": 3840.0 + step,
-                     "step_time": 1.0, "mfu": 0.2 + step / 2000,
-                     **({"compile_seconds": 12.5} if step == 10 else {})})
+        rows.append(
+            {
+                "step": step,
+                "split": "train",
+                "loss": 6.0 - step / 50,
+                "masked_accuracy": step / 400,
+                "learning_rate": 1e-3 * (1 - step / 200),
+                "samples_per_second": 60.0 + step % 7,
+                "tokens_per_second": 3840.0 + step,
+                "step_time": 1.0,
+                "mfu": 0.2 + step / 2000,
+                **({"compile_seconds": 12.5} if step == 10 else {}),
+            }
+        )
         if step % 100 == 0:
-            rows.append({"step": step, "split": "validation", "loss": 5.5 - step / 100,
-                         "masked_accuracy": step / 300, "perplexity": 1.0})
+            rows.append(
+                {
+                    "step": step,
+                    "split": "validation",
+                    "loss": 5.5 - step / 100,
+                    "masked_accuracy": step / 300,
+                    "perplexity": 1.0,
+                }
+            )
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -95,14 +111,17 @@ def test_report_without_metrics_is_a_clear_error(tmp_path, capsys):
     assert "no such directory" in capsys.readouterr().err
     (tmp_path / "metrics.jsonl").write_text("")
     assert kroberta.cli.report.main([str(tmp_path / "metrics.jsonl")]) == 2
-    assert capsys.readouterr().err == (f"error: {tmp_path / 'metrics.jsonl'}: a file, not a run "
-                                       f"directory; give the directory that holds it ({tmp_path})\n")
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'metrics.jsonl'}: a file, not a run "
+        f"directory; give the directory that holds it ({tmp_path})\n"
+    )
 
 
 def test_a_real_run_logs_step_time_and_mfu_and_reports(tiny_data, tmp_path, monkeypatch):
     monkeypatch.setattr(throughput, "cpu_peak_flops", lambda refresh=False: 1e11)
-    config = tiny_config(tiny_data, tmp_path, steps=20, log_every=10, eval_every=20,
-                         checkpoint_every=20)
+    config = tiny_config(
+        tiny_data, tmp_path, steps=20, log_every=10, eval_every=20, checkpoint_every=20
+    )
     train(config)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     timed = [r for r in rows if r["split"] == "train" and "samples_per_second" in r]
@@ -115,8 +134,9 @@ def test_a_real_run_logs_step_time_and_mfu_and_reports(tiny_data, tmp_path, monk
     assert summary["steps"] == 20 and "median_mfu" in summary
 
 
-def test_a_cpu_peak_below_the_run_s_rate_is_measured_again_once(tiny_data, tmp_path,
-                                                                monkeypatch, caplog):
+def test_a_cpu_peak_below_the_run_s_rate_is_measured_again_once(
+    tiny_data, tmp_path, monkeypatch, caplog
+):
     """A peak cached while the machine was busy gave MFU above 100%."""
     calls = []
 
@@ -125,8 +145,9 @@ def test_a_cpu_peak_below_the_run_s_rate_is_measured_again_once(tiny_data, tmp_p
         return max(1e3, at_least) if refresh else 1.0  # the cached figure: far too low
 
     monkeypatch.setattr(throughput, "cpu_peak_flops", peak)
-    config = tiny_config(tiny_data, tmp_path, steps=30, log_every=10, eval_every=30,
-                         checkpoint_every=30)
+    config = tiny_config(
+        tiny_data, tmp_path, steps=30, log_every=10, eval_every=30, checkpoint_every=30
+    )
     train(config)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     timed = [r for r in rows if r["split"] == "train" and "mfu" in r]
@@ -175,17 +196,32 @@ def test_report_shows_grad_norm_and_marks_the_best_checkpoint(tmp_path, caplog):
     assert "grad_norm: final 2.5, median 1.55, max 2.5" in out
 
 
-def _write_probe_rows(run_dir, probe_values, reference=0.40, noise=0.03,
-                     steps=(50, 100, 150, 200)):
+def _write_probe_rows(run_dir, probe_values, reference=0.40, noise=0.03, steps=(50, 100, 150, 200)):
     """Probe rows as training writes them: each with its difference to the random line
     and that difference's interval, +-`noise` around it."""
     _write_rows(run_dir)
-    rows = [{"step": steps[0], "split": "downstream/stdlib/random_init", "accuracy": reference,
-             "f1": 0.1, "seconds": 0.5}]
-    rows += [{"step": step, "split": "downstream/stdlib", "accuracy": value, "f1": 0.2,
-              "vs_random_init": value - reference, "vs_random_init_low": value - reference - noise,
-              "vs_random_init_high": value - reference + noise, "seconds": 0.5}
-             for step, value in zip(steps, probe_values)]
+    rows = [
+        {
+            "step": steps[0],
+            "split": "downstream/stdlib/random_init",
+            "accuracy": reference,
+            "f1": 0.1,
+            "seconds": 0.5,
+        }
+    ]
+    rows += [
+        {
+            "step": step,
+            "split": "downstream/stdlib",
+            "accuracy": value,
+            "f1": 0.2,
+            "vs_random_init": value - reference,
+            "vs_random_init_low": value - reference - noise,
+            "vs_random_init_high": value - reference + noise,
+            "seconds": 0.5,
+        }
+        for step, value in zip(steps, probe_values)
+    ]
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
 
@@ -202,9 +238,11 @@ def test_report_names_the_first_checkpoint_whose_probe_clears_the_noise(tmp_path
     assert (verdict["best_step"], verdict["best"]) == (150, 0.45)
     assert verdict["metric"] == "accuracy"  # the task's first metric
     assert verdict["gaps"][150] == pytest.approx((0.05, 0.02, 0.08))
-    assert ("probe stdlib: pretraining pays from step 150 (accuracy 0.45 vs 0.4, +0.05 [+0.02, "
-            "+0.08]: beyond the noise of a 95% bootstrap over the validation texts; best 0.45 at "
-            "step 150)") in caplog.messages
+    assert (
+        "probe stdlib: pretraining pays from step 150 (accuracy 0.45 vs 0.4, +0.05 [+0.02, "
+        "+0.08]: beyond the noise of a 95% bootstrap over the validation texts; best 0.45 at "
+        "step 150)"
+    ) in caplog.messages
     # The probe's panel: the pretrained curve, the random initialisation's line and the
     # noise's band around it (from each checkpoint's interval).
     figure = summary["figure"]
@@ -217,8 +255,10 @@ def test_report_names_the_first_checkpoint_whose_probe_clears_the_noise(tmp_path
     assert list(probe_axis.lines[1].get_ydata()) == [0.40, 0.40]
     bands = [c for c in probe_axis.collections if c.get_label().startswith("stdlib: noise")]
     assert len(bands) == 1
-    low, high = bands[0].get_paths()[0].vertices[:, 1].min(), \
-        bands[0].get_paths()[0].vertices[:, 1].max()
+    low, high = (
+        bands[0].get_paths()[0].vertices[:, 1].min(),
+        bands[0].get_paths()[0].vertices[:, 1].max(),
+    )
     assert (low, high) == pytest.approx((0.37, 0.43))  # the line -+ the noise
     assert (tmp_path / "report.png").stat().st_size > 0
 
@@ -226,14 +266,16 @@ def test_report_names_the_first_checkpoint_whose_probe_clears_the_noise(tmp_path
 @pytest.mark.fast
 def test_a_probe_above_the_line_by_less_than_its_noise_does_not_pay_yet(tmp_path, caplog):
     # +0.3 points on 600 texts: the interval of the difference holds 0.
-    _write_probe_rows(tmp_path, (0.3301, 0.3417, 0.3392), reference=0.3383, noise=0.038,
-                      steps=(300, 900, 1800))
+    _write_probe_rows(
+        tmp_path, (0.3301, 0.3417, 0.3392), reference=0.3383, noise=0.038, steps=(300, 900, 1800)
+    )
     with caplog.at_level("INFO", logger="kroberta"):
         summary = report(str(tmp_path))
     assert summary["probe"]["downstream/stdlib"]["pays_from_step"] is None
-    assert ("probe stdlib: not yet beyond the noise (best: step 900, accuracy 0.3417 vs 0.3383, "
-            "+0.0034 [-0.0346, +0.0414]; a 95% bootstrap over the validation texts)"
-            ) in caplog.messages
+    assert (
+        "probe stdlib: not yet beyond the noise (best: step 900, accuracy 0.3417 vs 0.3383, "
+        "+0.0034 [-0.0346, +0.0414]; a 95% bootstrap over the validation texts)"
+    ) in caplog.messages
 
 
 @pytest.mark.fast
@@ -242,5 +284,7 @@ def test_report_says_when_pretraining_does_not_pay_yet(tmp_path, caplog):
     with caplog.at_level("INFO", logger="kroberta"):
         summary = report(str(tmp_path))
     assert summary["probe"]["downstream/stdlib"]["pays_from_step"] is None
-    assert ("probe stdlib: not yet beyond the noise (best: step 200, accuracy 0.4 vs 0.4, +0 "
-            "[-0.03, +0.03]; a 95% bootstrap over the validation texts)") in caplog.messages
+    assert (
+        "probe stdlib: not yet beyond the noise (best: step 200, accuracy 0.4 vs 0.4, +0 "
+        "[-0.03, +0.03]; a 95% bootstrap over the validation texts)"
+    ) in caplog.messages

@@ -61,12 +61,18 @@ def test_put_tree_uploads_the_marker_last_and_get_tree_brings_it_back(url, tmp_p
     fs, _ = storage.filesystem(url)
     order = []
     put_file = fs.put_file
-    monkeypatch.setattr(fs, "put_file", lambda lpath, rpath, **kw: (
-        order.append(os.path.relpath(lpath, local)), put_file(lpath, rpath, **kw))[1])
+    monkeypatch.setattr(
+        fs,
+        "put_file",
+        lambda lpath, rpath, **kw: (
+            order.append(os.path.relpath(lpath, local)),
+            put_file(lpath, rpath, **kw),
+        )[1],
+    )
     storage.put_tree(str(local), storage.join(url, "step"), last="_CHECKPOINT_METADATA")
     assert order[-1] == "_CHECKPOINT_METADATA" and len(order) == 4
     with storage.local_copy(storage.join(url, "step")) as copy:
-        assert (open(os.path.join(copy, "state", "d", "x")).read() == "state/d/x")
+        assert open(os.path.join(copy, "state", "d", "x")).read() == "state/d/x"
         assert sorted(os.listdir(copy)) == ["_CHECKPOINT_METADATA", "a", "state"]
 
 
@@ -88,12 +94,14 @@ def _errors_without_gcsfs(setup: str) -> tuple[list[str], str]:
     """(the error each of `setup`'s `calls` (function, argument) raises, as "Class message"
     lines; stderr), in a process where gcsfs is hidden from the import system: fsspec
     knows gs:// but cannot load it."""
-    code = ("import sys; sys.modules['gcsfs'] = None\n" + setup +
-            "for call, arg in calls:\n"
-            "    try:\n        call(arg)\n"
-            "    except Exception as e:\n        print(type(e).__name__, e)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         timeout=120)
+    code = (
+        "import sys; sys.modules['gcsfs'] = None\n" + setup + "for call, arg in calls:\n"
+        "    try:\n        call(arg)\n"
+        "    except Exception as e:\n        print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     return out.stdout.splitlines(), out.stderr
 
 
@@ -102,7 +110,8 @@ def test_a_missing_filesystem_package_is_one_line_naming_the_extra():
         "from kroberta import storage\n"
         "run_dir = lambda path: storage.check_writable(path, 'run_dir', folder=True)\n"
         "calls = ((storage.isdir, 'gs://bucket/run'), (run_dir, 'gs://bucket/run'),\n"
-        "         (lambda path: storage.check_writable(path, '--out'), 'gs://bucket/p.npz'))\n")
+        "         (lambda path: storage.check_writable(path, '--out'), 'gs://bucket/p.npz'))\n"
+    )
     assert lines == [
         'StorageError gs://bucket/run needs gcsfs; pip install "kroberta[gcs]"',
         # What training and predict say before any compute (exit status 2 from the command).
@@ -115,13 +124,17 @@ def test_a_missing_filesystem_package_is_one_line_naming_the_extra():
 def test_an_output_where_a_file_stands_for_a_folder_is_refused_naming_both(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    cases = ((blocker / "p.npz", "--out", False), (blocker / "run", "run_dir", True),
-             (blocker, "run_dir", True))
+    cases = (
+        (blocker / "p.npz", "--out", False),
+        (blocker / "run", "run_dir", True),
+        (blocker, "run_dir", True),
+    )
     for path, key, folder in cases:
         with pytest.raises(StorageError) as raised:
             storage.check_writable(path, key, folder=folder)
-        assert str(raised.value) == (f"{key} {path}: {blocker} is a file, not a folder; "
-                                     f"choose another {key}")
+        assert str(raised.value) == (
+            f"{key} {path}: {blocker} is a file, not a folder; choose another {key}"
+        )
     storage.check_writable(blocker, "--out")  # a file output replaced: its folder counts
     storage.check_writable(tmp_path / "new" / "run", "run_dir", folder=True)
     assert os.listdir(tmp_path) == ["a_file"]  # a local check makes nothing
@@ -148,13 +161,17 @@ def test_globs_and_listings_alike(where, url, tmp_path):
     storage.makedirs(storage.join(root, "sub"))
     for name in ("a.tfrecord", ".hidden.tfrecord", "b.txt", "sub/c.tfrecord"):
         storage.write_text(storage.join(root, name), name)
-    assert storage.files_under(root) == [storage.join(root, n) for n in (
-        ".hidden.tfrecord", "a.tfrecord", "b.txt", "sub/c.tfrecord")]
+    assert storage.files_under(root) == [
+        storage.join(root, n) for n in (".hidden.tfrecord", "a.tfrecord", "b.txt", "sub/c.tfrecord")
+    ]
     # Hidden files match `*` as TensorFlow's glob matches them (kroberta.data.file_patterns).
     assert resolve_files([storage.join(root, "*.tfrecord")], "data.train") == (
-        storage.join(root, ".hidden.tfrecord"), storage.join(root, "a.tfrecord"))
+        storage.join(root, ".hidden.tfrecord"),
+        storage.join(root, "a.tfrecord"),
+    )
     assert storage.glob(storage.join(root, "**", "*.tfrecord"), recursive=True)[-1] == storage.join(
-        root, "sub", "c.tfrecord")
+        root, "sub", "c.tfrecord"
+    )
     assert storage.files_under(storage.join(root, "none")) == []
 
 
@@ -165,7 +182,8 @@ def test_prepared_data_on_gs_without_gcsfs_is_one_line_naming_the_extra():
         "from kroberta.data.manifest import load_manifest\n"
         "from kroberta.text.tokenizer import load_tokenizer\n"
         "calls = ((load_manifest, 'gs://b/data'), (load_tokenizer, 'gs://b/t.json'),\n"
-        "         (lambda p: resolve_files([p], 'data.train'), 'gs://b/*.tfrecord'))\n")
+        "         (lambda p: resolve_files([p], 'data.train'), 'gs://b/*.tfrecord'))\n"
+    )
     assert lines == [
         'StorageError gs://b/data/manifest.json needs gcsfs; pip install "kroberta[gcs]"',
         'StorageError gs://b/t.json needs gcsfs; pip install "kroberta[gcs]"',

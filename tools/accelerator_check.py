@@ -35,8 +35,11 @@ def parse_args():
     p.add_argument("--predict-batches", type=int, default=400)
     p.add_argument("--records", type=int, default=8192, help="synthetic training records")
     p.add_argument("--mixed-precision", action="store_true", help="bf16 compute (TPU/GPU)")
-    p.add_argument("--quick", action="store_true",
-                   help="8 steps, 8 predict batches, 512 records: checks the script anywhere")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="8 steps, 8 predict batches, 512 records: checks the script anywhere",
+    )
     args = p.parse_args()
     if args.quick:
         args.steps, args.predict_batches, args.records = 8, 8, 512
@@ -50,13 +53,18 @@ def _config(args, data_file, run_dir, k):
     interval = max(1, args.steps // 4)  # four log intervals; "auto" divides it
     if k != "auto":
         interval = max(k, interval - interval % k)
-    train = dataclasses.replace(config.train, steps=args.steps, warmup_steps=0, warmup_fraction=0.0,
-                                steps_per_execution=k, log_every=interval, eval_every=0,
-                                checkpoint_every=0,
-                                mixed_precision=args.mixed_precision
-                                or config.train.mixed_precision)
-    data = dataclasses.replace(config.data, train=(data_file,), validation=(),
-                               shuffle_buffer=1024)
+    train = dataclasses.replace(
+        config.train,
+        steps=args.steps,
+        warmup_steps=0,
+        warmup_fraction=0.0,
+        steps_per_execution=k,
+        log_every=interval,
+        eval_every=0,
+        checkpoint_every=0,
+        mixed_precision=args.mixed_precision or config.train.mixed_precision,
+    )
+    data = dataclasses.replace(config.data, train=(data_file,), validation=(), shuffle_buffer=1024)
     return dataclasses.replace(config, train=train, data=data, run_dir=run_dir)
 
 
@@ -69,10 +77,12 @@ def _train(config):
     timed = rows[1:] or rows  # the first interval holds the compilation
     if not timed:
         return None
-    return {"step_time": statistics.median(r["step_time"] for r in timed),
-            "samples_per_second": statistics.median(r["samples_per_second"] for r in timed),
-            "mfu": statistics.median(r.get("mfu") or 0.0 for r in timed),
-            "global_batch": summary["global_batch"]}
+    return {
+        "step_time": statistics.median(r["step_time"] for r in timed),
+        "samples_per_second": statistics.median(r["samples_per_second"] for r in timed),
+        "mfu": statistics.median(r.get("mfu") or 0.0 for r in timed),
+        "global_batch": summary["global_batch"],
+    }
 
 
 def _floors(config, devices, batch):
@@ -84,10 +94,10 @@ def _floors(config, devices, batch):
     distribution = distribute.make_distribution(config, devices)
     length = config.model.max_sequence_length
     slots = config.data.prediction_slots(length)
-    train = aot_programs.compile_train(model, distribution, batch, length, slots, steps=1,
-                                       step_input=config.data.step_input())
-    predict = aot_programs.compile_predict(model, devices, batch, length,
-                                           slots, group=1)
+    train = aot_programs.compile_train(
+        model, distribution, batch, length, slots, steps=1, step_input=config.data.step_input()
+    )
+    predict = aot_programs.compile_predict(model, devices, batch, length, slots, group=1)
     peak = throughput.peak_flops(devices)
     if not peak:
         return None, None
@@ -103,8 +113,9 @@ def _predict(config, run_dir, batch, batches, group):
     model = kroberta.load(run_dir)
     rows = batch * batches
 
-    tokens, mask = make_sequences(rows, config.model.max_sequence_length,
-                                  config.model.vocabulary_size, seed=5)
+    tokens, mask = make_sequences(
+        rows, config.model.max_sequence_length, config.model.vocabulary_size, seed=5
+    )
     masked, _ = mask_once(tokens, mask, config.model.vocabulary_size, seed=5)
     inputs = {"input_ids": masked, "attention_mask": mask}
     prediction.predict(model, inputs, batches_per_dispatch=group)  # compiles
@@ -118,8 +129,15 @@ def _pipeline_rate(config, data_file, batch, batches):
     from kroberta.data import pipeline
 
     spec = pipeline.inspect_files((data_file,), "data.train")
-    ds = pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, batch,
-                                config.train.seed, 0, device_masks=True)  # as training reads it
+    ds = pipeline.train_dataset(
+        spec,
+        config.data,
+        config.model.vocabulary_size,
+        batch,
+        config.train.seed,
+        0,
+        device_masks=True,
+    )  # as training reads it
     iterator = iter(ds)
     next(iterator)
     start = time.perf_counter()
@@ -141,12 +159,16 @@ def main():
     work = tempfile.mkdtemp(prefix="accelerator-check-")
     base = _config(args, "", "", 1)
     data_file = os.path.join(work, "train.tfrecord")
-    write_seed_format(data_file, args.records, base.model.max_sequence_length,
-                      base.model.vocabulary_size, seed=1)
+    write_seed_format(
+        data_file, args.records, base.model.max_sequence_length, base.model.vocabulary_size, seed=1
+    )
     devices = jax.devices()
-    print(f"{len(devices)} x {devices[0].device_kind} ({devices[0].platform}); jax "
-          f"{jax.__version__}; {args.steps} training steps and {args.predict_batches} "
-          "prediction batches per setting", flush=True)
+    print(
+        f"{len(devices)} x {devices[0].device_kind} ({devices[0].platform}); jax "
+        f"{jax.__version__}; {args.steps} training steps and {args.predict_batches} "
+        "prediction batches per setting",
+        flush=True,
+    )
 
     results = {}
     for k in (1, "auto"):
@@ -156,12 +178,18 @@ def main():
     config = _config(args, data_file, os.path.join(work, "run-k1"), 1)
     batch = results[1]["global_batch"]
     slots = config.data.prediction_slots(config.model.max_sequence_length)
-    auto_group = make_plan(dataclasses.replace(
-        config, train=dataclasses.replace(config.train, steps_per_execution="auto")), devices,
-        config.model.max_sequence_length, strategy="data").prediction_group(
-        batch, slots, batch * args.predict_batches)
-    predicted = {g: _predict(config, os.path.join(work, "run-k1"), batch,
-                             args.predict_batches, g) for g in (1, auto_group)}
+    auto_group = make_plan(
+        dataclasses.replace(
+            config, train=dataclasses.replace(config.train, steps_per_execution="auto")
+        ),
+        devices,
+        config.model.max_sequence_length,
+        strategy="data",
+    ).prediction_group(batch, slots, batch * args.predict_batches)
+    predicted = {
+        g: _predict(config, os.path.join(work, "run-k1"), batch, args.predict_batches, g)
+        for g in (1, auto_group)
+    }
     train_floor, predict_floor = _floors(config, devices, batch)
     pipeline_rate = _pipeline_rate(config, data_file, batch, max(8, args.steps // 4))
 
@@ -172,18 +200,26 @@ def main():
     print("|---|---|---|---|---|---|")
     for k in (1, "auto"):
         r = results[k]
-        print(f"| train, steps_per_execution={k} | {r['k']} | {r['step_time'] * 1e3:.3f} | "
-              f"{r['samples_per_second']:,.0f} | {r['mfu']:.1%} | "
-              f"{ratio(r['step_time'], train_floor)} |")
+        print(
+            f"| train, steps_per_execution={k} | {r['k']} | {r['step_time'] * 1e3:.3f} | "
+            f"{r['samples_per_second']:,.0f} | {r['mfu']:.1%} | "
+            f"{ratio(r['step_time'], train_floor)} |"
+        )
     for g, r in predicted.items():
-        print(f"| predict top_k, batches_per_dispatch={g} | {g} | {r['batch_time'] * 1e3:.3f} | "
-              f"{r['samples_per_second']:,.0f} | | {ratio(r['batch_time'], predict_floor)} |")
-    print(f"| input pipeline alone (train_dataset) | | {batch / pipeline_rate * 1e3:.3f} | "
-          f"{pipeline_rate:,.0f} | | |")
+        print(
+            f"| predict top_k, batches_per_dispatch={g} | {g} | {r['batch_time'] * 1e3:.3f} | "
+            f"{r['samples_per_second']:,.0f} | | {ratio(r['batch_time'], predict_floor)} |"
+        )
+    print(
+        f"| input pipeline alone (train_dataset) | | {batch / pipeline_rate * 1e3:.3f} | "
+        f"{pipeline_rate:,.0f} | | |"
+    )
     if train_floor:
-        print(f"\nfloor: {train_floor * 1e3:.4f} ms per training step, {predict_floor * 1e3:.4f} "
-              f"ms per prediction batch (batch {batch}); "
-              f"ran in {time.perf_counter() - started:.0f} s")
+        print(
+            f"\nfloor: {train_floor * 1e3:.4f} ms per training step, {predict_floor * 1e3:.4f} "
+            f"ms per prediction batch (batch {batch}); "
+            f"ran in {time.perf_counter() - started:.0f} s"
+        )
 
 
 if __name__ == "__main__":

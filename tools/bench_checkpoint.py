@@ -72,15 +72,19 @@ def main(argv=None) -> int:
                 blocked = writer.save(model, step=round_index + 1)
                 rate = None
                 if mode == "async":  # the step loop's stand-in runs while the write goes on
-                    final = os.path.join(run_dir, checkpoint.CHECKPOINT_DIR,
-                                         f"step_{round_index + 1:08d}")
+                    final = os.path.join(
+                        run_dir, checkpoint.CHECKPOINT_DIR, f"step_{round_index + 1:08d}"
+                    )
                     rate = _matmuls_per_second(0, until=lambda final=final: os.path.isdir(final))
                 writer.close()
                 committed = time.perf_counter() - started
                 rows[mode].append((blocked, committed, rate))
-                print(f"round {round_index + 1} {mode}: blocked {blocked:.2f} s, committed after "
-                      f"{committed:.2f} s" + (f", matmul loop at {rate / idle_rate:.2f}x idle"
-                                              if rate else ""), flush=True)
+                print(
+                    f"round {round_index + 1} {mode}: blocked {blocked:.2f} s, committed after "
+                    f"{committed:.2f} s"
+                    + (f", matmul loop at {rate / idle_rate:.2f}x idle" if rate else ""),
+                    flush=True,
+                )
     finally:
         if args.dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -93,10 +97,14 @@ def main(argv=None) -> int:
     print("| write | blocked (s, median) | committed after (s, median) | x sync blocked |")
     print("|---|---|---|---|")
     for mode in ("sync", "async"):
-        print(f"| {mode} | {median(mode, 0):.2f} | {median(mode, 1):.2f} | "
-              f"{median(mode, 0) / sync_blocked:.3f} |")
-    print(f"\nmatmul loop during the async writes: {median('async', 2) / idle_rate:.2f}x its idle "
-          f"rate ({idle_rate:.1f} matmuls/s idle)")
+        print(
+            f"| {mode} | {median(mode, 0):.2f} | {median(mode, 1):.2f} | "
+            f"{median(mode, 0) / sync_blocked:.3f} |"
+        )
+    print(
+        f"\nmatmul loop during the async writes: {median('async', 2) / idle_rate:.2f}x its idle "
+        f"rate ({idle_rate:.1f} matmuls/s idle)"
+    )
     return 0
 
 

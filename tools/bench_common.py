@@ -39,6 +39,5 @@ def fit_samples_per_second(model, dataset, steps: int, global_batch: int) -> flo
     """Samples/s of `steps` training steps of `model.fit`, as kroberta.train runs
     them: with a `fit_timer` callback. Step 0 is not timed."""
     timer = fit_timer()
-    model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer],
-              shuffle=False)
+    model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer], shuffle=False)
     return (steps - 1) * global_batch / timer.seconds

@@ -57,15 +57,21 @@ VARIANTS = {
     "baseline": {},
     "mask30": {"data.mask_rate": 0.3},
     "dropout10": {"model.dropout": 0.1},
-    "onecycle": {"train.warmup_steps": "half"},  # Cramming's one-cycle: peak mid-budget, 0 at its end
+    "onecycle": {
+        "train.warmup_steps": "half"
+    },  # Cramming's one-cycle: peak mid-budget, 0 at its end
     "lr1e-3": {"train.learning_rate": 1e-3},
     "mask30+onecycle": {"data.mask_rate": 0.3, "train.warmup_steps": "half"},
     # The same pair on a second pretraining seed: is its gain more than one run's luck?
     "mask30+onecycle+seed1": {"data.mask_rate": 0.3, "train.warmup_steps": "half", "train.seed": 1},
     # Cramming's large batch through accumulation, at equal compute: 4x the sequences a step
     # (gradients of 4 micro-batches summed), a quarter of the steps, the same tokens.
-    "mask30+onecycle+batch4x": {"data.mask_rate": 0.3, "train.warmup_steps": "half",
-                                "train.gradient_accumulation_steps": 4, "train.steps": "quarter"},
+    "mask30+onecycle+batch4x": {
+        "data.mask_rate": 0.3,
+        "train.warmup_steps": "half",
+        "train.gradient_accumulation_steps": 4,
+        "train.steps": "quarter",
+    },
 }
 
 
@@ -117,12 +123,16 @@ def man_pages():
 
 def debian_packages():
     """(package, section, description) of `apt-cache dumpavail`, one per package."""
-    dump = subprocess.run(["apt-cache", "dumpavail"], capture_output=True, text=True,
-                          check=True).stdout
+    dump = subprocess.run(
+        ["apt-cache", "dumpavail"], capture_output=True, text=True, check=True
+    ).stdout
     seen = set()
     for stanza in dump.split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in stanza.splitlines()
-                      if ": " in line and not line.startswith(" "))
+        fields = dict(
+            line.split(": ", 1)
+            for line in stanza.splitlines()
+            if ": " in line and not line.startswith(" ")
+        )
         name, section = fields.get("Package"), fields.get("Section", "").split("/")[-1]
         if name and name not in seen and fields.get("Description"):
             seen.add(name)
@@ -133,7 +143,7 @@ def passages(text: str, rng, most: int) -> list:
     words = text.split()
     starts = list(range(0, len(words) - PASSAGE_WORDS + 1, PASSAGE_WORDS))
     rng.shuffle(starts)
-    return [" ".join(words[s:s + PASSAGE_WORDS]) for s in sorted(starts[:most])]
+    return [" ".join(words[s : s + PASSAGE_WORDS]) for s in sorted(starts[:most])]
 
 
 def build_data(out: str, per_class: tuple, seed: int = 0) -> dict:
@@ -160,7 +170,7 @@ def build_data(out: str, per_class: tuple, seed: int = 0) -> dict:
             tasks["debian"][part].setdefault(section, []).append(text)
     # Descriptions are one line each: a document of 20 of them (as a package list reads).
     rng.shuffle(descriptions)
-    documents += [" \n".join(descriptions[i:i + 20]) for i in range(0, len(descriptions), 20)]
+    documents += [" \n".join(descriptions[i : i + 20]) for i in range(0, len(descriptions), 20)]
     # The standard library's docstrings, less the embedded task's validation modules.
     documents += list(corpus.stdlib_docstrings(exclude=corpus.held_out_files()))
     rng.shuffle(documents)
@@ -169,8 +179,10 @@ def build_data(out: str, per_class: tuple, seed: int = 0) -> dict:
             text = "\n".join(line for line in doc.splitlines() if line.strip())
             if text:
                 f.write(text + "\n\n")
-    sizes = {"corpus_bytes": os.path.getsize(os.path.join(out, "corpus.txt")),
-             "corpus_documents": len(documents)}
+    sizes = {
+        "corpus_bytes": os.path.getsize(os.path.join(out, "corpus.txt")),
+        "corpus_documents": len(documents),
+    }
     for task, parts in tasks.items():
         for part, cap in zip(("train", "dev"), per_class):
             rows = []
@@ -198,24 +210,44 @@ def pretrain(args, variant: str) -> str:
     steps = overrides.setdefault("train.steps", args.steps)
     if overrides.get("train.warmup_steps") == "half":
         overrides["train.warmup_steps"] = steps // 2
-    config = kroberta.load_config(None, {
-        "run_dir": run_dir, "data.dir": os.path.join(args.out, "prepared"),
-        "model.vocabulary_size": args.vocab, "model.max_sequence_length": args.seq_len,
-        "model.num_layers": args.layers, "model.hidden_dim": args.hidden,
-        "model.intermediate_dim": 4 * args.hidden, "model.num_heads": max(1, args.hidden // 32),
-        "train.steps": args.steps, "train.batch_size_per_device": args.batch,
-        # The baseline the variants change: 100 warmup steps of 1800 and RoBERTa's 15%.
-        "train.warmup_steps": max(1, args.steps // 18), "train.warmup_fraction": 0,
-        "data.mask_rate": 0.15,
-        "train.log_every": 50 if steps % 50 == 0 else steps, "train.eval_every": steps, "train.checkpoint_every": steps,
-        "train.eval_steps": 20, "train.trackers": [], **overrides})
+    config = kroberta.load_config(
+        None,
+        {
+            "run_dir": run_dir,
+            "data.dir": os.path.join(args.out, "prepared"),
+            "model.vocabulary_size": args.vocab,
+            "model.max_sequence_length": args.seq_len,
+            "model.num_layers": args.layers,
+            "model.hidden_dim": args.hidden,
+            "model.intermediate_dim": 4 * args.hidden,
+            "model.num_heads": max(1, args.hidden // 32),
+            "train.steps": args.steps,
+            "train.batch_size_per_device": args.batch,
+            # The baseline the variants change: 100 warmup steps of 1800 and RoBERTa's 15%.
+            "train.warmup_steps": max(1, args.steps // 18),
+            "train.warmup_fraction": 0,
+            "data.mask_rate": 0.15,
+            "train.log_every": 50 if steps % 50 == 0 else steps,
+            "train.eval_every": steps,
+            "train.checkpoint_every": steps,
+            "train.eval_steps": 20,
+            "train.trackers": [],
+            **overrides,
+        },
+    )
     started = time.perf_counter()
     summary = kroberta.train(config)
     if summary["final_step"] < steps:  # stopped (SIGTERM, early stop): no fair comparison
         sys.exit(f"{variant}: pretraining stopped at step {summary['final_step']} of {steps}")
-    record(args, {"kind": "pretrain", "variant": variant,
-                  "seconds": time.perf_counter() - started,
-                  "validation": last_validation(run_dir)})
+    record(
+        args,
+        {
+            "kind": "pretrain",
+            "variant": variant,
+            "seconds": time.perf_counter() - started,
+            "validation": last_validation(run_dir),
+        },
+    )
     return run_dir
 
 
@@ -257,8 +289,11 @@ def tuned(run_trials, grid: list, widen: int) -> tuple:
 def task_arguments(args, task: str) -> dict:
     if task == "stdlib":
         return {"task": None}
-    return {"task": task, "data": os.path.join(args.out, f"{task}-train.jsonl"),
-            "validation": os.path.join(args.out, f"{task}-dev.jsonl")}
+    return {
+        "task": task,
+        "data": os.path.join(args.out, f"{task}-train.jsonl"),
+        "validation": os.path.join(args.out, f"{task}-dev.jsonl"),
+    }
 
 
 def finetune_start(args, model_for_seed, task: str, epochs: int, pooling: str) -> dict:
@@ -270,9 +305,15 @@ def finetune_start(args, model_for_seed, task: str, epochs: int, pooling: str) -
     def run_trials(rates):
         scores = []
         for seeds, model in model_for_seed():
-            result = kroberta.finetune(model, **task_arguments(args, task), learning_rates=rates,
-                                       seeds=seeds, epochs=epochs, pooling=pooling,
-                                       max_length=args.seq_len)
+            result = kroberta.finetune(
+                model,
+                **task_arguments(args, task),
+                learning_rates=rates,
+                seeds=seeds,
+                epochs=epochs,
+                pooling=pooling,
+                max_length=args.seq_len,
+            )
             for trial in result.trials:
                 value = trial.scores[result.split][result.metric]
                 scores.append((trial.learning_rate, value))
@@ -283,8 +324,15 @@ def finetune_start(args, model_for_seed, task: str, epochs: int, pooling: str) -
     medians = median_by_rate(trials)
     best = max(medians, key=medians.get)
     at_best = [s for r, s in trials if r == best]
-    return {"trials": found, "best_rate": best, "median": medians[best],
-            "low": min(at_best), "high": max(at_best), "grid": sorted(medians), "note": note}
+    return {
+        "trials": found,
+        "best_rate": best,
+        "median": medians[best],
+        "low": min(at_best),
+        "high": max(at_best),
+        "grid": sorted(medians),
+        "note": note,
+    }
 
 
 def probe_scores(args, model, task: str) -> float:
@@ -294,9 +342,11 @@ def probe_scores(args, model, task: str) -> float:
 
     a = task_arguments(args, task)
     spec, names, train, evaluation = read_task(
-        a["task"], a.get("data"), a.get("validation"), ("text",), "label", "classification")
-    return probe.linear_probe(model, spec, train, evaluation["validation"], names,
-                              args.seq_len)[spec.metric]
+        a["task"], a.get("data"), a.get("validation"), ("text",), "label", "classification"
+    )
+    return probe.linear_probe(model, spec, train, evaluation["validation"], names, args.seq_len)[
+        spec.metric
+    ]
 
 
 def pretrained_models(run_dir: str, seeds: int):
@@ -315,8 +365,16 @@ def random_models(run_dir: str, seeds: int):
 
     def models():
         for seed in range(seeds):
-            yield [seed], build_model(shape.kroberta_config.model, seed=10_000 + seed,
-                                    config=shape.kroberta_config, tokenizer=shape.tokenizer)
+            yield (
+                [seed],
+                build_model(
+                    shape.kroberta_config.model,
+                    seed=10_000 + seed,
+                    config=shape.kroberta_config,
+                    tokenizer=shape.tokenizer,
+                ),
+            )
+
     return models
 
 
@@ -343,53 +401,91 @@ def table(args):
     pre = {r["variant"]: r for r in rows if r["kind"] == "pretrain"}
     print("\npretraining (equal compute): variant, validation masked accuracy, seconds")
     for variant, r in pre.items():
-        print(f"  {variant:18s} {100 * r['validation'].get('masked_accuracy', float('nan')):5.1f}%"
-              f"  {r['seconds']:6.0f} s")
+        print(
+            f"  {variant:18s} {100 * r['validation'].get('masked_accuracy', float('nan')):5.1f}%"
+            f"  {r['seconds']:6.0f} s"
+        )
     probes = [r for r in rows if r["kind"] == "probe"]
     if probes:
         print("\nfrozen mean-pooled linear probe, validation accuracy (random: one per seed)")
         for r in probes:
-            print(f"  {r['task']:8s} {r['start']:18s} "
-                  + " / ".join(f"{100 * s:.1f}" for s in r["scores"]))
+            print(
+                f"  {r['task']:8s} {r['start']:18s} "
+                + " / ".join(f"{100 * s:.1f}" for s in r["scores"])
+            )
     fine = [r for r in rows if r["kind"] == "finetune"]
     for task in dict.fromkeys(r["task"] for r in fine):
         print(f"\n{task}: median [min, max] over seeds at the start's best rate (grid widened x3)")
-        print(f"  {'start':28s} {'best rate':>9s}  {'median':>6s}  {'[min, max]':14s}  "
-              f"{'- random':>8s}")
+        print(
+            f"  {'start':28s} {'best rate':>9s}  {'median':>6s}  {'[min, max]':14s}  "
+            f"{'- random':>8s}"
+        )
         for r in (r for r in fine if r["task"] == task):
-            random_row = next((x for x in fine if x["task"] == task and x["start"] == "random"
-                               and x["epochs"] == r["epochs"]
-                               and x.get("pooling") == r.get("pooling")), None)
-            gap = f"{100 * (r['median'] - random_row['median']):+8.1f}" \
-                if random_row and r["start"] != "random" else ""
-            name = f"{r['start']} (e{r['epochs']}" + (
-                f", {r['pooling']}" if r.get("pooling") else "") + ")"
-            print(f"  {name:28s} {r['best_rate']:9.0e}  {100 * r['median']:6.1f}  "
-                  f"[{100 * r['low']:.1f}, {100 * r['high']:.1f}]  {gap}"
-                  + (f"  ({r['note']})" if r["note"] else ""))
+            random_row = next(
+                (
+                    x
+                    for x in fine
+                    if x["task"] == task
+                    and x["start"] == "random"
+                    and x["epochs"] == r["epochs"]
+                    and x.get("pooling") == r.get("pooling")
+                ),
+                None,
+            )
+            gap = (
+                f"{100 * (r['median'] - random_row['median']):+8.1f}"
+                if random_row and r["start"] != "random"
+                else ""
+            )
+            name = (
+                f"{r['start']} (e{r['epochs']}"
+                + (f", {r['pooling']}" if r.get("pooling") else "")
+                + ")"
+            )
+            print(
+                f"  {name:28s} {r['best_rate']:9.0e}  {100 * r['median']:6.1f}  "
+                f"[{100 * r['low']:.1f}, {100 * r['high']:.1f}]  {gap}"
+                + (f"  ({r['note']})" if r["note"] else "")
+            )
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="/tmp/bench-downstream")
-    parser.add_argument("--variants", nargs="+", default=["baseline", "mask30", "dropout10",
-                                                           "onecycle"], choices=list(VARIANTS))
-    parser.add_argument("--tasks", nargs="+", default=["man", "debian"],
-                        choices=["man", "debian", "stdlib"])
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["baseline", "mask30", "dropout10", "onecycle"],
+        choices=list(VARIANTS),
+    )
+    parser.add_argument(
+        "--tasks", nargs="+", default=["man", "debian"], choices=["man", "debian", "stdlib"]
+    )
     parser.add_argument("--steps", type=int, default=1200)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--per-class", type=int, nargs=2, default=(120, 60),
-                        help="task examples per class: training, validation")
+    parser.add_argument(
+        "--per-class",
+        type=int,
+        nargs=2,
+        default=(120, 60),
+        help="task examples per class: training, validation",
+    )
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, nargs="+", default=[3],
-                        help="fine-tuning epochs to try (each a row)")
-    parser.add_argument("--pooling", nargs="+", default=["first"], choices=["first", "mean"],
-                        help="what the classifier's head reads, `<s>` or the tokens' mean "
-                             "(each a row; both starts)")
+    parser.add_argument(
+        "--epochs", type=int, nargs="+", default=[3], help="fine-tuning epochs to try (each a row)"
+    )
+    parser.add_argument(
+        "--pooling",
+        nargs="+",
+        default=["first"],
+        choices=["first", "mean"],
+        help="what the classifier's head reads, `<s>` or the tokens' mean "
+        "(each a row; both starts)",
+    )
     parser.add_argument("--grid", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3])
     parser.add_argument("--widen", type=int, default=2, help="most x3 widenings per start")
     parser.add_argument("--table-only", action="store_true")
@@ -405,9 +501,14 @@ def main():
         print("data:", sizes, flush=True)
         import kroberta
 
-        kroberta.prepare([os.path.join(args.out, "corpus.txt")], os.path.join(args.out, "prepared"),
-                         vocab_size=args.vocab, seq_len=args.seq_len, validation_fraction=0.02,
-                         progress=False)
+        kroberta.prepare(
+            [os.path.join(args.out, "corpus.txt")],
+            os.path.join(args.out, "prepared"),
+            vocab_size=args.vocab,
+            seq_len=args.seq_len,
+            validation_fraction=0.02,
+            progress=False,
+        )
     for variant in args.variants:
         run_dir = pretrain(args, variant)
         print(f"pretrained {variant}: {last_validation(run_dir)}", flush=True)
@@ -416,27 +517,44 @@ def main():
         for start, make in starts:
             for task in args.tasks:
                 if not done(args, kind="probe", start=start, task=task):
-                    scores = [probe_scores(args, model, task) for seeds, model in
-                              make(run_dir, args.seeds)()]
-                    record(args, {"kind": "probe", "start": start, "task": task,
-                                  "scores": scores})
+                    scores = [
+                        probe_scores(args, model, task)
+                        for seeds, model in make(run_dir, args.seeds)()
+                    ]
+                    record(args, {"kind": "probe", "start": start, "task": task, "scores": scores})
                 for epochs, pooling in itertools.product(args.epochs, args.pooling):
                     # A row names its pooling only when it is not "first" (the rows
                     # recorded before the option read `<s>`).
                     key = {"pooling": pooling} if pooling != "first" else {}
-                    if done(args, kind="finetune", start=start, task=task, epochs=epochs,
-                            pooling=key.get("pooling")):
+                    if done(
+                        args,
+                        kind="finetune",
+                        start=start,
+                        task=task,
+                        epochs=epochs,
+                        pooling=key.get("pooling"),
+                    ):
                         continue
                     started = time.perf_counter()
-                    result = finetune_start(args, make(run_dir, args.seeds), task, epochs,
-                                            pooling)
-                    record(args, {"kind": "finetune", "start": start, "task": task,
-                                  "epochs": epochs, **key,
-                                  "seconds": time.perf_counter() - started, **result})
-                    print(f"{start} on {task} (epochs {epochs}, {pooling}): "
-                          f"{result['median']:.3f} at "
-                          f"{result['best_rate']:g} [{result['low']:.3f}, {result['high']:.3f}]",
-                          flush=True)
+                    result = finetune_start(args, make(run_dir, args.seeds), task, epochs, pooling)
+                    record(
+                        args,
+                        {
+                            "kind": "finetune",
+                            "start": start,
+                            "task": task,
+                            "epochs": epochs,
+                            **key,
+                            "seconds": time.perf_counter() - started,
+                            **result,
+                        },
+                    )
+                    print(
+                        f"{start} on {task} (epochs {epochs}, {pooling}): "
+                        f"{result['median']:.3f} at "
+                        f"{result['best_rate']:g} [{result['low']:.3f}, {result['high']:.3f}]",
+                        flush=True,
+                    )
     table(args)
 
 

@@ -36,10 +36,22 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 SHAPES = {
-    "origin": dict(vocabulary_size=10000, num_layers=3, num_heads=6, hidden_dim=300,
-                   intermediate_dim=600, max_sequence_length=64),
-    "default": dict(vocabulary_size=2048, num_layers=2, num_heads=4, hidden_dim=128,
-                    intermediate_dim=512, max_sequence_length=16),
+    "origin": dict(
+        vocabulary_size=10000,
+        num_layers=3,
+        num_heads=6,
+        hidden_dim=300,
+        intermediate_dim=600,
+        max_sequence_length=64,
+    ),
+    "default": dict(
+        vocabulary_size=2048,
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=128,
+        intermediate_dim=512,
+        max_sequence_length=16,
+    ),
 }
 NUM_CLASSES = 6
 LEARNING_RATE = 1e-4
@@ -105,15 +117,33 @@ def hf_trainer_parts(classifier, encoded, work: str, steps: int, batch: int):
     directory = export_hf(classifier, os.path.join(work, "hf"))
     model = RobertaForSequenceClassification.from_pretrained(directory)
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    examples = [{"input_ids": torch.from_numpy(ids.astype("int64")),
-                 "attention_mask": torch.ones(len(ids), dtype=torch.int64),
-                 "labels": int(label)} for ids, label in zip(encoded.ids, encoded.labels)]
+    examples = [
+        {
+            "input_ids": torch.from_numpy(ids.astype("int64")),
+            "attention_mask": torch.ones(len(ids), dtype=torch.int64),
+            "labels": int(label),
+        }
+        for ids, label in zip(encoded.ids, encoded.labels)
+    ]
     arguments = TrainingArguments(
-        output_dir=os.path.join(work, "trainer"), per_device_train_batch_size=batch,
-        max_steps=steps, learning_rate=LEARNING_RATE, weight_decay=0.01, adam_beta1=0.9,
-        adam_beta2=0.98, adam_epsilon=1e-6, warmup_steps=0.06, lr_scheduler_type="linear",
-        logging_strategy="no", save_strategy="no", report_to=[], use_cpu=True,
-        dataloader_num_workers=0, disable_tqdm=True, seed=0)
+        output_dir=os.path.join(work, "trainer"),
+        per_device_train_batch_size=batch,
+        max_steps=steps,
+        learning_rate=LEARNING_RATE,
+        weight_decay=0.01,
+        adam_beta1=0.9,
+        adam_beta2=0.98,
+        adam_epsilon=1e-6,
+        warmup_steps=0.06,
+        lr_scheduler_type="linear",
+        logging_strategy="no",
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        seed=0,
+    )
     return model, state, examples, arguments
 
 
@@ -148,9 +178,11 @@ def main():
     args = parse_args()
     import importlib.util
 
-    missing = [m for m in ("transformers", "torch", "accelerate") if importlib.util.find_spec(m) is None]
+    missing = [
+        m for m in ("transformers", "torch", "accelerate") if importlib.util.find_spec(m) is None
+    ]
     if missing:
-        sys.exit(f"error: {', '.join(missing)} not installed: pip install -e \".[bench]\"")
+        sys.exit(f'error: {", ".join(missing)} not installed: pip install -e ".[bench]"')
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # torch's OpenMP threads spin while they wait: on a shared, loaded machine a spinning
@@ -177,35 +209,46 @@ def main():
     hf_pass_seconds(*hf_parts)
     results = {"kroberta": [], "hf": []}
     for round_ in range(args.rounds):
-        results["kroberta"].append(kroberta_pass_seconds(classifier, start, encoded, batch,
-                                                         length, seed=round_))
+        results["kroberta"].append(
+            kroberta_pass_seconds(classifier, start, encoded, batch, length, seed=round_)
+        )
         results["hf"].append(hf_pass_seconds(*hf_parts))
-        print(f"round {round_ + 1}: " + ", ".join(f"{n} {v[-1]:.2f} s" for n, v in results.items()),
-              f"(load {os.getloadavg()[0]:.1f})", flush=True)
+        print(
+            f"round {round_ + 1}: " + ", ".join(f"{n} {v[-1]:.2f} s" for n, v in results.items()),
+            f"(load {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
 
     samples = steps * batch
     rate = {n: samples / statistics.median(v) for n, v in results.items()}
     best = {n: samples / min(v) for n, v in results.items()}
     shape = SHAPES[args.shape]
-    print(f"\n{args.shape} shape (vocab {shape['vocabulary_size']}, {shape['num_layers']} layers, "
-          f"{shape['num_heads']} heads, hidden {shape['hidden_dim']}, intermediate "
-          f"{shape['intermediate_dim']}), {length} tokens, batch {batch}, {steps} steps per call, "
-          f"{args.rounds} rounds; {len(jax.devices())} JAX CPU device, torch {torch.__version__} "
-          f"with {torch.get_num_threads()} threads (XLA CPU: one per core, {threads} cores), "
-          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}; "
-          f"load average {os.getloadavg()[0]:.1f} at the end")
+    print(
+        f"\n{args.shape} shape (vocab {shape['vocabulary_size']}, {shape['num_layers']} layers, "
+        f"{shape['num_heads']} heads, hidden {shape['hidden_dim']}, intermediate "
+        f"{shape['intermediate_dim']}), {length} tokens, batch {batch}, {steps} steps per call, "
+        f"{args.rounds} rounds; {len(jax.devices())} JAX CPU device, torch {torch.__version__} "
+        f"with {torch.get_num_threads()} threads (XLA CPU: one per core, {threads} cores), "
+        f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}; "
+        f"load average {os.getloadavg()[0]:.1f} at the end"
+    )
     print("| fine-tuning | samples/s, median | best round | x HF (medians) | x HF (best rounds) |")
     print("|---|---|---|---|---|")
-    for name, key in (("kroberta (`encoding.dataset` + `fit`, steps_per_execution 8)", "kroberta"),
-                      (f"Hugging Face `Trainer.train()` (transformers {transformers.__version__})",
-                       "hf")):
-        print(f"| {name} | {rate[key]:,.1f} | {best[key]:,.1f} | {rate[key] / rate['hf']:.2f} | "
-              f"{best[key] / best['hf']:.2f} |")
+    for name, key in (
+        ("kroberta (`encoding.dataset` + `fit`, steps_per_execution 8)", "kroberta"),
+        (f"Hugging Face `Trainer.train()` (transformers {transformers.__version__})", "hf"),
+    ):
+        print(
+            f"| {name} | {rate[key]:,.1f} | {best[key]:,.1f} | {rate[key] / rate['hf']:.2f} | "
+            f"{best[key] / best['hf']:.2f} |"
+        )
     if args.probe_run:
         first, again, accuracy, train, validation = probe_seconds(args.probe_run)
-        print(f"\nlinear probe, {args.probe_run}'s model, embedded task ({train} training, "
-              f"{validation} validation docstrings): first call {first:.1f} s (compiling), again "
-              f"{again:.1f} s; validation accuracy {100 * accuracy:.1f}%")
+        print(
+            f"\nlinear probe, {args.probe_run}'s model, embedded task ({train} training, "
+            f"{validation} validation docstrings): first call {first:.1f} s (compiling), again "
+            f"{again:.1f} s; validation accuracy {100 * accuracy:.1f}%"
+        )
 
 
 if __name__ == "__main__":

@@ -32,15 +32,20 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def make_documents(megabytes, seed=0, vocabulary=20000):
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    words = np.array(["".join(rng.choice(letters, int(np.clip(rng.geometric(0.25), 1, 12))))
-                      for _ in range(vocabulary)], dtype=object)
+    words = np.array(
+        [
+            "".join(rng.choice(letters, int(np.clip(rng.geometric(0.25), 1, 12))))
+            for _ in range(vocabulary)
+        ],
+        dtype=object,
+    )
     docs, size = [], 0
     while size < megabytes * 1e6:
         lengths = np.clip(rng.lognormal(5.0, 1.0, 200).astype(int), 3, 3000)
         tokens = words[np.minimum(rng.zipf(1.1, lengths.sum()), vocabulary) - 1]
         start = 0
         for n in lengths:
-            doc = " ".join(tokens[start:start + n]) + "."
+            doc = " ".join(tokens[start : start + n]) + "."
             start += n
             docs.append(doc)
             size += len(doc) + 2
@@ -54,8 +59,10 @@ def write_all(directory, docs):
     import pyarrow.parquet as pq
 
     os.makedirs(directory, exist_ok=True)
-    paths = {name: os.path.join(directory, f"corpus.{name}") for name in
-             ("txt", "txt.gz", "jsonl", "jsonl.gz", "json", "csv", "parquet")}
+    paths = {
+        name: os.path.join(directory, f"corpus.{name}")
+        for name in ("txt", "txt.gz", "jsonl", "jsonl.gz", "json", "csv", "parquet")
+    }
     text = "\n\n".join(docs) + "\n"
     with open(paths["txt"], "w") as f:
         f.write(text)
@@ -120,16 +127,24 @@ def _peak_in_child(path):
     reads is reused and would hide a reader's growth."""
     import subprocess
 
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", path],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--measure", path],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return int(out.split()[-1])
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--measure", metavar="PATH", help=argparse.SUPPRESS)  # the child of _peak_in_child
+    parser.add_argument(
+        "--measure", metavar="PATH", help=argparse.SUPPRESS
+    )  # the child of _peak_in_child
     parser.add_argument("--mb", type=float, default=8.0, help="MB of document text in the corpus")
-    parser.add_argument("--scale", type=int, default=4, help="the larger corpus is this many times the corpus")
+    parser.add_argument(
+        "--scale", type=int, default=4, help="the larger corpus is this many times the corpus"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", help="where to write the files (default: a temporary directory)")
     args = parser.parse_args(argv)
@@ -168,16 +183,25 @@ def run(args, root):
             times[name].append(chars / 1e6 / seconds)
     peaks = {name: (_peak_in_child(small[name]), _peak_in_child(large[name])) for name in small}
     base = statistics.median(times["txt"])
-    print(f"{len(docs)} documents, {sum(map(len, docs)) / 1e6:.1f} MB of text; larger corpus x{args.scale}")
-    print("| format | file MB | MB/s of text (median) | x .txt | heap peak MiB | heap peak MiB, x"
-          f"{args.scale} corpus |")
+    print(
+        f"{len(docs)} documents, {sum(map(len, docs)) / 1e6:.1f} MB of text; larger corpus x{args.scale}"
+    )
+    print(
+        "| format | file MB | MB/s of text (median) | x .txt | heap peak MiB | heap peak MiB, x"
+        f"{args.scale} corpus |"
+    )
     print("|---|---|---|---|---|---|")
     for name, path in small.items():
-        size = (sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
-                if os.path.isdir(path) else os.path.getsize(path))
+        size = (
+            sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+            if os.path.isdir(path)
+            else os.path.getsize(path)
+        )
         rate = statistics.median(times[name])
-        print(f"| {name} | {size / 1e6:.1f} | {rate:.1f} | {rate / base:.2f} | {peaks[name][0] / 2**20:.1f} | "
-              f"{peaks[name][1] / 2**20:.1f} |")
+        print(
+            f"| {name} | {size / 1e6:.1f} | {rate:.1f} | {rate / base:.2f} | {peaks[name][0] / 2**20:.1f} | "
+            f"{peaks[name][1] / 2**20:.1f} |"
+        )
 
 
 if __name__ == "__main__":

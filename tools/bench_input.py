@@ -53,19 +53,31 @@ def parse_args():
     p.add_argument("--batches", type=int, default=150, help="timed batches per round")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--config", default="seed", help="a shipped config name or a TOML file")
-    p.add_argument("--lengths", type=int, nargs="+", default=[64, 512],
-                   help="sequence lengths to measure (64 uses --records, others --long-records)")
-    p.add_argument("--host-records-per-call", type=int, nargs="+", metavar="N",
-                   help="instead: the host-masked pipelines (b') (c') (e') side by side with "
-                        "N records per call of their map (pipeline.HOST_MASKED_RECORDS_PER_CALL)")
+    p.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=[64, 512],
+        help="sequence lengths to measure (64 uses --records, others --long-records)",
+    )
+    p.add_argument(
+        "--host-records-per-call",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="instead: the host-masked pipelines (b') (c') (e') side by side with "
+        "N records per call of their map (pipeline.HOST_MASKED_RECORDS_PER_CALL)",
+    )
     return p.parse_args()
 
 
 def report_pipeline(files, length):
     import tensorflow as tf
 
-    spec = {name: tf.io.FixedLenFeature([length], tf.int64)
-            for name in ("input_ids", "attention_mask", "labels")}
+    spec = {
+        name: tf.io.FixedLenFeature([length], tf.int64)
+        for name in ("input_ids", "attention_mask", "labels")
+    }
 
     def decode_fn(record):
         return tf.io.parse_single_example(record, spec)
@@ -88,19 +100,25 @@ def kroberta_pipelines(files, config):
         return inputs._dataset_batches(source, predict_config, "masked", batch).repeat()
 
     return {
-        "(b) train, static labels (slots chosen by the step)":
-            lambda b: pipeline.train_dataset(spec, static, V, b, 0, device_masks=True),
-        "(b') train, static slots chosen on the host":
-            lambda b: pipeline.train_dataset(spec, static, V, b, 0),
-        "(c) train, dynamic masking (masks drawn by the step)":
-            lambda b: pipeline.train_dataset(spec, dynamic, V, b, 0, device_masks=True),
-        "(c') train, dynamic masks drawn on the host":
-            lambda b: pipeline.train_dataset(spec, dynamic, V, b, 0),
+        "(b) train, static labels (slots chosen by the step)": lambda b: pipeline.train_dataset(
+            spec, static, V, b, 0, device_masks=True
+        ),
+        "(b') train, static slots chosen on the host": lambda b: pipeline.train_dataset(
+            spec, static, V, b, 0
+        ),
+        "(c) train, dynamic masking (masks drawn by the step)": lambda b: pipeline.train_dataset(
+            spec, dynamic, V, b, 0, device_masks=True
+        ),
+        "(c') train, dynamic masks drawn on the host": lambda b: pipeline.train_dataset(
+            spec, dynamic, V, b, 0
+        ),
         "(d) predict inputs": predict,
-        "(e) eval (masks drawn by the step)":
-            lambda b: pipeline.eval_dataset(spec, dynamic, V, b, 0, device_masks=True).repeat(),
-        "(e') eval, masks drawn on the host":
-            lambda b: pipeline.eval_dataset(spec, dynamic, V, b, 0).repeat(),
+        "(e) eval (masks drawn by the step)": lambda b: pipeline.eval_dataset(
+            spec, dynamic, V, b, 0, device_masks=True
+        ).repeat(),
+        "(e') eval, masks drawn on the host": lambda b: pipeline.eval_dataset(
+            spec, dynamic, V, b, 0
+        ).repeat(),
     }
 
 
@@ -114,9 +132,11 @@ def device_masking_seconds(length, config, batch, repeats=50):
 
     rng = np.random.default_rng(0)
     V = config.model.vocabulary_size
-    x = {"token_ids": rng.integers(5, V, (batch, length)).astype(np.int32),
-         "padding_mask": np.ones((batch, length), np.int32),
-         "mask_keys": rng.integers(0, 2**32, batch, dtype=np.uint32)}
+    x = {
+        "token_ids": rng.integers(5, V, (batch, length)).astype(np.int32),
+        "padding_mask": np.ones((batch, length), np.int32),
+        "mask_keys": rng.integers(0, 2**32, batch, dtype=np.uint32),
+    }
     x = jax.device_put(x)
     mask = jax.jit(masking.masker(config.data, V))
     jax.block_until_ready(mask(x))
@@ -159,15 +179,21 @@ def measure(files, length, config, args):
     medians = {key: statistics.median(r) for key, r in rounds.items()}
     base = {threads: medians["(a) report's pipeline", threads] for threads in ("all", 1)}
     print(f"\n{length} tokens, batch {args.batch}, {args.rounds} rounds x {args.batches} batches")
-    print("| pipeline | samples/s (median) | best round | x (a) | one thread: samples/s | x (a) |\n"
-          "|---|---|---|---|---|---|")
+    print(
+        "| pipeline | samples/s (median) | best round | x (a) | one thread: samples/s | x (a) |\n"
+        "|---|---|---|---|---|---|"
+    )
     for name in pipelines:
         value, single = medians[name, "all"], medians[name, 1]
-        print(f"| {name} | {value:,.0f} | {max(rounds[name, 'all']):,.0f} | "
-              f"{value / base['all']:.2f}x | {single:,.0f} | {single / base[1]:.2f}x |")
+        print(
+            f"| {name} | {value:,.0f} | {max(rounds[name, 'all']):,.0f} | "
+            f"{value / base['all']:.2f}x | {single:,.0f} | {single / base[1]:.2f}x |"
+        )
     seconds = device_masking_seconds(length, config, args.batch)
-    print(f"\n(c)'s masks in the step, on this host's CPU device: {seconds * 1e3:.2f} ms per "
-          f"batch of {args.batch} ({seconds / args.batch * 1e6:.1f} us per sample)")
+    print(
+        f"\n(c)'s masks in the step, on this host's CPU device: {seconds * 1e3:.2f} ms per "
+        f"batch of {args.batch} ({seconds / args.batch * 1e6:.1f} us per sample)"
+    )
 
 
 def measure_host_records_per_call(files, length, config, args):
@@ -175,8 +201,11 @@ def measure_host_records_per_call(files, length, config, args):
     rounds alternating between them; the median samples/s and the ratio to the first."""
     from kroberta.data import pipeline
 
-    host = {name: make for name, make in kroberta_pipelines(files, config).items()
-            if name[:4] in ("(b')", "(c')", "(e')")}
+    host = {
+        name: make
+        for name, make in kroberta_pipelines(files, config).items()
+        if name[:4] in ("(b')", "(c')", "(e')")
+    }
 
     def with_records(make, records):
         def built(batch):
@@ -186,6 +215,7 @@ def measure_host_records_per_call(files, length, config, args):
                 return make(batch)
             finally:
                 pipeline.HOST_MASKED_RECORDS_PER_CALL = default
+
         return built
 
     counts = args.host_records_per_call
@@ -195,20 +225,30 @@ def measure_host_records_per_call(files, length, config, args):
             for records in counts:
                 for threads in ("all", 1):
                     rounds.setdefault((name, records, threads), []).append(
-                        rate(with_records(make, records), args.batch, args.batches, threads))
+                        rate(with_records(make, records), args.batch, args.batches, threads)
+                    )
     medians = {key: statistics.median(r) for key, r in rounds.items()}
-    print(f"\n{length} tokens, batch {args.batch}, {args.rounds} rounds x {args.batches} batches: "
-          "samples/s (all threads / one thread), x the first")
-    print("| pipeline | " + " | ".join(f"{n} records per call" for n in counts) + " |\n"
-          "|---|" + "---|" * len(counts))
+    print(
+        f"\n{length} tokens, batch {args.batch}, {args.rounds} rounds x {args.batches} batches: "
+        "samples/s (all threads / one thread), x the first"
+    )
+    print(
+        "| pipeline | " + " | ".join(f"{n} records per call" for n in counts) + " |\n"
+        "|---|" + "---|" * len(counts)
+    )
     for name in host:
         cells = []
         for records in counts:
             both = [medians[name, records, t] for t in ("all", 1)]
             first = [medians[name, counts[0], t] for t in ("all", 1)]
-            cells.append(" / ".join(f"{v:,.0f}" for v in both)
-                         + ("" if records == counts[0] else
-                            " (" + " / ".join(f"{v / f:.2f}x" for v, f in zip(both, first)) + ")"))
+            cells.append(
+                " / ".join(f"{v:,.0f}" for v in both)
+                + (
+                    ""
+                    if records == counts[0]
+                    else " (" + " / ".join(f"{v / f:.2f}x" for v, f in zip(both, first)) + ")"
+                )
+            )
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 

@@ -50,14 +50,18 @@ def measure_cells(args):
     for length in args.lengths:
         for attention_dropout in args.attention_dropouts:
             for remat in args.remats:
-                todo = [t for t in args.topologies
-                        if (length, t, remat, attention_dropout) not in done]
+                todo = [
+                    t for t in args.topologies if (length, t, remat, attention_dropout) not in done
+                ]
                 if not todo:
                     continue
-                overrides = [f"model.max_sequence_length={length}",
-                             f"model.attention_dropout={attention_dropout}",
-                             f"train.remat={remat}", "train.mixed_precision=true",
-                             *args.set]
+                overrides = [
+                    f"model.max_sequence_length={length}",
+                    f"model.attention_dropout={attention_dropout}",
+                    f"train.remat={remat}",
+                    "train.mixed_precision=true",
+                    *args.set,
+                ]
                 config = apply_overrides(load_toml(config_path(args.config)), overrides)
                 validate(config)
                 started = time.perf_counter()
@@ -71,22 +75,37 @@ def measure_cells(args):
                     batch = config.train.batch_size_per_device
                     if known and known["batch_size_per_device"] == batch:
                         at_batch = memory_plan.Measured(
-                            batch, known["gib"] * GiB,
-                            None if known["refused"] else known["gflops"] * 1e9, known["refused"])
+                            batch,
+                            known["gib"] * GiB,
+                            None if known["refused"] else known["gflops"] * 1e9,
+                            known["refused"],
+                        )
                     else:
                         known, at_batch = None, memory_plan.measure(config, devices, model)
-                    row = {"config": args.config, "length": length, "topology": topology,
-                           "remat": remat, "attention_dropout": attention_dropout,
-                           "batch_size_per_device": batch,
-                           "hbm_gib": hbm / GiB, "gib": at_batch.total_bytes / GiB,
-                           "refused": at_batch.refused, "gflops": (at_batch.flops or 0) / 1e9,
-                           "build_seconds": built, "measured_earlier": bool(known)}
+                    row = {
+                        "config": args.config,
+                        "length": length,
+                        "topology": topology,
+                        "remat": remat,
+                        "attention_dropout": attention_dropout,
+                        "batch_size_per_device": batch,
+                        "hbm_gib": hbm / GiB,
+                        "gib": at_batch.total_bytes / GiB,
+                        "refused": at_batch.refused,
+                        "gflops": (at_batch.flops or 0) / 1e9,
+                        "build_seconds": built,
+                        "measured_earlier": bool(known),
+                    }
                     if args.max_batch:
                         largest, measured, compiles = memory_plan.max_batch(
-                            config, devices, hbm, model, known=at_batch)
-                        row.update(max_batch=largest, compiles=compiles,
-                                   gib_at_max=measured.total_bytes / GiB if measured else None,
-                                   gflops_at_max=(measured.flops or 0) / 1e9 if measured else None)
+                            config, devices, hbm, model, known=at_batch
+                        )
+                        row.update(
+                            max_batch=largest,
+                            compiles=compiles,
+                            gib_at_max=measured.total_bytes / GiB if measured else None,
+                            gflops_at_max=(measured.flops or 0) / 1e9 if measured else None,
+                        )
                     row["seconds"] = time.perf_counter() - started
                     print(json.dumps(row), flush=True)
                     if args.out:
@@ -97,28 +116,45 @@ def measure_cells(args):
 def table(path) -> str:
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    base = {(r["length"], r["topology"], r["attention_dropout"]): r["gflops"]
-            for r in rows if r["remat"] == "none"}
+    base = {
+        (r["length"], r["topology"], r["attention_dropout"]): r["gflops"]
+        for r in rows
+        if r["remat"] == "none"
+    }
     searched = any("max_batch" in r for r in rows)
-    lines = ["| tokens | topology | attention dropout | remat | GiB per device at batch "
-             "| of HBM | GFLOP per device step | recompute |"
-             + (" largest batch per device | GiB at it | compiles |" if searched else ""),
-             "|---:|---|---:|---|---:|---:|---:|---:|" + ("---:|---:|---:|" if searched else "")]
+    lines = [
+        "| tokens | topology | attention dropout | remat | GiB per device at batch "
+        "| of HBM | GFLOP per device step | recompute |"
+        + (" largest batch per device | GiB at it | compiles |" if searched else ""),
+        "|---:|---|---:|---|---:|---:|---:|---:|" + ("---:|---:|---:|" if searched else ""),
+    ]
     order = {"none": 0, "dots_no_batch": 1, "dots": 2, "full": 3}
-    for r in sorted(rows, key=lambda r: (r["length"], r["topology"], -r["attention_dropout"],
-                                         order.get(r["remat"], 9))):
+    for r in sorted(
+        rows,
+        key=lambda r: (
+            r["length"],
+            r["topology"],
+            -r["attention_dropout"],
+            order.get(r["remat"], 9),
+        ),
+    ):
         none = base.get((r["length"], r["topology"], r["attention_dropout"]))
         extra = f"+{100 * (r['gflops'] / none - 1):.0f}%" if none and r["gflops"] else ""
-        gib = (f">= {r['gib']:.1f} (refused)" if r["refused"] else f"{r['gib']:.2f}")
+        gib = f">= {r['gib']:.1f} (refused)" if r["refused"] else f"{r['gib']:.2f}"
         flops = f"{r['gflops']:.0f}" if r["gflops"] else ""
-        line = (f"| {r['length']} | {r['topology']} | {r['attention_dropout']:g} | "
-                f"{r['remat']} | {gib} at {r['batch_size_per_device']} | "
-                f"{r['hbm_gib']:.0f} GiB | {flops} | {extra} |")
+        line = (
+            f"| {r['length']} | {r['topology']} | {r['attention_dropout']:g} | "
+            f"{r['remat']} | {gib} at {r['batch_size_per_device']} | "
+            f"{r['hbm_gib']:.0f} GiB | {flops} | {extra} |"
+        )
         if searched:
             at_max = r.get("gib_at_max")
             at_max = "" if at_max is None else f"{at_max:.2f}"  # None: not one sequence fits
-            line += (f" **{r['max_batch']}** | {at_max} | {r['compiles']} |"
-                     if "max_batch" in r else " | | |")
+            line += (
+                f" **{r['max_batch']}** | {at_max} | {r['compiles']} |"
+                if "max_batch" in r
+                else " | | |"
+            )
         lines.append(line)
     return "\n".join(lines)
 
@@ -127,19 +163,29 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="base")
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512])
-    parser.add_argument("--topologies", nargs="+",
-                        default=["v3:2x2", "v2:2x2", "v4:2x2x1", "v5e:2x2"])
+    parser.add_argument(
+        "--topologies", nargs="+", default=["v3:2x2", "v2:2x2", "v4:2x2x1", "v5e:2x2"]
+    )
     parser.add_argument("--remats", nargs="+", default=["none", "dots", "full"])
     parser.add_argument("--attention-dropouts", type=float, nargs="+", default=[0.1, 0.0])
-    parser.add_argument("--max-batch", action="store_true",
-                        help="also search the largest per-device batch that fits (more compiles)")
-    parser.add_argument("--set", nargs="*", default=[],
-                        help="more config overrides, section.key=value")
+    parser.add_argument(
+        "--max-batch",
+        action="store_true",
+        help="also search the largest per-device batch that fits (more compiles)",
+    )
+    parser.add_argument(
+        "--set", nargs="*", default=[], help="more config overrides, section.key=value"
+    )
     parser.add_argument("--out", help="JSON lines file: appended to, and cells in it skipped")
-    parser.add_argument("--measured", metavar="JSONL",
-                        help="an earlier run's --out: its cells' figures at their batch are "
-                             "taken instead of compiled again (--max-batch starts from them)")
-    parser.add_argument("--table", metavar="JSONL", help="print the markdown table of a results file")
+    parser.add_argument(
+        "--measured",
+        metavar="JSONL",
+        help="an earlier run's --out: its cells' figures at their batch are "
+        "taken instead of compiled again (--max-batch starts from them)",
+    )
+    parser.add_argument(
+        "--table", metavar="JSONL", help="print the markdown table of a results file"
+    )
     args = parser.parse_args(argv)
     for name, path in (("--measured", args.measured), ("--table", args.table)):
         if path and not os.path.exists(path):

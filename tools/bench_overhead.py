@@ -41,12 +41,26 @@ def parse_args():
 def micro_config(data_file: str, run_dir: str, k: int, dispatches: int):
     from kroberta.config import Config, DataConfig, ModelConfig, TrainConfig
 
-    model = ModelConfig(vocabulary_size=512, num_layers=1, num_heads=2, hidden_dim=16,
-                        intermediate_dim=32, max_sequence_length=16)
+    model = ModelConfig(
+        vocabulary_size=512,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=16,
+    )
     steps = k * dispatches
-    train = TrainConfig(batch_size_per_device=8, steps=steps, warmup_steps=0, warmup_fraction=0.0,
-                        steps_per_execution=k, log_every=k * 5, eval_every=0,
-                        checkpoint_every=0, learning_rate=1e-3)
+    train = TrainConfig(
+        batch_size_per_device=8,
+        steps=steps,
+        warmup_steps=0,
+        warmup_fraction=0.0,
+        steps_per_execution=k,
+        log_every=k * 5,
+        eval_every=0,
+        checkpoint_every=0,
+        learning_rate=1e-3,
+    )
     data = DataConfig(train=(data_file,), shuffle_buffer=64, mask_rate=0.15)  # the measured rate
     return Config(model=model, data=data, train=train, run_dir=run_dir)
 
@@ -74,14 +88,27 @@ def bare_scan_step_seconds(config, spec, read_input: bool = False) -> float:
 
     t = config.train
     model = build_compiled_model(config)
-    ds = pipeline.train_dataset(spec, config.data, config.model.vocabulary_size,
-                                t.batch_size_per_device, t.seed, 0, device_masks=True)
+    ds = pipeline.train_dataset(
+        spec,
+        config.data,
+        config.model.vocabulary_size,
+        t.batch_size_per_device,
+        t.seed,
+        0,
+        device_masks=True,
+    )
     flat = list(ds.take(t.steps_per_execution).as_numpy_iterator())
     super_batch = jax.tree.map(lambda *a: np.stack(a), *flat)  # (K, B, ...)
     # The state train_step takes, as Keras' JAX trainer gathers it for `fit`.
-    state = tuple([v.value for v in variables] for variables in (
-        model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
-        model.metrics_variables))
+    state = tuple(
+        [v.value for v in variables]
+        for variables in (
+            model.trainable_variables,
+            model.non_trainable_variables,
+            model.optimizer.variables,
+            model.metrics_variables,
+        )
+    )
     program = jax.jit(scan_steps(model.train_step), donate_argnums=0)
     on_device = jax.device_put(super_batch)
     # Compiles; twice where the first call's outputs come back on other shardings than
@@ -136,8 +163,11 @@ def bare_predict_batch_seconds(model, config, batches: int, batch: int) -> float
     rng = np.random.default_rng(1)
     ids = rng.integers(5, 500, (batch, length)).astype(np.int32)
     masked = rng.random((batch, length)) < 0.15
-    one = {"token_ids": ids, "padding_mask": np.ones((batch, length), np.int32),
-           "marks": np.where(masked, config.data.mask_token_id, -100).astype(np.int32)}
+    one = {
+        "token_ids": ids,
+        "padding_mask": np.ones((batch, length), np.int32),
+        "marks": np.where(masked, config.data.mask_token_id, -100).astype(np.int32),
+    }
     on_device = jax.device_put(one, in_shardings[2])
     jax.block_until_ready(jitted(*weights, on_device))
     start = time.perf_counter()
@@ -171,32 +201,49 @@ def main():
         results["train"].append(kroberta_train_step_seconds(run))
         results["scan"].append(bare_scan_step_seconds(run, spec))
         results["scan+input"].append(bare_scan_step_seconds(run, spec, read_input=True))
-        results["predict"].append(kroberta_predict_batch_seconds(predict_model, inputs,
-                                                                 args.predict_batches))
-        results["loop"].append(bare_predict_batch_seconds(predict_model, config,
-                                                          args.predict_batches, batch))
-        print(f"round {round_ + 1}: " + ", ".join(f"{n} {v[-1] * 1e6:.0f} us"
-                                                  for n, v in results.items()), flush=True)
+        results["predict"].append(
+            kroberta_predict_batch_seconds(predict_model, inputs, args.predict_batches)
+        )
+        results["loop"].append(
+            bare_predict_batch_seconds(predict_model, config, args.predict_batches, batch)
+        )
+        print(
+            f"round {round_ + 1}: "
+            + ", ".join(f"{n} {v[-1] * 1e6:.0f} us" for n, v in results.items()),
+            flush=True,
+        )
 
     med = {n: statistics.median(v) for n, v in results.items()}
     best = {n: min(v) for n, v in results.items()}
-    print(f"\nmicro model (1 layer, hidden 16, 16 tokens, batch {batch}), 1 CPU device, "
-          f"K = {k}; {args.rounds} rounds; load average {os.getloadavg()[0]:.1f} at the end")
-    print("| path | per step or batch, median | best round | x bare (medians) | x bare (best rounds) |")
+    print(
+        f"\nmicro model (1 layer, hidden 16, 16 tokens, batch {batch}), 1 CPU device, "
+        f"K = {k}; {args.rounds} rounds; load average {os.getloadavg()[0]:.1f} at the end"
+    )
+    print(
+        "| path | per step or batch, median | best round | x bare (medians) | x bare (best rounds) |"
+    )
     print("|---|---|---|---|---|")
     rows = [
         (f"`kroberta.train` step_time, steps_per_execution={k}", "train", "scan"),
-        (f"bare: the same {k}-step program in a Python loop, super-batch on device", "scan", "scan"),
+        (
+            f"bare: the same {k}-step program in a Python loop, super-batch on device",
+            "scan",
+            "scan",
+        ),
         ("bare, each super-batch read from the same tf.data pipeline", "scan+input", "scan"),
         ("`kroberta.predict` top_k (k=5), per batch", "predict", "loop"),
         ("bare: the jitted forward + top_k in a Python loop, batch on device", "loop", "loop"),
     ]
     for name, ours, base in rows:
-        print(f"| {name} | {med[ours] * 1e6:,.0f} us | {best[ours] * 1e6:,.0f} us | "
-              f"{med[ours] / med[base]:.2f} | {best[ours] / best[base]:.2f} |")
-    print(f"\nkroberta.train against the bare loop that reads the same input: "
-          f"{med['train'] / med['scan+input']:.2f}x (medians), "
-          f"{best['train'] / best['scan+input']:.2f}x (best rounds)")
+        print(
+            f"| {name} | {med[ours] * 1e6:,.0f} us | {best[ours] * 1e6:,.0f} us | "
+            f"{med[ours] / med[base]:.2f} | {best[ours] / best[base]:.2f} |"
+        )
+    print(
+        f"\nkroberta.train against the bare loop that reads the same input: "
+        f"{med['train'] / med['scan+input']:.2f}x (medians), "
+        f"{best['train'] / best['scan+input']:.2f}x (best rounds)"
+    )
 
 
 if __name__ == "__main__":

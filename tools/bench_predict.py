@@ -60,10 +60,13 @@ def main():
     predict_path = os.path.join(tmp, "predict.tfrecord")
     write_seed_format(predict_path, args.examples, L, V, seed=2)
     config = dataclasses.replace(
-        config, run_dir=tmp,
+        config,
+        run_dir=tmp,
         data=dataclasses.replace(config.data, train=(path,)),
-        train=dataclasses.replace(config.train, batch_size_per_device=args.batch // args.devices,
-                                  steps=10**6))
+        train=dataclasses.replace(
+            config.train, batch_size_per_device=args.batch // args.devices, steps=10**6
+        ),
+    )
     topology = distribute.setup(config)
     batch = make_plan(config, topology=topology).global_batch
     spec = pipeline.inspect_files(config.data.train, "data.train")
@@ -89,11 +92,12 @@ def main():
     cases = {
         "(a) train: fit": train,
         "(b) kroberta.predict top_k, masked": lambda: timed(
-            lambda: kroberta.predict(model, predict_path, output="top_k", k=5)),
+            lambda: kroberta.predict(model, predict_path, output="top_k", k=5)
+        ),
         "(b') kroberta.predict top_k, all": lambda: timed(
-            lambda: kroberta.predict(model, predict_path, output="top_k", k=5, positions="all")),
-        "(c) keras model.predict (logits)": lambda: timed(
-            lambda: model.predict(x_ds, verbose=0)),
+            lambda: kroberta.predict(model, predict_path, output="top_k", k=5, positions="all")
+        ),
+        "(c) keras model.predict (logits)": lambda: timed(lambda: model.predict(x_ds, verbose=0)),
         "(d) eager loop model(x)": lambda: timed(eager_loop),
     }
     results = {name: [] for name in cases}
@@ -107,16 +111,20 @@ def main():
 
     med = {k: statistics.median(v) for k, v in results.items()}
     a = med["(a) train: fit"]
-    print(f"\n{n} examples x {L} tokens, batch {batch}, {topology.num_devices} CPU device(s), "
-          f"{args.rounds} rounds, medians")
+    print(
+        f"\n{n} examples x {L} tokens, batch {batch}, {topology.num_devices} CPU device(s), "
+        f"{args.rounds} rounds, medians"
+    )
     print(f"{'path':40s} {'samples/s':>10s} {'x (a)':>7s}   rounds")
     for k, v in med.items():
         print(f"{k:40s} {v:10.1f} {v / a:7.2f}   {' '.join(f'{x:.0f}' for x in results[k])}")
     b = med["(b) kroberta.predict top_k, masked"]
     c, d = med["(c) keras model.predict (logits)"], med["(d) eager loop model(x)"]
-    print(f"\ntargets: (b)/(a) = {b / a:.2f} (>= 2.5: {'met' if b / a >= 2.5 else 'MISSED'}); "
-          f"(b)/(d) = {b / d:.2f} (>= 4: {'met' if b / d >= 4 else 'MISSED'}); "
-          f"(b)/(c) = {b / c:.2f} (>= 1: {'met' if b >= c else 'MISSED'})")
+    print(
+        f"\ntargets: (b)/(a) = {b / a:.2f} (>= 2.5: {'met' if b / a >= 2.5 else 'MISSED'}); "
+        f"(b)/(d) = {b / d:.2f} (>= 4: {'met' if b / d >= 4 else 'MISSED'}); "
+        f"(b)/(c) = {b / c:.2f} (>= 1: {'met' if b >= c else 'MISSED'})"
+    )
 
 
 if __name__ == "__main__":

@@ -74,7 +74,10 @@ def write_corpus(directory, megabytes, seed=0, files=8, vocabulary=50000):
 
 def _usage():
     """(wall-clock start, CPU seconds so far) of this process and its waited-for children."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
@@ -84,7 +87,9 @@ def _peak_mb():
     own process, which it was forked from."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with contextlib.suppress(OSError, IndexError):
-        own = [int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
+        own = [
+            int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")
+        ][0]
     return max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
 
 
@@ -101,8 +106,18 @@ def run_one(mode, workers, paths, tokenizer_path, out, args):
     start, cpu = time.perf_counter(), _usage()
     serial = None
     if mode == "prepare":
-        m = prepare(paths, out, vocab_size=args.vocab_size, seq_len=args.seq_len, labels=args.labels,
-                    seed=args.seed, progress=False, overwrite=True, workers=workers, tokenizer=tokenizer_path)
+        m = prepare(
+            paths,
+            out,
+            vocab_size=args.vocab_size,
+            seq_len=args.seq_len,
+            labels=args.labels,
+            seed=args.seed,
+            progress=False,
+            overwrite=True,
+            workers=workers,
+            tokenizer=tokenizer_path,
+        )
         # One process's work before the chunks (scan, cuts, plan) and after (joining the shards).
         serial = m["timing_s"]["tokenizer"] + m["timing_s"]["assemble"]
     elif mode == "tokenizers":  # encode_batch alone, on its own threads: the floor
@@ -119,8 +134,16 @@ def run_one(mode, workers, paths, tokenizer_path, out, args):
         tok.encode_batch_fast(batch, add_special_tokens=False)
     elif mode == "datasets":  # Hugging Face run_mlm.py's preprocessing: tokenize lines, group texts
         run_mlm_preprocessing(paths, tokenizer_path, workers, args.seq_len, out)
-    print(json.dumps({"seconds": time.perf_counter() - start, "cpu": _usage() - cpu, "peak_mb": _peak_mb(),
-                      "serial_s": serial}))
+    print(
+        json.dumps(
+            {
+                "seconds": time.perf_counter() - start,
+                "cpu": _usage() - cpu,
+                "peak_mb": _peak_mb(),
+                "serial_s": serial,
+            }
+        )
+    )
 
 
 def run_mlm_preprocessing(paths, tokenizer_path, workers, seq_len, cache):
@@ -136,22 +159,44 @@ def run_mlm_preprocessing(paths, tokenizer_path, workers, seq_len, cache):
 
     def tokenize(batch):
         encoded = tok.encode_batch_fast(batch["text"], add_special_tokens=True)
-        return {"input_ids": [e.ids for e in encoded], "attention_mask": [e.attention_mask for e in encoded]}
+        return {
+            "input_ids": [e.ids for e in encoded],
+            "attention_mask": [e.attention_mask for e in encoded],
+        }
 
     def group_texts(examples):
         joined = {k: sum(examples[k], []) for k in examples}
         length = len(joined["input_ids"]) // seq_len * seq_len
-        return {k: [v[i:i + seq_len] for i in range(0, length, seq_len)] for k, v in joined.items()}
+        return {
+            k: [v[i : i + seq_len] for i in range(0, length, seq_len)] for k, v in joined.items()
+        }
 
-    tokenized = raw.map(tokenize, batched=True, num_proc=workers if workers > 1 else None, remove_columns=["text"])
+    tokenized = raw.map(
+        tokenize, batched=True, num_proc=workers if workers > 1 else None, remove_columns=["text"]
+    )
     tokenized.map(group_texts, batched=True, num_proc=workers if workers > 1 else None)
 
 
 def measure(mode, workers, paths, tokenizer_path, out, args):
     """Runs `run_one` in a fresh Python process (its own peak memory and CPU time)."""
-    command = [sys.executable, os.path.abspath(__file__), "--run", mode, "--workers", str(workers),
-               "--tokenizer", tokenizer_path, "--out", out, "--seq-len", str(args.seq_len),
-               "--vocab-size", str(args.vocab_size), *(["--labels", args.labels] if args.labels else []), *paths]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--run",
+        mode,
+        "--workers",
+        str(workers),
+        "--tokenizer",
+        tokenizer_path,
+        "--out",
+        out,
+        "--seq-len",
+        str(args.seq_len),
+        "--vocab-size",
+        str(args.vocab_size),
+        *(["--labels", args.labels] if args.labels else []),
+        *paths,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{mode} x{workers} failed:\n{done.stderr[-3000:]}")
@@ -159,16 +204,26 @@ def measure(mode, workers, paths, tokenizer_path, out, args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--mb", type=float, default=50.0, help="corpus size in MB (default 50)")
-    parser.add_argument("--corpus", nargs="*", help="these text files instead of a generated corpus")
+    parser.add_argument(
+        "--corpus", nargs="*", help="these text files instead of a generated corpus"
+    )
     parser.add_argument("--vocab-size", type=int, default=10000)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--labels", choices=["static"], default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workers-list", default="1,2", help="worker counts to compare (default 1,2)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="run every contender this many times, interleaved, and keep each one's fastest")
+    parser.add_argument(
+        "--workers-list", default="1,2", help="worker counts to compare (default 1,2)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every contender this many times, interleaved, and keep each one's fastest",
+    )
     parser.add_argument("--keep", help="keep the corpus and output in this directory")
     parser.add_argument("--run", help=argparse.SUPPRESS)  # one measured run (internal)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
@@ -195,32 +250,54 @@ def main():
         mb = sum(os.path.getsize(p) for p in paths) / 1e6
         # One tokenizer for every contender, trained (and timed) once by prepare itself.
         t0 = time.perf_counter()
-        m = prepare(paths, os.path.join(root, "trained"), vocab_size=args.vocab_size, seq_len=args.seq_len,
-                    progress=False, overwrite=True, workers=1)
+        m = prepare(
+            paths,
+            os.path.join(root, "trained"),
+            vocab_size=args.vocab_size,
+            seq_len=args.seq_len,
+            progress=False,
+            overwrite=True,
+            workers=1,
+        )
         tokenizer_path = os.path.join(root, "trained", "tokenizer.json")
-        print(f"{mb:.1f} MB in {len(paths)} file(s), {os.cpu_count()} CPUs; tokenizer trained in "
-              f"{m['timing_s']['tokenizer']:.1f}s on {m['source']['tokenizer_sample_bytes'] / 1e6:.1f} MB")
+        print(
+            f"{mb:.1f} MB in {len(paths)} file(s), {os.cpu_count()} CPUs; tokenizer trained in "
+            f"{m['timing_s']['tokenizer']:.1f}s on {m['source']['tokenizer_sample_bytes'] / 1e6:.1f} MB"
+        )
         rows = [("tokenizers encode_batch", "tokenizers", 1)]
         for n in map(int, args.workers_list.split(",")):
-            rows += [(f"prepare --workers {n}", "prepare", n), (f"datasets.map num_proc={n}", "datasets", n)]
+            rows += [
+                (f"prepare --workers {n}", "prepare", n),
+                (f"datasets.map num_proc={n}", "datasets", n),
+            ]
         results = {}
-        for round_ in range(args.rounds):  # interleaved: a load that comes and goes hits every contender alike
+        for round_ in range(
+            args.rounds
+        ):  # interleaved: a load that comes and goes hits every contender alike
             for name, mode, n in rows:
-                out = os.path.join(root, f"{mode}-{n}-{round_}")  # fresh: datasets would reuse its cache
+                out = os.path.join(
+                    root, f"{mode}-{n}-{round_}"
+                )  # fresh: datasets would reuse its cache
                 r = measure(mode, n, paths, tokenizer_path, out, args)
                 shutil.rmtree(out, ignore_errors=True)
                 print(f"  {name}: {r}", file=sys.stderr)
                 if name not in results or r["seconds"] < results[name]["seconds"]:
                     results[name] = r  # the least disturbed round
         floor = results["tokenizers encode_batch"]["cpu"]
-        print(f"{'':<26}{'seconds':>9}{'MB/s':>8}{'CPU s/MB':>10}{'outside tok.':>14}{'peak MB':>9}")
+        print(
+            f"{'':<26}{'seconds':>9}{'MB/s':>8}{'CPU s/MB':>10}{'outside tok.':>14}{'peak MB':>9}"
+        )
         for name, r in results.items():
             outside = (r["cpu"] - floor) / mb if name != "tokenizers encode_batch" else 0.0
-            print(f"{name:<26}{r['seconds']:>9.1f}{mb / r['seconds']:>8.2f}{r['cpu'] / mb:>10.3f}{outside:>14.3f}"
-                  f"{r['peak_mb']:>9.0f}")
+            print(
+                f"{name:<26}{r['seconds']:>9.1f}{mb / r['seconds']:>8.2f}{r['cpu'] / mb:>10.3f}{outside:>14.3f}"
+                f"{r['peak_mb']:>9.0f}"
+            )
         for name, r in results.items():
             if r["serial_s"] is not None:
-                print(f"{name}: serial part {r['serial_s']:.2f}s, {100 * r['serial_s'] / r['cpu']:.1f}% of its CPU time")
+                print(
+                    f"{name}: serial part {r['serial_s']:.2f}s, {100 * r['serial_s'] / r['cpu']:.1f}% of its CPU time"
+                )
         one = results.get("prepare --workers 1")
         for name, r in results.items():
             if one and name.startswith("prepare --workers") and name != "prepare --workers 1":

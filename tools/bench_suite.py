@@ -54,18 +54,31 @@ def build(args) -> dict:
     for task in tasks:
         for part in ("train", "dev"):
             with open(os.path.join(args.out, f"{task.name}-{part}.jsonl"), "w") as f:
-                f.writelines(json.dumps({"text": text, "label": label}) + "\n"
-                             for _, label, text in getattr(task, part))
+                f.writelines(
+                    json.dumps({"text": text, "label": label}) + "\n"
+                    for _, label, text in getattr(task, part)
+                )
     documents = suite_tasks.corpus_documents(tasks, random.Random(1))
     with open(os.path.join(args.out, "corpus.txt"), "w", encoding="utf-8") as f:
         f.writelines(doc + "\n\n" for doc in documents)
-    described = {t.name: {"source": t.source, "few_shot": t.few_shot, "semantic": t.semantic,
-                          "corpus": "own text" if t.own_text else "neighbouring",
-                          "labels": sorted({r[1] for r in t.train}), "train": len(t.train),
-                          "dev": len(t.dev), "corpus_texts": len(t.corpus),
-                          "corpus_bytes": sum(len(x) for _, x in t.corpus)} for t in tasks}
-    described["corpus"] = {"documents": len(documents),
-                           "bytes": os.path.getsize(os.path.join(args.out, "corpus.txt"))}
+    described = {
+        t.name: {
+            "source": t.source,
+            "few_shot": t.few_shot,
+            "semantic": t.semantic,
+            "corpus": "own text" if t.own_text else "neighbouring",
+            "labels": sorted({r[1] for r in t.train}),
+            "train": len(t.train),
+            "dev": len(t.dev),
+            "corpus_texts": len(t.corpus),
+            "corpus_bytes": sum(len(x) for _, x in t.corpus),
+        }
+        for t in tasks
+    }
+    described["corpus"] = {
+        "documents": len(documents),
+        "bytes": os.path.getsize(os.path.join(args.out, "corpus.txt")),
+    }
     with open(os.path.join(args.out, "tasks.json"), "w") as f:
         json.dump(described, f, indent=1)
     return described
@@ -78,21 +91,34 @@ def pretrain(args, budget: int) -> str:
     if os.path.isfile(os.path.join(run_dir, "model.weights.h5")):
         return run_dir
     steps = BASE_STEPS * budget
-    config = kroberta.load_config("small", {
-        "run_dir": run_dir, "data.dir": os.path.join(args.out, "prepared"),
-        "train.steps": steps, "train.trackers": []})
+    config = kroberta.load_config(
+        "small",
+        {
+            "run_dir": run_dir,
+            "data.dir": os.path.join(args.out, "prepared"),
+            "train.steps": steps,
+            "train.trackers": [],
+        },
+    )
     started = time.perf_counter()
     summary = kroberta.train(config)
     if summary["final_step"] < steps:
         sys.exit(f"{budget}x: pretraining stopped at step {summary['final_step']} of {steps}")
-    common.record(args, {"kind": "pretrain", "budget": budget, "steps": steps,
-                         "seconds": time.perf_counter() - started,
-                         "validation": common.last_validation(run_dir)})
+    common.record(
+        args,
+        {
+            "kind": "pretrain",
+            "budget": budget,
+            "steps": steps,
+            "seconds": time.perf_counter() - started,
+            "validation": common.last_validation(run_dir),
+        },
+    )
     return run_dir
 
 
 def recipe_label(recipe: dict) -> str:
-    """"adapt_steps=300,layer_decay=0.8" ("" for the plain recipe)."""
+    """ "adapt_steps=300,layer_decay=0.8" ("" for the plain recipe)."""
     return ",".join(f"{name}={value}" for name, value in sorted(recipe.items()))
 
 
@@ -105,8 +131,9 @@ def parse_recipe(settings: list) -> dict:
     for setting in settings:
         name, _, value = setting.partition("=")
         if name not in RECIPE_OPTIONS or not value:
-            sys.exit(f"--recipe {setting}: expected NAME=VALUE, NAME one of "
-                     f"{', '.join(RECIPE_OPTIONS)}")
+            sys.exit(
+                f"--recipe {setting}: expected NAME=VALUE, NAME one of {', '.join(RECIPE_OPTIONS)}"
+            )
         recipe[name] = float(value) if name == "layer_decay" else int(value)
     try:
         FinetuneConfig(**recipe)  # refuses a value no fine-tune takes, naming it
@@ -137,9 +164,13 @@ def _reuse_random_trials(args, budget: int, task: str, folder: str):
 
 def _start(result) -> dict:
     split = result.split
-    return {"best_rate": result.best_learning_rate, "median": result.median[split],
-            "low": result.low[split], "high": result.high[split],
-            "rates": sorted({t.learning_rate for t in result.trials})}
+    return {
+        "best_rate": result.best_learning_rate,
+        "median": result.median[split],
+        "low": result.low[split],
+        "high": result.high[split],
+        "rates": sorted({t.learning_rate for t in result.trials}),
+    }
 
 
 def finetune_task(args, budget: int, run_dir: str, task: str):
@@ -149,25 +180,50 @@ def finetune_task(args, budget: int, run_dir: str, task: str):
     if common.done(args, kind="finetune", budget=budget, task=task, recipe=recipe):
         return
     if not common.done(args, kind="probe", start="random", task=task):
-        scores = [common.probe_scores(args, model, task)
-                  for _, model in common.random_models(run_dir, args.seeds)()]
+        scores = [
+            common.probe_scores(args, model, task)
+            for _, model in common.random_models(run_dir, args.seeds)()
+        ]
         common.record(args, {"kind": "probe", "start": "random", "task": task, "scores": scores})
     if not common.done(args, kind="probe", budget=budget, task=task):
         score = common.probe_scores(args, kroberta.load(run_dir), task)
-        common.record(args, {"kind": "probe", "start": "pretrained", "budget": budget,
-                             "task": task, "scores": [score]})
+        common.record(
+            args,
+            {
+                "kind": "probe",
+                "start": "pretrained",
+                "budget": budget,
+                "task": task,
+                "scores": [score],
+            },
+        )
     folder = finetune_folder(args, budget, task)
     _reuse_random_trials(args, budget, task, folder)
     started = time.perf_counter()
     a = common.task_arguments(args, task)
-    result = kroberta.finetune(run_dir, task, a["data"], a["validation"], seeds=args.seeds,
-                               epochs=args.epochs, baseline=True, out=folder,
-                               max_length=args.seq_len, **args.recipe)
-    row = {"kind": "finetune", "budget": budget, "task": task, "epochs": args.epochs,
-           "seeds": args.seeds, "seconds": time.perf_counter() - started,
-           "pretrained": _start(result), "random": _start(result.baseline),
-           "comparison": {k: result.comparison[k] for k in ("difference", "low", "high",
-                                                            "examples")}}
+    result = kroberta.finetune(
+        run_dir,
+        task,
+        a["data"],
+        a["validation"],
+        seeds=args.seeds,
+        epochs=args.epochs,
+        baseline=True,
+        out=folder,
+        max_length=args.seq_len,
+        **args.recipe,
+    )
+    row = {
+        "kind": "finetune",
+        "budget": budget,
+        "task": task,
+        "epochs": args.epochs,
+        "seeds": args.seeds,
+        "seconds": time.perf_counter() - started,
+        "pretrained": _start(result),
+        "random": _start(result.baseline),
+        "comparison": {k: result.comparison[k] for k in ("difference", "low", "high", "examples")},
+    }
     if recipe:
         row["recipe"] = recipe
     common.record(args, row)
@@ -175,14 +231,18 @@ def finetune_task(args, budget: int, run_dir: str, task: str):
 
 
 def _pct(start: dict) -> str:
-    return (f"{100 * start['median']:.1f} [{100 * start['low']:.1f}, "
-            f"{100 * start['high']:.1f}] at {start['best_rate']:g}")
+    return (
+        f"{100 * start['median']:.1f} [{100 * start['low']:.1f}, "
+        f"{100 * start['high']:.1f}] at {start['best_rate']:g}"
+    )
 
 
 def format_row(row: dict) -> str:
     c = row["comparison"]
-    return (f"pretrained {_pct(row['pretrained'])}, random {_pct(row['random'])}: "
-            f"{100 * c['difference']:+.1f} [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}]")
+    return (
+        f"pretrained {_pct(row['pretrained'])}, random {_pct(row['random'])}: "
+        f"{100 * c['difference']:+.1f} [{100 * c['low']:+.1f}, {100 * c['high']:+.1f}]"
+    )
 
 
 def table(args):
@@ -190,31 +250,42 @@ def table(args):
     described = json.load(open(os.path.join(args.out, "tasks.json")))
     for r in (r for r in rows if r["kind"] == "pretrain"):
         v = r["validation"]
-        print(f"pretraining {r['budget']}x ({r['steps']} steps): {r['seconds'] / 60:.1f} min, "
-              f"validation masked accuracy {100 * v.get('masked_accuracy', float('nan')):.1f}%")
-    probes = {(r["start"], r.get("budget"), r["task"]): r["scores"]
-              for r in rows if r["kind"] == "probe"}
+        print(
+            f"pretraining {r['budget']}x ({r['steps']} steps): {r['seconds'] / 60:.1f} min, "
+            f"validation masked accuracy {100 * v.get('masked_accuracy', float('nan')):.1f}%"
+        )
+    probes = {
+        (r["start"], r.get("budget"), r["task"]): r["scores"] for r in rows if r["kind"] == "probe"
+    }
     fine = [r for r in rows if r["kind"] == "finetune" and "recipe" not in r]
     for budget in sorted({r["budget"] for r in fine}):
         at = [r for r in fine if r["budget"] == budget]
-        print(f"\n{budget}x ({BASE_STEPS * budget} steps): | task | kind | random | pretrained | "
-              "pretrained - random [95%] | probe: pretrained / random")
+        print(
+            f"\n{budget}x ({BASE_STEPS * budget} steps): | task | kind | random | pretrained | "
+            "pretrained - random [95%] | probe: pretrained / random"
+        )
         for r in at:
             d = described[r["task"]]
-            kind = ", ".join([d["corpus"]] + ["few-shot"] * d["few_shot"]
-                             + ["semantic"] * d["semantic"])
+            kind = ", ".join(
+                [d["corpus"]] + ["few-shot"] * d["few_shot"] + ["semantic"] * d["semantic"]
+            )
             c = r["comparison"]
-            random_probe = "/".join(f"{100 * s:.1f}" for s in probes.get(("random", None,
-                                                                          r["task"]), []))
+            random_probe = "/".join(
+                f"{100 * s:.1f}" for s in probes.get(("random", None, r["task"]), [])
+            )
             pre_probe = probes.get(("pretrained", budget, r["task"]), [float("nan")])[0]
-            print(f"| {r['task']} | {kind} | {_pct(r['random'])} | {_pct(r['pretrained'])} | "
-                  f"**{100 * c['difference']:+.1f}** [{100 * c['low']:+.1f}, "
-                  f"{100 * c['high']:+.1f}] | {100 * pre_probe:.1f} / {random_probe} |")
+            print(
+                f"| {r['task']} | {kind} | {_pct(r['random'])} | {_pct(r['pretrained'])} | "
+                f"**{100 * c['difference']:+.1f}** [{100 * c['low']:+.1f}, "
+                f"{100 * c['high']:+.1f}] | {100 * pre_probe:.1f} / {random_probe} |"
+            )
         differences = {r["task"]: r["comparison"]["difference"] for r in at}
         worst = min(differences, key=differences.get)
-        print(f"suite at {budget}x: median difference "
-              f"{100 * statistics.median(differences.values()):+.1f} over {len(at)} tasks; "
-              f"worst {worst} {100 * differences[worst]:+.1f}")
+        print(
+            f"suite at {budget}x: median difference "
+            f"{100 * statistics.median(differences.values()):+.1f} over {len(at)} tasks; "
+            f"worst {worst} {100 * differences[worst]:+.1f}"
+        )
     budget_axis(fine)
     recipes([r for r in rows if r["kind"] == "finetune"])
 
@@ -226,23 +297,28 @@ def recipes(rows: list):
     tried = [r for r in rows if "recipe" in r and (r["budget"], r["task"]) in plain]
     for label in dict.fromkeys(recipe_label(r["recipe"]) for r in tried):
         at = [r for r in tried if recipe_label(r["recipe"]) == label]
-        print(f"\nrecipe {label}: | budget | task | pretrained - random: plain -> recipe "
-              "[95%] | pretrained start: plain -> recipe | random start: plain -> recipe")
+        print(
+            f"\nrecipe {label}: | budget | task | pretrained - random: plain -> recipe "
+            "[95%] | pretrained start: plain -> recipe | random start: plain -> recipe"
+        )
         moved = {}
         for r in at:
             p, c = plain[r["budget"], r["task"]], r["comparison"]
-            moved[r["budget"], r["task"]] = 100 * (c["difference"]
-                                                   - p["comparison"]["difference"])
-            print(f"| {r['budget']}x | {r['task']} | "
-                  f"{100 * p['comparison']['difference']:+.1f} -> "
-                  f"**{100 * c['difference']:+.1f}** [{100 * c['low']:+.1f}, "
-                  f"{100 * c['high']:+.1f}] | {100 * p['pretrained']['median']:.1f} -> "
-                  f"{100 * r['pretrained']['median']:.1f} | {100 * p['random']['median']:.1f} "
-                  f"-> {100 * r['random']['median']:.1f} |")
+            moved[r["budget"], r["task"]] = 100 * (c["difference"] - p["comparison"]["difference"])
+            print(
+                f"| {r['budget']}x | {r['task']} | "
+                f"{100 * p['comparison']['difference']:+.1f} -> "
+                f"**{100 * c['difference']:+.1f}** [{100 * c['low']:+.1f}, "
+                f"{100 * c['high']:+.1f}] | {100 * p['pretrained']['median']:.1f} -> "
+                f"{100 * r['pretrained']['median']:.1f} | {100 * p['random']['median']:.1f} "
+                f"-> {100 * r['random']['median']:.1f} |"
+            )
         worst = min(moved, key=moved.get)
-        print(f"recipe {label} over {len(at)} tasks: the difference moves by a median "
-              f"{statistics.median(moved.values()):+.1f}; most against it: "
-              f"{worst[0]}x {worst[1]} {moved[worst]:+.1f}")
+        print(
+            f"recipe {label} over {len(at)} tasks: the difference moves by a median "
+            f"{statistics.median(moved.values()):+.1f}; most against it: "
+            f"{worst[0]}x {worst[1]} {moved[worst]:+.1f}"
+        )
 
 
 def budget_axis(fine: list):
@@ -250,12 +326,17 @@ def budget_axis(fine: list):
     budgets = sorted({r["budget"] for r in fine})
     if len(budgets) < 2:
         return
-    print("\nthe budget axis: pretrained - random | task | "
-          + " | ".join(f"{b}x ({BASE_STEPS * b} steps)" for b in budgets))
+    print(
+        "\nthe budget axis: pretrained - random | task | "
+        + " | ".join(f"{b}x ({BASE_STEPS * b} steps)" for b in budgets)
+    )
     cell = {(r["task"], r["budget"]): 100 * r["comparison"]["difference"] for r in fine}
     for task in dict.fromkeys(r["task"] for r in fine):
-        print(f"| {task} | " + " | ".join(f"{cell[task, b]:+.1f}" if (task, b) in cell else "-"
-                                          for b in budgets) + " |")
+        print(
+            f"| {task} | "
+            + " | ".join(f"{cell[task, b]:+.1f}" if (task, b) in cell else "-" for b in budgets)
+            + " |"
+        )
     medians = [statistics.median(v for (_, b2), v in cell.items() if b2 == b) for b in budgets]
     print("| median over the tasks run | " + " | ".join(f"{m:+.1f}" for m in medians) + " |")
 
@@ -263,14 +344,28 @@ def budget_axis(fine: list):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="/tmp/bench-suite")
-    parser.add_argument("--budgets", type=int, nargs="+", default=[1, 2, 4],
-                        help="pretraining steps as multiples of 1800 (given as train.steps, they turn small.toml's time budget off)")
-    parser.add_argument("--tasks", nargs="+", default=None,
-                        help="task names (default: every task whose source is here)")
+    parser.add_argument(
+        "--budgets",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4],
+        help="pretraining steps as multiples of 1800 (given as train.steps, they turn small.toml's time budget off)",
+    )
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        help="task names (default: every task whose source is here)",
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--recipe", nargs="+", default=[], metavar="NAME=VALUE",
-                        help="the recipe's optional steps, e.g. adapt_steps=300 probe_epochs=2")
+    parser.add_argument(
+        "--recipe",
+        nargs="+",
+        default=[],
+        metavar="NAME=VALUE",
+        help="the recipe's optional steps, e.g. adapt_steps=300 probe_epochs=2",
+    )
     parser.add_argument("--table-only", action="store_true")
     args = parser.parse_args()
     args.recipe = parse_recipe(args.recipe)
@@ -287,8 +382,13 @@ def main():
     if not os.path.isfile(os.path.join(args.out, "prepared", "manifest.json")):
         import kroberta
 
-        kroberta.prepare([os.path.join(args.out, "corpus.txt")], os.path.join(args.out, "prepared"),
-                         vocab_size=4096, seq_len=64, progress=False)
+        kroberta.prepare(
+            [os.path.join(args.out, "corpus.txt")],
+            os.path.join(args.out, "prepared"),
+            vocab_size=4096,
+            seq_len=64,
+            progress=False,
+        )
     for budget in args.budgets:
         run_dir = pretrain(args, budget)
         print(f"pretrained {budget}x: {common.last_validation(run_dir)}", flush=True)

@@ -52,10 +52,15 @@ def field_docs(source: str) -> dict[str, dict[str, str]]:
         fields = docs.setdefault(node.name, {})
         body = node.body
         for statement, following in zip(body, body[1:] + [None]):
-            if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)):
+            if not (
+                isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+            ):
                 continue
-            if (isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-                    and isinstance(following.value.value, str)):
+            if (
+                isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
                 fields[statement.target.id] = " ".join(following.value.value.split())
             else:
                 fields[statement.target.id] = ""
@@ -122,8 +127,10 @@ def render() -> str:
                 continue
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             doc = docs.get(cls.__name__, {}).get(f.name, "")
-            parts.append(f"| `{prefix}{f.name}` | {type_name(hints[f.name])} | "
-                         f"`{cell(toml_value(default))}` | {cell(doc)} |\n")
+            parts.append(
+                f"| `{prefix}{f.name}` | {type_name(hints[f.name])} | "
+                f"`{cell(toml_value(default))}` | {cell(doc)} |\n"
+            )
     return "".join(parts)
 
 
@@ -144,13 +151,18 @@ def _sections():
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true",
-                        help="do not write; exit 1 if the page differs from what would be written")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="do not write; exit 1 if the page differs from what would be written",
+    )
     args = parser.parse_args(argv)
     missing = undocumented()
     if missing:
-        print("fields without a docstring in kroberta/config.py: " + ", ".join(missing),
-              file=sys.stderr)
+        print(
+            "fields without a docstring in kroberta/config.py: " + ", ".join(missing),
+            file=sys.stderr,
+        )
         return 1
     text = render()
     if args.check:

@@ -39,8 +39,10 @@ def main():
     args = parse_args()
     work = tempfile.mkdtemp(prefix="profile_step_")
     dump = os.path.join(work, "hlo")
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true"
-                               f" --xla_dump_to={dump} --xla_dump_hlo_as_text")
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true"
+        f" --xla_dump_to={dump} --xla_dump_hlo_as_text"
+    )
     simulate_cpu_devices(1)
 
     import jax
@@ -57,12 +59,16 @@ def main():
     path = os.path.join(work, "train.tfrecord")
     write_seed_format(path, max(1024, 4 * args.batch), L, V, seed=1)
     config = dataclasses.replace(
-        config, run_dir=work, data=dataclasses.replace(config.data, train=(path,)),
-        train=dataclasses.replace(config.train, steps=10**6, batch_size_per_device=args.batch))
+        config,
+        run_dir=work,
+        data=dataclasses.replace(config.data, train=(path,)),
+        train=dataclasses.replace(config.train, steps=10**6, batch_size_per_device=args.batch),
+    )
     spec = pipeline.inspect_files(config.data.train, "data.train")
     model = build_compiled_model(for_local_devices(config))
-    dataset = pipeline.train_dataset(spec, config.data, V, args.batch, config.train.seed,
-                                     device_masks=True)  # what training feeds
+    dataset = pipeline.train_dataset(
+        spec, config.data, V, args.batch, config.train.seed, device_masks=True
+    )  # what training feeds
 
     fit_samples_per_second(model, dataset, 3, args.batch)  # compile and warm up
     trace_dir = os.path.join(work, "trace")
@@ -88,8 +94,10 @@ def report(op_ns, hlo, steps, rate, top):
     origin = dict(re.findall(r'^\s*%?([\w.\-]+) = .*?metadata=\{op_name="([^"]*)"', hlo, re.M))
     dots = dot_flops(hlo)
     dot_ms = sum(ms for name, ms in per_step.items() if name in dots)
-    print(f"fit: {rate:.1f} samples/s; op time per step {sum(per_step.values()):.0f} ms, "
-          f"of which dot fusions {dot_ms:.0f} ms")
+    print(
+        f"fit: {rate:.1f} samples/s; op time per step {sum(per_step.values()):.0f} ms, "
+        f"of which dot fusions {dot_ms:.0f} ms"
+    )
     groups = collections.Counter()
     for name, ms in per_step.items():
         groups[group_of(origin.get(name, "?"))] += ms
@@ -120,12 +128,17 @@ def dot_flops(hlo: str) -> dict[str, tuple[float, str]]:
     shapes = dict(re.findall(r"%?([\w.\-]+) = \w+\[([\d,]*)\]", hlo))
     result = {}
     for name, kind, callee in re.findall(
-            r"^\s*%?([\w.\-]+) = \S+ (fusion|dot)\(.*?(?:calls=%?([\w.\-]+)|$)", hlo, re.M):
-        text = bodies.get(callee, "") if kind == "fusion" else \
-            re.search(rf"^\s*%?{re.escape(name)} = .*$", hlo, re.M).group(0)
+        r"^\s*%?([\w.\-]+) = \S+ (fusion|dot)\(.*?(?:calls=%?([\w.\-]+)|$)", hlo, re.M
+    ):
+        text = (
+            bodies.get(callee, "")
+            if kind == "fusion"
+            else re.search(rf"^\s*%?{re.escape(name)} = .*$", hlo, re.M).group(0)
+        )
         flops, described = 0.0, []
         for out, lhs, dims in re.findall(
-                r"= \w+\[([\d,]*)\]\S* dot\(%?([\w.\-]+), .*?lhs_contracting_dims=\{([\d,]*)\}", text):
+            r"= \w+\[([\d,]*)\]\S* dot\(%?([\w.\-]+), .*?lhs_contracting_dims=\{([\d,]*)\}", text
+        ):
             out_size = math.prod(int(d) for d in out.split(",") if d)
             lhs_shape = [int(d) for d in shapes.get(lhs, "").split(",") if d]
             contracted = 1

@@ -96,13 +96,16 @@ def _docstrings(path: str):
             continue
         doc = ast.get_docstring(node, clean=True)
         if doc and len(doc.split()) >= DOC_WORDS[0]:
-            yield kind, " ".join(doc.split()[:DOC_WORDS[1]])
+            yield kind, " ".join(doc.split()[: DOC_WORDS[1]])
 
 
 def _python_files(root: str, most: int | None = None) -> list:
-    files = [p for p in glob.glob(os.path.join(root, "**", "*.py"), recursive=True)
-             if not re.search(r"/(tests?|testing|_vendor|site-packages)/", p[len(root):])]
-    files.sort(key=lambda p: zlib.crc32(p[len(root):].encode()))
+    files = [
+        p
+        for p in glob.glob(os.path.join(root, "**", "*.py"), recursive=True)
+        if not re.search(r"/(tests?|testing|_vendor|site-packages)/", p[len(root) :])
+    ]
+    files.sort(key=lambda p: zlib.crc32(p[len(root) :].encode()))
     return files[:most]
 
 
@@ -121,8 +124,11 @@ def library_source():
 def stdlib_source():
     """(file, kind, docstring) of this interpreter's standard library."""
     root = sysconfig.get_paths()["stdlib"]
-    return [(os.path.relpath(path, root), kind, doc)
-            for path in _python_files(root) for kind, doc in _docstrings(path)]
+    return [
+        (os.path.relpath(path, root), kind, doc)
+        for path in _python_files(root)
+        for kind, doc in _docstrings(path)
+    ]
 
 
 def _summaries(path: str, column: int):
@@ -181,29 +187,39 @@ def changelog_source(most_per_package: int = 30):
         except (OSError, EOFError):
             continue
         headers = list(_CHANGELOG_HEADER.finditer(text))
-        for header, after in zip(headers[:most_per_package], headers[1:most_per_package + 1] + [None]):
+        for header, after in zip(
+            headers[:most_per_package], headers[1 : most_per_package + 1] + [None]
+        ):
             source, version = header.group(1), header.group(2)
             kind = changelog_kind(version)
             if kind is None or (source, version) in seen:
                 continue
             seen.add((source, version))
-            body = text[header.end():after.start() if after else len(text)].split("\n -- ")[0]
+            body = text[header.end() : after.start() if after else len(text)].split("\n -- ")[0]
             lines = [line.strip().lstrip("*+-").strip() for line in body.splitlines()]
-            words = " ".join(line for line in lines
-                             if line and not _RESTATES_LABEL.search(line)).split()
+            words = " ".join(
+                line for line in lines if line and not _RESTATES_LABEL.search(line)
+            ).split()
             if len(words) >= DOC_WORDS[0]:
-                rows.append((source, kind, " ".join(words[:DOC_WORDS[1]])))
+                rows.append((source, kind, " ".join(words[: DOC_WORDS[1]])))
     return rows
 
 
-SOURCES = {"man": man_source, "debian": debian_source, "library": library_source,
-           "stdlib": stdlib_source, "registry": registry_source, "changelog": changelog_source}
+SOURCES = {
+    "man": man_source,
+    "debian": debian_source,
+    "library": library_source,
+    "stdlib": stdlib_source,
+    "registry": registry_source,
+    "changelog": changelog_source,
+}
 
 
 # ---------------------------------------------------------------- tasks
 @dataclasses.dataclass
 class Task:
     """One classification task: rows are (unit, label, text); `corpus` is (unit, text)."""
+
     name: str
     source: str
     few_shot: bool
@@ -253,8 +269,11 @@ def man_task(rows, rng, per_class=(120, 60)) -> Task:
     parts = _split(rows, "man")
     task = Task("man", "man", few_shot=False, semantic=True, own_text=True)
     for part, cap in zip(("train", "dev"), per_class):
-        examples = [(unit, section, p) for unit, section, text in parts[part]
-                    for p in common.passages(text, rng, 2)]
+        examples = [
+            (unit, section, p)
+            for unit, section, text in parts[part]
+            for p in common.passages(text, rng, 2)
+        ]
         setattr(task, part, _cap(examples, cap, rng))
         if part == "train":  # its own text: every training page's passages, labels dropped
             task.corpus += [(unit, text) for unit, _, text in examples]
@@ -272,22 +291,42 @@ def debian_tasks(rows, rng, per_class=(120, 60), few=40) -> list:
     labelled = [row for row in rows if row[1] in common.SECTIONS_DEBIAN]
     parts = _split(labelled, "deb")
     other = [(unit, text) for unit, section, text in rows if section not in common.SECTIONS_DEBIAN]
-    full = Task("debian-other", "debian", few_shot=False, semantic=False, own_text=False,
-                train=_cap(parts["train"], per_class[0], rng),
-                dev=_cap(parts["dev"], per_class[1], rng), corpus=other)
-    few_shot = Task("debian-few", "debian", few_shot=True, semantic=False, own_text=False,
-                    train=_cap(full.train, few, rng), dev=full.dev, corpus=other)
+    full = Task(
+        "debian-other",
+        "debian",
+        few_shot=False,
+        semantic=False,
+        own_text=False,
+        train=_cap(parts["train"], per_class[0], rng),
+        dev=_cap(parts["dev"], per_class[1], rng),
+        corpus=other,
+    )
+    few_shot = Task(
+        "debian-few",
+        "debian",
+        few_shot=True,
+        semantic=False,
+        own_text=False,
+        train=_cap(full.train, few, rng),
+        dev=full.dev,
+        corpus=other,
+    )
     return [full, few_shot]
 
 
-def docstring_task(name, source, rows, rng, per_class, semantic, own_text,
-                   corpus_bytes) -> Task:
+def docstring_task(name, source, rows, rng, per_class, semantic, own_text, corpus_bytes) -> Task:
     """A task whose examples are whole texts (docstrings, summaries, changelog entries)."""
     parts = _split(rows, source)
-    task = Task(name, source, few_shot=per_class[0] <= 50, semantic=semantic,
-                own_text=own_text, train=_cap(parts["train"], per_class[0], rng),
-                dev=_cap(parts["dev"], per_class[1], rng),
-                corpus=_corpus(parts["pretrain"], corpus_bytes, rng))
+    task = Task(
+        name,
+        source,
+        few_shot=per_class[0] <= 50,
+        semantic=semantic,
+        own_text=own_text,
+        train=_cap(parts["train"], per_class[0], rng),
+        dev=_cap(parts["dev"], per_class[1], rng),
+        corpus=_corpus(parts["pretrain"], corpus_bytes, rng),
+    )
     if own_text:  # every training unit's texts, labelled or not
         task.corpus += [(unit, text) for unit, _, text in parts["train"]]
     return task
@@ -312,19 +351,24 @@ def build_tasks(sources: dict, seed: int = 0, only=None) -> list:
         tasks.append(man_task(rows, rng))
     if wanted("debian-other", "debian-few") and (rows := sources["debian"]()):
         tasks += debian_tasks(rows, rng)
-    specs = [("library", "library", (40, 60), False, True, 1_200_000),
-             ("docstring-kind", "stdlib", (120, 60), True, False, 3_000_000),
-             ("registry", "registry", (120, 150), True, False, 1_500_000),
-             ("changelog", "changelog", (40, 60), True, False, 2_000_000)]
+    specs = [
+        ("library", "library", (40, 60), False, True, 1_200_000),
+        ("docstring-kind", "stdlib", (120, 60), True, False, 3_000_000),
+        ("registry", "registry", (120, 150), True, False, 1_500_000),
+        ("changelog", "changelog", (40, 60), True, False, 2_000_000),
+    ]
     for name, source, per_class, semantic, own_text, corpus_bytes in specs:
         if wanted(name) and (rows := sources[source]()):
-            tasks.append(docstring_task(name, source, rows, rng, per_class, semantic,
-                                        own_text, corpus_bytes))
+            tasks.append(
+                docstring_task(name, source, rows, rng, per_class, semantic, own_text, corpus_bytes)
+            )
     tasks = [t for t in tasks if only is None or t.name in only]
     built = {t.source for t in tasks}
     for source in sorted(set(SOURCES) - built if only is None else ()):
-        print(f"suite: no text from the source {source!r} here: its tasks are left out",
-              file=sys.stderr)
+        print(
+            f"suite: no text from the source {source!r} here: its tasks are left out",
+            file=sys.stderr,
+        )
     for task in tasks:
         _drop_shared_texts(task)
         check_disjoint(task)
@@ -371,7 +415,8 @@ def corpus_documents(tasks: list, rng) -> list:
             seen.add(key)
             (long_texts if len(text.split()) > 40 else lines).append(text)
     rng.shuffle(lines)
-    documents = long_texts + [" \n".join(lines[i:i + DOCUMENT_LINES])
-                              for i in range(0, len(lines), DOCUMENT_LINES)]
+    documents = long_texts + [
+        " \n".join(lines[i : i + DOCUMENT_LINES]) for i in range(0, len(lines), DOCUMENT_LINES)
+    ]
     rng.shuffle(documents)
     return documents

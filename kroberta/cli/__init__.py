@@ -84,12 +84,15 @@ def _redeliver_stops(previous_hook):
     `previous_hook`."""
 
     def hook(unraisable):
-        if not (isinstance(unraisable.exc_type, type)
-                and issubclass(unraisable.exc_type, KeyboardInterrupt)):
+        if not (
+            isinstance(unraisable.exc_type, type)
+            and issubclass(unraisable.exc_type, KeyboardInterrupt)
+        ):
             previous_hook(unraisable)
             return
-        _send_again(signal.SIGTERM if issubclass(unraisable.exc_type, Terminated)
-                    else signal.SIGINT)
+        _send_again(
+            signal.SIGTERM if issubclass(unraisable.exc_type, Terminated) else signal.SIGINT
+        )
 
     return hook
 
@@ -157,23 +160,32 @@ class ArgumentParser(argparse.ArgumentParser):
         extra = message.removeprefix("unrecognized arguments:").split(";")[0].split()
         # An unknown option (`--inptu x.csv`) explains its own words; paths alone suggest a
         # left-out option or a pattern.
-        if (message.startswith("unrecognized arguments:") and any(map(os.path.exists, extra))
-                and not any(word.startswith("-") for word in extra)):
-            if self._inputs and not any(word.split("=")[0] == self._inputs
-                                        for word in self._words):
+        if (
+            message.startswith("unrecognized arguments:")
+            and any(map(os.path.exists, extra))
+            and not any(word.startswith("-") for word in extra)
+        ):
+            if self._inputs and not any(word.split("=")[0] == self._inputs for word in self._words):
                 message += f"; input paths follow {self._inputs}: {self._inputs} {extra[0]}"
             else:
                 folder = os.path.dirname(extra[0]) or "."
                 ending = os.path.splitext(extra[0])[1]
-                message += (f"; if the shell expanded an unquoted pattern into these, quote it: "
-                            f"'{folder}/*{ending}'")
+                message += (
+                    f"; if the shell expanded an unquoted pattern into these, quote it: "
+                    f"'{folder}/*{ending}'"
+                )
         print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
         sys.exit(BAD_INPUT)
 
 
-def run(body, *, interrupted: str = "interrupted",
-        also: tuple[type[BaseException], ...] = (), messages: str = "stderr",
-        when_out_of_memory: str | None = None) -> int:
+def run(
+    body,
+    *,
+    interrupted: str = "interrupted",
+    also: tuple[type[BaseException], ...] = (),
+    messages: str = "stderr",
+    when_out_of_memory: str | None = None,
+) -> int:
     """Runs `body()` (which returns an exit code, None meaning 0) and maps its errors.
 
     Args:
@@ -186,14 +198,18 @@ def run(body, *, interrupted: str = "interrupted",
         when_out_of_memory: what to lower when XLA runs out of device memory
             ("--batch-size"), or None to leave its error as it is.
     """
+
     def at_once(signum):
         """A stop inside an import (JAX, Keras and TensorFlow load for seconds): the command
         ends now, as a kill would end it (what it wrote is whole or under a temporary name),
         with its line and code. Written to the descriptor: the handler may run while the
         main thread holds sys.stderr's lock, or while TensorFlow's start filters it."""
         terminated = signum == signal.SIGTERM
-        line = "stopped by SIGTERM" + interrupted.removeprefix("interrupted") if terminated \
+        line = (
+            "stopped by SIGTERM" + interrupted.removeprefix("interrupted")
+            if terminated
             else interrupted
+        )
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         os.write(quiet_start.stderr_descriptor(), (line + "\n").encode())
@@ -244,7 +260,9 @@ def run_command(module_name: str, command: str):
     function of the same name on the package (`kroberta.predict`, `kroberta.train`, ...).
     """
     if module_name != "__main__":
-        raise ImportError(f"kroberta.{command} is run as `python -m kroberta.{command}`; the "
-                          f"command's module is kroberta.cli.{command}, the Python API "
-                          "is the package's functions (kroberta.train, kroberta.predict, ...)")
+        raise ImportError(
+            f"kroberta.{command} is run as `python -m kroberta.{command}`; the "
+            f"command's module is kroberta.cli.{command}, the Python API "
+            "is the package's functions (kroberta.train, kroberta.predict, ...)"
+        )
     sys.exit(importlib.import_module(f"kroberta.cli.{command}").main())

@@ -50,16 +50,28 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
         "(needs libtpu) and report per-device memory, FLOPs and the compute floor. Any "
         "config key can be overridden as --section.key=value, as in kroberta.train.",
     )
-    parser.add_argument("--config", help="a shipped config by name (base, seed, small, tiny: "
-                        "kroberta/configs/) or the path of a TOML file")
-    parser.add_argument("--topology", default="v2:2x2",
-                        help="TPU topology (default v2:2x2, a v2-8); e.g. "
-                        + ", ".join(KNOWN_TOPOLOGIES))
-    parser.add_argument("--max-batch", action="store_true",
-                        help="search the largest train.batch_size_per_device whose training "
-                        "step fits (compiles a few times) instead of the full report")
-    parser.add_argument("--device-memory", type=float, metavar="GIB",
-                        help="plan for this much memory per device instead of the chip's HBM")
+    parser.add_argument(
+        "--config",
+        help="a shipped config by name (base, seed, small, tiny: "
+        "kroberta/configs/) or the path of a TOML file",
+    )
+    parser.add_argument(
+        "--topology",
+        default="v2:2x2",
+        help="TPU topology (default v2:2x2, a v2-8); e.g. " + ", ".join(KNOWN_TOPOLOGIES),
+    )
+    parser.add_argument(
+        "--max-batch",
+        action="store_true",
+        help="search the largest train.batch_size_per_device whose training "
+        "step fits (compiles a few times) instead of the full report",
+    )
+    parser.add_argument(
+        "--device-memory",
+        type=float,
+        metavar="GIB",
+        help="plan for this much memory per device instead of the chip's HBM",
+    )
     args, rest = parser.parse_known_args(argv)
     config, sources = from_command_line(args.config, rest)
     config = validate(config, sources)
@@ -74,16 +86,23 @@ def _devices_and_budget(args) -> tuple[list, float]:
 
 def _max_batch(config: Config, args) -> None:
     devices, budget = _devices_and_budget(args)
-    print(f"kroberta.aot --max-batch: {args.config or 'default config'} for {args.topology}, "
-          f"{budget / GiB:.2f} GiB per device; train.remat={config.train.remat}, attention "
-          f"dropout {config.model.attention_dropout_rate:g}", flush=True)
+    print(
+        f"kroberta.aot --max-batch: {args.config or 'default config'} for {args.topology}, "
+        f"{budget / GiB:.2f} GiB per device; train.remat={config.train.remat}, attention "
+        f"dropout {config.model.attention_dropout_rate:g}",
+        flush=True,
+    )
     largest, measured, compiles = memory_plan.max_batch(config, devices, budget)
     if not largest:
-        raise ConfigError(f"not even one sequence per device fits in {budget / GiB:.2f} GiB on "
-                          f"{args.topology}; try --train.remat=full or --distributed.strategy=fsdp")
-    print(f"largest batch per device: {largest} ({measured.total_bytes / GiB:.2f} GiB, "
-          f"{measured.flops / 1e9:.1f} GFLOP per device step; {compiles} compiles): "
-          f"--train.batch_size_per_device={largest}")
+        raise ConfigError(
+            f"not even one sequence per device fits in {budget / GiB:.2f} GiB on "
+            f"{args.topology}; try --train.remat=full or --distributed.strategy=fsdp"
+        )
+    print(
+        f"largest batch per device: {largest} ({measured.total_bytes / GiB:.2f} GiB, "
+        f"{measured.flops / 1e9:.1f} GFLOP per device step; {compiles} compiles): "
+        f"--train.batch_size_per_device={largest}"
+    )
 
 
 # Beyond this many times the budget no single change recovers the memory (full remat
@@ -95,15 +114,22 @@ def _suggest(config: Config, args, problem: str, needed: float | None) -> str:
     """Compiles the changes that could make the training step fit; prints them."""
     devices, budget = _devices_and_budget(args)
     if needed is None or needed > FAR_BEYOND * budget:
-        return (f"{problem} (far beyond what one change recovers: python -m kroberta.aot "
-                "--max-batch finds the largest batch per device)")
-    print(f"the training step does not fit in {budget / GiB:.2f} GiB per device; compiling "
-          "changes that could make it fit, cheapest first:", flush=True)
+        return (
+            f"{problem} (far beyond what one change recovers: python -m kroberta.aot "
+            "--max-batch finds the largest batch per device)"
+        )
+    print(
+        f"the training step does not fit in {budget / GiB:.2f} GiB per device; compiling "
+        "changes that could make it fit, cheapest first:",
+        flush=True,
+    )
     found = memory_plan.options(config, devices, budget)
     if found and found[-1].measured.fits(budget):
         best = found[-1]
-        return (f"{problem}; the cheapest change that fits: {best.describe} "
-                f"({best.measured.total_bytes / GiB:.2f} GiB; {best.why})")
+        return (
+            f"{problem}; the cheapest change that fits: {best.describe} "
+            f"({best.measured.total_bytes / GiB:.2f} GiB; {best.why})"
+        )
     return problem
 
 

@@ -24,20 +24,31 @@ from kroberta.run_layout import MASKED_LM, MODEL_KINDS, model_source
 def _parser():
     p = cli.ArgumentParser(prog="python -m kroberta.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, help=MODEL_KINDS)
-    p.add_argument("--data", required=True, action="append",
-                   help="a prepared directory (its validation split) or TFRecord file/glob "
-                   "(repeatable)")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="sequences per step, all devices (default: the model's config's)")
+    p.add_argument(
+        "--data",
+        required=True,
+        action="append",
+        help="a prepared directory (its validation split) or TFRecord file/glob (repeatable)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="sequences per step, all devices (default: the model's config's)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     return p
 
 
 def _table(model: str, data: list[str], result: dict) -> str:
-    rows = [("model", model), ("data", " ".join(data)), ("sequences", f"{result['sequences']:,}"),
-            ("loss", f"{result['loss']:.4f}"),
-            ("masked_accuracy", f"{result['masked_accuracy']:.4f}"),
-            ("perplexity", f"{result['perplexity']:.2f}")]
+    rows = [
+        ("model", model),
+        ("data", " ".join(data)),
+        ("sequences", f"{result['sequences']:,}"),
+        ("loss", f"{result['loss']:.4f}"),
+        ("masked_accuracy", f"{result['masked_accuracy']:.4f}"),
+        ("perplexity", f"{result['perplexity']:.2f}"),
+    ]
     return "\n".join(f"{name:<16} {value}" for name, value in rows)
 
 
@@ -62,7 +73,10 @@ def main(argv=None) -> int:
 
         data = args.data[0] if len(args.data) == 1 else args.data
         result = evaluate(load(args.model), data, batch_size=args.batch_size)
-        print(json.dumps({"model": args.model, "data": args.data, **result}) if args.json
-              else _table(args.model, args.data, result))
+        print(
+            json.dumps({"model": args.model, "data": args.data, **result})
+            if args.json
+            else _table(args.model, args.data, result)
+        )
 
     return cli.run(body, when_out_of_memory="--batch-size")

@@ -21,16 +21,28 @@ from kroberta.run_layout import RUN, model_source
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = cli.ArgumentParser(prog="python -m kroberta.export", description=__doc__.split("\n")[0])
-    parser.add_argument("--run", required=True,
-                        help="a run directory (its final model; an unfinished run's latest "
-                        "checkpoint, with a notice), or a fine-tuned classifier's folder "
-                        "(python -m kroberta.finetune --out)")
+    parser = cli.ArgumentParser(
+        prog="python -m kroberta.export", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--run",
+        required=True,
+        help="a run directory (its final model; an unfinished run's latest "
+        "checkpoint, with a notice), or a fine-tuned classifier's folder "
+        "(python -m kroberta.finetune --out)",
+    )
     parser.add_argument("--out", required=True, help="directory to write the model into")
-    parser.add_argument("--format", choices=EXPORT_FORMATS, default="hf",
-                        help="hf: Hugging Face transformers (default); keras-hub: a keras-hub preset")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="write into a non-empty --out (replacing the files an export writes)")
+    parser.add_argument(
+        "--format",
+        choices=EXPORT_FORMATS,
+        default="hf",
+        help="hf: Hugging Face transformers (default); keras-hub: a keras-hub preset",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a non-empty --out (replacing the files an export writes)",
+    )
     return parser
 
 
@@ -43,9 +55,11 @@ def main(argv=None) -> int:
         check_out_dir(args.out, args.overwrite, "--out", args.format)
         storage.check_writable(args.out, "--out")  # staged beside it, then renamed
         if model_source(args.run, "--run")[0] != RUN:
-            raise InputError(f"--run: {args.run} is already a Hugging Face directory or keras-hub "
-                             "preset; give a kroberta run (or load it with kroberta.load and call "
-                             "kroberta.export_hf / export_keras_hub)")
+            raise InputError(
+                f"--run: {args.run} is already a Hugging Face directory or keras-hub "
+                "preset; give a kroberta run (or load it with kroberta.load and call "
+                "kroberta.export_hf / export_keras_hub)"
+            )
         from kroberta.downstream.model_files import export_run  # start-up time: after the checks
 
         out = export_run(args.run, args.out, args.overwrite, args.format)

@@ -40,9 +40,11 @@ def predict(args) -> int:
     spec = classifier.task_spec
     if args.text_field:  # the file's own names for the fields the classifier was trained on
         if len(args.text_field) != len(spec.text_fields):
-            raise InputError(f"--text-field: the classifier reads {len(spec.text_fields)} "
-                             f"text field(s) ({', '.join(spec.text_fields)}), got "
-                             f"{len(args.text_field)}")
+            raise InputError(
+                f"--text-field: the classifier reads {len(spec.text_fields)} "
+                f"text field(s) ({', '.join(spec.text_fields)}), got "
+                f"{len(args.text_field)}"
+            )
         spec = dataclasses.replace(spec, text_fields=tuple(args.text_field))
     # A file with labels (its first record has the label field) is scored too.
     labelled = read_labelled(args.predict, spec, classifier.label_names, require_labels=None)[0]
@@ -58,12 +60,18 @@ def _write_predictions(args, classifier, predicted: dict, count: int):
     finite = np.isfinite(outputs)
     broken = int(np.sum(~(finite.all(-1) if finite.ndim > 1 else finite)))
     if broken:  # never a bare NaN in the file: null, and a word why
-        print(f"warning: {broken} of {count} prediction(s) are not finite numbers (written "
-              f"as null): the classifier's weights in {args.classifier} are damaged", file=sys.stderr)
+        print(
+            f"warning: {broken} of {count} prediction(s) are not finite numbers (written "
+            f"as null): the classifier's weights in {args.classifier} are damaged",
+            file=sys.stderr,
+        )
     then = "nothing was written; free some space or choose another --predictions"
     # Under a temporary name until whole: a kill or a full disk leaves no partial file.
-    with (storage.writing(args.predictions, "predictions", then),
-          storage.staged_file(args.predictions) as local, open(local, "w", encoding="utf-8") as f):
+    with (
+        storage.writing(args.predictions, "predictions", then),
+        storage.staged_file(args.predictions) as local,
+        open(local, "w", encoding="utf-8") as f,
+    ):
         for i in range(count):
             if "values" in predicted:
                 value = float(predicted["values"][i])
@@ -71,10 +79,13 @@ def _write_predictions(args, classifier, predicted: dict, count: int):
             else:
                 # Each probability under its class's name: the order needs no explaining.
                 row = predicted["probabilities"][i]
-                record = {"label": predicted["labels"][i] if np.isfinite(row).all() else None,
-                          "probabilities": {str(name): round(float(p), 6) if np.isfinite(p)
-                                            else None
-                                            for name, p in zip(classifier.label_names, row)}}
+                record = {
+                    "label": predicted["labels"][i] if np.isfinite(row).all() else None,
+                    "probabilities": {
+                        str(name): round(float(p), 6) if np.isfinite(p) else None
+                        for name, p in zip(classifier.label_names, row)
+                    },
+                }
             f.write(json.dumps(record, allow_nan=False) + "\n")
     print(f"wrote {args.predictions}: {count} prediction(s)")
 
@@ -106,8 +117,11 @@ def per_class_table(per_class: dict) -> str:
     for split, classes in per_class.items():
         width = max(12, *(len(str(name)) for name in classes))
         lines.append(f"{split:<{width}} {'precision':>9} {'recall':>7} {'f1':>7} {'support':>8}")
-        lines += [f"{str(name):<{width}} {100 * c['precision']:9.1f} {100 * c['recall']:7.1f} "
-                  f"{100 * c['f1']:7.1f} {c['support']:8d}" for name, c in classes.items()]
+        lines += [
+            f"{str(name):<{width}} {100 * c['precision']:9.1f} {100 * c['recall']:7.1f} "
+            f"{100 * c['f1']:7.1f} {c['support']:8d}"
+            for name, c in classes.items()
+        ]
     return "\n".join(lines)
 
 

@@ -1,6 +1,6 @@
 """Plot a run's metrics.jsonl into report.png and print its summary.
 
-    python -m kroberta.report runs/x
+python -m kroberta.report runs/x
 """
 
 from kroberta import cli
@@ -8,8 +8,9 @@ from kroberta.training.report import report
 
 
 def main(argv=None) -> int:
-    parser = cli.ArgumentParser(prog="python -m kroberta.report",
-                                description="Plot a run's metrics.jsonl into report.png.")
+    parser = cli.ArgumentParser(
+        prog="python -m kroberta.report", description="Plot a run's metrics.jsonl into report.png."
+    )
     parser.add_argument("run_dir", help="a run directory (holds metrics.jsonl)")
     args = parser.parse_args(argv)
 

@@ -23,21 +23,41 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
         description="Pretrain a RoBERTa masked-language model. Any config key can be "
         "overridden as --section.key=value (e.g. --train.steps=4114 --run_dir=runs/x).",
     )
-    parser.add_argument("--config", help="a shipped config by name (base, seed, small, tiny: "
-                        "kroberta/configs/) or the path of a TOML file")
-    parser.add_argument("--force", action="store_true",
-                        help="start over in a run_dir that holds a run of a different model "
-                        "or with other training settings")
-    parser.add_argument("--accept-changes", action="store_true",
-                        help="continue a run_dir's checkpoint with changed training settings "
-                        "(learning rate, steps, data, ...); recorded in config_changes.jsonl")
-    parser.add_argument("--until-step", type=int, default=None, metavar="N",
-                        help="stop after step N with a checkpoint (the learning-rate schedule "
-                        "still spans train.steps); re-run to continue")
-    parser.add_argument("--explain", action="store_true",
-                        help="print parameters, FLOPs, memory and shape advice, then exit")
-    parser.add_argument("--no-examples", action="store_true",
-                        help="do not print fill-mask examples at the end of the default job")
+    parser.add_argument(
+        "--config",
+        help="a shipped config by name (base, seed, small, tiny: "
+        "kroberta/configs/) or the path of a TOML file",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="start over in a run_dir that holds a run of a different model "
+        "or with other training settings",
+    )
+    parser.add_argument(
+        "--accept-changes",
+        action="store_true",
+        help="continue a run_dir's checkpoint with changed training settings "
+        "(learning rate, steps, data, ...); recorded in config_changes.jsonl",
+    )
+    parser.add_argument(
+        "--until-step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after step N with a checkpoint (the learning-rate schedule "
+        "still spans train.steps); re-run to continue",
+    )
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="print parameters, FLOPs, memory and shape advice, then exit",
+    )
+    parser.add_argument(
+        "--no-examples",
+        action="store_true",
+        help="do not print fill-mask examples at the end of the default job",
+    )
     args, rest = parser.parse_known_args(argv)
     config, args.sources = from_command_line(args.config, rest)
     return config, args
@@ -78,8 +98,13 @@ def _train(argv) -> int:
         for line in advisor.explain(config):
             print(line, flush=True)
         return 0
-    summary = train(config, force=args.force, until_step=args.until_step, sources=args.sources,
-                   accept_changes=args.accept_changes)
+    summary = train(
+        config,
+        force=args.force,
+        until_step=args.until_step,
+        sources=args.sources,
+        accept_changes=args.accept_changes,
+    )
     if summary["outcome"] is Outcome.PREEMPTED:
         return cli.PREEMPTED
     if not config.data.train and not config.data.dir and not args.no_examples:
@@ -89,6 +114,10 @@ def _train(argv) -> int:
 
 def main(argv=None) -> int:
     # On KeyboardInterrupt mid-fit, train() has said which checkpoint is kept and how to resume.
-    return cli.run(lambda: _train(argv), when_out_of_memory=(
-        "--train.batch_size_per_device (--train.gradient_accumulation_steps keeps the global "
-        "batch), or set --train.remat=full"))
+    return cli.run(
+        lambda: _train(argv),
+        when_out_of_memory=(
+            "--train.batch_size_per_device (--train.gradient_accumulation_steps keeps the global "
+            "batch), or set --train.remat=full"
+        ),
+    )

@@ -37,7 +37,9 @@ def payload_problem(serialized: bytes, with_labels: bool) -> str | None:
             continue  # missing features are reported by the length checks
         kind = example.features.feature[name].WhichOneof("kind")
         if kind != FEATURE_KIND:
-            return f"feature '{name}' has the wrong dtype: {kind or 'empty'}, expected {FEATURE_KIND}"
+            return (
+                f"feature '{name}' has the wrong dtype: {kind or 'empty'}, expected {FEATURE_KIND}"
+            )
     try:
         tf.io.parse_example(tf.constant([serialized]), parse_spec(with_labels))
     except PARSE_FAILURES as error:
@@ -45,8 +47,9 @@ def payload_problem(serialized: bytes, with_labels: bool) -> str | None:
     return None
 
 
-def first_bad_record(tagged, *, length: int, vocabulary_size: int, with_labels: bool,
-                     max_records: int | None = None) -> InputError | None:
+def first_bad_record(
+    tagged, *, length: int, vocabulary_size: int, with_labels: bool, max_records: int | None = None
+) -> InputError | None:
     """Replays a stream of (file, record index, record) and names its first bad record.
 
     `max_records` bounds the replay (the part of the stream that was consumed).
@@ -56,8 +59,14 @@ def first_bad_record(tagged, *, length: int, vocabulary_size: int, with_labels: 
 
     @tf.function
     def check(paths, indices, records):
-        return parse_checked_batch(paths, indices, records, length=length,
-                                   vocabulary_size=vocabulary_size, with_labels=with_labels)
+        return parse_checked_batch(
+            paths,
+            indices,
+            records,
+            length=length,
+            vocabulary_size=vocabulary_size,
+            with_labels=with_labels,
+        )
 
     for paths, indices, records in tagged.batch(_REPLAY_BATCH).as_numpy_iterator():
         try:
@@ -75,7 +84,8 @@ def first_bad_record(tagged, *, length: int, vocabulary_size: int, with_labels: 
                 check(tf.constant([path]), tf.constant([index], tf.int64), tf.constant([record]))
             except PARSE_FAILURES as error:
                 return _asserted(error) or InputError(
-                    f"{path.decode()}: record {index}: {_first_line(error)}")
+                    f"{path.decode()}: record {index}: {_first_line(error)}"
+                )
     return None
 
 
@@ -107,9 +117,11 @@ def explain_pipeline_error(error: Exception, files, replay=None) -> InputError |
     if isinstance(error, tf.errors.ResourceExhaustedError):
         # A batch too large for the host; TF's text names its ops, the shape is enough.
         found = _OUT_OF_MEMORY.search(error.message)
-        return InputError("the host ran out of memory building a batch"
-                          + (f" ({found.group()})" if found else "")
-                          + "; lower the batch size (batch_size, --batch-size)")
+        return InputError(
+            "the host ran out of memory building a batch"
+            + (f" ({found.group()})" if found else "")
+            + "; lower the batch size (batch_size, --batch-size)"
+        )
     return None
 
 

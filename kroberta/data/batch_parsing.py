@@ -34,8 +34,16 @@ def parse_spec(with_labels: bool, length: int | None = None) -> dict:
     return {name: tf.io.RaggedFeature(tf.int64, row_splits_dtype=tf.int32) for name in names}
 
 
-def parse_checked_batch(paths, record_indices, records, *, length: int, vocabulary_size: int,
-                        with_labels: bool, lengths_named: bool = True) -> dict:
+def parse_checked_batch(
+    paths,
+    record_indices,
+    records,
+    *,
+    length: int,
+    vocabulary_size: int,
+    with_labels: bool,
+    lengths_named: bool = True,
+) -> dict:
     """Serialized records (B,) -> {input_ids, attention_mask[, labels]}: int32 (B, L).
 
     Args:
@@ -60,16 +68,20 @@ def parse_checked_batch(paths, record_indices, records, *, length: int, vocabula
 
     def ragged_rows(name, score):
         # Per-row maxima over the ragged values: the error path, any lengths.
-        return tf.math.unsorted_segment_max(score(parsed[name].flat_values),
-                                            parsed[name].value_rowids(), rows)
+        return tf.math.unsorted_segment_max(
+            score(parsed[name].flat_values), parsed[name].value_rowids(), rows
+        )
 
     # 1. Lengths (a missing feature has 0 values). When one is wrong, the message
     # names the first bad record of the batch, whatever its problem.
     sizes = {name: parsed[name].row_lengths() for name in names}  # (B,) each
     length_problems = [(sizes[n] != length, _length_message(n, sizes[n], length)) for n in names]
     checked = _fail_on_first(
-        paths, record_indices, tf.reduce_any(tf.stack([b for b, _ in length_problems]), axis=0),
-        lambda: length_problems + _value_problems(ragged_rows, vocabulary_size, with_labels))
+        paths,
+        record_indices,
+        tf.reduce_any(tf.stack([b for b, _ in length_problems]), axis=0),
+        lambda: length_problems + _value_problems(ragged_rows, vocabulary_size, with_labels),
+    )
     # Only with every length right are the values a (B, L) matrix.
     with tf.control_dependencies([checked]):
         dense = {name: tf.reshape(parsed[name].flat_values, [rows, length]) for name in names}
@@ -78,14 +90,18 @@ def parse_checked_batch(paths, record_indices, records, *, length: int, vocabula
 
 def _checked_values(paths, record_indices, dense, vocabulary_size: int, with_labels: bool):
     """2. Values, as reductions over the dense (B, L) batch; int32 features out."""
+
     def dense_rows(name, score):
         return tf.reduce_max(score(dense[name]), axis=1)
 
     # Healthy batches pay for a few whole-batch min/max reductions; the per-row
     # problems are worked out only inside the failing branch.
-    checked = _fail_on_first(paths, record_indices,
-                             ~_values_in_range(dense, vocabulary_size, with_labels),
-                             lambda: _value_problems(dense_rows, vocabulary_size, with_labels))
+    checked = _fail_on_first(
+        paths,
+        record_indices,
+        ~_values_in_range(dense, vocabulary_size, with_labels),
+        lambda: _value_problems(dense_rows, vocabulary_size, with_labels),
+    )
     with tf.control_dependencies([checked]):
         return {name: tf.cast(value, tf.int32) for name, value in dense.items()}
 
@@ -97,6 +113,7 @@ def _rules(with_labels: bool):
 
 def _values_in_range(dense, vocabulary_size: int, with_labels: bool):
     """() bool: every value of the (B, L) int64 batch obeys the value rules."""
+
     def at_most(values, high):
         # 0 <= values <= high in one pass: as uint64 (a free bitcast) a negative int64
         # is above 2^63, so one maximum checks both ends.
@@ -119,6 +136,7 @@ def _value_problems(row_max, vocabulary_size: int, with_labels: bool):
     """
     problems = []
     for rule in _rules(with_labels):
+
         def bad(v, rule=rule):
             return rule.bad(v, vocabulary_size)
 
@@ -126,8 +144,14 @@ def _value_problems(row_max, vocabulary_size: int, with_labels: bool):
         if "{}" in words:  # the message names the largest offending |value| of the row
             worst = row_max(rule.feature, lambda v, bad=bad: tf.where(bad(v), tf.abs(v), -1))
             before, after = words.split("{}")
-            problems.append((worst >= 0, lambda r, worst=worst, before=before, after=after:
-                             tf.strings.join([before, tf.strings.as_string(worst[r]), after])))
+            problems.append(
+                (
+                    worst >= 0,
+                    lambda r, worst=worst, before=before, after=after: tf.strings.join(
+                        [before, tf.strings.as_string(worst[r]), after]
+                    ),
+                )
+            )
         else:
             flagged = row_max(rule.feature, lambda v, bad=bad: tf.cast(bad(v), tf.int64)) > 0
             problems.append((flagged, lambda r, words=words: tf.constant(words)))
@@ -141,6 +165,7 @@ def _fail_on_first(paths, record_indices, any_bad, problems):
     problems: () -> [(bad (B,) bool, row -> message string)] in the order a record
     is judged, built only on failure.
     """
+
     def fail():
         problems_now = problems()
         flags = tf.stack([bad for bad, _ in problems_now], axis=1)  # (B, problems)
@@ -149,8 +174,17 @@ def _fail_on_first(paths, record_indices, any_bad, problems):
         which = tf.argmax(tf.cast(flags[row], tf.int32), output_type=tf.int32)
         what = tf.switch_case(which, [lambda m=m: m(row) for _, m in problems_now])
         # tf.strings.format would quote the path; join keeps it as written.
-        message = tf.strings.join(["<<", paths[row], ": record ",
-                                   tf.strings.as_string(record_indices[row]), ": ", what, ">>"])
+        message = tf.strings.join(
+            [
+                "<<",
+                paths[row],
+                ": record ",
+                tf.strings.as_string(record_indices[row]),
+                ": ",
+                what,
+                ">>",
+            ]
+        )
         with tf.control_dependencies([tf.debugging.Assert(False, [message], summarize=1)]):
             return tf.constant(False)
 
@@ -161,4 +195,5 @@ def _length_message(name, sizes, length):
     def words(r):
         parts = rules.wrong_length(tf.strings.as_string(sizes[r]), length)
         return tf.strings.join([f"feature '{name}' " + parts[0], *parts[1:]])
+
     return words

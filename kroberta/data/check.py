@@ -79,8 +79,14 @@ class CheckReport:
         """Human-readable lines: one per file, its first defect, then a verdict."""
         lines = list(self.notes)
         for f in self.files:
-            status = "ok" if f.ok else f"{f.problems} problem(s), {f.defective_records} defective record(s)"
-            lines.append(f"{f.path}: {f.records} records, {f.labelled_records} with labels, {status}")
+            status = (
+                "ok"
+                if f.ok
+                else f"{f.problems} problem(s), {f.defective_records} defective record(s)"
+            )
+            lines.append(
+                f"{f.path}: {f.records} records, {f.labelled_records} with labels, {status}"
+            )
             if f.defects:
                 lines.append(f"  first: {f.defects[0]}")
         bad = sum(not f.ok for f in self.files)
@@ -152,7 +158,7 @@ class _FileChecker:
                 good.append(i)
             elif problem.startswith("feature '"):
                 feature = problem.split("'")[1]
-                self.defect(start + i, feature, None, problem[len(f"feature '{feature}' "):])
+                self.defect(start + i, feature, None, problem[len(f"feature '{feature}' ") :])
             else:
                 self.defect(start + i, None, None, problem)
         return good
@@ -161,8 +167,10 @@ class _FileChecker:
         """Numpy checks over one parsed batch; `indices` are the records' file indices."""
         n = len(indices)
         # (lengths (n,), values) per feature; a missing feature has no values.
-        columns = {name: (parsed[name].row_lengths().numpy(), parsed[name].flat_values.numpy())
-                   for name in FEATURES}
+        columns = {
+            name: (parsed[name].row_lengths().numpy(), parsed[name].flat_values.numpy())
+            for name in FEATURES
+        }
         lengths_ids = columns["input_ids"][0]
         if self.state["L"] is None and np.any(lengths_ids > 0):
             self.state["L"] = int(lengths_ids[lengths_ids > 0][0])
@@ -172,18 +180,29 @@ class _FileChecker:
         def flag(mask, feature, values, problem):
             for r in np.flatnonzero(mask & ~bad):
                 value = values[r] if values is not None else None
-                self.defect(int(indices[r]), feature, value, problem(r) if callable(problem) else problem)
+                self.defect(
+                    int(indices[r]), feature, value, problem(r) if callable(problem) else problem
+                )
             bad[:] |= mask
 
         for name in REQUIRED_FEATURES:
             length = columns[name][0]
             flag(length == 0, name, None, "missing feature (or empty list)")
             if L is not None:
-                flag(length != L, name, None, lambda r, length=length: _words(rules.wrong_length(length[r], L)))
+                flag(
+                    length != L,
+                    name,
+                    None,
+                    lambda r, length=length: _words(rules.wrong_length(length[r], L)),
+                )
         lengths_labels = columns["labels"][0]
         if L is not None:
-            flag((lengths_labels != 0) & (lengths_labels != L), "labels", None,
-                 lambda r: _words(rules.wrong_length(lengths_labels[r], L)))
+            flag(
+                (lengths_labels != 0) & (lengths_labels != L),
+                "labels",
+                None,
+                lambda r: _words(rules.wrong_length(lengths_labels[r], L)),
+            )
         good = np.flatnonzero(~bad)
         if not len(good) or L is None:
             return
@@ -218,12 +237,19 @@ class _FileChecker:
         for rule in rules.RECORD_RULES:
             if isinstance(rule, rules.LayoutRule):
                 matrix_bad, matrix = rule.where(ids, mask, pad)
-                flag_rows(rows, matrix_bad, matrix, rule.feature, lambda p, rule=rule: rule.found(p, pad))
+                flag_rows(
+                    rows, matrix_bad, matrix, rule.feature, lambda p, rule=rule: rule.found(p, pad)
+                )
                 continue
             feature_rows, values = dense[rule.feature]
             if len(feature_rows):  # labels are optional
-                flag_rows(feature_rows, rule.bad(values, V), values, rule.feature,
-                          lambda p, rule=rule: rule.found(p, rule.upper_bound(V)))
+                flag_rows(
+                    feature_rows,
+                    rule.bad(values, V),
+                    values,
+                    rule.feature,
+                    lambda p, rule=rule: rule.found(p, rule.upper_bound(V)),
+                )
 
 
 def _words(parts) -> str:
@@ -256,7 +282,10 @@ def _read_batches(path, batch_size, max_records):
                 error = e
             if records:
                 yield start, records
-            yield start + len(records), error or tf.errors.DataLossError(None, None, "corrupt record")
+            yield (
+                start + len(records),
+                error or tf.errors.DataLossError(None, None, "corrupt record"),
+            )
             return
         records = list(batch.numpy())
         yield start, records
@@ -264,7 +293,13 @@ def _read_batches(path, batch_size, max_records):
 
 
 def check_records(
-    paths, vocabulary_size=None, sequence_length=None, max_errors=20, max_records=None, pad_id=PAD_ID, batch_size=1024
+    paths,
+    vocabulary_size=None,
+    sequence_length=None,
+    max_errors=20,
+    max_records=None,
+    pad_id=PAD_ID,
+    batch_size=1024,
 ):
     """Validate TFRecord files of `tf.train.Example`s in the kroberta format.
 
@@ -289,7 +324,9 @@ def check_records(
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     report = CheckReport(files=[], vocabulary_size=vocabulary_size, sequence_length=sequence_length)
     if vocabulary_size is None:
-        report.notes.append("note: no vocabulary size given: ids not checked against it (pass --vocab-size)")
+        report.notes.append(
+            "note: no vocabulary size given: ids not checked against it (pass --vocab-size)"
+        )
     state = {"L": sequence_length, "V": vocabulary_size, "pad": pad_id, "errors": 0}
     for path in paths:
         path = os.fspath(path)
@@ -302,8 +339,12 @@ def check_records(
             try:
                 for start, item in _read_batches(path, batch_size, max_records):
                     if isinstance(item, tf.errors.OpError):
-                        checker.defect(start, None, None,
-                                       f"corrupt or truncated record ({describe_read_error(item)})")
+                        checker.defect(
+                            start,
+                            None,
+                            None,
+                            f"corrupt or truncated record ({describe_read_error(item)})",
+                        )
                         break
                     file_report.records += len(item)
                     checker.check_batch(item, start)

@@ -44,13 +44,19 @@ def read_tagged(files_ds, cycle_length=1):
     The tags let a bad record be reported by name, whichever parallel step meets it.
     `cycle_length=1` reads the files one after the other (input order).
     """
+
     def read(path):
         return tf.data.TFRecordDataset(path).enumerate().map(lambda i, r: (path, i, r))
 
     if cycle_length == 1:
         return files_ds.flat_map(read)
-    return files_ds.interleave(read, cycle_length=cycle_length, block_length=1,
-                               num_parallel_calls=AUTOTUNE, deterministic=True)
+    return files_ds.interleave(
+        read,
+        cycle_length=cycle_length,
+        block_length=1,
+        num_parallel_calls=AUTOTUNE,
+        deterministic=True,
+    )
 
 
 def read_tagged_blocks(files_ds, block: int):
@@ -60,10 +66,20 @@ def read_tagged_blocks(files_ds, block: int):
     `read_tagged(files_ds).batch(block)`, with one tagging step per block instead of
     one per record.
     """
+
     def read(path):
-        return tf.data.TFRecordDataset(path).batch(block).enumerate().map(
-            lambda k, records: (tf.fill(tf.shape(records), path),
-                                k * block + tf.range(tf.size(records, out_type=tf.int64)), records))
+        return (
+            tf.data.TFRecordDataset(path)
+            .batch(block)
+            .enumerate()
+            .map(
+                lambda k, records: (
+                    tf.fill(tf.shape(records), path),
+                    k * block + tf.range(tf.size(records, out_type=tf.int64)),
+                    records,
+                )
+            )
+        )
 
     return files_ds.flat_map(read).rebatch(block)
 
@@ -71,8 +87,14 @@ def read_tagged_blocks(files_ds, block: int):
 class EpochPlan:
     """How one process reads the epochs of `files`: its shard and its record counts."""
 
-    def __init__(self, files, file_records, seed: int, shuffle_buffer: int,
-                 shard: tuple[int, int] | None = None):
+    def __init__(
+        self,
+        files,
+        file_records,
+        seed: int,
+        shuffle_buffer: int,
+        shard: tuple[int, int] | None = None,
+    ):
         self.files = tuple(files)
         self.file_records = file_records  # records per file, or None when unknown (remote)
         self.seed = int(seed)
@@ -91,7 +113,8 @@ class EpochPlan:
 
     def _permuted(self, epoch):
         return tf.random.experimental.stateless_shuffle(
-            tf.constant(list(self.files)), seed=tf.stack([tf.cast(self.seed, tf.int64), epoch]))
+            tf.constant(list(self.files)), seed=tf.stack([tf.cast(self.seed, tf.int64), epoch])
+        )
 
     def epoch(self, epoch):
         """The records this process reads in `epoch` (an int64 scalar tensor)."""
@@ -125,7 +148,8 @@ class EpochPlan:
         def order(block, tagged):
             return tagged, tf.random.experimental.stateless_shuffle(
                 tf.range(tf.shape(tagged[0])[0]),
-                seed=tf.random.experimental.stateless_fold_in(epoch_seed, block))
+                seed=tf.random.experimental.stateless_fold_in(epoch_seed, block),
+            )
 
         return blocks.enumerate().map(order)
 
@@ -140,7 +164,7 @@ class EpochPlan:
             return len(range(self.index, total, self.count))
         per_file = dict(zip(self.files, self.file_records))
         names = [n.decode() for n in self._permuted(tf.constant(epoch, tf.int64)).numpy()]
-        return sum(per_file[n] for n in names[self.index::self.count])
+        return sum(per_file[n] for n in names[self.index :: self.count])
 
     def _start(self, consumed: int) -> tuple[int, int]:
         """(first epoch to read, records of it already consumed) after `consumed` records.
@@ -183,7 +207,9 @@ class EpochPlan:
         # The next block is read while this one is cut: a block is read whole before its
         # first batch leaves, and without this the parsing stalled at every block
         # (docs/design.md, "The input pipeline"); it costs one more block in memory.
-        blocks = tf.data.Dataset.range(first_epoch, _ENDLESS).flat_map(self.epoch_orders).prefetch(1)
+        blocks = (
+            tf.data.Dataset.range(first_epoch, _ENDLESS).flat_map(self.epoch_orders).prefetch(1)
+        )
         blocks = _drop_rows(blocks, within)
         offsets = tf.range(batch_size, dtype=tf.int64)
         nothing = tuple(tf.zeros([0], column.dtype) for column in blocks.element_spec[0])
@@ -202,8 +228,10 @@ class EpochPlan:
         # Which batches each block gives: a scan carries the rows of a block that did
         # not fill a batch (< B, already in order) to the next block, and the number of
         # batches so far (for the element indices).
-        planned = blocks.scan((nothing, tf.constant(0, tf.int64)),
-                              lambda state, block: _plan_block(state, block, batch_size))
+        planned = blocks.scan(
+            (nothing, tf.constant(0, tf.int64)),
+            lambda state, block: _plan_block(state, block, batch_size),
+        )
 
         def block_batches(carried, tagged, order, batches_before, count):
             first_element = consumed + batches_before * batch_size
@@ -214,12 +242,12 @@ class EpochPlan:
                 # Batch j: the carried rows first when j = 0, then its next rows in `order`.
                 carried_rows = tf.size(carried[0])
                 first = tf.cast(j, tf.int32) * batch_size - carried_rows
-                rows = order[tf.maximum(first, 0):first + batch_size]
-                carried_now = tuple(c[:tf.where(j == 0, carried_rows, 0)] for c in carried)
+                rows = order[tf.maximum(first, 0) : first + batch_size]
+                carried_now = tuple(c[: tf.where(j == 0, carried_rows, 0)] for c in carried)
                 plan = (first_element + j * batch_size + offsets, (carried_now, tagged, rows))
                 if per_element is None:
                     return plan
-                return (*plan, values[j * batch_size:(j + 1) * batch_size])
+                return (*plan, values[j * batch_size : (j + 1) * batch_size])
 
             return tf.data.Dataset.range(count).map(batch)
 
@@ -232,9 +260,15 @@ def planned_rows(plan, batch_size: int):
     shape (B,). One gather per column (the records copied once), none when the batch
     is all carried rows."""
     carried, tagged, order = plan
-    rows = tf.cond(tf.size(order) == 0, lambda: carried,
-                   lambda: tf.cond(tf.size(carried[0]) == 0, lambda: _in_order(tagged, order),
-                                   lambda: _carried_then(carried, tagged, order)))
+    rows = tf.cond(
+        tf.size(order) == 0,
+        lambda: carried,
+        lambda: tf.cond(
+            tf.size(carried[0]) == 0,
+            lambda: _in_order(tagged, order),
+            lambda: _carried_then(carried, tagged, order),
+        ),
+    )
     return tuple(tf.ensure_shape(t, [batch_size]) for t in rows)
 
 
@@ -250,12 +284,11 @@ def _plan_block(state, block, batch_size: int):
         return _carried_then(carried, tagged, order)
 
     def carry_tail():  # the rows after the block's last full batch
-        return _in_order(tagged, order[count * batch_size - carried_rows:])
+        return _in_order(tagged, order[count * batch_size - carried_rows :])
 
     carried_next = tf.cond(count == 0, carry_all, carry_tail)
     count = tf.cast(count, tf.int64)
-    return ((carried_next, batches_before + count),
-            (carried, tagged, order, batches_before, count))
+    return ((carried_next, batches_before + count), (carried, tagged, order, batches_before, count))
 
 
 def _in_order(tagged, order):
@@ -280,7 +313,8 @@ def _drop_rows(blocks, rows: int):
         return remaining - dropped, (tagged, order[dropped:])
 
     return blocks.scan(tf.constant(rows, tf.int64), drop).filter(
-        lambda tagged, order: tf.size(order) > 0)
+        lambda tagged, order: tf.size(order) > 0
+    )
 
 
 # Evaluation and prediction read the files one after the other in blocks (no epochs).
@@ -327,5 +361,8 @@ class FileOrder:
         # or before it.
         places = block_number * self.block + tf.range(tf.size(records, out_type=tf.int64))
         file = tf.searchsorted(tf.constant(self.ends), places, side="right")  # (n,)
-        return (tf.gather(tf.constant(list(self.files)), file),
-                places - tf.gather(tf.constant(self.starts), file), records)
+        return (
+            tf.gather(tf.constant(list(self.files)), file),
+            places - tf.gather(tf.constant(self.starts), file),
+            records,
+        )

@@ -25,18 +25,26 @@ def resolve_files(patterns, key: str) -> tuple[str, ...]:
         matched = matching(pattern)
         if not matched:
             looks_like_text = " " in pattern and "/" not in pattern
-            hint = ("; it reads as text, not a path: kroberta.fill_mask(model, texts) fills "
-                    "the <mask> in sentences" if looks_like_text else "")
+            hint = (
+                "; it reads as text, not a path: kroberta.fill_mask(model, texts) fills "
+                "the <mask> in sentences"
+                if looks_like_text
+                else ""
+            )
             raise InputError(f"{key}: no file matches {pattern!r}{hint}")
         # Local paths only: a stat per shard of an object store would slow every start.
         for path in (p for p in matched if not is_url(p) and os.path.isdir(p)):
             # What to give instead: its files, or for training a prepared directory's data.dir.
             if os.path.isfile(os.path.join(path, MANIFEST_NAME)):
-                raise InputError(f"{key}: {path} is a directory made by prepare: training takes "
-                                 f"it as --data.dir={path}; elsewhere name its files, e.g. "
-                                 f"'{os.path.join(path, 'validation-*.tfrecord')}'")
-            raise InputError(f"{key}: {path} is a directory; name its TFRecord files, e.g. "
-                             f"'{os.path.join(path, '*.tfrecord')}' (text goes through python -m "
-                             "kroberta.prepare first)")
+                raise InputError(
+                    f"{key}: {path} is a directory made by prepare: training takes "
+                    f"it as --data.dir={path}; elsewhere name its files, e.g. "
+                    f"'{os.path.join(path, 'validation-*.tfrecord')}'"
+                )
+            raise InputError(
+                f"{key}: {path} is a directory; name its TFRecord files, e.g. "
+                f"'{os.path.join(path, '*.tfrecord')}' (text goes through python -m "
+                "kroberta.prepare first)"
+            )
         files.extend(m for m in matched if m not in files)
     return tuple(files)

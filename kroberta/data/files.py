@@ -61,8 +61,9 @@ def inspect_files(files, key: str) -> DataSpec:
         try:
             example = tf.train.Example.FromString(first)
         except DecodeError:
-            raise InputError(f"{path}: record 0: the payload is not a tf.train.Example "
-                             "(its bytes do not parse)") from None
+            raise InputError(
+                f"{path}: record 0: the payload is not a tf.train.Example (its bytes do not parse)"
+            ) from None
         feature_map = example.features.feature
         for name in REQUIRED_FEATURES:
             if name not in feature_map:
@@ -73,7 +74,9 @@ def inspect_files(files, key: str) -> DataSpec:
                 continue
             kind = feature_map[name].WhichOneof("kind")
             if kind != "int64_list":
-                raise InputError(f"{path}: record 0: feature {name!r} is {kind}, expected int64_list")
+                raise InputError(
+                    f"{path}: record 0: feature {name!r} is {kind}, expected int64_list"
+                )
             per_feature[name] = len(feature_map[name].int64_list.value)
         if len(set(per_feature.values())) != 1:
             raise InputError(f"{path}: record 0: features have different lengths {per_feature}")
@@ -86,8 +89,13 @@ def inspect_files(files, key: str) -> DataSpec:
     if len(has_labels) > 1:
         raise InputError(f"{key}: some files have a 'labels' feature and some do not")
     known = None not in counts
-    return DataSpec(tuple(files), distinct[0], has_labels.pop(), sum(counts) if known else None,
-                    tuple(counts) if known else None)
+    return DataSpec(
+        tuple(files),
+        distinct[0],
+        has_labels.pop(),
+        sum(counts) if known else None,
+        tuple(counts) if known else None,
+    )
 
 
 def check_against_model(spec: DataSpec, data: DataConfig, model: ModelConfig, key: str):
@@ -101,12 +109,16 @@ def check_against_model(spec: DataSpec, data: DataConfig, model: ModelConfig, ke
             f"{key}: data.masking='static' needs a 'labels' feature in the files, and these "
             "have none (`python -m kroberta.prepare` writes unmasked sequences); use "
             "--data.masking=dynamic (masks drawn as the data is read) or --data.masking=auto "
-            "(static where the files carry labels)")
+            "(static where the files carry labels)"
+        )
 
 
 def spec_records(spec: DataSpec) -> int:
     """The files' records, read once to count them when their framing was not walked."""
     if spec.records is not None:
         return spec.records
-    return int(tf.data.TFRecordDataset(list(spec.files)).reduce(tf.constant(0, tf.int64),
-                                                                lambda n, _: n + 1))
+    return int(
+        tf.data.TFRecordDataset(list(spec.files)).reduce(
+            tf.constant(0, tf.int64), lambda n, _: n + 1
+        )
+    )

@@ -38,10 +38,13 @@ def element_keys(seed: int, indices):
     """(B,) uint32 keys of the elements at `indices` (B,) int64: `masking.element_keys`,
     the same hash (`counter_hash.keys_of_words`) in TF's integer ops, so the training
     pipeline runs no JAX in its threads."""
-    return counter_hash.keys_of_words(*_words(seed), *_words(indices),
-                                      xor=tf.bitwise.bitwise_xor,
-                                      shift_right=tf.bitwise.right_shift,
-                                      uint32=lambda value: tf.constant(value, tf.uint32))
+    return counter_hash.keys_of_words(
+        *_words(seed),
+        *_words(indices),
+        xor=tf.bitwise.bitwise_xor,
+        shift_right=tf.bitwise.right_shift,
+        uint32=lambda value: tf.constant(value, tf.uint32),
+    )
 
 
 @functools.cache
@@ -78,8 +81,11 @@ def finished(x, data, vocabulary_size: int, word_starts=None):
     table = None if word_starts is None else np.asarray(word_starts, bool).tobytes()
     run = _finisher(data, int(vocabulary_size), table, names)
     ids, padding, positions, labels = tf.numpy_function(
-        run, [x[n] for n in names], [tf.int32, x["padding_mask"].dtype, tf.int32, tf.int32],
-        stateful=False)
+        run,
+        [x[n] for n in names],
+        [tf.int32, x["padding_mask"].dtype, tf.int32, tf.int32],
+        stateful=False,
+    )
     rows, length = x["token_ids"].shape
     slots = None if length is None else data.prediction_slots(length)
     ids.set_shape(x["token_ids"].shape)

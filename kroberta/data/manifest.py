@@ -15,7 +15,15 @@ from kroberta.storage import is_url, isfile, join, read_text
 
 FORMAT = "kroberta-tfrecord-v1"
 MANIFEST_NAME = "manifest.json"
-_REQUIRED = ("format", "train", "validation", "vocabulary_size", "sequence_length", "special_tokens", "tokenizer")
+_REQUIRED = (
+    "format",
+    "train",
+    "validation",
+    "vocabulary_size",
+    "sequence_length",
+    "special_tokens",
+    "tokenizer",
+)
 _SPECIALS = ("bos", "pad", "eos", "unk", "mask")
 
 
@@ -46,8 +54,13 @@ class Manifest:
 
 def _split(data, key, path, base):
     section = data[key]
-    _require(section, ("files", "sequences", "tokens"), path,
-             f"key {key!r} must be an object, got {type(section).__name__}", lambda sub: f"{key}.{sub}")
+    _require(
+        section,
+        ("files", "sequences", "tokens"),
+        path,
+        f"key {key!r} must be an object, got {type(section).__name__}",
+        lambda sub: f"{key}.{sub}",
+    )
     files = section["files"]
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         raise InputError(f"{path}: key {key}.files must be a list of file names")
@@ -55,13 +68,19 @@ def _split(data, key, path, base):
     for name, full in zip(files, resolved):
         if not isfile(full):
             raise InputError(f"{path}: {key}.files lists {name}, which does not exist ({full})")
-    return resolved, _int(section, "sequences", path, f"{key}.sequences"), _int(section, "tokens", path, f"{key}.tokens")
+    return (
+        resolved,
+        _int(section, "sequences", path, f"{key}.sequences"),
+        _int(section, "tokens", path, f"{key}.tokens"),
+    )
 
 
 def _int(section, key, path, label=None):
     value = section[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(f"{path}: key {label or key} must be a non-negative integer, got {value!r}")
+        raise InputError(
+            f"{path}: key {label or key} must be a non-negative integer, got {value!r}"
+        )
     return value
 
 
@@ -77,8 +96,9 @@ def _require(obj, keys, path, not_an_object: str, label):
 def load_prepared(directory, key: str):
     """`load_manifest` of the directory `key` names (data.dir), which must be one."""
     if not is_url(directory) and not os.path.isdir(directory):  # a URL: the manifest says
-        raise ConfigError(f"{key}: {directory} is not a directory; give the --out of "
-                          "python -m kroberta.prepare")
+        raise ConfigError(
+            f"{key}: {directory} is not a directory; give the --out of python -m kroberta.prepare"
+        )
     return load_manifest(directory)
 
 
@@ -96,7 +116,9 @@ def load_manifest(directory):
     base = directory.rstrip("/") if is_url(directory) else os.path.abspath(directory)
     path = join(base, MANIFEST_NAME)
     if not isfile(path):
-        raise InputError(f"no {MANIFEST_NAME} in {base} (prepare one with `python -m kroberta.prepare`)")
+        raise InputError(
+            f"no {MANIFEST_NAME} in {base} (prepare one with `python -m kroberta.prepare`)"
+        )
     try:
         data = json.loads(read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -105,8 +127,13 @@ def load_manifest(directory):
     if data["format"] != FORMAT:
         raise InputError(f"{path}: format is {data['format']!r}, expected {FORMAT!r}")
     specials = data["special_tokens"]
-    _require(specials, _SPECIALS, path, "key 'special_tokens' must be an object",
-             lambda name: f"special_tokens.{name}")
+    _require(
+        specials,
+        _SPECIALS,
+        path,
+        "key 'special_tokens' must be an object",
+        lambda name: f"special_tokens.{name}",
+    )
     for name in _SPECIALS:
         _int(specials, name, path, f"special_tokens.{name}")
     tokenizer_path = join(base, str(data["tokenizer"]))
@@ -149,10 +176,19 @@ def write_manifest(directory, data):
     return path
 
 
-def check_prepared_with(directories, key: str, vocabulary_size: int, tokenizer=None, *,
-                        positions: int | None = None, holder: str = "model",
-                        named: str = "the model", tokenizer_owner: str = "model",
-                        tokenizer_source: str = "MODEL_DIR", required: bool = False):
+def check_prepared_with(
+    directories,
+    key: str,
+    vocabulary_size: int,
+    tokenizer=None,
+    *,
+    positions: int | None = None,
+    holder: str = "model",
+    named: str = "the model",
+    tokenizer_owner: str = "model",
+    tokenizer_source: str = "MODEL_DIR",
+    required: bool = False,
+):
     """Refuses prepared data that are not a model's: ids of another tokenizer would be
     read as other tokens (a wrong number, no error), and longer sequences do not fit.
 
@@ -188,17 +224,24 @@ def check_prepared_with(directories, key: str, vocabulary_size: int, tokenizer=N
         # Ids from another tokenizer mean other tokens to the model, with no error.
         differs = None
         if manifest.vocabulary_size != vocabulary_size:
-            differs = (f"a vocabulary of {manifest.vocabulary_size} tokens; the {holder} has "
-                       f"{vocabulary_size}")
-        elif tokenizer is not None and Tokenizer.from_str(read_text(
-                manifest.tokenizer_path)).get_vocab() != tokenizer.get_vocab():
+            differs = (
+                f"a vocabulary of {manifest.vocabulary_size} tokens; the {holder} has "
+                f"{vocabulary_size}"
+            )
+        elif (
+            tokenizer is not None
+            and Tokenizer.from_str(read_text(manifest.tokenizer_path)).get_vocab()
+            != tokenizer.get_vocab()
+        ):
             differs = f"another tokenizer than the {holder}'s (other tokens at the same ids)"
         if differs is not None:
             raise InputError(
                 f"{key}: {directory} was prepared with {differs}, so its ids mean other tokens "
-                f"to {named}; prepare the text with the {tokenizer_owner}'s tokenizer ({fix})")
+                f"to {named}; prepare the text with the {tokenizer_owner}'s tokenizer ({fix})"
+            )
         if positions is not None and manifest.sequence_length > positions:
             raise InputError(
                 f"{key}: {directory} holds sequences of {manifest.sequence_length} tokens, but "
                 f"{named} has {positions} positions; prepare the text again with --seq-len "
-                f"{positions} ({fix})")
+                f"{positions} ({fix})"
+            )

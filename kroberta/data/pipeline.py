@@ -36,9 +36,19 @@ from kroberta.tokens import IGNORE_LABEL
 
 AUTOTUNE = tf.data.AUTOTUNE
 
-__all__ = ["InputError", "DataSpec", "explain_pipeline_error", "first_bad_record", "FEATURES",
-           "resolve_files", "inspect_files", "check_against_model", "train_dataset",
-           "eval_dataset", "batches_per_call"]
+__all__ = [
+    "InputError",
+    "DataSpec",
+    "explain_pipeline_error",
+    "first_bad_record",
+    "FEATURES",
+    "resolve_files",
+    "inspect_files",
+    "check_against_model",
+    "train_dataset",
+    "eval_dataset",
+    "batches_per_call",
+]
 
 
 def parallel_batches() -> int:
@@ -74,13 +84,23 @@ def _parse(spec: DataSpec, vocabulary_size: int, tagged) -> dict:
     """(files, record indices, records) (B,) -> int32 (B, L) features, checked. The fast
     parse: a missing feature or wrong length fails unnamed, and the caller's replay
     (`replay_train_errors`, `replay_file_errors`) names it."""
-    return parse_checked_batch(*tagged, length=spec.sequence_length,
-                               vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
-                               lengths_named=False)
+    return parse_checked_batch(
+        *tagged,
+        length=spec.sequence_length,
+        vocabulary_size=vocabulary_size,
+        with_labels=spec.has_labels,
+        lengths_named=False,
+    )
 
 
-def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int,
-                  word_starts=None, device_masks: bool = False):
+def _batch_parser(
+    spec: DataSpec,
+    data: DataConfig,
+    vocabulary_size: int,
+    seed: int,
+    word_starts=None,
+    device_masks: bool = False,
+):
     """(element indices (B,) int64 (the mask seeds), (files, record indices, records) (B,),
     the rows' element keys (B,) uint32 when already computed) -> (x, y): the model's
     input dict and the labels at the prediction slots; or, when the step finishes the
@@ -88,37 +108,54 @@ def _batch_parser(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: 
     for static masking the file's tokens and labels (`kroberta.masking`). Both are the
     same step inputs, finished here (on the host CPU, `host_masking.finished`) or on the
     device by the training step."""
+
     def parse(indices, tagged, keys=None):
         parsed = _parse(spec, vocabulary_size, tagged)  # int32 (B, L) each
         if data.masking == "static":  # the slots come from the file's labels
-            x = {"token_ids": parsed["input_ids"], "padding_mask": parsed["attention_mask"],
-                 "token_labels": parsed["labels"]}  # (B, L) each
+            x = {
+                "token_ids": parsed["input_ids"],
+                "padding_mask": parsed["attention_mask"],
+                "token_labels": parsed["labels"],
+            }  # (B, L) each
         else:
             originals = parsed["input_ids"]
             if "labels" in parsed:
                 # Files masked once (the seed's format): recover the unmasked text.
                 originals = tf.where(parsed["labels"] != IGNORE_LABEL, parsed["labels"], originals)
             keys = host_masking.element_keys(seed, indices) if keys is None else keys
-            x = {"token_ids": originals, "padding_mask": parsed["attention_mask"],
-                 "mask_keys": keys}  # (B, L), (B, L), (B,) uint32
+            x = {
+                "token_ids": originals,
+                "padding_mask": parsed["attention_mask"],
+                "mask_keys": keys,
+            }  # (B, L), (B, L), (B,) uint32
         return x if device_masks else host_masking.finished(x, data, vocabulary_size, word_starts)
 
     return parse
 
 
-def epoch_plan(spec: DataSpec, data: DataConfig, seed: int,
-               shard: tuple[int, int] | None = None) -> epochs.EpochPlan:
+def epoch_plan(
+    spec: DataSpec, data: DataConfig, seed: int, shard: tuple[int, int] | None = None
+) -> epochs.EpochPlan:
     """How a process reads the training epochs (see `kroberta.data.epochs`)."""
     count, index = shard or (1, 0)
     if spec.records is not None and count > 1 and len(spec.files) < count and spec.records < count:
-        raise InputError(f"{spec.files[0]}: {spec.records} record(s) cannot be shared by "
-                         f"{count} processes")
+        raise InputError(
+            f"{spec.files[0]}: {spec.records} record(s) cannot be shared by {count} processes"
+        )
     return epochs.EpochPlan(spec.files, spec.file_records, seed, data.shuffle_buffer, shard)
 
 
-def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
-                  seed: int, start_step: int = 0, shard: tuple[int, int] | None = None,
-                  word_starts=None, device_masks: bool = False):
+def train_dataset(
+    spec: DataSpec,
+    data: DataConfig,
+    vocabulary_size: int,
+    global_batch: int,
+    seed: int,
+    start_step: int = 0,
+    shard: tuple[int, int] | None = None,
+    word_starts=None,
+    device_masks: bool = False,
+):
     """Endless training batches of `global_batch`, starting after `start_step` batches.
 
     Returns a dataset of (x, y) with x = {token_ids (B, L), padding_mask (B, L),
@@ -143,6 +180,7 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     it only without `device_masks`).
     """
     count, index = shard or (1, 0)
+
     # The step's mask keys are hashed once per block of the stream, not per batch: ~36
     # small ops a batch cost ~1.4 us per record at batch 64 (docs/design.md, "The input pipeline").
     def block_keys(indices):  # (n,) stream positions -> (n,) uint32
@@ -153,8 +191,9 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     # for k batches.
     rows = batches_per_call(global_batch, host_masks=not device_masks) * global_batch
     keyed = data.step_input() == "mask_keys"
-    plans = epoch_plan(spec, data, seed, shard).batch_plans(start_step * global_batch, rows,
-                                                            block_keys if keyed else None)
+    plans = epoch_plan(spec, data, seed, shard).batch_plans(
+        start_step * global_batch, rows, block_keys if keyed else None
+    )
     parse = _batch_parser(spec, data, vocabulary_size, seed, word_starts, device_masks)
 
     def gather_and_parse(indices, plan, keys=None):
@@ -167,22 +206,42 @@ def train_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global
     return ds.prefetch(AUTOTUNE)
 
 
-def replay_train_errors(spec: DataSpec, data: DataConfig, vocabulary_size: int, seed: int,
-                        start_step: int, steps: int, global_batch: int,
-                        shard: tuple[int, int] | None = None):
+def replay_train_errors(
+    spec: DataSpec,
+    data: DataConfig,
+    vocabulary_size: int,
+    seed: int,
+    start_step: int,
+    steps: int,
+    global_batch: int,
+    shard: tuple[int, int] | None = None,
+):
     """A function naming the first bad record among the next `steps` training batches."""
+
     def replay():
         tagged = epoch_plan(spec, data, seed, shard).stream(start_step * global_batch)
-        return first_bad_record(tagged.map(lambda i, t: t), length=spec.sequence_length,
-                                vocabulary_size=vocabulary_size, with_labels=spec.has_labels,
-                                max_records=steps * global_batch)
+        return first_bad_record(
+            tagged.map(lambda i, t: t),
+            length=spec.sequence_length,
+            vocabulary_size=vocabulary_size,
+            with_labels=spec.has_labels,
+            max_records=steps * global_batch,
+        )
 
     return replay
 
 
-def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_batch: int,
-                 seed: int, max_batches: int = 0, shard: tuple[int, int] | None = None,
-                 word_starts=None, device_masks: bool = False):
+def eval_dataset(
+    spec: DataSpec,
+    data: DataConfig,
+    vocabulary_size: int,
+    global_batch: int,
+    seed: int,
+    max_batches: int = 0,
+    shard: tuple[int, int] | None = None,
+    word_starts=None,
+    device_masks: bool = False,
+):
     """Every validation example once, in file order, with the same masks on every call.
 
     The last batch is completed with padding examples whose labels are all -100
@@ -212,8 +271,9 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
                 return t
             trailing = tf.shape(t)[1:]
             whole = tf.reshape(t, tf.concat([[-1, global_batch], trailing], 0))
-            return tf.reshape(whole[:, index * share:(index + 1) * share],
-                              tf.concat([[-1], trailing], 0))
+            return tf.reshape(
+                whole[:, index * share : (index + 1) * share], tf.concat([[-1], trailing], 0)
+            )
 
         if isinstance(batch, dict):  # x alone: the step draws the masks
             return {name: take(pad(name, t)) for name, t in batch.items()}
@@ -221,8 +281,9 @@ def eval_dataset(spec: DataSpec, data: DataConfig, vocabulary_size: int, global_
         return {name: take(pad(name, t)) for name, t in x.items()}, take(pad("labels", y))
 
     order = FileOrder(spec.files, spec.file_records, rows)
-    ds = order.blocks().map(parse_and_pad, num_parallel_calls=parallel_batches(),
-                            deterministic=True)
+    ds = order.blocks().map(
+        parse_and_pad, num_parallel_calls=parallel_batches(), deterministic=True
+    )
     ds = ds.rebatch(share, drop_remainder=True)  # whole batches: nothing dropped
     batches = -(-spec_records(spec) // global_batch)
     if max_batches:
@@ -236,7 +297,10 @@ def replay_file_errors(spec: DataSpec, vocabulary_size: int):
     """A function naming the first bad record of the files, in file order."""
     return lambda: first_bad_record(
         epochs.read_tagged(tf.data.Dataset.from_tensor_slices(list(spec.files))),
-        length=spec.sequence_length, vocabulary_size=vocabulary_size, with_labels=spec.has_labels)
+        length=spec.sequence_length,
+        vocabulary_size=vocabulary_size,
+        with_labels=spec.has_labels,
+    )
 
 
 def padding_value(name: str, pad_token_id: int) -> int:
@@ -245,8 +309,12 @@ def padding_value(name: str, pad_token_id: int) -> int:
     <pad> tokens, no labels, zeros elsewhere (no real token, no slot, not real, not
     valid, mask key 0): the masked loss and metrics give it no weight and predict drops it.
     """
-    return {"token_ids": pad_token_id, "labels": IGNORE_LABEL, "token_labels": IGNORE_LABEL,
-            "marks": IGNORE_LABEL}.get(name, 0)
+    return {
+        "token_ids": pad_token_id,
+        "labels": IGNORE_LABEL,
+        "token_labels": IGNORE_LABEL,
+        "marks": IGNORE_LABEL,
+    }.get(name, 0)
 
 
 def _pad_rows(tensor, rows, value):
@@ -271,16 +339,20 @@ def file_batches(spec: DataSpec, vocabulary_size: int, batch_size: int):
     return order.blocks(), parse
 
 
-def count_labels_beyond_slots(spec: DataSpec, slots: int, vocabulary_size: int,
-                              sample: int = 2000) -> tuple[int, int]:
+def count_labels_beyond_slots(
+    spec: DataSpec, slots: int, vocabulary_size: int, sample: int = 2000
+) -> tuple[int, int]:
     """(sequences, labelled positions) among the first `sample` that exceed `slots`.
 
     Raises:
         InputError: a corrupt file or malformed record, named by file and record.
     """
     ds = tf.data.TFRecordDataset(list(spec.files)).take(sample).batch(256)
-    ds = ds.map(lambda r: tf.io.parse_example(
-        r, {"labels": tf.io.FixedLenFeature([spec.sequence_length], tf.int64)})["labels"])
+    ds = ds.map(
+        lambda r: tf.io.parse_example(
+            r, {"labels": tf.io.FixedLenFeature([spec.sequence_length], tf.int64)}
+        )["labels"]
+    )
     over_sequences = over_labels = 0
     try:
         for labels in ds.as_numpy_iterator():
@@ -288,8 +360,9 @@ def count_labels_beyond_slots(spec: DataSpec, slots: int, vocabulary_size: int,
             over_sequences += int((counts > slots).sum())
             over_labels += int(np.maximum(counts - slots, 0).sum())
     except tf.errors.OpError as error:  # a corrupt file or record: named, not TF's op text
-        explained = explain_pipeline_error(error, spec.files,
-                                           replay=replay_file_errors(spec, vocabulary_size))
+        explained = explain_pipeline_error(
+            error, spec.files, replay=replay_file_errors(spec, vocabulary_size)
+        )
         if explained is None:
             raise
         raise explained from None

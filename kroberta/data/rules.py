@@ -84,31 +84,52 @@ def _vocabulary_words(upper, unknown, known):
 
 
 INPUT_IDS = ValueRule(
-    "input_ids", VOCABULARY, None,
-    found=lambda p, upper: f"id {_vocabulary_words(upper, 'negative', 'outside [0, {})')} at position {p}",
-    holds=lambda upper: f"holds id {{}} outside the vocabulary [0, {upper})")
+    "input_ids",
+    VOCABULARY,
+    None,
+    found=lambda p, upper: (
+        f"id {_vocabulary_words(upper, 'negative', 'outside [0, {})')} at position {p}"
+    ),
+    holds=lambda upper: f"holds id {{}} outside the vocabulary [0, {upper})",
+)
 ATTENTION_MASK = ValueRule(
-    "attention_mask", 2, None,
+    "attention_mask",
+    2,
+    None,
     found=lambda p, upper: f"not 0/1 at position {p}",
-    holds=lambda upper: "holds values other than 0 and 1")
+    holds=lambda upper: "holds values other than 0 and 1",
+)
 LABELS = ValueRule(
-    "labels", VOCABULARY, IGNORE_LABEL,
-    found=lambda p, upper: (f"neither {IGNORE_LABEL} nor "
-                            f"{_vocabulary_words(upper, 'a non-negative id', 'an id in [0, {})')} "
-                            f"at position {p}"),
-    holds=lambda upper: f"holds a value that is neither {IGNORE_LABEL} nor a vocabulary id")
+    "labels",
+    VOCABULARY,
+    IGNORE_LABEL,
+    found=lambda p, upper: (
+        f"neither {IGNORE_LABEL} nor "
+        f"{_vocabulary_words(upper, 'a non-negative id', 'an id in [0, {})')} "
+        f"at position {p}"
+    ),
+    holds=lambda upper: f"holds a value that is neither {IGNORE_LABEL} nor a vocabulary id",
+)
 
 RECORD_RULES = (
     INPUT_IDS,
     ATTENTION_MASK,
     # Padding is a suffix: once 0, never 1 again.
-    LayoutRule("attention_mask", lambda ids, mask, pad: ((mask[:, 1:] > mask[:, :-1]), mask[:, 1:]),
-               found=lambda p, pad: f"1 after padding at position {p + 1}"),
-    LayoutRule("attention_mask",
-               lambda ids, mask, pad: ((mask == 0).all(axis=1, keepdims=True), mask[:, :1]),
-               found=lambda p, pad: "all zeros: no real tokens"),
-    LayoutRule("input_ids", lambda ids, mask, pad: ((mask == 0) & (ids != pad), ids),
-               found=lambda p, pad: f"not the pad id {pad} where attention_mask is 0 (position {p})"),
+    LayoutRule(
+        "attention_mask",
+        lambda ids, mask, pad: ((mask[:, 1:] > mask[:, :-1]), mask[:, 1:]),
+        found=lambda p, pad: f"1 after padding at position {p + 1}",
+    ),
+    LayoutRule(
+        "attention_mask",
+        lambda ids, mask, pad: ((mask == 0).all(axis=1, keepdims=True), mask[:, :1]),
+        found=lambda p, pad: "all zeros: no real tokens",
+    ),
+    LayoutRule(
+        "input_ids",
+        lambda ids, mask, pad: ((mask == 0) & (ids != pad), ids),
+        found=lambda p, pad: f"not the pad id {pad} where attention_mask is 0 (position {p})",
+    ),
     LABELS,
 )
 VALUE_RULES = tuple(rule for rule in RECORD_RULES if isinstance(rule, ValueRule))

@@ -15,15 +15,25 @@ from kroberta.masking import static_labels
 from kroberta.tokens import BOS_ID, EOS_ID, FIRST_REGULAR_ID, MASK_ID, PAD_ID, SPECIAL_IDS
 
 
-def make_sequences(count, length, vocabulary_size, seed=0, min_fill=0.7, motif_length=4,
-                   num_motifs=64, motif_seed=1234):
+def make_sequences(
+    count,
+    length,
+    vocabulary_size,
+    seed=0,
+    min_fill=0.7,
+    motif_length=4,
+    num_motifs=64,
+    motif_seed=1234,
+):
     """(input_ids, attention_mask) int64 arrays of shape (count, length), unmasked.
 
     The motif table depends only on `motif_seed` (and the sizes), so files made
     with different `seed`s share it and a validation file tests what training learnt.
     """
     rng = np.random.default_rng(seed)
-    motifs = np.random.default_rng(motif_seed).integers(FIRST_REGULAR_ID, vocabulary_size, size=(num_motifs, motif_length))
+    motifs = np.random.default_rng(motif_seed).integers(
+        FIRST_REGULAR_ID, vocabulary_size, size=(num_motifs, motif_length)
+    )
     ids = np.full((count, length), PAD_ID, np.int64)
     mask = np.zeros((count, length), np.int64)
     for row in range(count):
@@ -37,9 +47,16 @@ def make_sequences(count, length, vocabulary_size, seed=0, min_fill=0.7, motif_l
 def mask_once(ids, mask, vocabulary_size, seed=0, rate=0.15):
     """The seed's static masking: (masked input_ids, labels with -100 where unlabelled),
     each row's mask a function of (seed + 1, its index)."""
-    return static_labels(ids, mask, seed + 1, np.arange(len(ids)), mask_rate=rate,
-                         mask_token_id=MASK_ID, special_token_ids=SPECIAL_IDS,
-                         vocabulary_size=vocabulary_size)
+    return static_labels(
+        ids,
+        mask,
+        seed + 1,
+        np.arange(len(ids)),
+        mask_rate=rate,
+        mask_token_id=MASK_ID,
+        special_token_ids=SPECIAL_IDS,
+        vocabulary_size=vocabulary_size,
+    )
 
 
 def write_tfrecord(path, input_ids, attention_mask, labels=None):

@@ -26,7 +26,9 @@ _POLYNOMIAL = 0x82F63B78  # CRC-32C (Castagnoli), reflected
 def _table():
     table = np.arange(256, dtype=np.uint32)
     for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(_POLYNOMIAL), table >> 1).astype(np.uint32)
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(_POLYNOMIAL), table >> 1).astype(
+            np.uint32
+        )
     return table
 
 
@@ -117,16 +119,23 @@ def frames(path):
         while position < size:
             header = f.read(8)
             if len(header) < 8 or size - position < 16:
-                raise InputError(f"{path}: record {count}: truncated (the file ends inside a record "
-                                 f"header at byte {size})")
+                raise InputError(
+                    f"{path}: record {count}: truncated (the file ends inside a record "
+                    f"header at byte {size})"
+                )
             (length,) = struct.unpack("<Q", header)
             end = position + 8 + 4 + length + 4
             if end > size:
                 # A first "record" longer than the file: most likely not a TFRecord at all.
-                hint = ("; is it a TFRecord file? Text goes through python -m kroberta.prepare "
-                        "first" if count == 0 else "")
-                raise InputError(f"{path}: record {count}: truncated (the record needs {length} "
-                                 f"bytes; the file ends at byte {size}){hint}")
+                hint = (
+                    "; is it a TFRecord file? Text goes through python -m kroberta.prepare first"
+                    if count == 0
+                    else ""
+                )
+                raise InputError(
+                    f"{path}: record {count}: truncated (the record needs {length} "
+                    f"bytes; the file ends at byte {size}){hint}"
+                )
             yield position
             f.seek(end)
             position, count = end, count + 1
@@ -144,8 +153,8 @@ def read_records(path) -> list[bytes]:
     offsets = record_offsets(path)
     out = []
     for start in offsets[:-1]:
-        (length,) = struct.unpack("<Q", data[start:start + 8])
-        out.append(data[start + 12:start + 12 + length])
+        (length,) = struct.unpack("<Q", data[start : start + 8])
+        out.append(data[start + 12 : start + 12 + length])
     return out
 
 

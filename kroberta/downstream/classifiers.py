@@ -71,15 +71,30 @@ class Classifier(keras_hub.models.RobertaTextClassifier):
     `pooling` is what the head reads: FIRST, the `<s>` state (keras-hub's and Hugging
     Face's head), or MEAN, the mean over the tokens whose padding mask is 1."""
 
-    def __init__(self, backbone, num_classes, preprocessor=None, activation=None,
-                 hidden_dim=None, dropout=0.0, pooling=FIRST, **kwargs):
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        preprocessor=None,
+        activation=None,
+        hidden_dim=None,
+        dropout=0.0,
+        pooling=FIRST,
+        **kwargs,
+    ):
         if pooling not in POOLINGS:
             raise InputError(f"pooling {pooling!r}: expected one of {', '.join(POOLINGS)}")
         self.pooling = pooling
         if pooling == FIRST:
-            super().__init__(backbone=backbone, num_classes=num_classes,
-                             preprocessor=preprocessor, activation=activation,
-                             hidden_dim=hidden_dim, dropout=dropout, **kwargs)
+            super().__init__(
+                backbone=backbone,
+                num_classes=num_classes,
+                preprocessor=preprocessor,
+                activation=activation,
+                hidden_dim=hidden_dim,
+                dropout=dropout,
+                **kwargs,
+            )
             return
         # keras-hub's RobertaTextClassifier.__init__ with the pooling changed: the same
         # layers (names, initializers, dtypes), so weights move between the two as they are.
@@ -87,18 +102,25 @@ class Classifier(keras_hub.models.RobertaTextClassifier):
         policy = backbone.dtype_policy
         self.pooled_dropout = keras.layers.Dropout(dropout, dtype=policy, name="pooled_dropout")
         hidden_dim = hidden_dim or backbone.hidden_dim
-        self.pooled_dense = keras.layers.Dense(hidden_dim, activation="tanh", dtype=policy,
-                                               name="pooled_dense")
+        self.pooled_dense = keras.layers.Dense(
+            hidden_dim, activation="tanh", dtype=policy, name="pooled_dense"
+        )
         self.output_dropout = keras.layers.Dropout(dropout, dtype=policy, name="output_dropout")
         self.output_dense = keras.layers.Dense(  # keras-hub's roberta_kernel_initializer
-            num_classes, kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-            activation=activation, dtype=policy, name="logits")
+            num_classes,
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            activation=activation,
+            dtype=policy,
+            name="logits",
+        )
         inputs = backbone.input
         hidden = backbone(inputs)  # (batch, length, hidden)
         pooled = MaskedMean(dtype=policy, name="mean_pooling")(
-            hidden, inputs["padding_mask"])  # (batch, hidden)
-        outputs = self.output_dense(self.output_dropout(self.pooled_dense(
-            self.pooled_dropout(pooled))))  # (batch, num_classes)
+            hidden, inputs["padding_mask"]
+        )  # (batch, hidden)
+        outputs = self.output_dense(
+            self.output_dropout(self.pooled_dense(self.pooled_dropout(pooled)))
+        )  # (batch, num_classes)
         keras_hub.models.TextClassifier.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
         self.num_classes, self.hidden_dim, self.dropout = num_classes, hidden_dim, dropout
         self.activation = keras.activations.get(activation)
@@ -107,29 +129,32 @@ class Classifier(keras_hub.models.RobertaTextClassifier):
         return {**super().get_config(), "pooling": self.pooling}
 
     def fit(self, x=None, y=None, *args, **kwargs):
-        return call_keeping_variables(self, super().fit, _token_ids(x, "fit"), y, *args,
-                                      **kwargs)
+        return call_keeping_variables(self, super().fit, _token_ids(x, "fit"), y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
-        return call_keeping_variables(self, super().evaluate, _token_ids(x, "evaluate"), y,
-                                      *args, **kwargs)
+        return call_keeping_variables(
+            self, super().evaluate, _token_ids(x, "evaluate"), y, *args, **kwargs
+        )
 
     def predict(self, x, *args, **kwargs):
-        return call_keeping_variables(self, super().predict, _token_ids(x, "predict"), *args,
-                                      **kwargs)
+        return call_keeping_variables(
+            self, super().predict, _token_ids(x, "predict"), *args, **kwargs
+        )
 
 
 def _token_ids(x, where: str):
     """`x`, unless it holds texts (a string, or a list or array of them)."""
     first = x
     while (isinstance(first, (list, tuple)) and first) or (
-            isinstance(first, np.ndarray) and first.ndim and first.size):
+        isinstance(first, np.ndarray) and first.ndim and first.size
+    ):
         first = first[0]
     if isinstance(first, (str, bytes)):
         raise InputError(
             f"classifier.{where}: texts, but Keras' {where} takes token ids ({{'token_ids': "
             f"(batch, length), 'padding_mask': (batch, length)}}); for texts use "
-            f"kroberta.predict(classifier, texts)")
+            f"kroberta.predict(classifier, texts)"
+        )
     return x
 
 
@@ -149,34 +174,58 @@ def build_classifier(model_config, num_outputs: int, pooling: str = FIRST):
     mean); weights are set by `reset`."""
     backbone = mlm.build_model(model_config).backbone
     return Classifier(
-        backbone=backbone, num_classes=num_outputs, preprocessor=None,
-        dropout=CLASSIFIER_DROPOUT, pooling=pooling)
+        backbone=backbone,
+        num_classes=num_outputs,
+        preprocessor=None,
+        dropout=CLASSIFIER_DROPOUT,
+        pooling=pooling,
+    )
 
 
-def compile_classifier(classifier, kind: str, total_steps: int, steps_per_execution: int = 1,
-                       layer_decay: float = 1.0):
+def compile_classifier(
+    classifier, kind: str, total_steps: int, steps_per_execution: int = 1, layer_decay: float = 1.0
+):
     """AdamW as RoBERTa fine-tunes (betas 0.9/0.98, eps 1e-6, no decay on biases and
     LayerNorm), linear decay after 6% warmup, its peak the schedule's `scale` (set by
     `reset`); XLA-compiled steps. `layer_decay` below 1: each layer's rate scaled
     (`kroberta.downstream.layer_decay`). Only the trainable variables are optimized
     (a frozen backbone: the head alone)."""
-    schedule = schedules.WarmupSchedule(1.0, max(1, round(WARMUP_FRACTION * total_steps)), total_steps)
+    schedule = schedules.WarmupSchedule(
+        1.0, max(1, round(WARMUP_FRACTION * total_steps)), total_steps
+    )
     if layer_decay != 1.0:
-        scales = layer_scales(classifier.trainable_variables,
-                              classifier.backbone.num_layers, layer_decay)
-        optimizer = LayerDecayAdamW(scales, WEIGHT_DECAY, learning_rate=schedule, beta_1=0.9,
-                                    beta_2=0.98, epsilon=1e-6, name=mlm.OPTIMIZER_NAME)
+        scales = layer_scales(
+            classifier.trainable_variables, classifier.backbone.num_layers, layer_decay
+        )
+        optimizer = LayerDecayAdamW(
+            scales,
+            WEIGHT_DECAY,
+            learning_rate=schedule,
+            beta_1=0.9,
+            beta_2=0.98,
+            epsilon=1e-6,
+            name=mlm.OPTIMIZER_NAME,
+        )
     else:
-        optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=WEIGHT_DECAY,
-                                           beta_1=0.9, beta_2=0.98, epsilon=1e-6,
-                                           name=mlm.OPTIMIZER_NAME)
+        optimizer = keras.optimizers.AdamW(
+            learning_rate=schedule,
+            weight_decay=WEIGHT_DECAY,
+            beta_1=0.9,
+            beta_2=0.98,
+            epsilon=1e-6,
+            name=mlm.OPTIMIZER_NAME,
+        )
         optimizer.exclude_from_weight_decay(var_names=mlm.NO_DECAY_NAMES)
     optimizer.build(classifier.trainable_variables)
     schedule.scale = optimizer.add_variable((), name="peak_learning_rate")
-    loss = (keras.losses.MeanSquaredError() if kind == REGRESSION
-            else keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    classifier.compile(optimizer=optimizer, loss=loss, jit_compile=True,
-                       steps_per_execution=steps_per_execution)
+    loss = (
+        keras.losses.MeanSquaredError()
+        if kind == REGRESSION
+        else keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    classifier.compile(
+        optimizer=optimizer, loss=loss, jit_compile=True, steps_per_execution=steps_per_execution
+    )
     classifier.kroberta_schedule = schedule  # a plain object: Keras does not track it
     return classifier
 

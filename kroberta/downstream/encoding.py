@@ -29,8 +29,9 @@ class Encoded:
 
 def bucket_lengths(max_length: int) -> tuple:
     """The few padded lengths, shortest first: e.g. 512 -> (64, 128, 256, 512)."""
-    lengths = {min(max_length, max(MIN_LENGTH, -(-max_length // f // 8) * 8))
-               for f in BUCKET_FRACTIONS}
+    lengths = {
+        min(max_length, max(MIN_LENGTH, -(-max_length // f // 8) * 8)) for f in BUCKET_FRACTIONS
+    }
     return tuple(sorted(lengths))
 
 
@@ -50,8 +51,10 @@ def _pair_tokenizer(tokenizer: Tokenizer, max_length: int) -> Tokenizer:
 def encode(tokenizer, texts: tuple, labels: np.ndarray, max_length: int) -> Encoded:
     """Tokenises one split: `texts` holds one list of n strings per text field (1 or 2)."""
     if tokenizer is None:
-        raise InputError("the model has no tokenizer (model.tokenizer is None); load a run "
-                         "that was trained on prepared data, or an export with tokenizer.json")
+        raise InputError(
+            "the model has no tokenizer (model.tokenizer is None); load a run "
+            "that was trained on prepared data, or an export with tokenizer.json"
+        )
     pairs = _pair_tokenizer(tokenizer, max_length)
     inputs = list(zip(*texts)) if len(texts) == 2 else list(texts[0])
     encodings = pairs.encode_batch(inputs)
@@ -75,7 +78,7 @@ def batches(encoded: Encoded, batch_size: int, max_length: int, seed: int | None
         if seed is not None:
             rows = rng.permutation(rows)
         for start in range(0, len(rows), batch_size):
-            result.append(pad(encoded, rows[start:start + batch_size], batch_size, length))
+            result.append(pad(encoded, rows[start : start + batch_size], batch_size, length))
     if seed is not None:
         result = [result[i] for i in rng.permutation(len(result))]
     return result
@@ -99,14 +102,14 @@ def pad(encoded: Encoded, rows: np.ndarray, batch_size: int, length: int):
     padding_mask = np.zeros((batch_size, length), np.int32)
     for slot, row in enumerate(rows):
         ids = encoded.ids[row]
-        token_ids[slot, :len(ids)] = ids
-        padding_mask[slot, :len(ids)] = 1
+        token_ids[slot, : len(ids)] = ids
+        padding_mask[slot, : len(ids)] = 1
     labels = np.zeros((batch_size,), encoded.labels.dtype)
-    labels[:len(rows)] = encoded.labels[rows]
+    labels[: len(rows)] = encoded.labels[rows]
     weights = np.zeros((batch_size,), np.float32)
-    weights[:len(rows)] = 1.0
+    weights[: len(rows)] = 1.0
     where = np.full((batch_size,), -1, np.int64)
-    where[:len(rows)] = rows
+    where[: len(rows)] = rows
     return {"token_ids": token_ids, "padding_mask": padding_mask}, labels, weights, where
 
 
@@ -124,8 +127,11 @@ def dataset(encoded: Encoded, batch_size: int, max_length: int, seed: int | None
     per_bucket = []
     for b in range(len(lengths)):
         chosen = [item[:3] for item, w in zip(items, which) if w == b]  # (x, labels, weights)
-        per_bucket.append(tf.data.Dataset.from_tensor_slices(
-            tf.nest.map_structure(lambda *parts: np.stack(parts), *chosen)))
+        per_bucket.append(
+            tf.data.Dataset.from_tensor_slices(
+                tf.nest.map_structure(lambda *parts: np.stack(parts), *chosen)
+            )
+        )
     order = tf.data.Dataset.from_tensor_slices(np.asarray(which, np.int64))
     data = tf.data.Dataset.choose_from_datasets(per_bucket, order)
     # The count known up front: Keras then ends each pass without running dry.

@@ -35,17 +35,22 @@ def _config(config: FinetuneConfig | None, settings: dict) -> FinetuneConfig:
     if unknown:
         raise TypeError(f"finetune() got an unexpected keyword argument {unknown[0]!r}")
     if config is not None and settings:
-        raise InputError(f"kroberta.finetune: config= and {', '.join(f'{k}=' for k in settings)} "
-                         "given together; give the settings in the config (dataclasses.replace("
-                         "config, ...)) or as keyword arguments, not both")
+        raise InputError(
+            f"kroberta.finetune: config= and {', '.join(f'{k}=' for k in settings)} "
+            "given together; give the settings in the config (dataclasses.replace("
+            "config, ...)) or as keyword arguments, not both"
+        )
     return config if config is not None else FinetuneConfig(**settings)
 
 
 def _check_devices(config: FinetuneConfig):
     """Refuses a batch the devices cannot share evenly (the one check needing JAX)."""
     if config.batch_size % jax.local_device_count():
-        raise SettingError("batch_size", config.batch_size, "must be a positive multiple of "
-                           f"the {jax.local_device_count()} devices")
+        raise SettingError(
+            "batch_size",
+            config.batch_size,
+            f"must be a positive multiple of the {jax.local_device_count()} devices",
+        )
 
 
 def _check_against_model(model, options: FinetuneConfig):
@@ -59,13 +64,20 @@ def _check_against_model(model, options: FinetuneConfig):
         return getattr(model, "task_spec", None) is not None
 
     if options.adapt_steps and classifier():
-        raise SettingError("adapt_steps", options.adapt_steps, "the model is a fine-tuned "
-                           "classifier, which has no masked-LM head to adapt; give the pretrained "
-                           "masked LM (--run: a run, a Hugging Face or keras-hub masked LM)")
+        raise SettingError(
+            "adapt_steps",
+            options.adapt_steps,
+            "the model is a fine-tuned "
+            "classifier, which has no masked-LM head to adapt; give the pretrained "
+            "masked LM (--run: a run, a Hugging Face or keras-hub masked LM)",
+        )
     layers = None if path else getattr(getattr(model, "backbone", None), "num_layers", None)
     if layers is not None and options.reinit_layers > layers:
-        raise SettingError("reinit_layers", options.reinit_layers, f"the model has {layers} "
-                           f"encoder layer(s); give 0 to {layers}")
+        raise SettingError(
+            "reinit_layers",
+            options.reinit_layers,
+            f"the model has {layers} encoder layer(s); give 0 to {layers}",
+        )
 
 
 def _loaded(model, options: FinetuneConfig):
@@ -84,17 +96,31 @@ def _settings(setup: Setup) -> dict:
     """What besides its rate and seed decides a trial's result (`TrialLog`'s settings)."""
     splits = [setup.train, *setup.evaluation.values()]
     data = fingerprint([a for s in splits for a in (*map(np.asarray, s.ids), s.labels)])
-    return {"task": setup.spec.name, "data": data, "epochs": setup.epochs,
-            "patience": setup.patience, "batch_size": setup.batch_size,
-            "max_length": setup.max_length,
-            **({"pooling": setup.pooling} if setup.pooling != classifiers.FIRST else {}),
-            **setup.config.recipe_switched_on()}
+    return {
+        "task": setup.spec.name,
+        "data": data,
+        "epochs": setup.epochs,
+        "patience": setup.patience,
+        "batch_size": setup.batch_size,
+        "max_length": setup.max_length,
+        **({"pooling": setup.pooling} if setup.pooling != classifiers.FIRST else {}),
+        **setup.config.recipe_switched_on(),
+    }
 
 
-def finetune(model, task: str | Task | None = None, data=None, validation=None, *,
-             text_fields=None, label_field: str = "label", kind: str = CLASSIFICATION,
-             out: str | None = None, config: FinetuneConfig | None = None,
-             **settings) -> FinetuneResult:
+def finetune(
+    model,
+    task: str | Task | None = None,
+    data=None,
+    validation=None,
+    *,
+    text_fields=None,
+    label_field: str = "label",
+    kind: str = CLASSIFICATION,
+    out: str | None = None,
+    config: FinetuneConfig | None = None,
+    **settings,
+) -> FinetuneResult:
     """Fine-tunes a pretrained model on a task and scores it on the validation split(s).
 
     Args:
@@ -136,16 +162,28 @@ def finetune(model, task: str | Task | None = None, data=None, validation=None, 
     seeds = list(range(config.seeds)) if isinstance(config.seeds, int) else list(config.seeds)
     rates = config.learning_rates or search.learning_rates(model.kroberta_config.model)
     baseline_rates = config.baseline_learning_rates or rates
-    return _run_grids(model, setup, seeds, rates, baseline_rates if config.baseline else None,
-                      config.widen, out, task.train.texts)
+    return _run_grids(
+        model,
+        setup,
+        seeds,
+        rates,
+        baseline_rates if config.baseline else None,
+        config.widen,
+        out,
+        task.train.texts,
+    )
 
 
 def _max_length(model, asked: int | None) -> int:
     """The tokens per sequence: `asked` (None: the model's positions), at most the model's."""
     longest = model.kroberta_config.model.max_sequence_length
     if asked and asked > longest:
-        logger.warning("--max-length %d: the model has %d positions; sequences of %d tokens",
-                       asked, longest, longest)
+        logger.warning(
+            "--max-length %d: the model has %d positions; sequences of %d tokens",
+            asked,
+            longest,
+            longest,
+        )
     return min(asked or longest, longest)
 
 
@@ -155,24 +193,35 @@ def _setup(model, task: Task, config: FinetuneConfig, max_length: int) -> Setup:
     def encoded(labelled):
         return encoding.encode(model.tokenizer, labelled.texts, labelled.labels, max_length)
 
-    return Setup(task.spec, task.label_names, encoded(task.train),
-                 {split: encoded(s) for split, s in task.evaluation.items()}, max_length,
-                 config.batch_size, config.epochs, config.early_stopping, pooling=config.pooling,
-                 config=config)
+    return Setup(
+        task.spec,
+        task.label_names,
+        encoded(task.train),
+        {split: encoded(s) for split, s in task.evaluation.items()},
+        max_length,
+        config.batch_size,
+        config.epochs,
+        config.early_stopping,
+        pooling=config.pooling,
+        config=config,
+    )
 
 
-def _run_grids(model, setup: Setup, seeds: list, rates, baseline_rates, widen: bool,
-               out, texts) -> FinetuneResult:
+def _run_grids(
+    model, setup: Setup, seeds: list, rates, baseline_rates, widen: bool, out, texts
+) -> FinetuneResult:
     """The pretrained start's grid, and the random start's first when `baseline_rates`
     is given; the result holds both and their comparison. `texts`: the training texts
     (one list per field), for `adapt_steps`."""
     config, spec, names = model.kroberta_config, setup.spec, setup.label_names
     options = setup.config
     with global_distribution(classifiers.data_parallel()):
-        classifier = classifiers.build_classifier(config.model, len(names) if names else 1,
-                                                  setup.pooling)
-        classifiers.compile_classifier(classifier, spec.kind, setup.steps,
-                                       setup.steps_per_execution, options.layer_decay)
+        classifier = classifiers.build_classifier(
+            config.model, len(names) if names else 1, setup.pooling
+        )
+        classifiers.compile_classifier(
+            classifier, spec.kind, setup.steps, setup.steps_per_execution, options.layer_decay
+        )
         # Hashing the data and the starting weights is only needed to resume from `out`.
         settings = _settings(setup) if out else {}
         adapted = starts.Adaptation(model, texts, setup) if options.adapt_steps else None
@@ -180,11 +229,18 @@ def _run_grids(model, setup: Setup, seeds: list, rates, baseline_rates, widen: b
             adapted.pretrained(model)
         scratch = None
         if baseline_rates:  # first, and kept in a classifier of its own
-            random_start = functools.cache(functools.partial(
-                starts.random_start, model, options, adapted))
-            scratch = search.run_grid(classifier, setup, random_start, baseline_rates, seeds,
-                                      TrialLog(out, "random", dict(settings, start="random")),
-                                      widen)
+            random_start = functools.cache(
+                functools.partial(starts.random_start, model, options, adapted)
+            )
+            scratch = search.run_grid(
+                classifier,
+                setup,
+                random_start,
+                baseline_rates,
+                seeds,
+                TrialLog(out, "random", dict(settings, start="random")),
+                widen,
+            )
             scratch.classifier = _copy(classifier, config, model.tokenizer, setup)
             scratch.recipe = options.recipe()
             scratch.config = dataclasses.asdict(options)
@@ -192,10 +248,18 @@ def _run_grids(model, setup: Setup, seeds: list, rates, baseline_rates, widen: b
         start = classifiers.backbone_weights(model)
         pretrained = dict(settings, start=fingerprint(start) if out else None)
         # Not cached: with `reinit_layers` each seed's start is one more copy of the body.
-        pretrained_start = functools.partial(starts.pretrained_start, model, start, options,
-                                             adapted)
-        result = search.run_grid(classifier, setup, pretrained_start, rates, seeds,
-                                 TrialLog(out, "pretrained", pretrained), widen)
+        pretrained_start = functools.partial(
+            starts.pretrained_start, model, start, options, adapted
+        )
+        result = search.run_grid(
+            classifier,
+            setup,
+            pretrained_start,
+            rates,
+            seeds,
+            TrialLog(out, "pretrained", pretrained),
+            widen,
+        )
         result.recipe = options.recipe()
         result.config = dataclasses.asdict(options)
         result.adaptation = adapted.losses(random=False) if adapted else None
@@ -211,11 +275,13 @@ def _run_grids(model, setup: Setup, seeds: list, rates, baseline_rates, widen: b
 
 def _copy(classifier, config, tokenizer, setup: Setup):
     """A classifier of its own holding `classifier`'s weights (which go on training)."""
-    copy = classifiers.build_classifier(config.model, len(setup.label_names or ()) or 1,
-                                        setup.pooling)
+    copy = classifiers.build_classifier(
+        config.model, len(setup.label_names or ()) or 1, setup.pooling
+    )
     copy.set_weights(classifier.get_weights())
-    return classifiers.describe(copy, config, tokenizer, setup.spec, setup.label_names,
-                               setup.max_length)
+    return classifiers.describe(
+        copy, config, tokenizer, setup.spec, setup.label_names, setup.max_length
+    )
 
 
 def _per_class(result: FinetuneResult, setup: Setup) -> dict | None:
@@ -231,6 +297,7 @@ def _per_class(result: FinetuneResult, setup: Setup) -> dict | None:
             return np.asarray(kept.predictions)
         return trial.predictions_of(result.classifier, setup, split)  # (n,)
 
-    return {split: dict(zip(names, metrics.per_class(encoded.labels, predicted(split),
-                                                     len(names))))
-            for split, encoded in setup.evaluation.items()}
+    return {
+        split: dict(zip(names, metrics.per_class(encoded.labels, predicted(split), len(names))))
+        for split, encoded in setup.evaluation.items()
+    }

@@ -28,13 +28,16 @@ def matthews(labels, predictions) -> float:
     either side holds a single class."""
     labels, predictions = np.asarray(labels), np.asarray(predictions)
     classes = np.union1d(labels, predictions)
-    confusion = (labels[:, None] == classes)[:, :, None] & (predictions[:, None] == classes)[:, None, :]
+    confusion = (labels[:, None] == classes)[:, :, None] & (predictions[:, None] == classes)[
+        :, None, :
+    ]
     c = confusion.sum(0).astype(np.float64)  # (K, K): true class x predicted class
     n, correct = c.sum(), np.trace(c)
     true_counts, predicted_counts = c.sum(1), c.sum(0)
     numerator = correct * n - true_counts @ predicted_counts
-    denominator = np.sqrt((n**2 - predicted_counts @ predicted_counts)
-                          * (n**2 - true_counts @ true_counts))
+    denominator = np.sqrt(
+        (n**2 - predicted_counts @ predicted_counts) * (n**2 - true_counts @ true_counts)
+    )
     return float(numerator / denominator) if denominator else 0.0
 
 
@@ -76,9 +79,14 @@ def per_class(labels, predictions, num_classes: int) -> list:
         precision = true_positive / predicted if predicted else 0.0
         recall = true_positive / actual if actual else 0.0
         both = precision + recall
-        result.append({"precision": precision, "recall": recall,
-                       "f1": 2 * precision * recall / both if both else 0.0,
-                       "support": int(actual)})
+        result.append(
+            {
+                "precision": precision,
+                "recall": recall,
+                "f1": 2 * precision * recall / both if both else 0.0,
+                "support": int(actual),
+            }
+        )
     return result
 
 
@@ -90,8 +98,14 @@ def macro_f1(labels, predictions) -> float:
     return float(np.mean([row["f1"] for row in per_class(labels, predictions, len(classes))]))
 
 
-METRICS = {"accuracy": accuracy, "f1": f1, "macro_f1": macro_f1, "matthews": matthews,
-           "pearson": pearson, "spearman": spearman}
+METRICS = {
+    "accuracy": accuracy,
+    "f1": f1,
+    "macro_f1": macro_f1,
+    "matthews": matthews,
+    "pearson": pearson,
+    "spearman": spearman,
+}
 
 
 def score(names, labels, predictions) -> dict:

@@ -77,9 +77,12 @@ def load(path, mixed_precision: bool | None = None, checkpoint: str | int | None
     path = os.fspath(path)
     if checkpoint is not None and (source, head) != (RUN, MASKED_LM):
         what = {HF: "a Hugging Face directory", RUN: "a fine-tuned classifier"}.get(
-            source, "a keras-hub preset")
-        raise InputError(f"checkpoint: {path} is {what}, not a training run: only a run's "
-                         "masked LM has checkpoints")
+            source, "a keras-hub preset"
+        )
+        raise InputError(
+            f"checkpoint: {path} is {what}, not a training run: only a run's "
+            "masked LM has checkpoints"
+        )
     if source == RUN and head == MASKED_LM:
         return load_run(path, mixed_precision, checkpoint)
     if head == CLASSIFIER:
@@ -102,71 +105,111 @@ def _hf_masked_lm(directory: str, mixed_precision: bool):
 
 def _keras_hub_masked_lm(directory: str, mixed_precision: bool):
     config = keras_hub_presets.preset_config(directory)
-    model = build_model(config.model, mixed_precision, seed=0, config=config,
-                        tokenizer=keras_hub_presets.preset_tokenizer(directory))
+    model = build_model(
+        config.model,
+        mixed_precision,
+        seed=0,
+        config=config,
+        tokenizer=keras_hub_presets.preset_tokenizer(directory),
+    )
     keras_hub_presets.load_weights_into(model, directory)
     return model
 
 
 def _run_classifier(directory: str):
     """The classifier of a folder `kroberta.save` wrote."""
-    missing = [name for name in (TOKENIZER_FILE, CLASSIFIER_WEIGHTS_FILE)
-               if not storage.isfile(storage.join(directory, name))]
+    missing = [
+        name
+        for name in (TOKENIZER_FILE, CLASSIFIER_WEIGHTS_FILE)
+        if not storage.isfile(storage.join(directory, name))
+    ]
     description = read_json(storage.join(directory, CLASSIFIER_FILE))
     if missing or not isinstance(description, dict):
-        raise InputError(f"{directory}: not a fine-tuned classifier ("
-                         f"{', '.join(missing) or CLASSIFIER_FILE + ' unreadable'} missing); "
-                         "write one with python -m kroberta.finetune --out")
+        raise InputError(
+            f"{directory}: not a fine-tuned classifier ("
+            f"{', '.join(missing) or CLASSIFIER_FILE + ' unreadable'} missing); "
+            "write one with python -m kroberta.finetune --out"
+        )
     names = description["label_names"]
     config = load_run_config(directory)
     pooling = description.get("pooling", classifiers.FIRST)
     if pooling not in classifiers.POOLINGS:
-        raise InputError(f"{storage.join(directory, CLASSIFIER_FILE)}: pooling {pooling!r}: "
-                         f"expected one of {', '.join(classifiers.POOLINGS)}")
+        raise InputError(
+            f"{storage.join(directory, CLASSIFIER_FILE)}: pooling {pooling!r}: "
+            f"expected one of {', '.join(classifiers.POOLINGS)}"
+        )
     classifier = classifiers.build_classifier(config.model, len(names) if names else 1, pooling)
     weights = storage.join(directory, CLASSIFIER_WEIGHTS_FILE)
     with storage.local_copy(weights) as local, storage.reading(weights, "weights file"):
         classifier.load_weights(local)  # h5: a local file
-    return describe(classifier, config, load_tokenizer(directory),
-                    _task_spec(directory, None, description["task"]), names,
-                    description["max_length"])
+    return describe(
+        classifier,
+        config,
+        load_tokenizer(directory),
+        _task_spec(directory, None, description["task"]),
+        names,
+        description["max_length"],
+    )
 
 
 def _hf_classifier(directory: str):
     """The classifier of a `RobertaForSequenceClassification` directory: its labels from
     id2label, its length from tokenizer_config.json's model_max_length (within the positions)."""
     found, config, tokenizer, tensors, source = hf.read_hf_model(directory)
-    labels = found.get("id2label") or {str(i): f"LABEL_{i}" for i in range(found.get("num_labels", 2))}
+    labels = found.get("id2label") or {
+        str(i): f"LABEL_{i}" for i in range(found.get("num_labels", 2))
+    }
     if found.get("problem_type") == "multi_label_classification":
-        raise ConversionError(f"{directory}: problem_type multi_label_classification: kroberta's "
-                              "classifiers choose one label (softmax)")
+        raise ConversionError(
+            f"{directory}: problem_type multi_label_classification: kroberta's "
+            "classifiers choose one label (softmax)"
+        )
     classifier = classifiers.build_classifier(config.model, len(labels))
     hf_weights.load_hf_tensors(classifier, tensors, source)
     positions = config.model.max_sequence_length
-    length = min(positions, read_json(os.path.join(directory, "tokenizer_config.json"), {})
-                 .get("model_max_length", positions))
+    length = min(
+        positions,
+        read_json(os.path.join(directory, "tokenizer_config.json"), {}).get(
+            "model_max_length", positions
+        ),
+    )
     regression = len(labels) == 1 or found.get("problem_type") == "regression"
     names = None if regression else [labels[str(i)] for i in range(len(labels))]
-    return describe(classifier, config, tokenizer,
-                    _task_spec(directory, regression, found.get("kroberta_task")), names, length)
+    return describe(
+        classifier,
+        config,
+        tokenizer,
+        _task_spec(directory, regression, found.get("kroberta_task")),
+        names,
+        length,
+    )
 
 
 def _keras_hub_classifier(directory: str):
     """The classifier of a `RobertaTextClassifier` preset: its length from preprocessor.json,
     its class names and task from kroberta_classifier.json (else "0", "1", ...)."""
     config = keras_hub_presets.preset_config(directory)
-    stock = keras_hub.models.RobertaTextClassifier.from_preset(directory, preprocessor=None,
-                                                               dtype="float32")
+    stock = keras_hub.models.RobertaTextClassifier.from_preset(
+        directory, preprocessor=None, dtype="float32"
+    )
     classifier = classifiers.build_classifier(config.model, stock.num_classes)
     classifier.set_weights(stock.get_weights())
-    length = read_json(os.path.join(directory, "preprocessor.json"), {}).get("config", {}).get(
-        "sequence_length", config.model.max_sequence_length)
+    length = (
+        read_json(os.path.join(directory, "preprocessor.json"), {})
+        .get("config", {})
+        .get("sequence_length", config.model.max_sequence_length)
+    )
     regression = stock.num_classes == 1
     described = read_json(os.path.join(directory, keras_hub_presets.CLASSIFIER_FILE), {})
     names = described.get("label_names") or [str(i) for i in range(stock.num_classes)]
-    return describe(classifier, config, keras_hub_presets.preset_tokenizer(directory),
-                    _task_spec(directory, regression, described.get("task")),
-                    None if regression else names, length)
+    return describe(
+        classifier,
+        config,
+        keras_hub_presets.preset_tokenizer(directory),
+        _task_spec(directory, regression, described.get("task")),
+        None if regression else names,
+        length,
+    )
 
 
 def _task_spec(directory: str, regression: bool, task: dict | None) -> TaskSpec:
@@ -174,9 +217,11 @@ def _task_spec(directory: str, regression: bool, task: dict | None) -> TaskSpec:
     the kind `regression` says (an export made elsewhere names no task)."""
     if task:
         return TaskSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in task.items()})
-    return TaskSpec(os.path.basename(os.path.normpath(directory)),
-                    kind=REGRESSION if regression else CLASSIFICATION,
-                    metric="pearson" if regression else "accuracy")
+    return TaskSpec(
+        os.path.basename(os.path.normpath(directory)),
+        kind=REGRESSION if regression else CLASSIFICATION,
+        metric="pearson" if regression else "accuracy",
+    )
 
 
 def export_run(run: str, out: str, overwrite: bool = False, format: str = "hf") -> str:
@@ -188,11 +233,16 @@ def export_run(run: str, out: str, overwrite: bool = False, format: str = "hf") 
     model = load(run, mixed_precision=False)  # float32 weights either way
     # Staged beside `out` and renamed when whole (`interop.staged_export`): a full disk
     # leaves `out` as it was.
-    with storage.writing(out, f"{format} export", "nothing was written there (an earlier "
-                         "export is kept); free some space and run the same command again"):
+    with storage.writing(
+        out,
+        f"{format} export",
+        "nothing was written there (an earlier "
+        "export is kept); free some space and run the same command again",
+    ):
         if format == "hf":
             hf.export_hf(model, out, tokenizer=model.tokenizer, overwrite=overwrite)
         else:
-            keras_hub_presets.export_keras_hub(model, out, tokenizer=model.tokenizer,
-                                               overwrite=overwrite)
+            keras_hub_presets.export_keras_hub(
+                model, out, tokenizer=model.tokenizer, overwrite=overwrite
+            )
     return out

@@ -21,11 +21,14 @@ def outputs(classifier, data, rows: np.ndarray, count: int) -> np.ndarray:
     batch split over this process's devices."""
     mesh = jax.sharding.Mesh(np.array(jax.local_devices()), ("batch",))
     jitted, replicated, by_batch = predict_program.compiled_step(
-        classifier, predict_program.CLASSIFIER_OUTPUT, 0, mesh, 0)
+        classifier, predict_program.CLASSIFIER_OUTPUT, 0, mesh, 0
+    )
     weights = predict_program.weights_snapshot(classifier, replicated)
     # Every batch dispatched before the first is read back: the devices never wait on the host.
-    dispatched = [jitted(*weights, jax.device_put(x, by_batch))[predict_program.CLASSIFIER_OUTPUT]
-                  for x, *_ in data.as_numpy_iterator()]
+    dispatched = [
+        jitted(*weights, jax.device_put(x, by_batch))[predict_program.CLASSIFIER_OUTPUT]
+        for x, *_ in data.as_numpy_iterator()
+    ]
     values = np.concatenate([np.asarray(v) for v in dispatched])  # (rows, K)
     ordered = np.empty((count, values.shape[1]), np.float32)
     ordered[rows[rows >= 0]] = values[rows >= 0]  # padding rows (-1) dropped
@@ -34,11 +37,23 @@ def outputs(classifier, data, rows: np.ndarray, count: int) -> np.ndarray:
 
 def _texts_ok(texts) -> bool:
     """A non-empty list of strings, or one or two such lists (of one length)."""
-    def strings(group):
-        return isinstance(group, (list, tuple)) and len(group) and all(isinstance(t, str) for t in group)
 
-    return bool(strings(texts) or (isinstance(texts, (list, tuple)) and len(texts) in (1, 2)
-                                   and all(map(strings, texts)) and len(set(map(len, texts))) == 1))
+    def strings(group):
+        return (
+            isinstance(group, (list, tuple))
+            and len(group)
+            and all(isinstance(t, str) for t in group)
+        )
+
+    return bool(
+        strings(texts)
+        or (
+            isinstance(texts, (list, tuple))
+            and len(texts) in (1, 2)
+            and all(map(strings, texts))
+            and len(set(map(len, texts))) == 1
+        )
+    )
 
 
 def predict_texts(classifier, texts, batch_size: int = 32) -> dict:
@@ -55,20 +70,29 @@ def predict_texts(classifier, texts, batch_size: int = 32) -> dict:
         for regression {"values": (n,) float32}.
     """
     if not _texts_ok(texts):
-        got = "an empty list" if isinstance(texts, (list, tuple)) and not texts else \
-            type(texts).__name__
-        raise InputError("texts: expected a list of strings, or two lists (a pair task's first "
-                         f"and second texts), got {got}")
+        got = (
+            "an empty list"
+            if isinstance(texts, (list, tuple)) and not texts
+            else type(texts).__name__
+        )
+        raise InputError(
+            "texts: expected a list of strings, or two lists (a pair task's first "
+            f"and second texts), got {got}"
+        )
     if isinstance(texts[0], str):
         texts = (list(texts),)
     labels = np.zeros((len(texts[0]),), np.int32)
     encoded = encoding.encode(classifier.tokenizer, tuple(texts), labels, classifier.max_length)
     devices = jax.local_device_count()
-    data, rows = encoding.dataset(encoded, -(-batch_size // devices) * devices, classifier.max_length)
+    data, rows = encoding.dataset(
+        encoded, -(-batch_size // devices) * devices, classifier.max_length
+    )
     ordered = outputs(classifier, data, rows, len(labels))  # (n, K)
     if classifier.task_spec.kind == REGRESSION:
         return {"values": ordered[:, 0]}
     shifted = np.exp(ordered - ordered.max(-1, keepdims=True))
     probabilities = shifted / shifted.sum(-1, keepdims=True)
-    return {"probabilities": probabilities,
-            "labels": [classifier.label_names[i] for i in probabilities.argmax(-1)]}
+    return {
+        "probabilities": probabilities,
+        "labels": [classifier.label_names[i] for i in probabilities.argmax(-1)],
+    }

@@ -89,8 +89,11 @@ class FinetuneResult:
         """The result as JSON values (strict JSON: a diverged trial's scores are null)."""
         # Field by field: `dataclasses.asdict` would deep-copy the classifier, which Keras
         # does by saving and reloading the whole model (with its optimizer's warnings).
-        result = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                  if f.name not in ("classifier", "baseline", "trials", "kept")}
+        result = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("classifier", "baseline", "trials", "kept")
+        }
         result["trials"] = [_trial_json(t) for t in self.trials]
         result["kept"] = _trial_json(self.kept) if self.kept else None
         if self.baseline is not None:
@@ -99,20 +102,28 @@ class FinetuneResult:
 
 
 def _trial_json(trial: Trial) -> dict:
-    return {f.name: getattr(trial, f.name) for f in dataclasses.fields(trial)
-            if f.name != "predictions"}
+    return {
+        f.name: getattr(trial, f.name) for f in dataclasses.fields(trial) if f.name != "predictions"
+    }
 
 
 RESAMPLES = 1000
 CONFIDENCE = 0.95
-METHOD = (f"bootstrap over the validation examples ({RESAMPLES} resamples; each resample "
-          "scores every seed, takes each start's median over its seeds and subtracts)")
+METHOD = (
+    f"bootstrap over the validation examples ({RESAMPLES} resamples; each resample "
+    "scores every seed, takes each start's median over its seeds and subtracts)"
+)
 
 
 def _best_predictions(result) -> np.ndarray:
     """(seeds, n) predictions of the best rate's finished trials."""
-    return np.array([t.predictions for t in result.trials
-                     if t.learning_rate == result.best_learning_rate and t.scores])
+    return np.array(
+        [
+            t.predictions
+            for t in result.trials
+            if t.learning_rate == result.best_learning_rate and t.scores
+        ]
+    )
 
 
 def compare(pretrained, baseline, labels: np.ndarray, seed: int = 0) -> dict:
@@ -127,16 +138,23 @@ def compare(pretrained, baseline, labels: np.ndarray, seed: int = 0) -> dict:
     Returns:
         {"metric", "difference", "low", "high", "confidence", "examples", "method"}.
     """
-    low, high = bootstrap_interval(pretrained.metric, labels, _best_predictions(pretrained),
-                                   _best_predictions(baseline), seed)
-    return {"metric": pretrained.metric,
-            "difference": pretrained.median[pretrained.split] - baseline.median[baseline.split],
-            "low": low, "high": high, "confidence": CONFIDENCE, "examples": len(labels),
-            "method": METHOD}
+    low, high = bootstrap_interval(
+        pretrained.metric, labels, _best_predictions(pretrained), _best_predictions(baseline), seed
+    )
+    return {
+        "metric": pretrained.metric,
+        "difference": pretrained.median[pretrained.split] - baseline.median[baseline.split],
+        "low": low,
+        "high": high,
+        "confidence": CONFIDENCE,
+        "examples": len(labels),
+        "method": METHOD,
+    }
 
 
-def bootstrap_interval(metric: str, labels: np.ndarray, ours: np.ndarray, theirs: np.ndarray,
-                       seed: int = 0) -> tuple[float, float]:
+def bootstrap_interval(
+    metric: str, labels: np.ndarray, ours: np.ndarray, theirs: np.ndarray, seed: int = 0
+) -> tuple[float, float]:
     """The `CONFIDENCE` interval of `metric`(ours) - `metric`(theirs) over the examples:
     each resample draws the n examples with replacement, scores every row of predictions
     on it, takes each side's median over its rows and subtracts.
@@ -156,8 +174,9 @@ def bootstrap_interval(metric: str, labels: np.ndarray, ours: np.ndarray, theirs
     differences = np.empty(RESAMPLES)
     for r in range(RESAMPLES):
         rows = rng.integers(0, n, n)
-        differences[r] = (np.median([score(labels[rows], p[rows]) for p in ours])
-                          - np.median([score(labels[rows], p[rows]) for p in theirs]))
+        differences[r] = np.median([score(labels[rows], p[rows]) for p in ours]) - np.median(
+            [score(labels[rows], p[rows]) for p in theirs]
+        )
     tail = (1 - CONFIDENCE) / 2
     low, high = np.quantile(differences, [tail, 1 - tail])
     return float(low), float(high)

@@ -36,8 +36,9 @@ def learning_rates(model_config) -> tuple:
     return (1e-5, 3e-5, 5e-5) if model_config.hidden_dim >= 768 else (3e-4, 1e-3, 3e-3)
 
 
-def run_grid(classifier, setup: Setup, starts, learning_rates, seeds, log: TrialLog,
-             widen: bool = True) -> FinetuneResult:
+def run_grid(
+    classifier, setup: Setup, starts, learning_rates, seeds, log: TrialLog, widen: bool = True
+) -> FinetuneResult:
     """Fine-tunes `classifier` (compiled by `classifiers.compile_classifier`) once per
     learning rate and seed, from `starts(seed)`'s backbone weights, widening the grid
     while its best rate is at an edge (`widen`, for grids of two rates or more); returns
@@ -50,27 +51,35 @@ def run_grid(classifier, setup: Setup, starts, learning_rates, seeds, log: Trial
         for learning_rate in rates:
             for seed in seeds:
                 if (learning_rate, seed) not in trials:
-                    trials[learning_rate, seed] = finished_trial(classifier, setup, starts, seed,
-                                                                 learning_rate, log, kept, split)
+                    trials[learning_rate, seed] = finished_trial(
+                        classifier, setup, starts, seed, learning_rate, log, kept, split
+                    )
         best_rate = _best_rate(rates, trials, seeds, setup, split, log.grid, notes)
         rate = _widened(best_rate, rates, widen, added, log.grid, notes)
         if rate is None:
             break
         rates.append(rate)
         added += 1
-    return _summarise(classifier, setup, list(trials.values()), best_rate, kept, split, log,
-                      notes)
+    return _summarise(classifier, setup, list(trials.values()), best_rate, kept, split, log, notes)
 
 
 def _best_rate(rates, trials, seeds, setup, split, grid, notes) -> float:
     """The rate with the fewest diverged trials, then the highest median score; rates
     whose every trial diverged are dropped (said once each); all of them: DivergedError."""
     metric = setup.spec.metric
-    finished = {rate: [trials[rate, s].scores[split][metric] for s in seeds  # not diverged
-                       if trials[rate, s].scores] for rate in rates}
+    finished = {
+        rate: [
+            trials[rate, s].scores[split][metric]
+            for s in seeds  # not diverged
+            if trials[rate, s].scores
+        ]
+        for rate in rates
+    }
     for rate in rates:
-        line = (f"{grid} start, lr {rate:g}: every trial diverged (the loss became NaN or inf); "
-                "the rate is dropped: lower the learning rate")
+        line = (
+            f"{grid} start, lr {rate:g}: every trial diverged (the loss became NaN or inf); "
+            "the rate is dropped: lower the learning rate"
+        )
         if not finished[rate] and line not in notes:
             notes.append(line)
             logger.warning("%s", line)
@@ -78,7 +87,8 @@ def _best_rate(rates, trials, seeds, setup, split, grid, notes) -> float:
     if not candidates:
         raise DivergedError(
             f"{setup.spec.name}: every fine-tuning trial diverged (the loss became NaN or inf) "
-            f"at learning rate(s) {', '.join(f'{r:g}' for r in rates)}; lower the learning rate")
+            f"at learning rate(s) {', '.join(f'{r:g}' for r in rates)}; lower the learning rate"
+        )
     return max(candidates, key=lambda rate: (len(finished[rate]), np.median(finished[rate])))
 
 
@@ -95,7 +105,10 @@ def _widened(best_rate, rates, widen, added, grid, notes) -> float | None:
         return None
     upward = best_rate == max(rates)
     rate = next_rate(best_rate, upward)
-    edge = f"{grid} start: the best learning rate, {best_rate:g}, is at the "            f"{'top' if upward else 'bottom'} of the grid ({', '.join(f'{r:g}' for r in sorted(rates))})"
+    edge = (
+        f"{grid} start: the best learning rate, {best_rate:g}, is at the "
+        f"{'top' if upward else 'bottom'} of the grid ({', '.join(f'{r:g}' for r in sorted(rates))})"
+    )
     if not widen:
         why = "try also " + f"{rate:g}"
     elif not LOWEST <= rate <= HIGHEST:
@@ -117,16 +130,22 @@ def _summarise(classifier, setup, trials, best_rate, kept, split, log, notes) ->
     metric = setup.spec.metric
 
     def main_scores(name):
-        return [t.scores[name][metric] for t in trials
-                if t.learning_rate == best_rate and t.scores]
+        return [t.scores[name][metric] for t in trials if t.learning_rate == best_rate and t.scores]
 
     _, kept_trial, weights = kept[best_rate]
     classifier.set_weights(log.best_weights(best_rate) if weights is None else weights)
     names = list(setup.evaluation)
     return FinetuneResult(
-        task=setup.spec.name, metric=metric, split=split, label_names=setup.label_names,
-        trials=trials, best_learning_rate=best_rate,
+        task=setup.spec.name,
+        metric=metric,
+        split=split,
+        label_names=setup.label_names,
+        trials=trials,
+        best_learning_rate=best_rate,
         median={n: float(np.median(main_scores(n))) for n in names},
         low={n: float(np.min(main_scores(n))) for n in names},
         high={n: float(np.max(main_scores(n))) for n in names},
-        classifier=classifier, kept=kept_trial, notes=notes)
+        classifier=classifier,
+        kept=kept_trial,
+        notes=notes,
+    )

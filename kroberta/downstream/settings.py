@@ -29,7 +29,7 @@ LOWEST, HIGHEST = 1e-8, 1.0
 
 
 def _likely_meant(rate: float) -> str:
-    """ '; did you mean 3e-4?' for 3e4 (the exponent's sign left out), else ''."""
+    """'; did you mean 3e-4?' for 3e4 (the exponent's sign left out), else ''."""
     mantissa, exponent = f"{rate:e}".split("e")
     if int(exponent) > 0:
         flipped = float(f"{mantissa}e-{int(exponent)}")
@@ -46,9 +46,11 @@ def check_rates(rates, option: str = "--learning-rates") -> tuple:
         raise InputError(f"{option}: expected at least one learning rate")
     for rate in rates:
         if not LOWEST <= rate <= HIGHEST:
-            raise InputError(f"{option} {rate:g}: outside {LOWEST:g} to {HIGHEST:g} (fine-tuning "
-                             "uses about 1e-5 for large models to 3e-3 for small ones)"
-                             f"{_likely_meant(rate)}")
+            raise InputError(
+                f"{option} {rate:g}: outside {LOWEST:g} to {HIGHEST:g} (fine-tuning "
+                "uses about 1e-5 for large models to 3e-3 for small ones)"
+                f"{_likely_meant(rate)}"
+            )
     return rates
 
 
@@ -59,8 +61,9 @@ def parse_rates(text: str | None, option: str = "--learning-rates") -> tuple | N
     try:
         values = [float(r) for r in text.split(",")]
     except ValueError:
-        raise InputError(f"{option} {text!r}: expected numbers separated by commas, "
-                         "e.g. 1e-5,3e-5") from None
+        raise InputError(
+            f"{option} {text!r}: expected numbers separated by commas, e.g. 1e-5,3e-5"
+        ) from None
     return check_rates(values, option)
 
 
@@ -139,37 +142,56 @@ class FinetuneConfig:
             object.__setattr__(self, "seeds", tuple(self.seeds))
         if not (_whole(self.epochs) and self.epochs >= 1):
             raise SettingError("epochs", self.epochs, "expected a whole number of at least 1")
-        if self.early_stopping is not None and not (_whole(self.early_stopping)
-                                                    and self.early_stopping >= 1):
-            raise SettingError("early_stopping", self.early_stopping,
-                               "expected a patience of at least 1 epoch")
+        if self.early_stopping is not None and not (
+            _whole(self.early_stopping) and self.early_stopping >= 1
+        ):
+            raise SettingError(
+                "early_stopping", self.early_stopping, "expected a patience of at least 1 epoch"
+            )
         if not (_whole(self.batch_size) and self.batch_size >= 1):
-            raise SettingError("batch_size", self.batch_size,
-                               "must be a positive multiple of the devices")
-        if self.max_length is not None and not (_whole(self.max_length)
-                                                and self.max_length >= MIN_LENGTH):
+            raise SettingError(
+                "batch_size", self.batch_size, "must be a positive multiple of the devices"
+            )
+        if self.max_length is not None and not (
+            _whole(self.max_length) and self.max_length >= MIN_LENGTH
+        ):
             raise SettingError("max_length", self.max_length, f"expected at least {MIN_LENGTH}")
         if self.pooling not in POOLINGS:
-            raise SettingError("pooling", repr(self.pooling),
-                               f"expected one of {', '.join(POOLINGS)}")
+            raise SettingError(
+                "pooling", repr(self.pooling), f"expected one of {', '.join(POOLINGS)}"
+            )
         self._check_recipe_options()
 
     def _check_recipe_options(self):
         if not (_whole(self.probe_epochs) and self.probe_epochs >= 0):
-            raise SettingError("probe_epochs", self.probe_epochs, "expected a whole number of "
-                               "epochs (0, the default, trains the head only together with "
-                               "the body)")
+            raise SettingError(
+                "probe_epochs",
+                self.probe_epochs,
+                "expected a whole number of "
+                "epochs (0, the default, trains the head only together with "
+                "the body)",
+            )
         decay = self.layer_decay
-        if not (isinstance(decay, (int, float)) and not isinstance(decay, bool)
-                and 0 < decay <= 1):
-            raise SettingError("layer_decay", decay, "expected a factor in (0, 1] (1, the "
-                               "default, gives every layer the trial's learning rate)")
+        if not (isinstance(decay, (int, float)) and not isinstance(decay, bool) and 0 < decay <= 1):
+            raise SettingError(
+                "layer_decay",
+                decay,
+                "expected a factor in (0, 1] (1, the "
+                "default, gives every layer the trial's learning rate)",
+            )
         if not (_whole(self.adapt_steps) and self.adapt_steps >= 0):
-            raise SettingError("adapt_steps", self.adapt_steps, "expected a whole number of "
-                               "masked-LM steps (0, the default, adapts nothing)")
+            raise SettingError(
+                "adapt_steps",
+                self.adapt_steps,
+                "expected a whole number of masked-LM steps (0, the default, adapts nothing)",
+            )
         if not (_whole(self.reinit_layers) and self.reinit_layers >= 0):
-            raise SettingError("reinit_layers", self.reinit_layers, "expected a whole number "
-                               "of top layers to re-initialise (0, the default, keeps them all)")
+            raise SettingError(
+                "reinit_layers",
+                self.reinit_layers,
+                "expected a whole number "
+                "of top layers to re-initialise (0, the default, keeps them all)",
+            )
 
     def recipe(self) -> dict:
         """The four optional steps' values (the result's record `recipe`)."""
@@ -177,8 +199,11 @@ class FinetuneConfig:
 
     def recipe_switched_on(self) -> dict:
         """{name: value} of the optional steps that are not off (a trial's settings)."""
-        return {name: value for name, value in self.recipe().items()
-                if value != getattr(FinetuneConfig, name)}
+        return {
+            name: value
+            for name, value in self.recipe().items()
+            if value != getattr(FinetuneConfig, name)
+        }
 
 
 def _whole(value) -> bool:

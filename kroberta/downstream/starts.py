@@ -44,29 +44,39 @@ class Adaptation:
     def adapt(self, model, seed: int | None) -> list:
         """The backbone weights of `model` (a masked LM) adapted; its losses kept under
         `seed` (None: the pretrained start)."""
-        weights, self.measured[seed] = adaptation.adapt(model, self.sequences, self.steps,
-                                                        self.batch_size, self.seed)
+        weights, self.measured[seed] = adaptation.adapt(
+            model, self.sequences, self.steps, self.batch_size, self.seed
+        )
         return weights
 
     def losses(self, random: bool) -> list:
         """[{"seed", "loss_before", "loss_after"}] of the random starts adapted so far, or
         of the pretrained start (seed None)."""
-        return [{"seed": seed, **losses} for seed, losses in sorted(
-            self.measured.items(), key=lambda item: -1 if item[0] is None else item[0])
-            if (seed is not None) == random]
+        return [
+            {"seed": seed, **losses}
+            for seed, losses in sorted(
+                self.measured.items(), key=lambda item: -1 if item[0] is None else item[0]
+            )
+            if (seed is not None) == random
+        ]
 
 
 def random_start(model, options: FinetuneConfig, adapted: Adaptation | None, seed: int) -> list:
     """The random start of `seed` (of `model`'s shape), adapted when `adapted` is given."""
     if adapted is None:
         return backbone_weights(build_model(model.kroberta_config.model, seed=RANDOM_SEEDS + seed))
-    fresh = build_model(model.kroberta_config.model, seed=RANDOM_SEEDS + seed,
-                        config=model.kroberta_config, tokenizer=model.tokenizer)
+    fresh = build_model(
+        model.kroberta_config.model,
+        seed=RANDOM_SEEDS + seed,
+        config=model.kroberta_config,
+        tokenizer=model.tokenizer,
+    )
     return adapted.adapt(fresh, seed)
 
 
-def pretrained_start(model, start: list, options: FinetuneConfig, adapted: Adaptation | None,
-                     seed: int) -> list:
+def pretrained_start(
+    model, start: list, options: FinetuneConfig, adapted: Adaptation | None, seed: int
+) -> list:
     """`start` (the model's body), adapted when `adapted` is given, its top
     `options.reinit_layers` layers drawn as the random start of `seed` draws them."""
     if adapted is not None:
@@ -78,7 +88,9 @@ def pretrained_start(model, start: list, options: FinetuneConfig, adapted: Adapt
 
 def top_layer_indices(backbone, layers: int) -> list:
     """The indices in `backbone.get_weights()` of the top `layers` encoder layers' weights."""
-    top = [ENCODER_LAYER.format(i) for i in range(backbone.num_layers - layers, backbone.num_layers)]
+    top = [
+        ENCODER_LAYER.format(i) for i in range(backbone.num_layers - layers, backbone.num_layers)
+    ]
     return [i for i, v in enumerate(backbone.weights) if v.path.startswith(tuple(top))]
 
 

@@ -81,8 +81,11 @@ class TaskSpec:
         if self.kind == REGRESSION:
             extra = ("pearson", "spearman")
         else:
-            extra = (("accuracy", "f1", "matthews", "macro_f1") if num_classes == 2
-                     else ("accuracy", "macro_f1"))
+            extra = (
+                ("accuracy", "f1", "matthews", "macro_f1")
+                if num_classes == 2
+                else ("accuracy", "macro_f1")
+            )
         return (self.metric,) + tuple(m for m in extra if m != self.metric)
 
 
@@ -127,18 +130,33 @@ def _describe_classes(path: str, spec: TaskSpec, names: list, label_names: tuple
     classes (--kind left at classification) and of one-example classes (a mistyped
     label, most often)."""
     counts = collections.Counter(names)
-    logger.info("%s: %d examples of %d classes: %s", path, len(names), len(label_names),
-                _listed([f"{name} ({counts[name]})" for name in label_names]))
-    fractional = [name for name in label_names
-                  if _sort_key(name)[0] == 0 and not float(name).is_integer()]
+    logger.info(
+        "%s: %d examples of %d classes: %s",
+        path,
+        len(names),
+        len(label_names),
+        _listed([f"{name} ({counts[name]})" for name in label_names]),
+    )
+    fractional = [
+        name for name in label_names if _sort_key(name)[0] == 0 and not float(name).is_integer()
+    ]
     if fractional:
-        logger.warning("%s: field %r holds numbers such as %s, read as %d classes; for a "
-                       "score, fine-tune with --kind regression (kind=\"regression\")", path,
-                       spec.label_field, ", ".join(fractional[:3]), len(label_names))
+        logger.warning(
+            "%s: field %r holds numbers such as %s, read as %d classes; for a "
+            'score, fine-tune with --kind regression (kind="regression")',
+            path,
+            spec.label_field,
+            ", ".join(fractional[:3]),
+            len(label_names),
+        )
     single = [name for name in label_names if counts[name] == 1]
     if single and len(names) >= 20:
-        logger.warning("%s: %d class(es) with a single example (a mistyped label?): %s",
-                       path, len(single), _listed([repr(name) for name in single]))
+        logger.warning(
+            "%s: %d class(es) with a single example (a mistyped label?): %s",
+            path,
+            len(single),
+            _listed([repr(name) for name in single]),
+        )
 
 
 def _text(record: dict, field: str, path: str, where: str) -> str:
@@ -146,10 +164,13 @@ def _text(record: dict, field: str, path: str, where: str) -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
         fields = ", ".join(map(str, record)) or "none"
         if field in record:
-            raise InputError(f"{path}: {where}: the field {field!r} is empty; fix or drop "
-                             "the record")
-        raise InputError(f"{path}: {where}: no field {field!r} (fields: {fields}); "
-                         "name the text field(s) with --text-field")
+            raise InputError(
+                f"{path}: {where}: the field {field!r} is empty; fix or drop the record"
+            )
+        raise InputError(
+            f"{path}: {where}: no field {field!r} (fields: {fields}); "
+            "name the text field(s) with --text-field"
+        )
     return str(value)
 
 
@@ -159,8 +180,10 @@ def _value(raw, spec: TaskSpec, path: str, where: str) -> float:
     except (TypeError, ValueError):
         value = math.nan
     if not math.isfinite(value):
-        raise InputError(f"{path}: {where}: field {spec.label_field!r} holds {raw!r}, "
-                         "not a number (a regression task's label)")
+        raise InputError(
+            f"{path}: {where}: field {spec.label_field!r} holds {raw!r}, "
+            "not a number (a regression task's label)"
+        )
     return value
 
 
@@ -180,8 +203,10 @@ def check_labelled_file(path: str, option: str | None = None):
         what = "a folder, not a file" if storage.isdir(path) else "no such file"
         raise NotFoundError(f"{named}: {what}")
     if recordfiles.record_format(path) is None:
-        raise InputError(f"{named}: not a labelled file kroberta reads (.tsv, .csv, .jsonl, "
-                         ".json, .parquet, optionally .gz, or a datasets directory)")
+        raise InputError(
+            f"{named}: not a labelled file kroberta reads (.tsv, .csv, .jsonl, "
+            ".json, .parquet, optionally .gz, or a datasets directory)"
+        )
 
 
 def choose_text_fields(path: str, fields: list, label_field: str) -> tuple:
@@ -199,10 +224,16 @@ def choose_text_fields(path: str, fields: list, label_field: str) -> tuple:
             raise InputError(
                 f"{path}: no field 'text', and {len(chosen)} fields besides the label "
                 f"{label_field!r} ({', '.join(map(str, chosen)) or 'none'}); name the text with "
-                "--text-field (twice for a pair)")
-    logger.info("%s: no field 'text'; reading %s (the fields besides the label %r; name others "
-                "with --text-field)", path, " and ".join(map(repr, chosen)) +
-                (" as a text pair" if len(chosen) == 2 else " as the text"), label_field)
+                "--text-field (twice for a pair)"
+            )
+    logger.info(
+        "%s: no field 'text'; reading %s (the fields besides the label %r; name others "
+        "with --text-field)",
+        path,
+        " and ".join(map(repr, chosen))
+        + (" as a text pair" if len(chosen) == 2 else " as the text"),
+        label_field,
+    )
     return chosen
 
 
@@ -228,8 +259,9 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
     if require_labels:
         fields[spec.label_field] = "--label-field"
     text_fields, texts, raw_labels, wheres = spec.text_fields, None, [], []
-    for where, record in recordfiles.iter_records(path, recordfiles.record_format(path), fields,
-                                                  columns=spec.columns):
+    for where, record in recordfiles.iter_records(
+        path, recordfiles.record_format(path), fields, columns=spec.columns
+    ):
         if not isinstance(record, dict):
             raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, not an object")
         if texts is None:  # the first record: what the file holds decides what is read
@@ -242,8 +274,10 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
         if not require_labels:
             continue
         if spec.label_field not in record:
-            raise InputError(f"{path}: {where}: no label in field {spec.label_field!r} (fields: "
-                             f"{', '.join(map(str, record)) or 'none'}; name it with --label-field)")
+            raise InputError(
+                f"{path}: {where}: no label in field {spec.label_field!r} (fields: "
+                f"{', '.join(map(str, record)) or 'none'}; name it with --label-field)"
+            )
         if record[spec.label_field] in (None, ""):
             raise InputError(f"{path}: {where}: the label (field {spec.label_field!r}) is empty")
         raw_labels.append(record[spec.label_field])
@@ -255,8 +289,9 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
         zeros = np.zeros(len(texts[0]), np.float32 if spec.kind == REGRESSION else np.int32)
         return LabelledSet(path, texts, zeros, False, text_fields), label_names
     if spec.kind == REGRESSION:
-        labels = np.array([_value(v, spec, path, w) for v, w in zip(raw_labels, wheres)],
-                          np.float32)
+        labels = np.array(
+            [_value(v, spec, path, w) for v, w in zip(raw_labels, wheres)], np.float32
+        )
         return LabelledSet(path, texts, labels, True, text_fields), None
     names = [label_name(v) for v in raw_labels]
     if label_names is None:
@@ -267,7 +302,8 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
         if name not in ids:
             raise InputError(
                 f"{path}: {where}: field {spec.label_field!r} holds the label {name!r}, which "
-                f"the training data does not have (labels: {_listed(label_names)})")
+                f"the training data does not have (labels: {_listed(label_names)})"
+            )
     labels = np.array([ids[name] for name in names], np.int32)
     return LabelledSet(path, texts, labels, True, text_fields), tuple(label_names)
 
@@ -284,15 +320,33 @@ def _glue(name, fields, label, **kwargs):
 
 # task -> (folder in the GLUE directory, spec)
 GLUE_TASKS = {
-    "cola": ("CoLA", _glue("cola", ("sentence",), "label", metric="matthews", labels=_BINARY,
-                           columns=("source", "label", "label_notes", "sentence"))),
+    "cola": (
+        "CoLA",
+        _glue(
+            "cola",
+            ("sentence",),
+            "label",
+            metric="matthews",
+            labels=_BINARY,
+            columns=("source", "label", "label_notes", "sentence"),
+        ),
+    ),
     "sst2": ("SST-2", _glue("sst2", ("sentence",), "label", labels=_BINARY)),
     "mrpc": ("MRPC", _glue("mrpc", ("#1 String", "#2 String"), "Quality", labels=_BINARY)),
-    "stsb": ("STS-B", _glue("stsb", ("sentence1", "sentence2"), "score", kind=REGRESSION,
-                            metric="pearson")),
+    "stsb": (
+        "STS-B",
+        _glue("stsb", ("sentence1", "sentence2"), "score", kind=REGRESSION, metric="pearson"),
+    ),
     "qqp": ("QQP", _glue("qqp", ("question1", "question2"), "is_duplicate", labels=_BINARY)),
-    "mnli": ("MNLI", _glue("mnli", ("sentence1", "sentence2"), "gold_label",
-                           labels=("contradiction", "entailment", "neutral"))),
+    "mnli": (
+        "MNLI",
+        _glue(
+            "mnli",
+            ("sentence1", "sentence2"),
+            "gold_label",
+            labels=("contradiction", "entailment", "neutral"),
+        ),
+    ),
     "qnli": ("QNLI", _glue("qnli", ("question", "sentence"), "label", labels=_NLI)),
     "rte": ("RTE", _glue("rte", ("sentence1", "sentence2"), "label", labels=_NLI)),
     "wnli": ("WNLI", _glue("wnli", ("sentence1", "sentence2"), "label", labels=_BINARY)),
@@ -306,11 +360,13 @@ def is_glue(task: str | None) -> bool:
 
 
 def glue_task_name(task: str) -> str:
-    """"glue/sst2" (or "sst2", "SST-2") -> "sst2"; an unknown name is an error listing them."""
+    """ "glue/sst2" (or "sst2", "SST-2") -> "sst2"; an unknown name is an error listing them."""
     name = task.lower().removeprefix("glue/").replace("-", "")
     if name not in GLUE_TASKS:
-        raise InputError(f"--task {task!r}: not a GLUE task (GLUE tasks: "
-                         f"{', '.join('glue/' + t for t in GLUE_TASKS)})")
+        raise InputError(
+            f"--task {task!r}: not a GLUE task (GLUE tasks: "
+            f"{', '.join('glue/' + t for t in GLUE_TASKS)})"
+        )
     return name
 
 
@@ -329,18 +385,25 @@ def glue_files(task: str, directory: str) -> tuple[str, dict]:
     paths = [os.path.join(folder, f) for f in ("train.tsv", *dev.values())]
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
-        raise InputError(f"--data {directory}: glue/{name} needs {', '.join(missing)} "
-                         f"(GLUE's {GLUE_TASKS[name][0]} folder, or the GLUE directory holding it)")
+        raise InputError(
+            f"--data {directory}: glue/{name} needs {', '.join(missing)} "
+            f"(GLUE's {GLUE_TASKS[name][0]} folder, or the GLUE directory holding it)"
+        )
     return paths[0], dict(zip(dev, paths[1:]))
 
 
 def glue_tasks_present(directory: str) -> list[str]:
     """The GLUE tasks whose folders (with train.tsv) are in `directory`, in GLUE's order."""
-    found = [name for name, (folder, _) in GLUE_TASKS.items()
-             if os.path.isfile(os.path.join(directory, folder, "train.tsv"))]
+    found = [
+        name
+        for name, (folder, _) in GLUE_TASKS.items()
+        if os.path.isfile(os.path.join(directory, folder, "train.tsv"))
+    ]
     if not found:
-        raise InputError(f"--data {directory}: holds no GLUE task folder with a "
-                         f"train.tsv ({', '.join(f for f, _ in GLUE_TASKS.values())})")
+        raise InputError(
+            f"--data {directory}: holds no GLUE task folder with a "
+            f"train.tsv ({', '.join(f for f, _ in GLUE_TASKS.values())})"
+        )
     return found
 
 
@@ -355,8 +418,10 @@ STDLIB_SPEC = TaskSpec(STDLIB, ("text",), "label")
 def _stdlib_package_splits(root: str, package: str) -> tuple[list, list]:
     """(training, validation) docstrings of one package, split by module
     (`corpus.task_modules`: the default pretraining corpus leaves the validation ones out)."""
-    return tuple([" ".join(doc.split()) for path in files for doc in corpus.file_docstrings(path)]
-                 for files in corpus.task_modules(root, package))
+    return tuple(
+        [" ".join(doc.split()) for path in files for doc in corpus.file_docstrings(path)]
+        for files in corpus.task_modules(root, package)
+    )
 
 
 def stdlib_splits(root: str | None = None, seed: int = 0):
@@ -384,8 +449,11 @@ def stdlib_splits(root: str | None = None, seed: int = 0):
             keep = sorted(rng.permutation(len(docs))[:cap])
             texts += [docs[i] for i in keep]
             labels += [label] * len(keep)
-        result.append(LabelledSet(f"<stdlib {('train', 'validation')[part]}>", (texts,),
-                                  np.array(labels, np.int32)))
+        result.append(
+            LabelledSet(
+                f"<stdlib {('train', 'validation')[part]}>", (texts,), np.array(labels, np.int32)
+            )
+        )
     return result[0], result[1], names
 
 
@@ -406,21 +474,33 @@ def check_task(task: str | None, data, validation):
     """Refuses a task without the files it needs (`kroberta.finetune`'s `task`, `data`
     and `validation`; the command's --task, --data and --validation)."""
     if validation is not None and data is None:
-        raise InputError("validation (--validation) without data (--data, the training "
-                         "file): a labelled task needs both")
+        raise InputError(
+            "validation (--validation) without data (--data, the training "
+            "file): a labelled task needs both"
+        )
     if is_glue(task):
         glue_task_name(task)
         if data is None:
-            raise InputError(f"--task {task}: needs --data, the GLUE directory (or the "
-                             "task's folder) holding train.tsv and dev.tsv")
+            raise InputError(
+                f"--task {task}: needs --data, the GLUE directory (or the "
+                "task's folder) holding train.tsv and dev.tsv"
+            )
     elif (task not in (None, STDLIB) or data is not None) and validation is None:
-        raise InputError("a labelled task needs both data (the training file, "
-                         "--data) and validation (--validation)")
+        raise InputError(
+            "a labelled task needs both data (the training file, "
+            "--data) and validation (--validation)"
+        )
 
 
-def read_task(task: str | None, data=None, validation=None, text_fields=None,
-              label_field: str = "label", kind: str = CLASSIFICATION,
-              flags: bool = False) -> Task:
+def read_task(
+    task: str | None,
+    data=None,
+    validation=None,
+    text_fields=None,
+    label_field: str = "label",
+    kind: str = CLASSIFICATION,
+    flags: bool = False,
+) -> Task:
     """The task asked for, checked and read (each file once): "glue/<task>" with `data` the
     GLUE directory, a labelled file pair (`data`, `validation`; `task` names it), or with
     no data the embedded task. `flags`: files are named as the command's options
@@ -443,10 +523,16 @@ def read_task(task: str | None, data=None, validation=None, text_fields=None,
         check_labelled_file(train_path, "--data" if flags else None)
         check_labelled_file(evaluation_paths["validation"], "--validation" if flags else None)
         metric = "pearson" if kind == REGRESSION else "accuracy"
-        spec = TaskSpec(task or os.path.basename(train_path),
-                        tuple(text_fields) if text_fields else None, label_field, kind, metric)
+        spec = TaskSpec(
+            task or os.path.basename(train_path),
+            tuple(text_fields) if text_fields else None,
+            label_field,
+            kind,
+            metric,
+        )
     train, names = read_labelled(train_path, spec)
     spec = dataclasses.replace(spec, text_fields=train.fields)  # as chosen from the file
-    evaluation = {split: read_labelled(path, spec, names)[0]
-                  for split, path in evaluation_paths.items()}
+    evaluation = {
+        split: read_labelled(path, spec, names)[0] for split, path in evaluation_paths.items()
+    }
     return Task(spec, names, train, evaluation)

@@ -66,8 +66,10 @@ class Setup:
     @functools.cached_property
     def evaluation_batches(self) -> dict:
         """{split: `encoding.dataset`'s (batches, rows)}: built once, predicted after every run."""
-        return {name: encoding.dataset(encoded, self.batch_size, self.max_length)
-                for name, encoded in self.evaluation.items()}
+        return {
+            name: encoding.dataset(encoded, self.batch_size, self.max_length)
+            for name, encoded in self.evaluation.items()
+        }
 
     @property
     def steps(self) -> int:
@@ -75,28 +77,49 @@ class Setup:
         return self.epochs * encoding.batch_count(self.train, self.batch_size, self.max_length)
 
 
-def finished_trial(classifier, setup, starts, seed: int, learning_rate: float, log, kept: dict,
-                   split: str) -> Trial:
+def finished_trial(
+    classifier, setup, starts, seed: int, learning_rate: float, log, kept: dict, split: str
+) -> Trial:
     """The trial of (`learning_rate`, `seed`): from `log` when it holds it, else run now
     from `starts(seed)` and recorded there. `kept` ({rate: (score, trial, weights; None:
     in the log)}) keeps each rate's best trial so far."""
     done = log.finished.get((learning_rate, seed))
     if done is not None:
-        trial = Trial(learning_rate, seed, done["scores"], done["seconds"],
-                      done.get("best_epoch"), done.get("epochs_run"), done.get("diverged"),
-                      done.get("predictions"))
+        trial = Trial(
+            learning_rate,
+            seed,
+            done["scores"],
+            done["seconds"],
+            done.get("best_epoch"),
+            done.get("epochs_run"),
+            done.get("diverged"),
+            done.get("predictions"),
+        )
     else:
         began = time.perf_counter()
         title = f"{setup.spec.name} ({log.grid} start) lr {learning_rate:g} seed {seed}"
         outcome = run_trial(classifier, setup, starts(seed), seed, learning_rate, title)
-        trial = Trial(learning_rate, seed, outcome.scores, time.perf_counter() - began,
-                      outcome.best_epoch, outcome.epochs_run, outcome.diverged,
-                      outcome.predictions)
+        trial = Trial(
+            learning_rate,
+            seed,
+            outcome.scores,
+            time.perf_counter() - began,
+            outcome.best_epoch,
+            outcome.epochs_run,
+            outcome.diverged,
+            outcome.predictions,
+        )
         if trial.diverged:
             logger.warning("%s: diverged at %s; lower the learning rate", title, trial.diverged)
         else:
-            logger.info("%s: %s at epoch %d of %d (%.1f s)", title, _describe(trial.scores),
-                        trial.best_epoch, trial.epochs_run, trial.seconds)
+            logger.info(
+                "%s: %s at epoch %d of %d (%.1f s)",
+                title,
+                _describe(trial.scores),
+                trial.best_epoch,
+                trial.epochs_run,
+                trial.seconds,
+            )
     score = trial.scores[split][setup.spec.metric] if trial.scores else None
     best = score is not None and (learning_rate not in kept or score > kept[learning_rate][0])
     if best:
@@ -107,8 +130,10 @@ def finished_trial(classifier, setup, starts, seed: int, learning_rate: float, l
 
 
 def _describe(scores: dict) -> str:
-    return "; ".join(f"{split} " + ", ".join(f"{k} {v:.4f}" for k, v in values.items())
-                     for split, values in scores.items())
+    return "; ".join(
+        f"{split} " + ", ".join(f"{k} {v:.4f}" for k, v in values.items())
+        for split, values in scores.items()
+    )
 
 
 @dataclasses.dataclass
@@ -135,7 +160,9 @@ class Outcome:
 def predictions_of(classifier, setup, split: str) -> np.ndarray:
     """(n,) class ids (or regression values) the classifier predicts for a split."""
     labels = setup.evaluation[split].labels
-    ordered = prediction.outputs(classifier, *setup.evaluation_batches[split], len(labels))  # (n, K)
+    ordered = prediction.outputs(
+        classifier, *setup.evaluation_batches[split], len(labels)
+    )  # (n, K)
     return ordered[:, 0] if setup.spec.kind == REGRESSION else ordered.argmax(-1)
 
 
@@ -182,8 +209,9 @@ class _Watch(keras.callbacks.Callback):
         self.bar.erase()  # the trial's summary line takes its place
 
 
-def run_trial(classifier, setup, start: list, seed: int, learning_rate: float,
-              title: str) -> Outcome:
+def run_trial(
+    classifier, setup, start: list, seed: int, learning_rate: float, title: str
+) -> Outcome:
     """Fine-tunes from `start` for up to `setup.epochs` passes (`setup.patience`: passes
     without a better score before it stops), scoring every split after each; leaves
     the classifier holding the best epoch's weights."""
@@ -198,8 +226,9 @@ def run_trial(classifier, setup, start: list, seed: int, learning_rate: float,
     best, since_best, epoch = None, 0, 0  # best: (score, epoch, scores, predictions, weights)
     try:
         for epoch in range(1, setup.epochs + 1):
-            train, _ = encoding.dataset(setup.train, setup.batch_size, setup.max_length,
-                                        seed * EPOCH_SEEDS + epoch - 1)  # each pass its own order
+            train, _ = encoding.dataset(
+                setup.train, setup.batch_size, setup.max_length, seed * EPOCH_SEEDS + epoch - 1
+            )  # each pass its own order
             watch.first_step = (epoch - 1) * steps_per_epoch
             classifier.fit(train, epochs=1, verbose=0, shuffle=False, callbacks=[watch])
             if watch.diverged:
@@ -208,8 +237,10 @@ def run_trial(classifier, setup, start: list, seed: int, learning_rate: float,
             scores = {name: score(setup, name, p) for name, p in predicted.items()}
             main = scores[split][setup.spec.metric]
             better = best is None or main > best[0]
-            watch.say(f"{title}: epoch {epoch}/{setup.epochs}: loss {watch.loss:.4f}, {split} "
-                      f"{setup.spec.metric} {main:.4f}" + (" (best)" if better else ""))
+            watch.say(
+                f"{title}: epoch {epoch}/{setup.epochs}: loss {watch.loss:.4f}, {split} "
+                f"{setup.spec.metric} {main:.4f}" + (" (best)" if better else "")
+            )
             if better:
                 # On the host: the device's copy goes on training.
                 best = (main, epoch, scores, predicted[split], classifier.get_weights())
@@ -217,8 +248,10 @@ def run_trial(classifier, setup, start: list, seed: int, learning_rate: float,
             else:
                 since_best += 1
                 if setup.patience and since_best >= setup.patience:
-                    watch.say(f"{title}: stopped early: no better {split} {setup.spec.metric} "
-                              f"in {since_best} epoch(s) (patience {setup.patience})")
+                    watch.say(
+                        f"{title}: stopped early: no better {split} {setup.spec.metric} "
+                        f"in {since_best} epoch(s) (patience {setup.patience})"
+                    )
                     break
     finally:
         watch.close()
@@ -239,12 +272,17 @@ def train_head(classifier, setup, seed: int, learning_rate: float, title: str) -
     watch = _Watch(f"{title} (head)", steps_per_epoch, epochs)
     classifier.backbone.trainable = False
     try:
-        classifiers.compile_classifier(classifier, setup.spec.kind, epochs * steps_per_epoch,
-                                       setup.steps_per_execution)
+        classifiers.compile_classifier(
+            classifier, setup.spec.kind, epochs * steps_per_epoch, setup.steps_per_execution
+        )
         classifier.kroberta_schedule.scale.assign(learning_rate)
         for epoch in range(1, epochs + 1):
-            train, _ = encoding.dataset(setup.train, setup.batch_size, setup.max_length,
-                                        seed * EPOCH_SEEDS + HEAD_EPOCHS + epoch - 1)
+            train, _ = encoding.dataset(
+                setup.train,
+                setup.batch_size,
+                setup.max_length,
+                seed * EPOCH_SEEDS + HEAD_EPOCHS + epoch - 1,
+            )
             watch.first_step = (epoch - 1) * steps_per_epoch
             classifier.fit(train, epochs=1, verbose=0, shuffle=False, callbacks=[watch])
             if watch.diverged:
@@ -252,8 +290,13 @@ def train_head(classifier, setup, seed: int, learning_rate: float, title: str) -
     finally:
         watch.close()
         classifier.backbone.trainable = True
-        classifiers.compile_classifier(classifier, setup.spec.kind, setup.steps,
-                                       setup.steps_per_execution, setup.config.layer_decay)
+        classifiers.compile_classifier(
+            classifier,
+            setup.spec.kind,
+            setup.steps,
+            setup.steps_per_execution,
+            setup.config.layer_decay,
+        )
         classifier.kroberta_schedule.scale.assign(learning_rate)
     return None
 
@@ -278,15 +321,23 @@ class TrialLog:
                 continue
             if row["settings"] != self.settings:
                 # Both sides' keys: an option on in only one of them is named too.
-                changed = sorted(k for k in {**row["settings"], **self.settings}
-                                 if row["settings"].get(k) != self.settings.get(k))
+                changed = sorted(
+                    k
+                    for k in {**row["settings"], **self.settings}
+                    if row["settings"].get(k) != self.settings.get(k)
+                )
                 raise InputError(
                     f"--out {directory}: holds trials of another fine-tune ({', '.join(changed)} "
-                    "differ); give another --out, or remove its trials.jsonl to start over")
+                    "differ); give another --out, or remove its trials.jsonl to start over"
+                )
             self.finished[(row["learning_rate"], row["seed"])] = row
         if self.finished:
-            logger.info("%s: %d finished %s trial(s) kept from an earlier run", directory,
-                        len(self.finished), grid)
+            logger.info(
+                "%s: %d finished %s trial(s) kept from an earlier run",
+                directory,
+                len(self.finished),
+                grid,
+            )
 
     def _rows(self) -> list:
         if self.directory is None:
@@ -307,18 +358,28 @@ class TrialLog:
         (a full disk) is a StorageError; the trials recorded before it stay."""
         if self.directory is None:
             return
-        then = ("the trials that finished before are kept; free some space and run the same "
-                "command again to resume from them")
+        then = (
+            "the trials that finished before are kept; free some space and run the same "
+            "command again to resume from them"
+        )
         folder = os.path.join(self.directory, WEIGHTS_DIR)
         with storage.writing(folder, "trial's weights", then):
             os.makedirs(folder, exist_ok=True)
             if best_weights is not None:
                 with atomic_path(self._weights_path(trial.learning_rate)) as tmp:
                     np.savez(tmp, *best_weights)
-        row = {"grid": self.grid, "learning_rate": trial.learning_rate, "seed": trial.seed,
-               "scores": trial.scores, "seconds": trial.seconds, "best_epoch": trial.best_epoch,
-               "epochs_run": trial.epochs_run, "diverged": trial.diverged,
-               "predictions": trial.predictions, "settings": self.settings}
+        row = {
+            "grid": self.grid,
+            "learning_rate": trial.learning_rate,
+            "seed": trial.seed,
+            "scores": trial.scores,
+            "seconds": trial.seconds,
+            "best_epoch": trial.best_epoch,
+            "epochs_run": trial.epochs_run,
+            "diverged": trial.diverged,
+            "predictions": trial.predictions,
+            "settings": self.settings,
+        }
         rows = self._rows() + [row]
         path = os.path.join(self.directory, TRIALS_FILE)
         with storage.writing(path, "trial log", then), atomic_write(path) as f:

@@ -26,16 +26,21 @@ def fill_mask(model, texts, top_k=5):
     check_model(model, "fill_mask")
     single = isinstance(texts, str)
     if not single:
-        others = (sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
-                  if isinstance(texts, (list, tuple)) else None)
+        others = (
+            sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
+            if isinstance(texts, (list, tuple))
+            else None
+        )
         if others is None or others:
             got = type(texts).__name__ + (f" holding {', '.join(others)}" if others else "")
             raise InputError(f"fill_mask: texts must be a string or a list of strings, got {got}")
     tokenizer = model.tokenizer
     if tokenizer is None:
-        raise InputError("fill_mask needs a tokenizer: this model has none (a run trained "
-                         "with --data.dir from kroberta.prepare keeps one; a model from "
-                         "keras.saving.load_model has lost it: use kroberta.load)")
+        raise InputError(
+            "fill_mask needs a tokenizer: this model has none (a run trained "
+            "with --data.dir from kroberta.prepare keeps one; a model from "
+            "keras.saving.load_model has lost it: use kroberta.load)"
+        )
     texts = [texts] if single else list(texts)
     if not texts:
         raise InputError("fill_mask: no texts given")
@@ -51,15 +56,24 @@ def fill_mask(model, texts, top_k=5):
         if mask_id not in encoding.ids:
             raise InputError(f"fill_mask: text {row} has no {MASK_TOKEN}: {text[:80]!r}")
         if len(encoding.ids) > length:
-            raise InputError(f"fill_mask: text {row} is {len(encoding.ids)} tokens, the "
-                             f"model takes at most {length}")
+            raise InputError(
+                f"fill_mask: text {row} is {len(encoding.ids)} tokens, the "
+                f"model takes at most {length}"
+            )
         ids[row, : len(encoding.ids)] = encoding.ids
         attention[row, : len(encoding.ids)] = 1
     slots = int((ids == mask_id).sum(axis=1).max())
-    out = predict(model, {"input_ids": ids, "attention_mask": attention}, output="top_k",
-                  k=top_k, positions="masked", slots=slots)
-    results = [_answers(tokenizer, ids[row][attention[row] == 1], out, row)
-               for row in range(len(texts))]
+    out = predict(
+        model,
+        {"input_ids": ids, "attention_mask": attention},
+        output="top_k",
+        k=top_k,
+        positions="masked",
+        slots=slots,
+    )
+    results = [
+        _answers(tokenizer, ids[row][attention[row] == 1], out, row) for row in range(len(texts))
+    ]
     return results[0] if single else results
 
 
@@ -73,14 +87,19 @@ def _answers(tokenizer, real, out, row: int):
         for token_id, log_prob in zip(out["token_ids"][row, slot], out["log_probs"][row, slot]):
             filled = real.copy()
             filled[position] = token_id
-            candidates.append({
-                "token": int(token_id),  # Hugging Face's pipeline's name for the id
-                "token_id": int(token_id),
-                "token_str": tokenizer.decode([int(token_id)]),
-                "score": float(np.exp(log_prob)),
-                # Other masks stay as <mask>, as in Hugging Face's pipeline.
-                "sequence": tokenizer.decode([int(t) for t in filled], skip_special_tokens=False)
-                .replace("<s>", "").replace("</s>", ""),
-            })
+            candidates.append(
+                {
+                    "token": int(token_id),  # Hugging Face's pipeline's name for the id
+                    "token_id": int(token_id),
+                    "token_str": tokenizer.decode([int(token_id)]),
+                    "score": float(np.exp(log_prob)),
+                    # Other masks stay as <mask>, as in Hugging Face's pipeline.
+                    "sequence": tokenizer.decode(
+                        [int(t) for t in filled], skip_special_tokens=False
+                    )
+                    .replace("<s>", "")
+                    .replace("</s>", ""),
+                }
+            )
         per_mask.append(candidates)
     return per_mask[0] if len(per_mask) == 1 else per_mask

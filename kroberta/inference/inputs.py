@@ -50,31 +50,50 @@ def as_examples(inputs, config, tokenizer=None) -> Source:
         inputs = [inputs]
     if isinstance(inputs, (list, tuple)):
         if not inputs:
-            raise InputError("inputs: an empty list; give TFRecord path(s), a "
-                             "tf.data.Dataset of dicts or a dict of numpy arrays")
+            raise InputError(
+                "inputs: an empty list; give TFRecord path(s), a "
+                "tf.data.Dataset of dicts or a dict of numpy arrays"
+            )
         inputs = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in inputs]
     if isinstance(inputs, np.ndarray):  # bare token ids, as model.predict takes them
-        inputs = {"input_ids": inputs,
-                  "attention_mask": (inputs != config.data.pad_token_id).astype(np.int32)}
+        inputs = {
+            "input_ids": inputs,
+            "attention_mask": (inputs != config.data.pad_token_id).astype(np.int32),
+        }
     if isinstance(inputs, list) and all(isinstance(p, str) for p in inputs):
         spec = pipeline.inspect_files(pipeline.resolve_files(inputs, "inputs"), "inputs")
         # Another tokenizer's ids would be predicted on as if they were the model's.
-        check_prepared_with(sorted({os.path.dirname(f) for f in spec.files}), "inputs",
-                            vocabulary, tokenizer, named="this model", tokenizer_owner="run",
-                            tokenizer_source="RUN_DIR/tokenizer.json")
-        source = Source(lambda batch: pipeline.file_batches(spec, vocabulary, batch),
-                        spec.sequence_length, spec.has_labels, spec.records, spec.files,
-                        replay=pipeline.replay_file_errors(spec, vocabulary))
+        check_prepared_with(
+            sorted({os.path.dirname(f) for f in spec.files}),
+            "inputs",
+            vocabulary,
+            tokenizer,
+            named="this model",
+            tokenizer_owner="run",
+            tokenizer_source="RUN_DIR/tokenizer.json",
+        )
+        source = Source(
+            lambda batch: pipeline.file_batches(spec, vocabulary, batch),
+            spec.sequence_length,
+            spec.has_labels,
+            spec.records,
+            spec.files,
+            replay=pipeline.replay_file_errors(spec, vocabulary),
+        )
     elif isinstance(inputs, dict):
         source = _from_arrays(inputs, vocabulary)
     elif isinstance(inputs, tf.data.Dataset):
         source = _from_dataset(inputs, vocabulary)
     else:
-        raise InputError("inputs must be TFRecord path(s), a tf.data.Dataset of dicts or a "
-                         f"dict of numpy arrays, got {type(inputs).__name__}")
+        raise InputError(
+            "inputs must be TFRecord path(s), a tf.data.Dataset of dicts or a "
+            f"dict of numpy arrays, got {type(inputs).__name__}"
+        )
     if source.sequence_length > config.model.max_sequence_length:
-        raise InputError(f"inputs: sequences of {source.sequence_length} tokens, the model "
-                         f"takes at most {config.model.max_sequence_length}")
+        raise InputError(
+            f"inputs: sequences of {source.sequence_length} tokens, the model "
+            f"takes at most {config.model.max_sequence_length}"
+        )
     return source
 
 
@@ -93,13 +112,14 @@ def _from_arrays(arrays, vocabulary_size: int) -> Source:
             try:
                 value = np.asarray(arrays[name])
             except ValueError:  # rows of different lengths
-                raise InputError(f"inputs[{name!r}]: rows of different lengths; pad them "
-                                 "to one length (attention_mask 0 there)") from None
+                raise InputError(
+                    f"inputs[{name!r}]: rows of different lengths; pad them "
+                    "to one length (attention_mask 0 there)"
+                ) from None
             if value.ndim != 2:
                 raise InputError(f"inputs[{name!r}]: expected shape (N, L), got {value.shape}")
             if value.dtype.kind not in "iub":
-                raise InputError(f"inputs[{name!r}]: expected integers, got {value.dtype} "
-                                 "values")
+                raise InputError(f"inputs[{name!r}]: expected integers, got {value.dtype} values")
             columns[name] = value.astype(np.int32)
     shapes = {n: v.shape for n, v in columns.items()}
     if len(set(shapes.values())) != 1:
@@ -119,24 +139,31 @@ def _from_arrays(arrays, vocabulary_size: int) -> Source:
 def _value_rules(vocabulary_size: int) -> dict:
     """{feature: (its bad values, what makes one bad)}, for the arrays and datasets."""
     return {
-        "input_ids": (lambda v: rules.bad_id(v, vocabulary_size),
-                      f" is outside the vocabulary [0, {vocabulary_size})"),
+        "input_ids": (
+            lambda v: rules.bad_id(v, vocabulary_size),
+            f" is outside the vocabulary [0, {vocabulary_size})",
+        ),
         "attention_mask": (rules.bad_attention, " is neither 0 nor 1"),
         # A label outside the vocabulary: a NaN loss otherwise.
-        "labels": (lambda v: rules.bad_label(v, vocabulary_size),
-                   f" is neither -100 (no loss) nor in the vocabulary [0, {vocabulary_size})"),
+        "labels": (
+            lambda v: rules.bad_label(v, vocabulary_size),
+            f" is neither -100 (no loss) nor in the vocabulary [0, {vocabulary_size})",
+        ),
     }
 
 
 def _from_dataset(dataset, vocabulary_size: int) -> Source:
     spec = dataset.element_spec
     if isinstance(spec, dict) and set(KERAS_HUB_NAMES) & set(spec):  # keras-hub's names
-        dataset = dataset.map(lambda example: {KERAS_HUB_NAMES.get(n, n): v
-                                               for n, v in example.items()})
+        dataset = dataset.map(
+            lambda example: {KERAS_HUB_NAMES.get(n, n): v for n, v in example.items()}
+        )
         spec = dataset.element_spec
     if not isinstance(spec, dict) or "input_ids" not in spec or "attention_mask" not in spec:
-        raise InputError("inputs: a tf.data.Dataset must yield dicts with 'input_ids' and "
-                         f"'attention_mask', got {spec}")
+        raise InputError(
+            "inputs: a tf.data.Dataset must yield dicts with 'input_ids' and "
+            f"'attention_mask', got {spec}"
+        )
     batched_already = spec["input_ids"].shape.rank == 2
     length = spec["input_ids"].shape[-1]
     if length is None:
@@ -153,8 +180,8 @@ def _from_dataset(dataset, vocabulary_size: int) -> Source:
         # Cut into global batches first; every later op sees whole batches.
         ds = dataset.rebatch(global_batch) if batched_already else dataset.batch(global_batch)
         return ds.enumerate(), lambda k, columns: _checked_columns(
-            {n: tf.cast(columns[n], tf.int32) for n in names}, k * global_batch,
-            vocabulary_size)
+            {n: tf.cast(columns[n], tf.int32) for n in names}, k * global_batch, vocabulary_size
+        )
 
     return Source(batches, length, "labels" in names, examples)
 
@@ -169,17 +196,26 @@ def _checked_columns(columns, first_example, vocabulary_size):
         def fail():
             where = tf.argmax(tf.reshape(tf.cast(bad, tf.int32), [-1]), output_type=tf.int32)
             row, col = where // tf.shape(values)[1], where % tf.shape(values)[1]
-            message = tf.strings.join([
-                "<<inputs: example ", tf.strings.as_string(tf.cast(first_example, tf.int32) + row),
-                f": {name}[", tf.strings.as_string(col), "] = ",
-                tf.strings.as_string(values[row, col]), text, ">>"])
+            message = tf.strings.join(
+                [
+                    "<<inputs: example ",
+                    tf.strings.as_string(tf.cast(first_example, tf.int32) + row),
+                    f": {name}[",
+                    tf.strings.as_string(col),
+                    "] = ",
+                    tf.strings.as_string(values[row, col]),
+                    text,
+                    ">>",
+                ]
+            )
             with tf.control_dependencies([tf.debugging.Assert(False, [message], summarize=1)]):
                 return tf.constant(False)
 
         return tf.cond(tf.reduce_any(bad), fail, lambda: tf.constant(True))
 
-    checks = [ok(name, *rule) for name, rule in _value_rules(vocabulary_size).items()
-              if name in columns]
+    checks = [
+        ok(name, *rule) for name, rule in _value_rules(vocabulary_size).items() if name in columns
+    ]
     with tf.control_dependencies(checks):
         return {n: tf.identity(v) for n, v in columns.items()}
 
@@ -200,24 +236,33 @@ def _array_batches(columns, config, positions: str, global_batch: int):
     ids_all, attention_all = columns["input_ids"], columns["attention_mask"]
     labels_all = columns.get("labels")
     for start in range(0, len(ids_all), global_batch):
-        ids = ids_all[start:start + global_batch]
-        attention = attention_all[start:start + global_batch]
+        ids = ids_all[start : start + global_batch]
+        attention = attention_all[start : start + global_batch]
         if labels_all is not None:
-            marks = labels_all[start:start + global_batch]
+            marks = labels_all[start : start + global_batch]
         elif positions == "all":
             marks = np.full(ids.shape, IGNORE_LABEL)
         else:
-            marks = np.where((ids == config.data.mask_token_id) & (attention > 0), ids,
-                             IGNORE_LABEL)
+            marks = np.where(
+                (ids == config.data.mask_token_id) & (attention > 0), ids, IGNORE_LABEL
+            )
         rows = len(ids)
-        batch = {"token_ids": ids, "padding_mask": attention, "marks": marks,
-                 "is_real": np.ones((rows,), bool)}
+        batch = {
+            "token_ids": ids,
+            "padding_mask": attention,
+            "marks": marks,
+            "is_real": np.ones((rows,), bool),
+        }
         batch = {name: np.asarray(value, dtype=_DTYPES[name]) for name, value in batch.items()}
         if rows < global_batch:  # completed with padding examples (dropped from every result)
-            batch = {name: np.pad(value, [(0, global_batch - rows)] + [(0, 0)] * (value.ndim - 1),
-                                  constant_values=pipeline.padding_value(
-                                      name, config.data.pad_token_id))
-                     for name, value in batch.items()}
+            batch = {
+                name: np.pad(
+                    value,
+                    [(0, global_batch - rows)] + [(0, 0)] * (value.ndim - 1),
+                    constant_values=pipeline.padding_value(name, config.data.pad_token_id),
+                )
+                for name, value in batch.items()
+            }
         yield batch
 
 
@@ -236,19 +281,32 @@ def _dataset_batches(source: Source, config, positions: str, global_batch: int):
             marks = tf.fill(tf.shape(ids), IGNORE_LABEL)
         else:
             marks = tf.where((ids == mask_id) & (attention > 0), ids, IGNORE_LABEL)
-        batch = {"token_ids": ids, "padding_mask": attention, "marks": marks,
-                 "is_real": tf.ones([tf.shape(ids)[0]], tf.bool)}
+        batch = {
+            "token_ids": ids,
+            "padding_mask": attention,
+            "marks": marks,
+            "is_real": tf.ones([tf.shape(ids)[0]], tf.bool),
+        }
         # The last batch is completed with padding examples (dropped from every result).
         missing = -tf.shape(ids)[0] % global_batch
-        return {name: tf.pad(value, [[0, missing]] + [[0, 0]] * (value.shape.rank - 1),
-                             constant_values=tf.cast(
-                                 pipeline.padding_value(name, config.data.pad_token_id),
-                                 value.dtype)) for name, value in batch.items()}
+        return {
+            name: tf.pad(
+                value,
+                [[0, missing]] + [[0, 0]] * (value.shape.rank - 1),
+                constant_values=tf.cast(
+                    pipeline.padding_value(name, config.data.pad_token_id), value.dtype
+                ),
+            )
+            for name, value in batch.items()
+        }
 
     # One map call for several batches, the source's check and these inputs together, then
     # cut into batches (as training: each op's fixed cost paid once for them all; every
     # part is a whole padded batch, so the cut drops nothing and gives the static shape).
     ds, check = source.batches(pipeline.batches_per_call(global_batch) * global_batch)
-    ds = ds.map(lambda *element: to_inputs(check(*element)),
-                num_parallel_calls=pipeline.parallel_batches(), deterministic=True)
+    ds = ds.map(
+        lambda *element: to_inputs(check(*element)),
+        num_parallel_calls=pipeline.parallel_batches(),
+        deterministic=True,
+    )
     return ds.rebatch(global_batch, drop_remainder=True).prefetch(AUTOTUNE)

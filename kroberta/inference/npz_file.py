@@ -38,12 +38,20 @@ def write_npz(chunks, out_path: str, progress) -> dict:
         progress.close()
         for handle in raw.values():
             handle.close()
-        with storage.staged_file(out_path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as archive:
+        with (
+            storage.staged_file(out_path) as tmp,
+            zipfile.ZipFile(tmp, "w", allowZip64=True) as archive,
+        ):
             for name, (dtype, row_shape, rows) in meta.items():
                 with archive.open(name + ".npy", "w", force_zip64=True) as entry:
                     np.lib.format.write_array_header_2_0(
-                        entry, {"descr": np.lib.format.dtype_to_descr(dtype),
-                                "fortran_order": False, "shape": (rows, *row_shape)})
+                        entry,
+                        {
+                            "descr": np.lib.format.dtype_to_descr(dtype),
+                            "fortran_order": False,
+                            "shape": (rows, *row_shape),
+                        },
+                    )
                     with open(os.path.join(work, name + ".raw"), "rb") as source:
                         shutil.copyfileobj(source, entry, 16 * 2**20)
         return {name: (rows, *row_shape) for name, (_, row_shape, rows) in meta.items()}

@@ -38,9 +38,17 @@ def prediction_plan(config, length: int, devices=None):
     return make_plan(config, devices or jax.devices(), length, strategy="data")
 
 
-def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batch_size=None,
-                    slots=None, max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES,
-                    batches_per_dispatch=None):
+def predict_batches(
+    model,
+    inputs,
+    output="top_k",
+    k=5,
+    positions="masked",
+    batch_size=None,
+    slots=None,
+    max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES,
+    batches_per_dispatch=None,
+):
     """Yields the prediction in input order, one dict of numpy arrays per dispatch
     (`batches_per_dispatch` batches, padding rows dropped).
 
@@ -49,14 +57,15 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     """
     config, source = _checked_source(model, inputs, output, k, positions)
     plan_slots, global_batch, group, mesh = _program_shapes(
-        config, source, output, positions, batch_size, slots, batches_per_dispatch,
-        max_output_bytes)
+        config, source, output, positions, batch_size, slots, batches_per_dispatch, max_output_bytes
+    )
     # One host batch per dispatch: G x batch rows, cut into (G, batch, ...) on the way to
     # the devices (one numpy pass per group, not per batch; a short last group is
     # filled with padding rows, so the same program serves it).
     groups = batched(source, config, positions, global_batch * group)
-    jitted, replicated, by_batch = predict_program.compiled_step(model, output, k, mesh,
-                                                                 plan_slots, group, positions)
+    jitted, replicated, by_batch = predict_program.compiled_step(
+        model, output, k, mesh, plan_slots, group, positions
+    )
     weights = predict_program.weights_snapshot(model, replicated)
 
     dropped = predicted = examples = 0
@@ -87,14 +96,19 @@ def predict_batches(model, inputs, output="top_k", k=5, positions="masked", batc
     if positions == "masked" and output != "embeddings" and examples and not predicted:
         warnings.warn(
             f"nothing was predicted: no position of the {examples} sequence(s) holds <mask> "
-            f"(id {config.data.mask_token_id})" + (" or a label" if source.has_labels else "")
+            f"(id {config.data.mask_token_id})"
+            + (" or a label" if source.has_labels else "")
             + ", so every 'valid' is False. Unmasked sequences (what `kroberta.prepare` "
             "writes) need positions='all' (--positions all) to predict every position, or "
-            "<mask> where a prediction is wanted", stacklevel=2)
+            "<mask> where a prediction is wanted",
+            stacklevel=2,
+        )
     if dropped and output != "embeddings":
         warnings.warn(
             f"{dropped} masked position(s) beyond the {plan_slots} slots per sequence were not "
-            "predicted; pass slots=N (or positions='all') to predict them", stacklevel=2)
+            "predicted; pass slots=N (or positions='all') to predict them",
+            stacklevel=2,
+        )
 
 
 def _checked_source(model, inputs, output, k, positions):
@@ -109,40 +123,51 @@ def _checked_source(model, inputs, output, k, positions):
         raise InputError("model has no kroberta_config: load it with kroberta.load(run_dir)")
     source = as_examples(inputs, config, model.tokenizer)
     if output == "loss" and not source.has_labels:
-        raise InputError("output='loss' needs labels (a 'labels' array or feature, -100 = none); "
-                         "prepare writes them with --labels static")
-    if output == "top_k" and (not isinstance(k, numbers.Integral) or isinstance(k, bool)
-                              or not 1 <= k <= config.model.vocabulary_size):
+        raise InputError(
+            "output='loss' needs labels (a 'labels' array or feature, -100 = none); "
+            "prepare writes them with --labels static"
+        )
+    if output == "top_k" and (
+        not isinstance(k, numbers.Integral)
+        or isinstance(k, bool)
+        or not 1 <= k <= config.model.vocabulary_size
+    ):
         raise InputError(f"k must be an integer in [1, {config.model.vocabulary_size}], got {k!r}")
     return config, source
 
 
-def _program_shapes(config, source, output, positions, batch_size, slots,
-                    batches_per_dispatch, max_output_bytes):
+def _program_shapes(
+    config, source, output, positions, batch_size, slots, batches_per_dispatch, max_output_bytes
+):
     """(slots, global batch, G, mesh) of the program for `predict_batches`' arguments
     (checked here), from the plan of prediction."""
     length = source.sequence_length
     # 0 and negatives would otherwise surface from inside TensorFlow or JAX.
     if batch_size is not None and batch_size < 1:
-        raise InputError(f"batch_size must be >= 1 (sequences per step over all devices), "
-                         f"got {batch_size}")
+        raise InputError(
+            f"batch_size must be >= 1 (sequences per step over all devices), got {batch_size}"
+        )
     if slots is not None and not 1 <= slots <= length:
-        raise InputError(f"slots must be in [1, {length}] (positions predicted per sequence "
-                         f"of {length} tokens), got {slots}")
+        raise InputError(
+            f"slots must be in [1, {length}] (positions predicted per sequence "
+            f"of {length} tokens), got {slots}"
+        )
     plan_slots = length if positions == "all" else slots or config.data.prediction_slots(length)
     if batches_per_dispatch is not None and batches_per_dispatch < 1:
         raise InputError(f"batches_per_dispatch must be >= 1, got {batches_per_dispatch}")
     resolved = prediction_plan(config, length)
     mesh = jax.sharding.Mesh(np.array(resolved.topology.devices), ("batch",))
     global_batch = resolved.prediction_batch(batch_size)
-    group = batches_per_dispatch or resolved.prediction_group(global_batch, plan_slots,
-                                                              source.examples)
+    group = batches_per_dispatch or resolved.prediction_group(
+        global_batch, plan_slots, source.examples
+    )
     if output == "logits" and not batches_per_dispatch:
         # Full logits are large: at most MAX_LOGITS_BYTES of them per dispatch, and no
         # more padding batches than the inputs need (their bytes go to the host too).
         per_batch = global_batch * plan_slots * config.model.vocabulary_size * 4
-        group = dispatch_size.at_most_needed(max(1, min(group, MAX_LOGITS_BYTES // per_batch)),
-                                             source.examples, global_batch)
+        group = dispatch_size.at_most_needed(
+            max(1, min(group, MAX_LOGITS_BYTES // per_batch)), source.examples, global_batch
+        )
     if output == "logits" and source.examples is not None:
         size = source.examples * plan_slots * config.model.vocabulary_size * 4
         if size > max_output_bytes:
@@ -150,7 +175,8 @@ def _program_shapes(config, source, output, positions, batch_size, slots,
                 f"output='logits' for {source.examples} examples x {plan_slots} positions x "
                 f"{config.model.vocabulary_size} tokens is {size_text(size)} of float32, over "
                 f"the {size_text(max_output_bytes)} budget; use output='top_k' (reduced on the "
-                "device) or raise max_output_bytes (the command's --max-output-gib)")
+                "device) or raise max_output_bytes (the command's --max-output-gib)"
+            )
     return plan_slots, global_batch, group, mesh
 
 
@@ -183,8 +209,17 @@ def _to_host(result, real, lead: int):
     return out
 
 
-def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=None, slots=None,
-            max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES, batches_per_dispatch=None):
+def predict(
+    model,
+    inputs,
+    output="top_k",
+    k=5,
+    positions="masked",
+    batch_size=None,
+    slots=None,
+    max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES,
+    batches_per_dispatch=None,
+):
     """Predicts with a kroberta model, reduced on the devices.
 
     A fine-tuned classifier (`kroberta.finetune`'s, `kroberta.load`'s) takes texts
@@ -223,17 +258,26 @@ def predict(model, inputs, output="top_k", k=5, positions="masked", batch_size=N
     if predict_program.is_classifier(model):
         return predict_texts(model, inputs, batch_size or 32)
     chunks, held = [], 0
-    for chunk in predict_batches(model, inputs, output, k, positions, batch_size, slots,
-                                 max_output_bytes, batches_per_dispatch):
+    for chunk in predict_batches(
+        model,
+        inputs,
+        output,
+        k,
+        positions,
+        batch_size,
+        slots,
+        max_output_bytes,
+        batches_per_dispatch,
+    ):
         held += sum(a.nbytes for a in chunk.values())
         if held > max_output_bytes:
             # Inputs of unknown length (a dataset) are only measured as they arrive.
             raise InputError(
                 f"the {output!r} result passed the {size_text(max_output_bytes)} budget after "
                 f"{sum(len(c['valid' if 'valid' in c else output]) for c in chunks)} examples; use "
-                "output='top_k', predict_batches() to stream, or raise max_output_bytes")
+                "output='top_k', predict_batches() to stream, or raise max_output_bytes"
+            )
         chunks.append(chunk)
     if not chunks:
         raise InputError("the inputs hold no examples")
     return {name: np.concatenate([c[name] for c in chunks]) for name in chunks[0]}
-

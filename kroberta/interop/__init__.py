@@ -11,12 +11,17 @@ from kroberta.errors import ArgumentKindError, InputError
 EXPORT_FORMATS = ("hf", "keras-hub")  # `python -m kroberta.export`'s formats
 # A file that marks a directory as another kind of kroberta output, which an export into it
 # would mix with or replace: (file, what the directory is).
-_NOT_EXPORTS = (("classifier.json", "a fine-tuned classifier's folder"),
-                ("config.toml", "a kroberta run"), ("checkpoints", "a kroberta run"),
-                ("manifest.json", "prepared data"))
+_NOT_EXPORTS = (
+    ("classifier.json", "a fine-tuned classifier's folder"),
+    ("config.toml", "a kroberta run"),
+    ("checkpoints", "a kroberta run"),
+    ("manifest.json", "prepared data"),
+)
 # The file that marks each format's export (neither format writes the other's).
-_FORMAT_MARKERS = {"hf": ("model.safetensors", "a Hugging Face export"),
-                   "keras-hub": ("metadata.json", "a keras-hub preset")}
+_FORMAT_MARKERS = {
+    "hf": ("model.safetensors", "a Hugging Face export"),
+    "keras-hub": ("metadata.json", "a keras-hub preset"),
+}
 
 
 def check_out_dir(out_dir, overwrite: bool, name: str, format: str) -> bool:
@@ -32,19 +37,25 @@ def check_out_dir(out_dir, overwrite: bool, name: str, format: str) -> bool:
         raise InputError(f"{name} {out_dir}: exists and is not a directory")
     non_empty = os.path.isdir(out_dir) and bool(os.listdir(out_dir))
     if non_empty and not overwrite:
-        raise InputError(f"{name} {out_dir}: directory is not empty (pass --overwrite, "
-                         "overwrite=True in Python, to replace its export)")
+        raise InputError(
+            f"{name} {out_dir}: directory is not empty (pass --overwrite, "
+            "overwrite=True in Python, to replace its export)"
+        )
     if non_empty:
         others = [marker for kind, marker in _FORMAT_MARKERS.items() if kind != format]
         for file, kind in (*_NOT_EXPORTS, *others):
             if os.path.exists(os.path.join(out_dir, file)):
-                raise InputError(f"{name} {out_dir}: holds {kind} ({file}), which an export "
-                                 "must not replace; export into a directory of its own")
+                raise InputError(
+                    f"{name} {out_dir}: holds {kind} ({file}), which an export "
+                    "must not replace; export into a directory of its own"
+                )
         marker, kind = _FORMAT_MARKERS[format]
         if not os.path.exists(os.path.join(out_dir, marker)):
-            raise InputError(f"{name} {out_dir}: holds files, but not {kind} ({marker} is "
-                             "missing); --overwrite replaces an export of the same format only: "
-                             "export into a directory of its own")
+            raise InputError(
+                f"{name} {out_dir}: holds files, but not {kind} ({marker} is "
+                "missing); --overwrite replaces an export of the same format only: "
+                "export into a directory of its own"
+            )
     return non_empty
 
 
@@ -57,8 +68,13 @@ def check_tokenizer(tokenizer, function: str):
         raise ArgumentKindError(
             f"{function}: tokenizer: expected a tokenizers.Tokenizer (the model's own is "
             f"model.tokenizer; a file: tokenizers.Tokenizer.from_file(path)) or None, got "
-            f"{type(tokenizer).__name__}" + (" (overwrite is passed by name: overwrite=True)"
-                                              if isinstance(tokenizer, bool) else ""))
+            f"{type(tokenizer).__name__}"
+            + (
+                " (overwrite is passed by name: overwrite=True)"
+                if isinstance(tokenizer, bool)
+                else ""
+            )
+        )
 
 
 @contextlib.contextmanager
@@ -71,8 +87,9 @@ def staged_export(out_dir: str, overwrite: bool, files, format: str):
     out_dir = os.path.abspath(out_dir)
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.", suffix=".partial",
-                               dir=parent)
+    staging = tempfile.mkdtemp(
+        prefix=f".{os.path.basename(out_dir)}.", suffix=".partial", dir=parent
+    )
     # mkdtemp's directory is its owner's only; the export gets the mode a directory made
     # here would have (or the one it replaces has).
     if os.path.isdir(out_dir):

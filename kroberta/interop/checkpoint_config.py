@@ -64,8 +64,9 @@ def checkpoint_of(config: Config) -> Checkpoint | None:
 
     with storage.local_copy(directory) as local:  # gs://...: a temporary copy
         if key == HF_KEY:
-            model = hf.model_config_from_hf(hf.read_hf_config(local),
-                                            os.path.join(local, hf.CONFIG_FILE))
+            model = hf.model_config_from_hf(
+                hf.read_hf_config(local), os.path.join(local, hf.CONFIG_FILE)
+            )
         else:  # with what keras-hub's config cannot hold, from kroberta_config.toml
             model = keras_hub_presets.preset_config(local, masked_lm=True).model
     return Checkpoint(key, directory, os.path.join(directory, "config.json"), model)
@@ -90,8 +91,9 @@ def checkpoint_directory(config: Config) -> tuple[str, str] | None:
     return key, directory
 
 
-def with_checkpoint_model(config: Config, sources: dict | None = None,
-                          checkpoint: Checkpoint | None = None) -> tuple[Config, dict]:
+def with_checkpoint_model(
+    config: Config, sources: dict | None = None, checkpoint: Checkpoint | None = None
+) -> tuple[Config, dict]:
     """`config` with its model section from the checkpoint it starts from, if any.
 
     Keys the config leaves at their defaults take the checkpoint's values. The keys that
@@ -119,25 +121,39 @@ def with_checkpoint_model(config: Config, sources: dict | None = None,
     if checkpoint is None:
         return config, sources
     set_by_config = _set_by_config(config, sources)
-    conflicts = [name for name in WEIGHT_KEYS if name in set_by_config
-                 and getattr(config.model, name) != getattr(checkpoint.model, name)]
+    conflicts = [
+        name
+        for name in WEIGHT_KEYS
+        if name in set_by_config and getattr(config.model, name) != getattr(checkpoint.model, name)
+    ]
     if conflicts:
-        listed = "; ".join(f"model.{name}={getattr(config.model, name)} ({_source(sources, name)}) "
-                           f"but the checkpoint has {checkpoint.shown(name)}" for name in conflicts)
+        listed = "; ".join(
+            f"model.{name}={getattr(config.model, name)} ({_source(sources, name)}) "
+            f"but the checkpoint has {checkpoint.shown(name)}"
+            for name in conflicts
+        )
         shipped = {config_path(name) for name in shipped_names()}
-        fix = ("leave out --config (a shipped config sets them) or give the checkpoint's values"
-               if any(_source(sources, name) in shipped for name in conflicts)
-               else "remove these keys from the config file and the command line")
+        fix = (
+            "leave out --config (a shipped config sets them) or give the checkpoint's values"
+            if any(_source(sources, name) in shipped for name in conflicts)
+            else "remove these keys from the config file and the command line"
+        )
         raise ConfigError(
             f"{checkpoint.key}: the config disagrees with the checkpoint {checkpoint.config_file} "
-            f"on {len(conflicts)} key(s): {listed}. The model section follows the checkpoint: {fix}")
-    taken = {name: getattr(checkpoint.model, name) for name in MODEL_KEYS
-             if name not in set_by_config}
+            f"on {len(conflicts)} key(s): {listed}. The model section follows the checkpoint: {fix}"
+        )
+    taken = {
+        name: getattr(checkpoint.model, name) for name in MODEL_KEYS if name not in set_by_config
+    }
     for name in sorted(set_by_config - set(WEIGHT_KEYS)):
         if getattr(config.model, name) != getattr(checkpoint.model, name):
-            logger.info("model.%s=%s (%s) replaces the checkpoint's %s", name,
-                        getattr(config.model, name), _source(sources, name),
-                        checkpoint.shown(name))
+            logger.info(
+                "model.%s=%s (%s) replaces the checkpoint's %s",
+                name,
+                getattr(config.model, name),
+                _source(sources, name),
+                checkpoint.shown(name),
+            )
     if sources is not None:
         sources.update({f"model.{name}": checkpoint.config_file for name in taken})
     return dataclasses.replace(config, model=dataclasses.replace(config.model, **taken)), sources
@@ -149,8 +165,7 @@ def _set_by_config(config: Config, sources: dict | None) -> set[str]:
     if sources is not None:
         return {name for name in MODEL_KEYS if f"model.{name}" in sources}
     default = ModelConfig()
-    return {name for name in MODEL_KEYS
-            if getattr(config.model, name) != getattr(default, name)}
+    return {name for name in MODEL_KEYS if getattr(config.model, name) != getattr(default, name)}
 
 
 def _source(sources: dict | None, name: str) -> str:
@@ -168,7 +183,9 @@ def checkpoint_tokenizer(checkpoint: Checkpoint):
     # start-up: tokenizers loads only when a checkpoint's tokenizer is read
     from kroberta.text.tokenizer import load_tokenizer, tokenizer_json_of
 
-    if checkpoint.key == KERAS_HUB_KEY:  # its tokenizer.json is keras-hub's, not a `tokenizers` file
+    if (
+        checkpoint.key == KERAS_HUB_KEY
+    ):  # its tokenizer.json is keras-hub's, not a `tokenizers` file
         # start-up: `train` reads this module before keras-hub loads
         from kroberta.interop.keras_hub_presets import preset_tokenizer
 
@@ -177,7 +194,11 @@ def checkpoint_tokenizer(checkpoint: Checkpoint):
     try:
         tokenizer = load_tokenizer(checkpoint.directory)
     except InputError:
-        names = ("tokenizer.json", "vocab.json", os.path.join("assets", "tokenizer", "vocabulary.json"))
+        names = (
+            "tokenizer.json",
+            "vocab.json",
+            os.path.join("assets", "tokenizer", "vocabulary.json"),
+        )
         if any(storage.isfile(storage.join(checkpoint.directory, name)) for name in names):
             raise  # there, but unreadable or lacking a special token: say so
         return None, None

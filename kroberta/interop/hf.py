@@ -34,13 +34,26 @@ SAFETENSORS_INDEX_FILE = "model.safetensors.index.json"
 TORCH_FILE = "pytorch_model.bin"
 TOKENIZER_FILE = "tokenizer.json"
 # Every file `export_hf` may write (the export CLI clears these before --overwrite).
-EXPORT_FILES = (CONFIG_FILE, SAFETENSORS_FILE, TOKENIZER_FILE, "tokenizer_config.json",
-                "special_tokens_map.json", "vocab.json", "merges.txt")
+EXPORT_FILES = (
+    CONFIG_FILE,
+    SAFETENSORS_FILE,
+    TOKENIZER_FILE,
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+)
 HIDDEN_ACT = "gelu"  # exact (erf) GELU in both keras and transformers
 # RoBERTa's special tokens; HF positions are offset by pad id + 1, so pad must be 1.
-SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-                  "sep_token": "</s>", "cls_token": "<s>", "pad_token": "<pad>",
-                  "mask_token": "<mask>"}
+SPECIAL_TOKENS = {
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+    "sep_token": "</s>",
+    "cls_token": "<s>",
+    "pad_token": "<pad>",
+    "mask_token": "<mask>",
+}
 
 __all__ = ["export_hf", "init_from_hf", "ConversionError"]
 
@@ -89,19 +102,26 @@ def hf_config(model) -> dict:
 def _classifier_config(classifier) -> dict:
     """The sequence classifier's keys: its labels (`classifier.label_names` where it has
     them) and, for one output, regression."""
-    if classifier.hidden_dim != classifier.backbone.hidden_dim or \
-            keras.activations.serialize(classifier.activation) != "linear":
-        raise ConversionError(f"a classifier head of width {classifier.hidden_dim} with activation "
-                              f"{keras.activations.serialize(classifier.activation)!r}: Hugging Face's "
-                              "RobertaClassificationHead is hidden_size wide and outputs logits")
+    if (
+        classifier.hidden_dim != classifier.backbone.hidden_dim
+        or keras.activations.serialize(classifier.activation) != "linear"
+    ):
+        raise ConversionError(
+            f"a classifier head of width {classifier.hidden_dim} with activation "
+            f"{keras.activations.serialize(classifier.activation)!r}: Hugging Face's "
+            "RobertaClassificationHead is hidden_size wide and outputs logits"
+        )
     count = int(classifier.num_classes)
     names = list(getattr(classifier, "label_names", None) or [f"LABEL_{i}" for i in range(count)])
-    return {"architectures": [HF_CLASSIFIER], "kroberta_task": task_of(classifier),
-            "id2label": {str(i): name for i, name in enumerate(names)},
-            "label2id": {name: i for i, name in enumerate(names)},
-            "problem_type": "regression" if count == 1 else "single_label_classification",
-            # HF applies this one rate before and after the head's dense, as keras-hub's `dropout`.
-            "classifier_dropout": float(classifier.dropout)}
+    return {
+        "architectures": [HF_CLASSIFIER],
+        "kroberta_task": task_of(classifier),
+        "id2label": {str(i): name for i, name in enumerate(names)},
+        "label2id": {name: i for i, name in enumerate(names)},
+        "problem_type": "regression" if count == 1 else "single_label_classification",
+        # HF applies this one rate before and after the head's dense, as keras-hub's `dropout`.
+        "classifier_dropout": float(classifier.dropout),
+    }
 
 
 def task_of(classifier) -> dict | None:
@@ -118,14 +138,17 @@ def _write_json(path: str, data: dict):
 
 def _export_tokenizer(tokenizer, out_dir: str, max_length: int):
     tokenizer.save(os.path.join(out_dir, TOKENIZER_FILE))
-    _write_json(os.path.join(out_dir, "tokenizer_config.json"), {
-        "tokenizer_class": "RobertaTokenizer",  # the fast one (tokenizer.json) where both exist
-        **SPECIAL_TOKENS,
-        "model_max_length": int(max_length),
-        "add_prefix_space": False,
-        "trim_offsets": True,
-        "errors": "replace",
-    })
+    _write_json(
+        os.path.join(out_dir, "tokenizer_config.json"),
+        {
+            "tokenizer_class": "RobertaTokenizer",  # the fast one (tokenizer.json) where both exist
+            **SPECIAL_TOKENS,
+            "model_max_length": int(max_length),
+            "add_prefix_space": False,
+            "trim_offsets": True,
+            "errors": "replace",
+        },
+    )
     _write_json(os.path.join(out_dir, "special_tokens_map.json"), dict(SPECIAL_TOKENS))
     # vocab.json + merges.txt let the slow (pure Python) RobertaTokenizer load it too.
     kind, vocabulary, merges = bpe_of(tokenizer)
@@ -138,8 +161,11 @@ def _export_tokenizer(tokenizer, out_dir: str, max_length: int):
 def bpe_of(tokenizer) -> tuple[str | None, dict, list[str]]:
     """(model type, vocabulary, merges as "a b" lines) of a `tokenizers.Tokenizer`."""
     model = json.loads(tokenizer.to_str()).get("model", {})
-    return model.get("type"), model.get("vocab", {}), [
-        merge if isinstance(merge, str) else " ".join(merge) for merge in model.get("merges", [])]
+    return (
+        model.get("type"),
+        model.get("vocab", {}),
+        [merge if isinstance(merge, str) else " ".join(merge) for merge in model.get("merges", [])],
+    )
 
 
 def export_hf(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> str:
@@ -163,8 +189,9 @@ def export_hf(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> s
     if not hf_weights.is_classifier(model):
         check_model(model, "export_hf", out_dir, "kroberta.export_hf(model, out_dir)")
     else:
-        hf_weights.check_first_token_head(model, "export_hf",
-                                          "Hugging Face's RobertaForSequenceClassification")
+        hf_weights.check_first_token_head(
+            model, "export_hf", "Hugging Face's RobertaForSequenceClassification"
+        )
     check_tokenizer(tokenizer, "export_hf")
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
@@ -178,8 +205,11 @@ def export_hf(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> s
             f.write(data)
         _write_json(os.path.join(staging, CONFIG_FILE), hf_config(model))
         if tokenizer is not None:
-            _export_tokenizer(tokenizer, staging, getattr(model, "max_length", None)
-                              or model.backbone.max_sequence_length)
+            _export_tokenizer(
+                tokenizer,
+                staging,
+                getattr(model, "max_length", None) or model.backbone.max_sequence_length,
+            )
     return out_dir
 
 
@@ -206,6 +236,7 @@ def read_json_in(directory: str, name: str, what: str) -> dict:
 
 def model_config_from_hf(hf: dict, source: str):
     """The kroberta `ModelConfig` for an HF RoBERTa config; refuses what kroberta cannot represent."""
+
     def fail(key, problem):
         raise ConversionError(f"{source}: {key}: {problem}")
 
@@ -218,30 +249,46 @@ def model_config_from_hf(hf: dict, source: str):
         return value
 
     if hf.get("model_type") != "roberta":
-        fail("model_type", f"kroberta imports 'roberta' models only, got {hf.get('model_type')!r}"
-             + ("; this is a keras-hub preset's config: start from it with init_from_keras_hub"
-               if "registered_name" in hf else ""))
+        fail(
+            "model_type",
+            f"kroberta imports 'roberta' models only, got {hf.get('model_type')!r}"
+            + (
+                "; this is a keras-hub preset's config: start from it with init_from_keras_hub"
+                if "registered_name" in hf
+                else ""
+            ),
+        )
     if hf.get("position_embedding_type", "absolute") != "absolute":
-        fail("position_embedding_type", f"only 'absolute' is supported, got {hf['position_embedding_type']!r}")
+        fail(
+            "position_embedding_type",
+            f"only 'absolute' is supported, got {hf['position_embedding_type']!r}",
+        )
     if hf.get("hidden_act", HIDDEN_ACT) != HIDDEN_ACT:
         fail("hidden_act", f"keras-hub's RoBERTa uses {HIDDEN_ACT!r}, got {hf['hidden_act']!r}")
     eps = hf.get("layer_norm_eps", 1e-12)  # transformers' default when the key is absent
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
         fail("layer_norm_eps", f"expected a number in (0, 1), got {eps!r}")
     if hf.get("pad_token_id", PAD_ID) != PAD_ID:
-        fail("pad_token_id", f"HF offsets positions by pad id + 1; kroberta needs {PAD_ID}, "
-                             f"got {hf['pad_token_id']}")
+        fail(
+            "pad_token_id",
+            f"HF offsets positions by pad id + 1; kroberta needs {PAD_ID}, "
+            f"got {hf['pad_token_id']}",
+        )
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
         fail("is_decoder", "decoder / cross-attention RoBERTa is not a masked LM kroberta can hold")
     # type_vocab_size > 1 is accepted: MLM inputs use token type 0 only, whose row is
     # folded into the position table; the other rows are ignored.
     shape = {key: need(hf_weights.HF_NAMES[key]) for key in hf_weights.SHAPE_KEYS}
     if shape["hidden_dim"] % shape["num_heads"]:
-        fail("num_attention_heads", f"{shape['num_heads']} heads do not divide "
-                                    f"hidden_size={shape['hidden_dim']}")
+        fail(
+            "num_attention_heads",
+            f"{shape['num_heads']} heads do not divide hidden_size={shape['hidden_dim']}",
+        )
     positions = shape.pop("max_sequence_length")  # HF's rows, offset by pad id + 1
     if positions <= hf_weights.POSITION_OFFSET:
-        fail("max_position_embeddings", f"must exceed {hf_weights.POSITION_OFFSET}, got {positions}")
+        fail(
+            "max_position_embeddings", f"must exceed {hf_weights.POSITION_OFFSET}, got {positions}"
+        )
 
     def number(key, default):
         value = hf.get(key, default)
@@ -252,32 +299,38 @@ def model_config_from_hf(hf: dict, source: str):
     # Inference ignores both; training (continued pretraining) uses them as HF would.
     dropout = number("hidden_dropout_prob", 0.1)
     attention_dropout = number("attention_probs_dropout_prob", dropout)
-    for key, rate in (("hidden_dropout_prob", dropout),
-                      ("attention_probs_dropout_prob", attention_dropout)):
+    for key, rate in (
+        ("hidden_dropout_prob", dropout),
+        ("attention_probs_dropout_prob", attention_dropout),
+    ):
         if not 0.0 <= rate < 1.0:
             fail(key, f"must be in [0, 1), got {rate}")
-    return ModelConfig(**shape, max_sequence_length=positions - hf_weights.POSITION_OFFSET,
-                       dropout=dropout,
-                       # -1 (follow dropout) when HF's two rates are one, as kroberta writes it
-                       attention_dropout=FOLLOW_DROPOUT if attention_dropout == dropout
-                       else attention_dropout,
-                       initializer_range=number("initializer_range", 0.02),
-                       layer_norm_epsilon=float(eps))
+    return ModelConfig(
+        **shape,
+        max_sequence_length=positions - hf_weights.POSITION_OFFSET,
+        dropout=dropout,
+        # -1 (follow dropout) when HF's two rates are one, as kroberta writes it
+        attention_dropout=FOLLOW_DROPOUT if attention_dropout == dropout else attention_dropout,
+        initializer_range=number("initializer_range", 0.02),
+        layer_norm_epsilon=float(eps),
+    )
 
 
 def _load_safetensors(path: str) -> dict:
     try:
         return load_file(path)
     except SafetensorError as e:  # a truncated or damaged file
-        raise InputError(f"{path}: cannot read this weights file: damaged or truncated "
-                         f"({e})") from None
+        raise InputError(
+            f"{path}: cannot read this weights file: damaged or truncated ({e})"
+        ) from None
     except (TypeError, ValueError) as e:
         # numpy has no bfloat16: read such files through torch when it is there.
         try:
             from safetensors.torch import load_file as torch_load_file  # torch: an optional extra
         except ImportError:
-            raise ConversionError(f"{path}: cannot read with numpy ({e}); installing torch "
-                                  f"lets kroberta read it") from None
+            raise ConversionError(
+                f"{path}: cannot read with numpy ({e}); installing torch lets kroberta read it"
+            ) from None
         return {k: v.float().numpy() for k, v in torch_load_file(path).items()}
 
 
@@ -299,8 +352,10 @@ def read_hf_tensors(directory: str) -> tuple[dict, str]:
         try:
             import torch  # an optional extra
         except ImportError:
-            raise ConversionError(f"{path}: reading a PyTorch checkpoint needs torch "
-                                  f"(pip install torch), or convert it to {SAFETENSORS_FILE}") from None
+            raise ConversionError(
+                f"{path}: reading a PyTorch checkpoint needs torch "
+                f"(pip install torch), or convert it to {SAFETENSORS_FILE}"
+            ) from None
         state = torch.load(path, map_location="cpu", weights_only=True)
         return {k: v.float().numpy() for k, v in state.items()}, path
     raise NotFoundError(f"{directory}: no weights ({SAFETENSORS_FILE} or {TORCH_FILE}) found")
@@ -313,8 +368,11 @@ def read_hf_model(directory: str):
     model_config = model_config_from_hf(hf, os.path.join(directory, CONFIG_FILE))
     tensors, source = read_hf_tensors(directory)
     tokenizer = None
-    present = {name for name in (TOKENIZER_FILE, HF_VOCABULARY_FILE, HF_MERGES_FILE)
-               if os.path.isfile(os.path.join(directory, name))}
+    present = {
+        name
+        for name in (TOKENIZER_FILE, HF_VOCABULARY_FILE, HF_MERGES_FILE)
+        if os.path.isfile(os.path.join(directory, name))
+    }
     if TOKENIZER_FILE in present or {HF_VOCABULARY_FILE, HF_MERGES_FILE} <= present:
         # tokenizer.json, or the slow tokenizer's files, as training from this checkpoint
         # reads them: without them the model has no tokenizer to check prepared data against.
@@ -324,8 +382,15 @@ def read_hf_model(directory: str):
     if tokenizer is not None:
         ids = [tokenizer.token_to_id(text) for text in tokens.SPECIAL_TOKENS.values()]  # id order
         if None not in ids:
-            config = dataclasses.replace(config, data=dataclasses.replace(
-                config.data, pad_token_id=ids[1], mask_token_id=ids[4], special_token_ids=tuple(ids)))
+            config = dataclasses.replace(
+                config,
+                data=dataclasses.replace(
+                    config.data,
+                    pad_token_id=ids[1],
+                    mask_token_id=ids[4],
+                    special_token_ids=tuple(ids),
+                ),
+            )
     return hf, config, tokenizer, tensors, source
 
 
@@ -351,8 +416,12 @@ def init_from_hf(model, directory: str):
             want, got = getattr(model.backbone, key), getattr(theirs, key)
             if want != got:
                 hf_key = hf_weights.HF_NAMES[key]
-                raise ConversionError(f"{source}: {hf_key}={hf[hf_key]} gives model.{key}={got}, "
-                                      f"but the model has {want}")
+                raise ConversionError(
+                    f"{source}: {hf_key}={hf[hf_key]} gives model.{key}={got}, "
+                    f"but the model has {want}"
+                )
         tensors, weights_source = read_hf_tensors(local)
-    hf_weights.load_hf_tensors(model, tensors, weights_source, tied=hf.get("tie_word_embeddings", True))
+    hf_weights.load_hf_tensors(
+        model, tensors, weights_source, tied=hf.get("tie_word_embeddings", True)
+    )
     return model

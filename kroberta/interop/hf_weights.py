@@ -24,14 +24,26 @@ from kroberta.errors import ConversionError
 POSITION_OFFSET = 2
 # The model keys that fix the weights' shapes, and how HF's config.json names each model
 # key (keras-hub's names are kroberta's).
-SHAPE_KEYS = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-              "max_sequence_length")
-HF_NAMES = {"vocabulary_size": "vocab_size", "num_layers": "num_hidden_layers",
-            "num_heads": "num_attention_heads", "hidden_dim": "hidden_size",
-            "intermediate_dim": "intermediate_size",
-            "max_sequence_length": "max_position_embeddings", "dropout": "hidden_dropout_prob",
-            "attention_dropout": "attention_probs_dropout_prob",
-            "initializer_range": "initializer_range", "layer_norm_epsilon": "layer_norm_eps"}
+SHAPE_KEYS = (
+    "vocabulary_size",
+    "num_layers",
+    "num_heads",
+    "hidden_dim",
+    "intermediate_dim",
+    "max_sequence_length",
+)
+HF_NAMES = {
+    "vocabulary_size": "vocab_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "hidden_dim": "hidden_size",
+    "intermediate_dim": "intermediate_size",
+    "max_sequence_length": "max_position_embeddings",
+    "dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+    "initializer_range": "initializer_range",
+    "layer_norm_epsilon": "layer_norm_eps",
+}
 
 WORD_EMBEDDINGS = "roberta.embeddings.word_embeddings.weight"
 POSITION_EMBEDDINGS = "roberta.embeddings.position_embeddings.weight"
@@ -77,7 +89,8 @@ def check_first_token_head(classifier, where: str, head: str):
             f"(pooling={pooling!r}), but {head} reads the first token (<s>) only, so the "
             f"export would predict differently; fine-tune with pooling='first' (--pooling "
             f"first) to export, or keep this one in kroberta (--out, kroberta.load, "
-            f"kroberta.predict)")
+            f"kroberta.predict)"
+        )
 
 
 def weight_specs(model) -> list[tuple[str, object, str]]:
@@ -91,7 +104,8 @@ def weight_specs(model) -> list[tuple[str, object, str]]:
             ("classifier.dense.weight", model.pooled_dense.kernel, "linear"),
             ("classifier.dense.bias", model.pooled_dense.bias, "copy"),
             ("classifier.out_proj.weight", model.output_dense.kernel, "linear"),
-            ("classifier.out_proj.bias", model.output_dense.bias, "copy")]
+            ("classifier.out_proj.bias", model.output_dense.bias, "copy"),
+        ]
     head = model.masked_lm_head
     return backbone_specs(model.backbone) + [
         # HF lm_head: dense -> gelu -> layer_norm -> decoder (tied) + bias, as keras-hub's head.
@@ -113,16 +127,27 @@ def backbone_specs(backbone) -> list[tuple[str, object, str]]:
     for i, layer in enumerate(backbone.transformer_layers):
         p = f"roberta.encoder.layer.{i}"
         attention = layer._self_attention_layer
-        for hf_name, dense in (("self.query", attention.query_dense), ("self.key", attention.key_dense),
-                               ("self.value", attention.value_dense)):
+        for hf_name, dense in (
+            ("self.query", attention.query_dense),
+            ("self.key", attention.key_dense),
+            ("self.value", attention.value_dense),
+        ):
             specs.append((f"{p}.attention.{hf_name}.weight", dense.kernel, "qkv"))
             specs.append((f"{p}.attention.{hf_name}.bias", dense.bias, "qkv_bias"))
         specs += [
             (f"{p}.attention.output.dense.weight", attention.output_dense.kernel, "attn_out"),
             (f"{p}.attention.output.dense.bias", attention.output_dense.bias, "copy"),
-            (f"{p}.attention.output.LayerNorm.weight", layer._self_attention_layer_norm.gamma, "copy"),
+            (
+                f"{p}.attention.output.LayerNorm.weight",
+                layer._self_attention_layer_norm.gamma,
+                "copy",
+            ),
             (f"{p}.attention.output.LayerNorm.bias", layer._self_attention_layer_norm.beta, "copy"),
-            (f"{p}.intermediate.dense.weight", layer._feedforward_intermediate_dense.kernel, "linear"),
+            (
+                f"{p}.intermediate.dense.weight",
+                layer._feedforward_intermediate_dense.kernel,
+                "linear",
+            ),
             (f"{p}.intermediate.dense.bias", layer._feedforward_intermediate_dense.bias, "copy"),
             (f"{p}.output.dense.weight", layer._feedforward_output_dense.kernel, "linear"),
             (f"{p}.output.dense.bias", layer._feedforward_output_dense.bias, "copy"),
@@ -151,7 +176,8 @@ def to_hf_tensors(model) -> dict[str, np.ndarray]:
     positions = _numpy(_position_variable(model))  # (L, hidden)
     hidden = positions.shape[1]
     tensors[POSITION_EMBEDDINGS] = np.concatenate(
-        [np.zeros((POSITION_OFFSET, hidden), np.float32), positions])  # (L + 2, hidden)
+        [np.zeros((POSITION_OFFSET, hidden), np.float32), positions]
+    )  # (L + 2, hidden)
     tensors[TOKEN_TYPE_EMBEDDINGS] = np.zeros((1, hidden), np.float32)
     return {name: np.ascontiguousarray(t, dtype=np.float32) for name, t in tensors.items()}
 
@@ -171,8 +197,10 @@ def load_hf_tensors(model, tensors: dict, source: str, tied: bool = True):
         tensors[LM_HEAD_BIAS] = tensors[LM_HEAD_DECODER_BIAS]
     specs = weight_specs(model)
     # The layouts' shapes, from `_to_hf` itself on a zero-stride array (no memory).
-    shapes = {name: _to_hf(kind, np.broadcast_to(np.float32(0), tuple(var.shape))).shape
-              for name, var, kind in specs}
+    shapes = {
+        name: _to_hf(kind, np.broadcast_to(np.float32(0), tuple(var.shape))).shape
+        for name, var, kind in specs
+    }
     length, hidden = tuple(_position_variable(model).shape)
     shapes[POSITION_EMBEDDINGS] = (length + POSITION_OFFSET, hidden)
     missing = [name for name in shapes if name not in tensors]
@@ -180,23 +208,34 @@ def load_hf_tensors(model, tensors: dict, source: str, tied: bool = True):
         raise ConversionError(f"{source}: missing tensor(s): {', '.join(missing)}")
     for name, expected in shapes.items():
         if tuple(tensors[name].shape) != expected:
-            raise ConversionError(f"{source}: tensor {name}: expected shape {expected}, "
-                                  f"got {tuple(tensors[name].shape)}")
+            raise ConversionError(
+                f"{source}: tensor {name}: expected shape {expected}, "
+                f"got {tuple(tensors[name].shape)}"
+            )
     token_type = tensors.get(TOKEN_TYPE_EMBEDDINGS)
-    if token_type is not None and (token_type.ndim != 2 or token_type.shape[0] < 1
-                                   or token_type.shape[1] != hidden):
-        raise ConversionError(f"{source}: tensor {TOKEN_TYPE_EMBEDDINGS}: expected shape "
-                              f"(type_vocab_size, {hidden}), got {tuple(token_type.shape)}")
+    if token_type is not None and (
+        token_type.ndim != 2 or token_type.shape[0] < 1 or token_type.shape[1] != hidden
+    ):
+        raise ConversionError(
+            f"{source}: tensor {TOKEN_TYPE_EMBEDDINGS}: expected shape "
+            f"(type_vocab_size, {hidden}), got {tuple(token_type.shape)}"
+        )
     if not tied and LM_HEAD_DECODER_WEIGHT in tensors:
-        if not np.array_equal(np.asarray(tensors[LM_HEAD_DECODER_WEIGHT]),
-                              np.asarray(tensors[WORD_EMBEDDINGS])):
+        if not np.array_equal(
+            np.asarray(tensors[LM_HEAD_DECODER_WEIGHT]), np.asarray(tensors[WORD_EMBEDDINGS])
+        ):
             raise ConversionError(
                 f"{source}: tie_word_embeddings is false and {LM_HEAD_DECODER_WEIGHT} differs from "
-                f"{WORD_EMBEDDINGS}; kroberta's MLM head is tied to the token embedding")
+                f"{WORD_EMBEDDINGS}; kroberta's MLM head is tied to the token embedding"
+            )
 
-    values = [(var, _from_hf(kind, np.asarray(tensors[name], np.float32), tuple(var.shape)))
-              for name, var, kind in specs]
-    positions = np.asarray(tensors[POSITION_EMBEDDINGS], np.float32)[POSITION_OFFSET:]  # (L, hidden)
+    values = [
+        (var, _from_hf(kind, np.asarray(tensors[name], np.float32), tuple(var.shape)))
+        for name, var, kind in specs
+    ]
+    positions = np.asarray(tensors[POSITION_EMBEDDINGS], np.float32)[
+        POSITION_OFFSET:
+    ]  # (L, hidden)
     if token_type is not None:
         # HF adds token_type_embeddings[token_type_ids] to every token and MLM inputs use
         # type 0 only, so row 0 is a constant offset; rows 1+ (type_vocab_size > 1) are

@@ -45,11 +45,24 @@ KROBERTA_CONFIG_FILE = "kroberta_config.toml"
 CONFIG_FILE = "config.json"
 TASK_CONFIG_FILE = "task.json"
 TASK_WEIGHTS_FILE = "task.weights.h5"
-CLASSIFIER_FILE = "kroberta_classifier.json"  # a classifier's class names and task (keras-hub has no place)
+CLASSIFIER_FILE = (
+    "kroberta_classifier.json"  # a classifier's class names and task (keras-hub has no place)
+)
 # Every file `export_keras_hub` may write (the export CLI clears them before --overwrite).
-EXPORT_FILES = (CONFIG_FILE, "model.weights.h5", "model.weights.json", "metadata.json", TASK_CONFIG_FILE,
-                TASK_WEIGHTS_FILE, "preprocessor.json", "tokenizer.json", KROBERTA_CONFIG_FILE,
-                KERAS_HUB_VOCABULARY_FILE, KERAS_HUB_MERGES_FILE, CLASSIFIER_FILE)
+EXPORT_FILES = (
+    CONFIG_FILE,
+    "model.weights.h5",
+    "model.weights.json",
+    "metadata.json",
+    TASK_CONFIG_FILE,
+    TASK_WEIGHTS_FILE,
+    "preprocessor.json",
+    "tokenizer.json",
+    KROBERTA_CONFIG_FILE,
+    KERAS_HUB_VOCABULARY_FILE,
+    KERAS_HUB_MERGES_FILE,
+    CLASSIFIER_FILE,
+)
 BACKBONE_NAME = "RobertaBackbone"
 
 __all__ = ["export_keras_hub", "init_from_keras_hub", "ConversionError"]
@@ -62,13 +75,16 @@ def _keras_hub_tokenizer(tokenizer, vocabulary_size: int):
     """keras-hub's `RobertaTokenizer` with the vocabulary and merges of a `tokenizers` BPE."""
     kind, vocabulary, merges = bpe_of(tokenizer)
     if kind != "BPE":
-        raise ConversionError(f"the tokenizer is a {kind} model; keras-hub's RobertaTokenizer "
-                              "needs byte-level BPE")
+        raise ConversionError(
+            f"the tokenizer is a {kind} model; keras-hub's RobertaTokenizer needs byte-level BPE"
+        )
     for token_id, added in tokenizer.get_added_tokens_decoder().items():
         vocabulary.setdefault(added.content, token_id)
     if max(vocabulary.values()) >= vocabulary_size:
-        raise ConversionError(f"the tokenizer has ids up to {max(vocabulary.values())}, beyond the model's "
-                              f"vocabulary_size={vocabulary_size}")
+        raise ConversionError(
+            f"the tokenizer has ids up to {max(vocabulary.values())}, beyond the model's "
+            f"vocabulary_size={vocabulary_size}"
+        )
     return keras_hub.models.RobertaTokenizer(vocabulary=vocabulary, merges=merges)
 
 
@@ -82,14 +98,17 @@ def _recorded_config(config, model):
             return None  # keras-hub's config says it all
         config = Config(model=preset_model_config_of(model.backbone))
     rates = {"attention_dropout": rate} if config.model.attention_dropout_rate != rate else {}
-    return dataclasses.replace(config, model=dataclasses.replace(
-        config.model, layer_norm_epsilon=epsilon, **rates))
+    return dataclasses.replace(
+        config, model=dataclasses.replace(config.model, layer_norm_epsilon=epsilon, **rates)
+    )
 
 
 def preset_model_config_of(backbone):
     """The kroberta `ModelConfig` of a keras-hub `RobertaBackbone`'s shape and dropout."""
-    return ModelConfig(**{key: int(getattr(backbone, key)) for key in hf_weights.SHAPE_KEYS},
-                       dropout=float(backbone.dropout))
+    return ModelConfig(
+        **{key: int(getattr(backbone, key)) for key in hf_weights.SHAPE_KEYS},
+        dropout=float(backbone.dropout),
+    )
 
 
 def export_keras_hub(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> str:
@@ -102,11 +121,11 @@ def export_keras_hub(model, out_dir: str, tokenizer=None, overwrite: bool = Fals
     """
     classifier = hf_weights.is_classifier(model)
     if not classifier:
-        check_model(model, "export_keras_hub", out_dir,
-                    "kroberta.export_keras_hub(model, out_dir)")
+        check_model(model, "export_keras_hub", out_dir, "kroberta.export_keras_hub(model, out_dir)")
     else:
-        hf_weights.check_first_token_head(model, "export_keras_hub",
-                                          "keras-hub's RobertaTextClassifier")
+        hf_weights.check_first_token_head(
+            model, "export_keras_hub", "keras-hub's RobertaTextClassifier"
+        )
     check_tokenizer(tokenizer, "export_keras_hub")
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
@@ -123,15 +142,24 @@ def _write_preset(model, out_dir: str, tokenizer, classifier: bool):
         # A model with no run config (a Hugging Face checkpoint's): RoBERTa's 15%, keras-hub's default.
         data = config.data if config is not None else DataConfig(mask_rate=0.15)
         keras_hub_tokenizer = _keras_hub_tokenizer(tokenizer, int(model.backbone.vocabulary_size))
-        preprocessor = None if classifier else keras_hub.models.RobertaMaskedLMPreprocessor(
-            tokenizer=keras_hub_tokenizer, sequence_length=length,
-            mask_selection_rate=data.mask_rate, mask_selection_length=data.prediction_slots(length))
+        preprocessor = (
+            None
+            if classifier
+            else keras_hub.models.RobertaMaskedLMPreprocessor(
+                tokenizer=keras_hub_tokenizer,
+                sequence_length=length,
+                mask_selection_rate=data.mask_rate,
+                mask_selection_length=data.prediction_slots(length),
+            )
+        )
         # keras-hub's classifiers build their preprocessor from preprocessor.json only when
         # it is theirs, else with 512 tokens (too many for a shorter model: "Paddings must
         # be non-negative" in fit). The masked LM reads its own from task.json, so
         # preprocessor.json is the classifier's, at the model's length.
         classifier_preprocessor = keras_hub.models.RobertaTextClassifierPreprocessor(
-            tokenizer=keras_hub_tokenizer, sequence_length=getattr(model, "max_length", None) or length)
+            tokenizer=keras_hub_tokenizer,
+            sequence_length=getattr(model, "max_length", None) or length,
+        )
     stock = stock_copy(model, classifier_preprocessor if classifier else preprocessor)
     with global_distribution(None):  # saving builds variables: none of them a collective
         # model.weights.h5 and task.weights.h5 together hold each weight at most once.
@@ -144,8 +172,13 @@ def _write_preset(model, out_dir: str, tokenizer, classifier: bool):
             f.write(to_toml(config))
     if classifier:
         with open(os.path.join(out_dir, CLASSIFIER_FILE), "w", encoding="utf-8") as f:
-            json.dump({"label_names": list(getattr(model, "label_names", None) or []) or None,
-                       "task": task_of(model)}, f)
+            json.dump(
+                {
+                    "label_names": list(getattr(model, "label_names", None) or []) or None,
+                    "task": task_of(model),
+                },
+                f,
+            )
 
 
 # ---------------------------------------------------------------- import
@@ -157,18 +190,31 @@ def preset_model_config(directory: str):
     data = read_json_in(directory, CONFIG_FILE, "a keras-hub preset directory")
     name = str(data.get("registered_name", ""))
     if not name.endswith(BACKBONE_NAME):
-        raise ConversionError(f"{path}: registered_name: kroberta reads {BACKBONE_NAME} presets, got "
-                              f"{name or data.get('model_type') or 'none'!r}"
-                              + ("; this is a Hugging Face config: start from it with init_from_hf"
-                                 if "model_type" in data else ""))
+        raise ConversionError(
+            f"{path}: registered_name: kroberta reads {BACKBONE_NAME} presets, got "
+            f"{name or data.get('model_type') or 'none'!r}"
+            + (
+                "; this is a Hugging Face config: start from it with init_from_hf"
+                if "model_type" in data
+                else ""
+            )
+        )
     values = data.get("config", {})
     for key in hf_weights.SHAPE_KEYS:
-        if not isinstance(values.get(key), int) or isinstance(values.get(key), bool) or values[key] < 1:
-            raise ConversionError(f"{path}: config.{key}: expected a positive integer, got {values.get(key)!r}")
+        if (
+            not isinstance(values.get(key), int)
+            or isinstance(values.get(key), bool)
+            or values[key] < 1
+        ):
+            raise ConversionError(
+                f"{path}: config.{key}: expected a positive integer, got {values.get(key)!r}"
+            )
     # keras-hub's RoBERTa has no setting for it: it always starts from this.
-    return ModelConfig(**{k: values[k] for k in hf_weights.SHAPE_KEYS},
-                       dropout=float(values.get("dropout", 0.0)),
-                       initializer_range=KERAS_HUB_INITIALIZER_RANGE)
+    return ModelConfig(
+        **{k: values[k] for k in hf_weights.SHAPE_KEYS},
+        dropout=float(values.get("dropout", 0.0)),
+        initializer_range=KERAS_HUB_INITIALIZER_RANGE,
+    )
 
 
 def preset_tokenizer(directory: str):
@@ -176,8 +222,11 @@ def preset_tokenizer(directory: str):
     (`kroberta.text.tokenizer.byte_level_bpe`: Hugging Face's ids); None without them."""
     vocabulary = os.path.join(directory, KERAS_HUB_VOCABULARY_FILE)
     merges = os.path.join(directory, KERAS_HUB_MERGES_FILE)
-    return byte_level_bpe(vocabulary, merges) if os.path.isfile(vocabulary) and \
-        os.path.isfile(merges) else None
+    return (
+        byte_level_bpe(vocabulary, merges)
+        if os.path.isfile(vocabulary) and os.path.isfile(merges)
+        else None
+    )
 
 
 def load_weights_into(model, directory: str):
@@ -185,8 +234,9 @@ def load_weights_into(model, directory: str):
     head came from the preset (a backbone-only preset leaves the head as it was)."""
     if os.path.isfile(os.path.join(directory, TASK_WEIGHTS_FILE)):
         with storage.reading(os.path.join(directory, TASK_WEIGHTS_FILE), "weights file"):
-            task = keras_hub.models.RobertaMaskedLM.from_preset(directory, preprocessor=None,
-                                                                dtype="float32")
+            task = keras_hub.models.RobertaMaskedLM.from_preset(
+                directory, preprocessor=None, dtype="float32"
+            )
         model.set_weights(task.get_weights())
         return True
     with storage.reading(os.path.join(directory, "model.weights.h5"), "weights file"):
@@ -209,9 +259,16 @@ def preset_config(directory: str, masked_lm: bool = False):
     # What keras-hub's config cannot hold: the attention rate (else -1: follow dropout)
     # and the layer-norm epsilon.
     rate = config.model.attention_dropout_rate
-    return dataclasses.replace(config, model=dataclasses.replace(
-        model_config, layer_norm_epsilon=config.model.layer_norm_epsilon,
-        attention_dropout=rate if rate != model_config.dropout else model_config.attention_dropout))
+    return dataclasses.replace(
+        config,
+        model=dataclasses.replace(
+            model_config,
+            layer_norm_epsilon=config.model.layer_norm_epsilon,
+            attention_dropout=rate
+            if rate != model_config.dropout
+            else model_config.attention_dropout,
+        ),
+    )
 
 
 def init_from_keras_hub(model, directory: str) -> bool:
@@ -226,7 +283,9 @@ def init_from_keras_hub(model, directory: str) -> bool:
         theirs = preset_model_config(local)
         for key in hf_weights.SHAPE_KEYS:
             if getattr(theirs, key) != getattr(model.backbone, key):
-                raise ConversionError(f"{os.path.join(local, CONFIG_FILE)}: config.{key}="
-                                      f"{getattr(theirs, key)}, but the model has "
-                                      f"model.{key}={getattr(model.backbone, key)}")
+                raise ConversionError(
+                    f"{os.path.join(local, CONFIG_FILE)}: config.{key}="
+                    f"{getattr(theirs, key)}, but the model has "
+                    f"model.{key}={getattr(model.backbone, key)}"
+                )
         return load_weights_into(model, local)

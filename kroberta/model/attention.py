@@ -47,23 +47,35 @@ def use_attention_dropout(model, rate: float) -> int:
     return len(layers)
 
 
-def _cudnn_attention_available(batch: int, length: int, heads: int, head_dim: int,
-                               dtype) -> bool:
+def _cudnn_attention_available(batch: int, length: int, heads: int, head_dim: int, dtype) -> bool:
     """Whether `jax.nn.dot_product_attention(implementation="cudnn")` traces for these
     shapes with a padding mask (it checks the cuDNN version, the GPU and the layout
     while tracing)."""
     spec = jax.ShapeDtypeStruct((batch, length, heads, head_dim), dtype)
     mask = jax.ShapeDtypeStruct((batch, 1, length, length), "bool")
     try:
-        jax.eval_shape(lambda q, k, v, m: jax.nn.dot_product_attention(
-            q, k, v, mask=m, implementation="cudnn"), spec, spec, spec, mask)
+        jax.eval_shape(
+            lambda q, k, v, m: jax.nn.dot_product_attention(
+                q, k, v, mask=m, implementation="cudnn"
+            ),
+            spec,
+            spec,
+            spec,
+            mask,
+        )
         return True
     except Exception:  # cuDNN missing, an older GPU or unsupported shapes
         return False
 
 
-def attention_path(rate: float, length: int, heads: int, head_dim: int,
-                   mixed_precision: bool, platform: str | None = None) -> str:
+def attention_path(
+    rate: float,
+    length: int,
+    heads: int,
+    head_dim: int,
+    mixed_precision: bool,
+    platform: str | None = None,
+) -> str:
     """One line saying how attention runs in training for these settings.
 
     Args:
@@ -76,24 +88,37 @@ def attention_path(rate: float, length: int, heads: int, head_dim: int,
     """
     platform = platform or jax.default_backend()
     if rate > 0:
-        return (f"attention: explicit softmax with dropout {rate:g} on the weights (materialises "
-                f"(batch, {heads}, {length}, {length}) weights and their dropout mask); "
-                "model.attention_dropout=0 runs ops.dot_product_attention (fused kernels)")
+        return (
+            f"attention: explicit softmax with dropout {rate:g} on the weights (materialises "
+            f"(batch, {heads}, {length}, {length}) weights and their dropout mask); "
+            "model.attention_dropout=0 runs ops.dot_product_attention (fused kernels)"
+        )
     if platform == "gpu":
         dtype = "bfloat16" if mixed_precision else "float32"
         if _cudnn_attention_available(8, length, heads, head_dim, dtype):
             return "attention: ops.dot_product_attention -> cuDNN flash attention"
-        return ("attention: ops.dot_product_attention -> XLA's attention (cuDNN's flash kernel "
-                f"refuses these settings: {dtype}, {heads} heads of {head_dim}, {length} tokens)")
+        return (
+            "attention: ops.dot_product_attention -> XLA's attention (cuDNN's flash kernel "
+            f"refuses these settings: {dtype}, {heads} heads of {head_dim}, {length} tokens)"
+        )
     if platform == "tpu":
-        return ("attention: ops.dot_product_attention -> XLA's fused attention (Keras' Splash "
-                "kernel needs a compile-time mask; padding masks are data)")
+        return (
+            "attention: ops.dot_product_attention -> XLA's fused attention (Keras' Splash "
+            "kernel needs a compile-time mask; padding masks are data)"
+        )
     return f"attention: ops.dot_product_attention -> XLA's attention ({platform}: no flash kernel)"
 
 
 def describe(m, mixed_precision: bool, remat: str) -> str:
     """The log line of a training run of the model `m` (a `ModelConfig`): the attention
     path and `train.remat`."""
-    return (attention_path(m.attention_dropout_rate, m.max_sequence_length, m.num_heads,
-                           m.head_dim, mixed_precision)
-            + f"; train.remat={remat}")
+    return (
+        attention_path(
+            m.attention_dropout_rate,
+            m.max_sequence_length,
+            m.num_heads,
+            m.head_dim,
+            mixed_precision,
+        )
+        + f"; train.remat={remat}"
+    )

@@ -75,10 +75,15 @@ def uses_hash_masks(shape, platform: str | None = None) -> bool:
     """Whether a mask of `shape` is hashed (see the module docstring): on CPU, unless
     the user chose JAX's generator (JAX_DEFAULT_PRNG_IMPL in the environment, or a
     jax.config.update). Decided when the step is traced."""
-    chose = bool(os.environ.get("JAX_DEFAULT_PRNG_IMPL")) or \
-        jax.config.jax_default_prng_impl != JAX_DEFAULT_GENERATOR
-    return (platform or jax.default_backend()) == "cpu" and not chose \
+    chose = (
+        bool(os.environ.get("JAX_DEFAULT_PRNG_IMPL"))
+        or jax.config.jax_default_prng_impl != JAX_DEFAULT_GENERATOR
+    )
+    return (
+        (platform or jax.default_backend()) == "cpu"
+        and not chose
         and math.prod(shape) < MAX_HASHED_ELEMENTS
+    )
 
 
 def dropout(inputs, rate: float, seed_generator):
@@ -110,6 +115,7 @@ class Dropout(keras.layers.Dropout):
 def use_fast_dropout(model) -> int:
     """Switches every `keras.layers.Dropout` inside `model` to this module's
     `Dropout`, in place; returns how many."""
+
     def swap(layer):
         layer.__class__ = Dropout
 

@@ -130,9 +130,17 @@ def _super_batch_iterator_class(epoch_iterator):
     class SuperBatchEpochIterator(epoch_iterator):
         yields_super_batches = True
 
-        def __init__(self, x, y=None, sample_weight=None, batch_size=None,
-                     steps_per_epoch=None, shuffle=False, class_weight=None,
-                     steps_per_execution=1):
+        def __init__(
+            self,
+            x,
+            y=None,
+            sample_weight=None,
+            batch_size=None,
+            steps_per_epoch=None,
+            shuffle=False,
+            class_weight=None,
+            steps_per_execution=1,
+        ):
             self._flat_batches = None
             self._grouped_in_tf = isinstance(x, tf.data.Dataset) and class_weight is None
             if self._grouped_in_tf:
@@ -141,11 +149,21 @@ def _super_batch_iterator_class(epoch_iterator):
                 # Super-batches of K (a shorter last one), their cardinality hidden: Keras
                 # counts steps in single batches (steps_per_epoch, or the flat dataset's
                 # size) and would read a known count of super-batches as one of those.
-                x = x.batch(steps_per_execution, drop_remainder=False).filter(
-                    lambda *_: True).prefetch(tf.data.AUTOTUNE)
-            super().__init__(x, y=y, sample_weight=sample_weight, batch_size=batch_size,
-                             steps_per_epoch=steps_per_epoch, shuffle=shuffle,
-                             class_weight=class_weight, steps_per_execution=steps_per_execution)
+                x = (
+                    x.batch(steps_per_execution, drop_remainder=False)
+                    .filter(lambda *_: True)
+                    .prefetch(tf.data.AUTOTUNE)
+                )
+            super().__init__(
+                x,
+                y=y,
+                sample_weight=sample_weight,
+                batch_size=batch_size,
+                steps_per_epoch=steps_per_epoch,
+                shuffle=shuffle,
+                class_weight=class_weight,
+                steps_per_execution=steps_per_execution,
+            )
             self._count_single_batches()
 
         def _count_single_batches(self):
@@ -180,7 +198,8 @@ def _stack_groups(batches, k: int):
 
 def _stack(group):
     return keras.tree.map_structure(
-        lambda *leaves: None if leaves[0] is None else np.stack(leaves), *group, none_is_leaf=True)
+        lambda *leaves: None if leaves[0] is None else np.stack(leaves), *group, none_is_leaf=True
+    )
 
 
 def prefetch_to_devices(batches, distribution, depth: int = PREFETCH_DEPTH):
@@ -202,11 +221,16 @@ def prefetch_to_devices(batches, distribution, depth: int = PREFETCH_DEPTH):
     for batch in batches:
         if shardings is None:
             shardings = keras.tree.map_structure(
-                lambda leaf: None if leaf is None or distribution is None
-                else super_batch_sharding(distribution, leaf.shape), batch, none_is_leaf=True)
+                lambda leaf: (
+                    None
+                    if leaf is None or distribution is None
+                    else super_batch_sharding(distribution, leaf.shape)
+                ),
+                batch,
+                none_is_leaf=True,
+            )
         # device_put returns at once: the transfer runs while the current step computes.
-        queue.append(SuperBatch(keras.tree.map_structure(put, batch, shardings,
-                                                         none_is_leaf=True)))
+        queue.append(SuperBatch(keras.tree.map_structure(put, batch, shardings, none_is_leaf=True)))
         if len(queue) >= depth:
             yield queue.popleft()
     while queue:

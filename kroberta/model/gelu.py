@@ -32,5 +32,9 @@ def use_erf_gelu(model) -> int:
     """Switches every Dense layer in `model` whose activation is Keras' exact
     "gelu" to `erf_gelu`; returns how many."""
     return swap_layers(
-        model, lambda layer: isinstance(layer, keras.layers.Dense) and layer.activation is keras.activations.gelu,
-        lambda layer: setattr(layer, "activation", erf_gelu))
+        model,
+        lambda layer: (
+            isinstance(layer, keras.layers.Dense) and layer.activation is keras.activations.gelu
+        ),
+        lambda layer: setattr(layer, "activation", erf_gelu),
+    )

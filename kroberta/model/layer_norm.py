@@ -46,8 +46,11 @@ def _backward(epsilon, residuals, grad):
     d_beta = jnp.sum(grad, axis=rows)  # (hidden,)
     d_gamma = jnp.sum(grad * x_hat, axis=rows)
     g = grad * gamma
-    d_x = inv * (g - jnp.mean(g, axis=-1, keepdims=True)
-                 - x_hat * jnp.mean(g * x_hat, axis=-1, keepdims=True))
+    d_x = inv * (
+        g
+        - jnp.mean(g, axis=-1, keepdims=True)
+        - x_hat * jnp.mean(g * x_hat, axis=-1, keepdims=True)
+    )
     return d_x, d_gamma, d_beta
 
 
@@ -66,8 +69,9 @@ class LayerNormalization(keras.layers.LayerNormalization):
 
     def call(self, inputs):
         x = ops.cast(inputs, "float32")
-        outputs = layer_norm(x, ops.cast(self.gamma, "float32"),
-                             ops.cast(self.beta, "float32"), float(self.epsilon))
+        outputs = layer_norm(
+            x, ops.cast(self.gamma, "float32"), ops.cast(self.beta, "float32"), float(self.epsilon)
+        )
         return ops.cast(outputs, self.compute_dtype)
 
 
@@ -77,14 +81,16 @@ def _is_plain_last_axis_norm(layer) -> bool:
     # keras-hub builds its norms with axis=-1 (`[-1]` once built); any other axis
     # or variant keeps Keras' own layer.
     axis = layer.axis if isinstance(layer.axis, (list, tuple)) else [layer.axis]
-    return (len(axis) == 1 and axis[0] == -1 and layer.center and layer.scale
-            and not layer.rms_scaling)
+    return (
+        len(axis) == 1 and axis[0] == -1 and layer.center and layer.scale and not layer.rms_scaling
+    )
 
 
 def use_fused_layer_norm(model, epsilon: float) -> int:
     """Switches every built last-axis `keras.layers.LayerNormalization` inside
     `model` to this module's `LayerNormalization` with `epsilon` (keras-hub hard-codes
     1e-5; `ModelConfig.layer_norm_epsilon`), in place; returns how many."""
+
     def swap(layer):
         layer.__class__ = LayerNormalization
         layer.epsilon = float(epsilon)  # the public attribute `call` reads

@@ -82,8 +82,15 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         kroberta_step: the training step its weights come from, when a checkpoint's.
     """
 
-    def __init__(self, backbone, preprocessor=None, kroberta_config=None, tokenizer=None,
-                 kroberta_step=None, **kwargs):
+    def __init__(
+        self,
+        backbone,
+        preprocessor=None,
+        kroberta_config=None,
+        tokenizer=None,
+        kroberta_step=None,
+        **kwargs,
+    ):
         self.masker = self.evaluation_masker = None
         self.gradient_accumulation_steps = 1
         self.grad_norm_tracker = None
@@ -92,8 +99,17 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         self.tokenizer = tokenizer
         self.kroberta_step = kroberta_step
 
-    def compile(self, optimizer="auto", loss="auto", *, weighted_metrics="auto", masker=None,
-                evaluation_masker=None, gradient_accumulation_steps: int = 1, **kwargs):
+    def compile(
+        self,
+        optimizer="auto",
+        loss="auto",
+        *,
+        weighted_metrics="auto",
+        masker=None,
+        evaluation_masker=None,
+        gradient_accumulation_steps: int = 1,
+        **kwargs,
+    ):
         """keras-hub's `compile`, with "auto" meaning the masked loss and metrics over the
         real label slots (`kroberta.dataset`'s batches hold -100 in the slots with no masked
         token; sample weights such as keras-hub's `mask_weights` still apply), plus:
@@ -109,8 +125,7 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
             loss = MaskedLMLoss()
         if weighted_metrics == "auto":
             weighted_metrics = [MaskedAccuracy(), Perplexity()]
-        super().compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics,
-                        **kwargs)
+        super().compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics, **kwargs)
         self.masker = masker
         self.evaluation_masker = evaluation_masker or masker
         self.gradient_accumulation_steps = int(gradient_accumulation_steps)
@@ -163,8 +178,10 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         k, steps = self.steps_per_execution, kwargs.get("steps_per_epoch")
         if steps and steps % k and kwargs.get("epochs", 1) > 1:
             # Every epoch but the first would start in the middle of a super-batch.
-            raise ValueError(f"fit: steps_per_epoch={steps} is not a multiple of "
-                             f"steps_per_execution={k} (the steps fused into one dispatch)")
+            raise ValueError(
+                f"fit: steps_per_epoch={steps} is not a multiple of "
+                f"steps_per_execution={k} (the steps fused into one dispatch)"
+            )
         _check_labelled(self, x, y, "model.fit")
         x = self._in_memory_inputs(x, "model.fit")
         if self.optimizer is not None and not self.optimizer.built:
@@ -176,9 +193,9 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         """Keras `evaluate`, taking the inputs `predict` takes; a failure leaves the model
         usable (its variables attached)."""
         _check_labelled(self, x, y, "model.evaluate")
-        return call_keeping_variables(self, super().evaluate,
-                                      self._in_memory_inputs(x, "model.evaluate"), y, *args,
-                                      **kwargs)
+        return call_keeping_variables(
+            self, super().evaluate, self._in_memory_inputs(x, "model.evaluate"), y, *args, **kwargs
+        )
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """Keras `predict`: logits (batch, slots, vocabulary) at `mask_positions`, or
@@ -191,8 +208,15 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         # A loaded model's weights live on one device; a distribution that training left set
         # in this process would demand batches divisible by its devices.
         with global_distribution(None):
-            return call_keeping_variables(self, super().predict, x, batch_size=batch_size,
-                                          verbose=verbose, steps=steps, callbacks=callbacks)
+            return call_keeping_variables(
+                self,
+                super().predict,
+                x,
+                batch_size=batch_size,
+                verbose=verbose,
+                steps=steps,
+                callbacks=callbacks,
+            )
 
     def _in_memory_inputs(self, x, where: str):
         """Arrays and dicts of arrays checked and completed to the three model inputs before
@@ -202,10 +226,12 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         if isinstance(x, (list, tuple)) and x and not isinstance(x[0], (int, np.integer)):
             x = np.asarray(x)
         if not isinstance(x, (np.ndarray, dict)) or (
-                isinstance(x, dict) and any(name in x for name in STEP_INPUTS)):
+            isinstance(x, dict) and any(name in x for name in STEP_INPUTS)
+        ):
             return x  # elements checked as traced, or finished by the step (mask keys)
-        return check_arrays(x, self.backbone.max_sequence_length, self.backbone.vocabulary_size,
-                            where)
+        return check_arrays(
+            x, self.backbone.max_sequence_length, self.backbone.vocabulary_size, where
+        )
 
     # ------------------------------------------------------------------ the compiled steps
     def train_step(self, state, data):
@@ -225,19 +251,21 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         x, y, sample_weight = self._finished(self.masker, data, "model.fit")
         # 2. The whole batch's gradient; the compiled metrics updated on the way.
         grads, loss, non_trainable, metrics_vars = self._batch_gradient(
-            trainable, non_trainable, optimizer_vars, metrics_vars, x, y, sample_weight)
+            trainable, non_trainable, optimizer_vars, metrics_vars, x, y, sample_weight
+        )
         # 3. Its norm before the optimizer clips it.
-        grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype("float32")))
-                                 for g in jax.tree.leaves(grads)))
+        grad_norm = jnp.sqrt(
+            sum(jnp.sum(jnp.square(g.astype("float32"))) for g in jax.tree.leaves(grads))
+        )
         # 4. The update (clipping, AdamW, the schedule's step).
-        trainable, optimizer_vars = self.optimizer.stateless_apply(optimizer_vars, grads,
-                                                                   trainable)
+        trainable, optimizer_vars = self.optimizer.stateless_apply(optimizer_vars, grads, trainable)
         # 5. The loss tracker (weighted by rows, as Keras') and the gradient norm; the
         # compiled MaskedAccuracy / Perplexity were updated per micro-batch (they are
         # token-weighted sums).
-        metrics_vars = self._update_metrics(metrics_vars, {
-            LOSS: ((loss,), {"sample_weight": _rows(x)}),
-            GRAD_NORM: ((grad_norm,), {})})
+        metrics_vars = self._update_metrics(
+            metrics_vars,
+            {LOSS: ((loss,), {"sample_weight": _rows(x)}), GRAD_NORM: ((grad_norm,), {})},
+        )
         logs = self._metrics_results(metrics_vars)
         return logs, (trainable, non_trainable, optimizer_vars, metrics_vars)
 
@@ -245,11 +273,13 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         """(x, y, sample_weight) of a batch: masked on the device when it carries mask keys
         or token labels, its inputs under keras-hub's names."""
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(
-            finish_batch(masker, data) if masker else data)
+            finish_batch(masker, data) if masker else data
+        )
         return model_inputs(x, where=where), y, sample_weight
 
-    def _batch_gradient(self, trainable, non_trainable, optimizer_vars, metrics_vars, x, y,
-                        sample_weight):
+    def _batch_gradient(
+        self, trainable, non_trainable, optimizer_vars, metrics_vars, x, y, sample_weight
+    ):
         """(gradient, loss, non_trainable, metrics) of the batch, in N =
         `gradient_accumulation_steps` micro-batches scanned one after another (only one
         micro-batch's activations alive at a time); the compiled metrics updated.
@@ -263,24 +293,34 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
 
         def gradient(non_trainable, metrics_vars, x, y, sample_weight):
             (_, (loss, y_pred, non_trainable, metrics_vars)), grads = grad_fn(
-                trainable, non_trainable, metrics_vars, x, y, sample_weight, training=True,
-                optimizer_variables=optimizer_vars)
-            metrics_vars = self._update_metrics(metrics_vars, {
-                "compile_metrics": ((y, y_pred), {"sample_weight": sample_weight})})
+                trainable,
+                non_trainable,
+                metrics_vars,
+                x,
+                y,
+                sample_weight,
+                training=True,
+                optimizer_variables=optimizer_vars,
+            )
+            metrics_vars = self._update_metrics(
+                metrics_vars, {"compile_metrics": ((y, y_pred), {"sample_weight": sample_weight})}
+            )
             return grads, loss, non_trainable, metrics_vars
 
         n = self.gradient_accumulation_steps
         if n == 1:
             return gradient(non_trainable, metrics_vars, x, y, sample_weight)
-        micro = keras.tree.map_structure(lambda a: micro_batches(a, n), (x, y, sample_weight),
-                                         none_is_leaf=True)
+        micro = keras.tree.map_structure(
+            lambda a: micro_batches(a, n), (x, y, sample_weight), none_is_leaf=True
+        )
         total = jnp.maximum(masked_tokens(y), 1.0)
 
         def body(carry, batch):
             grads, loss, non_trainable, metrics_vars = carry
             share = masked_tokens(batch[1]) / total
             micro_grads, micro_loss, non_trainable, metrics_vars = gradient(
-                non_trainable, metrics_vars, *batch)
+                non_trainable, metrics_vars, *batch
+            )
             grads = jax.tree.map(lambda g, m: g + share * m, grads, micro_grads)
             return (grads, loss + share * micro_loss, non_trainable, metrics_vars), None
 
@@ -295,10 +335,15 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         trainable, non_trainable, metrics_vars = state
         x, y, sample_weight = self._finished(self.evaluation_masker, data, "model.evaluate")
         _, (loss, y_pred, non_trainable, metrics_vars) = self.compute_loss_and_updates(
-            trainable, non_trainable, metrics_vars, x, y, sample_weight, training=False)
-        metrics_vars = self._update_metrics(metrics_vars, {
-            LOSS: ((loss,), {"sample_weight": _rows(x)}),
-            "compile_metrics": ((y, y_pred), {"sample_weight": sample_weight})})
+            trainable, non_trainable, metrics_vars, x, y, sample_weight, training=False
+        )
+        metrics_vars = self._update_metrics(
+            metrics_vars,
+            {
+                LOSS: ((loss,), {"sample_weight": _rows(x)}),
+                "compile_metrics": ((y, y_pred), {"sample_weight": sample_weight}),
+            },
+        )
         logs = self._metrics_results(metrics_vars, leave_out=(GRAD_NORM,))
         return logs, (trainable, non_trainable, metrics_vars)
 
@@ -315,8 +360,7 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         `kroberta.predict` reduces on the device (embeddings need the last hidden layer)."""
         if self not in _hidden_views:
             x = self.input
-            hidden = self.backbone({"token_ids": x["token_ids"],
-                                    "padding_mask": x["padding_mask"]})
+            hidden = self.backbone({"token_ids": x["token_ids"], "padding_mask": x["padding_mask"]})
             logits = self.masked_lm_head(hidden, x["mask_positions"])
             _hidden_views[self] = keras.Model(x, {"hidden": hidden, "logits": logits})
         return _hidden_views[self]
@@ -325,7 +369,7 @@ class MaskedLM(StepsPerDispatch, keras_hub.models.RobertaMaskedLM):
         """(metric, its values) for each metric, from the values of `self.metrics_variables`."""
         at = 0
         for metric in self.metrics:
-            yield metric, metrics_vars[at:at + len(metric.variables)]
+            yield metric, metrics_vars[at : at + len(metric.variables)]
             at += len(metric.variables)
 
     def _update_metrics(self, metrics_vars, updates):
@@ -358,8 +402,9 @@ def _on_their_layouts(variables):
         return
     for v in {id(v): v for v in variables}.values():
         layout = distribution.get_variable_layout(v)  # a TensorLayout, or a jax Sharding
-        sharding = layout.backend_layout if isinstance(layout, keras.distribution.TensorLayout) \
-            else layout
+        sharding = (
+            layout.backend_layout if isinstance(layout, keras.distribution.TensorLayout) else layout
+        )
         if isinstance(sharding, jax.sharding.Sharding) and v.value.sharding != sharding:
             v.assign(jax.device_put(v.value, sharding))
 
@@ -369,8 +414,10 @@ def _step_input(x) -> str | None:
     if isinstance(x, dict):
         found = [name for name in STEP_INPUTS if name in x]
         if len(found) > 1:
-            raise ValueError(f"a batch carries both '{KEYS}' and '{TOKEN_LABELS}'; "
-                             "it can be finished from one only")
+            raise ValueError(
+                f"a batch carries both '{KEYS}' and '{TOKEN_LABELS}'; "
+                "it can be finished from one only"
+            )
         return found[0] if found else None
     return None
 
@@ -382,8 +429,16 @@ def call_keeping_variables(model, call, *args, **kwargs):
     Keras has no public way to re-attach them: the one private access is here."""
     optimizer = getattr(model, "optimizer", None)
     # Model, metric and optimizer variables, each once; their values are references.
-    variables = list({id(v): v for v in [*model.variables, *model.metrics_variables, *(
-        optimizer.variables if optimizer is not None else [])]}.values())
+    variables = list(
+        {
+            id(v): v
+            for v in [
+                *model.variables,
+                *model.metrics_variables,
+                *(optimizer.variables if optimizer is not None else []),
+            ]
+        }.values()
+    )
     values = [variable.value for variable in variables]
     try:
         return call(*args, **kwargs)
@@ -401,10 +456,16 @@ def call_keeping_variables(model, call, *args, **kwargs):
 def _check_labelled(model, x, y, where: str):
     """In-memory inputs that carry nothing to score: no `y`, neither mask keys nor token
     labels for the step to draw labels from, and no preprocessor to mask them."""
-    if (y is None and model.preprocessor is None and isinstance(x, (np.ndarray, dict))
-            and _step_input(x) is None):
-        raise InputError(f"{where}: no labels: give y (the labels at mask_positions, -100 = "
-                         "none), or batches that carry them (kroberta.dataset)")
+    if (
+        y is None
+        and model.preprocessor is None
+        and isinstance(x, (np.ndarray, dict))
+        and _step_input(x) is None
+    ):
+        raise InputError(
+            f"{where}: no labels: give y (the labels at mask_positions, -100 = "
+            "none), or batches that carry them (kroberta.dataset)"
+        )
 
 
 def finish_batch(mask, data):
@@ -416,8 +477,9 @@ def finish_batch(mask, data):
     if entry is None:
         return data
     if y is not None:
-        raise ValueError(f"a batch with '{entry}' gets its labels from it in the step; "
-                         "it also had labels")
+        raise ValueError(
+            f"a batch with '{entry}' gets its labels from it in the step; it also had labels"
+        )
     x, y = mask(x)
     return (x, y) if sample_weight is None else (x, y, sample_weight)
 
@@ -469,12 +531,18 @@ def check_model(model, where: str, after=None, order: str | None = None):
     if isinstance(model, (str, os.PathLike)):
         hint = f"; load it first: model = kroberta.load({os.fspath(model)!r})"
     elif getattr(model, "task_spec", None) is not None:
-        hint = ("; this is a fine-tuned classifier: kroberta.predict(classifier, texts) predicts "
-                "with it, python -m kroberta.export --run ITS_FOLDER exports it")
+        hint = (
+            "; this is a fine-tuned classifier: kroberta.predict(classifier, texts) predicts "
+            "with it, python -m kroberta.export --run ITS_FOLDER exports it"
+        )
     elif isinstance(model, keras.Model):
-        hint = ("; a keras-hub model becomes kroberta's with kroberta.load(PRESET_DIR) "
-                "(save it with model.save_to_preset(PRESET_DIR) first)")
+        hint = (
+            "; a keras-hub model becomes kroberta's with kroberta.load(PRESET_DIR) "
+            "(save it with model.save_to_preset(PRESET_DIR) first)"
+        )
     else:
         hint = ""
-    raise ArgumentKindError(f"{where}: expected a model (kroberta.load(path) of a run, a Hugging "
-                            f"Face directory or a keras-hub preset), got {type(model).__name__}{hint}")
+    raise ArgumentKindError(
+        f"{where}: expected a model (kroberta.load(path) of a run, a Hugging "
+        f"Face directory or a keras-hub preset), got {type(model).__name__}{hint}"
+    )

@@ -62,9 +62,15 @@ def build_backbone(model_config: ModelConfig, mixed_precision: bool = False):
     )
 
 
-def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: int | None = None,
-                remat: str = "none", config: Config | None = None, tokenizer=None,
-                step: int | None = None) -> MaskedLM:
+def build_model(
+    model_config: ModelConfig,
+    mixed_precision: bool = False,
+    seed: int | None = None,
+    remat: str = "none",
+    config: Config | None = None,
+    tokenizer=None,
+    step: int | None = None,
+) -> MaskedLM:
     """The one place a `kroberta.MaskedLM` is built (uncompiled for training).
 
     Args:
@@ -85,11 +91,17 @@ def build_model(model_config: ModelConfig, mixed_precision: bool = False, seed: 
     if config is not None and config.train.mixed_precision != mixed_precision:
         # kroberta.load(run, mixed_precision=...) overrides the run's setting: the model's
         # config says how it computes, for what is built from it (evaluation, a classifier).
-        config = dataclasses.replace(config, train=dataclasses.replace(
-            config.train, mixed_precision=mixed_precision))
+        config = dataclasses.replace(
+            config, train=dataclasses.replace(config.train, mixed_precision=mixed_precision)
+        )
     backbone = build_backbone(model_config, mixed_precision)
-    model = MaskedLM(backbone=backbone, preprocessor=None, kroberta_config=config,
-                     tokenizer=tokenizer, kroberta_step=step)
+    model = MaskedLM(
+        backbone=backbone,
+        preprocessor=None,
+        kroberta_config=config,
+        tokenizer=tokenizer,
+        kroberta_step=step,
+    )
     _set_initializer_range(model, model_config.initializer_range)
     # Same weights and config, a cheaper gradient; RobertaConfig()'s 1e-12 held too.
     use_fused_layer_norm(model, model_config.layer_norm_epsilon)
@@ -114,8 +126,13 @@ def stock_copy(model, preprocessor=None):
         backbone = keras_hub.models.RobertaBackbone.from_config(model.backbone.get_config())
         if isinstance(model, keras_hub.models.RobertaTextClassifier):
             stock = keras_hub.models.RobertaTextClassifier(
-                backbone=backbone, num_classes=model.num_classes, preprocessor=preprocessor,
-                activation=model.activation, hidden_dim=model.hidden_dim, dropout=model.dropout)
+                backbone=backbone,
+                num_classes=model.num_classes,
+                preprocessor=preprocessor,
+                activation=model.activation,
+                hidden_dim=model.hidden_dim,
+                dropout=model.dropout,
+            )
         else:
             stock = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor)
         stock.set_weights(weights)
@@ -164,9 +181,11 @@ def compile_model(model, config: Config, word_starts=None):
     caller's plan (`kroberta.perf.plan.Plan.config`, or `kroberta.perf.plan.for_local_devices`).
     Returns it."""
     if config.train.steps_per_execution == AUTO:
-        raise ConfigError('train.steps_per_execution="auto" must be resolved before the model '
-                          "is compiled: compile with a plan's config (kroberta.perf.plan.make_plan("
-                          "config).config, or kroberta.perf.plan.for_local_devices(config))")
+        raise ConfigError(
+            'train.steps_per_execution="auto" must be resolved before the model '
+            "is compiled: compile with a plan's config (kroberta.perf.plan.make_plan("
+            "config).config, or kroberta.perf.plan.for_local_devices(config))"
+        )
     model.compile(
         optimizer=build_optimizer(config.train),
         loss=MaskedLMLoss(),
@@ -178,7 +197,9 @@ def compile_model(model, config: Config, word_starts=None):
         # Validation masks at data.eval_mask_rate, from the same per-example keys.
         evaluation_masker=masking.masker(
             dataclasses.replace(config.data, mask_rate=config.data.evaluation_mask_rate()),
-            config.model.vocabulary_size, word_starts),
+            config.model.vocabulary_size,
+            word_starts,
+        ),
         gradient_accumulation_steps=config.train.gradient_accumulation_steps,
     )
     return model
@@ -188,8 +209,14 @@ def build_compiled_model(config: Config, word_starts=None, tokenizer=None):
     """The training model for `config` (its `kroberta_config`, with `tokenizer`; its
     steps per dispatch resolved, as `compile_model` needs): built with its seed, compiled
     (`word_starts` as in `compile_model`), optimizer built."""
-    model = build_model(config.model, config.train.mixed_precision, seed=config.train.seed,
-                        remat=config.train.remat, config=config, tokenizer=tokenizer)
+    model = build_model(
+        config.model,
+        config.train.mixed_precision,
+        seed=config.train.seed,
+        remat=config.train.remat,
+        config=config,
+        tokenizer=tokenizer,
+    )
     compile_model(model, config, word_starts)
     model.optimizer.build(model.trainable_variables)
     return model

@@ -23,7 +23,8 @@ WHAT_TO_PASS = (
     "pass a (batch, length) array of token ids, or a dict with 'token_ids' (or "
     "'input_ids'), optionally 'padding_mask' (or 'attention_mask') and 'mask_positions' "
     "(batch, slots); or use kroberta.predict(model, ...) for top-k, loss or embeddings "
-    "reduced on the device")
+    "reduced on the device"
+)
 
 
 def model_inputs(x, pad_token_id: int = PAD_ID, where: str = "model.predict") -> dict:
@@ -47,7 +48,8 @@ def model_inputs(x, pad_token_id: int = PAD_ID, where: str = "model.predict") ->
             f"{where}: the batches carry {drawn[0]!r}, from which a training run's step masks "
             "them, and this model was compiled without that step's masker; give "
             "kroberta.dataset(config, masks_on_host=True) (batches masked on the host, with "
-            "their labels)")
+            "their labels)"
+        )
     if unknown:
         raise InputError(f"{where}: unknown input(s) {unknown}; {WHAT_TO_PASS}")
     renamed = {}
@@ -61,21 +63,28 @@ def model_inputs(x, pad_token_id: int = PAD_ID, where: str = "model.predict") ->
     token_ids = keras.ops.cast(renamed["token_ids"], "int32")
     if len(token_ids.shape) != 2:
         raise InputError(
-            f"{where}: token ids must be (batch, length), got shape {tuple(token_ids.shape)}")
+            f"{where}: token ids must be (batch, length), got shape {tuple(token_ids.shape)}"
+        )
     padding_mask = renamed.get("padding_mask")
-    padding_mask = (keras.ops.not_equal(token_ids, pad_token_id) if padding_mask is None
-                    else padding_mask)
+    padding_mask = (
+        keras.ops.not_equal(token_ids, pad_token_id) if padding_mask is None else padding_mask
+    )
     positions = renamed.get("mask_positions")
     if positions is None:
         length = token_ids.shape[1]
         positions = keras.ops.broadcast_to(
-            keras.ops.arange(length, dtype="int32")[None, :], keras.ops.shape(token_ids))
-    return {"token_ids": token_ids, "padding_mask": keras.ops.cast(padding_mask, "int32"),
-            "mask_positions": keras.ops.cast(positions, "int32")}
+            keras.ops.arange(length, dtype="int32")[None, :], keras.ops.shape(token_ids)
+        )
+    return {
+        "token_ids": token_ids,
+        "padding_mask": keras.ops.cast(padding_mask, "int32"),
+        "mask_positions": keras.ops.cast(positions, "int32"),
+    }
 
 
-def check_arrays(x, sequence_length: int, vocabulary_size: int,
-                 where: str = "model.predict") -> dict:
+def check_arrays(
+    x, sequence_length: int, vocabulary_size: int, where: str = "model.predict"
+) -> dict:
     """Eager checks of in-memory inputs (an array, or a dict of arrays or lists), before
     Keras starts; returns them completed by `model_inputs`, as numpy arrays."""
     if isinstance(x, np.ndarray):
@@ -86,12 +95,15 @@ def check_arrays(x, sequence_length: int, vocabulary_size: int,
             raise InputError(
                 f"{where}: {name!r} holds strings, not token ids; "
                 "kroberta.fill_mask(model, texts) fills <mask> in text, and "
-                "model.tokenizer.encode(text).ids gives a text's ids")
+                "model.tokenizer.encode(text).ids gives a text's ids"
+            )
     completed = model_inputs(x, where=where)
     length = np.shape(x.get("token_ids", x.get("input_ids")))[-1]
     # Out of range, an id or a position would be clamped by a gather: a wrong answer.
-    limits = {"token_ids": (vocabulary_size, "the vocabulary"),
-              "mask_positions": (length, "the sequence's positions")}
+    limits = {
+        "token_ids": (vocabulary_size, "the vocabulary"),
+        "mask_positions": (length, "the sequence's positions"),
+    }
     for name, value in x.items():
         shape = np.shape(value)
         if len(shape) != 2:
@@ -100,7 +112,8 @@ def check_arrays(x, sequence_length: int, vocabulary_size: int,
         if key != "mask_positions" and shape[1] > sequence_length:
             raise InputError(
                 f"{where}: {name!r} holds {shape[1]} positions but the model reads at "
-                f"most {sequence_length} (model.max_sequence_length)")
+                f"most {sequence_length} (model.max_sequence_length)"
+            )
         limit = limits.get(key)
         if limit is not None and isinstance(value, np.ndarray) and value.size:
             bad = np.argwhere((value < 0) | (value >= limit[0]))
@@ -108,5 +121,6 @@ def check_arrays(x, sequence_length: int, vocabulary_size: int,
                 at = ", ".join(str(int(i)) for i in bad[0])
                 raise InputError(
                     f"{where}: {name}[{at}] = {int(value[tuple(bad[0])])} is outside "
-                    f"{limit[1]} [0, {limit[0]})")
+                    f"{limit[1]} [0, {limit[0]})"
+                )
     return {name: np.asarray(value) for name, value in completed.items()}

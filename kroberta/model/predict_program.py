@@ -81,8 +81,10 @@ def _reduce(output, k, hidden, logits, padding_mask, labels):
         flat = logits.reshape(batch_size * slots, vocabulary)
         normaliser = jax.nn.logsumexp(flat, axis=-1)  # (B*M,)
         values, ids = exact_top_k(flat, k)  # (B*M, k), best first
-        return {"token_ids": ids.reshape(batch_size, slots, k),
-                "log_probs": (values - normaliser[:, None]).reshape(batch_size, slots, k)}
+        return {
+            "token_ids": ids.reshape(batch_size, slots, k),
+            "log_probs": (values - normaliser[:, None]).reshape(batch_size, slots, k),
+        }
     # The loss and accuracy training and evaluation compute (`kroberta.model.metrics`),
     # per example: means over the slots whose label is not -100.
     token_loss, weights = token_cross_entropy(labels, logits)  # (B, M), zero where -100
@@ -95,8 +97,15 @@ def _reduce(output, k, hidden, logits, padding_mask, labels):
     }
 
 
-def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots: int,
-                      group: int = 1, positions: str = "masked"):
+def make_predict_step(
+    model,
+    output: str,
+    k: int,
+    mesh: jax.sharding.Mesh,
+    slots: int,
+    group: int = 1,
+    positions: str = "masked",
+):
     """The predict program over `mesh`, not yet jitted: (step, in_shardings, out_shardings).
 
     `step(trainable, non_trainable, batch)` takes batch = {token_ids, padding_mask,
@@ -113,8 +122,11 @@ def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots
     """
     view = _view(model)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    spec = jax.sharding.PartitionSpec("batch") if group == 1 else \
-        jax.sharding.PartitionSpec(None, "batch")
+    spec = (
+        jax.sharding.PartitionSpec("batch")
+        if group == 1
+        else jax.sharding.PartitionSpec(None, "batch")
+    )
     by_batch = jax.sharding.NamedSharding(mesh, spec)
 
     def classify(trainable, non_trainable, batch):
@@ -123,13 +135,18 @@ def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots
         return {CLASSIFIER_OUTPUT: logits.astype(jnp.float32)}  # (B, K)
 
     def masked_lm(trainable, non_trainable, batch):
-        where, valid, labels, dropped = choose_slots(batch["marks"], batch["padding_mask"],
-                                                     slots, positions)
-        x = {"token_ids": batch["token_ids"], "padding_mask": batch["padding_mask"],
-             "mask_positions": where}
+        where, valid, labels, dropped = choose_slots(
+            batch["marks"], batch["padding_mask"], slots, positions
+        )
+        x = {
+            "token_ids": batch["token_ids"],
+            "padding_mask": batch["padding_mask"],
+            "mask_positions": where,
+        }
         outputs, _ = view.stateless_call(trainable, non_trainable, x, training=False)
-        result = _reduce(output, k, outputs["hidden"], outputs["logits"], batch["padding_mask"],
-                         labels)
+        result = _reduce(
+            output, k, outputs["hidden"], outputs["logits"], batch["padding_mask"], labels
+        )
         if output != "embeddings":
             result.update(positions=where, valid=valid, dropped=dropped)
         return result
@@ -144,16 +161,24 @@ def make_predict_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots
     return step, (replicated, replicated, by_batch), by_batch
 
 
-def compiled_step(model, output: str, k: int, mesh: jax.sharding.Mesh, slots: int,
-                  group: int = 1, positions: str = "masked"):
+def compiled_step(
+    model,
+    output: str,
+    k: int,
+    mesh: jax.sharding.Mesh,
+    slots: int,
+    group: int = 1,
+    positions: str = "masked",
+):
     """`make_predict_step` jitted: (jitted, replicated, by_batch shardings); cached, so a
     second call compiles nothing (the weights are arguments, not constants)."""
     cache = _compiled.setdefault(model, {})
     key = (output, k, slots, positions, group, tuple(d.id for d in mesh.devices.flat))
     if key in cache:
         return cache[key]
-    step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, slots, group,
-                                                          positions)
+    step, in_shardings, out_shardings = make_predict_step(
+        model, output, k, mesh, slots, group, positions
+    )
     jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
     cache[key] = (jitted, in_shardings[0], in_shardings[2])
     return cache[key]
@@ -168,5 +193,8 @@ def weights_snapshot(model, replicated):
     view = _view(model)
     return (
         [jax.device_put(v.value, replicated, may_alias=False) for v in view.trainable_variables],
-        [jax.device_put(v.value, replicated, may_alias=False) for v in view.non_trainable_variables],
+        [
+            jax.device_put(v.value, replicated, may_alias=False)
+            for v in view.non_trainable_variables
+        ],
     )

@@ -62,12 +62,22 @@ class TransformerEncoder(keras_hub.layers.TransformerEncoder):
 
     remat = "none"
 
-    def call(self, inputs, padding_mask=None, attention_mask=None, training=None,
-             return_attention_scores=False):
+    def call(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+    ):
         if self.remat == "none" or return_attention_scores or not in_stateless_scope():
-            return super().call(inputs, padding_mask=padding_mask,
-                                attention_mask=attention_mask, training=training,
-                                return_attention_scores=return_attention_scores)
+            return super().call(
+                inputs,
+                padding_mask=padding_mask,
+                attention_mask=attention_mask,
+                training=training,
+                return_attention_scores=return_attention_scores,
+            )
         variables = list(self.variables)
         changing = [v for v in variables if not v.trainable]  # seed states (dropout)
         plain_call = super().call
@@ -75,14 +85,14 @@ class TransformerEncoder(keras_hub.layers.TransformerEncoder):
         def block(values, x, padding, attention):
             mapping = list(zip(variables, values))
             with keras.StatelessScope(state_mapping=mapping) as scope:
-                y = plain_call(x, padding_mask=padding, attention_mask=attention,
-                               training=training)
+                y = plain_call(x, padding_mask=padding, attention_mask=attention, training=training)
                 # (batch, length, hidden), then the seed states after this call
                 return y, [scope.get_current_value(v) for v in changing]
 
         values = [_outer_value(v) for v in variables]
         outputs, new_states = jax.checkpoint(block, policy=REMAT_POLICIES[self.remat])(
-            values, inputs, padding_mask, attention_mask)
+            values, inputs, padding_mask, attention_mask
+        )
         for variable, value in zip(changing, new_states):
             variable.assign(value)
         return outputs
@@ -99,5 +109,6 @@ def use_remat(model, remat: str) -> int:
         block.__class__ = TransformerEncoder
         block.remat = remat
 
-    return swap_layers(model, lambda layer: type(layer) is keras_hub.layers.TransformerEncoder,
-                       checkpointed)
+    return swap_layers(
+        model, lambda layer: type(layer) is keras_hub.layers.TransformerEncoder, checkpointed
+    )

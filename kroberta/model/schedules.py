@@ -45,8 +45,15 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
             is built, which owns it): fine-tuning's peak, changed without recompiling.
     """
 
-    def __init__(self, peak_learning_rate, warmup_steps, total_steps, decay="linear",
-                 min_learning_rate=0.0, decay_steps=0):
+    def __init__(
+        self,
+        peak_learning_rate,
+        warmup_steps,
+        total_steps,
+        decay="linear",
+        min_learning_rate=0.0,
+        decay_steps=0,
+    ):
         if decay not in SCHEDULES:
             raise ValueError(f"decay must be one of {SCHEDULES}, got {decay!r}")
         self.peak_learning_rate = float(peak_learning_rate)
@@ -71,7 +78,8 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
             return peak * ops.ones_like(step)
         if self.decay == "inverse_sqrt":
             return ops.maximum(
-                peak * ops.sqrt(float(max(self.warmup_steps, 1)) / ops.maximum(step, 1.0)), floor)
+                peak * ops.sqrt(float(max(self.warmup_steps, 1)) / ops.maximum(step, 1.0)), floor
+            )
         if self.decay == "wsd":
             begin = max(self.total_steps - self.decay_steps, self.warmup_steps)
         else:
@@ -97,6 +105,11 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 def from_train_config(t) -> WarmupSchedule:
     """The schedule `train.*` describes (a `TrainConfig`)."""
-    return WarmupSchedule(t.learning_rate, t.effective_warmup_steps(), t.steps, t.schedule,
-                          min_learning_rate=t.min_learning_rate, decay_steps=t.wsd_decay_steps())
-
+    return WarmupSchedule(
+        t.learning_rate,
+        t.effective_warmup_steps(),
+        t.steps,
+        t.schedule,
+        min_learning_rate=t.min_learning_rate,
+        decay_steps=t.wsd_decay_steps(),
+    )

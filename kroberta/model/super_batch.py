@@ -13,6 +13,7 @@ def scan_steps(step):
     """`step(state, batch) -> (logs, state)` made into `(state, super_batch) -> (logs, state)`:
     a `lax.scan` over the super-batch's leading axis (K). The logs are the last step's
     (Keras' metrics results, which cover all K steps)."""
+
     def run(state, super_batch):
         def body(carry, batch):
             logs, carry = step(carry, batch)

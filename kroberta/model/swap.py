@@ -8,8 +8,11 @@ model instead of building a different one: saved files stay stock keras-hub.
 
 def inner_layers(model, matches) -> list:
     """Every layer inside `model` (not `model` itself) for which `matches(layer)`."""
-    return [layer for layer in model._flatten_layers(include_self=False, recursive=True)
-            if matches(layer)]
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False, recursive=True)
+        if matches(layer)
+    ]
 
 
 def swap_layers(model, matches, swap) -> int:

@@ -44,11 +44,19 @@ def exact_top_k(x: jax.Array, k: int):
     group = _group_size(width, k)
     groups = -(-width // group)
     window = (1, group)
-    maxima = jax.lax.reduce_window(flat, jnp.array(-jnp.inf, flat.dtype), jax.lax.max, window, window,
-                                   ((0, 0), (0, groups * group - width)))  # (R, groups)
+    maxima = jax.lax.reduce_window(
+        flat,
+        jnp.array(-jnp.inf, flat.dtype),
+        jax.lax.max,
+        window,
+        window,
+        ((0, 0), (0, groups * group - width)),
+    )  # (R, groups)
     _, kept = jax.lax.top_k(maxima, k)  # (R, k)
     kept = jnp.sort(kept, axis=-1)  # ascending, so ties among candidates go to the lower index
-    candidates = (kept[:, :, None] * group + jnp.arange(group, dtype=kept.dtype)).reshape(rows, k * group)
+    candidates = (kept[:, :, None] * group + jnp.arange(group, dtype=kept.dtype)).reshape(
+        rows, k * group
+    )
     values = jnp.take_along_axis(flat, jnp.minimum(candidates, width - 1), axis=-1)  # (R, k*G)
     values = jnp.where(candidates < width, values, -jnp.inf)  # the ragged group's overhang
     top_values, where = jax.lax.top_k(values, k)  # (R, k)

@@ -59,10 +59,15 @@ class Topology:
     def describe(self) -> str:
         kinds = sorted({d.device_kind for d in self.devices})
         mesh = " x ".join(f"{k}={v}" for k, v in self.mesh_shape.items())
-        name = {"data": "DataParallel", "fsdp": "ModelParallel (fsdp)",
-                "model": "ModelParallel (tensor)"}[self.strategy]
-        return (f"{self.num_devices} {self.platform} device(s) ({', '.join(kinds)}) in "
-                f"{self.process_count} process(es); mesh {mesh}; {name}")
+        name = {
+            "data": "DataParallel",
+            "fsdp": "ModelParallel (fsdp)",
+            "model": "ModelParallel (tensor)",
+        }[self.strategy]
+        return (
+            f"{self.num_devices} {self.platform} device(s) ({', '.join(kinds)}) in "
+            f"{self.process_count} process(es); mesh {mesh}; {name}"
+        )
 
 
 class _Layout(keras.distribution.TensorLayout):
@@ -71,7 +76,7 @@ class _Layout(keras.distribution.TensorLayout):
     def _validate_axes(self):
         names = set(self.device_mesh.axis_names) if self.device_mesh else None
         for axis in self.axes:
-            for name in (axis if isinstance(axis, tuple) else (axis,)):
+            for name in axis if isinstance(axis, tuple) else (axis,):
                 if names is not None and name is not None and name not in names:
                     raise ValueError(f"unknown mesh axis {name!r}")
 
@@ -80,8 +85,9 @@ class _FullyShardedData(keras.distribution.ModelParallel):
     """ModelParallel whose batch is split over every device (both mesh axes)."""
 
     def get_data_layout(self, data_shape):
-        return _Layout([(BATCH_AXIS, MODEL_AXIS)] + [None] * (len(data_shape) - 1),
-                       self.device_mesh)
+        return _Layout(
+            [(BATCH_AXIS, MODEL_AXIS)] + [None] * (len(data_shape) - 1), self.device_mesh
+        )
 
 
 def layout_map(mesh, strategy: str):
@@ -114,18 +120,25 @@ def layout_map(mesh, strategy: str):
 
 def _model_axis_size(config: Config, num_devices: int, local_devices: int) -> int:
     size = config.distributed.model_parallel or local_devices
-    source = "distributed.model_parallel" + ("" if config.distributed.model_parallel else
-                                             f" (0 = the {local_devices} devices per process)")
+    source = "distributed.model_parallel" + (
+        ""
+        if config.distributed.model_parallel
+        else f" (0 = the {local_devices} devices per process)"
+    )
 
     def fail(problem):
         raise ConfigError(f"{source}: {problem}")
 
     if num_devices % size:
-        fail(f"a model axis of {size} does not divide the {num_devices} devices, so the "
-             "batch axis would not be whole")
+        fail(
+            f"a model axis of {size} does not divide the {num_devices} devices, so the "
+            "batch axis would not be whole"
+        )
     if local_devices % size:
-        fail(f"a model axis of {size} does not divide the {local_devices} devices of a process "
-             "(a model group must lie within one process)")
+        fail(
+            f"a model axis of {size} does not divide the {local_devices} devices of a process "
+            "(a model group must lie within one process)"
+        )
     config.model.check_model_axis(size, fail)
     return size
 
@@ -141,11 +154,15 @@ def make_distribution(config: Config, devices):
     if topology.strategy == "data":
         # Each process shards its own input (`Plan.data_shard`), so Keras must not.
         return keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
-    mesh = keras.distribution.DeviceMesh(tuple(topology.mesh_shape.values()),
-                                         tuple(topology.mesh_shape), devices)
+    mesh = keras.distribution.DeviceMesh(
+        tuple(topology.mesh_shape.values()), tuple(topology.mesh_shape), devices
+    )
     cls = _FullyShardedData if topology.strategy == "fsdp" else keras.distribution.ModelParallel
-    return cls(layout_map=layout_map(mesh, topology.strategy), batch_dim_name=BATCH_AXIS,
-               auto_shard_dataset=False)
+    return cls(
+        layout_map=layout_map(mesh, topology.strategy),
+        batch_dim_name=BATCH_AXIS,
+        auto_shard_dataset=False,
+    )
 
 
 def select_devices(config: Config) -> tuple:
@@ -158,8 +175,10 @@ def select_devices(config: Config) -> tuple:
             f"({available[0].platform})"
         )
     if jax.process_count() > 1 and wanted != len(available):
-        raise ConfigError(f"distributed.devices: must be 0 (all {len(available)} devices) in a "
-                          f"job of {jax.process_count()} processes, got {wanted}")
+        raise ConfigError(
+            f"distributed.devices: must be 0 (all {len(available)} devices) in a "
+            f"job of {jax.process_count()} processes, got {wanted}"
+        )
     return tuple(available[:wanted])
 
 
@@ -173,8 +192,9 @@ def setup(config: Config) -> Topology:
     return topology_for(config, devices)
 
 
-def topology_for(config: Config, devices, strategy: str | None = None,
-                 processes: tuple[int, int] | None = None) -> Topology:
+def topology_for(
+    config: Config, devices, strategy: str | None = None, processes: tuple[int, int] | None = None
+) -> Topology:
     """The topology of `config` over `devices`: the mesh `make_distribution` builds
     (nothing installed). `strategy`: None for distributed.strategy; `processes`: (count,
     index), None for this job's (`kroberta.aot` describes one process over a TPU
@@ -187,9 +207,15 @@ def topology_for(config: Config, devices, strategy: str | None = None,
     if strategy != "data":
         size = _model_axis_size(config, len(devices), local)
         mesh_shape = {BATCH_AXIS: len(devices) // size, MODEL_AXIS: size}
-    return Topology(devices=devices, platform=devices[0].platform, mesh_shape=mesh_shape,
-                    process_count=count, process_index=index, strategy=strategy,
-                    local_device_count=local)
+    return Topology(
+        devices=devices,
+        platform=devices[0].platform,
+        mesh_shape=mesh_shape,
+        process_count=count,
+        process_index=index,
+        strategy=strategy,
+        local_device_count=local,
+    )
 
 
 def bytes_per_device(variables) -> int:
@@ -197,8 +223,9 @@ def bytes_per_device(variables) -> int:
     per_device = {}
     for v in variables:
         value = v.value
-        shard = value.sharding.shard_shape(value.shape) if hasattr(value, "sharding") \
-            else value.shape
+        shard = (
+            value.sharding.shard_shape(value.shape) if hasattr(value, "sharding") else value.shape
+        )
         size = int(np.prod(shard, dtype=np.int64)) * np.dtype(value.dtype).itemsize
         for device in getattr(value.sharding, "device_set", [None]):
             per_device[device] = per_device.get(device, 0) + size
@@ -206,13 +233,18 @@ def bytes_per_device(variables) -> int:
 
 
 def describe_memory(model, topology: Topology) -> str:
-    """"parameters: X MiB per device (...)", for the start-up log."""
+    """ "parameters: X MiB per device (...)", for the start-up log."""
     weights = bytes_per_device(model.trainable_variables) / 2**20
     optimizer = bytes_per_device(model.optimizer.variables) / 2**20 if model.optimizer else 0.0
-    how = ("replicated" if topology.strategy == "data" else
-           f"sharded over {MODEL_AXIS}={topology.model_parallel}")
-    return (f"parameters: {weights:.2f} MiB per device ({how}); optimizer state "
-            f"{optimizer:.2f} MiB per device")
+    how = (
+        "replicated"
+        if topology.strategy == "data"
+        else f"sharded over {MODEL_AXIS}={topology.model_parallel}"
+    )
+    return (
+        f"parameters: {weights:.2f} MiB per device ({how}); optimizer state "
+        f"{optimizer:.2f} MiB per device"
+    )
 
 
 def to_host(value) -> np.ndarray:

@@ -40,8 +40,10 @@ def _host(coordinator: str, num_processes: int, timeout: float):
         else:
             server = socket.create_server(("", port))
     except OSError as error:
-        raise ConfigError(f"distributed.coordinator: process 0 cannot listen on port {port} "
-                          f"({error.strerror or error}); choose a free port") from None
+        raise ConfigError(
+            f"distributed.coordinator: process 0 cannot listen on port {port} "
+            f"({error.strerror or error}); choose a free port"
+        ) from None
     deadline = time.monotonic() + timeout
     peers = {}  # process id -> connection
     problem = None
@@ -50,10 +52,12 @@ def _host(coordinator: str, num_processes: int, timeout: float):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 missing = sorted(set(range(1, num_processes)) - set(peers))
-                problem = (f"distributed.initialization_timeout: only {len(peers) + 1} of "
-                           f"{num_processes} processes reached the coordinator {coordinator} "
-                           f"within {timeout:g} s (missing process_id(s): "
-                           f"{', '.join(map(str, missing))})")
+                problem = (
+                    f"distributed.initialization_timeout: only {len(peers) + 1} of "
+                    f"{num_processes} processes reached the coordinator {coordinator} "
+                    f"within {timeout:g} s (missing process_id(s): "
+                    f"{', '.join(map(str, missing))})"
+                )
                 break
             server.settimeout(remaining)
             try:
@@ -67,12 +71,16 @@ def _host(coordinator: str, num_processes: int, timeout: float):
                 conn.close()  # not one of ours (a port scanner, a stale client): ignore it
                 continue
             if other_count != num_processes:
-                problem = (f"distributed.num_processes: process {other_id} was started with "
-                           f"num_processes={other_count}, process 0 with {num_processes}")
+                problem = (
+                    f"distributed.num_processes: process {other_id} was started with "
+                    f"num_processes={other_count}, process 0 with {num_processes}"
+                )
             elif not 0 < other_id < num_processes or other_id in peers:
-                problem = (f"distributed.process_id: two processes claim process_id={other_id}"
-                           if other_id in peers or other_id == 0 else
-                           f"distributed.process_id: {other_id} is outside [0, {num_processes})")
+                problem = (
+                    f"distributed.process_id: two processes claim process_id={other_id}"
+                    if other_id in peers or other_id == 0
+                    else f"distributed.process_id: {other_id} is outside [0, {num_processes})"
+                )
             peers.setdefault(other_id, conn)
             if conn is not peers[other_id]:
                 _answer(conn, problem)
@@ -100,15 +108,17 @@ def _join(coordinator: str, num_processes: int, process_id: int, timeout: float)
     deadline = time.monotonic() + timeout
     while True:
         try:
-            conn = socket.create_connection((host, port), timeout=max(
-                min(deadline - time.monotonic(), 5.0), 0.1))
+            conn = socket.create_connection(
+                (host, port), timeout=max(min(deadline - time.monotonic(), 5.0), 0.1)
+            )
             break
         except OSError:
             if time.monotonic() >= deadline:
                 raise ConfigError(
                     f"distributed.coordinator: nothing answered at {coordinator} within "
                     f"{timeout:g} s (distributed.initialization_timeout); start process 0 there, "
-                    "or check the address and the firewall") from None
+                    "or check the address and the firewall"
+                ) from None
             time.sleep(_RETRY_SECONDS)
     with conn:
         hello = {"process_id": process_id, "num_processes": num_processes}
@@ -116,8 +126,10 @@ def _join(coordinator: str, num_processes: int, process_id: int, timeout: float)
         # Process 0 answers once everyone arrived, or when its own timeout ran out.
         verdict = _read_line(conn, max(deadline - time.monotonic(), 0) + 10.0)
     if verdict is None:
-        raise ConfigError(f"distributed.initialization_timeout: the coordinator {coordinator} "
-                          f"did not see all {num_processes} processes within {timeout:g} s")
+        raise ConfigError(
+            f"distributed.initialization_timeout: the coordinator {coordinator} "
+            f"did not see all {num_processes} processes within {timeout:g} s"
+        )
     if not verdict.get("ok"):
         raise ConfigError(verdict.get("problem") or "the coordinator refused this process")
 

@@ -23,8 +23,11 @@ def _environment(d: DistributedConfig) -> tuple[str, int, int]:
     """(coordinator, num_processes, process_id): the config, else the variables that
     `keras.distribution.initialize` reads, else JAX's own (unset: "", 0, -1)."""
     env = os.environ
-    coordinator = d.coordinator or env.get("KERAS_DISTRIBUTION_JOB_ADDRESSES", "").split(",")[0] \
+    coordinator = (
+        d.coordinator
+        or env.get("KERAS_DISTRIBUTION_JOB_ADDRESSES", "").split(",")[0]
         or env.get("JAX_COORDINATOR_ADDRESS", "")
+    )
     num = d.num_processes or int(env.get("KERAS_DISTRIBUTION_NUM_PROCESSES", 0))
     pid = d.process_id if d.process_id >= 0 else int(env.get("KERAS_DISTRIBUTION_PROCESS_ID", -1))
     return coordinator.strip(), num, pid
@@ -58,25 +61,37 @@ def initialize(distributed: DistributedConfig) -> bool:
     if not coordinator:
         if num > 1 or pid >= 0:
             if not _on_cloud_tpu_vm():
-                raise ConfigError("distributed.coordinator: needed (HOST:PORT of process 0) when "
-                                  "distributed.num_processes or distributed.process_id is set")
+                raise ConfigError(
+                    "distributed.coordinator: needed (HOST:PORT of process 0) when "
+                    "distributed.num_processes or distributed.process_id is set"
+                )
         elif not _on_cloud_tpu_vm():
             return False
-        logger.info("distributed: Cloud TPU VM; JAX detects the pod slice's hosts "
-                    "(--distributed.num_processes=1 turns this off)")
-        jax.distributed.initialize(num_processes=num or None,
-                                   process_id=pid if pid >= 0 else None,
-                                   initialization_timeout=timeout)
+        logger.info(
+            "distributed: Cloud TPU VM; JAX detects the pod slice's hosts "
+            "(--distributed.num_processes=1 turns this off)"
+        )
+        jax.distributed.initialize(
+            num_processes=num or None,
+            process_id=pid if pid >= 0 else None,
+            initialization_timeout=timeout,
+        )
         return jax.process_count() > 1
     if num < 1:
-        raise ConfigError(f"distributed.num_processes: needed with distributed.coordinator="
-                          f"{coordinator!r} (the number of processes in the job)")
+        raise ConfigError(
+            f"distributed.num_processes: needed with distributed.coordinator="
+            f"{coordinator!r} (the number of processes in the job)"
+        )
     if not 0 <= pid < num:
-        raise ConfigError(f"distributed.process_id: needed with distributed.coordinator, in "
-                          f"[0, {num}), got {pid}")
-    logger.info(f"distributed: process {pid} of {num}, coordinator {coordinator} "
-                f"(waiting up to {timeout} s for the others)")
+        raise ConfigError(
+            f"distributed.process_id: needed with distributed.coordinator, in [0, {num}), got {pid}"
+        )
+    logger.info(
+        f"distributed: process {pid} of {num}, coordinator {coordinator} "
+        f"(waiting up to {timeout} s for the others)"
+    )
     rendezvous.meet(coordinator, num, pid, timeout)
-    jax.distributed.initialize(coordinator, num_processes=num, process_id=pid,
-                               initialization_timeout=timeout)
+    jax.distributed.initialize(
+        coordinator, num_processes=num, process_id=pid, initialization_timeout=timeout
+    )
     return True

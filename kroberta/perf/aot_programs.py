@@ -53,8 +53,13 @@ class Program:
     @property
     def total_bytes(self) -> int:
         """Peak HBM the program needs on each device."""
-        return (self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
-                + self.code_bytes)
+        return (
+            self.argument_bytes
+            + self.output_bytes
+            - self.alias_bytes
+            + self.temp_bytes
+            + self.code_bytes
+        )
 
 
 def build_model(config: Config):
@@ -62,8 +67,9 @@ def build_model(config: Config):
     layout of the host's devices); its values are never sent anywhere."""
     # Whole-word masking without the tokenizer: a (V,) word-start table whose values
     # change the masks, not the program.
-    word_starts = (np.ones(config.model.vocabulary_size, bool)
-                   if config.data.whole_word_masking else None)
+    word_starts = (
+        np.ones(config.model.vocabulary_size, bool) if config.data.whole_word_masking else None
+    )
     with distribute.global_distribution(None):
         return build_compiled_model(for_local_devices(config), word_starts)
 
@@ -71,12 +77,15 @@ def build_model(config: Config):
 def _optimizer_shardings(model, distribution, trainable_shardings):
     """Optimizer slots take their model variable's sharding (Keras' `add_variable_from_reference`
     copies the reference's layout); scalars such as `iterations` use the distribution's."""
-    by_name = {v.path.replace("/", "_"): (tuple(v.shape), s)
-               for v, s in zip(model.trainable_variables, trainable_shardings)}
+    by_name = {
+        v.path.replace("/", "_"): (tuple(v.shape), s)
+        for v, s in zip(model.trainable_variables, trainable_shardings)
+    }
     shardings = []
     for v in model.optimizer.variables:
-        match = [n for n in by_name
-                 if v.name.startswith(n + "_") and by_name[n][0] == tuple(v.shape)]
+        match = [
+            n for n in by_name if v.name.startswith(n + "_") and by_name[n][0] == tuple(v.shape)
+        ]
         if match:
             shardings.append(by_name[max(match, key=len)][1])
         else:
@@ -86,33 +95,55 @@ def _optimizer_shardings(model, distribution, trainable_shardings):
 
 def train_state(model, distribution):
     """(state structs, state shardings) in the trainer's `_get_jax_state` order."""
+
     def layouts(variables):
         return [distribution.get_variable_layout(v).backend_layout for v in variables]
 
     trainable = layouts(model.trainable_variables)
-    shardings = (trainable, layouts(model.non_trainable_variables),
-                 _optimizer_shardings(model, distribution, trainable),
-                 layouts(model.metrics_variables))
-    variables = (model.trainable_variables, model.non_trainable_variables,
-                 model.optimizer.variables, model.metrics_variables)
-    structs = tuple([jax.ShapeDtypeStruct(tuple(v.shape), jnp.dtype(v.dtype), sharding=s)
-                     for v, s in zip(vs, ss)] for vs, ss in zip(variables, shardings))
+    shardings = (
+        trainable,
+        layouts(model.non_trainable_variables),
+        _optimizer_shardings(model, distribution, trainable),
+        layouts(model.metrics_variables),
+    )
+    variables = (
+        model.trainable_variables,
+        model.non_trainable_variables,
+        model.optimizer.variables,
+        model.metrics_variables,
+    )
+    structs = tuple(
+        [
+            jax.ShapeDtypeStruct(tuple(v.shape), jnp.dtype(v.dtype), sharding=s)
+            for v, s in zip(vs, ss)
+        ]
+        for vs, ss in zip(variables, shardings)
+    )
     return structs, shardings
 
 
-def train_data(distribution, global_batch: int, length: int, slots: int, steps: int = 1,
-               step_input: str | None = None):
+def train_data(
+    distribution,
+    global_batch: int,
+    length: int,
+    slots: int,
+    steps: int = 1,
+    step_input: str | None = None,
+):
     """A (steps, batch, ...) super-batch of (x, labels) as `fit` puts it
     on the devices: each step's (batch, ...) slice sharded by the distribution's layout.
     `step_input` (`DataConfig.step_input`): x alone, which the step finishes
     (`kroberta.model.masked_lm.finish_batch`): "mask_keys", unmasked with mask keys (dynamic
     masking); "token_labels", with the files' labels per position (static)."""
+
     def spec(*shape, dtype=jnp.int32):
         full = (steps, *shape)
         return jax.ShapeDtypeStruct(full, dtype, sharding=super_batch_sharding(distribution, full))
 
-    tokens = {"token_ids": spec(global_batch, length),  # (K, B, L)
-              "padding_mask": spec(global_batch, length)}  # (K, B, L)
+    tokens = {
+        "token_ids": spec(global_batch, length),  # (K, B, L)
+        "padding_mask": spec(global_batch, length),
+    }  # (K, B, L)
     if step_input == "mask_keys":
         return {**tokens, "mask_keys": spec(global_batch, dtype=jnp.uint32)}  # (K, B)
     if step_input == "token_labels":
@@ -124,8 +155,7 @@ def train_data(distribution, global_batch: int, length: int, slots: int, steps: 
 def predict_batch(global_batch: int, length: int, group: int = 1):
     """What `kroberta.predict` puts on the devices per dispatch (`inputs.batched`
     minus the host-only `is_real`; a (group, batch, ...) stack if group > 1)."""
-    spec = jax.ShapeDtypeStruct((*((group,) if group > 1 else ()), global_batch, length),
-                                jnp.int32)
+    spec = jax.ShapeDtypeStruct((*((group,) if group > 1 else ()), global_batch, length), jnp.int32)
     return {"token_ids": spec, "padding_mask": spec, "marks": spec}
 
 
@@ -153,8 +183,15 @@ def _analyse(name: str, lowered, steps: int = 1) -> Program | None:
     )
 
 
-def lower_train(model, distribution, global_batch: int, length: int, slots: int,
-                steps: int = 1, step_input: str | None = None):
+def lower_train(
+    model,
+    distribution,
+    global_batch: int,
+    length: int,
+    slots: int,
+    steps: int = 1,
+    step_input: str | None = None,
+):
     """Lowers the K-step (`steps`) training program `fit` runs, for the distribution's
     devices (a jax `Lowered`); `step_input` as in `train_data`."""
     # The compiled loss and metrics were built by `compile_model` (on the host;
@@ -162,28 +199,49 @@ def lower_train(model, distribution, global_batch: int, length: int, slots: int,
     data = train_data(distribution, global_batch, length, slots, steps, step_input)
     with distribute.global_distribution(distribution):
         state, shardings = train_state(model, distribution)
-        program = jax.jit(scan_steps(model.train_step), donate_argnums=0,
-                          out_shardings=(None, shardings))
+        program = jax.jit(
+            scan_steps(model.train_step), donate_argnums=0, out_shardings=(None, shardings)
+        )
         return program.lower(state, data)
 
 
-def compile_train(model, distribution, global_batch: int, length: int, slots: int,
-                  steps: int = 1, step_input: str | None = None) -> Program | None:
+def compile_train(
+    model,
+    distribution,
+    global_batch: int,
+    length: int,
+    slots: int,
+    steps: int = 1,
+    step_input: str | None = None,
+) -> Program | None:
     """Lowers and compiles the K-step train program; its per-device memory and FLOPs."""
-    return _analyse("train", lower_train(model, distribution, global_batch, length, slots,
-                                         steps, step_input), steps)
+    return _analyse(
+        "train",
+        lower_train(model, distribution, global_batch, length, slots, steps, step_input),
+        steps,
+    )
 
 
-def compile_predict(model, devices, global_batch: int, length: int,
-                    slots: int, output: str = "top_k", k: int = 5, group: int = 1) -> Program:
+def compile_predict(
+    model,
+    devices,
+    global_batch: int,
+    length: int,
+    slots: int,
+    output: str = "top_k",
+    k: int = 5,
+    group: int = 1,
+) -> Program:
     """Lowers and compiles `kroberta.predict`'s program (`group` batches per dispatch)
     for a batch-axis mesh of `devices`."""
     mesh = jax.sharding.Mesh(np.array(list(devices)), ("batch",))
     with distribute.global_distribution(None):
         step, in_shardings, out_shardings = make_predict_step(model, output, k, mesh, slots, group)
         predicting = model.with_hidden_states()
-        weights = [[jax.ShapeDtypeStruct(tuple(v.shape), jnp.dtype(v.dtype)) for v in vs]
-                   for vs in (predicting.trainable_variables, predicting.non_trainable_variables)]
+        weights = [
+            [jax.ShapeDtypeStruct(tuple(v.shape), jnp.dtype(v.dtype)) for v in vs]
+            for vs in (predicting.trainable_variables, predicting.non_trainable_variables)
+        ]
         jitted = jax.jit(step, in_shardings=in_shardings, out_shardings=out_shardings)
         lowered = jitted.lower(*weights, predict_batch(global_batch, length, group))
     return _analyse("predict", lowered, group)
@@ -199,17 +257,25 @@ def compile_config_train(model, config: Config, devices) -> Program | None:
     """`config`'s training program as `fit` runs it (the plan's global batch, length,
     slots and steps per dispatch; its distribution) compiled for `devices`."""
     plan = program_plan(config, devices)
-    return compile_train(model, distribute.make_distribution(config, devices), plan.global_batch,
-                         plan.sequence_length, plan.slots, plan.steps_per_dispatch,
-                         config.data.step_input())
+    return compile_train(
+        model,
+        distribute.make_distribution(config, devices),
+        plan.global_batch,
+        plan.sequence_length,
+        plan.slots,
+        plan.steps_per_dispatch,
+        config.data.step_input(),
+    )
 
 
 # XLA's out-of-memory errors, e.g. "Ran out of memory on HBM, the total memory required for
 # HLO temporaries (70.86G) exceeds available HBM (15.75G)" or "Used 21.3G of 15.75G hbm".
 # The first figure is what the program needs (at least), the second what the device offers
 # programs (its memory less XLA's reserve).
-_OUT_OF_MEMORY = re.compile(r"(?:\(|Used )([\d.]+)([KMGT]?)\)? "
-                            r"(?:exceeds available HBM \(|of )([\d.]+)([KMGT]?)\)?(?: hbm)?")
+_OUT_OF_MEMORY = re.compile(
+    r"(?:\(|Used )([\d.]+)([KMGT]?)\)? "
+    r"(?:exceeds available HBM \(|of )([\d.]+)([KMGT]?)\)?(?: hbm)?"
+)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -222,5 +288,8 @@ def out_of_memory(error: Exception) -> tuple[bool, float | None, float | None]:
     found = _OUT_OF_MEMORY.search(text)
     if not found:
         return True, None, None
-    return (True, float(found.group(1)) * _UNITS[found.group(2)],
-            float(found.group(3)) * _UNITS[found.group(4)])
+    return (
+        True,
+        float(found.group(1)) * _UNITS[found.group(2)],
+        float(found.group(3)) * _UNITS[found.group(4)],
+    )

@@ -31,29 +31,36 @@ def choose(flops_per_step: float, peak_flops: float | None, log_every: int) -> t
     else:
         floor = flops_per_step / peak_flops
         wanted = max(1, math.ceil(TARGET_SECONDS / floor))
-        why = (f"{flops_per_step / 1e9:.3g} GFLOP per step at {peak_flops / 1e12:.3g} TFLOP/s "
-               f"is {floor * 1e3:.3g} ms; {wanted} step(s) hold {TARGET_SECONDS * 1e3:g} ms")
+        why = (
+            f"{flops_per_step / 1e9:.3g} GFLOP per step at {peak_flops / 1e12:.3g} TFLOP/s "
+            f"is {floor * 1e3:.3g} ms; {wanted} step(s) hold {TARGET_SECONDS * 1e3:g} ms"
+        )
     # At most half an interval: the interval's first dispatch holds the compilation,
     # so every log row keeps a timed dispatch after it (samples/s, step_time).
     limit = min(wanted, MAX_STEPS, max(1, log_every // 2))
     k = next(d for d in range(limit, 0, -1) if log_every % d == 0)  # the largest divisor
     if k < wanted:
-        why += (f"; the largest divisor of train.log_every={log_every} up to "
-                f"{min(MAX_STEPS, max(1, log_every // 2))} is {k}")
+        why += (
+            f"; the largest divisor of train.log_every={log_every} up to "
+            f"{min(MAX_STEPS, max(1, log_every // 2))} is {k}"
+        )
     return k, why
 
 
-def steps_for(config: Config, peak_flops: float | None, global_batch: int,
-              sequence_length: int | None = None) -> tuple[int, str]:
+def steps_for(
+    config: Config, peak_flops: float | None, global_batch: int, sequence_length: int | None = None
+) -> tuple[int, str]:
     """(K, why) for training steps of `global_batch` sequences on devices of `peak_flops`
     together ("auto")."""
     shape = flops.Shape.from_config(config, sequence_length)
-    return choose(flops.train_flops_per_step(shape, global_batch), peak_flops,
-                  config.train.log_every)
+    return choose(
+        flops.train_flops_per_step(shape, global_batch), peak_flops, config.train.log_every
+    )
 
 
-def prediction_group(config: Config, peak_flops: float | None, global_batch: int, slots: int,
-                     length: int) -> int:
+def prediction_group(
+    config: Config, peak_flops: float | None, global_batch: int, slots: int, length: int
+) -> int:
     """G for "auto": prediction batches per dispatch that hold enough forward FLOPs to
     hide the host (then a short last group, filled with padding batches, wastes at most
     that: ~20 ms at the devices' peak, and every input size shares one program)."""

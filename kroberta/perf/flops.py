@@ -48,16 +48,29 @@ class Shape:
         m = config.model
         length = length or m.max_sequence_length
         slots = slots or config.data.prediction_slots(length)
-        return cls(m.num_layers, m.hidden_dim, m.intermediate_dim, m.num_heads,
-                   m.vocabulary_size, length, slots)
+        return cls(
+            m.num_layers,
+            m.hidden_dim,
+            m.intermediate_dim,
+            m.num_heads,
+            m.vocabulary_size,
+            length,
+            slots,
+        )
 
 
 def forward_breakdown(shape: Shape, projections: int | None = None) -> dict[str, int]:
     """Forward matmul FLOPs of one sequence, by component. `projections`: the width of
     Q, K, V and the attention output's input, heads x head_dim (None: the hidden size;
     the advisor pads the head size)."""
-    n, h, i, v, L, M = (shape.layers, shape.hidden, shape.intermediate, shape.vocabulary,
-                        shape.length, shape.slots)
+    n, h, i, v, L, M = (
+        shape.layers,
+        shape.hidden,
+        shape.intermediate,
+        shape.vocabulary,
+        shape.length,
+        shape.slots,
+    )
     p = projections or h
     return {
         "qkv": n * 3 * 2 * L * h * p,
@@ -94,7 +107,8 @@ def parameter_count(model: ModelConfig) -> int:
     per_layer = (
         4 * (h * h + h)  # Q, K, V, output projections with biases
         + 2 * 2 * h  # two layer norms
-        + (h * i + i) + (i * h + h)  # feed-forward
+        + (h * i + i)
+        + (i * h + h)  # feed-forward
     )
     head = (h * h + h) + 2 * h + v  # dense, layer norm, vocabulary bias (kernel tied)
     return embeddings + model.num_layers * per_layer + head
@@ -114,8 +128,9 @@ class Memory:
         return self.parameters + self.gradients + self.optimizer + self.activations
 
 
-def memory_estimate(shape: Shape, parameters: int, batch_per_device: int,
-                    mixed_precision: bool = False) -> Memory:
+def memory_estimate(
+    shape: Shape, parameters: int, batch_per_device: int, mixed_precision: bool = False
+) -> Memory:
     """float32 weights, gradients and AdamW's two moments; activations roughly.
 
     The activation term counts, per layer and token, the tensors the backward pass
@@ -125,8 +140,13 @@ def memory_estimate(shape: Shape, parameters: int, batch_per_device: int,
     """
     act_bytes = 2 if mixed_precision else 4
     L, h = shape.length, shape.hidden
-    per_sequence = shape.layers * (L * (16 * h + 3 * shape.intermediate)
-                                   + 3 * shape.heads * L * L) * act_bytes
+    per_sequence = (
+        shape.layers * (L * (16 * h + 3 * shape.intermediate) + 3 * shape.heads * L * L) * act_bytes
+    )
     per_sequence += 3 * shape.slots * shape.vocabulary * 4 + L * h * act_bytes * 2
-    return Memory(parameters=4 * parameters, gradients=4 * parameters,
-                  optimizer=2 * 4 * parameters, activations=batch_per_device * per_sequence)
+    return Memory(
+        parameters=4 * parameters,
+        gradients=4 * parameters,
+        optimizer=2 * 4 * parameters,
+        activations=batch_per_device * per_sequence,
+    )

@@ -26,6 +26,7 @@ def size_text(n: float) -> str:
             return f"{n / size:.{digits}f} {unit}"
     return f"{n:.0f} bytes"
 
+
 CHIPS = {
     "v2": Chip("TPU v2", 22.5e12, 8 * GiB),
     "v3": Chip("TPU v3", 61.5e12, 16 * GiB),

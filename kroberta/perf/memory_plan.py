@@ -52,8 +52,13 @@ def measure(config: Config, devices, model=None) -> Measured:
         exhausted, needed, available = aot_programs.out_of_memory(error)
         if not exhausted:
             raise
-        return Measured(per_device, float("inf") if needed is None else needed, None,
-                        refused=True, available=available)
+        return Measured(
+            per_device,
+            float("inf") if needed is None else needed,
+            None,
+            refused=True,
+            available=available,
+        )
     return Measured(per_device, float(program.total_bytes), program.flops)
 
 
@@ -61,8 +66,14 @@ def with_train(config: Config, **changes) -> Config:
     return dataclasses.replace(config, train=dataclasses.replace(config.train, **changes))
 
 
-def max_batch(config: Config, devices, budget: float, model=None, multiple: int = 8,
-              known: Measured | None = None) -> tuple[int, Measured | None, int]:
+def max_batch(
+    config: Config,
+    devices,
+    budget: float,
+    model=None,
+    multiple: int = 8,
+    known: Measured | None = None,
+) -> tuple[int, Measured | None, int]:
     """The largest per-device batch (a multiple of `multiple`, or below it any size) whose
     training program fits in `budget` bytes per device, found by compiling
     (`largest_fitting`); `known` is a measurement already made (not compiled again).
@@ -75,8 +86,10 @@ def max_batch(config: Config, devices, budget: float, model=None, multiple: int 
         if known is not None and known.batch_size_per_device == b:
             return known
         m = measure(with_train(config, batch_size_per_device=b), devices, model)
-        logger.info(f"  batch {b} per device: {'refused by XLA, ' if m.refused else ''}"
-                    f"{m.total_bytes / GiB:.2f} GiB{' (fits)' if m.fits(budget) else ''}")
+        logger.info(
+            f"  batch {b} per device: {'refused by XLA, ' if m.refused else ''}"
+            f"{m.total_bytes / GiB:.2f} GiB{' (fits)' if m.fits(budget) else ''}"
+        )
         return m
 
     return largest_fitting(at, max(1, config.train.batch_size_per_device), budget, multiple)
@@ -89,8 +102,9 @@ PAST = 4
 LARGEST = 2**16
 
 
-def largest_fitting(at, first: int, budget: float, multiple: int = 8
-                    ) -> tuple[int, Measured | None, int]:
+def largest_fitting(
+    at, first: int, budget: float, multiple: int = 8
+) -> tuple[int, Measured | None, int]:
     """The largest batch b (a multiple of `multiple`, or below it any size) with
     `at(b).fits(budget)`, calling `at` (one compile each) as few times as it can.
 
@@ -148,8 +162,11 @@ def largest_fitting(at, first: int, budget: float, multiple: int = 8
             # the Illinois rule: while guesses keep landing on one side, halve the far
             # measurement's distance from the target for each repeat (then its line
             # crosses nearer to it), or, below it, bisect
-            repeats = next((i for i, side in enumerate(reversed(sides)) if side != sides[-1]),
-                           len(sides)) if sides else 0
+            repeats = (
+                next((i for i, side in enumerate(reversed(sides)) if side != sides[-1]), len(sides))
+                if sides
+                else 0
+            )
             if repeats >= 2 and not sides[-1]:
                 guess = (lo + hi) / 2
             else:
@@ -185,23 +202,49 @@ def options(config: Config, devices, budget: float) -> list[Option]:
     t, d = config.train, config.distributed
     candidates = []
     if t.remat == "none":
-        candidates += [(with_train(config, remat="dots"), "--train.remat=dots",
-                        "recomputes the elementwise work"),
-                       (with_train(config, remat="dots_no_batch"), "--train.remat=dots_no_batch",
-                        "recomputes attention and the elementwise work")]
+        candidates += [
+            (
+                with_train(config, remat="dots"),
+                "--train.remat=dots",
+                "recomputes the elementwise work",
+            ),
+            (
+                with_train(config, remat="dots_no_batch"),
+                "--train.remat=dots_no_batch",
+                "recomputes attention and the elementwise work",
+            ),
+        ]
     if d.strategy == "data":
         fsdp = dataclasses.replace(config, distributed=dataclasses.replace(d, strategy="fsdp"))
-        candidates.append((fsdp, "--distributed.strategy=fsdp",
-                           "shards weights and AdamW state; gathers weights every step"))
+        candidates.append(
+            (
+                fsdp,
+                "--distributed.strategy=fsdp",
+                "shards weights and AdamW state; gathers weights every step",
+            )
+        )
     if t.batch_size_per_device >= 2:
-        half = with_train(config, batch_size_per_device=t.batch_size_per_device // 2,
-                          gradient_accumulation_steps=t.gradient_accumulation_steps * 2)
-        candidates.append((half, f"--train.batch_size_per_device={t.batch_size_per_device // 2} "
-                           f"--train.gradient_accumulation_steps={t.gradient_accumulation_steps * 2}",
-                           "same global batch in two smaller micro-batches"))
+        half = with_train(
+            config,
+            batch_size_per_device=t.batch_size_per_device // 2,
+            gradient_accumulation_steps=t.gradient_accumulation_steps * 2,
+        )
+        candidates.append(
+            (
+                half,
+                f"--train.batch_size_per_device={t.batch_size_per_device // 2} "
+                f"--train.gradient_accumulation_steps={t.gradient_accumulation_steps * 2}",
+                "same global batch in two smaller micro-batches",
+            )
+        )
     if t.remat != "full":
-        candidates.append((with_train(config, remat="full"), "--train.remat=full",
-                           "recomputes each block: ~+33% FLOPs"))
+        candidates.append(
+            (
+                with_train(config, remat="full"),
+                "--train.remat=full",
+                "recomputes each block: ~+33% FLOPs",
+            )
+        )
     found = []
     for candidate, overrides, why in candidates:
         try:
@@ -209,8 +252,10 @@ def options(config: Config, devices, budget: float) -> list[Option]:
         except ConfigError as error:  # e.g. an fsdp axis that does not divide the heads
             logger.info(f"  {overrides}: not possible here ({error})")
             continue
-        logger.info(f"  {overrides}: {measured.total_bytes / GiB:.2f} GiB"
-                    f"{' (fits)' if measured.fits(budget) else ''}")
+        logger.info(
+            f"  {overrides}: {measured.total_bytes / GiB:.2f} GiB"
+            f"{' (fits)' if measured.fits(budget) else ''}"
+        )
         found.append(Option(overrides, why, measured))
         if measured.fits(budget):
             break

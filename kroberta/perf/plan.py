@@ -54,8 +54,9 @@ class Plan:
         steps = self.requested.train.steps_per_execution
         if steps != AUTO:
             return steps, ""
-        return dispatch_size.steps_for(self.requested, self.peak_flops, self.global_batch,
-                                       self.sequence_length)
+        return dispatch_size.steps_for(
+            self.requested, self.peak_flops, self.global_batch, self.sequence_length
+        )
 
     @property
     def steps_per_dispatch(self) -> int:
@@ -76,8 +77,12 @@ class Plan:
         """`requested` with train.steps_per_execution an integer."""
         if not self.auto_steps:
             return self.requested
-        return dataclasses.replace(self.requested, train=dataclasses.replace(
-            self.requested.train, steps_per_execution=self.steps_per_dispatch))
+        return dataclasses.replace(
+            self.requested,
+            train=dataclasses.replace(
+                self.requested.train, steps_per_execution=self.steps_per_dispatch
+            ),
+        )
 
     def prediction_batch(self, batch_size: int | None = None) -> int:
         """Sequences per prediction step over all devices: `batch_size` (None: the micro
@@ -92,13 +97,19 @@ class Plan:
         dispatch, but never more than the batches of `examples` rounded up to a power of
         two (a large model's padding batches are not cheap)."""
         if self.auto_steps:
-            return dispatch_size.prediction_group(self.requested, self.peak_flops, global_batch,
-                                                  slots, self.sequence_length)
+            return dispatch_size.prediction_group(
+                self.requested, self.peak_flops, global_batch, slots, self.sequence_length
+            )
         return dispatch_size.at_most_needed(self.steps_per_dispatch, examples, global_batch)
 
 
-def make_plan(config: Config, devices=None, sequence_length: int | None = None,
-              topology: distribute.Topology | None = None, strategy: str | None = None) -> Plan:
+def make_plan(
+    config: Config,
+    devices=None,
+    sequence_length: int | None = None,
+    topology: distribute.Topology | None = None,
+    strategy: str | None = None,
+) -> Plan:
     """Resolves every derived setting of `config` once.
 
     Args:
@@ -116,16 +127,22 @@ def make_plan(config: Config, devices=None, sequence_length: int | None = None,
     """
     if topology is None:
         topology = distribute.topology_for(
-            config, distribute.select_devices(config) if devices is None else devices, strategy)
+            config, distribute.select_devices(config) if devices is None else devices, strategy
+        )
     t = config.train
     length = sequence_length or config.model.max_sequence_length
     micro = t.batch_size_per_device * topology.num_devices
     return Plan(
-        requested=config, topology=topology, sequence_length=length, micro_batch=micro,
+        requested=config,
+        topology=topology,
+        sequence_length=length,
+        micro_batch=micro,
         global_batch=micro * t.gradient_accumulation_steps,
-        process_batch=t.batch_size_per_device * topology.local_device_count
+        process_batch=t.batch_size_per_device
+        * topology.local_device_count
         * t.gradient_accumulation_steps,
-        slots=config.data.prediction_slots(length))
+        slots=config.data.prediction_slots(length),
+    )
 
 
 def for_local_devices(config: Config) -> Config:

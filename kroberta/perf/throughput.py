@@ -78,8 +78,9 @@ def measure_matmul_flops(devices, size: int = MATMUL_SIZE, repeats: int = 5) -> 
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
     a = jax.device_put(jnp.ones((n, size, size), jnp.float32), sharding)  # (devices, size, size)
     b = jax.device_put(jnp.ones((n, size, size), jnp.float32) * 0.5, sharding)
-    best = _best_time(jax.jit(jnp.matmul, out_shardings=sharding), a, b, repeats,
-                      expected=0.5 * size)
+    best = _best_time(
+        jax.jit(jnp.matmul, out_shardings=sharding), a, b, repeats, expected=0.5 * size
+    )
     return n * 2 * size**3 / best
 
 

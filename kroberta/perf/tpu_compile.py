@@ -35,7 +35,9 @@ class Report:
     topology: str
     device_kind: str
     chips: int
-    plan: object  # kroberta.perf.plan.Plan: the config, batch, length, slots, mesh and steps compiled
+    plan: (
+        object  # kroberta.perf.plan.Plan: the config, batch, length, slots, mesh and steps compiled
+    )
     parameters: int
     hbm_bytes: float  # per device
     peak_flops: float  # bf16 FLOP/s per device
@@ -58,8 +60,14 @@ class Report:
         if worst.total_bytes <= self.hbm_bytes:
             return None
         config = self.plan.config
-        return _too_big(worst.total_bytes, self.hbm_bytes, self.topology.split(":")[0], worst.name,
-                        config.distributed.strategy, config.train.mixed_precision)
+        return _too_big(
+            worst.total_bytes,
+            self.hbm_bytes,
+            self.topology.split(":")[0],
+            worst.name,
+            config.distributed.strategy,
+            config.train.mixed_precision,
+        )
 
     def table(self) -> str:
         t, p, plan, config = self.train, self.predict, self.plan, self.plan.config
@@ -80,24 +88,42 @@ class Report:
         def row(label, a, b):
             rows.append(f"{label:<30}{a:>16}{b:>16}")
 
-        for label, attr in (("arguments", "argument_bytes"), ("outputs", "output_bytes"),
-                            ("  of which donated (aliased)", "alias_bytes"),
-                            ("temporaries", "temp_bytes"), ("generated code", "code_bytes"),
-                            ("total", "total_bytes")):
+        for label, attr in (
+            ("arguments", "argument_bytes"),
+            ("outputs", "output_bytes"),
+            ("  of which donated (aliased)", "alias_bytes"),
+            ("temporaries", "temp_bytes"),
+            ("generated code", "code_bytes"),
+            ("total", "total_bytes"),
+        ):
             row(label, size_text(getattr(t, attr)), size_text(getattr(p, attr)))
-        row(f"  of {size_text(self.hbm_bytes)} HBM", f"{t.total_bytes / self.hbm_bytes:.1%}",
-            f"{p.total_bytes / self.hbm_bytes:.1%}")
+        row(
+            f"  of {size_text(self.hbm_bytes)} HBM",
+            f"{t.total_bytes / self.hbm_bytes:.1%}",
+            f"{p.total_bytes / self.hbm_bytes:.1%}",
+        )
         row("FLOPs per device per step", f"{t.flops / 1e9:.2f} G", f"{p.flops / 1e9:.2f} G")
-        row(f"compute floor ({self.peak_flops / 1e12:g} TF/s)",
-            f"{self.floor_seconds(t) * 1e3:.3f} ms", f"{self.floor_seconds(p) * 1e3:.3f} ms")
-        row("  = samples/s at most", f"{batch / self.floor_seconds(t):,.0f}",
-            f"{batch / self.floor_seconds(p):,.0f}")
+        row(
+            f"compute floor ({self.peak_flops / 1e12:g} TF/s)",
+            f"{self.floor_seconds(t) * 1e3:.3f} ms",
+            f"{self.floor_seconds(p) * 1e3:.3f} ms",
+        )
+        row(
+            "  = samples/s at most",
+            f"{batch / self.floor_seconds(t):,.0f}",
+            f"{batch / self.floor_seconds(p):,.0f}",
+        )
         row("compile time", f"{t.compile_seconds:.1f} s", f"{p.compile_seconds:.1f} s")
         # How `fit` runs train.steps_per_execution (`kroberta.model.super_batch`).
         k = plan.steps_per_dispatch
-        dispatch = "one step per dispatch" if k == 1 else (
-            f"{k} steps fused into one program (a lax.scan over a ({k}, batch, ...) super-batch, "
-            "one dispatch; memory above is that program's, FLOPs one step's)")
+        dispatch = (
+            "one step per dispatch"
+            if k == 1
+            else (
+                f"{k} steps fused into one program (a lax.scan over a ({k}, batch, ...) super-batch, "
+                "one dispatch; memory above is that program's, FLOPs one step's)"
+            )
+        )
         rows += [
             "",
             f"FLOPs are XLA's cost_analysis of the SPMD program each device runs (per device; "
@@ -109,16 +135,29 @@ class Report:
         return "\n".join(rows)
 
 
-def _too_big(needed: float, hbm: float, generation: str, what: str, strategy: str,
-             mixed_precision: bool, at_least: bool = False) -> str:
-    tries = ["distributed.strategy=fsdp" if strategy == "data"
-             else "a larger distributed.model_parallel", "a smaller train.batch_size_per_device"]
+def _too_big(
+    needed: float,
+    hbm: float,
+    generation: str,
+    what: str,
+    strategy: str,
+    mixed_precision: bool,
+    at_least: bool = False,
+) -> str:
+    tries = [
+        "distributed.strategy=fsdp"
+        if strategy == "data"
+        else "a larger distributed.model_parallel",
+        "a smaller train.batch_size_per_device",
+    ]
     if not mixed_precision:
         tries.append("train.mixed_precision=true")
     advice = ", ".join(tries[:-1]) + " or " + tries[-1]
     amount = f"{'at least ' if at_least else ''}{needed / GiB:.1f} GiB"
-    return (f"the {what} step needs {amount} of {hbm / GiB:.1f} GiB per device "
-            f"on {generation}: try {advice}")
+    return (
+        f"the {what} step needs {amount} of {hbm / GiB:.1f} GiB per device "
+        f"on {generation}: try {advice}"
+    )
 
 
 def topology_devices(name: str) -> list:
@@ -126,23 +165,28 @@ def topology_devices(name: str) -> list:
     try:
         import libtpu  # noqa: F401
     except ImportError:
-        raise ConfigError('libtpu is not installed: pip install "jax[tpu]==0.10.2" '
-                          "(the tpu extra; compiles for TPUs on a CPU-only machine)") from None
+        raise ConfigError(
+            'libtpu is not installed: pip install "jax[tpu]==0.10.2" '
+            "(the tpu extra; compiles for TPUs on a CPU-only machine)"
+        ) from None
     # the tpu extra: only once libtpu was found
     from jax.experimental import topologies
 
     try:
         options = _CHIP_CONFIG.get(name.split(":")[0], {})
         with quiet_libtpu_probe():  # libtpu's missing-TPU complaints on a CPU machine
-            return list(topologies.get_topology_desc(topology_name=name, platform="tpu",
-                                                     **options).devices)
+            return list(
+                topologies.get_topology_desc(topology_name=name, platform="tpu", **options).devices
+            )
     except Exception as error:  # jax.errors.JaxRuntimeError from libtpu
         message = str(error).splitlines()[0]
         if "INVALID_ARGUMENT" not in message:
             raise
-        raise ConfigError(f"unknown TPU topology {name!r} ({message}); valid: "
-                          f"{', '.join(KNOWN_TOPOLOGIES)} (generation:chips per axis; larger "
-                          "slices such as v4:2x2x2 work too)") from None
+        raise ConfigError(
+            f"unknown TPU topology {name!r} ({message}); valid: "
+            f"{', '.join(KNOWN_TOPOLOGIES)} (generation:chips per axis; larger "
+            "slices such as v4:2x2x2 work too)"
+        ) from None
 
 
 def per_device_chip(devices) -> tuple[float, float, int]:
@@ -165,17 +209,28 @@ def _compile_or_explain(compile_fn, what, hbm, config, generation):
         if not exhausted:
             raise
         if needed is None:
-            raise ConfigError(f"the {what} step does not fit in HBM on {generation}: "
-                              f"{str(error).splitlines()[0]}") from None
-        error = ConfigError(_too_big(needed, hbm, generation, what, config.distributed.strategy,
-                                     config.train.mixed_precision, at_least=True))
+            raise ConfigError(
+                f"the {what} step does not fit in HBM on {generation}: {str(error).splitlines()[0]}"
+            ) from None
+        error = ConfigError(
+            _too_big(
+                needed,
+                hbm,
+                generation,
+                what,
+                config.distributed.strategy,
+                config.train.mixed_precision,
+                at_least=True,
+            )
+        )
         if what == "train":  # kroberta.aot plans the changes that could fit from it
             error.needed_bytes = needed
         raise error from None
 
 
-def compile_for_topology(config: Config, topology_name: str, model=None,
-                         hbm_bytes: float | None = None) -> Report:
+def compile_for_topology(
+    config: Config, topology_name: str, model=None, hbm_bytes: float | None = None
+) -> Report:
     """Compiles `config`'s train and predict steps for a TPU topology; see `Report`.
 
     `model`: the compiled model of this config (`aot_programs.build_model(config)`), to
@@ -198,17 +253,39 @@ def compile_for_topology(config: Config, topology_name: str, model=None,
     plan = aot_programs.program_plan(config, devices)
     batch, length, slots = plan.global_batch, plan.sequence_length, plan.slots
     # The programs that run: K fused training steps, G prediction batches per dispatch.
-    train = _compile_or_explain(lambda: aot_programs.compile_config_train(model, config, devices),
-                                "train", hbm, config, generation)
+    train = _compile_or_explain(
+        lambda: aot_programs.compile_config_train(model, config, devices),
+        "train",
+        hbm,
+        config,
+        generation,
+    )
     predict = _compile_or_explain(
-        lambda: aot_programs.compile_predict(model, devices, batch, length, slots,
-                                              group=plan.prediction_group(batch, slots)),
-        "predict", hbm, config, generation)
+        lambda: aot_programs.compile_predict(
+            model, devices, batch, length, slots, group=plan.prediction_group(batch, slots)
+        ),
+        "predict",
+        hbm,
+        config,
+        generation,
+    )
     return Report(
-        topology=topology_name, device_kind=devices[0].device_kind, chips=chips, plan=plan,
+        topology=topology_name,
+        device_kind=devices[0].device_kind,
+        chips=chips,
+        plan=plan,
         parameters=int(sum(math.prod(v.shape) for v in model.trainable_variables)),
-        hbm_bytes=hbm, peak_flops=peak, train=train, predict=predict, build_seconds=build_seconds,
+        hbm_bytes=hbm,
+        peak_flops=peak,
+        train=train,
+        predict=predict,
+        build_seconds=build_seconds,
         attention=attention.attention_path(
-            config.model.attention_dropout_rate, length, config.model.num_heads,
-            config.model.head_dim, config.train.mixed_precision, platform="tpu"),
+            config.model.attention_dropout_rate,
+            length,
+            config.model.num_heads,
+            config.model.head_dim,
+            config.train.mixed_precision,
+            platform="tpu",
+        ),
     )

@@ -55,24 +55,36 @@ class ProbeTask:
         return self.spec.metrics(len(self.label_names or ()))[0]
 
 
-def prepare_task(tokenizer, spec, label_names, splits: dict, max_length: int,
-                 name: str | None = None) -> ProbeTask:
+def prepare_task(
+    tokenizer, spec, label_names, splits: dict, max_length: int, name: str | None = None
+) -> ProbeTask:
     """Tokenises `splits` ({split: LabelledSet}, "train" first) for `scores`."""
     encoded = [encoding.encode(tokenizer, s.texts, s.labels, max_length) for s in splits.values()]
     padded = [encoding.pad(e, np.arange(len(e.ids)), len(e.ids), max_length)[0] for e in encoded]
-    inputs = {"input_ids": np.concatenate([x["token_ids"] for x in padded]),
-              "attention_mask": np.concatenate([x["padding_mask"] for x in padded])}
-    return ProbeTask(name or spec.name, spec, label_names, inputs,
-                     {split: s.labels for split, s in splits.items()})
+    inputs = {
+        "input_ids": np.concatenate([x["token_ids"] for x in padded]),
+        "attention_mask": np.concatenate([x["padding_mask"] for x in padded]),
+    }
+    return ProbeTask(
+        name or spec.name,
+        spec,
+        label_names,
+        inputs,
+        {split: s.labels for split, s in splits.items()},
+    )
 
 
 def from_setting(downstream: dict, tokenizer, max_length: int) -> ProbeTask:
     """The task `train.downstream` names (checked by the config), read and tokenised."""
     setting = dict(downstream)
     spec, names, train, evaluation = read_task(
-        setting.get("task"), setting.get("data"), setting.get("validation"),
-        setting.get("text_fields", ("text",)), setting.get("label_field", "label"),
-        setting.get("kind", CLASSIFICATION))
+        setting.get("task"),
+        setting.get("data"),
+        setting.get("validation"),
+        setting.get("text_fields", ("text",)),
+        setting.get("label_field", "label"),
+        setting.get("kind", CLASSIFICATION),
+    )
     name = setting.get("task") or os.path.splitext(os.path.basename(setting["data"]))[0]
     return prepare_task(tokenizer, spec, names, {"train": train, **evaluation}, max_length, name)
 
@@ -84,12 +96,16 @@ def for_run(config, sequence_length: int) -> ProbeTask | None:
     if not config.train.downstream:
         return None
     if jax.process_count() > 1:
-        raise ConfigError("train.downstream: the probe runs in single-process jobs only "
-                          "(kroberta.predict gathers its results on one host); remove it here")
+        raise ConfigError(
+            "train.downstream: the probe runs in single-process jobs only "
+            "(kroberta.predict gathers its results on one host); remove it here"
+        )
     tokenizer = load_tokenizer(config.run_dir)
     if tokenizer is None:
-        raise ConfigError("train.downstream: needs the run's tokenizer; train on a prepared "
-                          "directory (data.dir) or the embedded default data")
+        raise ConfigError(
+            "train.downstream: needs the run's tokenizer; train on a prepared "
+            "directory (data.dir) or the embedded default data"
+        )
     return from_setting(config.train.downstream, tokenizer, sequence_length)
 
 
@@ -114,8 +130,9 @@ def predictions(model, task: ProbeTask) -> dict:
 
     x_train, labels = standardised(train), task.labels["train"]
     regression = task.spec.kind == REGRESSION
-    targets = labels[:, None].astype(np.float64) if regression else \
-        np.eye(len(task.label_names))[labels]  # (n, K)
+    targets = (
+        labels[:, None].astype(np.float64) if regression else np.eye(len(task.label_names))[labels]
+    )  # (n, K)
     gram = x_train.T @ x_train + RIDGE * np.eye(x_train.shape[1])
     weights = np.linalg.solve(gram, x_train.T @ targets)  # (hidden + 1, K)
     result = {}
@@ -144,8 +161,11 @@ def gaps(task: ProbeTask, predicted: dict, reference: dict) -> dict:
         labels, theirs = task.labels[split], reference[split]
         score = metrics.METRICS[metric]
         low, high = results.bootstrap_interval(metric, labels, ours[None], theirs[None])
-        out[split] = {PROBE_GAP: score(labels, ours) - score(labels, theirs),
-                      f"{PROBE_GAP}_low": low, f"{PROBE_GAP}_high": high}
+        out[split] = {
+            PROBE_GAP: score(labels, ours) - score(labels, theirs),
+            f"{PROBE_GAP}_low": low,
+            f"{PROBE_GAP}_high": high,
+        }
     return out
 
 
@@ -162,6 +182,7 @@ def linear_probe(model, spec, train, validation, label_names, max_length: int | 
         {metric: value} on the validation split.
     """
     max_length = max_length or model.kroberta_config.model.max_sequence_length
-    task = prepare_task(model.tokenizer, spec, label_names,
-                        {"train": train, "validation": validation}, max_length)
+    task = prepare_task(
+        model.tokenizer, spec, label_names, {"train": train, "validation": validation}, max_length
+    )
     return scores(model, task)["validation"]

@@ -70,8 +70,13 @@ class _Run:
         return self.plan.topology.is_main
 
 
-def train(config: Config, force: bool = False, until_step: int | None = None,
-         sources: dict | None = None, accept_changes: bool = False) -> dict:
+def train(
+    config: Config,
+    force: bool = False,
+    until_step: int | None = None,
+    sources: dict | None = None,
+    accept_changes: bool = False,
+) -> dict:
     """Trains (or resumes) the run described by `config`; returns a summary dict.
 
     `until_step` stops this invocation after that step (with a checkpoint there) while
@@ -93,26 +98,40 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
     started = time.perf_counter()  # train.time_budget counts from here
     logs.show_messages()
     config = validate(config, sources or "config")
-    if until_step is not None and (not isinstance(until_step, numbers.Integral)
-                                   or isinstance(until_step, bool) or until_step < 1):
-        raise ConfigError(f"until_step (--until-step) = {until_step!r}: give the step to stop "
-                          f"after, 1 to train.steps ({config.train.steps})")
+    if until_step is not None and (
+        not isinstance(until_step, numbers.Integral)
+        or isinstance(until_step, bool)
+        or until_step < 1
+    ):
+        raise ConfigError(
+            f"until_step (--until-step) = {until_step!r}: give the step to stop "
+            f"after, 1 to train.steps ({config.train.steps})"
+        )
     run_dir = read_run_dir(config.run_dir)  # the one look at what it holds
     # A budget's steps: recorded by the run to resume, or measured once the model can run.
     config, measure = time_budget.resolve(config, None if force else run_dir.recorded)
     with removed_unless_checkpointed(run_dir):
         run = _set_up(config, run_dir, force, accept_changes, started if measure else None)
         start_step = _restore_or_initialise(run)
-        summary = {"run_dir": run.config.run_dir, "start_step": start_step,
-                   "steps": run.config.train.steps, "devices": run.plan.topology.num_devices,
-                   "global_batch": run.plan.global_batch}
+        summary = {
+            "run_dir": run.config.run_dir,
+            "start_step": start_step,
+            "steps": run.config.train.steps,
+            "devices": run.plan.topology.num_devices,
+            "global_batch": run.plan.global_batch,
+        }
         ended = signals.ended_early(run.config.run_dir, start_step, run.config.train)
-        stop_step = start_step if ended else min(until_step or run.config.train.steps,
-                                                 run.config.train.steps)
+        stop_step = (
+            start_step
+            if ended
+            else min(until_step or run.config.train.steps, run.config.train.steps)
+        )
         if ended:
-            logger.info(f"the run ended early at step {start_step} ({ended}); nothing to train. "
-                        "Change the setting that ended it (train.early_stop_patience, "
-                        "train.target_eval_loss) to train on")
+            logger.info(
+                f"the run ended early at step {start_step} ({ended}); nothing to train. "
+                "Change the setting that ended it (train.early_stop_patience, "
+                "train.target_eval_loss) to train on"
+            )
             summary["stopped_early"] = ended
         if start_step < stop_step:
             _remove_stale_model(run, start_step)
@@ -130,8 +149,13 @@ def train(config: Config, force: bool = False, until_step: int | None = None,
         return summary
 
 
-def _set_up(config: Config, run_dir: RunDirState, force: bool, accept_changes: bool,
-            budget_started: float | None = None) -> _Run:
+def _set_up(
+    config: Config,
+    run_dir: RunDirState,
+    force: bool,
+    accept_changes: bool,
+    budget_started: float | None = None,
+) -> _Run:
     """Joins the job, resolves the data, checks and writes the run directory (`run_dir`:
     what it held), fixes the steps of a time budget (`budget_started`: when the budget
     began; None: the steps are known), builds the model; says what it built."""
@@ -157,8 +181,7 @@ def _set_up(config: Config, run_dir: RunDirState, force: bool, accept_changes: b
     if budget_started is not None:  # the run directory refused before measuring, if it must be
         prepare_run_dir(config, run_dir, force, accept_changes, write=False)
         config = time_budget.fix_steps(config, run_data, plan, budget_started)
-        plan = make_plan(config, topology=topology,
-                         sequence_length=run_data.train.sequence_length)
+        plan = make_plan(config, topology=topology, sequence_length=run_data.train.sequence_length)
     with storage.writing(config.run_dir, "run directory's config and tokenizer"):
         going_on = prepare_run_dir(config, run_dir, force, accept_changes, write=main_process)
         if main_process:
@@ -166,14 +189,19 @@ def _set_up(config: Config, run_dir: RunDirState, force: bool, accept_changes: b
             checkpoint.clean_temporaries(config.run_dir)
     distribute.barrier("run_dir ready")  # the others read it (checkpoints) from here on
     if plan.auto_steps:
-        logger.info(f"steps per dispatch: {plan.steps_per_dispatch} "
-                    f"(train.steps_per_execution=\"auto\": {plan.steps_reason})")
+        logger.info(
+            f"steps per dispatch: {plan.steps_per_dispatch} "
+            f'(train.steps_per_execution="auto": {plan.steps_reason})'
+        )
     config = plan.config
     run_data = dataclasses.replace(run_data, config=config)  # K resolved for the pipelines too
     run = _Run(going_on, run_data, plan, build_compiled_model(config, run_data.word_starts))
     _describe(run)
-    check_free_space(config.run_dir, 2 * checkpoint.estimated_bytes(run.model),
-                     "a checkpoint (weights and optimizer state)")
+    check_free_space(
+        config.run_dir,
+        2 * checkpoint.estimated_bytes(run.model),
+        "a checkpoint (weights and optimizer state)",
+    )
     return run
 
 
@@ -208,24 +236,32 @@ def _describe(run: _Run):
     logger.info(attention.describe(config.model, config.train.mixed_precision, config.train.remat))
     accumulation = config.train.gradient_accumulation_steps
     per_device = f"{config.train.batch_size_per_device} per device" + (
-        f" x {accumulation} accumulated micro-batches" if accumulation > 1 else "")
-    logger.info(f"model: {count_parameters(run.model):,} parameters; batch {run.plan.global_batch} "
-                f"({per_device}) x {train_spec.sequence_length} tokens, {slots} prediction "
-                f"slots per sequence; {len(train_spec.files)} training file(s)")
+        f" x {accumulation} accumulated micro-batches" if accumulation > 1 else ""
+    )
+    logger.info(
+        f"model: {count_parameters(run.model):,} parameters; batch {run.plan.global_batch} "
+        f"({per_device}) x {train_spec.sequence_length} tokens, {slots} prediction "
+        f"slots per sequence; {len(train_spec.files)} training file(s)"
+    )
     t = config.train
     fraction = f" (train.warmup_fraction={t.warmup_fraction:g})" if t.warmup_fraction else ""
-    logger.info(f"schedule: warmup over {t.effective_warmup_steps()} of {t.steps} steps{fraction} to "
-                f"learning rate {t.learning_rate:g}, then {t.schedule}")
+    logger.info(
+        f"schedule: warmup over {t.effective_warmup_steps()} of {t.steps} steps{fraction} to "
+        f"learning rate {t.learning_rate:g}, then {t.schedule}"
+    )
     # TPU-alignment advice only where it applies; `--explain` shows it anywhere.
     for line in advisor.warnings_for(config, topology.platform, shapes=topology.platform == "tpu"):
         logger.warning(f"warning: {line}")
     if config.data.masking == "static":
-        over, dropped = pipeline.count_labels_beyond_slots(train_spec, slots,
-                                                           config.model.vocabulary_size)
+        over, dropped = pipeline.count_labels_beyond_slots(
+            train_spec, slots, config.model.vocabulary_size
+        )
         if over:
-            logger.warning(f"warning: in a sample of the training data {over} sequence(s) have "
-                           f"more than {slots} labels; {dropped} labels beyond the slots are not "
-                           "predicted. Raise data.max_predictions to keep them.")
+            logger.warning(
+                f"warning: in a sample of the training data {over} sequence(s) have "
+                f"more than {slots} labels; {dropped} labels beyond the slots are not "
+                "predicted. Raise data.max_predictions to keep them."
+            )
     if (capped := config.data.capped_masking(train_spec.sequence_length)) is not None:
         logger.warning(f"warning: {capped}")
 
@@ -250,12 +286,16 @@ def _restore_or_initialise(run: _Run) -> int:
         from kroberta.interop.keras_hub_presets import init_from_keras_hub
 
         with_head = init_from_keras_hub(run.model, config.init_from_keras_hub)
-        logger.info(f"initialised from the keras-hub preset in {config.init_from_keras_hub}"
-                    + ("" if with_head else " (backbone only: the MLM head starts fresh)"))
+        logger.info(
+            f"initialised from the keras-hub preset in {config.init_from_keras_hub}"
+            + ("" if with_head else " (backbone only: the MLM head starts fresh)")
+        )
     dropped = truncate_metrics(config.run_dir, start_step) if run.main_process else 0
     if dropped:
-        logger.info(f"metrics.jsonl: dropped {dropped} row(s) logged after step {start_step}, "
-                    "the checkpoint this run resumes from")
+        logger.info(
+            f"metrics.jsonl: dropped {dropped} row(s) logged after step {start_step}, "
+            "the checkpoint this run resumes from"
+        )
     return start_step
 
 
@@ -265,14 +305,19 @@ def _remove_stale_model(run: _Run, start_step: int):
     (written at the run's last step) holds the same weights."""
     if run.main_process and run.run_dir.model:
         storage.remove(run.run_dir.model)
-        logger.info(f"{final_model.WEIGHTS_FILE} of step {start_step} removed: the run trains "
-                    f"on (the checkpoint at step {start_step} holds the same weights)")
+        logger.info(
+            f"{final_model.WEIGHTS_FILE} of step {start_step} removed: the run trains "
+            f"on (the checkpoint at step {start_step} holds the same weights)"
+        )
 
 
 def _outcome(run: _Run, summary: dict, ended: str | None) -> Outcome:
     """The one place that decides how this invocation ended."""
-    steps, start_step, final_step = run.config.train.steps, summary["start_step"], \
-        summary["final_step"]
+    steps, start_step, final_step = (
+        run.config.train.steps,
+        summary["start_step"],
+        summary["final_step"],
+    )
     if final_step == start_step and (ended or start_step >= steps) and run.run_dir.model:
         return Outcome.NOTHING_TO_DO
     if summary.get("interrupted"):
@@ -295,29 +340,41 @@ def _finish(run: _Run, summary: dict, ended: str | None):
     outcome, step, steps = summary["outcome"], summary["final_step"], run.config.train.steps
     if outcome is Outcome.NOTHING_TO_DO:
         if not ended:  # an ended run said so before
-            logger.info(f"the run finished at step {step}; its model is in {run.config.run_dir}. "
-                        "Nothing to train (raise train.steps with --accept-changes, "
-                        "accept_changes=True in Python, to train on)")
+            logger.info(
+                f"the run finished at step {step}; its model is in {run.config.run_dir}. "
+                "Nothing to train (raise train.steps with --accept-changes, "
+                "accept_changes=True in Python, to train on)"
+            )
     elif outcome is Outcome.INTERRUPTED:
-        logger.info(f"interrupted at step {step}: checkpoint written; run the same training "
-                    "again (python -m kroberta.train ... or kroberta.train(config)) to resume, "
-                    "or kroberta.load(run_dir) to use it")
+        logger.info(
+            f"interrupted at step {step}: checkpoint written; run the same training "
+            "again (python -m kroberta.train ... or kroberta.train(config)) to resume, "
+            "or kroberta.load(run_dir) to use it"
+        )
         raise KeyboardInterrupt
     elif outcome is Outcome.PREEMPTED:
         # Every process says it (a warning): in a job the notice may have reached another host.
         who = f"process {jax.process_index()}: " if summary.get("job_wide") else ""
-        logger.warning(f"{who}stopped by SIGTERM at step {step}: checkpoint written; re-run the "
-                       "same command to resume")
+        logger.warning(
+            f"{who}stopped by SIGTERM at step {step}: checkpoint written; re-run the "
+            "same command to resume"
+        )
     elif outcome is Outcome.UNTIL_STEP:
         # The run is not over; kroberta.load reads its last checkpoint.
-        logger.info(f"stopped at step {step} of {steps} (--until-step) with a checkpoint; run "
-                    "the same training again to go on")
+        logger.info(
+            f"stopped at step {step} of {steps} (--until-step) with a checkpoint; run "
+            "the same training again to go on"
+        )
     else:
         if outcome is Outcome.STOPPED_EARLY and not ended:
             logger.info(f"early stop at step {step} of {steps}: {summary['stopped_early']}")
         model_file = storage.join(run.config.run_dir, final_model.WEIGHTS_FILE)
-        with storage.writing(model_file, "final model", f"the checkpoint at step {step} is "
-                             "kept; free some space and run the same training again to save it"):
+        with storage.writing(
+            model_file,
+            "final model",
+            f"the checkpoint at step {step} is "
+            "kept; free some space and run the same training again to save it",
+        ):
             final_model.save(run.model, run.config.run_dir)
         logger.info(f"model saved in {run.config.run_dir}")
 
@@ -326,22 +383,31 @@ def _check_signals(config: Config, run_data):
     """Before any compute: the validation data that keep_best and the early stop need."""
     t = config.train
     if run_data.validation is None:
-        for key, on in (("keep_best", t.keep_best), ("early_stop_patience", t.early_stop_patience),
-                        ("target_eval_loss", t.target_eval_loss)):
+        for key, on in (
+            ("keep_best", t.keep_best),
+            ("early_stop_patience", t.early_stop_patience),
+            ("target_eval_loss", t.target_eval_loss),
+        ):
             if on:
-                raise ConfigError(f"train.{key}: needs validation data (data.validation, or "
-                                  "data.dir with a validation split)")
+                raise ConfigError(
+                    f"train.{key}: needs validation data (data.validation, or "
+                    "data.dir with a validation split)"
+                )
 
 
 def _log_interrupted(run_dir: str):
     saved = checkpoint.list_checkpoints(run_dir)
     if not saved:
-        logger.info("interrupted before the first checkpoint: nothing was kept; the same "
-                    "training starts over")
+        logger.info(
+            "interrupted before the first checkpoint: nothing was kept; the same "
+            "training starts over"
+        )
         return
-    logger.info(f"interrupted: the checkpoint at step {saved[-1][0]} is kept; run the same "
-                "training again (python -m kroberta.train ... or kroberta.train(config)) to "
-                "resume, or kroberta.load(run_dir) to use it")
+    logger.info(
+        f"interrupted: the checkpoint at step {saved[-1][0]} is kept; run the same "
+        "training again (python -m kroberta.train ... or kroberta.train(config)) to "
+        "resume, or kroberta.load(run_dir) to use it"
+    )
 
 
 def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
@@ -359,11 +425,17 @@ def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
         # The data stream restarts exactly after `begin` batches (see data.train_dataset).
         # Exactly `end - begin` batches: fused dispatches take K of them at a time
         # (kroberta.model.super_batch), and a last group that ends at `end` takes the rest.
-        train_ds = train_batches(run.run_data, run.plan.process_batch, begin,
-                                 shard=run.plan.data_shard)
-        model.fit(train_ds.take(end - begin), steps_per_epoch=interval,
-                  epochs=math.ceil((end - begin) / interval), verbose=0,
-                  callbacks=callbacks, shuffle=False)
+        train_ds = train_batches(
+            run.run_data, run.plan.process_batch, begin, shard=run.plan.data_shard
+        )
+        model.fit(
+            train_ds.take(end - begin),
+            steps_per_epoch=interval,
+            epochs=math.ceil((end - begin) / interval),
+            verbose=0,
+            callbacks=callbacks,
+            shuffle=False,
+        )
 
     started = time.perf_counter()
     failed = True
@@ -387,11 +459,14 @@ def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
         if profile is not None:
             profile.close()
         run_logger.close(failed)
-    return {"seconds": time.perf_counter() - started,
-            "compile_seconds": run_logger.compile_seconds,
-            "preempted": preemption.requested and not preemption.interrupted,
-            "interrupted": preemption.interrupted, "job_wide": preemption.job_wide,
-            "stopped_early": run_logger.stopped_early}
+    return {
+        "seconds": time.perf_counter() - started,
+        "compile_seconds": run_logger.compile_seconds,
+        "preempted": preemption.requested and not preemption.interrupted,
+        "interrupted": preemption.interrupted,
+        "job_wide": preemption.job_wide,
+        "stopped_early": run_logger.stopped_early,
+    }
 
 
 def _callbacks(run: _Run, start_step: int, stop_step: int, preemption: PreemptionFlag):
@@ -415,10 +490,18 @@ def _callbacks(run: _Run, start_step: int, stop_step: int, preemption: Preemptio
 
     # train.downstream's task, read and tokenised once, before anything opens.
     probe_task = probe.for_run(config, run_data.train.sequence_length)
-    run_logger = RunLogger(config, start_step, plan.global_batch,
-                           run_data.train.sequence_length, evaluate, stop_step,
-                           preemption=preemption, write_files=run.main_process, plan=plan,
-                           probe=probe_task)
+    run_logger = RunLogger(
+        config,
+        start_step,
+        plan.global_batch,
+        run_data.train.sequence_length,
+        evaluate,
+        stop_step,
+        preemption=preemption,
+        write_files=run.main_process,
+        plan=plan,
+        probe=probe_task,
+    )
     run_logger.set_model(model)  # fit sets it too; the evaluation at the start needs it first
     return run_logger, _profile_window(config, start_step, run.main_process)
 
@@ -434,9 +517,11 @@ def _profile_window(config, start_step: int, main_process: bool):
     t = config.train
     aligned = profiling.aligned_window(window, t.steps_per_execution, t.steps)
     if aligned != window:
-        logger.info(f"profile: steps {window[0]}:{window[1]} widened to {aligned[0]}:"
-                    f"{aligned[1]}, whole dispatches of train.steps_per_execution="
-                    f"{t.steps_per_execution} steps")
+        logger.info(
+            f"profile: steps {window[0]}:{window[1]} widened to {aligned[0]}:"
+            f"{aligned[1]}, whole dispatches of train.steps_per_execution="
+            f"{t.steps_per_execution} steps"
+        )
     return profiling.ProfileWindow(config.run_dir, aligned, start_step)
 
 
@@ -450,13 +535,23 @@ def _named_data_error(error, run: _Run, start_step: int, step: int):
     # The batches up to the failing one (logged step, plus what tf.data had prefetched and
     # the rest of the group of batches parsed together).
     ahead = 64 + pipeline.batches_per_call(process_batch)
-    replays = [pipeline.replay_train_errors(
-        train_spec, config.data, V, config.train.seed, start_step, step - start_step + ahead,
-        process_batch, run.plan.data_shard)]
+    replays = [
+        pipeline.replay_train_errors(
+            train_spec,
+            config.data,
+            V,
+            config.train.seed,
+            start_step,
+            step - start_step + ahead,
+            process_batch,
+            run.plan.data_shard,
+        )
+    ]
     files = list(train_spec.files)
     if val_spec is not None:
         replays.append(pipeline.replay_file_errors(val_spec, V))
         files += val_spec.files
     explained = pipeline.explain_pipeline_error(
-        error, files, replay=lambda: next(filter(None, (r() for r in replays)), None))
+        error, files, replay=lambda: next(filter(None, (r() for r in replays)), None)
+    )
     return explained if explained is not None else error

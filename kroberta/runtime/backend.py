@@ -48,9 +48,11 @@ def select_jax_backend():
 def _live_keras_objects() -> list:
     """Keras layers, models, variables, optimizers, metrics, symbolic tensors alive now."""
     kinds = []
-    for module, name in (("keras.src.saving.keras_saveable", "KerasSaveable"),
-                         ("keras.src.backend.common.variables", "Variable"),
-                         ("keras.src.backend.common.keras_tensor", "KerasTensor")):
+    for module, name in (
+        ("keras.src.saving.keras_saveable", "KerasSaveable"),
+        ("keras.src.backend.common.variables", "Variable"),
+        ("keras.src.backend.common.keras_tensor", "KerasTensor"),
+    ):
         kind = getattr(sys.modules.get(module), name, None)
         if kind is not None:
             kinds.append(kind)
@@ -70,8 +72,11 @@ def _old_keras_references() -> dict:
             continue
         found[id(module)] = (module, name, None)
         for attribute, value in list(vars(module).items()):
-            if isinstance(value, (type, types.FunctionType)) and id(value) not in found and \
-                    str(getattr(value, "__module__", "")).startswith(_KERAS_PREFIX):
+            if (
+                isinstance(value, (type, types.FunctionType))
+                and id(value) not in found
+                and str(getattr(value, "__module__", "")).startswith(_KERAS_PREFIX)
+            ):
                 found[id(value)] = (value, name, attribute)
     return found
 

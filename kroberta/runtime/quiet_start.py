@@ -67,7 +67,8 @@ _LIBTPU_PROBE_NOISE_RE = re.compile(
     rb"could not determine TPU (accelerator type|worker hostnames)"
     rb"|^WARNING: Logging before InitGoogle\(\) is written to STDERR"
     rb"|^=== Source Location Trace: ===\s*$"
-    rb"|^[\w./-]+\.cc:\d+\s*$")  # the trace's bare file:line entries
+    rb"|^[\w./-]+\.cc:\d+\s*$"
+)  # the trace's bare file:line entries
 
 
 def is_libtpu_probe_noise(line: bytes) -> bool:

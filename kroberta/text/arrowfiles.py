@@ -21,8 +21,10 @@ ARROW_BATCH_ROWS = 1024  # rows per Parquet/Arrow batch: flat memory, few Python
 
 
 def extra_missing(what: str, extra: str, module: str) -> InputError:
-    return InputError(f"{what} needs the {module!r} package: pip install -e \".[{extra}]\" "
-                      f"(or pip install {module})")
+    return InputError(
+        f'{what} needs the {module!r} package: pip install -e ".[{extra}]" '
+        f"(or pip install {module})"
+    )
 
 
 # ---------------------------------------------------------------- Parquet
@@ -55,15 +57,19 @@ def load_dataset(path, split):
         # the datasets extra: loads when a datasets directory is read
         import datasets
     except ImportError:
-        raise extra_missing(f"{path}: reading a datasets directory", "datasets", "datasets") from None
+        raise extra_missing(
+            f"{path}: reading a datasets directory", "datasets", "datasets"
+        ) from None
     try:
         loaded = datasets.load_from_disk(path)
     except Exception as e:  # FileNotFoundError or the library's own errors
         raise InputError(f"{path}: not a readable datasets directory: {e}") from None
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
-            raise InputError(f"{path}: a DatasetDict without a {split!r} split (splits: "
-                             f"{', '.join(loaded)}); pick one with --split")
+            raise InputError(
+                f"{path}: a DatasetDict without a {split!r} split (splits: "
+                f"{', '.join(loaded)}); pick one with --split"
+            )
         return loaded[split]
     return loaded
 
@@ -74,7 +80,9 @@ def opened(path: str, fmt: str, fields, split: str):
     if fmt == DATASETS_FORMAT:
         source = load_dataset(path, split)
         schema = source.data.schema
-        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+        size = sum(
+            os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files
+        )
     else:
         source = parquet_file(path)
         schema, size = source.schema_arrow, locations.size(path)
@@ -90,7 +98,9 @@ def text_column_size(path: str, fmt: str, field: str, split: str) -> int:
 
     kind = schema.field(field).type
     if kind not in (pa.string(), pa.large_string(), pa.string_view(), pa.null()):
-        raise InputError(f"{path}: column {field!r} holds {kind}, not text; pick another with --text-field")
+        raise InputError(
+            f"{path}: column {field!r} holds {kind}, not text; pick another with --text-field"
+        )
     return size
 
 
@@ -116,10 +126,16 @@ def _batches(path: str, fmt: str, fields, split: str, on_bytes):
     source, _, size = opened(path, fmt, fields, split)
     if fmt == DATASETS_FORMAT:
         # The Arrow table is memory-mapped: batches are views of the files, not copies.
-        batches = source.select_columns(list(fields)).with_format("arrow").iter(batch_size=ARROW_BATCH_ROWS)
+        batches = (
+            source.select_columns(list(fields))
+            .with_format("arrow")
+            .iter(batch_size=ARROW_BATCH_ROWS)
+        )
         rows = len(source)
     else:
-        batches = source.iter_batches(batch_size=ARROW_BATCH_ROWS, columns=list(fields), use_threads=False)
+        batches = source.iter_batches(
+            batch_size=ARROW_BATCH_ROWS, columns=list(fields), use_threads=False
+        )
         rows = source.metadata.num_rows
     reported, done = 0, 0
     for batch in batches:

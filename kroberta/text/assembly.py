@@ -66,7 +66,9 @@ def assemble_splits(out_dir, work_dir, results, shards, fraction, written):
         offsets = record_offsets(path)
         with open(path, "rb") as f:
             f.seek(offsets[-2])
-            moved = MovedRecord(source, last, f.read(), offsets[-2], results[last].last_tokens[source])
+            moved = MovedRecord(
+                source, last, f.read(), offsets[-2], results[last].last_tokens[source]
+            )
     infos = []
     for split, count in zip(SPLITS, shards):
         entries = {i: results[i].split(split) for i in results}
@@ -95,6 +97,11 @@ def assemble_splits(out_dir, work_dir, results, shards, fraction, written):
                 f.write(moved.frame)
             got = entries[moved.chunk]
             entries[moved.chunk] = SplitCount(got.sequences + 1, got.tokens + moved.tokens)
-        infos.append({"files": names, "sequences": sum(e.sequences for e in entries.values()),
-                      "tokens": sum(e.tokens for e in entries.values())})
+        infos.append(
+            {
+                "files": names,
+                "sequences": sum(e.sequences for e in entries.values()),
+                "tokens": sum(e.tokens for e in entries.values()),
+            }
+        )
     return tuple(infos)

@@ -65,17 +65,23 @@ class PrepareWarning(UserWarning):
     """Something was skipped or adjusted; recorded in the manifest too."""
 
 
-def _check_arguments(vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer):
+def _check_arguments(
+    vocab_size, seq_len, validation_fraction, labels, mask_rate, shards, tokenizer
+):
     # Python callers can pass anything: the types first, each named by its option.
-    for option, value, kind in (("--vocab-size", vocab_size, numbers.Integral),
-                                ("--seq-len", seq_len, numbers.Integral),
-                                ("--validation-fraction", validation_fraction, numbers.Real),
-                                ("--mask-rate", mask_rate, numbers.Real),
-                                ("--shards", shards if shards is not None else 1, numbers.Integral)):
+    for option, value, kind in (
+        ("--vocab-size", vocab_size, numbers.Integral),
+        ("--seq-len", seq_len, numbers.Integral),
+        ("--validation-fraction", validation_fraction, numbers.Real),
+        ("--mask-rate", mask_rate, numbers.Real),
+        ("--shards", shards if shards is not None else 1, numbers.Integral),
+    ):
         if not isinstance(value, kind) or isinstance(value, bool):
             wanted = "an integer" if kind is numbers.Integral else "a number"
-            raise InputError(f"{option} (prepare's {option[2:].replace('-', '_')}) must be "
-                             f"{wanted}, got {value!r}")
+            raise InputError(
+                f"{option} (prepare's {option[2:].replace('-', '_')}) must be "
+                f"{wanted}, got {value!r}"
+            )
     if seq_len < MIN_SEQ_LEN:
         raise InputError(f"--seq-len {seq_len} is too short: use at least {MIN_SEQ_LEN}")
     if tokenizer is None and vocab_size < MIN_VOCABULARY_SIZE:
@@ -97,12 +103,16 @@ def _refuse_existing(out_dir, overwrite):
     """Refuse to clobber a prepared directory (local or a URL) unless asked, or to write
     into a file, before any work."""
     if storage.isfile(out_dir):
-        raise InputError(f"--out {out_dir}: exists and is a file; give a directory to write "
-                         "the prepared dataset into")
+        raise InputError(
+            f"--out {out_dir}: exists and is a file; give a directory to write "
+            "the prepared dataset into"
+        )
     path = storage.join(out_dir, MANIFEST_NAME)
     if storage.exists(path) and not overwrite:
-        raise InputError(f"{out_dir} already holds a prepared dataset ({path}); pass "
-                         "--overwrite (overwrite=True) to replace it")
+        raise InputError(
+            f"{out_dir} already holds a prepared dataset ({path}); pass "
+            "--overwrite (overwrite=True) to replace it"
+        )
 
 
 def _clear_previous(out_dir):
@@ -166,10 +176,16 @@ def _tokenizer(job, chunks, total_bytes, taken):
     once the shards are."""
     shortfall = None
     if job.tokenizer is None:
-        bar = Progress(min(total_bytes, job.tokenizer_sample_bytes), "tokenizer", enabled=job.progress)
+        bar = Progress(
+            min(total_bytes, job.tokenizer_sample_bytes), "tokenizer", enabled=job.progress
+        )
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", VocabularyShortfallWarning)  # recorded as a PrepareWarning
-            documents = sample_documents(chunks, total_bytes, job.tokenizer_sample_bytes, bar.add, taken)
+            warnings.simplefilter(
+                "ignore", VocabularyShortfallWarning
+            )  # recorded as a PrepareWarning
+            documents = sample_documents(
+                chunks, total_bytes, job.tokenizer_sample_bytes, bar.add, taken
+            )
             tok = train_tokenizer(documents, job.vocab_size, out_path=None)
         bar.close()
         if shortfall := shortfall_note(tok, job.vocab_size):
@@ -178,7 +194,9 @@ def _tokenizer(job, chunks, total_bytes, taken):
         tok = job.given_tokenizer
     specials = special_token_ids(tok)
     if specials["pad"] != PAD_ID:
-        raise InputError(f"the tokenizer's <pad> id is {specials['pad']}; the record format needs {PAD_ID}")
+        raise InputError(
+            f"the tokenizer's <pad> id is {specials['pad']}; the record format needs {PAD_ID}"
+        )
     return tok, shortfall, specials
 
 
@@ -196,7 +214,11 @@ def _save_tokenizer(job, tok, written):
         if source is None:
             save_tokenizer(tok, out_path)
             return
-        with atomic_path(out_path) as tmp, locations.open_input(source) as f, open(tmp, "wb") as copy:
+        with (
+            atomic_path(out_path) as tmp,
+            locations.open_input(source) as f,
+            open(tmp, "wb") as copy,
+        ):
             shutil.copyfileobj(f, copy)
 
 
@@ -206,8 +228,10 @@ def _shard_counts(job, total_bytes):
         return job.shards, max(1, math.ceil(job.shards * job.validation_fraction))
     # Bytes per input byte, measured: ~0.8 (ids + mask), ~3 with labels (-100 is a 10-byte varint).
     estimate = total_bytes * (3.0 if job.labels else 0.8)
-    return (max(1, math.ceil(estimate / TARGET_SHARD_BYTES)),
-            max(1, math.ceil(estimate * job.validation_fraction / TARGET_SHARD_BYTES)))
+    return (
+        max(1, math.ceil(estimate / TARGET_SHARD_BYTES)),
+        max(1, math.ceil(estimate * job.validation_fraction / TARGET_SHARD_BYTES)),
+    )
 
 
 def _chunk_bytes(job, total_bytes):
@@ -225,7 +249,9 @@ def _tell(job, results, chunks):
     """Logs the documents read; warns of text files read as a few huge documents."""
     documents = sum(r.documents for r in results.values())
     files = len({s.path for c in chunks for s in c.sources})
-    logger.info(f"read {documents} {'line(s)' if job.line_by_line else 'document(s)'} from {files} file(s)")
+    logger.info(
+        f"read {documents} {'line(s)' if job.line_by_line else 'document(s)'} from {files} file(s)"
+    )
     lines_before, longest = {}, {}
     for chunk in chunks:  # line numbers count from a piece's start: made the file's
         result = results[chunk.index]
@@ -238,24 +264,33 @@ def _tell(job, results, chunks):
         # A file of one document per line is one document here: its documents get no
         # </s> between them. Splitting at every line instead would cut each paragraph of
         # hard-wrapped prose (man pages, books) into fragments, so the rule stays.
-        warnings.warn(f"{path}: one document of {lines} lines from line {first}: documents end at blank lines, "
-                      "and none is between these; if each line is a document, separate them with blank lines, "
-                      "or pass --line-by-line for one sequence per line", PrepareWarning, stacklevel=5)
+        warnings.warn(
+            f"{path}: one document of {lines} lines from line {first}: documents end at blank lines, "
+            "and none is between these; if each line is a document, separate them with blank lines, "
+            "or pass --line-by-line for one sequence per line",
+            PrepareWarning,
+            stacklevel=5,
+        )
 
 
 def _warn_of_validation(job, splits):
     held_out = splits[1]["sequences"]
     total = splits[0]["sequences"] + held_out
     if job.validation_fraction > 0 and held_out == 0:
-        warnings.warn("only one sequence: nothing left for validation", PrepareWarning, stacklevel=5)
+        warnings.warn(
+            "only one sequence: nothing left for validation", PrepareWarning, stacklevel=5
+        )
     elif 0 < held_out < STEADY_VALIDATION < total:
         # A loss over a few sequences moves with which ones they are: two runs (or a
         # baseline and a run) would differ by chance, not by their models.
         fraction = min(0.5, math.ceil(100 * STEADY_VALIDATION / total) / 100)
-        warnings.warn(f"the validation split holds {held_out} of {total} sequences "
-                      f"(--validation-fraction {job.validation_fraction}): its loss is noisy; "
-                      f"--validation-fraction {fraction} holds about {round(fraction * total)}",
-                      PrepareWarning, stacklevel=5)
+        warnings.warn(
+            f"the validation split holds {held_out} of {total} sequences "
+            f"(--validation-fraction {job.validation_fraction}): its loss is noisy; "
+            f"--validation-fraction {fraction} holds about {round(fraction * total)}",
+            PrepareWarning,
+            stacklevel=5,
+        )
 
 
 def _manifest(job, tok, specials, splits, plan, documents, timing):
@@ -301,21 +336,39 @@ def _plan(job, scanned, key, work, started):
     tok, shortfall, specials = _tokenizer(job, chunks, total, taken)
     with storage.writing(work.tokenizer_path, "tokenizer"):
         save_tokenizer(tok, work.tokenizer_path)
-    plan = Plan(key=key, chunks=chunks, skipped=skipped, total_bytes=total,
-                files=[[g.path, g.format] for g in good], shortfall=shortfall, specials=specials,
-                tokenizer_sample_bytes=None if job.tokenizer is not None else taken[0],
-                tokenizer_s=round(time.perf_counter() - started, 3))
+    plan = Plan(
+        key=key,
+        chunks=chunks,
+        skipped=skipped,
+        total_bytes=total,
+        files=[[g.path, g.format] for g in good],
+        shortfall=shortfall,
+        specials=specials,
+        tokenizer_sample_bytes=None if job.tokenizer is not None else taken[0],
+        tokenizer_s=round(time.perf_counter() - started, 3),
+    )
     work.save_plan(plan)
     return plan
 
 
 def _worker_job(job, tok, specials, work):
     """What every worker needs, picklable."""
-    special_ids = set(specials.values()) | {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
-    return WorkerJob(tokenizer_json=tok.to_str(), seq_len=job.seq_len, line_by_line=job.line_by_line,
-                     labels=job.labels, mask_rate=job.mask_rate, seed=job.seed, specials=specials,
-                     special_ids=sorted(special_ids), vocabulary_size=vocabulary_size(tok),
-                     validation_fraction=job.validation_fraction, work_dir=work)
+    special_ids = set(specials.values()) | {
+        i for i, t in tok.get_added_tokens_decoder().items() if t.special
+    }
+    return WorkerJob(
+        tokenizer_json=tok.to_str(),
+        seq_len=job.seq_len,
+        line_by_line=job.line_by_line,
+        labels=job.labels,
+        mask_rate=job.mask_rate,
+        seed=job.seed,
+        specials=specials,
+        special_ids=sorted(special_ids),
+        vocabulary_size=vocabulary_size(tok),
+        validation_fraction=job.validation_fraction,
+        work_dir=work,
+    )
 
 
 def _build(job, work, key, plan, scanned, written, started):
@@ -335,7 +388,9 @@ def _build(job, work, key, plan, scanned, written, started):
     bar.add(sum(c.size for c in chunks if c.index in results))
     pending = [c for c in chunks if c.index not in results]
     try:
-        results.update(run_chunks(_worker_job(job, tok, plan.specials, work), pending, job.workers, bar))
+        results.update(
+            run_chunks(_worker_job(job, tok, plan.specials, work), pending, job.workers, bar)
+        )
     except BaseException:
         bar.erase()  # the command's one line takes its place
         raise
@@ -344,8 +399,14 @@ def _build(job, work, key, plan, scanned, written, started):
         raise InputError("no text in the inputs: every document is empty")
     _tell(job, results, chunks)
     joining = time.perf_counter()
-    splits = assemble_splits(job.out_dir, work, results, _shard_counts(job, plan.total_bytes),
-                             job.validation_fraction, written)
+    splits = assemble_splits(
+        job.out_dir,
+        work,
+        results,
+        _shard_counts(job, plan.total_bytes),
+        job.validation_fraction,
+        written,
+    )
     _warn_of_validation(job, splits)
     _save_tokenizer(job, tok, written)
     timing["assemble"] = round(time.perf_counter() - joining, 3)
@@ -457,9 +518,13 @@ def _prepare_into(arguments, workers, overwrite, started):
     work, key = WorkDir.of(job.out_dir), resume_key(job, files)
     plan = None if overwrite else work.load_plan()
     if plan is not None and plan.key != key:
-        raise InputError(f"{job.out_dir} holds an unfinished prepare of other inputs or arguments ({work}); "
-                         "run that command again to finish it, or pass --overwrite to start over")
-    scanned = None if plan is not None else _scan_inputs(files, job.strict, job.text_field, job.split)
+        raise InputError(
+            f"{job.out_dir} holds an unfinished prepare of other inputs or arguments ({work}); "
+            "run that command again to finish it, or pass --overwrite to start over"
+        )
+    scanned = (
+        None if plan is not None else _scan_inputs(files, job.strict, job.text_field, job.split)
+    )
     _clear_previous(job.out_dir)
     if overwrite:
         work.remove()
@@ -480,8 +545,11 @@ def _prepare_into(arguments, workers, overwrite, started):
 
 
 def _check_scale(workers, tokenizer_sample_bytes, chunk_bytes):
-    for option, value in (("--workers", workers), ("--tokenizer-sample-bytes", tokenizer_sample_bytes),
-                          ("chunk_bytes", chunk_bytes)):
+    for option, value in (
+        ("--workers", workers),
+        ("--tokenizer-sample-bytes", tokenizer_sample_bytes),
+        ("chunk_bytes", chunk_bytes),
+    ):
         if value is None and option != "--tokenizer-sample-bytes":
             continue
         if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:

@@ -49,9 +49,12 @@ class Chunk:
 
     def describe(self) -> str:
         """`chunk 3 (corpus/a.txt bytes 2400-3600)`: the chunk and the input it holds."""
-        pieces = [source.path if source.start == 0 and source.end is None
-                  else f"{source.path} bytes {source.start}-{source.start + size}"
-                  for source, size in zip(self.sources, self.sizes)]
+        pieces = [
+            source.path
+            if source.start == 0 and source.end is None
+            else f"{source.path} bytes {source.start}-{source.start + size}"
+            for source, size in zip(self.sources, self.sizes)
+        ]
         more = f" and {len(pieces) - 2} more file(s)" if len(pieces) > 2 else ""
         return f"chunk {self.index} ({', '.join(pieces[:2])}{more})"
 
@@ -112,7 +115,9 @@ def csv_cut_points(path: str, size: int, chunk_bytes: int) -> list[int]:
         nonlocal offset, data_lines
         for number, line in enumerate(f):
             offset += len(line)
-            if number == 0 and line.startswith(b"\xef\xbb\xbf"):  # a byte-order mark, dropped when read
+            if number == 0 and line.startswith(
+                b"\xef\xbb\xbf"
+            ):  # a byte-order mark, dropped when read
                 line = line[3:]
             data_lines += bool(line.rstrip(b"\r\n"))
             # Quotes, commas and line ends are ASCII, which no byte of a multi-byte UTF-8
@@ -158,7 +163,9 @@ def file_cut_points(source: Source, size: int, chunk_bytes: int) -> list[int]:
     return []  # a JSON array, Parquet, `datasets`
 
 
-def plan_chunks(sources: list[Source], sizes: list[int], chunk_bytes: int = CHUNK_BYTES) -> list[Chunk]:
+def plan_chunks(
+    sources: list[Source], sizes: list[int], chunk_bytes: int = CHUNK_BYTES
+) -> list[Chunk]:
     """The chunks of the `sources` (whose sizes in bytes are `sizes`), in corpus order:
     pieces (whole files, ranges of large ones) gathered until a chunk holds `chunk_bytes`."""
     pieces = []
@@ -168,8 +175,10 @@ def plan_chunks(sources: list[Source], sizes: list[int], chunk_bytes: int = CHUN
             pieces.append((source, size))
             continue
         bounds = [0, *cuts, size]
-        pieces += [(dataclasses.replace(source, start=start, end=end), end - start)
-                   for start, end in zip(bounds, bounds[1:])]
+        pieces += [
+            (dataclasses.replace(source, start=start, end=end), end - start)
+            for start, end in zip(bounds, bounds[1:])
+        ]
     chunks, gathered = [], []
     for piece in pieces:
         gathered.append(piece)

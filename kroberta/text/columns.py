@@ -15,5 +15,7 @@ def check_columns(path, columns, fields: dict, header: bool = False):
     for field, option in fields.items():
         if field not in columns:
             first_line = "; the first line is read as the header" if header else ""
-            raise InputError(f"{path}: no column {field!r} (columns: {', '.join(columns)}"
-                             f"{first_line}); pick one with {option}")
+            raise InputError(
+                f"{path}: no column {field!r} (columns: {', '.join(columns)}"
+                f"{first_line}); pick one with {option}"
+            )

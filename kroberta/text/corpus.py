@@ -21,8 +21,18 @@ _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__p
 # 3.9-3.13, in the order the task tries them). It validates on every VALIDATION_EVERY-th
 # module of a package (sorted by path, from the second), and the pretraining corpus
 # leaves those modules out, so that the task scores text the pretraining never read.
-TASK_PACKAGES = ("asyncio", "email", "multiprocessing", "unittest", "xml", "importlib",
-                 "tkinter", "http", "concurrent", "logging")
+TASK_PACKAGES = (
+    "asyncio",
+    "email",
+    "multiprocessing",
+    "unittest",
+    "xml",
+    "importlib",
+    "tkinter",
+    "http",
+    "concurrent",
+    "logging",
+)
 VALIDATION_EVERY = 4
 
 
@@ -39,8 +49,10 @@ def task_modules(root, package) -> tuple[list, list]:
     """The (training, validation) source files of one of TASK_PACKAGES under `root`:
     the package's modules (`stdlib_files`), every VALIDATION_EVERY-th for validation."""
     files = stdlib_files(os.path.join(root, package))
-    return ([f for i, f in enumerate(files) if i % VALIDATION_EVERY != 1],
-            [f for i, f in enumerate(files) if i % VALIDATION_EVERY == 1])
+    return (
+        [f for i, f in enumerate(files) if i % VALIDATION_EVERY != 1],
+        [f for i, f in enumerate(files) if i % VALIDATION_EVERY == 1],
+    )
 
 
 def held_out_files(root=None) -> frozenset:
@@ -73,7 +85,9 @@ def file_docstrings(path) -> list[str]:
     except (OSError, SyntaxError, ValueError):
         return []
     kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-    docs = (ast.get_docstring(node, clean=True) for node in ast.walk(tree) if isinstance(node, kinds))
+    docs = (
+        ast.get_docstring(node, clean=True) for node in ast.walk(tree) if isinstance(node, kinds)
+    )
     return [doc for doc in docs if doc and doc.strip()]
 
 

@@ -37,9 +37,15 @@ class PrepareJob:
     @classmethod
     def of(cls, arguments: dict, workers: int, given_tokenizer) -> "PrepareJob":
         """The job of `prepare`'s `arguments` (its keywords but `overwrite`)."""
-        return cls(**{**arguments, "out_dir": os.fspath(arguments["out_dir"]),
-                      "line_by_line": bool(arguments["line_by_line"]), "workers": workers,
-                      "given_tokenizer": given_tokenizer})
+        return cls(
+            **{
+                **arguments,
+                "out_dir": os.fspath(arguments["out_dir"]),
+                "line_by_line": bool(arguments["line_by_line"]),
+                "workers": workers,
+                "given_tokenizer": given_tokenizer,
+            }
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,7 +56,6 @@ class _Range(io.RawIOBase):
 
     def readinto(self, buffer):
         data = self._raw.read(min(len(buffer), self._left))
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         self._left -= len(data)
         return len(data)
-

@@ -53,7 +53,9 @@ def _start_worker(job, parent, read, running):
     # One thread of `tokenizers` per worker: the workers are the parallelism.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     busy = threading.Lock()  # held while a chunk is under way
-    _worker.update(job=job, tok=workers.load_tokenizer_of(job), read=read, running=running, busy=busy)
+    _worker.update(
+        job=job, tok=workers.load_tokenizer_of(job), read=read, running=running, busy=busy
+    )
     threading.Thread(target=_exit_when_orphaned, args=(parent, busy), daemon=True).start()
 
 
@@ -81,19 +83,26 @@ def run_chunks(job, chunks, processes, progress):
     index. A worker that dies raises `WorkerError` naming the chunk it was on."""
     if processes <= 1 or len(chunks) <= 1:
         tok = workers.load_tokenizer_of(job)
-        return {chunk.index: workers.prepare_chunk(job, tok, chunk, progress.add) for chunk in chunks}
+        return {
+            chunk.index: workers.prepare_chunk(job, tok, chunk, progress.add) for chunk in chunks
+        }
     context = multiprocessing.get_context(start_method())
     # By chunk position, each written by the one worker on that chunk: its bytes read, its pid.
     read = context.Array("q", len(chunks), lock=False)
     running = context.Array("q", len(chunks), lock=False)
     executor = concurrent.futures.ProcessPoolExecutor(
-        min(processes, len(chunks)), mp_context=context, initializer=_start_worker,
-        initargs=(job, os.getpid(), read, running))
+        min(processes, len(chunks)),
+        mp_context=context,
+        initializer=_start_worker,
+        initargs=(job, os.getpid(), read, running),
+    )
     results = {}
     try:
         with _workers_starting():
-            submitted = {executor.submit(_run_in_worker, position, chunk): chunk
-                         for position, chunk in enumerate(chunks)}
+            submitted = {
+                executor.submit(_run_in_worker, position, chunk): chunk
+                for position, chunk in enumerate(chunks)
+            }
         _collect(submitted, read, progress, results)
         executor.shutdown()  # the workers are idle: they exit
     except BrokenProcessPool:
@@ -114,8 +123,9 @@ def _collect(submitted, read, progress, results):
     pending, reported = set(submitted), 0
     try:
         while pending:
-            done, pending = concurrent.futures.wait(pending, timeout=POLL_S,
-                                                    return_when=concurrent.futures.FIRST_COMPLETED)
+            done, pending = concurrent.futures.wait(
+                pending, timeout=POLL_S, return_when=concurrent.futures.FIRST_COMPLETED
+            )
             now = sum(read)
             progress.add(now - reported)
             reported = now
@@ -189,16 +199,24 @@ def _lost(chunks, running, early, final, results, work_dir) -> str:
     # The pool ends the other workers with SIGTERM as soon as one dies: the one that died
     # first did not die of that, or was already dead when the pool was found broken
     # (unless the pool's own thread had collected it first: then every SIGTERM is named).
-    first = ({pid: code for pid, code in final.items() if code not in (None, -signal.SIGTERM)}
-             or {pid: code for pid, code in early.items() if code is not None}
-             or {pid: code for pid, code in final.items() if code is not None})
-    in_flight = [(chunk, running[position]) for position, chunk in enumerate(chunks)
-                 if running[position] and chunk.index not in results]
+    first = (
+        {pid: code for pid, code in final.items() if code not in (None, -signal.SIGTERM)}
+        or {pid: code for pid, code in early.items() if code is not None}
+        or {pid: code for pid, code in final.items() if code is not None}
+    )
+    in_flight = [
+        (chunk, running[position])
+        for position, chunk in enumerate(chunks)
+        if running[position] and chunk.index not in results
+    ]
     lost = [chunk for chunk, pid in in_flight if pid in first]
     others = [chunk for chunk, pid in in_flight if pid not in first]
     how, hint = _death(next(iter(first.values()), None))
-    line = how + (f" while preparing {'one of ' if len(lost) > 1 else ''}{_named(lost)}" if lost
-                  else " between chunks")
+    line = how + (
+        f" while preparing {'one of ' if len(lost) > 1 else ''}{_named(lost)}"
+        if lost
+        else " between chunks"
+    )
     line += f": {hint}" if hint else ""
     if others:
         line += f"; {_named(others)} {'was' if len(others) == 1 else 'were'} running{' too' if lost else ''}"
@@ -220,7 +238,7 @@ def _named(chunks) -> str:
 
 
 def start_method():
-    """"fork" where it is safe and available, else "spawn"."""
+    """ "fork" where it is safe and available, else "spawn"."""
     threaded = any(name in sys.modules for name in ("jax", "tensorflow"))
     return "fork" if not threaded and "fork" in multiprocessing.get_all_start_methods() else "spawn"
 

@@ -26,9 +26,16 @@ from kroberta.text.columns import TEXT_FIELD_OPTION, check_columns
 from kroberta.text.progress import ByteProgress
 
 FORMATS = {  # name suffix -> format (the longest matching suffix wins)
-    ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".json": "jsonl", ".json.gz": "jsonl",
-    ".ndjson": "jsonl", ".ndjson.gz": "jsonl",
-    ".csv": "csv", ".csv.gz": "csv", ".tsv": "tsv", ".tsv.gz": "tsv",
+    ".jsonl": "jsonl",
+    ".jsonl.gz": "jsonl",
+    ".json": "jsonl",
+    ".json.gz": "jsonl",
+    ".ndjson": "jsonl",
+    ".ndjson.gz": "jsonl",
+    ".csv": "csv",
+    ".csv.gz": "csv",
+    ".tsv": "tsv",
+    ".tsv.gz": "tsv",
     ".parquet": "parquet",
 }
 # Files `save_to_disk` writes: a Dataset's state, or a DatasetDict's split list.
@@ -51,7 +58,8 @@ def is_dataset_dir(path: str) -> bool:
     """A directory written by `datasets`' `save_to_disk` (a Dataset or a DatasetDict)."""
     return os.path.isdir(path) and (
         os.path.isfile(os.path.join(path, DATASET_DICT_FILE))
-        or all(os.path.isfile(os.path.join(path, f)) for f in DATASET_FILES))
+        or all(os.path.isfile(os.path.join(path, f)) for f in DATASET_FILES)
+    )
 
 
 def record_format(path: str) -> str | None:
@@ -81,15 +89,21 @@ def first_byte(path):
 
 def _record_text(record, path, where, field):
     if not isinstance(record, dict):
-        raise InputError(f"{path}: {where}: a JSON {type(record).__name__}, not an object with a {field!r} field")
+        raise InputError(
+            f"{path}: {where}: a JSON {type(record).__name__}, not an object with a {field!r} field"
+        )
     if field not in record:
-        raise InputError(f"{path}: {where}: no field {field!r} (fields: {', '.join(record) or 'none'}); "
-                         "pick one with --text-field")
+        raise InputError(
+            f"{path}: {where}: no field {field!r} (fields: {', '.join(record) or 'none'}); "
+            "pick one with --text-field"
+        )
     value = record[field]
     if value is None or isinstance(value, str):
         return value
-    raise InputError(f"{path}: {where}: field {field!r} holds {type(value).__name__} "
-                     f"{str(value)[:40]!r}, not text; pick another with --text-field")
+    raise InputError(
+        f"{path}: {where}: field {field!r} holds {type(value).__name__} "
+        f"{str(value)[:40]!r}, not text; pick another with --text-field"
+    )
 
 
 def _json_array_records(path, on_bytes):
@@ -115,7 +129,7 @@ def _json_array_records(path, on_bytes):
             nonlocal position
             while (position := _SPACE.match(buffer, position).end()) == len(buffer) and not eof:
                 more()
-            return buffer[position:position + 1]
+            return buffer[position : position + 1]
 
         next_character()
         position += 1  # the "[" (checked by iter_records)
@@ -132,7 +146,9 @@ def _json_array_records(path, on_bytes):
                 record, end = decoder.raw_decode(buffer, position)
             except json.JSONDecodeError as e:
                 if eof:
-                    raise InputError(f"{path}: record {number + 1}: not valid JSON: {e.msg}") from None
+                    raise InputError(
+                        f"{path}: record {number + 1}: not valid JSON: {e.msg}"
+                    ) from None
                 more()  # the record may continue in the next block
                 continue
             if end == len(buffer) and not eof:
@@ -171,12 +187,22 @@ def _jsonl_records(path, on_bytes, start=0, end=None):
             try:
                 record = json.loads(line)
             except UnicodeDecodeError as e:
-                raise InputError(f"{path}: {_line(number, start)}: not UTF-8 ({e.reason})") from None
+                raise InputError(
+                    f"{path}: {_line(number, start)}: not UTF-8 ({e.reason})"
+                ) from None
             except json.JSONDecodeError as e:
                 # A first line that does not parse: most often one object over many lines.
-                hint = ("; JSON lines hold one whole object per line (or give a JSON array, "
-                        "[{...}, ...])") if number == 1 and not start else ""
-                raise InputError(f"{path}: {_line(number, start)}: not a JSON object: {e.msg}{hint}") from None
+                hint = (
+                    (
+                        "; JSON lines hold one whole object per line (or give a JSON array, "
+                        "[{...}, ...])"
+                    )
+                    if number == 1 and not start
+                    else ""
+                )
+                raise InputError(
+                    f"{path}: {_line(number, start)}: not a JSON object: {e.msg}{hint}"
+                ) from None
             yield _line(number, start), record
             progress.poll()
         progress.finish(locations.size(path) if end is None else end)
@@ -197,16 +223,19 @@ def _csv_rows(path, stream, delimiter, quoting, data_lines: _DataLines, start=0)
     """csv rows of a binary stream, decoded line by line, so that bytes that are not
     UTF-8 are named by their line (a text wrapper decodes blocks ahead of the reader);
     `start`: the stream's first byte in the file (for messages)."""
+
     def lines():
         for number, line in enumerate(stream, start=1):  # bytes, with their line ends
             if number == 1 and not start and line.startswith(_BOM):
-                line = line[len(_BOM):]
+                line = line[len(_BOM) :]
             if line.rstrip(b"\r\n"):
                 data_lines.count += 1
             try:
                 yield line.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise InputError(f"{path}: {_line(number, start)}: not UTF-8 ({e.reason})") from None
+                raise InputError(
+                    f"{path}: {_line(number, start)}: not UTF-8 ({e.reason})"
+                ) from None
 
     csv.field_size_limit(sys.maxsize)  # a document is one field: no 128 KB cap
     return csv.reader(lines(), delimiter=delimiter, quoting=quoting)
@@ -242,7 +271,9 @@ def _csv_records(path, on_bytes, fmt, fields, columns, start=0, end=None):
                 raise InputError(f"{path}: line 1: cannot read the header: {e}") from None
         check_columns(path, names, fields, header=not columns)
         header_lines = data_lines.count
-        first = {name: i for i, name in reversed(list(enumerate(names)))}  # a repeated name: its first column
+        first = {
+            name: i for i, name in reversed(list(enumerate(names)))
+        }  # a repeated name: its first column
         records, spanning = 0, None  # spanning: the line where the first multi-line record starts
         try:
             row_start = rows.line_num
@@ -253,13 +284,18 @@ def _csv_records(path, on_bytes, fmt, fields, columns, start=0, end=None):
                     if fmt == "tsv" and len(row) < len(names):
                         _check_short_row(path, _line(rows.line_num, start), row, names, fields)
                     records += 1
-                    yield _line(rows.line_num, start), {name: row[i] for name, i in first.items() if i < len(row)}
+                    yield (
+                        _line(rows.line_num, start),
+                        {name: row[i] for name, i in first.items() if i < len(row)},
+                    )
                     progress.poll()
                 row_start = rows.line_num
         except csv.Error as e:
             raise InputError(f"{path}: {_line(rows.line_num, start)}: {e}") from None
         progress.finish(locations.size(path) if end is None else end)
-    if not start and end is None:  # a file cut into pieces is counted whole when cut (`kroberta.text.chunks`)
+    if (
+        not start and end is None
+    ):  # a file cut into pieces is counted whole when cut (`kroberta.text.chunks`)
         check_record_count(path, records, data_lines.count - header_lines, spanning)
 
 
@@ -268,11 +304,13 @@ def _check_short_row(path, line: str, row: list, names: list, fields: dict):
     that a writer quoted (a TSV has no quoting here), so the message says so."""
     missing = [field for field in fields if names.index(field) >= len(row)]
     if missing:
-        raise InputError(f"{path}: {line}: {len(row)} column(s), the header has "
-                         f"{len(names)}: no field {missing[0]!r}; a TSV is read as GLUE's "
-                         "processors read it, split at tabs with no quoting, so a record cannot "
-                         "span lines: write such texts with their line breaks to a .csv (RFC "
-                         "4180 quoting) or a .jsonl")
+        raise InputError(
+            f"{path}: {line}: {len(row)} column(s), the header has "
+            f"{len(names)}: no field {missing[0]!r}; a TSV is read as GLUE's "
+            "processors read it, split at tabs with no quoting, so a record cannot "
+            "span lines: write such texts with their line breaks to a .csv (RFC "
+            "4180 quoting) or a .jsonl"
+        )
 
 
 def check_record_count(path, records: int, lines: int, spanning: str | None):
@@ -282,9 +320,11 @@ def check_record_count(path, records: int, lines: int, spanning: str | None):
     if records == lines:
         return
     where = f" (the first from {spanning})" if spanning else ""
-    logger.warning(f"warning: {path}: read {records:,} record(s) from {lines:,} data line(s): "
-                   f"a quoted field spans lines{where}; if its opening quote is a stray one, "
-                   "the rows up to the next quote were merged into one record")
+    logger.warning(
+        f"warning: {path}: read {records:,} record(s) from {lines:,} data line(s): "
+        f"a quoted field spans lines{where}; if its opening quote is a stray one, "
+        "the rows up to the next quote were merged into one record"
+    )
 
 
 # ---------------------------------------------------------------- entry points
@@ -305,12 +345,22 @@ def check_source(path: str, fmt: str, field: str, split: str):
     """
     if fmt in ARROW_FORMATS:
         return arrowfiles.text_column_size(path, fmt, field, split)
-    next(iter_values(path, fmt, field, split), None)  # the header, or the first record, has the field
+    next(
+        iter_values(path, fmt, field, split), None
+    )  # the header, or the first record, has the field
     return locations.size(path)
 
 
-def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=None, columns=None,
-                 start: int = 0, end: int | None = None):
+def iter_records(
+    path: str,
+    fmt: str,
+    fields,
+    split: str = "train",
+    on_bytes=None,
+    columns=None,
+    start: int = 0,
+    end: int | None = None,
+):
     """Yield (where, record) for each record of `path`, streaming: where is "line N" or
     "record N"; a record is a JSON value (an object when the file is well formed) or a
     dict of column -> value. A CSV/TSV header, Parquet or `datasets` without one of the
@@ -323,13 +373,16 @@ def iter_records(path: str, fmt: str, fields, split: str = "train", on_bytes=Non
     if fmt == "jsonl" and (start or end is not None):  # a piece of a JSON lines file
         return _jsonl_records(path, on_bytes, start, end)
     if fmt == "jsonl":  # JSON lines, or a JSON array of objects (`[{...}, ...]`)
+
         def records():  # the first byte is read inside, where a damaged .gz is named
             reader = _json_array_records if first_byte(path) == b"[" else _jsonl_records
             yield from reader(path, on_bytes)
 
         return _gzip_errors_named(records(), path)
     if fmt in ("csv", "tsv"):
-        return _gzip_errors_named(_csv_records(path, on_bytes, fmt, fields, columns, start, end), path)
+        return _gzip_errors_named(
+            _csv_records(path, on_bytes, fmt, fields, columns, start, end), path
+        )
     return arrowfiles.iter_records(path, fmt, fields, split, on_bytes)
 
 
@@ -339,5 +392,7 @@ def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None, star
     if fmt in ARROW_FORMATS:  # a column at a time: no record built per row
         yield from arrowfiles.iter_values(path, fmt, field, split, on_bytes)
         return
-    for where, record in iter_records(path, fmt, {field: TEXT_FIELD_OPTION}, split, on_bytes, start=start, end=end):
+    for where, record in iter_records(
+        path, fmt, {field: TEXT_FIELD_OPTION}, split, on_bytes, start=start, end=end
+    ):
         yield _record_text(record, path, where, field)

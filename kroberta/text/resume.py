@@ -18,8 +18,21 @@ from kroberta.text.chunks import Chunk
 from kroberta.text.textfiles import Source
 
 # prepare's arguments that decide its output (`workers` and `progress` do not).
-DECIDING = ("vocab_size", "seq_len", "validation_fraction", "shards", "labels", "mask_rate", "seed", "strict",
-            "text_field", "split", "line_by_line", "chunk_bytes", "tokenizer_sample_bytes")
+DECIDING = (
+    "vocab_size",
+    "seq_len",
+    "validation_fraction",
+    "shards",
+    "labels",
+    "mask_rate",
+    "seed",
+    "strict",
+    "text_field",
+    "split",
+    "line_by_line",
+    "chunk_bytes",
+    "tokenizer_sample_bytes",
+)
 
 
 def _stamp(path):
@@ -29,7 +42,11 @@ def _stamp(path):
     if storage.is_url(path):
         return locations.size(path), None
     if os.path.isdir(path):  # a `datasets` directory: its files' stamps
-        stat = [os.stat(f) for f in sorted(glob.glob(os.path.join(path, "**"), recursive=True)) if os.path.isfile(f)]
+        stat = [
+            os.stat(f)
+            for f in sorted(glob.glob(os.path.join(path, "**"), recursive=True))
+            if os.path.isfile(f)
+        ]
         return sum(s.st_size for s in stat), max((s.st_mtime_ns for s in stat), default=None)
     stat = os.stat(path)
     return stat.st_size, stat.st_mtime_ns
@@ -44,8 +61,11 @@ def resume_key(job, files) -> dict:
         tokenizer = "sha256:" + hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
     elif tokenizer is not None:
         tokenizer = storage.absolute(os.fspath(tokenizer))
-    return {"arguments": {name: getattr(job, name) for name in DECIDING}, "tokenizer": tokenizer,
-            "inputs": [[storage.absolute(f), *_stamp(f)] for f in files]}
+    return {
+        "arguments": {name: getattr(job, name) for name in DECIDING},
+        "tokenizer": tokenizer,
+        "inputs": [[storage.absolute(f), *_stamp(f)] for f in files],
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,11 +83,19 @@ class Plan:
     tokenizer_s: float  # seconds to the tokenizer, for the manifest's timing
 
     def to_json(self) -> dict:
-        chunks = [[c.index, [dataclasses.asdict(s) for s in c.sources], list(c.sizes)] for c in self.chunks]
-        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, "chunks": chunks}
+        chunks = [
+            [c.index, [dataclasses.asdict(s) for s in c.sources], list(c.sizes)]
+            for c in self.chunks
+        ]
+        return {
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+            "chunks": chunks,
+        }
 
     @classmethod
     def from_json(cls, entries: dict) -> "Plan":
-        chunks = [Chunk(index, tuple(Source(**s) for s in sources), tuple(sizes))
-                  for index, sources, sizes in entries["chunks"]]
+        chunks = [
+            Chunk(index, tuple(Source(**s) for s in sources), tuple(sizes))
+            for index, sources, sizes in entries["chunks"]
+        ]
         return cls(**{**entries, "chunks": chunks})

@@ -32,7 +32,9 @@ def sample_documents(chunks, total_bytes, sample_bytes, on_bytes=None, taken=Non
     # what is owed reaches `least`, so a corpus of a million small files is not opened a
     # million times for a few bytes each.
     least, owed = min(1 << 16, max(1, sample_bytes // 64)), 0
-    for source, source_size in ((s, n) for chunk in chunks for s, n in zip(chunk.sources, chunk.sizes)):
+    for source, source_size in (
+        (s, n) for chunk in chunks for s, n in zip(chunk.sources, chunk.sizes)
+    ):
         owed += sample_bytes * source_size / total_bytes
         if owed < least:
             continue

@@ -51,9 +51,11 @@ def expand_inputs(inputs):
     pattern that matches no file."""
     patterns = [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs
     if not isinstance(patterns, (list, tuple)) or not all(
-            isinstance(p, (str, os.PathLike)) for p in patterns):
-        raise InputError(f"inputs: expected a path or pattern, or a list of them, got "
-                         f"{type(inputs).__name__}")
+        isinstance(p, (str, os.PathLike)) for p in patterns
+    ):
+        raise InputError(
+            f"inputs: expected a path or pattern, or a list of them, got {type(inputs).__name__}"
+        )
     if not patterns:
         raise InputError("no input given (pass --input 'corpus/*.txt')")
     files = []
@@ -74,7 +76,9 @@ def expand_inputs(inputs):
             elif os.path.isdir(match):
                 for dirpath, dirnames, filenames in os.walk(match):
                     dirnames.sort()
-                    datasets_dirs = [d for d in dirnames if recordfiles.is_dataset_dir(os.path.join(dirpath, d))]
+                    datasets_dirs = [
+                        d for d in dirnames if recordfiles.is_dataset_dir(os.path.join(dirpath, d))
+                    ]
                     found.extend(os.path.join(dirpath, d) for d in datasets_dirs)
                     dirnames[:] = [d for d in dirnames if d not in datasets_dirs]
                     found.extend(os.path.join(dirpath, f) for f in sorted(filenames))
@@ -124,7 +128,12 @@ def _scan_stream(f):
     try:
         decoder.decode(b"", final=True)
     except UnicodeDecodeError:
-        return offset, "not UTF-8 (truncated character at the end)", offset - len(decoder.getstate()[0]), False
+        return (
+            offset,
+            "not UTF-8 (truncated character at the end)",
+            offset - len(decoder.getstate()[0]),
+            False,
+        )
     return offset, None, None, has_text
 
 
@@ -155,8 +164,11 @@ def iter_documents(sources, on_bytes=None, line_by_line=False, counts=None):
         if source.format is None:
             for document, first_line in _text_documents(source, on_bytes, counts):
                 lines = document.count("\n") + 1
-                if lines > LONG_DOCUMENT_LINES and not line_by_line and \
-                        lines > counts.long_documents.get(source.path, (0,))[0]:
+                if (
+                    lines > LONG_DOCUMENT_LINES
+                    and not line_by_line
+                    and lines > counts.long_documents.get(source.path, (0,))[0]
+                ):
                     counts.long_documents[source.path] = (lines, first_line)
                 if line_by_line:
                     counts.documents += lines
@@ -165,8 +177,15 @@ def iter_documents(sources, on_bytes=None, line_by_line=False, counts=None):
                     counts.documents += 1
                     yield document
             continue
-        for value in recordfiles.iter_values(source.path, source.format, source.text_field,
-                                             source.split, on_bytes, source.start, source.end):
+        for value in recordfiles.iter_values(
+            source.path,
+            source.format,
+            source.text_field,
+            source.split,
+            on_bytes,
+            source.start,
+            source.end,
+        ):
             if value and (document := record_document(value)):
                 counts.documents += 1
                 yield document

@@ -28,7 +28,9 @@ def _special_added_tokens():
     for name, text in SPECIAL_TOKENS.items():
         # RoBERTa's <mask> strips the space before it, so "The <mask> sat" gives
         # ["The", "<mask>", "Ġsat"] and the model predicts "Ġcat" (with its space).
-        tokens.append(AddedToken(text, lstrip=(name == "mask"), rstrip=False, normalized=False, special=True))
+        tokens.append(
+            AddedToken(text, lstrip=(name == "mask"), rstrip=False, normalized=False, special=True)
+        )
     return tokens
 
 
@@ -68,8 +70,10 @@ def shortfall_note(tokenizer, vocab_size):
     """What to say when the data supported fewer tokens than `vocab_size` (else None)."""
     learned = tokenizer.get_vocab_size(with_added_tokens=True)
     if learned < vocab_size:
-        return (f"the data supports only {learned} tokens (requested vocab_size={vocab_size}); "
-                f"using {learned}: the model's vocabulary_size must equal the manifest's ({learned})")
+        return (
+            f"the data supports only {learned} tokens (requested vocab_size={vocab_size}); "
+            f"using {learned}: the model's vocabulary_size must equal the manifest's ({learned})"
+        )
     return None
 
 
@@ -78,8 +82,10 @@ HF_VOCABULARY_FILE, HF_MERGES_FILE = "vocab.json", "merges.txt"
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"
 KERAS_HUB_VOCABULARY_FILE = "assets/tokenizer/vocabulary.json"
 KERAS_HUB_MERGES_FILE = "assets/tokenizer/merges.txt"
-ACCEPTED = ("a tokenizer.json, a Hugging Face model directory (tokenizer.json, or vocab.json + merges.txt) "
-            "or a keras-hub preset directory (assets/tokenizer/vocabulary.json + merges.txt)")
+ACCEPTED = (
+    "a tokenizer.json, a Hugging Face model directory (tokenizer.json, or vocab.json + merges.txt) "
+    "or a keras-hub preset directory (assets/tokenizer/vocabulary.json + merges.txt)"
+)
 
 
 def tokenizer_json_of(path):
@@ -108,8 +114,9 @@ def load_tokenizer(path):
     try:
         tokenizer = Tokenizer.from_str(read_text(json_path))
     except Exception as e:  # the library raises a bare Exception on malformed JSON
-        raise InputError(f"{json_path}: cannot read this tokenizer: damaged or not a "
-                         f"tokenizer's JSON ({e})") from None
+        raise InputError(
+            f"{json_path}: cannot read this tokenizer: damaged or not a tokenizer's JSON ({e})"
+        ) from None
     special_token_ids(tokenizer, source=json_path)
     return tokenizer
 
@@ -118,8 +125,10 @@ def _directory_tokenizer(directory):
     """A keras-hub preset's assets/tokenizer/vocabulary.json + merges.txt, or a Hugging Face
     directory's vocab.json + merges.txt (without tokenizer.json)."""
     directory = directory.rstrip("/")
-    for vocabulary, merges in ((KERAS_HUB_VOCABULARY_FILE, KERAS_HUB_MERGES_FILE),
-                               (HF_VOCABULARY_FILE, HF_MERGES_FILE)):
+    for vocabulary, merges in (
+        (KERAS_HUB_VOCABULARY_FILE, KERAS_HUB_MERGES_FILE),
+        (HF_VOCABULARY_FILE, HF_MERGES_FILE),
+    ):
         vocabulary, merges = f"{directory}/{vocabulary}", f"{directory}/{merges}"
         if isfile(vocabulary) and isfile(merges):
             return byte_level_bpe(vocabulary, merges, _add_prefix_space(directory))
@@ -152,18 +161,26 @@ def byte_level_bpe(vocabulary, merges, add_prefix_space=False):
         # parses the files: merges.txt's "a b" lines after its "#version" line.
         lines = read_text(merges).split("\n")
         lines = lines[:-1] if lines[-1] == "" else lines  # a final newline ends the last line
-        pairs = [tuple(line.removesuffix("\r").split(" ")) for line in lines
-                 if not line.startswith("#version")]
+        pairs = [
+            tuple(line.removesuffix("\r").split(" "))
+            for line in lines
+            if not line.startswith("#version")
+        ]
         model = models.BPE(json.loads(read_text(vocabulary)), pairs)
     except Exception as e:  # the library raises a bare Exception on malformed files
         raise InputError(f"cannot read {vocabulary} + {merges}: {e}") from None
     tokenizer = Tokenizer(model)
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens([t for t in _special_added_tokens() if tokenizer.token_to_id(t.content) is not None])
+    tokenizer.add_special_tokens(
+        [t for t in _special_added_tokens() if tokenizer.token_to_id(t.content) is not None]
+    )
     ids = special_token_ids(tokenizer, source=vocabulary)
     tokenizer.post_processor = processors.RobertaProcessing(
-        (SPECIAL_TOKENS["eos"], ids["eos"]), (SPECIAL_TOKENS["bos"], ids["bos"]), add_prefix_space=add_prefix_space)
+        (SPECIAL_TOKENS["eos"], ids["eos"]),
+        (SPECIAL_TOKENS["bos"], ids["bos"]),
+        add_prefix_space=add_prefix_space,
+    )
     return tokenizer
 
 

@@ -55,8 +55,12 @@ class WorkDir:
         """`kroberta.storage.writing` for prepare's files: a write that fails (a full disk,
         a read-only directory) is one StorageError naming the `what` at `path` and the
         free space, which says that the same command resumes from the finished chunks."""
-        return storage.writing(path, what, then="free space there (or make it writable) and run the same "
-                               f"command again: it resumes from the finished chunks in {self.path}")
+        return storage.writing(
+            path,
+            what,
+            then="free space there (or make it writable) and run the same "
+            f"command again: it resumes from the finished chunks in {self.path}",
+        )
 
     def create(self):
         """An empty work directory, in place of any there."""
@@ -74,12 +78,20 @@ class WorkDir:
         try:
             with open(self.plan_path, encoding="utf-8") as f:
                 return Plan.from_json(json.load(f))
-        except (OSError, ValueError, TypeError, KeyError):  # TypeError, KeyError: an older plan's fields
+        except (
+            OSError,
+            ValueError,
+            TypeError,
+            KeyError,
+        ):  # TypeError, KeyError: an older plan's fields
             return None
 
     def save_plan(self, plan: Plan):
         """Written last of the plan's files: a work directory without one starts over."""
-        with storage.writing(self.plan_path, "plan"), atomic_write(self.plan_path, encoding="utf-8") as f:
+        with (
+            storage.writing(self.plan_path, "plan"),
+            atomic_write(self.plan_path, encoding="utf-8") as f,
+        ):
             json.dump(plan.to_json(), f)
 
     def load_result(self, index) -> ChunkResult | None:
@@ -87,7 +99,12 @@ class WorkDir:
         try:
             with open(self.result_path(index), encoding="utf-8") as f:
                 return ChunkResult.from_json(json.load(f))
-        except (OSError, ValueError, TypeError, KeyError):  # TypeError, KeyError: an older result's fields
+        except (
+            OSError,
+            ValueError,
+            TypeError,
+            KeyError,
+        ):  # TypeError, KeyError: an older result's fields
             return None
 
     def save_result(self, result: ChunkResult):
@@ -102,8 +119,11 @@ class WorkDir:
         done = {}
         for chunk in chunks:
             result = self.load_result(chunk.index)
-            if result is not None and all(os.path.exists(self.part_path(chunk.index, split))
-                                          for split in SPLITS if result.split(split).sequences):
+            if result is not None and all(
+                os.path.exists(self.part_path(chunk.index, split))
+                for split in SPLITS
+                if result.split(split).sequences
+            ):
                 done[chunk.index] = result
         return done
 

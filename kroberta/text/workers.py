@@ -44,7 +44,9 @@ def prepare_chunk(job: WorkerJob, tok, chunk, on_bytes=None) -> ChunkResult:
     if job.labels == "static":
         from kroberta.masking import static_labels  # JAX, imported only to make static labels
     counts = ReadCounts()
-    docs = encoded_documents(tok, chunk.sources, on_bytes, line_by_line=job.line_by_line, counts=counts)
+    docs = encoded_documents(
+        tok, chunk.sources, on_bytes, line_by_line=job.line_by_line, counts=counts
+    )
     arrange = one_per_document if job.line_by_line else pack_documents
     specials = job.specials
     sequences = arrange(docs, job.seq_len, specials["bos"], specials["eos"], PAD_ID)
@@ -52,19 +54,30 @@ def prepare_chunk(job: WorkerJob, tok, chunk, on_bytes=None) -> ChunkResult:
     parts = {split: work.part_path(chunk.index, split) for split in SPLITS}
     writers = {}
     totals = {split: {"sequences": 0, "tokens": 0} for split in SPLITS}
-    last_tokens = {split: 0 for split in SPLITS}  # of each split's last record, for `assembly.hold_back`
+    last_tokens = {
+        split: 0 for split in SPLITS
+    }  # of each split's last record, for `assembly.hold_back`
     start = 0
     try:
         for split, path in parts.items():
             with work.writing(path, "records"):
                 writers[split] = RecordFileWriter(path)
         for ids, mask in blocks(sequences, BLOCK):  # (n, L) each
-            indices = (chunk.index << CHUNK_ID_SHIFT) + np.arange(start, start + len(ids), dtype=np.int64)
+            indices = (chunk.index << CHUNK_ID_SHIFT) + np.arange(
+                start, start + len(ids), dtype=np.int64
+            )
             labels = None
             if job.labels == "static":  # each sequence's mask: a function of (seed, its id)
                 ids, labels = static_labels(
-                    ids, mask, job.seed, indices, mask_rate=job.mask_rate, mask_token_id=specials["mask"],
-                    special_token_ids=job.special_ids, vocabulary_size=job.vocabulary_size)
+                    ids,
+                    mask,
+                    job.seed,
+                    indices,
+                    mask_rate=job.mask_rate,
+                    mask_token_id=specials["mask"],
+                    special_token_ids=job.special_ids,
+                    vocabulary_size=job.vocabulary_size,
+                )
             held_out = in_validation(indices, job.validation_fraction, job.seed)  # (n,)
             records = encode_examples(ids, mask, labels)
             tokens = mask.sum(axis=1).tolist()
@@ -84,7 +97,14 @@ def prepare_chunk(job: WorkerJob, tok, chunk, on_bytes=None) -> ChunkResult:
             with contextlib.suppress(OSError, ValueError):
                 writer.abort()
         raise
-    result = ChunkResult(chunk.index, SplitCount(**totals["train"]), SplitCount(**totals["validation"]),
-                         counts.documents, counts.lines, counts.long_documents, last_tokens)
+    result = ChunkResult(
+        chunk.index,
+        SplitCount(**totals["train"]),
+        SplitCount(**totals["validation"]),
+        counts.documents,
+        counts.lines,
+        counts.long_documents,
+        last_tokens,
+    )
     work.save_result(result)
     return result

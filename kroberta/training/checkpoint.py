@@ -74,8 +74,11 @@ def list_checkpoints(run_dir: str) -> list[tuple[int, str]]:
 
 def estimated_bytes(model) -> int:
     """Size of one checkpoint: every model and optimizer variable."""
-    return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
-               for group in _variables(model).values() for v in group)
+    return sum(
+        int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
+        for group in _variables(model).values()
+        for v in group
+    )
 
 
 class Writer:
@@ -138,17 +141,24 @@ class Writer:
             # start-up: the mesh's module loads JAX and Keras
             from kroberta.parallel.distribute import to_host
 
-            state = {group: [to_host(value) for value in values]  # a collective
-                     for group, values in state.items()}
+            state = {
+                group: [to_host(value) for value in values]  # a collective
+                for group, values in state.items()
+            }
         try:
             # Twice Orbax's variables and 256 KiB: it writes per-process files, then merges
             # them into a second copy before it commits (a checkpoint of the tiny model
             # took 0.5 MiB, more than 0.8 MiB while it was written).
-            storage.check_room(self._written(step),
-                               2 * estimated_bytes(model) + 2**18, "a checkpoint")
-            self._checkpointer.save(os.path.abspath(self._written(step)), force=True,
-                                    args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                            meta=ocp.args.JsonSave(meta)))
+            storage.check_room(
+                self._written(step), 2 * estimated_bytes(model) + 2**18, "a checkpoint"
+            )
+            self._checkpointer.save(
+                os.path.abspath(self._written(step)),
+                force=True,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+                ),
+            )
         except Exception as error:  # OSError, or Orbax/tensorstore's own wrappers of one
             self._failed(step, error)
         self._in_flight = step
@@ -189,8 +199,9 @@ class Writer:
     def _written(self, step: int) -> str:
         """Where Orbax writes the checkpoint of `step`: its place, or the local staging one."""
         name = f"step_{step:08d}"
-        return os.path.join(self._staging, name) if self._staging else \
-            os.path.join(self._root, name)
+        return (
+            os.path.join(self._staging, name) if self._staging else os.path.join(self._root, name)
+        )
 
     def _commit(self, step: int):
         """Waits for Orbax's commit; on a URL, then uploads the checkpoint, marker last."""
@@ -198,8 +209,12 @@ class Writer:
             self._checkpointer.wait_until_finished()
         if self._staging is not None and self._uploads:
             local = self._written(step)
-            storage.put_tree(local, storage.join(self._root, os.path.basename(local)),
-                             last=COMMIT_FILE, remove=True)
+            storage.put_tree(
+                local,
+                storage.join(self._root, os.path.basename(local)),
+                last=COMMIT_FILE,
+                remove=True,
+            )
 
     def close(self):
         """Waits for the checkpoint in flight (see `wait`), then releases Orbax's threads."""
@@ -217,7 +232,7 @@ class Writer:
         import jax
 
         if jax.process_index() == 0:  # after the commit's final barrier: the new one is complete
-            for step, old in list_checkpoints(self.run_dir)[:-self.keep]:
+            for step, old in list_checkpoints(self.run_dir)[: -self.keep]:
                 if step != self.protected_step:
                     remove(old)
 
@@ -234,7 +249,9 @@ class Writer:
         free = storage.free_text(self._root)
         raise StorageError(
             f"could not write the checkpoint at step {step} in {self._root}: {reason}"
-            + (f" ({free})" if free else "") + "; the previous checkpoints are intact") from error
+            + (f" ({free})" if free else "")
+            + "; the previous checkpoints are intact"
+        ) from error
 
 
 def remove(path: str):
@@ -293,19 +310,26 @@ def restore(model, path: str, optimizer: bool = True) -> dict:
     import orbax.checkpoint as ocp
 
     groups = _variables(model) if optimizer else {"model": list(model.variables)}
-    with (storage.local_copy(path) as local, _checkpointer() as checkpointer,
-          storage.reading(path, "checkpoint")):
+    with (
+        storage.local_copy(path) as local,
+        _checkpointer() as checkpointer,
+        storage.reading(path, "checkpoint"),
+    ):
         local = os.path.abspath(local)
-        meta = checkpointer.restore(local, args=ocp.args.Composite(
-            meta=ocp.args.JsonRestore()))["meta"]
+        meta = checkpointer.restore(local, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))[
+            "meta"
+        ]
         target = {}
         for group, variables in groups.items():
             _check_group(meta, group, variables, path)
-            target[group] = [jax.ShapeDtypeStruct(v.value.shape, v.value.dtype,
-                                                  sharding=v.value.sharding) for v in variables]
+            target[group] = [
+                jax.ShapeDtypeStruct(v.value.shape, v.value.dtype, sharding=v.value.sharding)
+                for v in variables
+            ]
         _add_unasked_groups(target, ocp, local)
-        state = checkpointer.restore(local, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(target)))["state"]
+        state = checkpointer.restore(
+            local, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
+        )["state"]
     for group, variables in groups.items():
         for v, value in zip(variables, state[group]):
             v.assign(value)
@@ -326,8 +350,10 @@ def _add_unasked_groups(target: dict, ocp, path: str):
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     for group in GROUPS:
         if group not in target:
-            target[group] = [jax.ShapeDtypeStruct(tuple(entry.shape), entry.dtype,
-                                                  sharding=device) for entry in saved[group]]
+            target[group] = [
+                jax.ShapeDtypeStruct(tuple(entry.shape), entry.dtype, sharding=device)
+                for entry in saved[group]
+            ]
 
 
 def _check_group(meta: dict, group: str, variables: list, named: str):
@@ -336,13 +362,16 @@ def _check_group(meta: dict, group: str, variables: list, named: str):
     keys = sorted(k for k in meta["paths"] if k.startswith(group + "/"))
     if len(keys) != len(variables):
         raise ValueError(
-            f"{named}: holds {len(keys)} {group} variables, the model has {len(variables)}")
+            f"{named}: holds {len(keys)} {group} variables, the model has {len(variables)}"
+        )
     for key, v in zip(keys, variables):
-        if _stable(meta["paths"][key]) != _stable(v.path) or \
-                tuple(meta["shapes"][key]) != tuple(v.shape):
+        if _stable(meta["paths"][key]) != _stable(v.path) or tuple(meta["shapes"][key]) != tuple(
+            v.shape
+        ):
             raise ValueError(
                 f"{named}: {key} is {meta['paths'][key]} {tuple(meta['shapes'][key])}, "
-                f"the model expects {v.path} {tuple(v.shape)}")
+                f"the model expects {v.path} {tuple(v.shape)}"
+            )
 
 
 def clean_temporaries(run_dir: str):
@@ -352,6 +381,9 @@ def clean_temporaries(run_dir: str):
     url = storage.is_url(run_dir)
     for name in storage.listdir(root):
         path = storage.join(root, name)
-        if name.startswith(".tmp-") or ".orbax-checkpoint-tmp" in name or (
-                url and _NAME.match(name) and not storage.isfile(storage.join(path, COMMIT_FILE))):
+        if (
+            name.startswith(".tmp-")
+            or ".orbax-checkpoint-tmp" in name
+            or (url and _NAME.match(name) and not storage.isfile(storage.join(path, COMMIT_FILE)))
+        ):
             storage.rmtree(path)

@@ -62,9 +62,13 @@ def evaluate(model, data, batch_size: int | None = None) -> dict:
     devices = make_plan(config).topology.devices
     config = _with_batch_size(config, batch_size, len(devices))
     # Files `prepare` wrote for another model: their ids would be scored as other tokens.
-    check_prepared_with(_directories(config), "data", int(model.backbone.vocabulary_size),
-                        getattr(model, "tokenizer", None),
-                        positions=int(model.backbone.max_sequence_length))
+    check_prepared_with(
+        _directories(config),
+        "data",
+        int(model.backbone.vocabulary_size),
+        getattr(model, "tokenizer", None),
+        positions=int(model.backbone.max_sequence_length),
+    )
     run = run_data_for(config)
     if run.validation is None:
         logger.info("%s has no validation split: evaluating its training files", data)
@@ -90,42 +94,61 @@ def validation_row(measured: dict) -> dict:
     """A validation row from the logs of a masked LM's Keras `evaluate`:
     {"loss", "masked_accuracy", "perplexity"}, the loss token-weighted over the whole set
     (the padding examples weigh nothing) as the perplexity metric sums it."""
-    return {"loss": math.log(measured["perplexity"]),
-            "masked_accuracy": float(measured["masked_accuracy"]),
-            "perplexity": float(measured["perplexity"])}
+    return {
+        "loss": math.log(measured["perplexity"]),
+        "masked_accuracy": float(measured["masked_accuracy"]),
+        "perplexity": float(measured["perplexity"]),
+    }
 
 
 def _config_for(model, data) -> Config:
     """The model's config reading `data` for validation (and starting from nothing)."""
     config = getattr(model, "kroberta_config", None) or Config(
-        model=preset_model_config_of(model.backbone))
+        model=preset_model_config_of(model.backbone)
+    )
     patterns = _patterns(data)
     if len(patterns) == 1 and storage.isdir(patterns[0]):
         files = {"dir": patterns[0], "train": (), "validation": ()}
     else:
         files = {"dir": "", "train": tuple(patterns), "validation": tuple(patterns)}
-    return validate(dataclasses.replace(
-        config, data=dataclasses.replace(config.data, **files), init_from_hf="",
-        init_from_keras_hub=""), "the model's config")
+    return validate(
+        dataclasses.replace(
+            config,
+            data=dataclasses.replace(config.data, **files),
+            init_from_hf="",
+            init_from_keras_hub="",
+        ),
+        "the model's config",
+    )
 
 
 def _patterns(data) -> list[str]:
-    items = [data] if isinstance(data, (str, os.PathLike)) else (
-        list(data) if isinstance(data, (list, tuple)) else [])
+    items = (
+        [data]
+        if isinstance(data, (str, os.PathLike))
+        else (list(data) if isinstance(data, (list, tuple)) else [])
+    )
     if not items or not all(isinstance(p, (str, os.PathLike)) for p in items):
-        raise InputError("data: give a prepared directory (python -m kroberta.prepare's "
-                         "--out) or TFRecord file(s) / glob(s), got "
-                         + (repr(data) if isinstance(data, (list, tuple)) else type(data).__name__))
+        raise InputError(
+            "data: give a prepared directory (python -m kroberta.prepare's "
+            "--out) or TFRecord file(s) / glob(s), got "
+            + (repr(data) if isinstance(data, (list, tuple)) else type(data).__name__)
+        )
     return [os.fspath(p) for p in items]
 
 
 def _with_batch_size(config: Config, batch_size: int | None, devices: int) -> Config:
     if batch_size is None:
         return config
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1 \
-            or batch_size % devices:
-        raise InputError(f"batch_size: expected a positive multiple of the {devices} "
-                         f"devices, got {batch_size!r}")
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, int)
+        or batch_size < 1
+        or batch_size % devices
+    ):
+        raise InputError(
+            f"batch_size: expected a positive multiple of the {devices} devices, got {batch_size!r}"
+        )
     train = dataclasses.replace(config.train, batch_size_per_device=batch_size // devices)
     return dataclasses.replace(config, train=train)
 

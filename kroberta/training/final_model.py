@@ -74,18 +74,25 @@ def save(model, run_dir: str):
     if not classifier:
         check_model(model, "kroberta.save", run_dir, "kroberta.save(model, run_dir)")
     if not isinstance(run_dir, (str, os.PathLike)):
-        raise ArgumentKindError(f"kroberta.save: run_dir: expected a directory's path, got "
-                                f"{type(run_dir).__name__} (kroberta.save(model, run_dir))")
+        raise ArgumentKindError(
+            f"kroberta.save: run_dir: expected a directory's path, got "
+            f"{type(run_dir).__name__} (kroberta.save(model, run_dir))"
+        )
     run_dir = os.fspath(run_dir)
     if classifier:
         return _save_classifier(model, run_dir)
     if storage.isfile(storage.join(run_dir, CONFIG_FILE)):
         theirs = load_run_config(run_dir).model
-        differ = [f"{key} {getattr(theirs, key)} there, {getattr(model.backbone, key)} here"
-                  for key in SHAPE_KEYS if getattr(theirs, key) != getattr(model.backbone, key)]
+        differ = [
+            f"{key} {getattr(theirs, key)} there, {getattr(model.backbone, key)} here"
+            for key in SHAPE_KEYS
+            if getattr(theirs, key) != getattr(model.backbone, key)
+        ]
         if differ:
-            raise InputError(f"kroberta.save: {run_dir} holds a run of another model "
-                             f"({'; '.join(differ)}); save into a new directory")
+            raise InputError(
+                f"kroberta.save: {run_dir} holds a run of another model "
+                f"({'; '.join(differ)}); save into a new directory"
+            )
 
     # Keras would store the optimizer's state too (3x the size); the final model is for
     # inference and export, so a stock copy with the same weights is saved, made outside
@@ -99,8 +106,10 @@ def save(model, run_dir: str):
     _save_weights(stock, final)
     config, tokenizer = model.kroberta_config, model.tokenizer
     if config is not None and not storage.isfile(storage.join(run_dir, CONFIG_FILE)):
-        storage.write_text(storage.join(run_dir, CONFIG_FILE),
-                           to_toml(dataclasses.replace(config, run_dir=str(run_dir))))
+        storage.write_text(
+            storage.join(run_dir, CONFIG_FILE),
+            to_toml(dataclasses.replace(config, run_dir=str(run_dir))),
+        )
     if tokenizer is not None and not storage.isfile(storage.join(run_dir, TOKENIZER_FILE)):
         storage.write_text(storage.join(run_dir, TOKENIZER_FILE), tokenizer.to_str())
     return final
@@ -115,10 +124,12 @@ def _save_classifier(classifier, directory: str) -> str:
     config = dataclasses.replace(classifier.kroberta_config, run_dir=str(directory))
     storage.write_text(storage.join(directory, CONFIG_FILE), to_toml(config))
     storage.write_text(storage.join(directory, TOKENIZER_FILE), classifier.tokenizer.to_str())
-    description = {"task": dataclasses.asdict(classifier.task_spec),
-                   "label_names": list(classifier.label_names or []) or None,
-                   "max_length": classifier.max_length,
-                   "pooling": classifier.pooling}
+    description = {
+        "task": dataclasses.asdict(classifier.task_spec),
+        "label_names": list(classifier.label_names or []) or None,
+        "max_length": classifier.max_length,
+        "pooling": classifier.pooling,
+    }
     storage.write_text(storage.join(directory, CLASSIFIER_FILE), json.dumps(description, indent=1))
     # Weights only, as a masked LM's: a stock copy on this host (no optimizer state).
     _save_weights(stock_copy(classifier), storage.join(directory, CLASSIFIER_WEIGHTS_FILE))
@@ -153,16 +164,21 @@ def load_run(path: str, mixed_precision: bool | None = None, checkpoint: str | i
     return _model(path, mixed_precision, checkpoint_path, step)
 
 
-def _model(path: str, mixed_precision: bool | None, checkpoint_path: str | None = None,
-           step: int | None = None):
+def _model(
+    path: str,
+    mixed_precision: bool | None,
+    checkpoint_path: str | None = None,
+    step: int | None = None,
+):
     """The run's model (`load`'s return value) with the final weights, or a checkpoint's."""
     from kroberta.model.mlm import build_model  # start-up time: see `save`
 
     config = load_run_config(path)
     if mixed_precision is None:
         mixed_precision = config.train.mixed_precision
-    model = build_model(config.model, mixed_precision, config=config,
-                        tokenizer=load_tokenizer(path), step=step)
+    model = build_model(
+        config.model, mixed_precision, config=config, tokenizer=load_tokenizer(path), step=step
+    )
     if checkpoint_path:
         checkpoint.restore(model, checkpoint_path, optimizer=False)
     else:
@@ -178,8 +194,10 @@ def _chosen_checkpoint(path: str, which: str | int) -> tuple[str, int]:
     if which == "best":
         best = signals.best_checkpoint(path)
         if best is None:
-            raise NotFoundError(f"{path}: no kept checkpoint was evaluated; train with "
-                                "validation data and train.keep_best = true")
+            raise NotFoundError(
+                f"{path}: no kept checkpoint was evaluated; train with "
+                "validation data and train.keep_best = true"
+            )
         return best[1], best[0]
     if which == "last":
         if not saved:
@@ -188,8 +206,9 @@ def _chosen_checkpoint(path: str, which: str | int) -> tuple[str, int]:
     if isinstance(which, int) and not isinstance(which, bool):
         found = dict(saved)
         if which not in found:
-            raise NotFoundError(f"{path}: no checkpoint at step {which} (kept: "
-                                f"{', '.join(str(s) for s, _ in saved) or 'none'})")
+            raise NotFoundError(
+                f"{path}: no checkpoint at step {which} (kept: "
+                f"{', '.join(str(s) for s, _ in saved) or 'none'})"
+            )
         return found[which], which
-    raise InputError(f"checkpoint: expected None, \"best\", \"last\" or a step number, "
-                     f"got {which!r}")
+    raise InputError(f'checkpoint: expected None, "best", "last" or a step number, got {which!r}')

@@ -37,8 +37,10 @@ def _job_preemption_service():
 # twice within milliseconds, while a person pressing Ctrl-C again takes longer.
 SAME_INTERRUPT_SECONDS = 0.5
 
-INTERRUPT_NOTICE = ("interrupt: finishing the steps in flight and writing a checkpoint; "
-                    "press Ctrl-C again to stop at once")
+INTERRUPT_NOTICE = (
+    "interrupt: finishing the steps in flight and writing a checkpoint; "
+    "press Ctrl-C again to stop at once"
+)
 
 
 class PreemptionFlag:
@@ -83,8 +85,9 @@ class PreemptionFlag:
             # Python's default handler, or the commands' (`kroberta.cli.stop_signals`);
             # a handler of the caller's own stays.
             interrupt = signal.getsignal(signal.SIGINT)
-            if interrupt is signal.default_int_handler or \
-                    getattr(interrupt, "interrupts_by_default", False):
+            if interrupt is signal.default_int_handler or getattr(
+                interrupt, "interrupts_by_default", False
+            ):
                 self._previous_interrupt = signal.signal(signal.SIGINT, self._handle_interrupt)
         return self
 

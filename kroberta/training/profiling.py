@@ -90,5 +90,7 @@ class ProfileWindow(keras.callbacks.Callback):
         self.done = True
         if self._local != self.directory:
             storage.put_tree(self._local, self.directory, remove=True)
-        logger.info(f"profile: trace written to {self.directory} (tensorboard --logdir "
-                    f"{self.directory}, or perfetto_trace.json.gz in https://ui.perfetto.dev)")
+        logger.info(
+            f"profile: trace written to {self.directory} (tensorboard --logdir "
+            f"{self.directory}, or perfetto_trace.json.gz in https://ui.perfetto.dev)"
+        )

@@ -49,8 +49,9 @@ def read_metrics(run_dir: str) -> list[dict]:
     path = storage.join(run_dir, METRICS_FILE)
     if not storage.isfile(path):
         what = "no such directory" if not storage.isdir(run_dir) else f"no {METRICS_FILE} in it"
-        raise InputError(f"{run_dir}: {what}; train a run there first "
-                         "(python -m kroberta.train --run_dir=...)")
+        raise InputError(
+            f"{run_dir}: {what}; train a run there first (python -m kroberta.train --run_dir=...)"
+        )
     # A run killed mid-write leaves a partial last line: skipped, and said so.
     rows = metrics_rows(run_dir, warn=True)
     if not rows:
@@ -59,8 +60,13 @@ def read_metrics(run_dir: str) -> list[dict]:
 
 
 def _series(rows, split, key):
-    points = [(r["step"], r[key]) for r in rows if r.get("split") == split and
-              isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    points = [
+        (r["step"], r[key])
+        for r in rows
+        if r.get("split") == split
+        and isinstance(r.get(key), (int, float))
+        and math.isfinite(r[key])
+    ]
     return [p[0] for p in points], [p[1] for p in points]
 
 
@@ -88,9 +94,10 @@ def probe_verdicts(rows: list[dict]) -> dict:
         if metric is None or not math.isfinite(value):
             continue
         reference = is_probe_reference(split)
-        name = split[:-len(RANDOM_INIT) - 1] if reference else split
-        entry = verdicts.setdefault(name, {"metric": metric, "points": [], "random_init": None,
-                                           "gaps": {}})
+        name = split[: -len(RANDOM_INIT) - 1] if reference else split
+        entry = verdicts.setdefault(
+            name, {"metric": metric, "points": [], "random_init": None, "gaps": {}}
+        )
         if reference:
             entry["random_init"] = value
             continue
@@ -99,9 +106,14 @@ def probe_verdicts(rows: list[dict]) -> dict:
         if all(isinstance(v, (int, float)) and math.isfinite(v) for v in gap):
             entry["gaps"][row["step"]] = gap
     for entry in verdicts.values():
-        entry["pays_from_step"] = next((step for step, _ in entry["points"]
-                                        if step in entry["gaps"] and entry["gaps"][step][1] > 0),
-                                       None)
+        entry["pays_from_step"] = next(
+            (
+                step
+                for step, _ in entry["points"]
+                if step in entry["gaps"] and entry["gaps"][step][1] > 0
+            ),
+            None,
+        )
         if entry["points"]:
             entry["best_step"], entry["best"] = max(entry["points"], key=lambda p: p[1])
     return verdicts
@@ -115,10 +127,13 @@ def summarize(rows: list[dict]) -> dict:
         out["final_train_loss"] = train[-1].get("loss")
     if validation:
         best = min(validation, key=lambda r: r["loss"])
-        out.update(final_validation_loss=validation[-1]["loss"],
-                   final_validation_accuracy=validation[-1].get("masked_accuracy"),
-                   best_validation_loss=best["loss"], best_validation_step=best["step"],
-                   best_validation_accuracy=max(r.get("masked_accuracy", 0.0) for r in validation))
+        out.update(
+            final_validation_loss=validation[-1]["loss"],
+            final_validation_accuracy=validation[-1].get("masked_accuracy"),
+            best_validation_loss=best["loss"],
+            best_validation_step=best["step"],
+            best_validation_accuracy=max(r.get("masked_accuracy", 0.0) for r in validation),
+        )
     for key in ("tokens_per_second", "samples_per_second", "mfu", "step_time"):
         values = [r[key] for r in train if isinstance(r.get(key), (int, float))]
         if values:
@@ -128,8 +143,11 @@ def summarize(rows: list[dict]) -> dict:
         out["compile_seconds"] = sum(compile_times)  # one per (re)start of the run
     norms = [r["grad_norm"] for r in train if isinstance(r.get("grad_norm"), (int, float))]
     if norms:
-        out.update(final_grad_norm=norms[-1], median_grad_norm=statistics.median(norms),
-                   max_grad_norm=max(norms))
+        out.update(
+            final_grad_norm=norms[-1],
+            median_grad_norm=statistics.median(norms),
+            max_grad_norm=max(norms),
+        )
     probes = probe_verdicts(rows)
     if probes:
         out["probe"] = probes
@@ -158,15 +176,27 @@ def draw(rows: list[dict], path: str, title: str = "", best_step: int | None = N
             if steps:
                 ax.plot(steps, values, style, label=split, markersize=4)
         if key == "loss" and best_step is not None:
-            ax.axvline(best_step, color="green", alpha=0.5, linestyle="--",
-                       label=f"best checkpoint (step {best_step})")
+            ax.axvline(
+                best_step,
+                color="green",
+                alpha=0.5,
+                linestyle="--",
+                label=f"best checkpoint (step {best_step})",
+            )
         ax.set_ylabel(label, fontsize=8)
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7, loc="best")
         else:
-            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes,
-                    color="grey")
+            ax.text(
+                0.5,
+                0.5,
+                "not logged",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                color="grey",
+            )
     axes[-1].set_xlabel("step")
     if title:
         fig.suptitle(title, fontsize=10)
@@ -180,18 +210,23 @@ def _draw_probes(ax, probes: dict):
     the band of the noise: a checkpoint above the band's top is beyond the noise (its
     interval of the difference clears 0)."""
     for split, entry in probes.items():
-        task = split[len(PROBE_PREFIX):]
+        task = split[len(PROBE_PREFIX) :]
         if entry["points"]:
             steps, values = zip(*entry["points"])
-            line, = ax.plot(steps, values, "o-", markersize=4, label=f"{task}: pretrained")
+            (line,) = ax.plot(steps, values, "o-", markersize=4, label=f"{task}: pretrained")
             color = line.get_color()
         else:
             color = None
         reference = entry["random_init"]
         if reference is None:
             continue
-        ax.axhline(reference, color=color, linestyle="--", alpha=0.7,
-                   label=f"{task}: random initialisation")
+        ax.axhline(
+            reference,
+            color=color,
+            linestyle="--",
+            alpha=0.7,
+            label=f"{task}: random initialisation",
+        )
         if entry["gaps"]:
             # At each checkpoint the band spans the difference's interval moved to 0:
             # (difference - high, difference - low) around the line.
@@ -200,8 +235,14 @@ def _draw_probes(ax, probes: dict):
             above = [reference + (entry["gaps"][s][0] - entry["gaps"][s][1]) for s in steps]
             if len(steps) == 1:  # a band needs two ends: the one checkpoint's, as wide as a bar
                 steps, below, above = [steps[0] * 0.95, steps[0] * 1.05], below * 2, above * 2
-            ax.fill_between(steps, below, above, color=color, alpha=0.15,
-                            label=f"{task}: noise (95% bootstrap over the texts)")
+            ax.fill_between(
+                steps,
+                below,
+                above,
+                color=color,
+                alpha=0.15,
+                label=f"{task}: noise (95% bootstrap over the texts)",
+            )
     metrics = sorted({entry["metric"] for entry in probes.values()})
     ax.set_ylabel(f"probe {' / '.join(metrics)}", fontsize=8)
     ax.grid(alpha=0.3)
@@ -220,18 +261,22 @@ def verdict_lines(probes: dict) -> list[str]:
     than the noise of the texts it is scored on."""
     lines = []
     for split, entry in probes.items():
-        task, reference = split[len(PROBE_PREFIX):], entry["random_init"]
+        task, reference = split[len(PROBE_PREFIX) :], entry["random_init"]
         if reference is None or not entry["points"]:
             continue  # a run from before the reference was logged, or no checkpoint yet
         if entry["pays_from_step"] is not None:
             step = entry["pays_from_step"]
-            lines.append(f"probe {task}: pretraining pays from step {step} ({_measured(entry, step)}: "
-                         "beyond the noise of a 95% bootstrap over the validation texts; best "
-                         f"{entry['best']:.4g} at step {entry['best_step']})")
+            lines.append(
+                f"probe {task}: pretraining pays from step {step} ({_measured(entry, step)}: "
+                "beyond the noise of a 95% bootstrap over the validation texts; best "
+                f"{entry['best']:.4g} at step {entry['best_step']})"
+            )
         else:
-            lines.append(f"probe {task}: not yet beyond the noise (best: step "
-                         f"{entry['best_step']}, {_measured(entry, entry['best_step'])}; a 95% bootstrap "
-                         "over the validation texts)")
+            lines.append(
+                f"probe {task}: not yet beyond the noise (best: step "
+                f"{entry['best_step']}, {_measured(entry, entry['best_step'])}; a 95% bootstrap "
+                "over the validation texts)"
+            )
     return lines
 
 
@@ -241,27 +286,38 @@ def _format(summary: dict) -> list[str]:
         return fmt.format(value) if isinstance(value, (int, float)) else "-"
 
     planned = summary.get("planned_steps")
-    short = (f" of {planned} ({'stopped early' if summary.get('finished') else 'unfinished'})"
-             if planned and summary["steps"] < planned else "")
+    short = (
+        f" of {planned} ({'stopped early' if summary.get('finished') else 'unfinished'})"
+        if planned and summary["steps"] < planned
+        else ""
+    )
     lines = [f"steps: {summary['steps']}{short}   final train loss: {g('final_train_loss')}"]
     if "final_validation_loss" in summary:
-        lines.append(f"validation: final loss {g('final_validation_loss')}, accuracy "
-                     f"{g('final_validation_accuracy')}; best loss {g('best_validation_loss')} "
-                     f"(step {summary['best_validation_step']}), best accuracy "
-                     f"{g('best_validation_accuracy')}")
+        lines.append(
+            f"validation: final loss {g('final_validation_loss')}, accuracy "
+            f"{g('final_validation_accuracy')}; best loss {g('best_validation_loss')} "
+            f"(step {summary['best_validation_step']}), best accuracy "
+            f"{g('best_validation_accuracy')}"
+        )
     if "best_checkpoint_step" in summary:
-        lines.append(f"best checkpoint: step {summary['best_checkpoint_step']} (validation loss "
-                     f"{g('best_checkpoint_loss')}), {summary['best_checkpoint']}: "
-                     "kroberta.load(run_dir, checkpoint=\"best\")")
+        lines.append(
+            f"best checkpoint: step {summary['best_checkpoint_step']} (validation loss "
+            f"{g('best_checkpoint_loss')}), {summary['best_checkpoint']}: "
+            'kroberta.load(run_dir, checkpoint="best")'
+        )
     lines += verdict_lines(summary.get("probe", {}))
     if "final_grad_norm" in summary:
-        lines.append(f"grad_norm: final {g('final_grad_norm')}, median "
-                     f"{g('median_grad_norm')}, max {g('max_grad_norm')}")
-    lines.append(f"median: {g('median_tokens_per_second', '{:,.0f}')} tokens/s, "
-                 f"{g('median_samples_per_second', '{:.1f}')} samples/s, step "
-                 f"{g('median_step_time', '{:.4f}')} s, MFU "
-                 + (f"{100 * summary['median_mfu']:.1f}%" if "median_mfu" in summary else "-")
-                 + f"; compile {g('compile_seconds', '{:.1f}')} s")
+        lines.append(
+            f"grad_norm: final {g('final_grad_norm')}, median "
+            f"{g('median_grad_norm')}, max {g('max_grad_norm')}"
+        )
+    lines.append(
+        f"median: {g('median_tokens_per_second', '{:,.0f}')} tokens/s, "
+        f"{g('median_samples_per_second', '{:.1f}')} samples/s, step "
+        f"{g('median_step_time', '{:.4f}')} s, MFU "
+        + (f"{100 * summary['median_mfu']:.1f}%" if "median_mfu" in summary else "-")
+        + f"; compile {g('compile_seconds', '{:.1f}')} s"
+    )
     return lines
 
 
@@ -288,12 +344,17 @@ def report(run_dir: str, show: bool | None = None) -> dict:
         summary["finished"] = storage.isfile(storage.join(run_dir, WEIGHTS_FILE))
     best = signals.best_checkpoint(run_dir)
     if best is not None:
-        summary.update(best_checkpoint_step=best[0], best_checkpoint=best[1],
-                       best_checkpoint_loss=best[2])
+        summary.update(
+            best_checkpoint_step=best[0], best_checkpoint=best[1], best_checkpoint_loss=best[2]
+        )
     path = storage.join(run_dir, REPORT_FILE)
     with storage.staged_file(path) as local:  # matplotlib writes a local file; a URL gets a copy
-        figure = draw(rows, local, title=storage.basename(storage.absolute(run_dir)),
-                      best_step=best[0] if best else None)
+        figure = draw(
+            rows,
+            local,
+            title=storage.basename(storage.absolute(run_dir)),
+            best_step=best[0] if best else None,
+        )
     for line in _format(summary) + [f"curves: {path}"]:
         logger.info(line)
     if console.in_jupyter() if show is None else show:

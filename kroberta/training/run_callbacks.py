@@ -58,9 +58,20 @@ class RunLogger(keras.callbacks.Callback):
     names the step where it does).
     """
 
-    def __init__(self, config, start_step, global_batch, sequence_length, evaluate_fn,
-                 stop_step=None, write_files=True, preemption=None, save_checkpoints=True,
-                 plan=None, probe=None):
+    def __init__(
+        self,
+        config,
+        start_step,
+        global_batch,
+        sequence_length,
+        evaluate_fn,
+        stop_step=None,
+        write_files=True,
+        preemption=None,
+        save_checkpoints=True,
+        plan=None,
+        probe=None,
+    ):
         super().__init__()
         self.config = config
         self.plan = plan  # kroberta.perf.plan.Plan of the run (None: made from config when needed)
@@ -74,9 +85,13 @@ class RunLogger(keras.callbacks.Callback):
         self._probe_task = probe
         self.write_files = write_files  # False on processes other than 0: no files, no lines
         # Checkpoints are collectives: in a multi-process run every process saves.
-        self.checkpoints = checkpoint.Writer(
-            config.run_dir, config.train.keep_checkpoints, config.train.async_checkpoints) \
-            if save_checkpoints else None
+        self.checkpoints = (
+            checkpoint.Writer(
+                config.run_dir, config.train.keep_checkpoints, config.train.async_checkpoints
+            )
+            if save_checkpoints
+            else None
+        )
         self.preemption = preemption  # a PreemptionFlag: SIGTERM asks for checkpoint + stop
         # Where this invocation stops: the end of the run, or earlier (--until-step).
         self.stop_step = min(stop_step or config.train.steps, config.train.steps)
@@ -85,16 +100,19 @@ class RunLogger(keras.callbacks.Callback):
         self._first_dispatch = True
         self._last_redraw = 0.0
         # A live bar in a terminal or a notebook; plain lines in a log file (None).
-        self._progbar = console.live_progress(config.train.steps, start_step) \
-            if write_files else None
+        self._progbar = (
+            console.live_progress(config.train.steps, start_step) if write_files else None
+        )
         # The evaluations so far (rows after the resumed checkpoint are being dropped).
         rows = metrics_rows(config.run_dir, start_step)
         self.watch = signals.EvalWatch(config.train, signals.validation_losses(rows))
-        self._evaluated_at_start = any(r["step"] == start_step and r.get("split") == "validation"
-                                       for r in rows)
+        self._evaluated_at_start = any(
+            r["step"] == start_step and r.get("split") == "validation" for r in rows
+        )
         # Once per run: a resumed run finds the reference in its rows.
         self._reference_due = self._probe_task is not None and not any(
-            is_probe_reference(r.get("split", "")) for r in rows)
+            is_probe_reference(r.get("split", "")) for r in rows
+        )
         self._reference = None  # {split: predictions} of the random initialisation's probe
         self.stopped_early = None  # why the run ended before stop_step, or None
         if self.checkpoints is not None and config.train.keep_best:
@@ -121,8 +139,10 @@ class RunLogger(keras.callbacks.Callback):
         elif self.compile_seconds is None:
             # The first dispatch traced and compiled synchronously (its execution is async).
             self.compile_seconds = self._compile_clock.seconds
-            self._say(f"compiled the training step in {self.compile_seconds:.1f} s; a log line "
-                      f"every {self.config.train.log_every} steps")
+            self._say(
+                f"compiled the training step in {self.compile_seconds:.1f} s; a log line "
+                f"every {self.config.train.log_every} steps"
+            )
         step = self._interval_start_step + batch
         if self._progbar and time.perf_counter() - self._last_redraw >= REDRAW_SECONDS:
             self._last_redraw = time.perf_counter()
@@ -157,14 +177,20 @@ class RunLogger(keras.callbacks.Callback):
             "learning_rate": learning_rate,
             "samples_per_second": samples_per_second,
             "tokens_per_second": samples_per_second * self.sequence_length
-            if samples_per_second else None,
+            if samples_per_second
+            else None,
             **self._speed(samples_per_second),
         }
         # Whatever else the step logs flows through as it is: e.g. grad_norm, the mean over
         # the interval's optimizer steps of the gradient's global L2 norm before clipping
         # (kroberta.model.masked_lm).
-        row.update({key: float(value) for key, value in (logs or {}).items()
-                    if key not in row and key != "loss" and _is_number(value)})
+        row.update(
+            {
+                key: float(value)
+                for key, value in (logs or {}).items()
+                if key not in row and key != "loss" and _is_number(value)
+            }
+        )
         if compiled > 0:
             row["compile_seconds"] = compiled  # kept out of samples_per_second
         self._emit(row)
@@ -172,13 +198,19 @@ class RunLogger(keras.callbacks.Callback):
         t = self.config.train
         preempted = bool(self.preemption and self.preemption.requested)
         finished = self.step >= self.stop_step or preempted
-        evaluate = not preempted and self.evaluate_fn and (
-            (t.eval_every and self.step % t.eval_every == 0) or self.step >= t.steps)
+        evaluate = (
+            not preempted
+            and self.evaluate_fn
+            and ((t.eval_every and self.step % t.eval_every == 0) or self.step >= t.steps)
+        )
         # The checkpoint before the evaluation: a run that dies in the evaluation (or
         # right after its last step) still leaves its checkpoint. With keep_best every
         # evaluated step has one: it may be the best.
-        saved = ((t.checkpoint_every and self.step % t.checkpoint_every == 0) or finished
-                 or (evaluate and t.keep_best))
+        saved = (
+            (t.checkpoint_every and self.step % t.checkpoint_every == 0)
+            or finished
+            or (evaluate and t.keep_best)
+        )
         if saved:
             self._save_checkpoint()
         if preempted:
@@ -220,20 +252,30 @@ class RunLogger(keras.callbacks.Callback):
             self._reference = task.predictions(self._random_init())
             if self._reference_due:
                 self._reference_due = False
-                self._emit_probe(task.scores(self._reference), time.perf_counter() - started,
-                                 suffix=f"/{RANDOM_INIT}")
+                self._emit_probe(
+                    task.scores(self._reference),
+                    time.perf_counter() - started,
+                    suffix=f"/{RANDOM_INIT}",
+                )
         started = time.perf_counter()
         predicted = task.predictions(self.model)
         results, gaps = task.scores(predicted), task.gaps(predicted, self._reference)
-        self._emit_probe({split: {**values, **gaps[split]} for split, values in results.items()},
-                         time.perf_counter() - started)
+        self._emit_probe(
+            {split: {**values, **gaps[split]} for split, values in results.items()},
+            time.perf_counter() - started,
+        )
 
     def _emit_probe(self, results: dict, seconds: float, suffix: str = ""):
         for split, values in results.items():
             where = "" if len(results) == 1 else f"/{split}"
-            self._emit({"step": self.step,
-                        "split": f"{PROBE_PREFIX}{self._probe_task.name}{where}{suffix}",
-                        **values, "seconds": seconds})
+            self._emit(
+                {
+                    "step": self.step,
+                    "split": f"{PROBE_PREFIX}{self._probe_task.name}{where}{suffix}",
+                    **values,
+                    "seconds": seconds,
+                }
+            )
 
     def _random_init(self):
         """A model of the run's shape as training would start it from `train.seed`
@@ -243,8 +285,9 @@ class RunLogger(keras.callbacks.Callback):
     def _save_checkpoint(self):
         if self.checkpoints is not None:
             blocked = self.checkpoints.save(self.model, self.step)
-            self._emit({"step": self.step, "split": "checkpoint",
-                        "checkpoint_blocked_seconds": blocked})
+            self._emit(
+                {"step": self.step, "split": "checkpoint", "checkpoint_blocked_seconds": blocked}
+            )
 
     def _judge(self, loss: float, saved: bool):
         """The best checkpoint and the early stop, after the evaluation at this step."""
@@ -280,12 +323,16 @@ class RunLogger(keras.callbacks.Callback):
                 self._remeasure = False
                 measured = throughput.cpu_peak_flops(refresh=True, at_least=model_flops)
                 self._peak = max(measured or 0.0, model_flops)
-                self._say(f"the CPU's peak was measured again ({self._peak / 1e9:.1f} "
-                          "GFLOP/s): this run did more model FLOP/s than the cached figure")
+                self._say(
+                    f"the CPU's peak was measured again ({self._peak / 1e9:.1f} "
+                    "GFLOP/s): this run did more model FLOP/s than the cached figure"
+                )
             else:
                 self._peak = model_flops  # at least what the machine was just seen to do
-        return {"step_time": self.global_batch / samples_per_second,
-                "mfu": throughput.mfu(model_flops, self._peak)}
+        return {
+            "step_time": self.global_batch / samples_per_second,
+            "mfu": throughput.mfu(model_flops, self._peak),
+        }
 
     def _check_finite(self, row):
         if not math.isfinite(row["loss"]):
@@ -300,8 +347,11 @@ class RunLogger(keras.callbacks.Callback):
         if not self.write_files:
             return
         row = {k: v for k, v in row.items() if v is not None}
-        with storage.writing(self._jsonl.path, "metrics", "the checkpoints are intact; free "
-                             "some space and run the same training again to resume"):
+        with storage.writing(
+            self._jsonl.path,
+            "metrics",
+            "the checkpoints are intact; free some space and run the same training again to resume",
+        ):
             self._jsonl.write(json.dumps(row) + "\n")
         if any(True for _ in trackers.numeric_items(row)):
             for tracker in self._trackers:
@@ -310,8 +360,9 @@ class RunLogger(keras.callbacks.Callback):
             self._progbar.update(row["step"], row)
             return
         parts = [_shown(k, v) for k, v in row.items() if k not in ("step", "split")]
-        self._say(f"step {row['step']}/{self.config.train.steps} [{row['split']}] "
-                  + "  ".join(parts))
+        self._say(
+            f"step {row['step']}/{self.config.train.steps} [{row['split']}] " + "  ".join(parts)
+        )
 
     def _say(self, line: str):
         """A line of its own: above a live bar, or logged."""

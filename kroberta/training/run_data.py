@@ -55,31 +55,41 @@ def run_data_for(config: Config) -> RunData:
     if start is not None and start.tokenizer_path:
         tokenizer_path = start.tokenizer_path  # the checkpoint's tokenizer is the run's
     if config.data.whole_word_masking and tokenizer_path is None:
-        raise ConfigError("data.whole_word_masking: needs the run's tokenizer; give data.dir "
-                          "(a directory made by `python -m kroberta.prepare`) instead of data.train")
-    train = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "data.train"),
-                                   "data.train")
+        raise ConfigError(
+            "data.whole_word_masking: needs the run's tokenizer; give data.dir "
+            "(a directory made by `python -m kroberta.prepare`) instead of data.train"
+        )
+    train = pipeline.inspect_files(
+        pipeline.resolve_files(config.data.train, "data.train"), "data.train"
+    )
     if config.data.masking == AUTO:
         data = config.data.with_masking_for(train.has_labels)
-        logger.info(f"data.masking: auto -> {data.masking} (the training files "
-                    f"{'carry' if train.has_labels else 'have no'} labels)")
-        config = validate(dataclasses.replace(config, data=data),  # static: no eval_mask_rate
-                          f"data.masking=\"auto\" ({data.masking}: the training files' labels)")
+        logger.info(
+            f"data.masking: auto -> {data.masking} (the training files "
+            f"{'carry' if train.has_labels else 'have no'} labels)"
+        )
+        config = validate(
+            dataclasses.replace(config, data=data),  # static: no eval_mask_rate
+            f'data.masking="auto" ({data.masking}: the training files\' labels)',
+        )
     if start is not None:
         _check_prepared_for(start, _other_directories(train.files, config.data.dir), "data.train")
     pipeline.check_against_model(train, config.data, config.model, "data.train")
     validation = None
     if config.data.validation:
         validation = pipeline.inspect_files(
-            pipeline.resolve_files(config.data.validation, "data.validation"), "data.validation")
+            pipeline.resolve_files(config.data.validation, "data.validation"), "data.validation"
+        )
         if start is not None:
-            _check_prepared_for(start, _other_directories(validation.files, config.data.dir),
-                                "data.validation")
+            _check_prepared_for(
+                start, _other_directories(validation.files, config.data.dir), "data.validation"
+            )
         pipeline.check_against_model(validation, config.data, config.model, "data.validation")
         if validation.sequence_length != train.sequence_length:
             raise InputError(
                 f"data.validation: sequences of {validation.sequence_length} tokens, but "
-                f"data.train has {train.sequence_length}")
+                f"data.train has {train.sequence_length}"
+            )
     return RunData(config, train, validation, tokenizer_path, _word_starts(config, tokenizer_path))
 
 
@@ -100,8 +110,10 @@ def _starting_point(config: Config) -> StartingPoint | None:
         return None
     tokenizer, path = checkpoint_tokenizer(checkpoint)
     if tokenizer is None:
-        logger.warning(f"{checkpoint.key}: {checkpoint.directory} has no tokenizer, so nothing checks "
-                       "that the data were prepared with the checkpoint's")
+        logger.warning(
+            f"{checkpoint.key}: {checkpoint.directory} has no tokenizer, so nothing checks "
+            "that the data were prepared with the checkpoint's"
+        )
     return StartingPoint(checkpoint, tokenizer, path)
 
 
@@ -109,11 +121,18 @@ def _check_prepared_for(start: StartingPoint, directories, key: str, required: b
     """Refuses prepared directories whose tokenizer or sequence length is not the
     checkpoint's, naming the `prepare` command that makes the right one."""
     checkpoint = start.checkpoint
-    check_prepared_with(directories, key, checkpoint.model.vocabulary_size, start.tokenizer,
-                        positions=checkpoint.model.max_sequence_length, holder="checkpoint",
-                        named=f"the checkpoint ({checkpoint.key}={checkpoint.directory})",
-                        tokenizer_owner="checkpoint", tokenizer_source=checkpoint.directory,
-                        required=required)
+    check_prepared_with(
+        directories,
+        key,
+        checkpoint.model.vocabulary_size,
+        start.tokenizer,
+        positions=checkpoint.model.max_sequence_length,
+        holder="checkpoint",
+        named=f"the checkpoint ({checkpoint.key}={checkpoint.directory})",
+        tokenizer_owner="checkpoint",
+        tokenizer_source=checkpoint.directory,
+        required=required,
+    )
 
 
 def _other_directories(files, checked_dir: str) -> list[str]:
@@ -145,12 +164,14 @@ def _prepare_embedded(config: Config, out_dir: str):
     home = _local_home(config.run_dir)
     os.makedirs(home, exist_ok=True)
     text_path = os.path.join(home, "embedded-corpus.txt")
-    logger.info("no data given: building the embedded corpus from the Python standard "
-                "library's docstrings")
+    logger.info(
+        "no data given: building the embedded corpus from the Python standard library's docstrings"
+    )
     stats = corpus.write_stdlib_corpus(text_path)
     logger.info(f"  {stats}")
     prepare(
-        [text_path], out_dir,
+        [text_path],
+        out_dir,
         vocab_size=config.model.vocabulary_size,
         seq_len=config.model.max_sequence_length,
         validation_fraction=0.02,
@@ -189,13 +210,16 @@ def _from_manifest(config: Config, directory: str, key: str) -> tuple[Config, st
         )
     # Files named beside a prepared directory would be silently replaced by its own
     # (a recorded config.toml names the directory's files: those agree).
-    for split, given, own in (("train", config.data.train, manifest.train_files),
-                              ("validation", config.data.validation, manifest.validation_files)):
+    for split, given, own in (
+        ("train", config.data.train, manifest.train_files),
+        ("validation", config.data.validation, manifest.validation_files),
+    ):
         if given and own and sorted(given) != sorted(own):
             raise ConfigError(
                 f"data.{split}: {key} {directory} has its own {split} files ({len(own)}), so "
                 f"data.{split}={list(given)} would be ignored; give one of data.dir and "
-                f"data.{split}")
+                f"data.{split}"
+            )
     special = manifest.special_tokens
     data = dataclasses.replace(
         config.data,
@@ -216,14 +240,23 @@ def _word_starts(config: Config, tokenizer_path: str | None):
     return word_start_table(load_tokenizer(tokenizer_path), config.model.vocabulary_size)
 
 
-def train_batches(run: RunData, process_batch: int, start_step: int = 0, shard=None,
-                  device_masks: bool = True):
+def train_batches(
+    run: RunData, process_batch: int, start_step: int = 0, shard=None, device_masks: bool = True
+):
     """The training pipeline of `run` (`device_masks`: the step draws the dynamic masks
     or chooses the static slots)."""
     t = run.config.train
-    return pipeline.train_dataset(run.train, run.config.data, run.config.model.vocabulary_size,
-                                  process_batch, t.seed, start_step, shard=shard,
-                                  word_starts=run.word_starts, device_masks=device_masks)
+    return pipeline.train_dataset(
+        run.train,
+        run.config.data,
+        run.config.model.vocabulary_size,
+        process_batch,
+        t.seed,
+        start_step,
+        shard=shard,
+        word_starts=run.word_starts,
+        device_masks=device_masks,
+    )
 
 
 def validation_batches(run: RunData, global_batch: int, shard=None, device_masks: bool = True):
@@ -236,13 +269,20 @@ def validation_batches(run: RunData, global_batch: int, shard=None, device_masks
     t, data = run.config.train, run.config.data
     if not device_masks and data.evaluation_mask_rate() != data.mask_rate:
         data = dataclasses.replace(data, mask_rate=data.evaluation_mask_rate())
-    return pipeline.eval_dataset(run.validation, data, run.config.model.vocabulary_size,
-                                 global_batch, t.seed, t.eval_steps, shard=shard,
-                                 word_starts=run.word_starts, device_masks=device_masks)
+    return pipeline.eval_dataset(
+        run.validation,
+        data,
+        run.config.model.vocabulary_size,
+        global_batch,
+        t.seed,
+        t.eval_steps,
+        shard=shard,
+        word_starts=run.word_starts,
+        device_masks=device_masks,
+    )
 
 
-def dataset(config: Config, split: str = "train", start_step: int = 0,
-            masks_on_host: bool = False):
+def dataset(config: Config, split: str = "train", start_step: int = 0, masks_on_host: bool = False):
     """The exact `tf.data.Dataset` of batches that training feeds the model.
 
     Args:
@@ -277,9 +317,11 @@ def dataset(config: Config, split: str = "train", start_step: int = 0,
     # The rows of each batch do not depend on the mesh: one batch axis over the devices.
     plan = make_plan(run.config, strategy="data")
     if split == "train":
-        return train_batches(run, plan.process_batch, start_step, plan.data_shard,
-                             device_masks=not masks_on_host)
+        return train_batches(
+            run, plan.process_batch, start_step, plan.data_shard, device_masks=not masks_on_host
+        )
     if run.validation is None:
         raise ConfigError("data.validation: the config has no validation files")
-    return validation_batches(run, plan.micro_batch, plan.data_shard,
-                              device_masks=not masks_on_host)
+    return validation_batches(
+        run, plan.micro_batch, plan.data_shard, device_masks=not masks_on_host
+    )

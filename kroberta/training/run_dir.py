@@ -30,6 +30,7 @@ def is_probe_reference(split: str) -> bool:
     """Whether a metrics row's split is the probe's random-initialisation reference."""
     return split.startswith(PROBE_PREFIX) and split.endswith("/" + RANDOM_INIT)
 
+
 logger = logging.getLogger(__name__)
 
 
@@ -55,9 +56,12 @@ def metrics_rows(run_dir: str, last_step: int | None = None, warn: bool = False)
 
 
 # Other outputs a run would mix into: (the file that marks one, what it is).
-_NOT_RUNS = (("manifest.json", "prepared data"),
-             (run_layout.CLASSIFIER_FILE, "a fine-tuned classifier's folder"),
-             ("model.safetensors", "a Hugging Face export"), ("metadata.json", "a keras-hub preset"))
+_NOT_RUNS = (
+    ("manifest.json", "prepared data"),
+    (run_layout.CLASSIFIER_FILE, "a fine-tuned classifier's folder"),
+    ("model.safetensors", "a Hugging Face export"),
+    ("metadata.json", "a keras-hub preset"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +82,10 @@ def read_run_dir(run_dir: str) -> RunDirState:
     Raises ConfigError when it holds another kind of output (`_NOT_RUNS`)."""
     for marker, kind in _NOT_RUNS:
         if storage.isfile(storage.join(run_dir, marker)):
-            raise ConfigError(f"run_dir: {run_dir} holds {kind} ({marker}); a run goes "
-                              "into a directory of its own: use another --run_dir")
+            raise ConfigError(
+                f"run_dir: {run_dir} holds {kind} ({marker}); a run goes "
+                "into a directory of its own: use another --run_dir"
+            )
     saved = tuple(checkpoint.list_checkpoints(run_dir))
     recorded = None
     if saved and storage.isfile(storage.join(run_dir, run_layout.CONFIG_FILE)):
@@ -106,8 +112,11 @@ def removed_unless_checkpointed(state: RunDirState):
 
             metrics = os.path.join(run_dir, METRICS_FILE)
             # A run that logged a step (then diverged, say) keeps what it wrote.
-            if jax.process_count() == 1 and not checkpoint.list_checkpoints(run_dir) and \
-                    not (os.path.isfile(metrics) and os.path.getsize(metrics) > 0):
+            if (
+                jax.process_count() == 1
+                and not checkpoint.list_checkpoints(run_dir)
+                and not (os.path.isfile(metrics) and os.path.getsize(metrics) > 0)
+            ):
                 shutil.rmtree(run_dir, ignore_errors=True)
         raise
 
@@ -115,11 +124,15 @@ def removed_unless_checkpointed(state: RunDirState):
 def check_free_space(run_dir: str, needed_bytes: int, what: str):
     free = storage.free_bytes(run_dir)
     if free < needed_bytes:
-        where = (f"the temporary directory that stages its files ({tempfile.gettempdir()}; "
-                 "set TMPDIR)" if storage.is_url(run_dir) else run_dir)
+        where = (
+            f"the temporary directory that stages its files ({tempfile.gettempdir()}; set TMPDIR)"
+            if storage.is_url(run_dir)
+            else run_dir
+        )
         raise ConfigError(
             f"run_dir: {where} has {free / 2**20:.0f} MiB free but {what} needs about "
-            f"{needed_bytes / 2**20:.0f} MiB; free some space or choose another --run_dir")
+            f"{needed_bytes / 2**20:.0f} MiB; free some space or choose another --run_dir"
+        )
 
 
 def truncate_metrics(run_dir: str, last_step: int) -> int:
@@ -142,12 +155,38 @@ def truncate_metrics(run_dir: str, last_step: int) -> int:
 # (logging, evaluation, checkpoints, devices and layout, run_dir, init sources) may change
 # on resume and is recorded. The model's shape has its own check (a different model).
 TRAINING_KEYS = {
-    "data": ("dir", "train", "masking", "mask_rate", "max_predictions", "shuffle_buffer",
-             "pad_token_id", "mask_token_id", "special_token_ids", "whole_word_masking"),
-    "train": ("batch_size_per_device", "gradient_accumulation_steps", "steps", "time_budget",
-              "learning_rate", "warmup_steps", "warmup_fraction", "schedule", "weight_decay",
-              "clip_norm", "adam_beta_1", "adam_beta_2", "adam_epsilon", "mixed_precision", "seed",
-              "min_learning_rate", "decay_steps", "decay_fraction"),
+    "data": (
+        "dir",
+        "train",
+        "masking",
+        "mask_rate",
+        "max_predictions",
+        "shuffle_buffer",
+        "pad_token_id",
+        "mask_token_id",
+        "special_token_ids",
+        "whole_word_masking",
+    ),
+    "train": (
+        "batch_size_per_device",
+        "gradient_accumulation_steps",
+        "steps",
+        "time_budget",
+        "learning_rate",
+        "warmup_steps",
+        "warmup_fraction",
+        "schedule",
+        "weight_decay",
+        "clip_norm",
+        "adam_beta_1",
+        "adam_beta_2",
+        "adam_epsilon",
+        "mixed_precision",
+        "seed",
+        "min_learning_rate",
+        "decay_steps",
+        "decay_fraction",
+    ),
 }
 CHANGES_FILE = "config_changes.jsonl"
 
@@ -177,8 +216,10 @@ def changed_settings(previous: dict, current: dict) -> tuple[dict, dict]:
             if _comparable(section, key, old) == _comparable(section, key, value):
                 continue
             target = training if key in TRAINING_KEYS.get(section, ()) else other
-            target[f"{section}.{key}"] = [_comparable(section, key, old),
-                                          _comparable(section, key, value)]
+            target[f"{section}.{key}"] = [
+                _comparable(section, key, old),
+                _comparable(section, key, value),
+            ]
     return training, other
 
 
@@ -186,8 +227,9 @@ def describe_changes(changes: dict) -> str:
     return ", ".join(f"{key} {before!r} -> {now!r}" for key, (before, now) in changes.items())
 
 
-def prepare_run_dir(config: Config, state: RunDirState, force: bool, accept_changes: bool,
-                    write: bool) -> RunDirState:
+def prepare_run_dir(
+    config: Config, state: RunDirState, force: bool, accept_changes: bool, write: bool
+) -> RunDirState:
     """Writes config.toml into the run dir (`check_writable` made it); refuses a run with another model, or
     with other training settings (`TRAINING_KEYS`) unless `accept_changes`;
     records every change of setting in config_changes.jsonl.
@@ -202,8 +244,7 @@ def prepare_run_dir(config: Config, state: RunDirState, force: bool, accept_chan
         before, now = previous.model.trained_model(), config.model.trained_model()
         other_model = before != now
         if other_model and not force:
-            changed = [k for k in to_dict(config)["model"]
-                       if getattr(before, k) != getattr(now, k)]
+            changed = [k for k in to_dict(config)["model"] if getattr(before, k) != getattr(now, k)]
             raise ConfigError(
                 f"run_dir: {config.run_dir} holds a run of a different model "
                 f"(changed: {', '.join('model.' + k for k in changed)}); use another "
@@ -215,7 +256,8 @@ def prepare_run_dir(config: Config, state: RunDirState, force: bool, accept_chan
                 f"run_dir: {config.run_dir} holds a run trained with other settings "
                 f"({describe_changes(training)}); use another --run_dir, --force (force=True) "
                 "to start over there, or --accept-changes (accept_changes=True) to continue its "
-                f"checkpoint with these settings (recorded in {CHANGES_FILE})")
+                f"checkpoint with these settings (recorded in {CHANGES_FILE})"
+            )
         starts_over = force and bool(other_model or training)
         changes = {} if starts_over else {**training, **other}
     going_on = dataclasses.replace(state, checkpoints=(), recorded=None) if starts_over else state
@@ -226,10 +268,14 @@ def prepare_run_dir(config: Config, state: RunDirState, force: bool, accept_chan
         trackers.forget_runs(config.run_dir)  # a new start: new tracker runs
     if changes:
         # One row per change: the step from which the new settings apply.
-        storage.append_text(storage.join(config.run_dir, CHANGES_FILE),
-                            json.dumps({"step": saved[-1][0], "changed": changes}) + "\n")
-        logger.info(f"run_dir: continuing step {saved[-1][0]} with changed settings: "
-                    f"{describe_changes(changes)} (recorded in {CHANGES_FILE})")
+        storage.append_text(
+            storage.join(config.run_dir, CHANGES_FILE),
+            json.dumps({"step": saved[-1][0], "changed": changes}) + "\n",
+        )
+        logger.info(
+            f"run_dir: continuing step {saved[-1][0]} with changed settings: "
+            f"{describe_changes(changes)} (recorded in {CHANGES_FILE})"
+        )
     storage.write_text(storage.join(config.run_dir, run_layout.CONFIG_FILE), to_toml(config))
     return going_on
 

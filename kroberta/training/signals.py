@@ -17,8 +17,13 @@ def validation_losses(rows: list[dict]) -> list[tuple[int, float]]:
     """(step, loss) of the evaluations after training began: the one at step 0 (a run
     started from a checkpoint logs its loss before the first step) has no checkpoint to
     keep and does not count for the best one or the early stop."""
-    return [(r["step"], r["loss"]) for r in rows if r.get("split") == "validation"
-            and r["step"] > 0 and isinstance(r.get("loss"), (int, float))]
+    return [
+        (r["step"], r["loss"])
+        for r in rows
+        if r.get("split") == "validation"
+        and r["step"] > 0
+        and isinstance(r.get("loss"), (int, float))
+    ]
 
 
 class EvalWatch:
@@ -44,12 +49,15 @@ class EvalWatch:
             self.since_best += 1
         t = self.train
         if t.target_eval_loss and loss <= t.target_eval_loss:
-            return (f"validation loss {loss:.4g} reached train.target_eval_loss="
-                    f"{t.target_eval_loss:g}")
+            return (
+                f"validation loss {loss:.4g} reached train.target_eval_loss={t.target_eval_loss:g}"
+            )
         if t.early_stop_patience and self.since_best >= t.early_stop_patience:
-            return (f"validation loss has not improved on {self.best[1]:.4g} (step "
-                    f"{self.best[0]}) for {self.since_best} evaluation(s) "
-                    f"(train.early_stop_patience={t.early_stop_patience})")
+            return (
+                f"validation loss has not improved on {self.best[1]:.4g} (step "
+                f"{self.best[0]}) for {self.since_best} evaluation(s) "
+                f"(train.early_stop_patience={t.early_stop_patience})"
+            )
         return None
 
     @property
@@ -70,8 +78,9 @@ def best_checkpoint(run_dir: str) -> tuple[int, str, float] | None:
     """(step, path, validation loss) of the kept checkpoint with the lowest validation
     loss, or None when no kept checkpoint was evaluated."""
     kept = dict(checkpoint.list_checkpoints(run_dir))
-    evaluated = [(loss, step) for step, loss in validation_losses(metrics_rows(run_dir))
-                 if step in kept]
+    evaluated = [
+        (loss, step) for step, loss in validation_losses(metrics_rows(run_dir)) if step in kept
+    ]
     if not evaluated:
         return None
     loss, step = min(evaluated)

@@ -55,14 +55,26 @@ class Measurement:
     # buffer filling): the run pays it once
 
 
-def steps_within(budget_seconds: float, elapsed: float, measured: Measurement,
-                 eval_every: int, steps_per_dispatch: int) -> int:
+def steps_within(
+    budget_seconds: float,
+    elapsed: float,
+    measured: Measurement,
+    eval_every: int,
+    steps_per_dispatch: int,
+) -> int:
     """The optimizer steps that fit in what is left of the budget after `elapsed` seconds:
     whole dispatches of `steps_per_dispatch`, each evaluation's share counted (one every
     `eval_every` steps, and one at the end); 0 when none fits."""
     m = measured
-    left = (budget_seconds - elapsed - m.build_seconds - m.compile_seconds - m.start_seconds
-            - m.eval_compile_seconds - m.eval_seconds)  # the evaluation at the end
+    left = (
+        budget_seconds
+        - elapsed
+        - m.build_seconds
+        - m.compile_seconds
+        - m.start_seconds
+        - m.eval_compile_seconds
+        - m.eval_seconds
+    )  # the evaluation at the end
     per_step = m.step_seconds + (m.eval_seconds / eval_every if eval_every else 0.0)
     if left <= 0 or per_step <= 0:
         return 0
@@ -91,10 +103,13 @@ def resolve(config: Config, previous: Config | None) -> tuple[Config, bool]:
             f"train.time_budget: {config.run_dir} holds a run of {previous.train.steps:,} steps "
             + (f"fixed by the budget {was!r}" if was else "set by train.steps")
             + f", not by {t.time_budget!r}; a budget fixes the steps once, when a run starts: use "
-            "another --run_dir, or --force (force=True) to start over there")
+            "another --run_dir, or --force (force=True) to start over there"
+        )
     fixed = previous.train.steps
-    logger.info(f"time budget {t.time_budget}: {fixed:,} steps, fixed when the run started "
-                f"(its {run_layout.CONFIG_FILE})")
+    logger.info(
+        f"time budget {t.time_budget}: {fixed:,} steps, fixed when the run started "
+        f"(its {run_layout.CONFIG_FILE})"
+    )
     return dataclasses.replace(config, train=dataclasses.replace(t, steps=fixed)), False
 
 
@@ -115,27 +130,37 @@ def fix_steps(config: Config, run_data, plan, started: float) -> Config:
     gc.collect()  # the throwaway model's buffers, before the run's own model is built
     elapsed = time.perf_counter() - started
     k = t.steps_per_execution
-    steps = distribute.broadcast_from_main(
-        steps_within(budget, elapsed, measured, t.eval_every, k))
+    steps = distribute.broadcast_from_main(steps_within(budget, elapsed, measured, t.eval_every, k))
     before = elapsed + measured.build_seconds + measured.compile_seconds + measured.start_seconds
     if steps < 1:
         raise ConfigError(
             f"train.time_budget={t.time_budget!r}: no training step fits: start-up, the "
             f"measurement and the compilation take {before + measured.eval_compile_seconds:.0f} s "
-            f"and {k} step(s) {k * measured.step_seconds:.2f} s; give a longer budget")
+            f"and {k} step(s) {k * measured.step_seconds:.2f} s; give a longer budget"
+        )
     fixed = dataclasses.replace(config, train=dataclasses.replace(config.train, steps=steps))
     try:
         fixed = validate(fixed, "the steps the budget fixed")
     except ConfigError as error:
-        raise ConfigError(f"train.time_budget={t.time_budget!r} fits {steps:,} steps; "
-                          f"{error}; give a longer budget") from None
-    evaluations = (f"; evaluations ~{measured.eval_seconds * (steps // t.eval_every + 1):.0f} s"
-                   if measured.eval_seconds and t.eval_every else "")
-    replaced = (f", in place of train.steps={config.train.steps:,}"
-                if config.train.steps != TrainConfig.steps else "")
-    logger.info(f"time budget {t.time_budget}: {steps:,} steps at {measured.step_seconds:.2g} "
-                f"s/step measured over steps {measured.first_step}-{measured.last_step} "
-                f"(start-up, measurement and compilation {before:.0f} s{evaluations}{replaced})")
+        raise ConfigError(
+            f"train.time_budget={t.time_budget!r} fits {steps:,} steps; "
+            f"{error}; give a longer budget"
+        ) from None
+    evaluations = (
+        f"; evaluations ~{measured.eval_seconds * (steps // t.eval_every + 1):.0f} s"
+        if measured.eval_seconds and t.eval_every
+        else ""
+    )
+    replaced = (
+        f", in place of train.steps={config.train.steps:,}"
+        if config.train.steps != TrainConfig.steps
+        else ""
+    )
+    logger.info(
+        f"time budget {t.time_budget}: {steps:,} steps at {measured.step_seconds:.2g} "
+        f"s/step measured over steps {measured.first_step}-{measured.last_step} "
+        f"(start-up, measurement and compilation {before:.0f} s{evaluations}{replaced})"
+    )
     return fixed
 
 
@@ -160,11 +185,18 @@ def measure(plan, run_data) -> Measurement:
         # step's logs to the host first, so the time is the dispatch's end, not its start.
         ends = []
         ended = keras.callbacks.LambdaCallback(
-            on_train_batch_end=lambda batch, logs: ends.append(time.perf_counter()))
+            on_train_batch_end=lambda batch, logs: ends.append(time.perf_counter())
+        )
         began = time.perf_counter()
         batches = train_batches(run_data, plan.process_batch, 0, shard=plan.data_shard)
-        model.fit(batches.take(dispatches * k), steps_per_epoch=dispatches * k, epochs=1,
-                  verbose=0, shuffle=False, callbacks=[ended])
+        model.fit(
+            batches.take(dispatches * k),
+            steps_per_epoch=dispatches * k,
+            epochs=1,
+            verbose=0,
+            shuffle=False,
+            callbacks=[ended],
+        )
         compile_seconds = clock.seconds
         # The median dispatch: a moment when other jobs took the machine is not the run's pace.
         step_seconds = statistics.median(b - a for a, b in zip(ends, ends[1:])) / k
@@ -174,12 +206,18 @@ def measure(plan, run_data) -> Measurement:
         eval_seconds = eval_compile_seconds = 0.0
         if run_data.validation is not None:
             before, began = clock.seconds, time.perf_counter()
-            model.evaluate(validation_batches(run_data, plan.micro_batch, shard=plan.data_shard),
-                           verbose=0)
+            model.evaluate(
+                validation_batches(run_data, plan.micro_batch, shard=plan.data_shard), verbose=0
+            )
             eval_compile_seconds = clock.seconds - before
             eval_seconds = max(time.perf_counter() - began - eval_compile_seconds, 0.0)
-    return Measurement(step_seconds=step_seconds, first_step=k + 1, last_step=dispatches * k,
-                       build_seconds=build_seconds, compile_seconds=compile_seconds,
-                       eval_seconds=eval_seconds, eval_compile_seconds=eval_compile_seconds,
-                       start_seconds=start_seconds)
-
+    return Measurement(
+        step_seconds=step_seconds,
+        first_step=k + 1,
+        last_step=dispatches * k,
+        build_seconds=build_seconds,
+        compile_seconds=compile_seconds,
+        eval_seconds=eval_seconds,
+        eval_compile_seconds=eval_compile_seconds,
+        start_seconds=start_seconds,
+    )

@@ -58,8 +58,10 @@ def _import(tracker: str):
     try:
         return importlib.import_module(tracker)
     except ImportError:
-        raise ConfigError(f'train.trackers: "{tracker}" needs the {tracker} package: '
-                          f'pip install "kroberta[{tracker}]"') from None
+        raise ConfigError(
+            f'train.trackers: "{tracker}" needs the {tracker} package: '
+            f'pip install "kroberta[{tracker}]"'
+        ) from None
 
 
 def _flat_params(config) -> dict:
@@ -101,8 +103,10 @@ class TensorBoard:
 
     def close(self, failed: bool = False):
         # After a failure (a full disk, say) the first error is the one to report.
-        with contextlib.suppress(Exception) if failed else contextlib.nullcontext(), \
-                self._writing():
+        with (
+            contextlib.suppress(Exception) if failed else contextlib.nullcontext(),
+            self._writing(),
+        ):
             self._writer.close()
             if self._staging is not None:
                 storage.put_tree(self._staging, self._target, remove=True)
@@ -112,15 +116,19 @@ class TensorBoard:
         """A failed write is one StorageError (`storage.writing`). TensorFlow's event writer
         reports a full disk as its ResourceExhaustedError, which would read as the host's
         memory running out: it becomes the OSError it stands for."""
-        with storage.writing(self._target, "TensorBoard events", "the checkpoints are "
-                             "intact; free some space and run the same training again to resume"):
+        with storage.writing(
+            self._target,
+            "TensorBoard events",
+            "the checkpoints are intact; free some space and run the same training again to resume",
+        ):
             try:
                 yield
             except self._tf.errors.OpError as error:
                 full = "No space left on device" in error.message
-                raise OSError(errno.ENOSPC if full else errno.EIO,
-                              os.strerror(errno.ENOSPC) if full
-                              else error.message.strip().splitlines()[0]) from None
+                raise OSError(
+                    errno.ENOSPC if full else errno.EIO,
+                    os.strerror(errno.ENOSPC) if full else error.message.strip().splitlines()[0],
+                ) from None
 
 
 class WandB:
@@ -138,18 +146,24 @@ class WandB:
         directory = os.environ.get("WANDB_DIR") or (None if storage.is_url(run_dir) else run_dir)
         self._run = wandb.init(
             project=os.environ.get("WANDB_PROJECT") or EXPERIMENT,
-            name=storage.basename(storage.absolute(run_dir)), id=run_id, resume="allow",
-            dir=directory, config=_flat_params(config), reinit="create_new",
+            name=storage.basename(storage.absolute(run_dir)),
+            id=run_id,
+            resume="allow",
+            dir=directory,
+            config=_flat_params(config),
+            reinit="create_new",
             # Read now: W&B reads its environment once per process, so a WANDB_MODE set in
             # a notebook after a failed start would be ignored.
-            mode=os.environ.get("WANDB_MODE") or None)
+            mode=os.environ.get("WANDB_MODE") or None,
+        )
         self._run.define_metric("step")
         self._run.define_metric("*", step_metric="step")
         _keep_id(run_dir, "wandb", run_id)
 
     def log(self, row: dict):
-        self._run.log({"step": row["step"],
-                       **{f"{row['split']}/{k}": v for k, v in numeric_items(row)}})
+        self._run.log(
+            {"step": row["step"], **{f"{row['split']}/{k}": v for k, v in numeric_items(row)}}
+        )
 
     def close(self, failed: bool = False):
         self._run.finish(exit_code=1 if failed else 0)
@@ -171,14 +185,16 @@ class MLflow:
         else:
             name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT
             experiment = self._client.get_experiment_by_name(name)
-            experiment_id = (experiment.experiment_id if experiment
-                             else self._client.create_experiment(name))
+            experiment_id = (
+                experiment.experiment_id if experiment else self._client.create_experiment(name)
+            )
             run_id = self._client.create_run(
-                experiment_id, run_name=storage.basename(storage.absolute(run_dir))).info.run_id
+                experiment_id, run_name=storage.basename(storage.absolute(run_dir))
+            ).info.run_id
             # Parameters once: MLflow refuses a parameter logged again with another value.
             params = [Param(k, v) for k, v in _flat_params(config).items()]
             for i in range(0, len(params), 100):  # MLflow's batch limit
-                self._client.log_batch(run_id, params=params[i:i + 100])
+                self._client.log_batch(run_id, params=params[i : i + 100])
             _keep_id(run_dir, "mlflow", run_id)
         self._run_id = run_id
 
@@ -187,8 +203,12 @@ class MLflow:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self._client.log_batch(self._run_id, metrics=[
-            Metric(f"{row['split']}/{k}", v, now, row["step"]) for k, v in numeric_items(row)])
+        self._client.log_batch(
+            self._run_id,
+            metrics=[
+                Metric(f"{row['split']}/{k}", v, now, row["step"]) for k, v in numeric_items(row)
+            ],
+        )
 
     def close(self, failed: bool = False):
         self._client.set_terminated(self._run_id, status="FAILED" if failed else "FINISHED")
@@ -224,6 +244,8 @@ def open_trackers(config, run_dir: str) -> list:
             raise
         except Exception as error:  # each library raises its own kinds
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise TrackerError(f'train.trackers: "{name}" could not start the run: '
-                               f"{first_line[:300]}; {_START_HINTS[name]}") from None
+            raise TrackerError(
+                f'train.trackers: "{name}" could not start the run: '
+                f"{first_line[:300]}; {_START_HINTS[name]}"
+            ) from None
     return opened

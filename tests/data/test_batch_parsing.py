@@ -43,16 +43,22 @@ def _plant(kind, ids, mask, labels, row):
         return _example(ids[:-2], mask[:-2], labels[:-2]), f"feature 'input_ids' has {L - 2} values"
     if kind == "mask":
         mask[1] = 7
-        return _example(ids, mask, labels), "feature 'attention_mask' holds values other than 0 and 1"
+        return _example(
+            ids, mask, labels
+        ), "feature 'attention_mask' holds values other than 0 and 1"
     if kind == "label":
         labels[2] = V + 1
         return _example(ids, mask, labels), "feature 'labels' holds a value that is neither -100"
     if kind == "missing":
         return _example(ids, None, labels), "feature 'attention_mask' has 0 values"
     if kind == "payload":
-        return _example(ids, mask, labels)[:-9] + b"\xff\xfe", "the payload is not a tf.train.Example"
+        return _example(ids, mask, labels)[
+            :-9
+        ] + b"\xff\xfe", "the payload is not a tf.train.Example"
     if kind == "dtype":
-        return _example(ids, mask, labels, {"labels": "float"}), "feature 'labels' has the wrong dtype: float_list"
+        return _example(
+            ids, mask, labels, {"labels": "float"}
+        ), "feature 'labels' has the wrong dtype: float_list"
     raise ValueError(kind)
 
 
@@ -79,8 +85,10 @@ def test_a_planted_defect_names_its_file_record_and_feature(tmp_path, kind, row)
     assert "{{" not in message and "node" not in message
 
 
-@pytest.mark.parametrize("kinds", [("mask", "id"), ("length", "mask"), ("id", "length"),
-                                   ("payload", "id"), ("id", "payload")])
+@pytest.mark.parametrize(
+    "kinds",
+    [("mask", "id"), ("length", "mask"), ("id", "length"), ("payload", "id"), ("id", "payload")],
+)
 def test_two_bad_records_in_one_batch_name_the_first(tmp_path, kinds):
     ids, mask, labels = _records(128)
     payloads = [_example(ids[i], mask[i], labels[i]) for i in range(128)]
@@ -135,17 +143,21 @@ def test_fuzzed_payloads_name_the_first_damaged_record(tmp_path, seed):
     ds = pipeline.eval_dataset(spec, Config().data, V, 64, 0)
     with pytest.raises((tf.errors.OpError, UnicodeDecodeError)) as info:
         list(ds)
-    explained = pipeline.explain_pipeline_error(info.value, spec.files,
-                                                replay=pipeline.replay_file_errors(spec, V))
+    explained = pipeline.explain_pipeline_error(
+        info.value, spec.files, replay=pipeline.replay_file_errors(spec, V)
+    )
     assert str(explained).startswith(expected), explained
     # Prediction's input path.
-    config = dataclasses.replace(Config(), model=dataclasses.replace(
-        Config().model, vocabulary_size=V, max_sequence_length=L))
+    config = dataclasses.replace(
+        Config(),
+        model=dataclasses.replace(Config().model, vocabulary_size=V, max_sequence_length=L),
+    )
     source = inputs.as_examples(path, config)
     with pytest.raises((tf.errors.OpError, UnicodeDecodeError)) as info:
         list(inputs.batched(source, config, "masked", 64))
-    assert str(pipeline.explain_pipeline_error(info.value, source.files, replay=source.replay)
-               ).startswith(expected)
+    assert str(
+        pipeline.explain_pipeline_error(info.value, source.files, replay=source.replay)
+    ).startswith(expected)
     # --check names the same record first.
     report = check_records([path], vocabulary_size=V, sequence_length=L)
     assert report.defects[0].index == first
@@ -153,13 +165,22 @@ def test_fuzzed_payloads_name_the_first_damaged_record(tmp_path, seed):
 
 def test_dynamic_masks_do_not_depend_on_the_batch(tmp_path):
     ids, mask = make_sequences(64, L, V, seed=5)
-    params = dict(mask_rate=0.3, slots=10, mask_token_id=4, special_token_ids=(0, 1, 2, 3, 4),
-                  vocabulary_size=V)
+    params = dict(
+        mask_rate=0.3,
+        slots=10,
+        mask_token_id=4,
+        special_token_ids=(0, 1, 2, 3, 4),
+        vocabulary_size=V,
+    )
     indices = np.arange(1000, 1064)
     whole = dynamic_mask_batch(ids, mask, 7, indices, **params)
     for size in (8, 1):
-        parts = [dynamic_mask_batch(ids[s:s + size], mask[s:s + size], 7, indices[s:s + size],
-                                    **params) for s in range(0, 64, size)]
+        parts = [
+            dynamic_mask_batch(
+                ids[s : s + size], mask[s : s + size], 7, indices[s : s + size], **params
+            )
+            for s in range(0, 64, size)
+        ]
         for k in range(3):
             np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), whole[k])
     # And the training pipeline gives element i the same mask whatever its batch size.
@@ -169,8 +190,10 @@ def test_dynamic_masks_do_not_depend_on_the_batch(tmp_path):
     write_tfrecord(path, ids, mask)
     spec = pipeline.inspect_files([path], "t")
     data = dataclasses.replace(Config().data, shuffle_buffer=1)
-    by_batch = {b: next(iter(pipeline.train_dataset(spec, data, V, b, seed=7).unbatch().batch(64)))
-                for b in (8, 64)}
+    by_batch = {
+        b: next(iter(pipeline.train_dataset(spec, data, V, b, seed=7).unbatch().batch(64)))
+        for b in (8, 64)
+    }
     np.testing.assert_array_equal(by_batch[8][1], by_batch[64][1])
     np.testing.assert_array_equal(by_batch[8][0]["token_ids"], by_batch[64][0]["token_ids"])
 
@@ -182,8 +205,16 @@ def test_masking_statistics_on_a_hundred_thousand_tokens():
     ids[:, 0], ids[:, -1] = 0, 2  # <s> ... </s>
     mask = np.ones_like(ids)
     masked, positions, labels = dynamic_mask_batch(
-        ids, mask, 3, np.arange(rows), mask_rate=rate, slots=length,
-        mask_token_id=4, special_token_ids=(0, 1, 2, 3, 4), vocabulary_size=V)
+        ids,
+        mask,
+        3,
+        np.arange(rows),
+        mask_rate=rate,
+        slots=length,
+        mask_token_id=4,
+        special_token_ids=(0, 1, 2, 3, 4),
+        vocabulary_size=V,
+    )
     valid = labels != IGNORE_LABEL
     chosen = int(valid.sum())
     candidates = rows * (length - 2)
@@ -198,7 +229,10 @@ def test_masking_statistics_on_a_hundred_thousand_tokens():
     originals = labels[valid]
     as_mask = written == 4
     unchanged = written == originals
-    for observed, p in ((as_mask.mean(), 0.8), ((~as_mask & ~unchanged).mean(), 0.1 * (1 - 1 / (V - 5)))):
+    for observed, p in (
+        (as_mask.mean(), 0.8),
+        ((~as_mask & ~unchanged).mean(), 0.1 * (1 - 1 / (V - 5))),
+    ):
         assert abs(observed - p) < 5 * math.sqrt(p * (1 - p) / chosen), (observed, p)
     assert candidates > 10**5
     replaced = written[~as_mask & ~unchanged]
@@ -207,8 +241,10 @@ def test_masking_statistics_on_a_hundred_thousand_tokens():
 
 @pytest.mark.parametrize("batched", [False, True])
 def test_a_bad_value_in_a_dataset_input_names_the_example(batched):
-    config = dataclasses.replace(Config(), model=dataclasses.replace(
-        Config().model, vocabulary_size=V, max_sequence_length=L))
+    config = dataclasses.replace(
+        Config(),
+        model=dataclasses.replace(Config().model, vocabulary_size=V, max_sequence_length=L),
+    )
     ids, mask = make_sequences(30, L, V, seed=2)
     ids[21, 6] = V + 9
     dataset = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "attention_mask": mask})
@@ -216,32 +252,45 @@ def test_a_bad_value_in_a_dataset_input_names_the_example(batched):
     with pytest.raises(tf.errors.OpError) as info:
         list(inputs.batched(source, config, "masked", 8))
     message = str(pipeline.explain_pipeline_error(info.value, ()))
-    assert message == f"inputs: example 21: input_ids[6] = {V + 9} is outside the vocabulary [0, {V})"
+    assert (
+        message == f"inputs: example 21: input_ids[6] = {V + 9} is outside the vocabulary [0, {V})"
+    )
 
 
 def test_a_batch_too_large_for_the_host_names_the_shape_and_the_batch_size():
     # What tf.data raised for kroberta.predict(..., batch_size=2**30): op names, no advice.
-    error = tf.errors.ResourceExhaustedError(None, None, (
-        "{{function_node __wrapped__IteratorGetNext}} Error in user-defined function passed to "
-        "ParallelMapDatasetV2: OOM when allocating tensor with shape[1073741824,64] and type "
-        "int32 on /job:localhost/replica:0/task:0/device:CPU:0 [[{{node PadV2_1}}]]"))
+    error = tf.errors.ResourceExhaustedError(
+        None,
+        None,
+        (
+            "{{function_node __wrapped__IteratorGetNext}} Error in user-defined function passed to "
+            "ParallelMapDatasetV2: OOM when allocating tensor with shape[1073741824,64] and type "
+            "int32 on /job:localhost/replica:0/task:0/device:CPU:0 [[{{node PadV2_1}}]]"
+        ),
+    )
     assert str(pipeline.explain_pipeline_error(error, ())) == (
         "the host ran out of memory building a batch (OOM when allocating tensor with "
-        "shape[1073741824,64]); lower the batch size (batch_size, --batch-size)")
+        "shape[1073741824,64]); lower the batch size (batch_size, --batch-size)"
+    )
 
 
 def test_a_label_outside_the_vocabulary_in_a_dataset_input_names_the_example():
     """It gave a NaN loss."""
-    config = dataclasses.replace(Config(), model=dataclasses.replace(
-        Config().model, vocabulary_size=V, max_sequence_length=L))
+    config = dataclasses.replace(
+        Config(),
+        model=dataclasses.replace(Config().model, vocabulary_size=V, max_sequence_length=L),
+    )
     ids, mask = make_sequences(30, L, V, seed=2)
     labels = np.full_like(ids, -100)
     labels[13, 4] = V
-    dataset = tf.data.Dataset.from_tensor_slices({"input_ids": ids, "attention_mask": mask,
-                                                  "labels": labels})
+    dataset = tf.data.Dataset.from_tensor_slices(
+        {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    )
     source = inputs.as_examples(dataset, config)
     with pytest.raises(tf.errors.OpError) as info:
         list(inputs.batched(source, config, "masked", 8))
     message = str(pipeline.explain_pipeline_error(info.value, ()))
-    assert message == (f"inputs: example 13: labels[4] = {V} is neither -100 (no loss) nor in "
-                       f"the vocabulary [0, {V})")
+    assert message == (
+        f"inputs: example 13: labels[4] = {V} is neither -100 (no loss) nor in "
+        f"the vocabulary [0, {V})"
+    )

@@ -42,12 +42,36 @@ def test_clean_seed_format_passes(tmp_path):
     "bad, feature, problem",
     [
         (example(input_ids=[0, 7, 8, 9, 2, 1, 1]), "input_ids", "has 7 values, expected 8"),
-        (example(input_ids=[0, 7, 8, 99, 2, 1, 1, 1]), "input_ids", "outside [0, 50) at position 3"),
-        (example(attention_mask=[1, 1, 2, 1, 1, 0, 0, 0]), "attention_mask", "not 0/1 at position 2"),
-        (example(attention_mask=[1, 1, 1, 1, 1, 0, 1, 0]), "attention_mask", "1 after padding at position 6"),
-        (example(input_ids=[0, 7, 8, 9, 2, 1, 5, 1]), "input_ids", "not the pad id 1 where attention_mask is 0"),
-        (example(labels=[-100, 7, -5, -100, -100, -100, -100, -100]), "labels", "neither -100 nor an id"),
-        (example(labels=[-100, 7, 50, -100, -100, -100, -100, -100]), "labels", "neither -100 nor an id"),
+        (
+            example(input_ids=[0, 7, 8, 99, 2, 1, 1, 1]),
+            "input_ids",
+            "outside [0, 50) at position 3",
+        ),
+        (
+            example(attention_mask=[1, 1, 2, 1, 1, 0, 0, 0]),
+            "attention_mask",
+            "not 0/1 at position 2",
+        ),
+        (
+            example(attention_mask=[1, 1, 1, 1, 1, 0, 1, 0]),
+            "attention_mask",
+            "1 after padding at position 6",
+        ),
+        (
+            example(input_ids=[0, 7, 8, 9, 2, 1, 5, 1]),
+            "input_ids",
+            "not the pad id 1 where attention_mask is 0",
+        ),
+        (
+            example(labels=[-100, 7, -5, -100, -100, -100, -100, -100]),
+            "labels",
+            "neither -100 nor an id",
+        ),
+        (
+            example(labels=[-100, 7, 50, -100, -100, -100, -100, -100]),
+            "labels",
+            "neither -100 nor an id",
+        ),
         (example(drop=("attention_mask",)), "attention_mask", "missing feature"),
         (example(floats=("labels",)), "labels", "wrong dtype"),
         (b"not a proto at all \xff\xff", None, "not a tf.train.Example"),
@@ -71,10 +95,14 @@ def test_truncated_and_empty_and_missing_files(tmp_path):
     truncated.write_bytes(data[: len(data) - 30])  # cut inside the last record
     empty = tmp_path / "empty.tfrecord"
     empty.write_bytes(b"")
-    report = check_records([good, str(truncated), str(empty), str(tmp_path / "gone.tfrecord")], V, L)
+    report = check_records(
+        [good, str(truncated), str(empty), str(tmp_path / "gone.tfrecord")], V, L
+    )
     ok, trunc, emp, gone = report.files
     assert ok.ok and not trunc.ok and not emp.ok and not gone.ok
-    assert trunc.records == 19 and str(trunc.defects[0]).startswith(f"{truncated}: record 19: corrupt or truncated")
+    assert trunc.records == 19 and str(trunc.defects[0]).startswith(
+        f"{truncated}: record 19: corrupt or truncated"
+    )
     assert "empty file" in str(emp.defects[0]) and "does not exist" in str(gone.defects[0])
 
 
@@ -87,7 +115,9 @@ def test_without_vocabulary_ids_are_not_range_checked(tmp_path):
 
 def test_lengths_must_agree_across_files_and_max_records(tmp_path):
     a = write(tmp_path / "a.tfrecord", clean(3))
-    b = write(tmp_path / "b.tfrecord", [example(input_ids=[0, 5, 2, 1], attention_mask=[1, 1, 1, 0])] * 2)
+    b = write(
+        tmp_path / "b.tfrecord", [example(input_ids=[0, 5, 2, 1], attention_mask=[1, 1, 1, 0])] * 2
+    )
     assert not check_records([a, b]).files[1].ok
     c = write(tmp_path / "c.tfrecord", clean(3) + [example(input_ids=[0, 7, 8, 99, 2, 1, 1, 1])])
     assert check_records(c, V, L, max_records=3).ok

@@ -54,7 +54,8 @@ def _batches(plan, consumed, batch):
     from kroberta.data import epochs
 
     return plan.batch_plans(consumed, batch).map(
-        lambda indices, rows: (indices, epochs.planned_rows(rows, batch)))
+        lambda indices, rows: (indices, epochs.planned_rows(rows, batch))
+    )
 
 
 @pytest.mark.parametrize("files", [1, 2, 3, 4, 7, 64])
@@ -91,7 +92,8 @@ def test_a_bad_record_late_in_a_single_file_is_reached(tmp_path):
         for _ in ds.take(13):  # 832 examples: one epoch and a bit
             pass
     assert f"{path}: record 777: feature 'input_ids' holds id {V + 3}" in str(
-        pipeline.explain_pipeline_error(info.value, spec.files))
+        pipeline.explain_pipeline_error(info.value, spec.files)
+    )
 
 
 @pytest.mark.parametrize("files", [1, 2, 3, 4, 7])
@@ -108,7 +110,7 @@ def test_process_shares_of_an_epoch_are_disjoint_and_complete(tmp_path, files, s
         ds = pipeline.train_dataset(spec, _data(shuffle_buffer), V, 8, seed=3, shard=(2, p))
         streams.append(_records(ds, sum(sizes[p])))
     for epoch in range(2):
-        shares = [streams[p][sum(sizes[p][:epoch]):sum(sizes[p][:epoch + 1])] for p in range(2)]
+        shares = [streams[p][sum(sizes[p][:epoch]) : sum(sizes[p][: epoch + 1])] for p in range(2)]
         assert not set(shares[0]) & set(shares[1])
         assert collections.Counter(shares[0] + shares[1]) == every
 
@@ -119,9 +121,10 @@ def test_resume_starts_in_the_right_epoch_and_skips_exactly_the_consumed(tmp_pat
     data = _data(16)
     whole = _records(pipeline.train_dataset(spec, data, V, 5, seed=1, shard=shard), 5 * 40)
     for step in (0, 7, 21, 39):
-        resumed = _records(pipeline.train_dataset(spec, data, V, 5, seed=1, shard=shard,
-                                                  start_step=step), 5)
-        assert resumed == whole[5 * step:5 * step + 5]
+        resumed = _records(
+            pipeline.train_dataset(spec, data, V, 5, seed=1, shard=shard, start_step=step), 5
+        )
+        assert resumed == whole[5 * step : 5 * step + 5]
 
 
 def test_too_few_records_for_the_processes_is_a_clear_error(tmp_path):
@@ -139,10 +142,12 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
     # Prepared data as the default job has it: one training shard.
     directory = _prepared(tmp_path)
     config = dataclasses.replace(
-        Config(), run_dir=str(tmp_path / "run"),
+        Config(),
+        run_dir=str(tmp_path / "run"),
         model=dataclasses.replace(Config().model, vocabulary_size=300, max_sequence_length=32),
         data=dataclasses.replace(Config().data, dir=str(directory), masking="dynamic"),
-        train=dataclasses.replace(Config().train, batch_size_per_device=2))
+        train=dataclasses.replace(Config().train, batch_size_per_device=2),
+    )
     ds = kroberta.dataset(config)
     run = kroberta.training.run_data.run_data_for(config)
     assert len(run.train.files) == 1
@@ -151,8 +156,9 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
     assert x["token_ids"].shape[0] == x["mask_keys"].shape[0] == 2 * 4  # 4 simulated devices
     assert x["mask_keys"].numpy().dtype == np.uint32
     # The same batches as the pipeline training builds from the same arguments.
-    direct = pipeline.train_dataset(run.train, run.config.data, 300, 8, config.train.seed,
-                                    device_masks=True)
+    direct = pipeline.train_dataset(
+        run.train, run.config.data, 300, 8, config.train.seed, device_masks=True
+    )
     for a, b in zip(ds.take(3).as_numpy_iterator(), direct.take(3).as_numpy_iterator()):
         assert a.keys() == b.keys()
         for name in a:
@@ -160,7 +166,9 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
     # masks_on_host: the host pipeline's (x, labels), the batches the step's masks make.
     shown = kroberta.dataset(config, masks_on_host=True)
     host = pipeline.train_dataset(run.train, run.config.data, 300, 8, config.train.seed)
-    for (xa, ya), (xb, yb) in zip(shown.take(3).as_numpy_iterator(), host.take(3).as_numpy_iterator()):
+    for (xa, ya), (xb, yb) in zip(
+        shown.take(3).as_numpy_iterator(), host.take(3).as_numpy_iterator()
+    ):
         np.testing.assert_array_equal(xa["token_ids"], xb["token_ids"])
         np.testing.assert_array_equal(ya, yb)
     # Every record once per epoch, compared by content (mask rate 0: tokens unchanged).
@@ -174,15 +182,18 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
     for x in blocks.map(parse).as_numpy_iterator():
         originals.extend(tuple(r) for r in x["input_ids"])
     assert collections.Counter(rows[:records]) == collections.Counter(originals)
-    assert collections.Counter(rows[records:2 * records]) == collections.Counter(originals)
-    validation = list(kroberta.dataset(config, "validation",
-                                       masks_on_host=True))
-    assert sum(int((y.numpy() != -100).any(axis=1).sum()) for _, y in validation) == \
-        run.validation.records
+    assert collections.Counter(rows[records : 2 * records]) == collections.Counter(originals)
+    validation = list(kroberta.dataset(config, "validation", masks_on_host=True))
+    assert (
+        sum(int((y.numpy() != -100).any(axis=1).sum()) for _, y in validation)
+        == run.validation.records
+    )
     keyed = list(kroberta.dataset(config, "validation"))
     assert len(keyed) == len(validation)
-    assert sum(int(x["padding_mask"].numpy().any(axis=1).sum()) for x in keyed) == \
-        run.validation.records
+    assert (
+        sum(int(x["padding_mask"].numpy().any(axis=1).sum()) for x in keyed)
+        == run.validation.records
+    )
     with pytest.raises(ConfigError, match="split must be one of"):
         kroberta.dataset(config, "test")
 
@@ -190,7 +201,9 @@ def test_public_dataset_is_the_training_stream_and_one_shard_epochs_are_whole(tm
 @pytest.mark.parametrize("shard", [None, (2, 1), (3, 0)])
 @pytest.mark.parametrize("shuffle_buffer", [1, 7, 50])
 @pytest.mark.parametrize("consumed", [0, 5, 93, 250])
-def test_batches_cut_from_the_blocks_are_the_stream_batched(tmp_path, shard, shuffle_buffer, consumed):
+def test_batches_cut_from_the_blocks_are_the_stream_batched(
+    tmp_path, shard, shuffle_buffer, consumed
+):
     # Training reads `EpochPlan.batch_plans`; it must hold exactly the elements, element
     # indices and order of the record stream, batched (resume offsets inside a block,
     # across epochs, with both kinds of sharding: 3 files for 2 or 3 processes).
@@ -200,7 +213,9 @@ def test_batches_cut_from_the_blocks_are_the_stream_batched(tmp_path, shard, shu
     plan = epochs.EpochPlan(spec.files, spec.file_records, 5, shuffle_buffer, shard)
     batch = 6
     cut = list(_batches(plan, consumed, batch).take(40).as_numpy_iterator())
-    whole = list(plan.stream(consumed).batch(batch, drop_remainder=True).take(40).as_numpy_iterator())
+    whole = list(
+        plan.stream(consumed).batch(batch, drop_remainder=True).take(40).as_numpy_iterator()
+    )
     assert len(cut) == len(whole) == 40
     for (indices, tagged), (indices_ref, tagged_ref) in zip(cut, whole):
         np.testing.assert_array_equal(indices, indices_ref)
@@ -210,8 +225,9 @@ def test_batches_cut_from_the_blocks_are_the_stream_batched(tmp_path, shard, shu
 
 @pytest.mark.parametrize("consumed", [0, 37])
 @pytest.mark.parametrize("shuffle_buffer", [5, 16])
-def test_batches_as_large_as_the_blocks_carry_rows_across_blocks(tmp_path, consumed,
-                                                                 shuffle_buffer):
+def test_batches_as_large_as_the_blocks_carry_rows_across_blocks(
+    tmp_path, consumed, shuffle_buffer
+):
     # Blocks of 5 never fill a batch of 16 (the blocks are put in order and cut); blocks
     # of 16 do, and an epoch's last block (81 = 5 x 16 + 1) fills none, its row carried
     # into the next epoch's first batch.

@@ -33,13 +33,17 @@ def test_a_prepared_directory_on_a_url_reads_like_the_local_one(tmp_path):
     on_disk, remote = load_manifest(local), load_manifest(url)
     assert remote.train_files == tuple(f"{url}/{os.path.basename(f)}" for f in on_disk.train_files)
     assert remote.tokenizer_path == f"{url}/tokenizer.json"
-    assert load_tokenizer(remote.tokenizer_path).to_str() == load_tokenizer(
-        on_disk.tokenizer_path).to_str()
+    assert (
+        load_tokenizer(remote.tokenizer_path).to_str()
+        == load_tokenizer(on_disk.tokenizer_path).to_str()
+    )
 
     config = kroberta.load_config("tiny")
     config = dataclasses.replace(
-        config, model=dataclasses.replace(config.model, vocabulary_size=on_disk.vocabulary_size),
-        run_dir=str(tmp_path / "run"))
+        config,
+        model=dataclasses.replace(config.model, vocabulary_size=on_disk.vocabulary_size),
+        run_dir=str(tmp_path / "run"),
+    )
     batches = {}
     for where, directory in (("local", str(local)), ("url", url)):
         with_dir = dataclasses.replace(config, data=dataclasses.replace(config.data, dir=directory))

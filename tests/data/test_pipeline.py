@@ -40,7 +40,9 @@ def test_dynamic_masking_recovers_originals_from_seed_labels(tmp_path):
     for row in range(16):
         valid = y[row] != -100
         # Labels are the unmasked originals, not the <mask> ids in the file.
-        np.testing.assert_array_equal(y[row][valid], arrays["original_ids"][row][positions[row][valid]])
+        np.testing.assert_array_equal(
+            y[row][valid], arrays["original_ids"][row][positions[row][valid]]
+        )
 
 
 def test_static_masking_uses_the_files_labels(tmp_path):
@@ -97,7 +99,9 @@ def test_id_outside_vocabulary_names_file_record_and_feature(tmp_path):
     path = str(tmp_path / "big_id.tfrecord")
     write_tfrecord(path, ids, mask)
     message = _first_error(tmp_path, [path])
-    assert f"{path}: record 13: feature 'input_ids' holds id {V + 7} outside the vocabulary" in message
+    assert (
+        f"{path}: record 13: feature 'input_ids' holds id {V + 7} outside the vocabulary" in message
+    )
 
 
 def test_wrong_length_in_a_later_record(tmp_path):
@@ -106,9 +110,15 @@ def test_wrong_length_in_a_later_record(tmp_path):
     with tf.io.TFRecordWriter(path) as w:
         for i in range(10):
             n = L - 3 if i == 6 else L
-            feature = {"input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=ids[i][:n])),
-                       "attention_mask": tf.train.Feature(int64_list=tf.train.Int64List(value=mask[i][:n]))}
-            w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+            feature = {
+                "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=ids[i][:n])),
+                "attention_mask": tf.train.Feature(
+                    int64_list=tf.train.Int64List(value=mask[i][:n])
+                ),
+            }
+            w.write(
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            )
     message = _first_error(tmp_path, [path])
     assert f"{path}: record 6: feature 'input_ids' has {L - 3} values, expected {L}" in message
 
@@ -118,13 +128,17 @@ def test_bad_attention_mask_and_bad_label(tmp_path):
     mask[4, 2] = 3
     path = str(tmp_path / "mask.tfrecord")
     write_tfrecord(path, ids, mask)
-    assert "record 4: feature 'attention_mask' holds values other than 0 and 1" in _first_error(tmp_path, [path])
+    assert "record 4: feature 'attention_mask' holds values other than 0 and 1" in _first_error(
+        tmp_path, [path]
+    )
     ids, mask = make_sequences(10, L, V, seed=1)
     labels = np.full_like(ids, -100)
     labels[8, 3] = -5
     path = str(tmp_path / "label.tfrecord")
     write_tfrecord(path, ids, mask, labels)
-    assert "record 8: feature 'labels' holds a value that is neither -100" in _first_error(tmp_path, [path])
+    assert "record 8: feature 'labels' holds a value that is neither -100" in _first_error(
+        tmp_path, [path]
+    )
 
 
 @pytest.mark.parametrize("cut", [3, 5, 40])
@@ -134,7 +148,7 @@ def test_truncated_file_is_found_at_startup(tmp_path, cut):
     raw = open(good, "rb").read()
     offset = 0
     for _ in range(10):  # the end of record 9: walk the framing (length, crc, data, crc)
-        offset += 16 + int.from_bytes(raw[offset:offset + 8], "little")
+        offset += 16 + int.from_bytes(raw[offset : offset + 8], "little")
     bad = str(tmp_path / "cut.tfrecord")
     open(bad, "wb").write(raw[: offset + cut])  # 10 whole records, then a piece
     with pytest.raises(InputError, match=r"cut.tfrecord: record 10: truncated"):
@@ -155,24 +169,35 @@ def test_corrupt_record_in_the_stream_is_named(tmp_path):
 def test_startup_checks(tmp_path):
     with pytest.raises(InputError, match=r"data.train: no file matches '.*nothing-\*'"):
         pipeline.resolve_files([str(tmp_path / "nothing-*")], "data.train")
-    with pytest.raises(InputError, match=r"inputs: no file matches 'The cat sat.'; it "
-                                                 r"reads as text, not a path: kroberta.fill_mask"):
+    with pytest.raises(
+        InputError,
+        match=r"inputs: no file matches 'The cat sat.'; it "
+        r"reads as text, not a path: kroberta.fill_mask",
+    ):
         pipeline.resolve_files(["The cat sat."], "inputs")
     # A directory (a likely slip for its files) is named with what to give instead.
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    with pytest.raises(InputError,
-                       match=r"--data: .*corpus is a directory; name its TFRecord files, e.g. "
-                             r"'.*corpus/\*.tfrecord'"):
+    with pytest.raises(
+        InputError,
+        match=r"--data: .*corpus is a directory; name its TFRecord files, e.g. "
+        r"'.*corpus/\*.tfrecord'",
+    ):
         pipeline.resolve_files([str(corpus)], "--data")
     (corpus / "manifest.json").write_text("{}")
-    with pytest.raises(InputError, match=r"data.train: .*corpus is a directory made by "
-                                                 r"prepare: training takes it as --data.dir="):
+    with pytest.raises(
+        InputError,
+        match=r"data.train: .*corpus is a directory made by "
+        r"prepare: training takes it as --data.dir=",
+    ):
         pipeline.resolve_files([str(tmp_path / "corp*")], "data.train")
     text = tmp_path / "notes.txt"
     text.write_text("Plain text, not records: the first eight bytes read as a huge length.\n")
-    with pytest.raises(InputError, match=r"notes.txt: record 0: truncated .*is it a "
-                                                 r"TFRecord file\? Text goes through"):
+    with pytest.raises(
+        InputError,
+        match=r"notes.txt: record 0: truncated .*is it a "
+        r"TFRecord file\? Text goes through",
+    ):
         _spec([str(text)])
     empty = tmp_path / "empty.tfrecord"
     empty.write_bytes(b"")
@@ -187,12 +212,16 @@ def test_startup_checks(tmp_path):
     with tf.io.TFRecordWriter(str(path)) as w:
         feature = {"input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=ids[0]))}
         w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
-    with pytest.raises(InputError, match=r"no_mask.tfrecord: record 0: feature 'attention_mask' is missing"):
+    with pytest.raises(
+        InputError, match=r"no_mask.tfrecord: record 0: feature 'attention_mask' is missing"
+    ):
         _spec([str(path)])
 
 
 def test_sequences_longer_than_the_model_are_refused(tiny_data):
     spec = _spec([str(tiny_data / "train-*.tfrecord")])
     model = dataclasses.replace(Config().model, max_sequence_length=16)
-    with pytest.raises(ConfigError, match=r"sequences have length 32 but model.max_sequence_length=16"):
+    with pytest.raises(
+        ConfigError, match=r"sequences have length 32 but model.max_sequence_length=16"
+    ):
         pipeline.check_against_model(spec, Config().data, model, "data.train")

@@ -18,15 +18,31 @@ L, V = 8, 50
 
 
 def _record(input_ids):
-    return serialize_example({"input_ids": input_ids, "attention_mask": [1] * 5 + [0] * 3,
-                              "labels": [-100] * L})
+    return serialize_example(
+        {"input_ids": input_ids, "attention_mask": [1] * 5 + [0] * 3, "labels": [-100] * L}
+    )
 
 
 def test_the_pipelines_fast_check_is_the_value_rules():
     # Edge values of int64 around every bound: the fast path's uint64 maxima must accept
     # exactly the batches that no value rule flags.
-    edges = np.array([np.iinfo(np.int64).min, -101, -100, -99, -1, 0, 1, 2, V - 1, V, V + 1,
-                      np.iinfo(np.int64).max], np.int64)
+    edges = np.array(
+        [
+            np.iinfo(np.int64).min,
+            -101,
+            -100,
+            -99,
+            -1,
+            0,
+            1,
+            2,
+            V - 1,
+            V,
+            V + 1,
+            np.iinfo(np.int64).max,
+        ],
+        np.int64,
+    )
     rng = np.random.default_rng(0)
     for _ in range(200):
         dense = {name: np.zeros((2, L), np.int64) for name in FEATURES}
@@ -49,14 +65,24 @@ def test_a_rule_changed_in_rules_changes_every_reader(tmp_path, monkeypatch):
     # prepare --check
     report = check_records([path], vocabulary_size=V, sequence_length=L)
     assert str(report.defects[0]) == (
-        f"{path}: record 3: feature 'input_ids' value 20: id outside [0, 10) at position 2")
+        f"{path}: record 3: feature 'input_ids' value 20: id outside [0, 10) at position 2"
+    )
     # The pipeline's in-graph check (both parses) ...
     tagged = ([path] * 4, np.arange(4, dtype=np.int64), payloads)
     for lengths_named in (True, False):
         with pytest.raises(tf.errors.InvalidArgumentError, match="record 3: feature 'input_ids'"):
-            batch_parsing.parse_checked_batch(*map(tf.constant, tagged), length=L, vocabulary_size=V,
-                                              with_labels=True, lengths_named=lengths_named)
+            batch_parsing.parse_checked_batch(
+                *map(tf.constant, tagged),
+                length=L,
+                vocabulary_size=V,
+                with_labels=True,
+                lengths_named=lengths_named,
+            )
     # ... and the replay that names the record.
-    error = bad_records.first_bad_record(tf.data.Dataset.from_tensor_slices(tagged), length=L,
-                                         vocabulary_size=V, with_labels=True)
-    assert str(error) == f"{path}: record 3: feature 'input_ids' holds id 20 outside the vocabulary [0, 10)"
+    error = bad_records.first_bad_record(
+        tf.data.Dataset.from_tensor_slices(tagged), length=L, vocabulary_size=V, with_labels=True
+    )
+    assert (
+        str(error)
+        == f"{path}: record 3: feature 'input_ids' holds id 20 outside the vocabulary [0, 10)"
+    )

@@ -4,8 +4,24 @@ tokenizer is the `downstream_model` fixture of tests/conftest.py)."""
 import json
 import random
 
-WORDS = ("apple", "river", "stone", "cloud", "green", "table", "music", "paper", "light",
-         "house", "dream", "bread", "clock", "water", "tiger", "zebra")
+WORDS = (
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "green",
+    "table",
+    "music",
+    "paper",
+    "light",
+    "house",
+    "dream",
+    "bread",
+    "clock",
+    "water",
+    "tiger",
+    "zebra",
+)
 MARKER = "zebra"  # the synthetic task's label: whether this word appears
 
 
@@ -35,6 +51,9 @@ def marker_task(root, train: int = 384, validation: int = 128, random_labels: bo
         flags = [rng.random() < 0.5 for _ in range(count)]
         texts = sentences(count, seed, marked=lambda i, flags=flags: flags[i])
         labels = [int(rng.random() < 0.5) if random_labels else int(f) for f in flags]
-        paths.append(write_jsonl(root / f"{name}.jsonl",
-                                 [{"text": t, "label": y} for t, y in zip(texts, labels)]))
+        paths.append(
+            write_jsonl(
+                root / f"{name}.jsonl", [{"text": t, "label": y} for t, y in zip(texts, labels)]
+            )
+        )
     return paths

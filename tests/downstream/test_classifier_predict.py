@@ -10,16 +10,27 @@ from kroberta.downstream import finetuning, prediction
 from kroberta.errors import ArgumentKindError, InputError
 from tests.downstream.tasks import MARKER, marker_task
 
-TEXTS = [f"The apple {MARKER} river stone cloud", "The apple river stone cloud green",
-         "stone cloud", f"{MARKER} green"]
+TEXTS = [
+    f"The apple {MARKER} river stone cloud",
+    "The apple river stone cloud green",
+    "stone cloud",
+    f"{MARKER} green",
+]
 
 
 @pytest.fixture(scope="module")
 def classifier(downstream_model, tmp_path_factory):
     train, validation = marker_task(tmp_path_factory.mktemp("task"), train=96, validation=32)
-    return finetuning.finetune(downstream_model, data=train, validation=validation,
-                               learning_rates=[3e-3], seeds=1, epochs=1, batch_size=32,
-                               max_length=16).classifier
+    return finetuning.finetune(
+        downstream_model,
+        data=train,
+        validation=validation,
+        learning_rates=[3e-3],
+        seeds=1,
+        epochs=1,
+        batch_size=32,
+        max_length=16,
+    ).classifier
 
 
 def test_predict_takes_texts_and_gives_probabilities_and_labels(classifier, tmp_path):
@@ -27,14 +38,17 @@ def test_predict_takes_texts_and_gives_probabilities_and_labels(classifier, tmp_
     predicted = kroberta.predict(classifier, TEXTS, batch_size=6)  # rounded up to 8
     assert predicted["probabilities"].shape == (4, 2)
     np.testing.assert_allclose(predicted["probabilities"].sum(-1), 1.0, rtol=1e-5)
-    assert predicted["labels"] == [classifier.label_names[i]
-                                   for i in predicted["probabilities"].argmax(-1)]
-    np.testing.assert_array_equal(predicted["probabilities"],
-                                  prediction.predict_texts(classifier, TEXTS)["probabilities"])
+    assert predicted["labels"] == [
+        classifier.label_names[i] for i in predicted["probabilities"].argmax(-1)
+    ]
+    np.testing.assert_array_equal(
+        predicted["probabilities"], prediction.predict_texts(classifier, TEXTS)["probabilities"]
+    )
     # Loaded from its folder (built over the same devices), it predicts the same.
     loaded = kroberta.load(kroberta.save(classifier, str(tmp_path / "c")))
-    np.testing.assert_allclose(kroberta.predict(loaded, TEXTS)["probabilities"],
-                               predicted["probabilities"], atol=1e-6)
+    np.testing.assert_allclose(
+        kroberta.predict(loaded, TEXTS)["probabilities"], predicted["probabilities"], atol=1e-6
+    )
 
 
 def test_save_takes_a_classifier_and_checks_its_path(classifier, tmp_path):
@@ -46,9 +60,16 @@ def test_save_takes_a_classifier_and_checks_its_path(classifier, tmp_path):
     assert kroberta.save(classifier, folder) == folder
     assert model_source(folder, "--run")[1] == CLASSIFIER
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == [
-        "classifier.json", "classifier.weights.h5", "config.toml", "tokenizer.json"]
-    with pytest.raises(ArgumentKindError, match=r"kroberta.save: run_dir: expected a "
-                                                r"directory's path, got int"):
+        "classifier.json",
+        "classifier.weights.h5",
+        "config.toml",
+        "tokenizer.json",
+    ]
+    with pytest.raises(
+        ArgumentKindError,
+        match=r"kroberta.save: run_dir: expected a "
+        r"directory's path, got int",
+    ):
         kroberta.save(classifier, 3)
 
 
@@ -57,22 +78,30 @@ def test_bad_texts_and_mlm_functions_on_a_classifier_are_clear_errors(classifier
         kroberta.predict(classifier, "one text")
     with pytest.raises(InputError, match="texts: expected a list of strings"):
         kroberta.predict(classifier, [1, 2])
-    with pytest.raises(ArgumentKindError, match=r"a fine-tuned classifier: kroberta.predict\("
-                                                r"classifier, texts\)"):
+    with pytest.raises(
+        ArgumentKindError,
+        match=r"a fine-tuned classifier: kroberta.predict\("
+        r"classifier, texts\)",
+    ):
         kroberta.fill_mask(classifier, "a <mask> text")
 
 
 def test_keras_predict_on_texts_is_refused_and_a_failed_call_leaves_the_classifier_usable(
-        classifier):
+    classifier,
+):
     before = kroberta.predict(classifier, TEXTS)["probabilities"]
     for texts in (TEXTS, np.array(TEXTS), "one text"):
-        with pytest.raises(InputError, match=r"classifier.predict: texts, but Keras' predict "
-                                             r"takes token ids .* kroberta.predict\(classifier"):
+        with pytest.raises(
+            InputError,
+            match=r"classifier.predict: texts, but Keras' predict "
+            r"takes token ids .* kroberta.predict\(classifier",
+        ):
             classifier.predict(texts)
     with pytest.raises(InputError, match=r"classifier.evaluate: texts"):
         classifier.evaluate(TEXTS, np.zeros(4))
     # A call Keras itself fails (ids of the wrong rank) re-attaches the variables.
     with pytest.raises(Exception):  # noqa: B017 (whichever error Keras raises)
-        classifier.predict({"token_ids": np.zeros((4,), "int32"),
-                            "padding_mask": np.ones((4,), "int32")})
+        classifier.predict(
+            {"token_ids": np.zeros((4,), "int32"), "padding_mask": np.ones((4,), "int32")}
+        )
     np.testing.assert_array_equal(kroberta.predict(classifier, TEXTS)["probabilities"], before)

@@ -35,8 +35,9 @@ def test_batches_are_full_bucketed_and_padding_rows_weigh_nothing(downstream_mod
     for x, batch_labels, weights, where in batches:
         np.testing.assert_array_equal(weights, (where >= 0).astype(np.float32))
         np.testing.assert_array_equal(batch_labels[where >= 0], labels[where[where >= 0]])
-        np.testing.assert_array_equal(x["padding_mask"].sum(1)[where >= 0],
-                                      [len(encoded.ids[i]) for i in where[where >= 0]])
+        np.testing.assert_array_equal(
+            x["padding_mask"].sum(1)[where >= 0], [len(encoded.ids[i]) for i in where[where >= 0]]
+        )
     shuffled = encoding.batches(encoded, 4, 16, seed=3)
     again = encoding.batches(encoded, 4, 16, seed=3)
     assert [b[3].tolist() for b in shuffled] == [b[3].tolist() for b in again]

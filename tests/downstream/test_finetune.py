@@ -29,8 +29,11 @@ def test_a_task_decided_by_a_token_is_learned_and_predicted(downstream_model, tm
     kroberta.save(result.classifier, str(tmp_path / "out"))
     loaded = kroberta.load(str(tmp_path / "out"))
     assert loaded.label_names == ("0", "1") and loaded.max_length == 16
-    np.testing.assert_allclose(prediction.predict_texts(loaded, texts)["probabilities"],
-                               predicted["probabilities"], atol=1e-5)
+    np.testing.assert_allclose(
+        prediction.predict_texts(loaded, texts)["probabilities"],
+        predicted["probabilities"],
+        atol=1e-5,
+    )
 
 
 def test_random_labels_stay_near_chance(downstream_model, tmp_path):
@@ -42,25 +45,29 @@ def test_random_labels_stay_near_chance(downstream_model, tmp_path):
 def test_the_models_weights_are_left_as_they_were(downstream_model, tmp_path):
     before = [np.array(w) for w in downstream_model.backbone.get_weights()]
     train, validation = marker_task(tmp_path, train=64, validation=32)
-    finetuning.finetune(downstream_model, data=train, validation=validation,
-                        **{**RECIPE, "epochs": 1})
+    finetuning.finetune(
+        downstream_model, data=train, validation=validation, **{**RECIPE, "epochs": 1}
+    )
     for old, new in zip(before, downstream_model.backbone.get_weights()):
         np.testing.assert_array_equal(old, new)
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (dict(data="x.jsonl"), "needs both data"),
-    (dict(validation="dev.jsonl"), r"validation \(--validation\) without data \(--data"),
-    (dict(task="stdlib", validation="dev.jsonl"), "without data"),
-    (dict(seeds=0), "seeds=0: expected at least one seed"),
-    (dict(seeds=[]), r"seeds=\[\]: expected at least one seed"),
-    (dict(batch_size=0), "batch_size=0: must be a positive multiple of the devices"),
-    (dict(max_length=4), "max_length=4: expected at least 8"),
-    (dict(task="glue/rte"), "needs --data"),
-    (dict(task="glue/squad", data="."), "not a GLUE task"),
-    (dict(data="a", validation="b", kind="ranking"), "expected classification or regression"),
-    (dict(data="a", validation="b", text_fields=("a", "b", "c")), "one text or a pair"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(data="x.jsonl"), "needs both data"),
+        (dict(validation="dev.jsonl"), r"validation \(--validation\) without data \(--data"),
+        (dict(task="stdlib", validation="dev.jsonl"), "without data"),
+        (dict(seeds=0), "seeds=0: expected at least one seed"),
+        (dict(seeds=[]), r"seeds=\[\]: expected at least one seed"),
+        (dict(batch_size=0), "batch_size=0: must be a positive multiple of the devices"),
+        (dict(max_length=4), "max_length=4: expected at least 8"),
+        (dict(task="glue/rte"), "needs --data"),
+        (dict(task="glue/squad", data="."), "not a GLUE task"),
+        (dict(data="a", validation="b", kind="ranking"), "expected classification or regression"),
+        (dict(data="a", validation="b", text_fields=("a", "b", "c")), "one text or a pair"),
+    ],
+)
 def test_bad_task_arguments_are_refused_before_any_work(downstream_model, arguments, message):
     with pytest.raises(InputError, match=message):
         finetuning.finetune(downstream_model, **arguments)
@@ -69,8 +76,9 @@ def test_bad_task_arguments_are_refused_before_any_work(downstream_model, argume
 def test_a_model_kroberta_did_not_load_is_refused(downstream_model):
     import keras_hub
 
-    bare = keras_hub.models.RobertaTextClassifier(backbone=downstream_model.backbone, num_classes=2,
-                                                  preprocessor=None)
+    bare = keras_hub.models.RobertaTextClassifier(
+        backbone=downstream_model.backbone, num_classes=2, preprocessor=None
+    )
     with pytest.raises(ArgumentKindError, match="kroberta.finetune: expected a model"):
         finetuning.finetune(bare)
 
@@ -81,10 +89,14 @@ def test_epochs_and_batch_size_are_checked(downstream_model, tmp_path):
         finetuning.finetune(downstream_model, data=train, validation=validation, epochs=0)
     with pytest.raises(InputError, match="early_stopping=0: expected a patience of at least 1"):
         finetuning.finetune(downstream_model, data=train, validation=validation, early_stopping=0)
-    with pytest.raises(InputError, match=r"learning_rates 30000: outside 1e-08 to 1 .*"
-                                         r"did you mean 0.0003\?"):
-        finetuning.finetune(downstream_model, data=train, validation=validation,
-                            learning_rates=[3e4])
+    with pytest.raises(
+        InputError,
+        match=r"learning_rates 30000: outside 1e-08 to 1 .*"
+        r"did you mean 0.0003\?",
+    ):
+        finetuning.finetune(
+            downstream_model, data=train, validation=validation, learning_rates=[3e4]
+        )
     with pytest.raises(InputError, match="batch_size=6: must be a positive multiple of the 4"):
         finetuning.finetune(downstream_model, data=train, validation=validation, batch_size=6)
 
@@ -104,11 +116,17 @@ def test_a_regression_task_is_learned(downstream_model, tmp_path):
         records = []
         for i, text in enumerate(texts):
             words, markers = text.split(), i % 3
-            words[1:1 + markers] = [MARKER] * markers
+            words[1 : 1 + markers] = [MARKER] * markers
             records.append({"text": " ".join(words), "score": float(markers)})
         paths.append(write_jsonl(tmp_path / f"{name}.jsonl", records))
-    result = finetuning.finetune(downstream_model, data=paths[0], validation=paths[1], kind="regression",
-                                 label_field="score", **{**RECIPE, "epochs": 5})
+    result = finetuning.finetune(
+        downstream_model,
+        data=paths[0],
+        validation=paths[1],
+        kind="regression",
+        label_field="score",
+        **{**RECIPE, "epochs": 5},
+    )
     assert result.metric == "pearson" and result.label_names is None
     assert result.median["validation"] >= 0.9
     values = prediction.predict_texts(result.classifier, [f"The {MARKER} {MARKER} apple river"])
@@ -121,11 +139,16 @@ def test_batches_are_counted_without_building_them(downstream_model):
     texts = (sentences(50, 3), sentences(50, 4))
     for pair in (False, True):
         for max_length in (8, 16, 32):  # pairs of 9-14 tokens each: up to three buckets
-            encoded = encoding.encode(downstream_model.tokenizer, texts if pair else texts[:1],
-                                      np.zeros(50, np.int32), max_length)
+            encoded = encoding.encode(
+                downstream_model.tokenizer,
+                texts if pair else texts[:1],
+                np.zeros(50, np.int32),
+                max_length,
+            )
             for batch_size in (4, 32):
-                assert encoding.batch_count(encoded, batch_size, max_length) == \
-                    len(encoding.batches(encoded, batch_size, max_length))
+                assert encoding.batch_count(encoded, batch_size, max_length) == len(
+                    encoding.batches(encoded, batch_size, max_length)
+                )
 
 
 def test_a_grid_builds_the_validation_batches_once(downstream_model, tmp_path, monkeypatch):
@@ -148,9 +171,13 @@ def test_a_grid_builds_the_validation_batches_once(downstream_model, tmp_path, m
     monkeypatch.setattr(encoding, "dataset", counted_build)
     monkeypatch.setattr(classifiers, "compile_classifier", counted_compile)
     train, validation = marker_task(tmp_path, train=100, validation=40)
-    result = finetuning.finetune(downstream_model, data=train, validation=validation,
-                                 **{**RECIPE, "learning_rates": [3e-3, 1e-3], "seeds": 2, "epochs": 2},
-                                 widen=False)
+    result = finetuning.finetune(
+        downstream_model,
+        data=train,
+        validation=validation,
+        **{**RECIPE, "learning_rates": [3e-3, 1e-3], "seeds": 2, "epochs": 2},
+        widen=False,
+    )
     assert len(result.trials) == 4
     assert [seed for seed, _ in built if seed is None] == [None]  # the validation batches
     passes = [(seed, count) for seed, count in built if seed is not None]
@@ -166,9 +193,10 @@ def test_missing_or_unread_labelled_files_are_refused_by_finetune(downstream_mod
     (tmp_path / "folder").mkdir()
     (tmp_path / "notes.txt").write_text("a")
     for validation, error, message in (
-            (tmp_path / "nope.jsonl", NotFoundError, "nope.jsonl: no such file$"),
-            (tmp_path / "folder", NotFoundError, "folder: a folder, not a file$"),
-            (tmp_path / "notes.txt", InputError, "notes.txt: not a labelled file kroberta reads")):
+        (tmp_path / "nope.jsonl", NotFoundError, "nope.jsonl: no such file$"),
+        (tmp_path / "folder", NotFoundError, "folder: a folder, not a file$"),
+        (tmp_path / "notes.txt", InputError, "notes.txt: not a labelled file kroberta reads"),
+    ):
         with pytest.raises(error, match=message):
             finetuning.finetune(downstream_model, data=train, validation=validation)
     with pytest.raises(NotFoundError, match="nope.jsonl: no such file$"):  # before choosing fields
@@ -179,8 +207,11 @@ def test_an_out_folder_of_other_files_is_refused(downstream_model, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.toml").write_text("")
-    with pytest.raises(InputError, match=r"--out .*run: holds a pretraining run, not a "
-                                         r"fine-tune's trials; give a new or empty folder"):
+    with pytest.raises(
+        InputError,
+        match=r"--out .*run: holds a pretraining run, not a "
+        r"fine-tune's trials; give a new or empty folder",
+    ):
         finetuning.finetune(downstream_model, out=str(run))
     (run / "config.toml").unlink()
     (run / "notes.txt").write_text("mine")
@@ -194,8 +225,10 @@ def test_a_max_length_over_the_models_positions_is_said(downstream_model, caplog
     caplog.set_level("WARNING", logger="kroberta")
     with pytest.raises(InputError, match="needs both data"):  # after the lengths are settled
         finetuning.finetune(downstream_model, data="x.jsonl", max_length=longest + 8)
-    assert (f"--max-length {longest + 8}: the model has {longest} positions; sequences of "
-            f"{longest} tokens") in caplog.text
+    assert (
+        f"--max-length {longest + 8}: the model has {longest} positions; sequences of "
+        f"{longest} tokens"
+    ) in caplog.text
 
 
 def test_per_class_figures_equal_predicting_again(downstream_model, tmp_path, monkeypatch):
@@ -222,15 +255,30 @@ def test_per_class_figures_equal_predicting_again(downstream_model, tmp_path, mo
     train, validation = marker_task(tmp_path, train=96, validation=40)
     # Two seeds: whichever is kept, the classifier's weights were put back from it after
     # the other ran.
-    result = finetuning.finetune(downstream_model, data=train, validation=validation,
-                                 **{**RECIPE, "seeds": 2, "epochs": 2}, baseline=True,
-                                 baseline_learning_rates=[3e-3], widen=False)
+    result = finetuning.finetune(
+        downstream_model,
+        data=train,
+        validation=validation,
+        **{**RECIPE, "seeds": 2, "epochs": 2},
+        baseline=True,
+        baseline_learning_rates=[3e-3],
+        widen=False,
+    )
     assert [(r, predicted) for r, _, predicted in seen] == [(result, 0), (result.baseline, 0)]
     for each, setup, _ in seen:
-        again = {split: dict(zip(setup.label_names, finetuning.metrics.per_class(
-                     encoded.labels, predictions_of(each.classifier, setup, split),
-                     len(setup.label_names))))
-                 for split, encoded in setup.evaluation.items()}
+        again = {
+            split: dict(
+                zip(
+                    setup.label_names,
+                    finetuning.metrics.per_class(
+                        encoded.labels,
+                        predictions_of(each.classifier, setup, split),
+                        len(setup.label_names),
+                    ),
+                )
+            )
+            for split, encoded in setup.evaluation.items()
+        }
         assert each.per_class == again
         assert sum(row["support"] for row in each.per_class["validation"].values()) == 40
     # A trial kept without its predictions (a log written before they were kept) is predicted.

@@ -31,7 +31,8 @@ BAD = [  # (keyword arguments, the same as flags, the problem both name)
 @pytest.mark.fast
 @pytest.mark.parametrize("settings, argv, problem", BAD)
 def test_a_bad_setting_names_the_keyword_in_python_and_the_flag_on_the_command_line(
-        capsys, settings, argv, problem):
+    capsys, settings, argv, problem
+):
     (name,) = settings
     with pytest.raises(InputError) as refused:
         FinetuneConfig(**settings)
@@ -53,31 +54,75 @@ def test_the_pooling_and_rates_are_refused_naming_them():
 
 @pytest.mark.fast
 def test_the_command_line_and_the_api_build_equal_configs():
-    args = finetune._parser().parse_args([
-        "--run", "r", "--data", "t.jsonl", "--validation", "v.jsonl", "--learning-rates",
-        "1e-3,3e-3", "--seeds", "2", "--epochs", "4", "--early-stopping", "2", "--batch-size",
-        "16", "--max-length", "64", "--pooling", "mean", "--no-widen", "--probe-epochs", "1",
-        "--layer-decay", "0.8", "--adapt-steps", "5", "--reinit-layers", "1", "--baseline"])
+    args = finetune._parser().parse_args(
+        [
+            "--run",
+            "r",
+            "--data",
+            "t.jsonl",
+            "--validation",
+            "v.jsonl",
+            "--learning-rates",
+            "1e-3,3e-3",
+            "--seeds",
+            "2",
+            "--epochs",
+            "4",
+            "--early-stopping",
+            "2",
+            "--batch-size",
+            "16",
+            "--max-length",
+            "64",
+            "--pooling",
+            "mean",
+            "--no-widen",
+            "--probe-epochs",
+            "1",
+            "--layer-decay",
+            "0.8",
+            "--adapt-steps",
+            "5",
+            "--reinit-layers",
+            "1",
+            "--baseline",
+        ]
+    )
     assert finetune_config(args) == FinetuneConfig(
-        learning_rates=[1e-3, 3e-3], seeds=2, epochs=4, early_stopping=2, batch_size=16,
-        max_length=64, pooling="mean", widen=False, probe_epochs=1, layer_decay=0.8,
-        adapt_steps=5, reinit_layers=1, baseline=True)
+        learning_rates=[1e-3, 3e-3],
+        seeds=2,
+        epochs=4,
+        early_stopping=2,
+        batch_size=16,
+        max_length=64,
+        pooling="mean",
+        widen=False,
+        probe_epochs=1,
+        layer_decay=0.8,
+        adapt_steps=5,
+        reinit_layers=1,
+        baseline=True,
+    )
     # No flags: the dataclass's defaults (the random start is on for the embedded task only).
     plain = finetune._parser().parse_args(["--run", "r", "--data", "t.jsonl"])
     assert finetune_config(plain) == FinetuneConfig()
     embedded = finetune._parser().parse_args(["--run", "r"])
     assert finetune_config(embedded) == FinetuneConfig(baseline=True)
     # Sequences become tuples: a config is hashable, and equal whatever sequence built it.
-    assert hash(FinetuneConfig(seeds=[0, 1], learning_rates=[1e-3])) == \
-        hash(FinetuneConfig(seeds=(0, 1), learning_rates=(1e-3,)))
+    assert hash(FinetuneConfig(seeds=[0, 1], learning_rates=[1e-3])) == hash(
+        FinetuneConfig(seeds=(0, 1), learning_rates=(1e-3,))
+    )
 
 
 @pytest.mark.fast
 def test_finetune_takes_a_config_or_its_keywords_not_both():
     from kroberta.downstream import finetuning
 
-    with pytest.raises(InputError, match=r"^kroberta.finetune: config= and epochs= given "
-                                         r"together"):
+    with pytest.raises(
+        InputError,
+        match=r"^kroberta.finetune: config= and epochs= given "
+        r"together",
+    ):
         finetuning.finetune("nowhere", config=FinetuneConfig(), epochs=5)
     with pytest.raises(TypeError, match="unexpected keyword argument 'epoch'"):
         finetuning.finetune("nowhere", epoch=5)
@@ -87,13 +132,25 @@ def test_finetune_takes_a_config_or_its_keywords_not_both():
 
 
 def test_a_bad_setting_is_refused_before_jax_keras_and_tensorflow_load(tmp_path):
-    probe = ("import sys\nimport kroberta\nfrom kroberta.cli.finetune import main\n"
-             "try:\n    kroberta.FinetuneConfig(epochs=0)\nexcept kroberta.errors.InputError "
-             "as e:\n    print(e)\ncode = main(['--run', 'nowhere', '--layer-decay', '0'])\n"
-             "print(code, [m for m in ('jax', 'tensorflow', 'keras') if m in sys.modules])")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": REPO}, cwd=tmp_path, timeout=120)
-    assert done.stdout.splitlines() == ["epochs=0: expected a whole number of at least 1",
-                                        "2 []"], done.stdout + done.stderr
-    assert done.stderr.strip() == ("error: --layer-decay 0.0: expected a factor in (0, 1] (1, "
-                                   "the default, gives every layer the trial's learning rate)")
+    probe = (
+        "import sys\nimport kroberta\nfrom kroberta.cli.finetune import main\n"
+        "try:\n    kroberta.FinetuneConfig(epochs=0)\nexcept kroberta.errors.InputError "
+        "as e:\n    print(e)\ncode = main(['--run', 'nowhere', '--layer-decay', '0'])\n"
+        "print(code, [m for m in ('jax', 'tensorflow', 'keras') if m in sys.modules])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.stdout.splitlines() == [
+        "epochs=0: expected a whole number of at least 1",
+        "2 []",
+    ], done.stdout + done.stderr
+    assert done.stderr.strip() == (
+        "error: --layer-decay 0.0: expected a factor in (0, 1] (1, "
+        "the default, gives every layer the trial's learning rate)"
+    )

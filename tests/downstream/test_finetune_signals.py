@@ -27,16 +27,40 @@ def test_sigint_stops_a_fine_tune_that_inherited_it_ignored(downstream_model, tm
     train, validation = marker_task(tmp_path, train=384, validation=32)
     out = tmp_path / "out"
     # Sixteen trials of 24 steps: far more than finish between the first one and the signal.
-    command = [sys.executable, "-m", "kroberta.finetune", "--run", str(run), "--data", train,
-               "--validation", validation, "--learning-rates", "3e-3,1e-3", "--seeds", "8",
-               "--epochs", "2", "--max-length", "16", "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "kroberta.finetune",
+        "--run",
+        str(run),
+        "--data",
+        train,
+        "--validation",
+        validation,
+        "--learning-rates",
+        "3e-3,1e-3",
+        "--seeds",
+        "8",
+        "--epochs",
+        "2",
+        "--max-length",
+        "16",
+        "--out",
+        str(out),
+    ]
     # What `cmd &` in a non-interactive shell does: the child inherits SIGINT ignored (an
     # ignored signal stays ignored across exec), in a session of its own.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                   env={**os.environ, "PYTHONPATH": REPO})
+        process = subprocess.Popen(
+            command,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": REPO},
+        )
     finally:
         signal.signal(signal.SIGINT, previous)
     try:
@@ -52,6 +76,7 @@ def test_sigint_stops_a_fine_tune_that_inherited_it_ignored(downstream_model, tm
             process.kill()
     assert process.returncode == 130, stderr[-3000:]
     assert stderr.strip().splitlines()[-1] == (
-        f"interrupted; the same command again resumes from the trials that finished (kept in {out})")
+        f"interrupted; the same command again resumes from the trials that finished (kept in {out})"
+    )
     assert 1 <= _finished_trials(out) < 16
     assert not (out / "result.json").exists()

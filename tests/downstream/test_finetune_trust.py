@@ -17,25 +17,36 @@ from tests.downstream.tasks import marker_task, write_jsonl
 RECIPE = dict(seeds=1, epochs=2, batch_size=32, max_length=16)
 
 
-def test_a_rate_whose_loss_becomes_nan_is_dropped_never_scored(downstream_model, tmp_path,
-                                                              monkeypatch, caplog):
+def test_a_rate_whose_loss_becomes_nan_is_dropped_never_scored(
+    downstream_model, tmp_path, monkeypatch, caplog
+):
     # The command line refuses 3e4 (settings.check_rates); here it is let through to diverge.
     monkeypatch.setattr(settings, "check_rates", lambda rates, option=None: tuple(rates))
     train, validation = marker_task(tmp_path, train=128, validation=32)
     out = tmp_path / "out"
-    result = finetuning.finetune(downstream_model, data=train, validation=validation,
-                                 learning_rates=[3e-3, 3e4], widen=False, out=str(out),
-                                 **{**RECIPE, "epochs": 4})
+    result = finetuning.finetune(
+        downstream_model,
+        data=train,
+        validation=validation,
+        learning_rates=[3e-3, 3e4],
+        widen=False,
+        out=str(out),
+        **{**RECIPE, "epochs": 4},
+    )
     diverged = [t for t in result.trials if t.learning_rate == 3e4]
     assert diverged and all(t.scores is None and "loss nan" in t.diverged for t in diverged)
     assert diverged[0].epochs_run < 4  # stopped at once, not after every epoch
     assert result.best_learning_rate == 3e-3
-    assert "lr 30000: every trial diverged" in caplog.text and "lower the learning rate" in caplog.text
+    assert (
+        "lr 30000: every trial diverged" in caplog.text and "lower the learning rate" in caplog.text
+    )
     assert any("lr 30000: every trial diverged" in note for note in result.notes)
     assert all(np.isfinite(w).all() for w in result.classifier.get_weights())
     # The kept trials are strict JSON (a reader that refuses NaN reads them).
-    rows = [json.loads(line, parse_constant=pytest.fail) for line in
-            (out / "trials.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line, parse_constant=pytest.fail)
+        for line in (out / "trials.jsonl").read_text().splitlines()
+    ]
     assert [r["scores"] is None for r in rows] == [False, True]
 
 
@@ -44,17 +55,35 @@ def test_every_trial_diverging_is_a_diverged_error(downstream_model, tmp_path):
     rows = [{"text": f"The apple river {i}", "label": 1e30 * (1 + i % 3)} for i in range(64)]
     train = write_jsonl(tmp_path / "train.jsonl", rows)
     validation = write_jsonl(tmp_path / "validation.jsonl", rows[:16])
-    with pytest.raises(DivergedError, match=r"every fine-tuning trial diverged .* lower the "
-                                            r"learning rate"):
-        finetuning.finetune(downstream_model, data=train, validation=validation,
-                            kind="regression", learning_rates=[1e-3], widen=False, **RECIPE)
+    with pytest.raises(
+        DivergedError,
+        match=r"every fine-tuning trial diverged .* lower the "
+        r"learning rate",
+    ):
+        finetuning.finetune(
+            downstream_model,
+            data=train,
+            validation=validation,
+            kind="regression",
+            learning_rates=[1e-3],
+            widen=False,
+            **RECIPE,
+        )
 
 
 def test_the_best_epoch_is_kept_and_early_stopping_stops(downstream_model, tmp_path):
     train, validation = marker_task(tmp_path, train=96, validation=48, random_labels=True)
-    result = finetuning.finetune(downstream_model, data=train, validation=validation,
-                                 learning_rates=[3e-3], seeds=[0, 1, 2], epochs=6,
-                                 early_stopping=1, batch_size=32, max_length=16)
+    result = finetuning.finetune(
+        downstream_model,
+        data=train,
+        validation=validation,
+        learning_rates=[3e-3],
+        seeds=[0, 1, 2],
+        epochs=6,
+        early_stopping=1,
+        batch_size=32,
+        max_length=16,
+    )
     for trial in result.trials:
         assert 1 <= trial.best_epoch <= trial.epochs_run <= 6
         if trial.epochs_run < 6:  # stopped: exactly `patience` epochs after its best
@@ -62,10 +91,15 @@ def test_the_best_epoch_is_kept_and_early_stopping_stops(downstream_model, tmp_p
     assert any(t.epochs_run < 6 for t in result.trials)  # labels are coin flips: it stops
     # The classifier holds the kept trial's best epoch: its predictions score as recorded.
     setup_labels = np.array([json.loads(line)["label"] for line in open(validation)])
-    predicted = np.argmax(np.stack([
-        [p[str(k)] for k in range(2)] for p in _probabilities(result.classifier, validation)]), -1)
+    predicted = np.argmax(
+        np.stack(
+            [[p[str(k)] for k in range(2)] for p in _probabilities(result.classifier, validation)]
+        ),
+        -1,
+    )
     assert np.mean(predicted == setup_labels) == pytest.approx(
-        result.kept.scores["validation"]["accuracy"])
+        result.kept.scores["validation"]["accuracy"]
+    )
     assert result.kept.predictions == predicted.tolist()
 
 
@@ -89,6 +123,7 @@ class _Weights:
 
 def _known_peak(peak: float, diverge_above: float = math.inf):
     """A trial whose score is highest at `peak` and falls with the distance in log10."""
+
     def run(classifier, setup, start, seed, learning_rate, title):
         if learning_rate > diverge_above:
             return Outcome(None, None, None, 1, "epoch 1, step 3: loss nan")
@@ -101,15 +136,28 @@ def _known_peak(peak: float, diverge_above: float = math.inf):
 def _grid(monkeypatch, rates, peak, widen=True, diverge_above=math.inf):
     monkeypatch.setattr("kroberta.downstream.trial.run_trial", _known_peak(peak, diverge_above))
     setup = Setup(TaskSpec("known"), ("0", "1"), None, {"validation": None}, 16, 4, 1)
-    return search.run_grid(_Weights(), setup, lambda seed: [], rates, [0, 1, 2],
-                           TrialLog(None, "pretrained", {}), widen)
+    return search.run_grid(
+        _Weights(),
+        setup,
+        lambda seed: [],
+        rates,
+        [0, 1, 2],
+        TrialLog(None, "pretrained", {}),
+        widen,
+    )
 
 
 @pytest.mark.fast
 def test_the_grid_widens_until_its_best_rate_is_inside(monkeypatch):
     upward = _grid(monkeypatch, [1e-5, 3e-5], peak=1e-3)
-    assert sorted({t.learning_rate for t in upward.trials}) == [1e-5, 3e-5, 9e-5, 2.7e-4, 8.1e-4,
-                                                               2.43e-3]
+    assert sorted({t.learning_rate for t in upward.trials}) == [
+        1e-5,
+        3e-5,
+        9e-5,
+        2.7e-4,
+        8.1e-4,
+        2.43e-3,
+    ]
     assert upward.best_learning_rate == 8.1e-4  # inside: 2.43e-3 scored lower
     assert "adding 9e-05" in upward.notes[0]
     downward = _grid(monkeypatch, [1e-2, 3e-2], peak=3e-3)
@@ -123,8 +171,10 @@ def test_a_grid_that_cannot_widen_says_why(monkeypatch):
     assert far.notes[-1].endswith("not widened further: 4 rates were added already")
     kept = _grid(monkeypatch, [1e-5, 3e-5], peak=1e-3, widen=False)
     assert {t.learning_rate for t in kept.trials} == {1e-5, 3e-5}
-    assert kept.notes == ["pretrained start: the best learning rate, 3e-05, is at the top of the "
-                          "grid (1e-05, 3e-05); try also 9e-05"]
+    assert kept.notes == [
+        "pretrained start: the best learning rate, 3e-05, is at the top of the "
+        "grid (1e-05, 3e-05); try also 9e-05"
+    ]
     top = _grid(monkeypatch, [0.3, 1.0], peak=3.0)
     assert "not widened: 3 is outside 1e-08 to 1" in top.notes[-1]
 
@@ -139,11 +189,14 @@ def test_a_diverging_rate_bounds_the_grid_and_is_dropped(monkeypatch):
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("raw, message", [
-    ("3e4", r"--learning-rates 30000: outside 1e-08 to 1 \(.*\); did you mean 0.0003\?"),
-    ("2e-9", r"--learning-rates 2e-09: outside 1e-08 to 1"),
-    ("1e-4,x", "expected numbers separated by commas"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ("3e4", r"--learning-rates 30000: outside 1e-08 to 1 \(.*\); did you mean 0.0003\?"),
+        ("2e-9", r"--learning-rates 2e-09: outside 1e-08 to 1"),
+        ("1e-4,x", "expected numbers separated by commas"),
+    ],
+)
 def test_a_learning_rate_out_of_range_is_refused_naming_the_likely_one(raw, message):
     from kroberta.errors import InputError
 
@@ -153,13 +206,23 @@ def test_a_learning_rate_out_of_range_is_refused_naming_the_likely_one(raw, mess
 
 
 def _result(predictions, rate=1e-3):
-    trials = [results.Trial(rate, s, {"v": {"accuracy": 0.0}}, 1.0, 1, 1, None, list(p))
-              for s, p in enumerate(predictions)]
+    trials = [
+        results.Trial(rate, s, {"v": {"accuracy": 0.0}}, 1.0, 1, 1, None, list(p))
+        for s, p in enumerate(predictions)
+    ]
     labels = np.array([0, 1, 1, 0, 1, 0, 0, 1])
     scores = [float(np.mean(np.asarray(p) == labels)) for p in predictions]
-    return results.FinetuneResult("t", "accuracy", "v", ("0", "1"), trials, rate,
-                                 {"v": float(np.median(scores))}, {"v": min(scores)},
-                                 {"v": max(scores)}), labels
+    return results.FinetuneResult(
+        "t",
+        "accuracy",
+        "v",
+        ("0", "1"),
+        trials,
+        rate,
+        {"v": float(np.median(scores))},
+        {"v": min(scores)},
+        {"v": max(scores)},
+    ), labels
 
 
 @pytest.mark.fast

@@ -7,37 +7,116 @@ from kroberta.errors import InputError
 
 # folder -> (header or None, rows); each row's texts and label as GLUE's TSVs place them.
 LAYOUTS = {
-    "CoLA": (None, [["gj04", "1", "", "The sailors rode the breeze clear of the rocks."],
-                    ["gj04", "0", "*", "The more we study verbs, the crazier they get \"."]]),
-    "SST-2": (["sentence", "label"], [["a \"gripping\" film ", "1"], ["dull", "0"]]),
-    "MRPC": (["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
-             [["1", "1", "2", "He said \"yes\".", "He agreed."], ["0", "3", "4", "Rain.", "Sun."]]),
-    "STS-B": (["index", "genre", "filename", "year", "old_index", "source1", "source2",
-               "sentence1", "sentence2", "score"],
-              [["0", "g", "f", "y", "0", "s", "s", "A plane takes off.", "An air plane is taking off.", "5.000"],
-               ["1", "g", "f", "y", "1", "s", "s", "A man plays.", "A cat sleeps.", "0.4"]]),
-    "QQP": (["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
-            [["0", "1", "2", "Why \"x\"?", "Why x?", "1"], ["1", "3", "4", "How?", "Where?", "0"]]),
-    "MNLI": (["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
-              "sentence2_binary_parse", "sentence1_parse", "sentence2_parse", "sentence1",
-              "sentence2", "label1", "gold_label"],
-             [["0", "1", "1n", "gov", "(", "(", "(", "(", "It rains.", "It is wet.", "entailment",
-               "entailment"],
-              ["1", "2", "2c", "gov", "(", "(", "(", "(", "It rains.", "It is dry.", "contradiction",
-               "contradiction"]]),
-    "QNLI": (["index", "question", "sentence", "label"],
-             [["0", "Who?", "Nobody.", "not_entailment"], ["1", "What?", "That.", "entailment"]]),
-    "RTE": (["index", "sentence1", "sentence2", "label"],
-            [["0", "A b.", "B a.", "entailment"], ["1", "C.", "D.", "not_entailment"]]),
-    "WNLI": (["index", "sentence1", "sentence2", "label"],
-             [["0", "I saw it.", "It saw me.", "0"], ["1", "He ran.", "He moved.", "1"]]),
+    "CoLA": (
+        None,
+        [
+            ["gj04", "1", "", "The sailors rode the breeze clear of the rocks."],
+            ["gj04", "0", "*", 'The more we study verbs, the crazier they get ".'],
+        ],
+    ),
+    "SST-2": (["sentence", "label"], [['a "gripping" film ', "1"], ["dull", "0"]]),
+    "MRPC": (
+        ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+        [["1", "1", "2", 'He said "yes".', "He agreed."], ["0", "3", "4", "Rain.", "Sun."]],
+    ),
+    "STS-B": (
+        [
+            "index",
+            "genre",
+            "filename",
+            "year",
+            "old_index",
+            "source1",
+            "source2",
+            "sentence1",
+            "sentence2",
+            "score",
+        ],
+        [
+            [
+                "0",
+                "g",
+                "f",
+                "y",
+                "0",
+                "s",
+                "s",
+                "A plane takes off.",
+                "An air plane is taking off.",
+                "5.000",
+            ],
+            ["1", "g", "f", "y", "1", "s", "s", "A man plays.", "A cat sleeps.", "0.4"],
+        ],
+    ),
+    "QQP": (
+        ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+        [["0", "1", "2", 'Why "x"?', "Why x?", "1"], ["1", "3", "4", "How?", "Where?", "0"]],
+    ),
+    "MNLI": (
+        [
+            "index",
+            "promptID",
+            "pairID",
+            "genre",
+            "sentence1_binary_parse",
+            "sentence2_binary_parse",
+            "sentence1_parse",
+            "sentence2_parse",
+            "sentence1",
+            "sentence2",
+            "label1",
+            "gold_label",
+        ],
+        [
+            [
+                "0",
+                "1",
+                "1n",
+                "gov",
+                "(",
+                "(",
+                "(",
+                "(",
+                "It rains.",
+                "It is wet.",
+                "entailment",
+                "entailment",
+            ],
+            [
+                "1",
+                "2",
+                "2c",
+                "gov",
+                "(",
+                "(",
+                "(",
+                "(",
+                "It rains.",
+                "It is dry.",
+                "contradiction",
+                "contradiction",
+            ],
+        ],
+    ),
+    "QNLI": (
+        ["index", "question", "sentence", "label"],
+        [["0", "Who?", "Nobody.", "not_entailment"], ["1", "What?", "That.", "entailment"]],
+    ),
+    "RTE": (
+        ["index", "sentence1", "sentence2", "label"],
+        [["0", "A b.", "B a.", "entailment"], ["1", "C.", "D.", "not_entailment"]],
+    ),
+    "WNLI": (
+        ["index", "sentence1", "sentence2", "label"],
+        [["0", "I saw it.", "It saw me.", "0"], ["1", "He ran.", "He moved.", "1"]],
+    ),
 }
 EXPECTED = {  # task -> (first example's texts, label ids, label names or None)
     "cola": (("The sailors rode the breeze clear of the rocks.",), [1, 0]),
-    "sst2": (("a \"gripping\" film ",), [1, 0]),
-    "mrpc": (("He said \"yes\".", "He agreed."), [1, 0]),
+    "sst2": (('a "gripping" film ',), [1, 0]),
+    "mrpc": (('He said "yes".', "He agreed."), [1, 0]),
     "stsb": (("A plane takes off.", "An air plane is taking off."), [5.0, 0.4]),
-    "qqp": (("Why \"x\"?", "Why x?"), [1, 0]),
+    "qqp": (('Why "x"?', "Why x?"), [1, 0]),
     "mnli": (("It rains.", "It is wet."), [1, 0]),
     "qnli": (("Who?", "Nobody."), [1, 0]),
     "rte": (("A b.", "B a."), [0, 1]),
@@ -50,7 +129,7 @@ def write_glue(root, folders=LAYOUTS):
     for folder, (header, rows) in folders.items():
         (root / folder).mkdir(parents=True)
         text = "".join("\t".join(r) + "\n" for r in ([header] if header else []) + rows)
-        names = (["dev_matched.tsv", "dev_mismatched.tsv"] if folder == "MNLI" else ["dev.tsv"])
+        names = ["dev_matched.tsv", "dev_mismatched.tsv"] if folder == "MNLI" else ["dev.tsv"]
         for name in ["train.tsv"] + names:
             (root / folder / name).write_text(text)
     return root
@@ -92,5 +171,7 @@ def test_a_label_outside_the_task_set_is_named(tmp_path):
     rows = [["0", "A.", "B.", "entailment"], ["1", "C.", "D.", "maybe"]]
     write_glue(tmp_path, {"RTE": (LAYOUTS["RTE"][0], rows)})
     train_path, _ = glue_files("glue/rte", str(tmp_path))
-    with pytest.raises(InputError, match=r"train\.tsv: line 3: field 'label' holds the label 'maybe'"):
+    with pytest.raises(
+        InputError, match=r"train\.tsv: line 3: field 'label' holds the label 'maybe'"
+    ):
         read_labelled(train_path, glue_spec("glue/rte"))

@@ -8,9 +8,11 @@ import pytest
 from kroberta.downstream.tasks import REGRESSION, TaskSpec, check_labelled_file, read_labelled
 from kroberta.errors import InputError, KrobertaError
 
-RECORDS = [{"text": "a cat", "other": "x", "label": "pos"},
-           {"text": "a dog", "other": "y", "label": "neg"},
-           {"text": "a cow", "other": "z", "label": "pos"}]
+RECORDS = [
+    {"text": "a cat", "other": "x", "label": "pos"},
+    {"text": "a dog", "other": "y", "label": "neg"},
+    {"text": "a cow", "other": "z", "label": "pos"},
+]
 SPEC = TaskSpec("t")
 
 
@@ -19,8 +21,10 @@ def _write(tmp_path, name, records=RECORDS):
     fields = list(records[0])
     if name.endswith((".tsv", ".csv")):
         sep = "\t" if name.endswith(".tsv") else ","
-        path.write_text("\n".join([sep.join(fields)] + [sep.join(str(r[f]) for f in fields)
-                                                       for r in records]) + "\n")
+        path.write_text(
+            "\n".join([sep.join(fields)] + [sep.join(str(r[f]) for f in fields) for r in records])
+            + "\n"
+        )
     elif name.endswith(".parquet"):
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -61,7 +65,9 @@ def test_integer_labels_sort_numerically_and_match_their_strings(tmp_path):
 
 
 def test_a_validation_label_unseen_in_training_names_file_record_and_field(tmp_path):
-    path = _write(tmp_path, "v.jsonl", [{"text": "a", "label": "pos"}, {"text": "b", "label": "meh"}])
+    path = _write(
+        tmp_path, "v.jsonl", [{"text": "a", "label": "pos"}, {"text": "b", "label": "meh"}]
+    )
     with pytest.raises(InputError, match=r"v\.jsonl: line 2: field 'label' holds the label 'meh'"):
         read_labelled(path, SPEC, ("neg", "pos"))
 
@@ -73,12 +79,19 @@ def test_regression_labels_are_floats_and_a_non_number_is_named(tmp_path):
     assert names is None and labelled.labels.dtype == np.float32
     np.testing.assert_allclose(labelled.labels, [0.5, 4.0])
     bad = _write(tmp_path, "b.csv", [{"text": "a", "label": "0.5"}, {"text": "b", "label": "high"}])
-    with pytest.raises(InputError, match=r"b\.csv: line 3: field 'label' holds 'high', not a number"):
+    with pytest.raises(
+        InputError, match=r"b\.csv: line 3: field 'label' holds 'high', not a number"
+    ):
         read_labelled(bad, spec)
 
 
-@pytest.mark.parametrize("record, problem", [({"label": "pos"}, "no field 'text'"),
-                                             ({"text": "  ", "label": "pos"}, "the field 'text' is empty; fix or drop the record")])
+@pytest.mark.parametrize(
+    "record, problem",
+    [
+        ({"label": "pos"}, "no field 'text'"),
+        ({"text": "  ", "label": "pos"}, "the field 'text' is empty; fix or drop the record"),
+    ],
+)
 def test_a_missing_or_empty_text_names_file_record_and_field(tmp_path, record, problem):
     path = _write(tmp_path, "t.jsonl", [RECORDS[0], record])
     with pytest.raises(InputError, match=rf"t\.jsonl: line 2: {problem}"):
@@ -87,12 +100,18 @@ def test_a_missing_or_empty_text_names_file_record_and_field(tmp_path, record, p
 
 def test_a_missing_label_and_a_missing_file_are_named(tmp_path):
     path = _write(tmp_path, "t.jsonl", [RECORDS[0], {"text": "b"}])
-    with pytest.raises(InputError, match=r"t\.jsonl: line 2: no label in field 'label' "
-                                         r"\(fields: text; name it with --label-field\)"):
+    with pytest.raises(
+        InputError,
+        match=r"t\.jsonl: line 2: no label in field 'label' "
+        r"\(fields: text; name it with --label-field\)",
+    ):
         read_labelled(path, SPEC)
     path = _write(tmp_path, "e.jsonl", [RECORDS[0], {"text": "b", "label": ""}])
-    with pytest.raises(InputError, match=r"e\.jsonl: line 2: the label \(field 'label'\) is "
-                                         r"empty$"):
+    with pytest.raises(
+        InputError,
+        match=r"e\.jsonl: line 2: the label \(field 'label'\) is "
+        r"empty$",
+    ):
         read_labelled(path, SPEC)
     with pytest.raises(KrobertaError) as missing:  # checked once, where a path comes in
         check_labelled_file(str(tmp_path / "nope.jsonl"))
@@ -111,11 +130,17 @@ def test_a_header_without_a_named_column_names_the_option_that_picks_it(tmp_path
         pytest.importorskip("pyarrow")
     path = _write(tmp_path, name, [{"sentence": "a cat", "target": "pos"}])
     header = "" if name.endswith(".parquet") else "; the first line is read as the header"
-    with pytest.raises(InputError, match=rf"no column 'text' \(columns: sentence, target"
-                                         rf"{header}\); pick one with --text-field"):
+    with pytest.raises(
+        InputError,
+        match=rf"no column 'text' \(columns: sentence, target"
+        rf"{header}\); pick one with --text-field",
+    ):
         read_labelled(path, SPEC)
-    with pytest.raises(InputError, match=rf"no column 'label' \(columns: sentence, target"
-                                         rf"{header}\); pick one with --label-field"):
+    with pytest.raises(
+        InputError,
+        match=rf"no column 'label' \(columns: sentence, target"
+        rf"{header}\); pick one with --label-field",
+    ):
         read_labelled(path, TaskSpec("t", ("sentence",)))
 
 
@@ -125,8 +150,7 @@ def test_an_empty_csv_is_named_empty(tmp_path):
         read_labelled(str(tmp_path / "empty.csv"), SPEC)
 
 
-def test_the_training_classes_are_logged_and_scores_or_single_examples_warned_of(tmp_path,
-                                                                               caplog):
+def test_the_training_classes_are_logged_and_scores_or_single_examples_warned_of(tmp_path, caplog):
     caplog.set_level("INFO", logger="kroberta")
     records = [{"text": "a", "label": ["food", "sport"][i % 2]} for i in range(30)]
     read_labelled(_write(tmp_path, "t.jsonl", records + [{"text": "b", "label": "Food"}]), SPEC)
@@ -135,15 +159,25 @@ def test_the_training_classes_are_logged_and_scores_or_single_examples_warned_of
     caplog.clear()
     scores = [{"text": "a", "score": round(0.2 * i, 1)} for i in range(1, 15)] * 2
     _, names = read_labelled(_write(tmp_path, "s.csv", scores), TaskSpec("s", label_field="score"))
-    assert len(names) == 14 and "s.csv: field 'score' holds numbers such as 0.2, 0.4, 0.6, read " \
-        "as 14 classes; for a score, fine-tune with --kind regression" in caplog.text
+    assert (
+        len(names) == 14
+        and "s.csv: field 'score' holds numbers such as 0.2, 0.4, 0.6, read "
+        "as 14 classes; for a score, fine-tune with --kind regression"
+        in caplog.text
+    )
     # Whole numbers are class ids, not scores: no warning.
     caplog.clear()
-    read_labelled(_write(tmp_path, "i.jsonl", [{"text": "a", "label": i % 3} for i in range(30)]),
-                  SPEC)
-    assert "WARNING" not in caplog.text and "30 examples of 3 classes: 0 (10), 1 (10)" in caplog.text
+    read_labelled(
+        _write(tmp_path, "i.jsonl", [{"text": "a", "label": i % 3} for i in range(30)]), SPEC
+    )
+    assert (
+        "WARNING" not in caplog.text and "30 examples of 3 classes: 0 (10), 1 (10)" in caplog.text
+    )
     # An unseen validation label lists at most ten of the classes.
     many = tuple(str(i) for i in range(40))
-    with pytest.raises(InputError, match=r"\(labels: 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, \.\.\. "
-                                         r"\(40 in all\)\)"):
+    with pytest.raises(
+        InputError,
+        match=r"\(labels: 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, \.\.\. "
+        r"\(40 in all\)\)",
+    ):
         read_labelled(_write(tmp_path, "v.jsonl", [{"text": "a", "label": "x"}]), SPEC, many)

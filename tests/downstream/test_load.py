@@ -29,10 +29,12 @@ def written(downstream_model, tmp_path_factory):
     config = downstream_model.kroberta_config
     classifier = classifiers.build_classifier(config.model, len(LABELS))
     rng = np.random.default_rng(0)  # nonzero biases: every head tensor matters
-    classifier.set_weights([(w + rng.normal(0, 0.05, w.shape)).astype("float32")
-                            for w in classifier.get_weights()])
-    classifiers.describe(classifier, config, downstream_model.tokenizer, TaskSpec("toy"), LABELS,
-                        LENGTH)
+    classifier.set_weights(
+        [(w + rng.normal(0, 0.05, w.shape)).astype("float32") for w in classifier.get_weights()]
+    )
+    classifiers.describe(
+        classifier, config, downstream_model.tokenizer, TaskSpec("toy"), LABELS, LENGTH
+    )
     models = {MASKED_LM: downstream_model, CLASSIFIER: classifier}
     paths = {}
     for head, model in models.items():
@@ -53,7 +55,7 @@ def _ids(length: int = LENGTH):
     ids = rng.integers(5, 300, (4, length)).astype("int32")
     mask = np.zeros((4, length), "int32")
     for i in range(4):
-        mask[i, :8 + 2 * i] = 1
+        mask[i, : 8 + 2 * i] = 1
     ids[:, 0], ids[np.arange(4), 7 + 2 * np.arange(4)], ids[:, 3] = BOS_ID, EOS_ID, MASK_ID
     return np.where(mask > 0, ids, 1).astype("int32"), mask
 
@@ -79,14 +81,16 @@ def test_load_gives_each_head_from_each_source(written, source, head):
     else:
         assert (loaded.label_names, loaded.max_length) == (LABELS, LENGTH)
         assert loaded.task_spec.kind == original.task_spec.kind
-    np.testing.assert_array_equal(np.asarray(loaded(x, training=False)),
-                                  np.asarray(original(x, training=False)))
+    np.testing.assert_array_equal(
+        np.asarray(loaded(x, training=False)), np.asarray(original(x, training=False))
+    )
 
 
 def test_a_classifier_saves_to_and_loads_from_a_url_from_every_source(written):
     paths, models = written
-    urls = {RUN: kroberta.save(models[CLASSIFIER], f"memory://kroberta-"
-                                             f"{uuid.uuid4().hex[:8]}/saved")}
+    urls = {
+        RUN: kroberta.save(models[CLASSIFIER], f"memory://kroberta-{uuid.uuid4().hex[:8]}/saved")
+    }
     for source in (HF, KERAS_HUB):
         urls[source] = f"memory://kroberta-{uuid.uuid4().hex[:8]}/{source}"
         storage.put_tree(paths[source, CLASSIFIER], urls[source])

@@ -49,12 +49,17 @@ def test_classification_metrics_equal_scikit_learn():
     rng = np.random.default_rng(1)
     labels = rng.integers(0, 2, 300)
     predictions = np.where(rng.random(300) < 0.7, labels, 1 - labels)
-    assert metrics.f1(labels, predictions) == pytest.approx(sklearn_metrics.f1_score(labels, predictions))
+    assert metrics.f1(labels, predictions) == pytest.approx(
+        sklearn_metrics.f1_score(labels, predictions)
+    )
     assert metrics.matthews(labels, predictions) == pytest.approx(
-        sklearn_metrics.matthews_corrcoef(labels, predictions))
+        sklearn_metrics.matthews_corrcoef(labels, predictions)
+    )
     three = rng.integers(0, 3, 300)
     guess = np.where(rng.random(300) < 0.5, three, rng.integers(0, 3, 300))
-    assert metrics.matthews(three, guess) == pytest.approx(sklearn_metrics.matthews_corrcoef(three, guess))
+    assert metrics.matthews(three, guess) == pytest.approx(
+        sklearn_metrics.matthews_corrcoef(three, guess)
+    )
 
 
 def test_score_names_the_metrics_asked_for():

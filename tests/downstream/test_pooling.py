@@ -22,21 +22,24 @@ TOKENS = [BOS_ID, 7, 8, 9, 10, EOS_ID]  # one text's ids
 
 def mean_classifier(model, seed=0):
     """A mean-pooled classifier on `model`'s shape with random weights (nonzero biases)."""
-    classifier = classifiers.build_classifier(model.kroberta_config.model, len(LABELS),
-                                              classifiers.MEAN)
+    classifier = classifiers.build_classifier(
+        model.kroberta_config.model, len(LABELS), classifiers.MEAN
+    )
     rng = np.random.default_rng(seed)
-    classifier.set_weights([(w + rng.normal(0, 0.05, w.shape)).astype("float32")
-                            for w in classifier.get_weights()])
-    return classifiers.describe(classifier, model.kroberta_config, model.tokenizer,
-                                TaskSpec("toy"), LABELS, 16)
+    classifier.set_weights(
+        [(w + rng.normal(0, 0.05, w.shape)).astype("float32") for w in classifier.get_weights()]
+    )
+    return classifiers.describe(
+        classifier, model.kroberta_config, model.tokenizer, TaskSpec("toy"), LABELS, 16
+    )
 
 
 def padded(tokens, length, rows=1):
     """({token_ids, padding_mask} each (rows, length)): `tokens` then padding, per row."""
     ids = np.full((rows, length), PAD_ID, np.int32)
-    ids[:, :len(tokens)] = tokens
+    ids[:, : len(tokens)] = tokens
     mask = np.zeros((rows, length), np.int32)
-    mask[:, :len(tokens)] = 1
+    mask[:, : len(tokens)] = 1
     return {"token_ids": ids, "padding_mask": mask}
 
 
@@ -58,10 +61,16 @@ def test_an_unknown_pooling_is_refused_by_name():
 def test_the_head_reads_the_masked_mean_of_the_last_hidden_states(classifier):
     x = padded(TOKENS, 12)
     hidden = np.asarray(classifier.backbone(x, training=False))[0]  # (length, hidden)
-    mean = hidden[:len(TOKENS)].mean(axis=0)  # (hidden,): the padding left out
-    dense, dense_bias, out, out_bias = (np.asarray(v) for v in (
-        classifier.pooled_dense.kernel, classifier.pooled_dense.bias,
-        classifier.output_dense.kernel, classifier.output_dense.bias))
+    mean = hidden[: len(TOKENS)].mean(axis=0)  # (hidden,): the padding left out
+    dense, dense_bias, out, out_bias = (
+        np.asarray(v)
+        for v in (
+            classifier.pooled_dense.kernel,
+            classifier.pooled_dense.bias,
+            classifier.output_dense.kernel,
+            classifier.output_dense.bias,
+        )
+    )
     expected = np.tanh(mean @ dense + dense_bias) @ out + out_bias  # (K,)
     np.testing.assert_allclose(logits(classifier, x)[0], expected, rtol=1e-5, atol=1e-6)
     # and not the first token's state, which `pooling="first"` reads
@@ -93,9 +102,13 @@ def test_a_saved_unknown_pooling_is_named_with_its_file(classifier, tmp_path):
         kroberta.load(directory)
 
 
-@pytest.mark.parametrize("export, head", [
-    (kroberta.export_hf, "Hugging Face's RobertaForSequenceClassification"),
-    (kroberta.export_keras_hub, "keras-hub's RobertaTextClassifier")])
+@pytest.mark.parametrize(
+    "export, head",
+    [
+        (kroberta.export_hf, "Hugging Face's RobertaForSequenceClassification"),
+        (kroberta.export_keras_hub, "keras-hub's RobertaTextClassifier"),
+    ],
+)
 def test_the_exports_refuse_a_mean_pooled_head(classifier, tmp_path, export, head):
     with pytest.raises(ConversionError) as raised:
         export(classifier, str(tmp_path / "export"))
@@ -107,8 +120,18 @@ def test_the_exports_refuse_a_mean_pooled_head(classifier, tmp_path, export, hea
 
 def test_finetune_gives_both_starts_the_head_asked_for(downstream_model, tmp_path):
     train, validation = marker_task(tmp_path, train=32, validation=16)
-    result = kroberta.finetune(downstream_model, "marker", train, validation, seeds=1, epochs=1,
-                               learning_rates=[1e-3], widen=False, pooling="mean", baseline=True)
+    result = kroberta.finetune(
+        downstream_model,
+        "marker",
+        train,
+        validation,
+        seeds=1,
+        epochs=1,
+        learning_rates=[1e-3],
+        widen=False,
+        pooling="mean",
+        baseline=True,
+    )
     assert result.classifier.pooling == result.baseline.classifier.pooling == classifiers.MEAN
     assert result.classifier.get_layer("mean_pooling") is not None
 

@@ -12,8 +12,15 @@ from kroberta.model.metrics import MaskedLMLoss
 from tests.conftest import jit_traces, saved_tiny_model
 
 V, L = 300, 16
-TINY = ModelConfig(vocabulary_size=V, num_layers=2, num_heads=2, hidden_dim=16,
-                   intermediate_dim=32, max_sequence_length=L, dropout=0.0)
+TINY = ModelConfig(
+    vocabulary_size=V,
+    num_layers=2,
+    num_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+    max_sequence_length=L,
+    dropout=0.0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +40,11 @@ def _arrays(n, seed=0, labels=True, rate=0.2):
 
 
 def _direct_logits(model, arrays, positions):
-    x = {"token_ids": arrays["input_ids"].astype("int32"),
-         "padding_mask": arrays["attention_mask"].astype("int32"),
-         "mask_positions": positions.astype("int32")}
+    x = {
+        "token_ids": arrays["input_ids"].astype("int32"),
+        "padding_mask": arrays["attention_mask"].astype("int32"),
+        "mask_positions": positions.astype("int32"),
+    }
     return np.asarray(model.predict_on_batch(x))
 
 
@@ -47,7 +56,9 @@ def test_top_k_equals_argsort_of_the_logits(model):
     logits = _direct_logits(model, arrays, np.tile(np.arange(L), (10, 1)))
     np.testing.assert_array_equal(out["token_ids"], np.argsort(-logits, axis=-1)[..., :4])
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    np.testing.assert_allclose(out["log_probs"], np.sort(log_probs, -1)[..., ::-1][..., :4], atol=1e-5)
+    np.testing.assert_allclose(
+        out["log_probs"], np.sort(log_probs, -1)[..., ::-1][..., :4], atol=1e-5
+    )
     assert (np.diff(out["log_probs"], axis=-1) <= 0).all()  # best first
     np.testing.assert_array_equal(out["valid"], arrays["attention_mask"] == 1)
 
@@ -60,8 +71,13 @@ def test_1003_examples_in_batches_of_64_on_4_devices_keep_every_row(model):
     np.testing.assert_allclose(out["logits"], expected, atol=1e-4)
     # An example predicted alone gives its row of the batched result.
     for i in (0, 517, 1002):
-        alone = kroberta.predict(model, {k: v[i:i + 1] for k, v in arrays.items()},
-                                 output="logits", batch_size=4, slots=8)
+        alone = kroberta.predict(
+            model,
+            {k: v[i : i + 1] for k, v in arrays.items()},
+            output="logits",
+            batch_size=4,
+            slots=8,
+        )
         np.testing.assert_allclose(alone["logits"][0], out["logits"][i], atol=1e-5)
 
 
@@ -74,7 +90,9 @@ def test_positions_are_the_labelled_or_masked_positions(model):
     no_labels = {k: v for k, v in arrays.items() if k != "labels"}
     out = kroberta.predict(model, no_labels, output="top_k", k=1, slots=L)
     for row in range(20):
-        expected = np.flatnonzero((no_labels["input_ids"][row] == 4) & (arrays["attention_mask"][row] == 1))
+        expected = np.flatnonzero(
+            (no_labels["input_ids"][row] == 4) & (arrays["attention_mask"][row] == 1)
+        )
         assert list(out["positions"][row][out["valid"][row]]) == list(expected)
 
 
@@ -82,8 +100,11 @@ def test_positions_are_the_labelled_or_masked_positions(model):
 def test_positions_beyond_the_slots_are_counted_in_a_warning(model, labels):
     """The program keeps each row's first M marked positions and counts the rest."""
     arrays = _arrays(20, seed=4, labels=labels, rate=0.4)
-    marked = arrays["labels"] != -100 if labels else \
-        (arrays["input_ids"] == 4) & (arrays["attention_mask"] == 1)
+    marked = (
+        arrays["labels"] != -100
+        if labels
+        else (arrays["input_ids"] == 4) & (arrays["attention_mask"] == 1)
+    )
     dropped = int(np.maximum(marked.sum(1) - 3, 0).sum())
     assert dropped > 0
     with pytest.warns(UserWarning, match=rf"^{dropped} masked position\(s\) beyond the 3 slots"):
@@ -115,7 +136,9 @@ def test_loss_equals_the_training_loss_on_the_same_batch(model):
     arrays = _arrays(32, seed=6)
     out = kroberta.predict(model, arrays, output="loss", slots=L)
     logits = _direct_logits(model, arrays, out["positions"])
-    slot_labels = np.where(out["valid"], np.take_along_axis(arrays["labels"], out["positions"], 1), -100)
+    slot_labels = np.where(
+        out["valid"], np.take_along_axis(arrays["labels"], out["positions"], 1), -100
+    )
     training_loss = float(MaskedLMLoss()(slot_labels, logits))
     weights = out["num_predictions"]
     assert np.sum(out["loss"] * weights) / weights.sum() == pytest.approx(training_loss, rel=1e-5)
@@ -126,9 +149,14 @@ def test_embeddings_are_the_mean_of_real_tokens(model):
     arrays = _arrays(6, seed=7)
     out = kroberta.predict(model, arrays, output="embeddings")
     assert out["embeddings"].shape == (6, 16)
-    hidden = np.asarray(model.backbone.predict_on_batch(
-        {"token_ids": arrays["input_ids"].astype("int32"),
-         "padding_mask": arrays["attention_mask"].astype("int32")}))
+    hidden = np.asarray(
+        model.backbone.predict_on_batch(
+            {
+                "token_ids": arrays["input_ids"].astype("int32"),
+                "padding_mask": arrays["attention_mask"].astype("int32"),
+            }
+        )
+    )
     mask = arrays["attention_mask"][..., None]
     np.testing.assert_allclose(out["embeddings"], (hidden * mask).sum(1) / mask.sum(1), atol=1e-5)
 
@@ -143,9 +171,14 @@ def test_a_second_call_with_the_same_shapes_compiles_nothing(model):
 
 def test_logits_over_the_memory_budget_is_a_clear_error(model):
     # Sizes in the unit that shows them (it said "0.0 GiB ... over the 0.0 GiB budget").
-    with pytest.raises(InputError, match=r"is \d+\.\d MiB of float32, over the 1\.0 KiB "
-                                              r"budget; use output='top_k'"):
-        kroberta.predict(model, _arrays(50), output="logits", positions="all", max_output_bytes=1000)
+    with pytest.raises(
+        InputError,
+        match=r"is \d+\.\d MiB of float32, over the 1\.0 KiB "
+        r"budget; use output='top_k'",
+    ):
+        kroberta.predict(
+            model, _arrays(50), output="logits", positions="all", max_output_bytes=1000
+        )
 
 
 def test_bad_inputs_are_clear_errors(model):
@@ -159,17 +192,28 @@ def test_bad_inputs_are_clear_errors(model):
         kroberta.predict(model, bad)
     bad = _arrays(4)
     bad["labels"][1, 2] = V  # a NaN loss, before
-    with pytest.raises(ValueError, match=rf"labels\[1, 2\] = {V} is neither -100 \(no loss\) "
-                                         rf"nor in the vocabulary \[0, {V}\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"labels\[1, 2\] = {V} is neither -100 \(no loss\) "
+        rf"nor in the vocabulary \[0, {V}\)",
+    ):
         kroberta.predict(model, bad, output="loss")
     floats = _arrays(4)
     floats["input_ids"] = floats["input_ids"] + 0.7  # truncated to ids, before
-    with pytest.raises(ValueError, match=r"inputs\['input_ids'\]: expected integers, got "
-                                         r"float64 values"):
+    with pytest.raises(
+        ValueError,
+        match=r"inputs\['input_ids'\]: expected integers, got "
+        r"float64 values",
+    ):
         kroberta.predict(model, floats)
     with pytest.raises(ValueError, match=r"inputs\['input_ids'\]: rows of different lengths"):
-        kroberta.predict(model, {"input_ids": [[0, 4, 2], [0, 5, 6, 4, 2]],
-                                 "attention_mask": [[1, 1, 1], [1, 1, 1, 1, 1]]})
+        kroberta.predict(
+            model,
+            {
+                "input_ids": [[0, 4, 2], [0, 5, 6, 4, 2]],
+                "attention_mask": [[1, 1, 1], [1, 1, 1, 1, 1]],
+            },
+        )
     with pytest.raises(ValueError, match=r"inputs: an empty list"):
         kroberta.predict(model, [])
     with pytest.raises(InputError, match=rf"k must be an integer in \[1, {V}\], got '5'"):
@@ -211,9 +255,28 @@ def test_cli_streams_to_npz(model, tmp_path):
     write_tfrecord(data, arrays["input_ids"], arrays["attention_mask"], arrays["labels"])
     out = str(tmp_path / "preds.npz")
     run_dir = str(model.kroberta_config.run_dir)
-    result = subprocess.run([sys.executable, "-m", "kroberta.predict", "--run", run_dir, "--data", data,
-                             "--output", "top_k", "--k", "3", "--slots", str(L), "--out", out],
-                            capture_output=True, text=True, cwd=REPO)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kroberta.predict",
+            "--run",
+            run_dir,
+            "--data",
+            data,
+            "--output",
+            "top_k",
+            "--k",
+            "3",
+            "--slots",
+            str(L),
+            "--out",
+            out,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "\r" not in result.stderr  # not a terminal: no redrawn progress line
     assert "predict: 45/45 examples" in result.stderr
@@ -222,21 +285,62 @@ def test_cli_streams_to_npz(model, tmp_path):
     assert set(saved.files) == set(expected)
     for key in expected:
         np.testing.assert_allclose(saved[key], expected[key], atol=1e-6)
-    missing = subprocess.run([sys.executable, "-m", "kroberta.predict", "--run", str(tmp_path / "nope"),
-                              "--data", data, "--out", out], capture_output=True, text=True, cwd=REPO)
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kroberta.predict",
+            "--run",
+            str(tmp_path / "nope"),
+            "--data",
+            data,
+            "--out",
+            out,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert missing.returncode == 2
     assert missing.stderr.startswith(f"error: --run: {tmp_path / 'nope'}: no such directory; give")
     # export words the same mistake the same way
-    exported = subprocess.run([sys.executable, "-m", "kroberta.export", "--run", str(tmp_path / "nope"),
-                               "--out", str(tmp_path / "hf")], capture_output=True, text=True, cwd=REPO)
+    exported = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kroberta.export",
+            "--run",
+            str(tmp_path / "nope"),
+            "--out",
+            str(tmp_path / "hf"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert exported.returncode == 2 and exported.stderr == missing.stderr
     # A missing output folder is named before any prediction is made.
-    no_folder = subprocess.run([sys.executable, "-m", "kroberta.predict", "--run", run_dir,
-                                "--data", data, "--out", "nodir/sub/p.npz"],
-                               capture_output=True, text=True, cwd=REPO)
+    no_folder = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kroberta.predict",
+            "--run",
+            run_dir,
+            "--data",
+            data,
+            "--out",
+            "nodir/sub/p.npz",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert no_folder.returncode == 2
-    assert no_folder.stderr == ("error: --out: the folder 'nodir/sub' does not exist; create it "
-                                "first (mkdir -p nodir/sub)\n")
+    assert no_folder.stderr == (
+        "error: --out: the folder 'nodir/sub' does not exist; create it "
+        "first (mkdir -p nodir/sub)\n"
+    )
 
 
 def test_unmasked_inputs_say_that_nothing_was_predicted_and_what_to_use(model, tmp_path):
@@ -248,16 +352,31 @@ def test_unmasked_inputs_say_that_nothing_was_predicted_and_what_to_use(model, t
 
     ids, mask = make_sequences(6, L, V, seed=3, min_fill=0.5)
     ids = np.where(ids == 4, 5, ids)  # no <mask> anywhere
-    with pytest.warns(UserWarning, match=r"nothing was predicted: no position of the 6 "
-                                         r"sequence\(s\) holds <mask>.*positions='all'"):
+    with pytest.warns(
+        UserWarning,
+        match=r"nothing was predicted: no position of the 6 "
+        r"sequence\(s\) holds <mask>.*positions='all'",
+    ):
         out = kroberta.predict(model, {"input_ids": ids, "attention_mask": mask}, k=2)
     assert not out["valid"].any()
     data = str(tmp_path / "unmasked.tfrecord")
     write_tfrecord(data, ids, mask)
-    result = subprocess.run([sys.executable, "-m", "kroberta.predict", "--run",
-                             str(model.kroberta_config.run_dir), "--data", data,
-                             "--out", str(tmp_path / "p.npz")],
-                            capture_output=True, text=True, cwd=REPO)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kroberta.predict",
+            "--run",
+            str(model.kroberta_config.run_dir),
+            "--data",
+            data,
+            "--out",
+            str(tmp_path / "p.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "warning: nothing was predicted" in result.stderr and "--positions all" in result.stderr
 
@@ -271,12 +390,15 @@ def test_kroberta_predict_stays_the_function(model):
     assert out["token_ids"].shape[0] == 3
 
 
-@pytest.mark.parametrize("positions,labels", [
-    ("masked", True),  # the labelled positions
-    ("masked", False),  # the <mask> tokens
-    ("all", True),
-    ("all", False),
-])
+@pytest.mark.parametrize(
+    "positions,labels",
+    [
+        ("masked", True),  # the labelled positions
+        ("masked", False),  # the <mask> tokens
+        ("all", True),
+        ("all", False),
+    ],
+)
 def test_array_batches_equal_the_tf_data_batches(positions, labels):
     from kroberta.inference import inputs
 
@@ -311,25 +433,33 @@ def test_paths_bare_arrays_and_keras_hub_names_are_inputs_too(model, tmp_path):
     padded[arrays["attention_mask"] == 0] = model.kroberta_config.data.pad_token_id
     bare = kroberta.predict(model, padded, k=2, positions="all")
     np.testing.assert_array_equal(bare["token_ids"], reference["token_ids"])
-    named = tf.data.Dataset.from_tensor_slices({"token_ids": arrays["input_ids"],
-                                                "padding_mask": arrays["attention_mask"]})
+    named = tf.data.Dataset.from_tensor_slices(
+        {"token_ids": arrays["input_ids"], "padding_mask": arrays["attention_mask"]}
+    )
     got = kroberta.predict(model, named, k=2, positions="all")
     np.testing.assert_array_equal(got["token_ids"], reference["token_ids"])
 
 
 def test_a_path_where_a_model_goes_and_the_reverse_are_named(model, tmp_path):
 
-    for call, name in ((lambda: kroberta.predict("runs/x", _arrays(2)), "predict"),
-                       (lambda: kroberta.fill_mask("runs/x", "a <mask>"), "fill_mask"),
-                       (lambda: kroberta.export_hf("runs/x", str(tmp_path / "hf")), "export_hf"),
-                       (lambda: kroberta.export_keras_hub("runs/x", str(tmp_path / "kh")),
-                        "export_keras_hub")):
-        with pytest.raises(ArgumentKindError, match=rf"^{name}: expected a model .*got str; load "
-                                                    r"it first: model = kroberta.load\('runs/x'\)"):
+    for call, name in (
+        (lambda: kroberta.predict("runs/x", _arrays(2)), "predict"),
+        (lambda: kroberta.fill_mask("runs/x", "a <mask>"), "fill_mask"),
+        (lambda: kroberta.export_hf("runs/x", str(tmp_path / "hf")), "export_hf"),
+        (lambda: kroberta.export_keras_hub("runs/x", str(tmp_path / "kh")), "export_keras_hub"),
+    ):
+        with pytest.raises(
+            ArgumentKindError,
+            match=rf"^{name}: expected a model .*got str; load "
+            r"it first: model = kroberta.load\('runs/x'\)",
+        ):
             call()
     assert not (tmp_path / "hf").exists() and not (tmp_path / "kh").exists()
-    with pytest.raises(ArgumentKindError, match=r"kroberta.load: expected a directory's path, "
-                                                r"got \w+ \(a model already"):
+    with pytest.raises(
+        ArgumentKindError,
+        match=r"kroberta.load: expected a directory's path, "
+        r"got \w+ \(a model already",
+    ):
         kroberta.load(model)
     with pytest.raises(ValueError, match="texts must be a string or a list of strings, got int"):
         kroberta.fill_mask(model, 5)

@@ -13,8 +13,15 @@ from kroberta.inference import prediction
 from tests.conftest import jit_traces, saved_tiny_model
 
 V, L = 300, 16
-TINY = ModelConfig(vocabulary_size=V, num_layers=1, num_heads=2, hidden_dim=16,
-                   intermediate_dim=32, max_sequence_length=L, dropout=0.0)
+TINY = ModelConfig(
+    vocabulary_size=V,
+    num_layers=1,
+    num_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+    max_sequence_length=L,
+    dropout=0.0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +68,9 @@ def test_a_short_last_group_needs_no_new_program(model):
 
 
 def test_predict_batches_yields_one_chunk_per_dispatch(model):
-    chunks = list(prediction.predict_batches(model, _arrays(70), output="loss",
-                                             batches_per_dispatch=2))
+    chunks = list(
+        prediction.predict_batches(model, _arrays(70), output="loss", batches_per_dispatch=2)
+    )
     assert [len(c["loss"]) for c in chunks] == [32, 32, 6]
 
 
@@ -71,8 +79,9 @@ def test_the_default_group_is_the_same_for_every_input_size(model):
     assert config.train.steps_per_execution == "auto"
     # A tiny model: 128 batches (the cap: half of 256) hold less than the 20 ms "auto"
     # wants; any N shares them.
-    sizes = {prediction.prediction_plan(config, L).prediction_group(16, 3, n)
-             for n in (3, 70, 10_000)}
+    sizes = {
+        prediction.prediction_plan(config, L).prediction_group(16, 3, n) for n in (3, 70, 10_000)
+    }
     assert sizes == {128}
     # An explicit K is capped by what the inputs need (rounded up to a power of two).
     fixed = config.__class__(model=config.model, train=TrainConfig(steps_per_execution=6))

@@ -23,14 +23,17 @@ from kroberta.interop.checkpoint_config import with_checkpoint_model  # noqa: E4
 from kroberta.text.tokenizer import train_tokenizer, vocabulary_size  # noqa: E402
 
 VOCABULARY = 300
-WORDS = ("alpha beta gamma delta epsilon zeta theta iota kappa lambda sigma omega river "
-         "stone cloud field light house water paper").split()
+WORDS = (
+    "alpha beta gamma delta epsilon zeta theta iota kappa lambda sigma omega river "
+    "stone cloud field light house water paper"
+).split()
 
 
 def _text(seed: int, words=WORDS) -> str:
     rng = random.Random(seed)
-    return "".join(" ".join(rng.choice(words) for _ in range(rng.randint(6, 14))) + ".\n\n"
-                   for _ in range(400))
+    return "".join(
+        " ".join(rng.choice(words) for _ in range(rng.randint(6, 14))) + ".\n\n" for _ in range(400)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +44,30 @@ def checkpoint(tmp_path_factory):
     (root / "corpus.txt").write_text(_text(0))
     tokenizer = train_tokenizer([_text(0)], VOCABULARY)
     directory = root / "hf"
-    model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
-        vocab_size=vocabulary_size(tokenizer), hidden_size=32, num_hidden_layers=2,
-        num_attention_heads=2, intermediate_size=64, max_position_embeddings=34))
+    model = transformers.RobertaForMaskedLM(
+        transformers.RobertaConfig(
+            vocab_size=vocabulary_size(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=34,
+        )
+    )
     model.save_pretrained(str(directory))
     tokenizer.save(str(directory / "tokenizer.json"))
     return root, directory
 
 
 def _prepare(root, name, tokenizer, seq_len=32):
-    kroberta.prepare([str(root / "corpus.txt")], str(root / name), tokenizer=tokenizer,
-                     seq_len=seq_len, validation_fraction=0.1, progress=False)
+    kroberta.prepare(
+        [str(root / "corpus.txt")],
+        str(root / name),
+        tokenizer=tokenizer,
+        seq_len=seq_len,
+        validation_fraction=0.1,
+        progress=False,
+    )
     return str(root / name)
 
 
@@ -61,55 +77,94 @@ def test_init_from_hf_alone_gives_the_checkpoints_model_section(checkpoint):
     config, sources = with_checkpoint_model(config, args.sources)
     expected = hf.model_config_from_hf(hf.read_hf_config(str(directory)), "config.json")
     assert config.model == expected
-    assert (expected.num_layers, expected.hidden_dim, expected.max_sequence_length,
-            expected.dropout, expected.initializer_range, expected.layer_norm_epsilon) == \
-        (2, 32, 32, 0.1, 0.02, 1e-12)  # RobertaConfig()'s defaults
+    assert (
+        expected.num_layers,
+        expected.hidden_dim,
+        expected.max_sequence_length,
+        expected.dropout,
+        expected.initializer_range,
+        expected.layer_norm_epsilon,
+    ) == (2, 32, 32, 0.1, 0.02, 1e-12)  # RobertaConfig()'s defaults
     assert sources["model.num_layers"] == os.path.join(str(directory), "config.json")
 
 
 def test_a_disagreeing_config_is_one_error_listing_every_key(checkpoint, tmp_path):
     _, directory = checkpoint
-    config, args = kroberta.cli.train.parse_args(["--config", "base", f"--init_from_hf={directory}",
-                                         "--model.vocabulary_size=10000", "--model.dropout=0.0"])
+    config, args = kroberta.cli.train.parse_args(
+        [
+            "--config",
+            "base",
+            f"--init_from_hf={directory}",
+            "--model.vocabulary_size=10000",
+            "--model.dropout=0.0",
+        ]
+    )
     with pytest.raises(ConfigError) as error:
         with_checkpoint_model(config, args.sources)
     message = str(error.value)
     base = config_path("base")
     assert "on 6 key(s)" in message
-    assert "model.vocabulary_size=10000 (command line) but the checkpoint has vocab_size=" \
-        in message
+    assert (
+        "model.vocabulary_size=10000 (command line) but the checkpoint has vocab_size=" in message
+    )
     m = config.model
-    for key, theirs in (("num_layers", "num_hidden_layers=2"), ("hidden_dim", "hidden_size=32"),
-                        ("num_heads", "num_attention_heads=2"),
-                        ("intermediate_dim", "intermediate_size=64"),
-                        ("max_sequence_length", "max_position_embeddings=34 (32 positions)")):
+    for key, theirs in (
+        ("num_layers", "num_hidden_layers=2"),
+        ("hidden_dim", "hidden_size=32"),
+        ("num_heads", "num_attention_heads=2"),
+        ("intermediate_dim", "intermediate_size=64"),
+        ("max_sequence_length", "max_position_embeddings=34 (32 positions)"),
+    ):
         assert f"model.{key}={getattr(m, key)} ({base}) but the checkpoint has {theirs}" in message
     assert "dropout" not in message  # a training setting the run may change
     # base.toml is shipped: its keys cannot be removed, so the advice is to leave it out.
-    assert message.endswith("follows the checkpoint: leave out --config (a shipped config sets "
-                            "them) or give the checkpoint's values")
+    assert message.endswith(
+        "follows the checkpoint: leave out --config (a shipped config sets "
+        "them) or give the checkpoint's values"
+    )
     own = tmp_path / "own.toml"
     own.write_text("[model]\nnum_layers = 5\n")
-    config, args = kroberta.cli.train.parse_args(["--config", str(own), f"--init_from_hf={directory}"])
-    with pytest.raises(ConfigError, match="remove these keys from the config file and the command line$"):
+    config, args = kroberta.cli.train.parse_args(
+        ["--config", str(own), f"--init_from_hf={directory}"]
+    )
+    with pytest.raises(
+        ConfigError, match="remove these keys from the config file and the command line$"
+    ):
         with_checkpoint_model(config, args.sources)
 
 
 def test_train_with_only_init_from_hf_builds_the_checkpoints_model_and_keeps_its_tokenizer(
-        checkpoint, tmp_path):
+    checkpoint, tmp_path
+):
     root, directory = checkpoint
     data = _prepare(root, "same", str(directory / "tokenizer.json"))
     run_dir = tmp_path / "run"
-    code = kroberta.cli.train.main([f"--init_from_hf={directory}", f"--data.dir={data}",
-                           f"--run_dir={run_dir}", "--train.steps=2", "--train.warmup_steps=1",
-                           "--train.warmup_fraction=0", "--train.log_every=1", "--train.eval_every=2",
-                           "--train.batch_size_per_device=2", "--train.steps_per_execution=1",
-                           "--no-examples"])
+    code = kroberta.cli.train.main(
+        [
+            f"--init_from_hf={directory}",
+            f"--data.dir={data}",
+            f"--run_dir={run_dir}",
+            "--train.steps=2",
+            "--train.warmup_steps=1",
+            "--train.warmup_fraction=0",
+            "--train.log_every=1",
+            "--train.eval_every=2",
+            "--train.batch_size_per_device=2",
+            "--train.steps_per_execution=1",
+            "--no-examples",
+        ]
+    )
     assert code == 0
     model = kroberta.load(str(run_dir))
     b = model.backbone
-    assert (b.vocabulary_size, b.num_layers, b.hidden_dim, b.num_heads, b.intermediate_dim,
-            b.max_sequence_length) == (vocabulary_size(model.tokenizer), 2, 32, 2, 64, 32)
+    assert (
+        b.vocabulary_size,
+        b.num_layers,
+        b.hidden_dim,
+        b.num_heads,
+        b.intermediate_dim,
+        b.max_sequence_length,
+    ) == (vocabulary_size(model.tokenizer), 2, 32, 2, 64, 32)
     assert (run_dir / "tokenizer.json").read_text() == (directory / "tokenizer.json").read_text()
 
 
@@ -125,8 +180,9 @@ def _refused_before_compute(monkeypatch, capsys, argv, run_dir) -> str:
     return capsys.readouterr().err
 
 
-def test_data_from_another_tokenizer_of_the_same_size_is_refused(checkpoint, tmp_path,
-                                                                 monkeypatch, capsys):
+def test_data_from_another_tokenizer_of_the_same_size_is_refused(
+    checkpoint, tmp_path, monkeypatch, capsys
+):
     root, directory = checkpoint
     other = train_tokenizer([_text(1, [w[::-1] + "x" for w in WORDS])], VOCABULARY)
     assert vocabulary_size(other) == VOCABULARY
@@ -134,19 +190,28 @@ def test_data_from_another_tokenizer_of_the_same_size_is_refused(checkpoint, tmp
     other.save(str(other_path))
     data = _prepare(root, "other", str(other_path))
     run_dir = str(tmp_path / "run")
-    error = _refused_before_compute(monkeypatch, capsys, [
-        f"--init_from_hf={directory}", f"--data.dir={data}", f"--run_dir={run_dir}"], run_dir)
+    error = _refused_before_compute(
+        monkeypatch,
+        capsys,
+        [f"--init_from_hf={directory}", f"--data.dir={data}", f"--run_dir={run_dir}"],
+        run_dir,
+    )
     assert "another tokenizer than the checkpoint's" in error
     assert f"python -m kroberta.prepare --tokenizer {directory}" in error
 
 
-def test_sequences_longer_than_the_checkpoints_positions_are_refused(checkpoint, tmp_path,
-                                                                    monkeypatch, capsys):
+def test_sequences_longer_than_the_checkpoints_positions_are_refused(
+    checkpoint, tmp_path, monkeypatch, capsys
+):
     root, directory = checkpoint
     data = _prepare(root, "long", str(directory / "tokenizer.json"), seq_len=48)
     run_dir = str(tmp_path / "run")
-    error = _refused_before_compute(monkeypatch, capsys, [
-        f"--init_from_hf={directory}", f"--data.dir={data}", f"--run_dir={run_dir}"], run_dir)
+    error = _refused_before_compute(
+        monkeypatch,
+        capsys,
+        [f"--init_from_hf={directory}", f"--data.dir={data}", f"--run_dir={run_dir}"],
+        run_dir,
+    )
     assert "holds sequences of 48 tokens" in error and "32 positions" in error
     assert "--seq-len 32" in error
 
@@ -158,30 +223,46 @@ def test_init_from_keras_hub_alone_gives_the_presets_model_section(checkpoint, t
     config, args = kroberta.cli.train.parse_args([f"--init_from_keras_hub={preset}"])
     config, sources = with_checkpoint_model(config, args.sources)
     m = imported.kroberta_config.model
-    for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-                "max_sequence_length", "dropout", "attention_dropout_rate", "layer_norm_epsilon"):
+    for key in (
+        "vocabulary_size",
+        "num_layers",
+        "num_heads",
+        "hidden_dim",
+        "intermediate_dim",
+        "max_sequence_length",
+        "dropout",
+        "attention_dropout_rate",
+        "layer_norm_epsilon",
+    ):
         assert getattr(config.model, key) == getattr(m, key), key
     assert sources["model.hidden_dim"] == os.path.join(preset, "config.json")
     # `python -m kroberta.evaluate --model` tells a preset from a Hugging Face directory.
     loaded = kroberta.load(preset)
     assert loaded.tokenizer.get_vocab() == imported.tokenizer.get_vocab()
-    with pytest.raises(ConfigError, match=r"model.num_layers=3 \(command line\) but the "
-                                          r"checkpoint has config.num_layers=2"):
-        config, args = kroberta.cli.train.parse_args([f"--init_from_keras_hub={preset}",
-                                                      "--model.num_layers=3"])
+    with pytest.raises(
+        ConfigError,
+        match=r"model.num_layers=3 \(command line\) but the "
+        r"checkpoint has config.num_layers=2",
+    ):
+        config, args = kroberta.cli.train.parse_args(
+            [f"--init_from_keras_hub={preset}", "--model.num_layers=3"]
+        )
         with_checkpoint_model(config, args.sources)
 
 
 def test_a_python_config_takes_the_keys_it_leaves_at_their_defaults(checkpoint):
     _, directory = checkpoint
-    config = kroberta.load_config(overrides={"init_from_hf": str(directory),
-                                             "model.dropout": 0.05})
+    config = kroberta.load_config(overrides={"init_from_hf": str(directory), "model.dropout": 0.05})
     resolved, sources = with_checkpoint_model(config)
     assert sources is None
-    assert (resolved.model.num_layers, resolved.model.hidden_dim, resolved.model.dropout) == \
-        (2, 32, 0.05)  # the shape from the checkpoint, the dropout as set
-    wrong = kroberta.load_config(overrides={"init_from_hf": str(directory),
-                                            "model.hidden_dim": 64, "model.num_heads": 8})
+    assert (resolved.model.num_layers, resolved.model.hidden_dim, resolved.model.dropout) == (
+        2,
+        32,
+        0.05,
+    )  # the shape from the checkpoint, the dropout as set
+    wrong = kroberta.load_config(
+        overrides={"init_from_hf": str(directory), "model.hidden_dim": 64, "model.num_heads": 8}
+    )
     with pytest.raises(ConfigError, match=r"on 2 key\(s\): model.num_heads=8 \(config\)"):
         with_checkpoint_model(wrong)
 
@@ -221,9 +302,14 @@ def test_a_path_that_is_no_model_says_what_it_is(tmp_path):
     (tmp_path / "file.txt").write_text("x")
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "manifest.json").write_text("{}")
-    for path, what in [("nope", r".*nope: no such directory; give a training run"),
-                       ("file.txt", r".*file.txt: a file, not a directory; give"),
-                       ("data", r".*data: prepared data \(python -m kroberta.prepare's output\), "
-                                r"not a model; give a training run")]:
+    for path, what in [
+        ("nope", r".*nope: no such directory; give a training run"),
+        ("file.txt", r".*file.txt: a file, not a directory; give"),
+        (
+            "data",
+            r".*data: prepared data \(python -m kroberta.prepare's output\), "
+            r"not a model; give a training run",
+        ),
+    ]:
         with pytest.raises(NotFoundError, match=rf"^--model: {what}"):
             model_source(str(tmp_path / path), "--model")

@@ -40,15 +40,20 @@ def saved_classifier(model, directory, label_names=LABELS, seed=0):
     for v in classifier.weights:
         v.assign((np.asarray(v.value) + rng.normal(0, 0.05, v.shape)).astype("float32"))
     classifier.tokenizer, classifier.kroberta_config = model.tokenizer, model.kroberta_config
-    classifier.task_spec = (TaskSpec("toy", kind=REGRESSION, metric="pearson") if outputs == 1 else
-                            TaskSpec("toy pairs", ("premise", "hypothesis"), "gold"))
+    classifier.task_spec = (
+        TaskSpec("toy", kind=REGRESSION, metric="pearson")
+        if outputs == 1
+        else TaskSpec("toy pairs", ("premise", "hypothesis"), "gold")
+    )
     classifier.label_names, classifier.max_length = label_names, MAX_LENGTH
     return kroberta.save(classifier, str(directory))
 
 
 def keras_logits(classifier, ids, mask):
     # A direct call: keras-hub's predict would run a preset's preprocessor on the ids.
-    return np.asarray(classifier({"token_ids": ids, "padding_mask": mask}, training=False))  # (batch, K)
+    return np.asarray(
+        classifier({"token_ids": ids, "padding_mask": mask}, training=False)
+    )  # (batch, K)
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +73,12 @@ def batch(downstream_model):
 
 def test_transformers_loads_the_export_with_the_classifiers_logits(exported, batch):
     model, info = transformers.RobertaForSequenceClassification.from_pretrained(
-        exported["hf"], output_loading_info=True)
+        exported["hf"], output_loading_info=True
+    )
     assert not any(info.values()), info  # no missing, unexpected or mismatched keys
-    assert model.config.num_labels == 3 and model.config.problem_type == "single_label_classification"
+    assert (
+        model.config.num_labels == 3 and model.config.problem_type == "single_label_classification"
+    )
     assert model.config.id2label == dict(enumerate(LABELS))
     assert model.config.label2id == {name: i for i, name in enumerate(LABELS)}
     tokenizer = transformers.AutoTokenizer.from_pretrained(exported["hf"])
@@ -87,13 +95,14 @@ def test_keras_hub_loads_the_preset_with_the_classifiers_length_and_logits(expor
     stock = keras_hub.models.RobertaTextClassifier.from_preset(exported["keras-hub"])
     assert stock.num_classes == 3 and stock.preprocessor.sequence_length == MAX_LENGTH
     original = kroberta.load(exported["saved"])
-    np.testing.assert_allclose(keras_logits(stock, *batch), keras_logits(original, *batch),
-                               atol=1e-6, rtol=0)
+    np.testing.assert_allclose(
+        keras_logits(stock, *batch), keras_logits(original, *batch), atol=1e-6, rtol=0
+    )
     # Its preprocessor gives kroberta's token ids for ordinary text.
     text = "The apple river stone"
     ids = np.asarray(stock.preprocessor([text])["token_ids"])[0]  # (MAX_LENGTH,)
     expected = [0] + original.tokenizer.encode(text, add_special_tokens=False).ids + [2]
-    np.testing.assert_array_equal(ids[:len(expected)], expected)
+    np.testing.assert_array_equal(ids[: len(expected)], expected)
 
 
 @pytest.mark.parametrize("format", ["hf", "keras-hub"])
@@ -103,8 +112,9 @@ def test_load_reads_a_classifier_export_back(exported, batch, format):
     assert loaded.label_names == LABELS and loaded.max_length == MAX_LENGTH
     assert loaded.task_spec == original.task_spec  # a pair task's fields travel with the export
     tolerance = TOLERANCE if format == "hf" else 1e-6
-    np.testing.assert_allclose(keras_logits(loaded, *batch), keras_logits(original, *batch),
-                               atol=tolerance, rtol=0)
+    np.testing.assert_allclose(
+        keras_logits(loaded, *batch), keras_logits(original, *batch), atol=tolerance, rtol=0
+    )
     texts = ["The apple zebra river", "The stone cloud"]
     expected = prediction.predict_texts(original, texts)
     got = prediction.predict_texts(loaded, texts)
@@ -124,8 +134,11 @@ def test_a_regression_exports_with_problem_type_regression(downstream_model, tmp
     loaded = kroberta.load(out)
     assert loaded.label_names is None and loaded.task_spec.kind == REGRESSION
     texts = ["The apple river", "The stone"]
-    np.testing.assert_allclose(prediction.predict_texts(loaded, texts)["values"],
-                               prediction.predict_texts(original, texts)["values"], atol=1e-5)
+    np.testing.assert_allclose(
+        prediction.predict_texts(loaded, texts)["values"],
+        prediction.predict_texts(original, texts)["values"],
+        atol=1e-5,
+    )
 
 
 def test_a_classifier_transformers_saved_loads_with_its_logits(tmp_path):
@@ -133,10 +146,18 @@ def test_a_classifier_transformers_saved_loads_with_its_logits(tmp_path):
     with its default token-type table (two rows, row 0 folded into the positions)."""
     torch.manual_seed(0)
     config = transformers.RobertaConfig(
-        vocab_size=TINY.vocabulary_size, hidden_size=TINY.hidden_dim, num_hidden_layers=TINY.num_layers,
-        num_attention_heads=TINY.num_heads, intermediate_size=TINY.intermediate_dim,
-        max_position_embeddings=TINY.max_sequence_length + 2, layer_norm_eps=1e-5, pad_token_id=1,
-        bos_token_id=0, eos_token_id=2, id2label={0: "a", 1: "b", 2: "c"})
+        vocab_size=TINY.vocabulary_size,
+        hidden_size=TINY.hidden_dim,
+        num_hidden_layers=TINY.num_layers,
+        num_attention_heads=TINY.num_heads,
+        intermediate_size=TINY.intermediate_dim,
+        max_position_embeddings=TINY.max_sequence_length + 2,
+        layer_norm_eps=1e-5,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        id2label={0: "a", 1: "b", 2: "c"},
+    )
     model = transformers.RobertaForSequenceClassification(config)
     with torch.no_grad():
         for parameter in model.parameters():
@@ -150,7 +171,12 @@ def test_a_classifier_transformers_saved_loads_with_its_logits(tmp_path):
 
 def test_the_export_command_writes_a_classifier(exported, tmp_path, capsys):
     out = str(tmp_path / "preset")
-    assert kroberta.cli.export.main(["--run", exported["saved"], "--out", out, "--format", "keras-hub"]) == 0
+    assert (
+        kroberta.cli.export.main(
+            ["--run", exported["saved"], "--out", out, "--format", "keras-hub"]
+        )
+        == 0
+    )
     assert "exported" in capsys.readouterr().out
     with open(os.path.join(out, keras_hub_presets.TASK_CONFIG_FILE), encoding="utf-8") as f:
         assert json.load(f)["registered_name"].endswith("RobertaTextClassifier")
@@ -160,11 +186,17 @@ def test_the_export_command_writes_a_classifier(exported, tmp_path, capsys):
 
 def test_a_classifier_where_a_masked_lm_goes_is_one_error(exported):
     for where in ("saved", "hf", "keras-hub"):
-        with pytest.raises(InputError, match=r"^--model: .* holds a fine-tuned classifier, not a "
-                                             r"masked LM"):
+        with pytest.raises(
+            InputError,
+            match=r"^--model: .* holds a fine-tuned classifier, not a "
+            r"masked LM",
+        ):
             model_source(exported[where], "--model", head=MASKED_LM)
-        with pytest.raises(InputError, match=r"checkpoint: .*: only a run's masked LM has "
-                                             r"checkpoints"):
+        with pytest.raises(
+            InputError,
+            match=r"checkpoint: .*: only a run's masked LM has "
+            r"checkpoints",
+        ):
             kroberta.load(exported[where], checkpoint="last")
 
 
@@ -174,8 +206,20 @@ def test_a_masked_lm_where_a_classifier_goes_is_one_error(downstream_model, tmp_
     run = tmp_path / "run"
     kroberta.save(downstream_model, str(run))
     (tmp_path / "texts.jsonl").write_text('{"text": "a"}\n')
-    assert kroberta.cli.finetune.main(["--classifier", str(run), "--predict",
-                                       str(tmp_path / "texts.jsonl"), "--predictions",
-                                       str(tmp_path / "out.jsonl")]) == 2
-    assert "holds a masked LM, not a fine-tuned classifier; fine-tune it with --run" in \
-        capsys.readouterr().err
+    assert (
+        kroberta.cli.finetune.main(
+            [
+                "--classifier",
+                str(run),
+                "--predict",
+                str(tmp_path / "texts.jsonl"),
+                "--predictions",
+                str(tmp_path / "out.jsonl"),
+            ]
+        )
+        == 2
+    )
+    assert (
+        "holds a masked LM, not a fine-tuned classifier; fine-tune it with --run"
+        in capsys.readouterr().err
+    )

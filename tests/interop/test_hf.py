@@ -13,7 +13,9 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="HF parity tests need torch (pip install torch==2.13.0)")
+torch = pytest.importorskip(
+    "torch", reason="HF parity tests need torch (pip install torch==2.13.0)"
+)
 transformers = pytest.importorskip("transformers", reason="HF parity tests need transformers")
 
 import kroberta  # noqa: E402
@@ -23,10 +25,26 @@ from kroberta.model.mlm import build_model  # noqa: E402
 
 # The seed configuration and a tiny one, started as RoBERTa (and Hugging Face's default,
 # which an import records) at 0.02.
-SEED = ModelConfig(vocabulary_size=10000, num_layers=3, num_heads=6, hidden_dim=300,
-                   intermediate_dim=600, max_sequence_length=64, dropout=0.0, initializer_range=0.02)
-TINY = ModelConfig(vocabulary_size=300, num_layers=2, num_heads=2, hidden_dim=16,
-                   intermediate_dim=32, max_sequence_length=16, dropout=0.0, initializer_range=0.02)
+SEED = ModelConfig(
+    vocabulary_size=10000,
+    num_layers=3,
+    num_heads=6,
+    hidden_dim=300,
+    intermediate_dim=600,
+    max_sequence_length=64,
+    dropout=0.0,
+    initializer_range=0.02,
+)
+TINY = ModelConfig(
+    vocabulary_size=300,
+    num_layers=2,
+    num_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+    max_sequence_length=16,
+    dropout=0.0,
+    initializer_range=0.02,
+)
 CONFIGS = {"seed": SEED, "tiny": TINY}
 TOLERANCE = 1e-4  # float32; measured ~2e-7 (tiny) and ~2.5e-6 (seed), logits of std ~0.1-0.5
 
@@ -57,15 +75,20 @@ def padded_batch(model_config, seed=0):
 def kroberta_logits(model, ids, mask):
     positions = np.broadcast_to(np.arange(ids.shape[1], dtype="int32"), ids.shape)
     # One compiled call: faster here than the first eager call, which compiles op by op.
-    return np.asarray(model.predict_on_batch(
-        {"token_ids": ids, "padding_mask": mask, "mask_positions": positions}))  # (batch, length, vocab)
+    return np.asarray(
+        model.predict_on_batch(
+            {"token_ids": ids, "padding_mask": mask, "mask_positions": positions}
+        )
+    )  # (batch, length, vocab)
 
 
 def hf_logits(hf_model, ids, mask):
     hf_model.eval()
     with torch.no_grad():
-        out = hf_model(input_ids=torch.tensor(ids, dtype=torch.long),
-                       attention_mask=torch.tensor(mask, dtype=torch.long))
+        out = hf_model(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            attention_mask=torch.tensor(mask, dtype=torch.long),
+        )
     return out.logits.numpy()  # (batch, length, vocab)
 
 
@@ -74,7 +97,9 @@ def max_diff_at_real_tokens(a, b, mask):
 
 
 def load_hf(directory):
-    model, info = transformers.RobertaForMaskedLM.from_pretrained(directory, output_loading_info=True)
+    model, info = transformers.RobertaForMaskedLM.from_pretrained(
+        directory, output_loading_info=True
+    )
     assert not info["missing_keys"], info
     assert not info["unexpected_keys"], info
     assert not info["mismatched_keys"], info
@@ -97,16 +122,26 @@ def test_export_matches_transformers_logits(name, tmp_path):
 # "tiny" keeps RobertaConfig()'s default layer_norm_eps (1e-12), as every model built from
 # transformers' defaults has it.
 @pytest.mark.parametrize("name, type_vocab_size, epsilon", [("seed", 1, 1e-5), ("tiny", 2, None)])
-def test_load_of_a_transformers_directory_matches_its_logits(name, type_vocab_size, epsilon, tmp_path):
+def test_load_of_a_transformers_directory_matches_its_logits(
+    name, type_vocab_size, epsilon, tmp_path
+):
     m = CONFIGS[name]
     torch.manual_seed(0)
     hf_config = transformers.RobertaConfig(
-        vocab_size=m.vocabulary_size, hidden_size=m.hidden_dim, num_hidden_layers=m.num_layers,
-        num_attention_heads=m.num_heads, intermediate_size=m.intermediate_dim,
-        max_position_embeddings=m.max_sequence_length + 2, type_vocab_size=type_vocab_size,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        pad_token_id=1, bos_token_id=0, eos_token_id=2,
-        **({} if epsilon is None else {"layer_norm_eps": epsilon}))
+        vocab_size=m.vocabulary_size,
+        hidden_size=m.hidden_dim,
+        num_hidden_layers=m.num_layers,
+        num_attention_heads=m.num_heads,
+        intermediate_size=m.intermediate_dim,
+        max_position_embeddings=m.max_sequence_length + 2,
+        type_vocab_size=type_vocab_size,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        **({} if epsilon is None else {"layer_norm_eps": epsilon}),
+    )
     m = dataclasses.replace(m, layer_norm_epsilon=hf_config.layer_norm_eps)
     hf_model = transformers.RobertaForMaskedLM(hf_config)
     with torch.no_grad():  # HF initialises biases to 0 and LayerNorm to 1: perturb all
@@ -116,13 +151,17 @@ def test_load_of_a_transformers_directory_matches_its_logits(name, type_vocab_si
     model = kroberta.load(str(tmp_path))
     assert model.kroberta_config.model == m
     ids, mask = padded_batch(m, seed=1)
-    diff = max_diff_at_real_tokens(kroberta_logits(model, ids, mask), hf_logits(hf_model, ids, mask), mask)
+    diff = max_diff_at_real_tokens(
+        kroberta_logits(model, ids, mask), hf_logits(hf_model, ids, mask), mask
+    )
     print(f"import {name}: max |logit diff| = {diff:.3g}")
     assert diff < TOLERANCE
     # Exported again, the epsilon goes back with the weights.
     again = load_hf(hf.export_hf(model, str(tmp_path / "again")))
     assert again.config.layer_norm_eps == hf_config.layer_norm_eps
-    diff = max_diff_at_real_tokens(hf_logits(again, ids, mask), hf_logits(hf_model, ids, mask), mask)
+    diff = max_diff_at_real_tokens(
+        hf_logits(again, ids, mask), hf_logits(hf_model, ids, mask), mask
+    )
     assert diff < TOLERANCE
 
 
@@ -143,8 +182,12 @@ def test_init_from_hf_matches_transformers(tmp_path):
     hf_model = load_hf(hf.export_hf(source, str(tmp_path)))
     model = hf.init_from_hf(build_model(TINY, seed=0), str(tmp_path))
     ids, mask = padded_batch(TINY)
-    assert max_diff_at_real_tokens(kroberta_logits(model, ids, mask), hf_logits(hf_model, ids, mask),
-                                   mask) < TOLERANCE
+    assert (
+        max_diff_at_real_tokens(
+            kroberta_logits(model, ids, mask), hf_logits(hf_model, ids, mask), mask
+        )
+        < TOLERANCE
+    )
 
 
 def test_pytorch_bin_is_read_with_torch(tmp_path):
@@ -168,6 +211,11 @@ def test_auto_tokenizer_encodes_like_tokenizers(tmp_path):
     auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
     for text in ("hello <mask>", "hello <mask> world", " the cat sat\non the mat"):
         assert auto(text)["input_ids"] == tokenizer.encode(text).ids, text
-    assert (auto.bos_token_id, auto.pad_token_id, auto.eos_token_id, auto.unk_token_id,
-            auto.mask_token_id) == (0, 1, 2, 3, 4)
+    assert (
+        auto.bos_token_id,
+        auto.pad_token_id,
+        auto.eos_token_id,
+        auto.unk_token_id,
+        auto.mask_token_id,
+    ) == (0, 1, 2, 3, 4)
     assert auto.model_max_length == TINY.max_sequence_length

@@ -21,8 +21,16 @@ from kroberta.model.mlm import build_model
 from kroberta.training import final_model
 
 # Started at 0.02: what a Hugging Face or keras-hub import records.
-TINY = ModelConfig(vocabulary_size=300, num_layers=2, num_heads=2, hidden_dim=16,
-                   intermediate_dim=32, max_sequence_length=16, dropout=0.0, initializer_range=0.02)
+TINY = ModelConfig(
+    vocabulary_size=300,
+    num_layers=2,
+    num_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+    max_sequence_length=16,
+    dropout=0.0,
+    initializer_range=0.02,
+)
 
 
 def randomized_model(model_config=TINY, seed=0):
@@ -61,8 +69,12 @@ def expected_tensor_shapes(m: ModelConfig):
     }
     for n in range(m.num_layers):
         p = f"roberta.encoder.layer.{n}"
-        for name in ("attention.self.query", "attention.self.key", "attention.self.value",
-                     "attention.output.dense"):
+        for name in (
+            "attention.self.query",
+            "attention.self.key",
+            "attention.self.value",
+            "attention.output.dense",
+        ):
             shapes[f"{p}.{name}.weight"] = (h, h)
             shapes[f"{p}.{name}.bias"] = (h,)
         for name in ("attention.output.LayerNorm", "output.LayerNorm"):
@@ -83,8 +95,11 @@ def tiny_tokenizer():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a few sentences support fewer than 300 tokens
-        return train_tokenizer(["hello world, the cat sat on the mat.", "hello there, hello again"] * 5,
-                               300, min_frequency=1)
+        return train_tokenizer(
+            ["hello world, the cat sat on the mat.", "hello there, hello again"] * 5,
+            300,
+            min_frequency=1,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -129,17 +144,26 @@ def test_export_writes_hf_names_shapes_and_config(tiny_export):
     positions = tensors["roberta.embeddings.position_embeddings.weight"]
     np.testing.assert_array_equal(positions[:2], 0.0)  # HF never reads rows 0-1
     np.testing.assert_array_equal(
-        positions[2:], np.asarray(model.backbone.embeddings.position_embedding.position_embeddings.value))
+        positions[2:],
+        np.asarray(model.backbone.embeddings.position_embedding.position_embeddings.value),
+    )
     np.testing.assert_array_equal(tensors["roberta.embeddings.token_type_embeddings.weight"], 0.0)
     # torch Linear weights are (out, in): the transpose of Keras' (in, out) kernel.
     layer = model.backbone.transformer_layers[1]
-    np.testing.assert_array_equal(tensors["roberta.encoder.layer.1.intermediate.dense.weight"],
-                                  np.asarray(layer._feedforward_intermediate_dense.kernel.value).T)
+    np.testing.assert_array_equal(
+        tensors["roberta.encoder.layer.1.intermediate.dense.weight"],
+        np.asarray(layer._feedforward_intermediate_dense.kernel.value).T,
+    )
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)
     assert config["model_type"] == "roberta" and config["architectures"] == ["RobertaForMaskedLM"]
-    assert (config["vocab_size"], config["hidden_size"], config["num_hidden_layers"],
-            config["num_attention_heads"], config["intermediate_size"]) == (300, 16, 2, 2, 32)
+    assert (
+        config["vocab_size"],
+        config["hidden_size"],
+        config["num_hidden_layers"],
+        config["num_attention_heads"],
+        config["intermediate_size"],
+    ) == (300, 16, 2, 2, 32)
     assert config["max_position_embeddings"] == 18 and config["type_vocab_size"] == 1
     assert config["layer_norm_eps"] == 1e-5 and config["hidden_act"] == "gelu"
     assert (config["pad_token_id"], config["bos_token_id"], config["eos_token_id"]) == (1, 0, 2)
@@ -177,10 +201,17 @@ def test_load_and_init_from_hf_read_a_url(tiny_export):
         kroberta.load(f"{url}/none")
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("hidden_size", 32, "hidden_size=32 gives model.hidden_dim=32, but the model has 16"),
-    ("max_position_embeddings", 34, "max_position_embeddings=34 gives model.max_sequence_length=32, but the model has 16"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("hidden_size", 32, "hidden_size=32 gives model.hidden_dim=32, but the model has 16"),
+        (
+            "max_position_embeddings",
+            34,
+            "max_position_embeddings=34 gives model.max_sequence_length=32, but the model has 16",
+        ),
+    ],
+)
 def test_init_from_hf_refuses_another_shape(tiny_export, tmp_path, key, value, message):
     model, out = tiny_export
     with pytest.raises(ConversionError, match=message):
@@ -197,7 +228,8 @@ def test_token_type_row_is_folded_into_positions(tiny_export, tmp_path):
     loaded = kroberta.load(rewrite_tensors(out, str(tmp_path / "tt"), add_types))
     want = np.asarray(model.backbone.embeddings.position_embedding.position_embeddings.value) + row
     np.testing.assert_array_equal(
-        np.asarray(loaded.backbone.embeddings.position_embedding.position_embeddings.value), want)
+        np.asarray(loaded.backbone.embeddings.position_embedding.position_embeddings.value), want
+    )
 
 
 def test_tokenizer_is_exported_and_imported(tmp_path):
@@ -205,8 +237,13 @@ def test_tokenizer_is_exported_and_imported(tmp_path):
     model = randomized_model()
     model.tokenizer = tokenizer  # as kroberta.load sets it
     out = hf.export_hf(model, str(tmp_path))
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                 "vocab.json", "merges.txt"):
+    for name in (
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "vocab.json",
+        "merges.txt",
+    ):
         assert os.path.isfile(os.path.join(out, name)), name
     with open(os.path.join(out, "tokenizer_config.json")) as f:
         tok_config = json.load(f)
@@ -246,23 +283,32 @@ def test_pytorch_bin_without_torch_is_a_clear_error(tiny_export, tmp_path, monke
     os.link(os.path.join(out, "config.json"), tmp_path / "config.json")
     (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
-    with pytest.raises(ConversionError, match="pytorch_model.bin: reading a PyTorch checkpoint needs torch"):
+    with pytest.raises(
+        ConversionError, match="pytorch_model.bin: reading a PyTorch checkpoint needs torch"
+    ):
         kroberta.load(str(tmp_path))
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("model_type", "bert", "model_type: kroberta imports 'roberta' models only, got 'bert'"),
-    ("position_embedding_type", "relative_key", "position_embedding_type"),
-    ("hidden_act", "relu", "hidden_act"),
-    ("layer_norm_eps", 0, r"layer_norm_eps: expected a number in \(0, 1\), got 0"),
-    ("pad_token_id", 0, "pad_token_id"),
-    ("num_attention_heads", 3, "num_attention_heads: 3 heads do not divide hidden_size=16"),
-    ("hidden_size", None, "hidden_size: expected a positive integer"),
-    ("hidden_dropout_prob", None, r"hidden_dropout_prob: expected a number, got None"),
-    ("attention_probs_dropout_prob", "0.1", r"attention_probs_dropout_prob: expected a number, "
-                                            r"got '0.1'"),
-    ("initializer_range", None, r"initializer_range: expected a number, got None"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("model_type", "bert", "model_type: kroberta imports 'roberta' models only, got 'bert'"),
+        ("position_embedding_type", "relative_key", "position_embedding_type"),
+        ("hidden_act", "relu", "hidden_act"),
+        ("layer_norm_eps", 0, r"layer_norm_eps: expected a number in \(0, 1\), got 0"),
+        ("pad_token_id", 0, "pad_token_id"),
+        ("num_attention_heads", 3, "num_attention_heads: 3 heads do not divide hidden_size=16"),
+        ("hidden_size", None, "hidden_size: expected a positive integer"),
+        ("hidden_dropout_prob", None, r"hidden_dropout_prob: expected a number, got None"),
+        (
+            "attention_probs_dropout_prob",
+            "0.1",
+            r"attention_probs_dropout_prob: expected a number, "
+            r"got '0.1'",
+        ),
+        ("initializer_range", None, r"initializer_range: expected a number, got None"),
+    ],
+)
 def test_unrepresentable_configs_are_refused_by_key(tiny_export, tmp_path, key, value, message):
     _, out = tiny_export
     with pytest.raises(ConversionError, match=message):
@@ -271,9 +317,12 @@ def test_unrepresentable_configs_are_refused_by_key(tiny_export, tmp_path, key, 
 
 def test_missing_tensor_is_named(tiny_export, tmp_path):
     _, out = tiny_export
-    bad = rewrite_tensors(out, str(tmp_path / "bad"),
-                          lambda t: t.pop("roberta.encoder.layer.1.output.dense.bias"))
-    with pytest.raises(ConversionError, match=r"missing tensor\(s\): roberta.encoder.layer.1.output.dense.bias"):
+    bad = rewrite_tensors(
+        out, str(tmp_path / "bad"), lambda t: t.pop("roberta.encoder.layer.1.output.dense.bias")
+    )
+    with pytest.raises(
+        ConversionError, match=r"missing tensor\(s\): roberta.encoder.layer.1.output.dense.bias"
+    ):
         kroberta.load(bad)
 
 
@@ -283,8 +332,10 @@ def test_shape_mismatch_names_tensor_expected_and_got(tiny_export, tmp_path):
     def shrink(t):
         t["lm_head.dense.weight"] = t["lm_head.dense.weight"][:, :8].copy()
 
-    with pytest.raises(ConversionError,
-                       match=r"tensor lm_head.dense.weight: expected shape \(16, 16\), got \(16, 8\)"):
+    with pytest.raises(
+        ConversionError,
+        match=r"tensor lm_head.dense.weight: expected shape \(16, 16\), got \(16, 8\)",
+    ):
         kroberta.load(rewrite_tensors(out, str(tmp_path / "bad"), shrink))
 
 
@@ -314,20 +365,33 @@ def test_export_cli_round_trip(tmp_path, capsys):
     # A non-empty --out is refused, and accepted with --overwrite.
     assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out", out]) == 2
     assert "not empty" in capsys.readouterr().err
-    assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out", out, "--overwrite"]) == 0
+    assert (
+        kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out", out, "--overwrite"]) == 0
+    )
     # Overwriting with a run that has no tokenizer leaves no stale tokenizer behind.
     make_run(tmp_path / "run2")
-    assert kroberta.cli.export.main(["--run", str(tmp_path / "run2"), "--out", out, "--overwrite"]) == 0
+    assert (
+        kroberta.cli.export.main(["--run", str(tmp_path / "run2"), "--out", out, "--overwrite"])
+        == 0
+    )
     assert sorted(os.listdir(out)) == ["config.json", "model.safetensors"]
 
 
 def test_export_cli_errors_are_one_line_exit_2(tmp_path, capsys):
 
-    assert kroberta.cli.export.main(["--run", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert (
+        kroberta.cli.export.main(["--run", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such directory" in err
     (tmp_path / "empty_run").mkdir()
-    assert kroberta.cli.export.main(["--run", str(tmp_path / "empty_run"), "--out", str(tmp_path / "o")]) == 2
+    assert (
+        kroberta.cli.export.main(
+            ["--run", str(tmp_path / "empty_run"), "--out", str(tmp_path / "o")]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a finished kroberta run" in err
 
@@ -340,8 +404,11 @@ def test_python_exports_refuse_a_directory_holding_files(tmp_path):
     (out / "config.json").write_text("mine")
     (out / "notes.txt").write_text("mine")
     for export in (kroberta.export_hf, kroberta.export_keras_hub):
-        with pytest.raises(InputError, match=rf"out_dir {out}: directory is not empty \(pass "
-                                             r"--overwrite, overwrite=True in Python"):
+        with pytest.raises(
+            InputError,
+            match=rf"out_dir {out}: directory is not empty \(pass "
+            r"--overwrite, overwrite=True in Python",
+        ):
             export(model, str(out))
     assert (out / "config.json").read_text() == "mine"
     (tmp_path / "file").write_text("x")
@@ -349,17 +416,24 @@ def test_python_exports_refuse_a_directory_holding_files(tmp_path):
         kroberta.export_hf(model, str(tmp_path / "file"))
     # overwrite=True replaces an export only: these files are no export.
     for export in (kroberta.export_hf, kroberta.export_keras_hub):
-        with pytest.raises(InputError, match=rf"out_dir {out}: holds files, but not .* is missing\); "
-                                             r"--overwrite replaces an export of the same format"):
+        with pytest.raises(
+            InputError,
+            match=rf"out_dir {out}: holds files, but not .* is missing\); "
+            r"--overwrite replaces an export of the same format",
+        ):
             export(model, str(out), overwrite=True)
     assert sorted(os.listdir(out)) == ["config.json", "notes.txt"]
 
 
 def _tree(directory) -> dict:
     """{relative path: bytes} of every file under `directory`."""
-    return {os.path.relpath(os.path.join(root, name), directory):
-            open(os.path.join(root, name), "rb").read()
-            for root, _, names in os.walk(directory) for name in names}
+    return {
+        os.path.relpath(os.path.join(root, name), directory): open(
+            os.path.join(root, name), "rb"
+        ).read()
+        for root, _, names in os.walk(directory)
+        for name in names
+    }
 
 
 def test_overwrite_never_replaces_a_run_data_or_the_other_format(tmp_path, capsys):
@@ -368,19 +442,44 @@ def test_overwrite_never_replaces_a_run_data_or_the_other_format(tmp_path, capsy
     # The run's own directory as --out: the export's weights and tokenizer replaced the run's.
     for out, kind in ((tmp_path / "run", "a kroberta run (config.toml)"),):
         for format in ("hf", "keras-hub"):
-            assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out", str(out),
-                                             "--format", format, "--overwrite"]) == 2
+            assert (
+                kroberta.cli.export.main(
+                    [
+                        "--run",
+                        str(tmp_path / "run"),
+                        "--out",
+                        str(out),
+                        "--format",
+                        format,
+                        "--overwrite",
+                    ]
+                )
+                == 2
+            )
             assert capsys.readouterr().err == (
                 f"error: --out {out}: holds {kind}, which an export must not replace; export "
-                "into a directory of its own\n")
+                "into a directory of its own\n"
+            )
     assert _tree(tmp_path / "run") == run
     # A run's subfolder (its logs, checkpoints) holds no export either.
     (tmp_path / "run" / "tensorboard").mkdir()
     (tmp_path / "run" / "tensorboard" / "events.out.tfevents.1").write_text("")
-    assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out",
-                                     str(tmp_path / "run" / "tensorboard"), "--overwrite"]) == 2
-    assert "holds files, but not a Hugging Face export (model.safetensors is missing)" in \
-        capsys.readouterr().err
+    assert (
+        kroberta.cli.export.main(
+            [
+                "--run",
+                str(tmp_path / "run"),
+                "--out",
+                str(tmp_path / "run" / "tensorboard"),
+                "--overwrite",
+            ]
+        )
+        == 2
+    )
+    assert (
+        "holds files, but not a Hugging Face export (model.safetensors is missing)"
+        in capsys.readouterr().err
+    )
     model = randomized_model()
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "manifest.json").write_text("{}")
@@ -414,8 +513,9 @@ def test_an_interrupted_export_leaves_the_previous_one_whole(tmp_path, monkeypat
     if format == "hf":
         monkeypatch.setattr(hf, "_export_tokenizer", interrupted)
     else:  # the classifier preprocessor's files, saved after the model's
-        monkeypatch.setattr(keras_hub.models.RobertaTextClassifierPreprocessor, "save_to_preset",
-                            interrupted)
+        monkeypatch.setattr(
+            keras_hub.models.RobertaTextClassifierPreprocessor, "save_to_preset", interrupted
+        )
     with pytest.raises(KeyboardInterrupt):
         export(randomized_model(seed=3), str(out), tokenizer=tiny_tokenizer(), overwrite=True)
     assert _tree(out) == before
@@ -436,8 +536,11 @@ def test_export_arguments_of_the_wrong_kind_write_nothing(tmp_path):
 
     model = randomized_model()
     for export in (kroberta.export_hf, kroberta.export_keras_hub):
-        with pytest.raises(ArgumentKindError, match=r"tokenizer: expected a tokenizers.Tokenizer.*"
-                                                    r"got bool \(overwrite is passed by name"):
+        with pytest.raises(
+            ArgumentKindError,
+            match=r"tokenizer: expected a tokenizers.Tokenizer.*"
+            r"got bool \(overwrite is passed by name",
+        ):
             export(model, str(tmp_path / "out"), True)
         with pytest.raises(ArgumentKindError, match="tokenizer: .*got str"):
             export(model, str(tmp_path / "out"), str(tmp_path / "tokenizer.json"))
@@ -452,20 +555,31 @@ def test_reading_the_wrong_thing_says_what_to_give(tmp_path):
     model = randomized_model()
     kroberta.export_hf(model, str(tmp_path / "hf"))
     kroberta.export_keras_hub(model, str(tmp_path / "preset"))
-    with pytest.raises(ArgumentKindError, match=r"expected a directory's path, got MaskedLM "
-                                                r"\(a model already: use it as it is\)"):
+    with pytest.raises(
+        ArgumentKindError,
+        match=r"expected a directory's path, got MaskedLM "
+        r"\(a model already: use it as it is\)",
+    ):
         kroberta.load(model)
-    with pytest.raises(NotFoundError, match=rf"config.json: a file, not a directory; give "
-                                            rf"the directory that holds it \({tmp_path / 'hf'}\)"):
+    with pytest.raises(
+        NotFoundError,
+        match=rf"config.json: a file, not a directory; give "
+        rf"the directory that holds it \({tmp_path / 'hf'}\)",
+    ):
         kroberta.load(str(tmp_path / "hf" / "config.json"))
     # One loader tells the two formats apart by their files.
     assert_same_weights(model, kroberta.load(str(tmp_path / "preset")))
     assert_same_weights(model, kroberta.load(str(tmp_path / "hf")))
     # Swapped arguments are named as such, not as a path to load.
-    for call, name in ((kroberta.export_hf, "export_hf"), (kroberta.export_keras_hub,
-                                                           "export_keras_hub")):
-        with pytest.raises(ArgumentKindError, match=rf"the model first, then the path: "
-                                                    rf"kroberta.{name}\(model, out_dir\)"):
+    for call, name in (
+        (kroberta.export_hf, "export_hf"),
+        (kroberta.export_keras_hub, "export_keras_hub"),
+    ):
+        with pytest.raises(
+            ArgumentKindError,
+            match=rf"the model first, then the path: "
+            rf"kroberta.{name}\(model, out_dir\)",
+        ):
             call(str(tmp_path / "out"), model)
     with pytest.raises(ArgumentKindError, match=r"kroberta.evaluate\(model, data\)"):
         kroberta.evaluate(str(tmp_path / "data"), model)
@@ -484,28 +598,37 @@ def test_damaged_files_are_one_error_naming_the_file(tmp_path, capsys):
     (tmp_path / "hf" / "tokenizer.json").write_text('{"version": "1.0", "truncated')
     with pytest.raises(InputError, match=rf"{tmp_path / 'hf' / 'tokenizer.json'}"):
         kroberta.load(str(tmp_path / "hf"))
-    damaged = [(tmp_path / "run" / "model.weights.h5", kroberta.load, tmp_path / "run"),
-               (tmp_path / "hf" / "model.safetensors", kroberta.load, tmp_path / "hf"),
-               (tmp_path / "preset" / "task.weights.h5", kroberta.load,
-                tmp_path / "preset")]
+    damaged = [
+        (tmp_path / "run" / "model.weights.h5", kroberta.load, tmp_path / "run"),
+        (tmp_path / "hf" / "model.safetensors", kroberta.load, tmp_path / "hf"),
+        (tmp_path / "preset" / "task.weights.h5", kroberta.load, tmp_path / "preset"),
+    ]
     for path, read, directory in damaged:  # a copy cut short
         _truncate(path)
         with pytest.raises(InputError, match=r"cannot read this .*: damaged"):
             read(str(directory))
-    assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out",
-                                     str(tmp_path / "out")]) == 2
+    assert (
+        kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--out", str(tmp_path / "out")])
+        == 2
+    )
     error = capsys.readouterr().err
-    assert error.startswith(f"error: {tmp_path / 'run' / 'model.weights.h5'}: cannot read this "
-                            "weights file: damaged, truncated or not this model's (")
+    assert error.startswith(
+        f"error: {tmp_path / 'run' / 'model.weights.h5'}: cannot read this "
+        "weights file: damaged, truncated or not this model's ("
+    )
     assert error.count("\n") == 1
     (tmp_path / "run" / "tokenizer.json").write_text('{"version": "1.0", "truncated')
-    with pytest.raises(InputError, match=rf"{tmp_path / 'run' / 'tokenizer.json'}: cannot read "
-                                         r"this tokenizer: damaged"):
+    with pytest.raises(
+        InputError,
+        match=rf"{tmp_path / 'run' / 'tokenizer.json'}: cannot read "
+        r"this tokenizer: damaged",
+    ):
         kroberta.load(str(tmp_path / "run"))
 
 
 def test_an_export_has_the_usual_modes_and_no_leftover_when_interrupted_at_its_end(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     import shutil
 
     from kroberta import interop

@@ -20,11 +20,23 @@ from tests.conftest import TINY_LENGTH, TINY_VOCAB, tiny_config
 from tests.interop.test_hf_no_torch import TINY, assert_same_weights, make_run, randomized_model
 from tests.text.test_prepare import make_docs
 
-TEXTS = ["the cat sat on a mat while dogs ran far away", "über naïve café 日本 résumé",
-         "two  spaces\nand a new line", "The cat, the mat; dogs!"]
-PRESET_FILES = {"config.json", "model.weights.h5", "metadata.json", "task.json", "task.weights.h5",
-                "preprocessor.json", "tokenizer.json", "assets/tokenizer/vocabulary.json",
-                "assets/tokenizer/merges.txt"}
+TEXTS = [
+    "the cat sat on a mat while dogs ran far away",
+    "über naïve café 日本 résumé",
+    "two  spaces\nand a new line",
+    "The cat, the mat; dogs!",
+]
+PRESET_FILES = {
+    "config.json",
+    "model.weights.h5",
+    "metadata.json",
+    "task.json",
+    "task.weights.h5",
+    "preprocessor.json",
+    "tokenizer.json",
+    "assets/tokenizer/vocabulary.json",
+    "assets/tokenizer/merges.txt",
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +55,11 @@ def exported(tmp_path_factory, tokenizer):
 
 
 def _files(directory):
-    return {os.path.relpath(os.path.join(d, f), directory) for d, _, fs in os.walk(directory) for f in fs}
+    return {
+        os.path.relpath(os.path.join(d, f), directory)
+        for d, _, fs in os.walk(directory)
+        for f in fs
+    }
 
 
 def _batch(model, seed=0):
@@ -51,8 +67,11 @@ def _batch(model, seed=0):
     L, V = model.backbone.max_sequence_length, model.backbone.vocabulary_size
     mask = (np.arange(L)[None, :] < rng.integers(4, L + 1, (3, 1))).astype("int32")
     ids = np.where(mask, rng.integers(5, V, (3, L)), 1).astype("int32")
-    return {"token_ids": ids, "padding_mask": mask,
-            "mask_positions": rng.integers(0, 4, (3, 5)).astype("int32")}
+    return {
+        "token_ids": ids,
+        "padding_mask": mask,
+        "mask_positions": rng.integers(0, 4, (3, 5)).astype("int32"),
+    }
 
 
 def test_preset_files_are_keras_hubs(exported):
@@ -61,8 +80,13 @@ def test_preset_files_are_keras_hubs(exported):
     config = json.load(open(os.path.join(out, "config.json")))
     assert config["registered_name"] == "keras_hub>RobertaBackbone"
     assert config["config"]["vocabulary_size"] == TINY.vocabulary_size
-    assert json.load(open(os.path.join(out, "task.json")))["registered_name"] == "keras_hub>RobertaMaskedLM"
-    assert "kroberta" not in open(os.path.join(out, "task.json")).read()  # a stock model, no kroberta layers
+    assert (
+        json.load(open(os.path.join(out, "task.json")))["registered_name"]
+        == "keras_hub>RobertaMaskedLM"
+    )
+    assert (
+        "kroberta" not in open(os.path.join(out, "task.json")).read()
+    )  # a stock model, no kroberta layers
 
 
 @pytest.mark.stack
@@ -75,10 +99,15 @@ def test_keras_hub_from_preset_gives_equal_logits_and_token_ids(exported, tokeni
     assert task.preprocessor.sequence_length == TINY.max_sequence_length
     backbone = keras_hub.models.RobertaBackbone.from_preset(out)
     inputs = {k: batch[k] for k in ("token_ids", "padding_mask")}
-    np.testing.assert_allclose(np.asarray(backbone(inputs)), np.asarray(model.backbone(inputs)), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        np.asarray(backbone(inputs)), np.asarray(model.backbone(inputs)), atol=1e-5, rtol=0
+    )
     theirs = keras_hub.models.RobertaTokenizer.from_preset(out)
     for text in TEXTS:
-        assert np.asarray(theirs(text)).tolist() == tokenizer.encode(text, add_special_tokens=False).ids, text
+        assert (
+            np.asarray(theirs(text)).tolist()
+            == tokenizer.encode(text, add_special_tokens=False).ids
+        ), text
 
 
 def test_load_of_a_preset_round_trip(exported, tokenizer):
@@ -107,17 +136,33 @@ def test_load_and_init_from_keras_hub_read_a_url(exported):
 def test_export_cli_and_overwrite(tmp_path, tokenizer, capsys):
     model = make_run(tmp_path / "run", tokenizer=tokenizer)
     out = str(tmp_path / "preset")
-    assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--format", "keras-hub", "--out", out]) == 0
+    assert (
+        kroberta.cli.export.main(
+            ["--run", str(tmp_path / "run"), "--format", "keras-hub", "--out", out]
+        )
+        == 0
+    )
     assert f"exported {tmp_path / 'run'} -> {out}" in capsys.readouterr().out
     assert PRESET_FILES | {"kroberta_config.toml"} <= _files(out)
     assert_same_weights(model, kroberta.load(out))
-    assert kroberta.cli.export.main(["--run", str(tmp_path / "run"), "--format", "keras-hub", "--out", out]) == 2
+    assert (
+        kroberta.cli.export.main(
+            ["--run", str(tmp_path / "run"), "--format", "keras-hub", "--out", out]
+        )
+        == 2
+    )
     assert "not empty" in capsys.readouterr().err
     # A run without a tokenizer overwrites without leaving the old tokenizer behind.
     make_run(tmp_path / "run2")
-    assert kroberta.cli.export.main(["--run", str(tmp_path / "run2"), "--format", "keras-hub", "--out", out,
-                       "--overwrite"]) == 0
-    assert not {"tokenizer.json", "preprocessor.json", "assets/tokenizer/vocabulary.json"} & _files(out)
+    assert (
+        kroberta.cli.export.main(
+            ["--run", str(tmp_path / "run2"), "--format", "keras-hub", "--out", out, "--overwrite"]
+        )
+        == 0
+    )
+    assert not {"tokenizer.json", "preprocessor.json", "assets/tokenizer/vocabulary.json"} & _files(
+        out
+    )
     assert keras_hub.models.RobertaMaskedLM.from_preset(out).preprocessor is None
 
 
@@ -126,21 +171,38 @@ def test_not_a_roberta_preset_is_named(exported, tmp_path):
     config = json.load(open(os.path.join(out, "config.json")))
     config["registered_name"] = "keras_hub>BertBackbone"
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ConversionError, match=r"config.json: registered_name: kroberta reads RobertaBackbone "
-                                                  r"presets, got 'keras_hub>BertBackbone'"):
+    with pytest.raises(
+        ConversionError,
+        match=r"config.json: registered_name: kroberta reads RobertaBackbone "
+        r"presets, got 'keras_hub>BertBackbone'",
+    ):
         kroberta.load(str(tmp_path))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match=r"empty: not a finished kroberta run \(config.toml is missing\), "
-                                                 r"and no config.json of a Hugging Face model or keras-hub preset"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"empty: not a finished kroberta run \(config.toml is missing\), "
+        r"and no config.json of a Hugging Face model or keras-hub preset",
+    ):
         kroberta.load(str(tmp_path / "empty"))
 
 
 def test_training_can_start_from_a_preset(tiny_data, tmp_path):
     from kroberta.model.mlm import build_model
 
-    config = tiny_config(tiny_data, tmp_path / "run", steps=4, warmup_steps=0, log_every=2, eval_every=0,
-                         checkpoint_every=2, learning_rate=1e-12)
-    assert (config.model.vocabulary_size, config.model.max_sequence_length) == (TINY_VOCAB, TINY_LENGTH)
+    config = tiny_config(
+        tiny_data,
+        tmp_path / "run",
+        steps=4,
+        warmup_steps=0,
+        log_every=2,
+        eval_every=0,
+        checkpoint_every=2,
+        learning_rate=1e-12,
+    )
+    assert (config.model.vocabulary_size, config.model.max_sequence_length) == (
+        TINY_VOCAB,
+        TINY_LENGTH,
+    )
     start = build_model(config.model, seed=42)
     kroberta.export_keras_hub(start, str(tmp_path / "preset"))
     train(dataclasses.replace(config, init_from_keras_hub=str(tmp_path / "preset")), until_step=2)
@@ -149,11 +211,19 @@ def test_training_can_start_from_a_preset(tiny_data, tmp_path):
         np.testing.assert_allclose(np.asarray(a.value), np.asarray(b.value), atol=1e-6)
     # Another shape is refused by key; both inits at once are a config error.
     other = build_model(dataclasses.replace(config.model, hidden_dim=16, num_heads=2), seed=0)
-    with pytest.raises(ConversionError, match=r"config.hidden_dim=32, but the model has model.hidden_dim=16"):
+    with pytest.raises(
+        ConversionError, match=r"config.hidden_dim=32, but the model has model.hidden_dim=16"
+    ):
         keras_hub_presets.init_from_keras_hub(other, str(tmp_path / "preset"))
-    both = dataclasses.replace(config, init_from_keras_hub=str(tmp_path / "preset"), init_from_hf="x",
-                               run_dir=str(tmp_path / "run2"))
-    with pytest.raises(ConfigError, match="init_from_keras_hub: set init_from_hf or init_from_keras_hub, not both"):
+    both = dataclasses.replace(
+        config,
+        init_from_keras_hub=str(tmp_path / "preset"),
+        init_from_hf="x",
+        run_dir=str(tmp_path / "run2"),
+    )
+    with pytest.raises(
+        ConfigError, match="init_from_keras_hub: set init_from_hf or init_from_keras_hub, not both"
+    ):
         train(both)
 
 

@@ -19,12 +19,20 @@ RUN = dict(steps=20, warmup_steps=4, log_every=10, eval_every=20, checkpoint_eve
 
 
 def _one_device(config, batch, accumulate, k):
-    train_ = dataclasses.replace(config.train, batch_size_per_device=batch,
-                                 gradient_accumulation_steps=accumulate, steps_per_execution=k)
+    train_ = dataclasses.replace(
+        config.train,
+        batch_size_per_device=batch,
+        gradient_accumulation_steps=accumulate,
+        steps_per_execution=k,
+    )
     # Static masks: both runs predict exactly the same tokens of the same records.
     data = dataclasses.replace(config.data, masking="static")
-    return dataclasses.replace(config, train=train_, data=data,
-                               distributed=dataclasses.replace(config.distributed, devices=1))
+    return dataclasses.replace(
+        config,
+        train=train_,
+        data=data,
+        distributed=dataclasses.replace(config.distributed, devices=1),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +40,11 @@ def runs(tiny_data, tmp_path_factory):
     """One device: batches of 8; 2 micro-batches of 4 (K = 1); the same with K = 5."""
     root = tmp_path_factory.mktemp("accumulation")
     base = tiny_config(tiny_data, root, **RUN)
-    configs = {"b8": _one_device(base, 8, 1, 1), "a2x4": _one_device(base, 4, 2, 1),
-               "a2x4-k5": _one_device(base, 4, 2, 5)}
+    configs = {
+        "b8": _one_device(base, 8, 1, 1),
+        "a2x4": _one_device(base, 4, 2, 1),
+        "a2x4-k5": _one_device(base, 4, 2, 5),
+    }
     summaries = {}
     for name, config in configs.items():
         summaries[name] = train(dataclasses.replace(config, run_dir=str(root / name)))
@@ -68,8 +79,13 @@ def test_micro_batches_hold_unequal_masked_counts(runs, tiny_data):
     _, _, configs = runs
     config = configs["a2x4"]
     spec = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "t"), "t")
-    batches = pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 8,
-                                     config.train.seed, 0).take(20).as_numpy_iterator()
+    batches = (
+        pipeline.train_dataset(
+            spec, config.data, config.model.vocabulary_size, 8, config.train.seed, 0
+        )
+        .take(20)
+        .as_numpy_iterator()
+    )
     unequal = 0
     for _, y in batches:
         counts = [int((part != -100).sum()) for part in np.asarray(masked_lm.micro_batches(y, 2))]

@@ -18,15 +18,24 @@ from kroberta.interop import hf
 from kroberta.model import attention
 from kroberta.model.mlm import build_model
 
-MODEL = ModelConfig(vocabulary_size=64, num_layers=2, num_heads=2, hidden_dim=16,
-                    intermediate_dim=32, max_sequence_length=16, dropout=0.1)
+MODEL = ModelConfig(
+    vocabulary_size=64,
+    num_layers=2,
+    num_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+    max_sequence_length=16,
+    dropout=0.1,
+)
 
 
 def _inputs(batch=3, length=16, slots=3):
     rng = np.random.default_rng(0)
-    return {"token_ids": rng.integers(5, 64, (batch, length)).astype("int32"),
-            "padding_mask": np.array([[1] * length] * (batch - 1) + [[1] * 9 + [0] * 7], "int32"),
-            "mask_positions": rng.integers(0, 9, (batch, slots)).astype("int32")}
+    return {
+        "token_ids": rng.integers(5, 64, (batch, length)).astype("int32"),
+        "padding_mask": np.array([[1] * length] * (batch - 1) + [[1] * 9 + [0] * 7], "int32"),
+        "mask_positions": rng.integers(0, 9, (batch, slots)).astype("int32"),
+    }
 
 
 def test_the_rate_follows_dropout_unless_set():
@@ -65,8 +74,9 @@ def test_attention_dropout_drops_attention_weights_and_hidden_dropout_stays():
     # Equal queries and keys: every weight is 1/length. One-hot values per key make the
     # output the (dropped, rescaled) weights themselves: (batch, length, heads, length).
     qk = np.zeros((batch, length, heads, 4), "float32")
-    values = np.broadcast_to(np.eye(length, dtype="float32")[None, :, None, :],
-                             (batch, length, heads, length))
+    values = np.broadcast_to(
+        np.eye(length, dtype="float32")[None, :, None, :], (batch, length, heads, length)
+    )
     weights, _ = layer._compute_attention(qk, qk, values, training=True)
     weights = np.asarray(weights)
     dropped = np.mean(weights == 0)
@@ -76,8 +86,11 @@ def test_attention_dropout_drops_attention_weights_and_hidden_dropout_stays():
     assert not np.array_equal(np.asarray(again) == 0, weights == 0)  # a new mask per call
     # The hidden (residual branch, embedding) dropouts keep model.dropout.
     of_attention = {id(a._dropout_layer) for a in attention.attention_layers(model)}
-    rates = {sub.rate for sub in model._flatten_layers(include_self=False)
-             if isinstance(sub, keras.layers.Dropout) and id(sub) not in of_attention}
+    rates = {
+        sub.rate
+        for sub in model._flatten_layers(include_self=False)
+        if isinstance(sub, keras.layers.Dropout) and id(sub) not in of_attention
+    }
     assert rates == {0.1}
     hidden = model.backbone.get_layer("transformer_layer_0")._feedforward_dropout
     kept = np.asarray(hidden(np.ones((64, 16, 16), "float32"), training=True)) != 0

@@ -13,8 +13,15 @@ from kroberta.model import dropout
 from kroberta.model.mlm import build_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TINY = ModelConfig(vocabulary_size=120, num_layers=2, num_heads=2, hidden_dim=16,
-                   intermediate_dim=32, max_sequence_length=12, dropout=0.1)
+TINY = ModelConfig(
+    vocabulary_size=120,
+    num_layers=2,
+    num_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+    max_sequence_length=12,
+    dropout=0.1,
+)
 
 
 def _keep(key, shape, keep_prob=0.9):
@@ -72,8 +79,9 @@ def test_keras_bits_off_cpu_bit_for_bit_keras_dropout(monkeypatch):
     for rate in (0.1, 0.5):
         ours, theirs = dropout.Dropout(rate, seed=7), keras.layers.Dropout(rate, seed=7)
         for _ in range(2):
-            np.testing.assert_array_equal(np.asarray(ours(x, training=True)),
-                                          np.asarray(theirs(x, training=True)))
+            np.testing.assert_array_equal(
+                np.asarray(ours(x, training=True)), np.asarray(theirs(x, training=True))
+            )
 
 
 def test_hash_masks_only_on_cpu_and_never_for_a_chosen_generator():
@@ -84,8 +92,9 @@ def test_hash_masks_only_on_cpu_and_never_for_a_chosen_generator():
     code = "import kroberta\nfrom kroberta.model import dropout\nprint(dropout.uses_hash_masks((4, 4)))\n"
     env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
     env["JAX_DEFAULT_PRNG_IMPL"] = "rbg"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False"]
 
@@ -125,8 +134,9 @@ def test_inference_and_zero_rate_are_the_identity():
 
 def test_model_switches_every_dropout_and_keeps_keras_hubs_weights():
     model = build_model(TINY, seed=0)
-    dropouts = [l for l in model._flatten_layers(recursive=True)
-                if isinstance(l, keras.layers.Dropout)]
+    dropouts = [
+        l for l in model._flatten_layers(recursive=True) if isinstance(l, keras.layers.Dropout)
+    ]
     # The embeddings', and per encoder layer: attention probabilities, attention
     # output, feed-forward output.
     assert len(dropouts) == 1 + 3 * TINY.num_layers

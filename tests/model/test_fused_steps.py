@@ -60,8 +60,13 @@ def test_logged_interval_is_the_token_weighted_mean_of_its_steps(runs, tiny_data
     root, _ = runs
     config = tiny_config(tiny_data, root / "k1", **RUN)
     spec = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "t"), "t")
-    batches = pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 16,
-                                     config.train.seed, 0).take(20).as_numpy_iterator()
+    batches = (
+        pipeline.train_dataset(
+            spec, config.data, config.model.vocabulary_size, 16, config.train.seed, 0
+        )
+        .take(20)
+        .as_numpy_iterator()
+    )
     tokens = [int((y != -100).sum()) for _, y in batches]  # masked tokens of each step
     per_step = _rows(root / "k1")
     assert [r["step"] for r in per_step] == list(range(1, 21))
@@ -70,8 +75,9 @@ def test_logged_interval_is_the_token_weighted_mean_of_its_steps(runs, tiny_data
         w = np.array(tokens[begin:end], float)
         for key in ("loss", "masked_accuracy"):
             values = np.array([r[key] for r in per_step[begin:end]])
-            assert row[key] == pytest.approx(float((w * values).sum() / w.sum()), rel=2e-6,
-                                             abs=1e-7), (key, end)
+            assert row[key] == pytest.approx(
+                float((w * values).sum() / w.sum()), rel=2e-6, abs=1e-7
+            ), (key, end)
         plain = np.mean([r["loss"] for r in per_step[begin:end]])
         assert abs(row["loss"] - plain) > 1e-6 or end == 20  # the weights made a difference
         if "step_time" in row:  # not in the first row: its one dispatch compiled
@@ -85,8 +91,7 @@ def test_resume_inside_a_group_ends_like_the_uninterrupted_runs(runs):
     _assert_same_weights(root / "k1", root / "k4")
     # The first invocation logged at 8 and at its stop (10); the resume realigns at 16.
     assert [r["step"] for r in _rows(root / "k4")] == [8, 10, 16, 20]
-    assert _rows(root / "k4")[-1]["loss"] == pytest.approx(_rows(root / "k8")[-1]["loss"],
-                                                           rel=1e-6)
+    assert _rows(root / "k4")[-1]["loss"] == pytest.approx(_rows(root / "k8")[-1]["loss"], rel=1e-6)
 
 
 def test_fused_programs_compile_once_per_group_length(tiny_data, tmp_path):
@@ -102,8 +107,7 @@ def test_fused_programs_compile_once_per_group_length(tiny_data, tmp_path):
     model = build_compiled_model(config)
 
     def stream(begin):
-        return pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 16, 0,
-                                      begin)
+        return pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 16, 0, begin)
 
     model.fit(stream(0).take(16), steps_per_epoch=8, epochs=2, verbose=0)
     assert masked_lm.trace_count(model, "train") == 1
@@ -120,8 +124,9 @@ def test_fused_programs_compile_once_per_group_length(tiny_data, tmp_path):
     # 70 records in batches of 16: 5 batches = a group of 4 and a group of 1.
     assert masked_lm.trace_count(model, "test") == short_group_traces
     assert first == second
-    with pytest.raises(ValueError, match="steps_per_epoch=6 is not a multiple of "
-                                         "steps_per_execution=4"):
+    with pytest.raises(
+        ValueError, match="steps_per_epoch=6 is not a multiple of steps_per_execution=4"
+    ):
         model.fit(stream(0), steps_per_epoch=6, epochs=2, verbose=0)
 
 
@@ -136,8 +141,9 @@ def test_a_one_device_mesh_compiles_each_step_once(tiny_data, tmp_path):
     from kroberta.parallel import distribute
 
     config = tiny_config(tiny_data, tmp_path, steps_per_execution=4, log_every=8, **RUN)
-    config = dataclasses.replace(config, distributed=dataclasses.replace(config.distributed,
-                                                                         devices=1))
+    config = dataclasses.replace(
+        config, distributed=dataclasses.replace(config.distributed, devices=1)
+    )
     spec = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "t"), "t")
     val = pipeline.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
     previous = keras.distribution.distribution()
@@ -149,8 +155,9 @@ def test_a_one_device_mesh_compiles_each_step_once(tiny_data, tmp_path):
         model.fit(train_ds.take(24), steps_per_epoch=8, epochs=3, verbose=0)
         assert int(model.optimizer.iterations.numpy()) == 24
         assert masked_lm.trace_count(model, "train") == 1
-        eval_ds = pipeline.eval_dataset(val, config.data, config.model.vocabulary_size, 16, 0,
-                                        max_batches=4)  # one group of K = 4
+        eval_ds = pipeline.eval_dataset(
+            val, config.data, config.model.vocabulary_size, 16, 0, max_batches=4
+        )  # one group of K = 4
         first = model.evaluate(eval_ds, verbose=0, return_dict=True)
         second = model.evaluate(eval_ds, verbose=0, return_dict=True)
         assert masked_lm.trace_count(model, "test") == 1
@@ -165,8 +172,14 @@ def test_evaluate_with_k_groups_equals_one_batch_at_a_time(tiny_data, tmp_path):
     val = pipeline.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
     results = []
     for k in (1, 3):
-        config = tiny_config(tiny_data, tmp_path, steps_per_execution=k, log_every=6,
-                             eval_every=0, checkpoint_every=0)
+        config = tiny_config(
+            tiny_data,
+            tmp_path,
+            steps_per_execution=k,
+            log_every=6,
+            eval_every=0,
+            checkpoint_every=0,
+        )
         model = build_compiled_model(config)
         eval_ds = pipeline.eval_dataset(val, config.data, config.model.vocabulary_size, 16, 0, 0)
         results.append(model.evaluate(eval_ds, verbose=0, return_dict=True))
@@ -179,12 +192,16 @@ def test_fit_over_a_finite_dataset_reads_it_once_per_epoch(tiny_data, tmp_path):
 
     from kroberta.model.mlm import build_compiled_model
 
-    config = tiny_config(tiny_data, tmp_path, steps_per_execution=4, log_every=4,
-                         eval_every=0, checkpoint_every=0)
+    config = tiny_config(
+        tiny_data, tmp_path, steps_per_execution=4, log_every=4, eval_every=0, checkpoint_every=0
+    )
     model = build_compiled_model(config)
     spec = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "t"), "t")
-    flat = list(pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 16, 0,
-                                       0).take(6).as_numpy_iterator())
+    flat = list(
+        pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 16, 0, 0)
+        .take(6)
+        .as_numpy_iterator()
+    )
     dataset = tf.data.Dataset.from_tensor_slices(jax.tree.map(lambda *a: np.stack(a), *flat))
     history = model.fit(dataset, epochs=3, verbose=0)  # 6 batches: groups of 4 and 2
     assert int(model.optimizer.iterations.numpy()) == 18
@@ -194,12 +211,16 @@ def test_fit_over_a_finite_dataset_reads_it_once_per_epoch(tiny_data, tmp_path):
 def test_fit_on_numpy_arrays_stacks_groups_on_the_host(tiny_data, tmp_path):
     from kroberta.model.mlm import build_compiled_model
 
-    config = tiny_config(tiny_data, tmp_path, steps_per_execution=2, log_every=2,
-                         eval_every=0, checkpoint_every=0)
+    config = tiny_config(
+        tiny_data, tmp_path, steps_per_execution=2, log_every=2, eval_every=0, checkpoint_every=0
+    )
     model = build_compiled_model(config)
     spec = pipeline.inspect_files(pipeline.resolve_files(config.data.train, "t"), "t")
-    x, y = next(pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 64, 0,
-                                       0).as_numpy_iterator())
+    x, y = next(
+        pipeline.train_dataset(
+            spec, config.data, config.model.vocabulary_size, 64, 0, 0
+        ).as_numpy_iterator()
+    )
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)  # 4 batches, 2 groups
     assert int(model.optimizer.iterations.numpy()) == 4
     assert masked_lm.trace_count(model, "train") == 1
@@ -212,20 +233,28 @@ def test_super_batches_keep_the_k_axis_whole_and_split_the_batch():
     distribution = keras.distribution.DataParallel(devices=devices)
     sharding = fused_steps.super_batch_sharding(distribution, (8, 16, 32))
     assert sharding.spec == jax.sharding.PartitionSpec(None, "batch", None)
-    arrays = list(fused_steps.prefetch_to_devices(
-        iter([{"a": np.arange(8 * 16).reshape(8, 16) + i} for i in range(3)]), distribution))
+    arrays = list(
+        fused_steps.prefetch_to_devices(
+            iter([{"a": np.arange(8 * 16).reshape(8, 16) + i} for i in range(3)]), distribution
+        )
+    )
     assert len(arrays) == 3
     assert [s.data.shape for s in arrays[0].data["a"].addressable_shards] == [(8, 4)] * 4
-    np.testing.assert_array_equal(np.asarray(arrays[2].data["a"]),
-                                  np.arange(128).reshape(8, 16) + 2)
+    np.testing.assert_array_equal(
+        np.asarray(arrays[2].data["a"]), np.arange(128).reshape(8, 16) + 2
+    )
 
 
 def test_log_interval_must_be_a_multiple_of_k(tiny_data, tmp_path):
     # Evaluations and checkpoints are multiples of log_every, hence of K too.
-    config = tiny_config(tiny_data, tmp_path, steps_per_execution=8, log_every=12,
-                         eval_every=24, checkpoint_every=24)
-    with pytest.raises(ConfigError, match=r"train\.log_every: 12 is not a multiple of "
-                                          r"train\.steps_per_execution=8"):
+    config = tiny_config(
+        tiny_data, tmp_path, steps_per_execution=8, log_every=12, eval_every=24, checkpoint_every=24
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"train\.log_every: 12 is not a multiple of "
+        r"train\.steps_per_execution=8",
+    ):
         validate(config)
 
 
@@ -234,8 +263,11 @@ def test_steps_per_execution_takes_a_count_or_auto(tiny_data, tmp_path):
 
     config = apply_overrides(Config(), ["train.steps_per_execution=auto"])
     assert config.train.steps_per_execution == AUTO == Config().train.steps_per_execution
-    with pytest.raises(ConfigError, match=r"train\.steps_per_execution: expected an integer or "
-                                          r"\"auto\", got 'often'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train\.steps_per_execution: expected an integer or "
+        r"\"auto\", got 'often'",
+    ):
         apply_overrides(config, ["train.steps_per_execution=often"])
     with pytest.raises(ConfigError, match=r"train\.steps_per_execution: must be >= 1"):
         validate(tiny_config(tiny_data, tmp_path, steps_per_execution=0))
@@ -252,8 +284,9 @@ def test_auto_fills_a_dispatch_with_enough_work():
 
 
 def test_the_plan_resolves_the_automatic_choice(tiny_data, tmp_path):
-    config = tiny_config(tiny_data, tmp_path, steps=4, log_every=2, eval_every=0,
-                         checkpoint_every=0, warmup_steps=0)
+    config = tiny_config(
+        tiny_data, tmp_path, steps=4, log_every=2, eval_every=0, checkpoint_every=0, warmup_steps=0
+    )
     assert config.train.steps_per_execution == AUTO
     plan = make_plan(config, jax.devices(), 32)
     resolved = plan.config

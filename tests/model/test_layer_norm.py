@@ -8,8 +8,15 @@ from kroberta.model.layer_norm import LayerNormalization, layer_norm, use_fused_
 from kroberta.model.metrics import MaskedLMLoss
 from kroberta.model.mlm import build_model
 
-TINY = ModelConfig(vocabulary_size=120, num_layers=2, num_heads=2, hidden_dim=16,
-                   intermediate_dim=32, max_sequence_length=12, dropout=0.0)
+TINY = ModelConfig(
+    vocabulary_size=120,
+    num_layers=2,
+    num_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+    max_sequence_length=12,
+    dropout=0.0,
+)
 
 
 def test_values_and_gradients_equal_keras_layer_normalization():
@@ -25,9 +32,11 @@ def test_values_and_gradients_equal_keras_layer_normalization():
     def reference(x, gamma, beta):
         return (keras.ops.layer_normalization(x, gamma, beta, epsilon=1e-5) * probe).sum()
 
-    np.testing.assert_allclose(layer_norm(x, gamma, beta, 1e-5),
-                               keras.ops.layer_normalization(x, gamma, beta, epsilon=1e-5),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        layer_norm(x, gamma, beta, 1e-5),
+        keras.ops.layer_normalization(x, gamma, beta, epsilon=1e-5),
+        atol=1e-5,
+    )
     got = jax.jit(jax.grad(ours, argnums=(0, 1, 2)))(x, gamma, beta)
     want = jax.grad(reference, argnums=(0, 1, 2))(x, gamma, beta)
     for g, w in zip(got, want):
@@ -44,16 +53,18 @@ def test_constant_rows_normalise_to_beta_with_finite_gradients():
 
 def test_model_switches_every_norm_and_keeps_keras_hubs_config_and_weights():
     model = build_model(TINY, seed=0)
-    norms = [l for l in model._flatten_layers(recursive=True)
-             if isinstance(l, keras.layers.LayerNormalization)]
+    norms = [
+        l
+        for l in model._flatten_layers(recursive=True)
+        if isinstance(l, keras.layers.LayerNormalization)
+    ]
     # The embeddings' norm, two per encoder layer and the MLM head's.
     assert len(norms) == 1 + 2 * TINY.num_layers + 1
     assert all(type(l) is LayerNormalization for l in norms)
     # The saved description is a plain keras-hub model: rebuilding it gives Keras' norms.
     stock = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
     assert [v.path for v in stock.weights] == [v.path for v in model.weights]
-    assert not any(type(l) is LayerNormalization
-                   for l in stock._flatten_layers(recursive=True))
+    assert not any(type(l) is LayerNormalization for l in stock._flatten_layers(recursive=True))
 
 
 def test_weights_files_are_interchangeable_with_stock_keras_hub(tmp_path):
@@ -75,9 +86,11 @@ def test_model_loss_and_gradients_equal_the_stock_keras_hub_model():
     stock = keras_hub.models.RobertaMaskedLM.from_config(model.get_config())
     stock.set_weights(model.get_weights())
     rng = np.random.default_rng(1)
-    x = {"token_ids": rng.integers(5, 120, (4, 12)).astype("int32"),
-         "padding_mask": np.ones((4, 12), "int32"),
-         "mask_positions": rng.integers(1, 12, (4, 3)).astype("int32")}
+    x = {
+        "token_ids": rng.integers(5, 120, (4, 12)).astype("int32"),
+        "padding_mask": np.ones((4, 12), "int32"),
+        "mask_positions": rng.integers(1, 12, (4, 3)).astype("int32"),
+    }
     x["padding_mask"][0, 8:] = 0
     labels = rng.integers(5, 120, (4, 3)).astype("int32")
     loss = MaskedLMLoss()

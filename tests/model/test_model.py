@@ -13,8 +13,15 @@ from kroberta.model.mlm import build_compiled_model, build_model
 from kroberta.perf.plan import for_local_devices
 from kroberta.training import final_model
 
-TINY = ModelConfig(vocabulary_size=200, num_layers=2, num_heads=2, hidden_dim=16,
-                   intermediate_dim=32, max_sequence_length=16, dropout=0.0)
+TINY = ModelConfig(
+    vocabulary_size=200,
+    num_layers=2,
+    num_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+    max_sequence_length=16,
+    dropout=0.0,
+)
 
 
 def _batch(batch=4, length=16, slots=5, vocab=200, seed=0):
@@ -125,21 +132,33 @@ def test_save_refuses_a_run_of_another_shape_and_arguments_of_the_wrong_kind(tmp
     other = dataclasses.replace(TINY, hidden_dim=32, intermediate_dim=64)
     (tmp_path / "config.toml").write_text(to_toml(Config(model=other, run_dir=str(tmp_path))))
     model = build_model(TINY, config=Config(model=TINY))
-    with pytest.raises(InputError, match=r"kroberta.save: .* holds a run of another model "
-                                         r"\(hidden_dim 32 there, 16 here; intermediate_dim 64 "
-                                         r"there, .* here\); save into a new directory"):
+    with pytest.raises(
+        InputError,
+        match=r"kroberta.save: .* holds a run of another model "
+        r"\(hidden_dim 32 there, 16 here; intermediate_dim 64 "
+        r"there, .* here\); save into a new directory",
+    ):
         kroberta.save(model, str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]  # nothing written
-    with pytest.raises(ArgumentKindError, match=r"kroberta.save: the model first, then the "
-                                                r"path: kroberta.save\(model, run_dir\)"):
+    with pytest.raises(
+        ArgumentKindError,
+        match=r"kroberta.save: the model first, then the "
+        r"path: kroberta.save\(model, run_dir\)",
+    ):
         kroberta.save(str(tmp_path), model)
-    with pytest.raises(ArgumentKindError, match=r"kroberta.save: run_dir: expected a directory's "
-                                                r"path, got int"):
+    with pytest.raises(
+        ArgumentKindError,
+        match=r"kroberta.save: run_dir: expected a directory's "
+        r"path, got int",
+    ):
         kroberta.save(model, 3)
     with pytest.raises(ArgumentKindError, match=r"kroberta.save: expected a model"):
         kroberta.save("runs/x", "runs/y")
-    with pytest.raises(ArgumentKindError, match=r"kroberta.report: expected a run directory's "
-                                                r"path, got MaskedLM"):
+    with pytest.raises(
+        ArgumentKindError,
+        match=r"kroberta.report: expected a run directory's "
+        r"path, got MaskedLM",
+    ):
         kroberta.report(model)
     with pytest.raises(KrobertaError, match=r"data: give a prepared directory .* got MaskedLM"):
         kroberta.evaluate(model, model)
@@ -153,22 +172,34 @@ def test_load_of_an_unfinished_run_is_a_clear_error(tmp_path):
         kroberta.load(str(tmp_path / "nothing"))
     # A file of the run, and a directory of another kind, say what to give instead.
     (tmp_path / "model.weights.h5").write_text("")
-    with pytest.raises(KrobertaError, match=rf"model.weights.h5: a file, not a directory; "
-                                            rf"give the directory that holds it \({tmp_path}\)"):
+    with pytest.raises(
+        KrobertaError,
+        match=rf"model.weights.h5: a file, not a directory; "
+        rf"give the directory that holds it \({tmp_path}\)",
+    ):
         kroberta.load(str(tmp_path / "model.weights.h5"))
     (tmp_path / "config.json").write_text("{}")
-    with pytest.raises(KrobertaError, match=r"config.toml is missing\), and no config.json of a "
-                                            r"Hugging Face model or keras-hub preset"):
+    with pytest.raises(
+        KrobertaError,
+        match=r"config.toml is missing\), and no config.json of a "
+        r"Hugging Face model or keras-hub preset",
+    ):
         kroberta.load(str(tmp_path))
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "manifest.json").write_text("{}")
-    with pytest.raises(KrobertaError, match=r"prepared data \(python -m kroberta.prepare's output\), "
-                                            r"not a model"):
+    with pytest.raises(
+        KrobertaError,
+        match=r"prepared data \(python -m kroberta.prepare's output\), "
+        r"not a model",
+    ):
         kroberta.load(str(tmp_path / "data"))
     step = tmp_path / "checkpoints" / "step_00000020"
     step.mkdir(parents=True)
-    with pytest.raises(KrobertaError, match=rf"a checkpoint of the run {tmp_path}: give the "
-                                            rf"run \(kroberta.load\('{tmp_path}', checkpoint=20\)"):
+    with pytest.raises(
+        KrobertaError,
+        match=rf"a checkpoint of the run {tmp_path}: give the "
+        rf"run \(kroberta.load\('{tmp_path}', checkpoint=20\)",
+    ):
         kroberta.load(str(step))
     (tmp_path / "config.toml").write_text("")
     with pytest.raises(KrobertaError, match=r"checkpoint: expected None.*got 'latest'"):
@@ -208,14 +239,16 @@ def test_cross_entropy_and_its_gradient_equal_keras_sparse_cross_entropy():
         return (sparse_cross_entropy(x, targets) * weights).sum()
 
     def reference(x):
-        return (keras.ops.sparse_categorical_crossentropy(targets, x, from_logits=True)
-                * weights).sum()
+        return (
+            keras.ops.sparse_categorical_crossentropy(targets, x, from_logits=True) * weights
+        ).sum()
 
     np.testing.assert_allclose(ours(logits), reference(logits), rtol=1e-6)
     np.testing.assert_allclose(jax.grad(ours)(logits), jax.grad(reference)(logits), atol=1e-6)
     # Under jit and vmap-free batching as in the train step.
-    np.testing.assert_allclose(jax.jit(jax.grad(ours))(logits), jax.grad(reference)(logits),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        jax.jit(jax.grad(ours))(logits), jax.grad(reference)(logits), atol=1e-6
+    )
 
 
 def test_accuracy_counts_the_label_at_the_row_maximum():

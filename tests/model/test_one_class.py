@@ -97,8 +97,11 @@ def test_the_loss_leaves_out_unlabelled_slots(entry_points):
     model.compile(optimizer=keras.optimizers.SGD(0.0))
     with_padding = model.evaluate(keras_hub_names, labels, verbose=0, return_dict=True)["loss"]
     logits = model.predict(keras_hub_names, verbose=0).astype("float64")
-    log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1,
-                                keepdims=True)) - logits.max(-1, keepdims=True)
+    log_probs = (
+        logits
+        - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        - logits.max(-1, keepdims=True)
+    )
     real = labels != -100
     expected = -np.take_along_axis(log_probs, np.where(real, labels, 0)[..., None], -1)[..., 0]
     assert with_padding == pytest.approx(expected[real].mean(), rel=1e-5)
@@ -129,7 +132,10 @@ def test_fit_and_evaluate_without_labels_say_what_to_give_and_leave_the_model_us
     keras_hub_names, _, ids, labels = _inputs(model)
     model.compile(optimizer=keras.optimizers.SGD(0.0))
     for call, x in ((model.fit, keras_hub_names), (model.evaluate, ids)):
-        with pytest.raises(InputError, match=r"model\.(fit|evaluate): no labels: give y \(the labels "
-                                             r"at mask_positions, -100 = none\)"):
+        with pytest.raises(
+            InputError,
+            match=r"model\.(fit|evaluate): no labels: give y \(the labels "
+            r"at mask_positions, -100 = none\)",
+        ):
             call(x, verbose=0)
     assert np.isfinite(model.evaluate(keras_hub_names, labels, verbose=0, return_dict=True)["loss"])

@@ -15,16 +15,25 @@ from kroberta.model.mlm import build_model
 from tests.conftest import tiny_config
 from tests.pretraining.test_train import _rows, _weights
 
-MODEL = ModelConfig(vocabulary_size=64, num_layers=2, num_heads=2, hidden_dim=16,
-                    intermediate_dim=32, max_sequence_length=8, dropout=0.1)
+MODEL = ModelConfig(
+    vocabulary_size=64,
+    num_layers=2,
+    num_heads=2,
+    hidden_dim=16,
+    intermediate_dim=32,
+    max_sequence_length=8,
+    dropout=0.1,
+)
 REMATS = ("none", "dots", "dots_no_batch", "full")
 
 
 def _inputs(batch=4, length=8, slots=2):
     rng = np.random.default_rng(0)
-    return {"token_ids": rng.integers(5, 64, (batch, length)).astype("int32"),
-            "padding_mask": np.array([[1] * length] * (batch - 1) + [[1] * 5 + [0] * 3], "int32"),
-            "mask_positions": rng.integers(0, 5, (batch, slots)).astype("int32")}
+    return {
+        "token_ids": rng.integers(5, 64, (batch, length)).astype("int32"),
+        "padding_mask": np.array([[1] * length] * (batch - 1) + [[1] * 5 + [0] * 3], "int32"),
+        "mask_positions": rng.integers(0, 5, (batch, slots)).astype("int32"),
+    }
 
 
 def _loss_and_gradients(remat, model_config=MODEL):
@@ -36,7 +45,7 @@ def _loss_and_gradients(remat, model_config=MODEL):
 
     def loss(trainable, non_trainable):
         logits, non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
-        return (logits ** 2).mean(), non_trainable  # logits (batch, slots, vocabulary)
+        return (logits**2).mean(), non_trainable  # logits (batch, slots, vocabulary)
 
     step = jax.jit(jax.value_and_grad(loss, has_aux=True))
     (value, seed_states), gradients = step(trainable, non_trainable)
@@ -78,8 +87,9 @@ def test_remat_is_checked_by_the_config(tiny_data, tmp_path):
         validate(config)
 
 
-RUN = dict(steps=4, warmup_steps=1, log_every=2, eval_every=4, checkpoint_every=4,
-           steps_per_execution=2)
+RUN = dict(
+    steps=4, warmup_steps=1, log_every=2, eval_every=4, checkpoint_every=4, steps_per_execution=2
+)
 
 
 @pytest.mark.slow  # 6 short training runs (their twins above: loss, gradients, dropout draws)
@@ -90,15 +100,19 @@ def test_remat_trains_to_the_same_weights(tiny_data, tmp_path, strategy):
     for remat in REMATS if strategy == "data" else ("none", "full"):
         config = tiny_config(tiny_data, tmp_path / remat, remat=remat, **RUN)
         config = dataclasses.replace(
-            config, model=dataclasses.replace(config.model, dropout=0.1, attention_dropout=0.2),
+            config,
+            model=dataclasses.replace(config.model, dropout=0.1, attention_dropout=0.2),
             data=dataclasses.replace(config.data, shuffle_buffer=1),
-            distributed=dataclasses.replace(config.distributed, strategy=strategy,
-                                            model_parallel=2 if strategy == "fsdp" else 0))
+            distributed=dataclasses.replace(
+                config.distributed, strategy=strategy, model_parallel=2 if strategy == "fsdp" else 0
+            ),
+        )
         train(config)
         weights[remat] = _weights(tmp_path / remat)
         losses[remat] = [row["loss"] for row in _rows(tmp_path / remat)]
     for remat in weights:
         assert losses[remat] == pytest.approx(losses["none"], rel=1e-6)
         for name, value in weights["none"].items():
-            np.testing.assert_allclose(weights[remat][name], value, rtol=1e-6, atol=1e-7,
-                                       err_msg=f"{remat}: {name}")
+            np.testing.assert_allclose(
+                weights[remat][name], value, rtol=1e-6, atol=1e-7, err_msg=f"{remat}: {name}"
+            )

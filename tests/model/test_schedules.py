@@ -21,8 +21,13 @@ pytestmark = pytest.mark.fast
 WARMUP = {0: 0.0, 1: 0.2, 5: 1.0, 10: 2.0}
 AFTER = {
     "linear": {35: 1.5, 60: 1.0, 110: 0.0, 300: 0.0},
-    "cosine": {35: 1 + math.cos(math.pi / 4), 60: 1.0, 85: 1 - math.cos(math.pi / 4),
-               110: 0.0, 300: 0.0},
+    "cosine": {
+        35: 1 + math.cos(math.pi / 4),
+        60: 1.0,
+        85: 1 - math.cos(math.pi / 4),
+        110: 0.0,
+        300: 0.0,
+    },
     "constant": {35: 2.0, 110: 2.0, 300: 2.0},
     "inverse_sqrt": {40: 1.0, 90: 2 / 3, 250: 0.4, 1000: 0.2},
     # decay_steps 40: stable at the peak until step 70, then linear to 0 at 110.
@@ -59,21 +64,37 @@ def test_min_learning_rate_is_every_decaying_schedules_floor(decay):
 
 
 def test_wsd_decay_spans_decay_steps_or_a_fraction_of_the_run(tiny_data, tmp_path):
-    by_fraction = tiny_config(tiny_data, tmp_path, schedule="wsd", steps=200, warmup_steps=10,
-                              learning_rate=1.0, decay_fraction=0.25)
+    by_fraction = tiny_config(
+        tiny_data,
+        tmp_path,
+        schedule="wsd",
+        steps=200,
+        warmup_steps=10,
+        learning_rate=1.0,
+        decay_fraction=0.25,
+    )
     rate = build_optimizer(validate(by_fraction).train)._learning_rate
     assert _values(rate, [150, 175, 200]) == pytest.approx({150: 1.0, 175: 0.5, 200: 0.0})
-    by_steps = dataclasses.replace(by_fraction, train=dataclasses.replace(
-        by_fraction.train, decay_steps=20, min_learning_rate=0.2))
+    by_steps = dataclasses.replace(
+        by_fraction,
+        train=dataclasses.replace(by_fraction.train, decay_steps=20, min_learning_rate=0.2),
+    )
     rate = build_optimizer(validate(by_steps).train)._learning_rate
     assert _values(rate, [180, 190, 200]) == pytest.approx({180: 1.0, 190: 0.6, 200: 0.2})
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("min_learning_rate", 5.0, r"train.min_learning_rate: must be in \[0, train.learning_rate"),
-    ("decay_steps", 500, r"train.decay_steps: must be in \[0, train.steps - train.warmup_steps"),
-    ("decay_fraction", 0.0, r"train.decay_fraction: must be in \(0, 1\]"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("min_learning_rate", 5.0, r"train.min_learning_rate: must be in \[0, train.learning_rate"),
+        (
+            "decay_steps",
+            500,
+            r"train.decay_steps: must be in \[0, train.steps - train.warmup_steps",
+        ),
+        ("decay_fraction", 0.0, r"train.decay_fraction: must be in \(0, 1\]"),
+    ],
+)
 def test_impossible_floor_or_decay_is_a_config_error(tiny_data, tmp_path, key, value, message):
     with pytest.raises(ConfigError, match=message):
         validate(tiny_config(tiny_data, tmp_path, **{key: value}))
@@ -105,7 +126,9 @@ def test_a_scale_multiplies_the_rate_and_changes_without_a_new_schedule():
     schedule.scale = keras.Variable(3e-5, dtype="float32")
     for peak in (3e-5, 1e-3):
         schedule.scale.assign(peak)
-        assert _values(schedule, shape) == {s: float(np.float32(peak) * np.float32(v)) for s, v in shape.items()}
+        assert _values(schedule, shape) == {
+            s: float(np.float32(peak) * np.float32(v)) for s, v in shape.items()
+        }
 
 
 def test_schedule_config_round_trips():
@@ -116,8 +139,9 @@ def test_schedule_config_round_trips():
 
 
 def test_train_schedule_picks_the_optimizer_schedule(tiny_data, tmp_path):
-    config = tiny_config(tiny_data, tmp_path, schedule="inverse_sqrt", warmup_steps=4,
-                         learning_rate=1e-2)
+    config = tiny_config(
+        tiny_data, tmp_path, schedule="inverse_sqrt", warmup_steps=4, learning_rate=1e-2
+    )
     rate = build_optimizer(validate(config).train)._learning_rate  # the schedule, not its value
     assert isinstance(rate, schedules.WarmupSchedule) and rate.decay == "inverse_sqrt"
     assert float(np.asarray(rate(16))) == pytest.approx(5e-3)

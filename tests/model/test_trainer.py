@@ -17,8 +17,15 @@ from kroberta.model.masked_lm import MaskedLM
 from kroberta.model.metrics import MaskedLMLoss
 from kroberta.model.mlm import build_compiled_model
 
-MODEL = ModelConfig(vocabulary_size=64, num_layers=1, num_heads=2, hidden_dim=8,
-                    intermediate_dim=16, max_sequence_length=8, dropout=0.0)
+MODEL = ModelConfig(
+    vocabulary_size=64,
+    num_layers=1,
+    num_heads=2,
+    hidden_dim=8,
+    intermediate_dim=16,
+    max_sequence_length=8,
+    dropout=0.0,
+)
 ROWS, STEPS, SEED = 8, 4, 3  # rows per optimizer step; optimizer steps per fit
 DATA = DataConfig(mask_rate=0.3)
 SLOTS = DATA.prediction_slots(MODEL.max_sequence_length)
@@ -26,12 +33,26 @@ SLOTS = DATA.prediction_slots(MODEL.max_sequence_length)
 
 def _config(accumulation=1, k=1, clip_norm=0.0):
     # The micro-batch is the batch divided by N: the optimizer step always sees ROWS rows.
-    train = TrainConfig(batch_size_per_device=ROWS // accumulation, steps=STEPS, warmup_steps=0,
-                        warmup_fraction=0.0, steps_per_execution=k, log_every=STEPS, eval_every=0,
-                        checkpoint_every=0, learning_rate=1e-2, seed=SEED,
-                        gradient_accumulation_steps=accumulation, clip_norm=clip_norm)
-    return Config(model=MODEL, data=DATA, train=train,
-                  distributed=dataclasses.replace(Config().distributed, devices=1))
+    train = TrainConfig(
+        batch_size_per_device=ROWS // accumulation,
+        steps=STEPS,
+        warmup_steps=0,
+        warmup_fraction=0.0,
+        steps_per_execution=k,
+        log_every=STEPS,
+        eval_every=0,
+        checkpoint_every=0,
+        learning_rate=1e-2,
+        seed=SEED,
+        gradient_accumulation_steps=accumulation,
+        clip_norm=clip_norm,
+    )
+    return Config(
+        model=MODEL,
+        data=DATA,
+        train=train,
+        distributed=dataclasses.replace(Config().distributed, devices=1),
+    )
 
 
 def _batches():
@@ -46,18 +67,28 @@ def _batches():
     ids = ids.astype(np.int32)
     indices = np.arange(n, dtype=np.int64)
     keys = masking.element_keys(SEED, indices)
-    masked, positions, labels = (np.asarray(a) for a in masking.dynamic_mask_batch(
-        ids, real, keys, mask_rate=DATA.mask_rate, slots=SLOTS,
-        mask_token_id=DATA.mask_token_id, special_token_ids=DATA.special_token_ids,
-        vocabulary_size=MODEL.vocabulary_size))
+    masked, positions, labels = (
+        np.asarray(a)
+        for a in masking.dynamic_mask_batch(
+            ids,
+            real,
+            keys,
+            mask_rate=DATA.mask_rate,
+            slots=SLOTS,
+            mask_token_id=DATA.mask_token_id,
+            special_token_ids=DATA.special_token_ids,
+            vocabulary_size=MODEL.vocabulary_size,
+        )
+    )
     token_labels = np.full_like(ids, -100)  # a static file: labels where the host masked
     rows = np.broadcast_to(np.arange(n)[:, None], positions.shape)
     valid = labels != -100
     token_labels[rows[valid], positions[valid]] = labels[valid]
-    return {"keys": ({"token_ids": ids, "padding_mask": real, "mask_keys": keys},),
-            "labels": ({"token_ids": masked, "padding_mask": real, "token_labels": token_labels},),
-            "host": ({"token_ids": masked, "padding_mask": real, "mask_positions": positions},
-                     labels)}
+    return {
+        "keys": ({"token_ids": ids, "padding_mask": real, "mask_keys": keys},),
+        "labels": ({"token_ids": masked, "padding_mask": real, "token_labels": token_labels},),
+        "host": ({"token_ids": masked, "padding_mask": real, "mask_positions": positions}, labels),
+    }
 
 
 def _train(config, data):
@@ -77,8 +108,9 @@ def reference():
 @pytest.mark.parametrize("k", [1, 4])
 @pytest.mark.parametrize("accumulation", [1, 2])
 @pytest.mark.parametrize("masking_mode", ["keys", "labels", "host"])
-def test_every_composition_trains_as_host_masks_one_batch_one_step(reference, masking_mode,
-                                                                   accumulation, k):
+def test_every_composition_trains_as_host_masks_one_batch_one_step(
+    reference, masking_mode, accumulation, k
+):
     batches, (want_weights, want_history) = reference
     if (masking_mode, accumulation, k) == ("host", 1, 1):
         pytest.skip("the reference itself")

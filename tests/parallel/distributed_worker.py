@@ -12,7 +12,9 @@ import os
 import sys
 
 # A hung collective shows where it hangs: every thread's stack, then exit.
-faulthandler.dump_traceback_later(float(os.environ.get("KROBERTA_TEST_HANG_SECONDS", 240)), exit=True)
+faulthandler.dump_traceback_later(
+    float(os.environ.get("KROBERTA_TEST_HANG_SECONDS", 240)), exit=True
+)
 
 devices, weights_path, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
@@ -31,8 +33,9 @@ def main() -> int:
 
     def save_and_dump(model, run_dir):
         # This process's own copy: the first addressable shard of each (replicated) weight.
-        np.savez(weights_path, *[np.asarray(v.value.addressable_shards[0].data)
-                                 for v in model.weights])
+        np.savez(
+            weights_path, *[np.asarray(v.value.addressable_shards[0].data) for v in model.weights]
+        )
         return save(model, run_dir)
 
     final_model.save = save_and_dump  # train looks it up when it saves the final model

@@ -49,21 +49,34 @@ def _config(tiny_data, run_dir, **distributed):
     config = tiny_config(tiny_data, run_dir, **RUN)
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, shuffle_buffer=1))
     return dataclasses.replace(
-        config, distributed=dataclasses.replace(config.distributed, **distributed))
+        config, distributed=dataclasses.replace(config.distributed, **distributed)
+    )
 
 
 def _args(tiny_data, run_dir, *extra):
-    return ["--config", "tiny", f"--data.train={tiny_data}/train-*.tfrecord",
-            f"--data.validation={tiny_data}/validation.tfrecord", f"--run_dir={run_dir}",
-            "--data.shuffle_buffer=1", *(f"--train.{k}={v}" for k, v in RUN.items()), *extra]
+    return [
+        "--config",
+        "tiny",
+        f"--data.train={tiny_data}/train-*.tfrecord",
+        f"--data.validation={tiny_data}/validation.tfrecord",
+        f"--run_dir={run_dir}",
+        "--data.shuffle_buffer=1",
+        *(f"--train.{k}={v}" for k, v in RUN.items()),
+        *extra,
+    ]
 
 
 def _start(devices, weights, args, **env):
     child_env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     child_env.update(KROBERTA_TEST_HANG_SECONDS=str(SUBPROCESS_TIMEOUT - 30), **env)
-    return subprocess.Popen([sys.executable, "tests/parallel/distributed_worker.py", str(devices),
-                             str(weights), *args], cwd=REPO, env=child_env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "tests/parallel/distributed_worker.py", str(devices), str(weights), *args],
+        cwd=REPO,
+        env=child_env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _finish(processes, timeout=SUBPROCESS_TIMEOUT):
@@ -92,12 +105,18 @@ def _pair(tiny_data, run_dir, *extra, timeout_s=60, via_env=False):
     processes = []
     for i in range(2):
         if via_env:
-            env = {"KERAS_DISTRIBUTION_JOB_ADDRESSES": f"localhost:{port}",
-                   "KERAS_DISTRIBUTION_NUM_PROCESSES": "2", "KERAS_DISTRIBUTION_PROCESS_ID": str(i)}
+            env = {
+                "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"localhost:{port}",
+                "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+                "KERAS_DISTRIBUTION_PROCESS_ID": str(i),
+            }
             processes.append(_start(2, weights[i], common, **env))
         else:
-            flags = [f"--distributed.coordinator=localhost:{port}",
-                     "--distributed.num_processes=2", f"--distributed.process_id={i}"]
+            flags = [
+                f"--distributed.coordinator=localhost:{port}",
+                "--distributed.num_processes=2",
+                f"--distributed.process_id={i}",
+            ]
             processes.append(_start(2, weights[i], common + flags))
     results = _finish(processes)
     for rc, out in results:
@@ -113,7 +132,9 @@ def _rows(run_dir, split="train"):
 def _h5(run_dir):
     out = {}
     with h5py.File(os.path.join(run_dir, "model.weights.h5")) as f:
-        f.visititems(lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
+        f.visititems(
+            lambda n, o: out.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None
+        )
     return out
 
 
@@ -132,8 +153,9 @@ def _copy_checkpoint(source_run, step, target_run):
     """A run dir holding only `source_run`'s checkpoint at `step` (to resume from)."""
     name = f"step_{step:08d}"
     os.makedirs(os.path.join(target_run, "checkpoints"))
-    shutil.copytree(os.path.join(source_run, "checkpoints", name),
-                    os.path.join(target_run, "checkpoints", name))
+    shutil.copytree(
+        os.path.join(source_run, "checkpoints", name), os.path.join(target_run, "checkpoints", name)
+    )
     shutil.copy(os.path.join(source_run, "config.toml"), target_run)
 
 
@@ -154,12 +176,16 @@ def single_run(tiny_data, tmp_path_factory):
 
 # ---- the data each process reads --------------------------------------------------
 
+
 def _batches(spec, data, batch, shard, count=3, device_masks=False):
-    ds = pipeline.train_dataset(spec, data, TINY_VOCAB, batch, seed=5, shard=shard,
-                                device_masks=device_masks)
+    ds = pipeline.train_dataset(
+        spec, data, TINY_VOCAB, batch, seed=5, shard=shard, device_masks=device_masks
+    )
     if device_masks:  # unmasked ids and the keys the step draws the masks from
-        return [(x["token_ids"], x["padding_mask"], x["mask_keys"][:, None].astype(np.int64))
-                for x in ds.take(count).as_numpy_iterator()]
+        return [
+            (x["token_ids"], x["padding_mask"], x["mask_keys"][:, None].astype(np.int64))
+            for x in ds.take(count).as_numpy_iterator()
+        ]
     return [(x["token_ids"], x["mask_positions"], y) for x, y in ds.take(count).as_numpy_iterator()]
 
 
@@ -183,16 +209,20 @@ def test_eval_shards_compose_the_single_process_batches(tiny_data):
     spec = pipeline.inspect_files([str(tiny_data / "validation.tfrecord")], "v")
     data = DataConfig()
     whole = list(pipeline.eval_dataset(spec, data, TINY_VOCAB, 16, 0).as_numpy_iterator())
-    parts = [list(pipeline.eval_dataset(spec, data, TINY_VOCAB, 16, 0, shard=(2, p))
-                  .as_numpy_iterator()) for p in range(2)]
+    parts = [
+        list(pipeline.eval_dataset(spec, data, TINY_VOCAB, 16, 0, shard=(2, p)).as_numpy_iterator())
+        for p in range(2)
+    ]
     assert len(whole) == len(parts[0]) == len(parts[1]) == 5  # ceil(70 / 16)
     for k, (x, y) in enumerate(whole):
-        np.testing.assert_array_equal(x["token_ids"], np.concatenate(
-            [parts[p][k][0]["token_ids"] for p in range(2)]))
+        np.testing.assert_array_equal(
+            x["token_ids"], np.concatenate([parts[p][k][0]["token_ids"] for p in range(2)])
+        )
         np.testing.assert_array_equal(y, np.concatenate([parts[p][k][1] for p in range(2)]))
 
 
 # ---- two processes ----------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_two_processes_train_like_one_and_hand_checkpoints_over(tiny_data, tmp_path, single_run):
@@ -218,8 +248,9 @@ def test_two_processes_train_like_one_and_hand_checkpoints_over(tiny_data, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.stack  # the stack job runs it (it selects by marker, slow or not)
-def test_two_processes_fusing_two_steps_per_dispatch_train_like_one(tiny_data, tmp_path,
-                                                                     single_run):
+def test_two_processes_fusing_two_steps_per_dispatch_train_like_one(
+    tiny_data, tmp_path, single_run
+):
     # K = 2 steps in one program per dispatch on each process (the reference runs K = 1):
     # the super-batches are assembled across the processes and must give the same run.
     pair_dir = tmp_path / "pair_k2"
@@ -266,6 +297,7 @@ def test_one_process_checkpoint_resumes_in_two(tiny_data, tmp_path, single_run):
 
 
 # ---- sharded layouts on one process, 4 devices as a 2 x 2 mesh --------------------
+
 
 @pytest.mark.parametrize("strategy", ["fsdp", "model"])
 def test_sharded_layouts_split_the_weights(tiny_data, tmp_path, strategy):
@@ -314,26 +346,38 @@ def test_fsdp_resumes_a_data_parallel_checkpoint(tiny_data, tmp_path, single_run
 
 # ---- misconfigurations: a clear error, never a hang -------------------------------
 
+
 def test_model_axis_must_divide_heads_devices_and_the_batch(tiny_data, tmp_path):
     config = _config(tiny_data, tmp_path, strategy="model", model_parallel=3)
-    with pytest.raises(ConfigError, match=r"distributed.model_parallel: a model axis of 3 does "
-                                          r"not divide model.num_heads=2"):
+    with pytest.raises(
+        ConfigError,
+        match=r"distributed.model_parallel: a model axis of 3 does "
+        r"not divide model.num_heads=2",
+    ):
         validate(config)
     config = _config(tiny_data, tmp_path, strategy="fsdp", model_parallel=2, devices=3)
-    with pytest.raises(ConfigError, match=r"model axis of 2 does not divide the 3 devices, so the "
-                                          r"batch axis would not be whole"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model axis of 2 does not divide the 3 devices, so the "
+        r"batch axis would not be whole",
+    ):
         distribute.setup(config)
     config = _config(tiny_data, tmp_path, strategy="model")  # 0 = the 4 local devices
-    with pytest.raises(ConfigError, match=r"distributed.model_parallel \(0 = the 4 devices per "
-                                          r"process\): a model axis of 4 does not divide "
-                                          r"model.num_heads=2"):
+    with pytest.raises(
+        ConfigError,
+        match=r"distributed.model_parallel \(0 = the 4 devices per "
+        r"process\): a model axis of 4 does not divide "
+        r"model.num_heads=2",
+    ):
         distribute.setup(config)
 
 
 def test_coordinator_needs_the_process_count_and_id(tiny_data, tmp_path):
     config = _config(tiny_data, tmp_path, coordinator="localhost:1234")
-    with pytest.raises(ConfigError, match="distributed.num_processes: needed with distributed."
-                                          "coordinator='localhost:1234'"):
+    with pytest.raises(
+        ConfigError,
+        match="distributed.num_processes: needed with distributed.coordinator='localhost:1234'",
+    ):
         train(config)
     config = _config(tiny_data, tmp_path, num_processes=2, process_id=1)
     with pytest.raises(ConfigError, match=r"distributed.coordinator: needed \(HOST:PORT"):
@@ -342,17 +386,34 @@ def test_coordinator_needs_the_process_count_and_id(tiny_data, tmp_path):
 
 def test_unreachable_coordinator_and_mismatched_processes_fail_fast(tiny_data, tmp_path):
     def cli(port, num, pid):
-        return [sys.executable, "-m", "kroberta.train", *_args(tiny_data, tmp_path / f"r{pid}"),
-                f"--distributed.coordinator=localhost:{port}", f"--distributed.num_processes={num}",
-                f"--distributed.process_id={pid}", "--distributed.initialization_timeout=4"]
+        return [
+            sys.executable,
+            "-m",
+            "kroberta.train",
+            *_args(tiny_data, tmp_path / f"r{pid}"),
+            f"--distributed.coordinator=localhost:{port}",
+            f"--distributed.num_processes={num}",
+            f"--distributed.process_id={pid}",
+            "--distributed.initialization_timeout=4",
+        ]
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     mismatch = _free_port()
-    commands = [cli(_free_port(), 2, 1),  # nobody listens there
-                cli(_free_port(), 2, 0),  # process 1 never comes
-                cli(mismatch, 2, 0), cli(mismatch, 3, 1)]  # 2 vs 3 processes
-    results = _finish([subprocess.Popen(c, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT) for c in commands], timeout=180)
+    commands = [
+        cli(_free_port(), 2, 1),  # nobody listens there
+        cli(_free_port(), 2, 0),  # process 1 never comes
+        cli(mismatch, 2, 0),
+        cli(mismatch, 3, 1),
+    ]  # 2 vs 3 processes
+    results = _finish(
+        [
+            subprocess.Popen(
+                c, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+            for c in commands
+        ],
+        timeout=180,
+    )
     expected = [
         r"error: distributed.coordinator: nothing answered at localhost:\d+ within 4 s",
         r"error: distributed.initialization_timeout: only 1 of 2 processes reached the "

@@ -18,8 +18,11 @@ import pytest
 from tests.conftest import REPO
 
 HOG = "while True: pass"
-FOUR_DEVICE_TESTS = ["tests/parallel/test_distributed.py", "-k",
-                     "sharded_layouts or model_parallel_matches or fsdp_resumes"]
+FOUR_DEVICE_TESTS = [
+    "tests/parallel/test_distributed.py",
+    "-k",
+    "sharded_layouts or model_parallel_matches or fsdp_resumes",
+]
 
 
 @pytest.mark.slow
@@ -28,9 +31,22 @@ def test_four_device_tests_pass_next_to_two_cpu_hogs():
     try:
         env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # conftest sets them
         result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-             *FOUR_DEVICE_TESTS], cwd=REPO, env=env, capture_output=True, text=True,
-            timeout=3600)
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-x",
+                "-p",
+                "no:cacheprovider",
+                *FOUR_DEVICE_TESTS,
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         assert all(h.poll() is None for h in hogs), "the load ran for the whole time"
     finally:
         for hog in hogs:

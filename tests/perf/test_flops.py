@@ -6,8 +6,9 @@ from kroberta.config import ModelConfig, config_path, load_toml
 from kroberta.perf import flops, throughput
 
 # 1 layer, hidden 2 (1 head of 2), intermediate 4, vocabulary 3, 2 tokens, 1 slot.
-DEGENERATE = flops.Shape(layers=1, hidden=2, intermediate=4, heads=1, vocabulary=3, length=2,
-                         slots=1)
+DEGENERATE = flops.Shape(
+    layers=1, hidden=2, intermediate=4, heads=1, vocabulary=3, length=2, slots=1
+)
 
 
 @pytest.mark.fast
@@ -55,8 +56,14 @@ def test_seed_step_flops_near_xla_measurement():
 def test_parameter_count_matches_the_built_model():
     from kroberta.model.mlm import build_model, count_parameters
 
-    model = ModelConfig(vocabulary_size=300, num_layers=2, num_heads=2, hidden_dim=16,
-                        intermediate_dim=24, max_sequence_length=12)
+    model = ModelConfig(
+        vocabulary_size=300,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=24,
+        max_sequence_length=12,
+    )
     assert flops.parameter_count(model) == count_parameters(build_model(model))
     seed = load_toml(config_path("seed"))
     assert flops.parameter_count(seed.model) == 5_290_600  # count_parameters of the built model
@@ -80,8 +87,7 @@ def test_mfu_and_peaks(tmp_path, monkeypatch):
     # The CPU peak is measured once, cached, and only ever raised by a re-measurement.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     calls = []
-    monkeypatch.setattr(throughput, "measure_matmul_flops",
-                        lambda *a, **k: calls.append(1) or 5e10)
+    monkeypatch.setattr(throughput, "measure_matmul_flops", lambda *a, **k: calls.append(1) or 5e10)
     assert throughput.cpu_peak_flops() == 5e10
     assert throughput.cpu_peak_flops() == 5e10 and len(calls) == 1
     cached = json.loads((tmp_path / "kroberta" / "cpu_peak.json").read_text())
@@ -90,8 +96,9 @@ def test_mfu_and_peaks(tmp_path, monkeypatch):
     assert throughput.cpu_peak_flops(refresh=True) == 5e10  # a busy machine measures low
     # A run that did more model FLOP/s than the peak: the peak kept is at least its rate.
     assert throughput.cpu_peak_flops(refresh=True, at_least=8e10) == 8e10
-    assert list(json.loads((tmp_path / "kroberta" / "cpu_peak.json").read_text()).values()) \
-        == [8e10]
+    assert list(json.loads((tmp_path / "kroberta" / "cpu_peak.json").read_text()).values()) == [
+        8e10
+    ]
 
 
 @pytest.mark.fast

@@ -12,12 +12,21 @@ from kroberta.config import Config, apply_overrides, validate
 
 needs_libtpu = pytest.mark.skipif(
     importlib.util.find_spec("libtpu") is None,
-    reason='libtpu is not installed (pip install "jax[tpu]==0.10.2" to compile for TPUs)')
+    reason='libtpu is not installed (pip install "jax[tpu]==0.10.2" to compile for TPUs)',
+)
 TOPOLOGY = "v5e:2x2"
-SMALL = ["model.vocabulary_size=256", "model.num_layers=2", "model.num_heads=4",
-         "model.hidden_dim=128", "model.intermediate_dim=256", "model.max_sequence_length=256",
-         "model.dropout=0.1", "train.batch_size_per_device=32", "train.mixed_precision=true",
-         "train.steps_per_execution=1"]
+SMALL = [
+    "model.vocabulary_size=256",
+    "model.num_layers=2",
+    "model.num_heads=4",
+    "model.hidden_dim=128",
+    "model.intermediate_dim=256",
+    "model.max_sequence_length=256",
+    "model.dropout=0.1",
+    "train.batch_size_per_device=32",
+    "train.mixed_precision=true",
+    "train.steps_per_execution=1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +84,27 @@ def _device(needs, offered):
         if needs(b) > offered:
             return Measured(b, needs(b), None, refused=True, available=offered)
         return Measured(b, needs(b), 1.0)
+
     return at, compiled
 
 
 GIB = 2**30
 # bytes per device of base at 128 tokens on v2:2x2 (docs/benchmarks/base-memory.md), joined
 # by straight lines: flat stretches and a jump, as XLA's buffer assignment gives.
-V2_BASE_128 = [(1, 2.3), (32, 3.08), (64, 3.77), (256, 6.84), (272, 6.83), (296, 6.90),
-               (328, 6.93), (344, 7.26), (352, 7.33), (360, 7.53), (368, 8.01), (4096, 90.0)]
+V2_BASE_128 = [
+    (1, 2.3),
+    (32, 3.08),
+    (64, 3.77),
+    (256, 6.84),
+    (272, 6.83),
+    (296, 6.90),
+    (328, 6.93),
+    (344, 7.26),
+    (352, 7.33),
+    (360, 7.53),
+    (368, 8.01),
+    (4096, 90.0),
+]
 
 
 def _joined(points):
@@ -91,29 +113,41 @@ def _joined(points):
             if b0 <= b <= b1:
                 return (g0 + (g1 - g0) * (b - b0) / (b1 - b0)) * GIB
         raise AssertionError(b)
+
     return needs
 
 
 # most_whole: the compiles that run whole (the device holds the program; a refusal stops in
 # seconds), past the first
-@pytest.mark.parametrize("needs, offered, budget, most_compiles, most_whole", [
-    (lambda b: 2 * GIB + b * 2**24, 7.48 * GIB, 8 * GIB, 5, 1),  # affine
-    (lambda b: 2.3 * GIB + 0.06 * GIB * b**0.85, 7.48 * GIB, 8 * GIB, 6, 2),  # below a line
-    (_joined(V2_BASE_128), 7.48 * GIB, 8 * GIB, 6, 2),
-    (lambda b: 3.09 * GIB if b == 32 else 1.6 * GIB + b * 0.0095 * GIB, 7.48 * GIB, 8 * GIB, 6,
-     2),
-    (lambda b: 2 * GIB + b * 2**24, 15.7 * GIB, 6 * GIB, 5, 3),  # the budget below the device
-    (lambda b: 7 * GIB + b * 0.1 * GIB, 7.48 * GIB, 8 * GIB, 7, 2),  # only a few sequences
-    (lambda b: 9 * GIB + b, 7.48 * GIB, 8 * GIB, 8, 0),  # not even one
-], ids=["affine", "concave", "v2-base-128", "non-monotone", "budget", "few", "none"])
-def test_the_search_finds_the_largest_fitting_batch_in_few_compiles(needs, offered, budget,
-                                                                    most_compiles, most_whole):
+@pytest.mark.parametrize(
+    "needs, offered, budget, most_compiles, most_whole",
+    [
+        (lambda b: 2 * GIB + b * 2**24, 7.48 * GIB, 8 * GIB, 5, 1),  # affine
+        (lambda b: 2.3 * GIB + 0.06 * GIB * b**0.85, 7.48 * GIB, 8 * GIB, 6, 2),  # below a line
+        (_joined(V2_BASE_128), 7.48 * GIB, 8 * GIB, 6, 2),
+        (
+            lambda b: 3.09 * GIB if b == 32 else 1.6 * GIB + b * 0.0095 * GIB,
+            7.48 * GIB,
+            8 * GIB,
+            6,
+            2,
+        ),
+        (lambda b: 2 * GIB + b * 2**24, 15.7 * GIB, 6 * GIB, 5, 3),  # the budget below the device
+        (lambda b: 7 * GIB + b * 0.1 * GIB, 7.48 * GIB, 8 * GIB, 7, 2),  # only a few sequences
+        (lambda b: 9 * GIB + b, 7.48 * GIB, 8 * GIB, 8, 0),  # not even one
+    ],
+    ids=["affine", "concave", "v2-base-128", "non-monotone", "budget", "few", "none"],
+)
+def test_the_search_finds_the_largest_fitting_batch_in_few_compiles(
+    needs, offered, budget, most_compiles, most_whole
+):
     from kroberta.perf.memory_plan import largest_fitting
 
     at, compiled = _device(needs, offered)
     largest, measured, compiles = largest_fitting(at, 32, budget)
-    every = [b for b in range(1, 2000) if (b < 8 or b % 8 == 0)
-             and needs(b) <= min(offered, budget)]
+    every = [
+        b for b in range(1, 2000) if (b < 8 or b % 8 == 0) and needs(b) <= min(offered, budget)
+    ]
     assert largest == max(every, default=0)
     assert compiles == len(compiled) == len(set(compiled)) <= most_compiles, compiled
     assert sum(needs(b) <= offered for b in compiled[1:]) <= most_whole, compiled

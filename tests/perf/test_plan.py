@@ -26,8 +26,10 @@ class FakeDevice:
 
 def _config(**sections):
     config = load_toml(config_path("tiny"))
-    changes = {name: dataclasses.replace(getattr(config, name), **fields)
-               for name, fields in sections.items()}
+    changes = {
+        name: dataclasses.replace(getattr(config, name), **fields)
+        for name, fields in sections.items()
+    }
     return dataclasses.replace(config, **changes)
 
 
@@ -37,8 +39,13 @@ def _two_hosts(count=8):
 
 
 def test_batches_are_per_device_times_devices_times_accumulation():
-    config = _config(train={"batch_size_per_device": 3, "gradient_accumulation_steps": 2,
-                            "steps_per_execution": 5})
+    config = _config(
+        train={
+            "batch_size_per_device": 3,
+            "gradient_accumulation_steps": 2,
+            "steps_per_execution": 5,
+        }
+    )
     plan = make_plan(config)  # the 4 simulated CPU devices, one process
     assert (plan.micro_batch, plan.global_batch, plan.process_batch) == (12, 24, 24)
     assert plan.topology.num_devices == 4 and plan.topology.mesh_shape == {"batch": 4}
@@ -49,8 +56,13 @@ def test_batches_are_per_device_times_devices_times_accumulation():
 
 
 def test_a_process_reads_its_share_of_a_two_process_topology():
-    config = _config(train={"batch_size_per_device": 2, "gradient_accumulation_steps": 3,
-                            "steps_per_execution": 1})
+    config = _config(
+        train={
+            "batch_size_per_device": 2,
+            "gradient_accumulation_steps": 3,
+            "steps_per_execution": 1,
+        }
+    )
     for index in (0, 1):
         topology = distribute.topology_for(config, _two_hosts(), processes=(2, index))
         plan = make_plan(config, topology=topology)
@@ -60,8 +72,9 @@ def test_a_process_reads_its_share_of_a_two_process_topology():
 
 
 def test_the_mesh_has_a_model_axis_within_a_process():
-    config = _config(distributed={"strategy": "fsdp", "model_parallel": 2},
-                     train={"steps_per_execution": 1})
+    config = _config(
+        distributed={"strategy": "fsdp", "model_parallel": 2}, train={"steps_per_execution": 1}
+    )
     topology = distribute.topology_for(config, _two_hosts(), processes=(2, 0))
     assert make_plan(config, topology=topology).topology.mesh_shape == {"batch": 4, "model": 2}
     assert make_plan(config, _two_hosts(), strategy="data").topology.mesh_shape == {"batch": 8}
@@ -80,24 +93,33 @@ def test_auto_steps_per_dispatch_follow_the_dispatch_size_rule():
     assert k > 1  # a tiny model on a TPU: many steps per dispatch
     assert plan.steps_per_dispatch == k and plan.auto_steps and plan.steps_reason == why
     assert plan.config.train.steps_per_execution == k
-    assert plan.config == dataclasses.replace(config, train=dataclasses.replace(
-        config.train, steps_per_execution=k))
+    assert plan.config == dataclasses.replace(
+        config, train=dataclasses.replace(config.train, steps_per_execution=k)
+    )
     # On this CPU a seed-sized step already holds the target: the rule says how many.
     cpu = make_plan(config)
-    assert cpu.steps_per_dispatch == dispatch_size.steps_for(
-        config, throughput.peak_flops(jax.devices()), cpu.global_batch)[0]
+    assert (
+        cpu.steps_per_dispatch
+        == dispatch_size.steps_for(config, throughput.peak_flops(jax.devices()), cpu.global_batch)[
+            0
+        ]
+    )
 
 
 @pytest.mark.parametrize("masking, slots", [("dynamic", 24), ("static", 28)])
 def test_slots_for_static_and_dynamic_masking(masking, slots):
-    config = _config(data={"masking": masking, "mask_rate": 0.15, "max_predictions": 0},
-                     train={"steps_per_execution": 1})
+    config = _config(
+        data={"masking": masking, "mask_rate": 0.15, "max_predictions": 0},
+        train={"steps_per_execution": 1},
+    )
     plan = make_plan(config, sequence_length=128)
     # dynamic: ceil(1.25 x 0.15 x 128) = 24; static: ceil(19.2 + 2 x sqrt(128 x 0.15 x 0.85)) = 28
     assert plan.slots == slots == config.data.prediction_slots(128)
     assert plan.sequence_length == 128
-    capped = make_plan(dataclasses.replace(config, data=dataclasses.replace(
-        config.data, max_predictions=7)), sequence_length=128)
+    capped = make_plan(
+        dataclasses.replace(config, data=dataclasses.replace(config.data, max_predictions=7)),
+        sequence_length=128,
+    )
     assert capped.slots == 7
     assert make_plan(config).slots == config.data.prediction_slots(32)  # the model's length
 

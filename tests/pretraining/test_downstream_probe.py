@@ -19,12 +19,21 @@ from tests.downstream.tasks import WORDS, marker_task
 def _config(data, run_dir, downstream):
     config = load_toml(config_path("tiny"))
     return dataclasses.replace(
-        config, run_dir=str(run_dir),
+        config,
+        run_dir=str(run_dir),
         model=dataclasses.replace(config.model, vocabulary_size=300),
         data=dataclasses.replace(config.data, dir=str(data)),
-        train=dataclasses.replace(config.train, steps=4, warmup_steps=1, log_every=2,
-                                  eval_every=2, checkpoint_every=2, steps_per_execution=1,
-                                  downstream=downstream))
+        train=dataclasses.replace(
+            config.train,
+            steps=4,
+            warmup_steps=1,
+            log_every=2,
+            eval_every=2,
+            checkpoint_every=2,
+            steps_per_execution=1,
+            downstream=downstream,
+        ),
+    )
 
 
 def _rows(run_dir):
@@ -39,8 +48,9 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("downstream")
     data = prepare_word_corpus(root, WORDS, documents=200)
     train_file, validation_file = marker_task(root, train=64, validation=32)
-    probed = _config(data, root / "probed", {"task": "marker", "data": train_file,
-                                             "validation": validation_file})
+    probed = _config(
+        data, root / "probed", {"task": "marker", "data": train_file, "validation": validation_file}
+    )
     kroberta.train(probed, until_step=2)
     kroberta.train(probed)
     kroberta.train(_config(data, root / "plain", {}))
@@ -101,18 +111,23 @@ def test_the_probe_scores_reach_tensorboard(runs):
             for value in event.summary.value:
                 logged[(value.tag, event.step)] = float(tf.make_ndarray(value.tensor))
     for row in (r for r in probed if r["split"] == "downstream/marker"):
-        assert logged[("downstream/marker/accuracy", row["step"])] == pytest.approx(
-            row["accuracy"])
+        assert logged[("downstream/marker/accuracy", row["step"])] == pytest.approx(row["accuracy"])
 
 
-@pytest.mark.parametrize("value, problem", [
-    ("squad", "expected \"stdlib\""),
-    ({"data": "train.jsonl"}, "data and validation"),
-    ({"task": "stdlib", "labels": "y"}, "unknown key(s) labels"),
-    ({"data": "a.jsonl", "validation": "b.jsonl", "kind": "ranking"}, "kind = 'ranking'"),
-    ({"data": "a.jsonl", "validation": "b.jsonl", "text_fields": ["a", "b", "c"]}, "a list of two"),
-    (3, "expected a table or a task's name"),
-])
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ("squad", 'expected "stdlib"'),
+        ({"data": "train.jsonl"}, "data and validation"),
+        ({"task": "stdlib", "labels": "y"}, "unknown key(s) labels"),
+        ({"data": "a.jsonl", "validation": "b.jsonl", "kind": "ranking"}, "kind = 'ranking'"),
+        (
+            {"data": "a.jsonl", "validation": "b.jsonl", "text_fields": ["a", "b", "c"]},
+            "a list of two",
+        ),
+        (3, "expected a table or a task's name"),
+    ],
+)
 def test_a_bad_setting_is_a_config_error_naming_the_key(value, problem):
     with pytest.raises(ConfigError, match="train.downstream") as error:
         load_config(None, {"train.downstream": value})
@@ -123,8 +138,10 @@ def test_the_setting_reads_as_a_word_or_a_table(tmp_path):
     assert load_config(None, {"train.downstream": "stdlib"}).train.downstream == {"task": "stdlib"}
     assert load_config(None).train.downstream == {}  # off
     path = tmp_path / "probe.toml"
-    path.write_text('[train.downstream]\ndata = "a.jsonl"\nvalidation = "b.jsonl"\n'
-                    'text_fields = ["premise", "hypothesis"]\n')
+    path.write_text(
+        '[train.downstream]\ndata = "a.jsonl"\nvalidation = "b.jsonl"\n'
+        'text_fields = ["premise", "hypothesis"]\n'
+    )
     assert load_config(str(path)).train.downstream["text_fields"] == ["premise", "hypothesis"]
 
 
@@ -133,10 +150,25 @@ def _logger(model, run_dir, train_file, validation_file):
     from kroberta.training.run_callbacks import RunLogger
 
     config = model.kroberta_config
-    config = dataclasses.replace(config, run_dir=str(run_dir), train=dataclasses.replace(
-        config.train, trackers=(), downstream={"data": train_file, "validation": validation_file}))
-    logger = RunLogger(config, 0, 16, 32, lambda: {"loss": 1.0}, stop_step=10,
-                       save_checkpoints=False, probe=probe.for_run(config, 32))
+    config = dataclasses.replace(
+        config,
+        run_dir=str(run_dir),
+        train=dataclasses.replace(
+            config.train,
+            trackers=(),
+            downstream={"data": train_file, "validation": validation_file},
+        ),
+    )
+    logger = RunLogger(
+        config,
+        0,
+        16,
+        32,
+        lambda: {"loss": 1.0},
+        stop_step=10,
+        save_checkpoints=False,
+        probe=probe.for_run(config, 32),
+    )
     logger.set_model(model)
     return logger
 
@@ -156,5 +188,8 @@ def test_a_run_that_evaluates_at_its_start_probes_there_once(downstream_model, t
         logger.close()
     rows = _rows(run_dir)
     assert [(r["step"], r["split"]) for r in rows] == [
-        (0, "validation"), (0, "downstream/train/random_init"), (0, "downstream/train")]
+        (0, "validation"),
+        (0, "downstream/train/random_init"),
+        (0, "downstream/train"),
+    ]
     assert rows[2]["accuracy"] >= 0.9  # the marker task: even random embeddings hold the token

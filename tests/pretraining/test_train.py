@@ -25,7 +25,11 @@ def _rows(run_dir, split="train"):
 def _weights(run_dir):
     out = {}
     with h5py.File(os.path.join(run_dir, "model.weights.h5")) as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+        f.visititems(
+            lambda name, obj: (
+                out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None
+            )
+        )
     return out
 
 
@@ -55,8 +59,16 @@ def test_metrics_jsonl_has_one_row_per_interval_with_the_documented_keys(trained
     rows = _rows(run_dir)
     assert [r["step"] for r in rows] == list(range(10, 121, 10))
     for row in rows:
-        assert {"step", "split", "loss", "masked_accuracy", "learning_rate",
-                "samples_per_second", "perplexity", "tokens_per_second"} <= set(row)
+        assert {
+            "step",
+            "split",
+            "loss",
+            "masked_accuracy",
+            "learning_rate",
+            "samples_per_second",
+            "perplexity",
+            "tokens_per_second",
+        } <= set(row)
         assert row["perplexity"] == pytest.approx(math.exp(row["loss"]), rel=0.05)
     assert rows[0]["compile_seconds"] > 0  # reported apart, not counted as step time
     assert rows[0]["step_time"] == pytest.approx(16 / rows[0]["samples_per_second"])
@@ -69,12 +81,21 @@ def test_metrics_jsonl_has_one_row_per_interval_with_the_documented_keys(trained
 
 
 def test_the_compilation_is_announced_before_the_first_log_line(tiny_data, tmp_path, caplog):
-    config = tiny_config(tiny_data, tmp_path, steps=8, log_every=4, eval_every=8,
-                         checkpoint_every=8, warmup_steps=0, steps_per_execution=2)
+    config = tiny_config(
+        tiny_data,
+        tmp_path,
+        steps=8,
+        log_every=4,
+        eval_every=8,
+        checkpoint_every=8,
+        warmup_steps=0,
+        steps_per_execution=2,
+    )
     train(config)
     lines = caplog.messages
-    compiled = next(i for i, line in enumerate(lines) if line.startswith(
-        "compiled the training step in "))
+    compiled = next(
+        i for i, line in enumerate(lines) if line.startswith("compiled the training step in ")
+    )
     first_row = next(i for i, line in enumerate(lines) if line.startswith("step 4/8 [train]"))
     assert compiled < first_row and "a log line every 4 steps" in lines[compiled]
     rows = _rows(tmp_path)
@@ -84,8 +105,17 @@ def test_the_compilation_is_announced_before_the_first_log_line(tiny_data, tmp_p
 def test_run_dir_holds_config_checkpoints_model_and_tensorboard(trained_run):
     run_dir, _ = trained_run
     names = set(os.listdir(run_dir))
-    assert {"config.toml", "model.weights.h5", "metrics.jsonl", "checkpoints", "tensorboard"} <= names
-    assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == ["step_00000060", "step_00000120"]
+    assert {
+        "config.toml",
+        "model.weights.h5",
+        "metrics.jsonl",
+        "checkpoints",
+        "tensorboard",
+    } <= names
+    assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == [
+        "step_00000060",
+        "step_00000120",
+    ]
     assert os.listdir(os.path.join(run_dir, "tensorboard"))
     assert "profile" not in names  # no train.profile window: no trace
 
@@ -94,8 +124,11 @@ def test_load_returns_the_trained_model(trained_run, tiny_data):
     run_dir, _ = trained_run
     model = kroberta.load(str(run_dir))
     assert model.kroberta_config.train.steps == 120
-    x = {"token_ids": np.full((2, 32), 9, "int32"), "padding_mask": np.ones((2, 32), "int32"),
-         "mask_positions": np.zeros((2, 6), "int32")}
+    x = {
+        "token_ids": np.full((2, 32), 9, "int32"),
+        "padding_mask": np.ones((2, 32), "int32"),
+        "mask_positions": np.zeros((2, 6), "int32"),
+    }
     assert np.isfinite(np.asarray(model(x))).all()
 
 
@@ -145,14 +178,19 @@ def test_resumed_run_equals_uninterrupted_run(tiny_data, tmp_path):
 
 
 # One device takes ~2 minutes on 2 cores: the 4-device case stays in the default suite.
-@pytest.mark.parametrize("devices", [pytest.param(4, marks=pytest.mark.stack),
-                                     pytest.param(1, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "devices", [pytest.param(4, marks=pytest.mark.stack), pytest.param(1, marks=pytest.mark.slow)]
+)
 def test_runs_with_dropout_resume_bitwise_on_four_devices_and_on_one(tiny_data, tmp_path, devices):
     """Dropout on (hashed masks on CPU, kroberta.model.dropout): resumes bitwise however split."""
+
     def config(run_dir):
         c = tiny_config(tiny_data, run_dir, steps=20, eval_every=10, checkpoint_every=10)
-        return dataclasses.replace(c, model=dataclasses.replace(c.model, dropout=0.1),
-                                   distributed=dataclasses.replace(c.distributed, devices=devices))
+        return dataclasses.replace(
+            c,
+            model=dataclasses.replace(c.model, dropout=0.1),
+            distributed=dataclasses.replace(c.distributed, devices=devices),
+        )
 
     straight = train(config(tmp_path / "straight"))
     assert straight["devices"] == devices
@@ -171,7 +209,9 @@ def test_refuses_to_resume_a_different_model(trained_run, tiny_data):
     import dataclasses
 
     other = dataclasses.replace(config, model=dataclasses.replace(config.model, hidden_dim=64))
-    with pytest.raises(ConfigError, match=r"holds a run of a different model \(changed: model.hidden_dim\)"):
+    with pytest.raises(
+        ConfigError, match=r"holds a run of a different model \(changed: model.hidden_dim\)"
+    ):
         train(other)
 
 
@@ -179,8 +219,11 @@ def test_a_run_dir_holding_other_output_is_refused_before_any_write(tiny_data, t
     data = tmp_path / "data"  # as prepare leaves it: the run would mix into it
     data.mkdir()
     (data / "manifest.json").write_text("{}")
-    with pytest.raises(ConfigError, match=rf"run_dir: {data} holds prepared data "
-                                          r"\(manifest.json\); a run goes into a directory of its own"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"run_dir: {data} holds prepared data "
+        r"\(manifest.json\); a run goes into a directory of its own",
+    ):
         train(tiny_config(tiny_data, data))
     assert os.listdir(data) == ["manifest.json"]
 
@@ -193,13 +236,16 @@ def test_a_new_start_is_not_a_new_model(trained_run, tiny_data, tmp_path):
     run_dir = tmp_path / "copy"
     shutil.copytree(trained_run[0], run_dir)
     config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
-    other = dataclasses.replace(config, model=dataclasses.replace(config.model, initializer_range=0.1))
+    other = dataclasses.replace(
+        config, model=dataclasses.replace(config.model, initializer_range=0.1)
+    )
     assert other.model != config.model
     assert train(other)["final_step"] == 120  # found the finished run, did not refuse it
 
 
 def test_changed_training_settings_on_a_finished_run_are_refused_or_recorded(
-        trained_run, tiny_data, tmp_path):
+    trained_run, tiny_data, tmp_path
+):
     import dataclasses
     import shutil
 
@@ -207,11 +253,15 @@ def test_changed_training_settings_on_a_finished_run_are_refused_or_recorded(
     shutil.copytree(trained_run[0], run_dir)
     config = tiny_config(tiny_data, run_dir, steps=120, eval_every=60, checkpoint_every=60)
     before = (run_dir / "config.toml").read_text()
-    faster = dataclasses.replace(config, train=dataclasses.replace(config.train,
-                                                                   learning_rate=1e-3))
-    with pytest.raises(ConfigError, match=r"holds a run trained with other settings "
-                                          r"\(train.learning_rate 0.003 -> 0.001\); .*"
-                                          r"--accept-changes \(accept_changes=True\)"):
+    faster = dataclasses.replace(
+        config, train=dataclasses.replace(config.train, learning_rate=1e-3)
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"holds a run trained with other settings "
+        r"\(train.learning_rate 0.003 -> 0.001\); .*"
+        r"--accept-changes \(accept_changes=True\)",
+    ):
         train(faster)
     assert (run_dir / "config.toml").read_text() == before  # still says how it was trained
     # Logging and evaluation settings may change: recorded, not refused.
@@ -219,16 +269,23 @@ def test_changed_training_settings_on_a_finished_run_are_refused_or_recorded(
     assert train(quieter)["final_step"] == 120
     # Asked for: continued and recorded.
     assert train(faster, accept_changes=True)["final_step"] == 120
-    rows = [json.loads(line) for line in (run_dir / "config_changes.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (run_dir / "config_changes.jsonl").read_text().splitlines()
+    ]
     assert rows[0]["changed"].pop("run_dir")[1] == str(run_dir)  # copied: another directory
-    assert rows == [{"step": 120, "changed": {"train.log_every": [10, 20]}},
-                    {"step": 120, "changed": {"train.learning_rate": [0.003, 0.001],
-                                              "train.log_every": [20, 10]}}]
+    assert rows == [
+        {"step": 120, "changed": {"train.log_every": [10, 20]}},
+        {
+            "step": 120,
+            "changed": {"train.learning_rate": [0.003, 0.001], "train.log_every": [20, 10]},
+        },
+    ]
     assert "learning_rate = 0.001" in (run_dir / "config.toml").read_text()
 
 
-def test_a_finished_run_trained_on_keeps_no_stale_model_file(trained_run, tiny_data, tmp_path,
-                                                             caplog):
+def test_a_finished_run_trained_on_keeps_no_stale_model_file(
+    trained_run, tiny_data, tmp_path, caplog
+):
     """More steps on a finished run: its model file (step 120) goes when training goes on,
     and a stop at --until-step writes none, so `kroberta.load` reads the newest weights."""
     import shutil
@@ -256,22 +313,41 @@ def test_vocabulary_smaller_than_the_data_is_a_data_error(tiny_data, tmp_path):
     config = tiny_config(tiny_data, tmp_path / "run", steps=10, warmup_steps=0)
     import dataclasses
 
-    config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocabulary_size=100))
-    with pytest.raises(Exception, match=r"record \d+: feature 'input_ids' holds id \d+ outside the vocabulary \[0, 100\)"):
+    config = dataclasses.replace(
+        config, model=dataclasses.replace(config.model, vocabulary_size=100)
+    )
+    with pytest.raises(
+        Exception,
+        match=r"record \d+: feature 'input_ids' holds id \d+ outside the vocabulary \[0, 100\)",
+    ):
         train(config)
 
 
 def test_cli_trains_the_seed_format_and_reports_errors(tiny_data, tmp_path):
     run_dir = tmp_path / "cli"
-    base = [sys.executable, "-m", "kroberta.train", "--config", "tiny",
-            f"--data.train={tiny_data}/train-*.tfrecord", f"--run_dir={run_dir}"]
-    ok = subprocess.run(base + ["--train.steps=20", "--train.checkpoint_every=10",
-                                "--train.eval_every=0"],
-                        capture_output=True, text=True, cwd=REPO)
+    base = [
+        sys.executable,
+        "-m",
+        "kroberta.train",
+        "--config",
+        "tiny",
+        f"--data.train={tiny_data}/train-*.tfrecord",
+        f"--run_dir={run_dir}",
+    ]
+    ok = subprocess.run(
+        base + ["--train.steps=20", "--train.checkpoint_every=10", "--train.eval_every=0"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert "step 20/20 [train]" in ok.stderr and "4 cpu device(s)" in ok.stderr
-    bad = subprocess.run(base + ["--train.steps=20", f"--data.validation={tmp_path}/none-*"],
-                         capture_output=True, text=True, cwd=REPO)
+    bad = subprocess.run(
+        base + ["--train.steps=20", f"--data.validation={tmp_path}/none-*"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert bad.returncode == 2
     assert f"error: data.validation: no file matches '{tmp_path}/none-*'" in bad.stderr
     assert "Traceback" not in bad.stderr
@@ -279,8 +355,9 @@ def test_cli_trains_the_seed_format_and_reports_errors(tiny_data, tmp_path):
 
 @pytest.mark.parametrize("key", ["init_from_hf", "init_from_keras_hub"])
 def test_a_missing_directory_to_initialise_from_is_named_before_the_data_are_read(tmp_path, key):
-    config = dataclasses.replace(tiny_config(tmp_path / "no-data", tmp_path / "run"),
-                                 **{key: str(tmp_path / "nope")})
+    config = dataclasses.replace(
+        tiny_config(tmp_path / "no-data", tmp_path / "run"), **{key: str(tmp_path / "nope")}
+    )
     with pytest.raises(ConfigError, match=rf"{key}: '.*nope' is not a directory \(it should be "):
         train(config)
 
@@ -288,8 +365,11 @@ def test_a_missing_directory_to_initialise_from_is_named_before_the_data_are_rea
 @pytest.mark.parametrize("until_step", [0, -5, "50", 2.5])
 def test_an_until_step_below_1_is_refused_before_anything_is_written(tmp_path, until_step):
     config = tiny_config(tmp_path / "no-data", tmp_path / "run", steps=20)
-    with pytest.raises(ConfigError, match=rf"until_step \(--until-step\) = {until_step!r}: give "
-                                          r"the step to stop after, 1 to train.steps \(20\)"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"until_step \(--until-step\) = {until_step!r}: give "
+        r"the step to stop after, 1 to train.steps \(20\)",
+    ):
         train(config, until_step=until_step)
     assert not (tmp_path / "run").exists()
 
@@ -300,9 +380,17 @@ def test_a_run_from_a_checkpoint_logs_its_validation_loss_at_step_0(tiny_data, t
     same weights, so the same loss; resumed, the row is not written again."""
     from kroberta.model.mlm import build_model
 
-    config = tiny_config(tiny_data, tmp_path / "run", steps=4, warmup_steps=0, log_every=2,
-                         eval_every=2, checkpoint_every=2, learning_rate=1e-12,
-                         steps_per_execution=1)
+    config = tiny_config(
+        tiny_data,
+        tmp_path / "run",
+        steps=4,
+        warmup_steps=0,
+        log_every=2,
+        eval_every=2,
+        checkpoint_every=2,
+        learning_rate=1e-12,
+        steps_per_execution=1,
+    )
     kroberta.export_keras_hub(build_model(config.model, seed=42), str(tmp_path / "preset"))
     config = dataclasses.replace(config, init_from_keras_hub=str(tmp_path / "preset"))
     assert train(config, until_step=2)["outcome"] is Outcome.UNTIL_STEP

@@ -8,8 +8,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _run(code, **env):
     full_env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
     full_env.update(env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=full_env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, cwd=REPO
+    )
 
 
 def test_keras_runs_on_jax():
@@ -39,8 +40,13 @@ def test_forced_other_backend_is_a_clear_error():
 
 
 def test_cli_reports_forced_backend_in_one_line():
-    result = subprocess.run([sys.executable, "-m", "kroberta.train"], capture_output=True,
-                            text=True, cwd=REPO, env={**os.environ, "KERAS_BACKEND": "tensorflow"})
+    result = subprocess.run(
+        [sys.executable, "-m", "kroberta.train"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "KERAS_BACKEND": "tensorflow"},
+    )
     assert result.returncode != 0
     assert "KERAS_BACKEND='tensorflow'" in result.stderr
 

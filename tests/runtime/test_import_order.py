@@ -31,15 +31,24 @@ print("FIT", int(model.optimizer.iterations.numpy()), np.isfinite(history.histor
 def _run(code, timeout=300):
     env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS")}
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=timeout,
+    )
 
 
-@pytest.mark.parametrize("first", [
-    pytest.param("import tensorflow as tf", marks=pytest.mark.slow),
-    "import keras",  # the same switch for the other two: ~20 s each, in the slow suite
-    pytest.param("import keras_hub", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "first",
+    [
+        pytest.param("import tensorflow as tf", marks=pytest.mark.slow),
+        "import keras",  # the same switch for the other two: ~20 s each, in the slow suite
+        pytest.param("import keras_hub", marks=pytest.mark.slow),
+    ],
+)
 def test_importing_keras_first_switches_it_to_jax_and_trains(first):
     result = _run(
         f"{first}\n"
@@ -54,8 +63,7 @@ def test_importing_keras_first_switches_it_to_jax_and_trains(first):
         "    if name in globals():\n"
         "        assert globals()[name] is sys.modules[name], name\n"
         "if 'keras' in globals():\n"
-        "    assert keras.backend.backend() == 'jax'\n"
-        + _FIT
+        "    assert keras.backend.backend() == 'jax'\n" + _FIT
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
@@ -85,15 +93,11 @@ def test_names_bound_from_keras_before_the_switch_are_renewed():
 
 
 def test_keras_objects_built_on_another_backend_are_a_clear_error():
-    result = _run(
-        "import keras\n"
-        "layer = keras.layers.Dense(3)\n"
-        "import kroberta\n"
-    )
+    result = _run("import keras\nlayer = keras.layers.Dense(3)\nimport kroberta\n")
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(
         "kroberta.errors.BackendError: keras was imported before kroberta with the "
         "'tensorflow' backend and already holds 1 Keras object(s) built on it (Dense); they "
-        "cannot move to JAX. Restart Python (in a notebook: restart the kernel)")
-
+        "cannot move to JAX. Restart Python (in a notebook: restart the kernel)"
+    )

@@ -38,10 +38,18 @@ LATE_DEVICE = textwrap.dedent("""
 
 def _late_device(late_seconds: float, extra_flags: str = ""):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(JAX_PLATFORMS="cpu",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count=4 {extra_flags}".strip())
-    return subprocess.run([sys.executable, "-c", LATE_DEVICE, str(late_seconds)], env=env,
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    env.update(
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS=f"--xla_force_host_platform_device_count=4 {extra_flags}".strip(),
+    )
+    return subprocess.run(
+        [sys.executable, "-c", LATE_DEVICE, str(late_seconds)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_this_process_runs_with_the_long_timeouts():
@@ -53,13 +61,16 @@ def test_this_process_runs_with_the_long_timeouts():
 
 def test_the_users_own_timeouts_win_and_other_flags_stay(monkeypatch):
     monkeypatch.setattr(xla_cpu, "backend_started", lambda: False)
-    monkeypatch.setenv("XLA_FLAGS", f"--xla_force_host_platform_device_count=2 "
-                                    f"{xla_cpu.TERMINATE_FLAG}=7")
+    monkeypatch.setenv(
+        "XLA_FLAGS", f"--xla_force_host_platform_device_count=2 {xla_cpu.TERMINATE_FLAG}=7"
+    )
     assert xla_cpu.use_patient_collectives()
     assert xla_cpu.use_patient_collectives()  # twice: one copy of each flag
     assert os.environ["XLA_FLAGS"].split() == [
-        "--xla_force_host_platform_device_count=2", f"{xla_cpu.TERMINATE_FLAG}=7",
-        f"{xla_cpu.COLLECTIVE_FLAG}={xla_cpu.TERMINATE_SECONDS}"]
+        "--xla_force_host_platform_device_count=2",
+        f"{xla_cpu.TERMINATE_FLAG}=7",
+        f"{xla_cpu.COLLECTIVE_FLAG}={xla_cpu.TERMINATE_SECONDS}",
+    ]
 
 
 def test_nothing_changes_once_the_backend_started(monkeypatch):
@@ -73,8 +84,9 @@ def test_nothing_changes_once_the_backend_started(monkeypatch):
 def test_a_short_terminate_timeout_aborts_the_process_as_under_load():
     # What killed the loaded seed run, in miniature: XLA warns after 1 s, aborts 3 s
     # later; device 3 is 8 s late.
-    result = _late_device(8, f"--xla_cpu_collective_call_warn_stuck_timeout_seconds=1 "
-                             f"{xla_cpu.TERMINATE_FLAG}=3")
+    result = _late_device(
+        8, f"--xla_cpu_collective_call_warn_stuck_timeout_seconds=1 {xla_cpu.TERMINATE_FLAG}=3"
+    )
     assert result.returncode == -6, result.stderr[-3000:]  # SIGABRT
     assert "Expected 4 threads to join the rendezvous" in result.stderr
     assert "SUM" not in result.stdout

@@ -12,14 +12,19 @@ from kroberta.runtime import quiet_start
 from tests.conftest import REPO
 
 NOISE_MARKERS = ("cuInit", "TPU_", "E0000")
-ON_CPU_ONLY = pytest.mark.skipif(quiet_start._accelerator_present(),
-                                 reason="the quiet start without an accelerator is what is tested")
+ON_CPU_ONLY = pytest.mark.skipif(
+    quiet_start._accelerator_present(),
+    reason="the quiet start without an accelerator is what is tested",
+)
 
 
 def _newcomer_env():
     """The environment of a newcomer's shell: none of the test set-up's JAX/TF/XLA settings."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS", "KERAS_BACKEND")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS", "KERAS_BACKEND")
+    }
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
@@ -30,8 +35,14 @@ def _noisy_lines(stderr):
 
 @ON_CPU_ONLY
 def test_train_help_starts_quietly():
-    run = subprocess.run([sys.executable, "-m", "kroberta.train", "--help"], capture_output=True,
-                         text=True, cwd=REPO, env=_newcomer_env(), timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "kroberta.train", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_newcomer_env(),
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "usage: python -m kroberta.train" in run.stdout
     assert _noisy_lines(run.stderr) == []
@@ -41,11 +52,26 @@ def test_train_help_starts_quietly():
 @ON_CPU_ONLY
 def test_tiny_training_on_cpu_starts_quietly(tiny_data, tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "kroberta.train", "--config", "tiny",
-         f"--data.train={tiny_data / 'train-0.tfrecord'}", "--train.steps=2", "--train.warmup_steps=0",
-         "--train.log_every=2", "--train.eval_every=0", "--train.checkpoint_every=2",
-         f"--run_dir={tmp_path / 'run'}"],
-        capture_output=True, text=True, cwd=REPO, env=_newcomer_env(), timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "kroberta.train",
+            "--config",
+            "tiny",
+            f"--data.train={tiny_data / 'train-0.tfrecord'}",
+            "--train.steps=2",
+            "--train.warmup_steps=0",
+            "--train.log_every=2",
+            "--train.eval_every=0",
+            "--train.checkpoint_every=2",
+            f"--run_dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_newcomer_env(),
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "model saved in" in run.stderr  # the command's messages: stderr
     assert _noisy_lines(run.stderr) == [], run.stderr[-2000:]
@@ -58,27 +84,43 @@ def test_tiny_training_on_cpu_starts_quietly(tiny_data, tmp_path):
 def test_tensorflow_imported_after_a_probe_for_it_starts_quietly():
     """Libraries (datasets, transformers) ask importlib.util.find_spec("tensorflow") before
     they import it: the import that follows is still filtered and still hidden from GPUs."""
-    code = ("import importlib.util, sys\n"
-            "import kroberta\n"
-            "assert importlib.util.find_spec('tensorflow') is not None\n"
-            "import tensorflow as tf\n"
-            "assert tf.config.get_visible_devices('GPU') == []\n"
-            "print('imported')\n")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-                         env=_newcomer_env(), timeout=300)
+    code = (
+        "import importlib.util, sys\n"
+        "import kroberta\n"
+        "assert importlib.util.find_spec('tensorflow') is not None\n"
+        "import tensorflow as tf\n"
+        "assert tf.config.get_visible_devices('GPU') == []\n"
+        "print('imported')\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_newcomer_env(),
+        timeout=300,
+    )
     assert run.returncode == 0 and run.stdout == "imported\n", run.stderr[-2000:]
     assert run.stderr == ""
 
 
 def test_noise_filter_drops_startup_noise_and_keeps_real_errors():
     level = 2
-    assert quiet_start.is_noise(b"I0000 00:00:1796110476.534584    4858 cudart_stub.cc:31] Could not "
-                                b"find cuda drivers on your machine, GPU will not be used.\n", level)
-    assert quiet_start.is_noise(b"E0000 00:00:1796110481.822510    4858 cuda_platform.cc:52] failed call "
-                                b"to cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR "
-                                b"(303)\n", level)
-    assert quiet_start.is_noise(b"WARNING: All log messages before absl::InitializeLog() is called are "
-                                b"written to STDERR\n", level)
+    assert quiet_start.is_noise(
+        b"I0000 00:00:1796110476.534584    4858 cudart_stub.cc:31] Could not "
+        b"find cuda drivers on your machine, GPU will not be used.\n",
+        level,
+    )
+    assert quiet_start.is_noise(
+        b"E0000 00:00:1796110481.822510    4858 cuda_platform.cc:52] failed call "
+        b"to cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR "
+        b"(303)\n",
+        level,
+    )
+    assert quiet_start.is_noise(
+        b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+        level,
+    )
     assert quiet_start.is_noise(b"W0000 00:00:1.5    12 some_op.cc:7] a warning\n", level)
     # Errors and anything that is not an absl line pass; a lower level lets warnings through.
     assert not quiet_start.is_noise(b"E0000 00:00:1.5    12 some_op.cc:7] a real error\n", level)
@@ -98,8 +140,9 @@ def test_filtered_stderr_passes_everything_but_the_noise():
         "os.write(2, b'after the block\\n')\n"
     )
     env = {**_newcomer_env(), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=REPO, env=env, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=300
+    )
     assert run.returncode == 0, run.stderr
     lines = run.stderr.splitlines()
     assert "E0000 00:00:1.5    12 loader.cc:9] a real error" in lines
@@ -114,8 +157,14 @@ def test_jax_is_kept_off_absent_accelerators_unless_the_user_chose():
     code = "import os, kroberta, jax; print(repr(os.environ.get('JAX_PLATFORMS')), jax.devices()[0].platform)"
     chosen = {**_newcomer_env(), "JAX_PLATFORMS": ""}
     for env, expected in ((_newcomer_env(), "'cpu' cpu"), (chosen, "'' cpu")):
-        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env,
-                             timeout=300)
+        run = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            timeout=300,
+        )
         assert run.returncode == 0, run.stderr[-2000:]
         assert run.stdout.split("\n")[-2] == expected
 
@@ -135,7 +184,9 @@ def test_tpu_shape_warnings_only_when_asked():
     assert advisor.warnings_for(seed, "cpu", shapes=False) == []
     on_tpu = advisor.warnings_for(seed, "tpu", shapes=True)
     assert any("not a multiple of 128" in line for line in on_tpu)
-    assert any("mixed_precision" in line for line in advisor.warnings_for(seed, "tpu", shapes=False))
+    assert any(
+        "mixed_precision" in line for line in advisor.warnings_for(seed, "tpu", shapes=False)
+    )
 
 
 def test_libtpu_probe_lines_are_recognised_and_real_errors_are_not():
@@ -150,5 +201,7 @@ def test_libtpu_probe_lines_are_recognised_and_real_errors_are_not():
         b"learning/45eac/tfrc/runtime/libtpu_init_utils.cc:327\n",
     ]
     assert all(quiet_start.is_libtpu_probe_noise(line) for line in probe)
-    assert not quiet_start.is_libtpu_probe_noise(b"E0000 00:00:1.5    12 tpu_compiler.cc:9] out of memory\n")
+    assert not quiet_start.is_libtpu_probe_noise(
+        b"E0000 00:00:1.5    12 tpu_compiler.cc:9] out of memory\n"
+    )
     assert not quiet_start.is_libtpu_probe_noise(b"error: unknown TPU topology 'v9:2x2'\n")

@@ -27,11 +27,20 @@ def run_probe(xla_flags=None, before=""):
     env["JAX_PLATFORMS"] = "cpu"
     if xla_flags is not None:
         env["XLA_FLAGS"] = xla_flags
-    out = subprocess.run([sys.executable, "-c", PROBE.format(before=before)], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(before=before)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines()
-                 if line.startswith(("FLAGS ", "YNN ")))
+    lines = dict(
+        line.split(" ", 1)
+        for line in out.stdout.splitlines()
+        if line.startswith(("FLAGS ", "YNN "))
+    )
     return lines["FLAGS"], lines["YNN"] == "True"
 
 
@@ -60,8 +69,10 @@ def test_use_eigen_dots_keeps_other_flags(monkeypatch):
     monkeypatch.setattr(xla_cpu, "backend_started", lambda: False)
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
     assert xla_cpu.use_eigen_dots()
-    assert os.environ["XLA_FLAGS"].split() == ["--xla_force_host_platform_device_count=2",
-                                               xla_cpu.EIGEN_DOTS_FLAG]
+    assert os.environ["XLA_FLAGS"].split() == [
+        "--xla_force_host_platform_device_count=2",
+        xla_cpu.EIGEN_DOTS_FLAG,
+    ]
     assert xla_cpu.use_eigen_dots()  # twice: still one copy of the flag
     assert os.environ["XLA_FLAGS"].count(xla_cpu.YNN_FUSION_FLAG) == 1
 

@@ -15,8 +15,14 @@ pytestmark = pytest.mark.fast
 
 # The third sentence opens a quote it never closes: with CSV quoting it swallows the rows
 # after it, and the merged text takes a later row's label.
-ROWS = [("a plain sentence", "a"), ("another one", "b"), ('"an unmatched quote', "c"),
-        ("row four", "d"), ('row "five" quotes a word', "e"), ("row six", "f")]
+ROWS = [
+    ("a plain sentence", "a"),
+    ("another one", "b"),
+    ('"an unmatched quote', "c"),
+    ("row four", "d"),
+    ('row "five" quotes a word', "e"),
+    ("row six", "f"),
+]
 
 
 def _tsv(path, rows=ROWS, header=("sentence", "label"), opener=open):
@@ -49,9 +55,11 @@ def test_a_csv_keeps_rfc_4180_quoting_and_warns_of_a_field_spanning_lines(tmp_pa
     assert labelled.texts == (["plain", "with, a comma", "two\nlines", 'say "hi"'],)
     assert [names[i] for i in labelled.labels] == ["a", "b", "c", "d"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert warnings == [f"warning: {path}: read 4 record(s) from 5 data line(s): a quoted field "
-                        "spans lines (the first from line 4); if its opening quote is a stray one, "
-                        "the rows up to the next quote were merged into one record"]
+    assert warnings == [
+        f"warning: {path}: read 4 record(s) from 5 data line(s): a quoted field "
+        "spans lines (the first from line 4); if its opening quote is a stray one, "
+        "the rows up to the next quote were merged into one record"
+    ]
 
 
 def test_a_stray_quote_in_a_csv_is_told_by_the_counts(tmp_path, caplog):
@@ -80,11 +88,15 @@ def test_blank_lines_and_a_headerless_file_count_as_their_data_lines(tmp_path, c
 def test_a_tsv_record_cannot_span_lines_and_the_error_says_why(tmp_path):
     path = tmp_path / "corpus.tsv"
     path.write_text('id\ttext\n0\t"two\nlines"\n')  # what csv.writer(delimiter="\t") writes
-    with pytest.raises(InputError, match=(
+    with pytest.raises(
+        InputError,
+        match=(
             rf"^{path}: line 3: 1 column\(s\), the header has 2: no field 'text'; a TSV is read "
             r"as GLUE's processors read it, split at tabs with no quoting, so a record cannot span "
             r"lines: write such texts with their line breaks to a \.csv \(RFC 4180 quoting\) or a "
-            r"\.jsonl$")):
+            r"\.jsonl$"
+        ),
+    ):
         list(recordfiles.iter_values(str(path), "tsv", "text", "train"))
     # A label left out (texts to predict) is no error; a short row of a CSV keeps its message.
     path.write_text("text\tlabel\none\n")

@@ -30,7 +30,10 @@ def make_docs(n, seed=0, max_words=40):
     rng = random.Random(seed)
     docs = []
     for _ in range(n):
-        lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, max_words))) for _ in range(rng.randint(1, 3))]
+        lines = [
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, max_words)))
+            for _ in range(rng.randint(1, 3))
+        ]
         docs.append("\n".join(lines))
     return docs
 
@@ -90,14 +93,18 @@ def test_encode_examples_parse_like_tf_train_example():
     ids = rng.integers(0, 70000, (5, 16))
     mask = np.ones((5, 16), dtype=np.int64)
     labels = np.where(rng.random((5, 16)) < 0.3, ids, -100)
-    spec = {k: tf.io.FixedLenFeature([16], tf.int64) for k in ("input_ids", "attention_mask", "labels")}
+    spec = {
+        k: tf.io.FixedLenFeature([16], tf.int64) for k in ("input_ids", "attention_mask", "labels")
+    }
     parsed = tf.io.parse_example(encode_examples(ids, mask, labels), spec)
     for k, v in (("input_ids", ids), ("attention_mask", mask), ("labels", labels)):
         np.testing.assert_array_equal(parsed[k].numpy(), v)
     ref = tf.train.Example(
         features=tf.train.Features(
-            feature={k: tf.train.Feature(int64_list=tf.train.Int64List(value=v[0].tolist())) for k, v in
-                     (("input_ids", ids), ("attention_mask", mask))}  # fmt: skip
+            feature={
+                k: tf.train.Feature(int64_list=tf.train.Int64List(value=v[0].tolist()))
+                for k, v in (("input_ids", ids), ("attention_mask", mask))
+            }  # fmt: skip
         )
     )
     assert tf.train.Example.FromString(encode_examples(ids[:1], mask[:1])[0]) == ref
@@ -128,7 +135,15 @@ def test_packing_fills_sequences_and_splits_long_documents():
 def test_round_trip_reproduces_the_text(tmp_path, tokenizer_path):
     docs = make_docs(60, seed=2)
     corpus = write_corpus(tmp_path / "c.txt", docs)
-    prepare(corpus, tmp_path / "out", seq_len=16, validation_fraction=0, shards=1, tokenizer=tokenizer_path, progress=False)
+    prepare(
+        corpus,
+        tmp_path / "out",
+        seq_len=16,
+        validation_fraction=0,
+        shards=1,
+        tokenizer=tokenizer_path,
+        progress=False,
+    )
     ids, mask, _ = read_split(tmp_path / "out", "train")
     check_packed(ids, mask)
     tok = load_tokenizer(tmp_path / "out" / "tokenizer.json")
@@ -143,8 +158,12 @@ def test_manifest_matches_shards(tmp_path, tokenizer_path):
     m = prepare(corpus, tmp_path / "out", seq_len=16, validation_fraction=0.2, shards=3, tokenizer=tokenizer_path,
                 progress=False)  # fmt: skip
     man = load_manifest(tmp_path / "out")
-    assert len(man.train_files) == 3 and all(os.path.isabs(f) and os.path.isfile(f) for f in man.files)
-    assert [os.path.basename(f) for f in man.train_files] == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
+    assert len(man.train_files) == 3 and all(
+        os.path.isabs(f) and os.path.isfile(f) for f in man.files
+    )
+    assert [os.path.basename(f) for f in man.train_files] == [
+        f"train-0000{i}-of-00003.tfrecord" for i in range(3)
+    ]
     for split in ("train", "validation"):
         ids, mask, _ = read_split(tmp_path / "out", split)
         assert len(ids) == m[split]["sequences"] > 0
@@ -193,7 +212,9 @@ def test_static_labels_format(tmp_path, tokenizer_path):
     expected = np.where(candidates > 0, np.maximum(np.round(np.float32(0.15) * candidates), 1), 0)
     np.testing.assert_array_equal(chosen.sum(1), expected)  # round(rate x candidates), at least 1
     prepare(corpus, tmp_path / "again", labels="static", seed=7, **kw)
-    np.testing.assert_array_equal(read_split(tmp_path / "again", "train")[2], labels)  # deterministic by seed
+    np.testing.assert_array_equal(
+        read_split(tmp_path / "again", "train")[2], labels
+    )  # deterministic by seed
 
 
 def test_static_mask_rates():
@@ -201,8 +222,16 @@ def test_static_mask_rates():
     ids = rng.integers(5, 1000, (400, 256))
     ids[:, 0], ids[:, -1] = 0, 2
     mask = np.ones_like(ids)
-    corrupted, labels = static_labels(ids, mask, 1, np.arange(400), mask_rate=0.15, mask_token_id=4,
-                                      special_token_ids={0, 1, 2, 3, 4}, vocabulary_size=1000)
+    corrupted, labels = static_labels(
+        ids,
+        mask,
+        1,
+        np.arange(400),
+        mask_rate=0.15,
+        mask_token_id=4,
+        special_token_ids={0, 1, 2, 3, 4},
+        vocabulary_size=1000,
+    )
     chosen = labels != -100
     real = ids > 4
     assert (chosen.sum(1) == round(0.15 * 254)).all()  # exactly round(rate x candidates) per row
@@ -220,7 +249,11 @@ def test_corner_cases(tmp_path, tokenizer_path):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "blank.txt").write_text("\n  \n\n")
     with pytest.raises(InputError, match="no text"):
-        prepare([str(tmp_path / "empty.txt"), str(tmp_path / "blank.txt")], tmp_path / "o", progress=False)
+        prepare(
+            [str(tmp_path / "empty.txt"), str(tmp_path / "blank.txt")],
+            tmp_path / "o",
+            progress=False,
+        )
     # An empty record file too, before a tokenizer is trained on nothing (no vocabulary warning).
     (tmp_path / "empty.jsonl").write_text("")
     with warnings.catch_warnings():
@@ -232,11 +265,15 @@ def test_corner_cases(tmp_path, tokenizer_path):
     with pytest.raises(InputError, match="at least 261"):
         prepare(good, tmp_path / "o", vocab_size=100, progress=False)
     # Python's wrong types name the argument (they were Python's own TypeErrors).
-    with pytest.raises(InputError, match=r"--vocab-size \(prepare's vocab_size\) must be an "
-                                           r"integer, got '500'"):
+    with pytest.raises(
+        InputError,
+        match=r"--vocab-size \(prepare's vocab_size\) must be an "
+        r"integer, got '500'",
+    ):
         prepare(good, tmp_path / "o", vocab_size="500", progress=False)
-    with pytest.raises(ValueError, match="inputs: expected a path or pattern, or a list of them, "
-                                         "got int"):
+    with pytest.raises(
+        ValueError, match="inputs: expected a path or pattern, or a list of them, got int"
+    ):
         prepare(5, tmp_path / "o", progress=False)
 
     (tmp_path / "bin.txt").write_bytes(b"abc\x00\x01\x02")
@@ -244,7 +281,10 @@ def test_corner_cases(tmp_path, tokenizer_path):
     inputs = [good, str(tmp_path / "bin.txt"), str(tmp_path / "latin1.txt")]
     with pytest.warns(PrepareWarning) as caught:
         m = prepare(inputs, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
-    assert [str(w.message).split(":")[1] for w in caught] == [" binary (NUL byte) at byte 3", " not UTF-8 at byte 3"]
+    assert [str(w.message).split(":")[1] for w in caught] == [
+        " binary (NUL byte) at byte 3",
+        " not UTF-8 at byte 3",
+    ]
     skipped = {os.path.basename(s["path"]): s for s in m["source"]["skipped_files"]}
     assert skipped["bin.txt"]["offset"] == 3 and skipped["latin1.txt"] == {
         "path": str(tmp_path / "latin1.txt"), "problem": "not UTF-8", "offset": 3}  # fmt: skip
@@ -253,18 +293,26 @@ def test_corner_cases(tmp_path, tokenizer_path):
 
     with pytest.raises(InputError, match="already holds a prepared dataset.*--overwrite"):
         prepare(good, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
-    with pytest.raises(InputError, match=r"--out .*bin.txt: exists and is a file; give a directory"):
+    with pytest.raises(
+        InputError, match=r"--out .*bin.txt: exists and is a file; give a directory"
+    ):
         prepare(good, tmp_path / "bin.txt", seq_len=16, tokenizer=tokenizer_path, progress=False)
-    m = prepare(good, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False, overwrite=True)
+    m = prepare(
+        good, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False, overwrite=True
+    )
     assert m["source"]["skipped_files"] == []
 
 
 def test_vocabulary_larger_than_the_data_is_recorded(tmp_path):
     corpus = write_corpus(tmp_path / "c.txt", make_docs(20, seed=5))
-    with pytest.warns(PrepareWarning, match=r"supports only \d+ tokens \(requested vocab_size=5000\).*must equal"):
+    with pytest.warns(
+        PrepareWarning, match=r"supports only \d+ tokens \(requested vocab_size=5000\).*must equal"
+    ):
         m = prepare(corpus, tmp_path / "o", vocab_size=5000, seq_len=16, progress=False)
     assert 261 <= m["vocabulary_size"] < 5000 and m["requested_vocabulary_size"] == 5000
-    assert load_tokenizer(tmp_path / "o" / "tokenizer.json").get_vocab_size() == m["vocabulary_size"]
+    assert (
+        load_tokenizer(tmp_path / "o" / "tokenizer.json").get_vocab_size() == m["vocabulary_size"]
+    )
     assert load_manifest(tmp_path / "o").vocabulary_size == m["vocabulary_size"]
     assert "must equal" in m["source"]["vocabulary_note"]
 
@@ -298,14 +346,24 @@ def test_interrupted_prepare_keeps_only_its_work_directory(tmp_path, tokenizer_p
     corpus = write_corpus(tmp_path / "c.txt", make_docs(400))
     _interrupt_on_second_block(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        prepare(corpus, tmp_path / "new" / "o", seq_len=16, tokenizer=tokenizer_path, progress=False, workers=1)
-    assert os.listdir(tmp_path / "new" / "o") == [".prepare"], "what the next run resumes from, nothing else"
+        prepare(
+            corpus,
+            tmp_path / "new" / "o",
+            seq_len=16,
+            tokenizer=tokenizer_path,
+            progress=False,
+            workers=1,
+        )
+    assert os.listdir(tmp_path / "new" / "o") == [".prepare"], (
+        "what the next run resumes from, nothing else"
+    )
     assert not [n for n in os.listdir(tmp_path / "new" / "o" / ".prepare") if n.startswith(".tmp")]
 
 
 @pytest.mark.parametrize("failure", ["interrupt", "manifest"])
-def test_failed_prepare_in_an_existing_directory_removes_only_its_files(tmp_path, tokenizer_path, monkeypatch,
-                                                                       failure):
+def test_failed_prepare_in_an_existing_directory_removes_only_its_files(
+    tmp_path, tokenizer_path, monkeypatch, failure
+):
     corpus = write_corpus(tmp_path / "c.txt", make_docs(400))
     out = tmp_path / "o"
     out.mkdir()
@@ -313,6 +371,7 @@ def test_failed_prepare_in_an_existing_directory_removes_only_its_files(tmp_path
     if failure == "interrupt":
         _interrupt_on_second_block(monkeypatch)
     else:  # after the shards and tokenizer.json are in place under their final names
+
         def no_manifest(*args):
             names = os.listdir(out)
             assert "tokenizer.json" in names and "train-00000-of-00001.tfrecord" in names
@@ -329,15 +388,40 @@ def test_cli_failure_leaves_no_out_directory(tmp_path, tokenizer_path, capsys, p
     corpus = write_corpus(tmp_path / "c.txt", make_docs(20))
     tokenizer = str(tmp_path / "missing") if problem == "tokenizer" else tokenizer_path
     inputs = corpus if problem == "tokenizer" else str(tmp_path / "none*.txt")
-    assert main(["--input", inputs, "--out", str(tmp_path / "o"), "--tokenizer", tokenizer, "--no-progress"]) == 2
-    assert ("tokenizer not found" if problem == "tokenizer" else "none*.txt") in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "--input",
+                inputs,
+                "--out",
+                str(tmp_path / "o"),
+                "--tokenizer",
+                tokenizer,
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
+    assert (
+        "tokenizer not found" if problem == "tokenizer" else "none*.txt"
+    ) in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 
 def test_cli_exit_codes(tmp_path, tokenizer_path, capsys):
     corpus = write_corpus(tmp_path / "c.txt", make_docs(40))
     out = str(tmp_path / "o")
-    args = ["--input", corpus, "--out", out, "--seq-len", "16", "--tokenizer", tokenizer_path, "--no-progress"]
+    args = [
+        "--input",
+        corpus,
+        "--out",
+        out,
+        "--seq-len",
+        "16",
+        "--tokenizer",
+        tokenizer_path,
+        "--no-progress",
+    ]
     assert main(args) == 0
     assert main(["--check", out]) == 0
     assert "clean" in capsys.readouterr().out
@@ -345,7 +429,9 @@ def test_cli_exit_codes(tmp_path, tokenizer_path, capsys):
     assert "--overwrite" in capsys.readouterr().err
     assert main(["--input", str(tmp_path / "none*.txt"), "--out", out]) == 2
     assert main(["--check", str(tmp_path / "none*.tfrecord")]) == 2
-    assert main(["--check", str(tmp_path)]) == 2  # a directory without manifest.json needs --vocab-size
+    assert (
+        main(["--check", str(tmp_path)]) == 2
+    )  # a directory without manifest.json needs --vocab-size
     with pytest.raises(SystemExit) as e:
         main(["--labels", "dynamic"])
     assert e.value.code == 2
@@ -369,18 +455,23 @@ def test_stdlib_docstrings_reads_source_without_importing(tmp_path):
     for sub in ("pkg", "test", "tests", "idlelib", "site-packages"):
         (root / sub).mkdir(parents=True)
         (root / sub / "m.py").write_text(f'"""Doc of {sub}."""\nraise SystemExit("imported!")\n')
-    (root / "a.py").write_text('"""Module a.\n\nSecond paragraph."""\ndef f():\n    """Function f."""\n')
+    (root / "a.py").write_text(
+        '"""Module a.\n\nSecond paragraph."""\ndef f():\n    """Function f."""\n'
+    )
     (root / "broken.py").write_text('"""Never read."""\ndef (:\n')
     docs = list(stdlib_docstrings(str(root)))
     assert docs == ["Module a.\n\nSecond paragraph.", "Function f.", "Doc of pkg."]
     stats = write_stdlib_corpus(tmp_path / "c.txt", root=str(root))
     assert stats["documents"] == 3
     # One document per docstring: blank lines inside a docstring are dropped.
-    assert (tmp_path / "c.txt").read_text() == "Module a.\nSecond paragraph.\n\nFunction f.\n\nDoc of pkg.\n\n"
+    assert (
+        tmp_path / "c.txt"
+    ).read_text() == "Module a.\nSecond paragraph.\n\nFunction f.\n\nDoc of pkg.\n\n"
 
 
 def test_a_small_validation_split_is_named_with_the_fraction_that_holds_about_100(
-        tmp_path, tokenizer_path):
+    tmp_path, tokenizer_path
+):
     corpus = write_corpus(tmp_path / "c.txt", make_docs(400))
     with pytest.warns(PrepareWarning) as caught:
         m = prepare(corpus, tmp_path / "o", seq_len=16, tokenizer=tokenizer_path, progress=False)
@@ -390,10 +481,17 @@ def test_a_small_validation_split_is_named_with_the_fraction_that_holds_about_10
     assert [str(w.message) for w in caught] == [
         f"the validation split holds {held_out} of {total} sequences (--validation-fraction "
         f"0.01): its loss is noisy; --validation-fraction {fraction} holds about "
-        f"{round(fraction * total)}"]
+        f"{round(fraction * total)}"
+    ]
     # The fraction it names holds at least 100 sequences: no warning.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        m = prepare(corpus, tmp_path / "p", seq_len=16, tokenizer=tokenizer_path, progress=False,
-                    validation_fraction=fraction)
+        m = prepare(
+            corpus,
+            tmp_path / "p",
+            seq_len=16,
+            tokenizer=tokenizer_path,
+            progress=False,
+            validation_fraction=fraction,
+        )
     assert m["validation"]["sequences"] >= 90

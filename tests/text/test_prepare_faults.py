@@ -68,17 +68,36 @@ def corpus(tmp_path_factory):
 
 
 def _arguments(corpus, out, workers):
-    return ["--input", corpus, "--out", str(out), "--vocab-size", "300", "--seq-len", "16",
-            "--validation-fraction", "0.1", "--tokenizer-sample-bytes", "20000", "--workers", str(workers),
-            "--no-progress"]
+    return [
+        "--input",
+        corpus,
+        "--out",
+        str(out),
+        "--vocab-size",
+        "300",
+        "--seq-len",
+        "16",
+        "--validation-fraction",
+        "0.1",
+        "--tokenizer-sample-bytes",
+        "20000",
+        "--workers",
+        str(workers),
+        "--no-progress",
+    ]
 
 
 def _start(corpus, out, workers=2, gate_dir=None, gate=(), **env):
     extra = {"GATE": ",".join(map(str, gate)), "GATE_DIR": str(gate_dir)} if gate else {}
-    return subprocess.Popen([sys.executable, "-c", _COMMAND, *_arguments(corpus, out, workers)],
-                            env={**os.environ, "PYTHONPATH": REPO, **extra, **env}, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own process group, as a shell job is
+    return subprocess.Popen(
+        [sys.executable, "-c", _COMMAND, *_arguments(corpus, out, workers)],
+        env={**os.environ, "PYTHONPATH": REPO, **extra, **env},
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # its own process group, as a shell job is
 
 
 def _run(corpus, out, workers=2, **env):
@@ -117,7 +136,9 @@ def _ended(process, timeout=HANG):
         _, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-        raise AssertionError(f"still running {timeout} s after the fault: {process.communicate()[1]}") from None
+        raise AssertionError(
+            f"still running {timeout} s after the fault: {process.communicate()[1]}"
+        ) from None
     return process.returncode, stderr
 
 
@@ -125,7 +146,11 @@ def _the_line(stderr):
     """The one line the command ended with; no traceback, nothing else but warnings and
     the progress it logs ("resuming ...", "read N document(s) ...")."""
     assert "Traceback" not in stderr, stderr
-    lines = [line for line in stderr.splitlines() if line and not line.startswith(("warning:", "resuming ", "read "))]
+    lines = [
+        line
+        for line in stderr.splitlines()
+        if line and not line.startswith(("warning:", "resuming ", "read "))
+    ]
     assert len(lines) == 1, stderr
     return lines[0]
 
@@ -162,14 +187,18 @@ def test_a_killed_worker_is_named_and_the_same_command_resumes(corpus, reference
     gate_dir.mkdir()
     process = _start(corpus, out, gate_dir=gate_dir, gate=(2, 3))
     holders = _wait_for_gate(process, gate_dir, (2, 3))
-    assert holders[2] != holders[3] and set(holders.values()) <= {p.pid for p in psutil.Process(process.pid).children()}
+    assert holders[2] != holders[3] and set(holders.values()) <= {
+        p.pid for p in psutil.Process(process.pid).children()
+    }
     os.kill(holders[2], signal.SIGKILL)  # as the out-of-memory killer does
     code, stderr = _ended(process, timeout=10)
     line = _the_line(stderr)
     assert code == 2
-    assert line == (f"error: a worker process was killed (signal 9) while preparing {_described(out, 2)}: "
-                    f"out of memory? lower --workers; {_described(out, 3)} was running too; the finished "
-                    f"chunks are kept in {out}/.prepare: the same command resumes")
+    assert line == (
+        f"error: a worker process was killed (signal 9) while preparing {_described(out, 2)}: "
+        f"out of memory? lower --workers; {_described(out, 3)} was running too; the finished "
+        f"chunks are kept in {out}/.prepare: the same command resumes"
+    )
     assert "bytes " in _described(out, 2), "the chunk's byte range"
     assert _gone(holders.values()), "the other worker stopped"
     assert os.listdir(out) == [".prepare"]
@@ -182,8 +211,12 @@ def test_a_worker_that_exits_is_named_with_its_exit_code(corpus, tmp_path):
     code, _, stderr = _run(corpus, out, EXIT_IN_CHUNK="5")
     assert code == 2
     line = _the_line(stderr)
-    assert line.startswith(f"error: a worker process exited (code 3) while preparing {_described(out, 5)}")
-    assert line.endswith(f"the finished chunks are kept in {out}/.prepare: the same command resumes")
+    assert line.startswith(
+        f"error: a worker process exited (code 3) while preparing {_described(out, 5)}"
+    )
+    assert line.endswith(
+        f"the finished chunks are kept in {out}/.prepare: the same command resumes"
+    )
 
 
 @pytest.mark.fast
@@ -197,10 +230,14 @@ def test_a_chunk_is_described_by_its_files_and_byte_ranges():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum, code, words", [(signal.SIGINT, 130, "interrupted"),
-                                                 (signal.SIGTERM, 143, "stopped by SIGTERM")])
+@pytest.mark.parametrize(
+    "signum, code, words",
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM")],
+)
 @pytest.mark.parametrize("to_group", [True, False], ids=["group", "process"])
-def test_sigint_and_sigterm_end_prepare_with_one_line(corpus, tmp_path, signum, code, words, to_group):
+def test_sigint_and_sigterm_end_prepare_with_one_line(
+    corpus, tmp_path, signum, code, words, to_group
+):
     out, gate_dir = tmp_path / "out", tmp_path / "gate"
     gate_dir.mkdir()
     process = _start(corpus, out, gate_dir=gate_dir, gate=(2, 3))
@@ -208,14 +245,18 @@ def test_sigint_and_sigterm_end_prepare_with_one_line(corpus, tmp_path, signum, 
     (os.killpg if to_group else os.kill)(process.pid, signum)
     ended, stderr = _ended(process, timeout=10)
     assert ended == code
-    assert _the_line(stderr) == (f"{words}: no manifest written; the finished chunks are kept in {out}/.prepare: "
-                                 "the same command resumes, --overwrite starts over")
+    assert _the_line(stderr) == (
+        f"{words}: no manifest written; the finished chunks are kept in {out}/.prepare: "
+        "the same command resumes, --overwrite starts over"
+    )
     assert _gone(holders.values())
     assert os.listdir(out) == [".prepare"]
 
 
 @pytest.mark.slow
-def test_a_killed_command_s_workers_finish_their_chunk_and_the_same_command_resumes(corpus, reference, tmp_path):
+def test_a_killed_command_s_workers_finish_their_chunk_and_the_same_command_resumes(
+    corpus, reference, tmp_path
+):
     out, gate_dir = tmp_path / "out", tmp_path / "gate"
     gate_dir.mkdir()
     process = _start(corpus, out, gate_dir=gate_dir, gate=(2, 3))
@@ -227,7 +268,9 @@ def test_a_killed_command_s_workers_finish_their_chunk_and_the_same_command_resu
     assert _gone(holders.values()), "orphaned workers exit"
     assert "Traceback" not in process.communicate(timeout=HANG)[1]
     finished = {name for name in os.listdir(out / ".prepare") if name.endswith(".json")}
-    assert {"chunk-000002.json", "chunk-000003.json"} <= finished, "each finished the chunk it was on"
+    assert {"chunk-000002.json", "chunk-000003.json"} <= finished, (
+        "each finished the chunk it was on"
+    )
     _assert_resumes(corpus, out, reference)
 
 
@@ -243,9 +286,11 @@ class SmallDisk:
     def _mount(self, *options):
         done = subprocess.run(["mount", *options, str(self.root)], capture_output=True, text=True)
         if done.returncode != 0:
-            pytest.skip(f"a small filesystem cannot be mounted here (mount {' '.join(options)}: "
-                        f"{done.stderr.strip()}); test_a_full_disk_told_by_python_where_no_filesystem_can_be_mounted "
-                        "stands in")
+            pytest.skip(
+                f"a small filesystem cannot be mounted here (mount {' '.join(options)}: "
+                f"{done.stderr.strip()}); test_a_full_disk_told_by_python_where_no_filesystem_can_be_mounted "
+                "stands in"
+            )
 
     def resize(self, kilobytes):
         """Remounted with room for `kilobytes` in all; the files stay."""
@@ -280,7 +325,8 @@ def _no_partial_files(out):
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_full_disk_is_one_line_and_the_same_command_resumes_once_there_is_room(
-        corpus, reference, small_disk, workers):
+    corpus, reference, small_disk, workers
+):
     out = small_disk.root / "out"
     code, _, stderr = _run(corpus, out, workers)
     line = _the_line(stderr)
@@ -289,8 +335,9 @@ def test_a_full_disk_is_one_line_and_the_same_command_resumes_once_there_is_room
     assert ": No space left on device (" in line and " MiB free there); " in line
     assert line.endswith(f"it resumes from the finished chunks in {out}/.prepare")
     _no_partial_files(out)
-    assert [n for n in os.listdir(out / ".prepare") if n.startswith("chunk-") and n.endswith(".json")], \
-        "some chunks finished before the disk was full"
+    assert [
+        n for n in os.listdir(out / ".prepare") if n.startswith("chunk-") and n.endswith(".json")
+    ], "some chunks finished before the disk was full"
     small_disk.resize(16 << 10)
     _assert_resumes(corpus, out, reference)
 
@@ -304,8 +351,10 @@ def test_a_full_disk_while_the_shards_are_joined(corpus, reference, small_disk):
     small_disk.resize(small_disk.used_kb() + 8)  # no room for the train shard
     code, _, stderr = _run(corpus, out)
     assert code == 2
-    assert _the_line(stderr).startswith(f"error: could not write the shard at {out}/train-00000-of-00001.tfrecord: "
-                                        "No space left on device (")
+    assert _the_line(stderr).startswith(
+        f"error: could not write the shard at {out}/train-00000-of-00001.tfrecord: "
+        "No space left on device ("
+    )
     _no_partial_files(out)
     small_disk.resize(16 << 10)
     _assert_resumes(corpus, out, reference)
@@ -317,8 +366,9 @@ def test_a_read_only_out(corpus, reference, small_disk):
     small_disk.read_only()
     code, _, stderr = _run(corpus, out)
     assert code == 2
-    assert _the_line(stderr).startswith(f"error: could not write the output directory at {out}: "
-                                        "Read-only file system (")
+    assert _the_line(stderr).startswith(
+        f"error: could not write the output directory at {out}: Read-only file system ("
+    )
     assert not out.exists()
     small_disk.resize(16 << 10)
     code, _, stderr = _run(corpus, out)
@@ -328,7 +378,9 @@ def test_a_read_only_out(corpus, reference, small_disk):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_full_disk_told_by_python_where_no_filesystem_can_be_mounted(corpus, reference, tmp_path, workers):
+def test_a_full_disk_told_by_python_where_no_filesystem_can_be_mounted(
+    corpus, reference, tmp_path, workers
+):
     """The ENOSPC a write raises, from Python: the same line, in the worker or in the command."""
     out = tmp_path / "out"
     code, _, stderr = _run(corpus, out, workers, FULL_AFTER_WRITES="12")

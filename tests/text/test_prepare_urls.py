@@ -49,7 +49,9 @@ def test_prepare_reads_url_inputs_and_writes_a_url_like_local_paths(tmp_path, ca
 
     local = prepare([str(tmp_path / "corpus" / "*")], str(tmp_path / "data"), **settings)
     remote = prepare([f"{ram}/*"], out, **settings)
-    assert remote["source"]["files"] == [f"{ram}/{n}" for n in ("a.txt", "b.txt.gz", "c.jsonl", "d.parquet")]
+    assert remote["source"]["files"] == [
+        f"{ram}/{n}" for n in ("a.txt", "b.txt.gz", "c.jsonl", "d.parquet")
+    ]
     assert remote["train"] == local["train"] and remote["validation"] == local["validation"]
     for name in [*local["train"]["files"], *local["validation"]["files"], "tokenizer.json"]:
         assert storage.read_bytes(f"{out}/{name}") == (tmp_path / "data" / name).read_bytes(), name
@@ -57,8 +59,25 @@ def test_prepare_reads_url_inputs_and_writes_a_url_like_local_paths(tmp_path, ca
 
     with pytest.raises(InputError, match="already holds a prepared dataset"):
         prepare([f"{ram}/*"], out, **settings)
-    assert kroberta.cli.prepare.main(["--input", f"{ram}/*.txt", "--out", out, "--overwrite", "--workers", "1",
-                             "--vocab-size", "300", "--seq-len", "32", "--no-progress"]) == 0
+    assert (
+        kroberta.cli.prepare.main(
+            [
+                "--input",
+                f"{ram}/*.txt",
+                "--out",
+                out,
+                "--overwrite",
+                "--workers",
+                "1",
+                "--vocab-size",
+                "300",
+                "--seq-len",
+                "32",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads(storage.read_text(f"{out}/manifest.json"))
     assert manifest["source"]["files"] == [f"{ram}/a.txt"]
 
@@ -75,17 +94,26 @@ def test_every_worker_streams_url_inputs(tmp_path):
     """file:// URLs go through fsspec as gs:// would, and every worker process opens them."""
     (tmp_path / "corpus").mkdir()
     _corpus(str(tmp_path / "corpus"))
-    settings = dict(vocab_size=300, seq_len=32, validation_fraction=0.1, progress=False, chunk_bytes=1500)
-    local = prepare([str(tmp_path / "corpus" / "*")], str(tmp_path / "local"), workers=1, **settings)
-    remote = prepare([f"file://{tmp_path}/corpus/*"], str(tmp_path / "remote"), workers=3, **settings)
+    settings = dict(
+        vocab_size=300, seq_len=32, validation_fraction=0.1, progress=False, chunk_bytes=1500
+    )
+    local = prepare(
+        [str(tmp_path / "corpus" / "*")], str(tmp_path / "local"), workers=1, **settings
+    )
+    remote = prepare(
+        [f"file://{tmp_path}/corpus/*"], str(tmp_path / "remote"), workers=3, **settings
+    )
     assert local["source"]["chunks"] == remote["source"]["chunks"] > 3
     for name in [*local["train"]["files"], *local["validation"]["files"], "tokenizer.json"]:
-        assert (tmp_path / "remote" / name).read_bytes() == (tmp_path / "local" / name).read_bytes(), name
+        assert (tmp_path / "remote" / name).read_bytes() == (
+            tmp_path / "local" / name
+        ).read_bytes(), name
 
 
 def test_a_tokenizer_and_a_corpus_at_a_memory_url_read_like_local_ones(tmp_path, monkeypatch):
     """One storage layer: a memory:// URL (which TensorFlow cannot open) reads as the local
     copy does, and nothing asks tf.io.gfile."""
+
     def refused(*args, **kwargs):
         raise AssertionError("tf.io.gfile used")
 
@@ -97,7 +125,10 @@ def test_a_tokenizer_and_a_corpus_at_a_memory_url_read_like_local_ones(tmp_path,
     _corpus(f"{ram}/corpus")
     train_tokenizer(["the river runs to the sea"] * 10, 270, out_path=tmp_path / "tokenizer.json")
     storage.write_bytes(f"{ram}/tokenizer.json", (tmp_path / "tokenizer.json").read_bytes())
-    assert load_tokenizer(f"{ram}/tokenizer.json").to_str() == load_tokenizer(tmp_path / "tokenizer.json").to_str()
+    assert (
+        load_tokenizer(f"{ram}/tokenizer.json").to_str()
+        == load_tokenizer(tmp_path / "tokenizer.json").to_str()
+    )
 
     def read(root):
         files = expand_inputs(f"{root}/*")

@@ -18,10 +18,14 @@ from tests.pretraining.test_train import _weights
 def _state(path):
     """A checkpoint's variables as numpy arrays, by key."""
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as reader:
-        state = reader.restore(path, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore()))["state"]
-    return {f"{group}/{i}": np.asarray(value) for group, values in state.items()
-            for i, value in enumerate(values)}
+        state = reader.restore(path, args=ocp.args.Composite(state=ocp.args.StandardRestore()))[
+            "state"
+        ]
+    return {
+        f"{group}/{i}": np.asarray(value)
+        for group, values in state.items()
+        for i, value in enumerate(values)
+    }
 
 
 def _checkpoint_rows(run_dir):
@@ -34,8 +38,15 @@ def test_async_and_sync_checkpoints_are_bitwise_equal_and_resume_alike(tiny_data
     runs = {}
     for mode in ("async", "sync"):
         runs[mode] = tmp_path / mode
-        config = tiny_config(tiny_data, runs[mode], steps=40, checkpoint_every=10, eval_every=20,
-                             keep_checkpoints=4, async_checkpoints=(mode == "async"))
+        config = tiny_config(
+            tiny_data,
+            runs[mode],
+            steps=40,
+            checkpoint_every=10,
+            eval_every=20,
+            keep_checkpoints=4,
+            async_checkpoints=(mode == "async"),
+        )
         if mode == "async":  # stopped and resumed: the resume reads an async checkpoint
             train(config, until_step=20)
         train(config)
@@ -53,8 +64,11 @@ def test_async_and_sync_checkpoints_are_bitwise_equal_and_resume_alike(tiny_data
     for run_dir in runs.values():
         rows = _checkpoint_rows(run_dir)
         assert [r["step"] for r in rows] == [10, 20, 30, 40]
-        assert all(isinstance(r["checkpoint_blocked_seconds"], float) and
-                   r["checkpoint_blocked_seconds"] >= 0 for r in rows)
+        assert all(
+            isinstance(r["checkpoint_blocked_seconds"], float)
+            and r["checkpoint_blocked_seconds"] >= 0
+            for r in rows
+        )
 
 
 @pytest.fixture
@@ -102,8 +116,9 @@ def test_save_returns_before_the_commit_with_the_values_of_its_step(model, tmp_p
         np.testing.assert_array_equal(np.asarray(v.value), value, err_msg=v.path)
 
 
-def test_old_checkpoints_are_removed_only_after_the_new_one_committed(model, tmp_path,
-                                                                       held_commits):
+def test_old_checkpoints_are_removed_only_after_the_new_one_committed(
+    model, tmp_path, held_commits
+):
     run_dir = str(tmp_path / "run")
     writer = checkpoint.Writer(run_dir, keep=1, asynchronous=True)
     held_commits.set()

@@ -16,12 +16,14 @@ def test_default_recipe_falls_well_below_chance_in_a_short_run(tmp_path):
     # are shortened.
     default = Config()
     steps = 120
-    t = dataclasses.replace(default.train, steps=steps, log_every=20, eval_every=0,
-                            checkpoint_every=steps)
+    t = dataclasses.replace(
+        default.train, steps=steps, log_every=20, eval_every=0, checkpoint_every=steps
+    )
     # One device, as `python -m kroberta.train` sees a CPU (the tests simulate four).
     one = dataclasses.replace(default.distributed, devices=1)
-    summary = train(dataclasses.replace(default, train=t, distributed=one,
-                                             run_dir=str(tmp_path / "run")))
+    summary = train(
+        dataclasses.replace(default, train=t, distributed=one, run_dir=str(tmp_path / "run"))
+    )
     assert summary["final_step"] == steps
     with open(os.path.join(tmp_path, "run", "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f]

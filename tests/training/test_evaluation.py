@@ -15,8 +15,10 @@ from kroberta.config import config_path, load_toml
 from kroberta.errors import InputError
 from tests.conftest import prepare_word_corpus
 
-WORDS = ("alpha beta gamma delta epsilon zeta theta iota kappa lambda sigma omega river stone "
-         "cloud field light house water paper").split()
+WORDS = (
+    "alpha beta gamma delta epsilon zeta theta iota kappa lambda sigma omega river stone "
+    "cloud field light house water paper"
+).split()
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +29,20 @@ def trained(tmp_path_factory):
     data = prepare_word_corpus(root, WORDS, documents=200)
     config = load_toml(config_path("tiny"))
     config = dataclasses.replace(
-        config, run_dir=str(root / "run"),
+        config,
+        run_dir=str(root / "run"),
         model=dataclasses.replace(config.model, vocabulary_size=300),
         data=dataclasses.replace(config.data, dir=str(data), eval_mask_rate=0.3),
-        train=dataclasses.replace(config.train, steps=4, warmup_steps=1, log_every=2,
-                                  eval_every=2, checkpoint_every=2, steps_per_execution=1))
+        train=dataclasses.replace(
+            config.train,
+            steps=4,
+            warmup_steps=1,
+            log_every=2,
+            eval_every=2,
+            checkpoint_every=2,
+            steps_per_execution=1,
+        ),
+    )
     kroberta.train(config)
     with open(os.path.join(config.run_dir, "metrics.jsonl")) as f:
         rows = [r for r in map(json.loads, f) if r["split"] == "validation"]
@@ -72,7 +83,8 @@ def test_an_exported_model_gives_the_same_loss(trained, tmp_path):
     imported = kroberta.load(exported)
     imported.kroberta_config = model.kroberta_config
     assert kroberta.evaluate(imported, data)["loss"] == pytest.approx(
-        kroberta.evaluate(model, data)["loss"], rel=1e-5)
+        kroberta.evaluate(model, data)["loss"], rel=1e-5
+    )
 
 
 def test_data_from_another_tokenizer_and_bad_arguments_are_refused(trained, tmp_path, capsys):

@@ -23,10 +23,20 @@ STEPS = 200
 
 
 def _command(data_dir, run_dir, *extra):
-    return [sys.executable, "-m", "kroberta.train", "--config", "tiny",
-            f"--data.train={data_dir}/train-*.tfrecord", f"--run_dir={run_dir}",
-            f"--train.steps={STEPS}", "--train.checkpoint_every=20", "--train.eval_every=0",
-            "--train.log_every=10", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "kroberta.train",
+        "--config",
+        "tiny",
+        f"--data.train={data_dir}/train-*.tfrecord",
+        f"--run_dir={run_dir}",
+        f"--train.steps={STEPS}",
+        "--train.checkpoint_every=20",
+        "--train.eval_every=0",
+        "--train.log_every=10",
+        *extra,
+    ]
 
 
 def _start_and_wait_for_step(command, run_dir, step, timeout=240, committed=False):
@@ -39,8 +49,11 @@ def _start_and_wait_for_step(command, run_dir, step, timeout=240, committed=Fals
         if os.path.isfile(metrics):
             with open(metrics) as f:
                 steps = [json.loads(line)["step"] for line in f if line.strip().endswith("}")]
-            if steps and steps[-1] >= step and (
-                    not committed or checkpoint.list_checkpoints(str(run_dir))):
+            if (
+                steps
+                and steps[-1] >= step
+                and (not committed or checkpoint.list_checkpoints(str(run_dir)))
+            ):
                 return process
         if process.poll() is not None:
             raise AssertionError(f"training ended early: {process.stderr.read().decode()[-2000:]}")
@@ -85,8 +98,13 @@ def test_kill_9_at_a_random_moment_then_resume(tiny_data, tmp_path, reference, k
 def test_kill_9_during_an_asynchronous_checkpoint_write_then_resume(tiny_data, tmp_path, reference):
     run_dir, marker = tmp_path / "run", tmp_path / "holding-the-commit"
     # The 2nd checkpoint (step 40) is written in the background and never committed.
-    gated = [sys.executable, "tests/training/checkpoint_gate_worker.py", "2", str(marker),
-             *_command(tiny_data, run_dir)[3:]]
+    gated = [
+        sys.executable,
+        "tests/training/checkpoint_gate_worker.py",
+        "2",
+        str(marker),
+        *_command(tiny_data, run_dir)[3:],
+    ]
     process = _start_and_wait_for_step(gated, run_dir, 50)  # trained on during the write
     deadline = time.time() + 120
     while not marker.exists() and time.time() < deadline:
@@ -95,17 +113,22 @@ def test_kill_9_during_an_asynchronous_checkpoint_write_then_resume(tiny_data, t
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     assert [s for s, _ in checkpoint.list_checkpoints(str(run_dir))] == [20]
-    assert [n for n in os.listdir(run_dir / "checkpoints")
-            if n.startswith("step_00000040.orbax-checkpoint-tmp")], "killed mid-write"
-    resumed = subprocess.run(_command(tiny_data, run_dir), cwd=REPO, capture_output=True,
-                             text=True, timeout=300)
+    assert [
+        n
+        for n in os.listdir(run_dir / "checkpoints")
+        if n.startswith("step_00000040.orbax-checkpoint-tmp")
+    ], "killed mid-write"
+    resumed = subprocess.run(
+        _command(tiny_data, run_dir), cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "(step 20)" in resumed.stderr
     _assert_same_run(run_dir, reference)
 
 
 def test_sigterm_writes_a_checkpoint_at_the_current_step_and_resume_matches(
-        tiny_data, tmp_path, reference):
+    tiny_data, tmp_path, reference
+):
     run_dir = tmp_path / "run"
     command = _command(tiny_data, run_dir)
     process = _start_and_wait_for_step(command, run_dir, 30)
@@ -142,8 +165,11 @@ def test_half_written_checkpoints_are_never_loaded(tiny_data, tmp_path):
 
 def test_keeps_only_the_last_checkpoints(tiny_data, tmp_path):
     run_dir = tmp_path / "run"
-    train(tiny_config(tiny_data, run_dir, steps=60, checkpoint_every=10, eval_every=0,
-                           keep_checkpoints=3))
+    train(
+        tiny_config(
+            tiny_data, run_dir, steps=60, checkpoint_every=10, eval_every=0, keep_checkpoints=3
+        )
+    )
     assert [s for s, _ in checkpoint.list_checkpoints(str(run_dir))] == [40, 50, 60]
     # A checkpoint whose data files were cut short (a partial copy): one error naming it.
     import glob
@@ -159,12 +185,24 @@ def test_keeps_only_the_last_checkpoints(tiny_data, tmp_path):
 
 
 def test_nan_loss_stops_with_the_step_and_the_run_resumes_from_the_last_good_checkpoint(
-        tiny_data, tmp_path):
+    tiny_data, tmp_path
+):
     run_dir = tmp_path / "run"
-    config = tiny_config(tiny_data, run_dir, steps=200, checkpoint_every=10, eval_every=0,
-                         learning_rate=1e9, clip_norm=0.0, warmup_steps=0)
-    with pytest.raises(FloatingPointError, match=r"loss became (nan|inf) by step (\d+).*"
-                                                 r"train.learning_rate.*train.clip_norm"):
+    config = tiny_config(
+        tiny_data,
+        run_dir,
+        steps=200,
+        checkpoint_every=10,
+        eval_every=0,
+        learning_rate=1e9,
+        clip_norm=0.0,
+        warmup_steps=0,
+    )
+    with pytest.raises(
+        FloatingPointError,
+        match=r"loss became (nan|inf) by step (\d+).*"
+        r"train.learning_rate.*train.clip_norm",
+    ):
         train(config)
     saved = [s for s, _ in checkpoint.list_checkpoints(str(run_dir))]
     rows = _rows(run_dir)
@@ -172,8 +210,10 @@ def test_nan_loss_stops_with_the_step_and_the_run_resumes_from_the_last_good_che
     assert all(s < bad_step for s in saved), "no checkpoint at or after the step that diverged"
     # The fix the message points at: a sane learning rate; the run resumes and trains.
     sane = tiny_config(tiny_data, run_dir, steps=200, checkpoint_every=10, eval_every=0)
-    summary = train(dataclasses.replace(sane, train=dataclasses.replace(sane.train, steps=200)),
-                         until_step=(saved[-1] if saved else 0) + 10)
+    summary = train(
+        dataclasses.replace(sane, train=dataclasses.replace(sane.train, steps=200)),
+        until_step=(saved[-1] if saved else 0) + 10,
+    )
     assert summary["start_step"] == (saved[-1] if saved else 0)
     assert np.isfinite(_rows(run_dir)[-1]["loss"])
 
@@ -182,8 +222,11 @@ def test_unwritable_run_dir_fails_before_any_work(tiny_data, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     config = tiny_config(tiny_data, blocker / "run", steps=10, warmup_steps=0)
-    with pytest.raises(StorageError, match=r"^run_dir .*/a_file/run: .*/a_file is a file, not a "
-                                           r"folder; choose another run_dir$"):
+    with pytest.raises(
+        StorageError,
+        match=r"^run_dir .*/a_file/run: .*/a_file is a file, not a "
+        r"folder; choose another run_dir$",
+    ):
         train(config)
 
 
@@ -221,18 +264,20 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_ones(tiny_data, tmp_pa
         def close(self):
             self.inner.close()
 
-    monkeypatch.setattr(checkpoint, "_checkpointer",
-                        lambda asynchronous=False: FullDisk(real()))
-    with pytest.raises(StorageError,
-                       match=r"step 40 .*No space left on device \([0-9.]+ MiB free there\); "
-                             r"the previous checkpoints are intact"):
+    monkeypatch.setattr(checkpoint, "_checkpointer", lambda asynchronous=False: FullDisk(real()))
+    with pytest.raises(
+        StorageError,
+        match=r"step 40 .*No space left on device \([0-9.]+ MiB free there\); "
+        r"the previous checkpoints are intact",
+    ):
         train(config)
     assert checkpoint.list_checkpoints(str(run_dir)) == before
     assert not [n for n in os.listdir(run_dir / "checkpoints") if "tmp" in n]
 
 
 def test_disk_full_in_the_background_write_fails_the_run_and_keeps_the_previous_ones(
-        tiny_data, tmp_path, monkeypatch):
+    tiny_data, tmp_path, monkeypatch
+):
     run_dir = tmp_path / "run"
     config = tiny_config(tiny_data, run_dir, steps=40, checkpoint_every=20, eval_every=0)
     train(config, until_step=20)
@@ -255,12 +300,17 @@ def test_disk_full_in_the_background_write_fails_the_run_and_keeps_the_previous_
         def close(self):
             self.inner.close()
 
-    monkeypatch.setattr(checkpoint, "_checkpointer", lambda asynchronous=False: (
-        FullDiskLater(real(asynchronous)) if asynchronous else real()))
+    monkeypatch.setattr(
+        checkpoint,
+        "_checkpointer",
+        lambda asynchronous=False: FullDiskLater(real(asynchronous)) if asynchronous else real(),
+    )
     # The step-40 write fails after its save returned: the end of the run waits for it.
-    with pytest.raises(StorageError,
-                       match=r"step 40 .*No space left on device \([0-9.]+ MiB free there\); "
-                             r"the previous checkpoints are intact"):
+    with pytest.raises(
+        StorageError,
+        match=r"step 40 .*No space left on device \([0-9.]+ MiB free there\); "
+        r"the previous checkpoints are intact",
+    ):
         train(config)
     assert checkpoint.list_checkpoints(str(run_dir)) == before
     assert not [n for n in os.listdir(run_dir / "checkpoints") if "tmp" in n]
@@ -271,11 +321,14 @@ def test_bad_data_from_the_command_line_is_exit_2_with_file_record_feature(tmp_p
     ids, mask = make_sequences(40, 32, 512, seed=1)
     ids[27, 3] = 600
     write_tfrecord(str(tmp_path / "train-0.tfrecord"), ids, mask)
-    result = subprocess.run(_command(tmp_path, tmp_path / "run"), cwd=REPO, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        _command(tmp_path, tmp_path / "run"), cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 2
-    assert "train-0.tfrecord: record 27: feature 'input_ids' holds id 600 outside the vocabulary" \
+    assert (
+        "train-0.tfrecord: record 27: feature 'input_ids' holds id 600 outside the vocabulary"
         in result.stderr
+    )
     assert "Traceback" not in result.stderr
 
 
@@ -291,6 +344,7 @@ def test_a_corrupt_record_under_static_masking_is_named_before_training(tiny_dat
     path.write_bytes(bytes(data))
     config = tiny_config(tmp_path, tmp_path / "run", steps=2, warmup_steps=0)
     config = dataclasses.replace(
-        config, data=dataclasses.replace(config.data, masking="static", validation=()))
+        config, data=dataclasses.replace(config.data, masking="static", validation=())
+    )
     with pytest.raises(InputError, match=r"train-0.tfrecord: record \d+: corrupt or truncated"):
         train(config)

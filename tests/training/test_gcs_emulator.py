@@ -30,7 +30,8 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(
     not (importlib.util.find_spec("gcp_storage_emulator") and importlib.util.find_spec("gcsfs")),
-    reason='needs gcsfs and gcp-storage-emulator: pip install "kroberta[gcs]" gcp-storage-emulator')
+    reason='needs gcsfs and gcp-storage-emulator: pip install "kroberta[gcs]" gcp-storage-emulator',
+)
 
 BUCKET = "kroberta-test"
 
@@ -76,9 +77,23 @@ def emulator(monkeypatch):
     """A Cloud Storage emulator on a free port, in memory, with one bucket."""
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-c", EMULATOR, "start", "--port", str(port),
-         "--host", "127.0.0.1", "--default-bucket", BUCKET, "--in-memory", "--quiet"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-c",
+            EMULATOR,
+            "start",
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--default-bucket",
+            BUCKET,
+            "--in-memory",
+            "--quiet",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 30
     while True:
         try:
@@ -102,8 +117,11 @@ def _rows(run_dir):
     path = storage.join(run_dir, "metrics.jsonl")
     if not storage.isfile(path):
         return []
-    return [json.loads(line) for line in storage.read_text(path).splitlines()
-            if line.strip().endswith("}")]
+    return [
+        json.loads(line)
+        for line in storage.read_text(path).splitlines()
+        if line.strip().endswith("}")
+    ]
 
 
 @pytest.mark.slow  # about two minutes: two training processes and a prediction
@@ -114,12 +132,20 @@ def test_prepare_train_kill_resume_report_and_predict_on_a_bucket(emulator, tmp_
     started = time.perf_counter()
     words = ["alpha", "beta", "gamma", "delta", "tree", "river", "stone", "cloud", "light"]
     rng = np.random.default_rng(0)
-    text = "".join("The " + " ".join(rng.choice(words, rng.integers(5, 15))) + " ends here.\n\n"
-                   for _ in range(600))
+    text = "".join(
+        "The " + " ".join(rng.choice(words, rng.integers(5, 15))) + " ends here.\n\n"
+        for _ in range(600)
+    )
     (tmp_path / "corpus.txt").write_text(text)
     data_url = storage.join(emulator, "data")
-    manifest = prepare([str(tmp_path / "corpus.txt")], data_url, vocab_size=300, seq_len=32,
-                       validation_fraction=0.05, progress=False)
+    manifest = prepare(
+        [str(tmp_path / "corpus.txt")],
+        data_url,
+        vocab_size=300,
+        seq_len=32,
+        validation_fraction=0.05,
+        progress=False,
+    )
     assert storage.isfile(storage.join(data_url, "manifest.json"))
     assert storage.isfile(storage.join(data_url, manifest["train"]["files"][0]))
     # tf.data cannot reach the emulator (module docstring): train on a local copy.
@@ -128,12 +154,23 @@ def test_prepare_train_kill_resume_report_and_predict_on_a_bucket(emulator, tmp_
     timings["prepare"] = time.perf_counter() - started
 
     run_dir = storage.join(emulator, "run")
-    command = [sys.executable, "-m", "kroberta.train", "--config", "tiny",
-               f"--data.dir={local_data}", f"--run_dir={run_dir}", "--model.vocabulary_size=300",
-               "--train.steps=100000", "--train.checkpoint_every=20", "--train.log_every=10",
-               "--train.eval_every=0"]
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, env=os.environ.copy())
+    command = [
+        sys.executable,
+        "-m",
+        "kroberta.train",
+        "--config",
+        "tiny",
+        f"--data.dir={local_data}",
+        f"--run_dir={run_dir}",
+        "--model.vocabulary_size=300",
+        "--train.steps=100000",
+        "--train.checkpoint_every=20",
+        "--train.log_every=10",
+        "--train.eval_every=0",
+    ]
+    process = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy()
+    )
     deadline = time.time() + 300
     while not checkpoint.list_checkpoints(run_dir):
         if process.poll() is not None:
@@ -150,8 +187,14 @@ def test_prepare_train_kill_resume_report_and_predict_on_a_bucket(emulator, tmp_
 
     resumed_at = time.perf_counter()
     stop = last + 20
-    out = subprocess.run(command + [f"--until-step={stop}"], cwd=REPO, capture_output=True,
-                         text=True, timeout=600, env=os.environ.copy())
+    out = subprocess.run(
+        command + [f"--until-step={stop}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ.copy(),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     match = re.search(r"resuming from (\S+) \(step (\d+)\)", out.stderr)
     assert match and int(match.group(2)) >= last, out.stderr[-2000:]
@@ -170,10 +213,27 @@ def test_prepare_train_kill_resume_report_and_predict_on_a_bucket(emulator, tmp_
     assert storage.read_bytes(storage.join(run_dir, "report.png")).startswith(b"\x89PNG")
     predictions = storage.join(emulator, "predictions.npz")
     validation = manifest["validation"]["files"][0]
-    assert kroberta.cli.predict.main(["--run", run_dir, "--data", str(local_data / validation),
-                             "--out", predictions, "--positions", "all", "--no-progress"]) == 0
+    assert (
+        kroberta.cli.predict.main(
+            [
+                "--run",
+                run_dir,
+                "--data",
+                str(local_data / validation),
+                "--out",
+                predictions,
+                "--positions",
+                "all",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     with storage.local_copy(predictions) as local, np.load(local) as arrays:
         assert len(arrays["token_ids"]) == manifest["validation"]["sequences"]
     timings["report and predict"] = time.perf_counter() - after
-    print("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items())
-          + f"; resumed from step {start}")
+    print(
+        "timings (s): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in timings.items())
+        + f"; resumed from step {start}"
+    )

@@ -36,12 +36,14 @@ def _interrupt_at(step, monkeypatch, times=1):
     monkeypatch.setattr(RunLogger, "on_train_batch_begin", on_train_batch_begin)
 
 
-def test_interrupt_mid_fit_then_predict_and_train_again(tiny_data, tmp_path, monkeypatch, capsys,
-                                                       caplog):
+def test_interrupt_mid_fit_then_predict_and_train_again(
+    tiny_data, tmp_path, monkeypatch, capsys, caplog
+):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     sigterm_before = signal.getsignal(signal.SIGTERM)
-    config = tiny_config(tiny_data, tmp_path, steps=40, eval_every=20, checkpoint_every=20,
-                         steps_per_execution=1)
+    config = tiny_config(
+        tiny_data, tmp_path, steps=40, eval_every=20, checkpoint_every=20, steps_per_execution=1
+    )
     terminal = _Terminal()
     with monkeypatch.context() as patch:
         _interrupt_at(25, patch)
@@ -57,14 +59,17 @@ def test_interrupt_mid_fit_then_predict_and_train_again(tiny_data, tmp_path, mon
     assert any(line.startswith("step 20/40 [") and "loss" in line for line in screen)
     assert any(line.startswith("step 20/40 [validation]") for line in screen)
     # The step in flight at the Ctrl-C runs, then a checkpoint is written there.
-    assert screen[-2].startswith("interrupted at step 26: checkpoint written; run the same "
-                                 "training again")
+    assert screen[-2].startswith(
+        "interrupted at step 26: checkpoint written; run the same training again"
+    )
     assert "press Ctrl-C again to stop at once" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is sigterm_before  # the handlers are undone
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert not (tmp_path / "model.weights.h5").exists()
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
-        "step_00000020", "step_00000026"]
+        "step_00000020",
+        "step_00000026",
+    ]
 
     # The next cell: predict with the last checkpoint.
     caplog.clear()
@@ -84,8 +89,9 @@ def test_interrupt_mid_fit_then_predict_and_train_again(tiny_data, tmp_path, mon
 
 
 def test_interrupt_before_the_first_checkpoint_keeps_the_run(tiny_data, tmp_path, monkeypatch):
-    config = tiny_config(tiny_data, tmp_path, steps=40, eval_every=40, checkpoint_every=40,
-                         steps_per_execution=1)
+    config = tiny_config(
+        tiny_data, tmp_path, steps=40, eval_every=40, checkpoint_every=40, steps_per_execution=1
+    )
     with monkeypatch.context() as patch:
         _interrupt_at(3, patch)
         with pytest.raises(KeyboardInterrupt):
@@ -96,8 +102,9 @@ def test_interrupt_before_the_first_checkpoint_keeps_the_run(tiny_data, tmp_path
 
 
 def test_a_second_interrupt_stops_at_once(tiny_data, tmp_path, monkeypatch, caplog):
-    config = tiny_config(tiny_data, tmp_path, steps=40, eval_every=20, checkpoint_every=20,
-                         steps_per_execution=1)
+    config = tiny_config(
+        tiny_data, tmp_path, steps=40, eval_every=20, checkpoint_every=20, steps_per_execution=1
+    )
     with monkeypatch.context() as patch:
         _interrupt_at(25, patch, times=2)
         patch.setattr(preemption, "SAME_INTERRUPT_SECONDS", 0.0)  # a person's second Ctrl-C
@@ -109,11 +116,13 @@ def test_a_second_interrupt_stops_at_once(tiny_data, tmp_path, monkeypatch, capl
 
 
 def test_an_interrupt_after_the_last_dispatch_of_an_interval_stops_there(
-        tiny_data, tmp_path, monkeypatch, caplog):
+    tiny_data, tmp_path, monkeypatch, caplog
+):
     """The interval's steps were all dispatched (their polls said no) when Ctrl-C came:
     one checkpoint at the interval's end, and fit starts no other interval."""
-    config = tiny_config(tiny_data, tmp_path, steps=40, eval_every=0, checkpoint_every=40,
-                         steps_per_execution=1)
+    config = tiny_config(
+        tiny_data, tmp_path, steps=40, eval_every=0, checkpoint_every=40, steps_per_execution=1
+    )
     real = RunLogger.on_epoch_end
 
     def on_epoch_end(self, epoch, logs=None):
@@ -130,9 +139,11 @@ def test_an_interrupt_after_the_last_dispatch_of_an_interval_stops_there(
 
 
 def test_a_second_interrupt_before_any_checkpoint_says_nothing_was_kept(
-        tiny_data, tmp_path, monkeypatch, caplog):
-    config = tiny_config(tiny_data, tmp_path, steps=40, eval_every=0, checkpoint_every=40,
-                         steps_per_execution=1)
+    tiny_data, tmp_path, monkeypatch, caplog
+):
+    config = tiny_config(
+        tiny_data, tmp_path, steps=40, eval_every=0, checkpoint_every=40, steps_per_execution=1
+    )
     with monkeypatch.context() as patch:
         _interrupt_at(3, patch, times=2)
         patch.setattr(preemption, "SAME_INTERRUPT_SECONDS", 0.0)  # a person's second Ctrl-C

@@ -20,15 +20,25 @@ def url():
 
 
 def _rows(run_dir, split="train"):
-    rows = [json.loads(line) for line in storage.read_text(
-        storage.join(run_dir, "metrics.jsonl")).splitlines()]
+    rows = [
+        json.loads(line)
+        for line in storage.read_text(storage.join(run_dir, "metrics.jsonl")).splitlines()
+    ]
     return [r for r in rows if r["split"] == split]
 
 
 def test_a_run_on_a_url_checkpoints_resumes_loads_and_reports(tiny_data, url, tmp_path):
-    config = tiny_config(tiny_data, url, steps=20, log_every=5, eval_every=10,
-                         checkpoint_every=10, keep_checkpoints=1, keep_best=True,
-                         profile="10:15")
+    config = tiny_config(
+        tiny_data,
+        url,
+        steps=20,
+        log_every=5,
+        eval_every=10,
+        checkpoint_every=10,
+        keep_checkpoints=1,
+        keep_best=True,
+        profile="10:15",
+    )
     kroberta.train(config, until_step=10)
     assert [s for s, _ in checkpoint.list_checkpoints(url)] == [10]
     summary = kroberta.train(config)  # a new invocation: resumes from the URL's checkpoint
@@ -36,8 +46,13 @@ def test_a_run_on_a_url_checkpoints_resumes_loads_and_reports(tiny_data, url, tm
     # Every row once, in order, across the two invocations (rewritten whole per row).
     assert [r["step"] for r in _rows(url)] == [5, 10, 15, 20]
     names = storage.listdir(url)
-    assert {"config.toml", "model.weights.h5", "metrics.jsonl", "checkpoints",
-            "tensorboard"} <= set(names)
+    assert {
+        "config.toml",
+        "model.weights.h5",
+        "metrics.jsonl",
+        "checkpoints",
+        "tensorboard",
+    } <= set(names)
     assert storage.listdir(storage.join(url, "tensorboard"))
     assert storage.listdir(storage.join(url, "profile"))  # traced locally, then uploaded
     # keep_best keeps the best one beside the newest; the first upload was pruned whole.
@@ -51,8 +66,9 @@ def test_a_run_on_a_url_checkpoints_resumes_loads_and_reports(tiny_data, url, tm
         np.testing.assert_array_equal(a, b)  # the final model is the step-20 checkpoint's
     # A checkpoint loads as the same model class: Hugging Face's input names work too.
     ids = np.full((2, 16), 5, "int32")
-    np.testing.assert_array_equal(last.predict({"input_ids": ids}, verbose=0),
-                                  final.predict(ids, verbose=0))
+    np.testing.assert_array_equal(
+        last.predict({"input_ids": ids}, verbose=0), final.predict(ids, verbose=0)
+    )
     assert kroberta.load(url, checkpoint="best").kroberta_step in kept
 
     report = kroberta.report(url, show=False)
@@ -60,9 +76,24 @@ def test_a_run_on_a_url_checkpoints_resumes_loads_and_reports(tiny_data, url, tm
     assert storage.read_bytes(report["report_png"]).startswith(b"\x89PNG")
 
     out = storage.join(url, "predictions.npz")
-    assert kroberta.cli.predict.main(["--run", url, "--data", str(tiny_data / "validation.tfrecord"),
-                             "--output", "top_k", "--k", "3", "--out", out,
-                             "--no-progress"]) == 0
+    assert (
+        kroberta.cli.predict.main(
+            [
+                "--run",
+                url,
+                "--data",
+                str(tiny_data / "validation.tfrecord"),
+                "--output",
+                "top_k",
+                "--k",
+                "3",
+                "--out",
+                out,
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     with storage.local_copy(out) as local, np.load(local) as arrays:
         assert arrays["token_ids"].shape == (70, 6, 3)
 
@@ -79,7 +110,8 @@ def test_a_checkpoint_whose_upload_was_cut_short_is_ignored_then_cleaned(url):
 
 
 def test_synchronous_checkpoints_on_a_url_restore_exactly_and_prune_marker_first(
-        tiny_data, url, tmp_path, monkeypatch):
+    tiny_data, url, tmp_path, monkeypatch
+):
     import dataclasses
 
     from kroberta.model.mlm import build_compiled_model
@@ -92,8 +124,9 @@ def test_synchronous_checkpoints_on_a_url_restore_exactly_and_prune_marker_first
         writer.save(model, step)
     writer.close()
     assert [s for s, _ in checkpoint.list_checkpoints(url)] == [1, 2]
-    other = build_compiled_model(dataclasses.replace(
-        config, train=dataclasses.replace(config.train, seed=7)))
+    other = build_compiled_model(
+        dataclasses.replace(config, train=dataclasses.replace(config.train, seed=7))
+    )
     assert checkpoint.restore(other, storage.join(url, "checkpoints", "step_00000002"))["step"] == 2
     for a, b in zip(model.variables, other.variables):
         np.testing.assert_array_equal(np.asarray(a.value), np.asarray(b.value))

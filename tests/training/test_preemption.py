@@ -32,11 +32,17 @@ RUN = dict(steps=STEPS, warmup_steps=20, log_every=10, eval_every=0, checkpoint_
 
 
 def _commands(tiny_data, run_dir, port):
-    common = ["--config", "tiny", f"--data.train={tiny_data}/train-*.tfrecord",
-              f"--run_dir={run_dir}", "--data.shuffle_buffer=1",
-              *(f"--train.{k}={v}" for k, v in RUN.items()),
-              f"--distributed.coordinator=localhost:{port}", "--distributed.num_processes=2",
-              "--distributed.initialization_timeout=120"]
+    common = [
+        "--config",
+        "tiny",
+        f"--data.train={tiny_data}/train-*.tfrecord",
+        f"--run_dir={run_dir}",
+        "--data.shuffle_buffer=1",
+        *(f"--train.{k}={v}" for k, v in RUN.items()),
+        f"--distributed.coordinator=localhost:{port}",
+        "--distributed.num_processes=2",
+        "--distributed.initialization_timeout=120",
+    ]
     return [common + [f"--distributed.process_id={i}"] for i in range(2)]
 
 
@@ -44,9 +50,14 @@ def _start(devices, weights, args):
     """tests/parallel/distributed_worker.py, with this test's longer hang limit."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["KROBERTA_TEST_HANG_SECONDS"] = str(SUBPROCESS_TIMEOUT - 60)
-    return subprocess.Popen([sys.executable, "tests/parallel/distributed_worker.py", str(devices),
-                             str(weights), *args], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "tests/parallel/distributed_worker.py", str(devices), str(weights), *args],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _last_logged_step(run_dir) -> int:
@@ -84,8 +95,10 @@ def test_sigterm_to_one_process_stops_the_whole_job_at_one_step_and_resumes(tiny
 
     # The same two commands again: both resume from that step and finish the run.
     commands = _commands(tiny_data, run_dir, _free_port())
-    results = _finish([_start(2, f"{run_dir}.process{i}.npz", c) for i, c in enumerate(commands)],
-                      timeout=SUBPROCESS_TIMEOUT)
+    results = _finish(
+        [_start(2, f"{run_dir}.process{i}.npz", c) for i, c in enumerate(commands)],
+        timeout=SUBPROCESS_TIMEOUT,
+    )
     for rc, out in results:
         assert rc == 0, out[-4000:]
     assert "resuming from" in results[0][1] and f"(step {step})" in results[0][1]
@@ -93,9 +106,13 @@ def test_sigterm_to_one_process_stops_the_whole_job_at_one_step_and_resumes(tiny
     # ... and end where one uninterrupted process of 4 devices ends.
     reference = tmp_path / "single"
     config = tiny_config(tiny_data, reference, **RUN)
-    train(dataclasses.replace(config, data=dataclasses.replace(
-        config.data, validation=(), shuffle_buffer=1)))
+    train(
+        dataclasses.replace(
+            config, data=dataclasses.replace(config.data, validation=(), shuffle_buffer=1)
+        )
+    )
     keras.distribution.set_distribution(None)
     # (The row right after the stop averages a shorter interval: compare the full ones.)
-    _assert_close_runs(run_dir, reference,
-                       steps=[s for s in range(10, STEPS + 1, 10) if s - 10 >= step])
+    _assert_close_runs(
+        run_dir, reference, steps=[s for s in range(10, STEPS + 1, 10) if s - 10 >= step]
+    )

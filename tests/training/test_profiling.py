@@ -23,11 +23,16 @@ def test_window_parses_and_widens_to_dispatch_boundaries():
     assert profiling.aligned_window((33, 70), 32, 80) == (32, 80)  # the run's end ends a dispatch
 
 
-@pytest.mark.parametrize("value, problem", [
-    ("7", "expected \"START:STOP\""), ("a:b", "expected \"START:STOP\""),
-    ("5:5", "START must be below STOP"), ("-1:4", "expected \"START:STOP\""),
-    ("300:400", "starts at step 300, but the run ends at train.steps=200"),
-])
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ("7", 'expected "START:STOP"'),
+        ("a:b", 'expected "START:STOP"'),
+        ("5:5", "START must be below STOP"),
+        ("-1:4", 'expected "START:STOP"'),
+        ("300:400", "starts at step 300, but the run ends at train.steps=200"),
+    ],
+)
 def test_bad_window_is_a_config_error(tiny_data, tmp_path, value, problem):
     with pytest.raises(ConfigError, match=r"train.profile: .*" + problem.replace("(", r"\(")):
         validate(tiny_config(tiny_data, tmp_path, profile=value))
@@ -36,11 +41,20 @@ def test_bad_window_is_a_config_error(tiny_data, tmp_path, value, problem):
 def test_trace_holds_the_window_and_nothing_outside_it(tiny_data, tmp_path, caplog):
     # 12 steps, 2 per dispatch: steps 5:7 widen to 4:8, the dispatches at steps 4 and 6;
     # those at 0, 2, 8 and 10 run untraced (one log interval: no evaluation in between).
-    config = tiny_config(tiny_data, tmp_path / "run", steps=12, warmup_steps=2, log_every=12,
-                         eval_every=12, checkpoint_every=12, steps_per_execution=2,
-                         profile="5:7")
-    config = dataclasses.replace(config, distributed=dataclasses.replace(
-        config.distributed, devices=1))
+    config = tiny_config(
+        tiny_data,
+        tmp_path / "run",
+        steps=12,
+        warmup_steps=2,
+        log_every=12,
+        eval_every=12,
+        checkpoint_every=12,
+        steps_per_execution=2,
+        profile="5:7",
+    )
+    config = dataclasses.replace(
+        config, distributed=dataclasses.replace(config.distributed, devices=1)
+    )
     train(config)
     out = caplog.text
     assert "steps 5:7 widened to 4:8" in out and "tracing steps 5-8" in out
@@ -51,9 +65,11 @@ def test_trace_holds_the_window_and_nothing_outside_it(tiny_data, tmp_path, capl
     with gzip.open(traces[0] / "perfetto_trace.json.gz") as f:
         trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    calls = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
-                   if e.get("name") == "PjitFunction(run)")  # the fused K-step program
+    calls = sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "PjitFunction(run)"
+    )  # the fused K-step program
     # Each call shows as a pair of nested spans (the jitted wrapper and its callee).
-    outermost = [c for c in calls if not any(o != c and o[0] <= c[0] and c[1] <= o[1]
-                                             for o in calls)]
+    outermost = [
+        c for c in calls if not any(o != c and o[0] <= c[0] and c[1] <= o[1] for o in calls)
+    ]
     assert len(calls) >= 2 and len(outermost) == 2

@@ -48,8 +48,11 @@ def test_a_config_without_checkpoints_is_no_run_to_resume(tmp_path):
 
 def test_a_run_dir_holding_a_classifier_is_refused_at_once(tmp_path):
     (tmp_path / "classifier.json").write_text("{}")
-    with pytest.raises(ConfigError, match=r"holds a fine-tuned classifier's folder "
-                                          r"\(classifier.json\); a run goes into a directory"):
+    with pytest.raises(
+        ConfigError,
+        match=r"holds a fine-tuned classifier's folder "
+        r"\(classifier.json\); a run goes into a directory",
+    ):
         read_run_dir(str(tmp_path))
 
 

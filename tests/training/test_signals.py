@@ -37,9 +37,18 @@ def stopped_run(tiny_data, tmp_path_factory):
     """A tiny run (keep_checkpoints 1, keep_best, patience 3) whose evaluations return
     SCRIPTED, resumed once at step 20; its summaries and log."""
     run_dir = tmp_path_factory.mktemp("stopped")
-    config = tiny_config(tiny_data, run_dir, steps=60, log_every=5, eval_every=5,
-                         checkpoint_every=5, keep_checkpoints=1, keep_best=True,
-                         early_stop_patience=3, steps_per_execution=5)
+    config = tiny_config(
+        tiny_data,
+        run_dir,
+        steps=60,
+        log_every=5,
+        eval_every=5,
+        checkpoint_every=5,
+        keep_checkpoints=1,
+        keep_best=True,
+        early_stop_patience=3,
+        steps_per_execution=5,
+    )
     calls = []
 
     def evaluate(self, *args, **kwargs):
@@ -72,9 +81,16 @@ def test_early_stop_ends_at_the_evaluation_the_patience_runs_out(stopped_run):
     assert first["final_step"] == 20 and second["start_step"] == 20
     # Best at 25; 30, 35 and 40 do not improve on it: the run ends at 40, exit 0.
     assert second["final_step"] == 40 and "step 25" in second["stopped_early"]
-    assert any(line.startswith("early stop at step 40 of 60: validation loss has not "
-                               "improved on 1.5 (step 25) for 3 evaluation(s)") for line in lines)
-    assert [r["step"] for r in _rows(run_dir) if r["split"] == "validation"] == list(range(5, 41, 5))
+    assert any(
+        line.startswith(
+            "early stop at step 40 of 60: validation loss has not "
+            "improved on 1.5 (step 25) for 3 evaluation(s)"
+        )
+        for line in lines
+    )
+    assert [r["step"] for r in _rows(run_dir) if r["split"] == "validation"] == list(
+        range(5, 41, 5)
+    )
     assert os.path.isfile(os.path.join(run_dir, "model.weights.h5"))
     assert third["final_step"] == 40 and third["stopped_early"]
     assert any(line.startswith("the run ended early at step 40") for line in lines)
@@ -132,26 +148,35 @@ def test_signals_need_validation_data(tiny_data, tmp_path):
 
 def test_eval_mask_rate_needs_dynamic_masking(tiny_data, tmp_path):
     config = tiny_config(tiny_data, tmp_path)
-    config = dataclasses.replace(config, data=dataclasses.replace(
-        config.data, masking="static", eval_mask_rate=0.3))
+    config = dataclasses.replace(
+        config, data=dataclasses.replace(config.data, masking="static", eval_mask_rate=0.3)
+    )
     with pytest.raises(ConfigError, match=r"data.eval_mask_rate: static masking evaluates"):
         validate(config)
 
 
 def _eval_batches(tiny_data, tmp_path, shard=None, batch=8):
     config = tiny_config(tiny_data, tmp_path)
-    config = dataclasses.replace(config, data=dataclasses.replace(
-        config.data, mask_rate=0.3, eval_mask_rate=0.15))
+    config = dataclasses.replace(
+        config, data=dataclasses.replace(config.data, mask_rate=0.3, eval_mask_rate=0.15)
+    )
     run = run_data.run_data_for(validate(config))
-    host = [(x["token_ids"].numpy(), x["mask_positions"].numpy(), y.numpy())
-            for x, y in run_data.validation_batches(run, batch, shard=shard, device_masks=False)]
+    host = [
+        (x["token_ids"].numpy(), x["mask_positions"].numpy(), y.numpy())
+        for x, y in run_data.validation_batches(run, batch, shard=shard, device_masks=False)
+    ]
     # What the evaluation step draws from the keyed batches (compile_model's
     # evaluation masker): the same masks.
     data = run.config.data
-    mask = jax.jit(masking.masker(dataclasses.replace(data, mask_rate=data.evaluation_mask_rate()),
-                                  run.config.model.vocabulary_size))
-    for x, (ids, positions, labels) in zip(run_data.validation_batches(run, batch, shard=shard),
-                                           host, strict=True):
+    mask = jax.jit(
+        masking.masker(
+            dataclasses.replace(data, mask_rate=data.evaluation_mask_rate()),
+            run.config.model.vocabulary_size,
+        )
+    )
+    for x, (ids, positions, labels) in zip(
+        run_data.validation_batches(run, batch, shard=shard), host, strict=True
+    ):
         step_x, step_labels = mask({k: v.numpy() for k, v in x.items()})
         np.testing.assert_array_equal(np.asarray(step_x["token_ids"]), ids)
         np.testing.assert_array_equal(np.asarray(step_x["mask_positions"]), positions)
@@ -184,8 +209,13 @@ def test_eval_masks_are_identical_in_another_process(tiny_data, tmp_path):
         "import tests.conftest; import pathlib;"
         "from tests.training.test_signals import _eval_batches;"
         "b = _eval_batches(pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3]));"
-        "np.save(sys.argv[4], np.concatenate([p for _, p, _ in b]))")
+        "np.save(sys.argv[4], np.concatenate([p for _, p, _ in b]))"
+    )
     out = tmp_path / "positions.npy"
-    subprocess.run([sys.executable, "-c", code, REPO, str(tiny_data), str(tmp_path), str(out)],
-                   check=True, cwd=REPO, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", code, REPO, str(tiny_data), str(tmp_path), str(out)],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
     np.testing.assert_array_equal(np.load(out), np.concatenate([p for _, p, _ in mine]))

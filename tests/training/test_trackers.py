@@ -21,10 +21,14 @@ from kroberta.errors import ConfigError, TrackerError
 from kroberta.training import run_callbacks, trackers
 from tests.conftest import tiny_config
 
-needs_wandb = pytest.mark.skipif(importlib.util.find_spec("wandb") is None,
-                                 reason='the W&B tracker needs: pip install "kroberta[wandb]"')
-needs_mlflow = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None,
-                                  reason='the MLflow tracker needs: pip install "kroberta[mlflow]"')
+needs_wandb = pytest.mark.skipif(
+    importlib.util.find_spec("wandb") is None,
+    reason='the W&B tracker needs: pip install "kroberta[wandb]"',
+)
+needs_mlflow = pytest.mark.skipif(
+    importlib.util.find_spec("mlflow") is None,
+    reason='the MLflow tracker needs: pip install "kroberta[mlflow]"',
+)
 
 
 def _rows(run_dir):
@@ -44,8 +48,14 @@ def tracked_run(tiny_data, tmp_path_factory):
     """A tiny run to step 20, resumed to 40, logging to W&B (offline) and MLflow (sqlite)."""
     root = tmp_path_factory.mktemp("tracked")
     run_dir = root / "run"
-    config = tiny_config(tiny_data, run_dir, steps=40, eval_every=20, checkpoint_every=20,
-                         trackers=("tensorboard", "wandb", "mlflow"))
+    config = tiny_config(
+        tiny_data,
+        run_dir,
+        steps=40,
+        eval_every=20,
+        checkpoint_every=20,
+        trackers=("tensorboard", "wandb", "mlflow"),
+    )
     uri = f"sqlite:///{root / 'mlflow.db'}"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("WANDB_MODE", "offline")
@@ -77,11 +87,19 @@ def test_mlflow_holds_every_row_of_metrics_jsonl_in_one_resumed_run(tracked_run)
     assert run.data.params["train.steps"] == "40"
     assert run.data.params["data.validation"].endswith('validation.tfrecord"]')
     expected = _logged(_rows(run_dir))
-    got = {(key, m.step): m.value for key in {k for k, _ in expected}
-           for m in client.get_metric_history(run_id, key)}
+    got = {
+        (key, m.step): m.value
+        for key in {k for k, _ in expected}
+        for m in client.get_metric_history(run_id, key)
+    }
     assert got == pytest.approx(expected)
-    assert {("validation/loss", 20), ("validation/loss", 40), ("checkpoint/checkpoint_blocked_seconds", 20),
-            ("train/loss", 10), ("train/loss", 40)} <= set(got)
+    assert {
+        ("validation/loss", 20),
+        ("validation/loss", 40),
+        ("checkpoint/checkpoint_blocked_seconds", 20),
+        ("train/loss", 10),
+        ("train/loss", 40),
+    } <= set(got)
 
 
 def _wandb_records(path):
@@ -95,8 +113,8 @@ def _wandb_records(path):
         if left < 7:  # a block's tail too short for a header is padding
             position += left
             continue
-        _, length, kind = struct.unpack("<IHB", data[position:position + 7])
-        chunk = data[position + 7:position + 7 + length]
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        chunk = data[position + 7 : position + 7 + length]
         position += 7 + length
         if kind in (1, 4):  # FULL, LAST
             record = wandb_internal_pb2.Record()
@@ -123,10 +141,11 @@ def test_wandb_offline_files_hold_every_row_of_metrics_jsonl_in_one_resumed_run(
         for record in _wandb_records(path):
             kind = record.WhichOneof("record_type")
             if kind == "history":
-                items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
-                         for i in record.history.item}
-                got.update({(k, items["step"]): v for k, v in items.items()
-                            if "/" in k})
+                items = {
+                    i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                    for i in record.history.item
+                }
+                got.update({(k, items["step"]): v for k, v in items.items() if "/" in k})
             elif kind in ("run", "config"):
                 update = record.run.config.update if kind == "run" else record.config.update
                 config.update({i.key: json.loads(i.value_json) for i in update})
@@ -144,15 +163,18 @@ def test_tensorboard_is_a_tracker_like_the_others(tracked_run):
 
 def _wandb_run_files(run_dir, run_id) -> list[str]:
     """The offline files of W&B run `run_id`, one per invocation, in the order W&B made them."""
+
     def started(path):
         # offline-run-<time>-<id>, and "-1", "-2", ... after it for a run that resumed
         # within the same second (plain sorting puts "-1" first).
         name = os.path.basename(os.path.dirname(path))
-        stamp, _, rest = name[len("offline-run-"):].partition(f"-{run_id}")
+        stamp, _, rest = name[len("offline-run-") :].partition(f"-{run_id}")
         return stamp, int(rest.lstrip("-") or 0)
 
-    return sorted(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", f"run-{run_id}.wandb")),
-                  key=started)
+    return sorted(
+        glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", f"run-{run_id}.wandb")),
+        key=started,
+    )
 
 
 def _wandb_history(run_dir, run_id) -> list[dict]:
@@ -160,8 +182,10 @@ def _wandb_history(run_dir, run_id) -> list[dict]:
     for path in _wandb_run_files(run_dir, run_id):
         for record in _wandb_records(path):
             if record.WhichOneof("record_type") == "history":
-                items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
-                         for i in record.history.item}
+                items = {
+                    i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                    for i in record.history.item
+                }
                 rows.append({k: v for k, v in items.items() if not k.startswith("_")})
     return rows
 
@@ -188,12 +212,14 @@ def test_the_wandb_tracker_resumes_its_run(tmp_path, monkeypatch):
     assert _wandb_history(tmp_path, run_id) == [
         {"step": 10, "train/loss": 2.0, "train/grad_norm": 1.5},
         {"step": 10, "checkpoint/checkpoint_blocked_seconds": 0.1},
-        {"step": 20, "validation/loss": 1.0}]
+        {"step": 20, "validation/loss": 1.0},
+    ]
 
 
 def _logger(config, write_files):
-    return run_callbacks.RunLogger(config, 0, 16, 32, None, stop_step=10,
-                                   write_files=write_files, save_checkpoints=False)
+    return run_callbacks.RunLogger(
+        config, 0, 16, 32, None, stop_step=10, write_files=write_files, save_checkpoints=False
+    )
 
 
 @pytest.mark.fast
@@ -216,18 +242,36 @@ class _Optimizer:
 
 
 def test_every_number_the_step_logs_reaches_the_row_the_line_and_the_trackers(
-        tiny_data, tmp_path, caplog):
+    tiny_data, tmp_path, caplog
+):
     caplog.set_level(logging.INFO, logger="kroberta")
-    config = validate(tiny_config(tiny_data, tmp_path, trackers=(), log_every=10, steps=10, warmup_steps=0,
-                                         steps_per_execution=10))
+    config = validate(
+        tiny_config(
+            tiny_data,
+            tmp_path,
+            trackers=(),
+            log_every=10,
+            steps=10,
+            warmup_steps=0,
+            steps_per_execution=10,
+        )
+    )
     logger = _logger(config, write_files=True)
     seen = []
     logger._trackers = [types.SimpleNamespace(log=seen.append, close=lambda failed: None)]
     logger.set_model(types.SimpleNamespace(optimizer=_Optimizer(10), stop_training=False))
     logger.on_epoch_begin(0)
     logger.on_train_batch_begin(0)
-    logger.on_epoch_end(0, {"loss": 9.0, "perplexity": np.float32(np.e), "masked_accuracy": 0.5,
-                            "grad_norm": np.float32(2.5), "note": "text"})
+    logger.on_epoch_end(
+        0,
+        {
+            "loss": 9.0,
+            "perplexity": np.float32(np.e),
+            "masked_accuracy": 0.5,
+            "grad_norm": np.float32(2.5),
+            "note": "text",
+        },
+    )
     logger.close()
     [row] = [r for r in _rows(tmp_path) if r["split"] == "train"]
     assert row["grad_norm"] == 2.5 and row["loss"] == pytest.approx(1.0) and "note" not in row
@@ -240,8 +284,11 @@ def test_every_number_the_step_logs_reaches_the_row_the_line_and_the_trackers(
 def test_a_missing_tracker_package_is_a_one_line_error(tiny_data, tmp_path, monkeypatch, name):
     monkeypatch.setitem(sys.modules, name, None)  # import fails as if not installed
     config = validate(tiny_config(tiny_data, tmp_path, trackers=(name,)))
-    with pytest.raises(ConfigError, match=rf'"{name}" needs the {name} package: '
-                                          rf'pip install "kroberta\[{name}\]"'):
+    with pytest.raises(
+        ConfigError,
+        match=rf'"{name}" needs the {name} package: '
+        rf'pip install "kroberta\[{name}\]"',
+    ):
         trackers.check_installed(config.train.trackers)
 
 
@@ -262,16 +309,20 @@ def test_a_missing_tracker_package_is_named_before_the_data_are_read(tmp_path, m
 def test_a_tracker_that_fails_to_start_is_a_one_line_error(tiny_data, tmp_path, monkeypatch):
     class Refusing:
         def __init__(self, config, run_dir):
-            raise RuntimeError("No API key configured. Use `wandb login` to log in.\n"
-                               "  (the library's own second line)")
+            raise RuntimeError(
+                "No API key configured. Use `wandb login` to log in.\n"
+                "  (the library's own second line)"
+            )
 
     monkeypatch.setitem(trackers._KINDS, "wandb", Refusing)
     config = validate(tiny_config(tiny_data, tmp_path, trackers=("wandb",)))
     with pytest.raises(TrackerError) as raised:
         trackers.open_trackers(config, str(tmp_path))
-    assert str(raised.value) == ('train.trackers: "wandb" could not start the run: No API key '
-                                 "configured. Use `wandb login` to log in.; log in (wandb login, "
-                                 "or WANDB_API_KEY) or set WANDB_MODE=offline")
+    assert str(raised.value) == (
+        'train.trackers: "wandb" could not start the run: No API key '
+        "configured. Use `wandb login` to log in.; log in (wandb login, "
+        "or WANDB_API_KEY) or set WANDB_MODE=offline"
+    )
 
 
 @pytest.mark.fast
@@ -308,10 +359,16 @@ def test_wandb_mode_set_after_a_failed_start_is_taken(tmp_path):
         f"run = WandB(Config(), {str(tmp_path / 'run')!r})\n"
         "run.log({'step': 1, 'split': 'train', 'loss': 1.0})\n"
         "run.close()\n"
-        "print('offline run closed')\n")
+        "print('offline run closed')\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300, env={**env, "HOME": str(tmp_path), "WANDB_SILENT": "true"},
-                          cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "HOME": str(tmp_path), "WANDB_SILENT": "true"},
+        cwd=tmp_path,
+    )
     assert done.stdout.splitlines() == ["refused: UsageError", "offline run closed"], done.stderr
     assert glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*"))
