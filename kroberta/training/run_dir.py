@@ -230,7 +230,7 @@ def describe_changes(changes: dict) -> str:
 def prepare_run_dir(
     config: Config, state: RunDirState, force: bool, accept_changes: bool, write: bool
 ) -> RunDirState:
-    """Writes config.toml into the run dir (`check_writable` made it); refuses a run with another model, or
+    """Makes the run dir and writes config.toml into it; refuses a run with another model, or
     with other training settings (`TRAINING_KEYS`) unless `accept_changes`;
     records every change of setting in config_changes.jsonl.
 
@@ -263,6 +263,7 @@ def prepare_run_dir(
     going_on = dataclasses.replace(state, checkpoints=(), recorded=None) if starts_over else state
     if not write:
         return going_on
+    storage.makedirs(config.run_dir)  # the tokenizer and checkpoints go in it next
     if starts_over:
         storage.rmtree(storage.join(config.run_dir, checkpoint.CHECKPOINT_DIR))
         trackers.forget_runs(config.run_dir)  # a new start: new tracker runs
