@@ -90,7 +90,7 @@ def read_run_dir(run_dir: str) -> RunDirState:
     recorded = None
     if saved and storage.isfile(storage.join(run_dir, run_layout.CONFIG_FILE)):
         recorded = run_layout.load_run_config(run_dir)
-    created = "://" not in run_dir and not os.path.exists(run_dir)
+    created = not storage.is_url(run_dir) and not os.path.exists(run_dir)
     model = storage.join(run_dir, run_layout.WEIGHTS_FILE)
     return RunDirState(run_dir, created, saved, recorded, model if storage.isfile(model) else None)
 
