@@ -4,6 +4,9 @@ a directory holds.
 A training run, a fine-tuned classifier's folder and the model `kroberta.save` writes
 share these names; `training/` writes them and `downstream/` reads them, so they live
 below both.
+The file that marks each other kind of output (prepared data's manifest, an export's
+weights or metadata) is named here too (`OUTPUT_MARKERS`): a run or an export refuses
+to mix into another kind's folder.
 
     config.toml             the resolved config (`kroberta.config.Config`)
     model.weights.h5        the final masked LM's Keras weights
@@ -33,6 +36,20 @@ CLASSIFIER_FILE = "classifier.json"
 CLASSIFIER_WEIGHTS_FILE = "classifier.weights.h5"
 TRIALS_FILE = "trials.jsonl"
 CHECKPOINT_DIR = "checkpoints"  # a run's checkpoints/step_N folders
+MANIFEST_NAME = "manifest.json"  # marks prepared data, written last (`data.manifest`)
+SAFETENSORS_FILE = "model.safetensors"  # a Hugging Face model's weights
+METADATA_FILE = "metadata.json"  # marks a keras-hub preset (its version record)
+
+# The file that marks each kind of output a directory may hold, and what the directory
+# then is: a run or an export refuses to mix into another kind (`marked_output`).
+OUTPUT_MARKERS = {
+    "prepared data": (MANIFEST_NAME, "prepared data"),
+    "classifier": (CLASSIFIER_FILE, "a fine-tuned classifier's folder"),
+    "run": (CONFIG_FILE, "a kroberta run"),
+    "checkpoints": (CHECKPOINT_DIR, "a kroberta run"),
+    "hf": (SAFETENSORS_FILE, "a Hugging Face export"),
+    "keras-hub": (METADATA_FILE, "a keras-hub preset"),
+}
 
 # The sources `model_source` tells apart, and the two heads.
 RUN, HF, KERAS_HUB = "run", "hf", "keras-hub"
@@ -40,6 +57,16 @@ MASKED_LM, CLASSIFIER = "masked LM", "fine-tuned classifier"
 MODEL_KINDS = "a training run, a Hugging Face RoBERTa directory or a keras-hub preset directory"
 HF_CLASSIFIER = "RobertaForSequenceClassification"
 KERAS_HUB_CLASSIFIER = "RobertaTextClassifier"
+
+
+def marked_output(directory: str, kinds) -> tuple[str, str] | None:
+    """(marker file, what the directory is) of the first of `kinds` (`OUTPUT_MARKERS`'
+    keys, in order) whose marker `directory` holds; None when it holds none."""
+    for kind in kinds:
+        marker, what = OUTPUT_MARKERS[kind]
+        if storage.exists(storage.join(directory, marker)):
+            return marker, what
+    return None
 
 
 def load_run_config(run_dir: str):
@@ -120,7 +147,7 @@ def _source(path: str, key: str, wanted: str) -> tuple[str, str]:
     if storage.isfile(storage.join(path, CONFIG_FILE)):
         classifier = storage.isfile(storage.join(path, CLASSIFIER_FILE))
         return RUN, CLASSIFIER if classifier else MASKED_LM
-    if storage.isfile(storage.join(path, "manifest.json")):
+    if storage.isfile(storage.join(path, MANIFEST_NAME)):
         raise NotFoundError(
             f"{key}: {path}: prepared data (python -m kroberta.prepare's "
             f"output), not a model; give {MODEL_KINDS}"
@@ -135,7 +162,7 @@ def _source(path: str, key: str, wanted: str) -> tuple[str, str]:
         )
     described = read_json(storage.join(path, "config.json"))
     described = described if isinstance(described, dict) else {}
-    if storage.isfile(storage.join(path, "metadata.json")) or "registered_name" in described:
+    if storage.isfile(storage.join(path, METADATA_FILE)) or "registered_name" in described:
         task = read_json(storage.join(path, "task.json"), {})
         task = str(task.get("registered_name", "") if isinstance(task, dict) else "")
         return KERAS_HUB, CLASSIFIER if task.endswith(KERAS_HUB_CLASSIFIER) else MASKED_LM

@@ -23,8 +23,9 @@ import sys
 import warnings
 
 from kroberta import cli, storage
-from kroberta.data.manifest import MANIFEST_NAME, load_manifest
+from kroberta.data.manifest import load_manifest
 from kroberta.errors import InputError
+from kroberta.run_layout import MANIFEST_NAME
 from kroberta.text.build import PrepareWarning, prepare
 from kroberta.text.sample import DEFAULT_SAMPLE_BYTES
 from kroberta.text.textfiles import expand_inputs

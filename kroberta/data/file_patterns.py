@@ -7,8 +7,8 @@ at once; an object store's (gs://...) through `kroberta.storage` (fsspec).
 import os
 
 from kroberta import storage
-from kroberta.data.manifest import MANIFEST_NAME
 from kroberta.errors import InputError
+from kroberta.run_layout import MANIFEST_NAME
 from kroberta.storage import is_url
 
 

@@ -11,10 +11,10 @@ import os
 
 from kroberta.atomic import atomic_write
 from kroberta.errors import ConfigError, InputError
+from kroberta.run_layout import MANIFEST_NAME
 from kroberta.storage import is_url, isfile, join, read_text
 
 FORMAT = "kroberta-tfrecord-v1"
-MANIFEST_NAME = "manifest.json"
 _REQUIRED = (
     "format",
     "train",

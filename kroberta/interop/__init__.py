@@ -7,21 +7,12 @@ import tempfile
 
 from kroberta.atomic import umask
 from kroberta.errors import ArgumentKindError, InputError
+from kroberta.run_layout import OUTPUT_MARKERS, marked_output
 
-EXPORT_FORMATS = ("hf", "keras-hub")  # `python -m kroberta.export`'s formats
-# A file that marks a directory as another kind of kroberta output, which an export into it
-# would mix with or replace: (file, what the directory is).
-_NOT_EXPORTS = (
-    ("classifier.json", "a fine-tuned classifier's folder"),
-    ("config.toml", "a kroberta run"),
-    ("checkpoints", "a kroberta run"),
-    ("manifest.json", "prepared data"),
-)
-# The file that marks each format's export (neither format writes the other's).
-_FORMAT_MARKERS = {
-    "hf": ("model.safetensors", "a Hugging Face export"),
-    "keras-hub": ("metadata.json", "a keras-hub preset"),
-}
+# `python -m kroberta.export`'s formats, each `run_layout.OUTPUT_MARKERS`' key of its export.
+EXPORT_FORMATS = ("hf", "keras-hub")
+# Other kroberta outputs an export into a directory would mix with or replace.
+_NOT_EXPORTS = ("classifier", "run", "checkpoints", "prepared data")
 
 
 def check_out_dir(out_dir, overwrite: bool, name: str, format: str) -> bool:
@@ -42,14 +33,15 @@ def check_out_dir(out_dir, overwrite: bool, name: str, format: str) -> bool:
             "overwrite=True in Python, to replace its export)"
         )
     if non_empty:
-        others = [marker for kind, marker in _FORMAT_MARKERS.items() if kind != format]
-        for file, kind in (*_NOT_EXPORTS, *others):
-            if os.path.exists(os.path.join(out_dir, file)):
-                raise InputError(
-                    f"{name} {out_dir}: holds {kind} ({file}), which an export "
-                    "must not replace; export into a directory of its own"
-                )
-        marker, kind = _FORMAT_MARKERS[format]
+        # Neither format writes the other's marker.
+        others = [other for other in EXPORT_FORMATS if other != format]
+        held = marked_output(out_dir, (*_NOT_EXPORTS, *others))
+        if held:
+            raise InputError(
+                f"{name} {out_dir}: holds {held[1]} ({held[0]}), which an export "
+                "must not replace; export into a directory of its own"
+            )
+        marker, kind = OUTPUT_MARKERS[format]
         if not os.path.exists(os.path.join(out_dir, marker)):
             raise InputError(
                 f"{name} {out_dir}: holds files, but not {kind} ({marker} is "

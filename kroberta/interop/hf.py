@@ -24,12 +24,11 @@ from kroberta.interop import check_tokenizer, hf_weights, staged_export
 from kroberta.model.attention import attention_layers
 from kroberta.model.layer_norm import epsilon_of
 from kroberta.model.masked_lm import check_model
-from kroberta.run_layout import HF_CLASSIFIER
+from kroberta.run_layout import HF_CLASSIFIER, SAFETENSORS_FILE
 from kroberta.text.tokenizer import HF_MERGES_FILE, HF_VOCABULARY_FILE, load_tokenizer
 from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
 
 CONFIG_FILE = "config.json"
-SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX_FILE = "model.safetensors.index.json"
 TORCH_FILE = "pytorch_model.bin"
 TOKENIZER_FILE = "tokenizer.json"

@@ -38,7 +38,7 @@ from kroberta.model.layer_norm import epsilon_of
 from kroberta.model.masked_lm import check_model
 from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE, stock_copy
 from kroberta.parallel.distribute import global_distribution
-from kroberta.run_layout import MASKED_LM, model_source
+from kroberta.run_layout import MASKED_LM, METADATA_FILE, model_source
 from kroberta.text.tokenizer import KERAS_HUB_MERGES_FILE, KERAS_HUB_VOCABULARY_FILE, byte_level_bpe
 
 KROBERTA_CONFIG_FILE = "kroberta_config.toml"
@@ -53,7 +53,7 @@ EXPORT_FILES = (
     CONFIG_FILE,
     "model.weights.h5",
     "model.weights.json",
-    "metadata.json",
+    METADATA_FILE,
     TASK_CONFIG_FILE,
     TASK_WEIGHTS_FILE,
     "preprocessor.json",

@@ -27,8 +27,9 @@ from tokenizers import Tokenizer
 from kroberta import storage
 from kroberta.atomic import atomic_path
 from kroberta.console import Progress
-from kroberta.data.manifest import FORMAT, MANIFEST_NAME, load_manifest, write_manifest
+from kroberta.data.manifest import FORMAT, load_manifest, write_manifest
 from kroberta.errors import InputError, StorageError
+from kroberta.run_layout import MANIFEST_NAME
 from kroberta.text import locations
 from kroberta.text.assembly import assemble_splits
 from kroberta.text.chunks import CHUNK_BYTES, plan_chunks

@@ -18,6 +18,7 @@ from kroberta.data.manifest import check_prepared_with, load_prepared
 from kroberta.errors import ConfigError, InputError
 from kroberta.interop.checkpoint_config import checkpoint_of, checkpoint_tokenizer
 from kroberta.perf.plan import make_plan
+from kroberta.run_layout import MANIFEST_NAME
 from kroberta.runtime import logs
 from kroberta.text import corpus
 from kroberta.text.build import prepare
@@ -155,7 +156,7 @@ def _data_sources(config: Config) -> tuple[Config, str | None]:
     if data.train:
         return config, None
     prepared = os.path.join(_local_home(config.run_dir), EMBEDDED_DIR)
-    if not os.path.isfile(os.path.join(prepared, "manifest.json")):
+    if not os.path.isfile(os.path.join(prepared, MANIFEST_NAME)):
         _prepare_embedded(config, prepared)
     return _from_manifest(config, prepared, "embedded corpus")
 

@@ -55,13 +55,8 @@ def metrics_rows(run_dir: str, last_step: int | None = None, warn: bool = False)
     return rows
 
 
-# Other outputs a run would mix into: (the file that marks one, what it is).
-_NOT_RUNS = (
-    ("manifest.json", "prepared data"),
-    (run_layout.CLASSIFIER_FILE, "a fine-tuned classifier's folder"),
-    ("model.safetensors", "a Hugging Face export"),
-    ("metadata.json", "a keras-hub preset"),
-)
+# Other outputs a run would mix into (`run_layout.OUTPUT_MARKERS`).
+_NOT_RUNS = ("prepared data", "classifier", "hf", "keras-hub")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,12 +75,12 @@ def read_run_dir(run_dir: str) -> RunDirState:
     """The state of `run_dir` (checked by `config.validate` already).
 
     Raises ConfigError when it holds another kind of output (`_NOT_RUNS`)."""
-    for marker, kind in _NOT_RUNS:
-        if storage.isfile(storage.join(run_dir, marker)):
-            raise ConfigError(
-                f"run_dir: {run_dir} holds {kind} ({marker}); a run goes "
-                "into a directory of its own: use another --run_dir"
-            )
+    other = run_layout.marked_output(run_dir, _NOT_RUNS)
+    if other:
+        raise ConfigError(
+            f"run_dir: {run_dir} holds {other[1]} ({other[0]}); a run goes "
+            "into a directory of its own: use another --run_dir"
+        )
     saved = tuple(checkpoint.list_checkpoints(run_dir))
     recorded = None
     if saved and storage.isfile(storage.join(run_dir, run_layout.CONFIG_FILE)):

@@ -436,6 +436,32 @@ def _tree(directory) -> dict:
     }
 
 
+@pytest.mark.fast
+@pytest.mark.parametrize("format", ["hf", "keras-hub"])
+@pytest.mark.parametrize(
+    "marker, kind",
+    [
+        ("classifier.json", "a fine-tuned classifier's folder"),
+        ("config.toml", "a kroberta run"),
+        ("checkpoints/", "a kroberta run"),
+        ("manifest.json", "prepared data"),
+    ],
+)
+def test_an_overwriting_export_refuses_each_other_output(tmp_path, format, marker, kind):
+    from kroberta.interop import check_out_dir
+
+    if marker.endswith("/"):
+        (tmp_path / marker).mkdir()
+    else:
+        (tmp_path / marker).write_text("{}")
+    with pytest.raises(InputError) as error:
+        check_out_dir(str(tmp_path), True, "--out", format)
+    assert str(error.value) == (
+        f"--out {tmp_path}: holds {kind} ({marker.rstrip('/')}), which an export must not "
+        "replace; export into a directory of its own"
+    )
+
+
 def test_overwrite_never_replaces_a_run_data_or_the_other_format(tmp_path, capsys):
     make_run(tmp_path / "run", tokenizer=tiny_tokenizer())
     run = _tree(tmp_path / "run")

@@ -46,14 +46,23 @@ def test_a_config_without_checkpoints_is_no_run_to_resume(tmp_path):
     assert read_run_dir(str(tmp_path)).recorded is None
 
 
-def test_a_run_dir_holding_a_classifier_is_refused_at_once(tmp_path):
-    (tmp_path / "classifier.json").write_text("{}")
-    with pytest.raises(
-        ConfigError,
-        match=r"holds a fine-tuned classifier's folder "
-        r"\(classifier.json\); a run goes into a directory",
-    ):
+@pytest.mark.parametrize(
+    "marker, kind",
+    [
+        ("manifest.json", "prepared data"),
+        ("classifier.json", "a fine-tuned classifier's folder"),
+        ("model.safetensors", "a Hugging Face export"),
+        ("metadata.json", "a keras-hub preset"),
+    ],
+)
+def test_a_run_dir_holding_another_output_is_refused_at_once(tmp_path, marker, kind):
+    (tmp_path / marker).write_text("{}")
+    with pytest.raises(ConfigError) as error:
         read_run_dir(str(tmp_path))
+    assert str(error.value) == (
+        f"run_dir: {tmp_path} holds {kind} ({marker}); a run goes into a directory of its "
+        "own: use another --run_dir"
+    )
 
 
 def test_starting_over_goes_on_without_checkpoints_and_a_check_writes_nothing(tmp_path):
