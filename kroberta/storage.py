@@ -26,6 +26,7 @@ import tempfile
 from kroberta.atomic import atomic_path, atomic_write
 from kroberta.errors import (
     ArgumentKindError,
+    ConfigError,
     InputError,
     KrobertaError,
     NotFoundError,
@@ -347,19 +348,32 @@ def weights_bytes(weights) -> int:
     return sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in weights)
 
 
-def check_room(path, needed_bytes: int, what: str):
-    """Raises OSError(ENOSPC) when the disk that is to hold `path` (or, for a URL, the local
-    temporary directory that stages it) has less than `needed_bytes` free; `writing` turns
-    it into one line. For the writers that cannot fail cleanly on a full disk: h5py (under
-    Keras' .weights.h5) fails again in each object's finalizer, a screen of "Exception
+def check_room(path, needed_bytes: int, what: str, key: str | None = None):
+    """Refuses a write when the disk that is to hold `path` (or, for a URL, the local
+    temporary directory that stages it) has less than `needed_bytes` free. `what`: what is
+    written, in words.
+
+    With `key` (the config key that names `path`), a check before any work: a ConfigError
+    that names the place, both sizes and the fix. Without, the check of a writer that cannot
+    fail cleanly on a full disk: OSError(ENOSPC), which `writing` turns into one line (h5py,
+    under Keras' .weights.h5, fails again in each object's finalizer, a screen of "Exception
     ignored" tracebacks, then the process dies of a segmentation fault; Orbax's tensorstore
-    threads print "Event loop is closed" tracebacks. `what`: the file, in words."""
+    threads print "Event loop is closed" tracebacks)."""
     free = free_bytes(_existing_folder(path))
-    if free < needed_bytes:
-        raise OSError(
-            errno.ENOSPC,
-            f"{os.strerror(errno.ENOSPC)}: {what} needs about {needed_bytes / 2**20:.1f} MiB",
-        )
+    if free >= needed_bytes:
+        return
+    needs = f"{what} needs about {needed_bytes / 2**20:.1f} MiB"
+    if key is None:
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: {needs}")
+    where = (
+        f"the temporary directory that stages its files ({tempfile.gettempdir()}; set TMPDIR)"
+        if is_url(path)
+        else path
+    )
+    raise ConfigError(
+        f"{key}: {where} has {free / 2**20:.1f} MiB free but {needs}; "
+        f"free some space or choose another --{key}"
+    )
 
 
 def check_room_for_hdf5(path, weights):

@@ -189,3 +189,35 @@ def test_prepared_data_on_gs_without_gcsfs_is_one_line_naming_the_extra():
         'StorageError gs://b/t.json needs gcsfs; pip install "kroberta[gcs]"',
         'StorageError gs://b/*.tfrecord needs gcsfs; pip install "kroberta[gcs]"',
     ], stderr[-2000:]
+
+
+@pytest.mark.fast
+def test_check_room_names_what_is_short_where_and_the_fix(tmp_path, url, monkeypatch):
+    import errno
+    import tempfile
+
+    from kroberta.errors import ConfigError
+
+    storage.check_room(tmp_path / "new" / "file", 2**20, "a file")  # room: nothing raised
+    monkeypatch.setattr(storage, "free_bytes", lambda path: 2**20)
+    # A writer's check: ENOSPC with the size, which `writing` makes one line.
+    with pytest.raises(OSError) as error:
+        storage.check_room(tmp_path / "ckpt", 3 * 2**20, "a checkpoint")
+    assert (error.value.errno, error.value.strerror) == (
+        errno.ENOSPC,
+        f"{os.strerror(errno.ENOSPC)}: a checkpoint needs about 3.0 MiB",
+    )
+    # Before any work: the key, the place and both sizes.
+    with pytest.raises(ConfigError) as error:
+        storage.check_room(str(tmp_path), 3 * 2**20, "a checkpoint", key="run_dir")
+    assert str(error.value) == (
+        f"run_dir: {tmp_path} has 1.0 MiB free but a checkpoint needs about 3.0 MiB; "
+        "free some space or choose another --run_dir"
+    )
+    # A URL is staged in the temporary directory: the message names it, and TMPDIR.
+    with pytest.raises(ConfigError) as error:
+        storage.check_room(url, 3 * 2**20, "a checkpoint", key="run_dir")
+    assert str(error.value).startswith(
+        "run_dir: the temporary directory that stages its files "
+        f"({tempfile.gettempdir()}; set TMPDIR) has 1.0 MiB free"
+    )

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 
 from kroberta import run_layout, storage
 from kroberta.config import Config, to_dict, to_toml
@@ -117,17 +116,8 @@ def removed_unless_checkpointed(state: RunDirState):
 
 
 def check_free_space(run_dir: str, needed_bytes: int, what: str):
-    free = storage.free_bytes(run_dir)
-    if free < needed_bytes:
-        where = (
-            f"the temporary directory that stages its files ({tempfile.gettempdir()}; set TMPDIR)"
-            if storage.is_url(run_dir)
-            else run_dir
-        )
-        raise ConfigError(
-            f"run_dir: {where} has {free / 2**20:.0f} MiB free but {what} needs about "
-            f"{needed_bytes / 2**20:.0f} MiB; free some space or choose another --run_dir"
-        )
+    """`storage.check_room` of the run directory before the run starts."""
+    storage.check_room(run_dir, needed_bytes, what, key="run_dir")
 
 
 def truncate_metrics(run_dir: str, last_step: int) -> int:

@@ -77,3 +77,15 @@ def test_starting_over_goes_on_without_checkpoints_and_a_check_writes_nothing(tm
     assert (going_on.checkpoints, going_on.recorded) == ((), None)
     assert sorted(os.listdir(tmp_path / "checkpoints")) == before  # only checked
     assert prepare_run_dir(config, state, force=True, accept_changes=False, write=False) == state
+
+
+def test_a_run_dir_without_room_for_a_checkpoint_is_refused(tmp_path):
+    from kroberta.training.run_dir import check_free_space
+
+    with pytest.raises(ConfigError) as error:
+        check_free_space(str(tmp_path), 2**60, "a checkpoint")  # an exbibyte: never free
+    assert str(error.value).startswith(f"run_dir: {tmp_path} has ")
+    assert str(error.value).endswith(
+        " MiB free but a checkpoint needs about 1099511627776.0 MiB; free some space or "
+        "choose another --run_dir"
+    )
