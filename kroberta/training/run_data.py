@@ -12,6 +12,7 @@ import logging
 import os
 import tempfile
 
+from kroberta import storage
 from kroberta.config import AUTO, Config, validate
 from kroberta.data import pipeline
 from kroberta.data.manifest import check_prepared_with, load_prepared
@@ -186,9 +187,8 @@ def _local_home(run_dir: str) -> str:
     """Where the embedded corpus is prepared: the run directory, or for a URL one (whose
     files tf.data may not read) a local directory of its own, rebuilt when missing (it is
     the same corpus every time)."""
-    if "://" not in run_dir:
+    if not storage.is_url(run_dir):
         return run_dir
-
     digest = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
     return os.path.join(tempfile.gettempdir(), f"kroberta-embedded-{digest}")
 

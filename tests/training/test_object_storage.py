@@ -2,6 +2,7 @@
 load, report, predict --out; and what a half-uploaded checkpoint leaves behind."""
 
 import json
+import os
 import uuid
 
 import numpy as np
@@ -135,3 +136,15 @@ def test_synchronous_checkpoints_on_a_url_restore_exactly_and_prune_marker_first
     with pytest.raises(OSError):
         checkpoint.remove(storage.join(url, "checkpoints", "step_00000001"))
     assert [s for s, _ in checkpoint.list_checkpoints(url)] == [2]
+
+
+@pytest.mark.fast
+def test_the_embedded_corpus_of_a_url_run_is_prepared_in_a_local_folder_of_its_own(tmp_path):
+    import tempfile
+
+    from kroberta.training.run_data import _local_home
+
+    assert _local_home(str(tmp_path)) == str(tmp_path)  # a local run: in its directory
+    home = _local_home("gs://bucket/run")
+    assert os.path.dirname(home) == tempfile.gettempdir()
+    assert home == _local_home("gs://bucket/run") != _local_home("gs://bucket/other")
