@@ -75,16 +75,7 @@ class WorkDir:
         return os.path.exists(self.plan_path)
 
     def load_plan(self) -> Plan | None:
-        try:
-            with open(self.plan_path, encoding="utf-8") as f:
-                return Plan.from_json(json.load(f))
-        except (
-            OSError,
-            ValueError,
-            TypeError,
-            KeyError,
-        ):  # TypeError, KeyError: an older plan's fields
-            return None
+        return _read_json(self.plan_path, Plan)
 
     def save_plan(self, plan: Plan):
         """Written last of the plan's files: a work directory without one starts over."""
@@ -96,16 +87,7 @@ class WorkDir:
 
     def load_result(self, index) -> ChunkResult | None:
         """The result of a finished chunk, or None."""
-        try:
-            with open(self.result_path(index), encoding="utf-8") as f:
-                return ChunkResult.from_json(json.load(f))
-        except (
-            OSError,
-            ValueError,
-            TypeError,
-            KeyError,
-        ):  # TypeError, KeyError: an older result's fields
-            return None
+        return _read_json(self.result_path(index), ChunkResult)
 
     def save_result(self, result: ChunkResult):
         """A chunk's result, once its parts are written: the chunk is done."""
@@ -134,3 +116,13 @@ class WorkDir:
                 os.remove(path)
             except OSError:
                 pass
+
+
+def _read_json(path: str, record):
+    """`record.from_json` of the JSON file at `path`; None when it is missing, damaged, or
+    an older version's (TypeError, KeyError: other fields): the work it records is redone."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return record.from_json(json.load(f))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None

@@ -470,3 +470,9 @@ def test_a_chunk_result_is_saved_in_its_json_format_and_read_back_equal(tmp_path
         open(work.part_path(3, split), "wb").close()
     assert work.finished([Chunk(3, (), ())]) == {3: result}
     assert work.load_result(4) is None
+    # A damaged result, or an older version's (other fields): not finished, redone.
+    for text in ('{"index": 3', '{"index": 3, "chunk_tokens": 1}'):
+        (tmp_path / ".prepare" / "chunk-000003.json").write_text(text)
+        assert work.load_result(3) is None and work.finished([Chunk(3, (), ())]) == {}
+    (tmp_path / ".prepare" / "plan.json").write_text('{"chunks": [[0, [], []]]}')
+    assert work.load_plan() is None  # an older plan: prepared afresh
