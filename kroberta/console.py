@@ -101,6 +101,12 @@ class _Bar:
         self.values = dict(values)
         self._draw()
 
+    def close(self):
+        """Ends the display (a notebook's output and a file's rows need no ending)."""
+
+    def erase(self):
+        """Blanks the bar where it can be blanked (a terminal's line)."""
+
 
 class TerminalBar(_Bar):
     """One line, redrawn with a carriage return."""
@@ -160,12 +166,6 @@ class NotebookBar(_Bar):
     def note(self, line: str):
         print(line, flush=True)  # below the bar, which keeps its place
 
-    def close(self):
-        pass
-
-    def erase(self):
-        pass
-
 
 class _Rows(_Bar):
     """A file or a pipe: each draw a row of its own, handed to `write`."""
@@ -179,12 +179,6 @@ class _Rows(_Bar):
 
     def note(self, line: str):
         self.write(line)
-
-    def close(self):
-        pass
-
-    def erase(self):
-        pass
 
 
 class Progress:
