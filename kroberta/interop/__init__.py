@@ -69,6 +69,23 @@ def check_tokenizer(tokenizer, function: str):
         )
 
 
+def checked_export(model, tokenizer, out_dir, function: str, head: str) -> tuple[bool, object]:
+    """Refuses, before any work, a `model` `function` cannot export (`head`: the class a
+    classifier becomes) and a `tokenizer` that is none; returns (whether `model` is a
+    classifier, the tokenizer to write: `tokenizer`, else the model's own, or None)."""
+    # start-up: commands read this package's names before NumPy and Keras load
+    from kroberta.interop import hf_weights
+    from kroberta.model.masked_lm import check_model
+
+    classifier = hf_weights.is_classifier(model)
+    if classifier:
+        hf_weights.check_first_token_head(model, function, head)
+    else:
+        check_model(model, function, out_dir, f"kroberta.{function}(model, out_dir)")
+    check_tokenizer(tokenizer, function)
+    return classifier, getattr(model, "tokenizer", None) if tokenizer is None else tokenizer
+
+
 @contextlib.contextmanager
 def staged_export(out_dir: str, overwrite: bool, files, format: str):
     """Yields an empty directory beside `out_dir` to write a `format` export into; once

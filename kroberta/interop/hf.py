@@ -20,10 +20,9 @@ from safetensors.numpy import load_file, save
 from kroberta import storage, tokens
 from kroberta.config import FOLLOW_DROPOUT, Config, ModelConfig
 from kroberta.errors import ConversionError, InputError, NotFoundError
-from kroberta.interop import check_tokenizer, hf_weights, staged_export
+from kroberta.interop import checked_export, hf_weights, staged_export
 from kroberta.model.attention import attention_layers
 from kroberta.model.layer_norm import epsilon_of
-from kroberta.model.masked_lm import check_model
 from kroberta.run_layout import HF_CLASSIFIER, SAFETENSORS_FILE
 from kroberta.text.tokenizer import HF_MERGES_FILE, HF_VOCABULARY_FILE, load_tokenizer
 from kroberta.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -185,15 +184,9 @@ def export_hf(model, out_dir: str, tokenizer=None, overwrite: bool = False) -> s
     Returns:
         `out_dir`.
     """
-    if not hf_weights.is_classifier(model):
-        check_model(model, "export_hf", out_dir, "kroberta.export_hf(model, out_dir)")
-    else:
-        hf_weights.check_first_token_head(
-            model, "export_hf", "Hugging Face's RobertaForSequenceClassification"
-        )
-    check_tokenizer(tokenizer, "export_hf")
-    if tokenizer is None:
-        tokenizer = getattr(model, "tokenizer", None)
+    _, tokenizer = checked_export(
+        model, tokenizer, out_dir, "export_hf", "Hugging Face's RobertaForSequenceClassification"
+    )
     with staged_export(out_dir, overwrite, EXPORT_FILES, "hf") as staging:
         # transformers refuses safetensors files without this metadata. Serialised here and
         # written by Python: a full disk is an OSError (safetensors' `save_file` raises

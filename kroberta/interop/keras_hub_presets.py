@@ -32,10 +32,9 @@ import keras_hub
 from kroberta import storage
 from kroberta.config import Config, DataConfig, ModelConfig, load_toml, to_toml
 from kroberta.errors import ConversionError
-from kroberta.interop import check_tokenizer, hf_weights, staged_export
+from kroberta.interop import checked_export, hf_weights, staged_export
 from kroberta.interop.hf import attention_dropout_of, bpe_of, read_json_in, task_of
 from kroberta.model.layer_norm import epsilon_of
-from kroberta.model.masked_lm import check_model
 from kroberta.model.mlm import KERAS_HUB_INITIALIZER_RANGE, stock_copy
 from kroberta.parallel.distribute import global_distribution
 from kroberta.run_layout import MASKED_LM, METADATA_FILE, model_source
@@ -119,16 +118,9 @@ def export_keras_hub(model, out_dir: str, tokenizer=None, overwrite: bool = Fals
     fine-tuned classifier becomes a `RobertaTextClassifier` preset, its preprocessor at
     the classifier's `max_length`, its `label_names` and `task_spec` in kroberta_classifier.json.
     """
-    classifier = hf_weights.is_classifier(model)
-    if not classifier:
-        check_model(model, "export_keras_hub", out_dir, "kroberta.export_keras_hub(model, out_dir)")
-    else:
-        hf_weights.check_first_token_head(
-            model, "export_keras_hub", "keras-hub's RobertaTextClassifier"
-        )
-    check_tokenizer(tokenizer, "export_keras_hub")
-    if tokenizer is None:
-        tokenizer = getattr(model, "tokenizer", None)
+    classifier, tokenizer = checked_export(
+        model, tokenizer, out_dir, "export_keras_hub", "keras-hub's RobertaTextClassifier"
+    )
     with staged_export(out_dir, overwrite, EXPORT_FILES, "keras-hub") as staging:
         _write_preset(model, staging, tokenizer, classifier)
     return out_dir

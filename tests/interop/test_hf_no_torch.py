@@ -603,8 +603,8 @@ def test_reading_the_wrong_thing_says_what_to_give(tmp_path):
     ):
         with pytest.raises(
             ArgumentKindError,
-            match=rf"the model first, then the path: "
-            rf"kroberta.{name}\(model, out_dir\)",
+            match=rf"^{name}: the model first, then the path: "
+            rf"kroberta.{name}\(model, out_dir\)$",
         ):
             call(str(tmp_path / "out"), model)
     with pytest.raises(ArgumentKindError, match=r"kroberta.evaluate\(model, data\)"):
@@ -621,6 +621,9 @@ def test_damaged_files_are_one_error_naming_the_file(tmp_path, capsys):
     model = kroberta.load(str(tmp_path / "run"))
     kroberta.export_hf(model, str(tmp_path / "hf"))
     kroberta.export_keras_hub(model, str(tmp_path / "preset"))
+    # No tokenizer given: each export writes the model's own.
+    assert {"tokenizer.json", "vocab.json"} <= set(os.listdir(tmp_path / "hf"))
+    assert "preprocessor.json" in os.listdir(tmp_path / "preset")
     (tmp_path / "hf" / "tokenizer.json").write_text('{"version": "1.0", "truncated')
     with pytest.raises(InputError, match=rf"{tmp_path / 'hf' / 'tokenizer.json'}"):
         kroberta.load(str(tmp_path / "hf"))
