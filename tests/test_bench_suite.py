@@ -2,6 +2,8 @@
 pretraining corpus or the training set, and a neighbouring task's training texts are not
 in the corpus either (checked on small fake sources, and on the standard library)."""
 
+import argparse
+
 import pytest
 
 from tests.conftest import load_tool
@@ -181,3 +183,16 @@ def test_a_recipe_is_read_checked_and_named():
         SystemExit, match=r"--recipe layer_decay=2.0: expected a factor in \(0, 1\]"
     ):
         bench_suite.parse_recipe(["layer_decay=2"])
+
+
+def test_a_budget_is_steps_or_a_duration_named_and_ordered():
+    bench_suite = load_tool("bench_suite")
+    budgets = [bench_suite.budget_arg(text) for text in ("4", "15m", "1", "2h")]
+    assert budgets == [4, "15m", 1, "2h"]
+    assert [bench_suite.budget_name(b) for b in budgets] == ["4x", "15m", "1x", "2h"]
+    assert sorted(budgets, key=bench_suite.budget_order) == [1, 4, "15m", "2h"]
+    for wrong in ("0", "15q", "x"):
+        with pytest.raises(
+            argparse.ArgumentTypeError, match=f"a multiple of 1800 steps or a duration: '{wrong}'"
+        ):
+            bench_suite.budget_arg(wrong)

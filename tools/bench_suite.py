@@ -10,16 +10,17 @@ texts, or only neighbouring text). Then runs the recipe the docs give a user's c
   python -m kroberta.finetune --run <run> --data T-train.jsonl --validation T-dev.jsonl \
       --baseline --epochs 5
 
-for each budget (`--budgets 1 2 4`: 1800, 3600 and 7200 steps of `--config small`), and on
+for each budget (`--budgets 1 2 4`: 1800, 3600 and 7200 steps of `--config small`; a
+duration such as `15m` runs small.toml as it ships, its `train.time_budget` set to it), and on
 each task: both starts' median [min, max] over seeds at their own best rate (each grid
 widened x3 while its best is at an edge), the difference with its bootstrap interval
 (`kroberta.downstream.results.compare`), and the frozen probe (`bench_downstream.probe_scores`)
 of the pretrained model against a random initialisation (one per seed). The random
-start's trials do not depend on the budget: later budgets reuse the first one's.
+start's trials do not depend on the budget: a budget reuses those another one ran.
 
 `--recipe NAME=VALUE ...` fine-tunes with the recipe's optional steps
 (`kroberta.FinetuneConfig`'s `probe_epochs`, `layer_decay`, `adapt_steps`,
-`reinit_layers`), both starts alike, into finetune/<budget>x-<recipe>/; the table then
+`reinit_layers`), both starts alike, into finetune/<budget>-<recipe>/; the table then
 sets each recipe beside the plain one on the tasks both ran: how it moves the difference
 and the pretrained start's own score. Choose a recipe on some tasks (`--tasks`) and
 judge it on the others.
@@ -28,6 +29,7 @@ Results go to <out>/results.jsonl as they finish; a re-run skips what is there (
 fine-tune resumes its finished trials), so it can be stopped and continued.
 
   python tools/bench_suite.py --out /tmp/suite --budgets 1 2 4
+  python tools/bench_suite.py --out /tmp/suite --budgets 15m
   python tools/bench_suite.py --out /tmp/suite --budgets 1 --tasks man --recipe adapt_steps=300
   python tools/bench_suite.py --out /tmp/suite --table-only
 """
@@ -46,6 +48,32 @@ import bench_downstream as common  # noqa: E402
 import suite_tasks  # noqa: E402
 
 BASE_STEPS = 1800  # small.toml before its 15-minute budget: the steps given override it
+
+
+def budget_arg(text: str):
+    """ "2" -> 2 (x BASE_STEPS steps); "15m" -> "15m" (small.toml's time budget set to it)."""
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    from kroberta.config import parse_duration
+
+    try:
+        parse_duration(text)
+    except ValueError as error:  # it says what is wrong with the text
+        message = f"a multiple of {BASE_STEPS} steps or a duration: {error}"
+        raise argparse.ArgumentTypeError(message) from None
+    return text
+
+
+def budget_name(budget) -> str:
+    """2 -> "2x", "15m" -> "15m": the budget in run and folder names and tables."""
+    return f"{budget}x" if isinstance(budget, int) else budget
+
+
+def budget_order(budget):
+    """Step multiples first, by size, then time budgets, by duration."""
+    from kroberta.config import parse_duration
+
+    return (0, budget) if isinstance(budget, int) else (1, parse_duration(budget))
 
 
 def build(args) -> dict:
@@ -84,34 +112,39 @@ def build(args) -> dict:
     return described
 
 
-def pretrain(args, budget: int) -> str:
+def pretrain(args, budget) -> str:
+    """Trains `--config small` for `budget` into <out>/runs/small-<budget>/ (or finds it
+    trained) and records its steps, minutes and validation (once)."""
     import kroberta
+    from kroberta import run_layout
 
-    run_dir = os.path.join(args.out, "runs", f"small-{budget}x")
-    if os.path.isfile(os.path.join(run_dir, "model.weights.h5")):
-        return run_dir
-    steps = BASE_STEPS * budget
-    config = kroberta.load_config(
-        "small",
-        {
-            "run_dir": run_dir,
-            "data.dir": os.path.join(args.out, "prepared"),
-            "train.steps": steps,
-            "train.trackers": [],
-        },
+    run_dir = os.path.join(args.out, "runs", f"small-{budget_name(budget)}")
+    overrides = {"run_dir": run_dir, "data.dir": os.path.join(args.out, "prepared")}
+    overrides.update(
+        {"train.steps": BASE_STEPS * budget}
+        if isinstance(budget, int)
+        else {"train.time_budget": budget}
     )
-    started = time.perf_counter()
-    summary = kroberta.train(config)
-    if summary["final_step"] < steps:
-        sys.exit(f"{budget}x: pretraining stopped at step {summary['final_step']} of {steps}")
+    seconds = None  # a run found trained has its minutes in its own log
+    if not os.path.isfile(os.path.join(run_dir, "model.weights.h5")):
+        started = time.perf_counter()
+        kroberta.train(kroberta.load_config("small", {**overrides, "train.trackers": []}))
+        seconds = time.perf_counter() - started
+    elif common.done(args, kind="pretrain", budget=budget):
+        return run_dir
+    # The steps the run was given or its time budget fixed (recorded in its config.toml).
+    steps = run_layout.load_run_config(run_dir).train.steps
+    validation = common.last_validation(run_dir)
+    if validation.get("step") != steps:
+        sys.exit(f"{budget_name(budget)}: pretraining stopped at step {validation} of {steps}")
     common.record(
         args,
         {
             "kind": "pretrain",
             "budget": budget,
             "steps": steps,
-            "seconds": time.perf_counter() - started,
-            "validation": common.last_validation(run_dir),
+            "seconds": seconds,
+            "validation": validation,
         },
     )
     return run_dir
@@ -142,21 +175,30 @@ def parse_recipe(settings: list) -> dict:
     return recipe
 
 
-def finetune_folder(args, budget: int, task: str) -> str:
+def finetune_folder(args, budget, task: str) -> str:
     label = recipe_label(args.recipe)
-    return os.path.join(args.out, "finetune", f"{budget}x" + (f"-{label}" if label else ""), task)
+    name = budget_name(budget) + (f"-{label}" if label else "")
+    return os.path.join(args.out, "finetune", name, task)
 
 
-def _reuse_random_trials(args, budget: int, task: str, folder: str):
-    """Copies the first budget's random-start trials into `folder` (same task, tokenizer,
-    shape, seeds and recipe: `TrialLog` checks the settings and refuses others)."""
-    first = finetune_folder(args, args.budgets[0], task)
-    trials = os.path.join(first, "trials.jsonl")
-    if budget == args.budgets[0] or os.path.exists(folder) or not os.path.isfile(trials):
+def _reuse_random_trials(args, budget, task: str, folder: str):
+    """Copies the random-start trials of a budget that already ran `task` with this recipe
+    into `folder` (same task, tokenizer, shape, seeds and recipe: `TrialLog` checks the
+    settings and refuses others)."""
+    recipe = args.recipe or None
+    ran = [
+        r["budget"]
+        for r in common.recorded(args)
+        if r["kind"] == "finetune" and r["task"] == task and r.get("recipe") == recipe
+    ]
+    if os.path.exists(folder) or not ran:
         return
+    first = finetune_folder(args, ran[0], task)
     os.makedirs(os.path.join(folder, "trials"))
-    with open(trials) as f, open(os.path.join(folder, "trials.jsonl"), "w") as out:
-        out.writelines(line for line in f if json.loads(line).get("grid") == "random")
+    with open(os.path.join(first, "trials.jsonl")) as f:
+        random_lines = [line for line in f if json.loads(line).get("grid") == "random"]
+    with open(os.path.join(folder, "trials.jsonl"), "w") as out:
+        out.writelines(random_lines)
     for name in os.listdir(os.path.join(first, "trials")):
         if name.startswith("random-"):
             shutil.copy(os.path.join(first, "trials", name), os.path.join(folder, "trials", name))
@@ -173,7 +215,7 @@ def _start(result) -> dict:
     }
 
 
-def finetune_task(args, budget: int, run_dir: str, task: str):
+def finetune_task(args, budget, run_dir: str, task: str):
     import kroberta
 
     recipe = args.recipe or None  # the plain recipe's rows have none
@@ -227,7 +269,9 @@ def finetune_task(args, budget: int, run_dir: str, task: str):
     if recipe:
         row["recipe"] = recipe
     common.record(args, row)
-    print(f"{budget}x {recipe_label(args.recipe)} {task}: {format_row(row)}", flush=True)
+    print(
+        f"{budget_name(budget)} {recipe_label(args.recipe)} {task}: {format_row(row)}", flush=True
+    )
 
 
 def _pct(start: dict) -> str:
@@ -248,20 +292,24 @@ def format_row(row: dict) -> str:
 def table(args):
     rows = common.recorded(args)
     described = json.load(open(os.path.join(args.out, "tasks.json")))
+    steps = {}  # budget -> the steps it trained
     for r in (r for r in rows if r["kind"] == "pretrain"):
-        v = r["validation"]
+        v, steps[r["budget"]] = r["validation"], r["steps"]
+        minutes = (
+            "its minutes in its log" if r["seconds"] is None else f"{r['seconds'] / 60:.1f} min"
+        )
         print(
-            f"pretraining {r['budget']}x ({r['steps']} steps): {r['seconds'] / 60:.1f} min, "
+            f"pretraining {budget_name(r['budget'])} ({r['steps']} steps): {minutes}, "
             f"validation masked accuracy {100 * v.get('masked_accuracy', float('nan')):.1f}%"
         )
     probes = {
         (r["start"], r.get("budget"), r["task"]): r["scores"] for r in rows if r["kind"] == "probe"
     }
     fine = [r for r in rows if r["kind"] == "finetune" and "recipe" not in r]
-    for budget in sorted({r["budget"] for r in fine}):
+    for budget in sorted({r["budget"] for r in fine}, key=budget_order):
         at = [r for r in fine if r["budget"] == budget]
         print(
-            f"\n{budget}x ({BASE_STEPS * budget} steps): | task | kind | random | pretrained | "
+            f"\n{budget_name(budget)} ({steps.get(budget)} steps): | task | kind | random | pretrained | "
             "pretrained - random [95%] | probe: pretrained / random"
         )
         for r in at:
@@ -282,11 +330,11 @@ def table(args):
         differences = {r["task"]: r["comparison"]["difference"] for r in at}
         worst = min(differences, key=differences.get)
         print(
-            f"suite at {budget}x: median difference "
+            f"suite at {budget_name(budget)}: median difference "
             f"{100 * statistics.median(differences.values()):+.1f} over {len(at)} tasks; "
             f"worst {worst} {100 * differences[worst]:+.1f}"
         )
-    budget_axis(fine)
+    budget_axis(fine, steps)
     recipes([r for r in rows if r["kind"] == "finetune"])
 
 
@@ -306,7 +354,7 @@ def recipes(rows: list):
             p, c = plain[r["budget"], r["task"]], r["comparison"]
             moved[r["budget"], r["task"]] = 100 * (c["difference"] - p["comparison"]["difference"])
             print(
-                f"| {r['budget']}x | {r['task']} | "
+                f"| {budget_name(r['budget'])} | {r['task']} | "
                 f"{100 * p['comparison']['difference']:+.1f} -> "
                 f"**{100 * c['difference']:+.1f}** [{100 * c['low']:+.1f}, "
                 f"{100 * c['high']:+.1f}] | {100 * p['pretrained']['median']:.1f} -> "
@@ -317,18 +365,18 @@ def recipes(rows: list):
         print(
             f"recipe {label} over {len(at)} tasks: the difference moves by a median "
             f"{statistics.median(moved.values()):+.1f}; most against it: "
-            f"{worst[0]}x {worst[1]} {moved[worst]:+.1f}"
+            f"{budget_name(worst[0])} {worst[1]} {moved[worst]:+.1f}"
         )
 
 
-def budget_axis(fine: list):
+def budget_axis(fine: list, steps: dict):
     """pretrained - random per task and budget, and the suite's median at each budget."""
-    budgets = sorted({r["budget"] for r in fine})
+    budgets = sorted({r["budget"] for r in fine}, key=budget_order)
     if len(budgets) < 2:
         return
     print(
         "\nthe budget axis: pretrained - random | task | "
-        + " | ".join(f"{b}x ({BASE_STEPS * b} steps)" for b in budgets)
+        + " | ".join(f"{budget_name(b)} ({steps.get(b)} steps)" for b in budgets)
     )
     cell = {(r["task"], r["budget"]): 100 * r["comparison"]["difference"] for r in fine}
     for task in dict.fromkeys(r["task"] for r in fine):
@@ -346,10 +394,11 @@ def main():
     parser.add_argument("--out", default="/tmp/bench-suite")
     parser.add_argument(
         "--budgets",
-        type=int,
+        type=budget_arg,
         nargs="+",
         default=[1, 2, 4],
-        help="pretraining steps as multiples of 1800 (given as train.steps, they turn small.toml's time budget off)",
+        help="pretraining steps as multiples of 1800 (given as train.steps, they turn "
+        "small.toml's time budget off), or a time budget such as 15m",
     )
     parser.add_argument(
         "--tasks",
@@ -391,7 +440,7 @@ def main():
         )
     for budget in args.budgets:
         run_dir = pretrain(args, budget)
-        print(f"pretrained {budget}x: {common.last_validation(run_dir)}", flush=True)
+        print(f"pretrained {budget_name(budget)}: {common.last_validation(run_dir)}", flush=True)
         for task in tasks:
             if args.tasks is None or task in args.tasks:
                 finetune_task(args, budget, run_dir, task)
