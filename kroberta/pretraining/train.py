@@ -17,8 +17,7 @@ import time
 
 from kroberta import storage
 from kroberta.config import Config, parse_window, validate
-from kroberta.data.file_patterns import resolve_files
-from kroberta.data.manifest import load_prepared
+from kroberta.data.file_patterns import DataSources, find_sources
 from kroberta.errors import ConfigError
 from kroberta.interop.checkpoint_config import checkpoint_directory
 from kroberta.runtime import logs
@@ -159,7 +158,7 @@ def _set_up(
     """Joins the job, resolves the data, checks and writes the run directory (`run_dir`:
     what it held), fixes the steps of a time budget (`budget_started`: when the budget
     began; None: the steps are known), builds the model; says what it built."""
-    _check_paths(config)  # before JAX and TensorFlow start: a wrong path at once
+    sources = _find_sources(config)  # before JAX and TensorFlow start: a wrong path at once
     # start-up: JAX, the model and the data load once the paths were checked
     import jax
 
@@ -173,7 +172,7 @@ def _set_up(
     storage.check_writable(config.run_dir, "run_dir", folder=True)
     if main_process:
         trackers.check_installed(config.train.trackers)  # before the data are read or built
-    run_data = run_data_for(config)
+    run_data = run_data_for(config, sources)
     config = run_data.config
     _check_signals(config, run_data)
     topology = distribute.setup(config)
@@ -205,19 +204,12 @@ def _set_up(
     return run
 
 
-def _check_paths(config: Config):
-    """The directory to initialise from and the local data the run names are there: a
-    prepared directory holds its manifest, files and globs match (`run_data_for` reads
-    them later, with TensorFlow; an object store's are left to it, to be listed once)."""
+def _find_sources(config: Config) -> DataSources:
+    """The directory to initialise from is there, and the data the run names, found once
+    (a prepared directory's manifest read, files and globs matched), for `run_data_for`
+    to read with TensorFlow."""
     checkpoint_directory(config)
-
-    if config.data.dir:
-        if not storage.is_url(config.data.dir):
-            load_prepared(config.data.dir, "data.dir")
-        return
-    for split in ("train", "validation"):
-        patterns = [p for p in getattr(config.data, split) if not storage.is_url(p)]
-        resolve_files(patterns, f"data.{split}")
+    return find_sources(config.data)
 
 
 def _describe(run: _Run):
