@@ -175,7 +175,7 @@ def _set_up(
     run_data = run_data_for(config, sources)
     config = run_data.config
     _check_signals(config, run_data)
-    topology = distribute.setup(config)
+    topology = distribute.setup(config.distributed, config.model)
     plan = make_plan(config, topology=topology, sequence_length=run_data.train.sequence_length)
     if budget_started is not None:  # the run directory refused before measuring, if it must be
         prepare_run_dir(config, run_dir, force, accept_changes, write=False)
