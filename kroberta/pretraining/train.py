@@ -367,7 +367,8 @@ def _finish(run: _Run, summary: dict, ended: str | None):
             f"the checkpoint at step {step} is "
             "kept; free some space and run the same training again to save it",
         ):
-            final_model.save(run.model, run.config.run_dir)
+            # The run directory holds the run's config (written by _set_up): weights alone.
+            final_model.save_run_weights(run.model, run.config.run_dir)
         logger.info(f"model saved in {run.config.run_dir}")
 
 
