@@ -158,7 +158,7 @@ def _set_up(
     """Joins the job, resolves the data, checks and writes the run directory (`run_dir`:
     what it held), fixes the steps of a time budget (`budget_started`: when the budget
     began; None: the steps are known), builds the model; says what it built."""
-    sources = _find_sources(config)  # before JAX and TensorFlow start: a wrong path at once
+    sources = _check_paths(config)  # before JAX and TensorFlow start: a wrong path at once
     # start-up: JAX, the model and the data load once the paths were checked
     import jax
 
@@ -169,7 +169,6 @@ def _set_up(
 
     startup.initialize(config.distributed)  # a multi-host job, before any JAX backend starts
     main_process = jax.process_index() == 0
-    storage.check_writable(config.run_dir, "run_dir", folder=True)
     if main_process:
         trackers.check_installed(config.train.trackers)  # before the data are read or built
     run_data = run_data_for(config, sources)
@@ -204,10 +203,12 @@ def _set_up(
     return run
 
 
-def _find_sources(config: Config) -> DataSources:
-    """The directory to initialise from is there, and the data the run names, found once
-    (a prepared directory's manifest read, files and globs matched), for `run_data_for`
-    to read with TensorFlow."""
+def _check_paths(config: Config) -> DataSources:
+    """Every path the run names, checked once: the run directory can be written, the
+    directory to initialise from is there, and the data are found (a prepared
+    directory's manifest read, files and globs matched), for `run_data_for` to read with
+    TensorFlow."""
+    storage.check_writable(config.run_dir, "run_dir", folder=True)
     checkpoint_directory(config)
     return find_sources(config.data)
 
