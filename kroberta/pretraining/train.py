@@ -16,7 +16,7 @@ import numbers
 import time
 
 from kroberta import storage
-from kroberta.config import Config, parse_window, validate
+from kroberta.config import Config, TrainConfig, parse_window, validate
 from kroberta.data.file_patterns import DataSources, find_sources
 from kroberta.errors import ConfigError
 from kroberta.interop.checkpoint_config import checkpoint_directory
@@ -173,7 +173,7 @@ def _set_up(
         trackers.check_installed(config.train.trackers)  # before the data are read or built
     run_data = run_data_for(config, sources)
     config = run_data.config
-    _check_signals(config, run_data)
+    _check_signals(config.train, has_validation=run_data.validation is not None)
     topology = distribute.setup(config.distributed, config.model)
     plan = make_plan(config, topology=topology, sequence_length=run_data.train.sequence_length)
     if budget_started is not None:  # the run directory refused before measuring, if it must be
@@ -373,10 +373,9 @@ def _finish(run: _Run, summary: dict, ended: str | None):
         logger.info(f"model saved in {run.config.run_dir}")
 
 
-def _check_signals(config: Config, run_data):
+def _check_signals(t: TrainConfig, has_validation: bool):
     """Before any compute: the validation data that keep_best and the early stop need."""
-    t = config.train
-    if run_data.validation is None:
+    if not has_validation:
         for key, on in (
             ("keep_best", t.keep_best),
             ("early_stop_patience", t.early_stop_patience),
@@ -497,18 +496,18 @@ def _callbacks(run: _Run, start_step: int, stop_step: int, preemption: Preemptio
         probe=probe_task,
     )
     run_logger.set_model(model)  # fit sets it too; the evaluation at the start needs it first
-    return run_logger, _profile_window(config, start_step, run.main_process)
+    return run_logger, _profile_window(config.train, config.run_dir, start_step, run.main_process)
 
 
-def _profile_window(config, start_step: int, main_process: bool):
-    """The `train.profile` callback (process 0 only), its window on dispatch boundaries."""
+def _profile_window(t: TrainConfig, run_dir: str, start_step: int, main_process: bool):
+    """The `train.profile` callback (process 0 only), its window on dispatch boundaries,
+    writing into `run_dir`."""
     # start-up: Keras' profiler callback loads for a profiled run only
     from kroberta.training import profiling
 
-    window = parse_window(config.train.profile)
+    window = parse_window(t.profile)
     if window is None or not main_process:
         return None
-    t = config.train
     aligned = profiling.aligned_window(window, t.steps_per_execution, t.steps)
     if aligned != window:
         logger.info(
@@ -516,7 +515,7 @@ def _profile_window(config, start_step: int, main_process: bool):
             f"{aligned[1]}, whole dispatches of train.steps_per_execution="
             f"{t.steps_per_execution} steps"
         )
-    return profiling.ProfileWindow(config.run_dir, aligned, start_step)
+    return profiling.ProfileWindow(run_dir, aligned, start_step)
 
 
 def _named_data_error(error, run: _Run, start_step: int, step: int):
