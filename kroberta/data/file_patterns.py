@@ -1,7 +1,9 @@
 """Expanding the file names and globs a command is given, before TensorFlow is imported.
 
 Local patterns are matched with Python's glob, so a missing or mistyped path is named
-at once; an object store's (gs://...) through `kroberta.storage` (fsspec).
+at once; an object store's (gs://...) through `kroberta.storage` (fsspec). A run's data
+section is found here once (`find_sources`: a prepared directory's manifest read and its
+files matched, or the patterns expanded), and the pipelines read what it found.
 """
 
 import dataclasses
