@@ -325,6 +325,11 @@ def test_a_wrong_path_fails_before_jax_keras_or_tensorflow_are_imported(tmp_path
             "kroberta.prepare",
         ),
         (
+            ["train", f"--run_dir={train_tsv / 'r'}"],
+            f"error: run_dir {train_tsv / 'r'}: {train_tsv} is a file, not a folder; choose "
+            "another run_dir",
+        ),
+        (
             ["predict", "--run", missing, "--data", "x.tfrecord", "--out", str(tmp_path / "p.npz")],
             f"error: --run: {missing}: no such directory; give a training run, a Hugging Face "
             "RoBERTa directory or a keras-hub preset directory",

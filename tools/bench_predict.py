@@ -67,7 +67,7 @@ def main():
             config.train, batch_size_per_device=args.batch // args.devices, steps=10**6
         ),
     )
-    topology = distribute.setup(config)
+    topology = distribute.setup(config.distributed, config.model)
     batch = make_plan(config, topology=topology).global_batch
     spec = pipeline.inspect_files(config.data.train, "data.train")
     train_ds = pipeline.train_dataset(spec, config.data, V, batch, config.train.seed)

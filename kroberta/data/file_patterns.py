@@ -1,12 +1,17 @@
 """Expanding the file names and globs a command is given, before TensorFlow is imported.
 
 Local patterns are matched with Python's glob, so a missing or mistyped path is named
-at once; an object store's (gs://...) through `kroberta.storage` (fsspec).
+at once; an object store's (gs://...) through `kroberta.storage` (fsspec). A run's data
+section is found here once (`find_sources`: a prepared directory's manifest read and its
+files matched, or the patterns expanded), and the pipelines read what it found.
 """
 
+import dataclasses
 import os
 
 from kroberta import storage
+from kroberta.config import DataConfig
+from kroberta.data.manifest import Manifest, load_prepared
 from kroberta.errors import InputError
 from kroberta.run_layout import MANIFEST_NAME
 from kroberta.storage import is_url
@@ -48,3 +53,41 @@ def resolve_files(patterns, key: str) -> tuple[str, ...]:
             )
         files.extend(m for m in matched if m not in files)
     return tuple(files)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSources:
+    """The files a run's data section names, found once. With `manifest`: a prepared
+    directory's (`directory` as the config key `key` named it); without: explicit files,
+    or none at all (the embedded corpus, prepared later)."""
+
+    train: tuple[str, ...]
+    validation: tuple[str, ...]
+    manifest: Manifest | None = None
+    directory: str | None = None
+    key: str | None = None
+
+
+def find_sources(data: DataConfig) -> DataSources:
+    """data.dir's manifest read and its files matched, or data.train's and
+    data.validation's patterns expanded; nothing when the section names no data."""
+    if data.dir:
+        return prepared_sources(data.dir, "data.dir", data.validation)
+    if not data.train:
+        return DataSources((), ())
+    return DataSources(
+        resolve_files(data.train, "data.train"), resolve_files(data.validation, "data.validation")
+    )
+
+
+def prepared_sources(directory: str, key: str, validation=()) -> DataSources:
+    """The sources of prepared `directory` (named by config key `key`); its validation
+    files, or `validation`'s patterns when it has none."""
+    manifest = load_prepared(directory, key)
+    return DataSources(
+        resolve_files(manifest.train_files, "data.train"),
+        resolve_files(tuple(manifest.validation_files) or validation, "data.validation"),
+        manifest,
+        directory,
+        key,
+    )

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 from jax.experimental import multihost_utils
 
-from kroberta.config import Config
+from kroberta.config import Config, DistributedConfig, ModelConfig
 from kroberta.errors import ConfigError
 
 MODEL_AXIS = "model"
@@ -118,12 +118,12 @@ def layout_map(mesh, strategy: str):
     return layouts
 
 
-def _model_axis_size(config: Config, num_devices: int, local_devices: int) -> int:
-    size = config.distributed.model_parallel or local_devices
+def _model_axis_size(
+    distributed: DistributedConfig, model: ModelConfig, num_devices: int, local_devices: int
+) -> int:
+    size = distributed.model_parallel or local_devices
     source = "distributed.model_parallel" + (
-        ""
-        if config.distributed.model_parallel
-        else f" (0 = the {local_devices} devices per process)"
+        "" if distributed.model_parallel else f" (0 = the {local_devices} devices per process)"
     )
 
     def fail(problem):
@@ -139,7 +139,7 @@ def _model_axis_size(config: Config, num_devices: int, local_devices: int) -> in
             f"a model axis of {size} does not divide the {local_devices} devices of a process "
             "(a model group must lie within one process)"
         )
-    config.model.check_model_axis(size, fail)
+    model.check_model_axis(size, fail)
     return size
 
 
@@ -149,7 +149,11 @@ def make_distribution(config: Config, devices):
 
     Also used by `kroberta.aot` with the abstract devices of a TPU topology.
     """
-    topology = topology_for(config, devices)
+    return distribution_for(topology_for(config.distributed, config.model, devices))
+
+
+def distribution_for(topology: Topology):
+    """The Keras distribution that lays out `topology`'s mesh (not installed)."""
     devices = list(topology.devices)
     if topology.strategy == "data":
         # Each process shards its own input (`Plan.data_shard`), so Keras must not.
@@ -165,10 +169,10 @@ def make_distribution(config: Config, devices):
     )
 
 
-def select_devices(config: Config) -> tuple:
+def select_devices(distributed: DistributedConfig) -> tuple:
     """This job's devices ordered by process, the first `distributed.devices` (0: all)."""
     available = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
-    wanted = config.distributed.devices or len(available)
+    wanted = distributed.devices or len(available)
     if wanted > len(available):
         raise ConfigError(
             f"distributed.devices: {wanted} requested but JAX sees {len(available)} "
@@ -182,30 +186,35 @@ def select_devices(config: Config) -> tuple:
     return tuple(available[:wanted])
 
 
-def setup(config: Config) -> Topology:
+def setup(distributed: DistributedConfig, model: ModelConfig) -> Topology:
     """Selects the devices, builds the mesh and installs the Keras distribution.
 
-    Every later `fit`/`evaluate` step is one XLA program over the mesh.
+    Every later `fit`/`evaluate` step is one XLA program over the mesh. `model`: the
+    shape a model axis must divide (distributed.strategy "fsdp" or "model").
     """
-    devices = select_devices(config)
-    keras.distribution.set_distribution(make_distribution(config, devices))
-    return topology_for(config, devices)
+    topology = topology_for(distributed, model, select_devices(distributed))
+    keras.distribution.set_distribution(distribution_for(topology))
+    return topology
 
 
 def topology_for(
-    config: Config, devices, strategy: str | None = None, processes: tuple[int, int] | None = None
+    distributed: DistributedConfig,
+    model: ModelConfig,
+    devices,
+    strategy: str | None = None,
+    processes: tuple[int, int] | None = None,
 ) -> Topology:
-    """The topology of `config` over `devices`: the mesh `make_distribution` builds
-    (nothing installed). `strategy`: None for distributed.strategy; `processes`: (count,
-    index), None for this job's (`kroberta.aot` describes one process over a TPU
-    topology's devices)."""
+    """The topology of a `distributed` section over `devices`: the mesh `make_distribution`
+    builds (nothing installed); a model axis must divide `model`'s shape. `strategy`: None
+    for distributed.strategy; `processes`: (count, index), None for this job's
+    (`kroberta.aot` describes one process over a TPU topology's devices)."""
     devices = tuple(devices)
-    strategy = strategy or config.distributed.strategy
+    strategy = strategy or distributed.strategy
     count, index = processes or (jax.process_count(), jax.process_index())
     local = sum(d.process_index == index for d in devices)
     mesh_shape = {BATCH_AXIS: len(devices)}
     if strategy != "data":
-        size = _model_axis_size(config, len(devices), local)
+        size = _model_axis_size(distributed, model, len(devices), local)
         mesh_shape = {BATCH_AXIS: len(devices) // size, MODEL_AXIS: size}
     return Topology(
         devices=devices,

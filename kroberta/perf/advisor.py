@@ -136,7 +136,7 @@ def explain(config: Config, compile_step: bool | None = None):
     """Yields the advice for `config` on the current devices, line by line (the command
     prints each as it comes: compiling takes a while). Trains nothing and creates no run
     directory."""
-    devices = select_devices(config)
+    devices = select_devices(config.distributed)
     platform = devices[0].platform
     m, t = config.model, config.train
     shape = flops.Shape.from_config(config)

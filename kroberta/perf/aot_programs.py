@@ -250,7 +250,12 @@ def compile_predict(
 def program_plan(config: Config, devices):
     """The `kroberta.perf.plan.Plan` of `config` on `devices` as one process (a TPU topology's,
     or this host's)."""
-    return make_plan(config, topology=distribute.topology_for(config, devices, processes=(1, 0)))
+    return make_plan(
+        config,
+        topology=distribute.topology_for(
+            config.distributed, config.model, devices, processes=(1, 0)
+        ),
+    )
 
 
 def compile_config_train(model, config: Config, devices) -> Program | None:

@@ -126,9 +126,9 @@ def make_plan(
         The `Plan`; its `config` has train.steps_per_execution resolved.
     """
     if topology is None:
-        topology = distribute.topology_for(
-            config, distribute.select_devices(config) if devices is None else devices, strategy
-        )
+        if devices is None:
+            devices = distribute.select_devices(config.distributed)
+        topology = distribute.topology_for(config.distributed, config.model, devices, strategy)
     t = config.train
     length = sequence_length or config.model.max_sequence_length
     micro = t.batch_size_per_device * topology.num_devices

@@ -16,9 +16,8 @@ import numbers
 import time
 
 from kroberta import storage
-from kroberta.config import Config, parse_window, validate
-from kroberta.data.file_patterns import resolve_files
-from kroberta.data.manifest import load_prepared
+from kroberta.config import Config, TrainConfig, parse_window, validate
+from kroberta.data.file_patterns import DataSources, find_sources
 from kroberta.errors import ConfigError
 from kroberta.interop.checkpoint_config import checkpoint_directory
 from kroberta.runtime import logs
@@ -26,7 +25,6 @@ from kroberta.training import checkpoint, final_model, signals, time_budget, tra
 from kroberta.training.preemption import PreemptionFlag
 from kroberta.training.run_dir import (
     RunDirState,
-    check_free_space,
     keep_tokenizer,
     prepare_run_dir,
     read_run_dir,
@@ -159,7 +157,7 @@ def _set_up(
     """Joins the job, resolves the data, checks and writes the run directory (`run_dir`:
     what it held), fixes the steps of a time budget (`budget_started`: when the budget
     began; None: the steps are known), builds the model; says what it built."""
-    _check_paths(config)  # before JAX and TensorFlow start: a wrong path at once
+    sources = _check_paths(config)  # before JAX and TensorFlow start: a wrong path at once
     # start-up: JAX, the model and the data load once the paths were checked
     import jax
 
@@ -170,13 +168,12 @@ def _set_up(
 
     startup.initialize(config.distributed)  # a multi-host job, before any JAX backend starts
     main_process = jax.process_index() == 0
-    storage.check_writable(config.run_dir, "run_dir", folder=True)
     if main_process:
         trackers.check_installed(config.train.trackers)  # before the data are read or built
-    run_data = run_data_for(config)
+    run_data = run_data_for(config, sources)
     config = run_data.config
-    _check_signals(config, run_data)
-    topology = distribute.setup(config)
+    _check_signals(config.train, has_validation=run_data.validation is not None)
+    topology = distribute.setup(config.distributed, config.model)
     plan = make_plan(config, topology=topology, sequence_length=run_data.train.sequence_length)
     if budget_started is not None:  # the run directory refused before measuring, if it must be
         prepare_run_dir(config, run_dir, force, accept_changes, write=False)
@@ -197,27 +194,23 @@ def _set_up(
     run_data = dataclasses.replace(run_data, config=config)  # K resolved for the pipelines too
     run = _Run(going_on, run_data, plan, build_compiled_model(config, run_data.word_starts))
     _describe(run)
-    check_free_space(
+    storage.check_room(
         config.run_dir,
         2 * checkpoint.estimated_bytes(run.model),
         "a checkpoint (weights and optimizer state)",
+        key="run_dir",
     )
     return run
 
 
-def _check_paths(config: Config):
-    """The directory to initialise from and the local data the run names are there: a
-    prepared directory holds its manifest, files and globs match (`run_data_for` reads
-    them later, with TensorFlow; an object store's are left to it, to be listed once)."""
+def _check_paths(config: Config) -> DataSources:
+    """Every path the run names, checked once: the run directory can be written, the
+    directory to initialise from is there, and the data are found (a prepared
+    directory's manifest read, files and globs matched), for `run_data_for` to read with
+    TensorFlow."""
+    storage.check_writable(config.run_dir, "run_dir", folder=True)
     checkpoint_directory(config)
-
-    if config.data.dir:
-        if not storage.is_url(config.data.dir):
-            load_prepared(config.data.dir, "data.dir")
-        return
-    for split in ("train", "validation"):
-        patterns = [p for p in getattr(config.data, split) if not storage.is_url(p)]
-        resolve_files(patterns, f"data.{split}")
+    return find_sources(config.data)
 
 
 def _describe(run: _Run):
@@ -375,14 +368,14 @@ def _finish(run: _Run, summary: dict, ended: str | None):
             f"the checkpoint at step {step} is "
             "kept; free some space and run the same training again to save it",
         ):
-            final_model.save(run.model, run.config.run_dir)
+            # The run directory holds the run's config (written by _set_up): weights alone.
+            final_model.save_run_weights(run.model, run.config.run_dir)
         logger.info(f"model saved in {run.config.run_dir}")
 
 
-def _check_signals(config: Config, run_data):
+def _check_signals(t: TrainConfig, has_validation: bool):
     """Before any compute: the validation data that keep_best and the early stop need."""
-    t = config.train
-    if run_data.validation is None:
+    if not has_validation:
         for key, on in (
             ("keep_best", t.keep_best),
             ("early_stop_patience", t.early_stop_patience),
@@ -503,18 +496,18 @@ def _callbacks(run: _Run, start_step: int, stop_step: int, preemption: Preemptio
         probe=probe_task,
     )
     run_logger.set_model(model)  # fit sets it too; the evaluation at the start needs it first
-    return run_logger, _profile_window(config, start_step, run.main_process)
+    return run_logger, _profile_window(config.train, config.run_dir, start_step, run.main_process)
 
 
-def _profile_window(config, start_step: int, main_process: bool):
-    """The `train.profile` callback (process 0 only), its window on dispatch boundaries."""
+def _profile_window(t: TrainConfig, run_dir: str, start_step: int, main_process: bool):
+    """The `train.profile` callback (process 0 only), its window on dispatch boundaries,
+    writing into `run_dir`."""
     # start-up: Keras' profiler callback loads for a profiled run only
     from kroberta.training import profiling
 
-    window = parse_window(config.train.profile)
+    window = parse_window(t.profile)
     if window is None or not main_process:
         return None
-    t = config.train
     aligned = profiling.aligned_window(window, t.steps_per_execution, t.steps)
     if aligned != window:
         logger.info(
@@ -522,7 +515,7 @@ def _profile_window(config, start_step: int, main_process: bool):
             f"{aligned[1]}, whole dispatches of train.steps_per_execution="
             f"{t.steps_per_execution} steps"
         )
-    return profiling.ProfileWindow(config.run_dir, aligned, start_step)
+    return profiling.ProfileWindow(run_dir, aligned, start_step)
 
 
 def _named_data_error(error, run: _Run, start_step: int, step: int):

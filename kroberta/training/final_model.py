@@ -63,11 +63,8 @@ def save(model, run_dir: str):
     """
     # Start-up time: `python -m kroberta.train --help` imports this module, and answers
     # before JAX, Keras and TensorFlow load.
-    import jax  # start-up time (above)
-
     from kroberta.interop.hf_weights import SHAPE_KEYS  # start-up time (above)
     from kroberta.model.masked_lm import check_model  # start-up time (above)
-    from kroberta.model.mlm import stock_copy  # start-up time (above)
 
     # A classifier kroberta fine-tuned or loaded: it carries the task its folder records.
     classifier = getattr(model, "task_spec", None) is not None
@@ -94,6 +91,29 @@ def save(model, run_dir: str):
                 f"({'; '.join(differ)}); save into a new directory"
             )
 
+    final = save_run_weights(model, run_dir)
+    if final is None:
+        return None
+    config, tokenizer = model.kroberta_config, model.tokenizer
+    if config is not None and not storage.isfile(storage.join(run_dir, CONFIG_FILE)):
+        storage.write_text(
+            storage.join(run_dir, CONFIG_FILE),
+            to_toml(dataclasses.replace(config, run_dir=str(run_dir))),
+        )
+    if tokenizer is not None and not storage.isfile(storage.join(run_dir, TOKENIZER_FILE)):
+        storage.write_text(storage.join(run_dir, TOKENIZER_FILE), tokenizer.to_str())
+    return final
+
+
+def save_run_weights(model, run_dir: str) -> str | None:
+    """Writes the weights of masked LM `model` into `run_dir` (created), what `save`
+    writes for a run that holds its config already (as `kroberta.train`'s does): nothing
+    is checked or read back. Every process must call it (a collective); only process 0
+    writes. Returns the weights file (None in the other processes)."""
+    import jax  # start-up time: see `save`
+
+    from kroberta.model.mlm import stock_copy  # start-up time: see `save`
+
     # Keras would store the optimizer's state too (3x the size); the final model is for
     # inference and export, so a stock copy with the same weights is saved, made outside
     # any distribution: nothing in `save_weights` becomes a collective that the other
@@ -104,14 +124,6 @@ def save(model, run_dir: str):
     storage.makedirs(run_dir)
     final = storage.join(run_dir, WEIGHTS_FILE)
     _save_weights(stock, final)
-    config, tokenizer = model.kroberta_config, model.tokenizer
-    if config is not None and not storage.isfile(storage.join(run_dir, CONFIG_FILE)):
-        storage.write_text(
-            storage.join(run_dir, CONFIG_FILE),
-            to_toml(dataclasses.replace(config, run_dir=str(run_dir))),
-        )
-    if tokenizer is not None and not storage.isfile(storage.join(run_dir, TOKENIZER_FILE)):
-        storage.write_text(storage.join(run_dir, TOKENIZER_FILE), tokenizer.to_str())
     return final
 
 

@@ -15,7 +15,8 @@ import tempfile
 from kroberta import storage
 from kroberta.config import AUTO, Config, validate
 from kroberta.data import pipeline
-from kroberta.data.manifest import check_prepared_with, load_prepared
+from kroberta.data.file_patterns import DataSources, find_sources, prepared_sources
+from kroberta.data.manifest import check_prepared_with
 from kroberta.errors import ConfigError, InputError
 from kroberta.interop.checkpoint_config import checkpoint_of, checkpoint_tokenizer
 from kroberta.perf.plan import make_plan
@@ -42,8 +43,13 @@ class RunData:
     word_starts: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
-def run_data_for(config: Config) -> RunData:
-    """Finds the run's files (prepares the embedded corpus if none are given), checks them."""
+def run_data_for(config: Config, sources: DataSources | None = None) -> RunData:
+    """Finds the run's files (prepares the embedded corpus if none are given), checks them.
+
+    `sources`: `find_sources(config.data)`, where the caller found them already (None:
+    found here)."""
+    if sources is None:
+        sources = find_sources(config.data)
     start = _starting_point(config)
     if start is not None:
         # A config built in Python (kroberta.train): its model keys at their defaults
@@ -53,7 +59,11 @@ def run_data_for(config: Config) -> RunData:
         config = validate(with_checkpoint_model(config, checkpoint=start.checkpoint)[0])
     if start is not None and config.data.dir:  # before the manifest's own size checks
         _check_prepared_for(start, [config.data.dir], "data.dir", required=True)
-    config, tokenizer_path = _data_sources(config)
+    if sources.manifest is None and not sources.train:
+        sources = _embedded_sources(config)
+    tokenizer_path = None
+    if sources.manifest is not None:
+        config, tokenizer_path = _with_manifest(config, sources)
     if start is not None and start.tokenizer_path:
         tokenizer_path = start.tokenizer_path  # the checkpoint's tokenizer is the run's
     if config.data.whole_word_masking and tokenizer_path is None:
@@ -61,9 +71,7 @@ def run_data_for(config: Config) -> RunData:
             "data.whole_word_masking: needs the run's tokenizer; give data.dir "
             "(a directory made by `python -m kroberta.prepare`) instead of data.train"
         )
-    train = pipeline.inspect_files(
-        pipeline.resolve_files(config.data.train, "data.train"), "data.train"
-    )
+    train = pipeline.inspect_files(sources.train, "data.train")
     if config.data.masking == AUTO:
         data = config.data.with_masking_for(train.has_labels)
         logger.info(
@@ -78,10 +86,8 @@ def run_data_for(config: Config) -> RunData:
         _check_prepared_for(start, _other_directories(train.files, config.data.dir), "data.train")
     pipeline.check_against_model(train, config.data, config.model, "data.train")
     validation = None
-    if config.data.validation:
-        validation = pipeline.inspect_files(
-            pipeline.resolve_files(config.data.validation, "data.validation"), "data.validation"
-        )
+    if sources.validation:
+        validation = pipeline.inspect_files(sources.validation, "data.validation")
         if start is not None:
             _check_prepared_for(
                 start, _other_directories(validation.files, config.data.dir), "data.validation"
@@ -147,19 +153,12 @@ def _other_directories(files, checked_dir: str) -> list[str]:
 EMBEDDED_DIR = "embedded-data"
 
 
-def _data_sources(config: Config) -> tuple[Config, str | None]:
-    """The config with `data.train` / `data.validation` filled in from explicit files, a
-    prepared directory or the embedded corpus, and the tokenizer file to keep with the
-    run (or None)."""
-    data = config.data
-    if data.dir:
-        return _from_manifest(config, data.dir, "data.dir")
-    if data.train:
-        return config, None
+def _embedded_sources(config: Config) -> DataSources:
+    """The embedded corpus, prepared once per run directory."""
     prepared = os.path.join(_local_home(config.run_dir), EMBEDDED_DIR)
     if not os.path.isfile(os.path.join(prepared, MANIFEST_NAME)):
         _prepare_embedded(config, prepared)
-    return _from_manifest(config, prepared, "embedded corpus")
+    return prepared_sources(prepared, "embedded corpus", config.data.validation)
 
 
 def _prepare_embedded(config: Config, out_dir: str):
@@ -193,8 +192,10 @@ def _local_home(run_dir: str) -> str:
     return os.path.join(tempfile.gettempdir(), f"kroberta-embedded-{digest}")
 
 
-def _from_manifest(config: Config, directory: str, key: str) -> tuple[Config, str]:
-    manifest = load_prepared(directory, key)
+def _with_manifest(config: Config, sources: DataSources) -> tuple[Config, str]:
+    """The config with `data.train` / `data.validation` and the special tokens filled in
+    from a prepared directory, and the tokenizer file to keep with the run."""
+    manifest, directory, key = sources.manifest, sources.directory, sources.key
     if manifest.vocabulary_size != config.model.vocabulary_size:
         raise ConfigError(
             f"{key}: {directory} was prepared with a vocabulary of {manifest.vocabulary_size} "

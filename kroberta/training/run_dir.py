@@ -115,11 +115,6 @@ def removed_unless_checkpointed(state: RunDirState):
         raise
 
 
-def check_free_space(run_dir: str, needed_bytes: int, what: str):
-    """`storage.check_room` of the run directory before the run starts."""
-    storage.check_room(run_dir, needed_bytes, what, key="run_dir")
-
-
 def truncate_metrics(run_dir: str, last_step: int) -> int:
     """Drops metrics.jsonl rows logged after `last_step` (by a run killed after its
     last checkpoint) and a line the kill cut short, so the resumed run's rows neither

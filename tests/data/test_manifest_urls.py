@@ -50,3 +50,26 @@ def test_a_prepared_directory_on_a_url_reads_like_the_local_one(tmp_path):
         batch = next(iter(kroberta.dataset(with_dir, masks_on_host=True)))
         batches[where] = tf.nest.map_structure(np.asarray, batch)
     tf.nest.map_structure(np.testing.assert_array_equal, batches["local"], batches["url"])
+
+
+def test_the_data_sources_are_found_once_for_a_directory_or_patterns(tmp_path):
+    from kroberta.config import DataConfig
+    from kroberta.data.file_patterns import DataSources, find_sources
+    from kroberta.errors import InputError
+
+    local = prepare_word_corpus(tmp_path, ["red", "green", "blue", "sky", "sea"], 200)
+    url = _copy_to_url(local, tmp_path)
+    remote = load_manifest(url)
+    found = find_sources(DataConfig(dir=url))
+    assert (found.train, found.validation) == (remote.train_files, remote.validation_files)
+    assert (found.manifest, found.directory, found.key) == (remote, url, "data.dir")
+    named = find_sources(DataConfig(train=(f"{url}/train-*",), validation=(f"{url}/valid*",)))
+    assert (named.train, named.validation, named.manifest) == (
+        remote.train_files,
+        remote.validation_files,
+        None,
+    )
+    # No training data: the embedded corpus, prepared later, brings its own files.
+    assert find_sources(DataConfig(validation=(f"{url}/none*",))) == DataSources((), ())
+    with pytest.raises(InputError, match=r"^data.validation: no file matches '.*/none\*'$"):
+        find_sources(DataConfig(train=(f"{url}/train-*",), validation=(f"{url}/none*",)))

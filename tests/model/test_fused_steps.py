@@ -148,7 +148,7 @@ def test_a_one_device_mesh_compiles_each_step_once(tiny_data, tmp_path):
     val = pipeline.inspect_files((str(tiny_data / "validation.tfrecord"),), "v")
     previous = keras.distribution.distribution()
     try:
-        topology = distribute.setup(config)
+        topology = distribute.setup(config.distributed, config.model)
         assert len(topology.devices) == 1
         model = build_compiled_model(config)
         train_ds = pipeline.train_dataset(spec, config.data, config.model.vocabulary_size, 16, 0)

@@ -305,7 +305,7 @@ def test_sharded_layouts_split_the_weights(tiny_data, tmp_path, strategy):
     from kroberta.perf.plan import for_local_devices
 
     config = _config(tiny_data, tmp_path, strategy=strategy, model_parallel=2)
-    topology = distribute.setup(config)
+    topology = distribute.setup(config.distributed, config.model)
     assert topology.mesh_shape == {"batch": 2, "model": 2}
     model = build_compiled_model(for_local_devices(config))
     by_path = {v.path: v.value for v in model.variables}
@@ -361,7 +361,7 @@ def test_model_axis_must_divide_heads_devices_and_the_batch(tiny_data, tmp_path)
         match=r"model axis of 2 does not divide the 3 devices, so the "
         r"batch axis would not be whole",
     ):
-        distribute.setup(config)
+        distribute.setup(config.distributed, config.model)
     config = _config(tiny_data, tmp_path, strategy="model")  # 0 = the 4 local devices
     with pytest.raises(
         ConfigError,
@@ -369,7 +369,7 @@ def test_model_axis_must_divide_heads_devices_and_the_batch(tiny_data, tmp_path)
         r"process\): a model axis of 4 does not divide "
         r"model.num_heads=2",
     ):
-        distribute.setup(config)
+        distribute.setup(config.distributed, config.model)
 
 
 def test_coordinator_needs_the_process_count_and_id(tiny_data, tmp_path):

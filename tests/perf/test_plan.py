@@ -64,7 +64,9 @@ def test_a_process_reads_its_share_of_a_two_process_topology():
         }
     )
     for index in (0, 1):
-        topology = distribute.topology_for(config, _two_hosts(), processes=(2, index))
+        topology = distribute.topology_for(
+            config.distributed, config.model, _two_hosts(), processes=(2, index)
+        )
         plan = make_plan(config, topology=topology)
         assert (plan.micro_batch, plan.global_batch) == (16, 48)
         assert plan.process_batch == 24 == plan.global_batch // 2
@@ -75,12 +77,14 @@ def test_the_mesh_has_a_model_axis_within_a_process():
     config = _config(
         distributed={"strategy": "fsdp", "model_parallel": 2}, train={"steps_per_execution": 1}
     )
-    topology = distribute.topology_for(config, _two_hosts(), processes=(2, 0))
+    topology = distribute.topology_for(
+        config.distributed, config.model, _two_hosts(), processes=(2, 0)
+    )
     assert make_plan(config, topology=topology).topology.mesh_shape == {"batch": 4, "model": 2}
     assert make_plan(config, _two_hosts(), strategy="data").topology.mesh_shape == {"batch": 8}
     wide = _config(distributed={"strategy": "model", "model_parallel": 8})
     with pytest.raises(ConfigError, match="distributed.model_parallel.*within one process"):
-        distribute.topology_for(wide, _two_hosts(), processes=(2, 0))
+        distribute.topology_for(wide.distributed, wide.model, _two_hosts(), processes=(2, 0))
 
 
 def test_auto_steps_per_dispatch_follow_the_dispatch_size_rule():

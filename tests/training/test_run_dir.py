@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from kroberta import storage
 from kroberta.config import config_path, load_toml, to_toml
 from kroberta.errors import ConfigError
 from kroberta.training.checkpoint import COMMIT_FILE
@@ -80,10 +81,8 @@ def test_starting_over_goes_on_without_checkpoints_and_a_check_writes_nothing(tm
 
 
 def test_a_run_dir_without_room_for_a_checkpoint_is_refused(tmp_path):
-    from kroberta.training.run_dir import check_free_space
-
-    with pytest.raises(ConfigError) as error:
-        check_free_space(str(tmp_path), 2**60, "a checkpoint")  # an exbibyte: never free
+    with pytest.raises(ConfigError) as error:  # an exbibyte: never free
+        storage.check_room(str(tmp_path), 2**60, "a checkpoint", key="run_dir")
     assert str(error.value).startswith(f"run_dir: {tmp_path} has ")
     assert str(error.value).endswith(
         " MiB free but a checkpoint needs about 1099511627776.0 MiB; free some space or "
