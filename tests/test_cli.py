@@ -448,3 +448,33 @@ def test_a_wrong_path_fails_before_jax_keras_or_tensorflow_are_imported(tmp_path
             result.stderr[-2000:],
         )
         assert message in result.stderr.strip().splitlines()[-1], (command, argv, result.stderr)
+
+
+@pytest.mark.parametrize("name", COMMANDS + ("finetune",))
+@pytest.mark.fast
+def test_help_gives_every_option_s_default(name, monkeypatch, capsys):
+    """An option with a default (`--seeds 3`, `--k 5`) says it in `--help`."""
+    import argparse
+    import importlib
+    import re
+
+    parsers = []
+    parse_known_args = cli.ArgumentParser.parse_known_args
+
+    def recording(self, *args, **kwargs):
+        parsers.append(self)
+        return parse_known_args(self, *args, **kwargs)
+
+    monkeypatch.setattr(cli.ArgumentParser, "parse_known_args", recording)
+    with pytest.raises(SystemExit):
+        importlib.import_module(f"kroberta.cli.{name}").main(["--help"])
+    text = capsys.readouterr().out
+    # Each option's block: from its flags at the start of a line to the next option's.
+    blocks = re.split(r"\n  (?=-)", text.split("options:", 1)[1])
+    for action in parsers[0]._actions:
+        if not action.option_strings or action.default in (None, argparse.SUPPRESS):
+            continue
+        if action.default is False:
+            continue
+        block = next(b for b in blocks if b.startswith(action.option_strings[0]))
+        assert "default" in " ".join(block.split()), (name, action.option_strings, block)

@@ -125,6 +125,24 @@ def stop_signals(in_import=None):
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
+class _DefaultsHelpFormatter(argparse.HelpFormatter):
+    """argparse's help with each option's default appended, `(default: 3)`, unless its help
+    already says what the default is, or there is none to show (None, a flag that is off)."""
+
+    def _get_help_string(self, action):
+        text = action.help
+        default = action.default
+        if (
+            not action.option_strings
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or "default" in text
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line (no usage block) with exit code 2, which
     names a misspelt flag's likely meaning and the likely cause of extra path arguments: the
@@ -135,6 +153,7 @@ class ArgumentParser(argparse.ArgumentParser):
         when paths are given without it."""
         self._flags = []  # before argparse adds --help through add_argument
         # `--vocab 500` must not quietly mean `--vocab-size 500`: a flag is spelled whole.
+        kwargs.setdefault("formatter_class", _DefaultsHelpFormatter)
         super().__init__(*args, allow_abbrev=False, **kwargs)
         self._inputs = inputs
         self._words = []

@@ -54,7 +54,12 @@ def _parser():
         "fields besides the label, as run_glue; with --predict: the classifier's)",
     )
     p.add_argument("--label-field", default="label", help="the field of the label")
-    p.add_argument("--kind", default="classification", choices=("classification", "regression"))
+    p.add_argument(
+        "--kind",
+        default="classification",
+        choices=("classification", "regression"),
+        help="classes, or one number per text under a mean-squared error",
+    )
     _grid_arguments(p)
     _recipe_arguments(p)
     p.add_argument(
@@ -104,7 +109,7 @@ def _grid_arguments(p):
         type=int,
         default=FinetuneConfig.early_stopping,
         metavar="PATIENCE",
-        help="stop a trial after PATIENCE epochs without a better validation score",
+        help="stop a trial after PATIENCE epochs without a better validation score (default: off)",
     )
 
 
@@ -157,7 +162,10 @@ def _recipe_arguments(p):
         help="sequences per step, all devices",
     )
     p.add_argument(
-        "--max-length", type=int, default=FinetuneConfig.max_length, help="tokens per sequence"
+        "--max-length",
+        type=int,
+        default=FinetuneConfig.max_length,
+        help="tokens per sequence (default: the model's max_sequence_length)",
     )
     p.add_argument(
         "--baseline",

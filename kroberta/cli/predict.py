@@ -52,8 +52,18 @@ def _parser():
         choices=("masked", "all"),
         help="predict at the <mask> (or labelled) positions (default), or at all",
     )
-    p.add_argument("--batch-size", type=int, default=None, help="sequences per step, all devices")
-    p.add_argument("--slots", type=int, default=None, help="prediction slots per sequence")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="sequences per step, all devices (default: the training batch)",
+    )
+    p.add_argument(
+        "--slots",
+        type=int,
+        default=None,
+        help="prediction slots per sequence (default: the training config's)",
+    )
     p.add_argument(
         "--max-output-gib",
         type=float,
