@@ -14,8 +14,26 @@ def check_columns(path, columns, fields: dict, header: bool = False):
         raise InputError(f"{path}: empty (no header line, no records)")
     for field, option in fields.items():
         if field not in columns:
+            separator = _other_separator(columns, field) if header else None
+            if separator is not None:  # `text;label` read as one column: the wrong delimiter
+                raise InputError(
+                    f"{path}: no column {field!r}: the header {columns[0]!r} is one column, "
+                    f"its fields separated by {separator!r}; a .csv is split at commas and a "
+                    ".tsv at tabs: write the file with one of those (and its name's suffix)"
+                )
             first_line = "; the first line is read as the header" if header else ""
             raise InputError(
                 f"{path}: no column {field!r} (columns: {', '.join(columns)}"
                 f"{first_line}); pick one with {option}"
             )
+
+
+def _other_separator(columns, field: str) -> str | None:
+    """The character that splits a one-column header into fields that include `field`
+    (`text;label` with `;`), or None."""
+    if len(columns) != 1:
+        return None
+    for separator in (";", "\t", ",", "|", ":"):
+        if field in columns[0].split(separator):
+            return separator
+    return None

@@ -144,6 +144,21 @@ def test_a_header_without_a_named_column_names_the_option_that_picks_it(tmp_path
         read_labelled(path, TaskSpec("t", ("sentence",)))
 
 
+@pytest.mark.parametrize(
+    ("name", "separator"), [("d.csv", ";"), ("d.csv", "\t"), ("d.tsv", ","), ("d.tsv", ";")]
+)
+def test_a_file_split_by_another_delimiter_is_named_so(tmp_path, name, separator):
+    path = tmp_path / name
+    path.write_text(f"text{separator}label\na cat{separator}pos\n")
+    with pytest.raises(InputError) as refused:
+        read_labelled(str(path), SPEC)
+    assert str(refused.value) == (
+        f"{path}: no column 'text': the header {'text' + separator + 'label'!r} is one column, "
+        f"its fields separated by {separator!r}; a .csv is split at commas and a .tsv at "
+        "tabs: write the file with one of those (and its name's suffix)"
+    )
+
+
 def test_an_empty_csv_is_named_empty(tmp_path):
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(InputError, match=r"empty.csv: empty \(no header line, no records\)$"):
