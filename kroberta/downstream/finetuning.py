@@ -8,7 +8,9 @@ from a random initialisation of the same shape, which shows what pretraining is 
 """
 
 import dataclasses
+import difflib
 import functools
+import inspect
 import logging
 import os
 
@@ -31,9 +33,14 @@ logger = logging.getLogger(__name__)
 
 def _config(config: FinetuneConfig | None, settings: dict) -> FinetuneConfig:
     """`config`, or the one `settings` (keyword arguments: its fields) make."""
-    unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(FinetuneConfig)})
+    known = [f.name for f in dataclasses.fields(FinetuneConfig)]
+    unknown = sorted(set(settings) - set(known))
     if unknown:
-        raise TypeError(f"finetune() got an unexpected keyword argument {unknown[0]!r}")
+        # `epoch=1` or `learning_rate=1e-3`: the setting meant, named (Python names none).
+        keywords = known + list(inspect.signature(finetune).parameters)[1:-1]
+        close = difflib.get_close_matches(unknown[0], keywords, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f" (settings: {', '.join(known)})"
+        raise TypeError(f"finetune() got an unexpected keyword argument {unknown[0]!r}{hint}")
     if config is not None and settings:
         raise InputError(
             f"kroberta.finetune: config= and {', '.join(f'{k}=' for k in settings)} "

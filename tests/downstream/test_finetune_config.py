@@ -124,8 +124,18 @@ def test_finetune_takes_a_config_or_its_keywords_not_both():
         r"together",
     ):
         finetuning.finetune("nowhere", config=FinetuneConfig(), epochs=5)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'epoch'"):
+    with pytest.raises(
+        TypeError, match=r"unexpected keyword argument 'epoch'; did you mean 'epochs'\?$"
+    ):
         finetuning.finetune("nowhere", epoch=5)
+    with pytest.raises(TypeError, match=r"'learning_rate'; did you mean 'learning_rates'\?$"):
+        finetuning.finetune("nowhere", learning_rate=1e-3)
+    with pytest.raises(TypeError, match=r"'text_field'; did you mean 'text_fields'\?$"):
+        finetuning.finetune("nowhere", text_field="body")
+    with pytest.raises(
+        TypeError, match=r"'xyzzy' \(settings: learning_rates, baseline_learning_rates, "
+    ):
+        finetuning.finetune("nowhere", xyzzy=1)
     with pytest.raises(InputError, match="^epochs=0: "):
         finetuning.finetune("nowhere", epochs=0)
     assert dataclasses.replace(FinetuneConfig(), epochs=5) == FinetuneConfig(epochs=5)
