@@ -15,6 +15,7 @@ from (a file, the command line, `overrides` or a manifest), so the CLI can print
 """
 
 import dataclasses
+import difflib
 import importlib.resources
 import math
 import numbers
@@ -752,17 +753,26 @@ def apply_dict(config: Config, updates: dict, source: str) -> Config:
             for key, item in value.items():
                 if key not in types:
                     where = (
-                        f"a top-level key: {key}, above any [section] in a file"
+                        f" (a top-level key: {key}, above any [section] in a file)"
                         if key in TOP_LEVEL_KEYS
-                        else f"known: {', '.join(types)}"
+                        else f"{_did_you_mean(key, types, name + '.')} (known: {', '.join(types)})"
                     )
-                    raise ConfigError(f"{source}: unknown key {f'{name}.{key}'!r} ({where})")
+                    raise ConfigError(f"{source}: unknown key {f'{name}.{key}'!r}{where}")
                 changes[key] = _coerce(item, types[key], f"{name}.{key}", source)
             sections[name] = replace(sections.get(name, getattr(config, name)), **changes)
         else:
-            known = ", ".join([*SECTIONS, *TOP_LEVEL_KEYS])
-            raise ConfigError(f"{source}: unknown key {name!r} (known: {known})")
+            known = [*SECTIONS, *TOP_LEVEL_KEYS]
+            raise ConfigError(
+                f"{source}: unknown key {name!r}{_did_you_mean(name, known)} "
+                f"(known: {', '.join(known)})"
+            )
     return replace(config, **sections, **top)
+
+
+def _did_you_mean(key: str, known, prefix: str = "") -> str:
+    """`: did you mean 'train.steps'?` for the known key closest to a misspelt one, or ""."""
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f": did you mean {prefix + close[0]!r}?" if close else ""
 
 
 def _read_toml(path: str) -> dict:

@@ -107,10 +107,18 @@ def test_unknown_key_names_key_and_source(tmp_path):
     path.write_text("[model]\nhidden_size = 3\n")
     with pytest.raises(ConfigError, match=r"bad.toml: unknown key 'model.hidden_size'"):
         load_toml(str(path))
-    with pytest.raises(ConfigError, match=r"command line: unknown key 'train.stepz'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^command line: unknown key 'train.stepz': did you mean 'train.steps'\? "
+        r"\(known: batch_size_per_device, ",
+    ):
         apply_overrides(Config(), ["train.stepz=3"])
-    with pytest.raises(ConfigError, match=r"unknown key 'optimizer'"):
+    with pytest.raises(ConfigError, match=r"unknown key 'train.step': did you mean 'train.steps'"):
+        apply_overrides(Config(), ["train.step=3"])
+    with pytest.raises(ConfigError, match=r"unknown key 'optimizer' \(known: model, "):
         apply_overrides(Config(), ["optimizer.lr=3"])
+    with pytest.raises(ConfigError, match=r"unknown key 'rundir': did you mean 'run_dir'\? "):
+        apply_overrides(Config(), ["rundir=runs/x"])
     # A top-level key written inside a section (after [model] in a file) says where it goes.
     path.write_text('[model]\ninit_from_hf = "roberta"\n')
     with pytest.raises(
@@ -260,7 +268,11 @@ def test_load_config_matches_the_command_line():
 @pytest.mark.parametrize(
     "name, overrides, message",
     [
-        ("seed", {"train.stepz": 3}, r"^overrides: unknown key 'train.stepz' \(known: "),
+        (
+            "seed",
+            {"train.stepz": 3},
+            r"^overrides: unknown key 'train.stepz': did you mean 'train.steps'\? \(known: ",
+        ),
         ("seed", {"optimizer.lr": 3}, r"^overrides: unknown key 'optimizer'"),
         (
             "tiny",
