@@ -28,7 +28,32 @@ def check(args):
     if not os.path.isdir(folder):
         raise InputError(f"--predictions {args.predictions}: no folder {folder}")
     storage.check_writable(args.predictions, "--predictions")
+    _check_overwrites_nothing(args)
     model_source(args.classifier, "--classifier", head=CLASSIFIER)
+
+
+def _check_overwrites_nothing(args):
+    """Refuses --predictions (or its metrics file) that would replace the --predict file
+    or a file of the classifier's folder (its result.json, weights, tokenizer)."""
+    classifier = os.path.realpath(args.classifier)
+    for path in (args.predictions, metrics_path(args.predictions)):
+        target = os.path.realpath(path)
+        if target == os.path.realpath(args.predict):
+            raise InputError(
+                f"--predictions {args.predictions}: would replace the --predict file "
+                f"{args.predict}; give another file"
+            )
+        inside = os.path.commonpath([classifier, target]) == classifier
+        if inside and os.path.exists(target):
+            raise InputError(
+                f"--predictions {args.predictions}: would replace {path}, a file of the "
+                f"classifier's folder {args.classifier}; write the predictions elsewhere"
+            )
+
+
+def metrics_path(predictions: str) -> str:
+    """Where a labelled file's metrics go: beside the predictions, `p.jsonl` -> `p.metrics.json`."""
+    return os.path.splitext(predictions)[0] + ".metrics.json"
 
 
 def predict(args) -> int:
@@ -105,7 +130,7 @@ def _write_metrics(args, classifier, spec, predicted: dict, labelled):
         result["per_class"] = dict(zip(classifier.label_names, per_class))
         if args.per_class:
             print(per_class_table({os.path.basename(args.predict): result["per_class"]}))
-    path = os.path.splitext(args.predictions)[0] + ".metrics.json"
+    path = metrics_path(args.predictions)
     with storage.writing(path, "metrics", f"the predictions are in {args.predictions}"):
         write_json(path, result)
     print(f"wrote {path}")

@@ -366,3 +366,39 @@ def test_result_json_leaves_the_classifier_alone():
     ]
     assert data["label_names"] == ["a", "b"] and data["baseline"]["median"] == {"validation": 0.4}
     assert "classifier" not in data and "classifier" not in data["baseline"]
+
+
+@pytest.mark.fast
+def test_predictions_never_replace_the_input_or_the_classifier_s_files(tmp_path):
+    import argparse
+
+    from kroberta.cli import finetune_predict
+    from kroberta.errors import InputError
+
+    folder = tmp_path / "ft"
+    folder.mkdir()
+    (folder / "result.json").write_text('{"task": "t"}')
+    (folder / "x.metrics.json").write_text("{}")
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text('{"text": "a"}\n')
+
+    def refusal(predictions):
+        args = argparse.Namespace(
+            classifier=str(folder), predict=str(texts), predictions=str(predictions)
+        )
+        with pytest.raises(InputError) as refused:
+            finetune_predict.check(args)
+        return str(refused.value)
+
+    assert refusal(folder / "result.json") == (
+        f"--predictions {folder / 'result.json'}: would replace {folder / 'result.json'}, a "
+        f"file of the classifier's folder {folder}; write the predictions elsewhere"
+    )
+    assert refusal(folder / "x.jsonl").startswith(  # its metrics file would land on one
+        f"--predictions {folder / 'x.jsonl'}: would replace {folder / 'x.metrics.json'}, "
+    )
+    assert refusal(texts) == (
+        f"--predictions {texts}: would replace the --predict file {texts}; give another file"
+    )
+    assert (folder / "result.json").read_text() == '{"task": "t"}'
+    assert texts.read_text() == '{"text": "a"}\n'
