@@ -279,7 +279,10 @@ def read_labelled(path: str, spec: TaskSpec, label_names=None, require_labels: b
                 f"{', '.join(map(str, record)) or 'none'}; name it with --label-field)"
             )
         if record[spec.label_field] in (None, ""):
-            raise InputError(f"{path}: {where}: the label (field {spec.label_field!r}) is empty")
+            raise InputError(
+                f"{path}: {where}: the label (field {spec.label_field!r}) is empty; "
+                "fix or drop the record"
+            )
         raw_labels.append(record[spec.label_field])
         wheres.append(where)
     if texts is None:

@@ -110,7 +110,7 @@ def test_a_missing_label_and_a_missing_file_are_named(tmp_path):
     with pytest.raises(
         InputError,
         match=r"e\.jsonl: line 2: the label \(field 'label'\) is "
-        r"empty$",
+        r"empty; fix or drop the record$",
     ):
         read_labelled(path, SPEC)
     with pytest.raises(KrobertaError) as missing:  # checked once, where a path comes in
