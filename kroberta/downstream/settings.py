@@ -18,6 +18,8 @@ reuses trials made without them.
 """
 
 import dataclasses
+import numbers
+from collections.abc import Iterable
 
 from kroberta.downstream.encoding import MIN_LENGTH
 from kroberta.errors import InputError
@@ -36,6 +38,11 @@ def _likely_meant(rate: float) -> str:
         if LOWEST <= flipped <= HIGHEST:
             return f"; did you mean {flipped:g}?"
     return ""
+
+
+def _number(value) -> bool:
+    """Whether `value` is a real number (not a bool, not a string)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def check_rates(rates, option: str = "--learning-rates") -> tuple:
@@ -134,8 +141,17 @@ class FinetuneConfig:
 
     def __post_init__(self):
         for name in ("learning_rates", "baseline_learning_rates"):
-            if getattr(self, name) is not None:  # as a tuple of floats: the config is hashable
-                object.__setattr__(self, name, check_rates(getattr(self, name), name))
+            rates = getattr(self, name)
+            if rates is None:
+                continue
+            # `learning_rates=1e-3` or `"1e-3"`: one number given where a grid is expected.
+            grid = isinstance(rates, Iterable) and not isinstance(rates, (str, bytes))
+            if not grid or not all(map(_number, rates)):
+                raise SettingError(
+                    name, repr(rates), "expected a list of learning rates, e.g. [1e-3, 3e-3]"
+                )
+            # As a tuple of floats: the config is hashable.
+            object.__setattr__(self, name, check_rates(rates, name))
         if not (self.seeds >= 1 if _whole(self.seeds) else len(self.seeds)):
             raise SettingError("seeds", self.seeds, "expected at least one seed")
         if not _whole(self.seeds):

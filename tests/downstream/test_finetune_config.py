@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from kroberta import FinetuneConfig
@@ -50,6 +51,14 @@ def test_the_pooling_and_rates_are_refused_naming_them():
         FinetuneConfig(baseline_learning_rates=[3e4])
     with pytest.raises(InputError, match=r"^seeds=\[\]: expected at least one seed$"):
         FinetuneConfig(seeds=[])
+    # One number where a grid is expected (a string would be read a character at a time).
+    for rates in ("1e-3", 1e-3, ["1e-3"], [None]):
+        with pytest.raises(InputError) as refused:
+            FinetuneConfig(learning_rates=rates)
+        assert str(refused.value) == (
+            f"learning_rates={rates!r}: expected a list of learning rates, e.g. [1e-3, 3e-3]"
+        )
+    assert FinetuneConfig(learning_rates=np.array([1e-3, 3e-3])).learning_rates == (1e-3, 3e-3)
 
 
 @pytest.mark.fast
