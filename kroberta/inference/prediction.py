@@ -12,6 +12,7 @@ replicated copy of the weights, so a failure mid-way leaves the model usable.
 """
 
 import contextlib
+import inspect
 import numbers
 import warnings
 
@@ -209,6 +210,18 @@ def _to_host(result, real, lead: int):
     return out
 
 
+def _check_classifier_arguments(**given):
+    """The masked LM's arguments mean nothing to a classifier: refused, never ignored."""
+    defaults = inspect.signature(predict).parameters
+    for name, value in given.items():
+        if value != defaults[name].default:
+            raise InputError(
+                f"kroberta.predict: {name}={value!r} is for a masked LM; a fine-tuned "
+                "classifier predicts its probabilities (or values) from texts and takes "
+                "only batch_size (for embeddings, predict with the pretrained model)"
+            )
+
+
 def predict(
     model,
     inputs,
@@ -256,6 +269,14 @@ def predict(
         and valid bool [N, M] (which slots hold a real position).
     """
     if predict_program.is_classifier(model):
+        _check_classifier_arguments(
+            output=output,
+            k=k,
+            positions=positions,
+            slots=slots,
+            max_output_bytes=max_output_bytes,
+            batches_per_dispatch=batches_per_dispatch,
+        )
         return predict_texts(model, inputs, batch_size or 32)
     chunks, held = [], 0
     for chunk in predict_batches(

@@ -78,6 +78,16 @@ def test_bad_texts_and_mlm_functions_on_a_classifier_are_clear_errors(classifier
         kroberta.predict(classifier, "one text")
     with pytest.raises(InputError, match="texts: expected a list of strings"):
         kroberta.predict(classifier, [1, 2])
+    # The masked LM's arguments are refused, never ignored (probabilities for embeddings).
+    for given in (dict(output="embeddings"), dict(k=3), dict(positions="all")):
+        ((name, value),) = given.items()
+        with pytest.raises(InputError) as refused:
+            kroberta.predict(classifier, TEXTS, **given)
+        assert str(refused.value) == (
+            f"kroberta.predict: {name}={value!r} is for a masked LM; a fine-tuned classifier "
+            "predicts its probabilities (or values) from texts and takes only batch_size (for "
+            "embeddings, predict with the pretrained model)"
+        )
     with pytest.raises(
         ArgumentKindError,
         match=r"a fine-tuned classifier: kroberta.predict\("
