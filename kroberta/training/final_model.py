@@ -23,6 +23,7 @@ from kroberta.run_layout import (
     CLASSIFIER_WEIGHTS_FILE,
     CONFIG_FILE,
     TOKENIZER_FILE,
+    TRIALS_FILE,
     WEIGHTS_FILE,
     load_run_config,
     load_tokenizer,
@@ -46,7 +47,8 @@ def save(model, run_dir: str):
 
     A fine-tuned classifier (`kroberta.finetune`'s or `kroberta.load`'s): the pretrained
     model's config and tokenizer, the classifier's description (classifier.json) and
-    its weights, each written as given (what `run_dir` held is replaced).
+    its weights, each written as given (what `run_dir` held of a classifier is replaced;
+    a folder holding a pretraining run or other files is refused).
 
     Args:
         model: a `kroberta.MaskedLM` or a fine-tuned classifier.
@@ -59,7 +61,8 @@ def save(model, run_dir: str):
     Raises:
         ArgumentKindError: `model` is no kroberta model, or `run_dir` no path.
         InputError: `run_dir` holds a run of another shape (its config.toml would no
-            longer describe the weights, and it would not load).
+            longer describe the weights, and it would not load); for a classifier, a run
+            or other files.
     """
     # Start-up time: `python -m kroberta.train --help` imports this module, and answers
     # before JAX, Keras and TensorFlow load.
@@ -132,6 +135,16 @@ def _save_classifier(classifier, directory: str) -> str:
     files)."""
     from kroberta.model.mlm import stock_copy  # start-up time: see `save`
 
+    # Only a new or empty folder, or a classifier's (a saved one, a fine-tune's --out): its
+    # config.toml and tokenizer.json would replace a pretraining run's, or mix with others.
+    names = storage.listdir(directory)
+    if names and not {CLASSIFIER_FILE, TRIALS_FILE} & set(names):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        held = "a pretraining run" if CONFIG_FILE in names else f"other files ({shown})"
+        raise InputError(
+            f"kroberta.save: {directory} holds {held}, not a classifier; give a new or empty "
+            "directory, or one a classifier was saved to"
+        )
     storage.makedirs(directory)
     config = dataclasses.replace(classifier.kroberta_config, run_dir=str(directory))
     storage.write_text(storage.join(directory, CONFIG_FILE), to_toml(config))

@@ -71,6 +71,28 @@ def test_save_takes_a_classifier_and_checks_its_path(classifier, tmp_path):
         r"directory's path, got int",
     ):
         kroberta.save(classifier, 3)
+    assert kroberta.save(classifier, folder) == folder  # a classifier's folder: replaced
+    # A pretraining run's folder or one of other files is never written into.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text("run_dir = 'run'\n")
+    (run / "tokenizer.json").write_text("{}")
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl"):
+        (data / name).write_text("{}\n")
+    for directory, held in (
+        (run, "a pretraining run"),
+        (data, "other files (a.jsonl, b.jsonl, c.jsonl, ...)"),
+    ):
+        with pytest.raises(InputError) as refused:
+            kroberta.save(classifier, str(directory))
+        assert str(refused.value) == (
+            f"kroberta.save: {directory} holds {held}, not a classifier; give a new or empty "
+            "directory, or one a classifier was saved to"
+        )
+    assert (run / "config.toml").read_text() == "run_dir = 'run'\n"
+    assert sorted(p.name for p in data.iterdir()) == ["a.jsonl", "b.jsonl", "c.jsonl", "d.jsonl"]
 
 
 def test_bad_texts_and_mlm_functions_on_a_classifier_are_clear_errors(classifier):
