@@ -56,6 +56,22 @@ def _texts_ok(texts) -> bool:
     )
 
 
+def _what_texts_are(texts) -> str:
+    """What a refused `texts` is, for the message: the item that is not a string, say."""
+    if isinstance(texts, str):
+        return "one string (a list of one: [text])"
+    if isinstance(texts, np.ndarray):
+        return "a numpy array (texts.tolist() is a list)"
+    if not isinstance(texts, (list, tuple)):
+        return type(texts).__name__
+    if not texts:
+        return "an empty list"
+    if all(isinstance(group, (list, tuple)) for group in texts):
+        return f"{len(texts)} lists of {', '.join(str(len(group)) for group in texts)} texts"
+    i, item = next((i, t) for i, t in enumerate(texts) if not isinstance(t, str))
+    return f"a list whose item {i} is {type(item).__name__} {str(item)[:40]!r}"
+
+
 def predict_texts(classifier, texts, batch_size: int = 32) -> dict:
     """Predicts texts (a list of strings, or a pair of lists for a pair task) with a
     fine-tuned classifier: `kroberta.predict(classifier, texts)`.
@@ -70,14 +86,9 @@ def predict_texts(classifier, texts, batch_size: int = 32) -> dict:
         for regression {"values": (n,) float32}.
     """
     if not _texts_ok(texts):
-        got = (
-            "an empty list"
-            if isinstance(texts, (list, tuple)) and not texts
-            else type(texts).__name__
-        )
         raise InputError(
             "texts: expected a list of strings, or two lists (a pair task's first "
-            f"and second texts), got {got}"
+            f"and second texts), got {_what_texts_are(texts)}"
         )
     if isinstance(texts[0], str):
         texts = (list(texts),)
