@@ -194,7 +194,13 @@ def _run_check(args):
         vocab = vocab if vocab is not None else m.vocabulary_size
         length = length if length is not None else m.sequence_length
     else:
-        paths = expand_inputs(args.check)
+        try:
+            paths = expand_inputs(args.check)
+        except InputError as error:  # "no files match 'data/nope'": named as --check's
+            raise InputError(
+                f"--check {args.check}: {error}; give a prepared directory, a directory of "
+                "TFRecord files, a file or a glob"
+            ) from None
     report = check_records(
         paths, vocabulary_size=vocab, sequence_length=length, max_records=args.max_records
     )

@@ -428,7 +428,13 @@ def test_cli_exit_codes(tmp_path, tokenizer_path, capsys):
     assert main(args) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert main(["--input", str(tmp_path / "none*.txt"), "--out", out]) == 2
+    capsys.readouterr()
     assert main(["--check", str(tmp_path / "none*.tfrecord")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --check {tmp_path / 'none*.tfrecord'}: no files match "
+        f"{str(tmp_path / 'none*.tfrecord')!r}; give a prepared directory, a directory of "
+        "TFRecord files, a file or a glob\n"
+    )
     assert (
         main(["--check", str(tmp_path)]) == 2
     )  # a directory without manifest.json needs --vocab-size
