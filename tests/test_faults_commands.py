@@ -379,7 +379,8 @@ def _signal_case(name, files, many_records, out):
         return (
             command,
             lambda p: (out / "ft" / "trials.jsonl").is_file(),
-            f"; the same command again resumes from the trials that finished (kept in {out / 'ft'})",
+            "; the same command again resumes, running only the trials not yet finished in "
+            f"{out / 'ft'}",
         )
     if name == "evaluate":
         return (

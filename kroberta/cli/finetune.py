@@ -335,8 +335,9 @@ def main(argv=None) -> int:
     interrupted = (
         "interrupted"
         if not args.out or args.classifier
-        else f"interrupted; the same command again resumes from the trials that finished "
-        f"(kept in {args.out})"
+        # True also when no trial had finished yet (then --out may not exist).
+        else f"interrupted; the same command again resumes, running only the trials not yet "
+        f"finished in {args.out}"
     )
     return cli.run(
         lambda: _main(args),

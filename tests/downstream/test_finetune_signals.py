@@ -76,7 +76,8 @@ def test_sigint_stops_a_fine_tune_that_inherited_it_ignored(downstream_model, tm
             process.kill()
     assert process.returncode == 130, stderr[-3000:]
     assert stderr.strip().splitlines()[-1] == (
-        f"interrupted; the same command again resumes from the trials that finished (kept in {out})"
+        f"interrupted; the same command again resumes, running only the trials not yet "
+        f"finished in {out}"
     )
     assert 1 <= _finished_trials(out) < 16
     assert not (out / "result.json").exists()
