@@ -72,7 +72,7 @@ def _parser():
     p.add_argument(
         "--predictions",
         help="the JSON-lines file predictions go to (and, for a "
-        "file with labels, its metrics to PREDICTIONS.metrics.json)",
+        "file with labels, its metrics beside it: p.jsonl -> p.metrics.json)",
     )
     p.add_argument(
         "--per-class", action="store_true", help="also print precision, recall and F1 of each class"
