@@ -1,5 +1,7 @@
 """Text in, the model's guesses for each <mask> out (Hugging Face fill-mask pipeline's shape)."""
 
+import numbers
+
 import numpy as np
 
 from kroberta.errors import InputError
@@ -34,6 +36,14 @@ def fill_mask(model, texts, top_k=5):
         if others is None or others:
             got = type(texts).__name__ + (f" holding {', '.join(others)}" if others else "")
             raise InputError(f"fill_mask: texts must be a string or a list of strings, got {got}")
+    vocabulary = model.kroberta_config.model.vocabulary_size
+    if (
+        not isinstance(top_k, numbers.Integral)
+        or isinstance(top_k, bool)
+        or not 1 <= top_k <= vocabulary
+    ):
+        # Named as this function's argument, not as `predict`'s `k` it becomes.
+        raise InputError(f"fill_mask: top_k must be an integer in [1, {vocabulary}], got {top_k!r}")
     tokenizer = model.tokenizer
     if tokenizer is None:
         raise InputError(

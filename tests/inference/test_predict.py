@@ -244,6 +244,16 @@ def test_fill_mask_needs_a_tokenizer(model):
         kroberta.fill_mask(model, "The <mask> sat.")
 
 
+def test_fill_mask_names_a_bad_top_k_as_its_own_argument(model):
+    vocabulary = model.kroberta_config.model.vocabulary_size
+    for top_k in (0, vocabulary + 1, 2.0, True):
+        with pytest.raises(InputError) as refused:
+            kroberta.fill_mask(model, "The <mask> sat.", top_k=top_k)
+        assert str(refused.value) == (
+            f"fill_mask: top_k must be an integer in [1, {vocabulary}], got {top_k!r}"
+        )
+
+
 def test_cli_streams_to_npz(model, tmp_path):
     import subprocess
     import sys
