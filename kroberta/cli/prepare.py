@@ -196,10 +196,10 @@ def _run_check(args):
     else:
         try:
             paths = expand_inputs(args.check)
-        except InputError as error:  # "no files match 'data/nope'": named as --check's
+        except InputError:  # the files are named as --check's, not --input's
             raise InputError(
-                f"--check {args.check}: {error}; give a prepared directory, a directory of "
-                "TFRecord files, a file or a glob"
+                f"--check {args.check}: no files match it; give a prepared directory, a "
+                "directory of TFRecord files, a file or a glob"
             ) from None
     report = check_records(
         paths, vocabulary_size=vocab, sequence_length=length, max_records=args.max_records

@@ -85,7 +85,10 @@ def expand_inputs(inputs):
             elif os.path.isfile(match):
                 found.append(match)
         if not found:
-            raise InputError(f"no files match {pattern!r}")
+            raise InputError(
+                f"--input {pattern}: no files match it; give a file, a folder or a glob "
+                "(quoted, so that the shell passes it whole)"
+            )
         files.extend(found)
     unique = {}
     for f in files:  # a file matched by two patterns is read once
