@@ -29,7 +29,7 @@ from kroberta.training import final_model  # noqa: E402
 
 
 def main() -> int:
-    save = final_model.save
+    save = final_model.save_run_weights
 
     def save_and_dump(model, run_dir):
         # This process's own copy: the first addressable shard of each (replicated) weight.
@@ -38,7 +38,8 @@ def main() -> int:
         )
         return save(model, run_dir)
 
-    final_model.save = save_and_dump  # train looks it up when it saves the final model
+    # train looks it up when it saves the final model
+    final_model.save_run_weights = save_and_dump
     return kroberta.cli.train.main(argv)
 
 
