@@ -136,7 +136,10 @@ def pretrain(args, budget) -> str:
     steps = run_layout.load_run_config(run_dir).train.steps
     validation = common.last_validation(run_dir)
     if validation.get("step") != steps:
-        sys.exit(f"{budget_name(budget)}: pretraining stopped at step {validation} of {steps}")
+        last = validation.get("step", "none")
+        sys.exit(
+            f"{budget_name(budget)}: pretraining's last evaluation is at step {last} of {steps}"
+        )
     common.record(
         args,
         {
