@@ -29,7 +29,7 @@ from kroberta.training.run_dir import (
     prepare_run_dir,
     read_run_dir,
     removed_unless_checkpointed,
-    truncate_metrics,
+    resumed_history,
 )
 
 # JAX, Keras and TensorFlow are imported by the functions that use them, so that
@@ -111,6 +111,7 @@ def train(
     with removed_unless_checkpointed(run_dir):
         run = _set_up(config, run_dir, force, accept_changes, started if measure else None)
         start_step = _restore_or_initialise(run)
+        history = resumed_history(run.config.run_dir, start_step, write=run.main_process)
         summary = {
             "run_dir": run.config.run_dir,
             "start_step": start_step,
@@ -118,7 +119,7 @@ def train(
             "devices": run.plan.topology.num_devices,
             "global_batch": run.plan.global_batch,
         }
-        ended = signals.ended_early(run.config.run_dir, start_step, run.config.train)
+        ended = signals.ended_early(history, start_step, run.config.train)
         stop_step = (
             start_step
             if ended
@@ -134,7 +135,7 @@ def train(
         if start_step < stop_step:
             _remove_stale_model(run, start_step)
             try:
-                summary.update(_fit(run, start_step, stop_step))
+                summary.update(_fit(run, start_step, stop_step, history))
             except KeyboardInterrupt:
                 # A second Ctrl-C (the first one checkpoints: PreemptionFlag), or a Ctrl-C in
                 # a multi-process job: the checkpoints on disk are complete (each is renamed
@@ -283,12 +284,6 @@ def _restore_or_initialise(run: _Run) -> int:
             f"initialised from the keras-hub preset in {config.init_from_keras_hub}"
             + ("" if with_head else " (backbone only: the MLM head starts fresh)")
         )
-    dropped = truncate_metrics(config.run_dir, start_step) if run.main_process else 0
-    if dropped:
-        logger.info(
-            f"metrics.jsonl: dropped {dropped} row(s) logged after step {start_step}, "
-            "the checkpoint this run resumes from"
-        )
     return start_step
 
 
@@ -403,13 +398,13 @@ def _log_interrupted(run_dir: str):
     )
 
 
-def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
+def _fit(run: _Run, start_step: int, stop_step: int, history: list[dict]) -> dict:
     # Start-up: loaded when training starts (see the note at the top).
     from kroberta.training.run_data import train_batches
 
     model, t = run.model, run.config.train
     preemption = PreemptionFlag()
-    run_logger, profile = _callbacks(run, start_step, stop_step, preemption)
+    run_logger, profile = _callbacks(run, start_step, stop_step, preemption, history)
     callbacks = [run_logger] if profile is None else [profile, run_logger]
     # (a profile's interval end, a trace's end, comes before the evaluation)
 
@@ -462,9 +457,11 @@ def _fit(run: _Run, start_step: int, stop_step: int) -> dict:
     }
 
 
-def _callbacks(run: _Run, start_step: int, stop_step: int, preemption: PreemptionFlag):
-    """The run's logger (rows, evaluations, checkpoints, the probe) and its profile
-    window (None when it has none)."""
+def _callbacks(
+    run: _Run, start_step: int, stop_step: int, preemption: PreemptionFlag, history: list[dict]
+):
+    """The run's logger (rows, evaluations, checkpoints, the probe), going on from the
+    metrics rows of `history`, and its profile window (None when it has none)."""
     # Start-up: loaded when training starts (see the note at the top).
     from kroberta.pretraining import probe
     from kroberta.training.evaluation import validation_row
@@ -494,6 +491,7 @@ def _callbacks(run: _Run, start_step: int, stop_step: int, preemption: Preemptio
         write_files=run.main_process,
         plan=plan,
         probe=probe_task,
+        history=history,
     )
     run_logger.set_model(model)  # fit sets it too; the evaluation at the start needs it first
     return run_logger, _profile_window(config.train, config.run_dir, start_step, run.main_process)

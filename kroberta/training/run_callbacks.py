@@ -38,7 +38,6 @@ from kroberta.training.run_dir import (
     PROBE_PREFIX,
     RANDOM_INIT,
     is_probe_reference,
-    metrics_rows,
 )
 
 REDRAW_SECONDS = 1.0  # a live bar's position between log intervals
@@ -71,6 +70,7 @@ class RunLogger(keras.callbacks.Callback):
         save_checkpoints=True,
         plan=None,
         probe=None,
+        history=(),
     ):
         super().__init__()
         self.config = config
@@ -103,15 +103,14 @@ class RunLogger(keras.callbacks.Callback):
         self._progbar = (
             console.live_progress(config.train.steps, start_step) if write_files else None
         )
-        # The evaluations so far (rows after the resumed checkpoint are being dropped).
-        rows = metrics_rows(config.run_dir, start_step)
-        self.watch = signals.EvalWatch(config.train, signals.validation_losses(rows))
+        # `history`: the run's metrics rows up to start_step (`run_dir.resumed_history`).
+        self.watch = signals.EvalWatch(config.train, signals.validation_losses(history))
         self._evaluated_at_start = any(
-            r["step"] == start_step and r.get("split") == "validation" for r in rows
+            r["step"] == start_step and r.get("split") == "validation" for r in history
         )
         # Once per run: a resumed run finds the reference in its rows.
         self._reference_due = self._probe_task is not None and not any(
-            is_probe_reference(r.get("split", "")) for r in rows
+            is_probe_reference(r.get("split", "")) for r in history
         )
         self._reference = None  # {split: predictions} of the random initialisation's probe
         self.stopped_early = None  # why the run ended before stop_step, or None

@@ -36,13 +36,16 @@ logger = logging.getLogger(__name__)
 def metrics_rows(run_dir: str, last_step: int | None = None, warn: bool = False) -> list[dict]:
     """metrics.jsonl's rows (up to `last_step`; none when there is no file), skipping a
     line a kill cut short (with a warning when `warn`)."""
-    path = storage.join(run_dir, METRICS_FILE)
+    return _read_rows(storage.join(run_dir, METRICS_FILE), last_step, warn)[0]
+
+
+def _read_rows(path: str, last_step: int | None, warn: bool) -> tuple[list[dict], int]:
+    """(the rows up to `last_step`, how many lines the file has that are not blank)."""
     if not storage.isfile(path):
-        return []
+        return [], 0
+    lines = [line for line in storage.read_text(path).splitlines() if line.strip()]
     rows = []
-    for number, line in enumerate(storage.read_text(path).splitlines(), 1):
-        if not line.strip():
-            continue
+    for number, line in enumerate(lines, 1):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
@@ -51,7 +54,7 @@ def metrics_rows(run_dir: str, last_step: int | None = None, warn: bool = False)
             continue
         if last_step is None or row.get("step", 0) <= last_step:
             rows.append(row)
-    return rows
+    return rows, len(lines)
 
 
 # Other outputs a run would mix into (`run_layout.OUTPUT_MARKERS`).
@@ -115,18 +118,22 @@ def removed_unless_checkpointed(state: RunDirState):
         raise
 
 
-def truncate_metrics(run_dir: str, last_step: int) -> int:
-    """Drops metrics.jsonl rows logged after `last_step` (by a run killed after its
-    last checkpoint) and a line the kill cut short, so the resumed run's rows neither
-    repeat nor leave gaps; returns how many lines were dropped."""
+def resumed_history(run_dir: str, step: int, write: bool) -> list[dict]:
+    """metrics.jsonl's rows up to `step`, where the run goes on from: read once for all
+    that replays them (the early stop, the best checkpoint, the probe's reference).
+    With `write` (process 0), rows logged after `step` (by a run killed after its last
+    checkpoint) and a line the kill cut short are dropped from the file, so the resumed
+    run's rows neither repeat nor leave gaps."""
     path = storage.join(run_dir, METRICS_FILE)
-    if not storage.isfile(path):
-        return 0
-    lines = [line for line in storage.read_text(path).splitlines() if line.strip()]
-    kept = metrics_rows(run_dir, last_step)
-    # Each row written again as `json.dumps` wrote it: the same line.
-    storage.write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
-    return len(lines) - len(kept)
+    kept, lines = _read_rows(path, step, warn=False)
+    if write and len(kept) < lines:
+        # Each row written again as `json.dumps` wrote it: the same line.
+        storage.write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
+        logger.info(
+            f"{METRICS_FILE}: dropped {lines - len(kept)} row(s) logged after step {step}, "
+            "the checkpoint this run resumes from"
+        )
+    return kept
 
 
 # The settings that decide, with the checkpoint, which weights a run ends with. Changing

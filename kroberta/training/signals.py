@@ -65,10 +65,10 @@ class EvalWatch:
         return self.best[0] if self.best else None
 
 
-def ended_early(run_dir: str, step: int, train) -> str | None:
-    """Why the run in `run_dir`, resumed at `step`, ends there under the settings of
-    `train` (its evaluations replayed), or None when it trains on."""
-    history = validation_losses(metrics_rows(run_dir, step))
+def ended_early(rows: list[dict], step: int, train) -> str | None:
+    """Why a run resumed at `step` with the metrics `rows` up to there ends there under
+    the settings of `train` (its evaluations replayed), or None when it trains on."""
+    history = validation_losses(rows)
     if not history or history[-1][0] != step or step >= train.steps:
         return None
     return EvalWatch(train, history[:-1]).record(*history[-1])

@@ -148,6 +148,7 @@ def test_the_setting_reads_as_a_word_or_a_table(tmp_path):
 def _logger(model, run_dir, train_file, validation_file):
     from kroberta.pretraining import probe
     from kroberta.training.run_callbacks import RunLogger
+    from kroberta.training.run_dir import resumed_history
 
     config = model.kroberta_config
     config = dataclasses.replace(
@@ -168,6 +169,7 @@ def _logger(model, run_dir, train_file, validation_file):
         stop_step=10,
         save_checkpoints=False,
         probe=probe.for_run(config, 32),
+        history=resumed_history(str(run_dir), 0, write=True),  # as train hands it over
     )
     logger.set_model(model)
     return logger
