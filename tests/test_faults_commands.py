@@ -494,12 +494,15 @@ def trained(files):
 
 # (tmpfs size, steps, checkpoint every, the line). A checkpoint of the tiny model takes
 # 0.5 MiB and needs 1.1 MiB free to start (twice its variables: Orbax merges a second copy
-# before it commits): room for one checkpoint, not a second beside it. (The final model's
+# before it commits): room for one checkpoint, not a second beside it. The run's other
+# files take about 0.5 MiB more (the disk of 1800k has 0.7 MiB free at the second
+# checkpoint), so each side has 0.3-0.4 MiB to spare: tensorboard's and the metrics' rows,
+# written while the first checkpoint is, grow with the machine's load. (The final model's
 # own check, 0.5 MiB, cannot fail on a disk that held the checkpoint before it; a disk
 # another program fills in between gives "could not write the final model at ...".)
 TRAIN_DISKS = {
     "checkpoint": (
-        "1500k",
+        "1800k",
         40,
         10,
         r"error: could not write the checkpoint at step (\d+) in "
