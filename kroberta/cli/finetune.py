@@ -49,7 +49,6 @@ def _parser():
     p.add_argument(
         "--text-field",
         action="append",
-        default=None,
         help="the field of the text; twice for a pair (default: text, else the "
         "fields besides the label, as run_glue; with --predict: the classifier's)",
     )
@@ -156,7 +155,6 @@ def _recipe_arguments(p):
     p.add_argument(
         "--baseline",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="also fine-tune a random initialisation (default: on for the embedded task)",
     )
 

@@ -55,13 +55,11 @@ def _parser():
     p.add_argument(
         "--batch-size",
         type=int,
-        default=None,
         help="sequences per step, all devices (default: the training batch)",
     )
     p.add_argument(
         "--slots",
         type=int,
-        default=None,
         help="prediction slots per sequence (default: the training config's)",
     )
     p.add_argument(
