@@ -71,11 +71,15 @@ def predict_batches(
 
     dropped = predicted = examples = 0
     in_flight = None
+    lead = 2 if group > 1 else 1  # the outputs' axes that count rows: (G, batch, ...)
 
-    def received(dispatch):
-        # One dispatch's reduced rows on the host; the slots' counts kept for the warnings.
+    def received(result, real):
+        # One dispatch's reduced rows on the host, padding rows dropped (with the slots'
+        # `positions`, `valid` and `dropped`); the slots' counts kept for the warnings.
         nonlocal dropped, predicted
-        chunk = _to_host(*dispatch)
+        chunk = {
+            n: np.asarray(v).reshape(len(real), *v.shape[lead:])[real] for n, v in result.items()
+        }
         dropped += int(chunk.pop("dropped", np.zeros(0)).sum())
         predicted += int(chunk["valid"].sum()) if "valid" in chunk else 0
         return chunk
@@ -90,10 +94,10 @@ def predict_batches(
             for value in result.values():
                 value.copy_to_host_async()
             if in_flight is not None:
-                yield received(in_flight)
-            in_flight = (result, real, 2 if group > 1 else 1)
+                yield received(*in_flight)
+            in_flight = (result, real)
         if in_flight is not None:
-            yield received(in_flight)
+            yield received(*in_flight)
     if positions == "masked" and output != "embeddings" and examples and not predicted:
         warnings.warn(
             f"nothing was predicted: no position of the {examples} sequence(s) holds <mask> "
@@ -197,17 +201,6 @@ def _explained_data_errors(source):
         if explained is None:
             raise
         raise explained from None
-
-
-def _to_host(result, real, lead: int):
-    """Reduced outputs of one dispatch (with the slots' `positions`, `valid` and
-    `dropped`), padding rows dropped. `lead`: the leading axes of the outputs that count
-    rows, 2 for (G, batch, ...)."""
-    out = {}
-    for name, value in result.items():
-        array = np.asarray(value)
-        out[name] = array.reshape(len(real), *array.shape[lead:])[real]
-    return out
 
 
 def _check_classifier_arguments(**given):
