@@ -241,7 +241,7 @@ def _array_batches(columns, config, positions: str, global_batch: int):
         if labels_all is not None:
             marks = labels_all[start : start + global_batch]
         elif positions == "all":
-            marks = np.full(ids.shape, IGNORE_LABEL)
+            marks = np.full(ids.shape, IGNORE_LABEL, np.int32)
         else:
             marks = np.where(
                 (ids == config.data.mask_token_id) & (attention > 0), ids, IGNORE_LABEL
@@ -253,7 +253,6 @@ def _array_batches(columns, config, positions: str, global_batch: int):
             "marks": marks,
             "is_real": np.ones((rows,), bool),
         }
-        batch = {name: np.asarray(value, dtype=_DTYPES[name]) for name, value in batch.items()}
         if rows < global_batch:  # completed with padding examples (dropped from every result)
             batch = {
                 name: np.pad(
@@ -264,9 +263,6 @@ def _array_batches(columns, config, positions: str, global_batch: int):
                 for name, value in batch.items()
             }
         yield batch
-
-
-_DTYPES = {"token_ids": np.int32, "padding_mask": np.int32, "marks": np.int32, "is_real": bool}
 
 
 def _dataset_batches(source: Source, config, positions: str, global_batch: int):
