@@ -73,14 +73,7 @@ def fill_mask(model, texts, top_k=5):
         ids[row, : len(encoding.ids)] = encoding.ids
         attention[row, : len(encoding.ids)] = 1
     slots = int((ids == mask_id).sum(axis=1).max())
-    out = predict(
-        model,
-        {"input_ids": ids, "attention_mask": attention},
-        output="top_k",
-        k=top_k,
-        positions="masked",
-        slots=slots,
-    )
+    out = predict(model, {"input_ids": ids, "attention_mask": attention}, k=top_k, slots=slots)
     results = [
         _answers(tokenizer, ids[row][attention[row] == 1], out, row) for row in range(len(texts))
     ]
