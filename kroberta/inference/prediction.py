@@ -203,7 +203,7 @@ def _explained_data_errors(source):
         raise explained from None
 
 
-def _check_classifier_arguments(**given):
+def _check_classifier_arguments(given: dict):
     """The masked LM's arguments mean nothing to a classifier: refused, never ignored."""
     defaults = inspect.signature(predict).parameters
     for name, value in given.items():
@@ -261,28 +261,19 @@ def predict(
         float32 [N, hidden]. Except for embeddings, also positions int32 [N, M]
         and valid bool [N, M] (which slots hold a real position).
     """
+    masked_lm_arguments = dict(
+        output=output,
+        k=k,
+        positions=positions,
+        slots=slots,
+        max_output_bytes=max_output_bytes,
+        batches_per_dispatch=batches_per_dispatch,
+    )
     if predict_program.is_classifier(model):
-        _check_classifier_arguments(
-            output=output,
-            k=k,
-            positions=positions,
-            slots=slots,
-            max_output_bytes=max_output_bytes,
-            batches_per_dispatch=batches_per_dispatch,
-        )
+        _check_classifier_arguments(masked_lm_arguments)
         return predict_texts(model, inputs, batch_size or 32)
     chunks, held = [], 0
-    for chunk in predict_batches(
-        model,
-        inputs,
-        output,
-        k,
-        positions,
-        batch_size,
-        slots,
-        max_output_bytes,
-        batches_per_dispatch,
-    ):
+    for chunk in predict_batches(model, inputs, batch_size=batch_size, **masked_lm_arguments):
         held += sum(a.nbytes for a in chunk.values())
         if held > max_output_bytes:
             # Inputs of unknown length (a dataset) are only measured as they arrive.
