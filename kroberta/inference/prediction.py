@@ -89,7 +89,9 @@ def predict_batches(
         for rows in groups:
             real = rows.pop("is_real")
             examples += int(real.sum())
-            device_group = jax.device_put(_grouped(rows, group, global_batch), by_batch)
+            if group > 1:  # (G * batch, ...) host arrays as the program's (G, batch, ...), views
+                rows = {n: v.reshape(group, global_batch, *v.shape[1:]) for n, v in rows.items()}
+            device_group = jax.device_put(rows, by_batch)
             result = jitted(*weights, device_group)  # dispatched asynchronously
             for value in result.values():
                 value.copy_to_host_async()
@@ -183,13 +185,6 @@ def _program_shapes(
                 "device) or raise max_output_bytes (the command's --max-output-gib)"
             )
     return plan_slots, global_batch, group, mesh
-
-
-def _grouped(rows: dict, group: int, batch: int) -> dict:
-    """(G * batch, ...) host arrays as the program's (G, batch, ...) input (views)."""
-    if group == 1:
-        return rows
-    return {name: value.reshape(group, batch, *value.shape[1:]) for name, value in rows.items()}
 
 
 @contextlib.contextmanager
