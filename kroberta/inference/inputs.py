@@ -233,13 +233,11 @@ def batched(source: Source, config, positions: str, global_batch: int):
 
 
 def _array_batches(columns, config, positions: str, global_batch: int):
-    ids_all, attention_all = columns["input_ids"], columns["attention_mask"]
-    labels_all = columns.get("labels")
-    for start in range(0, len(ids_all), global_batch):
-        ids = ids_all[start : start + global_batch]
-        attention = attention_all[start : start + global_batch]
-        if labels_all is not None:
-            marks = labels_all[start : start + global_batch]
+    for start in range(0, len(columns["input_ids"]), global_batch):
+        part = {name: value[start : start + global_batch] for name, value in columns.items()}
+        ids, attention = part["input_ids"], part["attention_mask"]  # (b, L)
+        if "labels" in part:
+            marks = part["labels"]
         elif positions == "all":
             marks = np.full(ids.shape, IGNORE_LABEL, np.int32)
         else:
