@@ -28,12 +28,11 @@ def fill_mask(model, texts, top_k=5):
     check_model(model, "fill_mask")
     single = isinstance(texts, str)
     if not single:
+        listed = isinstance(texts, (list, tuple))
         others = (
-            sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
-            if isinstance(texts, (list, tuple))
-            else None
+            sorted({type(t).__name__ for t in texts if not isinstance(t, str)}) if listed else []
         )
-        if others is None or others:
+        if not listed or others:
             got = type(texts).__name__ + (f" holding {', '.join(others)}" if others else "")
             raise InputError(f"fill_mask: texts must be a string or a list of strings, got {got}")
     vocabulary = model.kroberta_config.model.vocabulary_size
