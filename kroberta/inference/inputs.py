@@ -196,17 +196,9 @@ def _checked_columns(columns, first_example, vocabulary_size):
         def fail():
             where = tf.argmax(tf.reshape(tf.cast(bad, tf.int32), [-1]), output_type=tf.int32)
             row, col = where // tf.shape(values)[1], where % tf.shape(values)[1]
-            message = tf.strings.join(
-                [
-                    "<<inputs: example ",
-                    tf.strings.as_string(tf.cast(first_example, tf.int32) + row),
-                    f": {name}[",
-                    tf.strings.as_string(col),
-                    "] = ",
-                    tf.strings.as_string(values[row, col]),
-                    text,
-                    ">>",
-                ]
+            message = tf.strings.format(
+                f"<<inputs: example {{}}: {name}[{{}}] = {{}}{text}>>",
+                (tf.cast(first_example, tf.int32) + row, col, values[row, col]),
             )
             with tf.control_dependencies([tf.debugging.Assert(False, [message], summarize=1)]):
                 return tf.constant(False)
