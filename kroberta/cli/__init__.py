@@ -84,15 +84,11 @@ def _redeliver_stops(previous_hook):
     `previous_hook`."""
 
     def hook(unraisable):
-        if not (
-            isinstance(unraisable.exc_type, type)
-            and issubclass(unraisable.exc_type, KeyboardInterrupt)
-        ):
+        kind = unraisable.exc_type
+        if isinstance(kind, type) and issubclass(kind, KeyboardInterrupt):
+            _send_again(signal.SIGTERM if issubclass(kind, Terminated) else signal.SIGINT)
+        else:
             previous_hook(unraisable)
-            return
-        _send_again(
-            signal.SIGTERM if issubclass(unraisable.exc_type, Terminated) else signal.SIGINT
-        )
 
     return hook
 
