@@ -34,9 +34,9 @@ from kroberta.perf.plan import make_plan
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 
 
-def prediction_plan(config, length: int, devices=None):
-    """The plan of prediction: every device of this job (None) in one batch axis."""
-    return make_plan(config, devices or jax.devices(), length, strategy="data")
+def prediction_plan(config, length: int):
+    """The plan of prediction: every device of this job in one batch axis."""
+    return make_plan(config, jax.devices(), length, strategy="data")
 
 
 def predict_batches(
