@@ -96,9 +96,7 @@ def _answers(tokenizer, real, out, row: int):
                     "token_str": tokenizer.decode([int(token_id)]),
                     "score": float(np.exp(log_prob)),
                     # Other masks stay as <mask>, as in Hugging Face's pipeline.
-                    "sequence": tokenizer.decode(
-                        [int(t) for t in filled], skip_special_tokens=False
-                    )
+                    "sequence": tokenizer.decode(filled.tolist(), skip_special_tokens=False)
                     .replace("<s>", "")
                     .replace("</s>", ""),
                 }
