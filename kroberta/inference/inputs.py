@@ -25,8 +25,6 @@ from kroberta.errors import InputError
 from kroberta.model.model_inputs import HF_NAMES
 from kroberta.tokens import IGNORE_LABEL
 
-AUTOTUNE = tf.data.AUTOTUNE
-
 
 @dataclasses.dataclass(frozen=True)
 class Source:
@@ -295,4 +293,4 @@ def _dataset_batches(source: Source, config, positions: str, global_batch: int):
         num_parallel_calls=pipeline.parallel_batches(),
         deterministic=True,
     )
-    return ds.rebatch(global_batch, drop_remainder=True).prefetch(AUTOTUNE)
+    return ds.rebatch(global_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
