@@ -84,15 +84,11 @@ def _redeliver_stops(previous_hook):
     `previous_hook`."""
 
     def hook(unraisable):
-        if not (
-            isinstance(unraisable.exc_type, type)
-            and issubclass(unraisable.exc_type, KeyboardInterrupt)
-        ):
+        kind = unraisable.exc_type
+        if isinstance(kind, type) and issubclass(kind, KeyboardInterrupt):
+            _send_again(signal.SIGTERM if issubclass(kind, Terminated) else signal.SIGINT)
+        else:
             previous_hook(unraisable)
-            return
-        _send_again(
-            signal.SIGTERM if issubclass(unraisable.exc_type, Terminated) else signal.SIGINT
-        )
 
     return hook
 
@@ -218,17 +214,15 @@ def run(
             ("--batch-size"), or None to leave its error as it is.
     """
 
+    stopped = "stopped by SIGTERM" + interrupted.removeprefix("interrupted")
+
     def at_once(signum):
         """A stop inside an import (JAX, Keras and TensorFlow load for seconds): the command
         ends now, as a kill would end it (what it wrote is whole or under a temporary name),
         with its line and code. Written to the descriptor: the handler may run while the
         main thread holds sys.stderr's lock, or while TensorFlow's start filters it."""
         terminated = signum == signal.SIGTERM
-        line = (
-            "stopped by SIGTERM" + interrupted.removeprefix("interrupted")
-            if terminated
-            else interrupted
-        )
+        line = stopped if terminated else interrupted
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         os.write(quiet_start.stderr_descriptor(), (line + "\n").encode())
@@ -244,7 +238,7 @@ def run(
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
     except Terminated:
-        print("stopped by SIGTERM" + interrupted.removeprefix("interrupted"), file=sys.stderr)
+        print(stopped, file=sys.stderr)
         return PREEMPTED
     except KeyboardInterrupt:
         print(interrupted, file=sys.stderr)

@@ -33,7 +33,6 @@ def _parser():
     p.add_argument(
         "--batch-size",
         type=int,
-        default=None,
         help="sequences per step, all devices (default: the model's config's)",
     )
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")

@@ -12,15 +12,13 @@ directory or a `RobertaTextClassifier` preset (`kroberta.load` reads either back
 Errors are one line on stderr and exit status 2.
 """
 
-import argparse
-
 from kroberta import cli, storage
 from kroberta.errors import InputError
 from kroberta.interop import EXPORT_FORMATS, check_out_dir
 from kroberta.run_layout import RUN, model_source
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser():
     parser = cli.ArgumentParser(
         prog="python -m kroberta.export", description=__doc__.split("\n")[0]
     )

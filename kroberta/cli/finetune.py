@@ -49,7 +49,6 @@ def _parser():
     p.add_argument(
         "--text-field",
         action="append",
-        default=None,
         help="the field of the text; twice for a pair (default: text, else the "
         "fields besides the label, as run_glue; with --predict: the classifier's)",
     )
@@ -62,6 +61,9 @@ def _parser():
     )
     _grid_arguments(p)
     _recipe_arguments(p)
+    # The settings' flags take `FinetuneConfig`'s defaults; --baseline's None: by the task.
+    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+    p.set_defaults(**(defaults | {"baseline": None}))
     p.add_argument(
         "--out",
         help="folder for result.json, the best classifier and the finished "
@@ -81,8 +83,7 @@ def _parser():
 
 
 def _grid_arguments(p):
-    """The flags of the learning-rate grid and its trials (`FinetuneConfig`'s fields, whose
-    defaults they take)."""
+    """The flags of the learning-rate grid and its trials (`FinetuneConfig`'s fields)."""
     p.add_argument("--learning-rates", help="comma-separated grid (default: by model size)")
     p.add_argument(
         "--baseline-learning-rates",
@@ -91,23 +92,18 @@ def _grid_arguments(p):
     p.add_argument(
         "--widen",
         action=argparse.BooleanOptionalAction,
-        default=FinetuneConfig.widen,
         help="while the best rate is at an edge of its grid, add the rate 3x beyond "
         "it (default: on)",
     )
-    p.add_argument(
-        "--seeds", type=int, default=FinetuneConfig.seeds, help="seeds per learning rate"
-    )
+    p.add_argument("--seeds", type=int, help="seeds per learning rate")
     p.add_argument(
         "--epochs",
         type=int,
-        default=FinetuneConfig.epochs,
         help="the most passes over the training data; each trial keeps its best epoch",
     )
     p.add_argument(
         "--early-stopping",
         type=int,
-        default=FinetuneConfig.early_stopping,
         metavar="PATIENCE",
         help="stop a trial after PATIENCE epochs without a better validation score (default: off)",
     )
@@ -115,10 +111,9 @@ def _grid_arguments(p):
 
 def _recipe_arguments(p):
     """The flags of the recipe's head, optional steps, batch and baseline (`FinetuneConfig`'s
-    fields, whose defaults they take)."""
+    fields)."""
     p.add_argument(
         "--pooling",
-        default=FinetuneConfig.pooling,
         choices=POOLINGS,
         help="what the classifier's head reads: the first token <s> (as Hugging "
         "Face's and keras-hub's heads; exportable) or the mean over the tokens "
@@ -127,7 +122,6 @@ def _recipe_arguments(p):
     p.add_argument(
         "--probe-epochs",
         type=int,
-        default=FinetuneConfig.probe_epochs,
         metavar="N",
         help="LP-FT: first N epochs train the head alone, the body frozen, at the "
         "trial's learning rate (default 0: off)",
@@ -135,7 +129,6 @@ def _recipe_arguments(p):
     p.add_argument(
         "--layer-decay",
         type=float,
-        default=FinetuneConfig.layer_decay,
         metavar="D",
         help="layer-wise learning-rate decay in (0, 1]: each encoder layer below "
         "the top learns at D times the rate of the one above (default 1: off)",
@@ -143,7 +136,6 @@ def _recipe_arguments(p):
     p.add_argument(
         "--adapt-steps",
         type=int,
-        default=FinetuneConfig.adapt_steps,
         metavar="N",
         help="task-adaptive pretraining: N masked-LM steps on the training texts "
         "before fine-tuning, the random start's too (default 0: off)",
@@ -151,26 +143,18 @@ def _recipe_arguments(p):
     p.add_argument(
         "--reinit-layers",
         type=int,
-        default=FinetuneConfig.reinit_layers,
         metavar="K",
         help="draw the pretrained start's top K encoder layers afresh (default 0: off)",
     )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=FinetuneConfig.batch_size,
-        help="sequences per step, all devices",
-    )
+    p.add_argument("--batch-size", type=int, help="sequences per step, all devices")
     p.add_argument(
         "--max-length",
         type=int,
-        default=FinetuneConfig.max_length,
         help="tokens per sequence (default: the model's max_sequence_length)",
     )
     p.add_argument(
         "--baseline",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="also fine-tune a random initialisation (default: on for the embedded task)",
     )
 

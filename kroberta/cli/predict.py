@@ -2,11 +2,9 @@
 
     python -m kroberta.predict --run runs/seed --data 'x/*.tfrecords' --output top_k --k 5 --out preds.npz
 
-Each batch's reduced result is appended to one raw file per output array as soon
-as it arrives; at the end the arrays are packed into the .npz (written under a
-temporary name and renamed, so an interrupted run, a kill or a full disk leaves no
-partial file). A full disk or a read-only folder is one line naming --out and the free
-space, exit 2.
+The results stream into the .npz as `kroberta.inference.npz_file` writes it: an
+interrupted run, a kill or a full disk leaves no partial file. A full disk or a
+read-only folder is one line naming --out and the free space, exit 2.
 
 The Python API is `kroberta.predict(...)` (kroberta/inference/prediction.py).
 """
@@ -55,13 +53,11 @@ def _parser():
     p.add_argument(
         "--batch-size",
         type=int,
-        default=None,
         help="sequences per step, all devices (default: the training batch)",
     )
     p.add_argument(
         "--slots",
         type=int,
-        default=None,
         help="prediction slots per sequence (default: the training config's)",
     )
     p.add_argument(

@@ -140,10 +140,8 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 def _size(text):
     """A byte count: 1000, 500M, 2G (binary units)."""
-    number, unit = (
-        text.rstrip("KMGTkmgtBb"),
-        text[len(text.rstrip("KMGTkmgtBb")) :].upper().rstrip("B"),
-    )
+    number = text.rstrip("KMGTkmgtBb")
+    unit = text[len(number) :].upper().rstrip("B")
     try:
         value = float(number) * _UNITS[unit]
     except (ValueError, KeyError):

@@ -43,7 +43,6 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     parser.add_argument(
         "--until-step",
         type=int,
-        default=None,
         metavar="N",
         help="stop after step N with a checkpoint (the learning-rate schedule "
         "still spans train.steps); re-run to continue",

@@ -28,12 +28,11 @@ def fill_mask(model, texts, top_k=5):
     check_model(model, "fill_mask")
     single = isinstance(texts, str)
     if not single:
+        listed = isinstance(texts, (list, tuple))
         others = (
-            sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
-            if isinstance(texts, (list, tuple))
-            else None
+            sorted({type(t).__name__ for t in texts if not isinstance(t, str)}) if listed else []
         )
-        if others is None or others:
+        if not listed or others:
             got = type(texts).__name__ + (f" holding {', '.join(others)}" if others else "")
             raise InputError(f"fill_mask: texts must be a string or a list of strings, got {got}")
     vocabulary = model.kroberta_config.model.vocabulary_size
@@ -73,14 +72,7 @@ def fill_mask(model, texts, top_k=5):
         ids[row, : len(encoding.ids)] = encoding.ids
         attention[row, : len(encoding.ids)] = 1
     slots = int((ids == mask_id).sum(axis=1).max())
-    out = predict(
-        model,
-        {"input_ids": ids, "attention_mask": attention},
-        output="top_k",
-        k=top_k,
-        positions="masked",
-        slots=slots,
-    )
+    out = predict(model, {"input_ids": ids, "attention_mask": attention}, k=top_k, slots=slots)
     results = [
         _answers(tokenizer, ids[row][attention[row] == 1], out, row) for row in range(len(texts))
     ]
@@ -104,9 +96,7 @@ def _answers(tokenizer, real, out, row: int):
                     "token_str": tokenizer.decode([int(token_id)]),
                     "score": float(np.exp(log_prob)),
                     # Other masks stay as <mask>, as in Hugging Face's pipeline.
-                    "sequence": tokenizer.decode(
-                        [int(t) for t in filled], skip_special_tokens=False
-                    )
+                    "sequence": tokenizer.decode(filled.tolist(), skip_special_tokens=False)
                     .replace("<s>", "")
                     .replace("</s>", ""),
                 }

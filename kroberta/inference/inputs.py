@@ -25,8 +25,6 @@ from kroberta.errors import InputError
 from kroberta.model.model_inputs import HF_NAMES
 from kroberta.tokens import IGNORE_LABEL
 
-AUTOTUNE = tf.data.AUTOTUNE
-
 
 @dataclasses.dataclass(frozen=True)
 class Source:
@@ -196,17 +194,9 @@ def _checked_columns(columns, first_example, vocabulary_size):
         def fail():
             where = tf.argmax(tf.reshape(tf.cast(bad, tf.int32), [-1]), output_type=tf.int32)
             row, col = where // tf.shape(values)[1], where % tf.shape(values)[1]
-            message = tf.strings.join(
-                [
-                    "<<inputs: example ",
-                    tf.strings.as_string(tf.cast(first_example, tf.int32) + row),
-                    f": {name}[",
-                    tf.strings.as_string(col),
-                    "] = ",
-                    tf.strings.as_string(values[row, col]),
-                    text,
-                    ">>",
-                ]
+            message = tf.strings.format(
+                f"<<inputs: example {{}}: {name}[{{}}] = {{}}{text}>>",
+                (tf.cast(first_example, tf.int32) + row, col, values[row, col]),
             )
             with tf.control_dependencies([tf.debugging.Assert(False, [message], summarize=1)]):
                 return tf.constant(False)
@@ -233,15 +223,13 @@ def batched(source: Source, config, positions: str, global_batch: int):
 
 
 def _array_batches(columns, config, positions: str, global_batch: int):
-    ids_all, attention_all = columns["input_ids"], columns["attention_mask"]
-    labels_all = columns.get("labels")
-    for start in range(0, len(ids_all), global_batch):
-        ids = ids_all[start : start + global_batch]
-        attention = attention_all[start : start + global_batch]
-        if labels_all is not None:
-            marks = labels_all[start : start + global_batch]
+    for start in range(0, len(columns["input_ids"]), global_batch):
+        part = {name: value[start : start + global_batch] for name, value in columns.items()}
+        ids, attention = part["input_ids"], part["attention_mask"]  # (b, L)
+        if "labels" in part:
+            marks = part["labels"]
         elif positions == "all":
-            marks = np.full(ids.shape, IGNORE_LABEL)
+            marks = np.full(ids.shape, IGNORE_LABEL, np.int32)
         else:
             marks = np.where(
                 (ids == config.data.mask_token_id) & (attention > 0), ids, IGNORE_LABEL
@@ -253,7 +241,6 @@ def _array_batches(columns, config, positions: str, global_batch: int):
             "marks": marks,
             "is_real": np.ones((rows,), bool),
         }
-        batch = {name: np.asarray(value, dtype=_DTYPES[name]) for name, value in batch.items()}
         if rows < global_batch:  # completed with padding examples (dropped from every result)
             batch = {
                 name: np.pad(
@@ -264,9 +251,6 @@ def _array_batches(columns, config, positions: str, global_batch: int):
                 for name, value in batch.items()
             }
         yield batch
-
-
-_DTYPES = {"token_ids": np.int32, "padding_mask": np.int32, "marks": np.int32, "is_real": bool}
 
 
 def _dataset_batches(source: Source, config, positions: str, global_batch: int):
@@ -309,4 +293,4 @@ def _dataset_batches(source: Source, config, positions: str, global_batch: int):
         num_parallel_calls=pipeline.parallel_batches(),
         deterministic=True,
     )
-    return ds.rebatch(global_batch, drop_remainder=True).prefetch(AUTOTUNE)
+    return ds.rebatch(global_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)

@@ -7,6 +7,7 @@ URL (gs://, any fsspec filesystem: `kroberta.storage`) is packed locally, then
 uploaded as one object.
 """
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -27,17 +28,17 @@ def write_npz(chunks, out_path: str, progress) -> dict:
     work = tempfile.mkdtemp(prefix=".kroberta-predict-", dir=beside)
     raw, meta = {}, {}
     try:
-        for chunk in chunks:
-            for name, array in chunk.items():
-                if name not in raw:
-                    raw[name] = open(os.path.join(work, name + ".raw"), "wb")
-                    meta[name] = [array.dtype, array.shape[1:], 0]
-                raw[name].write(np.ascontiguousarray(array).tobytes())
-                meta[name][2] += len(array)
-            progress.add(len(next(iter(chunk.values()))))
-        progress.close()
-        for handle in raw.values():
-            handle.close()
+        with contextlib.ExitStack() as open_files:  # closed after a failed write too
+            for chunk in chunks:
+                for name, array in chunk.items():
+                    if name not in raw:
+                        path = os.path.join(work, name + ".raw")
+                        raw[name] = open_files.enter_context(open(path, "wb"))
+                        meta[name] = [array.dtype, array.shape[1:], 0]
+                    raw[name].write(np.ascontiguousarray(array).tobytes())
+                    meta[name][2] += len(array)
+                progress.add(len(next(iter(chunk.values()))))
+            progress.close()
         with (
             storage.staged_file(out_path) as tmp,
             zipfile.ZipFile(tmp, "w", allowZip64=True) as archive,
@@ -56,6 +57,4 @@ def write_npz(chunks, out_path: str, progress) -> dict:
                         shutil.copyfileobj(source, entry, 16 * 2**20)
         return {name: (rows, *row_shape) for name, (_, row_shape, rows) in meta.items()}
     finally:
-        for handle in raw.values():  # open after a failed write: their space is freed too
-            handle.close()
         shutil.rmtree(work, ignore_errors=True)

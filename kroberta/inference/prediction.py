@@ -34,9 +34,9 @@ from kroberta.perf.plan import make_plan
 MAX_LOGITS_BYTES = 2**28  # device memory for one dispatch's logits, by default
 
 
-def prediction_plan(config, length: int, devices=None):
-    """The plan of prediction: every device of this job (None) in one batch axis."""
-    return make_plan(config, devices or jax.devices(), length, strategy="data")
+def prediction_plan(config, length: int):
+    """The plan of prediction: every device of this job in one batch axis."""
+    return make_plan(config, jax.devices(), length, strategy="data")
 
 
 def predict_batches(
@@ -71,11 +71,15 @@ def predict_batches(
 
     dropped = predicted = examples = 0
     in_flight = None
+    lead = 2 if group > 1 else 1  # the outputs' axes that count rows: (G, batch, ...)
 
-    def received(dispatch):
-        # One dispatch's reduced rows on the host; the slots' counts kept for the warnings.
+    def received(result, real):
+        # One dispatch's reduced rows on the host, padding rows dropped (with the slots'
+        # `positions`, `valid` and `dropped`); the slots' counts kept for the warnings.
         nonlocal dropped, predicted
-        chunk = _to_host(*dispatch)
+        chunk = {
+            n: np.asarray(v).reshape(len(real), *v.shape[lead:])[real] for n, v in result.items()
+        }
         dropped += int(chunk.pop("dropped", np.zeros(0)).sum())
         predicted += int(chunk["valid"].sum()) if "valid" in chunk else 0
         return chunk
@@ -85,15 +89,17 @@ def predict_batches(
         for rows in groups:
             real = rows.pop("is_real")
             examples += int(real.sum())
-            device_group = jax.device_put(_grouped(rows, group, global_batch), by_batch)
+            if group > 1:  # (G * batch, ...) host arrays as the program's (G, batch, ...), views
+                rows = {n: v.reshape(group, global_batch, *v.shape[1:]) for n, v in rows.items()}
+            device_group = jax.device_put(rows, by_batch)
             result = jitted(*weights, device_group)  # dispatched asynchronously
             for value in result.values():
                 value.copy_to_host_async()
             if in_flight is not None:
-                yield received(in_flight)
-            in_flight = (result, real, 2 if group > 1 else 1)
+                yield received(*in_flight)
+            in_flight = (result, real)
         if in_flight is not None:
-            yield received(in_flight)
+            yield received(*in_flight)
     if positions == "masked" and output != "embeddings" and examples and not predicted:
         warnings.warn(
             f"nothing was predicted: no position of the {examples} sequence(s) holds <mask> "
@@ -181,13 +187,6 @@ def _program_shapes(
     return plan_slots, global_batch, group, mesh
 
 
-def _grouped(rows: dict, group: int, batch: int) -> dict:
-    """(G * batch, ...) host arrays as the program's (G, batch, ...) input (views)."""
-    if group == 1:
-        return rows
-    return {name: value.reshape(group, batch, *value.shape[1:]) for name, value in rows.items()}
-
-
 @contextlib.contextmanager
 def _explained_data_errors(source):
     try:
@@ -199,18 +198,7 @@ def _explained_data_errors(source):
         raise explained from None
 
 
-def _to_host(result, real, lead: int):
-    """Reduced outputs of one dispatch (with the slots' `positions`, `valid` and
-    `dropped`), padding rows dropped. `lead`: the leading axes of the outputs that count
-    rows, 2 for (G, batch, ...)."""
-    out = {}
-    for name, value in result.items():
-        array = np.asarray(value)
-        out[name] = array.reshape(len(real), *array.shape[lead:])[real]
-    return out
-
-
-def _check_classifier_arguments(**given):
+def _check_classifier_arguments(given: dict):
     """The masked LM's arguments mean nothing to a classifier: refused, never ignored."""
     defaults = inspect.signature(predict).parameters
     for name, value in given.items():
@@ -268,28 +256,19 @@ def predict(
         float32 [N, hidden]. Except for embeddings, also positions int32 [N, M]
         and valid bool [N, M] (which slots hold a real position).
     """
+    masked_lm_arguments = dict(
+        output=output,
+        k=k,
+        positions=positions,
+        slots=slots,
+        max_output_bytes=max_output_bytes,
+        batches_per_dispatch=batches_per_dispatch,
+    )
     if predict_program.is_classifier(model):
-        _check_classifier_arguments(
-            output=output,
-            k=k,
-            positions=positions,
-            slots=slots,
-            max_output_bytes=max_output_bytes,
-            batches_per_dispatch=batches_per_dispatch,
-        )
+        _check_classifier_arguments(masked_lm_arguments)
         return predict_texts(model, inputs, batch_size or 32)
     chunks, held = [], 0
-    for chunk in predict_batches(
-        model,
-        inputs,
-        output,
-        k,
-        positions,
-        batch_size,
-        slots,
-        max_output_bytes,
-        batches_per_dispatch,
-    ):
+    for chunk in predict_batches(model, inputs, batch_size=batch_size, **masked_lm_arguments):
         held += sum(a.nbytes for a in chunk.values())
         if held > max_output_bytes:
             # Inputs of unknown length (a dataset) are only measured as they arrive.
