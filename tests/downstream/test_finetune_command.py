@@ -308,8 +308,12 @@ def test_the_glue_suite_prints_a_row_per_task_and_the_average(downstream_model, 
         )
         == 0
     )
-    rows = capsys.readouterr().out.strip().splitlines()
+    lines = capsys.readouterr().out.splitlines()
+    # A row per task (each followed by an indented line naming the classifier it kept).
+    rows = [line for line in lines if line and not line.startswith(" ")]
     assert [row.split()[0] for row in rows] == ["glue/cola", "glue/stsb", "glue/mnli", "average"]
+    kept = [line.split()[0] for line in lines if line.startswith(" ")]
+    assert kept == ["classifier:"] * 3
     assert "matthews" in rows[0] and "pearson" in rows[1] and "matched" in rows[2]
     assert "mismatched" in rows[2]
     for task in ("cola", "stsb", "mnli"):
