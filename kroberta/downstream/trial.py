@@ -85,30 +85,12 @@ def finished_trial(
     in the log)}) keeps each rate's best trial so far."""
     done = log.finished.get((learning_rate, seed))
     if done is not None:
-        trial = Trial(
-            learning_rate,
-            seed,
-            done["scores"],
-            done["seconds"],
-            done.get("best_epoch"),
-            done.get("epochs_run"),
-            done.get("diverged"),
-            done.get("predictions"),
-        )
+        trial = Trial(**{f.name: done.get(f.name) for f in dataclasses.fields(Trial)})
     else:
         began = time.perf_counter()
         title = f"{setup.spec.name} ({log.grid} start) lr {learning_rate:g} seed {seed}"
         outcome = run_trial(classifier, setup, starts(seed), seed, learning_rate, title)
-        trial = Trial(
-            learning_rate,
-            seed,
-            outcome.scores,
-            time.perf_counter() - began,
-            outcome.best_epoch,
-            outcome.epochs_run,
-            outcome.diverged,
-            outcome.predictions,
-        )
+        trial = Trial(learning_rate, seed, seconds=time.perf_counter() - began, **vars(outcome))
         if trial.diverged:
             logger.warning("%s: diverged at %s; lower the learning rate", title, trial.diverged)
         else:
@@ -368,18 +350,7 @@ class TrialLog:
             if best_weights is not None:
                 with atomic_path(self._weights_path(trial.learning_rate)) as tmp:
                     np.savez(tmp, *best_weights)
-        row = {
-            "grid": self.grid,
-            "learning_rate": trial.learning_rate,
-            "seed": trial.seed,
-            "scores": trial.scores,
-            "seconds": trial.seconds,
-            "best_epoch": trial.best_epoch,
-            "epochs_run": trial.epochs_run,
-            "diverged": trial.diverged,
-            "predictions": trial.predictions,
-            "settings": self.settings,
-        }
+        row = {"grid": self.grid, **dataclasses.asdict(trial), "settings": self.settings}
         rows = self._rows() + [row]
         path = os.path.join(self.directory, TRIALS_FILE)
         with storage.writing(path, "trial log", then), atomic_write(path) as f:
