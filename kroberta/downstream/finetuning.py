@@ -107,10 +107,10 @@ def _settings(setup: Setup) -> dict:
         "task": setup.spec.name,
         "data": data,
         "epochs": setup.epochs,
-        "patience": setup.patience,
+        "patience": setup.config.early_stopping,
         "batch_size": setup.batch_size,
         "max_length": setup.max_length,
-        **({"pooling": setup.pooling} if setup.pooling != classifiers.FIRST else {}),
+        **({"pooling": setup.config.pooling} if setup.config.pooling != classifiers.FIRST else {}),
         **setup.config.recipe_switched_on(),
     }
 
@@ -208,8 +208,6 @@ def _setup(model, task: Task, config: FinetuneConfig, max_length: int) -> Setup:
         max_length,
         config.batch_size,
         config.epochs,
-        config.early_stopping,
-        pooling=config.pooling,
         config=config,
     )
 
@@ -224,7 +222,7 @@ def _run_grids(
     options = setup.config
     with global_distribution(classifiers.data_parallel()):
         classifier = classifiers.build_classifier(
-            config.model, len(names) if names else 1, setup.pooling
+            config.model, len(names) if names else 1, options.pooling
         )
         classifiers.compile_classifier(
             classifier, spec.kind, setup.steps, setup.steps_per_execution, options.layer_decay
@@ -283,7 +281,7 @@ def _run_grids(
 def _copy(classifier, config, tokenizer, setup: Setup):
     """A classifier of its own holding `classifier`'s weights (which go on training)."""
     copy = classifiers.build_classifier(
-        config.model, len(setup.label_names or ()) or 1, setup.pooling
+        config.model, len(setup.label_names or ()) or 1, setup.config.pooling
     )
     copy.set_weights(classifier.get_weights())
     return classifiers.describe(

@@ -57,10 +57,8 @@ class Setup:
     max_length: int
     batch_size: int
     epochs: int
-    patience: int | None = None  # epochs without a better score before a trial stops
     steps_per_execution: int = 8
-    pooling: str = "first"  # what the head reads (`settings.POOLINGS`)
-    # The settings it was made from (their recipe options: `starts`, `run_trial`).
+    # The settings it was made from (the patience, pooling and recipe options).
     config: FinetuneConfig = dataclasses.field(default_factory=FinetuneConfig)
 
     @functools.cached_property
@@ -71,10 +69,15 @@ class Setup:
             for name, encoded in self.evaluation.items()
         }
 
+    @functools.cached_property
+    def steps_per_epoch(self) -> int:
+        """Training steps of one pass: the bucketed batches."""
+        return encoding.batch_count(self.train, self.batch_size, self.max_length)
+
     @property
     def steps(self) -> int:
-        """Training steps of one run: `epochs` passes of the bucketed batches."""
-        return self.epochs * encoding.batch_count(self.train, self.batch_size, self.max_length)
+        """Training steps of one run: `epochs` passes."""
+        return self.epochs * self.steps_per_epoch
 
 
 def finished_trial(
@@ -183,6 +186,13 @@ class _Watch(keras.callbacks.Callback):
             return
         self.bar.update(self.step, {"loss": self.loss})
 
+    def fit_pass(self, classifier, setup, epoch: int, order: int):
+        """Fits `classifier` to one pass over the training split shuffled by seed `order`,
+        the `epoch`th (from 1) this watch sees."""
+        train, _ = encoding.dataset(setup.train, setup.batch_size, setup.max_length, order)
+        self.first_step = (epoch - 1) * self.steps_per_epoch
+        classifier.fit(train, epochs=1, verbose=0, shuffle=False, callbacks=[self])
+
     def say(self, line: str):
         """A line of its own: above the live bar, or logged."""
         self.bar.note(line)
@@ -194,7 +204,7 @@ class _Watch(keras.callbacks.Callback):
 def run_trial(
     classifier, setup, start: list, seed: int, learning_rate: float, title: str
 ) -> Outcome:
-    """Fine-tunes from `start` for up to `setup.epochs` passes (`setup.patience`: passes
+    """Fine-tunes from `start` for up to `setup.epochs` passes (`early_stopping`: passes
     without a better score before it stops), scoring every split after each; leaves
     the classifier holding the best epoch's weights."""
     classifiers.reset(classifier, start, seed, learning_rate)
@@ -202,17 +212,13 @@ def run_trial(
         diverged = train_head(classifier, setup, seed, learning_rate, title)
         if diverged:
             return Outcome(None, None, None, 0, diverged)
-    split = next(iter(setup.evaluation))
-    steps_per_epoch = encoding.batch_count(setup.train, setup.batch_size, setup.max_length)
-    watch = _Watch(title, steps_per_epoch, setup.epochs)
+    split, patience = next(iter(setup.evaluation)), setup.config.early_stopping
+    watch = _Watch(title, setup.steps_per_epoch, setup.epochs)
     best, since_best, epoch = None, 0, 0  # best: (score, epoch, scores, predictions, weights)
     try:
         for epoch in range(1, setup.epochs + 1):
-            train, _ = encoding.dataset(
-                setup.train, setup.batch_size, setup.max_length, seed * EPOCH_SEEDS + epoch - 1
-            )  # each pass its own order
-            watch.first_step = (epoch - 1) * steps_per_epoch
-            classifier.fit(train, epochs=1, verbose=0, shuffle=False, callbacks=[watch])
+            # Each pass its own order.
+            watch.fit_pass(classifier, setup, epoch, seed * EPOCH_SEEDS + epoch - 1)
             if watch.diverged:
                 return Outcome(None, None, None, epoch, f"epoch {epoch}, {watch.diverged}")
             predicted = {name: predictions_of(classifier, setup, name) for name in setup.evaluation}
@@ -229,10 +235,10 @@ def run_trial(
                 since_best = 0
             else:
                 since_best += 1
-                if setup.patience and since_best >= setup.patience:
+                if patience and since_best >= patience:
                     watch.say(
                         f"{title}: stopped early: no better {split} {setup.spec.metric} "
-                        f"in {since_best} epoch(s) (patience {setup.patience})"
+                        f"in {since_best} epoch(s) (patience {patience})"
                     )
                     break
     finally:
@@ -250,23 +256,15 @@ def train_head(classifier, setup, seed: int, learning_rate: float, title: str) -
     recipe's warmup and decay over these passes; then the classifier is compiled again
     for the whole model (`setup.steps`). Returns where the loss diverged, else None."""
     epochs = setup.config.probe_epochs
-    steps_per_epoch = encoding.batch_count(setup.train, setup.batch_size, setup.max_length)
-    watch = _Watch(f"{title} (head)", steps_per_epoch, epochs)
+    watch = _Watch(f"{title} (head)", setup.steps_per_epoch, epochs)
     classifier.backbone.trainable = False
     try:
         classifiers.compile_classifier(
-            classifier, setup.spec.kind, epochs * steps_per_epoch, setup.steps_per_execution
+            classifier, setup.spec.kind, epochs * setup.steps_per_epoch, setup.steps_per_execution
         )
         classifier.kroberta_schedule.scale.assign(learning_rate)
         for epoch in range(1, epochs + 1):
-            train, _ = encoding.dataset(
-                setup.train,
-                setup.batch_size,
-                setup.max_length,
-                seed * EPOCH_SEEDS + HEAD_EPOCHS + epoch - 1,
-            )
-            watch.first_step = (epoch - 1) * steps_per_epoch
-            classifier.fit(train, epochs=1, verbose=0, shuffle=False, callbacks=[watch])
+            watch.fit_pass(classifier, setup, epoch, seed * EPOCH_SEEDS + HEAD_EPOCHS + epoch - 1)
             if watch.diverged:
                 return f"head epoch {epoch}, {watch.diverged}"
     finally:
