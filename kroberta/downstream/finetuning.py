@@ -234,9 +234,7 @@ def _run_grids(
             adapted.pretrained(model)
         scratch = None
         if baseline_rates:  # first, and kept in a classifier of its own
-            random_start = functools.cache(
-                functools.partial(starts.random_start, model, options, adapted)
-            )
+            random_start = functools.cache(functools.partial(starts.random_start, model, adapted))
             scratch = search.run_grid(
                 classifier,
                 setup,

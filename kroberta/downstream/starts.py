@@ -61,7 +61,7 @@ class Adaptation:
         ]
 
 
-def random_start(model, options: FinetuneConfig, adapted: Adaptation | None, seed: int) -> list:
+def random_start(model, adapted: Adaptation | None, seed: int) -> list:
     """The random start of `seed` (of `model`'s shape), adapted when `adapted` is given."""
     if adapted is None:
         return backbone_weights(build_model(model.kroberta_config.model, seed=RANDOM_SEEDS + seed))
