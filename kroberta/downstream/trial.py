@@ -193,13 +193,6 @@ class _Watch(keras.callbacks.Callback):
         self.first_step = (epoch - 1) * self.steps_per_epoch
         classifier.fit(train, epochs=1, verbose=0, shuffle=False, callbacks=[self])
 
-    def say(self, line: str):
-        """A line of its own: above the live bar, or logged."""
-        self.bar.note(line)
-
-    def close(self):
-        self.bar.erase()  # the trial's summary line takes its place
-
 
 def run_trial(
     classifier, setup, start: list, seed: int, learning_rate: float, title: str
@@ -225,7 +218,7 @@ def run_trial(
             scores = {name: score(setup, name, p) for name, p in predicted.items()}
             main = scores[split][setup.spec.metric]
             better = best is None or main > best[0]
-            watch.say(
+            watch.bar.note(  # above the live bar, or logged
                 f"{title}: epoch {epoch}/{setup.epochs}: loss {watch.loss:.4f}, {split} "
                 f"{setup.spec.metric} {main:.4f}" + (" (best)" if better else "")
             )
@@ -236,13 +229,13 @@ def run_trial(
             else:
                 since_best += 1
                 if patience and since_best >= patience:
-                    watch.say(
+                    watch.bar.note(
                         f"{title}: stopped early: no better {split} {setup.spec.metric} "
                         f"in {since_best} epoch(s) (patience {patience})"
                     )
                     break
     finally:
-        watch.close()
+        watch.bar.erase()  # the trial's summary line takes its place
     _, best_epoch, scores, predicted, weights = best
     if best_epoch != epoch:
         classifier.set_weights(weights)
@@ -268,7 +261,7 @@ def train_head(classifier, setup, seed: int, learning_rate: float, title: str) -
             if watch.diverged:
                 return f"head epoch {epoch}, {watch.diverged}"
     finally:
-        watch.close()
+        watch.bar.erase()
         classifier.backbone.trainable = True
         classifiers.compile_classifier(
             classifier,
