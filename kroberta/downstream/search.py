@@ -14,6 +14,7 @@ random start wants larger rates than a pretrained one); otherwise the next rate 
 is named. The rates accepted are checked with the settings (`settings.check_rates`).
 """
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -144,4 +145,6 @@ def _summarise(classifier, setup, trials, best_rate, kept, split, log, notes) ->
         classifier=classifier,
         kept=kept_trial,
         notes=notes,
+        recipe=setup.config.recipe(),
+        config=dataclasses.asdict(setup.config),
     )
