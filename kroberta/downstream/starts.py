@@ -52,13 +52,8 @@ class Adaptation:
     def losses(self, random: bool) -> list:
         """[{"seed", "loss_before", "loss_after"}] of the random starts adapted so far, or
         of the pretrained start (seed None)."""
-        return [
-            {"seed": seed, **losses}
-            for seed, losses in sorted(
-                self.measured.items(), key=lambda item: -1 if item[0] is None else item[0]
-            )
-            if (seed is not None) == random
-        ]
+        seeds = sorted(s for s in self.measured if (s is not None) == random)  # [None], or ints
+        return [{"seed": seed, **self.measured[seed]} for seed in seeds]
 
 
 def random_start(model, adapted: Adaptation | None, seed: int) -> list:
