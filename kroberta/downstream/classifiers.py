@@ -176,7 +176,6 @@ def build_classifier(model_config, num_outputs: int, pooling: str = FIRST):
     return Classifier(
         backbone=backbone,
         num_classes=num_outputs,
-        preprocessor=None,
         dropout=CLASSIFIER_DROPOUT,
         pooling=pooling,
     )
