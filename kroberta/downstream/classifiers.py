@@ -176,7 +176,6 @@ def build_classifier(model_config, num_outputs: int, pooling: str = FIRST):
     return Classifier(
         backbone=backbone,
         num_classes=num_outputs,
-        preprocessor=None,
         dropout=CLASSIFIER_DROPOUT,
         pooling=pooling,
     )
@@ -193,28 +192,16 @@ def compile_classifier(
     schedule = schedules.WarmupSchedule(
         1.0, max(1, round(WARMUP_FRACTION * total_steps)), total_steps
     )
+    adam = dict(
+        learning_rate=schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-6, name=mlm.OPTIMIZER_NAME
+    )
     if layer_decay != 1.0:
         scales = layer_scales(
             classifier.trainable_variables, classifier.backbone.num_layers, layer_decay
         )
-        optimizer = LayerDecayAdamW(
-            scales,
-            WEIGHT_DECAY,
-            learning_rate=schedule,
-            beta_1=0.9,
-            beta_2=0.98,
-            epsilon=1e-6,
-            name=mlm.OPTIMIZER_NAME,
-        )
+        optimizer = LayerDecayAdamW(scales, WEIGHT_DECAY, **adam)
     else:
-        optimizer = keras.optimizers.AdamW(
-            learning_rate=schedule,
-            weight_decay=WEIGHT_DECAY,
-            beta_1=0.9,
-            beta_2=0.98,
-            epsilon=1e-6,
-            name=mlm.OPTIMIZER_NAME,
-        )
+        optimizer = keras.optimizers.AdamW(weight_decay=WEIGHT_DECAY, **adam)
         optimizer.exclude_from_weight_decay(var_names=mlm.NO_DECAY_NAMES)
     optimizer.build(classifier.trainable_variables)
     schedule.scale = optimizer.add_variable((), name="peak_learning_rate")

@@ -107,10 +107,10 @@ def _settings(setup: Setup) -> dict:
         "task": setup.spec.name,
         "data": data,
         "epochs": setup.epochs,
-        "patience": setup.patience,
+        "patience": setup.config.early_stopping,
         "batch_size": setup.batch_size,
         "max_length": setup.max_length,
-        **({"pooling": setup.pooling} if setup.pooling != classifiers.FIRST else {}),
+        **({"pooling": setup.config.pooling} if setup.config.pooling != classifiers.FIRST else {}),
         **setup.config.recipe_switched_on(),
     }
 
@@ -165,20 +165,7 @@ def finetune(
     max_length = _max_length(model, config.max_length)
     if not isinstance(task, Task):
         task = read_task(task, data, validation, text_fields, label_field, kind)
-    setup = _setup(model, task, config, max_length)
-    seeds = list(range(config.seeds)) if isinstance(config.seeds, int) else list(config.seeds)
-    rates = config.learning_rates or search.learning_rates(model.kroberta_config.model)
-    baseline_rates = config.baseline_learning_rates or rates
-    return _run_grids(
-        model,
-        setup,
-        seeds,
-        rates,
-        baseline_rates if config.baseline else None,
-        config.widen,
-        out,
-        task.train.texts,
-    )
+    return _run_grids(model, _setup(model, task, config, max_length), out, task.train.texts)
 
 
 def _max_length(model, asked: int | None) -> int:
@@ -208,23 +195,21 @@ def _setup(model, task: Task, config: FinetuneConfig, max_length: int) -> Setup:
         max_length,
         config.batch_size,
         config.epochs,
-        config.early_stopping,
-        pooling=config.pooling,
         config=config,
     )
 
 
-def _run_grids(
-    model, setup: Setup, seeds: list, rates, baseline_rates, widen: bool, out, texts
-) -> FinetuneResult:
-    """The pretrained start's grid, and the random start's first when `baseline_rates`
-    is given; the result holds both and their comparison. `texts`: the training texts
-    (one list per field), for `adapt_steps`."""
+def _run_grids(model, setup: Setup, out, texts) -> FinetuneResult:
+    """The pretrained start's grid, and the random start's first with `baseline`; the
+    result holds both and their comparison. `texts`: the training texts (one list per
+    field), for `adapt_steps`."""
     config, spec, names = model.kroberta_config, setup.spec, setup.label_names
     options = setup.config
+    seeds = list(range(options.seeds)) if isinstance(options.seeds, int) else list(options.seeds)
+    rates = options.learning_rates or search.learning_rates(config.model)
     with global_distribution(classifiers.data_parallel()):
         classifier = classifiers.build_classifier(
-            config.model, len(names) if names else 1, setup.pooling
+            config.model, len(names) if names else 1, options.pooling
         )
         classifiers.compile_classifier(
             classifier, spec.kind, setup.steps, setup.steps_per_execution, options.layer_decay
@@ -235,22 +220,18 @@ def _run_grids(
         if adapted:  # now, so that the result has its losses even when every trial resumes
             adapted.pretrained(model)
         scratch = None
-        if baseline_rates:  # first, and kept in a classifier of its own
-            random_start = functools.cache(
-                functools.partial(starts.random_start, model, options, adapted)
-            )
+        if options.baseline:  # first, and kept in a classifier of its own
+            random_start = functools.cache(functools.partial(starts.random_start, model, adapted))
             scratch = search.run_grid(
                 classifier,
                 setup,
                 random_start,
-                baseline_rates,
+                options.baseline_learning_rates or rates,
                 seeds,
                 TrialLog(out, "random", dict(settings, start="random")),
-                widen,
+                options.widen,
             )
             scratch.classifier = _copy(classifier, config, model.tokenizer, setup)
-            scratch.recipe = options.recipe()
-            scratch.config = dataclasses.asdict(options)
             scratch.adaptation = adapted.losses(random=True) if adapted else None
         start = classifiers.backbone_weights(model)
         pretrained = dict(settings, start=fingerprint(start) if out else None)
@@ -265,10 +246,8 @@ def _run_grids(
             rates,
             seeds,
             TrialLog(out, "pretrained", pretrained),
-            widen,
+            options.widen,
         )
-        result.recipe = options.recipe()
-        result.config = dataclasses.asdict(options)
         result.adaptation = adapted.losses(random=False) if adapted else None
         classifiers.describe(classifier, config, model.tokenizer, spec, names, setup.max_length)
         result.per_class = _per_class(result, setup)
@@ -283,7 +262,7 @@ def _run_grids(
 def _copy(classifier, config, tokenizer, setup: Setup):
     """A classifier of its own holding `classifier`'s weights (which go on training)."""
     copy = classifiers.build_classifier(
-        config.model, len(setup.label_names or ()) or 1, setup.pooling
+        config.model, len(setup.label_names or ()) or 1, setup.config.pooling
     )
     copy.set_weights(classifier.get_weights())
     return classifiers.describe(

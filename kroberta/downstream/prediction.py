@@ -35,29 +35,9 @@ def outputs(classifier, data, rows: np.ndarray, count: int) -> np.ndarray:
     return ordered
 
 
-def _texts_ok(texts) -> bool:
-    """A non-empty list of strings, or one or two such lists (of one length)."""
-
-    def strings(group):
-        return (
-            isinstance(group, (list, tuple))
-            and len(group)
-            and all(isinstance(t, str) for t in group)
-        )
-
-    return bool(
-        strings(texts)
-        or (
-            isinstance(texts, (list, tuple))
-            and len(texts) in (1, 2)
-            and all(map(strings, texts))
-            and len(set(map(len, texts))) == 1
-        )
-    )
-
-
-def _what_texts_are(texts) -> str:
-    """What a refused `texts` is, for the message: the item that is not a string, say."""
+def _what_texts_are(texts) -> str | None:
+    """None for a non-empty list of strings, or one or two such lists (of one length);
+    else what `texts` is, for the message: the item that is not a string, say."""
     if isinstance(texts, str):
         return "one string (a list of one: [text])"
     if isinstance(texts, np.ndarray):
@@ -66,7 +46,12 @@ def _what_texts_are(texts) -> str:
         return type(texts).__name__
     if not texts:
         return "an empty list"
+    if all(isinstance(t, str) for t in texts):
+        return None
     if all(isinstance(group, (list, tuple)) for group in texts):
+        pair = len(texts) in (1, 2) and len(set(map(len, texts))) == 1
+        if pair and all(group and all(isinstance(t, str) for t in group) for group in texts):
+            return None
         return f"{len(texts)} lists of {', '.join(str(len(group)) for group in texts)} texts"
     i, item = next((i, t) for i, t in enumerate(texts) if not isinstance(t, str))
     return f"a list whose item {i} is {type(item).__name__} {str(item)[:40]!r}"
@@ -85,10 +70,11 @@ def predict_texts(classifier, texts, batch_size: int = 32) -> dict:
         For classification {"probabilities": (n, K) float32, "labels": n class names};
         for regression {"values": (n,) float32}.
     """
-    if not _texts_ok(texts):
+    refused = _what_texts_are(texts)
+    if refused:
         raise InputError(
             "texts: expected a list of strings, or two lists (a pair task's first "
-            f"and second texts), got {_what_texts_are(texts)}"
+            f"and second texts), got {refused}"
         )
     if isinstance(texts[0], str):
         texts = (list(texts),)

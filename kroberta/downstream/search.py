@@ -14,6 +14,7 @@ random start wants larger rates than a pretrained one); otherwise the next rate 
 is named. The rates accepted are checked with the settings (`settings.check_rates`).
 """
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -92,11 +93,6 @@ def _best_rate(rates, trials, seeds, setup, split, grid, notes) -> float:
     return max(candidates, key=lambda rate: (len(finished[rate]), np.median(finished[rate])))
 
 
-def next_rate(rate: float, upward: bool) -> float:
-    """The rate a factor of 3 up or down, at three significant digits (3e-4 -> 9e-4)."""
-    return float(f"{rate * FACTOR if upward else rate / FACTOR:.3g}")
-
-
 def _widened(best_rate, rates, widen, added, grid, notes) -> float | None:
     """The rate to add when the best is at an edge of the grid tried (and widening may
     go on: fewer than MAX_ADDED_RATES `added` so far), else None; an edge that stays is
@@ -104,7 +100,8 @@ def _widened(best_rate, rates, widen, added, grid, notes) -> float | None:
     if len(rates) < 2 or min(rates) < best_rate < max(rates):
         return None
     upward = best_rate == max(rates)
-    rate = next_rate(best_rate, upward)
+    # A factor of 3 up or down, at three significant digits (3e-4 -> 9e-4).
+    rate = float(f"{best_rate * FACTOR if upward else best_rate / FACTOR:.3g}")
     edge = (
         f"{grid} start: the best learning rate, {best_rate:g}, is at the "
         f"{'top' if upward else 'bottom'} of the grid ({', '.join(f'{r:g}' for r in sorted(rates))})"
@@ -148,4 +145,6 @@ def _summarise(classifier, setup, trials, best_rate, kept, split, log, notes) ->
         classifier=classifier,
         kept=kept_trial,
         notes=notes,
+        recipe=setup.config.recipe(),
+        config=dataclasses.asdict(setup.config),
     )

@@ -156,58 +156,11 @@ class FinetuneConfig:
             raise SettingError("seeds", self.seeds, "expected at least one seed")
         if not _whole(self.seeds):
             object.__setattr__(self, "seeds", tuple(self.seeds))
-        if not (_whole(self.epochs) and self.epochs >= 1):
-            raise SettingError("epochs", self.epochs, "expected a whole number of at least 1")
-        if self.early_stopping is not None and not (
-            _whole(self.early_stopping) and self.early_stopping >= 1
-        ):
-            raise SettingError(
-                "early_stopping", self.early_stopping, "expected a patience of at least 1 epoch"
-            )
-        if not (_whole(self.batch_size) and self.batch_size >= 1):
-            raise SettingError(
-                "batch_size", self.batch_size, "must be a positive multiple of the devices"
-            )
-        if self.max_length is not None and not (
-            _whole(self.max_length) and self.max_length >= MIN_LENGTH
-        ):
-            raise SettingError("max_length", self.max_length, f"expected at least {MIN_LENGTH}")
-        if self.pooling not in POOLINGS:
-            raise SettingError(
-                "pooling", repr(self.pooling), f"expected one of {', '.join(POOLINGS)}"
-            )
-        self._check_recipe_options()
-
-    def _check_recipe_options(self):
-        if not (_whole(self.probe_epochs) and self.probe_epochs >= 0):
-            raise SettingError(
-                "probe_epochs",
-                self.probe_epochs,
-                "expected a whole number of "
-                "epochs (0, the default, trains the head only together with "
-                "the body)",
-            )
-        decay = self.layer_decay
-        if not (isinstance(decay, (int, float)) and not isinstance(decay, bool) and 0 < decay <= 1):
-            raise SettingError(
-                "layer_decay",
-                decay,
-                "expected a factor in (0, 1] (1, the "
-                "default, gives every layer the trial's learning rate)",
-            )
-        if not (_whole(self.adapt_steps) and self.adapt_steps >= 0):
-            raise SettingError(
-                "adapt_steps",
-                self.adapt_steps,
-                "expected a whole number of masked-LM steps (0, the default, adapts nothing)",
-            )
-        if not (_whole(self.reinit_layers) and self.reinit_layers >= 0):
-            raise SettingError(
-                "reinit_layers",
-                self.reinit_layers,
-                "expected a whole number "
-                "of top layers to re-initialise (0, the default, keeps them all)",
-            )
+        for name, accepted, expected in _CHECKS:
+            value = getattr(self, name)
+            if not accepted(value):
+                # A pooling is a name: quoted, as a string shows in Python.
+                raise SettingError(name, repr(value) if name == "pooling" else value, expected)
 
     def recipe(self) -> dict:
         """The four optional steps' values (the result's record `recipe`)."""
@@ -224,3 +177,40 @@ class FinetuneConfig:
 
 def _whole(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _at_least(least: int, optional: bool = False):
+    """A test of a whole number of at least `least` (or None, when `optional`)."""
+    return lambda value: (optional and value is None) or (_whole(value) and value >= least)
+
+
+# The settings checked after the grids and seeds, in this order: (setting, the test its
+# value must pass, what is expected).
+_CHECKS = (
+    ("epochs", _at_least(1), "expected a whole number of at least 1"),
+    ("early_stopping", _at_least(1, optional=True), "expected a patience of at least 1 epoch"),
+    ("batch_size", _at_least(1), "must be a positive multiple of the devices"),
+    ("max_length", _at_least(MIN_LENGTH, optional=True), f"expected at least {MIN_LENGTH}"),
+    ("pooling", lambda value: value in POOLINGS, f"expected one of {', '.join(POOLINGS)}"),
+    (
+        "probe_epochs",
+        _at_least(0),
+        "expected a whole number of epochs (0, the default, trains the head only together "
+        "with the body)",
+    ),
+    (
+        "layer_decay",
+        lambda d: isinstance(d, (int, float)) and not isinstance(d, bool) and 0 < d <= 1,
+        "expected a factor in (0, 1] (1, the default, gives every layer the trial's learning rate)",
+    ),
+    (
+        "adapt_steps",
+        _at_least(0),
+        "expected a whole number of masked-LM steps (0, the default, adapts nothing)",
+    ),
+    (
+        "reinit_layers",
+        _at_least(0),
+        "expected a whole number of top layers to re-initialise (0, the default, keeps them all)",
+    ),
+)

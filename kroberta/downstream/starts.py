@@ -52,16 +52,11 @@ class Adaptation:
     def losses(self, random: bool) -> list:
         """[{"seed", "loss_before", "loss_after"}] of the random starts adapted so far, or
         of the pretrained start (seed None)."""
-        return [
-            {"seed": seed, **losses}
-            for seed, losses in sorted(
-                self.measured.items(), key=lambda item: -1 if item[0] is None else item[0]
-            )
-            if (seed is not None) == random
-        ]
+        seeds = sorted(s for s in self.measured if (s is not None) == random)  # [None], or ints
+        return [{"seed": seed, **self.measured[seed]} for seed in seeds]
 
 
-def random_start(model, options: FinetuneConfig, adapted: Adaptation | None, seed: int) -> list:
+def random_start(model, adapted: Adaptation | None, seed: int) -> list:
     """The random start of `seed` (of `model`'s shape), adapted when `adapted` is given."""
     if adapted is None:
         return backbone_weights(build_model(model.kroberta_config.model, seed=RANDOM_SEEDS + seed))

@@ -57,10 +57,8 @@ class Setup:
     max_length: int
     batch_size: int
     epochs: int
-    patience: int | None = None  # epochs without a better score before a trial stops
     steps_per_execution: int = 8
-    pooling: str = "first"  # what the head reads (`settings.POOLINGS`)
-    # The settings it was made from (their recipe options: `starts`, `run_trial`).
+    # The settings it was made from (the patience, pooling and recipe options).
     config: FinetuneConfig = dataclasses.field(default_factory=FinetuneConfig)
 
     @functools.cached_property
@@ -71,10 +69,15 @@ class Setup:
             for name, encoded in self.evaluation.items()
         }
 
+    @functools.cached_property
+    def steps_per_epoch(self) -> int:
+        """Training steps of one pass: the bucketed batches."""
+        return encoding.batch_count(self.train, self.batch_size, self.max_length)
+
     @property
     def steps(self) -> int:
-        """Training steps of one run: `epochs` passes of the bucketed batches."""
-        return self.epochs * encoding.batch_count(self.train, self.batch_size, self.max_length)
+        """Training steps of one run: `epochs` passes."""
+        return self.epochs * self.steps_per_epoch
 
 
 def finished_trial(
@@ -85,30 +88,12 @@ def finished_trial(
     in the log)}) keeps each rate's best trial so far."""
     done = log.finished.get((learning_rate, seed))
     if done is not None:
-        trial = Trial(
-            learning_rate,
-            seed,
-            done["scores"],
-            done["seconds"],
-            done.get("best_epoch"),
-            done.get("epochs_run"),
-            done.get("diverged"),
-            done.get("predictions"),
-        )
+        trial = Trial(**{f.name: done.get(f.name) for f in dataclasses.fields(Trial)})
     else:
         began = time.perf_counter()
         title = f"{setup.spec.name} ({log.grid} start) lr {learning_rate:g} seed {seed}"
         outcome = run_trial(classifier, setup, starts(seed), seed, learning_rate, title)
-        trial = Trial(
-            learning_rate,
-            seed,
-            outcome.scores,
-            time.perf_counter() - began,
-            outcome.best_epoch,
-            outcome.epochs_run,
-            outcome.diverged,
-            outcome.predictions,
-        )
+        trial = Trial(learning_rate, seed, seconds=time.perf_counter() - began, **vars(outcome))
         if trial.diverged:
             logger.warning("%s: diverged at %s; lower the learning rate", title, trial.diverged)
         else:
@@ -201,18 +186,18 @@ class _Watch(keras.callbacks.Callback):
             return
         self.bar.update(self.step, {"loss": self.loss})
 
-    def say(self, line: str):
-        """A line of its own: above the live bar, or logged."""
-        self.bar.note(line)
-
-    def close(self):
-        self.bar.erase()  # the trial's summary line takes its place
+    def fit_pass(self, classifier, setup, epoch: int, order: int):
+        """Fits `classifier` to one pass over the training split shuffled by seed `order`,
+        the `epoch`th (from 1) this watch sees."""
+        train, _ = encoding.dataset(setup.train, setup.batch_size, setup.max_length, order)
+        self.first_step = (epoch - 1) * self.steps_per_epoch
+        classifier.fit(train, epochs=1, verbose=0, shuffle=False, callbacks=[self])
 
 
 def run_trial(
     classifier, setup, start: list, seed: int, learning_rate: float, title: str
 ) -> Outcome:
-    """Fine-tunes from `start` for up to `setup.epochs` passes (`setup.patience`: passes
+    """Fine-tunes from `start` for up to `setup.epochs` passes (`early_stopping`: passes
     without a better score before it stops), scoring every split after each; leaves
     the classifier holding the best epoch's weights."""
     classifiers.reset(classifier, start, seed, learning_rate)
@@ -220,24 +205,20 @@ def run_trial(
         diverged = train_head(classifier, setup, seed, learning_rate, title)
         if diverged:
             return Outcome(None, None, None, 0, diverged)
-    split = next(iter(setup.evaluation))
-    steps_per_epoch = encoding.batch_count(setup.train, setup.batch_size, setup.max_length)
-    watch = _Watch(title, steps_per_epoch, setup.epochs)
+    split, patience = next(iter(setup.evaluation)), setup.config.early_stopping
+    watch = _Watch(title, setup.steps_per_epoch, setup.epochs)
     best, since_best, epoch = None, 0, 0  # best: (score, epoch, scores, predictions, weights)
     try:
         for epoch in range(1, setup.epochs + 1):
-            train, _ = encoding.dataset(
-                setup.train, setup.batch_size, setup.max_length, seed * EPOCH_SEEDS + epoch - 1
-            )  # each pass its own order
-            watch.first_step = (epoch - 1) * steps_per_epoch
-            classifier.fit(train, epochs=1, verbose=0, shuffle=False, callbacks=[watch])
+            # Each pass its own order.
+            watch.fit_pass(classifier, setup, epoch, seed * EPOCH_SEEDS + epoch - 1)
             if watch.diverged:
                 return Outcome(None, None, None, epoch, f"epoch {epoch}, {watch.diverged}")
             predicted = {name: predictions_of(classifier, setup, name) for name in setup.evaluation}
             scores = {name: score(setup, name, p) for name, p in predicted.items()}
             main = scores[split][setup.spec.metric]
             better = best is None or main > best[0]
-            watch.say(
+            watch.bar.note(  # above the live bar, or logged
                 f"{title}: epoch {epoch}/{setup.epochs}: loss {watch.loss:.4f}, {split} "
                 f"{setup.spec.metric} {main:.4f}" + (" (best)" if better else "")
             )
@@ -247,14 +228,14 @@ def run_trial(
                 since_best = 0
             else:
                 since_best += 1
-                if setup.patience and since_best >= setup.patience:
-                    watch.say(
+                if patience and since_best >= patience:
+                    watch.bar.note(
                         f"{title}: stopped early: no better {split} {setup.spec.metric} "
-                        f"in {since_best} epoch(s) (patience {setup.patience})"
+                        f"in {since_best} epoch(s) (patience {patience})"
                     )
                     break
     finally:
-        watch.close()
+        watch.bar.erase()  # the trial's summary line takes its place
     _, best_epoch, scores, predicted, weights = best
     if best_epoch != epoch:
         classifier.set_weights(weights)
@@ -268,27 +249,19 @@ def train_head(classifier, setup, seed: int, learning_rate: float, title: str) -
     recipe's warmup and decay over these passes; then the classifier is compiled again
     for the whole model (`setup.steps`). Returns where the loss diverged, else None."""
     epochs = setup.config.probe_epochs
-    steps_per_epoch = encoding.batch_count(setup.train, setup.batch_size, setup.max_length)
-    watch = _Watch(f"{title} (head)", steps_per_epoch, epochs)
+    watch = _Watch(f"{title} (head)", setup.steps_per_epoch, epochs)
     classifier.backbone.trainable = False
     try:
         classifiers.compile_classifier(
-            classifier, setup.spec.kind, epochs * steps_per_epoch, setup.steps_per_execution
+            classifier, setup.spec.kind, epochs * setup.steps_per_epoch, setup.steps_per_execution
         )
         classifier.kroberta_schedule.scale.assign(learning_rate)
         for epoch in range(1, epochs + 1):
-            train, _ = encoding.dataset(
-                setup.train,
-                setup.batch_size,
-                setup.max_length,
-                seed * EPOCH_SEEDS + HEAD_EPOCHS + epoch - 1,
-            )
-            watch.first_step = (epoch - 1) * steps_per_epoch
-            classifier.fit(train, epochs=1, verbose=0, shuffle=False, callbacks=[watch])
+            watch.fit_pass(classifier, setup, epoch, seed * EPOCH_SEEDS + HEAD_EPOCHS + epoch - 1)
             if watch.diverged:
                 return f"head epoch {epoch}, {watch.diverged}"
     finally:
-        watch.close()
+        watch.bar.erase()
         classifier.backbone.trainable = True
         classifiers.compile_classifier(
             classifier,
@@ -368,18 +341,7 @@ class TrialLog:
             if best_weights is not None:
                 with atomic_path(self._weights_path(trial.learning_rate)) as tmp:
                     np.savez(tmp, *best_weights)
-        row = {
-            "grid": self.grid,
-            "learning_rate": trial.learning_rate,
-            "seed": trial.seed,
-            "scores": trial.scores,
-            "seconds": trial.seconds,
-            "best_epoch": trial.best_epoch,
-            "epochs_run": trial.epochs_run,
-            "diverged": trial.diverged,
-            "predictions": trial.predictions,
-            "settings": self.settings,
-        }
+        row = {"grid": self.grid, **dataclasses.asdict(trial), "settings": self.settings}
         rows = self._rows() + [row]
         path = os.path.join(self.directory, TRIALS_FILE)
         with storage.writing(path, "trial log", then), atomic_write(path) as f:

@@ -202,7 +202,7 @@ def test_reinit_draws_the_top_layer_afresh(downstream_model, task, plain, monkey
     )
     (start,) = seen
     pretrained = classifiers.backbone_weights(downstream_model)
-    random = starts.random_start(downstream_model, FinetuneConfig(), None, 0)
+    random = starts.random_start(downstream_model, None, 0)
     top = set(starts.top_layer_indices(downstream_model.backbone, 1))
     assert top and len(top) < len(start)
     for i, weights in enumerate(start):
