@@ -265,31 +265,26 @@ def _read_batches(path, batch_size, max_records):
     if max_records is not None:
         dataset = dataset.take(max_records)
     start = 0
-    iterator = iter(dataset.batch(batch_size))
-    while True:
+    try:
+        for batch in dataset.batch(batch_size):
+            records = list(batch.numpy())
+            yield start, records
+            start += len(records)
+    except tf.errors.DataLossError:
+        # The failing batch is lost: re-read its records one by one to keep the
+        # good ones and find the exact index of the bad one.
+        records, error = [], None
         try:
-            batch = next(iterator)
-        except StopIteration:
-            return
-        except tf.errors.DataLossError:
-            # The failing batch is lost: re-read its records one by one to keep the
-            # good ones and find the exact index of the bad one.
-            records, error = [], None
-            try:
-                for record in tf.data.TFRecordDataset(path).skip(start).take(batch_size):
-                    records.append(record.numpy())
-            except tf.errors.DataLossError as e:
-                error = e
-            if records:
-                yield start, records
-            yield (
-                start + len(records),
-                error or tf.errors.DataLossError(None, None, "corrupt record"),
-            )
-            return
-        records = list(batch.numpy())
-        yield start, records
-        start += len(records)
+            for record in tf.data.TFRecordDataset(path).skip(start).take(batch_size):
+                records.append(record.numpy())
+        except tf.errors.DataLossError as e:
+            error = e
+        if records:
+            yield start, records
+        yield (
+            start + len(records),
+            error or tf.errors.DataLossError(None, None, "corrupt record"),
+        )
 
 
 def check_records(
