@@ -44,14 +44,14 @@ def _move(results, fraction):
     chunks): the corpus's last train record when validation got none (and `fraction`
     > 0), its last validation record when train got none. None when nothing moves."""
     order = sorted(results)
-    count = {split: sum(results[i].split(split).sequences for i in order) for split in SPLITS}
+    count = {split: sum(getattr(results[i], split).sequences for i in order) for split in SPLITS}
     if fraction > 0 and count["validation"] == 0 and count["train"] > 1:
         source = "train"
     elif count["train"] == 0 and count["validation"] > 0:
         source = "validation"
     else:
         return None
-    return source, max(i for i in order if results[i].split(source).sequences)
+    return source, max(i for i in order if getattr(results[i], source).sequences)
 
 
 def assemble_splits(out_dir, work_dir, results, shards, fraction, written):
@@ -71,7 +71,7 @@ def assemble_splits(out_dir, work_dir, results, shards, fraction, written):
             )
     infos = []
     for split, count in zip(SPLITS, shards):
-        entries = {i: results[i].split(split) for i in results}
+        entries = {i: getattr(results[i], split) for i in results}
         trim = None
         if moved is not None and moved.split == split:
             left = entries[moved.chunk]

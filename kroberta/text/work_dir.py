@@ -104,7 +104,7 @@ class WorkDir:
             if result is not None and all(
                 os.path.exists(self.part_path(chunk.index, split))
                 for split in SPLITS
-                if result.split(split).sequences
+                if getattr(result, split).sequences
             ):
                 done[chunk.index] = result
         return done
