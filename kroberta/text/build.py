@@ -428,17 +428,6 @@ def _first_missing(path):
     return missing
 
 
-def _remove_partial(created, written):
-    """After a failure: the directory this prepare created goes whole; in one that existed,
-    only the files it wrote."""
-    if created is not None:
-        shutil.rmtree(created, ignore_errors=True)
-        return
-    for path in written:
-        with contextlib.suppress(OSError):
-            os.remove(path)
-
-
 def prepare(
     inputs,
     out_dir,
@@ -536,12 +525,17 @@ def _prepare_into(arguments, workers, overwrite, started):
     try:
         return _build(job, work, key, plan, scanned, written, started)
     except BaseException as error:
+        for path in written:
+            with contextlib.suppress(OSError):
+                os.remove(path)
         if not isinstance(error, InputError) and work.has_plan():
-            _remove_partial(None, written)  # the finished chunks stay, for the next run
-            work.remove_stray()  # what stopped workers were writing: the space comes back now
-        else:
+            # The finished chunks stay, for the next run; what stopped workers were
+            # writing goes: the space comes back now.
+            work.remove_stray()
+        else:  # the work too, and the output directory when this prepare created it
             work.remove()
-            _remove_partial(created, written)
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
         raise
 
 
