@@ -161,14 +161,6 @@ def _json_array_records(path, on_bytes):
         progress.finish(locations.size(path))
 
 
-def _open(path, start, end):
-    """(raw file, stream): the whole (possibly gzipped) file, or its bytes `start` to
-    `end` (a piece of a file cut into chunks: never gzipped)."""
-    if start or end is not None:
-        return locations.open_range(path, start, end)
-    return locations.open_stream(path)
-
-
 def _line(number, start):
     """Where a line is, for messages: in a piece that starts inside the file, its number
     counts from the piece's first byte."""
@@ -176,7 +168,7 @@ def _line(number, start):
 
 
 def _jsonl_records(path, on_bytes, start=0, end=None):
-    raw, stream = _open(path, start, end)
+    raw, stream = locations.open_range(path, start, end)
     progress = ByteProgress(raw, on_bytes, start)
     with raw, stream:
         for number, line in enumerate(stream, start=1):
@@ -255,7 +247,7 @@ def _csv_records(path, on_bytes, fmt, fields, columns, start=0, end=None):
     """Rows as dicts of column -> str; `columns` names a headerless file's columns (None:
     the first row does). A piece from byte `start` > 0 (after the header) to `end` takes
     its column names from the file's first row."""
-    raw, stream = _open(path, start, end)
+    raw, stream = locations.open_range(path, start, end)
     progress = ByteProgress(raw, on_bytes, start)
     data_lines = _DataLines()
     with raw, stream:
