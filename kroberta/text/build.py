@@ -144,16 +144,14 @@ def _scan_inputs(files, strict, text_field, split):
                 size = check_source(source.path, source.format, text_field, split)
             except OSError as e:
                 raise InputError(f"{path}: unreadable ({e.strerror or e})") from None
-            good.append(source)
-            sizes.append(size)
             # Empty records are known only once read (an all-empty corpus is refused then);
             # an empty file now, before a tokenizer is trained on nothing.
-            has_text |= size > 0
-            continue
-        try:
-            size, problem, offset, text = scan_file(path)
-        except OSError as e:
-            size, problem, offset, text = 0, f"unreadable ({e.strerror or e})", None, False
+            problem, text = None, size > 0
+        else:
+            try:
+                size, problem, offset, text = scan_file(path)
+            except OSError as e:
+                size, problem, offset, text = 0, f"unreadable ({e.strerror or e})", None, False
         if problem is None:
             good.append(source)
             sizes.append(size)
