@@ -178,10 +178,8 @@ def _tokenizer(job, chunks, total_bytes, taken):
         bar = Progress(
             min(total_bytes, job.tokenizer_sample_bytes), "tokenizer", enabled=job.progress
         )
-        with warnings.catch_warnings():
-            warnings.simplefilter(
-                "ignore", VocabularyShortfallWarning
-            )  # recorded as a PrepareWarning
+        with warnings.catch_warnings():  # a shortfall is recorded as a PrepareWarning
+            warnings.simplefilter("ignore", VocabularyShortfallWarning)
             documents = sample_documents(
                 chunks, total_bytes, job.tokenizer_sample_bytes, bar.add, taken
             )

@@ -263,9 +263,8 @@ def _csv_records(path, on_bytes, fmt, fields, columns, start=0, end=None):
                 raise InputError(f"{path}: line 1: cannot read the header: {e}") from None
         check_columns(path, names, fields, header=not columns)
         header_lines = data_lines.count
-        first = {
-            name: i for i, name in reversed(list(enumerate(names)))
-        }  # a repeated name: its first column
+        # A repeated name: its first column.
+        first = {name: i for i, name in reversed(list(enumerate(names)))}
         records, spanning = 0, None  # spanning: the line where the first multi-line record starts
         try:
             row_start = rows.line_num
@@ -285,9 +284,8 @@ def _csv_records(path, on_bytes, fmt, fields, columns, start=0, end=None):
         except csv.Error as e:
             raise InputError(f"{path}: {_line(rows.line_num, start)}: {e}") from None
         progress.finish(locations.size(path) if end is None else end)
-    if (
-        not start and end is None
-    ):  # a file cut into pieces is counted whole when cut (`kroberta.text.chunks`)
+    # A file cut into pieces is counted whole when cut (`kroberta.text.chunks`).
+    if not start and end is None:
         check_record_count(path, records, data_lines.count - header_lines, spanning)
 
 
@@ -337,9 +335,8 @@ def check_source(path: str, fmt: str, field: str, split: str):
     """
     if fmt in ARROW_FORMATS:
         return arrowfiles.text_column_size(path, fmt, field, split)
-    next(
-        iter_values(path, fmt, field, split), None
-    )  # the header, or the first record, has the field
+    # The header, or the first record, has the field.
+    next(iter_values(path, fmt, field, split), None)
     return locations.size(path)
 
 
