@@ -185,24 +185,17 @@ class _FileChecker:
                 )
             bad[:] |= mask
 
-        for name in REQUIRED_FEATURES:
+        for name in FEATURES:
             length = columns[name][0]
-            flag(length == 0, name, None, "missing feature (or empty list)")
-            if L is not None:
+            if name in REQUIRED_FEATURES:
+                flag(length == 0, name, None, "missing feature (or empty list)")
+            if L is not None:  # 0 values: missing (flagged above), or no labels (optional)
                 flag(
-                    length != L,
+                    (length != 0) & (length != L),
                     name,
                     None,
                     lambda r, length=length: _words(rules.wrong_length(length[r], L)),
                 )
-        lengths_labels = columns["labels"][0]
-        if L is not None:
-            flag(
-                (lengths_labels != 0) & (lengths_labels != L),
-                "labels",
-                None,
-                lambda r: _words(rules.wrong_length(lengths_labels[r], L)),
-            )
         good = np.flatnonzero(~bad)
         if not len(good) or L is None:
             return
