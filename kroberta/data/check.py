@@ -194,7 +194,7 @@ class _FileChecker:
                     (length != 0) & (length != L),
                     name,
                     None,
-                    lambda r, length=length: _words(rules.wrong_length(length[r], L)),
+                    lambda r, length=length: "".join(map(str, rules.wrong_length(length[r], L))),
                 )
         good = np.flatnonzero(~bad)
         if not len(good) or L is None:
@@ -243,10 +243,6 @@ class _FileChecker:
                     rule.feature,
                     lambda p, rule=rule: rule.found(p, rule.upper_bound(V)),
                 )
-
-
-def _words(parts) -> str:
-    return "".join(map(str, parts))
 
 
 def _read_batches(path, batch_size, max_records):
