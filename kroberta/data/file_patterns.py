@@ -17,17 +17,12 @@ from kroberta.run_layout import MANIFEST_NAME
 from kroberta.storage import is_url
 
 
-def matching(pattern: str) -> list[str]:
-    """The paths `pattern` matches, sorted (a name without wildcards matches itself when
-    it exists). Hidden files match a `*` as TensorFlow's glob matches them."""
-    return storage.glob(pattern, include_hidden=True)
-
-
 def resolve_files(patterns, key: str) -> tuple[str, ...]:
     """Expands files and globs in order; an unmatched pattern is an error naming `key`."""
     files = []
     for pattern in patterns:
-        matched = matching(pattern)
+        # Sorted; hidden files match a `*` as TensorFlow's glob matches them.
+        matched = storage.glob(pattern, include_hidden=True)
         if not matched:
             looks_like_text = " " in pattern and "/" not in pattern
             hint = (
