@@ -11,8 +11,8 @@ import os
 
 from kroberta import storage
 from kroberta.config import DataConfig
-from kroberta.data.manifest import Manifest, load_prepared
-from kroberta.errors import InputError
+from kroberta.data.manifest import Manifest, load_manifest
+from kroberta.errors import ConfigError, InputError
 from kroberta.run_layout import MANIFEST_NAME
 from kroberta.storage import is_url
 
@@ -78,7 +78,11 @@ def find_sources(data: DataConfig) -> DataSources:
 def prepared_sources(directory: str, key: str, validation=()) -> DataSources:
     """The sources of prepared `directory` (named by config key `key`); its validation
     files, or `validation`'s patterns when it has none."""
-    manifest = load_prepared(directory, key)
+    if not is_url(directory) and not os.path.isdir(directory):  # a URL: the manifest says
+        raise ConfigError(
+            f"{key}: {directory} is not a directory; give the --out of python -m kroberta.prepare"
+        )
+    manifest = load_manifest(directory)
     return DataSources(
         resolve_files(manifest.train_files, "data.train"),
         resolve_files(tuple(manifest.validation_files) or validation, "data.validation"),
