@@ -183,15 +183,12 @@ def _jsonl_records(path, on_bytes, start=0, end=None):
                     f"{path}: {_line(number, start)}: not UTF-8 ({e.reason})"
                 ) from None
             except json.JSONDecodeError as e:
-                # A first line that does not parse: most often one object over many lines.
-                hint = (
-                    (
+                hint = ""
+                if number == 1 and not start:  # most often one object over many lines
+                    hint = (
                         "; JSON lines hold one whole object per line (or give a JSON array, "
                         "[{...}, ...])"
                     )
-                    if number == 1 and not start
-                    else ""
-                )
                 raise InputError(
                     f"{path}: {_line(number, start)}: not a JSON object: {e.msg}{hint}"
                 ) from None
