@@ -12,6 +12,7 @@ never stopped. An `out_dir` on a URL (gs://, any fsspec filesystem: `kroberta.st
 is prepared in a local temporary directory, then uploaded with the manifest last.
 """
 
+import collections
 import contextlib
 import logging
 import math
@@ -249,14 +250,13 @@ def _tell(job, results, chunks):
     logger.info(
         f"read {documents} {'line(s)' if job.line_by_line else 'document(s)'} from {files} file(s)"
     )
-    lines_before, longest = {}, {}
+    lines_before, longest = collections.Counter(), {}
     for chunk in chunks:  # line numbers count from a piece's start: made the file's
         result = results[chunk.index]
         for path, (lines, first) in result.long_documents.items():
             if lines > longest.get(path, (0,))[0]:
-                longest[path] = (lines, lines_before.get(path, 0) + first)
-        for path, lines in result.lines.items():
-            lines_before[path] = lines_before.get(path, 0) + lines
+                longest[path] = (lines, lines_before[path] + first)
+        lines_before.update(result.lines)
     for path, (lines, first) in longest.items():
         # A file of one document per line is one document here: its documents get no
         # </s> between them. Splitting at every line instead would cut each paragraph of
