@@ -91,10 +91,8 @@ def _cut_after(f, target: int, size: int, blank_lines: bool) -> int | None:
         more = f.read(SEARCH_BYTES)
         if not more:
             return None
-        newline = more.find(b"\n")
-        if newline >= 0:
-            newline += len(window)
         window += more
+        newline = window.find(b"\n", len(window) - len(more))
     if newline < 0:
         return None
     cut = target + newline
