@@ -153,11 +153,8 @@ def read_records(path) -> list[bytes]:
     with open(path, "rb") as f:
         data = f.read()
     offsets = record_offsets(path)
-    out = []
-    for start in offsets[:-1]:
-        (length,) = struct.unpack("<Q", data[start : start + 8])
-        out.append(data[start + 12 : start + 12 + length])
-    return out
+    # A frame: length (8 bytes) and its CRC (4), the data, the data's CRC (4).
+    return [data[start + 12 : end - 4] for start, end in zip(offsets, offsets[1:])]
 
 
 def concatenate(parts, path, last_part_bytes=None):
