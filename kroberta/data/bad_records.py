@@ -8,6 +8,7 @@ the same order and without the model, batch by batch, and the first batch that
 fails is examined record by record.
 """
 
+import functools
 import re
 
 import tensorflow as tf
@@ -57,17 +58,14 @@ def first_bad_record(
     if max_records is not None:
         tagged = tagged.take(max_records)
 
-    @tf.function
-    def check(paths, indices, records):
-        return parse_checked_batch(
-            paths,
-            indices,
-            records,
+    check = tf.function(
+        functools.partial(
+            parse_checked_batch,
             length=length,
             vocabulary_size=vocabulary_size,
             with_labels=with_labels,
         )
-
+    )
     for paths, indices, records in tagged.batch(_REPLAY_BATCH).as_numpy_iterator():
         try:
             check(paths, indices, records)

@@ -185,24 +185,17 @@ class _FileChecker:
                 )
             bad[:] |= mask
 
-        for name in REQUIRED_FEATURES:
+        for name in FEATURES:
             length = columns[name][0]
-            flag(length == 0, name, None, "missing feature (or empty list)")
-            if L is not None:
+            if name in REQUIRED_FEATURES:
+                flag(length == 0, name, None, "missing feature (or empty list)")
+            if L is not None:  # 0 values: missing (flagged above), or no labels (optional)
                 flag(
-                    length != L,
+                    (length != 0) & (length != L),
                     name,
                     None,
-                    lambda r, length=length: _words(rules.wrong_length(length[r], L)),
+                    lambda r, length=length: "".join(map(str, rules.wrong_length(length[r], L))),
                 )
-        lengths_labels = columns["labels"][0]
-        if L is not None:
-            flag(
-                (lengths_labels != 0) & (lengths_labels != L),
-                "labels",
-                None,
-                lambda r: _words(rules.wrong_length(lengths_labels[r], L)),
-            )
         good = np.flatnonzero(~bad)
         if not len(good) or L is None:
             return
@@ -252,10 +245,6 @@ class _FileChecker:
                 )
 
 
-def _words(parts) -> str:
-    return "".join(map(str, parts))
-
-
 def _read_batches(path, batch_size, max_records):
     """Yield (start_index, [serialized]) and, at a corrupt record, (index, DataLossError)."""
     # start-up: TensorFlow loads when records are read
@@ -265,31 +254,26 @@ def _read_batches(path, batch_size, max_records):
     if max_records is not None:
         dataset = dataset.take(max_records)
     start = 0
-    iterator = iter(dataset.batch(batch_size))
-    while True:
+    try:
+        for batch in dataset.batch(batch_size):
+            records = list(batch.numpy())
+            yield start, records
+            start += len(records)
+    except tf.errors.DataLossError:
+        # The failing batch is lost: re-read its records one by one to keep the
+        # good ones and find the exact index of the bad one.
+        records, error = [], None
         try:
-            batch = next(iterator)
-        except StopIteration:
-            return
-        except tf.errors.DataLossError:
-            # The failing batch is lost: re-read its records one by one to keep the
-            # good ones and find the exact index of the bad one.
-            records, error = [], None
-            try:
-                for record in tf.data.TFRecordDataset(path).skip(start).take(batch_size):
-                    records.append(record.numpy())
-            except tf.errors.DataLossError as e:
-                error = e
-            if records:
-                yield start, records
-            yield (
-                start + len(records),
-                error or tf.errors.DataLossError(None, None, "corrupt record"),
-            )
-            return
-        records = list(batch.numpy())
-        yield start, records
-        start += len(records)
+            for record in tf.data.TFRecordDataset(path).skip(start).take(batch_size):
+                records.append(record.numpy())
+        except tf.errors.DataLossError as e:
+            error = e
+        if records:
+            yield start, records
+        yield (
+            start + len(records),
+            error or tf.errors.DataLossError(None, None, "corrupt record"),
+        )
 
 
 def check_records(

@@ -173,10 +173,7 @@ class EpochPlan:
         """
         first_epoch, within = 0, consumed
         if self.epoch_size(0) is not None:
-            while True:
-                size = self.epoch_size(first_epoch)
-                if within < size:
-                    break
+            while within >= (size := self.epoch_size(first_epoch)):
                 within -= size
                 first_epoch += 1
         return first_epoch, within

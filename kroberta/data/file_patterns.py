@@ -11,23 +11,18 @@ import os
 
 from kroberta import storage
 from kroberta.config import DataConfig
-from kroberta.data.manifest import Manifest, load_prepared
-from kroberta.errors import InputError
+from kroberta.data.manifest import Manifest, load_manifest
+from kroberta.errors import ConfigError, InputError
 from kroberta.run_layout import MANIFEST_NAME
 from kroberta.storage import is_url
-
-
-def matching(pattern: str) -> list[str]:
-    """The paths `pattern` matches, sorted (a name without wildcards matches itself when
-    it exists). Hidden files match a `*` as TensorFlow's glob matches them."""
-    return storage.glob(pattern, include_hidden=True)
 
 
 def resolve_files(patterns, key: str) -> tuple[str, ...]:
     """Expands files and globs in order; an unmatched pattern is an error naming `key`."""
     files = []
     for pattern in patterns:
-        matched = matching(pattern)
+        # Sorted; hidden files match a `*` as TensorFlow's glob matches them.
+        matched = storage.glob(pattern, include_hidden=True)
         if not matched:
             looks_like_text = " " in pattern and "/" not in pattern
             hint = (
@@ -83,7 +78,11 @@ def find_sources(data: DataConfig) -> DataSources:
 def prepared_sources(directory: str, key: str, validation=()) -> DataSources:
     """The sources of prepared `directory` (named by config key `key`); its validation
     files, or `validation`'s patterns when it has none."""
-    manifest = load_prepared(directory, key)
+    if not is_url(directory) and not os.path.isdir(directory):  # a URL: the manifest says
+        raise ConfigError(
+            f"{key}: {directory} is not a directory; give the --out of python -m kroberta.prepare"
+        )
+    manifest = load_manifest(directory)
     return DataSources(
         resolve_files(manifest.train_files, "data.train"),
         resolve_files(tuple(manifest.validation_files) or validation, "data.validation"),

@@ -40,13 +40,6 @@ def _read_first_record(path: str):
     raise InputError(f"{path}: the file holds no records")
 
 
-def count_framed_records(path: str) -> int | None:
-    """The records of a local TFRecord file, counted by walking its framing
-    (`tfrecord_files.frames`: a truncated tail is found here, at start-up); None for
-    remote files (gs://...)."""
-    return None if is_url(path) else sum(1 for _ in frames(path))
-
-
 def inspect_files(files, key: str) -> DataSpec:
     """Checks every file's framing and first record before any compute is spent.
 
@@ -55,7 +48,9 @@ def inspect_files(files, key: str) -> DataSpec:
     """
     lengths = {}
     has_labels = set()
-    counts = [count_framed_records(path) for path in files]
+    # Local files' records counted by walking their framing (a truncated tail is found
+    # here, at start-up); None for remote files (gs://...).
+    counts = [None if is_url(path) else sum(1 for _ in frames(path)) for path in files]
     for path in files:
         first = _read_first_record(path)
         try:

@@ -10,7 +10,7 @@ import json
 import os
 
 from kroberta.atomic import atomic_write
-from kroberta.errors import ConfigError, InputError
+from kroberta.errors import InputError
 from kroberta.run_layout import MANIFEST_NAME
 from kroberta.storage import is_url, isfile, join, read_text
 
@@ -91,15 +91,6 @@ def _require(obj, keys, path, not_an_object: str, label):
     for key in keys:
         if key not in obj:
             raise InputError(f"{path}: missing key {label(key)}")
-
-
-def load_prepared(directory, key: str):
-    """`load_manifest` of the directory `key` names (data.dir), which must be one."""
-    if not is_url(directory) and not os.path.isdir(directory):  # a URL: the manifest says
-        raise ConfigError(
-            f"{key}: {directory} is not a directory; give the --out of python -m kroberta.prepare"
-        )
-    return load_manifest(directory)
 
 
 def load_manifest(directory):

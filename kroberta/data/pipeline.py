@@ -30,18 +30,14 @@ from kroberta.data.batch_parsing import parse_checked_batch
 from kroberta.data.epochs import FileOrder
 from kroberta.data.file_patterns import resolve_files
 from kroberta.data.files import DataSpec, check_against_model, inspect_files, spec_records
-from kroberta.data.records import FEATURES
 from kroberta.errors import InputError
 from kroberta.tokens import IGNORE_LABEL
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 __all__ = [
-    "InputError",
     "DataSpec",
     "explain_pipeline_error",
-    "first_bad_record",
-    "FEATURES",
     "resolve_files",
     "inspect_files",
     "check_against_model",

@@ -13,6 +13,7 @@ Tests check the bytes against `tf.io.TFRecordWriter`'s, and read them with `tf.d
 """
 
 import os
+import shutil
 import struct
 
 import numpy as np
@@ -21,6 +22,7 @@ from kroberta.atomic import temporary_name
 from kroberta.errors import InputError
 
 _POLYNOMIAL = 0x82F63B78  # CRC-32C (Castagnoli), reflected
+COPY_BLOCK = 1 << 24  # bytes per copy call when parts are joined
 
 
 def _table():
@@ -151,11 +153,8 @@ def read_records(path) -> list[bytes]:
     with open(path, "rb") as f:
         data = f.read()
     offsets = record_offsets(path)
-    out = []
-    for start in offsets[:-1]:
-        (length,) = struct.unpack("<Q", data[start : start + 8])
-        out.append(data[start + 12 : start + 12 + length])
-    return out
+    # A frame: length (8 bytes) and its CRC (4), the data, the data's CRC (4).
+    return [data[start + 12 : end - 4] for start, end in zip(offsets, offsets[1:])]
 
 
 def concatenate(parts, path, last_part_bytes=None):
@@ -167,13 +166,12 @@ def concatenate(parts, path, last_part_bytes=None):
         return
     tmp = temporary_name(path)
     try:
-        with open(tmp, "wb") as out:
-            for number, part in enumerate(parts):
-                with open(part, "rb") as f:
-                    size = os.fstat(f.fileno()).st_size
-                    if number == len(parts) - 1 and last_part_bytes is not None:
-                        size = last_part_bytes
-                    _copy(f, out, size)
+        with open(tmp, "wb", buffering=0) as out:
+            for part in parts:
+                with open(part, "rb", buffering=0) as f:
+                    _append(f, out)
+            if last_part_bytes is not None:  # the last part's tail cut off again
+                out.truncate(out.tell() - os.path.getsize(parts[-1]) + last_part_bytes)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -181,21 +179,10 @@ def concatenate(parts, path, last_part_bytes=None):
         raise
 
 
-def _copy(source, out, size):
-    """The first `size` bytes of `source` appended to `out` (in the kernel where it can)."""
-    copied = 0
+def _append(source, out):
+    """The rest of `source` appended to `out` (unbuffered files): in the kernel where it can."""
     try:
-        while copied < size:
-            sent = os.sendfile(out.fileno(), source.fileno(), copied, size - copied)
-            if sent == 0:
-                break
-            copied += sent
-    except OSError:  # no sendfile between files here: through Python
-        source.seek(copied)
-        out.seek(0, os.SEEK_END)
-        while copied < size:
-            block = source.read(min(1 << 24, size - copied))
-            if not block:
-                break
-            out.write(block)
-            copied += len(block)
+        while os.sendfile(out.fileno(), source.fileno(), None, COPY_BLOCK):
+            pass
+    except OSError:  # no sendfile between files here: the rest through Python
+        shutil.copyfileobj(source, out, COPY_BLOCK)

@@ -107,11 +107,10 @@ def text_column_size(path: str, fmt: str, field: str, split: str) -> int:
 def iter_records(path: str, fmt: str, fields, split: str, on_bytes=None):
     """("record N", dict of field -> value) for each row of a Parquet file or `datasets`
     directory."""
-    done = 0
-    for batch in _batches(path, fmt, fields, split, on_bytes):
-        for record in batch.to_pylist():
-            done += 1
-            yield f"record {done}", record
+    batches = _batches(path, fmt, fields, split, on_bytes)
+    records = (record for batch in batches for record in batch.to_pylist())
+    for number, record in enumerate(records, start=1):
+        yield f"record {number}", record
 
 
 def iter_values(path: str, fmt: str, field: str, split: str, on_bytes=None):

@@ -16,7 +16,7 @@ from kroberta.text.job import SPLITS, SplitCount
 
 
 class MovedRecord(NamedTuple):
-    """The one record moved to the other split (`_move`)."""
+    """The one record moved to the other split (`_moved`)."""
 
     split: str  # the split it leaves
     chunk: int  # the chunk whose last record of `split` it is
@@ -38,40 +38,35 @@ def groups(counts: list[int], shards: int) -> list[list[int]]:
     return [g for g in out if g]
 
 
-def _move(results, fraction):
-    """(split, chunk index) of the one record to move to the other split so that
-    neither is empty where it can be (prepare's rule before its records were made in
-    chunks): the corpus's last train record when validation got none (and `fraction`
-    > 0), its last validation record when train got none. None when nothing moves."""
+def _moved(results, fraction, work_dir) -> MovedRecord | None:
+    """The one record to move to the other split so that neither is empty where it can
+    be (prepare's rule before its records were made in chunks): the corpus's last train
+    record when validation got none (and `fraction` > 0), its last validation record
+    when train got none. None when nothing moves."""
     order = sorted(results)
-    count = {split: sum(results[i].split(split).sequences for i in order) for split in SPLITS}
+    count = {split: sum(getattr(results[i], split).sequences for i in order) for split in SPLITS}
     if fraction > 0 and count["validation"] == 0 and count["train"] > 1:
         source = "train"
     elif count["train"] == 0 and count["validation"] > 0:
         source = "validation"
     else:
         return None
-    return source, max(i for i in order if results[i].split(source).sequences)
+    last = max(i for i in order if getattr(results[i], source).sequences)
+    path = work_dir.part_path(last, source)
+    offset = record_offsets(path)[-2]
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return MovedRecord(source, last, f.read(), offset, results[last].last_tokens[source])
 
 
 def assemble_splits(out_dir, work_dir, results, shards, fraction, written):
     """Writes both splits' shards from the chunks' parts (`results`: chunk index -> its
     result); `shards`: (train, validation) files at most; `written` hears each file.
     Returns the manifest entries (train, validation)."""
-    move = _move(results, fraction)
-    moved = None
-    if move is not None:
-        source, last = move
-        path = work_dir.part_path(last, source)
-        offsets = record_offsets(path)
-        with open(path, "rb") as f:
-            f.seek(offsets[-2])
-            moved = MovedRecord(
-                source, last, f.read(), offsets[-2], results[last].last_tokens[source]
-            )
+    moved = _moved(results, fraction, work_dir)
     infos = []
     for split, count in zip(SPLITS, shards):
-        entries = {i: results[i].split(split) for i in results}
+        entries = {i: getattr(results[i], split) for i in results}
         trim = None
         if moved is not None and moved.split == split:
             left = entries[moved.chunk]

@@ -12,6 +12,7 @@ never stopped. An `out_dir` on a URL (gs://, any fsspec filesystem: `kroberta.st
 is prepared in a local temporary directory, then uploaded with the manifest last.
 """
 
+import collections
 import contextlib
 import logging
 import math
@@ -144,16 +145,14 @@ def _scan_inputs(files, strict, text_field, split):
                 size = check_source(source.path, source.format, text_field, split)
             except OSError as e:
                 raise InputError(f"{path}: unreadable ({e.strerror or e})") from None
-            good.append(source)
-            sizes.append(size)
             # Empty records are known only once read (an all-empty corpus is refused then);
             # an empty file now, before a tokenizer is trained on nothing.
-            has_text |= size > 0
-            continue
-        try:
-            size, problem, offset, text = scan_file(path)
-        except OSError as e:
-            size, problem, offset, text = 0, f"unreadable ({e.strerror or e})", None, False
+            problem, text = None, size > 0
+        else:
+            try:
+                size, problem, offset, text = scan_file(path)
+            except OSError as e:
+                size, problem, offset, text = 0, f"unreadable ({e.strerror or e})", None, False
         if problem is None:
             good.append(source)
             sizes.append(size)
@@ -180,10 +179,8 @@ def _tokenizer(job, chunks, total_bytes, taken):
         bar = Progress(
             min(total_bytes, job.tokenizer_sample_bytes), "tokenizer", enabled=job.progress
         )
-        with warnings.catch_warnings():
-            warnings.simplefilter(
-                "ignore", VocabularyShortfallWarning
-            )  # recorded as a PrepareWarning
+        with warnings.catch_warnings():  # a shortfall is recorded as a PrepareWarning
+            warnings.simplefilter("ignore", VocabularyShortfallWarning)
             documents = sample_documents(
                 chunks, total_bytes, job.tokenizer_sample_bytes, bar.add, taken
             )
@@ -253,14 +250,13 @@ def _tell(job, results, chunks):
     logger.info(
         f"read {documents} {'line(s)' if job.line_by_line else 'document(s)'} from {files} file(s)"
     )
-    lines_before, longest = {}, {}
+    lines_before, longest = collections.Counter(), {}
     for chunk in chunks:  # line numbers count from a piece's start: made the file's
         result = results[chunk.index]
         for path, (lines, first) in result.long_documents.items():
             if lines > longest.get(path, (0,))[0]:
-                longest[path] = (lines, lines_before.get(path, 0) + first)
-        for path, lines in result.lines.items():
-            lines_before[path] = lines_before.get(path, 0) + lines
+                longest[path] = (lines, lines_before[path] + first)
+        lines_before.update(result.lines)
     for path, (lines, first) in longest.items():
         # A file of one document per line is one document here: its documents get no
         # </s> between them. Splitting at every line instead would cut each paragraph of
@@ -428,17 +424,6 @@ def _first_missing(path):
     return missing
 
 
-def _remove_partial(created, written):
-    """After a failure: the directory this prepare created goes whole; in one that existed,
-    only the files it wrote."""
-    if created is not None:
-        shutil.rmtree(created, ignore_errors=True)
-        return
-    for path in written:
-        with contextlib.suppress(OSError):
-            os.remove(path)
-
-
 def prepare(
     inputs,
     out_dir,
@@ -536,12 +521,17 @@ def _prepare_into(arguments, workers, overwrite, started):
     try:
         return _build(job, work, key, plan, scanned, written, started)
     except BaseException as error:
+        for path in written:
+            with contextlib.suppress(OSError):
+                os.remove(path)
         if not isinstance(error, InputError) and work.has_plan():
-            _remove_partial(None, written)  # the finished chunks stay, for the next run
-            work.remove_stray()  # what stopped workers were writing: the space comes back now
-        else:
+            # The finished chunks stay, for the next run; what stopped workers were
+            # writing goes: the space comes back now.
+            work.remove_stray()
+        else:  # the work too, and the output directory when this prepare created it
             work.remove()
-            _remove_partial(created, written)
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
         raise
 
 

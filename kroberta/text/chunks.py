@@ -91,10 +91,8 @@ def _cut_after(f, target: int, size: int, blank_lines: bool) -> int | None:
         more = f.read(SEARCH_BYTES)
         if not more:
             return None
-        newline = more.find(b"\n")
-        if newline >= 0:
-            newline += len(window)
         window += more
+        newline = window.find(b"\n", len(window) - len(more))
     if newline < 0:
         return None
     cut = target + newline
@@ -115,10 +113,8 @@ def csv_cut_points(path: str, size: int, chunk_bytes: int) -> list[int]:
         nonlocal offset, data_lines
         for number, line in enumerate(f):
             offset += len(line)
-            if number == 0 and line.startswith(
-                b"\xef\xbb\xbf"
-            ):  # a byte-order mark, dropped when read
-                line = line[3:]
+            if number == 0:  # a byte-order mark, dropped when read
+                line = line.removeprefix(b"\xef\xbb\xbf")
             data_lines += bool(line.rstrip(b"\r\n"))
             # Quotes, commas and line ends are ASCII, which no byte of a multi-byte UTF-8
             # character is: latin-1 keeps the structure and never fails.

@@ -6,6 +6,7 @@ serializes (Python + numpy, about a quarter of prepare's time).
 """
 
 import contextlib
+import itertools
 import queue
 import threading
 
@@ -65,12 +66,7 @@ def encoded_documents(tok, files, on_bytes=None, line_by_line=False, counts=None
 
 def blocks(sequences, size):
     """Group (ids, mask) rows into ((n, L), (n, L)) arrays of up to `size` rows (n <= size)."""
-    ids, masks = [], []
-    for row, mask in sequences:
-        ids.append(row)
-        masks.append(mask)
-        if len(ids) == size:
-            yield np.stack(ids), np.stack(masks)
-            ids, masks = [], []
-    if ids:
+    sequences = iter(sequences)
+    while rows := list(itertools.islice(sequences, size)):
+        ids, masks = zip(*rows)
         yield np.stack(ids), np.stack(masks)

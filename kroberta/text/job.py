@@ -83,9 +83,6 @@ class ChunkResult:
     long_documents: dict[str, tuple]  # path -> (lines, first line) of its longest document
     last_tokens: dict[str, int]  # split -> tokens of its last record, for `assembly`
 
-    def split(self, name) -> SplitCount:
-        return getattr(self, name)
-
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 

@@ -36,9 +36,12 @@ def open_stream(path: str):
 
 
 def open_range(path: str, start: int, end: int | None):
-    """(raw file, binary stream of bytes `start` to `end` (None: the end) of an input that
-    is not gzipped): a piece of a file cut into chunks (`kroberta.text.chunks`); the raw
-    file's position is the progress in bytes."""
+    """(raw file, binary stream of bytes `start` to `end` (None: the end) of an input): a
+    piece of a file cut into chunks (`kroberta.text.chunks`: never gzipped), or the whole
+    file, `open_stream`, when `start` is 0 and `end` None; the raw file's position is the
+    progress in bytes."""
+    if not start and end is None:
+        return open_stream(path)
     raw = open_input(path)
     end = size(path) if end is None else end
     return raw, io.BufferedReader(_Range(raw, start, end), 1 << 20)

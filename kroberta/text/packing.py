@@ -50,12 +50,7 @@ def pack_documents(documents, seq_len, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_
     if len(buffer):
         # The last sequence: the rest of the stream (ends with </s>), then padding.
         # At most `body` tokens remain, so it always fits.
-        row = np.full(seq_len, pad_id, dtype=np.int32)
-        row[0] = bos_id
-        row[1 : len(buffer) + 1] = buffer
-        mask = np.zeros(seq_len, dtype=np.int32)
-        mask[: len(buffer) + 1] = 1
-        yield row, mask
+        yield _padded(buffer, seq_len, bos_id, pad_id)
 
 
 def one_per_document(documents, seq_len, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID):
@@ -64,12 +59,15 @@ def one_per_document(documents, seq_len, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PA
     `pack_documents` yields them.
     """
     for doc in documents:
-        if len(doc) == 0:
-            continue
-        body = np.asarray(doc[: seq_len - 2], dtype=np.int32)
-        row = np.full(seq_len, pad_id, dtype=np.int32)
-        row[0], row[len(body) + 1] = bos_id, eos_id
-        row[1 : len(body) + 1] = body
-        mask = np.zeros(seq_len, dtype=np.int32)
-        mask[: len(body) + 2] = 1
-        yield row, mask
+        if len(doc):
+            yield _padded([*doc[: seq_len - 2], eos_id], seq_len, bos_id, pad_id)
+
+
+def _padded(tokens, seq_len, bos_id, pad_id):
+    """(input_ids, attention_mask) (seq_len,) int32: `<s>`, `tokens`, then padding."""
+    row = np.full(seq_len, pad_id, dtype=np.int32)
+    row[0] = bos_id
+    row[1 : len(tokens) + 1] = tokens
+    mask = np.zeros(seq_len, dtype=np.int32)
+    mask[: len(tokens) + 1] = 1
+    return row, mask

@@ -161,14 +161,6 @@ def _json_array_records(path, on_bytes):
         progress.finish(locations.size(path))
 
 
-def _open(path, start, end):
-    """(raw file, stream): the whole (possibly gzipped) file, or its bytes `start` to
-    `end` (a piece of a file cut into chunks: never gzipped)."""
-    if start or end is not None:
-        return locations.open_range(path, start, end)
-    return locations.open_stream(path)
-
-
 def _line(number, start):
     """Where a line is, for messages: in a piece that starts inside the file, its number
     counts from the piece's first byte."""
@@ -176,7 +168,7 @@ def _line(number, start):
 
 
 def _jsonl_records(path, on_bytes, start=0, end=None):
-    raw, stream = _open(path, start, end)
+    raw, stream = locations.open_range(path, start, end)
     progress = ByteProgress(raw, on_bytes, start)
     with raw, stream:
         for number, line in enumerate(stream, start=1):
@@ -191,15 +183,12 @@ def _jsonl_records(path, on_bytes, start=0, end=None):
                     f"{path}: {_line(number, start)}: not UTF-8 ({e.reason})"
                 ) from None
             except json.JSONDecodeError as e:
-                # A first line that does not parse: most often one object over many lines.
-                hint = (
-                    (
+                hint = ""
+                if number == 1 and not start:  # most often one object over many lines
+                    hint = (
                         "; JSON lines hold one whole object per line (or give a JSON array, "
                         "[{...}, ...])"
                     )
-                    if number == 1 and not start
-                    else ""
-                )
                 raise InputError(
                     f"{path}: {_line(number, start)}: not a JSON object: {e.msg}{hint}"
                 ) from None
@@ -255,7 +244,7 @@ def _csv_records(path, on_bytes, fmt, fields, columns, start=0, end=None):
     """Rows as dicts of column -> str; `columns` names a headerless file's columns (None:
     the first row does). A piece from byte `start` > 0 (after the header) to `end` takes
     its column names from the file's first row."""
-    raw, stream = _open(path, start, end)
+    raw, stream = locations.open_range(path, start, end)
     progress = ByteProgress(raw, on_bytes, start)
     data_lines = _DataLines()
     with raw, stream:
@@ -271,9 +260,8 @@ def _csv_records(path, on_bytes, fmt, fields, columns, start=0, end=None):
                 raise InputError(f"{path}: line 1: cannot read the header: {e}") from None
         check_columns(path, names, fields, header=not columns)
         header_lines = data_lines.count
-        first = {
-            name: i for i, name in reversed(list(enumerate(names)))
-        }  # a repeated name: its first column
+        # A repeated name: its first column.
+        first = {name: i for i, name in reversed(list(enumerate(names)))}
         records, spanning = 0, None  # spanning: the line where the first multi-line record starts
         try:
             row_start = rows.line_num
@@ -293,9 +281,8 @@ def _csv_records(path, on_bytes, fmt, fields, columns, start=0, end=None):
         except csv.Error as e:
             raise InputError(f"{path}: {_line(rows.line_num, start)}: {e}") from None
         progress.finish(locations.size(path) if end is None else end)
-    if (
-        not start and end is None
-    ):  # a file cut into pieces is counted whole when cut (`kroberta.text.chunks`)
+    # A file cut into pieces is counted whole when cut (`kroberta.text.chunks`).
+    if not start and end is None:
         check_record_count(path, records, data_lines.count - header_lines, spanning)
 
 
@@ -345,9 +332,8 @@ def check_source(path: str, fmt: str, field: str, split: str):
     """
     if fmt in ARROW_FORMATS:
         return arrowfiles.text_column_size(path, fmt, field, split)
-    next(
-        iter_values(path, fmt, field, split), None
-    )  # the header, or the first record, has the field
+    # The header, or the first record, has the field.
+    next(iter_values(path, fmt, field, split), None)
     return locations.size(path)
 
 

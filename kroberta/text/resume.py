@@ -87,10 +87,7 @@ class Plan:
             [c.index, [dataclasses.asdict(s) for s in c.sources], list(c.sizes)]
             for c in self.chunks
         ]
-        return {
-            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
-            "chunks": chunks,
-        }
+        return {**vars(self), "chunks": chunks}
 
     @classmethod
     def from_json(cls, entries: dict) -> "Plan":

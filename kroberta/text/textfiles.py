@@ -206,10 +206,7 @@ def _text_documents(source, on_bytes, counts):
     lines, first, number = [], 0, -1
     path = source.path
     end = locations.size(path) if source.end is None else source.end
-    if source.start or source.end is not None:  # a plain text file (never .gz) cut in ranges
-        raw, stream = locations.open_range(path, source.start, end)
-    else:
-        raw, stream = locations.open_stream(path)
+    raw, stream = locations.open_range(path, source.start, source.end)
     progress = ByteProgress(raw, on_bytes, source.start)
     with raw, stream:
         for number, line_bytes in enumerate(stream):

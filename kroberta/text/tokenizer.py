@@ -24,14 +24,12 @@ class VocabularyShortfallWarning(UserWarning):
 
 
 def _special_added_tokens():
-    tokens = []
-    for name, text in SPECIAL_TOKENS.items():
-        # RoBERTa's <mask> strips the space before it, so "The <mask> sat" gives
-        # ["The", "<mask>", "Ġsat"] and the model predicts "Ġcat" (with its space).
-        tokens.append(
-            AddedToken(text, lstrip=(name == "mask"), rstrip=False, normalized=False, special=True)
-        )
-    return tokens
+    # RoBERTa's <mask> strips the space before it, so "The <mask> sat" gives
+    # ["The", "<mask>", "Ġsat"] and the model predicts "Ġcat" (with its space).
+    return [
+        AddedToken(text, lstrip=(name == "mask"), rstrip=False, normalized=False, special=True)
+        for name, text in SPECIAL_TOKENS.items()
+    ]
 
 
 def train_tokenizer(text_iterator, vocab_size, out_path=None, min_frequency=2):

@@ -7,6 +7,7 @@ are written under temporary names (`.tmp-*`) and renamed. The directory goes onc
 manifest is written; a prepare stopped before keeps it, and the same command resumes.
 """
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -104,7 +105,7 @@ class WorkDir:
             if result is not None and all(
                 os.path.exists(self.part_path(chunk.index, split))
                 for split in SPLITS
-                if result.split(split).sequences
+                if getattr(result, split).sequences
             ):
                 done[chunk.index] = result
         return done
@@ -112,10 +113,8 @@ class WorkDir:
     def remove_stray(self):
         """Temporary files of processes that were stopped mid-write."""
         for path in glob.glob(os.path.join(self.path, ".tmp-*")):
-            try:
+            with contextlib.suppress(OSError):
                 os.remove(path)
-            except OSError:
-                pass
 
 
 def _read_json(path: str, record):

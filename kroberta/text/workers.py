@@ -54,9 +54,7 @@ def prepare_chunk(job: WorkerJob, tok, chunk, on_bytes=None) -> ChunkResult:
     parts = {split: work.part_path(chunk.index, split) for split in SPLITS}
     writers = {}
     totals = {split: {"sequences": 0, "tokens": 0} for split in SPLITS}
-    last_tokens = {
-        split: 0 for split in SPLITS
-    }  # of each split's last record, for `assembly.hold_back`
+    last_tokens = dict.fromkeys(SPLITS, 0)  # of each split's last record, for `assembly._moved`
     start = 0
     try:
         for split, path in parts.items():
