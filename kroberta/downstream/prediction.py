@@ -40,8 +40,6 @@ def _what_texts_are(texts) -> str | None:
     else what `texts` is, for the message: the item that is not a string, say."""
     if isinstance(texts, str):
         return "one string (a list of one: [text])"
-    if isinstance(texts, np.ndarray):
-        return "a numpy array (texts.tolist() is a list)"
     if not isinstance(texts, (list, tuple)):
         return type(texts).__name__
     if not texts:
@@ -63,13 +61,16 @@ def predict_texts(classifier, texts, batch_size: int = 32) -> dict:
 
     Args:
         classifier: a fine-tuned classifier (`kroberta.finetune`'s, `kroberta.load`'s).
-        texts: the texts; for a pair task two lists, the first and second texts.
+        texts: the texts; for a pair task two lists, the first and second texts. A
+            numpy array or a pandas Series of strings is taken as its `tolist()`.
         batch_size: sequences per step (rounded up to a multiple of the devices).
 
     Returns:
         For classification {"probabilities": (n, K) float32, "labels": n class names};
         for regression {"values": (n,) float32}.
     """
+    if hasattr(texts, "tolist") and not isinstance(texts, (str, list, tuple)):
+        texts = texts.tolist()  # a numpy array (one or two rows of texts), a pandas column
     refused = _what_texts_are(texts)
     if refused:
         raise InputError(

@@ -44,6 +44,9 @@ def test_predict_takes_texts_and_gives_probabilities_and_labels(classifier, tmp_
     np.testing.assert_array_equal(
         predicted["probabilities"], prediction.predict_texts(classifier, TEXTS)["probabilities"]
     )
+    # A numpy array of texts (a column read with numpy or pandas) is its list.
+    as_array = kroberta.predict(classifier, np.array(TEXTS), batch_size=6)
+    np.testing.assert_array_equal(as_array["probabilities"], predicted["probabilities"])
     # Loaded from its folder (built over the same devices), it predicts the same.
     loaded = kroberta.load(kroberta.save(classifier, str(tmp_path / "c")))
     np.testing.assert_allclose(

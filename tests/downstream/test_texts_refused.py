@@ -18,7 +18,7 @@ EXPECTED = (
         ("one text", "one string (a list of one: [text])"),
         (["a text", 3], "a list whose item 1 is int '3'"),
         (["a text", None], "a list whose item 1 is NoneType 'None'"),
-        (np.array(["a", "b"]), "a numpy array (texts.tolist() is a list)"),
+        (np.array([1, 2]), "a list whose item 0 is int '1'"),  # as its tolist()
         ([["a", "b"], ["c"]], "2 lists of 2, 1 texts"),
         ([["a"], ["b"], ["c"]], "3 lists of 1, 1, 1 texts"),
         ([], "an empty list"),
