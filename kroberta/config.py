@@ -953,17 +953,14 @@ def from_command_line(name_or_path: str | None, rest: list[str]) -> tuple[Config
         if not item.startswith("--"):
             # `--train.steps 20`, `--run_dir runs/x`: a key's value written after a space.
             key = previous[2:] if previous.startswith("--") and "=" not in previous else ""
-            spaced = "." in key or key in TOP_LEVEL_KEYS
-            hint = (
-                f"; a value goes after '=': --{key}={item}"
-                if spaced
-                else (
-                    f" after {previous!r}, which is no option of this command (see --help) and no "
-                    "config key"
-                    if key
-                    else ""
+            hint = ""
+            if "." in key or key in TOP_LEVEL_KEYS:
+                hint = f"; a value goes after '=': --{key}={item}"
+            elif key:
+                hint = (
+                    f" after {previous!r}, which is no option of this command (see --help) and "
+                    "no config key"
                 )
-            )
             raise ConfigError(f"command line: unexpected argument {item!r}{hint}")
     return _load(name_or_path, _parse_overrides([item[2:] for item in rest]), "command line")
 
