@@ -560,6 +560,11 @@ class Config:
     keras-hub's `save_to_preset`); a backbone-only preset leaves the MLM head at its
     initialisation. At most one of the two inits."""
 
+    def with_section(self, name: str, **changes) -> "Config":
+        """This config with `changes` made in its section `name` ("model", "data", "train"
+        or "distributed"); not validated."""
+        return replace(self, **{name: replace(getattr(self, name), **changes)})
+
     def check(self, fail):
         """Each section's check, then the combinations of sections: `fail(dotted key,
         problem)` raises."""
@@ -897,8 +902,7 @@ def _closer_setting_wins(config: Config, found: dict) -> Config:
             continue
         section, name = loser.split(".")
         if getattr(getattr(config, section), name) != OFF[loser]:
-            part = dataclasses.replace(getattr(config, section), **{name: OFF[loser]})
-            config = dataclasses.replace(config, **{section: part})
+            config = config.with_section(section, **{name: OFF[loser]})
             found[loser] = f"{found[winner]} (by {winner})"
     return config
 

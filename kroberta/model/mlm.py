@@ -91,9 +91,7 @@ def build_model(
     if config is not None and config.train.mixed_precision != mixed_precision:
         # kroberta.load(run, mixed_precision=...) overrides the run's setting: the model's
         # config says how it computes, for what is built from it (evaluation, a classifier).
-        config = dataclasses.replace(
-            config, train=dataclasses.replace(config.train, mixed_precision=mixed_precision)
-        )
+        config = config.with_section("train", mixed_precision=mixed_precision)
     backbone = build_backbone(model_config, mixed_precision)
     model = MaskedLM(
         backbone=backbone,
