@@ -16,6 +16,7 @@ devices the run uses.
   the one machine-wide figure.
 """
 
+import contextlib
 import json
 import os
 import platform
@@ -34,13 +35,10 @@ CACHE_FILE = "cpu_peak.json"
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
