@@ -260,11 +260,6 @@ def compile_for_topology(
         predict=predict,
         build_seconds=build_seconds,
         attention=attention.attention_path(
-            config.model.attention_dropout_rate,
-            length,
-            config.model.num_heads,
-            config.model.head_dim,
-            config.train.mixed_precision,
-            platform="tpu",
+            config.model, length, config.train.mixed_precision, platform="tpu"
         ),
     )
