@@ -203,17 +203,16 @@ def compile_model(model, config: Config, word_starts=None):
     return model
 
 
-def build_compiled_model(config: Config, word_starts=None, tokenizer=None):
-    """The training model for `config` (its `kroberta_config`, with `tokenizer`; its
-    steps per dispatch resolved, as `compile_model` needs): built with its seed, compiled
-    (`word_starts` as in `compile_model`), optimizer built."""
+def build_compiled_model(config: Config, word_starts=None):
+    """The training model for `config` (its `kroberta_config`; its steps per dispatch
+    resolved, as `compile_model` needs): built with its seed, compiled (`word_starts` as
+    in `compile_model`), optimizer built."""
     model = build_model(
         config.model,
         config.train.mixed_precision,
         seed=config.train.seed,
         remat=config.train.remat,
         config=config,
-        tokenizer=tokenizer,
     )
     compile_model(model, config, word_starts)
     model.optimizer.build(model.trainable_variables)
