@@ -560,6 +560,11 @@ class Config:
     keras-hub's `save_to_preset`); a backbone-only preset leaves the MLM head at its
     initialisation. At most one of the two inits."""
 
+    def with_section(self, name: str, **changes) -> "Config":
+        """This config with `changes` made in its section `name` ("model", "data", "train"
+        or "distributed"); not validated."""
+        return replace(self, **{name: replace(getattr(self, name), **changes)})
+
     def check(self, fail):
         """Each section's check, then the combinations of sections: `fail(dotted key,
         problem)` raises."""
@@ -897,8 +902,7 @@ def _closer_setting_wins(config: Config, found: dict) -> Config:
             continue
         section, name = loser.split(".")
         if getattr(getattr(config, section), name) != OFF[loser]:
-            part = dataclasses.replace(getattr(config, section), **{name: OFF[loser]})
-            config = dataclasses.replace(config, **{section: part})
+            config = config.with_section(section, **{name: OFF[loser]})
             found[loser] = f"{found[winner]} (by {winner})"
     return config
 
@@ -953,17 +957,14 @@ def from_command_line(name_or_path: str | None, rest: list[str]) -> tuple[Config
         if not item.startswith("--"):
             # `--train.steps 20`, `--run_dir runs/x`: a key's value written after a space.
             key = previous[2:] if previous.startswith("--") and "=" not in previous else ""
-            spaced = "." in key or key in TOP_LEVEL_KEYS
-            hint = (
-                f"; a value goes after '=': --{key}={item}"
-                if spaced
-                else (
-                    f" after {previous!r}, which is no option of this command (see --help) and no "
-                    "config key"
-                    if key
-                    else ""
+            hint = ""
+            if "." in key or key in TOP_LEVEL_KEYS:
+                hint = f"; a value goes after '=': --{key}={item}"
+            elif key:
+                hint = (
+                    f" after {previous!r}, which is no option of this command (see --help) and "
+                    "no config key"
                 )
-            )
             raise ConfigError(f"command line: unexpected argument {item!r}{hint}")
     return _load(name_or_path, _parse_overrides([item[2:] for item in rest]), "command line")
 

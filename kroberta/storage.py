@@ -259,11 +259,8 @@ class Appender:
 
 def append_text(path, text: str):
     """Appends `text` to a (small) file; on a URL the file is rewritten whole."""
-    appender = Appender(path)
-    try:
+    with contextlib.closing(Appender(path)) as appender:
         appender.write(text)
-    finally:
-        appender.close()
 
 
 def staging_dir(url, name: str) -> str | None:

@@ -156,7 +156,7 @@ def with_checkpoint_model(
             )
     if sources is not None:
         sources.update({f"model.{name}": checkpoint.config_file for name in taken})
-    return dataclasses.replace(config, model=dataclasses.replace(config.model, **taken)), sources
+    return config.with_section("model", **taken), sources
 
 
 def _set_by_config(config: Config, sources: dict | None) -> set[str]:

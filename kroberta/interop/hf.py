@@ -374,14 +374,8 @@ def read_hf_model(directory: str):
     if tokenizer is not None:
         ids = [tokenizer.token_to_id(text) for text in tokens.SPECIAL_TOKENS.values()]  # id order
         if None not in ids:
-            config = dataclasses.replace(
-                config,
-                data=dataclasses.replace(
-                    config.data,
-                    pad_token_id=ids[1],
-                    mask_token_id=ids[4],
-                    special_token_ids=tuple(ids),
-                ),
+            config = config.with_section(
+                "data", pad_token_id=ids[1], mask_token_id=ids[4], special_token_ids=tuple(ids)
             )
     return hf, config, tokenizer, tensors, source
 

@@ -97,9 +97,7 @@ def _recorded_config(config, model):
             return None  # keras-hub's config says it all
         config = Config(model=preset_model_config_of(model.backbone))
     rates = {"attention_dropout": rate} if config.model.attention_dropout_rate != rate else {}
-    return dataclasses.replace(
-        config, model=dataclasses.replace(config.model, layer_norm_epsilon=epsilon, **rates)
-    )
+    return config.with_section("model", layer_norm_epsilon=epsilon, **rates)
 
 
 def preset_model_config_of(backbone):

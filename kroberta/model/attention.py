@@ -68,25 +68,19 @@ def _cudnn_attention_available(batch: int, length: int, heads: int, head_dim: in
         return False
 
 
-def attention_path(
-    rate: float,
-    length: int,
-    heads: int,
-    head_dim: int,
-    mixed_precision: bool,
-    platform: str | None = None,
-) -> str:
+def attention_path(m, length: int, mixed_precision: bool, platform: str | None = None) -> str:
     """One line saying how attention runs in training for these settings.
 
     Args:
-        rate: the attention dropout (`ModelConfig.attention_dropout_rate`).
-        length, heads, head_dim: the attention's shape.
+        m: the `ModelConfig` (its attention dropout rate, heads and head size).
+        length: tokens per sequence.
         mixed_precision: bf16 compute (cuDNN's flash kernel needs bf16 or float16).
         platform: "cpu", "gpu" or "tpu"; the default backend's when None.
     Returns:
         The sentence `build_model` logs.
     """
     platform = platform or jax.default_backend()
+    rate, heads, head_dim = m.attention_dropout_rate, m.num_heads, m.head_dim
     if rate > 0:
         return (
             f"attention: explicit softmax with dropout {rate:g} on the weights (materialises "
@@ -112,13 +106,4 @@ def attention_path(
 def describe(m, mixed_precision: bool, remat: str) -> str:
     """The log line of a training run of the model `m` (a `ModelConfig`): the attention
     path and `train.remat`."""
-    return (
-        attention_path(
-            m.attention_dropout_rate,
-            m.max_sequence_length,
-            m.num_heads,
-            m.head_dim,
-            mixed_precision,
-        )
-        + f"; train.remat={remat}"
-    )
+    return attention_path(m, m.max_sequence_length, mixed_precision) + f"; train.remat={remat}"

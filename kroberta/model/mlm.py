@@ -91,9 +91,7 @@ def build_model(
     if config is not None and config.train.mixed_precision != mixed_precision:
         # kroberta.load(run, mixed_precision=...) overrides the run's setting: the model's
         # config says how it computes, for what is built from it (evaluation, a classifier).
-        config = dataclasses.replace(
-            config, train=dataclasses.replace(config.train, mixed_precision=mixed_precision)
-        )
+        config = config.with_section("train", mixed_precision=mixed_precision)
     backbone = build_backbone(model_config, mixed_precision)
     model = MaskedLM(
         backbone=backbone,
@@ -205,17 +203,16 @@ def compile_model(model, config: Config, word_starts=None):
     return model
 
 
-def build_compiled_model(config: Config, word_starts=None, tokenizer=None):
-    """The training model for `config` (its `kroberta_config`, with `tokenizer`; its
-    steps per dispatch resolved, as `compile_model` needs): built with its seed, compiled
-    (`word_starts` as in `compile_model`), optimizer built."""
+def build_compiled_model(config: Config, word_starts=None):
+    """The training model for `config` (its `kroberta_config`; its steps per dispatch
+    resolved, as `compile_model` needs): built with its seed, compiled (`word_starts` as
+    in `compile_model`), optimizer built."""
     model = build_model(
         config.model,
         config.train.mixed_precision,
         seed=config.train.seed,
         remat=config.train.remat,
         config=config,
-        tokenizer=tokenizer,
     )
     compile_model(model, config, word_starts)
     model.optimizer.build(model.trainable_variables)

@@ -27,12 +27,11 @@ WHAT_TO_PASS = (
 )
 
 
-def model_inputs(x, pad_token_id: int = PAD_ID, where: str = "model.predict") -> dict:
+def model_inputs(x, where: str = "model.predict") -> dict:
     """The three model inputs from what a user passed (tensors or tf.data elements too).
 
     Args:
         x: token ids (batch, length), or a dict with keras-hub's or Hugging Face's names.
-        pad_token_id: the id whose positions are padding when no mask is given.
         where: the call that errors name.
 
     Returns:
@@ -66,9 +65,8 @@ def model_inputs(x, pad_token_id: int = PAD_ID, where: str = "model.predict") ->
             f"{where}: token ids must be (batch, length), got shape {tuple(token_ids.shape)}"
         )
     padding_mask = renamed.get("padding_mask")
-    padding_mask = (
-        keras.ops.not_equal(token_ids, pad_token_id) if padding_mask is None else padding_mask
-    )
+    if padding_mask is None:  # the positions of <pad>
+        padding_mask = keras.ops.not_equal(token_ids, PAD_ID)
     positions = renamed.get("mask_positions")
     if positions is None:
         length = token_ids.shape[1]

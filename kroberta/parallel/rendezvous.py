@@ -10,6 +10,7 @@ naming the key, in every process, within `initialization_timeout` seconds. Then
 the port is released and JAX's own coordination service binds it.
 """
 
+import contextlib
 import json
 import socket
 import time
@@ -91,16 +92,12 @@ def _host(coordinator: str, num_processes: int, timeout: float):
 
 
 def _answer(conn, problem):
-    try:
+    with contextlib.closing(conn), contextlib.suppress(OSError):
         conn.sendall((json.dumps({"ok": problem is None, "problem": problem}) + "\n").encode())
         # Wait for the peer to close first, so this port has no connection left in
         # TIME_WAIT when JAX's coordination service binds it.
         conn.settimeout(5.0)
         conn.recv(1)
-    except OSError:
-        pass
-    finally:
-        conn.close()
 
 
 def _join(coordinator: str, num_processes: int, process_id: int, timeout: float):

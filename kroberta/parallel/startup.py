@@ -59,13 +59,12 @@ def initialize(distributed: DistributedConfig) -> bool:
     # CPU collectives between processes (the default in jax 0.10; explicit for clarity).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     if not coordinator:
-        if num > 1 or pid >= 0:
-            if not _on_cloud_tpu_vm():
+        if not _on_cloud_tpu_vm():
+            if num > 1 or pid >= 0:
                 raise ConfigError(
                     "distributed.coordinator: needed (HOST:PORT of process 0) when "
                     "distributed.num_processes or distributed.process_id is set"
                 )
-        elif not _on_cloud_tpu_vm():
             return False
         logger.info(
             "distributed: Cloud TPU VM; JAX detects the pod slice's hosts "

@@ -132,7 +132,7 @@ def warnings_for(config: Config, platform: str | None = None, shapes: bool = Tru
     return lines
 
 
-def explain(config: Config, compile_step: bool | None = None):
+def explain(config: Config):
     """Yields the advice for `config` on the current devices, line by line (the command
     prints each as it comes: compiling takes a while). Trains nothing and creates no run
     directory."""
@@ -165,10 +165,8 @@ def explain(config: Config, compile_step: bool | None = None):
         f"+ AdamW moments {size_text(estimate.optimizer)} + activations "
         f"~{size_text(estimate.activations)}"
     )
-    if compile_step is None:
-        compile_step = params <= COMPILE_PARAMETER_LIMIT
     measured = None
-    if compile_step:
+    if params <= COMPILE_PARAMETER_LIMIT:
         measured = aot_programs.compile_config_train(
             aot_programs.build_model(config), config, devices
         )

@@ -62,10 +62,6 @@ def measure(config: Config, devices, model=None) -> Measured:
     return Measured(per_device, float(program.total_bytes), program.flops)
 
 
-def with_train(config: Config, **changes) -> Config:
-    return dataclasses.replace(config, train=dataclasses.replace(config.train, **changes))
-
-
 def max_batch(
     config: Config,
     devices,
@@ -85,7 +81,7 @@ def max_batch(
     def at(b: int) -> Measured:
         if known is not None and known.batch_size_per_device == b:
             return known
-        m = measure(with_train(config, batch_size_per_device=b), devices, model)
+        m = measure(config.with_section("train", batch_size_per_device=b), devices, model)
         logger.info(
             f"  batch {b} per device: {'refused by XLA, ' if m.refused else ''}"
             f"{m.total_bytes / GiB:.2f} GiB{' (fits)' if m.fits(budget) else ''}"
@@ -204,18 +200,18 @@ def options(config: Config, devices, budget: float) -> list[Option]:
     if t.remat == "none":
         candidates += [
             (
-                with_train(config, remat="dots"),
+                config.with_section("train", remat="dots"),
                 "--train.remat=dots",
                 "recomputes the elementwise work",
             ),
             (
-                with_train(config, remat="dots_no_batch"),
+                config.with_section("train", remat="dots_no_batch"),
                 "--train.remat=dots_no_batch",
                 "recomputes attention and the elementwise work",
             ),
         ]
     if d.strategy == "data":
-        fsdp = dataclasses.replace(config, distributed=dataclasses.replace(d, strategy="fsdp"))
+        fsdp = config.with_section("distributed", strategy="fsdp")
         candidates.append(
             (
                 fsdp,
@@ -224,8 +220,8 @@ def options(config: Config, devices, budget: float) -> list[Option]:
             )
         )
     if t.batch_size_per_device >= 2:
-        half = with_train(
-            config,
+        half = config.with_section(
+            "train",
             batch_size_per_device=t.batch_size_per_device // 2,
             gradient_accumulation_steps=t.gradient_accumulation_steps * 2,
         )
@@ -240,7 +236,7 @@ def options(config: Config, devices, budget: float) -> list[Option]:
     if t.remat != "full":
         candidates.append(
             (
-                with_train(config, remat="full"),
+                config.with_section("train", remat="full"),
                 "--train.remat=full",
                 "recomputes each block: ~+33% FLOPs",
             )

@@ -77,12 +77,7 @@ class Plan:
         """`requested` with train.steps_per_execution an integer."""
         if not self.auto_steps:
             return self.requested
-        return dataclasses.replace(
-            self.requested,
-            train=dataclasses.replace(
-                self.requested.train, steps_per_execution=self.steps_per_dispatch
-            ),
-        )
+        return self.requested.with_section("train", steps_per_execution=self.steps_per_dispatch)
 
     def prediction_batch(self, batch_size: int | None = None) -> int:
         """Sequences per prediction step over all devices: `batch_size` (None: the micro

@@ -16,6 +16,7 @@ devices the run uses.
   the one machine-wide figure.
 """
 
+import contextlib
 import json
 import os
 import platform
@@ -34,13 +35,10 @@ CACHE_FILE = "cpu_peak.json"
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
@@ -49,10 +47,9 @@ def _best_time(jitted, a, b, repeats, expected: float) -> float:
     with the process's XLA settings and with YNNPACK matmuls. Each compilation's
     first output element must equal `expected`."""
     compiled = [jitted.lower(a, b).compile()]
-    try:
+    # An XLA without that option: the default alone.
+    with contextlib.suppress(jax.errors.JaxRuntimeError):
         compiled.append(jitted.lower(a, b).compile(xla_cpu.YNN_DOTS_COMPILER_OPTIONS))
-    except jax.errors.JaxRuntimeError:  # an XLA without that option: the default alone
-        pass
     best = float("inf")
     for fn in compiled:
         first = float(fn(a, b).block_until_ready()[(0,) * a.ndim])
@@ -116,12 +113,10 @@ def cpu_peak_flops(refresh: bool = False, at_least: float = 0.0) -> float | None
     # A shared machine only ever measures low: keep the best figure seen.
     peak = max(measured, known or 0.0, at_least if _plausible_cpu_peak(at_least) else 0.0)
     cache[key] = peak
-    try:
+    with contextlib.suppress(OSError):  # a read-only home: measure again next time
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with atomic_write(path) as f:
             json.dump(cache, f, indent=1)
-    except OSError:
-        pass  # a read-only home: measure again next time
     return peak
 
 

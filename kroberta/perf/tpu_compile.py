@@ -59,15 +59,8 @@ class Report:
         worst = max((self.train, self.predict), key=lambda p: p.total_bytes)
         if worst.total_bytes <= self.hbm_bytes:
             return None
-        config = self.plan.config
-        return _too_big(
-            worst.total_bytes,
-            self.hbm_bytes,
-            self.topology.split(":")[0],
-            worst.name,
-            config.distributed.strategy,
-            config.train.mixed_precision,
-        )
+        generation = self.topology.split(":")[0]
+        return _too_big(worst.total_bytes, self.hbm_bytes, generation, worst.name, self.plan.config)
 
     def table(self) -> str:
         t, p, plan, config = self.train, self.predict, self.plan, self.plan.config
@@ -136,21 +129,17 @@ class Report:
 
 
 def _too_big(
-    needed: float,
-    hbm: float,
-    generation: str,
-    what: str,
-    strategy: str,
-    mixed_precision: bool,
-    at_least: bool = False,
+    needed: float, hbm: float, generation: str, what: str, config: Config, at_least: bool = False
 ) -> str:
+    """The one-line error of a `what` ("train", "predict") step that needs `needed` bytes
+    of `hbm` per device, with the changes of `config` to try."""
     tries = [
         "distributed.strategy=fsdp"
-        if strategy == "data"
+        if config.distributed.strategy == "data"
         else "a larger distributed.model_parallel",
         "a smaller train.batch_size_per_device",
     ]
-    if not mixed_precision:
+    if not config.train.mixed_precision:
         tries.append("train.mixed_precision=true")
     advice = ", ".join(tries[:-1]) + " or " + tries[-1]
     amount = f"{'at least ' if at_least else ''}{needed / GiB:.1f} GiB"
@@ -212,17 +201,7 @@ def _compile_or_explain(compile_fn, what, hbm, config, generation):
             raise ConfigError(
                 f"the {what} step does not fit in HBM on {generation}: {str(error).splitlines()[0]}"
             ) from None
-        error = ConfigError(
-            _too_big(
-                needed,
-                hbm,
-                generation,
-                what,
-                config.distributed.strategy,
-                config.train.mixed_precision,
-                at_least=True,
-            )
-        )
+        error = ConfigError(_too_big(needed, hbm, generation, what, config, at_least=True))
         if what == "train":  # kroberta.aot plans the changes that could fit from it
             error.needed_bytes = needed
         raise error from None
@@ -281,11 +260,6 @@ def compile_for_topology(
         predict=predict,
         build_seconds=build_seconds,
         attention=attention.attention_path(
-            config.model.attention_dropout_rate,
-            length,
-            config.model.num_heads,
-            config.model.head_dim,
-            config.train.mixed_precision,
-            platform="tpu",
+            config.model, length, config.train.mixed_precision, platform="tpu"
         ),
     )

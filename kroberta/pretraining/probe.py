@@ -36,23 +36,66 @@ class ProbeTask:
     inputs: dict
     labels: dict
 
-    # What a run's callback calls (it holds the task, not this module: below it).
-    def predictions(self, model) -> dict:
-        """`predictions(model, self)`."""
-        return predictions(model, self)
-
-    def scores(self, predicted: dict) -> dict:
-        """`scores_of(self, predicted)`."""
-        return scores_of(self, predicted)
-
-    def gaps(self, predicted: dict, reference: dict) -> dict:
-        """`gaps(self, predicted, reference)`."""
-        return gaps(self, predicted, reference)
-
     @property
     def main_metric(self) -> str:
         """The task's first metric: the one a run's verdict is about."""
         return self.spec.metrics(len(self.label_names or ()))[0]
+
+    # The methods a run's callback calls (it holds the task, not this module: below it).
+    def predictions(self, model) -> dict:
+        """{split: (n_split,) predictions} of a ridge probe fitted on the "train" split's
+        embeddings, for each other split of the task (class ids, or values for regression)."""
+        # (n, hidden): every split in one prediction pass.
+        embeddings = predict(model, self.inputs, output="embeddings")["embeddings"]
+        ends = np.cumsum([len(labels) for labels in self.labels.values()])[:-1]
+        features = dict(zip(self.labels, np.split(np.asarray(embeddings, np.float64), ends)))
+        train = features.pop("train")
+        mean, scale = train.mean(0), train.std(0) + 1e-6
+
+        def standardised(f):  # (n, hidden + 1): with a bias column
+            return np.c_[(f - mean) / scale, np.ones(len(f))]
+
+        x_train, labels = standardised(train), self.labels["train"]
+        regression = self.spec.kind == REGRESSION
+        targets = (
+            labels[:, None].astype(np.float64)
+            if regression
+            else np.eye(len(self.label_names))[labels]
+        )  # (n, K)
+        gram = x_train.T @ x_train + RIDGE * np.eye(x_train.shape[1])
+        weights = np.linalg.solve(gram, x_train.T @ targets)  # (hidden + 1, K)
+        result = {}
+        for split, f in features.items():
+            outputs = standardised(f) @ weights
+            result[split] = outputs[:, 0] if regression else outputs.argmax(-1)
+        return result
+
+    def scores(self, predicted: dict) -> dict:
+        """{split: {metric: value}} of `predictions`' result."""
+        names = self.spec.metrics(len(self.label_names or ()))
+        return {
+            split: metrics.score(names, self.labels[split], p) for split, p in predicted.items()
+        }
+
+    def gaps(self, predicted: dict, reference: dict) -> dict:
+        """{split: {PROBE_GAP, PROBE_GAP + "_low", PROBE_GAP + "_high"}}: the main
+        metric of `predicted` minus that of `reference` (the same probe on a random
+        initialisation, `predictions`' results both) on each split's texts, with its 95%
+        bootstrap interval over those texts (`results.bootstrap_interval`): how far the
+        pretrained model is above the random line, and how much of that the choice of texts
+        could make."""
+        metric = self.main_metric
+        out = {}
+        for split, ours in predicted.items():
+            labels, theirs = self.labels[split], reference[split]
+            score = metrics.METRICS[metric]
+            low, high = results.bootstrap_interval(metric, labels, ours[None], theirs[None])
+            out[split] = {
+                PROBE_GAP: score(labels, ours) - score(labels, theirs),
+                f"{PROBE_GAP}_low": low,
+                f"{PROBE_GAP}_high": high,
+            }
+        return out
 
 
 def prepare_task(
@@ -112,61 +155,7 @@ def for_run(config, sequence_length: int) -> ProbeTask | None:
 def scores(model, task: ProbeTask) -> dict:
     """{split: {metric: value}} of a ridge probe fitted on the "train" split's embeddings,
     for each other split of `task`."""
-    return scores_of(task, predictions(model, task))
-
-
-def predictions(model, task: ProbeTask) -> dict:
-    """{split: (n_split,) predictions} of a ridge probe fitted on the "train" split's
-    embeddings, for each other split of `task` (class ids, or values for regression)."""
-    # (n, hidden): every split in one prediction pass.
-    embeddings = predict(model, task.inputs, output="embeddings")["embeddings"]
-    ends = np.cumsum([len(labels) for labels in task.labels.values()])[:-1]
-    features = dict(zip(task.labels, np.split(np.asarray(embeddings, np.float64), ends)))
-    train = features.pop("train")
-    mean, scale = train.mean(0), train.std(0) + 1e-6
-
-    def standardised(f):  # (n, hidden + 1): with a bias column
-        return np.c_[(f - mean) / scale, np.ones(len(f))]
-
-    x_train, labels = standardised(train), task.labels["train"]
-    regression = task.spec.kind == REGRESSION
-    targets = (
-        labels[:, None].astype(np.float64) if regression else np.eye(len(task.label_names))[labels]
-    )  # (n, K)
-    gram = x_train.T @ x_train + RIDGE * np.eye(x_train.shape[1])
-    weights = np.linalg.solve(gram, x_train.T @ targets)  # (hidden + 1, K)
-    result = {}
-    for split, f in features.items():
-        outputs = standardised(f) @ weights
-        result[split] = outputs[:, 0] if regression else outputs.argmax(-1)
-    return result
-
-
-def scores_of(task: ProbeTask, predicted: dict) -> dict:
-    """{split: {metric: value}} of `predictions`' result."""
-    names = task.spec.metrics(len(task.label_names or ()))
-    return {split: metrics.score(names, task.labels[split], p) for split, p in predicted.items()}
-
-
-def gaps(task: ProbeTask, predicted: dict, reference: dict) -> dict:
-    """{split: {PROBE_GAP, PROBE_GAP + "_low", PROBE_GAP + "_high"}}: the main
-    metric of `predicted` minus that of `reference` (the same probe on a random
-    initialisation, `predictions`' results both) on each split's texts, with its 95%
-    bootstrap interval over those texts (`results.bootstrap_interval`): how far the
-    pretrained model is above the random line, and how much of that the choice of texts
-    could make."""
-    metric = task.main_metric
-    out = {}
-    for split, ours in predicted.items():
-        labels, theirs = task.labels[split], reference[split]
-        score = metrics.METRICS[metric]
-        low, high = results.bootstrap_interval(metric, labels, ours[None], theirs[None])
-        out[split] = {
-            PROBE_GAP: score(labels, ours) - score(labels, theirs),
-            f"{PROBE_GAP}_low": low,
-            f"{PROBE_GAP}_high": high,
-        }
-    return out
+    return task.scores(task.predictions(model))
 
 
 def linear_probe(model, spec, train, validation, label_names, max_length: int | None = None):

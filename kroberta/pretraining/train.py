@@ -301,11 +301,8 @@ def _remove_stale_model(run: _Run, start_step: int):
 
 def _outcome(run: _Run, summary: dict, ended: str | None) -> Outcome:
     """The one place that decides how this invocation ended."""
-    steps, start_step, final_step = (
-        run.config.train.steps,
-        summary["start_step"],
-        summary["final_step"],
-    )
+    steps = run.config.train.steps
+    start_step, final_step = summary["start_step"], summary["final_step"]
     if final_step == start_step and (ended or start_step >= steps) and run.run_dir.model:
         return Outcome.NOTHING_TO_DO
     if summary.get("interrupted"):

@@ -140,10 +140,8 @@ def filtered_native_stderr(noise=None):
         yield
     finally:
         _ORIGINAL_STDERR.remove(original)
-        try:
+        with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
         os.dup2(original, 2)  # closes the pipe's last write end: the reader sees EOF
         reader.join(timeout=10)
         os.close(original)
@@ -166,12 +164,9 @@ def _accelerator_present() -> bool:
     if any(os.path.exists(path) for path in _GPU_DEVICE_FILES):
         return True
     for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"):
-        try:
-            with open(vendor) as f:
-                if f.read().strip() == _GOOGLE_PCI_VENDOR:
-                    return True
-        except OSError:
-            continue
+        with contextlib.suppress(OSError), open(vendor) as f:
+            if f.read().strip() == _GOOGLE_PCI_VENDOR:
+                return True
     return False
 
 

@@ -149,8 +149,7 @@ def _with_batch_size(config: Config, batch_size: int | None, devices: int) -> Co
         raise InputError(
             f"batch_size: expected a positive multiple of the {devices} devices, got {batch_size!r}"
         )
-    train = dataclasses.replace(config.train, batch_size_per_device=batch_size // devices)
-    return dataclasses.replace(config, train=train)
+    return config.with_section("train", batch_size_per_device=batch_size // devices)
 
 
 def _directories(config: Config) -> list[str]:

@@ -20,18 +20,6 @@ import sys
 import threading
 import time
 
-
-def _job_preemption_service():
-    """JAX's preemption sync manager when this process is one of a multi-process job."""
-    # start-up: `train` reads this module before JAX loads
-    import jax
-    from jax._src import distributed
-
-    if jax.process_count() <= 1:
-        return None
-    return distributed.global_state.preemption_sync_manager
-
-
 # A second SIGINT this soon after the first is the same request: `timeout -s INT` and some
 # schedulers signal the process and then its whole process group, so one interrupt arrives
 # twice within milliseconds, while a person pressing Ctrl-C again takes longer.
@@ -77,7 +65,14 @@ class PreemptionFlag:
         print(INTERRUPT_NOTICE, file=sys.stderr, flush=True)
 
     def __enter__(self):
-        self.job_wide = _job_preemption_service() is not None
+        # start-up: `train` reads this module before JAX loads
+        import jax
+        from jax._src import distributed
+
+        # JAX's preemption sync manager, when this process is one of a multi-process job.
+        self.job_wide = (
+            jax.process_count() > 1 and distributed.global_state.preemption_sync_manager is not None
+        )
         # Signal handlers can only be installed from the main thread. In a job a Ctrl-C
         # reaches one process, and only SIGTERM has a job-wide agreement on the step.
         if not self.job_wide and threading.current_thread() is threading.main_thread():

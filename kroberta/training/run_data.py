@@ -155,31 +155,28 @@ EMBEDDED_DIR = "embedded-data"
 
 def _embedded_sources(config: Config) -> DataSources:
     """The embedded corpus, prepared once per run directory."""
-    prepared = os.path.join(_local_home(config.run_dir), EMBEDDED_DIR)
-    if not os.path.isfile(os.path.join(prepared, MANIFEST_NAME)):
-        _prepare_embedded(config, prepared)
-    return prepared_sources(prepared, "embedded corpus", config.data.validation)
-
-
-def _prepare_embedded(config: Config, out_dir: str):
     home = _local_home(config.run_dir)
-    os.makedirs(home, exist_ok=True)
-    text_path = os.path.join(home, "embedded-corpus.txt")
-    logger.info(
-        "no data given: building the embedded corpus from the Python standard library's docstrings"
-    )
-    stats = corpus.write_stdlib_corpus(text_path)
-    logger.info(f"  {stats}")
-    prepare(
-        [text_path],
-        out_dir,
-        vocab_size=config.model.vocabulary_size,
-        seq_len=config.model.max_sequence_length,
-        validation_fraction=0.02,
-        seed=config.train.seed,
-        progress=False,
-        workers=1,  # a few MB, prepared in this process: no worker processes started from a training one
-    )
+    prepared = os.path.join(home, EMBEDDED_DIR)
+    if not os.path.isfile(os.path.join(prepared, MANIFEST_NAME)):
+        os.makedirs(home, exist_ok=True)
+        text_path = os.path.join(home, "embedded-corpus.txt")
+        logger.info(
+            "no data given: building the embedded corpus from the Python standard library's "
+            "docstrings"
+        )
+        stats = corpus.write_stdlib_corpus(text_path)
+        logger.info(f"  {stats}")
+        prepare(
+            [text_path],
+            prepared,
+            vocab_size=config.model.vocabulary_size,
+            seq_len=config.model.max_sequence_length,
+            validation_fraction=0.02,
+            seed=config.train.seed,
+            progress=False,
+            workers=1,  # a few MB, prepared in this process: no worker processes started from a training one
+        )
+    return prepared_sources(prepared, "embedded corpus", config.data.validation)
 
 
 def _local_home(run_dir: str) -> str:

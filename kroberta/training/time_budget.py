@@ -110,7 +110,7 @@ def resolve(config: Config, previous: Config | None) -> tuple[Config, bool]:
         f"time budget {t.time_budget}: {fixed:,} steps, fixed when the run started "
         f"(its {run_layout.CONFIG_FILE})"
     )
-    return dataclasses.replace(config, train=dataclasses.replace(t, steps=fixed)), False
+    return config.with_section("train", steps=fixed), False
 
 
 def fix_steps(config: Config, run_data, plan, started: float) -> Config:
@@ -138,7 +138,7 @@ def fix_steps(config: Config, run_data, plan, started: float) -> Config:
             f"measurement and the compilation take {before + measured.eval_compile_seconds:.0f} s "
             f"and {k} step(s) {k * measured.step_seconds:.2f} s; give a longer budget"
         )
-    fixed = dataclasses.replace(config, train=dataclasses.replace(config.train, steps=steps))
+    fixed = config.with_section("train", steps=steps)
     try:
         fixed = validate(fixed, "the steps the budget fixed")
     except ConfigError as error:

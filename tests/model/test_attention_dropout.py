@@ -130,6 +130,9 @@ def test_keras_hub_preset_carries_both_rates(tmp_path):
 
 
 def test_attention_path_is_named():
-    assert "explicit softmax" in attention.attention_path(0.1, 512, 12, 64, True, "tpu")
-    assert "XLA's fused attention" in attention.attention_path(0.0, 512, 12, 64, True, "tpu")
-    assert "dot_product_attention" in attention.attention_path(0.0, 16, 2, 8, False, "cpu")
+    base = ModelConfig(num_heads=12, hidden_dim=768, attention_dropout=0.0)
+    dropped = dataclasses.replace(base, attention_dropout=0.1)
+    assert "explicit softmax" in attention.attention_path(dropped, 512, True, "tpu")
+    assert "XLA's fused attention" in attention.attention_path(base, 512, True, "tpu")
+    small = ModelConfig(num_heads=2, hidden_dim=16, attention_dropout=0.0)
+    assert "dot_product_attention" in attention.attention_path(small, 16, False, "cpu")

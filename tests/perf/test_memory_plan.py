@@ -61,13 +61,13 @@ def test_max_batch_is_the_edge(small):
     from kroberta.perf import memory_plan
 
     config, devices = small
-    config = memory_plan.with_train(config, batch_size_per_device=8)
+    config = config.with_section("train", batch_size_per_device=8)
     at_8 = memory_plan.measure(config, devices)
-    at_24 = memory_plan.measure(memory_plan.with_train(config, batch_size_per_device=24), devices)
+    at_24 = memory_plan.measure(config.with_section("train", batch_size_per_device=24), devices)
     budget = (at_8.total_bytes + at_24.total_bytes) / 2  # between 8 and 24 per device
     largest, measured, compiles = memory_plan.max_batch(config, devices, budget)
     assert 8 <= largest < 24 and largest % 8 == 0 and measured.fits(budget)
-    bigger = memory_plan.with_train(config, batch_size_per_device=largest + 8)
+    bigger = config.with_section("train", batch_size_per_device=largest + 8)
     assert not memory_plan.measure(bigger, devices).fits(budget)
     assert compiles <= 7
 
