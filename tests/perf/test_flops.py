@@ -111,15 +111,18 @@ def test_an_implausible_cpu_peak_is_neither_used_nor_cached(tmp_path, monkeypatc
 
 
 @pytest.mark.fast
-def test_the_machine_peak_counts_every_simulated_device():
+def test_the_machine_peak_counts_every_simulated_device(monkeypatch):
     import jax
 
     from kroberta.perf import throughput
 
     devices = jax.devices("cpu")
     assert len(devices) == 4
-    together = throughput.measure_matmul_flops(devices, size=256, repeats=3)
-    assert together > 0
-    # Four matmuls at once do four times the work of one; the rate is the machine's.
-    alone = throughput.measure_matmul_flops(devices[:1], size=256, repeats=3)
-    assert together > 0.5 * alone
+    # Run for real once: every device's matmul checked against its expected value.
+    assert throughput.measure_matmul_flops(devices, size=256, repeats=1) > 0
+    # Timed on a shared machine two rates are noise; with the matmul's time fixed, four
+    # matmuls at once count four times the work of one.
+    monkeypatch.setattr(throughput, "_best_time", lambda *args, **kwargs: 0.01)
+    together = throughput.measure_matmul_flops(devices, size=256, repeats=1)
+    assert together == 4 * throughput.measure_matmul_flops(devices[:1], size=256, repeats=1)
+    assert together == 4 * 2 * 256**3 / 0.01
