@@ -71,6 +71,9 @@ def test_a_fresh_venv_with_the_wheel_resolves_named_configs(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
+    # Without PYTHONPATH: a checkout on it (with its kroberta.egg-info) reads to pip as kroberta
+    # installed already, and the wheel would be skipped.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KERAS_BACKEND")}
     result = subprocess.run(
         [
             sys.executable,
@@ -86,6 +89,7 @@ def test_a_fresh_venv_with_the_wheel_resolves_named_configs(tmp_path):
         ],
         capture_output=True,
         text=True,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     # The dependencies (keras, jax, tensorflow, ...) come from this environment, added
@@ -105,7 +109,6 @@ def test_a_fresh_venv_with_the_wheel_resolves_named_configs(tmp_path):
         f.write(ours + "\n")
     work = tmp_path / "elsewhere"  # no configs/ folder and no repository on the path
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KERAS_BACKEND")}
 
     def run(*args):
         return subprocess.run(
