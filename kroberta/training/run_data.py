@@ -220,15 +220,15 @@ def _with_manifest(config: Config, sources: DataSources) -> tuple[Config, str]:
                 f"data.{split}"
             )
     special = manifest.special_tokens
-    data = dataclasses.replace(
-        config.data,
+    config = config.with_section(
+        "data",
         train=tuple(manifest.train_files),
         validation=tuple(manifest.validation_files) or config.data.validation,
         pad_token_id=special.get("pad", config.data.pad_token_id),
         mask_token_id=special.get("mask", config.data.mask_token_id),
         special_token_ids=tuple(sorted(set(special.values()))) or config.data.special_token_ids,
     )
-    return dataclasses.replace(config, data=data), manifest.tokenizer_path
+    return config, manifest.tokenizer_path
 
 
 def _word_starts(config: Config, tokenizer_path: str | None):
